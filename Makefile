@@ -1,0 +1,42 @@
+# Thin by design: every target calls go or a script under scripts/.
+# `make help` lists them.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+.PHONY: help build test test-unit bench lint demo generate image vm-test cluster-up cluster-down
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+build: ## build the static binary into bin/slipway (version from git)
+	@scripts/build
+
+test: ## the whole test suite: installs what it needs, then unit, host, control-plane, cluster and VM tests
+	@scripts/test
+
+test-unit: ## only the tests that need no control plane or VM (go test -short)
+	@go test -short ./...
+
+bench: ## benchmarks: staging against the k3os shell pipeline, and the simulated rollout
+	@scripts/bench
+
+lint: ## go vet and staticcheck (installed from the Go module proxy)
+	@scripts/lint
+
+demo: ## the main job: a real upgrade of a demo system directory from a local mirror
+	@scripts/demo
+
+image: ## build the bootable test OS images and release mirrors (v1, v2) under build/images
+	@scripts/image
+
+vm-test: ## boot the test images under qemu: upgrade, reboot, fall back from a broken version
+	@scripts/vm-test
+
+generate: ## regenerate the wrangler code and CRD YAML (CI fails when it is out of date)
+	@scripts/generate
+
+cluster-up: ## start the simulated cluster (scripts/cluster up)
+	@scripts/cluster up
+
+cluster-down: ## stop the simulated cluster
+	@scripts/cluster down
