@@ -1,0 +1,242 @@
+// Package v1 holds the ops.slipway.dev/v1 API: the UpdateChannel resource that
+// the `slipway ops agent` DaemonSet uses to roll OS versions through a cluster.
+//
+// The types are written by hand; deepcopy, list types, registration, clients,
+// listers, informers, wrangler controllers and the CRD YAML are generated from
+// them by `scripts/generate` (ops/codegen). Doc comments become the CRD's field
+// descriptions, `+default=` markers its schema defaults.
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// UpdateChannel is a release channel that a set of nodes follows. The agents
+// running on those nodes upgrade them, `concurrency` at a time, to the
+// channel's version (or to the newest release when the version is "latest").
+//
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type UpdateChannel struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is what the channel asks for: where releases come from, which
+	// version, which nodes, and how fast.
+	// +default={}
+	Spec UpdateChannelSpec `json:"spec"`
+	// Status is what the agents report: the poller, the held slots, the
+	// newest version seen, counts, failures and conditions.
+	Status UpdateChannelStatus `json:"status,omitempty"`
+}
+
+// UpdateChannelSpec is the desired state of an UpdateChannel.
+type UpdateChannelSpec struct {
+	// URL of the release channel: github-releases://owner/repo, an
+	// http(s):// URL whose redirect names the latest version, or a mirror
+	// directory (file:///path or a plain path) laid out as <dir>/<version>/<artifact>.
+	URL string `json:"url"`
+	// Version the nodes should run. Empty or "latest" means: poll the
+	// channel every pollInterval and follow its newest release.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Concurrency is the most nodes that upgrade at the same time.
+	// +default=1
+	// +k8s:validation:minimum=1
+	// +optional
+	Concurrency int `json:"concurrency,omitempty"`
+	// NodeSelector selects the nodes that follow this channel; empty selects every node.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	// Paused stops new upgrades from starting; upgrades already running finish.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+	// PollInterval is how often the channel is asked for its newest release
+	// when version is empty or "latest".
+	// +default="15m"
+	// +optional
+	PollInterval *metav1.Duration `json:"pollInterval,omitempty"`
+	// Window restricts when upgrades may start; none means any time.
+	// +optional
+	Window *Window `json:"window,omitempty"`
+	// Drain is how a node is emptied before it reboots.
+	// +default={}
+	// +optional
+	Drain *DrainSpec `json:"drain,omitempty"`
+	// RebootDelay is how long the agent waits between a successful drain and the reboot.
+	// +default="5s"
+	// +optional
+	RebootDelay *metav1.Duration `json:"rebootDelay,omitempty"`
+	// UpgradeTimeout is the deadline of the upgrade Job on a node.
+	// +default="15m"
+	// +optional
+	UpgradeTimeout *metav1.Duration `json:"upgradeTimeout,omitempty"`
+	// NodeReadyTimeout is how long a rebooted node has to come back Ready
+	// before its upgrade counts as failed.
+	// +default="10m"
+	// +optional
+	NodeReadyTimeout *metav1.Duration `json:"nodeReadyTimeout,omitempty"`
+	// MaxFailures is how many failed nodes stop the rollout: while
+	// status.failed holds this many entries no new node starts.
+	// +default=1
+	// +k8s:validation:minimum=1
+	// +optional
+	MaxFailures int `json:"maxFailures,omitempty"`
+	// Components selects what an upgrade replaces (default: rootfs and kernel).
+	// +default={}
+	// +optional
+	Components *Components `json:"components,omitempty"`
+	// Image runs the upgrade Job; empty means the agent's own image.
+	// +optional
+	Image string `json:"image,omitempty"`
+}
+
+// Window is a recurring maintenance window in which upgrades may start.
+type Window struct {
+	// Days of the week the window is open (Mon, Tue, ... or Monday, ...); empty means every day.
+	// +optional
+	// +listType=atomic
+	Days []string `json:"days,omitempty"`
+	// Start of the window, "HH:MM" in timeZone.
+	// +optional
+	Start string `json:"start,omitempty"`
+	// End of the window, "HH:MM" in timeZone; an end before the start spans midnight.
+	// +optional
+	End string `json:"end,omitempty"`
+	// TimeZone is an IANA zone name such as Europe/Berlin; empty means UTC.
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
+}
+
+// DrainSpec is the drain policy applied before a node reboots.
+type DrainSpec struct {
+	// Enabled drains the node (cordon and evict its pods) before the reboot.
+	// +default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// Timeout bounds the drain; when it passes the pods left are deleted if
+	// force is set, otherwise the upgrade fails and the node is uncordoned.
+	// +default="10m"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// GracePeriodSeconds overrides each pod's termination grace period; unset keeps the pod's own.
+	// +optional
+	GracePeriodSeconds *int64 `json:"gracePeriodSeconds,omitempty"`
+	// DeleteEmptyDirData evicts pods that use emptyDir volumes (their data is lost).
+	// +optional
+	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
+	// IgnoreDaemonSets leaves DaemonSet pods running instead of refusing to drain.
+	// +default=true
+	// +optional
+	IgnoreDaemonSets *bool `json:"ignoreDaemonSets,omitempty"`
+	// Force deletes pods whose eviction is still refused when the timeout passes,
+	// and pods no controller owns.
+	// +optional
+	Force bool `json:"force,omitempty"`
+	// PodSelector is a label selector; only matching pods are evicted.
+	// +optional
+	PodSelector string `json:"podSelector,omitempty"`
+}
+
+// Components selects the parts of the OS an upgrade replaces.
+type Components struct {
+	// Rootfs replaces the k3os root filesystem.
+	// +default=true
+	// +optional
+	Rootfs *bool `json:"rootfs,omitempty"`
+	// Kernel replaces the kernel and initrd.
+	// +default=true
+	// +optional
+	Kernel *bool `json:"kernel,omitempty"`
+	// K3s replaces the k3s binary.
+	// +default=false
+	// +optional
+	K3s *bool `json:"k3s,omitempty"`
+}
+
+// UpdateChannelStatus is the observed state of an UpdateChannel, written by the agents.
+type UpdateChannelStatus struct {
+	// ObservedGeneration is the metadata.generation the status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Polling names the one node that currently resolves the channel's latest version.
+	// +optional
+	Polling *Poller `json:"polling,omitempty"`
+	// Updating holds the slots: the nodes upgrading now, never more than concurrency.
+	// +optional
+	// +listType=atomic
+	Updating []Slot `json:"updating,omitempty"`
+	// LatestVersion is the newest version the channel offered at the last poll.
+	// +optional
+	LatestVersion string `json:"latestVersion,omitempty"`
+	// LastPolled is when the channel was last polled successfully.
+	// +optional
+	LastPolled *metav1.Time `json:"lastPolled,omitempty"`
+	// Counts summarises the selected nodes.
+	// +optional
+	Counts NodeCounts `json:"counts,omitempty"`
+	// Failed lists the nodes whose last upgrade failed, with why.
+	// +optional
+	// +listType=atomic
+	Failed []Failure `json:"failed,omitempty"`
+	// Conditions: Polled, Progressing, Complete, Degraded, Invalid.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Poller is the node that holds the polling slot.
+type Poller struct {
+	// Node is the exact name of the polling node.
+	Node string `json:"node"`
+	// Since is when the node took the polling slot.
+	// +optional
+	Since metav1.Time `json:"since,omitempty"`
+}
+
+// Slot is one node's claim to upgrade.
+type Slot struct {
+	// Node is the exact name of the upgrading node.
+	Node string `json:"node"`
+	// Version the node is upgrading to.
+	Version string `json:"version"`
+	// Job is the name of the upgrade Job, once created.
+	// +optional
+	Job string `json:"job,omitempty"`
+	// Phase is the step the node is at (for example Upgrading, Draining, Rebooting, WaitingReady).
+	// +optional
+	Phase string `json:"phase,omitempty"`
+	// Attempt counts the tries of this node at this version, starting at 1.
+	// +optional
+	Attempt int `json:"attempt,omitempty"`
+	// Since is when the slot was taken.
+	// +optional
+	Since metav1.Time `json:"since,omitempty"`
+}
+
+// NodeCounts counts the nodes a channel selects.
+type NodeCounts struct {
+	// Nodes is how many nodes the channel selects.
+	Nodes int `json:"nodes"`
+	// UpToDate is how many of them run the target version.
+	UpToDate int `json:"upToDate"`
+	// Updating is how many hold a slot.
+	Updating int `json:"updating"`
+	// Failed is how many failed their last upgrade.
+	Failed int `json:"failed"`
+}
+
+// Failure records a node whose upgrade failed.
+type Failure struct {
+	// Node is the exact name of the node.
+	Node string `json:"node"`
+	// Version it failed to reach.
+	Version string `json:"version"`
+	// Reason says what went wrong and what to do.
+	Reason string `json:"reason"`
+	// At is when the last attempt failed.
+	At metav1.Time `json:"at"`
+	// Attempts counts the failed tries of this node at this version.
+	Attempts int `json:"attempts"`
+}
