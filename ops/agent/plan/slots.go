@@ -1,0 +1,227 @@
+package plan
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"sort"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// Node is what the slot decisions need to know of a node: its metadata only,
+// so that the agent holding the fleet view can list nodes cheaply.
+type Node struct {
+	Name    string
+	UID     string
+	Labels  map[string]string
+	Version string // the release (rootfs version) the node runs; "" when no agent reported it
+}
+
+// Retry is the backoff policy for nodes whose upgrade failed.
+type Retry struct {
+	Base time.Duration // wait after the first failure
+	Max  time.Duration // the wait never grows past this
+}
+
+// DefaultRetry waits a minute after the first failure, doubling up to an hour.
+var DefaultRetry = Retry{Base: time.Minute, Max: time.Hour}
+
+// Backoff is how long a node that failed attempts times waits before its next try.
+func (r Retry) Backoff(attempts int) time.Duration {
+	if attempts < 1 {
+		return 0
+	}
+	d := r.Base
+	for i := 1; i < attempts && d < r.Max; i++ {
+		d *= 2
+	}
+	return min(d, r.Max)
+}
+
+// Target is the version the channel's nodes should run: spec.version, or the
+// latest version polled when following latest. "" means not known yet.
+func Target(s Settings, st v1.UpdateChannelStatus) string {
+	if s.Version != "" {
+		return s.Version
+	}
+	return st.LatestVersion
+}
+
+// Following reports whether the channel follows its newest release (polls).
+func Following(s Settings) bool { return s.Version == "" }
+
+// PollDue reports whether the channel must be polled now.
+func PollDue(s Settings, st v1.UpdateChannelStatus, now time.Time) bool {
+	if !Following(s) {
+		return false
+	}
+	return st.LastPolled == nil || !now.Before(st.LastPolled.Add(s.PollInterval))
+}
+
+// NextPoll is when the next poll is due (zero when polling is not needed).
+func NextPoll(s Settings, st v1.UpdateChannelStatus, now time.Time) time.Time {
+	if !Following(s) {
+		return time.Time{}
+	}
+	if st.LastPolled == nil {
+		return now
+	}
+	return st.LastPolled.Add(s.PollInterval)
+}
+
+// Degraded reports whether failures at the target reach maxFailures, which
+// stops new nodes from starting.
+func Degraded(s Settings, st v1.UpdateChannelStatus, target string) bool {
+	return failuresAt(st, target) >= s.MaxFailures
+}
+
+func failuresAt(st v1.UpdateChannelStatus, target string) int {
+	n := 0
+	for _, f := range st.Failed {
+		if f.Version == target {
+			n++
+		}
+	}
+	return n
+}
+
+// FindSlot returns the index of node's slot in st.Updating (exact name
+// match), or -1.
+func FindSlot(st v1.UpdateChannelStatus, node string) int {
+	for i, s := range st.Updating {
+		if s.Node == node {
+			return i
+		}
+	}
+	return -1
+}
+
+// FindFailure returns the index of node's entry in st.Failed (exact name match), or -1.
+func FindFailure(st v1.UpdateChannelStatus, node string) int {
+	for i, f := range st.Failed {
+		if f.Node == node {
+			return i
+		}
+	}
+	return -1
+}
+
+// Candidates returns, in slot order, the nodes that may take a slot now:
+// selected, running another version than target, not already in a slot,
+// and (if they failed) past their backoff. Nothing starts while the channel
+// is paused, outside its window, or has no target; only retries of nodes
+// already failed start while it is Degraded.
+func Candidates(s Settings, st v1.UpdateChannelStatus, nodes []Node, target string, retry Retry, now time.Time) []Node {
+	if target == "" || s.Paused || !s.Window.Contains(now) {
+		return nil
+	}
+	degraded := Degraded(s, st, target)
+	var out []Node
+	for _, n := range nodes {
+		if n.Version == "" || n.Version == target || !s.Selector.Matches(labels.Set(n.Labels)) {
+			continue
+		}
+		if FindSlot(st, n.Name) >= 0 {
+			continue
+		}
+		if i := FindFailure(st, n.Name); i >= 0 && st.Failed[i].Version == target {
+			f := st.Failed[i]
+			if now.Before(f.At.Add(retry.Backoff(f.Attempts))) {
+				continue
+			}
+		} else if degraded {
+			continue
+		}
+		out = append(out, n)
+	}
+	Order(out, target)
+	return out
+}
+
+// Order sorts nodes by a stable hash of their UID and the target version,
+// so every agent computes the same order and a version's order differs from
+// the last one's.
+func Order(nodes []Node, target string) {
+	key := func(n Node) uint64 {
+		sum := sha256.Sum256([]byte(n.UID + "\x00" + target))
+		return binary.BigEndian.Uint64(sum[:8])
+	}
+	sort.SliceStable(nodes, func(i, j int) bool {
+		ki, kj := key(nodes[i]), key(nodes[j])
+		if ki != kj {
+			return ki < kj
+		}
+		return nodes[i].Name < nodes[j].Name
+	})
+}
+
+// FreeSlots is how many more nodes may start: concurrency minus the slots held.
+func FreeSlots(s Settings, st v1.UpdateChannelStatus) int {
+	return max(0, s.Concurrency-len(st.Updating))
+}
+
+// Claim adds slots for the first candidates that fit, never exceeding
+// concurrency, and returns the names it added. Each slot's attempt follows
+// the node's failed attempts at target.
+func Claim(s Settings, st *v1.UpdateChannelStatus, candidates []Node, target string, now time.Time) []string {
+	var added []string
+	for _, n := range candidates {
+		if FreeSlots(s, *st) == 0 {
+			break
+		}
+		if FindSlot(*st, n.Name) >= 0 {
+			continue
+		}
+		attempt := 1
+		if i := FindFailure(*st, n.Name); i >= 0 && st.Failed[i].Version == target {
+			attempt = st.Failed[i].Attempts + 1
+		}
+		st.Updating = append(st.Updating, v1.Slot{
+			Node: n.Name, Version: target, Attempt: attempt, Phase: PhasePending, Since: metav1.NewTime(now),
+		})
+		added = append(added, n.Name)
+	}
+	return added
+}
+
+// Release removes node's slot (exact match) and reports whether it held one.
+func Release(st *v1.UpdateChannelStatus, node string) bool {
+	i := FindSlot(*st, node)
+	if i < 0 {
+		return false
+	}
+	st.Updating = append(st.Updating[:i:i], st.Updating[i+1:]...)
+	return true
+}
+
+// Fail frees node's slot and records the failure with reason, counting the
+// attempt. It returns the failure entry written.
+func Fail(st *v1.UpdateChannelStatus, node, version, reason string, now time.Time) v1.Failure {
+	attempts := 1
+	if i := FindSlot(*st, node); i >= 0 && st.Updating[i].Attempt > 0 {
+		attempts = st.Updating[i].Attempt
+	}
+	Release(st, node)
+	f := v1.Failure{Node: node, Version: version, Reason: reason, At: metav1.NewTime(now), Attempts: attempts}
+	if i := FindFailure(*st, node); i >= 0 {
+		if st.Failed[i].Version == version {
+			f.Attempts = max(f.Attempts, st.Failed[i].Attempts+1)
+		}
+		st.Failed[i] = f
+		return f
+	}
+	st.Failed = append(st.Failed, f)
+	return f
+}
+
+// Succeed frees node's slot and forgets its failures.
+func Succeed(st *v1.UpdateChannelStatus, node string) {
+	Release(st, node)
+	if i := FindFailure(*st, node); i >= 0 {
+		st.Failed = append(st.Failed[:i:i], st.Failed[i+1:]...)
+	}
+}

@@ -1,0 +1,91 @@
+package plan
+
+import (
+	"fmt"
+	"time"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// Phases of a slot (status.updating[].phase), in the order a node goes through them.
+const (
+	PhasePending      = "Pending"      // slot taken, Job not created yet
+	PhaseUpgrading    = "Upgrading"    // upgrade Job running
+	PhaseDraining     = "Draining"     // Job succeeded, node cordoned and being drained
+	PhaseRebooting    = "Rebooting"    // drained, reboot requested
+	PhaseWaitingReady = "WaitingReady" // back at the new version, waiting for Ready
+)
+
+// SlotNode is what the stale-slot check knows of a slot's node.
+type SlotNode struct {
+	Exists     bool
+	Ready      bool
+	ReadySince time.Time // last transition of the Ready condition
+}
+
+// SlotJob is what the stale-slot check knows of a slot's upgrade Job.
+type SlotJob struct {
+	Exists bool
+	Failed bool
+	Reason string // why it failed (condition reason and message)
+}
+
+// slack is added to the sum of a slot's timeouts before it counts as stuck.
+const slack = 2 * time.Minute
+
+// MaxSlotAge is the longest any slot may be held: every step's timeout plus
+// slack. A slot older than this is stale whatever its node says.
+func MaxSlotAge(s Settings) time.Duration {
+	d := s.UpgradeTimeout + s.RebootDelay + s.NodeReadyTimeout + slack
+	if s.Drain.Enabled {
+		d += s.Drain.Timeout
+	}
+	return d
+}
+
+// Stale decides whether the holder of the fleet view must take slot away
+// from its node, and why. The node's own agent handles its slot while it
+// runs; this is the way out when it cannot.
+func Stale(s Settings, slot v1.Slot, node SlotNode, job SlotJob, now time.Time) (bool, string) {
+	switch {
+	case !node.Exists:
+		return true, fmt.Sprintf("node %s was deleted while it held a slot", slot.Node)
+	case job.Failed:
+		return true, fmt.Sprintf("upgrade job %s failed: %s", slot.Job, job.Reason)
+	case !node.Ready && !node.ReadySince.IsZero() && now.Sub(node.ReadySince) > s.NodeReadyTimeout:
+		return true, fmt.Sprintf("node %s has not been Ready for %s (nodeReadyTimeout %s)",
+			slot.Node, now.Sub(node.ReadySince).Round(time.Second), s.NodeReadyTimeout)
+	case now.Sub(slot.Since.Time) > MaxSlotAge(s):
+		return true, fmt.Sprintf("node %s held its slot for %s, longer than its timeouts allow (%s); check its agent's logs",
+			slot.Node, now.Sub(slot.Since.Time).Round(time.Second), MaxSlotAge(s))
+	}
+	return false, ""
+}
+
+// Counts summarises the selected nodes against target.
+func Counts(nodes []Node, st v1.UpdateChannelStatus, target string) v1.NodeCounts {
+	c := v1.NodeCounts{Nodes: len(nodes), Updating: len(st.Updating), Failed: failuresAt(st, target)}
+	for _, n := range nodes {
+		if target != "" && n.Version == target {
+			c.UpToDate++
+		}
+	}
+	return c
+}
+
+// Prune drops failure entries that no longer matter: for another version
+// than target, or for nodes now at target or no longer selected.
+func Prune(st *v1.UpdateChannelStatus, nodes []Node, target string) {
+	at := make(map[string]string, len(nodes))
+	for _, n := range nodes {
+		at[n.Name] = n.Version
+	}
+	kept := st.Failed[:0:0]
+	for _, f := range st.Failed {
+		v, selected := at[f.Node]
+		if f.Version == target && selected && v != target {
+			kept = append(kept, f)
+		}
+	}
+	st.Failed = kept
+}
