@@ -1,0 +1,170 @@
+package channel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// releaseServer mimics a GitHub-style release site: /<repo>/releases/latest
+// redirects to .../tag/<version>, artifacts under .../download/<version>/.
+func releaseServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /o/r/releases/latest", func(w http.ResponseWriter, r *http.Request) {
+		if ua := r.Header.Get("User-Agent"); ua != "slipway-test" {
+			http.Error(w, "want User-Agent slipway-test, got "+ua, http.StatusBadRequest)
+			return
+		}
+		http.Redirect(w, r, "/o/r/releases/tag/v2.0.1+k3s1", http.StatusFound)
+	})
+	mux.HandleFunc("GET /o/r/releases/download/{version}/{artifact}", func(w http.ResponseWriter, r *http.Request) {
+		v, a := r.PathValue("version"), r.PathValue("artifact")
+		if v == "v2.0.1+k3s1" && a == "rootfs.tar.gz" {
+			io.WriteString(w, "rootfs of "+v)
+			return
+		}
+		if v == "v2.0.1+k3s1" && a == "redirected" {
+			http.Redirect(w, r, "/storage/blob", http.StatusFound)
+			return
+		}
+		http.NotFound(w, r)
+	})
+	mux.HandleFunc("GET /storage/blob", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "blob") })
+	// Cut: announces 100 bytes, sends 10, closes the connection.
+	mux.HandleFunc("GET /cut/download/v1/big", func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		defer conn.Close()
+		fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\nContent-Type: application/octet-stream\r\n\r\n0123456789")
+		buf.Flush()
+	})
+	mux.HandleFunc("GET /hop/latest", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/o/r/releases/latest", http.StatusMovedPermanently)
+	})
+	mux.HandleFunc("GET /loop/latest", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/loop/latest", http.StatusFound)
+	})
+	mux.HandleFunc("GET /static/latest", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "v3\n") })
+	mux.HandleFunc("GET /html/latest", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "<html>hello</html>") })
+	mux.HandleFunc("GET /empty/releases/latest", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/empty/releases", http.StatusFound)
+	})
+	mux.HandleFunc("GET /broken/latest", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "boom", http.StatusInternalServerError)
+	})
+	mux.HandleFunc("GET /secret/latest", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestHTTPLatestAndOpen(t *testing.T) {
+	srv := releaseServer(t)
+	opts := Options{UserAgent: "slipway-test", HTTPClient: srv.Client()}
+	for _, raw := range []string{srv.URL + "/o/r/releases/latest", srv.URL + "/o/r/releases"} {
+		src := newSource(t, raw, opts)
+		v, err := src.Latest(context.Background())
+		if err != nil || v != "v2.0.1+k3s1" {
+			t.Fatalf("%s: Latest = %q, %v", raw, v, err)
+		}
+		if got, size := readAll(t, src, v, "rootfs.tar.gz"); got != "rootfs of v2.0.1+k3s1" || size != int64(len(got)) {
+			t.Fatalf("%s: artifact = %q (size %d)", raw, got, size)
+		}
+		if got, _ := readAll(t, src, v, "redirected"); got != "blob" {
+			t.Fatalf("%s: redirected artifact = %q", raw, got)
+		}
+	}
+}
+
+func TestHTTPLatestVariants(t *testing.T) {
+	srv := releaseServer(t)
+	tests := []struct {
+		path, want string
+		notFound   bool
+		errMatch   string
+	}{
+		{path: "/hop/latest", want: "v2.0.1+k3s1"},
+		{path: "/static/latest", want: "v3"},
+		{path: "/html/latest", errMatch: "is not a version"},
+		{path: "/loop/latest", errMatch: "more than 5 redirects"},
+		{path: "/empty/releases/latest", notFound: true, errMatch: "no release yet"},
+		{path: "/broken/latest", errMatch: "500"},
+		{path: "/nothing/latest", notFound: true, errMatch: "404"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			src := newSource(t, srv.URL+tt.path, Options{UserAgent: "slipway-test"})
+			v, err := src.Latest(context.Background())
+			if tt.errMatch == "" {
+				if err != nil || v != tt.want {
+					t.Fatalf("Latest = %q, %v; want %q", v, err, tt.want)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.errMatch) || errors.Is(err, ErrNotFound) != tt.notFound {
+				t.Fatalf("Latest = %q, %v; want an error with %q, ErrNotFound=%v", v, err, tt.errMatch, tt.notFound)
+			}
+		})
+	}
+}
+
+func TestHTTPOpenNotFound(t *testing.T) {
+	srv := releaseServer(t)
+	src := newSource(t, srv.URL+"/o/r/releases/latest", Options{})
+	for _, c := range [][2]string{{"v2.0.1+k3s1", "missing"}, {"v9", "rootfs.tar.gz"}} {
+		rc, _, err := src.Open(context.Background(), c[0], c[1])
+		if err == nil {
+			rc.Close()
+			t.Fatalf("Open(%s, %s) succeeded", c[0], c[1])
+		}
+		if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "/o/r/releases/download/"+c[0]+"/"+c[1]) {
+			t.Fatalf("Open(%s, %s): %v; want ErrNotFound naming the URL", c[0], c[1], err)
+		}
+	}
+}
+
+func TestHTTPTruncatedBody(t *testing.T) {
+	srv := releaseServer(t)
+	src := newSource(t, srv.URL+"/cut/latest", Options{})
+	rc, size, err := src.Open(context.Background(), "v1", "big")
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer rc.Close()
+	if size != 100 {
+		t.Fatalf("size = %d, want the announced 100", size)
+	}
+	b, err := io.ReadAll(rc)
+	if !errors.Is(err, io.ErrUnexpectedEOF) || !strings.Contains(err.Error(), "truncated after 10 of 100 bytes") {
+		t.Fatalf("read %d bytes, err %v; want a truncation error", len(b), err)
+	}
+}
+
+func TestHTTPKeepsCredentialsOutOfMessages(t *testing.T) {
+	srv := releaseServer(t)
+	raw := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1) + "/secret/latest"
+	src := newSource(t, raw, Options{})
+	_, err := src.Latest(context.Background())
+	if err == nil {
+		t.Fatal("Latest succeeded on a 404")
+	}
+	for _, s := range []string{src.String(), err.Error()} {
+		if strings.Contains(s, "hunter2") {
+			t.Fatalf("message leaks the password: %s", s)
+		}
+	}
+	// An unreachable host: the transport error names the URL.
+	src = newSource(t, "http://user:hunter2@127.0.0.1:1/latest", Options{})
+	if _, err := src.Latest(context.Background()); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("unreachable host: %v", err)
+	}
+}

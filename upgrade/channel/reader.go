@@ -1,0 +1,38 @@
+package channel
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// sizedReader turns a body that ends before (or runs past) its announced
+// size into an error, so a truncated download is never taken as complete.
+type sizedReader struct {
+	rc   io.ReadCloser
+	want int64 // -1: unknown, no check
+	got  int64
+	name string
+}
+
+func newSizedReader(rc io.ReadCloser, want int64, name string) io.ReadCloser {
+	return &sizedReader{rc: rc, want: want, name: name}
+}
+
+func (s *sizedReader) Read(p []byte) (int, error) {
+	n, err := s.rc.Read(p)
+	s.got += int64(n)
+	if s.want >= 0 && s.got > s.want {
+		return n, fmt.Errorf("%s: got more than the announced %d bytes; the source changed during the download, retry", s.name, s.want)
+	}
+	truncated := errors.Is(err, io.ErrUnexpectedEOF) || (err == io.EOF && s.want >= 0 && s.got < s.want)
+	if truncated && s.want < 0 {
+		return n, fmt.Errorf("%s: truncated after %d bytes; retry the download: %w", s.name, s.got, io.ErrUnexpectedEOF)
+	}
+	if truncated {
+		return n, fmt.Errorf("%s: truncated after %d of %d bytes; retry the download: %w", s.name, s.got, s.want, io.ErrUnexpectedEOF)
+	}
+	return n, err
+}
+
+func (s *sizedReader) Close() error { return s.rc.Close() }
