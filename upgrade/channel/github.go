@@ -142,7 +142,10 @@ func (g *gitHub) explain(err error, what, hint string) error {
 	case errors.As(err, &resp) && resp.Response != nil:
 		switch resp.Response.StatusCode {
 		case http.StatusNotFound:
-			return fmt.Errorf("%s: %s not found; %s (a private repository needs GITHUB_TOKEN): %w", g, what, hint, ErrNotFound)
+			if !g.hasToken {
+				hint += " (a private repository needs GITHUB_TOKEN)"
+			}
+			return fmt.Errorf("%s: %s not found; %s: %w", g, what, hint, ErrNotFound)
 		case http.StatusUnauthorized:
 			return fmt.Errorf("%s: %s: GitHub rejected the token; check GITHUB_TOKEN: %w", g, what, err)
 		}
