@@ -1,0 +1,100 @@
+// Package reboot restarts the machine after a delay: through systemd-logind
+// over D-Bus, through reboot(2) after sync(2), or through an external
+// command. The delay is cancelled cleanly by its context (SIGINT/SIGTERM).
+package reboot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/login1"
+	"golang.org/x/sys/unix"
+)
+
+// Rebooter restarts the machine.
+type Rebooter interface {
+	Reboot(ctx context.Context) error
+	String() string
+}
+
+// Logind asks systemd-logind over the system D-Bus for a reboot.
+type Logind struct{}
+
+func (Logind) String() string { return "systemd-logind" }
+
+// Reboot connects to logind and asks it to reboot.
+func (Logind) Reboot(ctx context.Context) error {
+	conn, err := login1.New()
+	if err != nil {
+		return fmt.Errorf("connect to systemd-logind: %w (is D-Bus running? use --reboot-command otherwise)", err)
+	}
+	defer conn.Close()
+	conn.Reboot(false)
+	return nil
+}
+
+// Syscall syncs the filesystems and calls reboot(2) directly: no service is
+// stopped cleanly, as with `reboot -f`.
+type Syscall struct{}
+
+func (Syscall) String() string { return "reboot(2)" }
+
+// Reboot syncs and restarts the machine.
+func (Syscall) Reboot(ctx context.Context) error {
+	unix.Sync()
+	if err := unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART); err != nil {
+		return fmt.Errorf("reboot(2): %w (needs CAP_SYS_BOOT in the host's namespaces)", err)
+	}
+	return nil
+}
+
+// Command runs an external command, e.g. ["systemctl", "reboot"].
+type Command struct{ Argv []string }
+
+func (c Command) String() string { return fmt.Sprintf("command %q", c.Argv) }
+
+// Reboot runs the command and waits for it.
+func (c Command) Reboot(ctx context.Context) error {
+	if len(c.Argv) == 0 {
+		return errors.New("empty reboot command")
+	}
+	cmd := exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("reboot command %q: %w", c.Argv, err)
+	}
+	return nil
+}
+
+// Auto prefers logind when its D-Bus socket exists and reboot(2) otherwise.
+func Auto() Rebooter {
+	if _, err := os.Stat("/run/systemd/seats"); err == nil {
+		return Logind{}
+	}
+	if _, err := os.Stat("/run/dbus/system_bus_socket"); err == nil {
+		return Logind{}
+	}
+	return Syscall{}
+}
+
+// After waits delay, then reboots with r. A cancelled ctx stops the wait
+// and returns ctx's error without rebooting.
+func After(ctx context.Context, delay time.Duration, r Rebooter) error {
+	if delay > 0 {
+		slog.Info("rebooting after a delay; interrupt to cancel", "delay", delay, "via", r.String())
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("reboot cancelled: %w (the new version is installed; it starts at the next boot)", ctx.Err())
+		case <-t.C:
+		}
+	}
+	slog.Info("rebooting", "via", r.String())
+	return r.Reboot(ctx)
+}
