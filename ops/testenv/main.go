@@ -1,0 +1,58 @@
+package testenv
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+)
+
+// Environment variables the TestMain helper reads (when it runs, never at init).
+const (
+	// EnvSkip, set to 1, makes RunMain start nothing; tests that Need the env skip.
+	EnvSkip = "SLIPWAY_SKIP_CLUSTER"
+	// EnvToolsDir names the directory of the control-plane binaries.
+	EnvToolsDir = "SLIPWAY_TOOLS_DIR"
+)
+
+// RunMain is a test package's TestMain body: it starts an Env with opts (tools
+// from $SLIPWAY_TOOLS_DIR unless opts.ToolsDir is set), stores it in *env, runs
+// the tests and stops the Env. It returns the exit code for os.Exit:
+//
+//	var env *testenv.Env
+//	func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m, testenv.Options{}, &env)) }
+//
+// Nothing is started (and *env stays nil) only when SLIPWAY_SKIP_CLUSTER=1 or
+// with -short; a failure to start fails the package.
+func RunMain(m *testing.M, opts Options, env **Env) int {
+	flag.Parse()
+	if os.Getenv(EnvSkip) == "1" || testing.Short() {
+		return m.Run()
+	}
+	if opts.ToolsDir == "" {
+		opts.ToolsDir = os.Getenv(EnvToolsDir)
+	}
+	e, err := Start(context.Background(), opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: start the control plane: %v\n", err)
+		return 1
+	}
+	*env = e
+	code := m.Run()
+	if code != 0 {
+		e.DumpLogs(os.Stderr, 20)
+	}
+	e.Stop()
+	return code
+}
+
+// Need skips t when the package's Env was not started (SLIPWAY_SKIP_CLUSTER=1
+// or -short), and returns env otherwise.
+func Need(t testing.TB, env *Env) *Env {
+	t.Helper()
+	if env == nil {
+		t.Skipf("no control plane: %s=1 or -short", EnvSkip)
+	}
+	return env
+}

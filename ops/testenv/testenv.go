@@ -1,0 +1,168 @@
+// Package testenv starts a real local Kubernetes control plane for tests, the
+// demo and benchmarks: etcd and kube-apiserver on free loopback ports, the
+// project's CRDs installed, and, when asked, a simulated cluster around them
+// (kube-controller-manager, kube-scheduler and kwok with fake nodes).
+//
+// Pods bound to a fake node and labelled app.kubernetes.io/name=slipway-upgrade
+// are not simulated by kwok: the executor package runs them as local processes.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/client-go/rest"
+)
+
+// Labels and annotations the simulated cluster uses.
+const (
+	// ExecutorLabelKey/ExecutorLabelValue mark pods that the node executor runs
+	// for real; kwok's stages leave them alone.
+	ExecutorLabelKey   = "app.kubernetes.io/name"
+	ExecutorLabelValue = "slipway-upgrade"
+	// FakeNodeAnnotation marks nodes that kwok manages.
+	FakeNodeAnnotation      = "kwok.x-k8s.io/node"
+	FakeNodeAnnotationValue = "fake"
+	// NodeRoleLabel is set to "true" on every fake node.
+	NodeRoleLabel = "node-role.slipway.dev/worker"
+	// DownAnnotation, set to "true" on a fake node, makes kwok report it NotReady
+	// and stop its heartbeat (a simulated reboot in progress).
+	DownAnnotation = "sim.slipway.dev/down"
+)
+
+// Options says what to start.
+type Options struct {
+	// Cluster adds kube-controller-manager, kube-scheduler, kwok and Nodes fake nodes.
+	Cluster bool
+	// Nodes is the number of fake nodes (Cluster only; default 3).
+	Nodes int
+	// NodePrefix names the fake nodes <prefix><i>, i from 1 (default "node-").
+	NodePrefix string
+	// CRDs are created and waited Established before Start returns.
+	CRDs []*apiextv1.CustomResourceDefinition
+	// ToolsDir holds the binaries; "" = run scripts/install-tools (builds what is missing).
+	ToolsDir string
+	// Dir is where state and logs go; "" = a new temp dir, removed by Stop.
+	Dir string
+	// Log receives the tails of the processes' logs when something fails (default os.Stderr).
+	Log io.Writer
+	// Timeout bounds the whole start (default 3m).
+	Timeout time.Duration
+}
+
+// Env is a running control plane.
+type Env struct {
+	// Config reaches the apiserver as a member of system:masters.
+	Config *rest.Config
+	// Kubeconfig is the path of a kubeconfig file with the same credentials.
+	Kubeconfig string
+	// Dir holds the state, the kubeconfig and one <process>.log per process.
+	Dir string
+	// Nodes are the fake nodes' names (Cluster only).
+	Nodes []string
+
+	opts     Options
+	ownDir   bool
+	procs    []*process
+	stopOnce sync.Once
+}
+
+// Start starts etcd and kube-apiserver (and the simulated cluster when
+// opts.Cluster), installs opts.CRDs and returns once everything is ready.
+// On failure everything it started is stopped again.
+func Start(ctx context.Context, opts Options) (*Env, error) {
+	opts = withDefaults(opts)
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	tools, err := toolsDir(ctx, opts.ToolsDir, opts.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{opts: opts, Dir: opts.Dir}
+	if e.Dir == "" {
+		if e.Dir, err = os.MkdirTemp("", "slipway-testenv-"); err != nil {
+			return nil, fmt.Errorf("create the state directory: %w", err)
+		}
+		e.ownDir = true
+	}
+	if err := e.start(ctx, tools); err != nil {
+		e.Stop()
+		return nil, err
+	}
+	return e, nil
+}
+
+func withDefaults(o Options) Options {
+	if o.Nodes <= 0 {
+		o.Nodes = 3
+	}
+	if o.NodePrefix == "" {
+		o.NodePrefix = "node-"
+	}
+	if o.Log == nil {
+		o.Log = os.Stderr
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 3 * time.Minute
+	}
+	return o
+}
+
+func (e *Env) start(ctx context.Context, tools string) error {
+	if err := e.startControlPlane(ctx, tools); err != nil {
+		return err
+	}
+	if err := installCRDs(ctx, e.Config, e.opts.CRDs); err != nil {
+		return err
+	}
+	if !e.opts.Cluster {
+		return nil
+	}
+	return e.startCluster(ctx, tools)
+}
+
+// Pids are the process ids of everything the Env started.
+func (e *Env) Pids() map[string]int {
+	m := make(map[string]int, len(e.procs))
+	for _, p := range e.procs {
+		m[p.name] = p.Pid()
+	}
+	return m
+}
+
+// DumpLogs writes the last n lines of each process's log to w.
+func (e *Env) DumpLogs(w io.Writer, n int) { writeTail(w, e.procs, n) }
+
+// Stop stops every process Start started, newest first, and removes the state
+// directory when Start created it. It is safe to call more than once.
+func (e *Env) Stop() {
+	e.stopOnce.Do(func() {
+		for i := len(e.procs) - 1; i >= 0; i-- {
+			e.procs[i].stop(10 * time.Second)
+		}
+		if e.ownDir {
+			_ = os.RemoveAll(e.Dir)
+		}
+	})
+}
+
+// addProcess starts a process and remembers it for Stop.
+func (e *Env) addProcess(name, bin string, args ...string) (*process, error) {
+	p, err := startProcess(name, e.Dir, bin, args, minimalEnv())
+	if err != nil {
+		return nil, err
+	}
+	e.procs = append(e.procs, p)
+	return p, nil
+}
+
+// minimalEnv is the environment of the control-plane processes: no proxies or
+// kubeconfig of the caller's leak into them.
+func minimalEnv() []string {
+	return []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + os.TempDir()}
+}
