@@ -1,0 +1,133 @@
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"slipway.dev/slipway/upgrade/layout"
+	"slipway.dev/slipway/upgrade/lock"
+	"slipway.dev/slipway/upgrade/reboot"
+)
+
+// RollbackOptions of one rollback.
+type RollbackOptions struct {
+	SystemDir   string
+	Components  []layout.Component // default DefaultComponents
+	Remount     bool
+	Sync        bool
+	Reboot      bool
+	RebootDelay time.Duration
+	Rebooter    reboot.Rebooter
+	LockFile    string
+	Command     string
+	DryRun      bool
+}
+
+// Rollback swaps current and previous of each chosen component, under the
+// upgrade lock. A component without a previous version (or whose previous
+// folder is gone) fails the whole rollback before any link changes.
+func Rollback(ctx context.Context, o RollbackOptions) (*Result, error) {
+	if o.SystemDir == "" {
+		o.SystemDir = DefaultSystemDir
+	}
+	if len(o.Components) == 0 {
+		o.Components = DefaultComponents
+	}
+	if o.LockFile == "" {
+		o.LockFile = lock.DefaultPath
+	}
+	if o.Command == "" {
+		o.Command = "slipway ops rollback"
+	}
+	if !o.DryRun {
+		l, err := lock.Acquire(o.LockFile, o.Command)
+		if err != nil {
+			return nil, err
+		}
+		defer l.Release()
+	}
+	res, err := rollback(o)
+	if err != nil || !o.Reboot || o.DryRun {
+		return res, err
+	}
+	if o.Rebooter == nil {
+		o.Rebooter = reboot.Auto()
+	}
+	res.Rebooting = true
+	return res, reboot.After(ctx, o.RebootDelay, o.Rebooter)
+}
+
+func rollback(o RollbackOptions) (*Result, error) {
+	l := layout.New(o.SystemDir)
+	res := &Result{SystemDir: o.SystemDir, DryRun: o.DryRun}
+	for _, c := range o.Components {
+		cur, prev, err := rollbackPair(l, c)
+		if err != nil {
+			return nil, err
+		}
+		res.Components = append(res.Components, ComponentResult{Component: c, From: cur, To: prev, Action: "rollback"})
+	}
+	if o.DryRun {
+		return res, nil
+	}
+	restore, err := writable(o.SystemDir, o.Remount)
+	if err != nil {
+		return nil, err
+	}
+	for _, cr := range res.Components {
+		if err = swapLinks(l, cr.Component, cr.From, cr.To); err != nil {
+			break
+		}
+		slog.Info("rolled back", "component", cr.Component, "from", cr.From, "to", cr.To)
+	}
+	if rerr := restore(); err == nil {
+		err = rerr
+	}
+	if err == nil && o.Sync {
+		syncAll()
+	}
+	return res, err
+}
+
+// rollbackPair returns current and previous of c, checking previous exists.
+func rollbackPair(l layout.Layout, c layout.Component) (cur, prev string, err error) {
+	if cur, err = l.Current(c); err != nil {
+		return "", "", err
+	}
+	if prev, err = l.Previous(c); err != nil {
+		return "", "", err
+	}
+	if prev == "" || prev == cur {
+		return "", "", fmt.Errorf("%w: %s has no previous version (current %q)", ErrNoRollback, c, cur)
+	}
+	if fi, err := os.Stat(l.VersionDir(c, prev)); err != nil || !fi.IsDir() {
+		return "", "", fmt.Errorf("%w: %s/previous points at %s, which is missing; reinstall it with `slipway ops upgrade --version`", ErrNoRollback, c, prev)
+	}
+	return cur, prev, nil
+}
+
+// swapLinks exchanges current and previous in one renameat2(RENAME_EXCHANGE);
+// where the filesystem lacks it, previous is moved first, then current.
+func swapLinks(l layout.Layout, c layout.Component, cur, prev string) error {
+	dir := l.Dir(c)
+	err := unix.Renameat2(unix.AT_FDCWD, filepath.Join(dir, layout.CurrentLink), unix.AT_FDCWD, filepath.Join(dir, layout.PreviousLink), unix.RENAME_EXCHANGE)
+	if err == nil {
+		return layout.SyncDir(dir)
+	}
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) {
+		return fmt.Errorf("swap %s current and previous: %w", c, err)
+	}
+	if cur != "" {
+		if err := l.SetLink(c, layout.PreviousLink, cur); err != nil {
+			return err
+		}
+	}
+	return l.SetLink(c, layout.CurrentLink, prev)
+}
