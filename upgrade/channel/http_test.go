@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -61,7 +63,13 @@ func releaseServer(t *testing.T) *httptest.Server {
 	mux.HandleFunc("GET /broken/latest", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "boom", http.StatusInternalServerError)
 	})
-	mux.HandleFunc("GET /secret/latest", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
+	mux.HandleFunc("GET /secret/latest", func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "user" || p != "hunter2" {
+			http.Error(w, "want basic auth", http.StatusUnauthorized)
+			return
+		}
+		http.NotFound(w, r)
+	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
@@ -154,8 +162,8 @@ func TestHTTPKeepsCredentialsOutOfMessages(t *testing.T) {
 	raw := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1) + "/secret/latest"
 	src := newSource(t, raw, Options{})
 	_, err := src.Latest(context.Background())
-	if err == nil {
-		t.Fatal("Latest succeeded on a 404")
+	if !errors.Is(err, ErrNotFound) { // a 401 would mean the credentials were not sent
+		t.Fatalf("Latest = %v, want the 404 behind basic auth", err)
 	}
 	for _, s := range []string{src.String(), err.Error()} {
 		if strings.Contains(s, "hunter2") {
@@ -166,5 +174,32 @@ func TestHTTPKeepsCredentialsOutOfMessages(t *testing.T) {
 	src = newSource(t, "http://user:hunter2@127.0.0.1:1/latest", Options{})
 	if _, err := src.Latest(context.Background()); err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("unreachable host: %v", err)
+	}
+}
+
+// The air-gapped recipe of docs/channels.md: a mirror directory with a
+// `download -> .` link, served as-is by a static file server.
+func TestHTTPServesMirrorDirectory(t *testing.T) {
+	dir := writeMirror(t, map[string]string{"latest": "v2\n", "v1/a": "one", "v2/a": "two"})
+	if err := os.Symlink(".", filepath.Join(dir, "download")); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	defer srv.Close()
+	src := newSource(t, srv.URL+"/latest", Options{})
+	v, err := src.Latest(context.Background())
+	if err != nil || v != "v2" {
+		t.Fatalf("Latest = %q, %v", v, err)
+	}
+	if got, size := readAll(t, src, v, "a"); got != "two" || size != 3 {
+		t.Fatalf("artifact = %q size %d", got, size)
+	}
+	// The same tree still works as a mirror directory.
+	if got, _ := readAll(t, newSource(t, dir, Options{}), "v1", "a"); got != "one" {
+		t.Fatalf("mirror artifact = %q", got)
+	}
+	_, _, err = newSource(t, dir, Options{}).Open(context.Background(), "v9", "a")
+	if err == nil || !strings.Contains(err.Error(), "versions present: v1, v2)") {
+		t.Fatalf("missing version: %v", err)
 	}
 }

@@ -113,7 +113,8 @@ func (m *mirror) Open(ctx context.Context, version, artifact string) (io.ReadClo
 }
 
 // listDir names up to 10 entries of dir (directories only when dirs is
-// set), for error messages.
+// set), for error messages. It skips latest and download (a `download -> .`
+// link lets a web server serve the mirror in the http layout).
 func listDir(dir string, dirs bool) string {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -126,7 +127,7 @@ func listDir(dir string, dirs bool) string {
 			fi, err := os.Stat(filepath.Join(dir, e.Name()))
 			isDir = err == nil && fi.IsDir()
 		}
-		if dirs == isDir && e.Name() != "latest" {
+		if dirs == isDir && e.Name() != "latest" && e.Name() != "download" {
 			names = append(names, e.Name())
 		}
 	}
