@@ -1,0 +1,106 @@
+package crds
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	typedv1 "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/client-go/util/retry"
+)
+
+// Apply creates the embedded CRDs, or updates them where they exist, then
+// waits (watching, bounded by ctx) until the API server serves each one.
+func Apply(ctx context.Context, cfg *rest.Config) error {
+	objs, err := Objects()
+	if err != nil {
+		return err
+	}
+	client, err := apiextclient.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("CRD client: %w", err)
+	}
+	api := client.ApiextensionsV1().CustomResourceDefinitions()
+	for _, crd := range objs {
+		if err := createOrUpdate(ctx, api, crd); err != nil {
+			return err
+		}
+	}
+	for _, crd := range objs {
+		if err := waitEstablished(ctx, api, crd.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createOrUpdate writes want, retrying an update that lost a race.
+func createOrUpdate(ctx context.Context, api typedv1.CustomResourceDefinitionInterface, want *apiextv1.CustomResourceDefinition) error {
+	_, err := api.Create(ctx, want.DeepCopy(), metav1.CreateOptions{})
+	if err == nil {
+		slog.Info("created CRD", "name", want.Name)
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create CRD %s (the agent needs RBAC create on customresourcedefinitions for --install-crds): %w", want.Name, err)
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		have, err := api.Get(ctx, want.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		next := want.DeepCopy()
+		next.ResourceVersion = have.ResourceVersion
+		_, err = api.Update(ctx, next, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("update CRD %s: %w", want.Name, err)
+	}
+	slog.Info("updated CRD", "name", want.Name)
+	return nil
+}
+
+// waitEstablished watches the named CRD until its Established condition is True.
+func waitEstablished(ctx context.Context, api typedv1.CustomResourceDefinitionInterface, name string) error {
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return api.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return api.Watch(ctx, o)
+		},
+	}
+	_, err := watchtools.UntilWithSync(ctx, lw, &apiextv1.CustomResourceDefinition{}, nil,
+		func(ev watch.Event) (bool, error) {
+			crd, ok := ev.Object.(*apiextv1.CustomResourceDefinition)
+			return ok && Established(crd), nil
+		})
+	if err != nil {
+		return fmt.Errorf("CRD %s did not become Established (check its status conditions): %w", name, err)
+	}
+	return nil
+}
+
+// Established reports whether the API server serves crd.
+func Established(crd *apiextv1.CustomResourceDefinition) bool {
+	for _, c := range crd.Status.Conditions {
+		if c.Type == apiextv1.Established && c.Status == apiextv1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
