@@ -1,0 +1,109 @@
+// Package drain takes a node out of service and puts it back: Cordon marks
+// it unschedulable and records that slipway did so (and whether the node was
+// schedulable before), Drain evicts its pods through the Eviction API so
+// PodDisruptionBudgets are honoured, within a timeout, and Uncordon makes it
+// schedulable again, idempotently and only when slipway cordoned it. Every
+// controller that takes a node down shares it.
+package drain
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+)
+
+// Annotations written on the Node by Cordon and removed by Uncordon.
+const (
+	// AnnotationCordonedBy names who cordoned the node (Options.Owner,
+	// e.g. "slipway-agent"). Present only while slipway holds the cordon.
+	AnnotationCordonedBy = "drain.slipway.dev/cordoned-by"
+	// AnnotationSchedulableBefore is "true" when the node was schedulable
+	// before slipway cordoned it, "false" when someone else had cordoned it
+	// already (then Uncordon leaves it unschedulable).
+	AnnotationSchedulableBefore = "drain.slipway.dev/schedulable-before"
+)
+
+// Cordon marks node unschedulable and records owner as the one who did. It
+// is idempotent: a node owner cordoned already is left alone. A node that
+// was unschedulable already stays so after Uncordon.
+func Cordon(ctx context.Context, c kubernetes.Interface, node, owner string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return cordonOnce(ctx, c, node, owner) })
+}
+
+func cordonOnce(ctx context.Context, c kubernetes.Interface, node, owner string) error {
+	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("cordon %s: read the node: %w", node, err)
+	}
+	if n.Annotations[AnnotationCordonedBy] == owner && n.Spec.Unschedulable {
+		return nil
+	}
+	before := "true"
+	if n.Spec.Unschedulable && n.Annotations[AnnotationCordonedBy] == "" {
+		before = "false"
+	}
+	patch := map[string]any{
+		"metadata": map[string]any{
+			"resourceVersion": n.ResourceVersion, // fail on a concurrent change rather than lose it
+			"annotations":     map[string]string{AnnotationCordonedBy: owner, AnnotationSchedulableBefore: before},
+		},
+		"spec": map[string]any{"unschedulable": true},
+	}
+	if err := mergePatch(ctx, c, node, patch); err != nil {
+		return fmt.Errorf("cordon %s: %w", node, err)
+	}
+	return nil
+}
+
+// Uncordon undoes Cordon: when owner cordoned node it removes the record
+// and, if the node was schedulable before, makes it schedulable. It reports
+// whether it changed the node; calling it again changes nothing.
+func Uncordon(ctx context.Context, c kubernetes.Interface, node, owner string) (changed bool, err error) {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		changed, err = uncordonOnce(ctx, c, node, owner)
+		return err
+	})
+	return changed, err
+}
+
+func uncordonOnce(ctx context.Context, c kubernetes.Interface, node, owner string) (bool, error) {
+	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("uncordon %s: read the node: %w", node, err)
+	}
+	if n.Annotations[AnnotationCordonedBy] != owner {
+		return false, nil
+	}
+	spec := map[string]any{}
+	if n.Annotations[AnnotationSchedulableBefore] != "false" {
+		spec["unschedulable"] = nil
+	}
+	patch := map[string]any{
+		"metadata": map[string]any{
+			"resourceVersion": n.ResourceVersion,
+			"annotations":     map[string]any{AnnotationCordonedBy: nil, AnnotationSchedulableBefore: nil},
+		},
+		"spec": spec,
+	}
+	if err := mergePatch(ctx, c, node, patch); err != nil {
+		return false, fmt.Errorf("uncordon %s: %w", node, err)
+	}
+	return true, nil
+}
+
+// CordonedBy returns who cordoned the node according to its annotation ("" = not slipway).
+func CordonedBy(annotations map[string]string) string { return annotations[AnnotationCordonedBy] }
+
+func mergePatch(ctx context.Context, c kubernetes.Interface, node string, patch map[string]any) error {
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	_, err = c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{})
+	return err
+}

@@ -1,0 +1,274 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"slipway.dev/slipway/ops/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m, testenv.Options{}, &env)) }
+
+func client(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(testenv.Need(t, env).Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func makeNode(t *testing.T, c kubernetes.Interface, name string, unschedulable bool) {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Unschedulable: unschedulable}}
+	if _, err := c.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getNode(t *testing.T, c kubernetes.Interface, name string) *corev1.Node {
+	t.Helper()
+	n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func namespace(t *testing.T, c kubernetes.Interface) string {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	_, err := c.CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without a controller manager nobody creates the default ServiceAccount.
+	_, err = c.CoreV1().ServiceAccounts(name).Create(context.Background(),
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// makePod binds a pod to node; kind names its controller ("" = none).
+func makePod(t *testing.T, c kubernetes.Interface, ns, name, node, kind string, mutate ...func(*corev1.Pod)) {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": "web"}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "img"}}},
+	}
+	if kind != "" {
+		yes := true
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: "owner", UID: "uid-owner", Controller: &yes}}
+	}
+	for _, m := range mutate {
+		m(p)
+	}
+	created, err := c.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Running and Ready, as a kubelet would report it: only healthy pods count for a PDB.
+	created.Status.Phase = corev1.PodRunning
+	created.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if _, err := c.CoreV1().Pods(ns).UpdateStatus(context.Background(), created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func podNames(t *testing.T, c kubernetes.Interface, ns string) []string {
+	t.Helper()
+	l, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range l.Items {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+var zero = int64(0)
+
+func TestCordonUncordon(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	makeNode(t, c, "cordon-a", false)
+	for range 2 { // idempotent
+		if err := Cordon(ctx, c, "cordon-a", "slipway-agent"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := getNode(t, c, "cordon-a")
+	if !n.Spec.Unschedulable || n.Annotations[AnnotationCordonedBy] != "slipway-agent" || n.Annotations[AnnotationSchedulableBefore] != "true" {
+		t.Fatalf("after Cordon: unschedulable=%v annotations=%v", n.Spec.Unschedulable, n.Annotations)
+	}
+	if changed, err := Uncordon(ctx, c, "cordon-a", "someone-else"); err != nil || changed {
+		t.Fatalf("another owner's Uncordon changed=%v err=%v", changed, err)
+	}
+	if changed, err := Uncordon(ctx, c, "cordon-a", "slipway-agent"); err != nil || !changed {
+		t.Fatalf("Uncordon changed=%v err=%v", changed, err)
+	}
+	if changed, err := Uncordon(ctx, c, "cordon-a", "slipway-agent"); err != nil || changed {
+		t.Fatalf("second Uncordon changed=%v err=%v", changed, err)
+	}
+	n = getNode(t, c, "cordon-a")
+	if n.Spec.Unschedulable || n.Annotations[AnnotationCordonedBy] != "" {
+		t.Fatalf("after Uncordon: unschedulable=%v annotations=%v", n.Spec.Unschedulable, n.Annotations)
+	}
+}
+
+func TestUncordonKeepsAnAdminsCordon(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	makeNode(t, c, "cordon-b", true)
+	if err := Cordon(ctx, c, "cordon-b", "slipway-agent"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Uncordon(ctx, c, "cordon-b", "slipway-agent"); err != nil {
+		t.Fatal(err)
+	}
+	n := getNode(t, c, "cordon-b")
+	if !n.Spec.Unschedulable || n.Annotations[AnnotationCordonedBy] != "" {
+		t.Fatalf("a node cordoned by its admin must stay cordoned: unschedulable=%v annotations=%v", n.Spec.Unschedulable, n.Annotations)
+	}
+}
+
+func TestDrainEvictsAndSkips(t *testing.T) {
+	c := client(t)
+	ns := namespace(t, c)
+	makeNode(t, c, "drain-a", false)
+	makeNode(t, c, "drain-other", false)
+	makePod(t, c, ns, "web-1", "drain-a", "ReplicaSet")
+	makePod(t, c, ns, "web-2", "drain-a", "ReplicaSet")
+	makePod(t, c, ns, "elsewhere", "drain-other", "ReplicaSet")
+	makePod(t, c, ns, "ds", "drain-a", "DaemonSet")
+	makePod(t, c, ns, "mirror", "drain-a", "", func(p *corev1.Pod) {
+		p.Annotations = map[string]string{mirrorAnnotation: "x"}
+	})
+	makePod(t, c, ns, "other-app", "drain-a", "ReplicaSet", func(p *corev1.Pod) { p.Labels["app"] = "db" })
+	res, err := Drain(context.Background(), c, "drain-a", Options{Timeout: 30 * time.Second, IgnoreDaemonSets: true,
+		GracePeriodSeconds: &zero, PodSelector: "app=web", RetryInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Evicted) != 2 {
+		t.Fatalf("evicted %v, want web-1 and web-2", res.Evicted)
+	}
+	got := strings.Join(podNames(t, c, ns), ",")
+	if got != "ds,elsewhere,mirror,other-app" {
+		t.Fatalf("pods left: %s", got)
+	}
+}
+
+func TestDrainRefusesWhatThePolicyForbids(t *testing.T) {
+	c := client(t)
+	ns := namespace(t, c)
+	makeNode(t, c, "drain-b", false)
+	makePod(t, c, ns, "bare", "drain-b", "")
+	makePod(t, c, ns, "scratch", "drain-b", "ReplicaSet", func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	})
+	_, err := Drain(context.Background(), c, "drain-b", Options{Timeout: 10 * time.Second, GracePeriodSeconds: &zero})
+	if !errors.Is(err, ErrBlocked) || !strings.Contains(err.Error(), ns+"/bare") || !strings.Contains(err.Error(), ns+"/scratch") {
+		t.Fatalf("Drain = %v, want ErrBlocked naming both pods", err)
+	}
+	if len(podNames(t, c, ns)) != 2 {
+		t.Fatal("a refused drain must not remove pods")
+	}
+}
+
+// makePDB creates a PDB over app=web and sets its status as the disruption
+// controller would, allowing `allowed` disruptions.
+func makePDB(t *testing.T, c kubernetes.Interface, ns string, allowed int32) {
+	t.Helper()
+	ctx := context.Background()
+	one := intstr.FromInt32(1)
+	pdb, err := c.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: allowed,
+		CurrentHealthy: 1 + allowed, DesiredHealthy: 1, ExpectedPods: 1 + allowed}
+	if _, err := c.PolicyV1().PodDisruptionBudgets(ns).UpdateStatus(ctx, pdb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDrainHonoursPDBAndTimesOut(t *testing.T) {
+	c := client(t)
+	ns := namespace(t, c)
+	makeNode(t, c, "drain-c", false)
+	makePod(t, c, ns, "web-1", "drain-c", "ReplicaSet")
+	makePod(t, c, ns, "web-2", "drain-c", "ReplicaSet")
+	makePDB(t, c, ns, 1)
+	res, err := Drain(context.Background(), c, "drain-c", Options{Timeout: 2 * time.Second, GracePeriodSeconds: &zero,
+		RetryInterval: 200 * time.Millisecond})
+	if !errors.Is(err, ErrBlocked) || !strings.Contains(err.Error(), "drain.force") {
+		t.Fatalf("Drain = %v, want ErrBlocked that names drain.force", err)
+	}
+	if len(res.Evicted) != 1 || len(podNames(t, c, ns)) != 1 {
+		t.Fatalf("the PDB allowed exactly one eviction: evicted %v, left %v", res.Evicted, podNames(t, c, ns))
+	}
+	left := podNames(t, c, ns)[0]
+	if !strings.Contains(err.Error(), ns+"/"+left) {
+		t.Fatalf("the error must name the blocked pod %s: %v", left, err)
+	}
+	res, err = Drain(context.Background(), c, "drain-c", Options{Timeout: time.Second, GracePeriodSeconds: &zero,
+		Force: true, RetryInterval: 200 * time.Millisecond})
+	if err != nil || len(res.Deleted) != 1 {
+		t.Fatalf("forced Drain = %+v, %v", res, err)
+	}
+	if left := podNames(t, c, ns); len(left) != 0 {
+		t.Fatalf("pods left after a forced drain: %v", left)
+	}
+}
+
+func TestVerdict(t *testing.T) {
+	yes := true
+	owned := func(kind string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{Kind: kind, Controller: &yes}}}}
+	}
+	emptyDir := owned("ReplicaSet")
+	emptyDir.Spec.Volumes = []corev1.Volume{{VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	done := owned("Job")
+	done.Status.Phase = corev1.PodSucceeded
+	for i, tc := range []struct {
+		pod  corev1.Pod
+		opts Options
+		want podVerdict
+	}{
+		{owned("ReplicaSet"), Options{}, evictIt},
+		{owned("DaemonSet"), Options{IgnoreDaemonSets: true}, skip},
+		{owned("DaemonSet"), Options{}, refuse},
+		{corev1.Pod{}, Options{}, refuse},
+		{corev1.Pod{}, Options{Force: true}, evictIt},
+		{emptyDir, Options{}, refuse},
+		{emptyDir, Options{DeleteEmptyDirData: true}, evictIt},
+		{done, Options{}, skip},
+		{corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{mirrorAnnotation: ""}}}, Options{}, skip},
+	} {
+		if got := verdict(tc.pod, tc.opts); got != tc.want {
+			t.Errorf("case %d: verdict = %d, want %d", i, got, tc.want)
+		}
+	}
+}
