@@ -74,4 +74,3 @@ func Must() []*apiextv1.CustomResourceDefinition {
 	}
 	return objs
 }
-
