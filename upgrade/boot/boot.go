@@ -78,10 +78,6 @@ func Loader(ctx context.Context, o Options) (*Plan, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.Cmdline == "" {
-		b, _ := os.ReadFile("/proc/cmdline")
-		o.Cmdline = string(b)
-	}
 	mounted := false
 	if o.SystemDir == "" {
 		dir, err := mountState(ctx, o)
@@ -89,6 +85,10 @@ func Loader(ctx context.Context, o Options) (*Plan, error) {
 			return nil, err
 		}
 		o.SystemDir, mounted = dir, true
+	}
+	if o.Cmdline == "" { // read after mountState: as PID 1 it mounts /proc
+		b, _ := os.ReadFile("/proc/cmdline")
+		o.Cmdline = string(b)
 	}
 	p, err := Decide(o)
 	if err != nil {

@@ -1,0 +1,116 @@
+package build
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// KernelMetaPackage is the Debian package that names the current cloud
+// kernel.
+const KernelMetaPackage = "linux-image-cloud-amd64"
+
+// BootModules are the kernel modules (in load order) an initramfs needs to
+// reach a virtio disk, mount a squashfs through a loop device and read
+// qemu's fw_cfg.
+var BootModules = []string{
+	"virtio_ring", "virtio", "virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio_pci",
+	"virtio_blk", "loop", "squashfs", "qemu_fw_cfg",
+}
+
+// debian is an unpacked kernel and busybox.
+type debian struct {
+	root    string // dpkg-deb -x target
+	kabi    string // e.g. 6.1.0-56-cloud-amd64
+	vmlinuz string
+	busybox string
+	modules map[string]string // module name -> .ko path
+}
+
+// fetchDebian downloads (apt-get download, cached) and unpacks the kernel
+// and busybox-static packages; no root file system or chroot is involved.
+func fetchDebian(ctx context.Context, cache, kernelPkg string) (*debian, error) {
+	if kernelPkg == "" {
+		pkg, err := resolveKernelPackage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		kernelPkg = pkg
+	}
+	root := filepath.Join(cache, "root-"+kernelPkg)
+	if _, err := os.Stat(filepath.Join(root, ".done")); err != nil {
+		if err := unpack(ctx, cache, root, kernelPkg, "busybox-static"); err != nil {
+			return nil, err
+		}
+	}
+	d := &debian{root: root, busybox: filepath.Join(root, "bin", "busybox"), modules: map[string]string{}}
+	vm, err := filepath.Glob(filepath.Join(root, "boot", "vmlinuz-*"))
+	if err != nil || len(vm) != 1 {
+		return nil, fmt.Errorf("%s holds %d kernels, want one: remove %s and build again", kernelPkg, len(vm), root)
+	}
+	d.vmlinuz = vm[0]
+	d.kabi = strings.TrimPrefix(filepath.Base(vm[0]), "vmlinuz-")
+	err = filepath.WalkDir(filepath.Join(root, "lib", "modules", d.kabi), func(p string, e fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(p, ".ko") {
+			d.modules[strings.TrimSuffix(filepath.Base(p), ".ko")] = p
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list modules of %s: %w", d.kabi, err)
+	}
+	for _, m := range BootModules {
+		if d.modules[m] == "" {
+			return nil, fmt.Errorf("kernel %s has no module %s: it may be built in; adjust BootModules", d.kabi, m)
+		}
+	}
+	return d, nil
+}
+
+// resolveKernelPackage asks apt which versioned kernel the metapackage names.
+func resolveKernelPackage(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "apt-cache", "depends", "--important", KernelMetaPackage).Output()
+	if err != nil {
+		return "", fmt.Errorf("apt-cache depends %s: %w (run apt-get update, or pass the kernel package)", KernelMetaPackage, err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if dep, ok := strings.CutPrefix(strings.TrimSpace(line), "Depends: "); ok && strings.HasPrefix(dep, "linux-image-") {
+			return dep, nil
+		}
+	}
+	return "", fmt.Errorf("apt-cache names no kernel for %s: run apt-get update", KernelMetaPackage)
+}
+
+// unpack downloads pkgs into cache and extracts them into root.
+func unpack(ctx context.Context, cache, root string, pkgs ...string) error {
+	debs := filepath.Join(cache, "debs")
+	if err := os.MkdirAll(debs, 0o755); err != nil {
+		return fmt.Errorf("deb cache: %w", err)
+	}
+	args := append([]string{"download"}, pkgs...)
+	cmd := exec.CommandContext(ctx, "apt-get", args...)
+	cmd.Dir = debs
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("apt-get download %s: %w: %s (run apt-get update first)", strings.Join(pkgs, " "), err, out)
+	}
+	if err := os.RemoveAll(root); err != nil {
+		return fmt.Errorf("clean %s: %w", root, err)
+	}
+	for _, p := range pkgs {
+		files, err := filepath.Glob(filepath.Join(debs, p+"_*.deb"))
+		if err != nil || len(files) == 0 {
+			return errors.Join(fmt.Errorf("no .deb for %s in %s", p, debs), err)
+		}
+		for _, f := range files {
+			if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", f, root).CombinedOutput(); err != nil {
+				return fmt.Errorf("dpkg-deb -x %s: %w: %s", f, err, out)
+			}
+		}
+	}
+	return os.WriteFile(filepath.Join(root, ".done"), nil, 0o644)
+}
