@@ -86,7 +86,6 @@ func prop(t *testing.T, root *apiextv1.JSONSchemaProps, path string) apiextv1.JS
 func TestDefaultsAndValidation(t *testing.T) {
 	root := updateChannelCRD(t).Spec.Versions[0].Schema.OpenAPIV3Schema
 	defaults := []struct{ path, want string }{
-		{"spec", `{}`},
 		{"spec.concurrency", `1`},
 		{"spec.pollInterval", `"15m"`},
 		{"spec.rebootDelay", `"5s"`},
@@ -112,7 +111,7 @@ func TestDefaultsAndValidation(t *testing.T) {
 			t.Errorf("%s default = %s, want %s", d.path, p.Default.Raw, d.want)
 		}
 	}
-	for _, path := range []string{"spec.url", "spec.version", "status", "spec.window.start"} {
+	for _, path := range []string{"spec", "spec.url", "spec.version", "status", "status.counts", "spec.window.start"} {
 		if p := prop(t, root, path); p.Default != nil {
 			t.Errorf("%s has default %s, want none", path, p.Default.Raw)
 		}
@@ -122,8 +121,8 @@ func TestDefaultsAndValidation(t *testing.T) {
 			t.Errorf("%s minimum = %v, want 1", path, p.Minimum)
 		}
 	}
-	if !contains(prop(t, root, "spec").Required, "url") {
-		t.Error("spec.url is not required")
+	if !contains(prop(t, root, "spec").Required, "url") || !contains(root.Required, "spec") {
+		t.Error("spec or spec.url is not required")
 	}
 	if got := prop(t, root, "status.conditions"); got.XListType == nil || *got.XListType != "map" {
 		t.Errorf("status.conditions list type = %v, want map", got.XListType)

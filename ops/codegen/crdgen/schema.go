@@ -41,7 +41,7 @@ func structuralSchema(defs map[string]common.OpenAPIDefinition, name string) (*a
 	if err := json.Unmarshal(raw, &props); err != nil {
 		return nil, fmt.Errorf("convert schema of %s: %w", name, err)
 	}
-	dropEmptyStringDefaults(&props)
+	pruneDefaults(&props)
 	props.Properties["metadata"] = apiextv1.JSONSchemaProps{Type: "object"}
 	if status, ok := props.Properties["status"]; ok {
 		status.Default = nil
@@ -110,21 +110,27 @@ func resolve(defs map[string]common.OpenAPIDefinition, s spec.Schema, seen map[s
 	return out, nil
 }
 
-// dropEmptyStringDefaults removes the `default: ""` openapi-gen puts on every
-// string field without omitempty: it would make a required string such as
-// spec.url silently present and empty instead of missing.
-func dropEmptyStringDefaults(p *apiextv1.JSONSchemaProps) {
-	if p.Default != nil && string(p.Default.Raw) == `""` {
-		p.Default = nil
+// pruneDefaults removes the defaults openapi-gen writes that a CRD must not
+// carry: `default: ""` on every string without omitempty (it would make a
+// required string such as spec.url present and empty instead of missing),
+// `default: {}` on objects with required fields (the API server rejects a
+// default that does not validate) and any default on list items.
+func pruneDefaults(p *apiextv1.JSONSchemaProps) {
+	if p.Default != nil {
+		raw := string(p.Default.Raw)
+		if raw == `""` || (raw == `{}` && len(p.Required) > 0) {
+			p.Default = nil
+		}
 	}
 	for k, c := range p.Properties {
-		dropEmptyStringDefaults(&c)
+		pruneDefaults(&c)
 		p.Properties[k] = c
 	}
 	if p.Items != nil && p.Items.Schema != nil {
-		dropEmptyStringDefaults(p.Items.Schema)
+		p.Items.Schema.Default = nil
+		pruneDefaults(p.Items.Schema)
 	}
 	if p.AdditionalProperties != nil && p.AdditionalProperties.Schema != nil {
-		dropEmptyStringDefaults(p.AdditionalProperties.Schema)
+		pruneDefaults(p.AdditionalProperties.Schema)
 	}
 }
