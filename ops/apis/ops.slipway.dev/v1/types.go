@@ -23,7 +23,6 @@ type UpdateChannel struct {
 
 	// Spec is what the channel asks for: where releases come from, which
 	// version, which nodes, and how fast.
-	// +default={}
 	Spec UpdateChannelSpec `json:"spec"`
 	// Status is what the agents report: the poller, the held slots, the
 	// newest version seen, counts, failures and conditions.
