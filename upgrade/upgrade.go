@@ -132,6 +132,9 @@ func upgrade(ctx context.Context, o *Options) (*Result, error) {
 	}
 	res := p.result()
 	if res.AlreadyCurrent {
+		if !o.DryRun && remount.IsWritable(o.SystemDir) {
+			removeLeftovers(o.SystemDir) // a run killed after its last link
+		}
 		slog.Info("already at this version; nothing to do", "version", p.version)
 		return res, nil
 	}

@@ -1,0 +1,170 @@
+package upgrade_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"slipway.dev/slipway/upgrade"
+	"slipway.dev/slipway/upgrade/layout"
+	"slipway.dev/slipway/upgrade/release"
+)
+
+// slipwayBin is the real binary, built once by TestMain.
+var slipwayBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "slipway-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	slipwayBin = filepath.Join(dir, "slipway")
+	out, err := exec.Command("go", "build", "-o", slipwayBin, "slipway.dev/slipway/cmd/slipway").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build slipway: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func (e *env) cmd(args ...string) *exec.Cmd {
+	base := []string{"ops", "upgrade", "--system-dir", e.sys, "--source", e.mirror, "--arch", arch, "--lock-file", e.lock, "--reboot=false"}
+	return exec.Command(slipwayBin, append(base, args...)...)
+}
+
+// The steps of a v1 -> v2 upgrade of all three components, in order.
+var crashSteps = []string{
+	"extracting", "staged", "renamed:k3os", "renamed:kernel", "renamed:k3s",
+	"previous:k3os", "current:k3os", "previous:kernel", "current:kernel", "previous:k3s", "current:k3s",
+}
+
+// Killed at each step, the system directory still has a complete version
+// behind every current link, and a re-run completes the upgrade.
+func TestCrashAtEveryStep(t *testing.T) {
+	for _, step := range crashSteps {
+		t.Run(step, func(t *testing.T) {
+			e := newEnv(t)
+			all := []string{"--rootfs", "--kernel", "--k3s"}
+			if out, err := e.cmd(append(all, "--version", "v1")...).CombinedOutput(); err != nil {
+				t.Fatalf("install v1: %v\n%s", err, out)
+			}
+			out, err := e.cmd(append(all, "--version", "v2", "--test-crash-at", step)...).CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("the run was not killed at %s: %v\n%s", step, err, out)
+			}
+			checkBootable(t, e.sys)
+			if out, err := e.cmd(append(all, "--version", "v2")...).CombinedOutput(); err != nil {
+				t.Fatalf("re-run after the crash: %v\n%s", err, out)
+			}
+			checkBootable(t, e.sys)
+			for c, want := range map[layout.Component][2]string{
+				layout.Rootfs: {"v2", "v1"}, layout.Kernel: {"5.15.0-v2", "5.15.0-v1"}, layout.K3s: {"v2-k3s1", "v1-k3s1"},
+			} {
+				if cur, prev := link(t, e.sys, c, "current"), link(t, e.sys, c, "previous"); cur != want[0] || prev != want[1] {
+					t.Errorf("%s: current/previous = %s/%s, want %s/%s", c, cur, prev, want[0], want[1])
+				}
+			}
+			if m, _ := filepath.Glob(filepath.Join(e.sys, ".slipway-staging-*")); len(m) != 0 {
+				t.Errorf("staging folders left: %v", m)
+			}
+		})
+	}
+}
+
+// checkBootable: every current link points at a complete version folder.
+func checkBootable(t *testing.T, sys string) {
+	t.Helper()
+	l := layout.New(sys)
+	for c, files := range map[layout.Component][]string{
+		layout.Rootfs: {"k3os"}, layout.Kernel: {release.KernelFile, release.InitrdFile}, layout.K3s: {"k3s", "k3s-install.sh"},
+	} {
+		cur, err := l.Current(c)
+		if err != nil || cur == "" {
+			t.Fatalf("%s has no current link: %v", c, err)
+		}
+		for _, f := range append(files, upgrade.MarkerFile) {
+			if _, err := os.Stat(filepath.Join(l.VersionDir(c, cur), f)); err != nil {
+				t.Fatalf("%s/current -> %s is incomplete: %v", c, cur, err)
+			}
+		}
+	}
+}
+
+// A second run while one holds the lock fails at once, exit code 3, naming
+// the holder; SIGTERM cancels the holder's reboot delay cleanly.
+func TestLockContentionBetweenProcesses(t *testing.T) {
+	e := newEnv(t)
+	mark := filepath.Join(t.TempDir(), "rebooted")
+	holder := e.cmd("--version", "v1", "--reboot=true", "--reboot-delay", "1h", "--reboot-command", "touch "+mark)
+	stderr, err := holder.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Process.Kill()
+	waitForLine(t, stderr, "rebooting after a delay")
+
+	before := treeDigest(t, e.sys)
+	out, err := e.cmd("--version", "v2").CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != upgrade.ExitLocked {
+		t.Fatalf("second run: %v (want exit %d)\n%s", err, upgrade.ExitLocked, out)
+	}
+	if !strings.Contains(string(out), fmt.Sprintf("pid %d", holder.Process.Pid)) {
+		t.Fatalf("second run does not name the holder (pid %d):\n%s", holder.Process.Pid, out)
+	}
+	if treeDigest(t, e.sys) != before {
+		t.Fatal("the refused run changed the system directory")
+	}
+	rb := exec.Command(slipwayBin, "ops", "rollback", "--system-dir", e.sys, "--lock-file", e.lock, "--reboot=false")
+	if err := rb.Run(); !errors.As(err, &ee) || ee.ExitCode() != upgrade.ExitLocked {
+		t.Fatalf("rollback during an upgrade: %v, want exit %d", err, upgrade.ExitLocked)
+	}
+
+	if err := holder.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = bufio.NewReader(stderr).WriteTo(discard{}) }()
+	err = holder.Wait()
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signaled() {
+		t.Fatalf("holder after SIGTERM: %v; want a clean non-zero exit", err)
+	}
+	if _, err := os.Stat(mark); !os.IsNotExist(err) {
+		t.Fatal("rebooted although SIGTERM cancelled the delay")
+	}
+	if link(t, e.sys, layout.Rootfs, "current") != "v1" {
+		t.Fatal("the holder's upgrade did not complete")
+	}
+	if out, err := e.cmd("--version", "v2").CombinedOutput(); err != nil {
+		t.Fatalf("after the holder exited: %v\n%s", err, out)
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
+
+func waitForLine(t *testing.T, r interface{ Read([]byte) (int, error) }, want string) {
+	t.Helper()
+	sc := bufio.NewScanner(r)
+	var seen []string
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), want) {
+			return
+		}
+		seen = append(seen, sc.Text())
+	}
+	t.Fatalf("process ended before printing %q:\n%s", want, strings.Join(seen, "\n"))
+}
