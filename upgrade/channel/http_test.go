@@ -203,3 +203,31 @@ func TestHTTPServesMirrorDirectory(t *testing.T) {
 		t.Fatalf("missing version: %v", err)
 	}
 }
+
+// Cancelling the context stops a download that the server has stalled.
+func TestHTTPCancelStalledDownload(t *testing.T) {
+	stalled := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000")
+		io.WriteString(w, "first")
+		w.(http.Flusher).Flush()
+		close(stalled)
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rc, _, err := newSource(t, srv.URL+"/latest", Options{}).Open(ctx, "v1", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, err := io.ReadFull(rc, make([]byte, 5)); err != nil {
+		t.Fatal(err)
+	}
+	<-stalled
+	cancel()
+	if _, err := io.ReadAll(rc); !errors.Is(err, context.Canceled) {
+		t.Fatalf("read after cancel: %v, want context.Canceled", err)
+	}
+}
