@@ -109,7 +109,7 @@ func (m *mirror) Open(ctx context.Context, version, artifact string) (io.ReadClo
 		f.Close()
 		return nil, 0, fmt.Errorf("%s: %s is not a regular file", m, p)
 	}
-	return newSizedReader(f, fi.Size(), p), fi.Size(), nil
+	return newSizedReader(ctxReader{ctx, f}, fi.Size(), p), fi.Size(), nil
 }
 
 // listDir names up to 10 entries of dir (directories only when dirs is

@@ -154,6 +154,16 @@ func TestMirrorCancelled(t *testing.T) {
 	if _, _, err := src.Open(ctx, "v1", "a"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Open on a cancelled context: %v", err)
 	}
+	ctx, cancel = context.WithCancel(context.Background())
+	rc, _, err := src.Open(ctx, "v1", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	cancel()
+	if _, err := io.ReadAll(rc); !errors.Is(err, context.Canceled) {
+		t.Fatalf("read after cancel: %v, want context.Canceled", err)
+	}
 }
 
 func TestSizedReader(t *testing.T) {

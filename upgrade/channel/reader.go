@@ -1,6 +1,7 @@
 package channel
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -36,3 +37,17 @@ func (s *sizedReader) Read(p []byte) (int, error) {
 }
 
 func (s *sizedReader) Close() error { return s.rc.Close() }
+
+// ctxReader stops reading once its context is done, so a long copy from a
+// slow mirror (NFS, USB) can be cancelled.
+type ctxReader struct {
+	ctx context.Context
+	io.ReadCloser
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.ReadCloser.Read(p)
+}
