@@ -38,7 +38,7 @@ func newGitHub(owner, repo string, opts Options) (*gitHub, error) {
 		api.BaseURL = base
 	}
 	api.UserAgent = opts.UserAgent
-	return &gitHub{owner: owner, repo: repo, api: api, download: opts.HTTPClient, hasToken: opts.GitHubToken != ""}, nil
+	return &gitHub{owner: owner, repo: repo, api: api, download: downloadClient(opts.HTTPClient), hasToken: opts.GitHubToken != ""}, nil
 }
 
 func (g *gitHub) String() string { return "github-releases://" + g.owner + "/" + g.repo }

@@ -109,6 +109,10 @@ func (f *fakeGitHub) serveBlob(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "token leaked to the storage host", http.StatusBadRequest)
 		return
 	}
+	if r.Header.Get("Accept-Encoding") != "identity" {
+		http.Error(w, "the client may decode the body: want Accept-Encoding: identity", http.StatusBadRequest)
+		return
+	}
 	id, _ := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/blob/"), 10, 64)
 	content, ok := f.blobs[id]
 	if !ok {

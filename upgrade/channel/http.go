@@ -19,12 +19,14 @@ const maxLatestHops = 5
 // redirects to .../<version> and artifacts are at .../download/<version>/<name>.
 type httpSource struct {
 	latest, base *url.URL
-	client       *http.Client
+	client       *http.Client // for .../latest
+	download     *http.Client // for artifacts: stored bytes, never decoded
 	userAgent    string
 }
 
 func newHTTPSource(t target, opts Options) *httpSource {
-	return &httpSource{latest: t.latest, base: t.base, client: opts.HTTPClient, userAgent: opts.UserAgent}
+	return &httpSource{latest: t.latest, base: t.base, client: opts.HTTPClient,
+		download: downloadClient(opts.HTTPClient), userAgent: opts.UserAgent}
 }
 
 func (h *httpSource) String() string { return "channel " + withoutUser(h.latest) }
@@ -123,7 +125,7 @@ func (h *httpSource) Open(ctx context.Context, version, artifact string) (io.Rea
 		return nil, 0, fmt.Errorf("%s: %w", h, err)
 	}
 	u := h.artifactURL(version, artifact)
-	resp, err := h.get(ctx, h.client, u)
+	resp, err := h.get(ctx, h.download, u)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: download %s: %w", h, artifact, err)
 	}

@@ -1,6 +1,8 @@
 package channel
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -229,5 +231,27 @@ func TestHTTPCancelStalledDownload(t *testing.T) {
 	cancel()
 	if _, err := io.ReadAll(rc); !errors.Is(err, context.Canceled) {
 		t.Fatalf("read after cancel: %v, want context.Canceled", err)
+	}
+}
+
+// An object store that labels a .tar.gz "Content-Encoding: gzip" must not
+// make the client decompress it: the checksum is of the stored bytes.
+func TestHTTPKeepsStoredEncoding(t *testing.T) {
+	var stored bytes.Buffer
+	zw := gzip.NewWriter(&stored)
+	io.WriteString(zw, "tar content")
+	zw.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ae := r.Header.Get("Accept-Encoding"); ae != "identity" {
+			http.Error(w, "Accept-Encoding "+ae, http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Write(stored.Bytes())
+	}))
+	defer srv.Close()
+	got, size := readAll(t, newSource(t, srv.URL+"/latest", Options{}), "v1", "rootfs.tar.gz")
+	if got != stored.String() || size != int64(stored.Len()) {
+		t.Fatalf("got %d bytes (size %d), want the %d stored bytes", len(got), size, stored.Len())
 	}
 }

@@ -1,6 +1,7 @@
 package channel
 
 import (
+	"net/http"
 	"context"
 	"errors"
 	"fmt"
@@ -50,4 +51,27 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.ReadCloser.Read(p)
+}
+
+// identity asks every request (redirects included) for the stored bytes:
+// with an explicit Accept-Encoding, net/http never decompresses a body on
+// its own, so a .tar.gz served with "Content-Encoding: gzip" (common with
+// object stores) still matches its checksum.
+type identity struct{ base http.RoundTripper }
+
+func (t identity) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("Accept-Encoding", "identity")
+	return t.base.RoundTrip(req)
+}
+
+// downloadClient is c with its transport wrapped in identity.
+func downloadClient(c *http.Client) *http.Client {
+	d := *c
+	base := c.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	d.Transport = identity{base}
+	return &d
 }
