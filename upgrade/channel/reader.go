@@ -1,11 +1,11 @@
 package channel
 
 import (
-	"net/http"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 )
 
 // sizedReader turns a body that ends before (or runs past) its announced
