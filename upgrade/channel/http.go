@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"path"
@@ -80,6 +81,7 @@ func (h *httpSource) latestHop(ctx context.Context, c *http.Client, u *url.URL) 
 		if err != nil {
 			return "", nil, fmt.Errorf("%s: %w", h, err)
 		}
+		slog.DebugContext(ctx, "channel latest", "channel", h.String(), "redirect", withoutUser(loc), "version", v)
 		return v, nil, nil
 	case code == http.StatusOK:
 		body, err := io.ReadAll(io.LimitReader(resp.Body, 256))
@@ -125,6 +127,7 @@ func (h *httpSource) Open(ctx context.Context, version, artifact string) (io.Rea
 		return nil, 0, fmt.Errorf("%s: %w", h, err)
 	}
 	u := h.artifactURL(version, artifact)
+	slog.DebugContext(ctx, "channel download", "url", withoutUser(u))
 	resp, err := h.get(ctx, h.download, u)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: download %s: %w", h, artifact, err)
