@@ -44,6 +44,21 @@ func Apply(ctx context.Context, cfg *rest.Config) error {
 	return nil
 }
 
+// WaitEstablished waits (watching, bounded by ctx) until the API server
+// serves each named CRD, for code that installs them some other way.
+func WaitEstablished(ctx context.Context, cfg *rest.Config, names ...string) error {
+	client, err := apiextclient.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("CRD client: %w", err)
+	}
+	for _, name := range names {
+		if err := waitEstablished(ctx, client.ApiextensionsV1().CustomResourceDefinitions(), name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // createOrUpdate writes want, retrying an update that lost a race.
 func createOrUpdate(ctx context.Context, api typedv1.CustomResourceDefinitionInterface, want *apiextv1.CustomResourceDefinition) error {
 	_, err := api.Create(ctx, want.DeepCopy(), metav1.CreateOptions{})

@@ -1,0 +1,93 @@
+package manifest
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// Host paths the agent mounts, at the same paths inside its container.
+const (
+	SystemDir = "/k3os/system" // the k3os system directory (read to label the node)
+	RunDir    = "/run/k3os"    // holds the upgrade lock
+)
+
+// Environment variables the DaemonSet sets for the agent.
+const (
+	EnvNodeName  = "NODE_NAME"         // the node the pod runs on (downward API)
+	EnvNamespace = "SLIPWAY_NAMESPACE" // the agent's namespace (downward API)
+	EnvImage     = "SLIPWAY_IMAGE"     // the agent's own image, for the upgrade Jobs
+)
+
+// daemonSet runs `slipway ops agent` on every node, control plane included.
+// It is privileged with the host's PID namespace because the agent reboots
+// its node; its system directory is mounted read-only (the upgrade Job, not
+// the agent, writes it).
+func daemonSet(o Options) *appsv1.DaemonSet {
+	lbl := labels("agent")
+	selector := map[string]string{"app.kubernetes.io/name": AgentName}
+	return &appsv1.DaemonSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+		ObjectMeta: metav1.ObjectMeta{Name: AgentName, Namespace: o.Namespace, Labels: lbl},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: selector},
+			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{
+				Type:          appsv1.RollingUpdateDaemonSetStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.FromInt32(1))},
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: lbl},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: AgentName,
+					HostPID:            true,
+					// Every taint, so the agent also runs on control-plane and tainted nodes.
+					Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					TerminationGracePeriodSeconds: ptr.To[int64](30),
+					Containers:                    []corev1.Container{agentContainer(o)},
+					Volumes: []corev1.Volume{
+						hostPathVolume("system", SystemDir, corev1.HostPathDirectory),
+						hostPathVolume("run", RunDir, corev1.HostPathDirectoryOrCreate),
+					},
+				},
+			},
+		},
+	}
+}
+
+func agentContainer(o Options) corev1.Container {
+	return corev1.Container{
+		Name:            "agent",
+		Image:           o.Image,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{"slipway"},
+		Args:            []string{"ops", "agent"},
+		Env: []corev1.EnvVar{
+			fieldEnv(EnvNodeName, "spec.nodeName"),
+			fieldEnv(EnvNamespace, "metadata.namespace"),
+			{Name: EnvImage, Value: o.Image},
+		},
+		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{
+				corev1.ResourceCPU:    resource.MustParse("10m"),
+				corev1.ResourceMemory: resource.MustParse("32Mi"),
+			},
+			Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+		},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "system", MountPath: SystemDir, ReadOnly: true},
+			{Name: "run", MountPath: RunDir},
+		},
+	}
+}
+
+func fieldEnv(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+}
+
+func hostPathVolume(name, path string, t corev1.HostPathType) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: ptr.To(t)}}}
+}

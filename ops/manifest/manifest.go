@@ -1,0 +1,175 @@
+// Package manifest builds the objects that deploy slipway's operator into a
+// cluster: the namespace, the UpdateChannel CRD, least-privilege RBAC, the
+// `slipway ops agent` DaemonSet and a default UpdateChannel. `slipway ops
+// manifest` prints them, `slipway config apply` writes them where k3s
+// auto-deploys manifests from, and scripts/generate writes them into overlay/.
+package manifest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/crds"
+	"slipway.dev/slipway/version"
+)
+
+// Defaults of Options.
+const (
+	DefaultNamespace   = "slipway-system"
+	DefaultImageRepo   = "docker.io/slipway/slipway"
+	DefaultChannelName = "default"
+	DefaultChannelURL  = "github-releases://rancher/k3os"
+	// AgentName names the DaemonSet, its ServiceAccount and its RBAC objects.
+	AgentName = "slipway-agent"
+)
+
+// Options says what to render.
+type Options struct {
+	// Namespace holds the agent, its namespaced RBAC and the default channel.
+	Namespace string
+	// Image runs the agent (and, unless the channel names another, the upgrade Jobs).
+	Image string
+	// ChannelName names the default UpdateChannel.
+	ChannelName string
+	// Channel is the default UpdateChannel's spec. An empty URL becomes
+	// DefaultChannelURL; an empty Version leaves the channel paused, so that
+	// deploying the operator never starts a rollout by itself.
+	Channel opsv1.UpdateChannelSpec
+	// Out receives the YAML (Run only).
+	Out io.Writer
+}
+
+// DefaultImage is the image of this build of slipway.
+func DefaultImage() string { return DefaultImageRepo + ":" + version.Version }
+
+// WithDefaults fills the empty fields of o.
+func (o Options) WithDefaults() Options {
+	if o.Namespace == "" {
+		o.Namespace = DefaultNamespace
+	}
+	if o.Image == "" {
+		o.Image = DefaultImage()
+	}
+	if o.ChannelName == "" {
+		o.ChannelName = DefaultChannelName
+	}
+	if o.Channel.URL == "" {
+		o.Channel.URL = DefaultChannelURL
+	}
+	if o.Channel.Version == "" {
+		o.Channel.Paused = true
+	}
+	return o
+}
+
+// Run writes the manifest to o.Out.
+func Run(_ context.Context, o Options) error {
+	if o.Out == nil {
+		return fmt.Errorf("manifest: no output writer")
+	}
+	body, err := Render(o)
+	if err != nil {
+		return err
+	}
+	_, err = o.Out.Write(body)
+	return err
+}
+
+// Render returns the manifest as a multi-document YAML stream.
+func Render(o Options) ([]byte, error) {
+	objs, err := Objects(o)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	buf.WriteString("# slipway operator, rendered by `slipway ops manifest` (" + version.Version + ").\n")
+	for _, obj := range objs {
+		doc, err := marshal(obj)
+		if err != nil {
+			return nil, err
+		}
+		buf.WriteString("---\n")
+		buf.Write(doc)
+	}
+	return buf.Bytes(), nil
+}
+
+// Objects returns the typed objects of the manifest, in the order they apply.
+func Objects(o Options) ([]any, error) {
+	o = o.WithDefaults()
+	crdObjs, err := crds.Objects()
+	if err != nil {
+		return nil, err
+	}
+	objs := []any{namespace(o)}
+	for _, c := range crdObjs {
+		objs = append(objs, c)
+	}
+	objs = append(objs, rbac(o)...)
+	objs = append(objs, daemonSet(o), channel(o))
+	return objs, nil
+}
+
+// labels are put on every object slipway deploys.
+func labels(component string) map[string]string {
+	return map[string]string{
+		"app.kubernetes.io/name":      AgentName,
+		"app.kubernetes.io/part-of":   "slipway",
+		"app.kubernetes.io/component": component,
+	}
+}
+
+func namespace(o Options) *corev1.Namespace {
+	return &corev1.Namespace{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+		ObjectMeta: metav1.ObjectMeta{Name: o.Namespace, Labels: map[string]string{"app.kubernetes.io/part-of": "slipway"}},
+	}
+}
+
+func channel(o Options) *opsv1.UpdateChannel {
+	return &opsv1.UpdateChannel{
+		TypeMeta:   metav1.TypeMeta{APIVersion: opsv1.SchemeGroupVersion.String(), Kind: "UpdateChannel"},
+		ObjectMeta: metav1.ObjectMeta{Name: o.ChannelName, Namespace: o.Namespace, Labels: labels("channel")},
+		Spec:       o.Channel,
+	}
+}
+
+// marshal renders obj as YAML without what a manifest never carries: status
+// and null creationTimestamps (at any depth, such as a pod template's).
+func marshal(obj any) ([]byte, error) {
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("marshal %T: %w", obj, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("unmarshal %T: %w", obj, err)
+	}
+	delete(m, "status")
+	stripNullTimestamps(m)
+	return yaml.Marshal(m)
+}
+
+func stripNullTimestamps(v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		if ts, ok := t["creationTimestamp"]; ok && ts == nil {
+			delete(t, "creationTimestamp")
+		}
+		for _, c := range t {
+			stripNullTimestamps(c)
+		}
+	case []any:
+		for _, c := range t {
+			stripNullTimestamps(c)
+		}
+	}
+}

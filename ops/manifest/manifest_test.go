@@ -1,0 +1,196 @@
+package manifest
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientscheme "k8s.io/client-go/kubernetes/scheme"
+
+	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// decodeAll parses a rendered manifest back into typed objects, strictly.
+func decodeAll(t *testing.T, body []byte) []runtime.Object {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientscheme.AddToScheme, apiextv1.AddToScheme, opsv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	codecs := serializer.NewCodecFactory(scheme, serializer.EnableStrict)
+	dec := codecs.UniversalDeserializer()
+	reader := utilyaml.NewYAMLReader(bufioReader(body))
+	var out []runtime.Object
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		obj, _, err := dec.Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("decode %q: %v", firstLines(doc), err)
+		}
+		out = append(out, obj)
+	}
+}
+
+func TestRenderParsesIntoTheObjects(t *testing.T) {
+	body, err := Render(Options{Namespace: "ops", Image: "registry.example/slipway:v9", Channel: opsv1.UpdateChannelSpec{URL: "file:///mirror", Version: "v2", Concurrency: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeAll(t, body)
+	var kinds []string
+	for _, o := range objs {
+		kinds = append(kinds, o.GetObjectKind().GroupVersionKind().Kind)
+	}
+	want := "Namespace,CustomResourceDefinition,ServiceAccount,ClusterRole,ClusterRoleBinding,Role,RoleBinding,DaemonSet,UpdateChannel"
+	if got := strings.Join(kinds, ","); got != want {
+		t.Fatalf("kinds = %s\nwant %s", got, want)
+	}
+	if ns := objs[0].(*corev1.Namespace); ns.Name != "ops" {
+		t.Errorf("namespace = %s", ns.Name)
+	}
+	ch := objs[8].(*opsv1.UpdateChannel)
+	if ch.Namespace != "ops" || ch.Name != "default" || ch.Spec.URL != "file:///mirror" || ch.Spec.Version != "v2" || ch.Spec.Concurrency != 3 || ch.Spec.Paused {
+		t.Errorf("channel = %+v", ch)
+	}
+	ds := objs[7].(*appsv1.DaemonSet)
+	checkDaemonSet(t, ds, "ops", "registry.example/slipway:v9")
+	if rb := objs[6].(*rbacv1.RoleBinding); rb.Subjects[0].Namespace != "ops" || rb.Namespace != "ops" {
+		t.Errorf("role binding = %+v", rb)
+	}
+}
+
+func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, ns, image string) {
+	t.Helper()
+	pod := ds.Spec.Template.Spec
+	c := pod.Containers[0]
+	if ds.Namespace != ns || c.Image != image || pod.ServiceAccountName != AgentName {
+		t.Errorf("daemonset ns %s image %s sa %s", ds.Namespace, c.Image, pod.ServiceAccountName)
+	}
+	if strings.Join(append(c.Command, c.Args...), " ") != "slipway ops agent" {
+		t.Errorf("command = %v %v", c.Command, c.Args)
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	if e := env[EnvNodeName]; e.ValueFrom == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("NODE_NAME = %+v", e)
+	}
+	if e := env[EnvImage]; e.Value != image {
+		t.Errorf("SLIPWAY_IMAGE = %q, want the agent's own image %q", e.Value, image)
+	}
+	if len(pod.Tolerations) != 1 || pod.Tolerations[0].Operator != corev1.TolerationOpExists || pod.Tolerations[0].Key != "" {
+		t.Errorf("tolerations = %+v, want one that tolerates every taint", pod.Tolerations)
+	}
+	paths := map[string]string{}
+	for _, v := range pod.Volumes {
+		paths[v.Name] = v.HostPath.Path
+	}
+	for _, m := range c.VolumeMounts {
+		if paths[m.Name] != m.MountPath {
+			t.Errorf("mount %s at %s from host %s", m.Name, m.MountPath, paths[m.Name])
+		}
+	}
+	if paths["system"] != "/k3os/system" || paths["run"] != "/run/k3os" {
+		t.Errorf("host paths = %v", paths)
+	}
+	for k, v := range ds.Spec.Selector.MatchLabels {
+		if ds.Spec.Template.Labels[k] != v {
+			t.Errorf("selector %s=%s does not match the template", k, v)
+		}
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cases := []struct {
+		name       string
+		in         Options
+		wantPaused bool
+	}{
+		{"no version leaves the channel paused", Options{}, true},
+		{"latest follows the channel", Options{Channel: opsv1.UpdateChannelSpec{Version: "latest"}}, false},
+		{"a pinned version rolls out", Options{Channel: opsv1.UpdateChannelSpec{Version: "v1.2.3"}}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := c.in.WithDefaults()
+			if o.Namespace != DefaultNamespace || o.ChannelName != DefaultChannelName || o.Channel.URL != DefaultChannelURL || o.Image != DefaultImage() {
+				t.Errorf("defaults = %+v", o)
+			}
+			if o.Channel.Paused != c.wantPaused {
+				t.Errorf("paused = %v, want %v", o.Channel.Paused, c.wantPaused)
+			}
+		})
+	}
+}
+
+func TestRBACIsExactlyWhatTheAgentUses(t *testing.T) {
+	want := map[string]string{
+		"/nodes":               "get,list,watch,patch,update",
+		"/pods":                "get,list,watch,delete",
+		"/pods/eviction":       "create",
+		"/events":              "create,patch",
+		"events.k8s.io/events": "create,patch",
+		"apiextensions.k8s.io/customresourcedefinitions": "get,create,update",
+		"apps/daemonsets":                       "get",
+		"ops.slipway.dev/updatechannels":        "get,list,watch,update,patch",
+		"ops.slipway.dev/updatechannels/status": "get,update,patch",
+		"batch/jobs":                            "get,list,watch,create,delete",
+		"coordination.k8s.io/leases":            "get,list,watch,create,update",
+	}
+	got := map[string]string{}
+	for _, r := range append(clusterRules(), namespacedRules()...) {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				got[g+"/"+res] = strings.Join(r.Verbs, ",")
+			}
+		}
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: verbs %q, want %q", k, got[k], v)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("unexpected grant on %s", k)
+		}
+	}
+}
+
+func TestRunWritesRender(t *testing.T) {
+	var buf bytes.Buffer
+	if err := Run(t.Context(), Options{Out: &buf}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := Render(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.Bytes(), want) {
+		t.Error("Run and Render disagree")
+	}
+	if err := Run(t.Context(), Options{}); err == nil {
+		t.Error("Run without an output writer succeeded")
+	}
+}
