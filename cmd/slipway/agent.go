@@ -1,6 +1,100 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
 
-// clusterCommands returns the commands of this file's group (filled by its issue).
-func clusterCommands() []*cli.Command { return nil }
+	"github.com/urfave/cli/v2"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"slipway.dev/slipway/ops/agent"
+	"slipway.dev/slipway/upgrade/reboot"
+)
+
+// clusterCommands returns the cluster-side commands of `slipway ops`: agent.
+func clusterCommands() []*cli.Command {
+	return []*cli.Command{agentCommand()}
+}
+
+func agentCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "agent",
+		Usage: "run the UpdateChannel agent on this node (the slipway DaemonSet)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "node-name", Usage: "this node's name", EnvVars: []string{"NODE_NAME", "SLIPWAY_NODE_NAME"}},
+			&cli.StringFlag{Name: "namespace", Value: "slipway-system", Usage: "namespace of the UpdateChannels, Jobs, Leases and Events", EnvVars: envs("NAMESPACE")},
+			&cli.StringFlag{Name: "system-dir", Value: "/k3os/system", Usage: "where this process reads the node's system directory", EnvVars: envs("SYSTEM_DIR")},
+			&cli.StringFlag{Name: "host-system-dir", Value: "/k3os/system", Usage: "the system directory's path on the host (the upgrade Job's hostPath)", EnvVars: envs("HOST_SYSTEM_DIR")},
+			&cli.StringFlag{Name: "host-lock-dir", Value: "/run/k3os", Usage: "the host directory of the upgrade lock (the upgrade Job's hostPath)", EnvVars: envs("HOST_LOCK_DIR")},
+			&cli.StringFlag{Name: "image", Usage: "image of the upgrade Job when the channel names none (the agent's own)", EnvVars: envs("IMAGE")},
+			&cli.StringFlag{Name: "upgrade-command", Value: "slipway", Usage: "the upgrade Job's command, before its `ops upgrade ...` arguments", EnvVars: envs("UPGRADE_COMMAND")},
+			&cli.BoolFlag{Name: "install-crds", Usage: "create or update the UpdateChannel CRD at start", EnvVars: envs("INSTALL_CRDS")},
+			&cli.StringFlag{Name: "reboot-method", Value: "logind", Usage: "how to reboot: logind, syscall or command", EnvVars: envs("REBOOT_METHOD")},
+			&cli.StringFlag{Name: "reboot-command", Usage: "the reboot command for --reboot-method=command (split on spaces)", EnvVars: envs("REBOOT_COMMAND")},
+			&cli.StringFlag{Name: "boot-id-file", Value: "/proc/sys/kernel/random/boot_id", Usage: "a file whose content changes with every boot", EnvVars: envs("BOOT_ID_FILE")},
+			&cli.StringFlag{Name: "metrics-addr", Value: ":9479", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: envs("METRICS_ADDR")},
+			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster config)", EnvVars: []string{"KUBECONFIG", "SLIPWAY_KUBECONFIG"}},
+			&cli.DurationFlag{Name: "resync", Value: agentDefaults.Resync, Usage: "re-read the fleet view at least this often", EnvVars: envs("RESYNC")},
+			&cli.DurationFlag{Name: "lease-duration", Value: agentDefaults.LeaseDuration, Usage: "duration of a channel's Lease; a dead holder is replaced after it", EnvVars: envs("LEASE_DURATION")},
+			&cli.DurationFlag{Name: "retry-backoff", Value: agentDefaults.Retry.Base, Usage: "wait after a node's first failure, doubled after each next one (at most --retry-backoff-max)", EnvVars: envs("RETRY_BACKOFF")},
+			&cli.DurationFlag{Name: "retry-backoff-max", Value: agentDefaults.Retry.Max, Usage: "longest wait between retries of a failed node", EnvVars: envs("RETRY_BACKOFF_MAX")},
+		},
+		Action: func(c *cli.Context) error {
+			cfg, err := kubeConfig(c.String("kubeconfig"))
+			if err != nil {
+				return err
+			}
+			rebooter, err := agentRebooter(c.String("reboot-method"), c.String("reboot-command"))
+			if err != nil {
+				return err
+			}
+			opts := agent.Options{
+				NodeName: c.String("node-name"), Namespace: c.String("namespace"),
+				SystemDir: c.String("system-dir"), HostSystemDir: c.String("host-system-dir"), HostLockDir: c.String("host-lock-dir"),
+				Image: c.String("image"), UpgradeCommand: strings.Fields(c.String("upgrade-command")),
+				InstallCRDs: c.Bool("install-crds"), Rebooter: rebooter, BootIDFile: c.String("boot-id-file"),
+				MetricsAddr: c.String("metrics-addr"), Config: cfg, Resync: c.Duration("resync"),
+				LeaseDuration: c.Duration("lease-duration"), GitHubToken: os.Getenv("GITHUB_TOKEN"),
+				Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+			}
+			opts.Retry.Base, opts.Retry.Max = c.Duration("retry-backoff"), c.Duration("retry-backoff-max")
+			return agent.Run(c.Context, opts)
+		},
+	}
+}
+
+// agentDefaults documents the agent's defaults in its flags.
+var agentDefaults = agent.Defaults()
+
+func kubeConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("not running in a cluster (%w): pass --kubeconfig", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("read kubeconfig %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+func agentRebooter(method, command string) (reboot.Rebooter, error) {
+	switch method {
+	case "logind":
+		return reboot.Logind{}, nil
+	case "syscall":
+		return reboot.Syscall{}, nil
+	case "command":
+		if strings.TrimSpace(command) == "" {
+			return nil, fmt.Errorf("--reboot-method=command needs --reboot-command")
+		}
+		return reboot.Command{Argv: strings.Fields(command)}, nil
+	}
+	return nil, fmt.Errorf("--reboot-method %q is not logind, syscall or command", method)
+}

@@ -1,0 +1,232 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// fleetCache is what the Lease holder remembers of a channel between syncs.
+type fleetCache struct {
+	nodes      []plan.Node
+	listedAt   time.Time
+	generation int64
+	slots      string // the slot holders when listed
+	pollTried  time.Time
+}
+
+// pollRetry is the least time between two poll attempts (after a failure).
+const pollRetry = 30 * time.Second
+
+// syncFleet does the fleet-view work of a channel when this agent holds its
+// Lease: validate, poll, recover stale slots, assign free slots, count. It
+// returns when it wants to run again.
+func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, error) {
+	if !a.leading(name) {
+		return 0, nil
+	}
+	ch, err := a.channels.UpdateChannels(a.opts.Namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	} else if err != nil {
+		return 0, err
+	}
+	s, bad := plan.Resolve(ch.Spec)
+	if bad != nil {
+		return 0, a.markInvalid(ctx, ch, bad)
+	}
+	fc := a.fleetCacheOf(name)
+	now := time.Now()
+	if plan.PollDue(s, ch.Status, now) && now.Sub(fc.pollTried) >= pollRetry {
+		fc.pollTried = now
+		if ch, err = a.poll(ctx, ch, s); err != nil {
+			return 0, err
+		}
+	}
+	nodes, err := a.fleetNodes(ctx, ch, s, fc)
+	if err != nil {
+		return 0, err
+	}
+	stale := a.staleSlots(ctx, s, ch)
+	var added []string
+	var recovered []v1.Failure
+	ch, err = a.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
+		added, recovered = nil, nil
+		st := &c.Status
+		target := plan.Target(s, *st)
+		for _, sl := range st.Updating {
+			if reason, ok := stale[sl.Node+"/"+fmt.Sprint(sl.Attempt)]; ok {
+				recovered = append(recovered, plan.Fail(st, sl.Node, sl.Version, reason, now))
+			}
+		}
+		plan.Prune(st, nodes, target)
+		added = plan.Claim(s, st, plan.Candidates(s, *st, nodes, target, a.opts.Retry, now), target, now)
+		st.Counts = plan.Counts(nodes, *st, target)
+		plan.SetInvalid(st, nil, c.Generation)
+		plan.SetProgress(s, st, target, c.Generation)
+		st.ObservedGeneration = c.Generation
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	a.fleetEvents(ch, added, recovered)
+	a.recordVersions(name, nodes)
+	return a.nextFleetSync(s, ch, now), nil
+}
+
+func (a *Agent) fleetEvents(ch *v1.UpdateChannel, added []string, recovered []v1.Failure) {
+	a.metrics.claimed.Add(float64(len(added)))
+	for _, n := range added {
+		a.recorder.Eventf(ch, corev1.EventTypeNormal, "SlotAssigned", "node %s may upgrade to %s", n, plan.Target(mustResolve(ch), ch.Status))
+	}
+	for _, f := range recovered {
+		a.metrics.failures.WithLabelValues(ch.Name, "stale").Inc()
+		a.recorder.Eventf(ch, corev1.EventTypeWarning, "SlotRecovered", "freed the slot of node %s: %s", f.Node, f.Reason)
+	}
+}
+
+func mustResolve(ch *v1.UpdateChannel) plan.Settings {
+	s, _ := plan.Resolve(ch.Spec)
+	return s
+}
+
+func (a *Agent) fleetCacheOf(name string) *fleetCache {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	fc := a.fleet[name]
+	if fc == nil {
+		fc = &fleetCache{}
+		a.fleet[name] = fc
+	}
+	return fc
+}
+
+// markInvalid records an Invalid condition and an Event when the spec turned bad.
+func (a *Agent) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan.Invalid) error {
+	changed := false
+	_, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+		changed = plan.SetInvalid(&c.Status, bad, c.Generation)
+		c.Status.ObservedGeneration = c.Generation
+		return nil
+	})
+	if err == nil && changed {
+		a.log.Warn("channel spec is invalid; doing nothing for it", "channel", ch.Name, "reason", bad.Reason, "message", bad.Message)
+		a.recorder.Event(ch, corev1.EventTypeWarning, "Invalid", bad.Message)
+	}
+	return err
+}
+
+// fleetNodes lists the nodes as metadata only, in pages, when the channel's
+// spec or slot holders changed or the resync period passed; else it reuses the last list.
+func (a *Agent) fleetNodes(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, fc *fleetCache) ([]plan.Node, error) {
+	holders := slotHolders(ch)
+	if fc.nodes != nil && fc.generation == ch.Generation && fc.slots == holders && time.Since(fc.listedAt) < a.opts.Resync {
+		return fc.nodes, nil
+	}
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+	var out []plan.Node
+	opts := metav1.ListOptions{LabelSelector: s.Selector.String(), Limit: 500}
+	for {
+		list, err := a.meta.Resource(gvr).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list the nodes of channel %s: %w", ch.Name, err)
+		}
+		for _, n := range list.Items {
+			out = append(out, plan.Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Version: n.Annotations[AnnotationRootfsVersion]})
+		}
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			break
+		}
+	}
+	fc.nodes, fc.listedAt, fc.generation, fc.slots = out, time.Now(), ch.Generation, holders
+	return out, nil
+}
+
+func slotHolders(ch *v1.UpdateChannel) string {
+	var names []string
+	for _, s := range ch.Status.Updating {
+		names = append(names, s.Node)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ",")
+}
+
+// staleSlots GETs the node (and Job) of every slot and returns, keyed by
+// node/attempt, why the slots that must be taken away are stale.
+func (a *Agent) staleSlots(ctx context.Context, s plan.Settings, ch *v1.UpdateChannel) map[string]string {
+	out := map[string]string{}
+	now := time.Now()
+	for _, sl := range ch.Status.Updating {
+		var sn plan.SlotNode
+		n, err := a.kube.CoreV1().Nodes().Get(ctx, sl.Node, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			continue // cannot tell; look again next time
+		default:
+			sn = plan.SlotNode{Exists: true}
+			sn.Ready, sn.ReadySince = nodeReady(n)
+		}
+		var sj plan.SlotJob
+		if sl.Job != "" {
+			j, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Get(ctx, sl.Job, metav1.GetOptions{})
+			if err == nil {
+				sj.Exists = true
+				_, sj.Failed, sj.Reason = jobOutcome(j)
+			}
+		}
+		if stale, why := plan.Stale(s, sl, sn, sj, now); stale {
+			out[sl.Node+"/"+fmt.Sprint(sl.Attempt)] = why
+		}
+	}
+	return out
+}
+
+// nodeReady reads the Ready condition: whether it is True and since when it is what it is.
+func nodeReady(n *corev1.Node) (bool, time.Time) {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
+		}
+	}
+	return false, n.CreationTimestamp.Time
+}
+
+func (a *Agent) recordVersions(channel string, nodes []plan.Node) {
+	counts := map[string]int{}
+	for _, n := range nodes {
+		counts[n.Version]++
+	}
+	a.metrics.nodes.DeletePartialMatch(map[string]string{"channel": channel})
+	for v, c := range counts {
+		a.metrics.nodes.WithLabelValues(channel, v).Set(float64(c))
+	}
+}
+
+// nextFleetSync is when the fleet view must look again without any event:
+// the next poll, the window opening, a backoff ending, or the resync.
+func (a *Agent) nextFleetSync(s plan.Settings, ch *v1.UpdateChannel, now time.Time) time.Duration {
+	next := a.opts.Resync
+	consider := func(t time.Time) {
+		if d := t.Sub(now); !t.IsZero() && d > 0 && d < next {
+			next = d
+		}
+	}
+	consider(plan.NextPoll(s, ch.Status, now).Add(time.Millisecond))
+	consider(s.Window.Next(now))
+	for _, f := range ch.Status.Failed {
+		consider(f.At.Add(a.opts.Retry.Backoff(f.Attempts)))
+	}
+	return next
+}

@@ -1,0 +1,107 @@
+package agent
+
+import (
+	"strconv"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// Paths inside the upgrade Job's container.
+const (
+	jobSystemDir = "/k3os/system"
+	jobLockDir   = "/run/k3os"
+)
+
+// jobTTL keeps a finished Job (and its pod's logs) a day for people to read.
+const jobTTL = 24 * 60 * 60
+
+// upgradeArgs is the `ops upgrade` command line of a slot.
+func upgradeArgs(s plan.Settings, version string) []string {
+	args := []string{"ops", "upgrade", "--system-dir", jobSystemDir, "--lock-file", jobLockDir + "/upgrade.lock",
+		"--source", s.URL, "--version", version, "--reboot=false"}
+	if s.Components.Rootfs {
+		args = append(args, "--rootfs")
+	}
+	if s.Components.Kernel {
+		args = append(args, "--kernel")
+	}
+	if s.Components.K3s {
+		args = append(args, "--k3s")
+	}
+	return args
+}
+
+// buildJob is the upgrade Job for slot on this agent's node: bound to the
+// node, deadline from upgradeTimeout, no retries inside the Job (the agent
+// retries with backoff under a new name), the system directory and lock
+// directory from the host, and only the capabilities a swap needs.
+func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *batchv1.Job {
+	image := s.Image
+	if image == "" {
+		image = a.opts.Image
+	}
+	labels := map[string]string{
+		LabelAppName: LabelAppNameUpgrade, LabelManagedBy: LabelManagedByAgent,
+		LabelJobNode: LabelValue(a.opts.NodeName), LabelJobChannel: LabelValue(ch.Name),
+	}
+	deadline := int64(s.UpgradeTimeout.Seconds())
+	zero, ttl := int32(0), int32(jobTTL)
+	hostDir := corev1.HostPathDirectory
+	hostDirOrCreate := corev1.HostPathDirectoryOrCreate
+	no := false
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: JobName(a.opts.NodeName, slot.Version, slot.Attempt), Namespace: a.opts.Namespace, Labels: labels,
+			Annotations: map[string]string{AnnotationJobNode: a.opts.NodeName, "ops.slipway.dev/attempt": strconv.Itoa(slot.Attempt)},
+		},
+		Spec: batchv1.JobSpec{
+			BackoffLimit: &zero, ActiveDeadlineSeconds: &deadline, TTLSecondsAfterFinished: &ttl,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeName:                     a.opts.NodeName,
+					RestartPolicy:                corev1.RestartPolicyNever,
+					AutomountServiceAccountToken: &no, // the Job needs no API access
+					Tolerations:                  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{
+						Name: "upgrade", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
+						Command: a.opts.UpgradeCommand, Args: upgradeArgs(s, slot.Version),
+						SecurityContext: &corev1.SecurityContext{
+							RunAsUser: new(int64), AllowPrivilegeEscalation: &no,
+							// SYS_ADMIN remounts the system directory read-write; CHOWN,
+							// FOWNER and DAC_OVERRIDE keep the release's ownership and modes.
+							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"},
+								Add: []corev1.Capability{"SYS_ADMIN", "CHOWN", "FOWNER", "DAC_OVERRIDE"}},
+						},
+						VolumeMounts: []corev1.VolumeMount{{Name: "system", MountPath: jobSystemDir}, {Name: "lock", MountPath: jobLockDir}},
+					}},
+					Volumes: []corev1.Volume{
+						{Name: "system", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: a.opts.HostSystemDir, Type: &hostDir}}},
+						{Name: "lock", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: a.opts.HostLockDir, Type: &hostDirOrCreate}}},
+					},
+				},
+			},
+		},
+	}
+}
+
+// jobOutcome reads a Job's conditions: done, and if it failed, why.
+func jobOutcome(j *batchv1.Job) (done, failed bool, reason string) {
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return true, false, ""
+		case batchv1.JobFailed:
+			return true, true, c.Reason + ": " + c.Message
+		}
+	}
+	return false, false, ""
+}

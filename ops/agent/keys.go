@@ -1,0 +1,53 @@
+package agent
+
+// Every label and annotation the agent reads or writes, and who writes it.
+// The drain package documents its own (drain.AnnotationCordonedBy,
+// drain.AnnotationSchedulableBefore: written by Cordon on the agent's own
+// node, removed by Uncordon). The upgrade Job's pod label
+// app.kubernetes.io/name=slipway-upgrade is part of the Job contract.
+const (
+	// LabelRootfsVersion, LabelKernelVersion, LabelK3sVersion: on each Node,
+	// written by that node's agent at start and after each upgrade from its
+	// system directory's `current` links. Values are sanitized to be valid
+	// label values (k3s versions hold '+'); the raw values are in the
+	// annotations of the same names.
+	LabelRootfsVersion = "ops.slipway.dev/rootfs-version"
+	LabelKernelVersion = "ops.slipway.dev/kernel-version"
+	LabelK3sVersion    = "ops.slipway.dev/k3s-version"
+
+	// AnnotationRootfsVersion etc. hold the raw versions (same writer).
+	// AnnotationRootfsVersion is the release a node runs: the fleet view
+	// compares it with the channel's target.
+	AnnotationRootfsVersion = "ops.slipway.dev/rootfs-version"
+	AnnotationKernelVersion = "ops.slipway.dev/kernel-version"
+	AnnotationK3sVersion    = "ops.slipway.dev/k3s-version"
+
+	// AnnotationRebootFrom is written on its Node by the agent just before it
+	// reboots the node: the boot ID it is rebooting from. After the agent
+	// restarts, a different boot ID proves the reboot happened; the agent
+	// removes the annotation when the slot ends.
+	AnnotationRebootFrom = "ops.slipway.dev/reboot-from-boot-id"
+
+	// LabelJobNode and LabelJobChannel are on every upgrade Job and its pod,
+	// written by the agent that creates the Job: the node's name (sanitized)
+	// and the channel's name. Each agent watches only Jobs of its own node.
+	LabelJobNode    = "ops.slipway.dev/node"
+	LabelJobChannel = "ops.slipway.dev/channel"
+	// AnnotationJobNode holds the node's exact name on the Job.
+	AnnotationJobNode = "ops.slipway.dev/node"
+
+	// LabelAppName/LabelAppNameUpgrade mark the upgrade Job's pod (contract
+	// with the node executor of the simulated cluster and with RBAC).
+	LabelAppName        = "app.kubernetes.io/name"
+	LabelAppNameUpgrade = "slipway-upgrade"
+	// LabelManagedBy is on every object the agent creates.
+	LabelManagedBy      = "app.kubernetes.io/managed-by"
+	LabelManagedByAgent = "slipway-agent"
+
+	// LeasePrefix names the coordination.k8s.io Lease per channel that elects
+	// the agent doing the fleet-view work: <LeasePrefix><channel>.
+	LeasePrefix = "slipway-upchan-"
+
+	// CordonOwner is the owner recorded by drain.Cordon on the agent's node.
+	CordonOwner = "slipway-agent"
+)

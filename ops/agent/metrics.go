@@ -1,0 +1,42 @@
+package agent
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the agent's Prometheus metrics, on its own registry.
+type metrics struct {
+	registry  *prometheus.Registry
+	nodes     *prometheus.GaugeVec   // by channel and version; set by the fleet-view holder
+	slotWait  prometheus.Histogram   // behind the target until a slot was held
+	upgrade   prometheus.Histogram   // slot taken until freed after success
+	drain     prometheus.Histogram   // one drain
+	failures  *prometheus.CounterVec // by channel and step
+	claimed   prometheus.Counter     // slots this agent assigned
+	conflicts prometheus.Counter     // status writes that hit a resourceVersion conflict
+	polls     *prometheus.CounterVec // by result
+}
+
+func newMetrics() *metrics {
+	buckets := prometheus.ExponentialBuckets(1, 2, 14) // 1 s .. ~2 h
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_channel_nodes",
+			Help: "Nodes selected by a channel, by the release they run (reported by the agent holding the channel's lease)."}, []string{"channel", "version"}),
+		slotWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "slipway_agent_slot_wait_seconds",
+			Help: "How long this node ran behind its channel's target before it held a slot.", Buckets: buckets}),
+		upgrade: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "slipway_agent_upgrade_duration_seconds",
+			Help: "From taking a slot to freeing it after a successful upgrade and reboot.", Buckets: buckets}),
+		drain: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "slipway_agent_drain_duration_seconds",
+			Help: "How long draining this node took.", Buckets: buckets}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_agent_upgrade_failures_total",
+			Help: "Failed upgrades recorded by this agent, by step."}, []string{"channel", "step"}),
+		claimed: prometheus.NewCounter(prometheus.CounterOpts{Name: "slipway_agent_slots_assigned_total",
+			Help: "Slots this agent assigned while holding a channel's lease."}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "slipway_agent_status_conflicts_total",
+			Help: "Channel status writes refused for a stale resourceVersion (then retried on fresh state)."}),
+		polls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_agent_polls_total",
+			Help: "Polls of a channel's latest release, by result."}, []string{"result"}),
+	}
+	m.registry.MustRegister(m.nodes, m.slotWait, m.upgrade, m.drain, m.failures, m.claimed, m.conflicts, m.polls,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}

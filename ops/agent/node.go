@@ -1,0 +1,362 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/drain"
+)
+
+// syncNode drives this agent's own slot in channel name, one step per call;
+// every step is recorded in the channel's status or on the Node first, so a
+// restarted agent carries on where the last one stopped.
+func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error) {
+	ch, err := a.channels.UpdateChannels(a.opts.Namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return 0, a.cleanupIdle(ctx)
+	} else if err != nil {
+		return 0, err
+	}
+	slot, _ := a.mySlot(ch, v1.Slot{})
+	if slot == nil {
+		a.noteWaiting(ch)
+		return 0, a.cleanupIdle(ctx)
+	}
+	a.noteSlot(name)
+	s, bad := plan.Resolve(ch.Spec)
+	if bad != nil {
+		return 0, nil // the fleet view marks it Invalid; the slot times out if it stays so
+	}
+	switch slot.Phase {
+	case plan.PhasePending, plan.PhaseUpgrading, "":
+		err = a.runJob(ctx, ch, s, *slot)
+	case plan.PhaseDraining:
+		err = a.drainAndReboot(ctx, ch, s, *slot)
+	case plan.PhaseRebooting, plan.PhaseWaitingReady:
+		err = a.afterReboot(ctx, ch, s, *slot)
+	}
+	if errors.Is(err, errSlotGone) {
+		a.log.Info("slot was taken away meanwhile", "channel", name)
+		return 0, a.cleanupIdle(ctx)
+	}
+	return 0, err
+}
+
+// setPhase records this node's slot at phase (and its Job).
+func (a *Agent) setPhase(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, phase, job string) (*v1.UpdateChannel, error) {
+	return a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+		mine, err := a.mySlot(c, slot)
+		if err != nil {
+			return err
+		}
+		mine.Phase, mine.Job = phase, job
+		return nil
+	})
+}
+
+// runJob creates the upgrade Job, and moves on when it finished.
+func (a *Agent) runJob(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) error {
+	name := JobName(a.opts.NodeName, slot.Version, slot.Attempt)
+	j := a.job(name)
+	if j == nil {
+		created, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, a.buildJob(ch, s, slot), metav1.CreateOptions{})
+		switch {
+		case apierrors.IsAlreadyExists(err):
+		case err != nil:
+			return fmt.Errorf("create upgrade job %s: %w", name, err)
+		default:
+			j = created
+			a.log.Info("upgrade job created", "channel", ch.Name, "job", name, "version", slot.Version, "attempt", slot.Attempt)
+			a.recorder.Eventf(ch, corev1.EventTypeNormal, "Upgrading", "node %s: job %s upgrades it to %s (attempt %d)", a.opts.NodeName, name, slot.Version, slot.Attempt)
+		}
+	}
+	if slot.Phase != plan.PhaseUpgrading || slot.Job != name {
+		var err error
+		if ch, err = a.setPhase(ctx, ch, slot, plan.PhaseUpgrading, name); err != nil {
+			return err
+		}
+	}
+	if j == nil {
+		return nil // the Job informer brings it
+	}
+	done, failed, reason := jobOutcome(j)
+	switch {
+	case !done:
+		return nil // the Job informer calls again when it finishes
+	case failed:
+		return a.fail(ctx, ch, slot, "job", fmt.Sprintf("upgrade job %s failed (%s); its pod's log says why", name, reason))
+	}
+	slot.Phase, slot.Job = plan.PhaseDraining, name
+	if _, err := a.setPhase(ctx, ch, slot, plan.PhaseDraining, name); err != nil {
+		return err
+	}
+	return a.drainAndReboot(ctx, ch, s, slot)
+}
+
+func (a *Agent) job(name string) *batchv1.Job {
+	o, ok, _ := a.jobs.GetByKey(a.opts.Namespace + "/" + name)
+	if !ok {
+		return nil
+	}
+	j, _ := o.(*batchv1.Job)
+	return j
+}
+
+// drainAndReboot cordons and drains the node (per spec.drain), then records
+// the boot it reboots from, and reboots after rebootDelay.
+func (a *Agent) drainAndReboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) error {
+	if s.Drain.Enabled {
+		start := time.Now()
+		if err := drain.Cordon(ctx, a.kube, a.opts.NodeName, CordonOwner); err != nil {
+			return err
+		}
+		a.recorder.Eventf(ch, corev1.EventTypeNormal, "Draining", "node %s cordoned, draining (timeout %s)", a.opts.NodeName, s.Drain.Timeout)
+		_, err := drain.Drain(ctx, a.kube, a.opts.NodeName, drain.Options{Timeout: s.Drain.Timeout,
+			GracePeriodSeconds: s.Drain.GracePeriodSeconds, DeleteEmptyDirData: s.Drain.DeleteEmptyDirData,
+			IgnoreDaemonSets: s.Drain.IgnoreDaemonSets, Force: s.Drain.Force, PodSelector: s.Drain.PodSelector, Log: a.log})
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return a.fail(ctx, ch, slot, "drain", fmt.Sprintf("drain failed, node uncordoned: %v", err))
+		}
+		a.metrics.drain.Observe(time.Since(start).Seconds())
+	}
+	boot, err := a.bootID()
+	if err != nil {
+		return err
+	}
+	if err := a.patchNode(ctx, nil, map[string]any{AnnotationRebootFrom: boot}); err != nil {
+		return err
+	}
+	if _, err := a.setPhase(ctx, ch, slot, plan.PhaseRebooting, slot.Job); err != nil {
+		return err
+	}
+	return a.reboot(ctx, ch, s)
+}
+
+// reboot asks the Rebooter to reboot after rebootDelay, once per process.
+func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings) error {
+	a.mu.Lock()
+	already := a.rebooting
+	a.rebooting = true
+	a.mu.Unlock()
+	if already {
+		return nil
+	}
+	a.log.Info("rebooting", "channel", ch.Name, "delay", s.RebootDelay, "method", a.opts.Rebooter.String())
+	a.recorder.Eventf(ch, corev1.EventTypeNormal, "Rebooting", "node %s drained; rebooting in %s", a.opts.NodeName, s.RebootDelay)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(s.RebootDelay):
+	}
+	if err := a.opts.Rebooter.Reboot(ctx); err != nil {
+		a.mu.Lock()
+		a.rebooting = false
+		a.mu.Unlock()
+		return fmt.Errorf("reboot node %s with %s: %w", a.opts.NodeName, a.opts.Rebooter, err)
+	}
+	return nil
+}
+
+// afterReboot runs after the agent restarts in the Rebooting phase: still
+// the same boot means the reboot has not happened yet; at the slot's version
+// it waits for Ready, publishes the versions, uncordons and frees the slot;
+// at another version the boot fell back and the upgrade failed.
+func (a *Agent) afterReboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) error {
+	node := a.ownNode()
+	if node == nil {
+		return nil
+	}
+	boot, err := a.bootID()
+	if err != nil {
+		return err
+	}
+	if from := node.Annotations[AnnotationRebootFrom]; from == "" || from == boot {
+		return a.reboot(ctx, ch, s) // restarted before the reboot happened
+	}
+	v, err := ReadVersions(a.opts.SystemDir)
+	if err != nil {
+		return err
+	}
+	if v.Rootfs != slot.Version {
+		return a.fail(ctx, ch, slot, "boot", fmt.Sprintf("node came back at %s, not %s: the boot fell back to the previous version; see the node's console", v.Rootfs, slot.Version))
+	}
+	if ready, _ := nodeReady(node); !ready {
+		if slot.Phase != plan.PhaseWaitingReady {
+			_, err = a.setPhase(ctx, ch, slot, plan.PhaseWaitingReady, slot.Job)
+		}
+		return err // the node informer calls again when it turns Ready
+	}
+	return a.succeed(ctx, ch, slot, v)
+}
+
+func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, v Versions) error {
+	labels, annotations := nodeMeta(v)
+	annotations[AnnotationRebootFrom] = nil
+	if n := a.ownNode(); n == nil || !sameMeta(n.Labels, labels) || !sameMeta(n.Annotations, annotations) {
+		// versions first: the fleet view must not see the old one once the slot is free
+		if err := a.patchNode(ctx, labels, annotations); err != nil {
+			return err
+		}
+	}
+	if _, err := drain.Uncordon(ctx, a.kube, a.opts.NodeName, CordonOwner); err != nil {
+		return err
+	}
+	if _, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+		if _, err := a.mySlot(c, slot); err != nil {
+			return err
+		}
+		plan.Succeed(&c.Status, a.opts.NodeName)
+		return nil
+	}); err != nil {
+		return err
+	}
+	a.metrics.upgrade.Observe(time.Since(slot.Since.Time).Seconds())
+	a.log.Info("upgraded", "channel", ch.Name, "version", slot.Version)
+	a.recorder.Eventf(ch, corev1.EventTypeNormal, "Upgraded", "node %s runs %s, is Ready and uncordoned; slot freed", a.opts.NodeName, slot.Version)
+	return nil
+}
+
+// fail uncordons the node if slipway cordoned it, frees the slot and
+// records the failure with reason.
+func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, step, reason string) error {
+	if _, err := drain.Uncordon(ctx, a.kube, a.opts.NodeName, CordonOwner); err != nil {
+		return err
+	}
+	if err := a.patchNode(ctx, nil, map[string]any{AnnotationRebootFrom: nil}); err != nil {
+		return err
+	}
+	var f v1.Failure
+	if _, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+		if _, err := a.mySlot(c, slot); err != nil {
+			return err
+		}
+		f = plan.Fail(&c.Status, a.opts.NodeName, slot.Version, reason, time.Now())
+		return nil
+	}); err != nil {
+		return err
+	}
+	a.metrics.failures.WithLabelValues(ch.Name, step).Inc()
+	a.log.Warn("upgrade failed", "channel", ch.Name, "version", slot.Version, "attempts", f.Attempts, "reason", reason)
+	a.recorder.Eventf(ch, corev1.EventTypeWarning, "UpgradeFailed", "node %s (attempt %d): %s", a.opts.NodeName, f.Attempts, reason)
+	return nil
+}
+
+// cleanupIdle uncordons this node when slipway cordoned it and no channel
+// holds it in a slot (a slot freed by the fleet view, a deleted channel).
+func (a *Agent) cleanupIdle(ctx context.Context) error {
+	node := a.ownNode()
+	if node == nil || (drain.CordonedBy(node.Annotations) != CordonOwner && node.Annotations[AnnotationRebootFrom] == "") {
+		return nil
+	}
+	list, err := a.channels.UpdateChannels(a.opts.Namespace).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, ch := range list {
+		if s, _ := a.mySlot(ch, v1.Slot{}); s != nil {
+			return nil
+		}
+	}
+	if _, err := drain.Uncordon(ctx, a.kube, a.opts.NodeName, CordonOwner); err != nil {
+		return err
+	}
+	a.log.Info("uncordoned: this node holds no slot any more")
+	return a.patchNode(ctx, nil, map[string]any{AnnotationRebootFrom: nil})
+}
+
+// noteWaiting remembers when this node started to wait for a slot.
+func (a *Agent) noteWaiting(ch *v1.UpdateChannel) {
+	node := a.ownNode()
+	target := plan.Target(mustResolve(ch), ch.Status)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if node == nil || target == "" || node.Annotations[AnnotationRootfsVersion] == target {
+		delete(a.waitSince, ch.Name)
+		return
+	}
+	if _, ok := a.waitSince[ch.Name]; !ok {
+		a.waitSince[ch.Name] = time.Now()
+	}
+}
+
+func (a *Agent) noteSlot(channel string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t, ok := a.waitSince[channel]; ok {
+		a.metrics.slotWait.Observe(time.Since(t).Seconds())
+		delete(a.waitSince, channel)
+	}
+}
+
+func (a *Agent) bootID() (string, error) {
+	b, err := os.ReadFile(a.opts.BootIDFile)
+	if err != nil {
+		return "", fmt.Errorf("read the boot ID from %s (--boot-id-file): %w", a.opts.BootIDFile, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// patchNode merge-patches this agent's Node's labels and annotations (nil values remove keys).
+func (a *Agent) patchNode(ctx context.Context, labels, annotations map[string]any) error {
+	md := map[string]any{}
+	if len(labels) > 0 {
+		md["labels"] = labels
+	}
+	if len(annotations) > 0 {
+		md["annotations"] = annotations
+	}
+	data, err := json.Marshal(map[string]any{"metadata": md})
+	if err != nil {
+		return err
+	}
+	if _, err := a.kube.CoreV1().Nodes().Patch(ctx, a.opts.NodeName, types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("update node %s: %w", a.opts.NodeName, err)
+	}
+	return nil
+}
+
+// publishVersions labels this node with its system directory's versions,
+// writing only when they differ from what the node shows.
+func (a *Agent) publishVersions(ctx context.Context) error {
+	v, err := ReadVersions(a.opts.SystemDir)
+	if err != nil {
+		return err
+	}
+	n, err := a.kube.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read this agent's node %s (is --node-name right?): %w", a.opts.NodeName, err)
+	}
+	labels, annotations := nodeMeta(v)
+	if sameMeta(n.Labels, labels) && sameMeta(n.Annotations, annotations) {
+		return nil
+	}
+	a.log.Info("publishing this node's versions", "rootfs", v.Rootfs, "kernel", v.Kernel, "k3s", v.K3s)
+	return a.patchNode(ctx, labels, annotations)
+}
+
+func sameMeta(have map[string]string, want map[string]any) bool {
+	for k, w := range want {
+		h, ok := have[k]
+		if w == nil && ok || w != nil && h != w {
+			return false
+		}
+	}
+	return true
+}

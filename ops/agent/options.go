@@ -1,0 +1,108 @@
+// Package agent is the UpdateChannel agent, `slipway ops agent`: one runs on
+// every node (a DaemonSet). Each agent watches its own Node, its own upgrade
+// Jobs and the UpdateChannels of its namespace; it labels its node with the
+// versions in the system directory, and when its node holds a slot it runs
+// the upgrade Job, cordons, drains, reboots, and after the reboot waits for
+// Ready, uncordons and frees the slot. The work that needs the fleet's view
+// (polling, ordering candidates, assigning and recovering slots) is done by
+// one agent per channel at a time, the holder of the channel's Lease.
+// Decisions live in ops/agent/plan; this package wires them to the API.
+package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	"slipway.dev/slipway/upgrade/reboot"
+)
+
+// Options configure an agent.
+type Options struct {
+	// NodeName is the node this agent runs on (required; NODE_NAME).
+	NodeName string
+	// Namespace holds the UpdateChannels, Jobs, Leases and Events.
+	Namespace string
+	// SystemDir is where this process reads the node's system directory.
+	SystemDir string
+	// HostSystemDir is the system directory's path on the host: the hostPath the upgrade Job mounts.
+	HostSystemDir string
+	// HostLockDir is the host directory of the upgrade lock, mounted into the Job (default /run/k3os).
+	HostLockDir string
+	// Image runs the upgrade Job when the channel names none.
+	Image string
+	// UpgradeCommand is the Job container's command before "ops upgrade ..." (default ["slipway"]).
+	UpgradeCommand []string
+	// InstallCRDs creates or updates the CRDs at start.
+	InstallCRDs bool
+	// Rebooter restarts the node (required).
+	Rebooter reboot.Rebooter
+	// BootIDFile holds an ID that changes with every boot (default /proc/sys/kernel/random/boot_id).
+	BootIDFile string
+	// MetricsAddr serves Prometheus metrics at /metrics ("" = off).
+	MetricsAddr string
+	// GitHubToken authenticates github-releases:// polls (raises the rate limit).
+	GitHubToken string
+	// Config reaches the API server (required).
+	Config *rest.Config
+	// Retry is the backoff for failed nodes (default plan.DefaultRetry).
+	Retry plan.Retry
+	// Resync re-reads the fleet view at least this often (default 30s).
+	Resync time.Duration
+	// LeaseDuration of the per-channel Lease (default 15s; renew at 2/3, retry at 1/5).
+	LeaseDuration time.Duration
+	// Log receives structured logs (default slog.Default()).
+	Log *slog.Logger
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.NodeName == "" {
+		return o, fmt.Errorf("the agent needs its node's name: set --node-name or NODE_NAME (the DaemonSet passes spec.nodeName)")
+	}
+	if o.Config == nil {
+		return o, fmt.Errorf("the agent needs a connection to the API server: run it in the cluster or pass --kubeconfig")
+	}
+	if o.Rebooter == nil {
+		return o, fmt.Errorf("the agent needs a way to reboot: choose --reboot-method")
+	}
+	if o.Namespace == "" {
+		o.Namespace = "slipway-system"
+	}
+	if o.SystemDir == "" {
+		o.SystemDir = "/k3os/system"
+	}
+	if o.HostSystemDir == "" {
+		o.HostSystemDir = "/k3os/system"
+	}
+	if o.HostLockDir == "" {
+		o.HostLockDir = "/run/k3os"
+	}
+	if len(o.UpgradeCommand) == 0 {
+		o.UpgradeCommand = []string{"slipway"}
+	}
+	if o.BootIDFile == "" {
+		o.BootIDFile = "/proc/sys/kernel/random/boot_id"
+	}
+	if o.Retry.Base <= 0 {
+		o.Retry = plan.DefaultRetry
+	}
+	if o.Resync <= 0 {
+		o.Resync = 30 * time.Second
+	}
+	if o.LeaseDuration <= 0 {
+		o.LeaseDuration = 15 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return o, nil
+}
+
+// Defaults returns the Options defaults that have no natural zero value
+// (Resync, LeaseDuration, Retry), for flag help.
+func Defaults() Options {
+	return Options{Resync: 30 * time.Second, LeaseDuration: 15 * time.Second, Retry: plan.DefaultRetry}
+}

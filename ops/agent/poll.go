@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/upgrade/channel"
+)
+
+// pollTimeout bounds one resolution of `latest`.
+const pollTimeout = time.Minute
+
+// poll takes status.polling, resolves the channel's latest version, records
+// it (or why it failed) and lets go of status.polling.
+func (a *Agent) poll(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings) (*v1.UpdateChannel, error) {
+	since := metav1.Now()
+	ch, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+		c.Status.Polling = &v1.Poller{Node: a.opts.NodeName, Since: since} // replaces a poller that vanished
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	latest, perr := a.resolveLatest(ctx, s)
+	old := ch.Status.LatestVersion
+	ch, err = a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+		st := &c.Status
+		if st.Polling != nil && st.Polling.Node == a.opts.NodeName {
+			st.Polling = nil
+		}
+		cond := metav1.Condition{Type: v1.ConditionPolled, Status: metav1.ConditionTrue, Reason: "Polled",
+			Message: "the newest release is " + latest, ObservedGeneration: c.Generation}
+		if perr != nil {
+			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "PollFailed", perr.Error()
+		} else {
+			now := metav1.Now()
+			st.LatestVersion, st.LastPolled = latest, &now
+		}
+		meta.SetStatusCondition(&st.Conditions, cond)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case perr != nil:
+		a.metrics.polls.WithLabelValues("error").Inc()
+		a.log.Warn("polling the channel failed", "channel", ch.Name, "err", perr)
+		a.recorder.Eventf(ch, corev1.EventTypeWarning, "PollFailed", "could not resolve the latest release: %v", perr)
+	case latest != old:
+		a.metrics.polls.WithLabelValues("new").Inc()
+		a.log.Info("new release", "channel", ch.Name, "version", latest, "previous", old)
+		a.recorder.Eventf(ch, corev1.EventTypeNormal, "NewRelease", "the newest release is %s (was %q)", latest, old)
+	default:
+		a.metrics.polls.WithLabelValues("same").Inc()
+	}
+	return ch, nil
+}
+
+func (a *Agent) resolveLatest(ctx context.Context, s plan.Settings) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	src, err := channel.New(s.URL, channel.Options{GitHubToken: a.opts.GitHubToken, UserAgent: "slipway-agent"})
+	if err != nil {
+		return "", err
+	}
+	return src.Latest(ctx)
+}

@@ -1,0 +1,61 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// errSlotGone: the slot this agent works on was freed or replaced meanwhile.
+var errSlotGone = errors.New("the slot is no longer held")
+
+// updateStatus applies mutate to the channel's status and writes it with
+// optimistic concurrency: on a conflict it re-reads the channel and applies
+// mutate again, so every write is decided on the latest state. mutate
+// returns an error to abort (nothing is written). It returns the channel as
+// written (or as read, when mutate changed nothing).
+func (a *Agent) updateStatus(ctx context.Context, name string, mutate func(*v1.UpdateChannel) error) (*v1.UpdateChannel, error) {
+	cur, err := a.channels.UpdateChannels(a.opts.Namespace).Get(name)
+	if err != nil {
+		return nil, fmt.Errorf("read channel %s: %w", name, err)
+	}
+	api := a.ops.OpsV1().UpdateChannels(a.opts.Namespace)
+	for attempt := 0; ; attempt++ {
+		next := cur.DeepCopy()
+		if err := mutate(next); err != nil {
+			return nil, err
+		}
+		if equality.Semantic.DeepEqual(cur.Status, next.Status) {
+			return cur, nil
+		}
+		written, err := api.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		if err == nil {
+			return written, nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= 20 {
+			return nil, fmt.Errorf("write the status of channel %s: %w", name, err)
+		}
+		a.metrics.conflicts.Inc()
+		if cur, err = api.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return nil, fmt.Errorf("re-read channel %s after a conflict: %w", name, err)
+		}
+	}
+}
+
+// mySlot returns this agent's slot in ch and errSlotGone when it holds none
+// or holds another attempt than want (want.Attempt 0 accepts any).
+func (a *Agent) mySlot(ch *v1.UpdateChannel, want v1.Slot) (*v1.Slot, error) {
+	for i := range ch.Status.Updating {
+		s := &ch.Status.Updating[i]
+		if s.Node == a.opts.NodeName && (want.Attempt == 0 || (s.Attempt == want.Attempt && s.Version == want.Version)) {
+			return s, nil
+		}
+	}
+	return nil, errSlotGone
+}
