@@ -111,7 +111,7 @@ func (r *Result) sync(path string, body []byte, out io.Writer) error {
 		}
 		if removed {
 			r.Removed = append(r.Removed, path)
-			slog.Info("removed", "file", path)
+			slog.Debug("removed", "file", path)
 			fmt.Fprintln(out, "removed", path)
 		}
 		return nil
@@ -126,7 +126,7 @@ func (r *Result) sync(path string, body []byte, out io.Writer) error {
 		return nil
 	}
 	r.Written = append(r.Written, path)
-	slog.Info("wrote", "file", path)
+	slog.Debug("wrote", "file", path)
 	fmt.Fprintln(out, "wrote", path)
 	return nil
 }

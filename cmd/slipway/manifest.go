@@ -1,0 +1,39 @@
+package main
+
+import (
+	"github.com/urfave/cli/v2"
+
+	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/manifest"
+)
+
+// manifestCommand prints the operator's deployment manifest.
+func manifestCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "manifest",
+		Usage:     "print the manifest that deploys the operator: namespace, CRD, RBAC, agent DaemonSet, default UpdateChannel",
+		UsageText: "slipway ops manifest [--namespace NS] [--image IMAGE] [--channel-url URL] [--channel-version V] | kubectl apply -f -",
+		Description: `The default UpdateChannel stays paused until it has a version, so applying the
+manifest never starts a rollout by itself:
+  kubectl -n slipway-system patch upchan default --type=merge -p '{"spec":{"version":"latest","paused":false}}'`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "namespace", Value: manifest.DefaultNamespace, Usage: "namespace of the agent and the default channel", EnvVars: envs("NAMESPACE")},
+			&cli.StringFlag{Name: "image", Value: manifest.DefaultImage(), Usage: "image of the agent and the upgrade Jobs", EnvVars: envs("IMAGE")},
+			&cli.StringFlag{Name: "channel-url", Value: manifest.DefaultChannelURL, Usage: "release channel of the default UpdateChannel", EnvVars: envs("CHANNEL_URL")},
+			&cli.StringFlag{Name: "channel-version", Usage: "version of the default UpdateChannel (latest follows the channel; empty leaves it paused)", EnvVars: envs("CHANNEL_VERSION")},
+			&cli.IntFlag{Name: "concurrency", Value: 1, Usage: "nodes upgrading at once on the default UpdateChannel", EnvVars: envs("CONCURRENCY")},
+		},
+		Action: func(c *cli.Context) error {
+			return manifest.Run(c.Context, manifest.Options{
+				Namespace: c.String("namespace"),
+				Image:     c.String("image"),
+				Channel: opsv1.UpdateChannelSpec{
+					URL:         c.String("channel-url"),
+					Version:     c.String("channel-version"),
+					Concurrency: c.Int("concurrency"),
+				},
+				Out: c.App.Writer,
+			})
+		},
+	}
+}
