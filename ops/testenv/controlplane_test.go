@@ -66,3 +66,29 @@ func TestControlPlane(t *testing.T) {
 		t.Errorf("state directory %s left behind (%v)", env.Dir, err)
 	}
 }
+
+// TestClusterStopLeavesNothing starts a one-node cluster with a node command
+// and checks Stop ends every process it started.
+func TestClusterStopLeavesNothing(t *testing.T) {
+	if os.Getenv(EnvSkip) == "1" || testing.Short() {
+		t.Skip("no control plane: SLIPWAY_SKIP_CLUSTER=1 or -short")
+	}
+	env, err := Start(context.Background(), Options{Cluster: true, Nodes: 1, ToolsDir: os.Getenv(EnvToolsDir),
+		NodeCommand: []string{"sleep", "100000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	pids := env.Pids()
+	for n, pid := range env.Supervisor.Pids() {
+		pids["node command of "+n] = pid
+	}
+	if len(pids) != 6 {
+		t.Errorf("pids %v, want etcd, apiserver, controller-manager, scheduler, kwok and one node command", pids)
+	}
+	env.Stop()
+	assertGone(t, pids)
+	if _, err := os.Stat(env.Dir); !os.IsNotExist(err) {
+		t.Errorf("state directory %s left behind (%v)", env.Dir, err)
+	}
+}

@@ -11,12 +11,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/rest"
+
+	"slipway.dev/slipway/ops/testenv/supervisor"
 )
 
 // Labels and annotations the simulated cluster uses.
@@ -32,7 +35,7 @@ const (
 	NodeRoleLabel = "node-role.slipway.dev/worker"
 	// DownAnnotation, set to "true" on a fake node, makes kwok report it NotReady
 	// and stop its heartbeat (a simulated reboot in progress).
-	DownAnnotation = "sim.slipway.dev/down"
+	DownAnnotation = supervisor.DownAnnotation
 )
 
 // Options says what to start.
@@ -53,6 +56,20 @@ type Options struct {
 	Log io.Writer
 	// Timeout bounds the whole start (default 3m).
 	Timeout time.Duration
+
+	// ExecPath is the PATH-style list where the node executor looks up a pod
+	// container's argv[0] by base name (e.g. a directory holding a built
+	// slipway); "" = the test process's PATH.
+	ExecPath string
+	// NodeCommand, when set, is started once per fake node by the supervisor,
+	// with NODE_NAME, SLIPWAY_NODE_DIR, SLIPWAY_SIM_SOCKET and KUBECONFIG set.
+	NodeCommand []string
+	// NodeEnv is added to the environment of node commands and executed pods.
+	NodeEnv []string
+	// Logger receives the executor's and supervisor's logs (default: discarded).
+	Logger *slog.Logger
+	// Progress, when set, receives one line per start step with its duration.
+	Progress io.Writer
 }
 
 // Env is a running control plane.
@@ -65,11 +82,20 @@ type Env struct {
 	Dir string
 	// Nodes are the fake nodes' names (Cluster only).
 	Nodes []string
+	// NodesRoot holds one directory per fake node, <NodesRoot>/<node>: the
+	// node's root file system for executed pods and node commands.
+	NodesRoot string
+	// Socket is the supervisor's unix socket (`slipway-sim reboot` talks to it).
+	Socket string
+	// Supervisor runs the node commands and simulates reboots (Cluster only).
+	Supervisor *supervisor.Supervisor
 
 	opts     Options
 	ownDir   bool
 	procs    []*process
 	stopOnce sync.Once
+	stopSim  context.CancelFunc
+	simDone  chan struct{}
 }
 
 // Start starts etcd and kube-apiserver (and the simulated cluster when
@@ -114,16 +140,29 @@ func withDefaults(o Options) Options {
 }
 
 func (e *Env) start(ctx context.Context, tools string) error {
-	if err := e.startControlPlane(ctx, tools); err != nil {
+	err := e.step("etcd and kube-apiserver ready", func() error { return e.startControlPlane(ctx, tools) })
+	if err == nil {
+		err = e.step(fmt.Sprintf("%d CRDs established", len(e.opts.CRDs)), func() error { return installCRDs(ctx, e.Config, e.opts.CRDs) })
+	}
+	if err != nil || !e.opts.Cluster {
 		return err
 	}
-	if err := installCRDs(ctx, e.Config, e.opts.CRDs); err != nil {
+	err = e.step(fmt.Sprintf("controller-manager, scheduler, kwok and %d fake nodes Ready", e.opts.Nodes),
+		func() error { return e.startCluster(ctx, tools) })
+	if err != nil {
 		return err
 	}
-	if !e.opts.Cluster {
-		return nil
+	return e.step("node executor and supervisor started", func() error { return e.startNodeSim(ctx) })
+}
+
+// step runs fn and reports its duration to opts.Progress.
+func (e *Env) step(what string, fn func() error) error {
+	start := time.Now()
+	err := fn()
+	if e.opts.Progress != nil && err == nil {
+		fmt.Fprintf(e.opts.Progress, "testenv: %s in %.1fs\n", what, time.Since(start).Seconds())
 	}
-	return e.startCluster(ctx, tools)
+	return err
 }
 
 // Pids are the process ids of everything the Env started.
@@ -142,6 +181,7 @@ func (e *Env) DumpLogs(w io.Writer, n int) { writeTail(w, e.procs, n) }
 // directory when Start created it. It is safe to call more than once.
 func (e *Env) Stop() {
 	e.stopOnce.Do(func() {
+		e.stopNodeSim()
 		for i := len(e.procs) - 1; i >= 0; i-- {
 			e.procs[i].stop(10 * time.Second)
 		}

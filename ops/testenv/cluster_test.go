@@ -1,0 +1,263 @@
+package testenv
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+)
+
+var cluster *Env
+
+func TestMain(m *testing.M) {
+	os.Exit(RunMain(m, Options{Cluster: true, Nodes: 3,
+		NodeCommand: []string{"sh", "-c", `echo "$NODE_NAME $SLIPWAY_NODE_DIR" >> boots; exec sleep 100000`}}, &cluster))
+}
+
+// until watches one object until cond holds or a minute passes.
+func until(t *testing.T, c cache.Getter, resource, ns, name string, obj runtime.Object, cond func(runtime.Object) bool) runtime.Object {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lw := cache.NewListWatchFromClient(c, resource, ns, fields.OneTermEqualSelector("metadata.name", name))
+	ev, err := watchtools.UntilWithSync(ctx, lw, obj, nil, func(ev watch.Event) (bool, error) {
+		return ev.Type != watch.Deleted && cond(ev.Object), nil
+	})
+	if err != nil {
+		t.Fatalf("wait for %s %s/%s: %v", resource, ns, name, err)
+	}
+	return ev.Object
+}
+
+func clientset(t *testing.T) *kubernetes.Clientset {
+	return kubernetes.NewForConfigOrDie(Need(t, cluster).Config)
+}
+
+func podTemplate(app string) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": app}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/fake"}}},
+	}
+}
+
+func TestDeploymentBecomesReady(t *testing.T) {
+	cs := clientset(t)
+	ctx := context.Background()
+	replicas := int32(4)
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: podTemplate("web")}}
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	until(t, cs.AppsV1().RESTClient(), "deployments", "default", "web", &appsv1.Deployment{}, func(o runtime.Object) bool {
+		return o.(*appsv1.Deployment).Status.ReadyReplicas == replicas
+	})
+}
+
+func TestDaemonSetCoversEveryNode(t *testing.T) {
+	cs := clientset(t)
+	ctx := context.Background()
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "default"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent"}},
+			Template: podTemplate("agent")}}
+	if _, err := cs.AppsV1().DaemonSets("default").Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n := int32(len(cluster.Nodes))
+	until(t, cs.AppsV1().RESTClient(), "daemonsets", "default", "agent", &appsv1.DaemonSet{}, func(o runtime.Object) bool {
+		s := o.(*appsv1.DaemonSet).Status
+		return s.DesiredNumberScheduled == n && s.NumberReady == n
+	})
+	pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := map[string]bool{}
+	for _, p := range pods.Items {
+		on[p.Spec.NodeName] = p.Status.Phase == corev1.PodRunning
+	}
+	for _, node := range cluster.Nodes {
+		if !on[node] {
+			t.Errorf("no running DaemonSet pod on %s", node)
+		}
+	}
+}
+
+// executorJob is a Job whose pod the node executor runs: script is run by sh
+// with the node's /k3os/system mounted.
+func executorJob(name, script string, deadline *int64) *batchv1.Job {
+	backoff := int32(0)
+	hp := corev1.HostPathDirectoryOrCreate
+	return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: batchv1.JobSpec{BackoffLimit: &backoff, ActiveDeadlineSeconds: deadline, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{ExecutorLabelKey: ExecutorLabelValue}},
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+				Volumes: []corev1.Volume{{Name: "system", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/k3os/system", Type: &hp}}}},
+				Containers: []corev1.Container{{Name: "upgrade", Image: "slipway", Command: []string{"/bin/sh", "-c", script},
+					Env:          []corev1.EnvVar{{Name: "SYSTEM_DIR", Value: "/k3os/system"}},
+					VolumeMounts: []corev1.VolumeMount{{Name: "system", MountPath: "/k3os/system"}}}}}}}}
+}
+
+// jobFinished waits until the Job has a Complete or Failed condition and returns it.
+func jobFinished(t *testing.T, cs *kubernetes.Clientset, name string) *batchv1.Job {
+	t.Helper()
+	return until(t, cs.BatchV1().RESTClient(), "jobs", "default", name, &batchv1.Job{}, func(o runtime.Object) bool {
+		for _, c := range o.(*batchv1.Job).Status.Conditions {
+			if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	}).(*batchv1.Job)
+}
+
+func hasCondition(j *batchv1.Job, typ batchv1.JobConditionType) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == typ && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func jobPod(t *testing.T, cs *kubernetes.Clientset, job string) corev1.Pod {
+	t.Helper()
+	pods, err := cs.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: "job-name=" + job})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("pods of job %s: %v (%d found)", job, err, len(pods.Items))
+	}
+	return pods.Items[0]
+}
+
+func TestExecutorJobSucceedsOnExitZero(t *testing.T) {
+	cs := clientset(t)
+	j := executorJob("exit-zero", `echo "$NODE_NAME" > "$SYSTEM_DIR/ran-on" && test -d /k3os/system`, nil)
+	if _, err := cs.BatchV1().Jobs("default").Create(context.Background(), j, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := jobFinished(t, cs, "exit-zero")
+	if !hasCondition(got, batchv1.JobComplete) || got.Status.Succeeded != 1 {
+		t.Fatalf("job status %+v, want Complete with 1 succeeded", got.Status)
+	}
+	pod := jobPod(t, cs, "exit-zero")
+	b, err := os.ReadFile(filepath.Join(cluster.NodesRoot, pod.Spec.NodeName, "k3os", "system", "ran-on"))
+	if err != nil || strings.TrimSpace(string(b)) != pod.Spec.NodeName {
+		t.Fatalf("the pod did not write into its node's directory: %q, %v", b, err)
+	}
+}
+
+func TestExecutorJobFailsOnExitOne(t *testing.T) {
+	cs := clientset(t)
+	j := executorJob("exit-one", `echo broken >&2; exit 1`, nil)
+	if _, err := cs.BatchV1().Jobs("default").Create(context.Background(), j, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := jobFinished(t, cs, "exit-one")
+	if !hasCondition(got, batchv1.JobFailed) || got.Status.Failed != 1 {
+		t.Fatalf("job status %+v, want Failed with 1 failed pod", got.Status)
+	}
+	pod := jobPod(t, cs, "exit-one")
+	st := pod.Status.ContainerStatuses
+	if pod.Status.Phase != corev1.PodFailed || len(st) != 1 || st[0].State.Terminated == nil ||
+		st[0].State.Terminated.ExitCode != 1 || !strings.Contains(st[0].State.Terminated.Message, "broken") {
+		t.Fatalf("pod status %+v, want Failed, exit code 1 and the output in the message", pod.Status)
+	}
+}
+
+func TestExecutorKillsPodPastJobDeadline(t *testing.T) {
+	cs := clientset(t)
+	deadline := int64(2)
+	j := executorJob("too-slow", `echo $$ > "$SYSTEM_DIR/too-slow.pid"; exec sleep 600`, &deadline)
+	if _, err := cs.BatchV1().Jobs("default").Create(context.Background(), j, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := jobFinished(t, cs, "too-slow")
+	if !hasCondition(got, batchv1.JobFailed) {
+		t.Fatalf("job status %+v, want Failed (DeadlineExceeded)", got.Status)
+	}
+	var pidFile string
+	for _, n := range cluster.Nodes {
+		if p := filepath.Join(cluster.NodesRoot, n, "k3os", "system", "too-slow.pid"); fileExists(p) {
+			pidFile = p
+		}
+	}
+	if pidFile == "" {
+		t.Fatal("the job's process never ran")
+	}
+	b, _ := os.ReadFile(pidFile)
+	proc := "/proc/" + strings.TrimSpace(string(b))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for fileExists(proc) && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond) // nothing to watch: a process's end
+	}
+	if fileExists(proc) {
+		t.Fatalf("process %s of the deleted pod is still running", proc)
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func TestEvictionRespectsPDB(t *testing.T) {
+	cs := clientset(t)
+	ctx := context.Background()
+	replicas := int32(2)
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}},
+			Template: podTemplate("guarded")}}
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	minAvail := intstr.FromInt32(2)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &minAvail, Selector: d.Spec.Selector}}
+	if _, err := cs.PolicyV1().PodDisruptionBudgets("default").Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pdbState := func(allowed int32) func(runtime.Object) bool {
+		return func(o runtime.Object) bool {
+			p := o.(*policyv1.PodDisruptionBudget)
+			return p.Status.ObservedGeneration == p.Generation && p.Status.CurrentHealthy == 2 && p.Status.DisruptionsAllowed == allowed
+		}
+	}
+	until(t, cs.PolicyV1().RESTClient(), "poddisruptionbudgets", "default", "guarded", &policyv1.PodDisruptionBudget{}, pdbState(0))
+	pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=guarded"})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("list pods: %v", err)
+	}
+	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pods.Items[0].Name, Namespace: "default"}}
+	err = cs.CoreV1().Pods("default").EvictV1(ctx, ev)
+	if !apierrors.IsTooManyRequests(err) {
+		t.Fatalf("eviction while the PDB forbids it: %v, want 429 TooManyRequests", err)
+	}
+	cur, err := cs.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "guarded", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := intstr.FromInt32(1)
+	cur.Spec.MinAvailable = &one
+	if _, err := cs.PolicyV1().PodDisruptionBudgets("default").Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	until(t, cs.PolicyV1().RESTClient(), "poddisruptionbudgets", "default", "guarded", &policyv1.PodDisruptionBudget{}, pdbState(1))
+	if err := cs.CoreV1().Pods("default").EvictV1(ctx, ev); err != nil {
+		t.Fatalf("eviction while the PDB permits it: %v", err)
+	}
+}

@@ -1,0 +1,47 @@
+// Command slipway-sim runs the simulated cluster of ops/testenv in the
+// foreground for scripts/cluster, and asks its supervisor to reboot a node.
+//
+//	slipway-sim up --dir STATE [--nodes N] [--tools DIR] [--exec-path PATH] [--node-command CMD]
+//	slipway-sim reboot --node NAME [--delay 5s] [--socket PATH]
+//	slipway-sim status [--kubeconfig FILE]
+//
+// `up` writes STATE/kubeconfig, STATE/pids ("name pid" lines: its own and every
+// process it started) and finally STATE/ready, then runs until SIGTERM or
+// SIGINT, when it stops everything it started (the state stays for `down`).
+// `reboot` reaches the supervisor through $SLIPWAY_SIM_SOCKET (set for every
+// node command) or --socket, and returns once the reboot is accepted.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "slipway-sim:", err)
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("usage: slipway-sim up|status|reboot [flags]: %w", flag.ErrHelp)
+	}
+	switch args[0] {
+	case "up":
+		return up(ctx, args[1:])
+	case "status":
+		return status(ctx, args[1:])
+	case "reboot":
+		return reboot(ctx, args[1:])
+	default:
+		return fmt.Errorf("unknown command %q (want up, status or reboot): %w", args[0], flag.ErrHelp)
+	}
+}

@@ -1,0 +1,197 @@
+// Package executor stands in for the kubelet of fake nodes for the pods that
+// slipway runs on a node: it watches pods labelled
+// app.kubernetes.io/name=slipway-upgrade that are bound to a fake node, runs
+// their container's command as a local process with the pod's hostPath
+// volumes mapped into that node's own directory, and writes the pod status
+// (Running, then the container's exit code and phase Succeeded or Failed) back,
+// so the real Job controller decides success, failure, retries and deadlines.
+package executor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Defaults of Options.
+const (
+	DefaultSelector       = "app.kubernetes.io/name=slipway-upgrade"
+	DefaultNodeAnnotation = "kwok.x-k8s.io/node"
+)
+
+// Options configures the executor.
+type Options struct {
+	Client kubernetes.Interface
+	// NodesRoot holds one directory per node: hostPath /x of a pod on node n is <NodesRoot>/<n>/x.
+	NodesRoot string
+	// Path is a PATH-style list where a container's argv[0] is looked up by base
+	// name (so `slipway` runs this machine's build); it is also the process's PATH.
+	Path string
+	// Env is added to every process's environment (e.g. KUBECONFIG).
+	Env []string
+	// Selector picks the pods to run (default DefaultSelector).
+	Selector string
+	// NodeAnnotation must be present on a pod's node for the pod to be run
+	// (default DefaultNodeAnnotation: kwok's fake nodes).
+	NodeAnnotation string
+	// Log receives what the executor does (default slog.Default()).
+	Log *slog.Logger
+}
+
+// Executor runs the selected pods of fake nodes. Create it with New, start it with Run.
+type Executor struct {
+	opts  Options
+	nodes cache.Indexer
+
+	mu      sync.Mutex
+	running map[types.UID]*podRun
+	wg      sync.WaitGroup
+}
+
+// New checks opts and returns an Executor.
+func New(opts Options) (*Executor, error) {
+	if opts.Client == nil || opts.NodesRoot == "" {
+		return nil, fmt.Errorf("executor: Client and NodesRoot are required")
+	}
+	if opts.Selector == "" {
+		opts.Selector = DefaultSelector
+	}
+	if opts.NodeAnnotation == "" {
+		opts.NodeAnnotation = DefaultNodeAnnotation
+	}
+	if opts.Path == "" {
+		opts.Path = os.Getenv("PATH")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	return &Executor{opts: opts, running: map[types.UID]*podRun{}}, nil
+}
+
+// Run watches pods until ctx ends, then kills the processes it started and waits for them.
+func (x *Executor) Run(ctx context.Context) error {
+	nodeInf := informers.NewSharedInformerFactory(x.opts.Client, 0)
+	x.nodes = nodeInf.Core().V1().Nodes().Informer().GetIndexer()
+	podInf := informers.NewSharedInformerFactoryWithOptions(x.opts.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = x.opts.Selector }))
+	pods := podInf.Core().V1().Pods().Informer()
+	_, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { x.observe(ctx, obj) },
+		UpdateFunc: func(_, obj any) { x.observe(ctx, obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				x.kill(p.UID, 0)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("executor: watch pods: %w", err)
+	}
+	// Nodes first: a pod is only run once its node is known.
+	nodeInf.Start(ctx.Done())
+	nodeInf.WaitForCacheSync(ctx.Done())
+	podInf.Start(ctx.Done())
+	podInf.WaitForCacheSync(ctx.Done())
+	<-ctx.Done()
+	x.mu.Lock()
+	for _, r := range x.running {
+		r.kill(2 * time.Second)
+	}
+	x.mu.Unlock()
+	x.wg.Wait()
+	nodeInf.Shutdown()
+	podInf.Shutdown()
+	return nil
+}
+
+// Running is the number of pod processes running now.
+func (x *Executor) Running() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	n := 0
+	for _, r := range x.running {
+		if !r.ended() {
+			n++
+		}
+	}
+	return n
+}
+
+// observe starts a pod that is new to the executor, or kills one being deleted.
+func (x *Executor) observe(ctx context.Context, obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if pod.DeletionTimestamp != nil {
+		grace := time.Duration(0)
+		if pod.DeletionGracePeriodSeconds != nil {
+			grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+		}
+		x.kill(pod.UID, grace)
+		return
+	}
+	if pod.Spec.NodeName == "" || pod.Status.Phase != corev1.PodPending {
+		return
+	}
+	node, ok := x.node(pod.Spec.NodeName)
+	if !ok {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if _, seen := x.running[pod.UID]; seen || ctx.Err() != nil {
+		return
+	}
+	r := newPodRun(x, pod.DeepCopy(), node)
+	x.running[pod.UID] = r
+	x.wg.Add(1)
+	go func() {
+		defer x.wg.Done()
+		r.run(ctx)
+	}()
+}
+
+// node returns the pod's node when it is one the executor serves.
+func (x *Executor) node(name string) (*corev1.Node, bool) {
+	if x.nodes == nil {
+		return nil, false
+	}
+	obj, ok, err := x.nodes.GetByKey(name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	n := obj.(*corev1.Node)
+	_, fake := n.Annotations[x.opts.NodeAnnotation]
+	return n, fake
+}
+
+// kill stops the process of a pod being deleted, if any, and forgets the pod.
+func (x *Executor) kill(uid types.UID, grace time.Duration) {
+	x.mu.Lock()
+	r, ok := x.running[uid]
+	x.mu.Unlock()
+	if !ok {
+		return
+	}
+	r.markDeleted()
+	go func() {
+		r.kill(grace)
+		x.mu.Lock()
+		delete(x.running, uid)
+		x.mu.Unlock()
+	}()
+}

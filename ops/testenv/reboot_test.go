@@ -1,0 +1,105 @@
+package testenv
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+
+	"slipway.dev/slipway/ops/testenv/supervisor"
+)
+
+// TestRebootSimulation reboots a node through the supervisor's socket, as a
+// node's command would, and checks every step a real reboot shows: the
+// command stopped, the node NotReady, then Ready with a new boot ID, /run
+// emptied and the command started again with NODE_NAME and SLIPWAY_NODE_DIR.
+func TestRebootSimulation(t *testing.T) {
+	cs := clientset(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	node := cluster.Nodes[len(cluster.Nodes)-1]
+	dir := filepath.Join(cluster.NodesRoot, node)
+	before, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldPid := cluster.Supervisor.Pids()[node]
+	if oldPid == 0 {
+		t.Fatalf("no command running for %s", node)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "run", "k3os"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "run", "k3os", "upgrade.lock"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Watch from the current state so that the NotReady phase cannot be missed.
+	lw := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", node))
+	wentDown := false
+	done := make(chan error, 1)
+	go func() {
+		_, err := watchtools.Until(ctx, before.ResourceVersion, lw, func(ev watch.Event) (bool, error) {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok {
+				return false, nil
+			}
+			if !NodeReady(n) {
+				wentDown = true
+			}
+			return wentDown && NodeReady(n) && n.Status.NodeInfo.BootID != before.Status.NodeInfo.BootID, nil
+		})
+		done <- err
+	}()
+	if err := supervisor.Send(ctx, cluster.Socket, supervisor.Request{Op: "reboot", Node: node, Delay: "1s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("node %s did not go NotReady and come back with a new boot ID: %v", node, err)
+	}
+	// The command restarts right after the node is Ready again.
+	for cluster.Supervisor.Boots(node) < 2 && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	newPid := cluster.Supervisor.Pids()[node]
+	if newPid == 0 || newPid == oldPid {
+		t.Fatalf("command pid %d after reboot, was %d", newPid, oldPid)
+	}
+	if fileExists("/proc/" + itoa(oldPid)) {
+		t.Errorf("the command from before the reboot (pid %d) still runs", oldPid)
+	}
+	if fileExists(filepath.Join(dir, "run", "k3os", "upgrade.lock")) {
+		t.Error("/run survived the reboot")
+	}
+	var boots string
+	for ctx.Err() == nil {
+		b, _ := os.ReadFile(filepath.Join(dir, "boots"))
+		if boots = string(b); strings.Count(boots, "\n") >= 2 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if want := node + " " + dir + "\n"; boots != want+want {
+		t.Errorf("boots file %q, want two lines %q", boots, want)
+	}
+}
+
+func TestRebootUnknownNode(t *testing.T) {
+	Need(t, cluster)
+	err := supervisor.Send(context.Background(), cluster.Socket, supervisor.Request{Op: "reboot", Node: "no-such-node"})
+	if err == nil || !strings.Contains(err.Error(), "not supervised") {
+		t.Fatalf("reboot of an unknown node: %v, want an error", err)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,75 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"slipway.dev/slipway/ops/testenv/executor"
+	"slipway.dev/slipway/ops/testenv/supervisor"
+)
+
+// startNodeSim starts the node executor and the supervisor of the fake nodes.
+func (e *Env) startNodeSim(ctx context.Context) error {
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	e.NodesRoot = filepath.Join(e.Dir, "nodes")
+	e.Socket = filepath.Join(e.Dir, "sim.sock")
+	log := e.opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	env := append([]string{"KUBECONFIG=" + e.Kubeconfig}, e.opts.NodeEnv...)
+	x, err := executor.New(executor.Options{Client: cs, NodesRoot: e.NodesRoot, Path: e.opts.ExecPath,
+		Env: env, Log: log.With("component", "executor")})
+	if err != nil {
+		return err
+	}
+	e.Supervisor, err = supervisor.New(supervisor.Options{Client: cs, Nodes: e.Nodes, NodesRoot: e.NodesRoot,
+		Command: e.opts.NodeCommand, Env: env, Socket: e.Socket, Log: log.With("component", "supervisor")})
+	if err != nil {
+		return err
+	}
+	simCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.stopSim = cancel
+	e.simDone = make(chan struct{}, 2)
+	go func() { _ = x.Run(simCtx); e.simDone <- struct{}{} }()
+	go func() {
+		if err := e.Supervisor.Serve(simCtx, e.Socket); err != nil {
+			log.Error("supervisor socket", "err", err)
+		}
+		e.simDone <- struct{}{}
+	}()
+	return e.Supervisor.Start()
+}
+
+// stopNodeSim stops the executor (killing its pods' processes) and the node commands.
+func (e *Env) stopNodeSim() {
+	if e.stopSim == nil {
+		return
+	}
+	e.stopSim()
+	e.Supervisor.Stop()
+	for range 2 {
+		select {
+		case <-e.simDone:
+		case <-time.After(15 * time.Second):
+		}
+	}
+	_ = os.Remove(e.Socket)
+}
+
+// Reboot simulates a reboot of a fake node (see supervisor.Supervisor.Reboot).
+func (e *Env) Reboot(ctx context.Context, node string, delay time.Duration) error {
+	if e.Supervisor == nil {
+		return fmt.Errorf("reboot %s: the Env has no simulated cluster (Options.Cluster)", node)
+	}
+	return e.Supervisor.Reboot(ctx, node, delay)
+}

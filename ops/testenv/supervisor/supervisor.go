@@ -1,0 +1,227 @@
+// Package supervisor runs one command per fake node (the node's "agent") with
+// NODE_NAME and SLIPWAY_NODE_DIR set, and simulates a node's reboot: stop its
+// command, report the node NotReady, wait, report it Ready with a new boot ID,
+// empty its /run and start the command again.
+package supervisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// DownAnnotation, "true" on a fake node, makes the cluster's kwok stages report
+// the node NotReady and stop its heartbeat.
+const DownAnnotation = "sim.slipway.dev/down"
+
+// Options configures a Supervisor.
+type Options struct {
+	Client kubernetes.Interface
+	// Nodes are the fake nodes; node n's directory is <NodesRoot>/<n>.
+	Nodes     []string
+	NodesRoot string
+	// Command runs once per node (none when empty: reboots then only change the node's state).
+	Command []string
+	// Env is added to each command's environment (e.g. KUBECONFIG, PATH).
+	Env []string
+	// Socket, when set, is the unix socket Serve listens on; it is passed to
+	// the commands as SLIPWAY_SIM_SOCKET so they can request their own reboot.
+	Socket string
+	Log    *slog.Logger
+}
+
+// Supervisor owns the per-node commands.
+type Supervisor struct {
+	opts  Options
+	mu    sync.Mutex
+	nodes map[string]*nodeProc
+}
+
+// nodeProc is the state of one node.
+type nodeProc struct {
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	rebooting bool
+	boots     int
+}
+
+// New returns a Supervisor; Start starts the commands.
+func New(opts Options) (*Supervisor, error) {
+	if opts.Client == nil || opts.NodesRoot == "" {
+		return nil, fmt.Errorf("supervisor: Client and NodesRoot are required")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	s := &Supervisor{opts: opts, nodes: map[string]*nodeProc{}}
+	for _, n := range opts.Nodes {
+		s.nodes[n] = &nodeProc{}
+	}
+	return s, nil
+}
+
+// NodeDir is the directory that stands for node's root file system.
+func (s *Supervisor) NodeDir(node string) string { return filepath.Join(s.opts.NodesRoot, node) }
+
+// Start creates every node's directory and starts its command.
+func (s *Supervisor) Start() error {
+	for _, n := range s.opts.Nodes {
+		if err := os.MkdirAll(s.NodeDir(n), 0o755); err != nil {
+			return fmt.Errorf("create node directory: %w", err)
+		}
+		if err := s.startNode(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Pids returns the pid of each node's running command.
+func (s *Supervisor) Pids() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := map[string]int{}
+	for n, p := range s.nodes {
+		if p.cmd != nil && p.cmd.Process != nil {
+			m[n] = p.cmd.Process.Pid
+		}
+	}
+	return m
+}
+
+// Boots is how many times node has been (re)booted by the supervisor.
+func (s *Supervisor) Boots(node string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.nodes[node]; ok {
+		return p.boots
+	}
+	return 0
+}
+
+// Stop stops every node's command.
+func (s *Supervisor) Stop() {
+	var wg sync.WaitGroup
+	for _, n := range s.opts.Nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.stopNode(n, 10*time.Second) }()
+	}
+	wg.Wait()
+}
+
+// startNode starts node's command (when there is one) and counts a boot.
+func (s *Supervisor) startNode(node string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.nodes[node]
+	p.boots++
+	if len(s.opts.Command) == 0 {
+		return nil
+	}
+	dir := s.NodeDir(node)
+	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open %s's command log: %w", node, err)
+	}
+	cmd := exec.Command(s.opts.Command[0], s.opts.Command[1:]...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), s.opts.Env...), "NODE_NAME="+node, "SLIPWAY_NODE_DIR="+dir)
+	if s.opts.Socket != "" {
+		cmd.Env = append(cmd.Env, "SLIPWAY_SIM_SOCKET="+s.opts.Socket)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s's command %v: %w", node, s.opts.Command, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
+	p.cmd, p.exited = cmd, exited
+	s.opts.Log.Info("node command started", "node", node, "pid", cmd.Process.Pid, "boot", p.boots)
+	return nil
+}
+
+// stopNode stops node's command: SIGTERM to its process group, SIGKILL after grace.
+func (s *Supervisor) stopNode(node string, grace time.Duration) {
+	s.mu.Lock()
+	p := s.nodes[node]
+	cmd, exited := p.cmd, p.exited
+	p.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(grace):
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-exited
+}
+
+// newBootID returns a random boot ID in the kernel's format.
+func newBootID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// Reboot simulates a reboot of node and returns once it is back: its command
+// stopped, the node NotReady, delay waited, /run emptied, the node Ready with
+// a new boot ID and its command started again.
+func (s *Supervisor) Reboot(ctx context.Context, node string, delay time.Duration) error {
+	s.mu.Lock()
+	p, ok := s.nodes[node]
+	if ok && p.rebooting {
+		s.mu.Unlock()
+		return fmt.Errorf("node %s is already rebooting", node)
+	}
+	if ok {
+		p.rebooting = true
+	}
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("node %s is not supervised", node)
+	}
+	defer func() { s.mu.Lock(); p.rebooting = false; s.mu.Unlock() }()
+	s.opts.Log.Info("rebooting node", "node", node, "delay", delay)
+	s.stopNode(node, 10*time.Second)
+	if err := setDown(ctx, s.opts.Client, node, true); err != nil {
+		return err
+	}
+	if err := waitReady(ctx, s.opts.Client, node, false); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(delay): // the simulated downtime itself
+	}
+	if err := os.RemoveAll(filepath.Join(s.NodeDir(node), "run")); err != nil {
+		return fmt.Errorf("empty %s's /run: %w", node, err)
+	}
+	if err := setBootID(ctx, s.opts.Client, node, newBootID()); err != nil {
+		return err
+	}
+	if err := setDown(ctx, s.opts.Client, node, false); err != nil {
+		return err
+	}
+	if err := waitReady(ctx, s.opts.Client, node, true); err != nil {
+		return err
+	}
+	s.opts.Log.Info("node back", "node", node)
+	return s.startNode(node)
+}
