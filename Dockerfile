@@ -1,0 +1,21 @@
+# slipway: one static binary. Build: docker build -t slipway .
+# The build stage mirrors scripts/build (static, -trimpath, version stamped
+# through -ldflags); pass VERSION/COMMIT/DATE as build args from git.
+ARG GO_VERSION=1.26
+FROM golang:${GO_VERSION} AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=v0.0.0-dev
+ARG COMMIT=unknown
+ARG DATE=unknown
+ARG TARGETOS=linux
+ARG TARGETARCH
+RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath \
+      -ldflags "-s -w -X slipway.dev/slipway/version.Version=${VERSION} -X slipway.dev/slipway/version.Commit=${COMMIT} -X slipway.dev/slipway/version.Date=${DATE}" \
+      -o /out/slipway ./cmd/slipway
+
+FROM scratch
+COPY --from=build /out/slipway /usr/bin/slipway
+ENTRYPOINT ["/usr/bin/slipway"]
