@@ -17,5 +17,7 @@ RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath \
       -o /out/slipway ./cmd/slipway
 
 FROM scratch
+# CA roots for https and github-releases:// channels.
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/slipway /usr/bin/slipway
 ENTRYPOINT ["/usr/bin/slipway"]
