@@ -13,7 +13,11 @@ import (
 const (
 	SystemDir = "/k3os/system" // the k3os system directory (read to label the node)
 	RunDir    = "/run/k3os"    // holds the upgrade lock
+	DBusDir   = "/run/dbus"    // the system bus, to reboot through logind where there is one
 )
+
+// MetricsPort is where the agent serves Prometheus metrics (its --metrics-addr).
+const MetricsPort = 9479
 
 // Environment variables the DaemonSet sets for the agent.
 const (
@@ -50,6 +54,7 @@ func daemonSet(o Options) *appsv1.DaemonSet {
 					Volumes: []corev1.Volume{
 						hostPathVolume("system", SystemDir, corev1.HostPathDirectory),
 						hostPathVolume("run", RunDir, corev1.HostPathDirectoryOrCreate),
+						hostPathVolume("dbus", DBusDir, corev1.HostPathDirectoryOrCreate),
 					},
 				},
 			},
@@ -69,6 +74,7 @@ func agentContainer(o Options) corev1.Container {
 			fieldEnv(EnvNamespace, "metadata.namespace"),
 			{Name: EnvImage, Value: o.Image},
 		},
+		Ports:           []corev1.ContainerPort{{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}},
 		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{
@@ -80,6 +86,7 @@ func agentContainer(o Options) corev1.Container {
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: "system", MountPath: SystemDir, ReadOnly: true},
 			{Name: "run", MountPath: RunDir},
+			{Name: "dbus", MountPath: DBusDir},
 		},
 	}
 }

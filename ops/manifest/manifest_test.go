@@ -111,7 +111,7 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, ns, image string) {
 			t.Errorf("mount %s at %s from host %s", m.Name, m.MountPath, paths[m.Name])
 		}
 	}
-	if paths["system"] != "/k3os/system" || paths["run"] != "/run/k3os" {
+	if paths["system"] != "/k3os/system" || paths["run"] != "/run/k3os" || paths["dbus"] != "/run/dbus" {
 		t.Errorf("host paths = %v", paths)
 	}
 	for k, v := range ds.Spec.Selector.MatchLabels {
