@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -256,6 +255,3 @@ func noSpace(err error) error {
 	}
 	return err
 }
-
-var logStage = func(msg string, args ...any) { slog.Info(msg, args...) }
-

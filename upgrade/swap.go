@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,7 +60,7 @@ func (p *plan) apply(ctx context.Context) error {
 func (p *plan) stage(downloads []*download, stage string) error {
 	kdir := filepath.Join(stage, string(layout.Kernel), p.kver)
 	for _, d := range downloads {
-		logStage("staging", "artifact", d.name)
+		slog.Info("staging", "artifact", d.name)
 		var err error
 		switch d.name {
 		case release.RootfsArtifact(p.o.Arch):
@@ -146,7 +147,7 @@ func (p *plan) relink(cp *compPlan) error {
 func removeLeftovers(root string) {
 	old, _ := filepath.Glob(filepath.Join(root, stagingPrefix+"*"))
 	for _, d := range old {
-		logStage("removing a staging folder left by an interrupted run", "dir", d)
+		slog.Info("removing a staging folder left by an interrupted run", "dir", d)
 		_ = os.RemoveAll(d)
 	}
 }

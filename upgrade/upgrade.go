@@ -195,4 +195,3 @@ func parentDir(p string) string {
 	}
 	return "."
 }
-
