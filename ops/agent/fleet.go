@@ -183,7 +183,7 @@ func (a *Agent) staleSlots(ctx context.Context, s plan.Settings, ch *v1.UpdateCh
 			j, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Get(ctx, sl.Job, metav1.GetOptions{})
 			if err == nil {
 				sj.Exists = true
-				_, sj.Failed, sj.Reason = jobOutcome(j)
+				_, sj.Failed, sj.Reason, sj.FinishedAt = jobOutcome(j)
 			}
 		}
 		if stale, why := plan.Stale(s, sl, sn, sj, now); stale {

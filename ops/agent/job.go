@@ -2,6 +2,7 @@ package agent
 
 import (
 	"strconv"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -90,18 +91,18 @@ func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *b
 	}
 }
 
-// jobOutcome reads a Job's conditions: done, and if it failed, why.
-func jobOutcome(j *batchv1.Job) (done, failed bool, reason string) {
+// jobOutcome reads a Job's conditions: done, and if it failed, why and when.
+func jobOutcome(j *batchv1.Job) (done, failed bool, reason string, at time.Time) {
 	for _, c := range j.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {
 			continue
 		}
 		switch c.Type {
 		case batchv1.JobComplete:
-			return true, false, ""
+			return true, false, "", c.LastTransitionTime.Time
 		case batchv1.JobFailed:
-			return true, true, c.Reason + ": " + c.Message
+			return true, true, c.Reason + ": " + c.Message, c.LastTransitionTime.Time
 		}
 	}
-	return false, false, ""
+	return false, false, "", time.Time{}
 }

@@ -22,10 +22,11 @@ const (
 	AnnotationKernelVersion = "ops.slipway.dev/kernel-version"
 	AnnotationK3sVersion    = "ops.slipway.dev/k3s-version"
 
-	// AnnotationRebootFrom is written on its Node by the agent just before it
-	// reboots the node: the boot ID it is rebooting from. After the agent
-	// restarts, a different boot ID proves the reboot happened; the agent
-	// removes the annotation when the slot ends.
+	// AnnotationRebootFrom is written on its Node by the agent before it
+	// records the Rebooting phase: the boot ID it reboots from. After the
+	// agent restarts in that phase, a different boot ID proves the reboot
+	// happened. It stays on the node (the next upgrade overwrites it), so a
+	// crash at any point never makes the agent lose track of the reboot.
 	AnnotationRebootFrom = "ops.slipway.dev/reboot-from-boot-id"
 
 	// LabelJobNode and LabelJobChannel are on every upgrade Job and its pod,

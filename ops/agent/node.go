@@ -93,7 +93,7 @@ func (a *Agent) runJob(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 	if j == nil {
 		return nil // the Job informer brings it
 	}
-	done, failed, reason := jobOutcome(j)
+	done, failed, reason, _ := jobOutcome(j)
 	switch {
 	case !done:
 		return nil // the Job informer calls again when it finishes
@@ -187,7 +187,7 @@ func (a *Agent) afterReboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Se
 	if err != nil {
 		return err
 	}
-	if from := node.Annotations[AnnotationRebootFrom]; from == "" || from == boot {
+	if node.Annotations[AnnotationRebootFrom] == boot {
 		return a.reboot(ctx, ch, s) // restarted before the reboot happened
 	}
 	v, err := ReadVersions(a.opts.SystemDir)
@@ -208,7 +208,6 @@ func (a *Agent) afterReboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Se
 
 func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, v Versions) error {
 	labels, annotations := nodeMeta(v)
-	annotations[AnnotationRebootFrom] = nil
 	if n := a.ownNode(); n == nil || !sameMeta(n.Labels, labels) || !sameMeta(n.Annotations, annotations) {
 		// versions first: the fleet view must not see the old one once the slot is free
 		if err := a.patchNode(ctx, labels, annotations); err != nil {
@@ -239,9 +238,6 @@ func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, st
 	if _, err := drain.Uncordon(ctx, a.kube, a.opts.NodeName, CordonOwner); err != nil {
 		return err
 	}
-	if err := a.patchNode(ctx, nil, map[string]any{AnnotationRebootFrom: nil}); err != nil {
-		return err
-	}
 	var f v1.Failure
 	if _, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
 		if _, err := a.mySlot(c, slot); err != nil {
@@ -262,7 +258,7 @@ func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, st
 // holds it in a slot (a slot freed by the fleet view, a deleted channel).
 func (a *Agent) cleanupIdle(ctx context.Context) error {
 	node := a.ownNode()
-	if node == nil || (drain.CordonedBy(node.Annotations) != CordonOwner && node.Annotations[AnnotationRebootFrom] == "") {
+	if node == nil || drain.CordonedBy(node.Annotations) != CordonOwner {
 		return nil
 	}
 	list, err := a.channels.UpdateChannels(a.opts.Namespace).List(labels.Everything())
@@ -278,7 +274,7 @@ func (a *Agent) cleanupIdle(ctx context.Context) error {
 		return err
 	}
 	a.log.Info("uncordoned: this node holds no slot any more")
-	return a.patchNode(ctx, nil, map[string]any{AnnotationRebootFrom: nil})
+	return nil
 }
 
 // noteWaiting remembers when this node started to wait for a slot.

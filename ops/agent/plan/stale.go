@@ -25,10 +25,15 @@ type SlotNode struct {
 
 // SlotJob is what the stale-slot check knows of a slot's upgrade Job.
 type SlotJob struct {
-	Exists bool
-	Failed bool
-	Reason string // why it failed (condition reason and message)
+	Exists     bool
+	Failed     bool
+	Reason     string    // why it failed (condition reason and message)
+	FinishedAt time.Time // when it failed
 }
+
+// JobGrace is how long the node's own agent has to record its failed Job
+// before the fleet view does it instead.
+const JobGrace = time.Minute
 
 // slack is added to the sum of a slot's timeouts before it counts as stuck.
 const slack = 2 * time.Minute
@@ -50,7 +55,7 @@ func Stale(s Settings, slot v1.Slot, node SlotNode, job SlotJob, now time.Time) 
 	switch {
 	case !node.Exists:
 		return true, fmt.Sprintf("node %s was deleted while it held a slot", slot.Node)
-	case job.Failed:
+	case job.Failed && now.Sub(job.FinishedAt) > JobGrace:
 		return true, fmt.Sprintf("upgrade job %s failed: %s", slot.Job, job.Reason)
 	case !node.Ready && !node.ReadySince.IsZero() && now.Sub(node.ReadySince) > s.NodeReadyTimeout:
 		return true, fmt.Sprintf("node %s has not been Ready for %s (nodeReadyTimeout %s)",
