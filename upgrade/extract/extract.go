@@ -64,6 +64,10 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	case tar.TypeXGlobalHeader, tar.TypeXHeader, tar.TypeGNULongName, tar.TypeGNULongLink:
 		return nil
 	}
+	if isSparse(hdr) {
+		// A sparse entry can announce terabytes of holes in a few bytes.
+		return fmt.Errorf("%w: sparse files are not allowed in a release", ErrUnsafe)
+	}
 	dest, ok, err := x.dest(hdr.Name)
 	if err != nil || !ok {
 		return err
@@ -72,7 +76,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		return x.dir(dest, mode, hdr)
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+	case tar.TypeReg, tar.TypeRegA:
 		return x.file(dest, mode, hdr, r)
 	case tar.TypeSymlink:
 		return x.symlink(dest, hdr)
@@ -103,6 +107,18 @@ func (x *extractor) dest(name string) (string, bool, error) {
 		return "", false, fmt.Errorf("%w: path passes through the symlink %q", ErrUnsafe, p)
 	}
 	return dest, true, nil
+}
+
+func isSparse(hdr *tar.Header) bool {
+	if hdr.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 // localPath cleans an archive path and refuses absolute and escaping ones.
