@@ -19,6 +19,8 @@ const (
 type State struct {
 	Current string // version `current` points at, "" if none
 	Target  string // version to install; "" when only the artifact tells (k3s)
+	// TargetPresent: the Target folder exists (a `current` link may dangle).
+	TargetPresent bool
 	// TargetMarker is the marker of the installed Target folder, nil when the
 	// folder or its marker is missing (e.g. left incomplete by a crash).
 	TargetMarker *Marker
@@ -42,7 +44,7 @@ func Decide(c layout.Component, release string, st State, sums map[string]string
 		}
 		return ActionStage
 	}
-	if st.Target != "" && st.Current == st.Target {
+	if st.Target != "" && st.Current == st.Target && st.TargetPresent {
 		return ActionCurrent
 	}
 	if st.TargetMarker.matches(release, sums) {

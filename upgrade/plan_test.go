@@ -20,8 +20,9 @@ func TestDecide(t *testing.T) {
 		want Action
 	}{
 		{"first install", layout.Rootfs, State{Target: "v2"}, ActionStage},
-		{"current by name, no marker (k3os-installed)", layout.Rootfs, State{Current: "v2", Target: "v2"}, ActionCurrent},
-		{"complete copy installed", layout.Rootfs, State{Current: "v1", Target: "v2", TargetMarker: good}, ActionReuse},
+		{"current by name, no marker (k3os-installed)", layout.Rootfs, State{Current: "v2", Target: "v2", TargetPresent: true}, ActionCurrent},
+		{"current link dangles", layout.Rootfs, State{Current: "v2", Target: "v2"}, ActionStage},
+		{"complete copy installed", layout.Rootfs, State{Current: "v1", Target: "v2", TargetMarker: good, TargetPresent: true}, ActionReuse},
 		{"incomplete copy (no marker)", layout.Rootfs, State{Current: "v1", Target: "v2"}, ActionStage},
 		{"copy from a rebuilt release", layout.Kernel, State{Current: "k1", Target: "k2", TargetMarker: otherSum}, ActionStage},
 		{"k3s current from this release", layout.K3s, State{Current: "k3s2", CurrentMarker: good}, ActionCurrent},

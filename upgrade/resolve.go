@@ -118,6 +118,7 @@ func (p *plan) decide(ctx context.Context, c layout.Component) (*compPlan, error
 		st.Target = p.findMarked(c, cp.sums)
 	}
 	st.TargetMarker = p.marker(c, st.Target)
+	st.TargetPresent = st.Target != "" && exists(p.l.VersionDir(c, st.Target))
 	cp.action = Decide(c, p.version, st, cp.sums)
 	if cp.to == "" {
 		cp.to = st.Target

@@ -154,6 +154,9 @@ func removeLeftovers(root string) {
 
 // checkSpace fails before staging when the filesystem lacks room.
 func checkSpace(root string, downloads []*download) error {
+	if len(downloads) == 0 {
+		return nil // relinking only
+	}
 	var rootfs int64
 	var other []int64
 	for _, d := range downloads {
