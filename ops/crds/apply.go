@@ -4,23 +4,21 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	typedv1 "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/client-go/util/retry"
 )
 
 // Apply creates the embedded CRDs, or updates them where they exist, then
-// waits (watching, bounded by ctx) until the API server serves each one.
+// waits (bounded by ctx) until the API server serves each one. It needs only
+// get, create and update on customresourcedefinitions.
 func Apply(ctx context.Context, cfg *rest.Config) error {
 	objs, err := Objects()
 	if err != nil {
@@ -44,7 +42,7 @@ func Apply(ctx context.Context, cfg *rest.Config) error {
 	return nil
 }
 
-// WaitEstablished waits (watching, bounded by ctx) until the API server
+// WaitEstablished waits (bounded by ctx) until the API server
 // serves each named CRD, for code that installs them some other way.
 func WaitEstablished(ctx context.Context, cfg *rest.Config, names ...string) error {
 	client, err := apiextclient.NewForConfig(cfg)
@@ -86,25 +84,27 @@ func createOrUpdate(ctx context.Context, api typedv1.CustomResourceDefinitionInt
 	return nil
 }
 
-// waitEstablished watches the named CRD until its Established condition is True.
+// establishedPoll is how often waitEstablished reads the CRD.
+const establishedPoll = 100 * time.Millisecond
+
+// waitEstablished reads the named CRD until its Established condition is
+// True. It polls with get instead of watching so that the agent's RBAC stays
+// get/create/update on CRDs (a watch would need list and watch on all of them);
+// establishing takes milliseconds.
 func waitEstablished(ctx context.Context, api typedv1.CustomResourceDefinitionInterface, name string) error {
-	selector := fields.OneTermEqualSelector("metadata.name", name).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return api.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return api.Watch(ctx, o)
-		},
-	}
-	_, err := watchtools.UntilWithSync(ctx, lw, &apiextv1.CustomResourceDefinition{}, nil,
-		func(ev watch.Event) (bool, error) {
-			crd, ok := ev.Object.(*apiextv1.CustomResourceDefinition)
-			return ok && Established(crd), nil
-		})
+	var last error
+	err := wait.PollUntilContextCancel(ctx, establishedPoll, true, func(ctx context.Context) (bool, error) {
+		crd, err := api.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		return Established(crd), nil
+	})
 	if err != nil {
+		if last != nil {
+			err = fmt.Errorf("%w (last read: %w)", err, last)
+		}
 		return fmt.Errorf("CRD %s did not become Established (check its status conditions): %w", name, err)
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
 	"slipway.dev/slipway/ops/crds"
@@ -54,6 +55,12 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		}
 	}
 	sa := "system:serviceaccount:slipway-test:" + AgentName
+	// The agent's --install-crds runs crds.Apply with exactly these rights.
+	asAgent := rest.CopyConfig(e.Config)
+	asAgent.Impersonate = rest.ImpersonationConfig{UserName: sa}
+	if err := crds.Apply(ctx, asAgent); err != nil {
+		t.Errorf("crds.Apply as the agent's ServiceAccount: %v", err)
+	}
 	allowed := []authv1.ResourceAttributes{
 		{Verb: "patch", Resource: "nodes"},
 		{Verb: "create", Resource: "pods", Subresource: "eviction", Namespace: "default"},
