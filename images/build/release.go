@@ -73,7 +73,9 @@ func kernelSquashfs(ctx context.Context, d *debian, kv, work, out string) error 
 		return fmt.Errorf("kernel squashfs: %w", err)
 	}
 	_ = os.Remove(out)
-	cmd := exec.CommandContext(ctx, "mksquashfs", src, out, "-comp", "gzip", "-all-root", "-noappend", "-quiet", "-no-progress")
+	// vmlinuz is compressed already: storing it uncompressed saves build
+	// time and the loader's reads under emulation.
+	cmd := exec.CommandContext(ctx, "mksquashfs", src, out, "-noI", "-noD", "-noF", "-noX", "-all-root", "-noappend", "-quiet", "-no-progress")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("mksquashfs %s: %w: %s (install squashfs-tools: scripts/deps)", out, err, b)
 	}
@@ -90,7 +92,10 @@ func rootfsTarball(o Options, v Version, out string) error {
 		return fmt.Errorf("rootfs tarball: %w", err)
 	}
 	defer f.Close()
-	gz := gzip.NewWriter(f)
+	gz, err := gzip.NewWriterLevel(f, gzip.BestSpeed)
+	if err != nil {
+		return fmt.Errorf("rootfs tarball: %w", err)
+	}
 	tw := tar.NewWriter(gz)
 	base := path.Join(v.Name, "k3os", "system", "k3os")
 	k3s := path.Join(v.Name, "k3os", "system", "k3s")
