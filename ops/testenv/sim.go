@@ -26,7 +26,11 @@ func (e *Env) startNodeSim(ctx context.Context) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	env := append([]string{"KUBECONFIG=" + e.Kubeconfig}, e.opts.NodeEnv...)
+	env := []string{"KUBECONFIG=" + e.Kubeconfig}
+	if e.opts.ExecPath != "" { // node commands find slipway and slipway-sim where pods do
+		env = append(env, "PATH="+e.opts.ExecPath)
+	}
+	env = append(env, e.opts.NodeEnv...)
 	x, err := executor.New(executor.Options{Client: cs, NodesRoot: e.NodesRoot, Path: e.opts.ExecPath,
 		Env: env, Log: log.With("component", "executor")})
 	if err != nil {
@@ -65,6 +69,9 @@ func (e *Env) stopNodeSim() {
 	}
 	_ = os.Remove(e.Socket)
 }
+
+// NodeDir is the directory standing for node's root file system (Cluster only).
+func (e *Env) NodeDir(node string) string { return filepath.Join(e.NodesRoot, node) }
 
 // Reboot simulates a reboot of a fake node (see supervisor.Supervisor.Reboot).
 func (e *Env) Reboot(ctx context.Context, node string, delay time.Duration) error {

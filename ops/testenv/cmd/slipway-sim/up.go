@@ -24,7 +24,7 @@ func up(ctx context.Context, args []string) error {
 	nodes := fs.Int("nodes", 3, "number of fake nodes")
 	tools := fs.String("tools", os.Getenv(testenv.EnvToolsDir), "directory of the control-plane binaries (default $SLIPWAY_TOOLS_DIR)")
 	execPath := fs.String("exec-path", os.Getenv("PATH"), "PATH-style list where executed pods' commands are looked up")
-	nodeCmd := fs.String("node-command", "", "command started once per fake node (split on spaces)")
+	nodeCmd := fs.String("node-command", "", "shell command started once per fake node (run by sh -c)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long the start may take")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -46,9 +46,13 @@ func up(ctx context.Context, args []string) error {
 	defer logf.Close()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	var command []string
+	if strings.TrimSpace(*nodeCmd) != "" {
+		command = []string{"sh", "-c", *nodeCmd}
+	}
 	env, err := testenv.Start(ctx, testenv.Options{
 		Cluster: true, Nodes: *nodes, CRDs: objs, ToolsDir: *tools, Dir: *dir, Timeout: *timeout,
-		ExecPath: *execPath, NodeCommand: strings.Fields(*nodeCmd), Progress: os.Stdout,
+		ExecPath: *execPath, NodeCommand: command, Progress: os.Stdout,
 		Logger: slog.New(slog.NewTextHandler(logf, nil)),
 	})
 	if err != nil {
