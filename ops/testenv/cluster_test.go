@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,9 +26,26 @@ import (
 
 var cluster *Env
 
+// fakeSlipway stands in for the slipway binary in executed pods: it records its arguments.
+const fakeSlipway = "#!/bin/sh\necho \"$@\" > \"$SLIPWAY_NODE_DIR/slipway-args\"\n"
+
 func TestMain(m *testing.M) {
-	os.Exit(RunMain(m, Options{Cluster: true, Nodes: 3,
-		NodeCommand: []string{"sh", "-c", `echo "$NODE_NAME $SLIPWAY_NODE_DIR" >> boots; exec sleep 100000`}}, &cluster))
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	bin, err := os.MkdirTemp("", "slipway-testenv-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(bin)
+	if err := os.WriteFile(filepath.Join(bin, "slipway"), []byte(fakeSlipway), 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return RunMain(m, Options{Cluster: true, Nodes: 3, ExecPath: bin + ":/usr/bin:/bin",
+		NodeCommand: []string{"sh", "-c", `echo "$NODE_NAME $SLIPWAY_NODE_DIR" >> boots; exec sleep 100000`}}, &cluster)
 }
 
 // until watches one object until cond holds or a minute passes.
@@ -259,5 +277,54 @@ func TestEvictionRespectsPDB(t *testing.T) {
 	until(t, cs.PolicyV1().RESTClient(), "poddisruptionbudgets", "default", "guarded", &policyv1.PodDisruptionBudget{}, pdbState(1))
 	if err := cs.CoreV1().Pods("default").EvictV1(ctx, ev); err != nil {
 		t.Fatalf("eviction while the PDB permits it: %v", err)
+	}
+}
+
+// TestExecutorRunsSlipwayWithNodePaths runs a pod shaped like the agent's
+// upgrade Job: argv[0] "slipway" resolves to the executor's path, and the
+// hostPath mount paths in its arguments point into the node's directory.
+func TestExecutorRunsSlipwayWithNodePaths(t *testing.T) {
+	cs := clientset(t)
+	j := executorJob("slipway-args", "", nil)
+	hp := corev1.HostPathDirectoryOrCreate
+	spec := &j.Spec.Template.Spec
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "run", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run/k3os", Type: &hp}}})
+	c := &spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "run", MountPath: "/run/k3os"})
+	c.Command = []string{"/usr/local/bin/slipway"}
+	c.Args = []string{"ops", "upgrade", "--system-dir", "/k3os/system", "--lock-file", "/run/k3os/upgrade.lock"}
+	spec.NodeName = cluster.Nodes[0]
+	if _, err := cs.BatchV1().Jobs("default").Create(context.Background(), j, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := jobFinished(t, cs, "slipway-args"); !hasCondition(got, batchv1.JobComplete) {
+		t.Fatalf("job status %+v, want Complete", got.Status)
+	}
+	dir := cluster.NodeDir(cluster.Nodes[0])
+	b, err := os.ReadFile(filepath.Join(dir, "slipway-args"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("ops upgrade --system-dir %s/k3os/system --lock-file %s/run/k3os/upgrade.lock\n", dir, dir)
+	if string(b) != want {
+		t.Errorf("slipway ran with %q, want %q", b, want)
+	}
+}
+
+// TestJobControllerRetriesExecutedPods: the first pod fails, the Job
+// controller (backoffLimit 1) makes a second one, which succeeds.
+func TestJobControllerRetriesExecutedPods(t *testing.T) {
+	cs := clientset(t)
+	// The counter lives outside any node's directory: the retry may run on another node.
+	counter := filepath.Join(cluster.NodesRoot, "retry-attempts")
+	j := executorJob("retry", `echo x >> `+counter+`; test "$(wc -l < `+counter+`)" -ge 2`, nil)
+	one := int32(1)
+	j.Spec.BackoffLimit = &one
+	if _, err := cs.BatchV1().Jobs("default").Create(context.Background(), j, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := jobFinished(t, cs, "retry")
+	if !hasCondition(got, batchv1.JobComplete) || got.Status.Failed != 1 || got.Status.Succeeded != 1 {
+		t.Fatalf("job status %+v, want Complete after 1 failed and 1 succeeded pod", got.Status)
 	}
 }
