@@ -63,11 +63,13 @@ func (e *Env) startCluster(ctx context.Context, tools string) error {
 		return err
 	}
 	watched := []*process{e.procs[0], e.procs[1], kcm, sched, kwok}
-	if err := e.watchUntil(ctx, watched, "fake nodes Ready", cs, "nodes", "", allNodesReady(e.Nodes)); err != nil {
+	nodes := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "nodes", "", fields.Everything())
+	if err := e.watchUntil(ctx, watched, "fake nodes Ready", nodes, &corev1.Node{}, allNodesReady(e.Nodes)); err != nil {
 		return err
 	}
 	// Pods need the default ServiceAccount, which the controller-manager creates.
-	return e.watchUntil(ctx, watched, "default ServiceAccount", cs, "serviceaccounts", "default", func(ev watch.Event) (bool, error) {
+	sas := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "serviceaccounts", "default", fields.Everything())
+	return e.watchUntil(ctx, watched, "default ServiceAccount", sas, &corev1.ServiceAccount{}, func(ev watch.Event) (bool, error) {
 		sa, ok := ev.Object.(*corev1.ServiceAccount)
 		return ok && sa.Name == "default" && ev.Type != watch.Deleted, nil
 	})
@@ -142,9 +144,9 @@ func NodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// watchUntil watches resource (in namespace ns; "" = cluster-wide) until cond
-// holds, failing early when one of procs exits.
-func (e *Env) watchUntil(ctx context.Context, procs []*process, what string, cs kubernetes.Interface, resource, ns string, cond watchtools.ConditionFunc) error {
+// watchUntil watches lw's objects (of obj's type) until cond holds, failing
+// early when one of procs exits.
+func (e *Env) watchUntil(ctx context.Context, procs []*process, what string, lw cache.ListerWatcher, obj runtime.Object, cond watchtools.ConditionFunc) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	died := make(chan error, 1)
@@ -155,14 +157,6 @@ func (e *Env) watchUntil(ctx context.Context, procs []*process, what string, cs 
 			cancel()
 		}
 	}()
-	lw := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), resource, ns, fields.Everything())
-	var obj runtime.Object
-	switch resource {
-	case "nodes":
-		obj = &corev1.Node{}
-	default:
-		obj = &corev1.ServiceAccount{}
-	}
 	_, err := watchtools.UntilWithSync(ctx, lw, obj, nil, cond)
 	select {
 	case derr := <-died:
