@@ -1,9 +1,12 @@
 package build
 
 import (
+	"archive/tar"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -11,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 
-	"slipway.dev/slipway/upgrade/extract"
 	"slipway.dev/slipway/upgrade/layout"
 	"slipway.dev/slipway/upgrade/release"
 )
@@ -50,6 +52,9 @@ func installSystem(ctx context.Context, o Options, r *Result, work string) error
 	return mkfs(ctx, state, r.SystemImage, "SLIPWAY_STATE", o.DiskMiB)
 }
 
+// extractRootfs unpacks the rootfs tarball this builder wrote (directories,
+// files, symlinks only) into sys, dropping the first RootfsStrip path
+// elements as k3os's installer did; os.Root keeps every write inside sys.
 func extractRootfs(tarball, sys string) error {
 	f, err := os.Open(tarball)
 	if err != nil {
@@ -65,17 +70,43 @@ func extractRootfs(tarball, sys string) error {
 		return fmt.Errorf("rootfs: %w", err)
 	}
 	defer root.Close()
-	strip := func(name string) (string, bool) {
-		parts := strings.SplitN(name, "/", release.RootfsStrip+1)
-		if len(parts) <= release.RootfsStrip || parts[release.RootfsStrip] == "" {
-			return "", false
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
 		}
-		return parts[release.RootfsStrip], true
+		if err != nil {
+			return fmt.Errorf("read %s: %w", tarball, err)
+		}
+		parts := strings.SplitN(strings.TrimSuffix(h.Name, "/"), "/", release.RootfsStrip+1)
+		if len(parts) <= release.RootfsStrip {
+			continue
+		}
+		if err := extractEntry(root, parts[release.RootfsStrip], h, tr); err != nil {
+			return fmt.Errorf("extract %s from %s: %w", h.Name, tarball, err)
+		}
 	}
-	if _, err := extract.Tar(gz, root, strip); err != nil {
-		return fmt.Errorf("extract %s: %w", tarball, err)
+}
+
+func extractEntry(root *os.Root, name string, h *tar.Header, r io.Reader) error {
+	switch h.Typeflag {
+	case tar.TypeDir:
+		return root.MkdirAll(name, fs.FileMode(h.Mode).Perm())
+	case tar.TypeSymlink:
+		return root.Symlink(h.Linkname, name)
+	case tar.TypeReg:
+		f, err := root.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fs.FileMode(h.Mode).Perm())
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(f, r); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
 	}
-	return nil
+	return fmt.Errorf("unexpected entry type %q", h.Typeflag)
 }
 
 // mkfs writes an ext4 image of folder src (mke2fs -d, no root needed);
