@@ -328,3 +328,36 @@ func TestJobControllerRetriesExecutedPods(t *testing.T) {
 		t.Fatalf("job status %+v, want Complete after 1 failed and 1 succeeded pod", got.Status)
 	}
 }
+
+// TestExecutorStopsDeletedPodGracefully deletes a running executed pod: its
+// process gets SIGTERM and its grace period (it takes a second to finish),
+// and only then is the pod gone.
+func TestExecutorStopsDeletedPodGracefully(t *testing.T) {
+	cs := clientset(t)
+	ctx := context.Background()
+	tmpl := executorJob("graceful", `trap 'sleep 1; echo term > "$SYSTEM_DIR/got-term"; exit 0' TERM; while :; do sleep 0.1; done`, nil).Spec.Template
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "graceful", Namespace: "default", Labels: tmpl.Labels}, Spec: tmpl.Spec}
+	pod.Spec.NodeName = cluster.Nodes[1]
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	until(t, cs.CoreV1().RESTClient(), "pods", "default", "graceful", &corev1.Pod{}, func(o runtime.Object) bool {
+		return o.(*corev1.Pod).Status.Phase == corev1.PodRunning
+	})
+	grace := int64(20)
+	if err := cs.CoreV1().Pods("default").Delete(ctx, "graceful", metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	lw := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "pods", "default", fields.OneTermEqualSelector("metadata.name", "graceful"))
+	_, err := watchtools.UntilWithSync(wctx, lw, &corev1.Pod{}, func(store cache.Store) (bool, error) {
+		return len(store.List()) == 0, nil
+	}, func(ev watch.Event) (bool, error) { return ev.Type == watch.Deleted, nil })
+	if err != nil {
+		t.Fatalf("pod not deleted: %v", err)
+	}
+	if !fileExists(filepath.Join(cluster.NodeDir(cluster.Nodes[1]), "k3os", "system", "got-term")) {
+		t.Error("the process was not given SIGTERM before the pod was deleted")
+	}
+}

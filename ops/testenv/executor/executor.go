@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -93,7 +94,7 @@ func (x *Executor) Run(ctx context.Context) error {
 				obj = d.Obj
 			}
 			if p, ok := obj.(*corev1.Pod); ok {
-				x.kill(p.UID, 0)
+				x.forget(p.UID)
 			}
 		},
 	})
@@ -137,11 +138,9 @@ func (x *Executor) observe(ctx context.Context, obj any) {
 		return
 	}
 	if pod.DeletionTimestamp != nil {
-		grace := time.Duration(0)
-		if pod.DeletionGracePeriodSeconds != nil {
-			grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+		if _, ok := x.node(pod.Spec.NodeName); ok {
+			x.finishDeletion(ctx, pod)
 		}
-		x.kill(pod.UID, grace)
 		return
 	}
 	if pod.Spec.NodeName == "" || pod.Status.Phase != corev1.PodPending {
@@ -179,19 +178,45 @@ func (x *Executor) node(name string) (*corev1.Node, bool) {
 	return n, fake
 }
 
-// kill stops the process of a pod being deleted, if any, and forgets the pod.
-func (x *Executor) kill(uid types.UID, grace time.Duration) {
+// finishDeletion does a kubelet's part of a pod's deletion, once per pod: it
+// stops the pod's process within the grace period, then deletes the pod for good.
+func (x *Executor) finishDeletion(ctx context.Context, pod *corev1.Pod) {
 	x.mu.Lock()
-	r, ok := x.running[uid]
-	x.mu.Unlock()
+	r, ok := x.running[pod.UID]
 	if !ok {
+		r = &podRun{x: x, pod: pod.DeepCopy()}
+		x.running[pod.UID] = r
+	}
+	first := r.markDeleted()
+	x.mu.Unlock()
+	if !first {
 		return
 	}
-	r.markDeleted()
+	grace := time.Duration(0)
+	if pod.DeletionGracePeriodSeconds != nil {
+		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	}
+	x.wg.Add(1)
 	go func() {
+		defer x.wg.Done()
 		r.kill(grace)
-		x.mu.Lock()
-		delete(x.running, uid)
-		x.mu.Unlock()
+		zero := int64(0)
+		err := x.opts.Client.CoreV1().Pods(pod.Namespace).Delete(context.WithoutCancel(ctx), pod.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			x.opts.Log.Warn("cannot finish the pod's deletion", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		}
 	}()
+}
+
+// forget drops a deleted pod, killing its process if it still runs.
+func (x *Executor) forget(uid types.UID) {
+	x.mu.Lock()
+	r, ok := x.running[uid]
+	delete(x.running, uid)
+	x.mu.Unlock()
+	if ok {
+		r.markDeleted()
+		go r.kill(0)
+	}
 }

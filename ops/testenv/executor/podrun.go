@@ -186,10 +186,13 @@ func (r *podRun) kill(grace time.Duration) {
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 }
 
-func (r *podRun) markDeleted() {
+// markDeleted records that the pod is being deleted; true the first time.
+func (r *podRun) markDeleted() bool {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	first := !r.deleted
 	r.deleted = true
-	r.mu.Unlock()
+	return first
 }
 
 func (r *podRun) isDeleted() bool {
