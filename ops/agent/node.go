@@ -302,6 +302,13 @@ func (a *Agent) noteSlot(channel string) {
 }
 
 func (a *Agent) bootID() (string, error) {
+	if a.opts.BootIDFromNode {
+		n := a.ownNode()
+		if n == nil || n.Status.NodeInfo.BootID == "" {
+			return "", fmt.Errorf("node %s reports no status.nodeInfo.bootID (--boot-id-from-node)", a.opts.NodeName)
+		}
+		return n.Status.NodeInfo.BootID, nil
+	}
 	b, err := os.ReadFile(a.opts.BootIDFile)
 	if err != nil {
 		return "", fmt.Errorf("read the boot ID from %s (--boot-id-file): %w", a.opts.BootIDFile, err)

@@ -42,6 +42,11 @@ type Options struct {
 	Rebooter reboot.Rebooter
 	// BootIDFile holds an ID that changes with every boot (default /proc/sys/kernel/random/boot_id).
 	BootIDFile string
+	// BootIDFromNode reads the boot ID from the Node's status.nodeInfo.bootID
+	// instead of BootIDFile: for simulated nodes whose supervisor sets it
+	// before it restarts the agent. (A real kubelet may report it only after
+	// the agent started, so real nodes use the file.)
+	BootIDFromNode bool
 	// MetricsAddr serves Prometheus metrics at /metrics ("" = off).
 	MetricsAddr string
 	// GitHubToken authenticates github-releases:// polls (raises the rate limit).
