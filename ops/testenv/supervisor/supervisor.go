@@ -42,9 +42,10 @@ type Options struct {
 
 // Supervisor owns the per-node commands.
 type Supervisor struct {
-	opts  Options
-	mu    sync.Mutex
-	nodes map[string]*nodeProc
+	opts    Options
+	mu      sync.Mutex
+	nodes   map[string]*nodeProc
+	stopped bool // no command starts after Stop, not even at the end of a reboot
 }
 
 // nodeProc is the state of one node.
@@ -109,8 +110,11 @@ func (s *Supervisor) Boots(node string) int {
 	return 0
 }
 
-// Stop stops every node's command.
+// Stop stops every node's command; none starts again.
 func (s *Supervisor) Stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, n := range s.opts.Nodes {
 		wg.Add(1)
@@ -124,6 +128,9 @@ func (s *Supervisor) startNode(node string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.nodes[node]
+	if s.stopped {
+		return fmt.Errorf("node %s: the supervisor is stopped", node)
+	}
 	p.boots++
 	if len(s.opts.Command) == 0 {
 		return nil
