@@ -2,7 +2,6 @@ package upgrade
 
 import (
 	"bufio"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/klauspost/compress/gzip"
 
 	"slipway.dev/slipway/upgrade/extract"
 	"slipway.dev/slipway/upgrade/layout"
@@ -125,7 +126,7 @@ func (p *plan) stageRootfs(d *download, stage string) error {
 			return err
 		}
 		defer zr.Close() // before hr.finish: the inflating goroutine reads hr
-		if _, err := extract.Tar(bufio.NewReaderSize(zr, 1<<20), root, p.rootfsMapper(&k3s)); err != nil {
+		if _, err := extract.Tar(bufio.NewReaderSize(zr, 1<<20), root, extract.Options{Map: p.rootfsMapper(&k3s)}); err != nil {
 			return err
 		}
 		_, err = io.Copy(io.Discard, zr) // the gzip trailer: checks its CRC

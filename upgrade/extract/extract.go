@@ -27,13 +27,18 @@ type Stats struct {
 	Bytes                            int64
 }
 
+// Options tune an extraction.
+type Options struct {
+	Map Mapper // nil: every entry at its own path
+}
+
 // ErrUnsafe is wrapped by every refusal of an entry that would escape the root.
 var ErrUnsafe = errors.New("unsafe tar entry")
 
 // Tar extracts the tar stream r into root. It stops at the first error;
 // the caller removes the partial tree.
-func Tar(r io.Reader, root *os.Root, mapFn Mapper) (Stats, error) {
-	x := extractor{root: root, mapFn: mapFn, links: map[string]bool{}, chown: os.Geteuid() == 0}
+func Tar(r io.Reader, root *os.Root, o Options) (Stats, error) {
+	x := extractor{root: root, mapFn: o.Map, links: map[string]bool{}, chown: os.Geteuid() == 0}
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -50,9 +55,9 @@ func Tar(r io.Reader, root *os.Root, mapFn Mapper) (Stats, error) {
 }
 
 type extractor struct {
-	root  *os.Root
-	mapFn Mapper
-	links map[string]bool // symlinks created so far
+	root      *os.Root
+	mapFn     Mapper
+	links     map[string]bool // symlinks created so far
 	stats Stats
 	chown bool
 }

@@ -61,7 +61,7 @@ func extractTo(t *testing.T, data []byte, mapFn Mapper) (string, Stats, error) {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	st, err := Tar(bytes.NewReader(data), root, mapFn)
+	st, err := Tar(bytes.NewReader(data), root, Options{Map: mapFn})
 	checkConfined(t, parent)
 	return dir, st, err
 }
@@ -167,7 +167,7 @@ func FuzzTar(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer root.Close()
-		_, _ = Tar(bytes.NewReader(data), root, nil)
+		_, _ = Tar(bytes.NewReader(data), root, Options{})
 		checkConfined(t, parent)
 	})
 }
