@@ -55,9 +55,9 @@ func Tar(r io.Reader, root *os.Root, o Options) (Stats, error) {
 }
 
 type extractor struct {
-	root      *os.Root
-	mapFn     Mapper
-	links     map[string]bool // symlinks created so far
+	root  *os.Root
+	mapFn Mapper
+	links map[string]bool // symlinks created so far
 	stats Stats
 	chown bool
 }
