@@ -9,9 +9,10 @@ type Action string
 
 // The actions, in the words of the upgrade's report.
 const (
-	ActionCurrent Action = "current" // already at the target: nothing to do
-	ActionReuse   Action = "reuse"   // a complete copy of the target is installed: relink only
-	ActionStage   Action = "stage"   // download, verify, extract, swap
+	ActionCurrent  Action = "current"  // already at the target: nothing to do
+	ActionReuse    Action = "reuse"    // a complete copy of the target is installed: relink only
+	ActionStage    Action = "stage"    // download, verify, extract, swap
+	ActionRollback Action = "rollback" // current and previous exchanged
 )
 
 // State is what the system directory holds for one component, as read

@@ -72,7 +72,7 @@ func rollback(o RollbackOptions) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		res.Components = append(res.Components, ComponentResult{Component: c, From: cur, To: prev, Action: "rollback"})
+		res.Components = append(res.Components, ComponentResult{Component: c, From: cur, To: prev, Action: ActionRollback})
 	}
 	if o.DryRun {
 		return res, nil

@@ -66,8 +66,8 @@ type ComponentResult struct {
 // Result of Run.
 type Result struct {
 	SystemDir      string            `json:"systemDir"`
-	Source         string            `json:"source"`
-	Version        string            `json:"version"`
+	Source         string            `json:"source,omitempty"`
+	Version        string            `json:"version,omitempty"`
 	AlreadyCurrent bool              `json:"alreadyCurrent"`
 	DryRun         bool              `json:"dryRun,omitempty"`
 	Components     []ComponentResult `json:"components"`
