@@ -98,13 +98,33 @@ func (a *Agent) runJob(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 	case !done:
 		return nil // the Job informer calls again when it finishes
 	case failed:
-		return a.fail(ctx, ch, slot, "job", fmt.Sprintf("upgrade job %s failed (%s); its pod's log says why", name, reason))
+		return a.fail(ctx, ch, slot, "job", fmt.Sprintf("upgrade job %s failed (%s)%s", name, reason, a.podMessage(ctx, name)))
 	}
 	slot.Phase, slot.Job = plan.PhaseDraining, name
 	if _, err := a.setPhase(ctx, ch, slot, plan.PhaseDraining, name); err != nil {
 		return err
 	}
 	return a.drainAndReboot(ctx, ch, s, slot)
+}
+
+// podMessage returns ": <the end of the failed pod's termination message>"
+// of Job name, or a pointer to its log when there is none.
+func (a *Agent) podMessage(ctx context.Context, job string) string {
+	pods, err := a.kube.CoreV1().Pods(a.opts.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job})
+	if err == nil {
+		for _, p := range pods.Items {
+			for _, cs := range p.Status.ContainerStatuses {
+				if t := cs.State.Terminated; t != nil && strings.TrimSpace(t.Message) != "" {
+					msg := strings.TrimSpace(t.Message)
+					if len(msg) > 400 {
+						msg = "..." + msg[len(msg)-400:]
+					}
+					return ": " + msg
+				}
+			}
+		}
+	}
+	return "; its pod's log says why (kubectl -n " + a.opts.Namespace + " logs job/" + job + ")"
 }
 
 func (a *Agent) job(name string) *batchv1.Job {
@@ -304,8 +324,11 @@ func (a *Agent) noteSlot(channel string) {
 func (a *Agent) bootID() (string, error) {
 	if a.opts.BootIDFromNode {
 		n := a.ownNode()
-		if n == nil || n.Status.NodeInfo.BootID == "" {
-			return "", fmt.Errorf("node %s reports no status.nodeInfo.bootID (--boot-id-from-node)", a.opts.NodeName)
+		if n == nil {
+			return "", fmt.Errorf("node %s not seen yet (--boot-id-from-node)", a.opts.NodeName)
+		}
+		if n.Status.NodeInfo.BootID == "" {
+			return "unreported", nil // a fresh simulated node; its first reboot sets one
 		}
 		return n.Status.NodeInfo.BootID, nil
 	}

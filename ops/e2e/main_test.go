@@ -1,0 +1,86 @@
+// Package e2e runs the UpdateChannel rollout end to end on the simulated
+// cluster (ops/testenv with Cluster): fake nodes, one `slipway ops agent`
+// process per node started by the node supervisor, each on its own system
+// directory installed at v1 by `slipway ops upgrade` from a local mirror,
+// upgrade Jobs run for real by the node executor, reboots simulated.
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"slipway.dev/slipway/ops/crds"
+	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/upgrade/releasetest"
+)
+
+const nodes = 10
+
+var (
+	env    *testenv.Env
+	mirror string
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() || os.Getenv(testenv.EnvSkip) == "1" {
+		return testenv.RunMain(m, testenv.Options{}, &env) // starts nothing; tests skip
+	}
+	dir, err := os.MkdirTemp("", "slipway-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "bin")
+	mirror = filepath.Join(dir, "mirror")
+	if err := build(bin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, v := range []string{"v1", "v2"} {
+		if _, err := releasetest.Write(releasetest.Options{Mirror: mirror, Version: v}); err != nil {
+			fmt.Fprintln(os.Stderr, "write release:", err)
+			return 1
+		}
+	}
+	return testenv.RunMain(m, testenv.Options{
+		Cluster: true, Nodes: nodes, CRDs: crds.Must(),
+		ExecPath:    bin + ":/usr/local/bin:/usr/bin:/bin",
+		NodeCommand: []string{"/bin/sh", "-c", nodeScript},
+		NodeEnv:     []string{"SLIPWAY_E2E_MIRROR=" + mirror},
+	}, &env)
+}
+
+// nodeScript is each fake node's "boot": install v1 on first boot, then run the agent.
+const nodeScript = `set -e
+sys="$SLIPWAY_NODE_DIR/k3os/system"
+mkdir -p "$sys" "$SLIPWAY_NODE_DIR/run/k3os"
+if [ ! -e "$sys/k3os/current" ]; then
+  slipway ops upgrade --system-dir "$sys" --source "$SLIPWAY_E2E_MIRROR" --version v1 --rootfs --kernel \
+    --reboot=false --lock-file "$SLIPWAY_NODE_DIR/run/k3os/upgrade.lock"
+fi
+exec slipway ops agent --node-name "$NODE_NAME" --namespace slipway-system --system-dir "$sys" \
+  --host-system-dir /k3os/system --host-lock-dir /run/k3os --image slipway:e2e \
+  --reboot-method command --reboot-command "slipway-sim reboot --delay 1s" --boot-id-from-node \
+  --metrics-addr "" --kubeconfig "$KUBECONFIG" --lease-duration 6s --resync 10s --retry-backoff 1h
+`
+
+// build compiles slipway and slipway-sim into bin.
+func build(bin string) error {
+	for pkg, name := range map[string]string{"../../cmd/slipway": "slipway", "../testenv/cmd/slipway-sim": "slipway-sim"} {
+		cmd := exec.CommandContext(context.Background(), "go", "build", "-o", filepath.Join(bin, name), pkg)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("build %s: %w", name, err)
+		}
+	}
+	return nil
+}
