@@ -117,3 +117,21 @@ func TestDiskFillsWhileStaging(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// With --remount, a failed upgrade still leaves the mount read-only and the
+// system directory unchanged.
+func TestRemountRestoredOnFailure(t *testing.T) {
+	e := newEnv(t)
+	tmpfsSystem(t, e, "24m")
+	remountRO(t, e.sys)
+	flipByte(t, e.artifact("v2", "k3os-rootfs-"+arch+".tar.gz"), 300)
+	o := e.opts("v2")
+	o.Remount = true
+	err := unchanged(t, e.sys, func() error { _, err := upgrade.Run(context.Background(), o); return err })
+	if !errors.Is(err, upgrade.ErrVerify) {
+		t.Fatalf("err = %v, want ErrVerify", err)
+	}
+	if remount.IsWritable(e.sys) {
+		t.Fatal("a failed upgrade left the system directory read-write")
+	}
+}
