@@ -1,0 +1,51 @@
+package testenv
+
+import (
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"slipway.dev/slipway/ops/testenv/executor"
+)
+
+// TestStagesMatchTheGoConstants guards the stage file against drifting from
+// the label and annotations the executor and supervisor use.
+func TestStagesMatchTheGoConstants(t *testing.T) {
+	s := string(stagesYAML)
+	for _, want := range []string{
+		`.metadata.labels["` + ExecutorLabelKey + `"]`, `'` + ExecutorLabelValue + `'`,
+		`.metadata.annotations["` + DownAnnotation + `"]`,
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("stages.yaml does not mention %s", want)
+		}
+	}
+	if executor.DefaultSelector != ExecutorLabelKey+"="+ExecutorLabelValue {
+		t.Errorf("executor selects %q, stages leave %s=%s alone", executor.DefaultSelector, ExecutorLabelKey, ExecutorLabelValue)
+	}
+	if executor.DefaultNodeAnnotation != FakeNodeAnnotation {
+		t.Errorf("executor serves nodes annotated %q, kwok manages %q", executor.DefaultNodeAnnotation, FakeNodeAnnotation)
+	}
+	names := map[string]bool{}
+	for _, doc := range strings.Split(s, "\n---\n") {
+		var st struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &st); err != nil {
+			t.Fatalf("stages.yaml: %v", err)
+		}
+		if st.Kind != "Stage" {
+			t.Errorf("document %q is a %q, want Stage", st.Metadata.Name, st.Kind)
+		}
+		names[st.Metadata.Name] = true
+	}
+	for _, n := range []string{"node-initialize", "node-heartbeat-with-lease", "node-down", "pod-ready", "pod-complete", "pod-delete"} {
+		if !names[n] {
+			t.Errorf("stage %s missing", n)
+		}
+	}
+}
