@@ -54,7 +54,8 @@ type Options struct {
 	Dir string
 	// Log receives the tails of the processes' logs when something fails (default os.Stderr).
 	Log io.Writer
-	// Timeout bounds the whole start (default 3m).
+	// Timeout bounds the start of the processes (default 3m); building
+	// missing binaries first is not bounded by it.
 	Timeout time.Duration
 
 	// ExecPath is the PATH-style list where the node executor looks up a pod
@@ -103,12 +104,13 @@ type Env struct {
 // On failure everything it started is stopped again.
 func Start(ctx context.Context, opts Options) (*Env, error) {
 	opts = withDefaults(opts)
-	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
-	defer cancel()
+	// Building missing binaries takes many minutes on a fresh machine: not bounded by Timeout.
 	tools, err := toolsDir(ctx, opts.ToolsDir, opts.Cluster)
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
 	e := &Env{opts: opts, Dir: opts.Dir}
 	if e.Dir == "" {
 		if e.Dir, err = os.MkdirTemp("", "slipway-testenv-"); err != nil {
