@@ -47,8 +47,10 @@ func Acquire(path, command string) (*Lock, error) {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	info := fmt.Sprintf("pid=%d\ncommand=%s\nstarted=%s\n", os.Getpid(), command, time.Now().UTC().Format(time.RFC3339))
+	// The record only improves a concurrent run's message; failing to
+	// write it does not weaken the lock.
 	if err := f.Truncate(0); err == nil {
-		_, err = f.WriteAt([]byte(info), 0)
+		_, _ = f.WriteAt([]byte(info), 0)
 	}
 	return &Lock{f: f}, nil
 }
