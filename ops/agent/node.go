@@ -115,7 +115,8 @@ func (a *Agent) podMessage(ctx context.Context, job string) string {
 		for _, p := range pods.Items {
 			for _, cs := range p.Status.ContainerStatuses {
 				if t := cs.State.Terminated; t != nil && strings.TrimSpace(t.Message) != "" {
-					msg := strings.TrimSpace(t.Message)
+					lines := strings.Split(strings.TrimSpace(t.Message), "\n")
+					msg := strings.TrimSpace(lines[len(lines)-1]) // the error is the last line
 					if len(msg) > 400 {
 						msg = "..." + msg[len(msg)-400:]
 					}

@@ -12,18 +12,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
+	"time"
 
 	"slipway.dev/slipway/ops/crds"
 	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/upgrade/releasetest"
 )
 
-const nodes = 10
-
 var (
 	env    *testenv.Env
 	mirror string
+	nodes  = 10 // 100 when benchmarks run (SLIPWAY_BENCH_NODES overrides)
+	// simReboot is how long a simulated reboot keeps a node down.
+	simReboot = time.Second
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -32,6 +35,12 @@ func run(m *testing.M) int {
 	flag.Parse()
 	if testing.Short() || os.Getenv(testenv.EnvSkip) == "1" {
 		return testenv.RunMain(m, testenv.Options{}, &env) // starts nothing; tests skip
+	}
+	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
+		nodes, simReboot = 100, benchReboot
+		if n, err := strconv.Atoi(os.Getenv("SLIPWAY_BENCH_NODES")); err == nil && n > 0 {
+			nodes = n
+		}
 	}
 	dir, err := os.MkdirTemp("", "slipway-e2e-")
 	if err != nil {
@@ -52,10 +61,10 @@ func run(m *testing.M) int {
 		}
 	}
 	return testenv.RunMain(m, testenv.Options{
-		Cluster: true, Nodes: nodes, CRDs: crds.Must(),
+		Cluster: true, Nodes: nodes, CRDs: crds.Must(), Timeout: 10 * time.Minute,
 		ExecPath:    bin + ":/usr/local/bin:/usr/bin:/bin",
 		NodeCommand: []string{"/bin/sh", "-c", nodeScript},
-		NodeEnv:     []string{"SLIPWAY_E2E_MIRROR=" + mirror},
+		NodeEnv:     []string{"SLIPWAY_E2E_MIRROR=" + mirror, "SLIPWAY_E2E_REBOOT=" + simReboot.String()},
 	}, &env)
 }
 
@@ -69,8 +78,9 @@ if [ ! -e "$sys/k3os/current" ]; then
 fi
 exec slipway ops agent --node-name "$NODE_NAME" --namespace slipway-system --system-dir "$sys" \
   --host-system-dir /k3os/system --host-lock-dir /run/k3os --image slipway:e2e \
-  --reboot-method command --reboot-command "slipway-sim reboot --delay 1s" --boot-id-from-node \
-  --metrics-addr "" --kubeconfig "$KUBECONFIG" --lease-duration 6s --resync 10s --retry-backoff 1h
+  --reboot-method command --boot-id-from-node \
+  --metrics-addr "" --kubeconfig "$KUBECONFIG" --lease-duration 6s --resync 10s --retry-backoff 1h \
+  --reboot-command "slipway-sim reboot --delay $SLIPWAY_E2E_REBOOT"
 `
 
 // build compiles slipway and slipway-sim into bin.

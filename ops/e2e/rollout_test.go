@@ -38,7 +38,7 @@ type clients struct {
 	ops  versioned.Interface
 }
 
-func setup(t *testing.T) clients {
+func setup(t testing.TB) clients {
 	t.Helper()
 	e := testenv.Need(t, env)
 	c := clients{kubernetes.NewForConfigOrDie(e.Config), versioned.NewForConfigOrDie(e.Config)}
@@ -153,7 +153,7 @@ func web(t *testing.T, c clients) {
 // waitUntil re-checks cond every half second until it holds (the simulated
 // cluster's objects change through many writers; a condition over several
 // objects is simplest to re-read).
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -229,6 +229,8 @@ func TestRollout(t *testing.T) {
 			t.Errorf("node %s left cordoned", n)
 		}
 	}
+	rss := agentRSS()
+	t.Logf("agent resident memory at %d nodes: %s", nodes, rssSummary(rss))
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	t.Logf("at worst: %d slots held, %d nodes cordoned, %d of %d web pods available (PDB minAvailable %d)",

@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// The benchmark's fixed simulated per-node time: the agent waits
+// benchRebootDelay after the drain, then the simulated reboot keeps the node
+// down benchReboot.
+const (
+	benchConcurrency = 10
+	benchRebootDelay = 2 * time.Second
+	benchReboot      = 8 * time.Second
+)
+
+// BenchmarkRollout rolls v2 through every fake node (100 by default) at
+// concurrency 10 and reports the wall time against the ideal
+// ceil(N/C) x per-node time, the API writes per node upgraded (from the
+// apiserver's /metrics), status-write conflicts per slot and agent memory.
+//
+//	go test ./ops/e2e -run '^$' -bench Rollout -benchtime 1x
+func BenchmarkRollout(b *testing.B) {
+	c := setup(b)
+	ctx := context.Background()
+	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: ns}, Spec: v1.UpdateChannelSpec{
+		URL: "file://" + mirror, Version: "v1", Concurrency: benchConcurrency,
+		RebootDelay: &metav1.Duration{Duration: benchRebootDelay}}}
+	if _, err := c.ops.OpsV1().UpdateChannels(ns).Create(ctx, ch, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	get := func() *v1.UpdateChannel {
+		ch, err := c.ops.OpsV1().UpdateChannels(ns).Get(ctx, "bench", metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return ch
+	}
+	waitUntil(b, 5*time.Minute, "every agent to report v1", func() (bool, error) {
+		ch := get()
+		return ch.Status.Counts.Nodes == nodes && ch.Status.Counts.UpToDate == nodes, nil
+	})
+	idleRSS := agentRSS()
+	before, err := scrapeWrites(ctx, c.kube)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	patch := `{"spec":{"version":"v2"}}`
+	if _, err := c.ops.OpsV1().UpdateChannels(ns).Patch(ctx, "bench", "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	waitUntil(b, 30*time.Minute, "every node at v2", func() (bool, error) {
+		ch := get()
+		return ch.Status.Counts.UpToDate == nodes && len(ch.Status.Updating) == 0, nil
+	})
+	wall := time.Since(start)
+	b.StopTimer()
+	after, err := scrapeWrites(ctx, c.kube)
+	if err != nil {
+		b.Fatal(err)
+	}
+	perNode := benchRebootDelay + benchReboot
+	waves := (nodes + benchConcurrency - 1) / benchConcurrency
+	ideal := time.Duration(waves) * perNode
+	all, hb, conflicts := after.all-before.all, after.heartbeats-before.heartbeats, after.conflicts-before.conflicts
+	b.ReportMetric(wall.Seconds(), "wall-s")
+	b.ReportMetric(ideal.Seconds(), "ideal-s")
+	b.ReportMetric(wall.Seconds()/ideal.Seconds(), "wall/ideal")
+	b.ReportMetric(all/float64(nodes), "writes/node")
+	b.ReportMetric((all-hb)/float64(nodes), "writes-excl-heartbeats/node")
+	b.ReportMetric(conflicts/float64(nodes), "conflicts/slot")
+	b.Logf("%d nodes, concurrency %d, per-node simulated time %s (rebootDelay %s + reboot %s): wall %s, ideal %s (x%.2f)",
+		nodes, benchConcurrency, perNode, benchRebootDelay, benchReboot, wall.Round(time.Second), ideal, wall.Seconds()/ideal.Seconds())
+	b.Logf("API writes during the rollout: %.0f (%.1f per node), of which %.0f Lease/node-status heartbeats; %.0f status conflicts for %d slots",
+		all, all/float64(nodes), hb, conflicts, nodes)
+	b.Logf("agent RSS before the rollout: %s", rssSummary(idleRSS))
+	b.Logf("agent RSS after the rollout:  %s", rssSummary(agentRSS()))
+}
