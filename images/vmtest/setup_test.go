@@ -92,7 +92,8 @@ func startVM(t *testing.T, ctx context.Context, root, dir, accel string) *Consol
 	t.Helper()
 	images := filepath.Join(dir, "images")
 	cmd := exec.Command(filepath.Join(root, "scripts", "run-qemu"), "--images", images, "--accel", accel,
-		"--mirror", filepath.Join(images, "mirror.img"), "--memory", "1024")
+		"--mirror", filepath.Join(images, "mirror.img"), "--memory", "1024",
+		"--cloud-config", filepath.Join(root, "overlay", "usr", "share", "slipway", "cloud-config.yaml"))
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,12 @@ func TestUpgradeRebootAndFallBack(t *testing.T) {
 	defer cancel()
 	g := &guest{t: t, ctx: ctx, c: startVM(t, ctx, root, dir, accel), k: img.KernelVersions}
 
-	s.step("boot v1", func() error { return g.wait(3*time.Minute, g.booted("boot", "v1")...) })
+	s.step("boot v1", func() error {
+		b := g.booted("boot", "v1")
+		// rcS installs the cloud-config (qemu fw_cfg) before the confirm service runs.
+		b = append(b[:len(b)-1], re(`slipway: cloud-config installed`), b[len(b)-1])
+		return g.wait(3*time.Minute, b...)
+	})
 	s.step("upgrade to v2 in guest", func() error { return g.upgrade("v2") })
 	s.step("reboot into v2", func() error {
 		return g.reboot(3*time.Minute, g.booted("try", "v2")...)
