@@ -87,6 +87,10 @@ func kernelSquashfs(ctx context.Context, d *debian, kv, work, out string) error 
 // <v>/k3os/system/k3s/<v>-k3s/k3s (a stub: these images run no cluster) and
 // <v>/k3os/system/k3s/current.
 func rootfsTarball(o Options, v Version, out string) error {
+	hdrs, data, err := rootfsEntries(o, v)
+	if err != nil {
+		return err
+	}
 	f, err := os.Create(out)
 	if err != nil {
 		return fmt.Errorf("rootfs tarball: %w", err)
@@ -97,47 +101,11 @@ func rootfsTarball(o Options, v Version, out string) error {
 		return fmt.Errorf("rootfs tarball: %w", err)
 	}
 	tw := tar.NewWriter(gz)
-	base := path.Join(v.Name, "k3os", "system", "k3os")
-	k3s := path.Join(v.Name, "k3os", "system", "k3s")
-	init, err := os.ReadFile(filepath.Join(o.Overlay, "usr", "lib", "slipway", "rootfs-init"))
-	if err != nil {
-		return fmt.Errorf("rootfs init: %w", err)
-	}
-	if v.Broken {
-		init = []byte(brokenInit)
-	}
-	entries := []struct {
-		name string
-		mode int64
-		data []byte
-		src  string
-	}{
-		{name: base + "/" + v.Name + "/k3os", mode: 0o755, src: o.Slipway},
-		{name: base + "/" + v.Name + "/init", mode: 0o755, data: init},
-		{name: base + "/" + v.Name + "/version", mode: 0o644, data: []byte(v.Name + "\n")},
-		{name: k3s + "/" + v.Name + "-k3s/k3s", mode: 0o755, data: []byte(k3sStub)},
-	}
-	for _, dir := range []string{v.Name, v.Name + "/k3os", v.Name + "/k3os/system", base, base + "/" + v.Name, k3s, k3s + "/" + v.Name + "-k3s"} {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o755}); err != nil {
+	for i, h := range hdrs {
+		if err := tw.WriteHeader(h); err != nil {
 			return fmt.Errorf("rootfs tarball: %w", err)
 		}
-	}
-	for _, e := range entries {
-		data := e.data
-		if e.src != "" {
-			if data, err = os.ReadFile(e.src); err != nil {
-				return fmt.Errorf("rootfs tarball: %w", err)
-			}
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: e.mode, Size: int64(len(data))}); err != nil {
-			return fmt.Errorf("rootfs tarball: %w", err)
-		}
-		if _, err := tw.Write(data); err != nil {
-			return fmt.Errorf("rootfs tarball: %w", err)
-		}
-	}
-	for _, l := range [][2]string{{base + "/current", v.Name}, {k3s + "/current", v.Name + "-k3s"}} {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: l[0], Linkname: l[1]}); err != nil {
+		if _, err := tw.Write(data[i]); err != nil {
 			return fmt.Errorf("rootfs tarball: %w", err)
 		}
 	}
@@ -147,6 +115,40 @@ func rootfsTarball(o Options, v Version, out string) error {
 		}
 	}
 	return f.Close()
+}
+
+// rootfsEntries lists the tarball's headers, in order, with each one's data.
+func rootfsEntries(o Options, v Version) ([]*tar.Header, [][]byte, error) {
+	base := path.Join(v.Name, "k3os", "system", "k3os")
+	k3s := path.Join(v.Name, "k3os", "system", "k3s")
+	init, err := os.ReadFile(filepath.Join(o.Overlay, "usr", "lib", "slipway", "rootfs-init"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("rootfs init: %w", err)
+	}
+	if v.Broken {
+		init = []byte(brokenInit)
+	}
+	bin, err := os.ReadFile(o.Slipway)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rootfs binary: %w", err)
+	}
+	var hdrs []*tar.Header
+	var data [][]byte
+	add := func(h *tar.Header, b []byte) {
+		h.Size = int64(len(b))
+		hdrs, data = append(hdrs, h), append(data, b)
+	}
+	for _, dir := range []string{v.Name, v.Name + "/k3os", v.Name + "/k3os/system", base, base + "/" + v.Name, k3s, k3s + "/" + v.Name + "-k3s"} {
+		add(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o755}, nil)
+	}
+	add(&tar.Header{Typeflag: tar.TypeReg, Name: base + "/" + v.Name + "/k3os", Mode: 0o755}, bin)
+	add(&tar.Header{Typeflag: tar.TypeReg, Name: base + "/" + v.Name + "/init", Mode: 0o755}, init)
+	add(&tar.Header{Typeflag: tar.TypeReg, Name: base + "/" + v.Name + "/version", Mode: 0o644}, []byte(v.Name+"\n"))
+	add(&tar.Header{Typeflag: tar.TypeReg, Name: k3s + "/" + v.Name + "-k3s/k3s", Mode: 0o755}, []byte(k3sStub))
+	for _, l := range [][2]string{{base + "/current", v.Name}, {k3s + "/current", v.Name + "-k3s"}} {
+		add(&tar.Header{Typeflag: tar.TypeSymlink, Name: l[0], Linkname: l[1]}, nil)
+	}
+	return hdrs, data, nil
 }
 
 // writeSums writes sha256sum-<arch>.txt over the artifacts in dir.
