@@ -53,12 +53,13 @@ func BenchmarkRollout(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	patch := `{"spec":{"version":"v2"}}`
-	if _, err := c.ops.OpsV1().UpdateChannels(ns).Patch(ctx, "bench", "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+	patched, err := c.ops.OpsV1().UpdateChannels(ns).Patch(ctx, "bench", "application/merge-patch+json", []byte(patch), metav1.PatchOptions{})
+	if err != nil {
 		b.Fatal(err)
 	}
 	waitUntil(b, 30*time.Minute, "every node at v2", func() (bool, error) {
 		ch := get()
-		return ch.Status.Counts.UpToDate == nodes && len(ch.Status.Updating) == 0, nil
+		return ch.Status.ObservedGeneration >= patched.Generation && ch.Status.Counts.UpToDate == nodes && len(ch.Status.Updating) == 0, nil
 	})
 	wall := time.Since(start)
 	b.StopTimer()

@@ -11,13 +11,16 @@ import (
 	"strings"
 
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
 )
 
 // agentRSS returns the resident memory (KiB) of every running agent
-// process, by node, read from /proc.
-func agentRSS() map[string]int {
-	out := map[string]int{}
+// process, by node, read from /proc: VmRSS, and of it RssAnon (the
+// process's own memory; the rest is the binary's file pages, shared by every
+// process running it).
+func agentRSS() map[string][2]int {
+	out := map[string][2]int{}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		cmd, err := os.ReadFile(filepath.Join(d, "cmdline"))
@@ -32,11 +35,20 @@ func agentRSS() map[string]int {
 		if err != nil {
 			continue
 		}
+		var v [2]int
 		for _, line := range strings.Split(string(status), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-				out[args[4]], _ = strconv.Atoi(f[1])
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			switch f[0] {
+			case "VmRSS:":
+				v[0], _ = strconv.Atoi(f[1])
+			case "RssAnon:":
+				v[1], _ = strconv.Atoi(f[1])
 			}
 		}
+		out[args[4]] = v
 	}
 	return out
 }
@@ -53,7 +65,7 @@ func scrapeWrites(ctx context.Context, c kubernetes.Interface) (writes, error) {
 	if err != nil {
 		return writes{}, err
 	}
-	var p expfmt.TextParser
+	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
 		return writes{}, err
@@ -85,16 +97,18 @@ func scrapeWrites(ctx context.Context, c kubernetes.Interface) (writes, error) {
 	return w, nil
 }
 
-// rssSummary formats the smallest, median and largest RSS in MiB.
-func rssSummary(rss map[string]int) string {
-	var v []int
-	for _, kb := range rss {
-		v = append(v, kb)
+// rssSummary formats the smallest, median and largest RSS and RssAnon in MiB.
+func rssSummary(rss map[string][2]int) string {
+	var all, anon []int
+	for _, v := range rss {
+		all, anon = append(all, v[0]), append(anon, v[1])
 	}
-	if len(v) == 0 {
+	if len(all) == 0 {
 		return "no agent found"
 	}
-	slices.Sort(v)
+	slices.Sort(all)
+	slices.Sort(anon)
 	mib := func(kb int) float64 { return float64(kb) / 1024 }
-	return fmt.Sprintf("%d agents, min %.1f MiB, median %.1f MiB, max %.1f MiB", len(v), mib(v[0]), mib(v[len(v)/2]), mib(v[len(v)-1]))
+	return fmt.Sprintf("%d agents, RSS min/median/max %.1f/%.1f/%.1f MiB, of it anonymous %.1f/%.1f/%.1f MiB",
+		len(all), mib(all[0]), mib(all[len(all)/2]), mib(all[len(all)-1]), mib(anon[0]), mib(anon[len(anon)/2]), mib(anon[len(anon)-1]))
 }
