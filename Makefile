@@ -26,7 +26,7 @@ lint: ## go vet and staticcheck (installed from the Go module proxy)
 demo: ## the main job: a real upgrade of a demo system directory from a local mirror
 	@scripts/demo
 
-image: ## build the bootable test OS images and release mirrors (v1, v2) under build/images
+image: ## build the bootable test OS images and release mirrors (v1, v2, a broken v3) under build/images
 	@scripts/image
 
 vm-test: ## boot the test images under qemu: upgrade, reboot, fall back from a broken version

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"slipway.dev/slipway/upgrade/bootstate"
 	"slipway.dev/slipway/upgrade/layout"
 )
 
@@ -30,6 +31,11 @@ type ComponentStatus struct {
 type StatusReport struct {
 	SystemDir  string            `json:"systemDir"`
 	Components []ComponentStatus `json:"components"`
+	// Boot is the try-once boot record (confirmed, tentative and abandoned
+	// versions), present once the boot loader or `ops confirm` wrote one.
+	Boot *bootstate.State `json:"boot,omitempty"`
+	// BootError says why an existing boot record could not be read.
+	BootError string `json:"bootError,omitempty"`
 }
 
 // Status reads current and previous of each component. It takes no lock and
@@ -67,7 +73,21 @@ func Status(o StatusOptions) (*StatusReport, error) {
 		sort.Strings(cs.Installed)
 		rep.Components = append(rep.Components, cs)
 	}
+	rep.Boot, rep.BootError = readBootState(o.SystemDir)
 	return rep, nil
+}
+
+// readBootState loads the boot record of systemDir: nil when there is none,
+// and an error message rather than a failed status when it is unreadable.
+func readBootState(systemDir string) (*bootstate.State, string) {
+	if _, err := os.Stat(bootstate.Path(systemDir)); err != nil {
+		return nil, ""
+	}
+	st, err := bootstate.Load(systemDir)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return &st, ""
 }
 
 // WriteText prints the report as a table.
@@ -78,7 +98,18 @@ func (r *StatusReport) WriteText(w io.Writer) error {
 	for _, c := range r.Components {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Component, dash(c.Current), dash(c.Previous), dash(strings.Join(c.Installed, ",")))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	switch {
+	case r.Boot != nil:
+		_, err := fmt.Fprintln(w, r.Boot.Summary())
+		return err
+	case r.BootError != "":
+		_, err := fmt.Fprintf(w, "boot: %s\n", r.BootError)
+		return err
+	}
+	return nil
 }
 
 func dash(s string) string {
