@@ -1,12 +1,9 @@
 package build
 
 import (
-	"archive/tar"
 	"compress/gzip"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -14,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"slipway.dev/slipway/upgrade/extract"
 	"slipway.dev/slipway/upgrade/layout"
 	"slipway.dev/slipway/upgrade/release"
 )
@@ -52,9 +50,9 @@ func installSystem(ctx context.Context, o Options, r *Result, work string) error
 	return mkfs(ctx, state, r.SystemImage, "SLIPWAY_STATE", o.DiskMiB)
 }
 
-// extractRootfs unpacks the rootfs tarball this builder wrote (directories,
-// files, symlinks only) into sys, dropping the first RootfsStrip path
-// elements as k3os's installer did; os.Root keeps every write inside sys.
+// extractRootfs unpacks the rootfs tarball into sys, dropping the first
+// RootfsStrip path elements as k3os's installer did, with the same confined
+// extractor `ops upgrade` uses.
 func extractRootfs(tarball, sys string) error {
 	f, err := os.Open(tarball)
 	if err != nil {
@@ -70,43 +68,17 @@ func extractRootfs(tarball, sys string) error {
 		return fmt.Errorf("rootfs: %w", err)
 	}
 	defer root.Close()
-	tr := tar.NewReader(gz)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
+	strip := func(name string) (string, bool) {
+		parts := strings.SplitN(name, "/", release.RootfsStrip+1)
+		if len(parts) <= release.RootfsStrip || parts[release.RootfsStrip] == "" {
+			return "", false
 		}
-		if err != nil {
-			return fmt.Errorf("read %s: %w", tarball, err)
-		}
-		parts := strings.SplitN(strings.TrimSuffix(h.Name, "/"), "/", release.RootfsStrip+1)
-		if len(parts) <= release.RootfsStrip {
-			continue
-		}
-		if err := extractEntry(root, parts[release.RootfsStrip], h, tr); err != nil {
-			return fmt.Errorf("extract %s from %s: %w", h.Name, tarball, err)
-		}
+		return parts[release.RootfsStrip], true
 	}
-}
-
-func extractEntry(root *os.Root, name string, h *tar.Header, r io.Reader) error {
-	switch h.Typeflag {
-	case tar.TypeDir:
-		return root.MkdirAll(name, fs.FileMode(h.Mode).Perm())
-	case tar.TypeSymlink:
-		return root.Symlink(h.Linkname, name)
-	case tar.TypeReg:
-		f, err := root.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fs.FileMode(h.Mode).Perm())
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(f, r); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close()
+	if _, err := extract.Tar(gz, root, extract.Options{Map: strip}); err != nil {
+		return fmt.Errorf("extract %s: %w", tarball, err)
 	}
-	return fmt.Errorf("unexpected entry type %q", h.Typeflag)
+	return nil
 }
 
 // mkfs writes an ext4 image of folder src (mke2fs -d, no root needed);
