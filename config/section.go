@@ -31,7 +31,7 @@ type Operator struct {
 	Namespace string `json:"namespace,omitempty"`
 	// Image of the agent (default: this build of slipway).
 	Image string `json:"image,omitempty"`
-	// URL of the release channel (default github-releases://k3s-io/k3os).
+	// URL of the release channel (default github-releases://rancher/k3os).
 	URL string `json:"url,omitempty"`
 	// Version to run; "latest" follows the channel; empty leaves the channel paused.
 	Version string `json:"version,omitempty"`

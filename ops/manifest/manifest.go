@@ -26,7 +26,7 @@ const (
 	DefaultNamespace   = "slipway-system"
 	DefaultImageRepo   = "docker.io/slipway/slipway"
 	DefaultChannelName = "default"
-	DefaultChannelURL  = "github-releases://k3s-io/k3os"
+	DefaultChannelURL  = "github-releases://rancher/k3os"
 	// AgentName names the DaemonSet, its ServiceAccount and its RBAC objects.
 	AgentName = "slipway-agent"
 )
