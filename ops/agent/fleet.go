@@ -60,8 +60,9 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	stale := a.staleSlots(ctx, s, ch)
 	var added []string
 	var recovered []v1.Failure
+	relist := false
 	ch, err = a.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
-		added, recovered = nil, nil
+		added, recovered, relist = nil, nil, false
 		st := &c.Status
 		target := plan.Target(s, *st)
 		for _, sl := range st.Updating {
@@ -70,7 +71,14 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 			}
 		}
 		plan.Prune(st, nodes, target)
-		added = plan.Claim(s, st, plan.Candidates(s, *st, nodes, target, a.opts.Retry, now), target, now)
+		if slotHolders(c) == fc.slots {
+			added = plan.Claim(s, st, plan.Candidates(s, *st, nodes, target, a.opts.Retry, now), target, now)
+		} else {
+			// A slot changed hands since the nodes were listed (a conflict
+			// brought a newer status): the list may show a node that just
+			// finished at its old version. Claim after listing again.
+			relist = true
+		}
 		st.Counts = plan.Counts(nodes, *st, target)
 		plan.SetInvalid(st, nil, c.Generation)
 		plan.SetProgress(s, st, target, c.Generation)
@@ -82,6 +90,9 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	}
 	a.fleetEvents(ch, added, recovered)
 	a.recordVersions(name, nodes)
+	if relist {
+		return time.Millisecond, nil
+	}
 	return a.nextFleetSync(s, ch, now), nil
 }
 

@@ -72,6 +72,13 @@ func (a *Agent) setPhase(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot
 func (a *Agent) runJob(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) error {
 	name := JobName(a.opts.NodeName, slot.Version, slot.Attempt)
 	j := a.job(name)
+	if j == nil && (slot.Phase == plan.PhasePending || slot.Phase == "") {
+		if v, err := ReadVersions(a.opts.SystemDir); err == nil && v.Rootfs == slot.Version {
+			// Already there (no Job of this attempt ran): nothing to do, no reboot.
+			a.recorder.Eventf(ch, corev1.EventTypeNormal, "AlreadyUpToDate", "node %s already runs %s; slot freed", a.opts.NodeName, slot.Version)
+			return a.succeed(ctx, ch, slot, v)
+		}
+	}
 	if j == nil {
 		created, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, a.buildJob(ch, s, slot), metav1.CreateOptions{})
 		switch {

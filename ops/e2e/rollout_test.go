@@ -214,7 +214,9 @@ func TestRollout(t *testing.T) {
 	patchChannel(t, c, `{"spec":{"version":"latest"}}`)
 	waitUntil(t, 10*time.Minute, "every node at v2", func() (bool, error) {
 		ch := channel(t, c)
-		return ch.Status.LatestVersion == "v2" && ch.Status.Counts.UpToDate == nodes && len(ch.Status.Updating) == 0, nil
+		complete := meta.FindStatusCondition(ch.Status.Conditions, v1.ConditionComplete)
+		return ch.Status.LatestVersion == "v2" && ch.Status.Counts.UpToDate == nodes && len(ch.Status.Updating) == 0 &&
+			complete != nil && complete.Status == metav1.ConditionTrue && strings.HasSuffix(complete.Message, "run v2"), nil
 	})
 	t.Logf("rollout of %d nodes at concurrency %d took %s", nodes, concurrency, time.Since(start).Round(time.Second))
 	for _, n := range env.Nodes {
