@@ -147,12 +147,17 @@ func (a *Agent) job(name string) *batchv1.Job {
 // drainAndReboot cordons and drains the node (per spec.drain), then records
 // the boot it reboots from, and reboots after rebootDelay.
 func (a *Agent) drainAndReboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) error {
+	boot, err := a.bootID()
+	if err != nil {
+		return err
+	}
+	rebootFrom := map[string]string{AnnotationRebootFrom: boot}
 	if s.Drain.Enabled {
 		start := time.Now()
-		if err := drain.Cordon(ctx, a.kube, a.opts.NodeName, CordonOwner); err != nil {
+		// The boot ID rides on the cordon's write.
+		if err := drain.Cordon(ctx, a.kube, a.opts.NodeName, CordonOwner, rebootFrom); err != nil {
 			return err
 		}
-		a.recorder.Eventf(ch, corev1.EventTypeNormal, "Draining", "node %s cordoned, draining (timeout %s)", a.opts.NodeName, s.Drain.Timeout)
 		_, err := drain.Drain(ctx, a.kube, a.opts.NodeName, drain.Options{Timeout: s.Drain.Timeout,
 			GracePeriodSeconds: s.Drain.GracePeriodSeconds, DeleteEmptyDirData: s.Drain.DeleteEmptyDirData,
 			IgnoreDaemonSets: s.Drain.IgnoreDaemonSets, Force: s.Drain.Force, PodSelector: s.Drain.PodSelector, Log: a.log})
@@ -163,12 +168,8 @@ func (a *Agent) drainAndReboot(ctx context.Context, ch *v1.UpdateChannel, s plan
 			return a.fail(ctx, ch, slot, "drain", fmt.Sprintf("drain failed, node uncordoned: %v", err))
 		}
 		a.metrics.drain.Observe(time.Since(start).Seconds())
-	}
-	boot, err := a.bootID()
-	if err != nil {
-		return err
-	}
-	if err := a.patchNode(ctx, nil, map[string]any{AnnotationRebootFrom: boot}); err != nil {
+		a.recorder.Eventf(ch, corev1.EventTypeNormal, "Drained", "node %s cordoned and drained in %s", a.opts.NodeName, time.Since(start).Round(time.Millisecond))
+	} else if err := a.patchNode(ctx, nil, map[string]any{AnnotationRebootFrom: boot}); err != nil {
 		return err
 	}
 	if _, err := a.setPhase(ctx, ch, slot, plan.PhaseRebooting, slot.Job); err != nil {

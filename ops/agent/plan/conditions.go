@@ -46,22 +46,16 @@ func SetProgress(s Settings, st *v1.UpdateChannelStatus, target string, generati
 	case progressing:
 		reason = "Waiting"
 	}
+	// The message names no phases: a node's own phase writes must not make
+	// the fleet view write the status again.
 	changed = cond(v1.ConditionProgressing, progressing, reason,
-		fmt.Sprintf("%d nodes hold a slot (concurrency %d): %s", len(st.Updating), s.Concurrency, slotNames(st))) || changed
+		fmt.Sprintf("%d nodes hold a slot (concurrency %d), %d of %d run %s", len(st.Updating), s.Concurrency, c.UpToDate, c.Nodes, orNone(target))) || changed
 	degraded := target != "" && Degraded(s, *st, target)
 	msg := fmt.Sprintf("%d nodes failed to reach %s (maxFailures %d)", failuresAt(*st, target), orNone(target), s.MaxFailures)
 	if degraded {
 		msg += "; no new node starts until they succeed or are fixed: " + failureReasons(*st, target)
 	}
 	return cond(v1.ConditionDegraded, degraded, pick(degraded, "TooManyFailures", "AsExpected"), msg) || changed
-}
-
-func slotNames(st *v1.UpdateChannelStatus) string {
-	var names []string
-	for _, s := range st.Updating {
-		names = append(names, s.Node+" "+s.Phase)
-	}
-	return orNone(strings.Join(names, ", "))
 }
 
 func failureReasons(st v1.UpdateChannelStatus, target string) string {
