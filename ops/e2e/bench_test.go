@@ -81,6 +81,7 @@ func BenchmarkRollout(b *testing.B) {
 		nodes, benchConcurrency, perNode, benchRebootDelay, benchReboot, wall.Round(time.Second), ideal, wall.Seconds()/ideal.Seconds())
 	b.Logf("API writes during the rollout: %.0f (%.1f per node), of which %.0f Lease/node-status heartbeats; %.0f status conflicts for %d slots",
 		all, all/float64(nodes), hb, conflicts, nodes)
+	b.Logf("writes per node by kind: %s", after.top(before, 14, nodes))
 	b.Logf("agent RSS before the rollout: %s", rssSummary(idleRSS))
 	b.Logf("agent RSS after the rollout:  %s", rssSummary(agentRSS()))
 }
