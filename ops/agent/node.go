@@ -56,8 +56,34 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 	return 0, err
 }
 
-// setPhase records this node's slot at phase (and its Job).
+// setPhase records this node's slot at phase (and its Job). It first tries
+// a JSON patch that tests the entry is still this node's slot (same index,
+// node and attempt) and replaces only its phase and job: no resourceVersion,
+// so the other nodes' writes do not make it conflict. When the entry moved,
+// it falls back to a read-modify-write with optimistic concurrency.
 func (a *Agent) setPhase(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, phase, job string) (*v1.UpdateChannel, error) {
+	if i := plan.FindSlot(ch.Status, a.opts.NodeName); i >= 0 && ch.Status.Updating[i].Attempt == slot.Attempt {
+		p := fmt.Sprintf("/status/updating/%d/", i)
+		ops := []map[string]any{
+			{"op": "test", "path": p + "node", "value": a.opts.NodeName},
+			{"op": "test", "path": p + "attempt", "value": slot.Attempt},
+			{"op": "test", "path": p + "version", "value": slot.Version},
+			{"op": "add", "path": p + "phase", "value": phase},
+			{"op": "add", "path": p + "job", "value": job},
+		}
+		data, err := json.Marshal(ops)
+		if err != nil {
+			return nil, err
+		}
+		written, err := a.ops.OpsV1().UpdateChannels(a.opts.Namespace).Patch(ctx, ch.Name, types.JSONPatchType, data, metav1.PatchOptions{}, "status")
+		if err == nil {
+			return written, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		a.log.Debug("slot entry moved; writing the phase with a full update", "err", err)
+	}
 	return a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
 		mine, err := a.mySlot(c, slot)
 		if err != nil {
