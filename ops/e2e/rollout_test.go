@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"slipway.dev/slipway/ops/agent"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
 	"slipway.dev/slipway/ops/testenv"
@@ -229,6 +230,9 @@ func TestRollout(t *testing.T) {
 		}
 		if node.Spec.Unschedulable {
 			t.Errorf("node %s left cordoned", n)
+		}
+		if got := node.Labels[agent.LabelRootfsVersion]; got != "v2" {
+			t.Errorf("node %s: label %s=%q, want v2", n, agent.LabelRootfsVersion, got)
 		}
 	}
 	rss := agentRSS()
