@@ -30,9 +30,9 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "host-system-dir", Value: "/k3os/system", Usage: "the system directory's path on the host (the upgrade Job's hostPath)", EnvVars: envs("HOST_SYSTEM_DIR")},
 			&cli.StringFlag{Name: "host-lock-dir", Value: "/run/k3os", Usage: "the host directory of the upgrade lock (the upgrade Job's hostPath)", EnvVars: envs("HOST_LOCK_DIR")},
 			&cli.StringFlag{Name: "image", Usage: "image of the upgrade Job when the channel names none (the agent's own)", EnvVars: envs("IMAGE")},
-			&cli.StringFlag{Name: "upgrade-command", Value: "slipway", Usage: "the upgrade Job's command, before its `ops upgrade ...` arguments", EnvVars: envs("UPGRADE_COMMAND")},
+			&cli.StringFlag{Name: "upgrade-command", Value: "slipway", Usage: "the upgrade Job's `COMMAND`, run with the arguments ops upgrade ...", EnvVars: envs("UPGRADE_COMMAND")},
 			&cli.BoolFlag{Name: "install-crds", Usage: "create or update the UpdateChannel CRD at start", EnvVars: envs("INSTALL_CRDS")},
-			&cli.StringFlag{Name: "reboot-method", Value: "logind", Usage: "how to reboot: logind, syscall or command", EnvVars: envs("REBOOT_METHOD")},
+			&cli.StringFlag{Name: "reboot-method", Value: "auto", Usage: "how to reboot: auto (logind where systemd runs, else reboot(2) after sync), logind, syscall or command", EnvVars: envs("REBOOT_METHOD")},
 			&cli.StringFlag{Name: "reboot-command", Usage: "the reboot command for --reboot-method=command (split on spaces)", EnvVars: envs("REBOOT_COMMAND")},
 			&cli.StringFlag{Name: "boot-id-file", Value: "/proc/sys/kernel/random/boot_id", Usage: "a file whose content changes with every boot", EnvVars: envs("BOOT_ID_FILE")},
 			&cli.BoolFlag{Name: "boot-id-from-node", Usage: "read the boot ID from the Node's status (simulated nodes) instead of --boot-id-file", EnvVars: envs("BOOT_ID_FROM_NODE")},
@@ -87,6 +87,8 @@ func kubeConfig(path string) (*rest.Config, error) {
 
 func agentRebooter(method, command string) (reboot.Rebooter, error) {
 	switch method {
+	case "auto":
+		return reboot.Auto(), nil
 	case "logind":
 		return reboot.Logind{}, nil
 	case "syscall":
@@ -97,5 +99,5 @@ func agentRebooter(method, command string) (reboot.Rebooter, error) {
 		}
 		return reboot.Command{Argv: strings.Fields(command)}, nil
 	}
-	return nil, fmt.Errorf("--reboot-method %q is not logind, syscall or command", method)
+	return nil, fmt.Errorf("--reboot-method %q is not auto, logind, syscall or command", method)
 }

@@ -69,12 +69,23 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		{Verb: "update", Group: "ops.slipway.dev", Resource: "updatechannels", Subresource: "status", Namespace: "slipway-test"},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
 		{Verb: "create", Resource: "events", Namespace: "default"},
+		{Verb: "patch", Group: "ops.slipway.dev", Resource: "updatechannels", Subresource: "status", Namespace: "slipway-test"},
+		{Verb: "watch", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
+		{Verb: "delete", Resource: "pods", Namespace: "default"},
+		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
 	}
 	denied := []authv1.ResourceAttributes{
 		{Verb: "get", Resource: "secrets", Namespace: "slipway-test"},
 		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: "default"},
 		{Verb: "delete", Resource: "nodes"},
 		{Verb: "delete", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
+		// Least privilege: verbs the agent never calls are not granted.
+		{Verb: "update", Resource: "nodes"},
+		{Verb: "watch", Resource: "pods"},
+		{Verb: "delete", Group: "batch", Resource: "jobs", Namespace: "slipway-test"},
+		{Verb: "update", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
+		{Verb: "list", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
+		{Verb: "get", Group: "apps", Resource: "daemonsets", Namespace: "default"},
 	}
 	for _, want := range []struct {
 		attrs []authv1.ResourceAttributes

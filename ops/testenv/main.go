@@ -5,6 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -39,12 +42,33 @@ func RunMain(m *testing.M, opts Options, env **Env) int {
 		return 1
 	}
 	*env = e
+	stop := sync.OnceFunc(e.Stop)
+	defer stopOnSignal(stop)()
 	code := m.Run()
 	if code != 0 {
 		e.DumpLogs(os.Stderr, 20)
 	}
-	e.Stop()
+	stop()
 	return code
+}
+
+// stopOnSignal runs stop and exits when the test binary is interrupted or
+// terminated, so no control plane outlives it; the returned func ends the
+// watch.
+func stopOnSignal(stop func()) func() {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-sigs:
+			fmt.Fprintf(os.Stderr, "testenv: %v: stopping the control plane\n", sig)
+			stop()
+			os.Exit(1)
+		case <-done:
+		}
+	}()
+	return func() { signal.Stop(sigs); close(done) }
 }
 
 // Need skips t when the package's Env was not started (SLIPWAY_SKIP_CLUSTER=1

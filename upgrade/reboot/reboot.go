@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-systemd/v22/login1"
+	"github.com/coreos/go-systemd/v22/util"
 	"golang.org/x/sys/unix"
 )
 
@@ -71,12 +72,13 @@ func (c Command) Reboot(ctx context.Context) error {
 	return nil
 }
 
-// Auto prefers logind when its D-Bus socket exists and reboot(2) otherwise.
+// Auto reboots through logind when systemd is the init system (logind only
+// exists there) and with reboot(2) after sync otherwise, as on k3os's
+// OpenRC. A D-Bus socket alone proves nothing: k3os can run D-Bus without
+// logind, and go-systemd's login1 Reboot reports no error, so choosing it
+// there would silently never reboot.
 func Auto() Rebooter {
-	if _, err := os.Stat("/run/systemd/seats"); err == nil {
-		return Logind{}
-	}
-	if _, err := os.Stat("/run/dbus/system_bus_socket"); err == nil {
+	if util.IsRunningSystemd() {
 		return Logind{}
 	}
 	return Syscall{}
