@@ -1,6 +1,9 @@
 package agent
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
 
 // metrics are the agent's Prometheus metrics, on its own registry.
 type metrics struct {
@@ -37,6 +40,6 @@ func newMetrics() *metrics {
 			Help: "Polls of a channel's latest release, by result."}, []string{"result"}),
 	}
 	m.registry.MustRegister(m.nodes, m.slotWait, m.upgrade, m.drain, m.failures, m.claimed, m.conflicts, m.polls,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -81,7 +81,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		return x.dir(dest, mode, hdr)
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg: // tar.Reader already turns legacy TypeRegA entries into TypeReg or TypeDir
 		return x.file(dest, mode, hdr, r)
 	case tar.TypeSymlink:
 		return x.symlink(dest, hdr)
@@ -133,7 +133,7 @@ func localPath(name string) (string, error) {
 	}
 	for _, el := range strings.Split(name, "/") {
 		if el == ".." {
-			return "", fmt.Errorf("%w: path contains ..", ErrUnsafe)
+			return "", fmt.Errorf("%w: a path element is \"..\"", ErrUnsafe)
 		}
 	}
 	clean := path.Clean(name)
