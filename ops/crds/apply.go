@@ -24,6 +24,11 @@ func Apply(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
+	return ApplyObjects(ctx, cfg, objs)
+}
+
+// ApplyObjects is Apply for the given CRDs (tests install their own too).
+func ApplyObjects(ctx context.Context, cfg *rest.Config, objs []*apiextv1.CustomResourceDefinition) error {
 	client, err := apiextclient.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("CRD client: %w", err)

@@ -19,6 +19,7 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/rest"
 
+	"slipway.dev/slipway/ops/crds"
 	"slipway.dev/slipway/ops/testenv/supervisor"
 )
 
@@ -144,7 +145,7 @@ func withDefaults(o Options) Options {
 func (e *Env) start(ctx context.Context, tools string) error {
 	err := e.step("etcd and kube-apiserver ready", func() error { return e.startControlPlane(ctx, tools) })
 	if err == nil {
-		err = e.step(fmt.Sprintf("%d CRDs established", len(e.opts.CRDs)), func() error { return installCRDs(ctx, e.Config, e.opts.CRDs) })
+		err = e.step(fmt.Sprintf("%d CRDs established", len(e.opts.CRDs)), func() error { return crds.ApplyObjects(ctx, e.Config, e.opts.CRDs) })
 	}
 	if err != nil || !e.opts.Cluster {
 		return err
