@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -184,9 +185,7 @@ func (a *Agent) drainAndReboot(ctx context.Context, ch *v1.UpdateChannel, s plan
 		if err := drain.Cordon(ctx, a.kube, a.opts.NodeName, CordonOwner, rebootFrom); err != nil {
 			return err
 		}
-		_, err := drain.Drain(ctx, a.kube, a.opts.NodeName, drain.Options{Timeout: s.Drain.Timeout,
-			GracePeriodSeconds: s.Drain.GracePeriodSeconds, DeleteEmptyDirData: s.Drain.DeleteEmptyDirData,
-			IgnoreDaemonSets: s.Drain.IgnoreDaemonSets, Force: s.Drain.Force, PodSelector: s.Drain.PodSelector, Log: a.log})
+		_, err := drain.Drain(ctx, a.kube, a.opts.NodeName, withLog(s.Drain.Options, a.log))
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -420,4 +419,10 @@ func sameMeta(have map[string]string, want map[string]any) bool {
 		}
 	}
 	return true
+}
+
+// withLog is the drain policy o logging to log.
+func withLog(o drain.Options, log *slog.Logger) drain.Options {
+	o.Log = log
+	return o
 }

@@ -15,6 +15,7 @@ import (
 
 	"slipway.dev/slipway/ops/agent/window"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/upgrade/channel"
 )
 
@@ -38,15 +39,11 @@ type Invalid struct {
 
 func (i *Invalid) Error() string { return i.Reason + ": " + i.Message }
 
-// Drain is the resolved drain policy.
+// Drain is the resolved drain policy: whether to drain, and how (the
+// options ops/drain takes).
 type Drain struct {
-	Enabled            bool
-	Timeout            time.Duration
-	GracePeriodSeconds *int64
-	DeleteEmptyDirData bool
-	IgnoreDaemonSets   bool
-	Force              bool
-	PodSelector        string
+	Enabled bool
+	drain.Options
 }
 
 // Components is the resolved set of parts an upgrade replaces.
@@ -154,7 +151,7 @@ func resolveSelector(spec v1.UpdateChannelSpec, s *Settings) *Invalid {
 }
 
 func resolveDrain(d *v1.DrainSpec, s *Settings) *Invalid {
-	s.Drain = Drain{Enabled: true, Timeout: v1.DefaultDrainTimeout, IgnoreDaemonSets: true}
+	s.Drain = Drain{Enabled: true, Options: drain.Options{Timeout: v1.DefaultDrainTimeout, IgnoreDaemonSets: true}}
 	if d == nil {
 		return nil
 	}
