@@ -54,10 +54,12 @@ var ErrBlocked = errors.New("drain blocked")
 // a PodDisruptionBudget refuses, until none is left or opts.Timeout passes.
 // Mirror pods, finished pods and (with IgnoreDaemonSets) DaemonSet pods are
 // left alone. At the timeout it deletes what is left if opts.Force, otherwise
-// it returns an error naming the pods that blocked it. The caller cordons first.
-func Drain(ctx context.Context, c kubernetes.Interface, node string, opts Options) (*Result, error) {
+// it returns an error naming the pods that blocked it. A cancelled ctx (the
+// caller stopping) is not the timeout: it returns ctx's error and deletes
+// nothing. The caller cordons first.
+func Drain(parent context.Context, c kubernetes.Interface, node string, opts Options) (*Result, error) {
 	opts = withDefaults(opts)
-	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	ctx, cancel := context.WithTimeout(parent, opts.Timeout)
 	defer cancel()
 	res := &Result{}
 	blocked := map[string]string{} // pod -> why the last eviction was refused
@@ -97,6 +99,9 @@ func Drain(ctx context.Context, c kubernetes.Interface, node string, opts Option
 			continue
 		}
 		break
+	}
+	if err := parent.Err(); err != nil {
+		return res, fmt.Errorf("drain %s stopped before its timeout: %w", node, err)
 	}
 	return timedOut(context.WithoutCancel(ctx), c, node, opts, res, blocked)
 }

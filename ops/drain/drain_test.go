@@ -272,3 +272,23 @@ func TestVerdict(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainStoppedIsNotTimedOut: a caller that stops mid-drain (the agent
+// shutting down) gets its context's error, and drain.force deletes nothing.
+func TestDrainStoppedIsNotTimedOut(t *testing.T) {
+	c := client(t)
+	ns := namespace(t, c)
+	makeNode(t, c, "drain-stop", false)
+	makePod(t, c, ns, "web-1", "drain-stop", "ReplicaSet")
+	makePDB(t, c, ns, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	res, err := Drain(ctx, c, "drain-stop", Options{Timeout: time.Minute, GracePeriodSeconds: &zero,
+		Force: true, RetryInterval: 100 * time.Millisecond})
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrBlocked) {
+		t.Fatalf("Drain = %v, want the caller's context error", err)
+	}
+	if len(res.Deleted) != 0 || len(podNames(t, c, ns)) != 1 {
+		t.Fatalf("a stopped drain deleted pods: deleted %v, left %v", res.Deleted, podNames(t, c, ns))
+	}
+}
