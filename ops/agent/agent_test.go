@@ -267,11 +267,10 @@ func TestFailedJobStopsTheRollout(t *testing.T) {
 	if !strings.Contains(c.Message, ch.Status.Failed[0].Node) {
 		t.Errorf("Degraded must say which node failed and why: %q", c.Message)
 	}
-	// Nothing else starts: wait for a resync of the fleet view, then look.
-	f.waitFor("a resync", time.Minute, func(c *v1.UpdateChannel) bool { return c.ResourceVersion != ch.ResourceVersion || true })
-	if ch := f.get(); len(ch.Status.Updating) != 0 || ch.Status.Counts.UpToDate != 0 {
-		t.Errorf("the rollout went on after maxFailures: %+v", ch.Status)
-	}
+	// Nothing else starts: watch every change through two resyncs of the fleet view.
+	f.holds("no slot after maxFailures", 12*time.Second, func(c *v1.UpdateChannel) bool {
+		return len(c.Status.Updating) == 0 && c.Status.Counts.UpToDate == 0
+	})
 	if n := f.events("UpgradeFailed", 1); n < 1 {
 		t.Error("no UpgradeFailed event")
 	}
@@ -299,12 +298,22 @@ func TestStaleSlotOfDeletedNodeIsRecovered(t *testing.T) {
 	if err := f.kube.CoreV1().Nodes().Delete(context.Background(), ghost, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ch := f.waitFor("the slot recovered", time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 0 })
-	if i := plan.FindFailure(ch.Status, ghost); i >= 0 && !strings.Contains(ch.Status.Failed[i].Reason, "deleted") {
-		t.Errorf("failure reason = %q", ch.Status.Failed[i].Reason)
-	}
+	f.waitFor("the slot recovered", time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 0 })
+	// The failure entry of a node that is gone may be pruned at once; the
+	// Event is the lasting record of why the slot was freed.
 	if f.events("SlotRecovered", 1) < 1 {
-		t.Error("no SlotRecovered event")
+		t.Fatal("no SlotRecovered event")
+	}
+	l, err := f.kube.CoreV1().Events(f.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=SlotRecovered"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var why []string
+	for _, e := range l.Items {
+		why = append(why, e.Message)
+	}
+	if !strings.Contains(strings.Join(why, "\n"), ghost+" was deleted") {
+		t.Errorf("SlotRecovered must say the node was deleted: %q", why)
 	}
 }
 

@@ -326,6 +326,35 @@ func (f *fleet) waitFor(what string, timeout time.Duration, cond func(*v1.Update
 
 // logFile is where every agent of the fleet logs; dumpLogs shows the lines
 // of the nodes that matter when a test fails.
+// holds fails the test when cond stops holding at any change of the channel
+// within window: the way to see that something does NOT happen.
+func (f *fleet) holds(what string, window time.Duration, cond func(*v1.UpdateChannel) bool) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), window)
+	defer cancel()
+	for ctx.Err() == nil {
+		ch := f.get()
+		if !cond(ch) {
+			f.t.Fatalf("%s: broken; status: %+v", what, ch.Status)
+		}
+		w, err := f.ops.OpsV1().UpdateChannels(f.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: ch.ResourceVersion,
+			FieldSelector: "metadata.name=default"})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			f.t.Fatalf("watching that %s: %v", what, err)
+		}
+		for ev := range w.ResultChan() {
+			if c, ok := ev.Object.(*v1.UpdateChannel); ok && !cond(c) {
+				w.Stop()
+				f.t.Fatalf("%s: broken; status: %+v", what, c.Status)
+			}
+		}
+		w.Stop() // closed by the window's end, or by the server: watch again
+	}
+}
+
 func (f *fleet) logFile() *os.File {
 	f.mu.Lock()
 	defer f.mu.Unlock()
