@@ -84,7 +84,9 @@ func FuzzParseSums(f *testing.F) {
 			}
 			t.Fatalf("re-parse of formatted sums failed: %v", err)
 		}
-		_ = again
+		if !equal(sums, again) {
+			t.Fatalf("formatted sums parse back differently:\n%v\n%v", sums, again)
+		}
 	})
 }
 
