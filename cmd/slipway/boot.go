@@ -60,7 +60,7 @@ func confirmCommand() *cli.Command {
 		Name:  "confirm",
 		Usage: "mark the running rootfs and kernel as good: the boot loader stops counting their attempts",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "system-dir", Value: "/k3os/system", Usage: "the system directory", EnvVars: []string{"SLIPWAY_SYSTEM_DIR"}},
+			systemDirFlag(),
 			&cli.StringFlag{Name: "rootfs", Usage: "running rootfs version (default: slipway.rootfs on /proc/cmdline, else current)", EnvVars: []string{"SLIPWAY_ROOTFS_VERSION"}},
 			&cli.StringFlag{Name: "kernel", Usage: "running kernel version (default: slipway.kernel on /proc/cmdline, else current)", EnvVars: []string{"SLIPWAY_KERNEL_VERSION"}},
 		},

@@ -222,6 +222,8 @@ func printResult(w io.Writer, asJSON bool, r *upgrade.Result) error {
 	switch {
 	case r.AlreadyCurrent:
 		fmt.Fprintf(&b, "already at %s; nothing to do\n", r.Version)
+	case r.DryRun && r.Version == "":
+		fmt.Fprintf(&b, "dry run: would roll back %s\n", r.SystemDir)
 	case r.DryRun:
 		fmt.Fprintf(&b, "dry run: would upgrade %s to %s\n", r.SystemDir, r.Version)
 	case r.Version != "":
