@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
-
-	"slipway.dev/slipway/ops/testenv/executor"
 )
 
 // TestStagesMatchTheGoConstants guards the stage file against drifting from
@@ -20,12 +18,6 @@ func TestStagesMatchTheGoConstants(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("stages.yaml does not mention %s", want)
 		}
-	}
-	if executor.DefaultSelector != ExecutorLabelKey+"="+ExecutorLabelValue {
-		t.Errorf("executor selects %q, stages leave %s=%s alone", executor.DefaultSelector, ExecutorLabelKey, ExecutorLabelValue)
-	}
-	if executor.DefaultNodeAnnotation != FakeNodeAnnotation {
-		t.Errorf("executor serves nodes annotated %q, kwok manages %q", executor.DefaultNodeAnnotation, FakeNodeAnnotation)
 	}
 	names := map[string]bool{}
 	for _, doc := range strings.Split(s, "\n---\n") {

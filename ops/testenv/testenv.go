@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"slipway.dev/slipway/ops/crds"
+	"slipway.dev/slipway/ops/testenv/executor"
 	"slipway.dev/slipway/ops/testenv/supervisor"
 )
 
@@ -27,10 +28,10 @@ import (
 const (
 	// ExecutorLabelKey/ExecutorLabelValue mark pods that the node executor runs
 	// for real; kwok's stages leave them alone.
-	ExecutorLabelKey   = "app.kubernetes.io/name"
-	ExecutorLabelValue = "slipway-upgrade"
-	// FakeNodeAnnotation marks nodes that kwok manages.
-	FakeNodeAnnotation      = "kwok.x-k8s.io/node"
+	ExecutorLabelKey   = executor.LabelKey
+	ExecutorLabelValue = executor.LabelValue
+	// FakeNodeAnnotation marks nodes that kwok manages (and the executor serves).
+	FakeNodeAnnotation      = executor.NodeAnnotation
 	FakeNodeAnnotationValue = "fake"
 	// NodeRoleLabel is set to "true" on every fake node.
 	NodeRoleLabel = "node-role.slipway.dev/worker"

@@ -24,10 +24,18 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
+// The label of the pods the executor runs, and the annotation of the nodes it
+// serves (the ones kwok manages).
+const (
+	LabelKey       = "app.kubernetes.io/name"
+	LabelValue     = "slipway-upgrade"
+	NodeAnnotation = "kwok.x-k8s.io/node"
+)
+
 // Defaults of Options.
 const (
-	DefaultSelector       = "app.kubernetes.io/name=slipway-upgrade"
-	DefaultNodeAnnotation = "kwok.x-k8s.io/node"
+	DefaultSelector       = LabelKey + "=" + LabelValue
+	DefaultNodeAnnotation = NodeAnnotation
 )
 
 // Options configures the executor.
