@@ -72,8 +72,7 @@ func (r *Reporter) Wrap(rc io.ReadCloser, name string, total int64) io.ReadClose
 	if r == nil || r.w == nil {
 		return rc
 	}
-	start := r.now()
-	return &reader{r: r, rc: rc, name: name, total: total, start: start, last: start}
+	return &reader{r: r, rc: rc, name: name, total: total}
 }
 
 func (r *Reporter) write(s string) {
@@ -91,12 +90,15 @@ type reader struct {
 
 	mu       sync.Mutex
 	done     int64
-	start    time.Time
+	start    time.Time // the first Read: a stream opened early and read later is timed from then
 	last     time.Time // last report
 	finished bool
 }
 
 func (d *reader) Read(p []byte) (int, error) {
+	d.mu.Lock()
+	d.started()
+	d.mu.Unlock()
 	n, err := d.rc.Read(p)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -113,11 +115,20 @@ func (d *reader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// started starts the clock at the first call; d.mu is held.
+func (d *reader) started() {
+	if d.start.IsZero() {
+		d.start = d.r.now()
+		d.last = d.start
+	}
+}
+
 // Close reports the end of a download that was not read to EOF.
 func (d *reader) Close() error {
 	err := d.rc.Close()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.started()
 	if !d.finished {
 		if d.total >= 0 && d.done >= d.total {
 			d.finish(outcomeDone, nil)

@@ -162,3 +162,20 @@ func TestConcurrentClose(t *testing.T) {
 		t.Fatalf("no report: %q", buf.String())
 	}
 }
+
+// TestClockStartsAtFirstRead: a stream opened early and read after a long
+// wait (the kernel while the rootfs extracts) is timed from its first read.
+func TestClockStartsAtFirstRead(t *testing.T) {
+	var buf bytes.Buffer
+	clock := &fakeClock{t: time.Unix(0, 0)}
+	r := newReporter(&buf, false, time.Hour, 0)
+	r.now = clock.now
+	rc := r.Wrap(io.NopCloser(strings.NewReader("kernel")), "kernel", 6)
+	clock.t = clock.t.Add(10 * time.Minute) // opened, then left waiting
+	if err := consume(t, rc); err != nil {
+		t.Fatal(err)
+	}
+	if got := buf.String(); !strings.Contains(got, "in 0s") {
+		t.Fatalf("the wait before the first read was counted: %q", got)
+	}
+}
