@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"slipway.dev/slipway/upgrade/layout"
 )
 
 // writeIfChanged makes path hold data: unchanged content is not rewritten
@@ -45,7 +47,7 @@ func writeIfChanged(path string, data []byte, perm fs.FileMode) (bool, error) {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return false, fmt.Errorf("replace %s: %w", path, err)
 	}
-	return true, syncDir(dir)
+	return true, layout.SyncDir(dir)
 }
 
 // removeIfPresent deletes path; a missing file is not an error.
@@ -57,17 +59,5 @@ func removeIfPresent(path string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("remove %s: %w", path, err)
 	}
-	return true, syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return true, layout.SyncDir(filepath.Dir(path))
 }

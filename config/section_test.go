@@ -60,6 +60,8 @@ func TestParseSectionNamesTheBadKey(t *testing.T) {
 		{"bad label value", "slipway: {labels: {ok: 'no spaces'}}", "slipway.labels.ok: invalid label value"},
 		{"bad selector", "slipway: {operator: {nodeSelector: {'a/b/c': x}}}", "slipway.operator.nodeSelector.a/b/c: invalid label name"},
 		{"version with a slash", "slipway: {operator: {version: 'v1/../x'}}", "slipway.operator.version:"},
+		{"version that is a link name's temp file", "slipway: {operator: {version: v1.tmp}}", "slipway.operator.version:"},
+		{"version that is a dot path", "slipway: {operator: {version: '..'}}", "slipway.operator.version:"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -3,12 +3,13 @@ package config
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"slipway.dev/slipway/ops/agent/window"
+	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/upgrade/channel"
+	"slipway.dev/slipway/upgrade/layout"
 )
 
 // Validate checks the values of the section; each error names its key.
@@ -29,8 +30,10 @@ func (s Section) Validate() error {
 			add("operator.namespace", m)
 		}
 	}
-	if strings.ContainsAny(o.Version, " \t\n/") {
-		add("operator.version", fmt.Sprintf("%q is not a version name", o.Version))
+	if o.Version != "" && o.Version != opsv1.VersionLatest {
+		if err := layout.ValidVersion(o.Version); err != nil {
+			add("operator.version", err.Error())
+		}
 	}
 	if w := o.Window; w != nil {
 		if _, err := window.Parse(w.Days, w.Start, w.End, w.TimeZone); err != nil {

@@ -61,12 +61,8 @@ func closeAll(ds []*download) {
 }
 
 func (p *plan) staging(c layout.Component) bool {
-	for _, cp := range p.comps {
-		if cp.c == c {
-			return cp.action == ActionStage
-		}
-	}
-	return false
+	cp := p.comp(c)
+	return cp != nil && cp.action == ActionStage
 }
 
 func (p *plan) comp(c layout.Component) *compPlan {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"slipway.dev/slipway/upgrade/channel"
@@ -164,7 +165,7 @@ func upgrade(ctx context.Context, o *Options) (*Result, error) {
 func writable(dir string, allowRemount bool) (restore func() error, err error) {
 	probe := dir
 	for !exists(probe) && probe != "/" && probe != "." {
-		probe = parentDir(probe)
+		probe = filepath.Dir(probe)
 	}
 	if remount.IsWritable(probe) {
 		return func() error { return nil }, nil
@@ -182,16 +183,4 @@ func writable(dir string, allowRemount bool) (restore func() error, err error) {
 	}
 	slog.Info("remounted read-write for the upgrade", "dir", probe)
 	return restore, nil
-}
-
-func parentDir(p string) string {
-	for i := len(p) - 1; i > 0; i-- {
-		if p[i] == '/' {
-			return p[:i]
-		}
-	}
-	if len(p) > 0 && p[0] == '/' {
-		return "/"
-	}
-	return "."
 }

@@ -18,6 +18,7 @@ import (
 
 	"slipway.dev/slipway/upgrade/bootstate"
 	"slipway.dev/slipway/upgrade/layout"
+	"slipway.dev/slipway/upgrade/release"
 )
 
 // Kernel command-line keys the loader passes to the next kernel.
@@ -28,12 +29,8 @@ const (
 	ArgState  = "slipway.state"  // block device holding the system directory
 )
 
-// Names inside a kernel version folder and its squashfs.
-const (
-	KernelSquashfs = "kernel.squashfs"
-	Initrd         = "initrd"
-	Vmlinuz        = "vmlinuz"
-)
+// Vmlinuz is the kernel image's name inside a version's kernel.squashfs.
+const Vmlinuz = "vmlinuz"
 
 // Options configure the loader.
 type Options struct {
@@ -143,8 +140,8 @@ func Decide(o Options) (*Plan, error) {
 	kdir := l.VersionDir(layout.Kernel, d.Boot.Kernel)
 	return &Plan{
 		Decision: d, SystemDir: o.SystemDir,
-		Kernel:  filepath.Join(kdir, KernelSquashfs),
-		Initrd:  filepath.Join(kdir, Initrd),
+		Kernel:  filepath.Join(kdir, release.KernelFile),
+		Initrd:  filepath.Join(kdir, release.InitrdFile),
 		Cmdline: NextCmdline(o.Cmdline, d.Boot, d.Action, o.Device),
 	}, nil
 }

@@ -23,25 +23,15 @@ func SumsArtifact(arch string) string          { return "sha256sum-" + arch + ".
 const (
 	KernelFile = "kernel.squashfs"
 	InitrdFile = "initrd"
-	K3sFile    = "k3s"
 )
 
 // RootfsStrip is how many leading path elements of a rootfs tarball entry
 // precede the system directory's own paths (`<version>/k3os/system/`).
 const RootfsStrip = 3
 
-// Arch names this machine's architecture the way k3os artifacts do.
-func Arch() string { return ArchOf(runtime.GOARCH) }
-
-// ArchOf maps a GOARCH to the k3os artifact architecture.
-func ArchOf(goarch string) string {
-	switch goarch {
-	case "arm":
-		return "arm"
-	default:
-		return goarch
-	}
-}
+// Arch names this machine's architecture the way k3os artifacts do (k3os
+// uses Go's names: amd64, arm64, arm).
+func Arch() string { return runtime.GOARCH }
 
 // Sums maps an artifact name to its lowercase hex sha256 digest.
 type Sums map[string]string
