@@ -92,7 +92,7 @@ func Render(o Options) ([]byte, error) {
 	var buf bytes.Buffer
 	buf.WriteString("# slipway operator, rendered by `slipway ops manifest` (" + version.Version + ").\n")
 	for _, obj := range objs {
-		doc, err := marshal(obj)
+		doc, err := Marshal(obj)
 		if err != nil {
 			return nil, err
 		}
@@ -142,9 +142,9 @@ func channel(o Options) *opsv1.UpdateChannel {
 	}
 }
 
-// marshal renders obj as YAML without what a manifest never carries: status
+// Marshal renders obj as YAML without what a manifest never carries: status
 // and null creationTimestamps (at any depth, such as a pod template's).
-func marshal(obj any) ([]byte, error) {
+func Marshal(obj any) ([]byte, error) {
 	raw, err := json.Marshal(obj)
 	if err != nil {
 		return nil, fmt.Errorf("marshal %T: %w", obj, err)

@@ -6,13 +6,11 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 
-	"sigs.k8s.io/yaml"
-
 	"slipway.dev/slipway/ops/generated/openapi"
+	"slipway.dev/slipway/ops/manifest"
 )
 
 func main() {
@@ -31,7 +29,7 @@ func run(out string) error {
 	if err != nil {
 		return err
 	}
-	body, err := marshalManifest(crd)
+	body, err := manifest.Marshal(crd)
 	if err != nil {
 		return err
 	}
@@ -40,22 +38,4 @@ func run(out string) error {
 		return fmt.Errorf("write %s: %w", out, err)
 	}
 	return nil
-}
-
-// marshalManifest renders obj as YAML without the fields a manifest never
-// carries: status and metadata.creationTimestamp.
-func marshalManifest(obj any) ([]byte, error) {
-	raw, err := json.Marshal(obj)
-	if err != nil {
-		return nil, fmt.Errorf("marshal: %w", err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("unmarshal: %w", err)
-	}
-	delete(m, "status")
-	if meta, ok := m["metadata"].(map[string]any); ok {
-		delete(meta, "creationTimestamp")
-	}
-	return yaml.Marshal(m)
 }
