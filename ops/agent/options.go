@@ -18,6 +18,7 @@ import (
 
 	"slipway.dev/slipway/ops/agent/plan"
 	"slipway.dev/slipway/upgrade/reboot"
+	"slipway.dev/slipway/version"
 )
 
 // Options configure an agent.
@@ -102,6 +103,11 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
+	}
+	o.Config = rest.CopyConfig(o.Config)
+	if o.Config.UserAgent == "" {
+		// Names the node in the API server's audit log: which agent wrote what.
+		o.Config.UserAgent = fmt.Sprintf("slipway-agent/%s node/%s", version.Version, o.NodeName)
 	}
 	return o, nil
 }

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/testenv"
 )
 
 // The benchmark's fixed simulated per-node time: the agent waits
@@ -82,6 +83,17 @@ func BenchmarkRollout(b *testing.B) {
 	b.Logf("API writes during the rollout: %.0f (%.1f per node), of which %.0f Lease/node-status heartbeats; %.0f status conflicts for %d slots",
 		all, all/float64(nodes), hb, conflicts, nodes)
 	b.Logf("writes per node by kind: %s", after.top(before, 14, nodes))
+	time.Sleep(2 * time.Second) // the apiserver writes its audit log in batches, at least every second
+	if events, err := testenv.ReadAudit(auditLog); err != nil {
+		b.Error(err)
+	} else {
+		report := countWrites(events, start, start.Add(wall))
+		b.ReportMetric(float64(report.byWriter[writerSlipway]+report.byWriter[writerJobs])/float64(nodes), "writes-slipway+jobs/node")
+		for _, l := range report.lines(nodes) {
+			b.Log(l)
+		}
+		b.Log(timelineLine(timeline(events, env.Nodes)))
+	}
 	b.Logf("agent RSS before the rollout: %s", rssSummary(idleRSS))
 	b.Logf("agent RSS after the rollout:  %s", rssSummary(agentRSS()))
 }

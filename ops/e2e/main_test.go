@@ -24,7 +24,9 @@ import (
 var (
 	env    *testenv.Env
 	mirror string
-	nodes  = 10 // 100 when benchmarks run (SLIPWAY_BENCH_NODES overrides)
+	// auditLog is the apiserver's log of every write: who wrote what, when.
+	auditLog string
+	nodes    = 10 // 100 when benchmarks run (SLIPWAY_BENCH_NODES overrides)
 	// simReboot is how long a simulated reboot keeps a node down.
 	simReboot = time.Second
 )
@@ -50,6 +52,7 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "bin")
 	mirror = filepath.Join(dir, "mirror")
+	auditLog = filepath.Join(dir, "audit.log")
 	if err := build(bin); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -65,6 +68,7 @@ func run(m *testing.M) int {
 		ExecPath:    bin + ":/usr/local/bin:/usr/bin:/bin",
 		NodeCommand: []string{"/bin/sh", "-c", nodeScript},
 		NodeEnv:     []string{"SLIPWAY_E2E_MIRROR=" + mirror, "SLIPWAY_E2E_REBOOT=" + simReboot.String()},
+		AuditLog:    auditLog,
 	}, &env)
 }
 
@@ -83,10 +87,12 @@ exec slipway ops agent --node-name "$NODE_NAME" --namespace slipway-system --sys
   --reboot-command "slipway-sim reboot --delay $SLIPWAY_E2E_REBOOT"
 `
 
-// build compiles slipway and slipway-sim into bin.
+// build compiles slipway and slipway-sim into bin as scripts/build does for
+// a release (static, stripped), so the agents' memory is what a node sees.
 func build(bin string) error {
 	for pkg, name := range map[string]string{"../../cmd/slipway": "slipway", "../testenv/cmd/slipway-sim": "slipway-sim"} {
-		cmd := exec.CommandContext(context.Background(), "go", "build", "-o", filepath.Join(bin, name), pkg)
+		cmd := exec.CommandContext(context.Background(), "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(bin, name), pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("build %s: %w", name, err)

@@ -106,7 +106,11 @@ func (e *Env) tryControlPlane(ctx context.Context, tools, token string, ports []
 	}
 	certDir := filepath.Join(e.Dir, "apiserver-certs")
 	apiPort := strconv.Itoa(ports[2])
-	api, err := e.addProcess("kube-apiserver", filepath.Join(tools, binAPIServer),
+	audit, err := e.auditFlags()
+	if err != nil {
+		return err
+	}
+	api, err := e.addProcess("kube-apiserver", filepath.Join(tools, binAPIServer), append(audit,
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+apiPort,
 		"--cert-dir="+certDir,
@@ -119,7 +123,7 @@ func (e *Env) tryControlPlane(ctx context.Context, tools, token string, ports []
 		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
-		"--v=1")
+		"--v=1")...)
 	if err != nil {
 		return err
 	}

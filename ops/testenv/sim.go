@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"slipway.dev/slipway/ops/testenv/executor"
 	"slipway.dev/slipway/ops/testenv/supervisor"
@@ -16,9 +17,15 @@ import (
 
 // startNodeSim starts the node executor and the supervisor of the fake nodes.
 func (e *Env) startNodeSim(ctx context.Context) error {
-	cs, err := kubernetes.NewForConfig(e.Config)
+	// Each has its own user agent, so the audit log tells them apart (the
+	// executor stands in for the kubelet, the supervisor for the node).
+	execClient, err := clientAs(e.Config, "slipway-testenv/executor")
 	if err != nil {
-		return fmt.Errorf("client: %w", err)
+		return err
+	}
+	supClient, err := clientAs(e.Config, "slipway-testenv/supervisor")
+	if err != nil {
+		return err
 	}
 	e.NodesRoot = filepath.Join(e.Dir, "nodes")
 	e.Socket = filepath.Join(e.Dir, "sim.sock")
@@ -31,12 +38,12 @@ func (e *Env) startNodeSim(ctx context.Context) error {
 		env = append(env, "PATH="+e.opts.ExecPath)
 	}
 	env = append(env, e.opts.NodeEnv...)
-	x, err := executor.New(executor.Options{Client: cs, NodesRoot: e.NodesRoot, Path: e.opts.ExecPath,
+	x, err := executor.New(executor.Options{Client: execClient, NodesRoot: e.NodesRoot, Path: e.opts.ExecPath,
 		Env: env, Log: log.With("component", "executor")})
 	if err != nil {
 		return err
 	}
-	e.Supervisor, err = supervisor.New(supervisor.Options{Client: cs, Nodes: e.Nodes, NodesRoot: e.NodesRoot,
+	e.Supervisor, err = supervisor.New(supervisor.Options{Client: supClient, Nodes: e.Nodes, NodesRoot: e.NodesRoot,
 		Command: e.opts.NodeCommand, Env: env, Socket: e.Socket, Log: log.With("component", "supervisor")})
 	if err != nil {
 		return err
@@ -52,6 +59,16 @@ func (e *Env) startNodeSim(ctx context.Context) error {
 		e.simDone <- struct{}{}
 	}()
 	return e.Supervisor.Start()
+}
+
+func clientAs(cfg *rest.Config, userAgent string) (*kubernetes.Clientset, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = userAgent
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client for %s: %w", userAgent, err)
+	}
+	return cs, nil
 }
 
 // stopNodeSim stops the executor (killing its pods' processes) and the node commands.

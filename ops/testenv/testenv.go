@@ -73,6 +73,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Progress, when set, receives one line per start step with its duration.
 	Progress io.Writer
+	// AuditLog, when set, is where kube-apiserver writes one JSON line per
+	// write request (create, update, patch, delete) at Metadata level: who
+	// wrote what and when. ReadAudit parses it.
+	AuditLog string
 }
 
 // Env is a running control plane.
