@@ -43,6 +43,7 @@ type Agent struct {
 	channels opslisters.UpdateChannelLister
 	nodes    cache.Indexer // this agent's own Node only
 	jobs     cache.Indexer // this agent's node's upgrade Jobs only
+	pods     cache.Store   // their pods
 	queue    workqueue.TypedRateLimitingInterface[key]
 	recorder record.EventRecorder
 	metrics  *metrics
@@ -52,6 +53,7 @@ type Agent struct {
 	fleet     map[string]*fleetCache
 	rebooting bool // a reboot was requested by this process
 	waitSince map[string]time.Time
+	wrote     map[string]v1.Slot // per channel: this node's slot as this agent last wrote it
 }
 
 // key is a unit of work: one role's sync of one channel.
@@ -83,7 +85,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{opts: opts, log: opts.Log.With("node", opts.NodeName), metrics: newMetrics(),
-		elections: map[string]*election{}, fleet: map[string]*fleetCache{}, waitSince: map[string]time.Time{}}
+		elections: map[string]*election{}, fleet: map[string]*fleetCache{}, waitSince: map[string]time.Time{}, wrote: map[string]v1.Slot{}}
 	if a.kube, err = kubernetes.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}
@@ -178,10 +180,21 @@ func (a *Agent) startInformers(ctx context.Context) error {
 	if _, err := jobInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: jobChanged, UpdateFunc: func(_, o any) { jobChanged(o) }}); err != nil {
 		return err
 	}
+	podInf := a.newPodInformer()
+	a.pods = podInf.GetStore()
+	podChanged := func(o any) {
+		if p, ok := o.(*corev1.Pod); ok && p.Status.Phase == corev1.PodSucceeded {
+			a.queue.Add(key{roleNode, p.Labels[LabelJobChannel]})
+		}
+	}
+	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: podChanged, UpdateFunc: func(_, o any) { podChanged(o) }}); err != nil {
+		return err
+	}
 	opsf.Start(ctx.Done())
 	own.Start(ctx.Done())
 	jobf.Start(ctx.Done())
-	for _, synced := range []cache.InformerSynced{chInf.Informer().HasSynced, nodeInf.HasSynced, jobInf.HasSynced} {
+	go podInf.RunWithContext(ctx)
+	for _, synced := range []cache.InformerSynced{chInf.Informer().HasSynced, nodeInf.HasSynced, jobInf.HasSynced, podInf.HasSynced} {
 		if !cache.WaitForCacheSync(ctx.Done(), synced) {
 			return fmt.Errorf("the informers did not sync: is the API server reachable and the CRD installed (--install-crds)?")
 		}

@@ -23,6 +23,8 @@ type fleetCache struct {
 	generation int64
 	slots      string // the slot holders when listed
 	pollTried  time.Time
+	// staleChecked is when the slots' nodes and Jobs were last read.
+	staleChecked time.Time
 }
 
 // pollRetry is the least time between two poll attempts (after a failure).
@@ -57,7 +59,10 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	if err != nil {
 		return 0, err
 	}
-	stale := a.staleSlots(ctx, s, ch)
+	var stale map[string]string
+	if now.Sub(fc.staleChecked) >= a.opts.Resync { // slots go stale in minutes: no GETs on every change
+		stale, fc.staleChecked = a.staleSlots(ctx, s, ch), now
+	}
 	var added []string
 	var recovered []v1.Failure
 	relist := false
@@ -97,10 +102,9 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 }
 
 func (a *Agent) fleetEvents(ch *v1.UpdateChannel, added []string, recovered []v1.Failure) {
+	// An assigned slot has no Event of its own: the node's agent records
+	// "Upgrading" as soon as it starts (a write saved per node).
 	a.metrics.claimed.Add(float64(len(added)))
-	for _, n := range added {
-		a.recorder.Eventf(ch, corev1.EventTypeNormal, "SlotAssigned", "node %s may upgrade to %s", n, plan.Target(mustResolve(ch), ch.Status))
-	}
 	for _, f := range recovered {
 		a.metrics.failures.WithLabelValues(ch.Name, "stale").Inc()
 		a.recorder.Eventf(ch, corev1.EventTypeWarning, "SlotRecovered", "freed the slot of node %s: %s", f.Node, f.Reason)

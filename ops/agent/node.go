@@ -32,11 +32,13 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 	} else if err != nil {
 		return 0, err
 	}
-	slot, _ := a.mySlot(ch, v1.Slot{})
-	if slot == nil {
+	seen, _ := a.mySlot(ch, v1.Slot{})
+	if seen == nil {
 		a.noteWaiting(ch)
 		return 0, a.cleanupIdle(ctx)
 	}
+	newest := plan.Newest(*seen, a.lastWrote(name))
+	slot := &newest
 	a.noteSlot(name)
 	s, bad := plan.Resolve(ch.Spec)
 	if bad != nil {
@@ -78,6 +80,7 @@ func (a *Agent) setPhase(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot
 		}
 		written, err := a.ops.OpsV1().UpdateChannels(a.opts.Namespace).Patch(ctx, ch.Name, types.JSONPatchType, data, metav1.PatchOptions{}, "status")
 		if err == nil {
+			a.noteWrote(ch.Name, slot, phase, job)
 			return written, nil
 		}
 		if ctx.Err() != nil {
@@ -85,7 +88,7 @@ func (a *Agent) setPhase(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot
 		}
 		a.log.Debug("slot entry moved; writing the phase with a full update", "err", err)
 	}
-	return a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+	written, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
 		mine, err := a.mySlot(c, slot)
 		if err != nil {
 			return err
@@ -93,6 +96,26 @@ func (a *Agent) setPhase(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot
 		mine.Phase, mine.Job = phase, job
 		return nil
 	})
+	if err == nil {
+		a.noteWrote(ch.Name, slot, phase, job)
+	}
+	return written, err
+}
+
+// noteWrote remembers the phase this agent wrote to its slot in channel,
+// which its channel informer may not show yet.
+func (a *Agent) noteWrote(channel string, slot v1.Slot, phase, job string) {
+	slot.Phase, slot.Job = phase, job
+	slot.Node = a.opts.NodeName
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.wrote[channel] = slot
+}
+
+func (a *Agent) lastWrote(channel string) v1.Slot {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.wrote[channel]
 }
 
 // runJob creates the upgrade Job, and moves on when it finished.
@@ -115,7 +138,7 @@ func (a *Agent) runJob(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 		default:
 			j = created
 			a.log.Info("upgrade job created", "channel", ch.Name, "job", name, "version", slot.Version, "attempt", slot.Attempt)
-			a.recorder.Eventf(ch, corev1.EventTypeNormal, "Upgrading", "node %s: job %s upgrades it to %s (attempt %d)", a.opts.NodeName, name, slot.Version, slot.Attempt)
+			a.recorder.Eventf(ch, corev1.EventTypeNormal, "Upgrading", "node %s took a slot: job %s upgrades it to %s (attempt %d)", a.opts.NodeName, name, slot.Version, slot.Attempt)
 		}
 	}
 	if slot.Phase != plan.PhaseUpgrading || slot.Job != name {
@@ -128,16 +151,16 @@ func (a *Agent) runJob(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 		return nil // the Job informer brings it
 	}
 	done, failed, reason, _ := jobOutcome(j)
+	if !done && a.podSucceeded(name) {
+		done = true // the Job controller marks it Complete about a second later
+	}
 	switch {
 	case !done:
 		return nil // the Job informer calls again when it finishes
 	case failed:
 		return a.fail(ctx, ch, slot, "job", fmt.Sprintf("upgrade job %s failed (%s)%s", name, reason, a.podMessage(ctx, name)))
 	}
-	slot.Phase, slot.Job = plan.PhaseDraining, name
-	if _, err := a.setPhase(ctx, ch, slot, plan.PhaseDraining, name); err != nil {
-		return err
-	}
+	slot.Job = name // Draining is written only if the drain is slow (drainAndReboot)
 	return a.drainAndReboot(ctx, ch, s, slot)
 }
 
@@ -179,13 +202,16 @@ func (a *Agent) drainAndReboot(ctx context.Context, ch *v1.UpdateChannel, s plan
 		return err
 	}
 	rebootFrom := map[string]string{AnnotationRebootFrom: boot}
+	drained := "drain disabled"
 	if s.Drain.Enabled {
 		start := time.Now()
 		// The boot ID rides on the cordon's write.
 		if err := drain.Cordon(ctx, a.kube, a.opts.NodeName, CordonOwner, rebootFrom); err != nil {
 			return err
 		}
-		_, err := drain.Drain(ctx, a.kube, a.opts.NodeName, withLog(s.Drain.Options, a.log))
+		stop := a.markIfSlow(ctx, ch, slot, plan.PhaseDraining)
+		res, err := drain.Drain(ctx, a.kube, a.opts.NodeName, withLog(s.Drain.Options, a.log))
+		stop()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -193,18 +219,42 @@ func (a *Agent) drainAndReboot(ctx context.Context, ch *v1.UpdateChannel, s plan
 			return a.fail(ctx, ch, slot, "drain", fmt.Sprintf("drain failed, node uncordoned: %v", err))
 		}
 		a.metrics.drain.Observe(time.Since(start).Seconds())
-		a.recorder.Eventf(ch, corev1.EventTypeNormal, "Drained", "node %s cordoned and drained in %s", a.opts.NodeName, time.Since(start).Round(time.Millisecond))
+		drained = fmt.Sprintf("cordoned and drained in %s (%d pods evicted, %d deleted)",
+			time.Since(start).Round(time.Millisecond), len(res.Evicted), len(res.Deleted))
 	} else if err := a.patchNode(ctx, nil, map[string]any{AnnotationRebootFrom: boot}); err != nil {
 		return err
 	}
 	if _, err := a.setPhase(ctx, ch, slot, plan.PhaseRebooting, slot.Job); err != nil {
 		return err
 	}
-	return a.reboot(ctx, ch, s)
+	return a.reboot(ctx, ch, s, drained)
+}
+
+// slowStep is how long a step may take before its phase is written to the
+// slot: a quick drain costs no status write, a slow one shows in status.
+const slowStep = 2 * time.Second
+
+// markIfSlow writes phase to this node's slot once slowStep passed, unless
+// the returned stop is called first; stop waits for a write in flight.
+func (a *Agent) markIfSlow(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, phase string) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		select {
+		case <-done:
+			return
+		case <-time.After(slowStep):
+		}
+		if _, err := a.setPhase(ctx, ch, slot, phase, slot.Job); err != nil {
+			a.log.Debug("could not record the slot's phase", "phase", phase, "err", err)
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 // reboot asks the Rebooter to reboot after rebootDelay, once per process.
-func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings) error {
+// how says what was done before (the drain), for the Event.
+func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, how string) error {
 	a.mu.Lock()
 	already := a.rebooting
 	a.rebooting = true
@@ -213,7 +263,7 @@ func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 		return nil
 	}
 	a.log.Info("rebooting", "channel", ch.Name, "delay", s.RebootDelay, "method", a.opts.Rebooter.String())
-	a.recorder.Eventf(ch, corev1.EventTypeNormal, "Rebooting", "node %s drained; rebooting in %s", a.opts.NodeName, s.RebootDelay)
+	a.recorder.Eventf(ch, corev1.EventTypeNormal, "Rebooting", "node %s upgraded and %s; rebooting in %s", a.opts.NodeName, how, s.RebootDelay)
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -242,7 +292,7 @@ func (a *Agent) afterReboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Se
 		return err
 	}
 	if node.Annotations[AnnotationRebootFrom] == boot {
-		return a.reboot(ctx, ch, s) // restarted before the reboot happened
+		return a.reboot(ctx, ch, s, "was restarted before its reboot") // restarted before the reboot happened
 	}
 	v, err := ReadVersions(a.opts.SystemDir)
 	if err != nil {
@@ -261,14 +311,8 @@ func (a *Agent) afterReboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Se
 }
 
 func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, v Versions) error {
-	labels, annotations := nodeMeta(v)
-	if n := a.ownNode(); n == nil || !sameMeta(n.Labels, labels) || !sameMeta(n.Annotations, annotations) {
-		// versions first: the fleet view must not see the old one once the slot is free
-		if err := a.patchNode(ctx, labels, annotations); err != nil {
-			return err
-		}
-	}
-	if _, err := drain.Uncordon(ctx, a.kube, a.opts.NodeName, CordonOwner); err != nil {
+	// versions first: the fleet view must not see the old one once the slot is free
+	if err := a.uncordonAndPublish(ctx, &v); err != nil {
 		return err
 	}
 	if _, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
@@ -289,7 +333,8 @@ func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot,
 // fail uncordons the node if slipway cordoned it, frees the slot and
 // records the failure with reason.
 func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, step, reason string) error {
-	if _, err := drain.Uncordon(ctx, a.kube, a.opts.NodeName, CordonOwner); err != nil {
+	// A boot that fell back runs other versions than the node shows.
+	if err := a.uncordonAndPublish(ctx, a.readableVersions()); err != nil {
 		return err
 	}
 	var f v1.Failure
@@ -308,6 +353,36 @@ func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, st
 	return nil
 }
 
+// uncordonAndPublish uncordons the node if slipway cordoned it and labels
+// it with versions v (unless nil), in one write when both are due.
+func (a *Agent) uncordonAndPublish(ctx context.Context, v *Versions) error {
+	var labels, annotations map[string]any
+	if v != nil {
+		labels, annotations = nodeMeta(*v)
+	}
+	n := a.ownNode()
+	published := v == nil || n != nil && sameMeta(n.Labels, labels) && sameMeta(n.Annotations, annotations)
+	if published {
+		labels, annotations = nil, nil
+	}
+	uncordoned, err := drain.Uncordon(ctx, a.kube, a.opts.NodeName, CordonOwner, drain.Meta{Labels: labels, Annotations: annotations})
+	if err != nil || uncordoned || published {
+		return err
+	}
+	return a.patchNode(ctx, labels, annotations)
+}
+
+// readableVersions reads the system directory's versions; nil when it
+// cannot (then nothing is published).
+func (a *Agent) readableVersions() *Versions {
+	v, err := ReadVersions(a.opts.SystemDir)
+	if err != nil {
+		a.log.Warn("cannot read this node's versions", "err", err)
+		return nil
+	}
+	return &v
+}
+
 // cleanupIdle uncordons this node when slipway cordoned it and no channel
 // holds it in a slot (a slot freed by the fleet view, a deleted channel).
 func (a *Agent) cleanupIdle(ctx context.Context) error {
@@ -324,7 +399,7 @@ func (a *Agent) cleanupIdle(ctx context.Context) error {
 			return nil
 		}
 	}
-	if _, err := drain.Uncordon(ctx, a.kube, a.opts.NodeName, CordonOwner); err != nil {
+	if err := a.uncordonAndPublish(ctx, a.readableVersions()); err != nil {
 		return err
 	}
 	a.log.Info("uncordoned: this node holds no slot any more")
@@ -406,6 +481,9 @@ func (a *Agent) publishVersions(ctx context.Context) error {
 	labels, annotations := nodeMeta(v)
 	if sameMeta(n.Labels, labels) && sameMeta(n.Annotations, annotations) {
 		return nil
+	}
+	if drain.CordonedBy(n.Annotations) == CordonOwner {
+		return nil // mid-upgrade: the versions go with the uncordon, in one write
 	}
 	a.log.Info("publishing this node's versions", "rootfs", v.Rootfs, "kernel", v.Kernel, "k3s", v.K3s)
 	return a.patchNode(ctx, labels, annotations)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -73,18 +74,25 @@ func cordonOnce(ctx context.Context, c kubernetes.Interface, node, owner string,
 	return nil
 }
 
+// Meta is node metadata a caller writes in the same request as an
+// Uncordon, saving itself a write (nil values remove keys).
+type Meta struct {
+	Labels, Annotations map[string]any
+}
+
 // Uncordon undoes Cordon: when owner cordoned node it removes the record
-// and, if the node was schedulable before, makes it schedulable. It reports
-// whether it changed the node; calling it again changes nothing.
-func Uncordon(ctx context.Context, c kubernetes.Interface, node, owner string) (changed bool, err error) {
+// and, if the node was schedulable before, makes it schedulable, writing
+// also in the same request. It reports whether it changed the node; calling
+// it again changes nothing (and writes nothing, also included).
+func Uncordon(ctx context.Context, c kubernetes.Interface, node, owner string, also ...Meta) (changed bool, err error) {
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		changed, err = uncordonOnce(ctx, c, node, owner)
+		changed, err = uncordonOnce(ctx, c, node, owner, also)
 		return err
 	})
 	return changed, err
 }
 
-func uncordonOnce(ctx context.Context, c kubernetes.Interface, node, owner string) (bool, error) {
+func uncordonOnce(ctx context.Context, c kubernetes.Interface, node, owner string, also []Meta) (bool, error) {
 	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return false, fmt.Errorf("uncordon %s: read the node: %w", node, err)
@@ -96,13 +104,17 @@ func uncordonOnce(ctx context.Context, c kubernetes.Interface, node, owner strin
 	if n.Annotations[AnnotationSchedulableBefore] != "false" {
 		spec["unschedulable"] = nil
 	}
-	patch := map[string]any{
-		"metadata": map[string]any{
-			"resourceVersion": n.ResourceVersion,
-			"annotations":     map[string]any{AnnotationCordonedBy: nil, AnnotationSchedulableBefore: nil},
-		},
-		"spec": spec,
+	labels, annotations := map[string]any{}, map[string]any{}
+	for _, m := range also {
+		maps.Copy(labels, m.Labels)
+		maps.Copy(annotations, m.Annotations)
 	}
+	annotations[AnnotationCordonedBy], annotations[AnnotationSchedulableBefore] = nil, nil
+	metadata := map[string]any{"resourceVersion": n.ResourceVersion, "annotations": annotations}
+	if len(labels) > 0 {
+		metadata["labels"] = labels
+	}
+	patch := map[string]any{"metadata": metadata, "spec": spec}
 	if err := mergePatch(ctx, c, node, patch); err != nil {
 		return false, fmt.Errorf("uncordon %s: %w", node, err)
 	}

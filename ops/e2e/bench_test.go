@@ -11,13 +11,16 @@ import (
 	"slipway.dev/slipway/ops/testenv"
 )
 
-// The benchmark's fixed simulated per-node time: the agent waits
+// The benchmark's fixed simulated per-node time: the upgrade Job's real
+// `slipway ops upgrade` is padded to benchUpgrade, the agent waits
 // benchRebootDelay after the drain, then the simulated reboot keeps the node
-// down benchReboot.
+// down benchReboot. The agents use the default Lease duration.
 const (
 	benchConcurrency = 10
+	benchUpgrade     = 3 * time.Second
 	benchRebootDelay = 2 * time.Second
-	benchReboot      = 8 * time.Second
+	benchReboot      = 5 * time.Second
+	benchLease       = "15s"
 )
 
 // BenchmarkRollout rolls v2 through every fake node (100 by default) at
@@ -68,7 +71,7 @@ func BenchmarkRollout(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	perNode := benchRebootDelay + benchReboot
+	perNode := benchUpgrade + benchRebootDelay + benchReboot
 	waves := (nodes + benchConcurrency - 1) / benchConcurrency
 	ideal := time.Duration(waves) * perNode
 	all, hb, conflicts := after.all-before.all, after.heartbeats-before.heartbeats, after.conflicts-before.conflicts
@@ -78,8 +81,8 @@ func BenchmarkRollout(b *testing.B) {
 	b.ReportMetric(all/float64(nodes), "writes/node")
 	b.ReportMetric((all-hb)/float64(nodes), "writes-excl-heartbeats/node")
 	b.ReportMetric(conflicts/float64(nodes), "conflicts/slot")
-	b.Logf("%d nodes, concurrency %d, per-node simulated time %s (rebootDelay %s + reboot %s): wall %s, ideal %s (x%.2f)",
-		nodes, benchConcurrency, perNode, benchRebootDelay, benchReboot, wall.Round(time.Second), ideal, wall.Seconds()/ideal.Seconds())
+	b.Logf("%d nodes, concurrency %d, per-node simulated time %s (upgrade %s + rebootDelay %s + reboot %s): wall %s, ideal %s (x%.2f)",
+		nodes, benchConcurrency, perNode, benchUpgrade, benchRebootDelay, benchReboot, wall.Round(time.Second), ideal, wall.Seconds()/ideal.Seconds())
 	b.Logf("API writes during the rollout: %.0f (%.1f per node), of which %.0f Lease/node-status heartbeats; %.0f status conflicts for %d slots",
 		all, all/float64(nodes), hb, conflicts, nodes)
 	b.Logf("writes per node by kind: %s", after.top(before, 14, nodes))

@@ -29,6 +29,10 @@ var (
 	nodes    = 10 // 100 when benchmarks run (SLIPWAY_BENCH_NODES overrides)
 	// simReboot is how long a simulated reboot keeps a node down.
 	simReboot = time.Second
+	// lease is the agents' --lease-duration: short, so tests see handovers soon.
+	lease = "6s"
+	// upgradeCommand is the agents' --upgrade-command: the upgrade Jobs run it.
+	upgradeCommand = "slipway"
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -39,7 +43,8 @@ func run(m *testing.M) int {
 		return testenv.RunMain(m, testenv.Options{}, &env) // starts nothing; tests skip
 	}
 	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
-		nodes, simReboot = 100, benchReboot
+		nodes, simReboot, lease = 100, benchReboot, benchLease
+		upgradeCommand = "slipway-sim take " + benchUpgrade.String() + " slipway"
 		if n, err := strconv.Atoi(os.Getenv("SLIPWAY_BENCH_NODES")); err == nil && n > 0 {
 			nodes = n
 		}
@@ -67,8 +72,9 @@ func run(m *testing.M) int {
 		Cluster: true, Nodes: nodes, CRDs: crds.Must(), Timeout: 10 * time.Minute,
 		ExecPath:    bin + ":/usr/local/bin:/usr/bin:/bin",
 		NodeCommand: []string{"/bin/sh", "-c", nodeScript},
-		NodeEnv:     []string{"SLIPWAY_E2E_MIRROR=" + mirror, "SLIPWAY_E2E_REBOOT=" + simReboot.String()},
-		AuditLog:    auditLog,
+		NodeEnv: []string{"SLIPWAY_E2E_MIRROR=" + mirror, "SLIPWAY_E2E_REBOOT=" + simReboot.String(),
+			"SLIPWAY_E2E_LEASE=" + lease, "SLIPWAY_E2E_UPGRADE_COMMAND=" + upgradeCommand},
+		AuditLog: auditLog,
 	}, &env)
 }
 
@@ -83,7 +89,8 @@ fi
 exec slipway ops agent --node-name "$NODE_NAME" --namespace slipway-system --system-dir "$sys" \
   --host-system-dir /k3os/system --host-lock-dir /run/k3os --image slipway:e2e \
   --reboot-method command --boot-id-from-node \
-  --metrics-addr "" --kubeconfig "$KUBECONFIG" --lease-duration 6s --resync 10s --retry-backoff 1h \
+  --metrics-addr "" --kubeconfig "$KUBECONFIG" --lease-duration "$SLIPWAY_E2E_LEASE" --resync 10s --retry-backoff 1h \
+  --upgrade-command "$SLIPWAY_E2E_UPGRADE_COMMAND" \
   --reboot-command "slipway-sim reboot --delay $SLIPWAY_E2E_REBOOT"
 `
 

@@ -73,6 +73,7 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		{Verb: "watch", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
 		{Verb: "delete", Resource: "pods", Namespace: "default"},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
+		{Verb: "watch", Resource: "pods", Namespace: "slipway-test"},
 	}
 	denied := []authv1.ResourceAttributes{
 		{Verb: "get", Resource: "secrets", Namespace: "slipway-test"},

@@ -147,21 +147,24 @@ func TestDefaults(t *testing.T) {
 func TestRBACIsExactlyWhatTheAgentUses(t *testing.T) {
 	// Every verb here is one the agent calls (docs/agent.md lists where).
 	want := map[string]string{
-		"/nodes":         "get,list,watch,patch",
-		"/pods":          "list,delete",
-		"/pods/eviction": "create",
-		"/events":        "create,patch",
-		"apiextensions.k8s.io/customresourcedefinitions": "get,create,update",
-		"ops.slipway.dev/updatechannels":                 "get,list,watch",
-		"ops.slipway.dev/updatechannels/status":          "update,patch",
-		"batch/jobs":                                     "get,list,watch,create",
-		"coordination.k8s.io/leases":                     "get,create,update",
+		"cluster /nodes":         "get,list,watch,patch",
+		"cluster /pods":          "list,delete",
+		"cluster /pods/eviction": "create",
+		"cluster /events":        "create,patch",
+		"cluster apiextensions.k8s.io/customresourcedefinitions": "get,create,update",
+		"namespace ops.slipway.dev/updatechannels":               "get,list,watch",
+		"namespace ops.slipway.dev/updatechannels/status":        "update,patch",
+		"namespace batch/jobs":                                   "get,list,watch,create",
+		"namespace /pods":                                        "list,watch",
+		"namespace coordination.k8s.io/leases":                   "get,create,update",
 	}
 	got := map[string]string{}
-	for _, r := range append(clusterRules(), namespacedRules()...) {
-		for _, g := range r.APIGroups {
-			for _, res := range r.Resources {
-				got[g+"/"+res] = strings.Join(r.Verbs, ",")
+	for scope, rules := range map[string][]rbacv1.PolicyRule{"cluster": clusterRules(), "namespace": namespacedRules()} {
+		for _, r := range rules {
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					got[scope+" "+g+"/"+res] = strings.Join(r.Verbs, ",")
+				}
 			}
 		}
 	}

@@ -24,12 +24,13 @@ func clusterRules() []rbacv1.PolicyRule {
 // namespacedRules are exactly what the agent calls in its own namespace: the
 // channels (watched; only their status is written), the upgrade Jobs of its
 // node (watched, created; finished Jobs are kept as the record of an
-// attempt), and the per-channel Lease (client-go leader election).
+// attempt) and their pods (watched), and the per-channel Lease (client-go leader election).
 func namespacedRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels/status"}, Verbs: []string{"update", "patch"}},
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get", "list", "watch", "create"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}, // the Jobs' pods: done a second before the Job
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 	}
 }

@@ -4,6 +4,7 @@
 //	slipway-sim up --dir STATE [--nodes N] [--tools DIR] [--exec-path PATH] [--node-command CMD]
 //	slipway-sim reboot --node NAME [--delay 5s] [--socket PATH]
 //	slipway-sim status [--kubeconfig FILE]
+//	slipway-sim take DURATION COMMAND [ARG...]
 //
 // `up` writes STATE/kubeconfig, STATE/pids ("name pid" lines: its own and every
 // process it started) and finally STATE/ready, then runs until SIGTERM or
@@ -32,7 +33,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: slipway-sim up|status|reboot [flags]: %w", flag.ErrHelp)
+		return fmt.Errorf("usage: slipway-sim up|status|reboot|take [flags]: %w", flag.ErrHelp)
 	}
 	switch args[0] {
 	case "up":
@@ -41,7 +42,9 @@ func run(ctx context.Context, args []string) error {
 		return status(ctx, args[1:])
 	case "reboot":
 		return reboot(ctx, args[1:])
+	case "take":
+		return take(ctx, args[1:])
 	default:
-		return fmt.Errorf("unknown command %q (want up, status or reboot): %w", args[0], flag.ErrHelp)
+		return fmt.Errorf("unknown command %q (want up, status, reboot or take): %w", args[0], flag.ErrHelp)
 	}
 }
