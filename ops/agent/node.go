@@ -59,47 +59,56 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 	return 0, err
 }
 
-// setPhase records this node's slot at phase (and its Job). It first tries
-// a JSON patch that tests the entry is still this node's slot (same index,
-// node and attempt) and replaces only its phase and job: no resourceVersion,
-// so the other nodes' writes do not make it conflict. When the entry moved,
-// it falls back to a read-modify-write with optimistic concurrency.
+// setPhase records this node's slot at phase (and its Job), with a JSON
+// patch of its own entry (patchSlot) or, when the entry moved, a
+// read-modify-write with optimistic concurrency.
 func (a *Agent) setPhase(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, phase, job string) (*v1.UpdateChannel, error) {
-	if i := plan.FindSlot(ch.Status, a.opts.NodeName); i >= 0 && ch.Status.Updating[i].Attempt == slot.Attempt {
-		p := fmt.Sprintf("/status/updating/%d/", i)
-		ops := []map[string]any{
-			{"op": "test", "path": p + "node", "value": a.opts.NodeName},
-			{"op": "test", "path": p + "attempt", "value": slot.Attempt},
-			{"op": "test", "path": p + "version", "value": slot.Version},
-			{"op": "add", "path": p + "phase", "value": phase},
-			{"op": "add", "path": p + "job", "value": job},
-		}
-		data, err := json.Marshal(ops)
-		if err != nil {
-			return nil, err
-		}
-		written, err := a.ops.OpsV1().UpdateChannels(a.opts.Namespace).Patch(ctx, ch.Name, types.JSONPatchType, data, metav1.PatchOptions{}, "status")
-		if err == nil {
-			a.noteWrote(ch.Name, slot, phase, job)
-			return written, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		a.log.Debug("slot entry moved; writing the phase with a full update", "err", err)
-	}
-	written, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
-		mine, err := a.mySlot(c, slot)
-		if err != nil {
-			return err
-		}
-		mine.Phase, mine.Job = phase, job
-		return nil
+	written, err := a.patchSlot(ctx, ch, slot, func(p string) []map[string]any {
+		return []map[string]any{{"op": "add", "path": p + "/phase", "value": phase}, {"op": "add", "path": p + "/job", "value": job}}
 	})
+	if written == nil && err == nil {
+		written, err = a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+			mine, err := a.mySlot(c, slot)
+			if err != nil {
+				return err
+			}
+			mine.Phase, mine.Job = phase, job
+			return nil
+		})
+	}
 	if err == nil {
 		a.noteWrote(ch.Name, slot, phase, job)
 	}
 	return written, err
+}
+
+// patchSlot writes ops (built for the path of this node's entry in
+// status.updating) with a JSON patch that first tests the entry is still
+// this node's slot (same index, node, attempt and version). It carries no
+// resourceVersion, so the other nodes' writes do not make it conflict. It
+// returns nil and no error when the entry moved: the caller falls back to
+// an optimistic read-modify-write.
+func (a *Agent) patchSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, ops func(path string) []map[string]any) (*v1.UpdateChannel, error) {
+	i := plan.FindSlot(ch.Status, a.opts.NodeName)
+	if i < 0 || ch.Status.Updating[i].Attempt != slot.Attempt {
+		return nil, nil
+	}
+	p := fmt.Sprintf("/status/updating/%d", i)
+	patch := append([]map[string]any{
+		{"op": "test", "path": p + "/node", "value": a.opts.NodeName},
+		{"op": "test", "path": p + "/attempt", "value": slot.Attempt},
+		{"op": "test", "path": p + "/version", "value": slot.Version},
+	}, ops(p)...)
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return nil, err
+	}
+	written, err := a.ops.OpsV1().UpdateChannels(a.opts.Namespace).Patch(ctx, ch.Name, types.JSONPatchType, data, metav1.PatchOptions{}, "status")
+	if err == nil || ctx.Err() != nil {
+		return written, ctx.Err()
+	}
+	a.log.Debug("slot entry moved; writing with a full update", "err", err)
+	return nil, nil
 }
 
 // noteWrote remembers the phase this agent wrote to its slot in channel,
@@ -315,19 +324,34 @@ func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot,
 	if err := a.uncordonAndPublish(ctx, &v); err != nil {
 		return err
 	}
-	if _, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
-		if _, err := a.mySlot(c, slot); err != nil {
-			return err
-		}
-		plan.Succeed(&c.Status, a.opts.NodeName)
-		return nil
-	}); err != nil {
+	if err := a.freeSlot(ctx, ch, slot); err != nil {
 		return err
 	}
 	a.metrics.upgrade.Observe(time.Since(slot.Since.Time).Seconds())
 	a.log.Info("upgraded", "channel", ch.Name, "version", slot.Version)
 	a.recorder.Eventf(ch, corev1.EventTypeNormal, "Upgraded", "node %s runs %s, is Ready and uncordoned; slot freed", a.opts.NodeName, slot.Version)
 	return nil
+}
+
+// freeSlot removes this node's slot after a success: a JSON patch of its
+// own entry when it has no failure entry to drop too, else an optimistic update.
+func (a *Agent) freeSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot) error {
+	if plan.FindFailure(ch.Status, a.opts.NodeName) < 0 {
+		written, err := a.patchSlot(ctx, ch, slot, func(p string) []map[string]any {
+			return []map[string]any{{"op": "remove", "path": p}}
+		})
+		if written != nil || err != nil {
+			return err
+		}
+	}
+	_, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+		if _, err := a.mySlot(c, slot); err != nil {
+			return err
+		}
+		plan.Succeed(&c.Status, a.opts.NodeName)
+		return nil
+	})
+	return err
 }
 
 // fail uncordons the node if slipway cordoned it, frees the slot and

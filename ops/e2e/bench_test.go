@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -13,15 +14,28 @@ import (
 
 // The benchmark's fixed simulated per-node time: the upgrade Job's real
 // `slipway ops upgrade` is padded to benchUpgrade, the agent waits
-// benchRebootDelay after the drain, then the simulated reboot keeps the node
-// down benchReboot. The agents use the default Lease duration.
+// benchRebootDelay after the drain (the product's default rebootDelay), then
+// the simulated reboot keeps the node down benchReboot. A real node takes
+// minutes for each; SLIPWAY_BENCH_UPGRADE, SLIPWAY_BENCH_REBOOT_DELAY and
+// SLIPWAY_BENCH_REBOOT (Go durations) change them. The agents use the
+// default Lease duration.
+var (
+	benchUpgrade     = envDuration("SLIPWAY_BENCH_UPGRADE", 5*time.Second)
+	benchRebootDelay = envDuration("SLIPWAY_BENCH_REBOOT_DELAY", 5*time.Second)
+	benchReboot      = envDuration("SLIPWAY_BENCH_REBOOT", 10*time.Second)
+)
+
 const (
 	benchConcurrency = 10
-	benchUpgrade     = 3 * time.Second
-	benchRebootDelay = 2 * time.Second
-	benchReboot      = 5 * time.Second
 	benchLease       = "15s"
 )
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d >= 0 {
+		return d
+	}
+	return def
+}
 
 // BenchmarkRollout rolls v2 through every fake node (100 by default) at
 // concurrency 10 and reports the wall time against the ideal
