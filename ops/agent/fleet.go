@@ -78,6 +78,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 		plan.Prune(st, nodes, target)
 		if slotHolders(c) == fc.slots {
 			added = plan.Claim(s, st, plan.Candidates(s, *st, nodes, target, a.opts.Retry, now), target, now)
+			startUpgrading(st, added)
 		} else {
 			// A slot changed hands since the nodes were listed (a conflict
 			// brought a newer status): the list may show a node that just
@@ -99,6 +100,18 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 		return time.Millisecond, nil
 	}
 	return a.nextFleetSync(s, ch, now), nil
+}
+
+// startUpgrading marks the slots just assigned Upgrading with their Job's
+// name, which is known (node, version, attempt): the node's agent then only
+// creates the Job, and writes nothing to the channel until it reboots.
+func startUpgrading(st *v1.UpdateChannelStatus, added []string) {
+	for _, n := range added {
+		if i := plan.FindSlot(*st, n); i >= 0 {
+			sl := &st.Updating[i]
+			sl.Phase, sl.Job = plan.PhaseUpgrading, JobName(sl.Node, sl.Version, sl.Attempt)
+		}
+	}
 }
 
 func (a *Agent) fleetEvents(ch *v1.UpdateChannel, added []string, recovered []v1.Failure) {

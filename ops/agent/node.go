@@ -50,7 +50,10 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 	case plan.PhaseDraining:
 		err = a.drainAndReboot(ctx, ch, s, *slot)
 	case plan.PhaseRebooting, plan.PhaseWaitingReady:
-		err = a.afterReboot(ctx, ch, s, *slot)
+		var after time.Duration
+		if after, err = a.afterReboot(ctx, ch, s, *slot); err == nil {
+			return after, nil
+		}
 	}
 	if errors.Is(err, errSlotGone) {
 		a.log.Info("slot was taken away meanwhile", "channel", name)
@@ -131,7 +134,7 @@ func (a *Agent) lastWrote(channel string) v1.Slot {
 func (a *Agent) runJob(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) error {
 	name := JobName(a.opts.NodeName, slot.Version, slot.Attempt)
 	j := a.job(name)
-	if j == nil && (slot.Phase == plan.PhasePending || slot.Phase == "") {
+	if j == nil && !a.cordonedBySlipway() { // no Job of this attempt ran, no drain started
 		if v, err := ReadVersions(a.opts.SystemDir); err == nil && v.Rootfs == slot.Version {
 			// Already there (no Job of this attempt ran): nothing to do, no reboot.
 			a.recorder.Eventf(ch, corev1.EventTypeNormal, "AlreadyUpToDate", "node %s already runs %s; slot freed", a.opts.NodeName, slot.Version)
@@ -291,32 +294,52 @@ func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 // the same boot means the reboot has not happened yet; at the slot's version
 // it waits for Ready, publishes the versions, uncordons and frees the slot;
 // at another version the boot fell back and the upgrade failed.
-func (a *Agent) afterReboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) error {
+func (a *Agent) afterReboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) (time.Duration, error) {
 	node := a.ownNode()
 	if node == nil {
-		return nil
+		return 0, nil
 	}
 	boot, err := a.bootID()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if node.Annotations[AnnotationRebootFrom] == boot {
-		return a.reboot(ctx, ch, s, "was restarted before its reboot") // restarted before the reboot happened
+		return 0, a.reboot(ctx, ch, s, "was restarted before its reboot") // restarted before the reboot happened
 	}
 	v, err := ReadVersions(a.opts.SystemDir)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if v.Rootfs != slot.Version {
-		return a.fail(ctx, ch, slot, "boot", fmt.Sprintf("node came back at %s, not %s: the boot fell back to the previous version; see the node's console", v.Rootfs, slot.Version))
+		return 0, a.fail(ctx, ch, slot, "boot", fmt.Sprintf("node came back at %s, not %s: the boot fell back to the previous version; see the node's console", v.Rootfs, slot.Version))
 	}
 	if ready, _ := nodeReady(node); !ready {
-		if slot.Phase != plan.PhaseWaitingReady {
-			_, err = a.setPhase(ctx, ch, slot, plan.PhaseWaitingReady, slot.Job)
+		if slot.Phase == plan.PhaseWaitingReady {
+			return 0, nil // the node informer calls again when it turns Ready
 		}
-		return err // the node informer calls again when it turns Ready
+		if wait := slowStep - time.Since(a.notReadySince()); wait > 0 {
+			return wait, nil // a node Ready soon costs no status write
+		}
+		_, err = a.setPhase(ctx, ch, slot, plan.PhaseWaitingReady, slot.Job)
+		return 0, err
 	}
-	return a.succeed(ctx, ch, slot, v)
+	return 0, a.succeed(ctx, ch, slot, v)
+}
+
+// notReadySince is when this process first saw its node not Ready after a reboot.
+func (a *Agent) notReadySince() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.notReadyAt.IsZero() {
+		a.notReadyAt = time.Now()
+	}
+	return a.notReadyAt
+}
+
+// cordonedBySlipway reports whether this agent's node carries slipway's cordon.
+func (a *Agent) cordonedBySlipway() bool {
+	n := a.ownNode()
+	return n != nil && drain.CordonedBy(n.Annotations) == CordonOwner
 }
 
 func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, v Versions) error {

@@ -9,7 +9,8 @@ import (
 	"slipway.dev/slipway/ops/testenv"
 )
 
-// Who wrote, from the apiserver's audit log. The goal of at most 20 writes
+// Who wrote, from the apiserver's audit log; writes the apiserver refused
+// (409 conflicts) change nothing and are counted apart. The goal of at most 20 writes
 // per node counts what slipway writes and what its Jobs cause (the Job
 // controller's Job status, pod and Events; the kubelet's pod status), not
 // what any reboot of a node costs with or without slipway (the kubelet's
@@ -43,6 +44,7 @@ func writerOf(ev testenv.AuditEvent) string {
 // writeReport counts the audited writes in [from, to] by writer and, per
 // writer, by verb and resource.
 type writeReport struct {
+	rejected int // refused (409 conflicts and other errors): counted apart, they change nothing
 	total    int
 	byWriter map[string]int
 	byKind   map[string]map[string]int // writer -> "verb resource" -> count
@@ -52,6 +54,10 @@ func countWrites(events []testenv.AuditEvent, from, to time.Time) writeReport {
 	r := writeReport{byWriter: map[string]int{}, byKind: map[string]map[string]int{}}
 	for _, ev := range events {
 		if ev.Time.Before(from) || ev.Time.After(to) {
+			continue
+		}
+		if ev.Code >= 300 {
+			r.rejected++
 			continue
 		}
 		w := writerOf(ev)
@@ -68,7 +74,7 @@ func countWrites(events []testenv.AuditEvent, from, to time.Time) writeReport {
 // lines formats the report per node upgraded.
 func (r writeReport) lines(nodes int) []string {
 	per := func(n int) float64 { return float64(n) / float64(nodes) }
-	out := []string{fmt.Sprintf("all writes: %.1f per node", per(r.total)),
+	out := []string{fmt.Sprintf("all writes: %.1f per node (and %.2f refused, conflicts included)", per(r.total), per(r.rejected)),
 		fmt.Sprintf("slipway and its Jobs (the goal's count): %.1f per node", per(r.byWriter[writerSlipway]+r.byWriter[writerJobs]))}
 	for _, w := range []string{writerSlipway, writerJobs, writerNode, writerOther} {
 		type kv struct {

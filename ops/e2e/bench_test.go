@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/testenv"
@@ -111,6 +115,26 @@ func BenchmarkRollout(b *testing.B) {
 		}
 		b.Log(timelineLine(timeline(events, env.Nodes)))
 	}
+	b.Logf("Events per node by reason: %s", eventReasons(ctx, b, c.kube, nodes))
 	b.Logf("agent RSS before the rollout: %s", rssSummary(idleRSS))
 	b.Logf("agent RSS after the rollout:  %s", rssSummary(agentRSS()))
+}
+
+// eventReasons counts the slipway agents' Events in the namespace by reason, per node.
+func eventReasons(ctx context.Context, b *testing.B, c kubernetes.Interface, nodes int) string {
+	list, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "source=slipway-agent"})
+	if err != nil {
+		b.Error(err)
+		return ""
+	}
+	counts := map[string]int32{}
+	for _, e := range list.Items {
+		counts[e.Reason] += max(e.Count, 1)
+	}
+	var parts []string
+	for r, n := range counts {
+		parts = append(parts, fmt.Sprintf("%s %.2f", r, float64(n)/float64(nodes)))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
 }
