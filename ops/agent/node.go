@@ -76,7 +76,7 @@ func (a *Agent) setPhase(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot
 		if err != nil {
 			return nil, err
 		}
-		written, err := a.ops.OpsV1().UpdateChannels(a.opts.Namespace).Patch(ctx, ch.Name, types.JSONPatchType, data, metav1.PatchOptions{}, "status")
+		written, err := a.ops.UpdateChannels(a.opts.Namespace).Patch(ctx, ch.Name, types.JSONPatchType, data, metav1.PatchOptions{}, "status")
 		if err == nil {
 			return written, nil
 		}
