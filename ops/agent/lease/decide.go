@@ -4,8 +4,8 @@
 // optimistic concurrency (every write carries the resourceVersion it read).
 //
 // It replaces client-go's tools/leaderelection, whose import alone links and
-// initialises client-go's scheme of every Kubernetes API group, about half
-// of an agent's resident memory.
+// initialises client-go's scheme of every Kubernetes API group, about a
+// third of an agent's resident memory (see package ops/kube).
 package lease
 
 import (
