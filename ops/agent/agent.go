@@ -16,10 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	kubeinformers "k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -27,9 +24,9 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/crds"
-	"slipway.dev/slipway/ops/generated/clientset/versioned"
-	opsinformers "slipway.dev/slipway/ops/generated/informers/externalversions"
+	opsclient "slipway.dev/slipway/ops/generated/clientset/versioned/typed/ops.slipway.dev/v1"
 	opslisters "slipway.dev/slipway/ops/generated/listers/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/kube"
 )
 
 // Agent is one running agent. Handlers only enqueue; the syncs are keyed by
@@ -37,8 +34,8 @@ import (
 type Agent struct {
 	opts     Options
 	log      *slog.Logger
-	kube     kubernetes.Interface
-	ops      versioned.Interface
+	kube     *kube.Clientset
+	ops      opsclient.OpsV1Interface
 	meta     metadata.Interface
 	channels opslisters.UpdateChannelLister
 	nodes    cache.Indexer // this agent's own Node only
@@ -87,10 +84,10 @@ func New(opts Options) (*Agent, error) {
 	}
 	a := &Agent{opts: opts, log: opts.Log.With("node", opts.NodeName), metrics: newMetrics(),
 		elections: map[string]*election{}, fleet: map[string]*fleetCache{}, waitSince: map[string]time.Time{}, wrote: map[string]v1.Slot{}}
-	if a.kube, err = kubernetes.NewForConfig(opts.Config); err != nil {
+	if a.kube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}
-	if a.ops, err = versioned.NewForConfig(opts.Config); err != nil {
+	if a.ops, err = opsclient.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the UpdateChannel client: %w", err)
 	}
 	if a.meta, err = metadata.NewForConfig(opts.Config); err != nil {
@@ -111,7 +108,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.publishVersions(ctx); err != nil {
 		return err
 	}
-	stopEvents := a.startEvents()
+	stopEvents, err := a.startEvents()
+	if err != nil {
+		return err
+	}
 	defer stopEvents()
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[key](),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "slipway-agent"})
@@ -135,21 +135,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-func (a *Agent) startEvents() func() {
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1.AddToScheme(scheme)
-	b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{BurstSize: 100, QPS: 1})
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.kube.CoreV1().Events(a.opts.Namespace)})
-	a.recorder = b.NewRecorder(scheme, corev1.EventSource{Component: "slipway-agent", Host: a.opts.NodeName})
-	return b.Shutdown
-}
-
+// startInformers starts the caches of the namespace's UpdateChannels, of
+// this agent's own Node and of its node's upgrade Jobs, and waits until
+// they are filled.
 func (a *Agent) startInformers(ctx context.Context) error {
-	opsf := opsinformers.NewSharedInformerFactoryWithOptions(a.ops, a.opts.Resync, opsinformers.WithNamespace(a.opts.Namespace))
-	chInf := opsf.Ops().V1().UpdateChannels()
-	a.channels = chInf.Lister()
-	_, err := chInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	chInf := a.channelInformer()
+	a.channels = opslisters.NewUpdateChannelLister(chInf.GetIndexer())
+	_, err := chInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { a.channelChanged(o) },
 		UpdateFunc: func(_, o any) { a.channelChanged(o) },
 		DeleteFunc: func(o any) { a.channelDeleted(o) },
@@ -157,18 +149,8 @@ func (a *Agent) startInformers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	own := kubeinformers.NewSharedInformerFactoryWithOptions(a.kube, a.opts.Resync,
-		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.NodeName).String()
-		}))
-	nodeInf := own.Core().V1().Nodes().Informer()
-	a.nodes = nodeInf.GetIndexer()
-	jobf := kubeinformers.NewSharedInformerFactoryWithOptions(a.kube, a.opts.Resync, kubeinformers.WithNamespace(a.opts.Namespace),
-		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelJobNode: LabelValue(a.opts.NodeName)}).String()
-		}))
-	jobInf := jobf.Batch().V1().Jobs().Informer()
-	a.jobs = jobInf.GetIndexer()
+	nodeInf, jobInf := a.nodeInformer(), a.jobInformer()
+	a.nodes, a.jobs = nodeInf.GetIndexer(), jobInf.GetIndexer()
 	all := func(any) { a.enqueueAll(roleNode) }
 	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(_, o any) { all(o) }}); err != nil {
 		return err
@@ -191,16 +173,59 @@ func (a *Agent) startInformers(ctx context.Context) error {
 	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: podChanged, UpdateFunc: func(_, o any) { podChanged(o) }}); err != nil {
 		return err
 	}
-	opsf.Start(ctx.Done())
-	own.Start(ctx.Done())
-	jobf.Start(ctx.Done())
-	go podInf.RunWithContext(ctx)
-	for _, synced := range []cache.InformerSynced{chInf.Informer().HasSynced, nodeInf.HasSynced, jobInf.HasSynced, podInf.HasSynced} {
-		if !cache.WaitForCacheSync(ctx.Done(), synced) {
+	informers := []cache.SharedIndexInformer{chInf, nodeInf, jobInf, podInf}
+	for _, inf := range informers {
+		go inf.RunWithContext(ctx)
+	}
+	for _, inf := range informers {
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 			return fmt.Errorf("the informers did not sync: is the API server reachable and the CRD installed (--install-crds)?")
 		}
 	}
 	return nil
+}
+
+// channelInformer watches the UpdateChannels of the agent's namespace.
+func (a *Agent) channelInformer() cache.SharedIndexInformer {
+	return newInformer(a.ops.UpdateChannels(a.opts.Namespace), &v1.UpdateChannel{}, a.opts.Resync, func(*metav1.ListOptions) {})
+}
+
+// nodeInformer watches this agent's own Node only.
+func (a *Agent) nodeInformer() cache.SharedIndexInformer {
+	return newInformer(a.kube.CoreV1().Nodes(), &corev1.Node{}, a.opts.Resync, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.NodeName).String()
+	})
+}
+
+// jobInformer watches the upgrade Jobs of this agent's node.
+func (a *Agent) jobInformer() cache.SharedIndexInformer {
+	return newInformer(a.kube.BatchV1().Jobs(a.opts.Namespace), &batchv1.Job{}, a.opts.Resync, func(o *metav1.ListOptions) {
+		o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelJobNode: LabelValue(a.opts.NodeName)}).String()
+	})
+}
+
+// listWatcher is a typed client's List and Watch.
+type listWatcher[L runtime.Object] interface {
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// newInformer is a shared informer of objects like example, listed and
+// watched through api with the options tweak sets and indexed by
+// namespace, as client-go's informer factories build them.
+func newInformer[L runtime.Object](api listWatcher[L], example runtime.Object, resync time.Duration, tweak func(*metav1.ListOptions)) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			tweak(&o)
+			return api.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			tweak(&o)
+			return api.Watch(ctx, o)
+		},
+	}
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, api), example, resync,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 }
 
 func (a *Agent) channelChanged(o any) {

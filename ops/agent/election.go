@@ -4,9 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"slipway.dev/slipway/ops/agent/lease"
 )
 
 // election is this agent's candidacy for one channel's Lease.
@@ -31,35 +29,23 @@ func (a *Agent) ensureElection(channel string) {
 
 func (a *Agent) runElection(ctx context.Context, channel string, e *election) {
 	defer close(e.done)
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: LeasePrefix + channel, Namespace: a.opts.Namespace},
-		Client:     a.kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: a.opts.NodeName},
-	}
 	d := a.opts.LeaseDuration
-	cfg := leaderelection.LeaderElectionConfig{
-		Lock: lock, LeaseDuration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d / 5,
-		ReleaseOnCancel: true, // hand over at once when this agent stops
-		Name:            LeasePrefix + channel,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(context.Context) {
-				e.leading.Store(true)
-				a.log.Info("took the channel's fleet view", "channel", channel)
-				a.queue.Add(key{roleFleet, channel})
-			},
-			OnStoppedLeading: func() {
-				e.leading.Store(false)
-				a.log.Info("handed over the channel's fleet view", "channel", channel)
-			},
+	err := lease.Run(ctx, lease.Config{
+		Client: a.kube.CoordinationV1().Leases(a.opts.Namespace), Name: LeasePrefix + channel, Identity: a.opts.NodeName,
+		Duration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d / 5,
+		Log: a.log.With("channel", channel),
+		OnStartedLeading: func() {
+			e.leading.Store(true)
+			a.log.Info("took the channel's fleet view", "channel", channel)
+			a.queue.Add(key{roleFleet, channel})
 		},
-	}
-	for ctx.Err() == nil { // a lost lease is competed for again
-		le, err := leaderelection.NewLeaderElector(cfg)
-		if err != nil {
-			a.log.Error("cannot compete for the channel's lease", "channel", channel, "err", err)
-			return
-		}
-		le.Run(ctx)
+		OnStoppedLeading: func() {
+			e.leading.Store(false)
+			a.log.Info("handed over the channel's fleet view", "channel", channel)
+		},
+	})
+	if err != nil {
+		a.log.Error("cannot compete for the channel's lease", "channel", channel, "err", err)
 	}
 }
 

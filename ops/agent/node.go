@@ -106,7 +106,7 @@ func (a *Agent) patchSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slo
 	if err != nil {
 		return nil, err
 	}
-	written, err := a.ops.OpsV1().UpdateChannels(a.opts.Namespace).Patch(ctx, ch.Name, types.JSONPatchType, data, metav1.PatchOptions{}, "status")
+	written, err := a.ops.UpdateChannels(a.opts.Namespace).Patch(ctx, ch.Name, types.JSONPatchType, data, metav1.PatchOptions{}, "status")
 	if err == nil || ctx.Err() != nil {
 		return written, ctx.Err()
 	}

@@ -25,7 +25,7 @@ func (a *Agent) updateStatus(ctx context.Context, name string, mutate func(*v1.U
 	if err != nil {
 		return nil, fmt.Errorf("read channel %s: %w", name, err)
 	}
-	api := a.ops.OpsV1().UpdateChannels(a.opts.Namespace)
+	api := a.ops.UpdateChannels(a.opts.Namespace)
 	for attempt := 0; ; attempt++ {
 		next := cur.DeepCopy()
 		if err := mutate(next); err != nil {

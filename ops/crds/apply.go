@@ -7,14 +7,25 @@ import (
 	"time"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	typedv1 "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+
+	"slipway.dev/slipway/ops/kube"
 )
+
+// crdClient is the typed client of CustomResourceDefinitions.
+type crdClient = kube.Client[*apiextv1.CustomResourceDefinition, *apiextv1.CustomResourceDefinitionList]
+
+func newCRDClient(cfg *rest.Config) (*crdClient, error) {
+	client, err := kube.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("CRD client: %w", err)
+	}
+	return client.ApiextensionsV1().CustomResourceDefinitions(), nil
+}
 
 // Apply creates the embedded CRDs, or updates them where they exist, then
 // waits (bounded by ctx) until the API server serves each one. It needs only
@@ -29,11 +40,10 @@ func Apply(ctx context.Context, cfg *rest.Config) error {
 
 // ApplyObjects is Apply for the given CRDs (tests install their own too).
 func ApplyObjects(ctx context.Context, cfg *rest.Config, objs []*apiextv1.CustomResourceDefinition) error {
-	client, err := apiextclient.NewForConfig(cfg)
+	api, err := newCRDClient(cfg)
 	if err != nil {
-		return fmt.Errorf("CRD client: %w", err)
+		return err
 	}
-	api := client.ApiextensionsV1().CustomResourceDefinitions()
 	for _, crd := range objs {
 		if err := createOrUpdate(ctx, api, crd); err != nil {
 			return err
@@ -50,12 +60,12 @@ func ApplyObjects(ctx context.Context, cfg *rest.Config, objs []*apiextv1.Custom
 // WaitEstablished waits (bounded by ctx) until the API server
 // serves each named CRD, for code that installs them some other way.
 func WaitEstablished(ctx context.Context, cfg *rest.Config, names ...string) error {
-	client, err := apiextclient.NewForConfig(cfg)
+	api, err := newCRDClient(cfg)
 	if err != nil {
-		return fmt.Errorf("CRD client: %w", err)
+		return err
 	}
 	for _, name := range names {
-		if err := waitEstablished(ctx, client.ApiextensionsV1().CustomResourceDefinitions(), name); err != nil {
+		if err := waitEstablished(ctx, api, name); err != nil {
 			return err
 		}
 	}
@@ -63,7 +73,7 @@ func WaitEstablished(ctx context.Context, cfg *rest.Config, names ...string) err
 }
 
 // createOrUpdate writes want, retrying an update that lost a race.
-func createOrUpdate(ctx context.Context, api typedv1.CustomResourceDefinitionInterface, want *apiextv1.CustomResourceDefinition) error {
+func createOrUpdate(ctx context.Context, api *crdClient, want *apiextv1.CustomResourceDefinition) error {
 	_, err := api.Create(ctx, want.DeepCopy(), metav1.CreateOptions{})
 	if err == nil {
 		slog.Info("created CRD", "name", want.Name)
@@ -96,7 +106,7 @@ const establishedPoll = 100 * time.Millisecond
 // True. It polls with get instead of watching so that the agent's RBAC stays
 // get/create/update on CRDs (a watch would need list and watch on all of them);
 // establishing takes milliseconds.
-func waitEstablished(ctx context.Context, api typedv1.CustomResourceDefinitionInterface, name string) error {
+func waitEstablished(ctx context.Context, api *crdClient, name string) error {
 	var last error
 	err := wait.PollUntilContextCancel(ctx, establishedPoll, true, func(ctx context.Context) (bool, error) {
 		crd, err := api.Get(ctx, name, metav1.GetOptions{})

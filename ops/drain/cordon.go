@@ -14,8 +14,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+
+	"slipway.dev/slipway/ops/kube"
 )
 
 // Annotations written on the Node by Cordon and removed by Uncordon.
@@ -33,11 +34,11 @@ const (
 // is idempotent: a node owner cordoned already is left alone. A node that
 // was unschedulable already stays so after Uncordon. extra annotations, if
 // any, are written in the same request (saving the caller a write).
-func Cordon(ctx context.Context, c kubernetes.Interface, node, owner string, extra ...map[string]string) error {
+func Cordon(ctx context.Context, c *kube.Clientset, node, owner string, extra ...map[string]string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return cordonOnce(ctx, c, node, owner, extra) })
 }
 
-func cordonOnce(ctx context.Context, c kubernetes.Interface, node, owner string, extra []map[string]string) error {
+func cordonOnce(ctx context.Context, c *kube.Clientset, node, owner string, extra []map[string]string) error {
 	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("cordon %s: read the node: %w", node, err)
@@ -84,7 +85,7 @@ type Meta struct {
 // and, if the node was schedulable before, makes it schedulable, writing
 // also in the same request. It reports whether it changed the node; calling
 // it again changes nothing (and writes nothing, also included).
-func Uncordon(ctx context.Context, c kubernetes.Interface, node, owner string, also ...Meta) (changed bool, err error) {
+func Uncordon(ctx context.Context, c *kube.Clientset, node, owner string, also ...Meta) (changed bool, err error) {
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		changed, err = uncordonOnce(ctx, c, node, owner, also)
 		return err
@@ -92,7 +93,7 @@ func Uncordon(ctx context.Context, c kubernetes.Interface, node, owner string, a
 	return changed, err
 }
 
-func uncordonOnce(ctx context.Context, c kubernetes.Interface, node, owner string, also []Meta) (bool, error) {
+func uncordonOnce(ctx context.Context, c *kube.Clientset, node, owner string, also []Meta) (bool, error) {
 	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return false, fmt.Errorf("uncordon %s: read the node: %w", node, err)
@@ -124,7 +125,7 @@ func uncordonOnce(ctx context.Context, c kubernetes.Interface, node, owner strin
 // CordonedBy returns who cordoned the node according to its annotation ("" = not slipway).
 func CordonedBy(annotations map[string]string) string { return annotations[AnnotationCordonedBy] }
 
-func mergePatch(ctx context.Context, c kubernetes.Interface, node string, patch map[string]any) error {
+func mergePatch(ctx context.Context, c *kube.Clientset, node string, patch map[string]any) error {
 	data, err := json.Marshal(patch)
 	if err != nil {
 		return err

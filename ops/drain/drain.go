@@ -15,7 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+
+	"slipway.dev/slipway/ops/kube"
 )
 
 // Options is a drain policy.
@@ -57,7 +58,7 @@ var ErrBlocked = errors.New("drain blocked")
 // it returns an error naming the pods that blocked it. A cancelled ctx (the
 // caller stopping) is not the timeout: it returns ctx's error and deletes
 // nothing. The caller cordons first.
-func Drain(parent context.Context, c kubernetes.Interface, node string, opts Options) (*Result, error) {
+func Drain(parent context.Context, c *kube.Clientset, node string, opts Options) (*Result, error) {
 	opts = withDefaults(opts)
 	ctx, cancel := context.WithTimeout(parent, opts.Timeout)
 	defer cancel()
@@ -107,7 +108,7 @@ func Drain(parent context.Context, c kubernetes.Interface, node string, opts Opt
 }
 
 // timedOut handles the pods still there when the drain's time is up.
-func timedOut(ctx context.Context, c kubernetes.Interface, node string, opts Options, res *Result, blocked map[string]string) (*Result, error) {
+func timedOut(ctx context.Context, c *kube.Clientset, node string, opts Options, res *Result, blocked map[string]string) (*Result, error) {
 	pods, err := podsToDrain(ctx, c, node, opts)
 	if err != nil {
 		return res, err
@@ -154,17 +155,17 @@ func withDefaults(o Options) Options {
 	return o
 }
 
-func evict(ctx context.Context, c kubernetes.Interface, p corev1.Pod, grace *int64) error {
+func evict(ctx context.Context, c *kube.Clientset, p corev1.Pod, grace *int64) error {
 	ev := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: grace, Preconditions: &metav1.Preconditions{UID: &p.UID}},
 	}
-	return c.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
+	return c.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev)
 }
 
 // podsToDrain lists the node's pods that must go, or fails naming the pods
 // the policy forbids touching.
-func podsToDrain(ctx context.Context, c kubernetes.Interface, node string, opts Options) ([]corev1.Pod, error) {
+func podsToDrain(ctx context.Context, c *kube.Clientset, node string, opts Options) ([]corev1.Pod, error) {
 	list, err := c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
 		LabelSelector: opts.PodSelector,

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/testenv"
 )
 
@@ -25,6 +26,16 @@ func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m, testenv.Options{}, &env
 func client(t *testing.T) kubernetes.Interface {
 	t.Helper()
 	c, err := kubernetes.NewForConfig(testenv.Need(t, env).Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// slim is the client the package's functions take (the agent's).
+func slim(t *testing.T) *kube.Clientset {
+	t.Helper()
+	c, err := kube.NewForConfig(testenv.Need(t, env).Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +122,7 @@ func TestCordonUncordon(t *testing.T) {
 	ctx := context.Background()
 	makeNode(t, c, "cordon-a", false)
 	for range 2 { // idempotent
-		if err := Cordon(ctx, c, "cordon-a", "slipway-agent"); err != nil {
+		if err := Cordon(ctx, slim(t), "cordon-a", "slipway-agent"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -119,13 +130,13 @@ func TestCordonUncordon(t *testing.T) {
 	if !n.Spec.Unschedulable || n.Annotations[AnnotationCordonedBy] != "slipway-agent" || n.Annotations[AnnotationSchedulableBefore] != "true" {
 		t.Fatalf("after Cordon: unschedulable=%v annotations=%v", n.Spec.Unschedulable, n.Annotations)
 	}
-	if changed, err := Uncordon(ctx, c, "cordon-a", "someone-else"); err != nil || changed {
+	if changed, err := Uncordon(ctx, slim(t), "cordon-a", "someone-else"); err != nil || changed {
 		t.Fatalf("another owner's Uncordon changed=%v err=%v", changed, err)
 	}
-	if changed, err := Uncordon(ctx, c, "cordon-a", "slipway-agent"); err != nil || !changed {
+	if changed, err := Uncordon(ctx, slim(t), "cordon-a", "slipway-agent"); err != nil || !changed {
 		t.Fatalf("Uncordon changed=%v err=%v", changed, err)
 	}
-	if changed, err := Uncordon(ctx, c, "cordon-a", "slipway-agent"); err != nil || changed {
+	if changed, err := Uncordon(ctx, slim(t), "cordon-a", "slipway-agent"); err != nil || changed {
 		t.Fatalf("second Uncordon changed=%v err=%v", changed, err)
 	}
 	n = getNode(t, c, "cordon-a")
@@ -138,10 +149,10 @@ func TestUncordonKeepsAnAdminsCordon(t *testing.T) {
 	c := client(t)
 	ctx := context.Background()
 	makeNode(t, c, "cordon-b", true)
-	if err := Cordon(ctx, c, "cordon-b", "slipway-agent"); err != nil {
+	if err := Cordon(ctx, slim(t), "cordon-b", "slipway-agent"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Uncordon(ctx, c, "cordon-b", "slipway-agent"); err != nil {
+	if _, err := Uncordon(ctx, slim(t), "cordon-b", "slipway-agent"); err != nil {
 		t.Fatal(err)
 	}
 	n := getNode(t, c, "cordon-b")
@@ -163,7 +174,7 @@ func TestDrainEvictsAndSkips(t *testing.T) {
 		p.Annotations = map[string]string{mirrorAnnotation: "x"}
 	})
 	makePod(t, c, ns, "other-app", "drain-a", "ReplicaSet", func(p *corev1.Pod) { p.Labels["app"] = "db" })
-	res, err := Drain(context.Background(), c, "drain-a", Options{Timeout: 30 * time.Second, IgnoreDaemonSets: true,
+	res, err := Drain(context.Background(), slim(t), "drain-a", Options{Timeout: 30 * time.Second, IgnoreDaemonSets: true,
 		GracePeriodSeconds: &zero, PodSelector: "app=web", RetryInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +196,7 @@ func TestDrainRefusesWhatThePolicyForbids(t *testing.T) {
 	makePod(t, c, ns, "scratch", "drain-b", "ReplicaSet", func(p *corev1.Pod) {
 		p.Spec.Volumes = []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	})
-	_, err := Drain(context.Background(), c, "drain-b", Options{Timeout: 10 * time.Second, GracePeriodSeconds: &zero})
+	_, err := Drain(context.Background(), slim(t), "drain-b", Options{Timeout: 10 * time.Second, GracePeriodSeconds: &zero})
 	if !errors.Is(err, ErrBlocked) || !strings.Contains(err.Error(), ns+"/bare") || !strings.Contains(err.Error(), ns+"/scratch") {
 		t.Fatalf("Drain = %v, want ErrBlocked naming both pods", err)
 	}
@@ -221,7 +232,7 @@ func TestDrainHonoursPDBAndTimesOut(t *testing.T) {
 	makePod(t, c, ns, "web-1", "drain-c", "ReplicaSet")
 	makePod(t, c, ns, "web-2", "drain-c", "ReplicaSet")
 	makePDB(t, c, ns, 1)
-	res, err := Drain(context.Background(), c, "drain-c", Options{Timeout: 2 * time.Second, GracePeriodSeconds: &zero,
+	res, err := Drain(context.Background(), slim(t), "drain-c", Options{Timeout: 2 * time.Second, GracePeriodSeconds: &zero,
 		RetryInterval: 200 * time.Millisecond})
 	if !errors.Is(err, ErrBlocked) || !strings.Contains(err.Error(), "drain.force") {
 		t.Fatalf("Drain = %v, want ErrBlocked that names drain.force", err)
@@ -233,7 +244,7 @@ func TestDrainHonoursPDBAndTimesOut(t *testing.T) {
 	if !strings.Contains(err.Error(), ns+"/"+left) {
 		t.Fatalf("the error must name the blocked pod %s: %v", left, err)
 	}
-	res, err = Drain(context.Background(), c, "drain-c", Options{Timeout: time.Second, GracePeriodSeconds: &zero,
+	res, err = Drain(context.Background(), slim(t), "drain-c", Options{Timeout: time.Second, GracePeriodSeconds: &zero,
 		Force: true, RetryInterval: 200 * time.Millisecond})
 	if err != nil || len(res.Deleted) != 1 {
 		t.Fatalf("forced Drain = %+v, %v", res, err)
@@ -283,7 +294,7 @@ func TestDrainStoppedIsNotTimedOut(t *testing.T) {
 	makePDB(t, c, ns, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	res, err := Drain(ctx, c, "drain-stop", Options{Timeout: time.Minute, GracePeriodSeconds: &zero,
+	res, err := Drain(ctx, slim(t), "drain-stop", Options{Timeout: time.Minute, GracePeriodSeconds: &zero,
 		Force: true, RetryInterval: 100 * time.Millisecond})
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrBlocked) {
 		t.Fatalf("Drain = %v, want the caller's context error", err)

@@ -1,0 +1,184 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/kube"
+	"slipway.dev/slipway/ops/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m, testenv.Options{}, &env)) }
+
+// The agent's timings (renew deadline 2/3, retry 1/5 of the duration), short.
+const (
+	testDuration = 2 * time.Second
+	testDeadline = testDuration * 2 / 3
+	testRetry    = testDuration / 5
+)
+
+// candidate is one running Run; dead makes its every request fail, as if
+// its process had died without releasing the Lease.
+type candidate struct {
+	name    string
+	leading atomic.Bool
+	dead    atomic.Bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// flaky is a Client that fails while its candidate is dead.
+type flaky struct {
+	Client
+	c *candidate
+}
+
+var errDead = errors.New("candidate is dead")
+
+func (f flaky) Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordinationv1.Lease, error) {
+	if f.c.dead.Load() {
+		return nil, errDead
+	}
+	return f.Client.Get(ctx, name, opts)
+}
+
+func (f flaky) Update(ctx context.Context, l *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if f.c.dead.Load() {
+		return nil, errDead
+	}
+	return f.Client.Update(ctx, l, opts)
+}
+
+func start(t *testing.T, leases Client, lease, name string) *candidate {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &candidate{name: name, cancel: cancel, done: make(chan struct{})}
+	cfg := Config{Client: flaky{leases, c}, Name: lease, Identity: name,
+		Duration: testDuration, RenewDeadline: testDeadline, RetryPeriod: testRetry,
+		OnStartedLeading: func() { c.leading.Store(true) }, OnStoppedLeading: func() { c.leading.Store(false) }}
+	go func() {
+		defer close(c.done)
+		if err := Run(ctx, cfg); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}()
+	t.Cleanup(c.stop)
+	return c
+}
+
+func (c *candidate) stop() { c.cancel(); <-c.done }
+
+// watchLeaders fails the test whenever more than one of cs leads at once.
+func watchLeaders(t *testing.T, cs ...*candidate) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			if l := leaders(cs); len(l) > 1 {
+				t.Errorf("%v lead at once", l)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+func leaders(cs []*candidate) []string {
+	var out []string
+	for _, c := range cs {
+		if c.leading.Load() {
+			out = append(out, c.name)
+		}
+	}
+	return out
+}
+
+// waitLeader waits until one of cs leads and returns it and how long that took.
+func waitLeader(t *testing.T, within time.Duration, cs ...*candidate) (*candidate, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < within {
+		for _, c := range cs {
+			if c.leading.Load() {
+				return c, time.Since(start)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("none of %d candidates leads after %s", len(cs), within)
+	return nil, 0
+}
+
+func TestOneLeaderHandsOverOnReleaseAndOnExpiry(t *testing.T) {
+	e := testenv.Need(t, env)
+	client, err := kube.NewForConfig(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := client.CoordinationV1().Leases("default")
+	name := fmt.Sprintf("elect-%d", time.Now().UnixNano())
+	a, b, c := start(t, leases, name, "a"), start(t, leases, name, "b"), start(t, leases, name, "c")
+	watchLeaders(t, a, b, c)
+
+	first, _ := waitLeader(t, 10*testDuration, a, b, c)
+	time.Sleep(2 * testDuration) // the others keep waiting while first renews
+	if got := leaders([]*candidate{a, b, c}); len(got) != 1 || got[0] != first.name {
+		t.Fatalf("leaders after %s = %v, want only %s", 2*testDuration, got, first.name)
+	}
+
+	rest := others(first, a, b, c)
+	first.stop() // releases the Lease
+	second, took := waitLeader(t, 10*testDuration, rest...)
+	if took >= testDuration {
+		t.Errorf("after a release %s took over in %s, want less than the lease duration %s", second.name, took, testDuration)
+	}
+	l := get(t, leases, name)
+	if *l.Spec.HolderIdentity != second.name || *l.Spec.LeaseTransitions < 1 {
+		t.Errorf("lease after the release: holder %q, transitions %d", *l.Spec.HolderIdentity, *l.Spec.LeaseTransitions)
+	}
+
+	second.dead.Store(true) // stops renewing and cannot release
+	third, took := waitLeader(t, 10*testDuration, others(second, rest...)...)
+	if took < testDeadline {
+		t.Errorf("%s took an unreleased lease after %s, before it could expire (%s)", third.name, took, testDuration)
+	}
+	if second.leading.Load() {
+		t.Errorf("%s still leads though it could not renew", second.name)
+	}
+	if h := *get(t, leases, name).Spec.HolderIdentity; h != third.name {
+		t.Errorf("holder %q, want %q", h, third.name)
+	}
+}
+
+func others(not *candidate, cs ...*candidate) []*candidate {
+	var out []*candidate
+	for _, c := range cs {
+		if c != not {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func get(t *testing.T, leases Client, name string) *coordinationv1.Lease {
+	t.Helper()
+	l, err := leases.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
