@@ -45,13 +45,14 @@ type Agent struct {
 	recorder record.EventRecorder
 	metrics  *metrics
 
-	mu         sync.Mutex
-	elections  map[string]*election
-	fleet      map[string]*fleetCache
-	rebooting  bool      // a reboot was requested by this process
-	notReadyAt time.Time // when this process first saw its node not Ready after a reboot
-	waitSince  map[string]time.Time
-	wrote      map[string]v1.Slot // per channel: this node's slot as this agent last wrote it
+	mu              sync.Mutex
+	elections       map[string]*election
+	fleet           map[string]*fleetCache
+	rebooting       bool      // a reboot was requested by this process and has not failed
+	rebootAnnounced bool      // its Rebooting Event was recorded
+	notReadyAt      time.Time // when this process first saw its node not Ready after a reboot
+	waitSince       map[string]time.Time
+	wrote           map[string]v1.Slot // per channel: this node's slot as this agent last wrote it
 }
 
 // key is a unit of work: one role's sync of one channel.

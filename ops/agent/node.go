@@ -268,14 +268,16 @@ func (a *Agent) markIfSlow(ctx context.Context, ch *v1.UpdateChannel, slot v1.Sl
 // how says what was done before (the drain), for the Event.
 func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, how string) error {
 	a.mu.Lock()
-	already := a.rebooting
-	a.rebooting = true
+	already, announced := a.rebooting, a.rebootAnnounced
+	a.rebooting, a.rebootAnnounced = true, true
 	a.mu.Unlock()
 	if already {
 		return nil
 	}
 	a.log.Info("rebooting", "channel", ch.Name, "delay", s.RebootDelay, "method", a.opts.Rebooter.String())
-	a.recorder.Eventf(ch, corev1.EventTypeNormal, "Rebooting", "node %s upgraded and %s; rebooting in %s", a.opts.NodeName, how, s.RebootDelay)
+	if !announced { // a retry after a failed reboot request is not news
+		a.recorder.Eventf(ch, corev1.EventTypeNormal, "Rebooting", "node %s upgraded and %s; rebooting in %s", a.opts.NodeName, how, s.RebootDelay)
+	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()

@@ -220,13 +220,16 @@ func (s *Supervisor) Reboot(ctx context.Context, node string, delay time.Duratio
 	if err := os.RemoveAll(filepath.Join(s.NodeDir(node), "run")); err != nil {
 		return fmt.Errorf("empty %s's /run: %w", node, err)
 	}
-	if err := setBootID(ctx, s.opts.Client, node, newBootID()); err != nil {
-		return err
-	}
 	if err := setDown(ctx, s.opts.Client, node, false); err != nil {
 		return err
 	}
 	if err := waitReady(ctx, s.opts.Client, node, true); err != nil {
+		return err
+	}
+	// The new boot ID goes on only now: kwok's node-initialize stage, which
+	// runs until the node is Ready, rewrites nodeInfo from its possibly older
+	// copy of the node and could put the old boot ID back.
+	if err := setBootID(ctx, s.opts.Client, node, newBootID()); err != nil {
 		return err
 	}
 	s.opts.Log.Info("node back", "node", node)
