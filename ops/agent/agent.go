@@ -158,7 +158,7 @@ func (a *Agent) startInformers(ctx context.Context) error {
 	}
 	jobChanged := func(o any) {
 		if j, ok := o.(*batchv1.Job); ok {
-			a.queue.Add(key{roleNode, j.Labels[LabelJobChannel]})
+			a.queue.Add(key{roleNode, channelOf(j.ObjectMeta)})
 		}
 	}
 	if _, err := jobInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: jobChanged, UpdateFunc: func(_, o any) { jobChanged(o) }}); err != nil {
@@ -168,7 +168,7 @@ func (a *Agent) startInformers(ctx context.Context) error {
 	a.pods = podInf.GetStore()
 	podChanged := func(o any) {
 		if p, ok := o.(*corev1.Pod); ok && p.Status.Phase == corev1.PodSucceeded {
-			a.queue.Add(key{roleNode, p.Labels[LabelJobChannel]})
+			a.queue.Add(key{roleNode, channelOf(p.ObjectMeta)})
 		}
 	}
 	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: podChanged, UpdateFunc: func(_, o any) { podChanged(o) }}); err != nil {

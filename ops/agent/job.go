@@ -50,6 +50,8 @@ func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *b
 		LabelAppName: LabelAppNameUpgrade, LabelManagedBy: LabelManagedByAgent,
 		LabelJobNode: LabelValue(a.opts.NodeName), LabelJobChannel: LabelValue(ch.Name),
 	}
+	annotations := map[string]string{AnnotationJobNode: a.opts.NodeName, AnnotationJobChannel: ch.Name,
+		"ops.slipway.dev/attempt": strconv.Itoa(slot.Attempt)}
 	deadline := int64(s.UpgradeTimeout.Seconds())
 	zero, ttl := int32(0), int32(jobTTL)
 	hostDir := corev1.HostPathDirectory
@@ -58,12 +60,12 @@ func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *b
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: JobName(a.opts.NodeName, slot.Version, slot.Attempt), Namespace: a.opts.Namespace, Labels: labels,
-			Annotations: map[string]string{AnnotationJobNode: a.opts.NodeName, "ops.slipway.dev/attempt": strconv.Itoa(slot.Attempt)},
+			Annotations: annotations,
 		},
 		Spec: batchv1.JobSpec{
 			BackoffLimit: &zero, ActiveDeadlineSeconds: &deadline, TTLSecondsAfterFinished: &ttl,
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations},
 				Spec: corev1.PodSpec{
 					NodeName:                     a.opts.NodeName,
 					RestartPolicy:                corev1.RestartPolicyNever,

@@ -34,8 +34,11 @@ const (
 	// and the channel's name. Each agent watches only Jobs of its own node.
 	LabelJobNode    = "ops.slipway.dev/node"
 	LabelJobChannel = "ops.slipway.dev/channel"
-	// AnnotationJobNode holds the node's exact name on the Job.
-	AnnotationJobNode = "ops.slipway.dev/node"
+	// AnnotationJobNode and AnnotationJobChannel hold the node's and the
+	// channel's exact names on the Job and its pod (a label value is cut to
+	// 63 characters; a channel name may be longer).
+	AnnotationJobNode    = "ops.slipway.dev/node"
+	AnnotationJobChannel = "ops.slipway.dev/channel"
 
 	// LabelAppName/LabelAppNameUpgrade mark the upgrade Job's pod (contract
 	// with the node executor of the simulated cluster and with RBAC).

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"slipway.dev/slipway/upgrade/layout"
 )
 
@@ -85,4 +87,14 @@ func shortHash(s string) string {
 // try, so a retry never collides with the Job of an earlier one.
 func JobName(node, version string, attempt int) string {
 	return DNSLabel(fmt.Sprintf("upgrade-%s-%s-%d", node, version, attempt))
+}
+
+// channelOf names the channel of an upgrade Job or its pod: the exact name
+// from its annotation, else (a Job of an older agent) its label, which is
+// the name itself when it is short enough to be a label value.
+func channelOf(m metav1.ObjectMeta) string {
+	if c, ok := m.Annotations[AnnotationJobChannel]; ok {
+		return c
+	}
+	return m.Labels[LabelJobChannel]
 }
