@@ -12,7 +12,7 @@ ARG COMMIT=unknown
 ARG DATE=unknown
 ARG TARGETOS=linux
 ARG TARGETARCH
-RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath \
+RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -tags urfave_cli_no_docs \
       -ldflags "-s -w -X slipway.dev/slipway/version.Version=${VERSION} -X slipway.dev/slipway/version.Commit=${COMMIT} -X slipway.dev/slipway/version.Date=${DATE}" \
       -o /out/slipway ./cmd/slipway
 

@@ -98,7 +98,7 @@ exec slipway ops agent --node-name "$NODE_NAME" --namespace slipway-system --sys
 // a release (static, stripped), so the agents' memory is what a node sees.
 func build(bin string) error {
 	for pkg, name := range map[string]string{"../../cmd/slipway": "slipway", "../testenv/cmd/slipway-sim": "slipway-sim"} {
-		cmd := exec.CommandContext(context.Background(), "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(bin, name), pkg)
+		cmd := exec.CommandContext(context.Background(), "go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-ldflags", "-s -w", "-o", filepath.Join(bin, name), pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {

@@ -106,13 +106,18 @@ func checkName(kind, name string) error {
 	return nil
 }
 
-// versionRE is what a resolved version must look like: one token, no
-// path characters (v1.2.3, v0.22.2-k3s1r0, v1.28.5+k3s1).
-var versionRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}$`)
+// versionRE is what a resolved version must look like: one token of at
+// most maxVersionLen characters, no path characters (v1.2.3,
+// v0.22.2-k3s1r0, v1.28.5+k3s1). The length is checked apart: a counted
+// repetition compiles into a regexp program as long as its count, built at
+// every start of the binary.
+var versionRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+~-]*$`)
+
+const maxVersionLen = 128
 
 // checkVersion validates a version read from a channel.
 func checkVersion(v string) error {
-	if !versionRE.MatchString(v) || v == "latest" {
+	if len(v) > maxVersionLen || !versionRE.MatchString(v) || v == "latest" {
 		return fmt.Errorf("%q is not a version (expected one token such as v1.2.3)", v)
 	}
 	return nil

@@ -32,10 +32,14 @@ type target struct {
 	owner, repo string // github
 }
 
+// GitHub's rules for owner (at most 39 characters) and repository names
+// (at most 100); lengths are checked apart, as for versionRE.
 var (
-	githubOwnerRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$`)
-	githubRepoRE  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
+	githubOwnerRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]*$`)
+	githubRepoRE  = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 )
+
+const maxOwnerLen, maxRepoLen = 39, 100
 
 // parse classifies a channel URL. A string without "://" that does not
 // start with "file:" is a directory path.
@@ -115,10 +119,10 @@ func parseGitHub(u *url.URL) (target, error) {
 	if owner == "" || repo == "" || strings.Contains(repo, "/") {
 		return target{}, fmt.Errorf("channel URL %q: %s", u.Redacted(), form)
 	}
-	if !githubOwnerRE.MatchString(owner) {
+	if len(owner) > maxOwnerLen || !githubOwnerRE.MatchString(owner) {
 		return target{}, fmt.Errorf("channel URL %q: %q is not a GitHub owner name; %s", u.Redacted(), owner, form)
 	}
-	if !githubRepoRE.MatchString(repo) || repo == "." || repo == ".." {
+	if len(repo) > maxRepoLen || !githubRepoRE.MatchString(repo) || repo == "." || repo == ".." {
 		return target{}, fmt.Errorf("channel URL %q: %q is not a GitHub repository name; %s", u.Redacted(), repo, form)
 	}
 	return target{kind: kindGitHub, owner: owner, repo: repo}, nil

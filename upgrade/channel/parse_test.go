@@ -38,6 +38,10 @@ func TestParse(t *testing.T) {
 		{raw: "https://exa mple.com/latest", errMatch: "invalid character"},
 		{raw: "github-releases://rancher/k3os", kind: kindGitHub, owner: "rancher", repo: "k3os"},
 		{raw: "github-releases://rancher/k3os/", kind: kindGitHub, owner: "rancher", repo: "k3os"},
+		{raw: "github-releases://" + strings.Repeat("o", 39) + "/" + strings.Repeat("r", 100), kind: kindGitHub,
+			owner: strings.Repeat("o", 39), repo: strings.Repeat("r", 100)},
+		{raw: "github-releases://" + strings.Repeat("o", 40) + "/k3os", errMatch: "owner"},
+		{raw: "github-releases://rancher/" + strings.Repeat("r", 101), errMatch: "repo"},
 		{raw: "github-releases://rancher/system-upgrade.controller", kind: kindGitHub, owner: "rancher", repo: "system-upgrade.controller"},
 		{raw: "github-releases://k3s-io", errMatch: "github-releases://owner/repo"},
 		{raw: "github-releases://rancher/k3os/extra", errMatch: "github-releases://owner/repo"},
@@ -104,6 +108,7 @@ func TestCheckVersion(t *testing.T) {
 	for v, ok := range map[string]bool{
 		"v0.22.2-k3s1r0": true, "1.0": true, "v1.28.5+k3s1": true,
 		"latest": false, "": false, "<html>": false, "v1 v2": false, "-v1": false, ".v1": false,
+		"v" + strings.Repeat("1", 127): true, "v" + strings.Repeat("1", 128): false,
 	} {
 		if err := checkVersion(v); (err == nil) != ok {
 			t.Errorf("checkVersion(%q) = %v, want ok=%v", v, err, ok)
