@@ -67,9 +67,9 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 func (a *Agent) runJob(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) error {
 	name := JobName(a.opts.NodeName, slot.Version, slot.Attempt)
 	j := a.job(name)
-	if j == nil && !a.cordonedBySlipway() { // no Job of this attempt ran, no drain started
-		if v, err := ReadVersions(a.opts.SystemDir); err == nil && v.Rootfs == slot.Version {
-			// Already there (no Job of this attempt ran): nothing to do, no reboot.
+	if j == nil && !a.cordonedBySlipway() { // no drain started
+		if v, err := ReadVersions(a.opts.SystemDir); err == nil && v.Rootfs == slot.Version && a.jobNeverCreated(ctx, name) {
+			// Already there, and no Job of this attempt swapped it: nothing to do, no reboot.
 			a.recorder.Eventf(ch, corev1.EventTypeNormal, "AlreadyUpToDate", "node %s already runs %s; slot freed", a.opts.NodeName, slot.Version)
 			return a.succeed(ctx, ch, slot, v)
 		}
@@ -128,6 +128,14 @@ func (a *Agent) podMessage(ctx context.Context, job string) string {
 		}
 	}
 	return "; its pod's log says why (kubectl -n " + a.opts.Namespace + " logs job/" + job + ")"
+}
+
+// jobNeverCreated asks the API server, not the informer, whether Job name
+// is absent: a swap done by a Job the informer has not shown yet still needs
+// its reboot.
+func (a *Agent) jobNeverCreated(ctx context.Context, name string) bool {
+	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
+	return apierrors.IsNotFound(err)
 }
 
 func (a *Agent) job(name string) *batchv1.Job {
