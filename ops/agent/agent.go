@@ -164,7 +164,7 @@ func (a *Agent) startInformers(ctx context.Context) error {
 	if _, err := jobInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: jobChanged, UpdateFunc: func(_, o any) { jobChanged(o) }}); err != nil {
 		return err
 	}
-	podInf := a.newPodInformer()
+	podInf := a.podInformer()
 	a.pods = podInf.GetStore()
 	podChanged := func(o any) {
 		if p, ok := o.(*corev1.Pod); ok && p.Status.Phase == corev1.PodSucceeded {

@@ -96,7 +96,7 @@ func (a *Agent) runJob(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 		return nil // the Job informer brings it
 	}
 	done, failed, reason, _ := jobOutcome(j)
-	if !done && a.podSucceeded(name) {
+	if !done && a.podSucceeded(j) {
 		done = true // the Job controller marks it Complete about a second later
 	}
 	switch {

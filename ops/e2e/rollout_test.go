@@ -237,6 +237,7 @@ func TestRollout(t *testing.T) {
 			t.Errorf("node %s: label %s=%q, want v2", n, agent.LabelRootfsVersion, got)
 		}
 	}
+	assertActsOnPodSuccess(t)
 	rss := agentRSS()
 	t.Logf("agent resident memory at %d nodes: %s", nodes, rssSummary(rss))
 	o.mu.Lock()
@@ -297,5 +298,25 @@ func TestCorruptReleaseFailsCleanly(t *testing.T) {
 	}
 	if ch.Status.Counts.UpToDate != 0 || ch.Status.Counts.Failed != 1 {
 		t.Errorf("counts = %+v", ch.Status.Counts)
+	}
+}
+
+// assertActsOnPodSuccess checks, from the audit log, that the agents cordon
+// their nodes on the upgrade pod's success, before the Job controller's
+// batched status write marks the Job Complete.
+func assertActsOnPodSuccess(t *testing.T) {
+	time.Sleep(2 * time.Second) // the apiserver writes its audit log in batches, at least every second
+	events, err := testenv.ReadAudit(auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	medians, _ := timeline(events, env.Nodes)
+	podDone, jobComplete, cordoned := medians[1], medians[2], medians[3]
+	t.Log(timelineLine(timeline(events, env.Nodes)))
+	if podDone == 0 || jobComplete == 0 || cordoned == 0 {
+		t.Fatalf("the audit log lacks steps (pod done %s, job complete %s, cordoned %s)", podDone, jobComplete, cordoned)
+	}
+	if cordoned >= jobComplete {
+		t.Errorf("median cordon %s after the Job was created, not before its Complete status (%s): the agents wait for the Job controller", cordoned, jobComplete)
 	}
 }
