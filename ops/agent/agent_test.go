@@ -326,3 +326,41 @@ func (f *fleet) patchNodeAnnotation(node, k, v string) error {
 	_, err := f.kube.CoreV1().Nodes().Patch(context.Background(), node, "application/merge-patch+json", []byte(data), metav1.PatchOptions{})
 	return err
 }
+
+// TestPausedAndClosedWindowStartNothing: a paused channel, then one whose
+// window is closed, starts no node through two resyncs of the fleet view;
+// opening the window rolls the upgrade out.
+func TestPausedAndClosedWindowStartNothing(t *testing.T) {
+	f := newFleet(t, 2, nil)
+	for i := range 2 {
+		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
+	}
+	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Paused: true, RebootDelay: zeroDelay(),
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
+	f.waitFor("the fleet view to count the nodes and say Paused", time.Minute, func(ch *v1.UpdateChannel) bool {
+		c := meta.FindStatusCondition(ch.Status.Conditions, v1.ConditionProgressing)
+		return ch.Status.Counts.Nodes == 2 && c != nil && c.Reason == "Paused"
+	})
+	none := func(c *v1.UpdateChannel) bool { return len(c.Status.Updating) == 0 && c.Status.Counts.UpToDate == 0 }
+	f.holds("no slot while paused", 12*time.Second, none)
+
+	now := time.Now().UTC()
+	hhmm := func(d time.Duration) string { return now.Add(d).Format("15:04") }
+	f.patch(fmt.Sprintf(`{"spec":{"paused":false,"window":{"start":%q,"end":%q}}}`, hhmm(2*time.Hour), hhmm(3*time.Hour)))
+	f.waitFor("the fleet view to see the unpaused spec", time.Minute, func(ch *v1.UpdateChannel) bool {
+		return ch.Status.ObservedGeneration == ch.Generation
+	})
+	f.holds("no slot outside the window", 12*time.Second, none)
+
+	f.patch(fmt.Sprintf(`{"spec":{"window":{"start":%q,"end":%q}}}`, hhmm(-time.Hour), hhmm(time.Hour)))
+	f.waitFor("both nodes at v2 once the window is open", 2*time.Minute, done(2))
+	f.assertAllAt("v2")
+}
+
+func (f *fleet) patch(mergePatch string) {
+	f.t.Helper()
+	_, err := f.ops.OpsV1().UpdateChannels(f.ns).Patch(context.Background(), "default", "application/merge-patch+json", []byte(mergePatch), metav1.PatchOptions{})
+	if err != nil {
+		f.t.Fatalf("patch the channel with %s: %v", mergePatch, err)
+	}
+}
