@@ -103,7 +103,6 @@ func BenchmarkRollout(b *testing.B) {
 		nodes, benchConcurrency, perNode, benchUpgrade, benchRebootDelay, benchReboot, wall.Round(time.Second), ideal, wall.Seconds()/ideal.Seconds())
 	b.Logf("API writes during the rollout: %.0f (%.1f per node), of which %.0f Lease/node-status heartbeats; %.0f status conflicts for %d slots",
 		all, all/float64(nodes), hb, conflicts, nodes)
-	b.Logf("writes per node by kind: %s", after.top(before, 14, nodes))
 	time.Sleep(2 * time.Second) // the apiserver writes its audit log in batches, at least every second
 	if events, err := testenv.ReadAudit(auditLog); err != nil {
 		b.Error(err)

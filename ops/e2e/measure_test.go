@@ -58,30 +58,6 @@ type writes struct {
 	all        float64 // every POST, PUT, PATCH, DELETE
 	heartbeats float64 // of them: Leases (kwok's node heartbeats, the channel Lease's renewals) and node status
 	conflicts  float64 // UpdateChannel status writes refused with 409
-	byKind     map[string]float64
-}
-
-// top formats the n largest write counts by resource, per node.
-func (w writes) top(before writes, n int, nodes int) string {
-	type kv struct {
-		k string
-		v float64
-	}
-	var all []kv
-	for k, v := range w.byKind {
-		if d := v - before.byKind[k]; d > 0 {
-			all = append(all, kv{k, d})
-		}
-	}
-	slices.SortFunc(all, func(a, b kv) int { return int(b.v - a.v) })
-	var parts []string
-	for i, e := range all {
-		if i == n {
-			break
-		}
-		parts = append(parts, fmt.Sprintf("%s %.1f", e.k, e.v/float64(nodes)))
-	}
-	return strings.Join(parts, ", ")
 }
 
 func scrapeWrites(ctx context.Context, c kubernetes.Interface) (writes, error) {
@@ -94,7 +70,7 @@ func scrapeWrites(ctx context.Context, c kubernetes.Interface) (writes, error) {
 	if err != nil {
 		return writes{}, err
 	}
-	w := writes{byKind: map[string]float64{}}
+	w := writes{}
 	fam := families["apiserver_request_total"]
 	if fam == nil {
 		return w, nil
@@ -111,11 +87,6 @@ func scrapeWrites(ctx context.Context, c kubernetes.Interface) (writes, error) {
 		}
 		v := m.GetCounter().GetValue()
 		w.all += v
-		kind := l["resource"]
-		if l["subresource"] != "" {
-			kind += "/" + l["subresource"]
-		}
-		w.byKind[l["verb"]+" "+kind] += v
 		if l["resource"] == "leases" || (l["resource"] == "nodes" && l["subresource"] == "status") {
 			w.heartbeats += v
 		}

@@ -310,9 +310,9 @@ func assertActsOnPodSuccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	medians, _ := timeline(events, env.Nodes)
+	medians, handover := timeline(events, env.Nodes)
 	podDone, jobComplete, cordoned := medians[1], medians[2], medians[3]
-	t.Log(timelineLine(timeline(events, env.Nodes)))
+	t.Log(timelineLine(medians, handover))
 	if podDone == 0 || jobComplete == 0 || cordoned == 0 {
 		t.Fatalf("the audit log lacks steps (pod done %s, job complete %s, cordoned %s)", podDone, jobComplete, cordoned)
 	}

@@ -36,28 +36,20 @@ func (e *Env) auditFlags() ([]string, error) {
 
 // AuditEvent is one write request from the audit log.
 type AuditEvent struct {
-	Time       time.Time // when the response was sent
-	User       string    // the authenticated user name
-	UserAgent  string
-	Verb       string // create, update, patch, delete
-	Resource   string // e.g. "nodes", "updatechannels/status"
-	Namespace  string
-	Name       string
-	Code       int // the response's HTTP status
-	RequestURI string
+	Time      time.Time // when the response was sent
+	UserAgent string
+	Verb      string // create, update, patch, delete
+	Resource  string // e.g. "nodes", "updatechannels/status"
+	Name      string
+	Code      int // the response's HTTP status
 }
 
 type auditLine struct {
-	Verb       string `json:"verb"`
-	RequestURI string `json:"requestURI"`
-	UserAgent  string `json:"userAgent"`
-	User       struct {
-		Username string `json:"username"`
-	} `json:"user"`
+	Verb      string `json:"verb"`
+	UserAgent string `json:"userAgent"`
 	ObjectRef *struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
-		Namespace   string `json:"namespace"`
 		Name        string `json:"name"`
 	} `json:"objectRef"`
 	ResponseStatus *struct {
@@ -81,9 +73,9 @@ func ReadAudit(path string) ([]AuditEvent, error) {
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			return nil, fmt.Errorf("parse the audit log %s: %w", path, err)
 		}
-		ev := AuditEvent{Time: l.StageTimestamp, User: l.User.Username, UserAgent: l.UserAgent, Verb: l.Verb, RequestURI: l.RequestURI}
+		ev := AuditEvent{Time: l.StageTimestamp, UserAgent: l.UserAgent, Verb: l.Verb}
 		if r := l.ObjectRef; r != nil {
-			ev.Resource, ev.Namespace, ev.Name = r.Resource, r.Namespace, r.Name
+			ev.Resource, ev.Name = r.Resource, r.Name
 			if r.Subresource != "" {
 				ev.Resource += "/" + r.Subresource
 			}
