@@ -102,7 +102,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if a.opts.InstallCRDs {
-		if err := crds.Apply(ctx, a.opts.Config); err != nil {
+		if err := crds.Apply(ctx, a.opts.Config, v1.SchemeGroupVersion.Group); err != nil {
 			return fmt.Errorf("install the CRDs (--install-crds): %w", err)
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 
-	"slipway.dev/slipway/ops/agent/lease"
+	"slipway.dev/slipway/ops/lease"
 )
 
 // election is this agent's candidacy for one channel's Lease.

@@ -27,11 +27,11 @@ func newCRDClient(cfg *rest.Config) (*crdClient, error) {
 	return client.ApiextensionsV1().CustomResourceDefinitions(), nil
 }
 
-// Apply creates the embedded CRDs, or updates them where they exist, then
-// waits (bounded by ctx) until the API server serves each one. It needs only
-// get, create and update on customresourcedefinitions.
-func Apply(ctx context.Context, cfg *rest.Config) error {
-	objs, err := Objects()
+// Apply creates the embedded CRDs of group, or updates them where they exist,
+// then waits (bounded by ctx) until the API server serves each one. It needs
+// only get, create and update on customresourcedefinitions.
+func Apply(ctx context.Context, cfg *rest.Config, group string) error {
+	objs, err := OfGroup(group)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ func TestApplyAgainstAPIServer(t *testing.T) {
 
 	// Twice: the first creates, the second updates what exists.
 	for i := 0; i < 2; i++ {
-		if err := crds.Apply(ctx, e.Config); err != nil {
+		if err := crds.Apply(ctx, e.Config, "ops.slipway.dev"); err != nil {
 			t.Fatalf("apply %d: %v", i+1, err)
 		}
 	}

@@ -1,6 +1,7 @@
 // Package crds embeds the CustomResourceDefinitions of slipway's APIs (the
-// YAML scripts/generate writes from ops/apis) and installs them: Objects
-// parses them, Apply creates or updates them and waits until they are served.
+// YAML scripts/generate writes from ops/apis, one file per kind) and installs
+// them: Objects parses them all, OfGroup those of one API group, Apply
+// creates or updates a group's and waits until they are served.
 package crds
 
 import (
@@ -63,6 +64,25 @@ func parse(body []byte) ([]*apiextv1.CustomResourceDefinition, error) {
 		}
 		out = append(out, crd)
 	}
+}
+
+// OfGroup returns the embedded CRDs of one API group (ops.slipway.dev, say),
+// so each system installs and ships only its own kinds.
+func OfGroup(group string) ([]*apiextv1.CustomResourceDefinition, error) {
+	all, err := Objects()
+	if err != nil {
+		return nil, err
+	}
+	var out []*apiextv1.CustomResourceDefinition
+	for _, crd := range all {
+		if crd.Spec.Group == group {
+			out = append(out, crd)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no embedded CRD of group %q (rerun scripts/generate)", group)
+	}
+	return out, nil
 }
 
 // Must is for tests and static tables: it panics when the embedded YAML does

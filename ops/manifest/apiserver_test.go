@@ -58,7 +58,7 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 	// The agent's --install-crds runs crds.Apply with exactly these rights.
 	asAgent := rest.CopyConfig(e.Config)
 	asAgent.Impersonate = rest.ImpersonationConfig{UserName: sa}
-	if err := crds.Apply(ctx, asAgent); err != nil {
+	if err := crds.Apply(ctx, asAgent, "ops.slipway.dev"); err != nil {
 		t.Errorf("crds.Apply as the agent's ServiceAccount: %v", err)
 	}
 	allowed := []authv1.ResourceAttributes{

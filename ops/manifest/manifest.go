@@ -105,7 +105,7 @@ func Render(o Options) ([]byte, error) {
 // Objects returns the typed objects of the manifest, in the order they apply.
 func Objects(o Options) ([]any, error) {
 	o = o.WithDefaults()
-	crdObjs, err := crds.Objects()
+	crdObjs, err := crds.OfGroup("ops.slipway.dev")
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"slipway.dev/slipway/ops/agent/window"
+	"slipway.dev/slipway/ops/window"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 )
 

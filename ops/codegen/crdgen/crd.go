@@ -6,58 +6,71 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kube-openapi/pkg/common"
-
-	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 )
 
-// updateChannelModel is the OpenAPI model name of the UpdateChannel type.
-const updateChannelModel = "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannel"
+// crdSpec describes one CustomResourceDefinition: what the OpenAPI
+// definitions cannot say (names, scope, subresources, printer columns).
+type crdSpec struct {
+	model    string // OpenAPI model name of the kind, "<go package>.<Kind>"
+	group    string
+	version  string
+	kind     string
+	plural   string
+	singular string
+	short    []string
+	// cluster is true for a cluster-scoped kind (default namespaced).
+	cluster bool
+	// categories are the `kubectl get <category>` groups it joins.
+	categories []string
+	columns    []apiextv1.CustomResourceColumnDefinition
+	// scale is the scale subresource, when the kind has one.
+	scale *apiextv1.CustomResourceSubresourceScale
+	// defs are the generated OpenAPI definitions of the kind's group.
+	defs func(common.ReferenceCallback) map[string]common.OpenAPIDefinition
+}
 
-// updateChannelCRD builds the UpdateChannel CustomResourceDefinition from the
-// generated OpenAPI definitions.
-func updateChannelCRD(defs map[string]common.OpenAPIDefinition) (*apiextv1.CustomResourceDefinition, error) {
-	schema, err := structuralSchema(defs, updateChannelModel)
+// fileName is the YAML file ops/crds embeds for s.
+func (s crdSpec) fileName() string { return s.group + "_" + s.plural + ".yaml" }
+
+// buildCRD builds the CustomResourceDefinition of s from its group's
+// generated OpenAPI definitions. Every kind has the status subresource.
+func buildCRD(s crdSpec) (*apiextv1.CustomResourceDefinition, error) {
+	schema, err := structuralSchema(definitions(s.defs), s.model)
 	if err != nil {
-		return nil, fmt.Errorf("UpdateChannel schema: %w", err)
+		return nil, fmt.Errorf("%s schema: %w", s.kind, err)
 	}
-	gv := opsv1.SchemeGroupVersion
+	scope := apiextv1.NamespaceScoped
+	if s.cluster {
+		scope = apiextv1.ClusterScoped
+	}
 	return &apiextv1.CustomResourceDefinition{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:   opsv1.UpdateChannelResourceName + "." + gv.Group,
+			Name:   s.plural + "." + s.group,
 			Labels: map[string]string{"app.kubernetes.io/part-of": "slipway"},
 		},
 		Spec: apiextv1.CustomResourceDefinitionSpec{
-			Group: gv.Group,
-			Scope: apiextv1.NamespaceScoped,
+			Group: s.group,
+			Scope: scope,
 			Names: apiextv1.CustomResourceDefinitionNames{
-				Plural:     opsv1.UpdateChannelResourceName,
-				Singular:   "updatechannel",
-				Kind:       "UpdateChannel",
-				ListKind:   "UpdateChannelList",
-				ShortNames: []string{"upchan", "upchans"},
-				Categories: []string{"all"},
+				Plural:     s.plural,
+				Singular:   s.singular,
+				Kind:       s.kind,
+				ListKind:   s.kind + "List",
+				ShortNames: s.short,
+				Categories: s.categories,
 			},
 			Versions: []apiextv1.CustomResourceDefinitionVersion{{
-				Name:                     gv.Version,
-				Served:                   true,
-				Storage:                  true,
-				Schema:                   &apiextv1.CustomResourceValidation{OpenAPIV3Schema: schema},
-				Subresources:             &apiextv1.CustomResourceSubresources{Status: &apiextv1.CustomResourceSubresourceStatus{}},
-				AdditionalPrinterColumns: printerColumns(),
+				Name:    s.version,
+				Served:  true,
+				Storage: true,
+				Schema:  &apiextv1.CustomResourceValidation{OpenAPIV3Schema: schema},
+				Subresources: &apiextv1.CustomResourceSubresources{
+					Status: &apiextv1.CustomResourceSubresourceStatus{},
+					Scale:  s.scale,
+				},
+				AdditionalPrinterColumns: s.columns,
 			}},
 		},
 	}, nil
-}
-
-// printerColumns are what `kubectl get upchan` shows.
-func printerColumns() []apiextv1.CustomResourceColumnDefinition {
-	return []apiextv1.CustomResourceColumnDefinition{
-		{Name: "Version", Type: "string", JSONPath: ".spec.version", Description: "The version the nodes should run; empty or latest follows the channel."},
-		{Name: "Latest", Type: "string", JSONPath: ".status.latestVersion", Description: "The newest version the channel offered at the last poll."},
-		{Name: "Concurrency", Type: "integer", JSONPath: ".spec.concurrency", Description: "The most nodes upgrading at once."},
-		{Name: "Updating", Type: "integer", JSONPath: ".status.counts.updating", Description: "Nodes holding a slot now."},
-		{Name: "Up-to-date", Type: "integer", JSONPath: ".status.counts.upToDate", Description: "Selected nodes at the target version."},
-		{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
-	}
 }
