@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,7 +21,7 @@ import (
 
 // Clientset reaches the API groups of Scheme.
 type Clientset struct {
-	core, batch, coordination, policy, apiext rest.Interface
+	core, apps, batch, coordination, policy, apiext rest.Interface
 }
 
 // NewForConfig builds a Clientset for cfg. Like client-go's, its groups share
@@ -49,6 +50,7 @@ func NewForConfigAndClient(cfg *rest.Config, httpClient *http.Client) (*Clientse
 		apiPath string
 	}{
 		{&c.core, corev1.SchemeGroupVersion, "/api"},
+		{&c.apps, appsv1.SchemeGroupVersion, "/apis"},
 		{&c.batch, batchv1.SchemeGroupVersion, "/apis"},
 		{&c.coordination, coordinationv1.SchemeGroupVersion, "/apis"},
 		{&c.policy, policyv1.SchemeGroupVersion, "/apis"},
@@ -78,6 +80,9 @@ func restClientFor(cfg *rest.Config, httpClient *http.Client, gv schema.GroupVer
 
 // CoreV1 is the core/v1 API group.
 func (c *Clientset) CoreV1() CoreV1 { return CoreV1{c.core} }
+
+// AppsV1 is the apps/v1 API group.
+func (c *Clientset) AppsV1() AppsV1 { return AppsV1{c.apps} }
 
 // BatchV1 is the batch/v1 API group.
 func (c *Clientset) BatchV1() BatchV1 { return BatchV1{c.batch} }
@@ -119,6 +124,13 @@ func (g CoreV1) Pods(namespace string) Pods {
 	return Pods{gentype.NewClientWithList("pods", g.rest, ParameterCodec, namespace,
 		func() *corev1.Pod { return &corev1.Pod{} }, func() *corev1.PodList { return &corev1.PodList{} },
 		gentype.PrefersProtobuf[*corev1.Pod]())}
+}
+
+// ConfigMaps is the client of the ConfigMaps in namespace ("" = all namespaces).
+func (g CoreV1) ConfigMaps(namespace string) *Client[*corev1.ConfigMap, *corev1.ConfigMapList] {
+	return gentype.NewClientWithList("configmaps", g.rest, ParameterCodec, namespace,
+		func() *corev1.ConfigMap { return &corev1.ConfigMap{} }, func() *corev1.ConfigMapList { return &corev1.ConfigMapList{} },
+		gentype.PrefersProtobuf[*corev1.ConfigMap]())
 }
 
 // Events is the client of the Events in namespace.
@@ -180,4 +192,35 @@ func (g ApiextensionsV1) CustomResourceDefinitions() *Client[*apiextv1.CustomRes
 	return gentype.NewClientWithList("customresourcedefinitions", g.rest, ParameterCodec, "",
 		func() *apiextv1.CustomResourceDefinition { return &apiextv1.CustomResourceDefinition{} },
 		func() *apiextv1.CustomResourceDefinitionList { return &apiextv1.CustomResourceDefinitionList{} })
+}
+
+// AppsV1 is the apps/v1 API group.
+type AppsV1 struct{ rest rest.Interface }
+
+// DaemonSets is the client of the DaemonSets in namespace ("" = all namespaces).
+func (g AppsV1) DaemonSets(namespace string) *Client[*appsv1.DaemonSet, *appsv1.DaemonSetList] {
+	return gentype.NewClientWithList("daemonsets", g.rest, ParameterCodec, namespace,
+		func() *appsv1.DaemonSet { return &appsv1.DaemonSet{} }, func() *appsv1.DaemonSetList { return &appsv1.DaemonSetList{} },
+		gentype.PrefersProtobuf[*appsv1.DaemonSet]())
+}
+
+// Deployments is the client of the Deployments in namespace ("" = all namespaces).
+func (g AppsV1) Deployments(namespace string) *Client[*appsv1.Deployment, *appsv1.DeploymentList] {
+	return gentype.NewClientWithList("deployments", g.rest, ParameterCodec, namespace,
+		func() *appsv1.Deployment { return &appsv1.Deployment{} }, func() *appsv1.DeploymentList { return &appsv1.DeploymentList{} },
+		gentype.PrefersProtobuf[*appsv1.Deployment]())
+}
+
+// StatefulSets is the client of the StatefulSets in namespace ("" = all namespaces).
+func (g AppsV1) StatefulSets(namespace string) *Client[*appsv1.StatefulSet, *appsv1.StatefulSetList] {
+	return gentype.NewClientWithList("statefulsets", g.rest, ParameterCodec, namespace,
+		func() *appsv1.StatefulSet { return &appsv1.StatefulSet{} }, func() *appsv1.StatefulSetList { return &appsv1.StatefulSetList{} },
+		gentype.PrefersProtobuf[*appsv1.StatefulSet]())
+}
+
+// ReplicaSets is the client of the ReplicaSets in namespace ("" = all namespaces).
+func (g AppsV1) ReplicaSets(namespace string) *Client[*appsv1.ReplicaSet, *appsv1.ReplicaSetList] {
+	return gentype.NewClientWithList("replicasets", g.rest, ParameterCodec, namespace,
+		func() *appsv1.ReplicaSet { return &appsv1.ReplicaSet{} }, func() *appsv1.ReplicaSetList { return &appsv1.ReplicaSetList{} },
+		gentype.PrefersProtobuf[*appsv1.ReplicaSet]())
 }

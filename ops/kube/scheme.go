@@ -1,5 +1,5 @@
 // Package kube is a typed Kubernetes client over only the API groups slipway
-// uses: core/v1, batch/v1, coordination/v1, policy/v1 and apiextensions/v1.
+// uses: core/v1, apps/v1, batch/v1, coordination/v1, policy/v1 and apiextensions/v1.
 //
 // client-go's kubernetes clientset (and everything that imports its scheme:
 // informers, discovery, leader election, the events API) registers every API
@@ -14,6 +14,7 @@
 package kube
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +38,7 @@ var ParameterCodec = runtime.NewParameterCodec(Scheme)
 
 var schemeBuilder = runtime.NewSchemeBuilder(
 	corev1.AddToScheme,
+	appsv1.AddToScheme,
 	batchv1.AddToScheme,
 	coordinationv1.AddToScheme,
 	policyv1.AddToScheme,

@@ -17,7 +17,7 @@ func TestSchemeHoldsOnlyTheGroupsUsed(t *testing.T) {
 			got.Insert(gvk.GroupVersion().String())
 		}
 	}
-	want := []string{"apiextensions.k8s.io/v1", "batch/v1", "coordination.k8s.io/v1", "policy/v1", "v1"}
+	want := []string{"apiextensions.k8s.io/v1", "apps/v1", "batch/v1", "coordination.k8s.io/v1", "policy/v1", "v1"}
 	if g := sets.List(got); !slices.Equal(g, want) {
 		t.Errorf("Scheme's group versions = %v, want %v", g, want)
 	}
