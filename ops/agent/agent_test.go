@@ -223,11 +223,15 @@ func TestInvalidSpecIsReportedAndIgnored(t *testing.T) {
 	for i := range 2 {
 		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
 	}
-	f.channel(v1.UpdateChannelSpec{URL: "ftp://example.com/releases", Version: "v2",
-		Window: &v1.Window{Start: "25:00", End: "02:00"}})
+	// The CRD's CEL rules refuse most bad specs at apply (ops/crds tests them);
+	// these two pass the schema and only the agents can refuse them: a GitHub
+	// owner longer than GitHub allows, and a poll interval under a second.
+	owner := strings.Repeat("o", 40)
+	f.channel(v1.UpdateChannelSpec{URL: "github-releases://" + owner + "/os", Version: "v2",
+		PollInterval: &metav1.Duration{Duration: 500 * time.Millisecond}})
 	ch := f.waitFor("Invalid", time.Minute, func(ch *v1.UpdateChannel) bool { return isTrue(ch, v1.ConditionInvalid) })
 	c := meta.FindStatusCondition(ch.Status.Conditions, v1.ConditionInvalid)
-	if c.Reason != plan.ReasonBadURL || !strings.Contains(c.Message, "ftp://") {
+	if c.Reason != plan.ReasonBadURL || !strings.Contains(c.Message, owner) {
 		t.Errorf("Invalid condition = %+v", c)
 	}
 	if len(ch.Status.Updating) != 0 {
@@ -237,14 +241,14 @@ func TestInvalidSpecIsReportedAndIgnored(t *testing.T) {
 	if _, err := f.ops.OpsV1().UpdateChannels(f.ns).Update(context.Background(), ch, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ch = f.waitFor("Invalid window", time.Minute, func(ch *v1.UpdateChannel) bool {
+	ch = f.waitFor("Invalid poll interval", time.Minute, func(ch *v1.UpdateChannel) bool {
 		c := meta.FindStatusCondition(ch.Status.Conditions, v1.ConditionInvalid)
-		return c != nil && c.Reason == plan.ReasonBadWindow
+		return c != nil && c.Reason == plan.ReasonBadDuration
 	})
 	if n := f.events("Invalid", 2); n < 2 {
 		t.Errorf("%d Invalid events, want one per bad spec (2)", n)
 	}
-	ch.Spec.Window = nil
+	ch.Spec.PollInterval = nil
 	if _, err := f.ops.OpsV1().UpdateChannels(f.ns).Update(context.Background(), ch, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

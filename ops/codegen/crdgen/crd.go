@@ -25,6 +25,9 @@ type crdSpec struct {
 	columns    []apiextv1.CustomResourceColumnDefinition
 	// scale is the scale subresource, when the kind has one.
 	scale *apiextv1.CustomResourceSubresourceScale
+	// validation returns the size bounds and CEL rules the OpenAPI
+	// definitions cannot express (nil: none).
+	validation func() ([]bound, []rule, error)
 	// defs are the generated OpenAPI definitions of the kind's group.
 	defs func(common.ReferenceCallback) map[string]common.OpenAPIDefinition
 }
@@ -38,6 +41,15 @@ func buildCRD(s crdSpec) (*apiextv1.CustomResourceDefinition, error) {
 	schema, err := structuralSchema(definitions(s.defs), s.model)
 	if err != nil {
 		return nil, fmt.Errorf("%s schema: %w", s.kind, err)
+	}
+	if s.validation != nil {
+		bounds, rules, err := s.validation()
+		if err != nil {
+			return nil, fmt.Errorf("%s validation: %w", s.kind, err)
+		}
+		if err := addValidation(schema, bounds, rules); err != nil {
+			return nil, fmt.Errorf("%s validation: %w", s.kind, err)
+		}
 	}
 	scope := apiextv1.NamespaceScoped
 	if s.cluster {

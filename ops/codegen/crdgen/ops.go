@@ -20,6 +20,7 @@ func opsCRDs() []crdSpec {
 		short:      []string{"upchan", "upchans"},
 		categories: []string{"all"},
 		defs:       openapi.GetOpenAPIDefinitions,
+		validation: updateChannelValidation,
 		columns: []apiextv1.CustomResourceColumnDefinition{
 			{Name: "Version", Type: "string", JSONPath: ".spec.version", Description: "The version the nodes should run; empty or latest follows the channel."},
 			{Name: "Latest", Type: "string", JSONPath: ".status.latestVersion", Description: "The newest version the channel offered at the last poll."},
@@ -29,4 +30,49 @@ func opsCRDs() []crdSpec {
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 		},
 	}}
+}
+
+// updateChannelValidation is what kubectl apply refuses at once: channel URLs
+// of no scheme slipway reads, versions that are not one token, windows that
+// do not parse, unknown time zones. The agents' Invalid condition stays for
+// what only they can check (a selector's semantics, the channel's answers).
+func updateChannelValidation() ([]bound, []rule, error) {
+	zones, err := timeZones()
+	if err != nil {
+		return nil, nil, err
+	}
+	days := []string{"sun", "sunday", "mon", "monday", "tue", "tuesday", "wed", "wednesday",
+		"thu", "thursday", "fri", "friday", "sat", "saturday"}
+	clock := `^\\s*([01]?[0-9]|2[0-3]):[0-5][0-9]\\s*$`
+	spec, window := []string{"spec"}, []string{"spec", "window"}
+	bounds := []bound{
+		{[]string{"spec", "url"}, 2048},
+		{[]string{"spec", "version"}, 128},
+		{[]string{"spec", "window", "days"}, 14},
+		{[]string{"spec", "window", "days", "[]"}, 16},
+		{[]string{"spec", "window", "start"}, 16},
+		{[]string{"spec", "window", "end"}, 16},
+		{[]string{"spec", "window", "timeZone"}, 64},
+	}
+	rules := []rule{
+		{spec, `self.url.trim() != ''`,
+			"spec.url is empty: name a release channel (github-releases://owner/repo, https://host/path/latest, file:///mirror)"},
+		{spec, `!self.url.contains('://') || self.url.matches('^(?i)(https?|github-releases|file)://')`,
+			"spec.url has a scheme slipway does not read: use github-releases://owner/repo, https://host/path/latest, file:///mirror or a directory path"},
+		{spec, `!self.url.startsWith('github-releases://') || self.url.matches('^github-releases://[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+/?$')`,
+			"spec.url: write a GitHub channel as github-releases://owner/repo"},
+		{spec, `!self.url.matches('^(?i)https?://') || self.url.matches('^(?i)https?://[^/?#]+[^?#]*$')`,
+			"spec.url: an http(s) channel needs a host and takes no query or fragment: write https://host/path/latest"},
+		{spec, `!has(self.version) || self.version == '' || self.version == 'latest' || self.version.matches('^[A-Za-z0-9][A-Za-z0-9._+~-]*$')`,
+			"spec.version must be latest or one token such as v1.2.3 (letters, digits and . _ + ~ -; no slash)"},
+		{window, `has(self.start) && self.start.matches('` + clock + `')`,
+			"spec.window.start must be a time of day written HH:MM (24-hour)"},
+		{window, `has(self.end) && self.end.matches('` + clock + `')`,
+			"spec.window.end must be a time of day written HH:MM (24-hour)"},
+		{window, `!has(self.days) || self.days.all(d, d.trim().lowerAscii() in ` + celList(days) + `)`,
+			"spec.window.days must be days of the week: mon, tue, wed, thu, fri, sat, sun (or their full names)"},
+		{window, `!has(self.timeZone) || self.timeZone == '' || self.timeZone in ` + celList(zones),
+			"spec.window.timeZone must be an IANA time zone name such as Europe/Berlin (empty means UTC)"},
+	}
+	return bounds, rules, nil
 }

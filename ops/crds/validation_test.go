@@ -1,0 +1,73 @@
+package crds_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/crds"
+	"slipway.dev/slipway/ops/generated/clientset/versioned"
+	"slipway.dev/slipway/ops/testenv"
+)
+
+// The CRD's CEL rules refuse, at kubectl apply, the specs no agent could act
+// on, each with a message that says what to write; good specs pass.
+func TestUpdateChannelSchemaRefusesBadSpecs(t *testing.T) {
+	e := testenv.Need(t, env)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := crds.Apply(ctx, e.Config, "ops.slipway.dev"); err != nil {
+		t.Fatal(err)
+	}
+	client, err := versioned.NewForConfig(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := client.OpsV1().UpdateChannels("default")
+	win := func(days []string, start, end, tz string) *opsv1.Window {
+		return &opsv1.Window{Days: days, Start: start, End: end, TimeZone: tz}
+	}
+	const gh = "github-releases://rancher/k3os"
+	cases := []struct {
+		name    string
+		spec    opsv1.UpdateChannelSpec
+		wantErr string // "" = accepted
+	}{
+		{"github channel", opsv1.UpdateChannelSpec{URL: gh, Version: "v0.21.5-k3s2r1"}, ""},
+		{"https channel", opsv1.UpdateChannelSpec{URL: "https://mirror.example/k3os/latest", Version: "latest"}, ""},
+		{"file mirror", opsv1.UpdateChannelSpec{URL: "file:///media/k3os", Version: "v1.28.5+k3s1"}, ""},
+		{"directory mirror", opsv1.UpdateChannelSpec{URL: "/media/k3os"}, ""},
+		{"window", opsv1.UpdateChannelSpec{URL: gh, Window: win([]string{"Mon", "tuesday", " sat"}, "22:00", "4:30", "Europe/Berlin")}, ""},
+		{"window in UTC", opsv1.UpdateChannelSpec{URL: gh, Window: win(nil, "00:00", "00:00", "")}, ""},
+
+		{"empty url", opsv1.UpdateChannelSpec{URL: " "}, "spec.url is empty"},
+		{"unknown scheme", opsv1.UpdateChannelSpec{URL: "ftp://mirror.example/k3os"}, "scheme slipway does not read"},
+		{"github without repo", opsv1.UpdateChannelSpec{URL: "github-releases://rancher"}, "github-releases://owner/repo"},
+		{"https without host", opsv1.UpdateChannelSpec{URL: "https:///k3os/latest"}, "needs a host"},
+		{"https with query", opsv1.UpdateChannelSpec{URL: "https://mirror.example/latest?x=1"}, "no query"},
+		{"version with a slash", opsv1.UpdateChannelSpec{URL: gh, Version: "v1/../../etc"}, "spec.version must be latest or one token"},
+		{"version too long", opsv1.UpdateChannelSpec{URL: gh, Version: "v" + strings.Repeat("1", 128)}, "spec.version"},
+		{"window start", opsv1.UpdateChannelSpec{URL: gh, Window: win(nil, "25:00", "04:00", "")}, "spec.window.start"},
+		{"window end missing", opsv1.UpdateChannelSpec{URL: gh, Window: win(nil, "22:00", "", "")}, "spec.window.end"},
+		{"window day", opsv1.UpdateChannelSpec{URL: gh, Window: win([]string{"mon", "someday"}, "22:00", "04:00", "")}, "spec.window.days"},
+		{"unknown time zone", opsv1.UpdateChannelSpec{URL: gh, Window: win(nil, "22:00", "04:00", "Europe/Atlantis")}, "spec.window.timeZone"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			obj := &opsv1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{GenerateName: "cel-"}, Spec: c.spec}
+			_, err := api.Create(ctx, obj, metav1.CreateOptions{})
+			switch {
+			case c.wantErr == "" && err != nil:
+				t.Errorf("refused a good spec: %v", err)
+			case c.wantErr != "" && err == nil:
+				t.Errorf("accepted a bad spec, want an error containing %q", c.wantErr)
+			case c.wantErr != "" && !strings.Contains(err.Error(), c.wantErr):
+				t.Errorf("err = %v, want it to contain %q", err, c.wantErr)
+			}
+		})
+	}
+}
