@@ -47,8 +47,14 @@ func (e *Env) startCluster(ctx context.Context, tools string) error {
 	if err := os.WriteFile(stages, stagesYAML, 0o644); err != nil {
 		return fmt.Errorf("write kwok stages: %w", err)
 	}
+	// kwok renews each fake node's Lease (kube-node-lease) like a kubelet,
+	// every quarter of its duration: without Leases, the node lifecycle
+	// controller turns every node Ready=Unknown after its grace period, then
+	// marks its pods NotReady, and every PodDisruptionBudget reports 0 healthy.
+	// The node-heartbeat-with-lease stage relies on it.
 	kwok, err := e.addProcess("kwok", filepath.Join(tools, binKwok), kc, "--config="+stages,
-		"--manage-nodes-with-annotation-selector="+FakeNodeAnnotation+"="+FakeNodeAnnotationValue)
+		"--manage-nodes-with-annotation-selector="+FakeNodeAnnotation+"="+FakeNodeAnnotationValue,
+		"--node-lease-duration-seconds=40")
 	if err != nil {
 		return err
 	}
