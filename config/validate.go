@@ -6,8 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"slipway.dev/slipway/ops/window"
 	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/window"
 	"slipway.dev/slipway/upgrade/channel"
 	"slipway.dev/slipway/upgrade/layout"
 )

@@ -3,8 +3,8 @@ package main
 import (
 	"archive/zip"
 	"fmt"
+	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -91,7 +91,11 @@ func celList(items []string) string {
 // (the one time/tzdata embeds in slipway), sorted, so the CRD refuses the
 // zones the agents could not load.
 func timeZones() ([]string, error) {
-	path := filepath.Join(runtime.GOROOT(), "lib", "time", "zoneinfo.zip")
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return nil, fmt.Errorf("find Go's root (go env GOROOT): %w", err)
+	}
+	path := filepath.Join(strings.TrimSpace(string(goroot)), "lib", "time", "zoneinfo.zip")
 	z, err := zip.OpenReader(path)
 	if err != nil {
 		return nil, fmt.Errorf("read Go's time zone database: %w", err)
