@@ -1,0 +1,61 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"slipway.dev/slipway/ops/swarm/assign"
+)
+
+// swarmCommand is `slipway swarm`: work assignment over a worker pool.
+func swarmCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "swarm",
+		Usage: "assign jobs to a pool of workers: each job to exactly one, balanced, moving the fewest",
+		Subcommands: []*cli.Command{
+			swarmAssignCommand(),
+		},
+	}
+}
+
+func swarmAssignCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "assign",
+		Usage:     "compute an assignment: one JSON request on stdin, the assignment as JSON on stdout",
+		UsageText: "slipway swarm assign [--pretty] < request.json",
+		Description: `The request names the jobs and the workers, and optionally the assignment in
+force ("previous", kept as far as balance allows) and the jobs that must run alone on
+a worker ("dedicated"):
+  {"jobs": ["cam-1", "cam-2", "cam-3"], "workers": ["w-0", "w-1"],
+   "previous": {"w-0": ["cam-1", "cam-2", "cam-3"]}, "dedicated": []}
+The answer lists every worker (an empty list when it has no job) and how many jobs
+changed worker:
+  {"assignments": {"w-0": ["cam-1", "cam-2"], "w-1": ["cam-3"]}, "moved": 1}
+The same request always gives the same answer, whatever the order of its lists.
+A malformed or unassignable request exits with status 2 and says why on stderr.
+
+Examples:
+  echo '{"jobs":["a","b","c"],"workers":["w-0","w-1"]}' | slipway swarm assign
+  slipway swarm assign --pretty < request.json | jq '.assignments["w-0"]'`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "pretty", Usage: "indent the JSON output"},
+		},
+		Action: func(c *cli.Context) error {
+			in, err := assign.Decode(c.App.Reader)
+			if err != nil {
+				return exit(err, 2)
+			}
+			res, err := assign.Assign(in)
+			if err != nil {
+				return exit(fmt.Errorf("cannot assign: %w", err), 2)
+			}
+			enc := json.NewEncoder(c.App.Writer)
+			if c.Bool("pretty") {
+				enc.SetIndent("", "  ")
+			}
+			return enc.Encode(res)
+		},
+	}
+}
