@@ -126,4 +126,8 @@ type WorkerStatus struct {
 	// RestartedAt is when the controller deleted the pod to refresh it.
 	// +optional
 	RestartedAt *metav1.Time `json:"restartedAt,omitempty"`
+	// RestartedUID is the UID of the pod the controller deleted: the worker
+	// is back when a Ready pod of another UID holds its name.
+	// +optional
+	RestartedUID string `json:"restartedUID,omitempty"`
 }

@@ -3112,6 +3112,13 @@ func schema_ops_apis_swarmslipwaydev_v1alpha1_WorkerStatus(ref common.ReferenceC
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
+					"restartedUID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "RestartedUID is the UID of the pod the controller deleted: the worker is back when a Ready pod of another UID holds its name.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"pod", "jobs"},
 			},
