@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -39,6 +40,7 @@ type Controller struct {
 	metrics  *metrics
 	leading  atomic.Bool
 	synced   atomic.Bool
+	addr     atomic.Value // the HTTP server's address, once listening
 
 	configMaps, statefulSets, deployments cache.Indexer
 
@@ -142,6 +144,9 @@ func (c *Controller) work(ctx context.Context) {
 		}
 		after, err := c.sync(ctx, key)
 		switch {
+		case apierrors.IsConflict(err):
+			c.log.Debug("stale cache; retrying", "swarm", key, "err", err)
+			c.queue.AddRateLimited(key)
 		case err != nil:
 			c.log.Warn("sync failed; retrying", "swarm", key, "err", err)
 			c.queue.AddRateLimited(key)
@@ -154,5 +159,15 @@ func (c *Controller) work(ctx context.Context) {
 		c.queue.Done(key)
 	}
 }
+
+// Addr is the address the HTTP server listens on ("" before it does, or
+// without one).
+func (c *Controller) Addr() string {
+	a, _ := c.addr.Load().(string)
+	return a
+}
+
+// Leading reports whether this replica holds the Lease.
+func (c *Controller) Leading() bool { return c.leading.Load() }
 
 func everything() labels.Selector { return labels.Everything() }

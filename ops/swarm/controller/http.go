@@ -34,6 +34,7 @@ func (c *Controller) serveHTTP(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s (--http): %w", c.opts.HTTPAddr, err)
 	}
+	c.addr.Store(ln.Addr().String())
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(c.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

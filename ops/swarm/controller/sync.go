@@ -56,10 +56,12 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		}
 		c.announce(sw, in, d)
 	}
-	if err := c.restart(ctx, sw, d.Restart, in.Pods); err != nil {
+	// The status, which marks the workers to restart, is written first: its
+	// resourceVersion guards against acting on a stale cache twice.
+	if err := c.writeStatus(ctx, sw, in, d); err != nil {
 		return 0, err
 	}
-	if err := c.writeStatus(ctx, sw, in, d); err != nil {
+	if err := c.restart(ctx, sw, d.Restart, in.Pods); err != nil {
 		return 0, err
 	}
 	c.metrics.observe(sw.Name, in, d)

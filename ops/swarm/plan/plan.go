@@ -177,10 +177,11 @@ func unassigned(jobs []string, c config.Config) int {
 
 // refresh gives every worker of c its phase and, in restart mode, picks the
 // workers to restart now: Ready pods that applied another version of their
-// share, by name, as many as MaxUnavailable leaves room for.
+// share, by name, as many as MaxUnavailable leaves room for; or, first, the
+// workers marked Restarting whose pod was not deleted after all.
 func refresh(in Input, c config.Config, pods map[string]Pod, restarting map[string]swarmv1.WorkerStatus) ([]swarmv1.WorkerStatus, []string, bool) {
 	var out []swarmv1.WorkerStatus
-	var candidates []string
+	var candidates, again []string
 	converged := true
 	for _, name := range slices.Sorted(maps.Keys(c.Workloads)) {
 		wl := c.Workloads[name]
@@ -192,6 +193,9 @@ func refresh(in Input, c config.Config, pods map[string]Pod, restarting map[stri
 		switch r, ok := restarting[name]; {
 		case ok:
 			st.Phase, st.RestartedAt, st.RestartedUID = swarmv1.PhaseRestarting, r.RestartedAt, r.RestartedUID
+			if exists && p.Ready && p.UID == r.RestartedUID {
+				again = append(again, name) // its deletion did not happen: delete it again
+			}
 		case exists && p.Applied == wl.Version:
 			st.Phase = swarmv1.PhaseConverged
 		case exists && p.Ready && p.Applied != NoneApplied:
@@ -202,6 +206,9 @@ func refresh(in Input, c config.Config, pods map[string]Pod, restarting map[stri
 	}
 	if in.Refresh != swarmv1.RefreshRestart {
 		return out, nil, converged
+	}
+	if len(again) > 0 {
+		return out, again, converged
 	}
 	slots := max(0, in.MaxUnavailable-len(restarting))
 	restart := candidates[:min(slots, len(candidates))]

@@ -161,3 +161,13 @@ func TestNoWorkers(t *testing.T) {
 		t.Errorf("zero workers twice changed the config: %+v", d2)
 	}
 }
+
+func TestRestartRetriedWhenThePodWasNotDeleted(t *testing.T) {
+	in, _ := steady(t)
+	at := metav1.NewTime(now)
+	in.Status.Workers[0].Phase, in.Status.Workers[0].RestartedAt, in.Status.Workers[0].RestartedUID = swarmv1.PhaseRestarting, &at, "w-0-uid"
+	d, err := Decide(in)
+	if err != nil || !slices.Equal(d.Restart, []string{"w-0"}) {
+		t.Errorf("a Restarting worker whose pod is still the old one: restart %v, %v", d.Restart, err)
+	}
+}
