@@ -43,10 +43,10 @@ func TestSwarmAssignCommand(t *testing.T) {
 		t.Errorf("w-0 keeps one job and the idle worker has [], got %s", out)
 	}
 	for stdin, want := range map[string]string{
-		`{"jobs": [`:                                                "not an assignment request",
-		`{"jobs":["a"]}`:                                            `needs both "jobs" and "workers"`,
-		`{"jobs":["a","a"],"workers":["w"]}`:                        `job "a" is listed more than once`,
-		`{"jobs":["a"],"workers":["w"],"dedicated":["z"]}`:          `dedicated job "z" is not in the job list`,
+		`{"jobs": [`:                         "not an assignment request",
+		`{"jobs":["a"]}`:                     `needs both "jobs" and "workers"`,
+		`{"jobs":["a","a"],"workers":["w"]}`: `job "a" is listed more than once`,
+		`{"jobs":["a"],"workers":["w"],"dedicated":["z"]}`:         `dedicated job "z" is not in the job list`,
 		`{"jobs":["a","b"],"workers":["w"],"dedicated":["a","b"]}`: "dedicated jobs need as many workers",
 	} {
 		msg, code := runSwarmAssign(t, stdin)
