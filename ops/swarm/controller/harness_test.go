@@ -13,15 +13,18 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/generated/swarm/clientset/versioned"
 	"slipway.dev/slipway/ops/swarm/config"
+	"slipway.dev/slipway/ops/swarm/manifest"
 	"slipway.dev/slipway/ops/testenv"
 )
 
@@ -38,6 +41,8 @@ type pool struct {
 	swarm  versioned.Interface
 	ctrl   *Controller
 	reload bool
+	// workerKube is the workers' ServiceAccount's client.
+	workerKube kubernetes.Interface
 
 	mu      sync.Mutex
 	applied map[types.UID]int64 // pod UID -> version annotated
@@ -58,7 +63,11 @@ func newPool(t *testing.T, reload bool) *pool {
 	if testing.Verbose() {
 		log = os.Stderr
 	}
-	c, err := New(Options{Config: e.Config, Namespace: p.ns, Identity: "test", HTTPAddr: "127.0.0.1:0",
+	// The controller runs with the manifest's RBAC, as its ServiceAccount;
+	// the stand-in workers patch pods as theirs.
+	p.applyRBAC(ctx)
+	p.workerKube = kubernetes.NewForConfigOrDie(p.as(e.Config, manifest.WorkerName))
+	c, err := New(Options{Config: p.as(e.Config, manifest.ControllerName), Namespace: p.ns, Identity: "test", HTTPAddr: "127.0.0.1:0",
 		Log: slog.New(slog.NewTextHandler(log, nil)), SettleTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -108,12 +117,41 @@ func (p *pool) applyOnce(ctx context.Context) {
 			continue
 		}
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, swarmv1.AppliedVersionAnnotation, strconv.FormatInt(share.Version, 10))
-		if _, err := p.kube.CoreV1().Pods(p.ns).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
+		if _, err := p.workerKube.CoreV1().Pods(p.ns).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
 			p.mu.Lock()
 			p.applied[pod.UID] = share.Version
 			p.mu.Unlock()
 		}
 	}
+}
+
+// applyRBAC creates the manifest's ServiceAccounts, Roles and RoleBindings
+// in the pool's namespace.
+func (p *pool) applyRBAC(ctx context.Context) {
+	p.t.Helper()
+	for _, obj := range manifest.RBAC(p.ns) {
+		var err error
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			_, err = p.kube.CoreV1().ServiceAccounts(p.ns).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			_, err = p.kube.RbacV1().Roles(p.ns).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			_, err = p.kube.RbacV1().RoleBindings(p.ns).Create(ctx, o, metav1.CreateOptions{})
+		default:
+			err = fmt.Errorf("unexpected RBAC object %T", obj)
+		}
+		if err != nil {
+			p.t.Fatal(err)
+		}
+	}
+}
+
+// as is cfg impersonating the ServiceAccount sa of the pool's namespace.
+func (p *pool) as(cfg *rest.Config, sa string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + p.ns + ":" + sa}
+	return c
 }
 
 func podReady(p *corev1.Pod) bool {
