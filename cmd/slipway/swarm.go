@@ -14,8 +14,15 @@ func swarmCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "swarm",
 		Usage: "assign jobs to a pool of workers: each job to exactly one, balanced, moving the fewest",
+		Description: `A Swarm (kubectl get swarm) names a pool of workers (the pods of a StatefulSet or
+Deployment) and a job list; the controller assigns every job to exactly one Ready
+worker, loads within one, and on any change moves the fewest jobs and refreshes only
+the workers whose share changed. See docs/swarm.md.`,
 		Subcommands: []*cli.Command{
+			swarmControllerCommand(),
+			swarmWorkerCommand(),
 			swarmAssignCommand(),
+			swarmManifestCommand(),
 		},
 	}
 }

@@ -47,6 +47,12 @@ type Options struct {
 	Log  *slog.Logger
 }
 
+// Check reports what is missing from o, before anything starts.
+func (o Options) Check() error {
+	_, err := o.withDefaults()
+	return err
+}
+
 func (o Options) withDefaults() (Options, error) {
 	if o.PodName == "" {
 		return o, errors.New("swarm worker: no pod name: set POD_NAME from the downward API (fieldRef metadata.name) or pass --pod-name")
