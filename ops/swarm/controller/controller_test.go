@@ -155,7 +155,26 @@ func (p *pool) checkRestarts(before, after config.Config, uidsBefore map[string]
 	if !slices.Equal(restarted, changed) {
 		p.t.Errorf("restarted %v, but the surviving workers whose share changed are %v", restarted, changed)
 	}
-	p.t.Logf("version %d -> %d: %d workers, restarted %v", before.Version, after.Version, len(after.Workloads), restarted)
+	p.t.Logf("version %d -> %d: %d workers, %d jobs moved, restarted %v", before.Version, after.Version, len(after.Workloads), moved(before, after), restarted)
+}
+
+// moved counts the jobs held in both configs by different workers.
+func moved(before, after config.Config) int {
+	owner := map[string]string{}
+	for w, share := range before.Workloads {
+		for _, j := range share.Jobs {
+			owner[j] = w
+		}
+	}
+	n := 0
+	for w, share := range after.Workloads {
+		for _, j := range share.Jobs {
+			if o, ok := owner[j]; ok && o != w {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // checkHTTP reads /assignments, /metrics and /healthz.
