@@ -73,7 +73,41 @@ func TestStatefulSetScaling(t *testing.T) {
 		after := p.check(jobs)
 		p.checkRestarts(before, after, uids, "")
 	})
+	t.Run("ConfigMap edited by hand", func(t *testing.T) {
+		before, uids := p.snapshot()
+		p.handSwap("swarm-worker-0", "swarm-worker-1")
+		p.waitFor("the edit noticed", func(sw *swarmv1.Swarm) bool { return sw.Status.Version > before.Version })
+		p.converged(3)
+		after := p.check(jobs)
+		p.checkRestarts(before, after, uids, "")
+		if w2 := after.Workloads["swarm-worker-2"]; w2.Version != before.Workloads["swarm-worker-2"].Version {
+			t.Errorf("the worker the edit left alone got a new version")
+		}
+	})
 	p.checkHTTP()
+}
+
+// handSwap edits the workers' ConfigMap as a person would: one job of a
+// goes to b and one of b to a, versions untouched.
+func (p *pool) handSwap(a, b string) {
+	p.t.Helper()
+	cm, err := p.kube.CoreV1().ConfigMaps(p.ns).Get(context.Background(), "work"+swarmv1.ConfigMapSuffix, metav1.GetOptions{})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	cfg, err := config.Parse(cm.Data[swarmv1.ConfigMapKey])
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	wa, wb := cfg.Workloads[a], cfg.Workloads[b]
+	wa.Jobs, wb.Jobs = append(slices.Clone(wa.Jobs[1:]), wb.Jobs[0]), append(slices.Clone(wb.Jobs[1:]), wa.Jobs[0])
+	cfg.Workloads[a], cfg.Workloads[b] = wa, wb
+	if cm.Data[swarmv1.ConfigMapKey], err = cfg.Render(); err != nil {
+		p.t.Fatal(err)
+	}
+	if _, err := p.kube.CoreV1().ConfigMaps(p.ns).Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+		p.t.Fatal(err)
+	}
 }
 
 func hasReason(sw *swarmv1.Swarm, cond, reason string) bool {

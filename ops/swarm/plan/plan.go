@@ -76,6 +76,7 @@ func Decide(in Input) (Decision, error) {
 	for _, p := range in.Pods {
 		pods[p.Name] = p
 	}
+	in.Previous = distrustEdits(in.Previous, in.Status)
 	restarting := stillRestarting(in, pods)
 	d := Decision{Config: in.Previous}
 	if in.Settled {
@@ -145,7 +146,7 @@ func nextConfig(in Input, assignments map[string][]string) (config.Config, bool)
 	next := config.Config{Version: max(in.Previous.Version, in.Status.Version) + 1, Workloads: map[string]config.Workload{}}
 	same := len(assignments) == len(in.Previous.Workloads)
 	for w, jobs := range assignments {
-		if prev, ok := in.Previous.Workloads[w]; ok && config.SameJobs(prev.Jobs, jobs) {
+		if prev, ok := in.Previous.Workloads[w]; ok && prev.Version > 0 && config.SameJobs(prev.Jobs, jobs) {
 			next.Workloads[w] = config.Workload{Jobs: jobs, Version: prev.Version}
 			continue
 		}
@@ -185,7 +186,7 @@ func refresh(in Input, c config.Config, pods map[string]Pod, restarting map[stri
 	converged := true
 	for _, name := range slices.Sorted(maps.Keys(c.Workloads)) {
 		wl := c.Workloads[name]
-		st := swarmv1.WorkerStatus{Pod: name, Jobs: int32(len(wl.Jobs)), Version: wl.Version, Phase: swarmv1.PhasePending}
+		st := swarmv1.WorkerStatus{Pod: name, Jobs: int32(len(wl.Jobs)), JobsHash: JobsHash(wl.Jobs), Version: wl.Version, Phase: swarmv1.PhasePending}
 		p, exists := pods[name]
 		if exists && p.Applied != NoneApplied {
 			st.SeenVersion = p.Applied

@@ -11,6 +11,7 @@ import (
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/swarm/assign"
+	"slipway.dev/slipway/ops/swarm/config"
 )
 
 var now = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -169,5 +170,30 @@ func TestRestartRetriedWhenThePodWasNotDeleted(t *testing.T) {
 	d, err := Decide(in)
 	if err != nil || !slices.Equal(d.Restart, []string{"w-0"}) {
 		t.Errorf("a Restarting worker whose pod is still the old one: restart %v, %v", d.Restart, err)
+	}
+}
+
+// A ConfigMap edited by hand: the shares it changed get a new version, even
+// when the assignment keeps them, so their workers refresh; the others keep theirs.
+func TestHandEditRefreshesTheEditedWorkers(t *testing.T) {
+	in, _ := steady(t)
+	w0, w1 := in.Previous.Workloads["w-0"], in.Previous.Workloads["w-1"]
+	edited := config.Config{Version: 1, Workloads: map[string]config.Workload{
+		"w-0": {Jobs: append(slices.Clone(w0.Jobs[1:]), w1.Jobs[0]), Version: 1},
+		"w-1": {Jobs: append(slices.Clone(w1.Jobs[1:]), w0.Jobs[0]), Version: 1},
+		"w-2": in.Previous.Workloads["w-2"],
+	}}
+	in.Previous = edited
+	d, err := Decide(in)
+	if err != nil || !d.Changed || d.Config.Version != 2 {
+		t.Fatalf("hand edit: %+v, %v", d, err)
+	}
+	for w, want := range map[string]int64{"w-0": 2, "w-1": 2, "w-2": 1} {
+		if got := d.Config.Workloads[w].Version; got != want {
+			t.Errorf("%s: version %d, want %d", w, got, want)
+		}
+	}
+	if !slices.Equal(d.Restart, []string{"w-0"}) {
+		t.Errorf("restart %v, want w-0 first", d.Restart)
 	}
 }

@@ -117,6 +117,10 @@ type WorkerStatus struct {
 	// its job set last changed).
 	// +optional
 	Version int64 `json:"version,omitempty"`
+	// JobsHash identifies the job set the controller wrote for this worker,
+	// so a ConfigMap edited by hand is noticed and its workers refreshed.
+	// +optional
+	JobsHash string `json:"jobsHash,omitempty"`
 	// SeenVersion is the version the worker reports it applied.
 	// +optional
 	SeenVersion int64 `json:"seenVersion,omitempty"`

@@ -3092,6 +3092,13 @@ func schema_ops_apis_swarmslipwaydev_v1alpha1_WorkerStatus(ref common.ReferenceC
 							Format:      "int64",
 						},
 					},
+					"jobsHash": {
+						SchemaProps: spec.SchemaProps{
+							Description: "JobsHash identifies the job set the controller wrote for this worker, so a ConfigMap edited by hand is noticed and its workers refreshed.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"seenVersion": {
 						SchemaProps: spec.SchemaProps{
 							Description: "SeenVersion is the version the worker reports it applied.",
