@@ -85,6 +85,32 @@ func TestStatefulSetScaling(t *testing.T) {
 		}
 	})
 	p.checkHTTP()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.maxRestarting != 1 {
+		t.Errorf("at most %d workers restarting at once, want exactly maxUnavailable (1)", p.maxRestarting)
+	}
+}
+
+// TestLeaderElection: of two replicas one leads; when it stops, the other
+// takes over and carries on.
+func TestLeaderElection(t *testing.T) {
+	p := newPool(t, true)
+	jobs := jobNames(0, 9)
+	p.statefulSet(2)
+	p.createSwarm(swarmv1.SwarmSpec{Jobs: jobs, Refresh: swarmv1.RefreshReload})
+	p.converged(2)
+	second, stop := p.startController("second")
+	defer stop()
+	p.waitFor("the second replica's caches", func(*swarmv1.Swarm) bool { return second.synced.Load() })
+	if !p.ctrl.Leading() || second.Leading() {
+		t.Fatalf("leading: first %v, second %v; want the first only", p.ctrl.Leading(), second.Leading())
+	}
+	p.stopCtrl()
+	p.waitFor("the second replica leading", func(*swarmv1.Swarm) bool { return second.Leading() })
+	p.scale(3)
+	p.converged(3)
+	p.check(jobs)
 }
 
 // handSwap edits the workers' ConfigMap as a person would: one job of a

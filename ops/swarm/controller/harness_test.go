@@ -35,12 +35,15 @@ import (
 // restart mode a pod applies its share once, when it starts (a change comes
 // by restart); in reload mode it applies every change.
 type pool struct {
-	t      *testing.T
-	ns     string
-	kube   kubernetes.Interface
-	swarm  versioned.Interface
-	ctrl   *Controller
-	reload bool
+	t        *testing.T
+	ns       string
+	kube     kubernetes.Interface
+	swarm    versioned.Interface
+	ctrl     *Controller
+	stopCtrl func()
+	reload   bool
+	// maxRestarting is the most workers the status showed Restarting at once.
+	maxRestarting int
 	// workerKube is the workers' ServiceAccount's client.
 	workerKube kubernetes.Interface
 
@@ -59,26 +62,35 @@ func newPool(t *testing.T, reload bool) *pool {
 	if _, err := p.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var log io.Writer = io.Discard
-	if testing.Verbose() {
-		log = os.Stderr
-	}
 	// The controller runs with the manifest's RBAC, as its ServiceAccount;
 	// the stand-in workers patch pods as theirs.
 	p.applyRBAC(ctx)
 	p.workerKube = kubernetes.NewForConfigOrDie(p.as(e.Config, manifest.WorkerName))
-	c, err := New(Options{Config: p.as(e.Config, manifest.ControllerName), Namespace: p.ns, Identity: "test", HTTPAddr: "127.0.0.1:0",
-		Log: slog.New(slog.NewTextHandler(log, nil)), SettleTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.ctrl = c
+	p.ctrl, p.stopCtrl = p.startController("test")
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = c.Run(ctx) }()
+	wg.Add(1)
 	go func() { defer wg.Done(); p.playWorkers(ctx) }()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	t.Cleanup(func() { p.stopCtrl(); cancel(); wg.Wait() })
 	return p
+}
+
+// startController runs a controller replica named identity, as the
+// manifest's ServiceAccount, until the returned stop is called.
+func (p *pool) startController(identity string) (*Controller, func()) {
+	p.t.Helper()
+	var log io.Writer = io.Discard
+	if testing.Verbose() {
+		log = os.Stderr
+	}
+	c, err := New(Options{Config: p.as(env.Config, manifest.ControllerName), Namespace: p.ns, Identity: identity, HTTPAddr: "127.0.0.1:0",
+		Log: slog.New(slog.NewTextHandler(log, nil)).With("identity", identity), SettleTimeout: 30 * time.Second, LeaseDuration: 6 * time.Second})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	return c, sync.OnceFunc(func() { cancel(); <-done })
 }
 
 // playWorkers annotates Ready pods with the version of their share until ctx ends.
@@ -93,6 +105,17 @@ func (p *pool) playWorkers(ctx context.Context) {
 }
 
 func (p *pool) applyOnce(ctx context.Context) {
+	if sw, err := p.swarm.SwarmV1alpha1().Swarms(p.ns).Get(ctx, "work", metav1.GetOptions{}); err == nil {
+		n := 0
+		for _, w := range sw.Status.Workers {
+			if w.Phase == swarmv1.PhaseRestarting {
+				n++
+			}
+		}
+		p.mu.Lock()
+		p.maxRestarting = max(p.maxRestarting, n)
+		p.mu.Unlock()
+	}
 	cm, err := p.kube.CoreV1().ConfigMaps(p.ns).Get(ctx, "work"+swarmv1.ConfigMapSuffix, metav1.GetOptions{})
 	if err != nil {
 		return
