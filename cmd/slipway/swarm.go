@@ -3,6 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
@@ -48,15 +53,22 @@ Examples:
   slipway swarm assign --pretty < request.json | jq '.assignments["w-0"]'`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "pretty", Usage: "indent the JSON output"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "json", Usage: "json, or table (one line per worker: its job count and jobs, then the moves)"},
 		},
 		Action: func(c *cli.Context) error {
 			in, err := assign.Decode(c.App.Reader)
 			if err != nil {
 				return exit(err, 2)
 			}
+			if o := c.String("output"); o != "json" && o != "table" {
+				return exit(fmt.Errorf("--output %q is not json or table", o), 2)
+			}
 			res, err := assign.Assign(in)
 			if err != nil {
 				return exit(fmt.Errorf("cannot assign: %w", err), 2)
+			}
+			if c.String("output") == "table" {
+				return assignTable(c.App.Writer, res)
 			}
 			enc := json.NewEncoder(c.App.Writer)
 			if c.Bool("pretty") {
@@ -65,4 +77,23 @@ Examples:
 			return enc.Encode(res)
 		},
 	}
+}
+
+// assignTable prints an assignment for people: a line per worker, in name
+// order, then the jobs moved and any left unassigned.
+func assignTable(w io.Writer, res assign.Result) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKER\tJOBS\tLIST")
+	for _, name := range slices.Sorted(maps.Keys(res.Assignments)) {
+		jobs := res.Assignments[name]
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", name, len(jobs), strings.Join(jobs, ","))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "moved: %d\n", res.Moved)
+	if err == nil && len(res.Unassigned) > 0 {
+		_, err = fmt.Fprintf(w, "unassigned (no worker): %s\n", strings.Join(res.Unassigned, ","))
+	}
+	return err
 }

@@ -11,13 +11,13 @@ import (
 
 // runSwarmAssign runs `slipway swarm assign` in-process on stdin and returns
 // its stdout and exit status.
-func runSwarmAssign(t *testing.T, stdin string) (string, int) {
+func runSwarmAssign(t *testing.T, stdin string, flags ...string) (string, int) {
 	t.Helper()
 	app := newApp()
 	var out bytes.Buffer
 	app.Reader, app.Writer, app.ErrWriter = strings.NewReader(stdin), &out, &bytes.Buffer{}
 	app.ExitErrHandler = func(*cli.Context, error) {}
-	err := app.Run([]string{"slipway", "swarm", "assign"})
+	err := app.Run(append([]string{"slipway", "swarm", "assign"}, flags...))
 	if err != nil {
 		return err.Error(), exitCode(err)
 	}
@@ -53,5 +53,34 @@ func TestSwarmAssignCommand(t *testing.T) {
 		if code != 2 || !strings.Contains(msg, want) {
 			t.Errorf("stdin %s: exit %d %q, want exit 2 saying %q", stdin, code, msg, want)
 		}
+	}
+}
+
+func TestSwarmAssignTable(t *testing.T) {
+	out, code := runSwarmAssign(t, `{"jobs":["a","b","c"],"workers":["w-1","w-0"],"previous":{"w-0":["a","b","c"]}}`, "-o", "table")
+	want := "WORKER  JOBS  LIST\nw-0     2     "
+	if code != 0 || !strings.HasPrefix(out, want) || !strings.HasSuffix(out, "moved: 1\n") {
+		t.Errorf("exit %d, output:\n%s", code, out)
+	}
+	if _, code := runSwarmAssign(t, `{"jobs":[],"workers":[]}`, "-o", "yaml"); code != 2 {
+		t.Errorf("-o yaml: exit %d, want 2", code)
+	}
+}
+
+func TestSwarmManifestCommand(t *testing.T) {
+	app := newApp()
+	var out bytes.Buffer
+	app.Writer = &out
+	if err := app.Run([]string{"slipway", "swarm", "manifest", "--namespace", "streams"}); err != nil {
+		t.Fatal(err)
+	}
+	body := out.String()
+	for _, want := range []string{"kind: CustomResourceDefinition", "kind: Role\n", "kind: RoleBinding", "kind: Deployment", "namespace: streams", "- swarm\n        - controller"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("manifest lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "ClusterRole") {
+		t.Error("the swarm manifest grants cluster-wide rights")
 	}
 }
