@@ -3,9 +3,11 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -59,6 +61,28 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 	t.Errorf("dedicated stream-05 does not run alone: %+v", cfg.Workloads)
+}
+
+// TestJobsFromConfigMap: the job list read from a ConfigMap key (one per
+// line), and an edit of that ConfigMap reassigned.
+func TestJobsFromConfigMap(t *testing.T) {
+	p := newPool(t, true)
+	list := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "streams", Namespace: p.ns},
+		Data: map[string]string{"jobs": "# cameras\n" + strings.Join(jobNames(0, 10), "\n") + "\n"}}
+	if _, err := p.kube.CoreV1().ConfigMaps(p.ns).Create(context.Background(), list, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.statefulSet(3)
+	p.createSwarm(swarmv1.SwarmSpec{JobsFrom: &swarmv1.JobsSource{ConfigMap: "streams"}, Refresh: swarmv1.RefreshReload})
+	p.converged(3)
+	p.check(jobNames(0, 10))
+	list.Data["jobs"] = "- " + strings.Join(jobNames(2, 14), "\n- ") + "\n"
+	if _, err := p.kube.CoreV1().ConfigMaps(p.ns).Update(context.Background(), list, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor("the edited list assigned", func(sw *swarmv1.Swarm) bool { return sw.Status.Jobs == 12 })
+	p.converged(3)
+	p.check(jobNames(2, 14))
 }
 
 func (p *pool) waitInvalid(reason string) *swarmv1.Swarm {
