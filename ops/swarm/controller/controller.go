@@ -46,6 +46,7 @@ type Controller struct {
 
 	mu        sync.Mutex
 	unsettled map[string]time.Time // Swarm key: since when its workloads are not at their desired Ready pods
+	written   map[string]string    // Swarm key: resourceVersion of this replica's last status write the cache has not shown yet
 }
 
 // Run runs a controller until ctx ends.
@@ -64,7 +65,7 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{opts: opts, log: opts.Log.With("controller", "swarm", "namespace", opts.Namespace),
-		metrics: newMetrics(), unsettled: map[string]time.Time{}}
+		metrics: newMetrics(), unsettled: map[string]time.Time{}, written: map[string]string{}}
 	if c.kube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}

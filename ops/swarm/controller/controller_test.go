@@ -29,8 +29,8 @@ func jobNames(from, to int) []string {
 // TestStatefulSetScaling runs a real StatefulSet through 2 → 3 → 10 → 4 → 0
 // → 3 workers, kills a middle pod, and edits the job list. After each step:
 // every job is assigned exactly once, loads within one, the status says
-// Converged, and the pods restarted are exactly the surviving workers whose
-// share changed.
+// Converged, one new version was made, and the pods restarted are exactly
+// the surviving workers whose share changed.
 func TestStatefulSetScaling(t *testing.T) {
 	p := newPool(t, false)
 	jobs := jobNames(0, 40)
@@ -44,6 +44,9 @@ func TestStatefulSetScaling(t *testing.T) {
 		sw := p.converged(int(n))
 		after := p.check(jobs)
 		p.checkRestarts(before, after, uids, "")
+		if after.Version != before.Version+1 {
+			t.Errorf("scaling to %d made versions %d to %d: want one new version per scale event", n, before.Version, after.Version)
+		}
 		if n == 0 && (sw.Status.Unassigned != int32(len(jobs)) || !hasReason(sw, swarmv1.ConditionBalanced, "NoWorkers")) {
 			t.Errorf("scaled to 0: want every job unassigned and Balanced=False NoWorkers, got %+v", sw.Status)
 		}

@@ -106,8 +106,12 @@ func (c *Controller) updateStatus(ctx context.Context, sw *swarmv1.Swarm, st *sw
 	}
 	upd := sw.DeepCopy()
 	upd.Status = *st
-	if _, err := c.swarm.Swarms(sw.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{}); err != nil {
+	done, err := c.swarm.Swarms(sw.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+	if err != nil {
 		return fmt.Errorf("update the status of Swarm %s: %w", sw.Name, err)
 	}
+	c.mu.Lock()
+	c.written[sw.Namespace+"/"+sw.Name] = done.ResourceVersion
+	c.mu.Unlock()
 	return nil
 }

@@ -29,7 +29,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, nil
 	}
-	sw, err := c.swarms.Swarms(ns).Get(name)
+	sw, err := c.current(ctx, ns, name)
 	if apierrors.IsNotFound(err) {
 		c.metrics.forget(name)
 		return 0, nil
@@ -69,6 +69,28 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return recheck, nil
 	}
 	return 0, nil
+}
+
+// current is the Swarm from the cache, or from the API server while the
+// cache does not show this replica's last status write yet: the status holds
+// the restarts in flight and the hashes of the shares written, and a stale
+// one would let a ConfigMap write or a restart go through twice.
+func (c *Controller) current(ctx context.Context, ns, name string) (*swarmv1.Swarm, error) {
+	key := ns + "/" + name
+	sw, err := c.swarms.Swarms(ns).Get(name)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	rv, pending := c.written[key]
+	if pending && rv == sw.ResourceVersion {
+		delete(c.written, key)
+	}
+	c.mu.Unlock()
+	if !pending || rv == sw.ResourceVersion {
+		return sw, nil
+	}
+	return c.swarm.Swarms(ns).Get(ctx, name, metav1.GetOptions{})
 }
 
 // writeConfig creates or updates the workers' ConfigMap, owned by the Swarm.
