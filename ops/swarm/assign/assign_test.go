@@ -205,3 +205,23 @@ func FuzzAssign(f *testing.F) {
 		checkProperties(t, in, res)
 	})
 }
+
+// TestPropertiesLarge: bigger pools (up to 2,000 jobs over 60 workers),
+// chained changes, the minimum by the quota formula.
+func TestPropertiesLarge(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 11))
+	jobs, workers := names("job-", 0, 1500), names("w-", 0, 40)
+	prev := map[string][]string{}
+	for step := range 60 {
+		in := Input{Jobs: mutate(r, jobs, fmt.Sprintf("job-%d-", step), 200), Workers: mutate(r, workers, fmt.Sprintf("w-%d-", step), 20), Previous: prev}
+		if len(in.Workers) == 0 {
+			in.Workers = []string{"w-last"}
+		}
+		res, err := Assign(in)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		checkProperties(t, in, res)
+		jobs, workers, prev = in.Jobs, in.Workers, res.Assignments
+	}
+}
