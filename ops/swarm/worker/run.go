@@ -79,14 +79,28 @@ func (w *worker) loop(ctx context.Context) error {
 }
 
 // step applies the share when it changed, and reports the version applied
-// until the report succeeds.
+// until the report succeeds. A share that was applied and is gone from the
+// config is dropped (no jobs), whatever Once says: its jobs now run
+// elsewhere, and must not run twice.
 func (w *worker) step(ctx context.Context) error {
-	s, ok, err := share(w.opts.ConfigFile, w.opts.PodName)
-	if err != nil || !ok {
+	s, found, removed, err := share(w.opts.ConfigFile, w.opts.PodName)
+	if err != nil {
 		return err
 	}
-	keep := w.applied >= 0 && (w.opts.Once || (s.Version == w.applied && config.SameJobs(s.Jobs, w.jobs)))
-	if !keep {
+	if removed && w.applied >= 0 && len(w.jobs) > 0 {
+		if err := w.apply(ctx, nil, 0); err != nil {
+			return err
+		}
+		w.jobs = nil
+		w.log.Info("share removed: jobs dropped")
+		return nil
+	}
+	if !found {
+		return nil
+	}
+	same := w.applied == s.Version && config.SameJobs(s.Jobs, w.jobs)
+	holding := w.applied >= 0 && len(w.jobs) > 0 // Once keeps a share it holds, not an empty one
+	if !same && !(holding && w.opts.Once) {
 		if err := w.apply(ctx, s.Jobs, s.Version); err != nil {
 			return err
 		}

@@ -75,22 +75,23 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// share reads the config file and returns this pod's share; ok is false
-// while the file or the share does not exist yet.
-func share(path, pod string) (config.Workload, bool, error) {
+// share reads the config file and returns this pod's share. found is false
+// while the share does not exist; removed is true when the file is there
+// and lists no share for the pod (its jobs went to other workers).
+func share(path, pod string) (w config.Workload, found, removed bool, err error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return config.Workload{}, false, nil
+		return config.Workload{}, false, false, nil
 	}
 	if err != nil {
-		return config.Workload{}, false, fmt.Errorf("read %s: %w", path, err)
+		return config.Workload{}, false, false, fmt.Errorf("read %s: %w", path, err)
 	}
 	cfg, err := config.Parse(string(b))
 	if err != nil {
-		return config.Workload{}, false, err
+		return config.Workload{}, false, false, err
 	}
-	w, ok := cfg.Workloads[pod]
-	return w, ok, nil
+	w, found = cfg.Workloads[pod]
+	return w, found, !found, nil
 }
 
 // writeJobs replaces path with the jobs, one per line, atomically.

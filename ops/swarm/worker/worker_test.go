@@ -115,9 +115,14 @@ func TestWorkerFollowsItsShare(t *testing.T) {
 				if read(out) != "cam-1\ncam-2\n" || annotation(ctx, kc, ns) != "2" {
 					t.Errorf("a restart-mode worker followed a change: %q, version %s", read(out), annotation(ctx, kc, ns))
 				}
+				// Even so, a share gone from the config is dropped: its jobs run elsewhere.
+				mount(t, dir, config.Config{Version: 4, Workloads: map[string]config.Workload{"w-1": {Jobs: []string{"cam-1"}, Version: 4}}})
+				waitUntil(t, "the removed share dropped", func() bool { return read(out) == "" })
 				return
 			}
 			waitUntil(t, "the change followed", func() bool { return read(out) == "cam-3\n" && annotation(ctx, kc, ns) == "3" })
+			mount(t, dir, config.Config{Version: 4, Workloads: map[string]config.Workload{"w-1": {Jobs: []string{"cam-3"}, Version: 4}}})
+			waitUntil(t, "the removed share dropped", func() bool { return read(out) == "" })
 		})
 	}
 }
