@@ -39,6 +39,12 @@ var apis = map[string]api{
 		output: "slipway.dev/slipway/ops/generated",
 		types:  []string{"UpdateChannel"},
 	},
+	"swarm": {
+		group: "swarm.slipway.dev", version: "v1alpha1",
+		pkg:    "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1",
+		output: "slipway.dev/slipway/ops/generated/swarm",
+		types:  []string{"Swarm"},
+	},
 }
 
 func main() {

@@ -1,0 +1,236 @@
+package controller
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/swarm/config"
+	"slipway.dev/slipway/ops/swarm/plan"
+)
+
+// Reasons of the Invalid condition found before any assignment (package
+// assign's reasons cover the job list itself).
+const (
+	ReasonBadSelector    = "BadSelector"
+	ReasonNoWorkload     = "NoWorkload"
+	ReasonBadJobs        = "BadJobList"
+	ReasonJobsNotFound   = "JobListNotFound"
+	ReasonBadConfigMap   = "BadConfigMap"
+	ReasonConfigNotOwned = "ConfigMapNotOwned"
+)
+
+// invalid is a spec the controller cannot act on.
+type invalid struct{ reason, message string }
+
+func (e *invalid) Error() string { return e.message }
+
+func invalidf(reason, format string, args ...any) *invalid {
+	return &invalid{reason: reason, message: fmt.Sprintf(format, args...)}
+}
+
+// workload is a selected StatefulSet or Deployment.
+type workload struct {
+	selector labels.Selector
+	replicas int32
+	stable   bool // a StatefulSet: pods come back under their names
+}
+
+// inputs gathers a Swarm's decision input from the caches.
+func (c *Controller) inputs(sw *swarmv1.Swarm, now time.Time) (plan.Input, *corev1.ConfigMap, *invalid) {
+	in := plan.Input{Status: sw.Status, Refresh: sw.Spec.Refresh, MaxUnavailable: int(sw.Spec.MaxUnavailable),
+		RestartTimeout: c.opts.RestartTimeout, Now: now, Dedicated: sw.Spec.Dedicated}
+	if in.Refresh == "" {
+		in.Refresh = swarmv1.RefreshRestart
+	}
+	if in.MaxUnavailable < 1 {
+		in.MaxUnavailable = swarmv1.DefaultMaxUnavailable
+	}
+	jobs, bad := c.jobs(sw)
+	if bad != nil {
+		return in, nil, bad
+	}
+	in.Jobs = jobs
+	wls, bad := c.workloads(sw)
+	if bad != nil {
+		return in, nil, bad
+	}
+	in.Pods, in.Settled, in.StableNames = c.workerPods(wls)
+	in.Settled = c.settled(sw, in.Settled, now)
+	cm, bad := c.workersConfigMap(sw)
+	if bad != nil {
+		return in, nil, bad
+	}
+	in.Previous = config.Config{Workloads: map[string]config.Workload{}}
+	if cm != nil {
+		prev, err := config.Parse(cm.Data[swarmv1.ConfigMapKey])
+		if err != nil {
+			c.recorder.Eventf(sw, corev1.EventTypeWarning, "ConfigRebuilt", "%v: rebuilding it from the job list", err)
+		} else {
+			in.Previous = prev
+		}
+	}
+	return in, cm, nil
+}
+
+// jobs reads the job list from the spec or its ConfigMap key.
+func (c *Controller) jobs(sw *swarmv1.Swarm) ([]string, *invalid) {
+	from := sw.Spec.JobsFrom
+	if from == nil {
+		return sw.Spec.Jobs, nil
+	}
+	if len(sw.Spec.Jobs) > 0 {
+		return nil, invalidf(ReasonBadJobs, "spec.jobs and spec.jobsFrom are both set: keep one")
+	}
+	key := from.Key
+	if key == "" {
+		key = swarmv1.DefaultJobsKey
+	}
+	obj, ok, _ := c.configMaps.GetByKey(sw.Namespace + "/" + from.ConfigMap)
+	if !ok {
+		return nil, invalidf(ReasonJobsNotFound, "ConfigMap %s of spec.jobsFrom does not exist: create it with the key %q", from.ConfigMap, key)
+	}
+	text, ok := obj.(*corev1.ConfigMap).Data[key]
+	if !ok {
+		return nil, invalidf(ReasonJobsNotFound, "ConfigMap %s has no key %q: add the job list under it or fix spec.jobsFrom.key", from.ConfigMap, key)
+	}
+	jobs, err := config.ParseJobs(text)
+	if err != nil {
+		return nil, invalidf(ReasonBadJobs, "ConfigMap %s key %s: %v", from.ConfigMap, key, err)
+	}
+	return jobs, nil
+}
+
+// workloads are the StatefulSets and Deployments spec.workers selects.
+func (c *Controller) workloads(sw *swarmv1.Swarm) ([]workload, *invalid) {
+	sel, err := metav1.LabelSelectorAsSelector(&sw.Spec.Workers)
+	if err != nil {
+		return nil, invalidf(ReasonBadSelector, "spec.workers: %v", err)
+	}
+	if sel.Empty() {
+		return nil, invalidf(ReasonBadSelector, "spec.workers is empty: give the labels of the workers' StatefulSet or Deployment")
+	}
+	var out []workload
+	add := func(labelsOf map[string]string, podSel *metav1.LabelSelector, replicas *int32, stable bool) {
+		if !sel.Matches(labels.Set(labelsOf)) {
+			return
+		}
+		ps, err := metav1.LabelSelectorAsSelector(podSel)
+		if err != nil || ps.Empty() {
+			return
+		}
+		n := int32(1)
+		if replicas != nil {
+			n = *replicas
+		}
+		out = append(out, workload{selector: ps, replicas: n, stable: stable})
+	}
+	for _, o := range c.inNamespace(c.statefulSets, sw.Namespace) {
+		s := o.(*appsv1.StatefulSet)
+		add(s.Labels, s.Spec.Selector, s.Spec.Replicas, true)
+	}
+	for _, o := range c.inNamespace(c.deployments, sw.Namespace) {
+		d := o.(*appsv1.Deployment)
+		add(d.Labels, d.Spec.Selector, d.Spec.Replicas, false)
+	}
+	if len(out) == 0 {
+		return nil, invalidf(ReasonNoWorkload, "spec.workers (%s) matches no StatefulSet or Deployment in namespace %s: label the workers' workload or fix the selector", sel, sw.Namespace)
+	}
+	return out, nil
+}
+
+func (c *Controller) inNamespace(idx interface {
+	ByIndex(string, string) ([]any, error)
+}, ns string) []any {
+	list, _ := idx.ByIndex("namespace", ns)
+	return list
+}
+
+// workerPods are the pods of the workloads; settled is true when each runs
+// exactly its desired number of pods, all Ready.
+func (c *Controller) workerPods(wls []workload) (pods []plan.Pod, settled, stable bool) {
+	seen := map[string]bool{}
+	settled, stable = true, true
+	for _, wl := range wls {
+		stable = stable && wl.stable
+		var total, ready int32
+		for _, o := range c.inNamespace(c.pods, c.opts.Namespace) {
+			p := o.(*corev1.Pod)
+			if !wl.selector.Matches(labels.Set(p.Labels)) {
+				continue
+			}
+			pp := toPlanPod(p)
+			total++
+			if pp.Ready {
+				ready++
+			}
+			if !seen[p.Name] {
+				seen[p.Name] = true
+				pods = append(pods, pp)
+			}
+		}
+		settled = settled && total == wl.replicas && ready == wl.replicas
+	}
+	return pods, settled, stable
+}
+
+func toPlanPod(p *corev1.Pod) plan.Pod {
+	pp := plan.Pod{Name: p.Name, UID: string(p.UID), Applied: plan.NoneApplied}
+	if v, err := strconv.ParseInt(p.Annotations[swarmv1.AppliedVersionAnnotation], 10, 64); err == nil && v >= 0 {
+		pp.Applied = v
+	}
+	if p.DeletionTimestamp != nil {
+		return pp
+	}
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+			pp.Ready = true
+		}
+	}
+	return pp
+}
+
+// settled turns the workloads' state into the decision's: unsettled for
+// longer than SettleTimeout counts as settled, so a crash-looping pod does
+// not freeze the assignment.
+func (c *Controller) settled(sw *swarmv1.Swarm, now bool, at time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := sw.Namespace + "/" + sw.Name
+	if now {
+		delete(c.unsettled, key)
+		return true
+	}
+	since, ok := c.unsettled[key]
+	if !ok {
+		c.unsettled[key], since = at, at
+	}
+	return at.Sub(since) > c.opts.SettleTimeout
+}
+
+// workersConfigMap is the workers' ConfigMap, nil when it does not exist.
+func (c *Controller) workersConfigMap(sw *swarmv1.Swarm) (*corev1.ConfigMap, *invalid) {
+	name := configMapName(sw)
+	obj, ok, _ := c.configMaps.GetByKey(sw.Namespace + "/" + name)
+	if !ok {
+		return nil, nil
+	}
+	cm := obj.(*corev1.ConfigMap)
+	if owner := cm.Labels[swarmv1.SwarmLabel]; owner != "" && owner != sw.Name {
+		return nil, invalidf(ReasonConfigNotOwned, "ConfigMap %s belongs to Swarm %s: give this Swarm another spec.configMap", name, owner)
+	}
+	return cm, nil
+}
+
+func configMapName(sw *swarmv1.Swarm) string {
+	if sw.Spec.ConfigMap != "" {
+		return sw.Spec.ConfigMap
+	}
+	return sw.Name + swarmv1.ConfigMapSuffix
+}

@@ -1,0 +1,174 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/swarm/assign"
+	"slipway.dev/slipway/ops/swarm/config"
+	"slipway.dev/slipway/ops/swarm/plan"
+)
+
+// recheck is how soon a Swarm whose workers are restarting or whose
+// workloads are unsettled is looked at again, events or not.
+const recheck = 2 * time.Second
+
+// sync brings one Swarm to its assignment. It returns how soon to look
+// again (0: when something changes).
+func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return 0, nil
+	}
+	sw, err := c.current(ctx, ns, name)
+	if apierrors.IsNotFound(err) {
+		c.metrics.forget(name)
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read Swarm %s: %w", key, err)
+	}
+	now := time.Now()
+	in, cm, bad := c.inputs(sw, now)
+	if bad != nil {
+		return 0, c.markInvalid(ctx, sw, bad)
+	}
+	d, err := plan.Decide(in)
+	var ae *assign.Error
+	if errors.As(err, &ae) {
+		return 0, c.markInvalid(ctx, sw, &invalid{reason: ae.Reason, message: ae.Message})
+	}
+	if err != nil {
+		return 0, fmt.Errorf("decide Swarm %s: %w", key, err)
+	}
+	if d.Changed {
+		if err := c.writeConfig(ctx, sw, cm, d.Config); err != nil {
+			return 0, err
+		}
+		c.announce(sw, in, d)
+	}
+	// The status, which marks the workers to restart, is written first: its
+	// resourceVersion guards against acting on a stale cache twice.
+	if err := c.writeStatus(ctx, sw, in, d); err != nil {
+		return 0, err
+	}
+	if err := c.restart(ctx, sw, d.Restart, in.Pods); err != nil {
+		return 0, err
+	}
+	c.metrics.observe(sw.Name, in, d)
+	if !d.Converged || !in.Settled {
+		return recheck, nil
+	}
+	return 0, nil
+}
+
+// current is the Swarm from the cache, or from the API server while the
+// cache does not show this replica's last status write yet: the status holds
+// the restarts in flight and the hashes of the shares written, and a stale
+// one would let a ConfigMap write or a restart go through twice.
+func (c *Controller) current(ctx context.Context, ns, name string) (*swarmv1.Swarm, error) {
+	key := ns + "/" + name
+	sw, err := c.swarms.Swarms(ns).Get(name)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	rv, pending := c.written[key]
+	if pending && rv == sw.ResourceVersion {
+		delete(c.written, key)
+	}
+	c.mu.Unlock()
+	if !pending || rv == sw.ResourceVersion {
+		return sw, nil
+	}
+	return c.swarm.Swarms(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// writeConfig creates or updates the workers' ConfigMap, owned by the Swarm.
+func (c *Controller) writeConfig(ctx context.Context, sw *swarmv1.Swarm, cm *corev1.ConfigMap, cfg config.Config) error {
+	text, err := cfg.Render()
+	if err != nil {
+		return err
+	}
+	api := c.kube.CoreV1().ConfigMaps(sw.Namespace)
+	if cm == nil {
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: configMapName(sw), Namespace: sw.Namespace}}
+		c.own(sw, cm)
+		cm.Data = map[string]string{swarmv1.ConfigMapKey: text}
+		if _, err := api.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create the workers' ConfigMap %s: %w", cm.Name, err)
+		}
+		return nil
+	}
+	cm = cm.DeepCopy()
+	c.own(sw, cm)
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data[swarmv1.ConfigMapKey] = text
+	if _, err := api.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update the workers' ConfigMap %s: %w", cm.Name, err)
+	}
+	return nil
+}
+
+// own labels cm with the Swarm and makes the Swarm its owner, so deleting
+// the Swarm deletes it.
+func (c *Controller) own(sw *swarmv1.Swarm, cm *corev1.ConfigMap) {
+	if cm.Labels == nil {
+		cm.Labels = map[string]string{}
+	}
+	cm.Labels[swarmv1.SwarmLabel] = sw.Name
+	for _, o := range cm.OwnerReferences {
+		if o.UID == sw.UID {
+			return
+		}
+	}
+	cm.OwnerReferences = append(cm.OwnerReferences, *metav1.NewControllerRef(sw, swarmv1.SchemeGroupVersion.WithKind("Swarm")))
+}
+
+// restart deletes the pods named, each only if it is still the pod the
+// decision saw (its UID), so a pod already replaced is left alone.
+func (c *Controller) restart(ctx context.Context, sw *swarmv1.Swarm, names []string, pods []plan.Pod) error {
+	uid := map[string]string{}
+	for _, p := range pods {
+		uid[p.Name] = p.UID
+	}
+	for _, name := range names {
+		u := types.UID(uid[name])
+		err := c.kube.CoreV1().Pods(sw.Namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &u}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("restart worker %s: %w", name, err)
+		}
+		c.metrics.refreshes.WithLabelValues(sw.Name).Inc()
+		c.recorder.Eventf(sw, corev1.EventTypeNormal, "WorkerRestarted", "restarted worker %s: its jobs changed", name)
+	}
+	return nil
+}
+
+// announce records a new version: an Event and a log line.
+func (c *Controller) announce(sw *swarmv1.Swarm, in plan.Input, d plan.Decision) {
+	changed := 0
+	for _, w := range d.Config.Workloads {
+		if w.Version == d.Config.Version {
+			changed++
+		}
+	}
+	msg := fmt.Sprintf("version %d: %d jobs over %d workers, %d moved, %d workers' shares changed",
+		d.Config.Version, len(in.Jobs), len(d.Config.Workloads), d.Moved, changed)
+	if d.Unassigned > 0 {
+		msg += fmt.Sprintf(", %d jobs unassigned (no Ready worker)", d.Unassigned)
+	}
+	c.recorder.Event(sw, corev1.EventTypeNormal, "NewVersion", msg)
+	c.log.Info("new assignment", "swarm", sw.Name, "version", d.Config.Version, "moved", d.Moved, "changed", changed, "unassigned", d.Unassigned)
+	c.metrics.moves.WithLabelValues(sw.Name).Add(float64(d.Moved))
+}

@@ -1,0 +1,222 @@
+// Package plan holds the swarm controller's decisions as pure functions:
+// which pods are workers, the new workers' config (through package assign),
+// which workers to restart now, and each worker's phase. The controller only
+// gathers the inputs from the API server and carries the decision out.
+package plan
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/swarm/assign"
+	"slipway.dev/slipway/ops/swarm/config"
+)
+
+// NoneApplied is Pod.Applied for a worker that reports no version yet.
+const NoneApplied = -1
+
+// Pod is what the decisions need of a worker pod.
+type Pod struct {
+	Name string
+	UID  string
+	// Ready is the pod's Ready condition, false while it terminates.
+	Ready bool
+	// Applied is the version the worker reports it applied, or NoneApplied.
+	Applied int64
+}
+
+// Input is everything one decision reads.
+type Input struct {
+	Jobs, Dedicated []string
+	// Pods are the pods of the selected StatefulSets and Deployments.
+	Pods []Pod
+	// Settled is true when every selected workload runs its desired number
+	// of Ready pods (or has been unsettled too long to wait): only then are
+	// jobs reassigned, so one scale event makes one new version.
+	Settled bool
+	// StableNames is true when every workload is a StatefulSet: a restarted
+	// pod comes back under its name, so it keeps its share meanwhile.
+	StableNames bool
+	// Previous is the workers' config in force (empty when there is none).
+	Previous config.Config
+	// Status is the Swarm's status in force.
+	Status swarmv1.SwarmStatus
+	// Refresh and MaxUnavailable are the spec's, defaulted.
+	Refresh        string
+	MaxUnavailable int
+	// RestartTimeout is how long a restarted worker keeps its share while
+	// it is away.
+	RestartTimeout time.Duration
+	Now            time.Time
+}
+
+// Decision is what to write and do.
+type Decision struct {
+	// Config is the workers' config to be in force; Changed says it differs
+	// from Input.Previous and must be written.
+	Config  config.Config
+	Changed bool
+	// Moved is the number of jobs the change moved; Unassigned the jobs no
+	// worker holds.
+	Moved, Unassigned int
+	// Restart are the pods to delete now.
+	Restart []string
+	// Workers is the new status.workers.
+	Workers []swarmv1.WorkerStatus
+	// Converged is true when every worker runs its share.
+	Converged bool
+}
+
+// Decide computes the decision. An *assign.Error means the input cannot be
+// assigned: the previous config stays in force.
+func Decide(in Input) (Decision, error) {
+	pods := make(map[string]Pod, len(in.Pods))
+	for _, p := range in.Pods {
+		pods[p.Name] = p
+	}
+	in.Previous = distrustEdits(in.Previous, in.Status)
+	restarting := stillRestarting(in, pods)
+	d := Decision{Config: in.Previous}
+	if in.Settled {
+		members := workers(in, pods, restarting)
+		res, err := assign.Assign(assign.Input{
+			Jobs: in.Jobs, Workers: members, Previous: in.Previous.Assignments(), Dedicated: in.Dedicated,
+		})
+		if err != nil {
+			return Decision{}, err
+		}
+		d.Config, d.Changed = nextConfig(in, res.Assignments)
+		d.Unassigned = len(res.Unassigned)
+		if d.Changed {
+			d.Moved = res.Moved
+		}
+	} else {
+		d.Unassigned = unassigned(in.Jobs, in.Previous)
+	}
+	d.Workers, d.Restart, d.Converged = refresh(in, d.Config, pods, restarting)
+	return d, nil
+}
+
+// workers are the names of the Ready pods and of the restarted ones still
+// away, sorted.
+func workers(in Input, pods map[string]Pod, restarting map[string]swarmv1.WorkerStatus) []string {
+	var out []string
+	for name, p := range pods {
+		if p.Ready {
+			out = append(out, name)
+		}
+	}
+	for name := range restarting {
+		if p, ok := pods[name]; !ok || !p.Ready {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// stillRestarting are the workers the controller restarted that are not
+// back yet (a Ready pod of another UID under the name), with their status;
+// a restart older than RestartTimeout, or of a pod that cannot come back
+// under its name, is given up.
+func stillRestarting(in Input, pods map[string]Pod) map[string]swarmv1.WorkerStatus {
+	out := map[string]swarmv1.WorkerStatus{}
+	for _, w := range in.Status.Workers {
+		if w.Phase != swarmv1.PhaseRestarting || w.RestartedAt == nil {
+			continue
+		}
+		at := w.RestartedAt.Time
+		p, exists := pods[w.Pod]
+		back := exists && p.Ready && p.UID != w.RestartedUID
+		gone := !exists && !in.StableNames
+		if back || gone || in.Now.Sub(at) > in.RestartTimeout {
+			continue
+		}
+		out[w.Pod] = w
+	}
+	return out
+}
+
+// nextConfig builds the config of the assignment: a worker whose job set is
+// unchanged keeps its version, the others get the next version. Changed is
+// false when the shares are those of in.Previous.
+func nextConfig(in Input, assignments map[string][]string) (config.Config, bool) {
+	next := config.Config{Version: max(in.Previous.Version, in.Status.Version) + 1, Workloads: map[string]config.Workload{}}
+	same := len(assignments) == len(in.Previous.Workloads)
+	for w, jobs := range assignments {
+		if prev, ok := in.Previous.Workloads[w]; ok && prev.Version > 0 && config.SameJobs(prev.Jobs, jobs) {
+			next.Workloads[w] = config.Workload{Jobs: jobs, Version: prev.Version}
+			continue
+		}
+		same = false
+		next.Workloads[w] = config.Workload{Jobs: jobs, Version: next.Version}
+	}
+	if same && in.Previous.Version > 0 {
+		return in.Previous, false
+	}
+	return next, true
+}
+
+// unassigned counts the jobs no worker of c holds.
+func unassigned(jobs []string, c config.Config) int {
+	held := map[string]bool{}
+	for _, w := range c.Workloads {
+		for _, j := range w.Jobs {
+			held[j] = true
+		}
+	}
+	n := 0
+	for _, j := range jobs {
+		if !held[j] {
+			n++
+		}
+	}
+	return n
+}
+
+// refresh gives every worker of c its phase and, in restart mode, picks the
+// workers to restart now: Ready pods that applied another version of their
+// share, by name, as many as MaxUnavailable leaves room for; or, first, the
+// workers marked Restarting whose pod was not deleted after all.
+func refresh(in Input, c config.Config, pods map[string]Pod, restarting map[string]swarmv1.WorkerStatus) ([]swarmv1.WorkerStatus, []string, bool) {
+	var out []swarmv1.WorkerStatus
+	var candidates, again []string
+	converged := true
+	for _, name := range slices.Sorted(maps.Keys(c.Workloads)) {
+		wl := c.Workloads[name]
+		st := swarmv1.WorkerStatus{Pod: name, Jobs: int32(len(wl.Jobs)), JobsHash: JobsHash(wl.Jobs), Version: wl.Version, Phase: swarmv1.PhasePending}
+		p, exists := pods[name]
+		if exists && p.Applied != NoneApplied {
+			st.SeenVersion = p.Applied
+		}
+		switch r, ok := restarting[name]; {
+		case ok:
+			st.Phase, st.RestartedAt, st.RestartedUID = swarmv1.PhaseRestarting, r.RestartedAt, r.RestartedUID
+			if exists && p.Ready && p.UID == r.RestartedUID {
+				again = append(again, name) // its deletion did not happen: delete it again
+			}
+		case exists && p.Applied == wl.Version:
+			st.Phase = swarmv1.PhaseConverged
+		case exists && p.Ready && p.Applied != NoneApplied:
+			candidates = append(candidates, name)
+		}
+		converged = converged && st.Phase == swarmv1.PhaseConverged
+		out = append(out, st)
+	}
+	if in.Refresh != swarmv1.RefreshRestart {
+		return out, nil, converged
+	}
+	if len(again) > 0 {
+		return out, again, converged
+	}
+	slots := max(0, in.MaxUnavailable-len(restarting))
+	restart := candidates[:min(slots, len(candidates))]
+	for i := range out {
+		if slices.Contains(restart, out[i].Pod) {
+			out[i].Phase, out[i].RestartedAt, out[i].RestartedUID = swarmv1.PhaseRestarting, timePtr(in.Now), pods[out[i].Pod].UID
+		}
+	}
+	return out, restart, converged
+}

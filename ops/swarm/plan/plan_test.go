@@ -1,0 +1,199 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/swarm/assign"
+	"slipway.dev/slipway/ops/swarm/config"
+)
+
+var now = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func jobs(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("cam-%02d", i))
+	}
+	return out
+}
+
+func ready(name string, applied int64) Pod {
+	return Pod{Name: name, UID: name + "-uid", Ready: true, Applied: applied}
+}
+
+// steady is the config and status of 12 jobs over w-0..w-2, all converged at version 1.
+func steady(t *testing.T) (Input, Decision) {
+	t.Helper()
+	in := Input{
+		Jobs: jobs(12), Pods: []Pod{ready("w-0", NoneApplied), ready("w-1", NoneApplied), ready("w-2", NoneApplied)},
+		Settled: true, StableNames: true, Refresh: swarmv1.RefreshRestart, MaxUnavailable: 1,
+		RestartTimeout: time.Minute, Now: now,
+	}
+	d, err := Decide(in)
+	if err != nil || !d.Changed || d.Config.Version != 1 || len(d.Restart) != 0 || d.Converged {
+		t.Fatalf("first decision: %+v, %v", d, err)
+	}
+	for i := range in.Pods {
+		in.Pods[i].Applied = 1
+	}
+	in.Previous, in.Status = d.Config, swarmv1.SwarmStatus{Version: 1, Workers: d.Workers}
+	return in, d
+}
+
+func TestSteadyStateChangesNothing(t *testing.T) {
+	in, _ := steady(t)
+	d, err := Decide(in)
+	if err != nil || d.Changed || len(d.Restart) != 0 || !d.Converged {
+		t.Errorf("steady state: %+v, %v", d, err)
+	}
+}
+
+func TestScaleUpRestartsOnlyChangedWorkersOneAtATime(t *testing.T) {
+	in, _ := steady(t)
+	in.Pods = append(in.Pods, ready("w-3", NoneApplied))
+	d, err := Decide(in)
+	if err != nil || !d.Changed || d.Config.Version != 2 || d.Moved != 3 {
+		t.Fatalf("scale up: %+v, %v", d, err)
+	}
+	changed := 0
+	for _, w := range []string{"w-0", "w-1", "w-2"} {
+		if d.Config.Workloads[w].Version == 2 {
+			changed++
+		}
+	}
+	if changed != 3 || len(d.Restart) != 1 || d.Restart[0] != "w-0" || d.Converged {
+		t.Errorf("want one of the 3 changed workers restarted (w-0), got %v of %d, converged %v", d.Restart, changed, d.Converged)
+	}
+	// w-0 is away: it keeps its share and its slot; nobody else restarts.
+	in.Previous, in.Status = d.Config, swarmv1.SwarmStatus{Version: 2, Workers: d.Workers}
+	in.Pods = slices.DeleteFunc(in.Pods, func(p Pod) bool { return p.Name == "w-0" })
+	in.Now = now.Add(5 * time.Second)
+	d2, err := Decide(in)
+	if err != nil || d2.Changed || len(d2.Restart) != 0 {
+		t.Fatalf("restart in flight: %+v, %v", d2, err)
+	}
+	// w-0 back under a new UID with the new version: the next one goes.
+	in.Status.Workers = d2.Workers
+	in.Pods = append(in.Pods, Pod{Name: "w-0", UID: "new", Ready: true, Applied: 2})
+	d3, err := Decide(in)
+	if err != nil || d3.Changed || !slices.Equal(d3.Restart, []string{"w-1"}) || phase(d3, "w-0") != swarmv1.PhaseConverged {
+		t.Errorf("after w-0 is back: restart %v, w-0 %s (%v)", d3.Restart, phase(d3, "w-0"), err)
+	}
+}
+
+func phase(d Decision, pod string) string {
+	for _, w := range d.Workers {
+		if w.Pod == pod {
+			return w.Phase
+		}
+	}
+	return "absent"
+}
+
+func TestUnsettledKeepsTheAssignment(t *testing.T) {
+	in, _ := steady(t)
+	in.Settled = false
+	in.Pods = in.Pods[:2] // w-2 gone while its StatefulSet brings it back
+	in.Jobs = jobs(20)
+	d, err := Decide(in)
+	if err != nil || d.Changed || d.Unassigned != 8 {
+		t.Errorf("unsettled: changed %v, unassigned %d, %v", d.Changed, d.Unassigned, err)
+	}
+}
+
+func TestReloadRestartsNothing(t *testing.T) {
+	in, _ := steady(t)
+	in.Refresh = swarmv1.RefreshReload
+	in.Jobs = jobs(15)
+	d, err := Decide(in)
+	if err != nil || !d.Changed || len(d.Restart) != 0 || d.Converged {
+		t.Fatalf("reload: %+v, %v", d, err)
+	}
+	if d.Moved != 0 {
+		t.Errorf("adding jobs moved %d", d.Moved)
+	}
+}
+
+func TestRestartGivenUp(t *testing.T) {
+	in, _ := steady(t)
+	at := metav1.NewTime(now.Add(-2 * time.Minute))
+	in.Status.Workers[1].Phase, in.Status.Workers[1].RestartedAt, in.Status.Workers[1].RestartedUID = swarmv1.PhaseRestarting, &at, "w-1-uid"
+	in.Pods = slices.Delete(in.Pods, 1, 2)
+	d, err := Decide(in)
+	if err != nil || !d.Changed || len(d.Config.Workloads) != 2 || d.Moved != 4 {
+		t.Errorf("a restart past its timeout: its worker leaves and its 4 jobs move: %+v, %v", d, err)
+	}
+	// A Deployment's pod never comes back under its name: it leaves at once.
+	in, _ = steady(t)
+	in.StableNames = false
+	in.Status.Workers[1].Phase, in.Status.Workers[1].RestartedAt = swarmv1.PhaseRestarting, &metav1.Time{Time: now}
+	in.Pods = slices.Delete(in.Pods, 1, 2)
+	if d, err := Decide(in); err != nil || len(d.Config.Workloads) != 2 {
+		t.Errorf("a Deployment's restarted pod kept its share: %+v, %v", d, err)
+	}
+}
+
+func TestBadInputKeepsNothing(t *testing.T) {
+	in, _ := steady(t)
+	in.Jobs = append(in.Jobs, "cam-00")
+	_, err := Decide(in)
+	var e *assign.Error
+	if !errors.As(err, &e) || e.Reason != assign.ReasonDuplicateJob {
+		t.Errorf("duplicate job: %v", err)
+	}
+}
+
+func TestNoWorkers(t *testing.T) {
+	in, _ := steady(t)
+	in.Pods = nil
+	d, err := Decide(in)
+	if err != nil || !d.Changed || len(d.Config.Workloads) != 0 || d.Unassigned != 12 || !d.Converged {
+		t.Errorf("scaled to zero: %+v, %v", d, err)
+	}
+	in.Previous, in.Status = d.Config, swarmv1.SwarmStatus{Version: d.Config.Version}
+	if d2, _ := Decide(in); d2.Changed {
+		t.Errorf("zero workers twice changed the config: %+v", d2)
+	}
+}
+
+func TestRestartRetriedWhenThePodWasNotDeleted(t *testing.T) {
+	in, _ := steady(t)
+	at := metav1.NewTime(now)
+	in.Status.Workers[0].Phase, in.Status.Workers[0].RestartedAt, in.Status.Workers[0].RestartedUID = swarmv1.PhaseRestarting, &at, "w-0-uid"
+	d, err := Decide(in)
+	if err != nil || !slices.Equal(d.Restart, []string{"w-0"}) {
+		t.Errorf("a Restarting worker whose pod is still the old one: restart %v, %v", d.Restart, err)
+	}
+}
+
+// A ConfigMap edited by hand: the shares it changed get a new version, even
+// when the assignment keeps them, so their workers refresh; the others keep theirs.
+func TestHandEditRefreshesTheEditedWorkers(t *testing.T) {
+	in, _ := steady(t)
+	w0, w1 := in.Previous.Workloads["w-0"], in.Previous.Workloads["w-1"]
+	edited := config.Config{Version: 1, Workloads: map[string]config.Workload{
+		"w-0": {Jobs: append(slices.Clone(w0.Jobs[1:]), w1.Jobs[0]), Version: 1},
+		"w-1": {Jobs: append(slices.Clone(w1.Jobs[1:]), w0.Jobs[0]), Version: 1},
+		"w-2": in.Previous.Workloads["w-2"],
+	}}
+	in.Previous = edited
+	d, err := Decide(in)
+	if err != nil || !d.Changed || d.Config.Version != 2 {
+		t.Fatalf("hand edit: %+v, %v", d, err)
+	}
+	for w, want := range map[string]int64{"w-0": 2, "w-1": 2, "w-2": 1} {
+		if got := d.Config.Workloads[w].Version; got != want {
+			t.Errorf("%s: version %d, want %d", w, got, want)
+		}
+	}
+	if !slices.Equal(d.Restart, []string{"w-0"}) {
+		t.Errorf("restart %v, want w-0 first", d.Restart)
+	}
+}
