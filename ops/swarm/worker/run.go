@@ -70,6 +70,11 @@ func (w *worker) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case err := <-w.exited:
+			// Waited for: the deferred stopChild has nothing left to stop.
+			w.child, w.exited = nil, nil
+			if ctx.Err() != nil {
+				return nil // stopped with ctx (CommandContext's SIGTERM), not by itself
+			}
 			return fmt.Errorf("the command exited: %w", err)
 		case <-events:
 			sleep(ctx, 50*time.Millisecond) // let the swap finish
