@@ -39,6 +39,12 @@ var apis = map[string]api{
 		output: "slipway.dev/slipway/ops/generated",
 		types:  []string{"UpdateChannel"},
 	},
+	"eds": {
+		group: "eds.slipway.dev", version: "v1alpha1",
+		pkg:    "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1",
+		output: "slipway.dev/slipway/ops/generated/eds",
+		types:  []string{"ExtendedDaemonSet", "ExtendedDaemonSetReplicaSet", "ExtendedDaemonsetSetting"},
+	},
 }
 
 func main() {

@@ -27,6 +27,8 @@ type crdSpec struct {
 	scale *apiextv1.CustomResourceSubresourceScale
 	// defs are the generated OpenAPI definitions of the kind's group.
 	defs func(common.ReferenceCallback) map[string]common.OpenAPIDefinition
+	// edit, when set, adds what the definitions cannot say (CEL rules, enums).
+	edit func(*apiextv1.JSONSchemaProps)
 }
 
 // fileName is the YAML file ops/crds embeds for s.
@@ -38,6 +40,9 @@ func buildCRD(s crdSpec) (*apiextv1.CustomResourceDefinition, error) {
 	schema, err := structuralSchema(definitions(s.defs), s.model)
 	if err != nil {
 		return nil, fmt.Errorf("%s schema: %w", s.kind, err)
+	}
+	if s.edit != nil {
+		s.edit(schema)
 	}
 	scope := apiextv1.NamespaceScoped
 	if s.cluster {

@@ -17,6 +17,7 @@ import (
 // groups lists every group's CRDs; a new API group adds its function here.
 var groups = []func() []crdSpec{
 	opsCRDs,
+	edsCRDs,
 }
 
 func main() {
