@@ -73,7 +73,7 @@ func TestCanaryVerdict(t *testing.T) {
 		{"canary timeout: fail", CanaryPolicy{Duration: time.Minute, AutoFail: true, FailMaxRestarts: 5, CanaryTimeout: 2 * time.Minute},
 			CanaryState{Now: at(3 * time.Minute), Start: t0, Pods: []Health{{CannotStart: "ErrImagePull"}}, Expected: 1}, Fail, ReasonTimeoutExceeded, 0},
 		{"restarting too long: fail", CanaryPolicy{Duration: time.Hour, AutoFail: true, FailMaxRestarts: 5, MaxRestartsDuration: time.Minute},
-			CanaryState{Now: at(3 * time.Minute), Start: t0, Pods: []Health{restarting(1, at(3 * time.Minute))}, Expected: 1, RestartingSince: at(time.Minute)}, Fail, ReasonRestartsTimeoutExceeded, 0},
+			CanaryState{Now: at(3 * time.Minute), Start: t0, Pods: []Health{restarting(1, at(3*time.Minute))}, Expected: 1, RestartingSince: at(time.Minute)}, Fail, ReasonRestartsTimeoutExceeded, 0},
 		{"manual mode waits", CanaryPolicy{Manual: true, AutoPause: true, PauseMaxRestarts: 2}, CanaryState{Now: at(time.Hour), Start: t0, Pods: []Health{ready}, Expected: 1}, Continue, "", 0},
 		{"manual validate", CanaryPolicy{Manual: true}, CanaryState{Now: at(time.Minute), Start: t0, Validated: true}, Validate, ReasonManuallyValidated, 0},
 		{"manual fail wins", auto, CanaryState{Now: at(time.Minute), Start: t0, Validated: true, ManuallyFailed: true}, Fail, ReasonManuallyFailed, 0},
