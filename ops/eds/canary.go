@@ -99,7 +99,7 @@ func (c *Controller) markCanaryERS(ctx context.Context, r *round, s plan.CanaryS
 	setCond(&cp.Status.Conditions, v1.ConditionPodRestarting, restarts > 0, "Restarts", fmt.Sprintf("a canary pod restarted %d times", restarts))
 	setCond(&cp.Status.Conditions, v1.ConditionPodCannotStart, cannot != "", nonEmpty(cannot, "Started"), "a canary container cannot start: "+cannot)
 	setCond(&cp.Status.Conditions, v1.ConditionCanaryPaused, r.verdict.Action == plan.Pause, nonEmpty(r.verdict.Reason, "Running"), "")
-	return c.updateERSStatus(ctx, r, cp)
+	return c.updateERSStatus(ctx, r.canary, cp)
 }
 
 func nonEmpty(s, def string) string {
@@ -125,7 +125,7 @@ func (c *Controller) validateCanary(ctx context.Context, r *round) error {
 	cp := r.canary.DeepCopy()
 	cp.Status.Status = v1.ReplicaSetStatusActive
 	setCond(&cp.Status.Conditions, v1.ConditionCanaryPaused, false, "Validated", "")
-	if err := c.updateERSStatus(ctx, r, cp); err != nil {
+	if err := c.updateERSStatus(ctx, r.canary, cp); err != nil {
 		return err
 	}
 	e := r.e.DeepCopy()
@@ -133,7 +133,7 @@ func (c *Controller) validateCanary(ctx context.Context, r *round) error {
 	e.Status.State = v1.StateRunning
 	setCond(&e.Status.Conditions, v1.ConditionCanary, false, r.verdict.Reason, "ERS "+r.canary.Name+": validated")
 	setCond(&e.Status.Conditions, v1.ConditionCanaryPaused, false, r.verdict.Reason, "")
-	if _, err := c.eds.ExtendedDaemonSets(e.Namespace).UpdateStatus(ctx, e, metav1.UpdateOptions{}); err != nil {
+	if _, err := c.putEDSStatus(ctx, r.e, e.Status); err != nil {
 		return fmt.Errorf("record the validated canary %s: %w", r.canary.Name, err)
 	}
 	c.metrics.verdicts.WithLabelValues("validated").Inc()
@@ -147,36 +147,36 @@ func (c *Controller) failCanary(ctx context.Context, r *round) error {
 	cp := r.canary.DeepCopy()
 	cp.Status.Status = v1.ReplicaSetStatusCanaryFailed
 	setCond(&cp.Status.Conditions, v1.ConditionCanaryFailed, true, r.verdict.Reason, "")
-	if err := c.updateERSStatus(ctx, r, cp); err != nil {
+	meta.FindStatusCondition(cp.Status.Conditions, v1.ConditionCanaryFailed).ObservedGeneration = r.e.Generation
+	if err := c.updateERSStatus(ctx, r.canary, cp); err != nil {
 		return err
 	}
 	e := r.e.DeepCopy()
 	e.Status.State, e.Status.Reason, e.Status.Canary = v1.StateCanaryFailed, r.verdict.Reason, nil
 	setCond(&e.Status.Conditions, v1.ConditionCanaryFailed, true, r.verdict.Reason, "ERS "+r.canary.Name+": failed on nodes "+fmt.Sprint(r.canaryNodes))
 	setCond(&e.Status.Conditions, v1.ConditionCanary, false, r.verdict.Reason, "ERS "+r.canary.Name+": failed")
-	updated, err := c.eds.ExtendedDaemonSets(e.Namespace).UpdateStatus(ctx, e, metav1.UpdateOptions{})
-	if err != nil {
+	if _, err := c.putEDSStatus(ctx, r.e, e.Status); err != nil {
 		return fmt.Errorf("record the failed canary %s: %w", r.canary.Name, err)
 	}
-	updated.Spec.Template = *r.active.Spec.Template.DeepCopy()
-	if _, err := c.eds.ExtendedDaemonSets(e.Namespace).Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("restore the active template (ERS %s) after the failed canary: %w", r.active.Name, err)
-	}
 	c.metrics.verdicts.WithLabelValues("failed").Inc()
-	c.recorder.Eventf(e, corev1.EventTypeWarning, EventCanaryFailed, "canary ERS %s failed (%s) on nodes %v; the template of ERS %s is restored",
+	c.recorder.Eventf(e, corev1.EventTypeWarning, EventCanaryFailed, "canary ERS %s failed (%s) on nodes %v; restoring the template of ERS %s",
 		r.canary.Name, r.verdict.Reason, r.canaryNodes, r.active.Name)
-	return nil
+	return c.restoreTemplate(ctx, r)
 }
 
-// updateERSStatus writes an ERS's status when it changed.
-func (c *Controller) updateERSStatus(ctx context.Context, r *round, s *v1.ExtendedDaemonSetReplicaSet) error {
-	for _, old := range r.ersList {
-		if old.Name == s.Name && statusEqual(old.Status, s.Status) {
-			return nil
-		}
-	}
-	if _, err := c.eds.ExtendedDaemonSetReplicaSets(s.Namespace).UpdateStatus(ctx, s, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("update the status of ERS %s: %w", s.Name, err)
+// updateERSStatus writes next's status when it differs from s's.
+func (c *Controller) updateERSStatus(ctx context.Context, s, next *v1.ExtendedDaemonSetReplicaSet) error {
+	return c.putERSStatus(ctx, s, next.Status)
+}
+
+// restoreTemplate puts the active ERS's template back into the spec after
+// a failed canary (an update: a concurrent change of the spec wins, and the
+// next sync decides again).
+func (c *Controller) restoreTemplate(ctx context.Context, r *round) error {
+	updated := r.e.DeepCopy()
+	updated.Spec.Template = *r.active.Spec.Template.DeepCopy()
+	if _, err := c.eds.ExtendedDaemonSets(updated.Namespace).Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("restore the active template (ERS %s) after the failed canary: %w", r.active.Name, err)
 	}
 	return nil
 }

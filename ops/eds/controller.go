@@ -44,6 +44,7 @@ type Controller struct {
 	metrics  *metrics
 
 	mu      sync.Mutex
+	written map[string]any // "eds/<ns>/<name>" or "ers/<ns>/<name>" -> the status last written
 	pending map[string]map[string]time.Time // per EDS: "create/<node>" and "delete/<pod>" not yet seen in the cache
 }
 
@@ -65,7 +66,7 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}}
+	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}, written: map[string]any{}}
 	if c.kube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -57,14 +56,11 @@ func (c *Controller) writeStatus(ctx context.Context, r *round) error {
 		return err
 	}
 	c.metrics.observe(next, byERS)
-	if equality.Semantic.DeepEqual(e.Status, next.Status) {
-		return nil
+	wrote, err := c.putEDSStatus(ctx, e, next.Status)
+	if wrote {
+		c.announce(e, next)
 	}
-	if _, err := c.eds.ExtendedDaemonSets(e.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("update the status of ExtendedDaemonSet %s/%s: %w", e.Namespace, e.Name, err)
-	}
-	c.announce(e, next)
-	return nil
+	return err
 }
 
 func canaryMessage(r *round) string {
@@ -118,6 +114,7 @@ func b2i(b bool) int32 {
 // writeERSStatuses writes each ERS's role and counts when they changed.
 func (c *Controller) writeERSStatuses(ctx context.Context, r *round, byERS map[string]*counts, failed string) error {
 	for _, s := range r.ersList {
+		s = c.freshERS(s) // with what this sync wrote already
 		cp := s.DeepCopy()
 		k := byERS[s.Name]
 		cp.Status.Desired, cp.Status.Current, cp.Status.Ready, cp.Status.Available = k.desired, k.current, k.ready, k.available
@@ -130,16 +127,13 @@ func (c *Controller) writeERSStatuses(ctx context.Context, r *round, byERS map[s
 		default:
 			cp.Status.Status = ""
 		}
-		if err := c.updateERSStatus(ctx, r, cp); err != nil {
+		if err := c.updateERSStatus(ctx, s, cp); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func statusEqual(a, b v1.ExtendedDaemonSetReplicaSetStatus) bool {
-	return equality.Semantic.DeepEqual(a, b)
-}
 
 // announce records an Event when the state changed.
 func (c *Controller) announce(old, next *v1.ExtendedDaemonSet) {
@@ -169,11 +163,9 @@ func (c *Controller) markInvalid(ctx context.Context, e *v1.ExtendedDaemonSet, p
 	next := e.DeepCopy()
 	setCond(&next.Status.Conditions, v1.ConditionInvalid, true, "InvalidSpec", problem.Error())
 	next.Status.ObservedGeneration = e.Generation
-	if equality.Semantic.DeepEqual(e.Status, next.Status) {
-		return nil
-	}
-	if _, err := c.eds.ExtendedDaemonSets(e.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("record the invalid spec of %s/%s: %w", e.Namespace, e.Name, err)
+	wrote, err := c.putEDSStatus(ctx, e, next.Status)
+	if !wrote {
+		return err
 	}
 	c.recorder.Eventf(e, corev1.EventTypeWarning, EventInvalid, "%v; fix the spec (kubectl edit eds %s)", problem, e.Name)
 	return nil
@@ -195,6 +187,9 @@ func (c *Controller) cleanup(ctx context.Context, r *round) error {
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete the unused ERS %s: %w", s.Name, err)
 		}
+		c.mu.Lock()
+		delete(c.written, "ers/"+string(s.UID))
+		c.mu.Unlock()
 	}
 	return nil
 }

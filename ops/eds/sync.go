@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -44,13 +45,16 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err != nil || cached.DeletionTimestamp != nil {
 		return 0, err
 	}
-	e := cached.DeepCopy()
+	e := c.freshEDS(cached).DeepCopy()
 	if err := validate(e); err != nil {
 		return 0, c.markInvalid(ctx, e, err)
 	}
 	r := &round{e: e, now: c.opts.Now()}
 	if err := c.load(ctx, r); err != nil {
 		return 0, err
+	}
+	if r.canary != nil && r.canary.Status.Status == v1.ReplicaSetStatusCanaryFailed {
+		return 0, c.restoreTemplate(ctx, r) // failed, but the spec still holds its template
 	}
 	if r.canary != nil {
 		done, err := c.runCanary(ctx, r)
@@ -89,7 +93,9 @@ func (c *Controller) load(ctx context.Context, r *round) error {
 	if err != nil {
 		return err
 	}
-	r.ersList = list
+	for _, s := range list {
+		r.ersList = append(r.ersList, c.freshERS(s))
+	}
 	if r.target, err = c.ensureERS(ctx, r); err != nil {
 		return err
 	}
@@ -129,8 +135,8 @@ func (c *Controller) ensureERS(ctx context.Context, r *round) (*v1.ExtendedDaemo
 	hash := TemplateHash(&e.Spec.Template)
 	name := ERSName(e.Name, hash)
 	if s := r.find(name); s != nil {
-		if s.Status.Status != v1.ReplicaSetStatusCanaryFailed || failedERS(e) == name {
-			return s, nil
+		if s.Status.Status != v1.ReplicaSetStatusCanaryFailed || e.Generation <= failedAt(s)+1 {
+			return s, nil // a failed ERS stays failed until the spec names its template again
 		}
 		if err := c.eds.ExtendedDaemonSetReplicaSets(e.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("delete the failed ERS %s to start its template again: %w", name, err)
@@ -153,6 +159,14 @@ func (c *Controller) ensureERS(ctx context.Context, r *round) (*v1.ExtendedDaemo
 	}
 	r.ersList = append(r.ersList, created)
 	return created, nil
+}
+
+// failedAt is the ExtendedDaemonSet generation at which ERS s failed its canary.
+func failedAt(s *v1.ExtendedDaemonSetReplicaSet) int64 {
+	if cond := meta.FindStatusCondition(s.Status.Conditions, v1.ConditionCanaryFailed); cond != nil {
+		return cond.ObservedGeneration
+	}
+	return 0
 }
 
 // failedERS is the ERS named by a True CanaryFailed condition, if any.
