@@ -2,12 +2,14 @@ package eds
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/eds/plan"
@@ -170,12 +172,18 @@ func (c *Controller) updateERSStatus(ctx context.Context, s, next *v1.ExtendedDa
 }
 
 // restoreTemplate puts the active ERS's template back into the spec after
-// a failed canary (an update: a concurrent change of the spec wins, and the
-// next sync decides again).
+// a failed canary. The JSON patch tests the generation first: a spec changed
+// meanwhile (a user's new template) wins, and the next sync decides again;
+// status writes do not stand in its way as a resourceVersion would.
 func (c *Controller) restoreTemplate(ctx context.Context, r *round) error {
-	updated := r.e.DeepCopy()
-	updated.Spec.Template = *r.active.Spec.Template.DeepCopy()
-	if _, err := c.eds.ExtendedDaemonSets(updated.Namespace).Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/generation", "value": r.e.Generation},
+		{"op": "replace", "path": "/spec/template", "value": r.active.Spec.Template},
+	})
+	if err == nil {
+		_, err = c.eds.ExtendedDaemonSets(r.e.Namespace).Patch(ctx, r.e.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	}
+	if err != nil {
 		return fmt.Errorf("restore the active template (ERS %s) after the failed canary: %w", r.active.Name, err)
 	}
 	return nil

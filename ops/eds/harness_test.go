@@ -161,6 +161,12 @@ func (h *harness) eventually(timeout time.Duration, what string, cond func() (bo
 // rolledOut waits until every node runs one available pod of image and the state is Running.
 func (h *harness) rolledOut(name, image string, nodes int) {
 	h.t.Helper()
+	h.rolledOutState(name, image, nodes, v1.StateRunning)
+}
+
+// rolledOutState waits until every node runs one available pod of image in the given state.
+func (h *harness) rolledOutState(name, image string, nodes int, state v1.ExtendedDaemonSetStatusState) {
+	h.t.Helper()
 	h.eventually(60*time.Second, name+" rolled out with "+image, func() (bool, string) {
 		e := h.get(name)
 		n := 0
@@ -170,7 +176,7 @@ func (h *harness) rolledOut(name, image string, nodes int) {
 			}
 		}
 		s := e.Status
-		return n == nodes && s.State == v1.StateRunning && s.UpToDate == int32(nodes) && s.Available == int32(nodes),
+		return n == nodes && s.State == state && s.UpToDate == int32(nodes) && s.Available == int32(nodes),
 			fmt.Sprintf("%d pods of %s; status %+v", n, image, s)
 	})
 }

@@ -179,8 +179,11 @@ func (c *Controller) cleanup(ctx context.Context, r *round) error {
 		inUse[p.Labels[v1.LabelReplicaSet]] = true
 	}
 	keep := failedERS(r.e)
+	var left []*v1.ExtendedDaemonSetReplicaSet
+	defer func() { r.ersList = left }()
 	for _, s := range r.ersList {
 		if s.Name == r.active.Name || s.Name == r.target.Name || s.Name == keep || inUse[s.Name] || s.DeletionTimestamp != nil {
+			left = append(left, s)
 			continue
 		}
 		err := c.eds.ExtendedDaemonSetReplicaSets(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{})
