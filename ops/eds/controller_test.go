@@ -114,17 +114,12 @@ func TestCanaryAutoPausesThenFailsOnRestarts(t *testing.T) {
 func TestNewNodeGetsItsPodAtOnce(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	e := daemon("agent", "agent:v1")
+	e := h.tolerate(daemon("agent", "agent:v1"))
 	e.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"eds-test": h.ns}}
 	e.Spec.Strategy.ReconcileFrequency = &metav1.Duration{Duration: time.Hour} // only the Node watch can react
 	h.create(e)
-	node := h.ns + "-late"
-	n := testenvNode(node, map[string]string{"eds-test": h.ns})
-	if _, err := h.kube.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.kube.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
 	start := time.Now()
+	node := h.addNode("late")
 	h.rolledOut("agent", "agent:v1", 1)
 	t.Logf("new node to running pod: %v", time.Since(start))
 	// A node that stops matching loses its pod.
@@ -135,4 +130,30 @@ func TestNewNodeGetsItsPodAtOnce(t *testing.T) {
 	h.eventually(20*time.Second, "the pod gone from the node no longer selected", func() (bool, string) {
 		return len(h.pods("agent")) == 0, "pods left"
 	})
+}
+
+func TestNodeAddedMidRollout(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.create(h.tolerate(manual(daemon("agent", "agent:v1"))))
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	h.setImage("agent", "agent:v2")
+	e := h.waitState("agent", v1.StateCanary, 20*time.Second)
+	node := h.addNode("mid")
+	h.eventually(20*time.Second, "the new node running the active template", func() (bool, string) {
+		for _, p := range h.pods("agent") {
+			if p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning {
+				return p.Spec.Containers[0].Image == "agent:v1", "it runs " + p.Spec.Containers[0].Image
+			}
+		}
+		return false, "no pod there"
+	})
+	if got := h.get("agent"); got.Status.State != v1.StateCanary || got.Status.Canary.ReplicaSet != e.Status.Canary.ReplicaSet {
+		t.Errorf("the canary changed when a node came: %+v", got.Status)
+	}
+	cl, _ := h.kubectlEDS("")
+	if err := cl.CanaryValidate(context.Background(), "agent"); err != nil {
+		t.Fatal(err)
+	}
+	h.rolledOut("agent", "agent:v2", clusterNodes+1)
 }

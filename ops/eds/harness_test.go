@@ -240,11 +240,24 @@ func (h *harness) events(name string) map[string]int {
 	return out
 }
 
-// testenvNode is a fake node with extra labels.
-func testenvNode(name string, labels map[string]string) *corev1.Node {
+// addNode creates a fake node only this test's daemons run on: it is
+// labelled and tainted eds-test=<namespace>, and tolerate(e) lets e run there.
+func (h *harness) addNode(suffix string) string {
+	h.t.Helper()
+	name := h.ns + "-" + suffix
 	n := testenv.FakeNode(name)
-	for k, v := range labels {
-		n.Labels[k] = v
+	n.Labels["eds-test"] = h.ns
+	n.Spec.Taints = []corev1.Taint{{Key: "eds-test", Value: h.ns, Effect: corev1.TaintEffectNoSchedule}}
+	if _, err := h.kube.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
+		h.t.Fatal(err)
 	}
-	return n
+	h.t.Cleanup(func() { _ = h.kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return name
+}
+
+// tolerate lets e run on the nodes addNode creates for this test.
+func (h *harness) tolerate(e *v1.ExtendedDaemonSet) *v1.ExtendedDaemonSet {
+	e.Spec.Template.Spec.Tolerations = append(e.Spec.Template.Spec.Tolerations,
+		corev1.Toleration{Key: "eds-test", Operator: corev1.TolerationOpEqual, Value: h.ns, Effect: corev1.TaintEffectNoSchedule})
+	return e
 }

@@ -88,21 +88,16 @@ func excludeNodes(ds *appsv1.DaemonSet, nodes []string) {
 	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
 		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
 	}
+	// A node field selector takes one value per requirement: one NotIn per node.
 	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 	for i := range terms {
-		idx := slices.IndexFunc(terms[i].MatchFields, func(r corev1.NodeSelectorRequirement) bool {
-			return r.Key == "metadata.name" && r.Operator == corev1.NodeSelectorOpNotIn
-		})
-		if idx < 0 {
-			terms[i].MatchFields = append(terms[i].MatchFields, corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn})
-			idx = len(terms[i].MatchFields) - 1
-		}
-		req := &terms[i].MatchFields[idx]
 		for _, n := range nodes {
-			if !slices.Contains(req.Values, n) {
-				req.Values = append(req.Values, n)
+			req := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{n}}
+			if !slices.ContainsFunc(terms[i].MatchFields, func(r corev1.NodeSelectorRequirement) bool {
+				return r.Key == req.Key && r.Operator == req.Operator && slices.Equal(r.Values, req.Values)
+			}) {
+				terms[i].MatchFields = append(terms[i].MatchFields, req)
 			}
 		}
-		slices.Sort(req.Values)
 	}
 }
