@@ -71,7 +71,10 @@ func (r rolling) limits(nodes int, elapsed time.Duration) (plan.Limits, error) {
 	if r.maxParallel < 1 {
 		return l, errors.New("spec.strategy.rollingUpdate.maxParallelPodCreation must be at least 1")
 	}
-	l.MaxCreation = plan.SlowStart(r.maxParallel, increase, r.interval, elapsed)
+	// Slow start paces pods onto nodes that had none; it never holds a
+	// rolling update below maxUnavailable pods in flight, which the
+	// deletions already bound.
+	l.MaxCreation = min(r.maxParallel, max(plan.SlowStart(r.maxParallel, increase, r.interval, elapsed), l.MaxUnavailable))
 	return l, nil
 }
 
