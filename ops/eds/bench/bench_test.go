@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,6 +70,8 @@ func BenchmarkEDSVsDaemonSet(b *testing.B) {
 	e := testenv.Need(b, env)
 	c := clients{kube: kubernetes.NewForConfigOrDie(e.Config), eds: versioned.NewForConfigOrDie(e.Config)}
 	ctrl := startController(b, e)
+	stop := c.kubeletStandIn()
+	defer stop()
 	for range b.N {
 		ds := c.rollDaemonSet(b)
 		eds := c.rollEDS(b)
@@ -110,6 +113,7 @@ func startController(b *testing.B, e *testenv.Env) *exec.Cmd {
 	cmd := exec.Command(bin, "eds", "controller", "--metrics-addr", "")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.Kubeconfig)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the benchmark
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -316,4 +320,44 @@ func rssMiB(pid int) float64 {
 		}
 	}
 	return 0
+}
+
+// kubeletStandIn does what a kubelet does and kwok does not: when a node
+// that was briefly NotReady (heartbeats late on a loaded machine) is Ready
+// again, the node lifecycle controller has marked its pods not Ready, and
+// the kubelet reports them Ready again. Both controllers measured get the
+// same help; its writes are not counted for either.
+func (c clients) kubeletStandIn() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for ctx.Err() == nil {
+			time.Sleep(500 * time.Millisecond)
+			list, err := c.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: "app=daemon"})
+			if err != nil {
+				continue
+			}
+			for _, p := range list.Items {
+				if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil || !notReadyByNode(&p) {
+					continue
+				}
+				patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"True","lastTransitionTime":%q}]}}`, time.Now().UTC().Format(time.RFC3339))
+				_, _ = c.kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+			}
+		}
+	}()
+	return cancel
+}
+
+// notReadyByNode: containers ready, pod not Ready (what the node lifecycle controller leaves).
+func notReadyByNode(p *corev1.Pod) bool {
+	containers, ready := false, true
+	for _, cond := range p.Status.Conditions {
+		switch cond.Type {
+		case corev1.ContainersReady:
+			containers = cond.Status == corev1.ConditionTrue
+		case corev1.PodReady:
+			ready = cond.Status == corev1.ConditionTrue
+		}
+	}
+	return containers && !ready
 }
