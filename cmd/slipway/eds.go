@@ -54,6 +54,8 @@ func edsControllerCommand() *cli.Command {
 			&cli.StringFlag{Name: "identity", Usage: "this replica's name in the Lease (default: host name and pid)", EnvVars: envs("EDS_IDENTITY")},
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9480", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: envs("EDS_METRICS_ADDR")},
 			&cli.IntFlag{Name: "workers", Value: 4, Usage: "ExtendedDaemonSets reconciled at once", EnvVars: envs("EDS_WORKERS")},
+			&cli.Float64Flag{Name: "kube-api-qps", Value: 50, Usage: "requests per second to the API server", EnvVars: envs("EDS_KUBE_API_QPS")},
+			&cli.IntFlag{Name: "kube-api-burst", Value: 100, Usage: "burst of requests to the API server", EnvVars: envs("EDS_KUBE_API_BURST")},
 		},
 		Action: func(c *cli.Context) error {
 			cfg, _, err := edsKubeConfig(c)
@@ -66,7 +68,8 @@ func edsControllerCommand() *cli.Command {
 			}
 			return eds.Run(c.Context, eds.Options{Config: cfg, Namespace: ns, InstallCRDs: c.Bool("install-crds"),
 				LeaderElect: c.Bool("leader-elect"), LeaseNamespace: c.String("lease-namespace"), Identity: c.String("identity"),
-				MetricsAddr: c.String("metrics-addr"), Workers: c.Int("workers")})
+				MetricsAddr: c.String("metrics-addr"), Workers: c.Int("workers"),
+				QPS: float32(c.Float64("kube-api-qps")), Burst: c.Int("kube-api-burst")})
 		},
 	}
 }

@@ -44,7 +44,7 @@ func (c *Controller) runCanary(ctx context.Context, r *round) (done bool, err er
 	}
 	state := c.canaryState(r)
 	r.verdict = plan.CanaryVerdict(canaryPolicy(cs), state)
-	r.recheck = r.verdict.RecheckAfter
+	r.later(r.verdict.RecheckAfter)
 	switch r.verdict.Action {
 	case plan.Validate:
 		return true, c.validateCanary(ctx, r)
@@ -101,7 +101,7 @@ func (c *Controller) markCanaryERS(ctx context.Context, r *round, s plan.CanaryS
 	setCond(&cp.Status.Conditions, v1.ConditionPodRestarting, restarts > 0, "Restarts", fmt.Sprintf("a canary pod restarted %d times", restarts))
 	setCond(&cp.Status.Conditions, v1.ConditionPodCannotStart, cannot != "", nonEmpty(cannot, "Started"), "a canary container cannot start: "+cannot)
 	setCond(&cp.Status.Conditions, v1.ConditionCanaryPaused, r.verdict.Action == plan.Pause, nonEmpty(r.verdict.Reason, "Running"), "")
-	return c.updateERSStatus(ctx, r.canary, cp)
+	return c.updateERSStatus(ctx, r, r.canary, cp)
 }
 
 func nonEmpty(s, def string) string {
@@ -127,7 +127,7 @@ func (c *Controller) validateCanary(ctx context.Context, r *round) error {
 	cp := r.canary.DeepCopy()
 	cp.Status.Status = v1.ReplicaSetStatusActive
 	setCond(&cp.Status.Conditions, v1.ConditionCanaryPaused, false, "Validated", "")
-	if err := c.updateERSStatus(ctx, r.canary, cp); err != nil {
+	if err := c.updateERSStatus(ctx, r, r.canary, cp); err != nil {
 		return err
 	}
 	e := r.e.DeepCopy()
@@ -135,7 +135,7 @@ func (c *Controller) validateCanary(ctx context.Context, r *round) error {
 	e.Status.State = v1.StateRunning
 	setCond(&e.Status.Conditions, v1.ConditionCanary, false, r.verdict.Reason, "ERS "+r.canary.Name+": validated")
 	setCond(&e.Status.Conditions, v1.ConditionCanaryPaused, false, r.verdict.Reason, "")
-	if _, err := c.putEDSStatus(ctx, r.e, e.Status); err != nil {
+	if _, _, err := c.putEDSStatus(ctx, r.e, e.Status); err != nil {
 		return fmt.Errorf("record the validated canary %s: %w", r.canary.Name, err)
 	}
 	c.metrics.verdicts.WithLabelValues("validated").Inc()
@@ -150,14 +150,14 @@ func (c *Controller) failCanary(ctx context.Context, r *round) error {
 	cp.Status.Status = v1.ReplicaSetStatusCanaryFailed
 	setCond(&cp.Status.Conditions, v1.ConditionCanaryFailed, true, r.verdict.Reason, "")
 	meta.FindStatusCondition(cp.Status.Conditions, v1.ConditionCanaryFailed).ObservedGeneration = r.e.Generation
-	if err := c.updateERSStatus(ctx, r.canary, cp); err != nil {
+	if err := c.updateERSStatus(ctx, r, r.canary, cp); err != nil {
 		return err
 	}
 	e := r.e.DeepCopy()
 	e.Status.State, e.Status.Reason, e.Status.Canary = v1.StateCanaryFailed, r.verdict.Reason, nil
 	setCond(&e.Status.Conditions, v1.ConditionCanaryFailed, true, r.verdict.Reason, "ERS "+r.canary.Name+": failed on nodes "+fmt.Sprint(r.canaryNodes))
 	setCond(&e.Status.Conditions, v1.ConditionCanary, false, r.verdict.Reason, "ERS "+r.canary.Name+": failed")
-	if _, err := c.putEDSStatus(ctx, r.e, e.Status); err != nil {
+	if _, _, err := c.putEDSStatus(ctx, r.e, e.Status); err != nil {
 		return fmt.Errorf("record the failed canary %s: %w", r.canary.Name, err)
 	}
 	c.metrics.verdicts.WithLabelValues("failed").Inc()
@@ -166,9 +166,12 @@ func (c *Controller) failCanary(ctx context.Context, r *round) error {
 	return c.restoreTemplate(ctx, r)
 }
 
-// updateERSStatus writes next's status when it differs from s's.
-func (c *Controller) updateERSStatus(ctx context.Context, s, next *v1.ExtendedDaemonSetReplicaSet) error {
-	return c.putERSStatus(ctx, s, next.Status)
+// updateERSStatus writes next's status when it differs from s's; a
+// counts-only change waits (r.recheck brings the sync back).
+func (c *Controller) updateERSStatus(ctx context.Context, r *round, s, next *v1.ExtendedDaemonSetReplicaSet) error {
+	wait, err := c.putERSStatus(ctx, s, next.Status)
+	r.later(wait)
+	return err
 }
 
 // restoreTemplate puts the active ERS's template back into the spec after

@@ -37,6 +37,10 @@ type Options struct {
 	MetricsAddr string
 	// Workers is how many ExtendedDaemonSets sync at once (default 4).
 	Workers int
+	// QPS and Burst bound the controller's requests to the API server when
+	// Config sets none (default 50 and 100; kube-controller-manager's are 20 and 30).
+	QPS   float32
+	Burst int
 	// Log receives the controller's logs (default slog.Default()).
 	Log *slog.Logger
 	// Now is the clock (default time.Now); tests do not replace it.
@@ -49,6 +53,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Workers <= 0 {
 		o.Workers = 4
+	}
+	if o.QPS <= 0 {
+		o.QPS = 50
+	}
+	if o.Burst <= 0 {
+		o.Burst = 100
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()

@@ -56,7 +56,8 @@ func (c *Controller) writeStatus(ctx context.Context, r *round) error {
 		return err
 	}
 	c.metrics.observe(next, byERS)
-	wrote, err := c.putEDSStatus(ctx, e, next.Status)
+	wrote, wait, err := c.putEDSStatus(ctx, e, next.Status)
+	r.later(wait)
 	if wrote {
 		c.announce(e, next)
 	}
@@ -127,7 +128,7 @@ func (c *Controller) writeERSStatuses(ctx context.Context, r *round, byERS map[s
 		default:
 			cp.Status.Status = ""
 		}
-		if err := c.updateERSStatus(ctx, s, cp); err != nil {
+		if err := c.updateERSStatus(ctx, r, s, cp); err != nil {
 			return err
 		}
 	}
@@ -163,7 +164,7 @@ func (c *Controller) markInvalid(ctx context.Context, e *v1.ExtendedDaemonSet, p
 	next := e.DeepCopy()
 	setCond(&next.Status.Conditions, v1.ConditionInvalid, true, "InvalidSpec", problem.Error())
 	next.Status.ObservedGeneration = e.Generation
-	wrote, err := c.putEDSStatus(ctx, e, next.Status)
+	wrote, _, err := c.putEDSStatus(ctx, e, next.Status)
 	if !wrote {
 		return err
 	}

@@ -205,3 +205,10 @@ func (c *Controller) eligibleNodes(e *v1.ExtendedDaemonSet) ([]*corev1.Node, err
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
+
+// later makes the sync come back after wait (when sooner than planned).
+func (r *round) later(wait time.Duration) {
+	if wait > 0 && (r.recheck <= 0 || wait < r.recheck) {
+		r.recheck = wait
+	}
+}

@@ -77,7 +77,7 @@ func BenchmarkEDSVsDaemonSet(b *testing.B) {
 		eds := c.rollEDS(b)
 		pause := c.canaryPauseLatency(b)
 		time.Sleep(2 * time.Second) // the audit log is written in 1 s batches
-		dsWrites, edsWrites := countWrites(b, ds, "kube-controller-manager"), countWrites(b, eds, "slipway")
+		dsWrites, edsWrites := countWrites(b, ds, "kube-controller-manager"), countWrites(b, eds, "slipway-eds-controller")
 		kcmRSS, edsRSS := rssMiB(e.Pids()["kube-controller-manager"]), rssMiB(ctrl.Process.Pid)
 		b.ReportMetric(eds.wall.Seconds()/ds.wall.Seconds(), "wall-eds/ds")
 		b.ReportMetric(ds.wall.Seconds(), "wall-ds-s")
@@ -93,6 +93,7 @@ func BenchmarkEDSVsDaemonSet(b *testing.B) {
 		fmt.Printf("%-28s %9.1fs %14.2f %22.2f %12.0f\n", "slipway eds", eds.wall.Seconds(),
 			float64(edsWrites.all)/float64(nodes), float64(edsWrites.noEvents)/float64(nodes), edsRSS)
 		fmt.Printf("wall eds/ds %.2f; writes by resource: ds %v, eds %v\n", eds.wall.Seconds()/ds.wall.Seconds(), dsWrites.byResource, edsWrites.byResource)
+		fmt.Printf("pod creations by other clients during the windows: ds %v, eds %v\n", dsWrites.others, edsWrites.others)
 		fmt.Printf("canary restarts over maxRestarts to CanaryPaused: %v\n\n", pause.Round(time.Millisecond))
 	}
 }
@@ -284,6 +285,7 @@ func (c clients) canaryPauseLatency(b *testing.B) time.Duration {
 type writeCount struct {
 	all, noEvents int
 	byResource    map[string]int
+	others        map[string]int // pod creations by other user agents (diagnostics)
 }
 
 // countWrites counts the accepted writes of the client whose user agent
@@ -293,9 +295,15 @@ func countWrites(b *testing.B, w window, agent string) writeCount {
 	if err != nil {
 		b.Fatal(err)
 	}
-	out := writeCount{byResource: map[string]int{}}
+	out := writeCount{byResource: map[string]int{}, others: map[string]int{}}
 	for _, ev := range events {
-		if ev.Time.Before(w.start) || ev.Time.After(w.end) || !strings.HasPrefix(ev.UserAgent, agent) || ev.Code >= 300 {
+		if ev.Time.Before(w.start) || ev.Time.After(w.end) || ev.Code >= 300 {
+			continue
+		}
+		if ev.Resource == "pods" && ev.Verb == "create" && !strings.HasPrefix(ev.UserAgent, agent) {
+			out.others[ev.UserAgent]++
+		}
+		if !strings.HasPrefix(ev.UserAgent, agent) {
 			continue
 		}
 		out.all++
