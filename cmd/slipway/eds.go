@@ -161,7 +161,9 @@ func named(fn func(c *cli.Context, cl *edscli.Client, name string) error) cli.Ac
 
 func flagCommand(name, usage, key string, on bool, done string, aliases ...string) *cli.Command {
 	return &cli.Command{Name: name, Aliases: aliases, Usage: usage, ArgsUsage: "NAME",
-		Action: named(func(c *cli.Context, cl *edscli.Client, n string) error { return cl.SetFlag(c.Context, n, key, on, done) })}
+		Action: named(func(c *cli.Context, cl *edscli.Client, n string) error {
+			return cl.SetFlag(c.Context, n, key, on, done)
+		})}
 }
 
 func edsUserCommands() []*cli.Command {
@@ -171,20 +173,26 @@ func edsUserCommands() []*cli.Command {
 		{Name: "get-ers", Usage: "list the ExtendedDaemonSetReplicaSets (of NAME)", ArgsUsage: "[NAME]",
 			Action: named(func(c *cli.Context, cl *edscli.Client, n string) error { return cl.GetERS(c.Context, n) })},
 		{Name: "pods", Usage: "list an ExtendedDaemonSet's pods", ArgsUsage: "NAME",
-			Flags:  []cli.Flag{&cli.StringFlag{Name: "select", Value: edscli.SelectAll, Usage: "canary, not-ready or all"}},
-			Action: named(func(c *cli.Context, cl *edscli.Client, n string) error { return cl.Pods(c.Context, n, c.String("select")) })},
+			Flags: []cli.Flag{&cli.StringFlag{Name: "select", Value: edscli.SelectAll, Usage: "canary, not-ready or all"}},
+			Action: named(func(c *cli.Context, cl *edscli.Client, n string) error {
+				return cl.Pods(c.Context, n, c.String("select"))
+			})},
 		{Name: "canary", Usage: "act on the running canary: validate, pause, unpause, fail, pods", Subcommands: []*cli.Command{
 			{Name: "validate", Usage: "validate the canary: roll it out to every node", ArgsUsage: "NAME",
 				Action: named(func(c *cli.Context, cl *edscli.Client, n string) error { return cl.CanaryValidate(c.Context, n) })},
 			{Name: "pause", Usage: "pause the canary", ArgsUsage: "NAME",
-				Flags:  []cli.Flag{&cli.StringFlag{Name: "reason", Value: "ManuallyPaused", Usage: "why (shown as the status reason)"}},
-				Action: named(func(c *cli.Context, cl *edscli.Client, n string) error { return cl.CanaryPause(c.Context, n, c.String("reason")) })},
+				Flags: []cli.Flag{&cli.StringFlag{Name: "reason", Value: "ManuallyPaused", Usage: "why (shown as the status reason)"}},
+				Action: named(func(c *cli.Context, cl *edscli.Client, n string) error {
+					return cl.CanaryPause(c.Context, n, c.String("reason"))
+				})},
 			{Name: "unpause", Usage: "resume a paused canary (auto-pause stays off for it)", ArgsUsage: "NAME",
 				Action: named(func(c *cli.Context, cl *edscli.Client, n string) error { return cl.CanaryUnpause(c.Context, n) })},
 			{Name: "fail", Usage: "fail the canary: restore the active template", ArgsUsage: "NAME",
 				Action: named(func(c *cli.Context, cl *edscli.Client, n string) error { return cl.CanaryFail(c.Context, n) })},
 			{Name: "pods", Usage: "list the canary's pods", ArgsUsage: "NAME",
-				Action: named(func(c *cli.Context, cl *edscli.Client, n string) error { return cl.Pods(c.Context, n, edscli.SelectCanary) })},
+				Action: named(func(c *cli.Context, cl *edscli.Client, n string) error {
+					return cl.Pods(c.Context, n, edscli.SelectCanary)
+				})},
 		}},
 		flagCommand("pause-rollout", "stop deleting outdated pods (new nodes still get theirs)", v1.AnnotationRollingUpdatePaused, true, "rolling update paused", "pause-rolling-update"),
 		flagCommand("unpause-rollout", "resume the rolling update", v1.AnnotationRollingUpdatePaused, false, "rolling update resumed", "unpause-rolling-update"),

@@ -105,7 +105,9 @@ func TestManualCanaryFailedThroughKubectlEDS(t *testing.T) {
 	if err := cl.GetERS(ctx, "agent"); err != nil {
 		t.Fatal(err)
 	}
-	var list struct{ Items []v1.ExtendedDaemonSetReplicaSet }
+	var list struct {
+		Items []v1.ExtendedDaemonSetReplicaSet
+	}
 	if err := json.Unmarshal(out.Bytes(), &list); err != nil {
 		t.Fatalf("get-ers -o json: %v\n%s", err, out.String())
 	}

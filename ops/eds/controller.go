@@ -44,10 +44,10 @@ type Controller struct {
 	recorder record.EventRecorder
 	metrics  *metrics
 
-	mu      sync.Mutex
-	written   map[string]any       // "eds/<uid>" or "ers/<uid>" -> the status last written
-	writtenAt map[string]time.Time // and when
-	pending map[string]map[string]time.Time // per EDS: "create/<node>" and "delete/<pod>" not yet seen in the cache
+	mu        sync.Mutex
+	written   map[string]any                  // "eds/<uid>" or "ers/<uid>" -> the status last written
+	writtenAt map[string]time.Time            // and when
+	pending   map[string]map[string]time.Time // per EDS: "create/<node>" and "delete/<pod>" not yet seen in the cache
 }
 
 // indexByEDS indexes pods by "<namespace>/<ExtendedDaemonSet>".

@@ -187,8 +187,8 @@ func (h *harness) crash(pod string, n int32) {
 	status := map[string]any{"status": map[string]any{
 		"conditions": []map[string]any{{"type": "Ready", "status": "False", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}},
 		"containerStatuses": []map[string]any{{"name": "daemon", "image": "x", "imageID": "", "ready": false, "restartCount": n,
-			"state":                map[string]any{"waiting": map[string]any{"reason": "CrashLoopBackOff"}},
-			"lastState":            map[string]any{"terminated": map[string]any{"exitCode": 1, "reason": "Error", "finishedAt": time.Now().UTC().Format(time.RFC3339)}}}},
+			"state":     map[string]any{"waiting": map[string]any{"reason": "CrashLoopBackOff"}},
+			"lastState": map[string]any{"terminated": map[string]any{"exitCode": 1, "reason": "Error", "finishedAt": time.Now().UTC().Format(time.RFC3339)}}}},
 	}}
 	h.patchStatus(pod, status)
 }

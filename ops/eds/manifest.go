@@ -103,8 +103,8 @@ func deployment(o ManifestOptions, meta metav1.ObjectMeta) *appsv1.Deployment {
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: meta.Labels},
 				Spec: corev1.PodSpec{ServiceAccountName: controllerName, Containers: []corev1.Container{{
 					Name: "controller", Image: o.Image,
-					Args: []string{"eds", "controller", "--leader-elect", "--lease-namespace", o.Namespace, "--metrics-addr", ":9480"},
-					Env: []corev1.EnvVar{{Name: "SLIPWAY_EDS_IDENTITY", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+					Args:  []string{"eds", "controller", "--leader-elect", "--lease-namespace", o.Namespace, "--metrics-addr", ":9480"},
+					Env:   []corev1.EnvVar{{Name: "SLIPWAY_EDS_IDENTITY", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
 					Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9480}},
 					SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes, RunAsNonRoot: &yes,
 						Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},

@@ -135,7 +135,6 @@ func (c *Controller) writeERSStatuses(ctx context.Context, r *round, byERS map[s
 	return nil
 }
 
-
 // announce records an Event when the state changed.
 func (c *Controller) announce(old, next *v1.ExtendedDaemonSet) {
 	o, n := old.Status, next.Status
