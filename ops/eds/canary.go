@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -185,6 +186,10 @@ func (c *Controller) restoreTemplate(ctx context.Context, r *round) error {
 	})
 	if err == nil {
 		_, err = c.eds.ExtendedDaemonSets(r.e.Namespace).Patch(ctx, r.e.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	}
+	if apierrors.IsInvalid(err) { // the generation test failed: the spec changed, and its update event brings the next sync
+		c.log.Debug("spec changed before the active template was restored; deciding again", "eds", r.e.Namespace+"/"+r.e.Name)
+		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("restore the active template (ERS %s) after the failed canary: %w", r.active.Name, err)

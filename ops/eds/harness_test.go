@@ -50,6 +50,14 @@ var nsSeq atomic.Int32
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
+	h := newBareHarness(t)
+	h.startController(Options{Config: env.Config})
+	return h
+}
+
+// newBareHarness is a harness whose controller the test starts itself.
+func newBareHarness(t *testing.T) *harness {
+	t.Helper()
 	e := testenv.Need(t, env)
 	h := &harness{t: t, ns: fmt.Sprintf("eds-%d-%d", time.Now().UnixNano()%1e6, nsSeq.Add(1))}
 	var err error
@@ -63,21 +71,28 @@ func newHarness(t *testing.T) *harness {
 	if _, err := h.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if h.ctrl, err = New(Options{Config: e.Config, Namespace: h.ns, Log: log}); err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { _ = h.kube.CoreV1().Namespaces().Delete(context.Background(), h.ns, metav1.DeleteOptions{}) })
+	return h
+}
+
+// startController runs a controller limited to the test's namespace until the test ends.
+func (h *harness) startController(opts Options) {
+	h.t.Helper()
+	opts.Namespace = h.ns
+	opts.Log = slog.New(slog.NewTextHandler(testWriter{h.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var err error
+	if h.ctrl, err = New(opts); err != nil {
+		h.t.Fatal(err)
 	}
-	cctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- h.ctrl.Run(cctx) }()
-	t.Cleanup(func() {
+	go func() { done <- h.ctrl.Run(ctx) }()
+	h.t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("controller: %v", err)
+			h.t.Errorf("controller: %v", err)
 		}
-		_ = h.kube.CoreV1().Namespaces().Delete(context.Background(), h.ns, metav1.DeleteOptions{})
 	})
-	return h
 }
 
 type testWriter struct{ t *testing.T }
