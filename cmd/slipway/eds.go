@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/rest"
@@ -30,14 +31,31 @@ Examples:
   kubectl eds canary fail agent        # give up the canary: restore the active template
   kubectl eds diff agent               # the template change the canary runs
   kubectl eds freeze agent             # stop every creation and deletion`,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster)", EnvVars: []string{"KUBECONFIG"}},
-			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "namespace (default: the kubeconfig context's)"},
-			&cli.BoolFlag{Name: "all-namespaces", Aliases: []string{"A"}, Usage: "list across all namespaces (get, get-ers)"},
-			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output format: json, yaml or wide (default: a table)"},
-		},
-		Subcommands: append([]*cli.Command{edsControllerCommand(), edsManifestCommand()}, edsUserCommands()...),
+		Flags:       kubectlFlags(),
+		Subcommands: append([]*cli.Command{edsControllerCommand(), edsManifestCommand()}, withKubectlFlags(edsUserCommands())...),
 	}
+}
+
+// kubectlFlags are the flags every kubectl-eds command takes, before or
+// after its name, as kubectl's own.
+func kubectlFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster)", EnvVars: []string{"KUBECONFIG"}},
+		&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "namespace (default: the kubeconfig context's)"},
+		&cli.BoolFlag{Name: "all-namespaces", Aliases: []string{"A"}, Usage: "list across all namespaces (get, get-ers)"},
+		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output format: json, yaml or wide (default: a table)"},
+	}
+}
+
+// withKubectlFlags adds kubectlFlags to every command with an action, at any depth.
+func withKubectlFlags(cmds []*cli.Command) []*cli.Command {
+	for _, c := range cmds {
+		if c.Action != nil {
+			c.Flags = append(c.Flags, kubectlFlags()...)
+		}
+		withKubectlFlags(c.Subcommands)
+	}
+	return cmds
 }
 
 func edsControllerCommand() *cli.Command {
@@ -146,16 +164,48 @@ func edsClient(c *cli.Context) (*edscli.Client, error) {
 }
 
 // named is an action on the ExtendedDaemonSet named by the first argument.
+// Flags after the name (kubectl eds pods agent -n ops -o yaml) are read too.
 func named(fn func(c *cli.Context, cl *edscli.Client, name string) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
-		if c.NArg() > 1 {
-			return fmt.Errorf("%s takes one ExtendedDaemonSet name, got %v", c.Command.Name, c.Args().Slice())
+		args := c.Args().Slice()
+		name := ""
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			name, args = args[0], args[1:]
+		}
+		for i := 0; i < len(args); i++ {
+			flag := strings.TrimLeft(args[i], "-")
+			value, inline := "", false
+			if k, v, ok := strings.Cut(flag, "="); ok {
+				flag, value, inline = k, v, true
+			}
+			f := c.Command.VisibleFlags()
+			known := false
+			for _, def := range f {
+				for _, n := range def.Names() {
+					known = known || n == flag
+				}
+			}
+			if !known || !strings.HasPrefix(args[i], "-") {
+				return fmt.Errorf("%s takes one ExtendedDaemonSet name; %q is not a flag of it (see --help)", c.Command.Name, args[i])
+			}
+			if !inline && flag != "A" && flag != "all-namespaces" {
+				if i+1 >= len(args) {
+					return fmt.Errorf("flag %s needs a value", args[i])
+				}
+				i++
+				value = args[i]
+			} else if !inline {
+				value = "true"
+			}
+			if err := c.Set(flag, value); err != nil {
+				return fmt.Errorf("flag %s: %w", args[i], err)
+			}
 		}
 		cl, err := edsClient(c)
 		if err != nil {
 			return err
 		}
-		return fn(c, cl, c.Args().First())
+		return fn(c, cl, name)
 	}
 }
 
