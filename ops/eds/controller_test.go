@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -38,6 +39,13 @@ func TestCreateRunsOnePinnedPodPerNode(t *testing.T) {
 	}
 	if ers.Status.Status != v1.ReplicaSetStatusActive || ers.Status.Available != clusterNodes {
 		t.Errorf("active ERS status %+v", ers.Status)
+	}
+	m := h.ctrl.metrics
+	if got := testutil.ToFloat64(m.state.WithLabelValues(h.ns, "agent", string(v1.StateRunning))); got != 1 {
+		t.Errorf("slipway_eds_state{state=Running} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.pods.WithLabelValues(h.ns, "agent", ers.Name, "ready")); got != clusterNodes {
+		t.Errorf("slipway_eds_pods{state=ready} = %v, want %d", got, clusterNodes)
 	}
 }
 
