@@ -3,6 +3,7 @@ package eds
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -200,9 +201,27 @@ func TestSettingsAndNodeAnnotationsOverrideResources(t *testing.T) {
 		got := memory(annotated)
 		return got == "50Mi", "memory " + got
 	})
+	// A younger setting selecting the same node loses there: Error, with an Event.
+	time.Sleep(time.Second) // creation timestamps have second precision
+	rival := setting.DeepCopy()
+	rival.ObjectMeta = metav1.ObjectMeta{Name: "rival"}
+	rival.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = resource.MustParse("1Gi")
+	if _, err := h.eds.EdsV1alpha1().ExtendedDaemonsetSettings(h.ns).Create(ctx, rival, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(20*time.Second, "the rival setting marked Error", func() (bool, string) {
+		got, err := h.eds.EdsV1alpha1().ExtendedDaemonsetSettings(h.ns).Get(ctx, "rival", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.Status.Status == v1.SettingStatusError && strings.Contains(got.Status.Error, "big"), fmt.Sprintf("%+v", got.Status)
+	})
 	got, err := h.eds.EdsV1alpha1().ExtendedDaemonsetSettings(h.ns).Get(ctx, "big", metav1.GetOptions{})
 	if err != nil || got.Status.Status != v1.SettingStatusValid {
 		t.Errorf("setting status %+v (%v), want Valid", got.Status, err)
+	}
+	if m := memory(byNode); m != "300Mi" {
+		t.Errorf("node %s: memory %s after the rival came, want the older setting's 300Mi", byNode, m)
 	}
 }
 
