@@ -48,6 +48,7 @@ type Controller struct {
 	written   map[string]any                  // "eds/<uid>" or "ers/<uid>" -> the status last written
 	writtenAt map[string]time.Time            // and when
 	pending   map[string]map[string]time.Time // per EDS: "create/<node>" and "delete/<pod>" not yet seen in the cache
+	failed    map[string]*failures            // "<ns>/<eds>/<node>" -> pods failed there in a row
 }
 
 // indexByEDS indexes pods by "<namespace>/<ExtendedDaemonSet>".
@@ -76,7 +77,7 @@ func New(opts Options) (*Controller, error) {
 		cfg.UserAgent = "slipway-eds-controller/" + version.Version
 	}
 	opts.Config = &cfg
-	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}, written: map[string]any{}, writtenAt: map[string]time.Time{}}
+	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}, written: map[string]any{}, writtenAt: map[string]time.Time{}, failed: map[string]*failures{}}
 	if c.kube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}

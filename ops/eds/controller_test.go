@@ -165,3 +165,31 @@ func TestNodeAddedMidRollout(t *testing.T) {
 	}
 	h.rolledOut("agent", "agent:v2", clusterNodes+1)
 }
+
+func TestFailedPodsAreReplacedWithABackoff(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.create(h.tolerate(daemon("agent", "agent:v1")))
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	node := env.Nodes[0]
+	podOn := func() *corev1.Pod {
+		for _, p := range h.pods("agent") {
+			if p.Spec.NodeName == node && p.DeletionTimestamp == nil {
+				return &p
+			}
+		}
+		return nil
+	}
+	for round, least := range []time.Duration{time.Second, 2 * time.Second} {
+		failed := podOn()
+		start := time.Now()
+		h.patchStatus(failed.Name, map[string]any{"status": map[string]any{"phase": "Failed"}})
+		h.eventually(30*time.Second, "a new pod on the node", func() (bool, string) {
+			p := podOn()
+			return p != nil && p.UID != failed.UID && p.Status.Phase == corev1.PodRunning, "not yet"
+		})
+		if took := time.Since(start); took < least*9/10 {
+			t.Errorf("failure %d: replaced after %v, want a backoff of at least %v", round+1, took, least)
+		}
+	}
+}

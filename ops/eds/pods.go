@@ -3,12 +3,14 @@ package eds
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/eds/plan"
@@ -73,12 +75,18 @@ func (c *Controller) nodeStates(r *round, hashes map[string]string) ([]plan.Node
 				Terminating:  p.DeletionTimestamp != nil || c.expected(key, "delete/"+p.Name),
 				Unresponsive: p.Spec.NodeName == "" && r.now.Sub(p.CreationTimestamp.Time) > v1.UnresponsiveAfter}
 			failed := p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
+			if failed && !pp.Terminating {
+				c.noteFailure(key, n.Name, p.UID)
+			}
 			if s.Current == nil && !failed && !pp.Terminating && p.Labels[v1.LabelReplicaSet] == r.targets[n.Name] &&
 				p.Annotations[v1.AnnotationNodeHash] == hashes[n.Name] {
 				s.Current = &pp
 				continue
 			}
 			s.Old = append(s.Old, pp)
+		}
+		if s.Current != nil && s.Current.Available && healthyFor(byNode[n.Name], s.Current.Name, r.now) {
+			c.clearFailures(key, n.Name) // a pod that has run a while ends the series of failures
 		}
 		if s.Current == nil && len(s.Old) == 0 && c.expected(key, "create/"+n.Name) {
 			s.Current = &plan.Pod{Name: "(being created)"}
@@ -121,6 +129,11 @@ func (c *Controller) observe(key string, pods []*corev1.Pod) {
 func (c *Controller) forget(ns, name string) {
 	c.mu.Lock()
 	delete(c.pending, ns+"/"+name)
+	for k := range c.failed {
+		if strings.HasPrefix(k, ns+"/"+name+"/") {
+			delete(c.failed, k)
+		}
+	}
 	c.mu.Unlock()
 	c.metrics.forget(ns, name)
 }
@@ -158,4 +171,58 @@ func (c *Controller) deletePod(ctx context.Context, key, ns, name string) error 
 	c.expect(key, "delete/"+name)
 	c.metrics.actions.WithLabelValues("delete").Inc()
 	return nil
+}
+
+// failures counts, per ExtendedDaemonSet and node, the pods that failed
+// there in a row (each pod once), and when the last one was seen.
+type failures struct {
+	count int
+	last  time.Time
+	seen  map[types.UID]bool
+}
+
+func (c *Controller) noteFailure(key, node string, uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := key + "/" + node
+	f := c.failed[k]
+	if f == nil {
+		f = &failures{seen: map[types.UID]bool{}}
+		c.failed[k] = f
+	}
+	if !f.seen[uid] {
+		f.seen[uid] = true
+		f.count++
+		f.last = time.Now()
+	}
+}
+
+func (c *Controller) clearFailures(key, node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.failed, key+"/"+node)
+}
+
+// failureBackoff is how long node must still wait before its next pod.
+func (c *Controller) failureBackoff(key, node string) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.failed[key+"/"+node]
+	if f == nil {
+		return 0
+	}
+	return time.Until(f.last.Add(plan.FailedPodBackoff(f.count)))
+}
+
+// failureReset is how long a pod must have been available for its node's
+// failure backoff to start over.
+const failureReset = time.Minute
+
+func healthyFor(pods []*corev1.Pod, name string, now time.Time) bool {
+	for _, p := range pods {
+		if p.Name == name {
+			return plan.Available(p, failureReset, now)
+		}
+	}
+	return false
 }

@@ -30,6 +30,15 @@ func (c *Controller) rollout(ctx context.Context, r *round) error {
 	limits.Paused = isTrue(r.e.Annotations, v1.AnnotationRollingUpdatePaused) || r.verdict.Action == plan.Pause
 	limits.Frozen = isTrue(r.e.Annotations, v1.AnnotationRolloutFrozen)
 	p := plan.Rollout(states, limits)
+	var create []string
+	for _, node := range p.Create { // nodes whose pods keep failing wait, doubling each time
+		if wait := c.failureBackoff(key, node); wait > 0 {
+			r.later(wait)
+			continue
+		}
+		create = append(create, node)
+	}
+	p.Create = create
 	r.plan = p
 	if err := parallel(stray, func(pod *corev1.Pod) error { return c.deletePod(ctx, key, pod.Namespace, pod.Name) }); err != nil {
 		return err

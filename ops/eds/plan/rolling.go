@@ -166,3 +166,16 @@ func SlowStart(maxParallel, increase int, interval, elapsed time.Duration) int {
 	}
 	return min(maxParallel, slots*increase)
 }
+
+// FailedPodBackoff is how long a node waits before its next pod after
+// failures pods failed there in a row: 1 s, doubled each time, at most 5 min.
+func FailedPodBackoff(failures int) time.Duration {
+	if failures <= 0 {
+		return 0
+	}
+	d := time.Second
+	for i := 1; i < failures && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Minute)
+}

@@ -152,3 +152,11 @@ func TestScaled(t *testing.T) {
 		}
 	}
 }
+
+func TestFailedPodBackoff(t *testing.T) {
+	for failures, want := range map[int]time.Duration{0: 0, 1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 9: 256 * time.Second, 10: 5 * time.Minute, 100: 5 * time.Minute} {
+		if got := FailedPodBackoff(failures); got != want {
+			t.Errorf("FailedPodBackoff(%d) = %v, want %v", failures, got, want)
+		}
+	}
+}
