@@ -148,7 +148,12 @@ spec:
 	if _, err := h.eds.EdsV1alpha1().ExtendedDaemonsetSettings(h.ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("setting refused: %v", err)
 	}
-	// What the CEL rules refuse, with messages that say what to do.
+}
+
+func TestCELRulesRefuseBadCanaries(t *testing.T) {
+	t.Parallel()
+	h := newBareHarness(t)
+	ctx := context.Background()
 	bad := map[string]string{
 		"autoFail below autoPause": `{"canary":{"autoPause":{"maxRestarts":4},"autoFail":{"maxRestarts":3}}}`,
 		"timeout within duration":  `{"canary":{"duration":"10m","autoFail":{"canaryTimeout":"5m"}}}`,

@@ -201,7 +201,14 @@ func TestSettingsAndNodeAnnotationsOverrideResources(t *testing.T) {
 		got := memory(annotated)
 		return got == "50Mi", "memory " + got
 	})
-	// A younger setting selecting the same node loses there: Error, with an Event.
+	h.rivalSettingLoses(setting, func() string { return memory(byNode) })
+}
+
+// rivalSettingLoses creates a younger setting selecting the same nodes as
+// setting: it is marked Error and the older one keeps the node (memory reads
+// the request there).
+func (h *harness) rivalSettingLoses(setting *v1.ExtendedDaemonsetSetting, memory func() string) {
+	t, ctx := h.t, context.Background()
 	time.Sleep(time.Second) // creation timestamps have second precision
 	rival := setting.DeepCopy()
 	rival.ObjectMeta = metav1.ObjectMeta{Name: "rival"}
@@ -220,8 +227,8 @@ func TestSettingsAndNodeAnnotationsOverrideResources(t *testing.T) {
 	if err != nil || got.Status.Status != v1.SettingStatusValid {
 		t.Errorf("setting status %+v (%v), want Valid", got.Status, err)
 	}
-	if m := memory(byNode); m != "300Mi" {
-		t.Errorf("node %s: memory %s after the rival came, want the older setting's 300Mi", byNode, m)
+	if m := memory(); m != "300Mi" {
+		t.Errorf("memory %s after the rival came, want the older setting's 300Mi", m)
 	}
 }
 
