@@ -57,6 +57,13 @@ func TestManualCanaryValidatedThroughKubectlEDS(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "NAME") || !strings.Contains(lines[1], "true") {
 		t.Errorf("canary pods table:\n%s", out.String())
 	}
+	wide, wout := h.kubectlEDS("wide")
+	if err := wide.Get(ctx, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	if got := wout.String(); !strings.Contains(got, "CANARY NODES") || !strings.Contains(got, e.Status.Canary.Nodes[0]) {
+		t.Errorf("get -o wide does not name the canary node %s:\n%s", e.Status.Canary.Nodes[0], got)
+	}
 	time.Sleep(2 * time.Second) // manual mode: no validation by time
 	if s := h.get("agent").Status.State; s != v1.StateCanary {
 		t.Fatalf("state %s before the manual validation, want Canary", s)

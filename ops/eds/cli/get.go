@@ -76,17 +76,25 @@ func (c *Client) Get(ctx context.Context, name string) error {
 		return c.printObjects(objs, name != "")
 	}
 	header := []string{"NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "IGNORED UNRESPONSIVE NODES", "STATUS", "REASON", "ACTIVE RS", "CANARY RS", "AGE"}
+	wide := c.Output == "wide"
+	if wide {
+		header = append(header, "CANARY NODES", "NODE SELECTOR")
+	}
 	var rows [][]string
 	var nss []string
 	for _, e := range items {
 		s := e.Status
-		canary := ""
+		canary, nodes := "", ""
 		if s.Canary != nil {
-			canary = s.Canary.ReplicaSet
+			canary, nodes = s.Canary.ReplicaSet, strings.Join(s.Canary.Nodes, ",")
 		}
-		rows = append(rows, []string{e.Name, fmt.Sprint(s.Desired), fmt.Sprint(s.Current), fmt.Sprint(s.Ready), fmt.Sprint(s.UpToDate),
+		row := []string{e.Name, fmt.Sprint(s.Desired), fmt.Sprint(s.Current), fmt.Sprint(s.Ready), fmt.Sprint(s.UpToDate),
 			fmt.Sprint(s.Available), fmt.Sprint(s.IgnoredUnresponsiveNodes), orNone(string(s.State)), orNone(s.Reason),
-			orNone(s.ActiveReplicaSet), orNone(canary), age(e.CreationTimestamp)})
+			orNone(s.ActiveReplicaSet), orNone(canary), age(e.CreationTimestamp)}
+		if wide {
+			row = append(row, orNone(nodes), selectorString(e.Spec.Selector))
+		}
+		rows = append(rows, row)
 		nss = append(nss, e.Namespace)
 	}
 	return c.table(header, rows, nss)
@@ -117,15 +125,9 @@ func (c *Client) GetERS(ctx context.Context, name string) error {
 	var rows [][]string
 	var nss []string
 	for _, s := range list.Items {
-		sel := "<none>"
-		if s.Spec.Selector != nil {
-			if ls, err := metav1.LabelSelectorAsSelector(s.Spec.Selector); err == nil && !ls.Empty() {
-				sel = ls.String()
-			}
-		}
 		st := s.Status
 		rows = append(rows, []string{s.Name, orNone(st.Status), fmt.Sprint(st.Desired), fmt.Sprint(st.Current), fmt.Sprint(st.Ready),
-			fmt.Sprint(st.Available), sel, age(s.CreationTimestamp)})
+			fmt.Sprint(st.Available), selectorString(s.Spec.Selector), age(s.CreationTimestamp)})
 		nss = append(nss, s.Namespace)
 	}
 	return c.table(header, rows, nss)
@@ -181,6 +183,9 @@ func (c *Client) Pods(ctx context.Context, name, selection string) error {
 
 func (c *Client) podTable(pods []corev1.Pod) error {
 	header := []string{"NAME", "READY", "STATUS", "RESTARTS", "NODE", "ERS", "CANARY", "AGE"}
+	if c.Output == "wide" {
+		header = append(header, "IP", "IMAGE")
+	}
 	var rows [][]string
 	var nss []string
 	for _, p := range pods {
@@ -204,9 +209,23 @@ func (c *Client) podTable(pods []corev1.Pod) error {
 		if p.Labels[v1.LabelCanary] == "true" {
 			canary = "true"
 		}
-		rows = append(rows, []string{p.Name, fmt.Sprintf("%d/%d", ready, len(p.Spec.Containers)), orNone(status), fmt.Sprint(h.Restarts),
-			orNone(p.Spec.NodeName), p.Labels[v1.LabelReplicaSet], canary, age(p.CreationTimestamp)})
+		row := []string{p.Name, fmt.Sprintf("%d/%d", ready, len(p.Spec.Containers)), orNone(status), fmt.Sprint(h.Restarts),
+			orNone(p.Spec.NodeName), p.Labels[v1.LabelReplicaSet], canary, age(p.CreationTimestamp)}
+		if c.Output == "wide" {
+			row = append(row, orNone(p.Status.PodIP), p.Spec.Containers[0].Image)
+		}
+		rows = append(rows, row)
 		nss = append(nss, p.Namespace)
 	}
 	return c.table(header, rows, nss)
+}
+
+// selectorString prints a label selector as kubectl does ("<none>" when empty).
+func selectorString(sel *metav1.LabelSelector) string {
+	if sel != nil {
+		if ls, err := metav1.LabelSelectorAsSelector(sel); err == nil && !ls.Empty() {
+			return ls.String()
+		}
+	}
+	return "<none>"
 }
