@@ -3,7 +3,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help build test test-unit bench lint demo demo-host demo-rollout demo-swarm generate image vm-test cluster-up cluster-down
+.PHONY: help build test test-unit bench lint demo demo-host demo-rollout demo-eds demo-swarm generate image vm-test cluster-up cluster-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -28,10 +28,14 @@ lint: ## go vet and staticcheck (installed from the Go module proxy)
 demo: ## the main job: a real upgrade on one node, then a rollout through a simulated cluster
 	@scripts/demo
 	@scripts/demo-rollout
+	@scripts/demo-eds
 	@scripts/demo-swarm
 
 demo-host: ## only the one-node act: install v1, upgrade to v2 from a local mirror (build/demo)
 	@scripts/demo
+
+demo-eds: ## only the ExtendedDaemonSet act: canary validated, then a crash-looping canary rolled back
+	@scripts/demo-eds
 
 demo-rollout: ## only the cluster act: 10 fake nodes, one agent each, rolled from v1 to v2 live
 	@scripts/demo-rollout

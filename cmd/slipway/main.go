@@ -39,8 +39,14 @@ func newApp() *cli.App {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "debug", Usage: "log at debug level", EnvVars: []string{"SLIPWAY_DEBUG"}},
 		},
-		Before:   setupLogging,
-		Commands: []*cli.Command{opsCommand(), configCommand(), swarmCommand(), versionCommand()},
+		Before: setupLogging,
+		Commands: []*cli.Command{
+			opsCommand(),
+			configCommand(),
+			edsCommand(),
+			swarmCommand(),
+			versionCommand(),
+		},
 	}
 }
 

@@ -45,6 +45,12 @@ var apis = map[string]api{
 		output: "slipway.dev/slipway/ops/generated/swarm",
 		types:  []string{"Swarm"},
 	},
+	"eds": {
+		group: "eds.slipway.dev", version: "v1alpha1",
+		pkg:    "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1",
+		output: "slipway.dev/slipway/ops/generated/eds",
+		types:  []string{"ExtendedDaemonSet", "ExtendedDaemonSetReplicaSet", "ExtendedDaemonsetSetting"},
+	},
 }
 
 func main() {

@@ -30,6 +30,8 @@ type crdSpec struct {
 	validation func() ([]bound, []rule, error)
 	// defs are the generated OpenAPI definitions of the kind's group.
 	defs func(common.ReferenceCallback) map[string]common.OpenAPIDefinition
+	// edit, when set, adds what the definitions cannot say (CEL rules, enums).
+	edit func(*apiextv1.JSONSchemaProps)
 }
 
 // fileName is the YAML file ops/crds embeds for s.
@@ -50,6 +52,9 @@ func buildCRD(s crdSpec) (*apiextv1.CustomResourceDefinition, error) {
 		if err := addValidation(schema, bounds, rules); err != nil {
 			return nil, fmt.Errorf("%s validation: %w", s.kind, err)
 		}
+	}
+	if s.edit != nil {
+		s.edit(schema)
 	}
 	scope := apiextv1.NamespaceScoped
 	if s.cluster {

@@ -18,6 +18,7 @@ import (
 var groups = []func() []crdSpec{
 	opsCRDs,
 	swarmCRDs,
+	edsCRDs,
 }
 
 func main() {

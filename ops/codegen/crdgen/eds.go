@@ -1,0 +1,110 @@
+package main
+
+import (
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/kube-openapi/pkg/common"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+
+	edsv1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/generated/eds/openapi"
+)
+
+const edsModel = "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1."
+
+// edsCRDs are the CRDs of eds.slipway.dev: ExtendedDaemonSet,
+// ExtendedDaemonSetReplicaSet and ExtendedDaemonsetSetting. The core types
+// they embed (a pod template, resource requirements) are kept whole
+// (x-kubernetes-preserve-unknown-fields): the API server validates them
+// when the controller creates the pods, and the CRDs stay small.
+func edsCRDs() []crdSpec {
+	gv := edsv1.SchemeGroupVersion
+	return []crdSpec{{
+		model: edsModel + "ExtendedDaemonSet", group: gv.Group, version: gv.Version,
+		kind: "ExtendedDaemonSet", plural: "extendeddaemonsets", singular: "extendeddaemonset",
+		short: []string{"eds"}, categories: []string{"all"}, defs: edsDefinitions,
+		columns: []apiextv1.CustomResourceColumnDefinition{
+			{Name: "Desired", Type: "integer", JSONPath: ".status.desired", Description: "Nodes that should run a pod."},
+			{Name: "Current", Type: "integer", JSONPath: ".status.current", Description: "Pods that exist."},
+			{Name: "Ready", Type: "integer", JSONPath: ".status.ready", Description: "Pods that are Ready."},
+			{Name: "Up-to-date", Type: "integer", JSONPath: ".status.upToDate", Description: "Pods of the spec's template."},
+			{Name: "Available", Type: "integer", JSONPath: ".status.available", Description: "Pods that are available."},
+			{Name: "Ignored Unresponsive Nodes", Type: "integer", JSONPath: ".status.ignoredUnresponsiveNodes", Priority: 1},
+			{Name: "Status", Type: "string", JSONPath: ".status.state", Description: "Running, Canary, CanaryPaused, CanaryFailed, RollingUpdatePaused or RolloutFrozen."},
+			{Name: "Reason", Type: "string", JSONPath: ".status.reason", Priority: 1},
+			{Name: "Active RS", Type: "string", JSONPath: ".status.activeReplicaSet", Description: "The ERS of the validated template."},
+			{Name: "Canary RS", Type: "string", JSONPath: ".status.canary.replicaSet", Description: "The ERS of the canary, if any."},
+			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
+		},
+		edit: canaryRules,
+	}, {
+		model: edsModel + "ExtendedDaemonSetReplicaSet", group: gv.Group, version: gv.Version,
+		kind: "ExtendedDaemonSetReplicaSet", plural: "extendeddaemonsetreplicasets", singular: "extendeddaemonsetreplicaset",
+		short: []string{"ers"}, categories: []string{"all"}, defs: edsDefinitions,
+		columns: []apiextv1.CustomResourceColumnDefinition{
+			{Name: "Status", Type: "string", JSONPath: ".status.status"},
+			{Name: "Desired", Type: "integer", JSONPath: ".status.desired"},
+			{Name: "Current", Type: "integer", JSONPath: ".status.current"},
+			{Name: "Ready", Type: "integer", JSONPath: ".status.ready"},
+			{Name: "Available", Type: "integer", JSONPath: ".status.available"},
+			{Name: "Node Selector", Type: "string", JSONPath: ".spec.selector.matchLabels"},
+			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
+		},
+	}, {
+		model: edsModel + "ExtendedDaemonsetSetting", group: gv.Group, version: gv.Version,
+		kind: "ExtendedDaemonsetSetting", plural: "extendeddaemonsetsettings", singular: "extendeddaemonsetsetting",
+		short: []string{"edss"}, defs: edsDefinitions,
+		columns: []apiextv1.CustomResourceColumnDefinition{
+			{Name: "Status", Type: "string", JSONPath: ".status.status"},
+			{Name: "Node Selector", Type: "string", JSONPath: ".spec.nodeSelector.matchLabels"},
+			{Name: "Error", Type: "string", JSONPath: ".status.error"},
+			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
+		},
+	}}
+}
+
+// edsDefinitions are the generated definitions plus the external types
+// the group references: IntOrString, and core types kept whole.
+func edsDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
+	defs := openapi.GetOpenAPIDefinitions(ref)
+	whole := spec.Schema{SchemaProps: spec.SchemaProps{Type: []string{"object"}},
+		VendorExtensible: spec.VendorExtensible{Extensions: spec.Extensions{"x-kubernetes-preserve-unknown-fields": true}}}
+	for _, name := range []string{"k8s.io/api/core/v1.PodTemplateSpec", "k8s.io/api/core/v1.ResourceRequirements"} {
+		defs[name] = common.OpenAPIDefinition{Schema: whole}
+	}
+	defs["k8s.io/apimachinery/pkg/util/intstr.IntOrString"] = common.OpenAPIDefinition{Schema: spec.Schema{
+		SchemaProps: spec.SchemaProps{AnyOf: []spec.Schema{
+			{SchemaProps: spec.SchemaProps{Type: []string{"integer"}}},
+			{SchemaProps: spec.SchemaProps{Type: []string{"string"}}},
+		}},
+		VendorExtensible: spec.VendorExtensible{Extensions: spec.Extensions{"x-kubernetes-int-or-string": true}},
+	}}
+	return defs
+}
+
+// canaryRules adds what the generated schema cannot say about a canary:
+// the validation mode's values, the rules between autoPause and autoFail,
+// that manual mode has no duration, and that the template is required.
+func canaryRules(root *apiextv1.JSONSchemaProps) {
+	specProps := root.Properties["spec"]
+	strategy := specProps.Properties["strategy"]
+	canary := strategy.Properties["canary"]
+	mode := canary.Properties["validationMode"]
+	mode.Enum = []apiextv1.JSON{{Raw: []byte(`"auto"`)}, {Raw: []byte(`"manual"`)}}
+	canary.Properties["validationMode"] = mode
+	canary.XValidations = apiextv1.ValidationRules{{
+		Rule:    "!has(self.autoFail) || !has(self.autoPause) || !has(self.autoFail.maxRestarts) || !has(self.autoPause.maxRestarts) || self.autoFail.maxRestarts >= self.autoPause.maxRestarts",
+		Message: "autoFail.maxRestarts must be at least autoPause.maxRestarts",
+	}, {
+		Rule:    "!has(self.validationMode) || self.validationMode != 'manual' || (!has(self.duration) && !has(self.noRestartsDuration))",
+		Message: "validationMode manual takes no duration or noRestartsDuration: the canary ends with `kubectl-eds canary validate`",
+	}, {
+		Rule:    "!has(self.autoFail) || !has(self.autoFail.canaryTimeout) || !has(self.duration) || duration(self.autoFail.canaryTimeout) > duration(self.duration)",
+		Message: "autoFail.canaryTimeout must be longer than duration",
+	}}
+	strategy.Properties["canary"] = canary
+	specProps.Properties["strategy"] = strategy
+	template := specProps.Properties["template"]
+	template.Default = nil // required: a missing template is refused, not defaulted to an empty pod
+	specProps.Properties["template"] = template
+	root.Properties["spec"] = specProps
+}

@@ -1,0 +1,198 @@
+package eds
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/eds/plan"
+)
+
+// runCanary chooses the canary nodes, points them at the canary ERS and
+// acts on the verdict. It returns done when the canary ended (validated or
+// failed): the spec or the active ERS changed and the sync starts over.
+func (c *Controller) runCanary(ctx context.Context, r *round) (done bool, err error) {
+	e, cs := r.e, r.e.Spec.Strategy.Canary
+	sel, _ := plan.Selector(cs.NodeSelector) // validated
+	n, _ := plan.Scaled(cs.Replicas, len(r.nodes), 1)
+	restarts := map[string]int32{}
+	for _, p := range r.pods {
+		if h := plan.PodHealth(p); h.Restarts > restarts[nodeOf(p)] {
+			restarts[nodeOf(p)] = h.Restarts
+		}
+	}
+	var cands []plan.Candidate
+	for _, node := range r.nodes {
+		if sel.Matches(labels.Set(node.Labels)) {
+			cands = append(cands, plan.Candidate{Name: node.Name, Labels: node.Labels, Restarts: restarts[node.Name]})
+		}
+	}
+	var current []string
+	if e.Status.Canary != nil && e.Status.Canary.ReplicaSet == r.canary.Name {
+		current = e.Status.Canary.Nodes
+	}
+	r.canaryNodes = plan.CanaryNodes(cands, n, cs.NodeAntiAffinityKeys, current)
+	for _, node := range r.canaryNodes {
+		r.targets[node] = r.canary.Name
+	}
+	state := c.canaryState(r)
+	r.verdict = plan.CanaryVerdict(canaryPolicy(cs), state)
+	r.later(r.verdict.RecheckAfter)
+	switch r.verdict.Action {
+	case plan.Validate:
+		return true, c.validateCanary(ctx, r)
+	case plan.Fail:
+		return true, c.failCanary(ctx, r)
+	}
+	return false, c.markCanaryERS(ctx, r, state)
+}
+
+// canaryState gathers the verdict's inputs from the canary pods, the ERS's
+// conditions and the ExtendedDaemonSet's annotations.
+func (c *Controller) canaryState(r *round) plan.CanaryState {
+	e, name := r.e, r.canary.Name
+	s := plan.CanaryState{Now: r.now, Start: r.canary.CreationTimestamp.Time, Expected: len(r.canaryNodes)}
+	onCanary := map[string]bool{}
+	for _, n := range r.canaryNodes {
+		onCanary[n] = true
+	}
+	for _, p := range r.pods {
+		if p.Labels[v1.LabelReplicaSet] != name || !onCanary[nodeOf(p)] || p.DeletionTimestamp != nil {
+			continue
+		}
+		h := plan.PodHealth(p)
+		s.Pods = append(s.Pods, h)
+		if h.CannotStart != "" && (s.CannotStartSince.IsZero() || p.CreationTimestamp.Time.Before(s.CannotStartSince)) {
+			s.CannotStartSince = p.CreationTimestamp.Time
+		}
+	}
+	if cond := meta.FindStatusCondition(r.canary.Status.Conditions, v1.ConditionPodRestarting); cond != nil && cond.Status == metav1.ConditionTrue {
+		s.RestartingSince = cond.LastTransitionTime.Time
+	}
+	valid, _ := annotation(e.Annotations, v1.AnnotationCanaryValid)
+	failed, _ := annotation(e.Annotations, v1.AnnotationCanaryFailed)
+	paused, _ := annotation(e.Annotations, v1.AnnotationCanaryPaused)
+	s.Validated, s.ManuallyFailed = valid == name, failed == name
+	s.ManuallyPaused, s.ManuallyUnpaused = paused == "true", paused == "false"
+	s.PausedReason, _ = annotation(e.Annotations, v1.AnnotationCanaryPausedReason)
+	return s
+}
+
+// markCanaryERS records on the canary ERS its status and the conditions
+// PodRestarting and PodCannotStart (their transition times feed the verdict).
+func (c *Controller) markCanaryERS(ctx context.Context, r *round, s plan.CanaryState) error {
+	cp := r.canary.DeepCopy()
+	cp.Status.Status = v1.ReplicaSetStatusCanary
+	var restarts int32
+	var cannot string
+	for _, h := range s.Pods {
+		restarts = max(restarts, h.Restarts)
+		if cannot == "" {
+			cannot = h.CannotStart
+		}
+	}
+	setCond(&cp.Status.Conditions, v1.ConditionPodRestarting, restarts > 0, "Restarts", fmt.Sprintf("a canary pod restarted %d times", restarts))
+	setCond(&cp.Status.Conditions, v1.ConditionPodCannotStart, cannot != "", nonEmpty(cannot, "Started"), "a canary container cannot start: "+cannot)
+	setCond(&cp.Status.Conditions, v1.ConditionCanaryPaused, r.verdict.Action == plan.Pause, nonEmpty(r.verdict.Reason, "Running"), "")
+	return c.updateERSStatus(ctx, r, r.canary, cp)
+}
+
+func nonEmpty(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// setCond sets a condition when its status or reason changed (an
+// unchanged one keeps its transition time).
+func setCond(conds *[]metav1.Condition, t string, on bool, reason, msg string) {
+	st := metav1.ConditionFalse
+	if on {
+		st = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(conds, metav1.Condition{Type: t, Status: st, Reason: reason, Message: msg})
+}
+
+// validateCanary makes the canary ERS active: the rolling update carries it
+// to the other nodes.
+func (c *Controller) validateCanary(ctx context.Context, r *round) error {
+	cp := r.canary.DeepCopy()
+	cp.Status.Status = v1.ReplicaSetStatusActive
+	setCond(&cp.Status.Conditions, v1.ConditionCanaryPaused, false, "Validated", "")
+	if err := c.updateERSStatus(ctx, r, r.canary, cp); err != nil {
+		return err
+	}
+	e := r.e.DeepCopy()
+	e.Status.ActiveReplicaSet, e.Status.Canary, e.Status.Reason = r.canary.Name, nil, ""
+	e.Status.State = v1.StateRunning
+	setCond(&e.Status.Conditions, v1.ConditionCanary, false, r.verdict.Reason, "ERS "+r.canary.Name+": validated")
+	setCond(&e.Status.Conditions, v1.ConditionCanaryPaused, false, r.verdict.Reason, "")
+	if _, _, err := c.putEDSStatus(ctx, r.e, e.Status); err != nil {
+		return fmt.Errorf("record the validated canary %s: %w", r.canary.Name, err)
+	}
+	c.metrics.verdicts.WithLabelValues("validated").Inc()
+	c.recorder.Eventf(e, corev1.EventTypeNormal, EventCanaryValidated, "canary ERS %s validated (%s) on nodes %v; rolling it out", r.canary.Name, r.verdict.Reason, r.canaryNodes)
+	return nil
+}
+
+// failCanary marks the canary ERS failed and restores the active template
+// into the spec; the rolling update then brings the canary nodes back.
+func (c *Controller) failCanary(ctx context.Context, r *round) error {
+	cp := r.canary.DeepCopy()
+	cp.Status.Status = v1.ReplicaSetStatusCanaryFailed
+	setCond(&cp.Status.Conditions, v1.ConditionCanaryFailed, true, r.verdict.Reason, "")
+	meta.FindStatusCondition(cp.Status.Conditions, v1.ConditionCanaryFailed).ObservedGeneration = r.e.Generation
+	if err := c.updateERSStatus(ctx, r, r.canary, cp); err != nil {
+		return err
+	}
+	e := r.e.DeepCopy()
+	e.Status.State, e.Status.Reason, e.Status.Canary = v1.StateCanaryFailed, r.verdict.Reason, nil
+	setCond(&e.Status.Conditions, v1.ConditionCanaryFailed, true, r.verdict.Reason, "ERS "+r.canary.Name+": failed on nodes "+fmt.Sprint(r.canaryNodes))
+	setCond(&e.Status.Conditions, v1.ConditionCanary, false, r.verdict.Reason, "ERS "+r.canary.Name+": failed")
+	if _, _, err := c.putEDSStatus(ctx, r.e, e.Status); err != nil {
+		return fmt.Errorf("record the failed canary %s: %w", r.canary.Name, err)
+	}
+	c.metrics.verdicts.WithLabelValues("failed").Inc()
+	c.recorder.Eventf(e, corev1.EventTypeWarning, EventCanaryFailed, "canary ERS %s failed (%s) on nodes %v; restoring the template of ERS %s",
+		r.canary.Name, r.verdict.Reason, r.canaryNodes, r.active.Name)
+	return c.restoreTemplate(ctx, r)
+}
+
+// updateERSStatus writes next's status when it differs from s's; a
+// counts-only change waits (r.recheck brings the sync back).
+func (c *Controller) updateERSStatus(ctx context.Context, r *round, s, next *v1.ExtendedDaemonSetReplicaSet) error {
+	wait, err := c.putERSStatus(ctx, s, next.Status)
+	r.later(wait)
+	return err
+}
+
+// restoreTemplate puts the active ERS's template back into the spec after
+// a failed canary. The JSON patch tests the generation first: a spec changed
+// meanwhile (a user's new template) wins, and the next sync decides again;
+// status writes do not stand in its way as a resourceVersion would.
+func (c *Controller) restoreTemplate(ctx context.Context, r *round) error {
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/generation", "value": r.e.Generation},
+		{"op": "replace", "path": "/spec/template", "value": r.active.Spec.Template},
+	})
+	if err == nil {
+		_, err = c.eds.ExtendedDaemonSets(r.e.Namespace).Patch(ctx, r.e.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	}
+	if apierrors.IsInvalid(err) { // the generation test failed: the spec changed, and its update event brings the next sync
+		c.log.Debug("spec changed before the active template was restored; deciding again", "eds", r.e.Namespace+"/"+r.e.Name)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("restore the active template (ERS %s) after the failed canary: %w", r.active.Name, err)
+	}
+	return nil
+}

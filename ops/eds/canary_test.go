@@ -1,0 +1,186 @@
+package eds
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
+	edscli "slipway.dev/slipway/ops/eds/cli"
+	"slipway.dev/slipway/ops/kube"
+)
+
+// kubectlEDS is the kubectl-eds logic against the test's namespace.
+func (h *harness) kubectlEDS(output string) (*edscli.Client, *bytes.Buffer) {
+	h.t.Helper()
+	k, err := kube.NewForConfig(env.Config)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out bytes.Buffer
+	return &edscli.Client{Kube: k, EDS: h.ctrl.eds, Namespace: h.ns, Output: output, Out: &out}, &out
+}
+
+func manual(e *v1.ExtendedDaemonSet) *v1.ExtendedDaemonSet {
+	withCanary(e, 0)
+	e.Spec.Strategy.Canary.Duration, e.Spec.Strategy.Canary.NoRestartsDuration = nil, nil
+	e.Spec.Strategy.Canary.ValidationMode = v1.ValidationModeManual
+	return e
+}
+
+func TestManualCanaryValidatedThroughKubectlEDS(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.create(manual(daemon("agent", "agent:v1")))
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	h.setImage("agent", "agent:v2")
+	e := h.waitState("agent", v1.StateCanary, 20*time.Second)
+	h.canaryPod("agent", e.Status.Canary.ReplicaSet)
+	cl, out := h.kubectlEDS("")
+	ctx := context.Background()
+	if err := cl.Diff(ctx, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	if d := out.String(); !strings.Contains(d, "-   - image: agent:v1") || !strings.Contains(d, "+   - image: agent:v2") {
+		t.Errorf("diff does not show the image change:\n%s", d)
+	}
+	out.Reset()
+	if err := cl.Pods(ctx, "agent", edscli.SelectCanary); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "NAME") || !strings.Contains(lines[1], "true") {
+		t.Errorf("canary pods table:\n%s", out.String())
+	}
+	wide, wout := h.kubectlEDS("wide")
+	if err := wide.Get(ctx, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	if got := wout.String(); !strings.Contains(got, "CANARY NODES") || !strings.Contains(got, e.Status.Canary.Nodes[0]) {
+		t.Errorf("get -o wide does not name the canary node %s:\n%s", e.Status.Canary.Nodes[0], got)
+	}
+	time.Sleep(2 * time.Second) // manual mode: no validation by time
+	if s := h.get("agent").Status.State; s != v1.StateCanary {
+		t.Fatalf("state %s before the manual validation, want Canary", s)
+	}
+	if err := cl.CanaryValidate(ctx, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	h.rolledOut("agent", "agent:v2", clusterNodes)
+	out.Reset()
+	if err := cl.Get(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "UP-TO-DATE") || !strings.Contains(out.String(), "Running") {
+		t.Errorf("get table:\n%s", out.String())
+	}
+	if err := cl.CanaryValidate(ctx, "agent"); err == nil || !strings.Contains(err.Error(), "no canary running") {
+		t.Errorf("validate without a canary: %v, want a clear refusal", err)
+	}
+}
+
+func TestManualCanaryFailedThroughKubectlEDS(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.create(manual(daemon("agent", "agent:v1")))
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	h.setImage("agent", "agent:v2")
+	h.waitState("agent", v1.StateCanary, 20*time.Second)
+	cl, out := h.kubectlEDS("json")
+	ctx := context.Background()
+	if err := cl.CanaryPause(ctx, "agent", "Investigating"); err != nil {
+		t.Fatal(err)
+	}
+	e := h.waitState("agent", v1.StateCanaryPaused, 10*time.Second)
+	if e.Status.Reason != "Investigating" {
+		t.Errorf("paused reason %q, want Investigating", e.Status.Reason)
+	}
+	if err := cl.CanaryFail(ctx, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	e = h.waitState("agent", v1.StateCanaryFailed, 10*time.Second)
+	if e.Status.Reason != "ManuallyFailed" || e.Spec.Template.Spec.Containers[0].Image != "agent:v1" {
+		t.Errorf("after canary fail: reason %q, image %s; want ManuallyFailed and agent:v1 restored", e.Status.Reason, e.Spec.Template.Spec.Containers[0].Image)
+	}
+	h.rolledOutState("agent", "agent:v1", clusterNodes, v1.StateCanaryFailed)
+	out.Reset()
+	if err := cl.GetERS(ctx, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Items []v1.ExtendedDaemonSetReplicaSet
+	}
+	if err := json.Unmarshal(out.Bytes(), &list); err != nil {
+		t.Fatalf("get-ers -o json: %v\n%s", err, out.String())
+	}
+	statuses := map[string]int{}
+	for _, s := range list.Items {
+		statuses[s.Status.Status]++
+	}
+	if statuses[v1.ReplicaSetStatusActive] != 1 || statuses[v1.ReplicaSetStatusCanaryFailed] != 1 {
+		t.Errorf("ERS statuses %v: want one active, one canary-failed", statuses)
+	}
+}
+
+func TestCanaryOfAnImageThatNeverStarts(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	e := withCanary(daemon("agent", "agent:v1"), 2*time.Second)
+	e.Spec.Strategy.Canary.AutoFail = &v1.ExtendedDaemonSetSpecStrategyCanaryAutoFail{CanaryTimeout: &metav1.Duration{Duration: 5 * time.Second}}
+	h.create(e)
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	stop := h.neverStarts("agent:broken")
+	defer stop()
+	h.setImage("agent", "agent:broken")
+	got := h.waitState("agent", v1.StateCanaryPaused, 20*time.Second)
+	if got.Status.Reason != "ErrImagePull" {
+		t.Errorf("paused reason %q, want ErrImagePull", got.Status.Reason)
+	}
+	got = h.waitState("agent", v1.StateCanaryFailed, 20*time.Second)
+	if got.Status.Reason != "TimeoutExceeded" {
+		t.Errorf("failed reason %q, want TimeoutExceeded", got.Status.Reason)
+	}
+	h.rolledOutState("agent", "agent:v1", clusterNodes, v1.StateCanaryFailed)
+}
+
+// neverStarts plays a kubelet that cannot pull image: every pod of the
+// test's namespace running it gets its container waiting in ErrImagePull.
+func (h *harness) neverStarts(image string) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for ctx.Err() == nil {
+			list, err := h.kube.CoreV1().Pods(h.ns).List(ctx, metav1.ListOptions{})
+			if err == nil {
+				for _, p := range list.Items {
+					if p.Spec.Containers[0].Image == image && p.DeletionTimestamp == nil && p.Spec.NodeName != "" && !pulling(&p) {
+						h.patchStatusQuiet(ctx, p.Name, map[string]any{"status": map[string]any{"phase": "Running",
+							"conditions": []map[string]any{{"type": "Ready", "status": "False"}},
+							"containerStatuses": []map[string]any{{"name": "daemon", "image": image, "imageID": "", "ready": false, "restartCount": 0,
+								"state": map[string]any{"waiting": map[string]any{"reason": "ErrImagePull", "message": "not found"}}}}}})
+					}
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return cancel
+}
+
+func pulling(p *corev1.Pod) bool {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Waiting != nil && cs.State.Waiting.Reason == "ErrImagePull" {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *harness) patchStatusQuiet(ctx context.Context, pod string, status map[string]any) {
+	raw, _ := json.Marshal(status)
+	_, _ = h.kube.CoreV1().Pods(h.ns).Patch(ctx, pod, "application/strategic-merge-patch+json", raw, metav1.PatchOptions{}, "status")
+}

@@ -1,0 +1,231 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/duration"
+
+	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/eds/plan"
+)
+
+// Now is the clock of the AGE columns.
+var Now = time.Now
+
+func age(t metav1.Time) string {
+	if t.IsZero() {
+		return "<unknown>"
+	}
+	return duration.HumanDuration(Now().Sub(t.Time))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// table writes rows under header, aligned like kubectl's, with a NAMESPACE
+// column first for --all-namespaces.
+func (c *Client) table(header []string, rows [][]string, namespaces []string) error {
+	w := tabwriter.NewWriter(c.Out, 3, 0, 3, ' ', 0)
+	if c.AllNamespaces {
+		header = append([]string{"NAMESPACE"}, header...)
+	}
+	fmt.Fprintln(w, strings.Join(header, "\t"))
+	for i, r := range rows {
+		if c.AllNamespaces {
+			r = append([]string{namespaces[i]}, r...)
+		}
+		fmt.Fprintln(w, strings.Join(r, "\t"))
+	}
+	return w.Flush()
+}
+
+// Get prints one ExtendedDaemonSet (name) or all of the namespace.
+func (c *Client) Get(ctx context.Context, name string) error {
+	var items []v1.ExtendedDaemonSet
+	if name != "" {
+		e, err := c.get(ctx, name)
+		if err != nil {
+			return err
+		}
+		items = []v1.ExtendedDaemonSet{*e}
+	} else {
+		list, err := c.EDS.ExtendedDaemonSets(c.ns()).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("list ExtendedDaemonSets: %w", err)
+		}
+		items = list.Items
+	}
+	if c.Output == "json" || c.Output == "yaml" {
+		objs := make([]any, len(items))
+		for i := range items {
+			items[i].TypeMeta = metav1.TypeMeta{APIVersion: v1.SchemeGroupVersion.String(), Kind: "ExtendedDaemonSet"}
+			objs[i] = items[i]
+		}
+		return c.printObjects(objs, name != "")
+	}
+	header := []string{"NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "IGNORED UNRESPONSIVE NODES", "STATUS", "REASON", "ACTIVE RS", "CANARY RS", "AGE"}
+	wide := c.Output == "wide"
+	if wide {
+		header = append(header, "CANARY NODES", "NODE SELECTOR")
+	}
+	var rows [][]string
+	var nss []string
+	for _, e := range items {
+		s := e.Status
+		canary, nodes := "", ""
+		if s.Canary != nil {
+			canary, nodes = s.Canary.ReplicaSet, strings.Join(s.Canary.Nodes, ",")
+		}
+		row := []string{e.Name, fmt.Sprint(s.Desired), fmt.Sprint(s.Current), fmt.Sprint(s.Ready), fmt.Sprint(s.UpToDate),
+			fmt.Sprint(s.Available), fmt.Sprint(s.IgnoredUnresponsiveNodes), orNone(string(s.State)), orNone(s.Reason),
+			orNone(s.ActiveReplicaSet), orNone(canary), age(e.CreationTimestamp)}
+		if wide {
+			row = append(row, orNone(nodes), selectorString(e.Spec.Selector))
+		}
+		rows = append(rows, row)
+		nss = append(nss, e.Namespace)
+	}
+	return c.table(header, rows, nss)
+}
+
+// GetERS prints the ERSs of one ExtendedDaemonSet (name) or of the namespace.
+func (c *Client) GetERS(ctx context.Context, name string) error {
+	opts := metav1.ListOptions{}
+	if name != "" {
+		if _, err := c.get(ctx, name); err != nil {
+			return err
+		}
+		opts.LabelSelector = labels.SelectorFromSet(labels.Set{v1.LabelEDSOwner: name}).String()
+	}
+	list, err := c.EDS.ExtendedDaemonSetReplicaSets(c.ns()).List(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("list ExtendedDaemonSetReplicaSets: %w", err)
+	}
+	if c.Output == "json" || c.Output == "yaml" {
+		objs := make([]any, len(list.Items))
+		for i := range list.Items {
+			list.Items[i].TypeMeta = metav1.TypeMeta{APIVersion: v1.SchemeGroupVersion.String(), Kind: "ExtendedDaemonSetReplicaSet"}
+			objs[i] = list.Items[i]
+		}
+		return c.printObjects(objs, false)
+	}
+	header := []string{"NAME", "STATUS", "DESIRED", "CURRENT", "READY", "AVAILABLE", "NODE SELECTOR", "AGE"}
+	var rows [][]string
+	var nss []string
+	for _, s := range list.Items {
+		st := s.Status
+		rows = append(rows, []string{s.Name, orNone(st.Status), fmt.Sprint(st.Desired), fmt.Sprint(st.Current), fmt.Sprint(st.Ready),
+			fmt.Sprint(st.Available), selectorString(s.Spec.Selector), age(s.CreationTimestamp)})
+		nss = append(nss, s.Namespace)
+	}
+	return c.table(header, rows, nss)
+}
+
+// Selections of Pods.
+const (
+	SelectAll      = "all"
+	SelectCanary   = "canary"
+	SelectNotReady = "not-ready"
+)
+
+// Pods prints the pods of an ExtendedDaemonSet: all, the canary's, or those not ready.
+func (c *Client) Pods(ctx context.Context, name, selection string) error {
+	e, err := c.get(ctx, name)
+	if err != nil {
+		return err
+	}
+	set := labels.Set{v1.LabelName: name}
+	switch selection {
+	case SelectAll, "":
+	case SelectCanary:
+		ers, err := canaryOf(e)
+		if err != nil {
+			return err
+		}
+		set[v1.LabelReplicaSet] = ers
+	case SelectNotReady:
+	default:
+		return fmt.Errorf("unknown selection %q: use --select canary, not-ready or all", selection)
+	}
+	list, err := c.Kube.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(set).String()})
+	if err != nil {
+		return fmt.Errorf("list the pods of %s/%s: %w", c.Namespace, name, err)
+	}
+	var pods []corev1.Pod
+	for _, p := range list.Items {
+		if selection != SelectNotReady || !plan.PodHealth(&p).Ready {
+			pods = append(pods, p)
+		}
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Spec.NodeName < pods[j].Spec.NodeName })
+	if c.Output == "json" || c.Output == "yaml" {
+		objs := make([]any, len(pods))
+		for i := range pods {
+			pods[i].TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+			objs[i] = pods[i]
+		}
+		return c.printObjects(objs, false)
+	}
+	return c.podTable(pods)
+}
+
+func (c *Client) podTable(pods []corev1.Pod) error {
+	header := []string{"NAME", "READY", "STATUS", "RESTARTS", "NODE", "ERS", "CANARY", "AGE"}
+	if c.Output == "wide" {
+		header = append(header, "IP", "IMAGE")
+	}
+	var rows [][]string
+	var nss []string
+	for _, p := range pods {
+		h := plan.PodHealth(&p)
+		ready := 0
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Ready {
+				ready++
+			}
+		}
+		status := string(p.Status.Phase)
+		switch {
+		case p.DeletionTimestamp != nil:
+			status = "Terminating"
+		case h.CannotStart != "":
+			status = h.CannotStart
+		case h.RestartReason == "CrashLoopBackOff":
+			status = "CrashLoopBackOff"
+		}
+		canary := "false"
+		if p.Labels[v1.LabelCanary] == "true" {
+			canary = "true"
+		}
+		row := []string{p.Name, fmt.Sprintf("%d/%d", ready, len(p.Spec.Containers)), orNone(status), fmt.Sprint(h.Restarts),
+			orNone(p.Spec.NodeName), p.Labels[v1.LabelReplicaSet], canary, age(p.CreationTimestamp)}
+		if c.Output == "wide" {
+			row = append(row, orNone(p.Status.PodIP), p.Spec.Containers[0].Image)
+		}
+		rows = append(rows, row)
+		nss = append(nss, p.Namespace)
+	}
+	return c.table(header, rows, nss)
+}
+
+// selectorString prints a label selector as kubectl does ("<none>" when empty).
+func selectorString(sel *metav1.LabelSelector) string {
+	if sel != nil {
+		if ls, err := metav1.LabelSelectorAsSelector(sel); err == nil && !ls.Empty() {
+			return ls.String()
+		}
+	}
+	return "<none>"
+}

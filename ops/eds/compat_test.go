@@ -1,0 +1,175 @@
+package eds
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
+)
+
+// Manifests in the shape of DataDog's datadoghq.com/v1alpha1 examples, with
+// only apiVersion changed: strict decoding proves every field is one of
+// ours, and the API server accepts them with its schema and CEL rules.
+var dataDogShaped = []string{`
+apiVersion: eds.slipway.dev/v1alpha1
+kind: ExtendedDaemonSet
+metadata:
+  name: shaped-v1
+spec:
+  strategy:
+    canary:
+      replicas: 1
+      duration: 5m
+      autoFail:
+        enabled: true
+        canaryTimeout: 10m
+      autoPause:
+        enabled: true
+        maxRestarts: 5
+    rollingUpdate:
+      maxParallelPodCreation: 1
+      maxUnavailable: 2
+      slowStartIntervalDuration: 1m
+  template:
+    spec:
+      containers:
+      - name: daemon
+        image: example/daemon:1
+      tolerations:
+      - operator: Exists
+`, `
+apiVersion: eds.slipway.dev/v1alpha1
+kind: ExtendedDaemonSet
+metadata:
+  name: shaped-restarts
+spec:
+  selector:
+    matchLabels:
+      pool: daemons
+  strategy:
+    reconcileFrequency: 5s
+    canary:
+      replicas: 10%
+      duration: 3m
+      noRestartsDuration: 1m
+      nodeSelector:
+        matchLabels:
+          canary: allowed
+      nodeAntiAffinityKeys: [topology.kubernetes.io/zone]
+      validationMode: auto
+      autoPause:
+        enabled: true
+        maxRestarts: 2
+        maxSlowStartDuration: 2m
+      autoFail:
+        enabled: true
+        maxRestarts: 5
+        maxRestartsDuration: 10m
+    rollingUpdate:
+      maxParallelPodCreation: 5
+      maxUnavailable: 20%
+      maxPodSchedulerFailure: 1
+      slowStartIntervalDuration: 30s
+      slowStartAdditiveIncrease: 25%
+  template:
+    metadata:
+      labels:
+        app: shaped
+    spec:
+      containers:
+      - name: daemon
+        image: example/daemon:2
+        command: ["run", "--flag"]
+`, `
+apiVersion: eds.slipway.dev/v1alpha1
+kind: ExtendedDaemonSet
+metadata:
+  name: shaped-manual
+spec:
+  strategy:
+    canary:
+      replicas: 1
+      validationMode: manual
+  template:
+    spec:
+      containers:
+      - name: daemon
+        image: example/daemon:3
+`}
+
+func TestDataDogShapedManifestsApply(t *testing.T) {
+	t.Parallel()
+	h := newBareHarness(t)
+	ctx := context.Background()
+	for _, doc := range dataDogShaped {
+		var e v1.ExtendedDaemonSet
+		if err := yaml.UnmarshalStrict([]byte(doc), &e); err != nil {
+			t.Fatalf("a field is not ours: %v\n%s", err, doc)
+		}
+		got, err := h.eds.EdsV1alpha1().ExtendedDaemonSets(h.ns).Create(ctx, &e, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("%s refused: %v", e.Name, err)
+		}
+		ru := got.Spec.Strategy.RollingUpdate
+		if got.Spec.Strategy.ReconcileFrequency == nil || ru.MaxUnavailable == nil || ru.MaxParallelPodCreation == nil || ru.SlowStartAdditiveIncrease == nil {
+			t.Errorf("%s: schema defaults not applied: %+v", e.Name, got.Spec.Strategy)
+		}
+		if c := got.Spec.Strategy.Canary; c.AutoFail == nil || c.AutoFail.MaxRestarts == nil || c.AutoPause == nil || c.AutoPause.MaxRestarts == nil {
+			t.Errorf("%s: canary defaults not applied: %+v", e.Name, c)
+		}
+	}
+	setting := `
+apiVersion: eds.slipway.dev/v1alpha1
+kind: ExtendedDaemonsetSetting
+metadata:
+  name: shaped-setting
+spec:
+  reference:
+    kind: ExtendedDaemonset
+    name: shaped-v1
+  nodeSelector:
+    matchLabels:
+      overwrite: shaped
+  containers:
+  - name: daemon
+    resources:
+      requests:
+        cpu: "0.1"
+        memory: 30Mi
+`
+	var s v1.ExtendedDaemonsetSetting
+	if err := yaml.UnmarshalStrict([]byte(setting), &s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eds.EdsV1alpha1().ExtendedDaemonsetSettings(h.ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("setting refused: %v", err)
+	}
+}
+
+func TestCELRulesRefuseBadCanaries(t *testing.T) {
+	t.Parallel()
+	h := newBareHarness(t)
+	ctx := context.Background()
+	bad := map[string]string{
+		"autoFail below autoPause": `{"canary":{"autoPause":{"maxRestarts":4},"autoFail":{"maxRestarts":3}}}`,
+		"timeout within duration":  `{"canary":{"duration":"10m","autoFail":{"canaryTimeout":"5m"}}}`,
+		"manual with a duration":   `{"canary":{"validationMode":"manual","duration":"1m"}}`,
+		"unknown validation mode":  `{"canary":{"validationMode":"sometimes"}}`,
+	}
+	for name, strategy := range bad {
+		doc := `{"apiVersion":"eds.slipway.dev/v1alpha1","kind":"ExtendedDaemonSet","metadata":{"name":"bad"},"spec":{"strategy":` + strategy +
+			`,"template":{"spec":{"containers":[{"name":"d","image":"x"}]}}}}`
+		var e v1.ExtendedDaemonSet
+		if err := yaml.UnmarshalStrict([]byte(doc), &e); err != nil {
+			t.Fatal(err)
+		}
+		_, err := h.eds.EdsV1alpha1().ExtendedDaemonSets(h.ns).Create(ctx, &e, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), "spec.strategy.canary") {
+			t.Errorf("%s: %v, want a refusal naming spec.strategy.canary", name, err)
+		}
+	}
+}

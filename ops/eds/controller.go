@@ -1,0 +1,296 @@
+package eds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/crds"
+	edsclient "slipway.dev/slipway/ops/generated/eds/clientset/versioned/typed/eds.slipway.dev/v1alpha1"
+	edslisters "slipway.dev/slipway/ops/generated/eds/listers/eds.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/kube"
+	"slipway.dev/slipway/ops/lease"
+	"slipway.dev/slipway/version"
+)
+
+// Controller reconciles ExtendedDaemonSets. Handlers only enqueue the
+// ExtendedDaemonSet concerned; sync is idempotent and keyed by namespace/name.
+type Controller struct {
+	opts     Options
+	log      *slog.Logger
+	kube     *kube.Clientset
+	eds      edsclient.EdsV1alpha1Interface
+	sets     edslisters.ExtendedDaemonSetLister
+	ers      edslisters.ExtendedDaemonSetReplicaSetLister
+	settings edslisters.ExtendedDaemonsetSettingLister
+	nodes    cache.Indexer
+	pods     cache.Indexer // the controller's pods, indexed by ExtendedDaemonSet
+	queue    workqueue.TypedRateLimitingInterface[string]
+	recorder record.EventRecorder
+	metrics  *metrics
+
+	mu        sync.Mutex
+	written   map[string]any                  // "eds/<uid>" or "ers/<uid>" -> the status last written
+	writtenAt map[string]time.Time            // and when
+	pending   map[string]map[string]time.Time // per EDS: "create/<node>" and "delete/<pod>" not yet seen in the cache
+	failed    map[string]*failures            // "<ns>/<eds>/<node>" -> pods failed there in a row
+}
+
+// indexByEDS indexes pods by "<namespace>/<ExtendedDaemonSet>".
+const indexByEDS = "eds"
+
+// Run runs a controller until ctx ends.
+func Run(ctx context.Context, opts Options) error {
+	c, err := New(opts)
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
+}
+
+// New builds a controller from opts.
+func New(opts Options) (*Controller, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg := *opts.Config
+	if cfg.QPS == 0 { // client-go's default (5 QPS) would pace a 100-node rollout at 2 nodes/s
+		cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "slipway-eds-controller/" + version.Version
+	}
+	opts.Config = &cfg
+	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}, written: map[string]any{}, writtenAt: map[string]time.Time{}, failed: map[string]*failures{}}
+	if c.kube, err = kube.NewForConfig(opts.Config); err != nil {
+		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
+	}
+	if c.eds, err = edsclient.NewForConfig(opts.Config); err != nil {
+		return nil, fmt.Errorf("build the ExtendedDaemonSet client: %w", err)
+	}
+	return c, nil
+}
+
+// Run installs the CRDs when asked, starts the informers and, while this
+// process leads (always, without leader election), the workers.
+func (c *Controller) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if c.opts.InstallCRDs {
+		if err := crds.Apply(ctx, c.opts.Config, v1.SchemeGroupVersion.Group); err != nil {
+			return fmt.Errorf("install the CRDs (--install-crds): %w", err)
+		}
+	}
+	stopEvents, err := c.startEvents()
+	if err != nil {
+		return err
+	}
+	defer stopEvents()
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "slipway-eds"})
+	defer c.queue.ShutDown()
+	if err := c.startInformers(ctx); err != nil {
+		return err
+	}
+	if c.opts.MetricsAddr != "" {
+		go c.serveMetrics(ctx)
+	}
+	if !c.opts.LeaderElect {
+		c.runWorkers(ctx)
+		return nil
+	}
+	return c.lead(ctx, cancel)
+}
+
+// lead runs the workers while this process holds the Lease; losing it ends Run
+// with an error, so that the process restarts with fresh caches.
+func (c *Controller) lead(ctx context.Context, cancel context.CancelFunc) error {
+	var lost bool
+	var wg sync.WaitGroup
+	err := lease.Run(ctx, lease.Config{
+		Client: c.kube.CoordinationV1().Leases(c.opts.LeaseNamespace), Name: c.opts.LeaseName, Identity: c.opts.Identity,
+		Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Log: c.log,
+		OnStartedLeading: func() {
+			c.log.Info("leading: reconciling ExtendedDaemonSets", "lease", c.opts.LeaseNamespace+"/"+c.opts.LeaseName)
+			wg.Add(1)
+			go func() { defer wg.Done(); c.runWorkers(ctx) }()
+		},
+		OnStoppedLeading: func() { lost = ctx.Err() == nil; cancel() },
+	})
+	wg.Wait()
+	if lost {
+		return errors.New("eds: lost the leader Lease; exiting so that a fresh process competes again")
+	}
+	return err
+}
+
+func (c *Controller) runWorkers(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range c.opts.Workers {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.work(ctx) }()
+	}
+	c.log.Info("eds controller started", "namespace", c.opts.Namespace, "workers", c.opts.Workers)
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+}
+
+func (c *Controller) work(ctx context.Context) {
+	for {
+		key, quit := c.queue.Get()
+		if quit {
+			return
+		}
+		after, err := c.sync(ctx, key)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			c.log.Warn("sync failed; retrying", "eds", key, "err", err)
+			c.metrics.syncErrors.Inc()
+			c.queue.AddRateLimited(key)
+		default:
+			c.queue.Forget(key)
+			if after > 0 {
+				c.queue.AddAfter(key, after)
+			}
+		}
+		c.queue.Done(key)
+	}
+}
+
+// startInformers starts the caches of ExtendedDaemonSets, their ERSs,
+// settings and pods (in the watched namespace) and of Nodes, and waits
+// until they are filled.
+func (c *Controller) startInformers(ctx context.Context) error {
+	ns := c.opts.Namespace
+	edsInf := newInformer(c.eds.ExtendedDaemonSets(ns), &v1.ExtendedDaemonSet{}, nil)
+	ersInf := newInformer(c.eds.ExtendedDaemonSetReplicaSets(ns), &v1.ExtendedDaemonSetReplicaSet{}, nil)
+	setInf := newInformer(c.eds.ExtendedDaemonsetSettings(ns), &v1.ExtendedDaemonsetSetting{}, nil)
+	podInf := newInformer(c.kube.CoreV1().Pods(ns), &corev1.Pod{}, func(o *metav1.ListOptions) { o.LabelSelector = v1.LabelName })
+	nodeInf := newInformer(c.kube.CoreV1().Nodes(), &corev1.Node{}, nil)
+	if err := podInf.AddIndexers(cache.Indexers{indexByEDS: func(o any) ([]string, error) {
+		p := o.(*corev1.Pod)
+		return []string{p.Namespace + "/" + p.Labels[v1.LabelName]}, nil
+	}}); err != nil {
+		return err
+	}
+	c.sets = edslisters.NewExtendedDaemonSetLister(edsInf.GetIndexer())
+	c.ers = edslisters.NewExtendedDaemonSetReplicaSetLister(ersInf.GetIndexer())
+	c.settings = edslisters.NewExtendedDaemonsetSettingLister(setInf.GetIndexer())
+	c.pods, c.nodes = podInf.GetIndexer(), nodeInf.GetIndexer()
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		fn  func(any)
+	}{
+		{edsInf, c.enqueueObject},
+		{ersInf, func(o any) { c.enqueueLabel(o, v1.LabelEDSOwner) }},
+		{podInf, func(o any) { c.enqueueLabel(o, v1.LabelName) }},
+		{setInf, c.enqueueSetting},
+		{nodeInf, func(any) { c.enqueueAll() }},
+	}
+	for _, h := range handlers {
+		fn := h.fn
+		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: fn,
+			UpdateFunc: func(_, o any) { fn(o) }, DeleteFunc: fn}); err != nil {
+			return err
+		}
+	}
+	all := []cache.SharedIndexInformer{edsInf, ersInf, setInf, podInf, nodeInf}
+	for _, inf := range all {
+		go inf.RunWithContext(ctx)
+	}
+	for _, inf := range all {
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			return errors.New("eds: the caches did not fill: is the API server reachable and are the eds.slipway.dev CRDs installed (--install-crds)?")
+		}
+	}
+	return nil
+}
+
+func metaOf(o any) (metav1.Object, bool) {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	m, ok := o.(metav1.Object)
+	return m, ok
+}
+
+func (c *Controller) enqueueObject(o any) {
+	if m, ok := metaOf(o); ok {
+		c.queue.Add(m.GetNamespace() + "/" + m.GetName())
+	}
+}
+
+func (c *Controller) enqueueLabel(o any, label string) {
+	if m, ok := metaOf(o); ok && m.GetLabels()[label] != "" {
+		c.queue.Add(m.GetNamespace() + "/" + m.GetLabels()[label])
+	}
+}
+
+func (c *Controller) enqueueSetting(o any) {
+	if s, ok := o.(*v1.ExtendedDaemonsetSetting); ok && s.Spec.Reference != nil {
+		c.queue.Add(s.Namespace + "/" + s.Spec.Reference.Name)
+	}
+}
+
+func (c *Controller) enqueueAll() {
+	list, err := c.sets.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, e := range list {
+		c.queue.Add(e.Namespace + "/" + e.Name)
+	}
+}
+
+// listWatcher is a typed client's List and Watch.
+type listWatcher[L runtime.Object] interface {
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// newInformer is a shared informer of objects like example, listed and
+// watched through api with the options tweak sets, indexed by namespace.
+func newInformer[L runtime.Object](api listWatcher[L], example runtime.Object, tweak func(*metav1.ListOptions)) cache.SharedIndexInformer {
+	if tweak == nil {
+		tweak = func(*metav1.ListOptions) {}
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			tweak(&o)
+			return api.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			tweak(&o)
+			return api.Watch(ctx, o)
+		},
+	}
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, api), example, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+}
+
+func (c *Controller) serveMetrics(ctx context.Context) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(c.metrics.registry, promhttp.HandlerOpts{}))
+	srv := &http.Server{Addr: c.opts.MetricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		c.log.Error("metrics server stopped", "addr", c.opts.MetricsAddr, "err", err)
+	}
+}

@@ -1,0 +1,70 @@
+package eds
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
+)
+
+// metrics are the controller's Prometheus metrics, on its own registry.
+type metrics struct {
+	registry   *prometheus.Registry
+	pods       *prometheus.GaugeVec   // by namespace, eds, ers and state
+	state      *prometheus.GaugeVec   // 1 for the EDS's current state
+	upToDate   *prometheus.GaugeVec   // rollout progress: up-to-date / desired
+	actions    *prometheus.CounterVec // pod creations and deletions
+	verdicts   *prometheus.CounterVec // canary outcomes
+	syncErrors prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		pods: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_eds_pods",
+			Help: "Pods of an ExtendedDaemonSet by ERS and state (ready, unavailable)."}, []string{"namespace", "eds", "ers", "state"}),
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_eds_state",
+			Help: "1 for the ExtendedDaemonSet's current state (Running, Canary, CanaryPaused, CanaryFailed, RollingUpdatePaused, RolloutFrozen)."}, []string{"namespace", "eds", "state"}),
+		upToDate: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_eds_rollout_progress_ratio",
+			Help: "Up-to-date pods over desired pods of an ExtendedDaemonSet (1 when rolled out)."}, []string{"namespace", "eds"}),
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_eds_pod_actions_total",
+			Help: "Pods created and deleted by the controller."}, []string{"action"}),
+		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_eds_canary_verdicts_total",
+			Help: "Canary outcomes: validated, paused, failed."}, []string{"verdict"}),
+		syncErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "slipway_eds_sync_errors_total",
+			Help: "Syncs that failed and were retried."}),
+	}
+	m.registry.MustRegister(m.pods, m.state, m.upToDate, m.actions, m.verdicts, m.syncErrors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// observe publishes an ExtendedDaemonSet's state and pod counts.
+func (m *metrics) observe(e *v1.ExtendedDaemonSet, byERS map[string]*counts) {
+	for _, s := range []v1.ExtendedDaemonSetStatusState{v1.StateRunning, v1.StateCanary, v1.StateCanaryPaused,
+		v1.StateCanaryFailed, v1.StateRollingUpdatePaused, v1.StateRolloutFrozen} {
+		v := 0.0
+		if e.Status.State == s {
+			v = 1
+		}
+		m.state.WithLabelValues(e.Namespace, e.Name, string(s)).Set(v)
+	}
+	m.pods.DeletePartialMatch(prometheus.Labels{"namespace": e.Namespace, "eds": e.Name})
+	for name, k := range byERS {
+		m.pods.WithLabelValues(e.Namespace, e.Name, name, "ready").Set(float64(k.ready))
+		m.pods.WithLabelValues(e.Namespace, e.Name, name, "unavailable").Set(float64(k.current - k.available))
+	}
+	progress := 1.0
+	if e.Status.Desired > 0 {
+		progress = float64(e.Status.UpToDate) / float64(e.Status.Desired)
+	}
+	m.upToDate.WithLabelValues(e.Namespace, e.Name).Set(progress)
+}
+
+// forget drops a deleted ExtendedDaemonSet's series.
+func (m *metrics) forget(ns, name string) {
+	l := prometheus.Labels{"namespace": ns, "eds": name}
+	m.pods.DeletePartialMatch(l)
+	m.state.DeletePartialMatch(l)
+	m.upToDate.DeletePartialMatch(l)
+}

@@ -1,0 +1,103 @@
+package eds
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
+)
+
+// oldDaemonSetPods are the pods of the DaemonSet named by e's old-daemonset
+// annotation: they count as the previous version on their nodes and are
+// replaced under the rolling limits. None when the annotation or the
+// DaemonSet is missing.
+func (c *Controller) oldDaemonSetPods(ctx context.Context, e *v1.ExtendedDaemonSet) ([]*corev1.Pod, error) {
+	name, ok := annotation(e.Annotations, v1.AnnotationOldDaemonSet)
+	if !ok || name == "" {
+		return nil, nil
+	}
+	ds, err := c.kube.AppsV1().DaemonSets(e.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the old DaemonSet %s: %w", name, err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("the old DaemonSet %s has an invalid selector: %w", name, err)
+	}
+	list, err := c.kube.CoreV1().Pods(e.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, fmt.Errorf("list the pods of the old DaemonSet %s: %w", name, err)
+	}
+	var out []*corev1.Pod
+	for i := range list.Items {
+		p := &list.Items[i]
+		if ref := metav1.GetControllerOf(p); ref != nil && ref.UID == ds.UID {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// releaseFromDaemonSet makes the old DaemonSet leave nodes: its update
+// strategy becomes OnDelete (it rolls nothing itself) and its template
+// excludes the nodes by a required affinity on metadata.name, so that the
+// DaemonSet controller deletes its pods there and never recreates them.
+func (c *Controller) releaseFromDaemonSet(ctx context.Context, r *round, nodes []string) error {
+	name, _ := annotation(r.e.Annotations, v1.AnnotationOldDaemonSet)
+	client := c.kube.AppsV1().DaemonSets(r.e.Namespace)
+	ds, err := client.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read the old DaemonSet %s: %w", name, err)
+	}
+	before := ds.DeepCopy()
+	excludeNodes(ds, nodes)
+	if equality.Semantic.DeepEqual(before.Spec, ds.Spec) {
+		return nil // already excluded; its pods there are on their way out
+	}
+	if _, err := client.Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("move the old DaemonSet %s off nodes %v: %w", name, nodes, err)
+	}
+	c.recorder.Eventf(r.e, corev1.EventTypeNormal, EventMigrating, "DaemonSet %s leaves nodes %v for this ExtendedDaemonSet", name, nodes)
+	c.metrics.actions.WithLabelValues("delete").Add(float64(len(nodes)))
+	return nil
+}
+
+// excludeNodes adds nodes to the metadata.name NotIn requirement of every
+// required node-selector term of ds (creating one term if there is none),
+// and sets its update strategy to OnDelete.
+func excludeNodes(ds *appsv1.DaemonSet, nodes []string) {
+	ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
+	spec := &ds.Spec.Template.Spec
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
+	}
+	// A node field selector takes one value per requirement: one NotIn per node.
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		for _, n := range nodes {
+			req := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{n}}
+			if !slices.ContainsFunc(terms[i].MatchFields, func(r corev1.NodeSelectorRequirement) bool {
+				return r.Key == req.Key && r.Operator == req.Operator && slices.Equal(r.Values, req.Values)
+			}) {
+				terms[i].MatchFields = append(terms[i].MatchFields, req)
+			}
+		}
+	}
+}

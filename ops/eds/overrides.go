@@ -1,0 +1,118 @@
+package eds
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
+)
+
+// override is one node's container resources for an ExtendedDaemonSet and
+// their hash ("" when the node has none).
+type override struct {
+	containers map[string]corev1.ResourceRequirements
+	hash       string
+}
+
+// overrides computes every eligible node's overrides: the oldest
+// ExtendedDaemonsetSetting of e that selects the node, then the node's
+// resources.<group>/<namespace>.<eds>.<container> annotations (ours, or
+// DataDog's), which win. A setting that loses to an older one on some node
+// is marked Error, with an Event.
+func (c *Controller) overrides(ctx context.Context, r *round) map[string]override {
+	settings := c.settingsOf(r.e)
+	out := make(map[string]override, len(r.nodes))
+	conflicts := map[*v1.ExtendedDaemonsetSetting]string{}
+	for _, n := range r.nodes {
+		o := override{containers: map[string]corev1.ResourceRequirements{}}
+		var winner *v1.ExtendedDaemonsetSetting
+		for _, s := range settings {
+			sel, err := metav1.LabelSelectorAsSelector(&s.Spec.NodeSelector)
+			if err != nil || !sel.Matches(labels.Set(n.Labels)) {
+				continue
+			}
+			if winner != nil {
+				conflicts[s] = fmt.Sprintf("node %s is also selected by the older setting %s, which applies there; make the node selectors disjoint", n.Name, winner.Name)
+				continue
+			}
+			winner = s
+			for _, ct := range s.Spec.Containers {
+				o.containers[ct.Name] = ct.Resources
+			}
+		}
+		for _, ct := range r.e.Spec.Template.Spec.Containers {
+			suffix := r.e.Namespace + "." + r.e.Name + "." + ct.Name
+			for _, key := range []string{v1.DataDogNodeResourcesPrefix + suffix, v1.NodeResourcesPrefix + suffix} {
+				raw, ok := n.Annotations[key]
+				if !ok {
+					continue
+				}
+				var res corev1.ResourceRequirements
+				if err := json.Unmarshal([]byte(raw), &res); err != nil {
+					c.recorder.Eventf(r.e, corev1.EventTypeWarning, EventSettingInvalid, "node %s annotation %s is not a JSON ResourceRequirements (ignored): %v", n.Name, key, err)
+					continue
+				}
+				o.containers[ct.Name] = res
+			}
+		}
+		if len(o.containers) > 0 {
+			raw, _ := json.Marshal(o.containers) // map keys marshal sorted
+			sum := sha256.Sum256(raw)
+			o.hash = hex.EncodeToString(sum[:])[:10]
+		}
+		out[n.Name] = o
+	}
+	c.markSettings(ctx, settings, conflicts)
+	return out
+}
+
+// settingsOf are the settings that reference e, oldest first.
+func (c *Controller) settingsOf(e *v1.ExtendedDaemonSet) []*v1.ExtendedDaemonsetSetting {
+	all, err := c.settings.ExtendedDaemonsetSettings(e.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []*v1.ExtendedDaemonsetSetting
+	for _, s := range all {
+		if s.Spec.Reference != nil && s.Spec.Reference.Name == e.Name && s.DeletionTimestamp == nil {
+			out = append(out, s)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreationTimestamp.Equal(&out[j].CreationTimestamp) {
+			return out[i].CreationTimestamp.Before(&out[j].CreationTimestamp)
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// markSettings writes each setting's status when it changed.
+func (c *Controller) markSettings(ctx context.Context, settings []*v1.ExtendedDaemonsetSetting, conflicts map[*v1.ExtendedDaemonsetSetting]string) {
+	for _, s := range settings {
+		want := v1.ExtendedDaemonsetSettingStatus{Status: v1.SettingStatusValid}
+		if msg, bad := conflicts[s]; bad {
+			want = v1.ExtendedDaemonsetSettingStatus{Status: v1.SettingStatusError, Error: msg}
+		}
+		if s.Status == want {
+			continue
+		}
+		cp := s.DeepCopy()
+		cp.Status = want
+		if _, err := c.eds.ExtendedDaemonsetSettings(s.Namespace).UpdateStatus(ctx, cp, metav1.UpdateOptions{}); err != nil {
+			c.log.Warn("update setting status", "setting", s.Namespace+"/"+s.Name, "err", err)
+			continue
+		}
+		if want.Status == v1.SettingStatusError {
+			c.recorder.Event(s, corev1.EventTypeWarning, EventSettingInvalid, want.Error)
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package plan
+
+import "time"
+
+// Reasons of verdicts not named by a container's own reason.
+const (
+	ReasonManuallyFailed          = "ManuallyFailed"
+	ReasonManuallyPaused          = "ManuallyPaused"
+	ReasonRestartsTimeoutExceeded = "RestartsTimeoutExceeded"
+	ReasonTimeoutExceeded         = "TimeoutExceeded"
+	ReasonValidated               = "Validated"
+	ReasonManuallyValidated       = "ManuallyValidated"
+)
+
+// CanaryVerdict decides a canary's next step. Manual decisions come first
+// (fail, then validate); then auto-fail (restarts above its maximum,
+// restarting for longer than maxRestartsDuration, older than canaryTimeout);
+// then a manual pause, then auto-pause (restarts above its maximum, a
+// container unable to start for longer than maxSlowStartDuration) unless
+// manually unpaused; last, in auto mode, validation once duration has passed
+// since the start and noRestartsDuration since the last restart, with every
+// canary pod Ready.
+func CanaryVerdict(p CanaryPolicy, s CanaryState) Verdict {
+	restarts, reason, last, cannot := summarize(s.Pods)
+	age := s.Now.Sub(s.Start)
+	switch {
+	case s.ManuallyFailed:
+		return Verdict{Action: Fail, Reason: ReasonManuallyFailed}
+	case s.Validated:
+		return Verdict{Action: Validate, Reason: ReasonManuallyValidated}
+	case p.AutoFail && restarts > p.FailMaxRestarts:
+		return Verdict{Action: Fail, Reason: reason}
+	case p.AutoFail && p.MaxRestartsDuration > 0 && restarts > 0 && !s.RestartingSince.IsZero() &&
+		s.Now.Sub(s.RestartingSince) > p.MaxRestartsDuration:
+		return Verdict{Action: Fail, Reason: ReasonRestartsTimeoutExceeded}
+	case p.AutoFail && p.CanaryTimeout > 0 && age > p.CanaryTimeout:
+		return Verdict{Action: Fail, Reason: ReasonTimeoutExceeded}
+	case s.ManuallyPaused:
+		r := s.PausedReason
+		if r == "" {
+			r = ReasonManuallyPaused
+		}
+		return Verdict{Action: Pause, Reason: r, RecheckAfter: failDeadline(p, s)}
+	case p.AutoPause && !s.ManuallyUnpaused && restarts > p.PauseMaxRestarts:
+		return Verdict{Action: Pause, Reason: reason, RecheckAfter: failDeadline(p, s)}
+	case p.AutoPause && !s.ManuallyUnpaused && cannot != "" && !s.CannotStartSince.IsZero() &&
+		s.Now.Sub(s.CannotStartSince) >= p.MaxSlowStartDuration:
+		return Verdict{Action: Pause, Reason: cannot, RecheckAfter: failDeadline(p, s)}
+	}
+	recheck := failDeadline(p, s)
+	if cannot != "" && p.AutoPause && !s.ManuallyUnpaused && !s.CannotStartSince.IsZero() {
+		recheck = earliest(recheck, s.CannotStartSince.Add(p.MaxSlowStartDuration).Sub(s.Now))
+	}
+	if p.Manual {
+		return Verdict{Action: Continue, RecheckAfter: recheck}
+	}
+	end := s.Start.Add(p.Duration)
+	if q := last.Add(p.NoRestartsDuration); !last.IsZero() && q.After(end) {
+		end = q
+	}
+	if !s.Now.Before(end) && allReady(s.Pods, s.Expected) {
+		return Verdict{Action: Validate, Reason: ReasonValidated}
+	}
+	if wait := end.Sub(s.Now); wait > 0 {
+		recheck = earliest(recheck, wait)
+	}
+	return Verdict{Action: Continue, RecheckAfter: recheck}
+}
+
+// summarize is the highest restart count and its reason, the latest
+// restart, and the first cannot-start reason among pods.
+func summarize(pods []Health) (restarts int32, reason string, last time.Time, cannot string) {
+	for _, h := range pods {
+		if h.Restarts > restarts {
+			restarts, reason = h.Restarts, h.RestartReason
+		}
+		if h.LastRestart.After(last) {
+			last = h.LastRestart
+		}
+		if cannot == "" {
+			cannot = h.CannotStart
+		}
+	}
+	if reason == "" && restarts > 0 {
+		reason = "Restarting"
+	}
+	return restarts, reason, last, cannot
+}
+
+func allReady(pods []Health, expected int) bool {
+	if len(pods) < expected || len(pods) == 0 {
+		return false
+	}
+	for _, h := range pods {
+		if !h.Ready {
+			return false
+		}
+	}
+	return true
+}
+
+// failDeadline is how long until a time-based auto-fail can trigger (0: none pending).
+func failDeadline(p CanaryPolicy, s CanaryState) time.Duration {
+	if !p.AutoFail {
+		return 0
+	}
+	var d time.Duration
+	if p.CanaryTimeout > 0 {
+		d = earliest(d, s.Start.Add(p.CanaryTimeout).Sub(s.Now)+time.Millisecond)
+	}
+	if p.MaxRestartsDuration > 0 && !s.RestartingSince.IsZero() {
+		d = earliest(d, s.RestartingSince.Add(p.MaxRestartsDuration).Sub(s.Now)+time.Millisecond)
+	}
+	return d
+}
+
+// earliest is the smaller positive duration of a and b (0 means none).
+func earliest(a, b time.Duration) time.Duration {
+	switch {
+	case b <= 0:
+		return a
+	case a <= 0 || b < a:
+		return b
+	}
+	return a
+}

@@ -1,0 +1,214 @@
+package eds
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/eds/plan"
+)
+
+// round is one sync of one ExtendedDaemonSet: the snapshot it acts on.
+type round struct {
+	e           *v1.ExtendedDaemonSet
+	now         time.Time
+	ersList     []*v1.ExtendedDaemonSetReplicaSet
+	target      *v1.ExtendedDaemonSetReplicaSet // ERS of spec.template
+	active      *v1.ExtendedDaemonSetReplicaSet // ERS of the validated template
+	canary      *v1.ExtendedDaemonSetReplicaSet // target while it is a canary, else nil
+	nodes       []*corev1.Node                  // eligible nodes, by name
+	pods        []*corev1.Pod                   // the EDS's pods (and the old DaemonSet's)
+	targets     map[string]string               // node -> ERS its pod should be of
+	canaryNodes []string
+	verdict     plan.Verdict
+	plan        plan.Plan
+	recheck     time.Duration
+}
+
+// sync reconciles one ExtendedDaemonSet and returns when to look again.
+func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
+	ns, name, _ := strings.Cut(key, "/")
+	cached, err := c.sets.ExtendedDaemonSets(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		c.forget(ns, name)
+		return 0, nil // its ERSs and pods go with it (owner references)
+	}
+	if err != nil || cached.DeletionTimestamp != nil {
+		return 0, err
+	}
+	e := c.freshEDS(cached).DeepCopy()
+	if err := validate(e); err != nil {
+		return 0, c.markInvalid(ctx, e, err)
+	}
+	r := &round{e: e, now: c.opts.Now()}
+	if err := c.load(ctx, r); err != nil {
+		return 0, err
+	}
+	if r.canary != nil && r.canary.Status.Status == v1.ReplicaSetStatusCanaryFailed {
+		return 0, c.restoreTemplate(ctx, r) // failed, but the spec still holds its template
+	}
+	if r.canary != nil {
+		done, err := c.runCanary(ctx, r)
+		if err != nil || done {
+			return time.Millisecond, err // the spec or the active ERS changed: start over
+		}
+	}
+	if err := c.rollout(ctx, r); err != nil {
+		return 0, err
+	}
+	if err := c.cleanup(ctx, r); err != nil {
+		return 0, err
+	}
+	if err := c.writeStatus(ctx, r); err != nil {
+		return 0, err
+	}
+	after := reconcileFrequency(e)
+	if r.recheck > 0 && r.recheck < after {
+		after = r.recheck
+	}
+	return after, nil
+}
+
+func reconcileFrequency(e *v1.ExtendedDaemonSet) time.Duration {
+	if f := e.Spec.Strategy.ReconcileFrequency; f != nil && f.Duration > 0 {
+		return f.Duration
+	}
+	return 10 * time.Second
+}
+
+// load fills r: the ERSs (creating the target's), which is active and
+// which a canary, the eligible nodes, the pods and each node's target ERS.
+func (c *Controller) load(ctx context.Context, r *round) error {
+	e := r.e
+	list, err := c.ers.ExtendedDaemonSetReplicaSets(e.Namespace).List(labels.SelectorFromSet(labels.Set{v1.LabelEDSOwner: e.Name}))
+	if err != nil {
+		return err
+	}
+	for _, s := range list {
+		r.ersList = append(r.ersList, c.freshERS(s))
+	}
+	if r.target, err = c.ensureERS(ctx, r); err != nil {
+		return err
+	}
+	r.active = r.find(e.Status.ActiveReplicaSet)
+	if r.active == nil || r.active.Name == r.target.Name || e.Spec.Strategy.Canary == nil {
+		r.active = r.target
+	} else {
+		r.canary = r.target
+	}
+	if r.nodes, err = c.eligibleNodes(e); err != nil {
+		return err
+	}
+	if r.pods, err = c.podsOf(ctx, e); err != nil {
+		return err
+	}
+	r.targets = map[string]string{}
+	for _, n := range r.nodes {
+		r.targets[n.Name] = r.active.Name
+	}
+	return nil
+}
+
+func (r *round) find(name string) *v1.ExtendedDaemonSetReplicaSet {
+	for _, s := range r.ersList {
+		if s.Name == name && s.DeletionTimestamp == nil {
+			return s
+		}
+	}
+	return nil
+}
+
+// ensureERS returns the ERS of the spec's template, creating it when
+// missing. A canary-failed ERS of the same template is replaced: applying
+// a failed template again starts a new canary.
+func (c *Controller) ensureERS(ctx context.Context, r *round) (*v1.ExtendedDaemonSetReplicaSet, error) {
+	e := r.e
+	hash := TemplateHash(&e.Spec.Template)
+	name := ERSName(e.Name, hash)
+	if s := r.find(name); s != nil {
+		if s.Status.Status != v1.ReplicaSetStatusCanaryFailed || e.Generation <= failedAt(s)+1 {
+			return s, nil // a failed ERS stays failed until the spec names its template again
+		}
+		if err := c.eds.ExtendedDaemonSetReplicaSets(e.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("delete the failed ERS %s to start its template again: %w", name, err)
+		}
+		return nil, fmt.Errorf("ERS %s of a failed canary is being replaced; retrying", name)
+	}
+	ers := &v1.ExtendedDaemonSetReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.Namespace,
+			Labels:          map[string]string{v1.LabelEDSOwner: e.Name},
+			Annotations:     map[string]string{v1.AnnotationTemplateHash: hash},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(e, v1.SchemeGroupVersion.WithKind("ExtendedDaemonSet"))}},
+		Spec: v1.ExtendedDaemonSetReplicaSetSpec{Selector: e.Spec.Selector, Template: *e.Spec.Template.DeepCopy(), TemplateGeneration: hash},
+	}
+	created, err := c.eds.ExtendedDaemonSetReplicaSets(e.Namespace).Create(ctx, ers, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return c.eds.ExtendedDaemonSetReplicaSets(e.Namespace).Get(ctx, name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create ERS %s: %w", name, err)
+	}
+	r.ersList = append(r.ersList, created)
+	return created, nil
+}
+
+// failedAt is the ExtendedDaemonSet generation at which ERS s failed its canary.
+func failedAt(s *v1.ExtendedDaemonSetReplicaSet) int64 {
+	if cond := meta.FindStatusCondition(s.Status.Conditions, v1.ConditionCanaryFailed); cond != nil {
+		return cond.ObservedGeneration
+	}
+	return 0
+}
+
+// failedERS is the ERS named by a True CanaryFailed condition, if any.
+func failedERS(e *v1.ExtendedDaemonSet) string {
+	for _, cond := range e.Status.Conditions {
+		if cond.Type == v1.ConditionCanaryFailed && cond.Status == metav1.ConditionTrue {
+			return ersFromMessage(cond.Message)
+		}
+	}
+	return ""
+}
+
+// ersFromMessage reads the ERS name a canary condition's message starts with ("ERS <name>: ...").
+func ersFromMessage(m string) string {
+	rest, ok := strings.CutPrefix(m, "ERS ")
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, ":")
+	return name
+}
+
+// eligibleNodes are the nodes that should run a pod of e, by name.
+func (c *Controller) eligibleNodes(e *v1.ExtendedDaemonSet) ([]*corev1.Node, error) {
+	sel, err := plan.Selector(e.Spec.Selector)
+	if err != nil {
+		return nil, err
+	}
+	var out []*corev1.Node
+	for _, o := range c.nodes.List() {
+		n := o.(*corev1.Node)
+		if plan.Eligible(n, sel, &e.Spec.Template.Spec) {
+			out = append(out, n)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// later makes the sync come back after wait (when sooner than planned).
+func (r *round) later(wait time.Duration) {
+	if wait > 0 && (r.recheck <= 0 || wait < r.recheck) {
+		r.recheck = wait
+	}
+}
