@@ -26,6 +26,8 @@ type NodeView struct {
 	// WorkloadsReady: every workload drained off it is back to its desired
 	// ready count (looked up only for a node waiting on it).
 	WorkloadsReady bool
+	// Blocked: a pod of the blocking-pod selector runs on it.
+	Blocked bool
 	// Invalid, when set, says which annotation could not be read.
 	Invalid string
 }
@@ -84,7 +86,10 @@ func InFlight(n NodeView) bool {
 // idle nodes may start an update is decided by Starts, over the fleet.
 func Next(n NodeView, p Policy, now time.Time) Step {
 	if n.Invalid != "" {
-		return Step{Kind: StepFail, Reason: n.Invalid}
+		if InFlight(n) {
+			return Step{Kind: StepFail, Reason: n.Invalid}
+		}
+		return Step{Kind: StepStuck, Reason: n.Invalid} // said once; the node is left out until fixed
 	}
 	done := n.Active == n.Wanted && n.State == StateReady
 	failed := n.Active == n.Wanted && n.State == StateError
@@ -216,7 +221,7 @@ func candidates(nodes []NodeView, p Policy, now time.Time) []NodeView {
 	var out []NodeView
 	for _, n := range nodes {
 		idle := n.Wanted == IntentStabilize && n.Active == IntentStabilize && n.State == StateUpdateAvailable
-		if !idle || n.Excluded || !n.Ready || n.Invalid != "" || InFlight(n) || now.Before(BackoffUntil(n, p)) {
+		if !idle || n.Excluded || n.Blocked || !n.Ready || n.Invalid != "" || InFlight(n) || now.Before(BackoffUntil(n, p)) {
 			continue
 		}
 		out = append(out, n)

@@ -53,7 +53,8 @@ func TestNext(t *testing.T) {
 		{"reboot error: fail", cordoned(node("a", IntentReboot, IntentReboot, StateError)), at(time.Minute), StepFail, ""},
 		{"reset done: stabilize", node("a", IntentReset, IntentReset, StateReady), at(0), StepWant, IntentStabilize},
 		{"reset stuck: stabilize anyway", node("a", IntentReset, IntentStabilize, StateBusy), at(2 * time.Minute), StepWant, IntentStabilize},
-		{"malformed annotation: fail", NodeView{Name: "a", Invalid: "bad"}, at(0), StepFail, ""},
+		{"malformed annotation in flight: fail", NodeView{Name: "a", Wanted: IntentPerform, Invalid: "bad"}, at(0), StepFail, ""},
+		{"malformed annotation at rest: say so", NodeView{Name: "a", Wanted: IntentStabilize, Invalid: "bad"}, at(0), StepStuck, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,6 +110,7 @@ func TestStarts(t *testing.T) {
 		{"fewest failures first", []NodeView{with(avail("a"), func(n *NodeView) { n.Failures = 2; n.LastFailure = t0.Add(-time.Hour) }), avail("b")}, nil, []string{"b"}, false},
 		{"in backoff: skipped", []NodeView{with(avail("a"), func(n *NodeView) { n.Failures = 1; n.LastFailure = t0 })}, nil, nil, true},
 		{"excluded: skipped", []NodeView{with(avail("a"), func(n *NodeView) { n.Excluded = true }), avail("b")}, nil, []string{"b"}, false},
+		{"blocking pod: skipped", []NodeView{with(avail("a"), func(n *NodeView) { n.Blocked = true }), avail("b")}, nil, []string{"b"}, false},
 		{"not Ready: skipped", []NodeView{with(avail("a"), func(n *NodeView) { n.Ready = false })}, nil, nil, true},
 		{"up to date: skipped", []NodeView{node("a", IntentStabilize, IntentStabilize, StateUpToDate)}, nil, nil, true},
 		{"own node waits for the others", []NodeView{with(avail("a"), func(n *NodeView) { n.Own = true }), avail("b")}, func(p *Policy) { p.MaxConcurrent = 5 }, []string{"b"}, false},

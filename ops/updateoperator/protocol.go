@@ -70,6 +70,10 @@ const (
 	// pods in the node's drain (kind/namespace/name, comma separated); the
 	// node's update finishes only once each is back to its desired ready count.
 	KeyWorkloads = "drained-workloads"
+	// KeyRebootBootID (annotation, W: agent) is the node's boot ID when the
+	// agent asked for the reboot: a different one later means the reboot
+	// happened.
+	KeyRebootBootID = "reboot-boot-id"
 	// KeyBeforeReboot and KeyAfterReboot (labels, W: controller) are "true"
 	// while the node waits for the before- and after-reboot hooks: user
 	// DaemonSets selecting them run checks, then set the annotations named by
