@@ -40,7 +40,7 @@ func newApp() *cli.App {
 			&cli.BoolFlag{Name: "debug", Usage: "log at debug level", EnvVars: []string{"SLIPWAY_DEBUG"}},
 		},
 		Before:   setupLogging,
-		Commands: []*cli.Command{opsCommand(), configCommand(), versionCommand()},
+		Commands: []*cli.Command{opsCommand(), configCommand(), updateOperatorCommand(), versionCommand()},
 	}
 }
 
