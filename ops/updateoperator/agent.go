@@ -126,8 +126,9 @@ func (a *agent) reconcile(ctx context.Context) error {
 	if err != nil {
 		return a.badInput(ctx, fmt.Errorf("annotation %s: %w", a.keys.Wanted(), err))
 	}
-	active, _ := ParseIntent(ann[a.keys.Active()]) // unreadable: carried out again
-	state, _ := ParseState(ann[a.keys.State()])
+	active, aerr := ParseIntent(ann[a.keys.Active()])
+	state, serr := ParseState(ann[a.keys.State()])
+	unreadable := aerr != nil || serr != nil // its own keys: carried out again, written anew
 	if active == IntentReboot && state == StateRebooting {
 		if n.Status.NodeInfo.BootID != ann[a.keys.Key(KeyRebootBootID)] {
 			return a.back(ctx)
@@ -139,7 +140,7 @@ func (a *agent) reconcile(ctx context.Context) error {
 	switch {
 	case wanted == IntentUnknown:
 		return nil // the controller has not spoken yet
-	case wanted != active, first && (state == StateBusy || state == StateRefreshing || state == StateRebooting):
+	case wanted != active, unreadable, first && (state == StateBusy || state == StateRefreshing || state == StateRebooting):
 		return a.carryOut(ctx, n, wanted)
 	case wanted == IntentStabilize && time.Since(a.lastCheck) >= a.o.CheckInterval:
 		return a.check(ctx, n, false)

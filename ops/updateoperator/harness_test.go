@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 // again.
 type fleet struct {
 	t       *testing.T
+	env     *testenv.Env
 	kube    *kube.Clientset
 	prefix  string
 	keys    Keys
@@ -61,7 +62,16 @@ type run struct {
 
 func newFleet(t *testing.T, name string, nodes int) *fleet {
 	t.Helper()
-	e := testenv.Need(t, env)
+	f := newFleetOn(t, testenv.Need(t, env), name)
+	for i := range nodes {
+		f.addNode(fmt.Sprintf("%s-%d", name, i), i%2 == 1)
+	}
+	return f
+}
+
+// newFleetOn is a fleet of no node yet on the control plane e.
+func newFleetOn(t *testing.T, e *testenv.Env, name string) *fleet {
+	t.Helper()
 	c, err := kube.NewForConfig(e.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +80,7 @@ func newFleet(t *testing.T, name string, nodes int) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fleet{t: t, kube: c, prefix: name + ".update.slipway.dev", mirror: filepath.Join(dir, "mirror"), dir: dir,
+	f := &fleet{t: t, env: e, kube: c, prefix: name + ".update.slipway.dev", mirror: filepath.Join(dir, "mirror"), dir: dir,
 		agents: map[string]*run{}, plats: map[string]platform.Platform{}, br: map[string]*brapitest.Server{}, reboots: map[string]int{},
 		log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	f.keys, _ = NewKeys(f.prefix)
@@ -83,9 +93,6 @@ func newFleet(t *testing.T, name string, nodes int) *fleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.stopAll(); os.RemoveAll(dir) })
-	for i := range nodes {
-		f.addNode(fmt.Sprintf("%s-%d", name, i), i%2 == 1)
-	}
 	return f
 }
 
@@ -95,11 +102,16 @@ func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b[:len(b)-1]))
 
 // addNode creates a fake node (kwok makes it Ready) and its host at v1.
 func (f *fleet) addNode(name string, bottlerocket bool) {
-	t, ctx := f.t, context.Background()
-	if _, err := f.kube.CoreV1().Nodes().Create(ctx, testenv.FakeNode(name), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	if _, err := f.kube.CoreV1().Nodes().Create(context.Background(), testenv.FakeNode(name), metav1.CreateOptions{}); err != nil {
+		f.t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = f.kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	f.t.Cleanup(func() { _ = f.kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	f.adopt(name, bottlerocket)
+}
+
+// adopt gives an existing node a host at v1 and an agent.
+func (f *fleet) adopt(name string, bottlerocket bool) {
+	t, ctx := f.t, context.Background()
 	f.setBootID(name)
 	f.nodes = append(f.nodes, name)
 	if bottlerocket {
@@ -138,7 +150,7 @@ func (f *fleet) startAgent(node string) {
 	f.agents[node] = r
 	go func() {
 		defer close(r.done)
-		err := RunAgent(ctx, AgentOptions{Config: env.Config, Prefix: f.prefix, NodeName: node, Platform: f.plats[node],
+		err := RunAgent(ctx, AgentOptions{Config: f.env.Config, Prefix: f.prefix, NodeName: node, Platform: f.plats[node],
 			CheckInterval: 2 * time.Second, Resync: time.Second, Log: f.log.With("agent", node)})
 		if err != nil {
 			f.t.Errorf("agent %s: %v", node, err)
@@ -224,7 +236,7 @@ func (f *fleet) version(node string) string {
 
 // controller starts a controller; the returned func stops it.
 func (f *fleet) controller(edit func(*ControllerOptions)) (stop func()) {
-	o := ControllerOptions{Config: env.Config, Prefix: f.prefix, OSImagePattern: "-", Namespace: "default",
+	o := ControllerOptions{Config: f.env.Config, Prefix: f.prefix, OSImagePattern: "-", Namespace: "default",
 		Resync: time.Second, Log: f.log.With("controller", true),
 		Policy: Policy{MaxConcurrent: 1, Backoff: time.Second, BackoffMax: 4 * time.Second,
 			Timeouts: Timeouts{Prepare: time.Minute, Perform: time.Minute, Reboot: time.Minute, Health: time.Minute, Reset: time.Minute}}}

@@ -39,8 +39,9 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 		}
 	}
 	var err error
-	v.Wanted, err = ParseIntent(a[k.Wanted()])
-	note(k.Wanted(), err)
+	// An unreadable action-wanted is the controller's own key: it reads as
+	// unknown, so the controller writes a good one over it.
+	v.Wanted, _ = ParseIntent(a[k.Wanted()])
 	v.Active, err = ParseIntent(a[k.Active()])
 	note(k.Active(), err)
 	v.State, err = ParseState(a[k.State()])
