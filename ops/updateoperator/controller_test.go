@@ -1,0 +1,85 @@
+package updateoperator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Nodes whose osImage matches get the interface-version label by
+// themselves; an excluded node is never touched; a node an admin cordoned
+// is updated and stays cordoned (only the operator's own cordon is lifted).
+func TestLabelsExclusionAndAdminCordon(t *testing.T) {
+	f := newFleet(t, "lbl", 3)
+	bottlerocket, excluded, adminCordoned := f.nodes[0], f.nodes[1], f.nodes[2]
+	data, _ := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"osImage": "Bottlerocket OS 1.20.0 (aws-k8s-1.30)"}}})
+	if _, err := f.kube.CoreV1().Nodes().Patch(context.Background(), bottlerocket, types.MergePatchType, data, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	f.patch(excluded, map[string]any{"metadata": map[string]any{"labels": map[string]any{f.keys.Exclude(): "true"}}})
+	f.patch(adminCordoned, map[string]any{"spec": map[string]any{"unschedulable": true}})
+	stop := f.controller(func(o *ControllerOptions) { o.OSImagePattern = DefaultOSImagePattern; o.Policy.MaxConcurrent = 3 })
+	defer stop()
+	eventually(t, 2*time.Minute, "the others updated", func() (bool, string) {
+		for _, name := range []string{bottlerocket, adminCordoned} {
+			v := f.keys.View(f.node(name), "")
+			if got := f.version(name); got != "v2" || v.Wanted != IntentStabilize || v.State != StateUpToDate || v.CordonedByUs {
+				return false, fmt.Sprintf("%s: %s %s %s", name, got, v.Wanted, v.State)
+			}
+		}
+		return true, ""
+	})
+	if l := f.node(bottlerocket).Labels[f.keys.InterfaceVersion()]; l != InterfaceVersion {
+		t.Errorf("the Bottlerocket node's interface-version label is %q, want %s", l, InterfaceVersion)
+	}
+	if l := f.node(adminCordoned).Labels[f.keys.InterfaceVersion()]; l != "" {
+		t.Errorf("a node whose osImage does not match was labelled %q", l)
+	}
+	n := f.node(excluded)
+	if w := n.Annotations[f.keys.Wanted()]; w != "" || n.Spec.Unschedulable || f.version(excluded) != "v1" {
+		t.Errorf("the excluded node was touched: wanted %q, unschedulable %v, version %s", w, n.Spec.Unschedulable, f.version(excluded))
+	}
+	if !f.node(adminCordoned).Spec.Unschedulable {
+		t.Error("the admin's cordon was lifted")
+	}
+}
+
+func TestStatusTable(t *testing.T) {
+	f := newFleet(t, "st", 1)
+	stop := f.controller(nil)
+	defer stop()
+	eventually(t, time.Minute, "updated", f.done)
+	var out bytes.Buffer
+	if err := Status(context.Background(), StatusOptions{Config: f.env.Config, Prefix: f.prefix, JSON: true, Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Nodes []StatusRow `json:"nodes"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out.String())
+	}
+	var row *StatusRow
+	for i := range got.Nodes {
+		if got.Nodes[i].Node == f.nodes[0] {
+			row = &got.Nodes[i]
+		}
+	}
+	if row == nil || row.State != "up-to-date" || row.Wanted != "stabilize" || row.CurrentVersion != "v2" || row.Cordoned || row.LastTransition == "" {
+		t.Errorf("status row %+v", row)
+	}
+	out.Reset()
+	if err := Status(context.Background(), StatusOptions{Config: f.env.Config, Prefix: f.prefix, Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "LAST TRANSITION") || !strings.Contains(out.String(), f.nodes[0]) {
+		t.Errorf("status table:\n%s", out.String())
+	}
+}
