@@ -50,14 +50,14 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	if err != nil {
 		return err
 	}
-	a.m.serve(ctx, o.MetricsAddr, o.Log)
+	a.m.serve(ctx, a.o.MetricsAddr, a.o.Log)
 	inf := nodeInformer(a.kube, o.NodeName)
 	poke := func(any) { a.trigger() }
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, n any) { poke(n) }}); err != nil {
 		return err
 	}
 	go inf.RunWithContext(ctx)
-	tick := time.NewTicker(min(o.Resync, o.CheckInterval))
+	tick := time.NewTicker(min(a.o.Resync, a.o.CheckInterval))
 	defer tick.Stop()
 	for {
 		if err := a.reconcile(ctx); err != nil && ctx.Err() == nil {
