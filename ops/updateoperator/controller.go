@@ -127,6 +127,9 @@ func newController(o ControllerOptions) (*controller, error) {
 	}
 	cfg := rest.CopyConfig(o.Config)
 	cfg.UserAgent = componentController
+	if cfg.QPS == 0 { // client-go's default, 5 per second, throttles a rollout's bursts of patches and Events
+		cfg.QPS, cfg.Burst = 50, 100
+	}
 	if c.kube, err = kube.NewForConfig(cfg); err != nil {
 		return nil, err
 	}

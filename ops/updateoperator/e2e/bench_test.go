@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,6 +108,7 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, conc int, release st
 			by[writer(ev.UserAgent)]++
 		}
 	}
+	b.Logf("timeline of %s: %s", env.Nodes[0], timeline(events, env.Nodes[0], start, wall))
 	ours := by["controller"] + by["agent"]
 	b.ReportMetric(float64(ours)/float64(nodes), "writes/node"+tag)
 	b.Logf("API writes per node: controller %.1f, agents %.1f (operator total %.1f); others: %s",
@@ -154,6 +156,7 @@ func startController(b *testing.B, e *testenv.Env, conc int) (stop func()) {
 		b.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the benchmark
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -233,4 +236,16 @@ func dumpLogs(b *testing.B) {
 		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
 		b.Logf("----- %s -----\n%s", filepath.Base(l), strings.Join(lines[max(0, len(lines)-15):], "\n"))
 	}
+}
+
+// timeline lists the writes to node's Node during the round: seconds since
+// start and writer.
+func timeline(events []testenv.AuditEvent, node string, start time.Time, wall time.Duration) string {
+	var parts []string
+	for _, ev := range events {
+		if ev.Name == node && strings.HasPrefix(ev.Resource, "nodes") && !ev.Time.Before(start) && !ev.Time.After(start.Add(wall)) {
+			parts = append(parts, fmt.Sprintf("%.1f %s", ev.Time.Sub(start).Seconds(), writer(ev.UserAgent)))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
