@@ -147,7 +147,7 @@ func others(by map[string]int) string {
 }
 
 // startController runs the controller as a process, as it runs in a pod.
-func startController(b *testing.B, e *testenv.Env, conc int) (stop func()) {
+func startController(b testing.TB, e *testenv.Env, conc int) (stop func()) {
 	cmd := exec.Command(filepath.Join(bin, "slipway"), "update-operator", "controller", "--kubeconfig", e.Kubeconfig,
 		"--lease", "", "--metrics-addr", "", "--os-image-pattern", "-", "--pause-between", "0s",
 		"--max-concurrent", strconv.Itoa(conc), "--state-timeout", "5m", "--drain-timeout", "2m")
@@ -169,7 +169,7 @@ func startController(b *testing.B, e *testenv.Env, conc int) (stop func()) {
 
 // waitAll polls the fake nodes until ok holds for each; each, when set,
 // sees every listing.
-func waitAll(b *testing.B, c *kube.Clientset, within time.Duration, what string, ok func(*corev1.Node) bool, each ...func([]corev1.Node)) {
+func waitAll(b testing.TB, c *kube.Clientset, within time.Duration, what string, ok func(*corev1.Node) bool, each ...func([]corev1.Node)) {
 	deadline := time.Now().Add(within)
 	for {
 		list, err := c.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: testenv.NodeRoleLabel + "=true"})
@@ -226,7 +226,7 @@ func rss(role string) string {
 }
 
 // dumpLogs logs the tails of the controllers' and the first agent's logs.
-func dumpLogs(b *testing.B) {
+func dumpLogs(b testing.TB) {
 	logs, _ := filepath.Glob(filepath.Join(env.Dir, "controller-*.log"))
 	if len(env.Nodes) > 0 {
 		logs = append(logs, filepath.Join(env.NodeDir(env.Nodes[0]), "agent.log"))

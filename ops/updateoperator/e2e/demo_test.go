@@ -24,21 +24,20 @@ func TestDemo(t *testing.T) {
 	if env == nil || os.Getenv("SLIPWAY_UO_DEMO") != "1" {
 		t.Skip("the demo runs with SLIPWAY_UO_DEMO=1 (scripts/demo-update-operator)")
 	}
-	b := &testing.B{}
 	c, err := kube.NewForConfig(e.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fmt.Println("== every node's agent reports its host (v1) ==")
-	stop := startController(b, e, 2)
-	waitAll(b, c, 2*time.Minute, "up to date", func(n *corev1.Node) bool { return n.Annotations[keys.State()] == string(uo.StateUpToDate) })
+	stop := startController(t, e, 2)
+	waitAll(t, c, 2*time.Minute, "up to date", func(n *corev1.Node) bool { return n.Annotations[keys.State()] == string(uo.StateUpToDate) })
 	show(e)
 	fmt.Println("== release v2 is published; the controller rolls it 2 nodes at a time (cordon, drain, reboot, uncordon) ==")
 	if err := setRelease("v2"); err != nil {
 		t.Fatal(err)
 	}
 	last := ""
-	waitAll(b, c, 10*time.Minute, "every node at v2", func(n *corev1.Node) bool {
+	waitAll(t, c, 10*time.Minute, "every node at v2", func(n *corev1.Node) bool {
 		return n.Annotations[keys.Key(uo.KeyCurrentVersion)] == "v2" && n.Annotations[keys.Wanted()] == string(uo.IntentStabilize) &&
 			n.Annotations[keys.State()] == string(uo.StateUpToDate) && !n.Spec.Unschedulable
 	}, func([]corev1.Node) {
