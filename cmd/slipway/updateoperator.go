@@ -65,6 +65,8 @@ func uoControllerCommand() *cli.Command {
 			&cli.StringFlag{Name: "window-end", Usage: "maintenance window end, HH:MM", EnvVars: uoEnvs("WINDOW_END")},
 			&cli.StringFlag{Name: "window-tz", Value: "UTC", Usage: "maintenance window time zone (IANA)", EnvVars: uoEnvs("WINDOW_TZ")},
 			&cli.StringFlag{Name: "os-image-pattern", Value: uo.DefaultOSImagePattern, Usage: "label nodes whose osImage matches with the interface-version label (\"-\": none)", EnvVars: uoEnvs("OS_IMAGE_PATTERN")},
+			&cli.StringSliceFlag{Name: "before-reboot-checks", Usage: "annotations the before-reboot hooks set to \"true\" (the node is labelled <prefix>/before-reboot=true meanwhile)", EnvVars: uoEnvs("BEFORE_REBOOT_CHECKS")},
+			&cli.StringSliceFlag{Name: "after-reboot-checks", Usage: "annotations the after-reboot hooks set to \"true\" (the node is labelled <prefix>/after-reboot=true meanwhile)", EnvVars: uoEnvs("AFTER_REBOOT_CHECKS")},
 			&cli.StringFlag{Name: "blocking-pod-selector", Usage: "a node running a pod matching this label selector does not start an update", EnvVars: uoEnvs("BLOCKING_POD_SELECTOR")},
 			&cli.DurationFlag{Name: "drain-timeout", Value: 10 * time.Minute, Usage: "give up a drain after this long (the update fails, the node is uncordoned)", EnvVars: uoEnvs("DRAIN_TIMEOUT")},
 			&cli.BoolFlag{Name: "drain-delete-emptydir", Usage: "evict pods with emptyDir volumes", EnvVars: uoEnvs("DRAIN_DELETE_EMPTYDIR")},
@@ -91,6 +93,7 @@ func uoControllerCommand() *cli.Command {
 			st := c.Duration("state-timeout")
 			return uo.RunController(c.Context, uo.ControllerOptions{
 				Config: cfg, Prefix: c.String("prefix"), NodeName: c.String("node-name"), Namespace: c.String("namespace"), LeaseName: c.String("lease"),
+				BeforeRebootChecks: c.StringSlice("before-reboot-checks"), AfterRebootChecks: c.StringSlice("after-reboot-checks"),
 				OSImagePattern: c.String("os-image-pattern"), BlockingPods: c.String("blocking-pod-selector"), MetricsAddr: c.String("metrics-addr"),
 				Drain: drain.Options{Timeout: c.Duration("drain-timeout"), DeleteEmptyDirData: c.Bool("drain-delete-emptydir")},
 				Policy: uo.Policy{MaxConcurrent: c.Int("max-concurrent"), PauseBetween: c.Duration("pause-between"), Window: win,

@@ -37,6 +37,10 @@ type ControllerOptions struct {
 	// OSImagePattern selects the nodes that get the interface-version label
 	// (default DefaultOSImagePattern; "-" labels none).
 	OSImagePattern string
+	// BeforeRebootChecks / AfterRebootChecks are annotations the before- /
+	// after-reboot hooks set to "true" (FLUO style): while they run, the node
+	// carries the label <prefix>/before-reboot (after-reboot) = true.
+	BeforeRebootChecks, AfterRebootChecks []string
 	// BlockingPods, a label selector: a node running a matching pod does not start an update.
 	BlockingPods string
 	Drain        drain.Options

@@ -83,3 +83,49 @@ func TestStatusTable(t *testing.T) {
 		t.Errorf("status table:\n%s", out.String())
 	}
 }
+
+// FLUO-style hooks: the node is labelled before-reboot once drained and
+// reboots only after the hook's annotation says true; after the reboot it
+// is labelled after-reboot and finishes only after that hook says true.
+// Labels and annotations are cleared at the end.
+func TestBeforeAndAfterRebootHooks(t *testing.T) {
+	f := newFleet(t, "hook", 1)
+	node := f.nodes[0]
+	const before, after = "hooks.example.com/before-ok", "hooks.example.com/after-ok"
+	stop := f.controller(func(o *ControllerOptions) {
+		o.BeforeRebootChecks, o.AfterRebootChecks = []string{before}, []string{after}
+	})
+	defer stop()
+	eventually(t, time.Minute, "labelled for the before-reboot hooks", func() (bool, string) {
+		n := f.node(node)
+		return n.Labels[f.keys.Key(KeyBeforeReboot)] == "true", "not yet"
+	})
+	time.Sleep(2 * time.Second) // the controller resyncs every second: it must keep waiting
+	f.mu.Lock()
+	rebooted := f.reboots[node]
+	f.mu.Unlock()
+	if n := f.node(node); rebooted != 0 || !n.Spec.Unschedulable || n.Annotations[f.keys.Wanted()] != string(IntentPerform) {
+		t.Fatalf("before the hook said yes: %d reboots, unschedulable %v, wanted %s; want a drained node waiting", rebooted, n.Spec.Unschedulable, n.Annotations[f.keys.Wanted()])
+	}
+	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{before: "true"}}})
+	eventually(t, time.Minute, "labelled for the after-reboot hooks", func() (bool, string) {
+		n := f.node(node)
+		return n.Labels[f.keys.Key(KeyAfterReboot)] == "true", "not yet"
+	})
+	if v := f.keys.View(f.node(node), ""); v.Wanted != IntentReboot || f.version(node) != "v2" {
+		t.Fatalf("after-reboot hooks started at wanted %s version %s", v.Wanted, f.version(node))
+	}
+	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{after: "true"}}})
+	eventually(t, time.Minute, "finished", f.done)
+	n := f.node(node)
+	for _, k := range []string{f.keys.Key(KeyBeforeReboot), f.keys.Key(KeyAfterReboot)} {
+		if _, ok := n.Labels[k]; ok {
+			t.Errorf("label %s left on the node", k)
+		}
+	}
+	for _, k := range []string{before, after} {
+		if _, ok := n.Annotations[k]; ok {
+			t.Errorf("hook annotation %s not reset", k)
+		}
+	}
+}

@@ -26,6 +26,10 @@ type NodeView struct {
 	// WorkloadsReady: every workload drained off it is back to its desired
 	// ready count (looked up only for a node waiting on it).
 	WorkloadsReady bool
+	// BeforeHook / AfterHook: the before- / after-reboot label is on the
+	// node; BeforeDone / AfterDone: every hook annotation is "true" (true
+	// when no hook is configured).
+	BeforeHook, AfterHook, BeforeDone, AfterDone bool
 	// Blocked: a pod of the blocking-pod selector runs on it.
 	Blocked bool
 	// Invalid, when set, says which annotation could not be read.
@@ -63,6 +67,7 @@ const (
 	StepFinish   StepKind = "finish"   // the update is done: want stabilize, record it
 	StepFail     StepKind = "fail"     // count a failure, lift the cordon, want stabilize
 	StepStuck    StepKind = "stuck"    // waiting too long: say so (reason, Event), change nothing
+	StepAfter    StepKind = "after"    // label the node for the after-reboot hooks
 )
 
 // Step is the decision for one node.
@@ -113,7 +118,7 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 	case IntentPrepare:
 		return progress(done, failed, n, age, p.Timeouts.Prepare, Step{Kind: StepWant, Wanted: IntentPerform})
 	case IntentPerform:
-		return progress(done, failed, n, age, p.Timeouts.Perform, Step{Kind: StepDrain})
+		return performed(n, p, age, done, failed)
 	case IntentReboot:
 		return rebooted(n, p, age, done, failed)
 	}
@@ -142,8 +147,10 @@ func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 		return Step{Kind: StepFail, Reason: "reboot-update failed on the host"}
 	case done && n.Ready && n.CordonedByUs:
 		return Step{Kind: StepUncordon}
-	case done && n.Ready && n.WorkloadsReady:
+	case done && n.Ready && n.WorkloadsReady && n.AfterDone:
 		return Step{Kind: StepFinish, Wanted: IntentStabilize}
+	case done && n.Ready && n.WorkloadsReady && !n.AfterHook:
+		return Step{Kind: StepAfter}
 	case done && n.Ready:
 		if timedOut(age, p.Timeouts.Health) {
 			return Step{Kind: StepStuck, Reason: fmt.Sprintf("workloads drained off %s not ready again after %s", n.Name, p.Timeouts.Health)}
@@ -151,6 +158,22 @@ func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 		return Step{}
 	case n.CordonedByUs && timedOut(age, p.Timeouts.Reboot):
 		return Step{Kind: StepFail, Reason: fmt.Sprintf("node not back Ready at the new version %s after reboot-update (agent state %s)", p.Timeouts.Reboot, n.State)}
+	}
+	return Step{}
+}
+
+// performed is the step of a node whose next boot is the update: drain it
+// (the drain labels it for the before-reboot hooks when there are some),
+// then, once the hooks said yes, reboot it.
+func performed(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
+	if !done || !n.CordonedByUs || !n.BeforeHook {
+		return progress(done, failed, n, age, p.Timeouts.Perform, Step{Kind: StepDrain})
+	}
+	if n.BeforeDone {
+		return Step{Kind: StepWant, Wanted: IntentReboot}
+	}
+	if timedOut(age, p.Timeouts.Perform) {
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("before-reboot hooks not done after %s", p.Timeouts.Perform)}
 	}
 	return Step{}
 }

@@ -16,7 +16,7 @@ func policy() Policy {
 }
 
 func node(name string, wanted, active Intent, state State) NodeView {
-	return NodeView{Name: name, Wanted: wanted, Active: active, State: state, Ready: true, Transition: t0}
+	return NodeView{Name: name, Wanted: wanted, Active: active, State: state, Ready: true, Transition: t0, BeforeDone: true, AfterDone: true}
 }
 
 func TestNext(t *testing.T) {
@@ -24,6 +24,10 @@ func TestNext(t *testing.T) {
 	cordoned := func(n NodeView) NodeView { n.CordonedByUs = true; return n }
 	healthy := func(n NodeView) NodeView { n.WorkloadsReady = true; return n }
 	notReady := func(n NodeView) NodeView { n.Ready = false; return n }
+	hooks := func(n NodeView, before, beforeDone, after, afterDone bool) NodeView {
+		n.BeforeHook, n.BeforeDone, n.AfterHook, n.AfterDone = before, beforeDone, after, afterDone
+		return n
+	}
 	tests := []struct {
 		name string
 		n    NodeView
@@ -51,6 +55,12 @@ func TestNext(t *testing.T) {
 		{"workloads never ready: stuck", node("a", IntentReboot, IntentReboot, StateReady), at(11 * time.Minute), StepStuck, ""},
 		{"reboot never back: fail", cordoned(node("a", IntentReboot, IntentReboot, StateRebooting)), at(11 * time.Minute), StepFail, ""},
 		{"reboot error: fail", cordoned(node("a", IntentReboot, IntentReboot, StateError)), at(time.Minute), StepFail, ""},
+		{"drained, before-reboot hooks pending: wait", hooks(cordoned(node("a", IntentPerform, IntentPerform, StateReady)), true, false, false, false), at(time.Minute), StepNone, ""},
+		{"drained, before-reboot hooks done: reboot", hooks(cordoned(node("a", IntentPerform, IntentPerform, StateReady)), true, true, false, true), at(time.Minute), StepWant, IntentReboot},
+		{"before-reboot hooks never done: fail", hooks(cordoned(node("a", IntentPerform, IntentPerform, StateReady)), true, false, false, false), at(11 * time.Minute), StepFail, ""},
+		{"healthy, after-reboot hooks configured: label", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, false, false), at(time.Minute), StepAfter, ""},
+		{"healthy, after-reboot hooks pending: wait", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, true, false), at(time.Minute), StepNone, ""},
+		{"healthy, after-reboot hooks done: finish", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, true, true), at(time.Minute), StepFinish, IntentStabilize},
 		{"reset done: stabilize", node("a", IntentReset, IntentReset, StateReady), at(0), StepWant, IntentStabilize},
 		{"reset stuck: stabilize anyway", node("a", IntentReset, IntentStabilize, StateBusy), at(2 * time.Minute), StepWant, IntentStabilize},
 		{"malformed annotation in flight: fail", NodeView{Name: "a", Wanted: IntentPerform, Invalid: "bad"}, at(0), StepFail, ""},

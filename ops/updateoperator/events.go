@@ -21,6 +21,7 @@ const (
 	ReasonFailed        = "UpdateFailed"    // a failure counted
 	ReasonStuck         = "UpdateStuck"     // waiting past a timeout, or a node left out
 	ReasonLabelled      = "NodeLabelled"    // the interface-version label applied
+	ReasonHooks         = "WaitingForHooks" // the node is labelled for the before- / after-reboot hooks
 	ReasonAgentState    = "AgentState"      // the agent reports a new state
 	ReasonAgentError    = "AgentError"      // the agent could not carry out an intent
 	eventNamespace      = metav1.NamespaceDefault

@@ -29,6 +29,7 @@ func (c *controller) sync(ctx context.Context) error {
 		nodes[n.Name] = n
 		c.label(ctx, n)
 		v := c.keys.View(n, c.o.NodeName)
+		c.hookState(&v, n)
 		if c.needsHealth(v) {
 			v.WorkloadsReady = c.healthy(ctx, n)
 		}
@@ -139,7 +140,17 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 	now := stamp(time.Now())
 	switch s.Kind {
 	case StepWant:
+		if s.Wanted == IntentReboot && v.BeforeHook { // the before-reboot hooks said yes
+			if err := c.clearHook(ctx, v.Name, KeyBeforeReboot, c.o.BeforeRebootChecks); err != nil {
+				return err
+			}
+		}
 		return c.want(ctx, v.Name, s.Wanted, "")
+	case StepAfter:
+		if err := patchNode(ctx, c.kube, v.Name, map[string]any{c.keys.Key(KeyAfterReboot): "true"}, nil); err != nil {
+			return err
+		}
+		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonHooks, "waiting for the after-reboot hooks: %s", strings.Join(c.o.AfterRebootChecks, ", "))
 	case StepDrain:
 		c.mu.Lock()
 		c.draining[v.Name] = true
@@ -155,6 +166,11 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 			c.keys.Key(KeyFinished): now, c.keys.Key(KeyFailures): nil, c.keys.Key(KeyLastFailure): nil, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyReason): nil})
 		if err != nil {
 			return err
+		}
+		if v.AfterHook {
+			if err := c.clearHook(ctx, v.Name, KeyAfterReboot, c.o.AfterRebootChecks); err != nil {
+				return err
+			}
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonSucceeded, "updated to %s", n.Annotations[c.keys.Key(KeyCurrentVersion)])
 	case StepFail:
@@ -228,9 +244,41 @@ func (c *controller) drainThenReboot(ctx context.Context, node string) {
 		}
 		return
 	}
+	if len(c.o.BeforeRebootChecks) > 0 {
+		if err := patchNode(ctx, c.kube, node, map[string]any{c.keys.Key(KeyBeforeReboot): "true"}, nil); err != nil {
+			c.o.Log.Error("label for the before-reboot hooks", "node", node, "err", err)
+			return
+		}
+		c.ev.emit(ctx, node, corev1.EventTypeNormal, ReasonHooks, "drained; waiting for the before-reboot hooks: %s", strings.Join(c.o.BeforeRebootChecks, ", "))
+		return
+	}
 	if err := c.want(ctx, node, IntentReboot, "drained"); err != nil {
 		c.o.Log.Error("want reboot-update", "node", node, "err", err)
 	}
+}
+
+// hookState reads the hooks' label and annotations of n into v.
+func (c *controller) hookState(v *NodeView, n *corev1.Node) {
+	v.BeforeHook, v.AfterHook = n.Labels[c.keys.Key(KeyBeforeReboot)] == "true", n.Labels[c.keys.Key(KeyAfterReboot)] == "true"
+	v.BeforeDone, v.AfterDone = allTrue(n, c.o.BeforeRebootChecks), allTrue(n, c.o.AfterRebootChecks)
+}
+
+func allTrue(n *corev1.Node, keys []string) bool {
+	for _, k := range keys {
+		if n.Annotations[k] != "true" {
+			return false
+		}
+	}
+	return true
+}
+
+// clearHook removes a hook's label and resets its annotations for next time.
+func (c *controller) clearHook(ctx context.Context, node, label string, checks []string) error {
+	ann := map[string]any{}
+	for _, k := range checks {
+		ann[k] = nil
+	}
+	return patchNode(ctx, c.kube, node, map[string]any{c.keys.Key(label): nil}, ann)
 }
 
 func (c *controller) drain(ctx context.Context, node string) error {
