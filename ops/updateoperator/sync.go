@@ -193,11 +193,14 @@ func (c *controller) want(ctx context.Context, node string, i Intent, why string
 	if err != nil {
 		return err
 	}
-	msg := "intent " + string(i)
+	msg, reason := "intent "+string(i), ReasonIntent
 	if why != "" {
 		msg += ": " + why
 	}
-	c.ev.emit(ctx, node, corev1.EventTypeNormal, ReasonIntent, "%s", msg)
+	if i == IntentReboot && why != "" {
+		reason = ReasonDrained // the drain's Event and the intent's, in one
+	}
+	c.ev.emit(ctx, node, corev1.EventTypeNormal, reason, "%s", msg)
 	return nil
 }
 
@@ -229,7 +232,7 @@ func (c *controller) drainThenReboot(ctx context.Context, node string) {
 		c.mu.Unlock()
 		c.trigger()
 	}()
-	err := c.drain(ctx, node)
+	summary, err := c.drain(ctx, node)
 	if ctx.Err() != nil {
 		return // the next leader takes it from here: the node's annotations say where it is
 	}
@@ -249,10 +252,11 @@ func (c *controller) drainThenReboot(ctx context.Context, node string) {
 			c.o.Log.Error("label for the before-reboot hooks", "node", node, "err", err)
 			return
 		}
-		c.ev.emit(ctx, node, corev1.EventTypeNormal, ReasonHooks, "drained; waiting for the before-reboot hooks: %s", strings.Join(c.o.BeforeRebootChecks, ", "))
+		c.ev.emit(ctx, node, corev1.EventTypeNormal, ReasonHooks, "%s; waiting for the before-reboot hooks: %s", summary, strings.Join(c.o.BeforeRebootChecks, ", "))
 		return
 	}
-	if err := c.want(ctx, node, IntentReboot, "drained"); err != nil {
+	// One Event says both (a write saved per node): drained, and the intent.
+	if err := c.want(ctx, node, IntentReboot, summary); err != nil {
 		c.o.Log.Error("want reboot-update", "node", node, "err", err)
 	}
 }
@@ -281,25 +285,25 @@ func (c *controller) clearHook(ctx context.Context, node, label string, checks [
 	return patchNode(ctx, c.kube, node, map[string]any{c.keys.Key(label): nil}, ann)
 }
 
-func (c *controller) drain(ctx context.Context, node string) error {
+// drain cordons and drains node, recording the workloads it takes pods
+// from, and returns what it did in words.
+func (c *controller) drain(ctx context.Context, node string) (string, error) {
 	workloads, err := drainedWorkloads(ctx, c.kube, node)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if n, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
 		workloads = union(workloads, c.keys.Workloads(n)) // a drain resumed after a restart keeps the first one's
 	}
 	extra := map[string]string{c.keys.Key(KeyWorkloads): strings.Join(workloads, ",")}
 	if err := drain.Cordon(ctx, c.kube, node, CordonOwner, extra); err != nil {
-		return err
+		return "", err
 	}
 	res, err := drain.Drain(ctx, c.kube, node, c.o.Drain)
 	if err != nil {
-		return fmt.Errorf("drain: %w", err)
+		return "", fmt.Errorf("drain: %w", err)
 	}
-	c.ev.emit(ctx, node, corev1.EventTypeNormal, ReasonDrained, "cordoned and drained: %d pods evicted; waiting for %d workloads after the reboot",
-		len(res.Evicted), len(workloads))
-	return nil
+	return fmt.Sprintf("cordoned and drained (%d pods evicted; %d workloads to be ready again after the reboot)", len(res.Evicted), len(workloads)), nil
 }
 
 func union(a, b []string) []string {
