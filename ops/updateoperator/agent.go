@@ -260,5 +260,5 @@ func (a *agent) back(ctx context.Context) error {
 	}
 	a.o.Log.Info("back after the reboot", "version", v)
 	a.ev.emit(ctx, a.o.NodeName, corev1.EventTypeNormal, ReasonAgentState, "rebooted into %s", v)
-	return a.done(ctx, IntentReboot, nil, map[string]any{a.keys.Key(KeyCurrentVersion): v, a.keys.Key(KeyRebootBootID): nil})
+	return a.done(ctx, IntentReboot, nil, map[string]any{a.keys.Key(KeyCurrentVersion): v, a.keys.Key(KeyAvailableVersion): nil, a.keys.Key(KeyRebootBootID): nil})
 }
