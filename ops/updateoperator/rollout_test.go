@@ -176,3 +176,30 @@ func TestRolloutMixedPlatforms(t *testing.T) {
 		}
 	}
 }
+
+// Two controller replicas elect one leader through a Lease; the leader is
+// stopped mid-rollout and the other finishes it, never more than
+// max-concurrent nodes cordoned.
+func TestTwoReplicasHandOver(t *testing.T) {
+	f := newFleet(t, "ha", 3)
+	w := f.watch("", "")
+	lease := func(o *ControllerOptions) {
+		o.LeaseName, o.LeaseDuration, o.Identity = "ha-update-operator", 3*time.Second, fmt.Sprintf("replica-%d", time.Now().UnixNano())
+	}
+	stopA := f.controller(lease)
+	eventually(t, time.Minute, "a node in flight", func() (bool, string) {
+		for _, name := range f.nodes {
+			if InFlight(f.keys.View(f.node(name), "")) {
+				return true, ""
+			}
+		}
+		return false, "none"
+	})
+	stopB := f.controller(lease) // a candidate while A leads
+	defer stopB()
+	stopA()
+	eventually(t, 2*time.Minute, "every node at v2", f.done)
+	if maxCordoned, _ := w.finish(); maxCordoned > 1 {
+		t.Errorf("%d nodes cordoned at once with two replicas, max-concurrent 1", maxCordoned)
+	}
+}
