@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -51,11 +54,28 @@ func TestLabelsExclusionAndAdminCordon(t *testing.T) {
 	}
 }
 
-func TestStatusTable(t *testing.T) {
+func TestStatusTableAndMetrics(t *testing.T) {
 	f := newFleet(t, "st", 1)
-	stop := f.controller(nil)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	stop := f.controller(func(o *ControllerOptions) { o.MetricsAddr = addr })
 	defer stop()
 	eventually(t, time.Minute, "updated", f.done)
+	eventually(t, 10*time.Second, "metrics", func() (bool, string) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		want := `slipway_update_operator_steps_total{step="finish"} 1`
+		return strings.Contains(string(body), want) && strings.Contains(string(body), `slipway_update_operator_nodes{state="up-to-date",version="v2"}`),
+			"no " + want + " in /metrics"
+	})
 	var out bytes.Buffer
 	if err := Status(context.Background(), StatusOptions{Config: f.env.Config, Prefix: f.prefix, JSON: true, Out: &out}); err != nil {
 		t.Fatal(err)
