@@ -3,7 +3,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help build test test-unit bench lint demo demo-host demo-rollout demo-eds demo-swarm generate image vm-test cluster-up cluster-down
+.PHONY: help build test test-unit bench lint demo demo-host demo-rollout demo-update-operator demo-eds demo-swarm generate image vm-test cluster-up cluster-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -20,6 +20,7 @@ test-unit: ## only the tests that need no control plane or VM (go test -short)
 bench: ## benchmarks: staging against the k3os shell pipeline, and the 100-node simulated rollout
 	@scripts/bench
 	@scripts/bench-rollout
+	@scripts/bench-update-operator
 	@scripts/bench-swarm
 
 lint: ## go vet and staticcheck (installed from the Go module proxy)
@@ -28,8 +29,12 @@ lint: ## go vet and staticcheck (installed from the Go module proxy)
 demo: ## the main job: a real upgrade on one node, then a rollout through a simulated cluster
 	@scripts/demo
 	@scripts/demo-rollout
+	@scripts/demo-update-operator
 	@scripts/demo-eds
 	@scripts/demo-swarm
+
+demo-update-operator: ## only the update operator's act: 6 fake nodes rolled from v1 to v2 by the annotation protocol
+	@scripts/demo-update-operator
 
 demo-host: ## only the one-node act: install v1, upgrade to v2 from a local mirror (build/demo)
 	@scripts/demo

@@ -19,6 +19,15 @@ import (
 // apply stages, verifies and swaps. Until the first rename, nothing outside
 // the staging folder has changed, and every error removes that folder.
 func (p *plan) apply(ctx context.Context) error {
+	if err := p.stageAll(ctx); err != nil {
+		return err
+	}
+	return p.relinkAll()
+}
+
+// stageAll downloads, verifies and renames the staged components into
+// their version folders (with markers), leaving every link as it was.
+func (p *plan) stageAll(ctx context.Context) error {
 	root := p.o.SystemDir
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return fmt.Errorf("create system directory: %w", err)
@@ -46,6 +55,11 @@ func (p *plan) apply(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// relinkAll moves the previous and current links of every component.
+func (p *plan) relinkAll() error {
 	for _, cp := range p.comps {
 		if err := p.relink(cp); err != nil {
 			return err

@@ -17,6 +17,9 @@ func dispatchArgs(app *cli.App, args []string) []string {
 	if len(args) == 0 {
 		return args
 	}
+	if old, ok := oldOperatorArgs(args); ok { // dogswatch, bottlerocket-update-operator
+		return old
+	}
 	base := strings.TrimSuffix(filepath.Base(args[0]), ".exe")
 	if base == app.Name {
 		return args

@@ -39,10 +39,10 @@ func newApp() *cli.App {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "debug", Usage: "log at debug level", EnvVars: []string{"SLIPWAY_DEBUG"}},
 		},
-		Before: setupLogging,
 		Commands: []*cli.Command{
 			opsCommand(),
 			configCommand(),
+			updateOperatorCommand(),
 			edsCommand(),
 			swarmCommand(),
 			versionCommand(),

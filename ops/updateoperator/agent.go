@@ -1,0 +1,264 @@
+package updateoperator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"slipway.dev/slipway/ops/kube"
+	"slipway.dev/slipway/ops/updateoperator/platform"
+)
+
+// AgentOptions configure `slipway update-operator agent`.
+type AgentOptions struct {
+	Config   *rest.Config
+	Prefix   string // default DefaultPrefix
+	NodeName string // from the downward API
+	Platform platform.Platform
+	// CheckInterval is how often a resting node checks for updates (default 30m).
+	CheckInterval time.Duration
+	// Resync re-reads the Node at least this often (default 1m).
+	Resync      time.Duration
+	MetricsAddr string
+	Log         *slog.Logger
+}
+
+// agent is one running agent.
+type agent struct {
+	o         AgentOptions
+	keys      Keys
+	kube      *kube.Clientset
+	ev        events
+	m         *metrics
+	poke      chan struct{}
+	booted    bool      // a first reconcile ran in this process
+	lastCheck time.Time // of the resting stabilize check
+	lastError string    // the last bad-input error reported
+}
+
+// RunAgent runs the agent of one node until ctx ends. It acts only on the
+// intents the controller writes on its own Node.
+func RunAgent(ctx context.Context, o AgentOptions) error {
+	a, err := newAgent(o)
+	if err != nil {
+		return err
+	}
+	a.m.serve(ctx, a.o.MetricsAddr, a.o.Log)
+	inf := nodeInformer(a.kube, o.NodeName)
+	poke := func(any) { a.trigger() }
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, n any) { poke(n) }}); err != nil {
+		return err
+	}
+	go inf.RunWithContext(ctx)
+	tick := time.NewTicker(min(a.o.Resync, a.o.CheckInterval))
+	defer tick.Stop()
+	for {
+		if err := a.reconcile(ctx); err != nil && ctx.Err() == nil {
+			a.o.Log.Error("reconcile", "node", o.NodeName, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.poke:
+		case <-tick.C:
+		}
+	}
+}
+
+func newAgent(o AgentOptions) (*agent, error) {
+	switch {
+	case o.Config == nil:
+		return nil, errors.New("no Kubernetes configuration: pass --kubeconfig or run in a pod")
+	case o.NodeName == "":
+		return nil, errors.New("no node name: set NODE_NAME from the downward API (spec.nodeName) or pass --node-name")
+	case o.Platform == nil:
+		return nil, errors.New("no platform: pass --platform")
+	}
+	if o.CheckInterval <= 0 {
+		o.CheckInterval = 30 * time.Minute
+	}
+	if o.Resync <= 0 {
+		o.Resync = time.Minute
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	o.Log = o.Log.With("node", o.NodeName)
+	keys, err := NewKeys(o.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(o.Config)
+	cfg.UserAgent = componentAgent
+	c, err := kube.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &agent{o: o, keys: keys, kube: c, m: newMetrics(), poke: make(chan struct{}, 1),
+		ev: events{c: c, component: componentAgent, host: o.NodeName, log: o.Log}}, nil
+}
+
+func (a *agent) trigger() {
+	select {
+	case a.poke <- struct{}{}:
+	default:
+	}
+}
+
+// reconcile reads the Node and carries out the intent it names, if it is
+// not carried out yet.
+func (a *agent) reconcile(ctx context.Context) error {
+	n, err := a.kube.CoreV1().Nodes().Get(ctx, a.o.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read my node: %w", err)
+	}
+	first := !a.booted
+	a.booted = true
+	ann := n.Annotations
+	wanted, err := ParseIntent(ann[a.keys.Wanted()])
+	if err != nil {
+		return a.badInput(ctx, fmt.Errorf("annotation %s: %w", a.keys.Wanted(), err))
+	}
+	active, aerr := ParseIntent(ann[a.keys.Active()])
+	state, serr := ParseState(ann[a.keys.State()])
+	unreadable := aerr != nil || serr != nil // its own keys: carried out again, written anew
+	if active == IntentReboot && state == StateRebooting {
+		if n.Status.NodeInfo.BootID != ann[a.keys.Key(KeyRebootBootID)] {
+			return a.back(ctx)
+		}
+		if !first {
+			return nil // the reboot is on its way
+		}
+	}
+	switch {
+	case wanted == IntentUnknown:
+		return nil // the controller has not spoken yet
+	case wanted != active, unreadable, first && (state == StateBusy || state == StateRefreshing || state == StateRebooting):
+		return a.carryOut(ctx, n, wanted)
+	case wanted == IntentStabilize && time.Since(a.lastCheck) >= a.o.CheckInterval:
+		return a.check(ctx, n, false)
+	}
+	return nil
+}
+
+// badInput reports an annotation the agent cannot act on: its state error
+// with the reason, and an Event, once per distinct error.
+func (a *agent) badInput(ctx context.Context, err error) error {
+	if err.Error() == a.lastError {
+		return nil
+	}
+	a.lastError = err.Error()
+	a.o.Log.Error("cannot act on my node's annotations", "err", err)
+	a.ev.emit(ctx, a.o.NodeName, corev1.EventTypeWarning, ReasonAgentError, "%v", err)
+	return patchNode(ctx, a.kube, a.o.NodeName, nil, map[string]any{a.keys.State(): string(StateError), a.keys.Key(KeyReason): err.Error()})
+}
+
+// carryOut acknowledges an intent (active = wanted, state busy), runs it,
+// and reports ready or error.
+func (a *agent) carryOut(ctx context.Context, n *corev1.Node, i Intent) error {
+	a.o.Log.Info("carrying out", "intent", i)
+	if i == IntentStabilize {
+		return a.check(ctx, n, true)
+	}
+	if i == IntentReboot {
+		return a.reboot(ctx, n)
+	}
+	if err := a.report(ctx, map[string]any{a.keys.Active(): string(i), a.keys.State(): string(StateBusy), a.keys.Key(KeyReason): nil}); err != nil {
+		return err
+	}
+	var err error
+	switch i {
+	case IntentPrepare:
+		err = a.o.Platform.Prepare(ctx)
+	case IntentPerform:
+		err = a.o.Platform.Perform(ctx)
+	}
+	return a.done(ctx, i, err, nil)
+}
+
+// done reports the end of an intent: ready (with more annotations), or
+// error with the reason and an Event.
+func (a *agent) done(ctx context.Context, i Intent, err error, more map[string]any) error {
+	if ctx.Err() != nil {
+		return ctx.Err() // stopped: the next start carries it out again
+	}
+	ann := map[string]any{a.keys.Active(): string(i), a.keys.State(): string(StateReady), a.keys.Key(KeyReason): nil}
+	result := "ok"
+	if err != nil {
+		result = "error"
+		a.o.Log.Error("intent failed", "intent", i, "err", err)
+		ann[a.keys.State()], ann[a.keys.Key(KeyReason)] = string(StateError), err.Error()
+		a.ev.emit(ctx, a.o.NodeName, corev1.EventTypeWarning, ReasonAgentError, "%s failed: %v", i, err)
+	}
+	for k, v := range more {
+		ann[k] = v
+	}
+	a.m.intents.WithLabelValues(string(i), result).Inc()
+	return a.report(ctx, ann)
+}
+
+func (a *agent) report(ctx context.Context, ann map[string]any) error {
+	return patchNode(ctx, a.kube, a.o.NodeName, nil, ann)
+}
+
+// check asks the platform for updates and publishes what it found; ack
+// first marks the intent carried out (stabilize), else only changes are written.
+func (a *agent) check(ctx context.Context, n *corev1.Node, ack bool) error {
+	a.lastCheck = time.Now()
+	st, err := a.o.Platform.Check(ctx)
+	if err != nil {
+		return a.done(ctx, IntentStabilize, fmt.Errorf("check for updates: %w", err), nil)
+	}
+	state, avail := StateUpToDate, "false"
+	if st.Available != "" {
+		state, avail = StateUpdateAvailable, "true"
+	}
+	ann := map[string]any{a.keys.Active(): string(IntentStabilize), a.keys.State(): string(state), a.keys.UpdateAvailable(): avail,
+		a.keys.Key(KeyCurrentVersion): st.Current, a.keys.Key(KeyAvailableVersion): st.Available, a.keys.Key(KeyReason): nil}
+	changed := ack || n.Labels[a.keys.UpdateAvailable()] != avail
+	for k, v := range ann {
+		if s, _ := v.(string); n.Annotations[k] != s {
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	if st.Available == "" {
+		ann[a.keys.Key(KeyAvailableVersion)] = nil
+	}
+	a.m.intents.WithLabelValues(string(IntentStabilize), "ok").Inc()
+	return patchNode(ctx, a.kube, a.o.NodeName, map[string]any{a.keys.UpdateAvailable(): avail}, ann)
+}
+
+// reboot records the boot ID, reports rebooting, and asks for the reboot.
+func (a *agent) reboot(ctx context.Context, n *corev1.Node) error {
+	err := a.report(ctx, map[string]any{a.keys.Active(): string(IntentReboot), a.keys.State(): string(StateRebooting),
+		a.keys.Key(KeyRebootBootID): n.Status.NodeInfo.BootID, a.keys.Key(KeyReason): nil})
+	if err != nil {
+		return err
+	}
+	a.o.Log.Info("rebooting")
+	if err := a.o.Platform.Reboot(ctx); err != nil {
+		return a.done(ctx, IntentReboot, err, nil)
+	}
+	return nil
+}
+
+// back reports a finished reboot: ready, at the version now running.
+func (a *agent) back(ctx context.Context) error {
+	v, err := a.o.Platform.Version(ctx)
+	if err != nil {
+		return a.done(ctx, IntentReboot, fmt.Errorf("read the version after the reboot: %w", err), nil)
+	}
+	a.o.Log.Info("back after the reboot", "version", v)
+	a.ev.emit(ctx, a.o.NodeName, corev1.EventTypeNormal, ReasonAgentState, "rebooted into %s", v)
+	return a.done(ctx, IntentReboot, nil, map[string]any{a.keys.Key(KeyCurrentVersion): v, a.keys.Key(KeyAvailableVersion): nil, a.keys.Key(KeyRebootBootID): nil})
+}

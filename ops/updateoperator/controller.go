@@ -1,0 +1,243 @@
+package updateoperator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/kube"
+	"slipway.dev/slipway/ops/lease"
+)
+
+// ControllerOptions configure `slipway update-operator controller`.
+type ControllerOptions struct {
+	Config    *rest.Config
+	Prefix    string // default DefaultPrefix
+	Policy    Policy
+	NodeName  string // the node the controller runs on: updated last, alone
+	Namespace string // of its Lease
+	// LeaseName, when set, elects one leader among replicas through that Lease.
+	LeaseName     string
+	LeaseDuration time.Duration // default 15s
+	Identity      string        // default the host name plus a random suffix
+	// OSImagePattern selects the nodes that get the interface-version label
+	// (default DefaultOSImagePattern; "-" labels none).
+	OSImagePattern string
+	// BeforeRebootChecks / AfterRebootChecks are annotations the before- /
+	// after-reboot hooks set to "true" (FLUO style): while they run, the node
+	// carries the label <prefix>/before-reboot (after-reboot) = true.
+	BeforeRebootChecks, AfterRebootChecks []string
+	// BlockingPods, a label selector: a node running a matching pod does not start an update.
+	BlockingPods string
+	Drain        drain.Options
+	Resync       time.Duration // re-decide at least this often (default 10s)
+	MetricsAddr  string
+	Log          *slog.Logger
+}
+
+func (o *ControllerOptions) defaults() error {
+	if o.Config == nil {
+		return errors.New("no Kubernetes configuration: pass --kubeconfig or run in a pod")
+	}
+	if o.LeaseDuration <= 0 {
+		o.LeaseDuration = 15 * time.Second
+	}
+	if o.Identity == "" {
+		h, _ := os.Hostname()
+		o.Identity = h + "-" + rand.String(5)
+	}
+	if o.OSImagePattern == "" {
+		o.OSImagePattern = DefaultOSImagePattern
+	}
+	if o.Resync <= 0 {
+		o.Resync = 10 * time.Second
+	}
+	if o.Policy.MaxConcurrent <= 0 {
+		o.Policy.MaxConcurrent = 1
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	o.Drain.IgnoreDaemonSets = true
+	o.Drain.Log = o.Log
+	// The controller's own pods stay: evicted from its own node, it would come
+	// back there (it tolerates the cordon) and be evicted again.
+	sel := "app.kubernetes.io/component!=" + ControllerComponent
+	if o.Drain.PodSelector != "" {
+		sel = o.Drain.PodSelector + "," + sel
+	}
+	o.Drain.PodSelector = sel
+	return nil
+}
+
+// ControllerComponent is the app.kubernetes.io/component label of the
+// controller's pods.
+const ControllerComponent = "update-operator-controller"
+
+// controller is one running controller.
+type controller struct {
+	o        ControllerOptions
+	keys     Keys
+	kube     *kube.Clientset
+	images   *regexp.Regexp // nil: label no node
+	ev       events
+	m        *metrics
+	poke     chan struct{}
+	mu       sync.Mutex
+	draining map[string]bool
+}
+
+// RunController runs the controller until ctx ends. With a LeaseName, it
+// decides only while it holds the Lease.
+func RunController(ctx context.Context, o ControllerOptions) error {
+	if err := o.defaults(); err != nil {
+		return err
+	}
+	c, err := newController(o)
+	if err != nil {
+		return err
+	}
+	c.m.serve(ctx, o.MetricsAddr, o.Log)
+	if o.LeaseName == "" {
+		return c.lead(ctx)
+	}
+	return c.elect(ctx)
+}
+
+func newController(o ControllerOptions) (*controller, error) {
+	keys, err := NewKeys(o.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	c := &controller{o: o, keys: keys, m: newMetrics(), poke: make(chan struct{}, 1), draining: map[string]bool{}}
+	if o.OSImagePattern != "-" {
+		if c.images, err = regexp.Compile(o.OSImagePattern); err != nil {
+			return nil, fmt.Errorf("--os-image-pattern %q is not a regular expression: %w", o.OSImagePattern, err)
+		}
+	}
+	cfg := rest.CopyConfig(o.Config)
+	cfg.UserAgent = componentController
+	if cfg.QPS == 0 { // client-go's default, 5 per second, throttles a rollout's bursts of patches and Events
+		cfg.QPS, cfg.Burst = 50, 100
+	}
+	if c.kube, err = kube.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	c.ev = events{c: c.kube, component: componentController, host: o.NodeName, log: o.Log}
+	return c, nil
+}
+
+// elect leads while it holds the Lease, and stops leading when it loses it.
+func (c *controller) elect(ctx context.Context) error {
+	var mu sync.Mutex
+	var stop context.CancelFunc
+	var done chan struct{}
+	return lease.Run(ctx, lease.Config{
+		Client: c.kube.CoordinationV1().Leases(c.o.Namespace), Name: c.o.LeaseName, Identity: c.o.Identity,
+		Duration: c.o.LeaseDuration, RenewDeadline: c.o.LeaseDuration * 2 / 3, RetryPeriod: c.o.LeaseDuration / 5, Log: c.o.Log,
+		OnStartedLeading: func() {
+			mu.Lock()
+			defer mu.Unlock()
+			var lctx context.Context
+			lctx, stop = context.WithCancel(ctx)
+			done = make(chan struct{})
+			go func() {
+				defer close(done)
+				if err := c.lead(lctx); err != nil && lctx.Err() == nil {
+					c.o.Log.Error("controller stopped", "err", err)
+				}
+			}()
+		},
+		OnStoppedLeading: func() {
+			mu.Lock()
+			defer mu.Unlock()
+			stop()
+			<-done
+		},
+	})
+}
+
+// lead watches the Nodes and re-decides on every change (debounced) and
+// every Resync.
+func (c *controller) lead(ctx context.Context) error {
+	c.o.Log.Info("leading the node updates", "prefix", c.keys.Prefix, "maxConcurrent", c.o.Policy.MaxConcurrent)
+	inf := nodeInformer(c.kube, "")
+	pokeAll := func(any) { c.trigger() }
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: pokeAll,
+		UpdateFunc: func(_, o any) { pokeAll(o) }, DeleteFunc: pokeAll}); err != nil {
+		return err
+	}
+	go inf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return ctx.Err()
+	}
+	tick := time.NewTicker(c.o.Resync)
+	defer tick.Stop()
+	for {
+		if err := c.sync(ctx); err != nil && ctx.Err() == nil {
+			c.o.Log.Error("sync", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			c.waitDrains()
+			return nil
+		case <-c.poke:
+		case <-tick.C:
+		}
+		time.Sleep(200 * time.Millisecond) // let a burst of changes arrive together
+	}
+}
+
+func (c *controller) trigger() {
+	select {
+	case c.poke <- struct{}{}:
+	default:
+	}
+}
+
+func (c *controller) waitDrains() {
+	for {
+		c.mu.Lock()
+		n := len(c.draining)
+		c.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// nodeInformer watches the Nodes (only the one named, when name is set).
+func nodeInformer(c *kube.Clientset, name string) cache.SharedIndexInformer {
+	api := c.CoreV1().Nodes()
+	tweak := func(o *metav1.ListOptions) {
+		if name != "" {
+			o.FieldSelector = "metadata.name=" + name
+		}
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			tweak(&o)
+			return api.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			tweak(&o)
+			return api.Watch(ctx, o)
+		},
+	}
+	return cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
+}

@@ -1,0 +1,151 @@
+package updateoperator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Nodes whose osImage matches get the interface-version label by
+// themselves; an excluded node is never touched; a node an admin cordoned
+// is updated and stays cordoned (only the operator's own cordon is lifted).
+func TestLabelsExclusionAndAdminCordon(t *testing.T) {
+	f := newFleet(t, "lbl", 3)
+	bottlerocket, excluded, adminCordoned := f.nodes[0], f.nodes[1], f.nodes[2]
+	data, _ := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"osImage": "Bottlerocket OS 1.20.0 (aws-k8s-1.30)"}}})
+	if _, err := f.kube.CoreV1().Nodes().Patch(context.Background(), bottlerocket, types.MergePatchType, data, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	f.patch(excluded, map[string]any{"metadata": map[string]any{"labels": map[string]any{f.keys.Exclude(): "true"}}})
+	f.patch(adminCordoned, map[string]any{"spec": map[string]any{"unschedulable": true}})
+	stop := f.controller(func(o *ControllerOptions) { o.OSImagePattern = DefaultOSImagePattern; o.Policy.MaxConcurrent = 3 })
+	defer stop()
+	eventually(t, 2*time.Minute, "the others updated", func() (bool, string) {
+		for _, name := range []string{bottlerocket, adminCordoned} {
+			v := f.keys.View(f.node(name), "")
+			if got := f.version(name); got != "v2" || v.Wanted != IntentStabilize || v.State != StateUpToDate || v.CordonedByUs {
+				return false, fmt.Sprintf("%s: %s %s %s", name, got, v.Wanted, v.State)
+			}
+		}
+		return true, ""
+	})
+	if l := f.node(bottlerocket).Labels[f.keys.InterfaceVersion()]; l != InterfaceVersion {
+		t.Errorf("the Bottlerocket node's interface-version label is %q, want %s", l, InterfaceVersion)
+	}
+	if l := f.node(adminCordoned).Labels[f.keys.InterfaceVersion()]; l != "" {
+		t.Errorf("a node whose osImage does not match was labelled %q", l)
+	}
+	n := f.node(excluded)
+	if w := n.Annotations[f.keys.Wanted()]; w != "" || n.Spec.Unschedulable || f.version(excluded) != "v1" {
+		t.Errorf("the excluded node was touched: wanted %q, unschedulable %v, version %s", w, n.Spec.Unschedulable, f.version(excluded))
+	}
+	if !f.node(adminCordoned).Spec.Unschedulable {
+		t.Error("the admin's cordon was lifted")
+	}
+}
+
+func TestStatusTableAndMetrics(t *testing.T) {
+	f := newFleet(t, "st", 1)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	stop := f.controller(func(o *ControllerOptions) { o.MetricsAddr = addr })
+	defer stop()
+	eventually(t, time.Minute, "updated", f.done)
+	eventually(t, 10*time.Second, "metrics", func() (bool, string) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		want := `slipway_update_operator_steps_total{step="finish"} 1`
+		return strings.Contains(string(body), want) && strings.Contains(string(body), `slipway_update_operator_nodes{state="up-to-date",version="v2"}`),
+			"no " + want + " in /metrics"
+	})
+	var out bytes.Buffer
+	if err := Status(context.Background(), StatusOptions{Config: f.env.Config, Prefix: f.prefix, JSON: true, Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Nodes []StatusRow `json:"nodes"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out.String())
+	}
+	var row *StatusRow
+	for i := range got.Nodes {
+		if got.Nodes[i].Node == f.nodes[0] {
+			row = &got.Nodes[i]
+		}
+	}
+	if row == nil || row.State != "up-to-date" || row.Wanted != "stabilize" || row.CurrentVersion != "v2" || row.Cordoned || row.LastTransition == "" {
+		t.Errorf("status row %+v", row)
+	}
+	out.Reset()
+	if err := Status(context.Background(), StatusOptions{Config: f.env.Config, Prefix: f.prefix, Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "LAST TRANSITION") || !strings.Contains(out.String(), f.nodes[0]) {
+		t.Errorf("status table:\n%s", out.String())
+	}
+}
+
+// FLUO-style hooks: the node is labelled before-reboot once drained and
+// reboots only after the hook's annotation says true; after the reboot it
+// is labelled after-reboot and finishes only after that hook says true.
+// Labels and annotations are cleared at the end.
+func TestBeforeAndAfterRebootHooks(t *testing.T) {
+	f := newFleet(t, "hook", 1)
+	node := f.nodes[0]
+	const before, after = "hooks.example.com/before-ok", "hooks.example.com/after-ok"
+	stop := f.controller(func(o *ControllerOptions) {
+		o.BeforeRebootChecks, o.AfterRebootChecks = []string{before}, []string{after}
+	})
+	defer stop()
+	eventually(t, time.Minute, "labelled for the before-reboot hooks", func() (bool, string) {
+		n := f.node(node)
+		return n.Labels[f.keys.Key(KeyBeforeReboot)] == "true", "not yet"
+	})
+	time.Sleep(2 * time.Second) // the controller resyncs every second: it must keep waiting
+	f.mu.Lock()
+	rebooted := f.reboots[node]
+	f.mu.Unlock()
+	if n := f.node(node); rebooted != 0 || !n.Spec.Unschedulable || n.Annotations[f.keys.Wanted()] != string(IntentPerform) {
+		t.Fatalf("before the hook said yes: %d reboots, unschedulable %v, wanted %s; want a drained node waiting", rebooted, n.Spec.Unschedulable, n.Annotations[f.keys.Wanted()])
+	}
+	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{before: "true"}}})
+	eventually(t, time.Minute, "labelled for the after-reboot hooks", func() (bool, string) {
+		n := f.node(node)
+		return n.Labels[f.keys.Key(KeyAfterReboot)] == "true", "not yet"
+	})
+	if v := f.keys.View(f.node(node), ""); v.Wanted != IntentReboot || f.version(node) != "v2" {
+		t.Fatalf("after-reboot hooks started at wanted %s version %s", v.Wanted, f.version(node))
+	}
+	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{after: "true"}}})
+	eventually(t, time.Minute, "finished", f.done)
+	n := f.node(node)
+	for _, k := range []string{f.keys.Key(KeyBeforeReboot), f.keys.Key(KeyAfterReboot)} {
+		if _, ok := n.Labels[k]; ok {
+			t.Errorf("label %s left on the node", k)
+		}
+	}
+	for _, k := range []string{before, after} {
+		if _, ok := n.Annotations[k]; ok {
+			t.Errorf("hook annotation %s not reset", k)
+		}
+	}
+}

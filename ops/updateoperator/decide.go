@@ -1,0 +1,263 @@
+package updateoperator
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"slipway.dev/slipway/ops/window"
+)
+
+// NodeView is what the decisions read of one Node: its protocol annotations
+// parsed, plus the facts the controller looked up (workload health).
+type NodeView struct {
+	Name            string
+	Wanted, Active  Intent
+	State           State
+	UpdateAvailable bool
+	Ready           bool // the NodeReady condition is True
+	CordonedByUs    bool // the operator holds a cordon on it
+	Excluded        bool // labelled <prefix>/exclude=true
+	Own             bool // the controller runs on it
+	Failures        int
+	LastFailure     time.Time
+	Transition      time.Time // action-wanted last changed
+	Finished        time.Time // its last update finished
+	// WorkloadsReady: every workload drained off it is back to its desired
+	// ready count (looked up only for a node waiting on it).
+	WorkloadsReady bool
+	// BeforeHook / AfterHook: the before- / after-reboot label is on the
+	// node; BeforeDone / AfterDone: every hook annotation is "true" (true
+	// when no hook is configured).
+	BeforeHook, AfterHook, BeforeDone, AfterDone bool
+	// Blocked: a pod of the blocking-pod selector runs on it.
+	Blocked bool
+	// Invalid, when set, says which annotation could not be read.
+	Invalid string
+}
+
+// Timeouts bound every state a node can stick in.
+type Timeouts struct {
+	Prepare time.Duration // prepare-update acknowledged to ready
+	Perform time.Duration // perform-update to ready
+	Reboot  time.Duration // reboot-update to the node back Ready at ready
+	Health  time.Duration // uncordoned to its drained workloads ready again
+	Reset   time.Duration // reset-state to ready
+}
+
+// Policy is the rollout's configuration.
+type Policy struct {
+	MaxConcurrent int
+	PauseBetween  time.Duration
+	Window        *window.Window // nil: always open
+	Backoff       time.Duration  // after a node's first failure; doubles after each next
+	BackoffMax    time.Duration
+	Timeouts      Timeouts
+}
+
+// StepKind is what the controller does to one node.
+type StepKind string
+
+// Steps.
+const (
+	StepNone     StepKind = ""         // nothing to do now
+	StepWant     StepKind = "want"     // write Step.Wanted as action-wanted
+	StepDrain    StepKind = "drain"    // cordon, drain, then want reboot-update
+	StepUncordon StepKind = "uncordon" // lift the operator's cordon (the node is back)
+	StepFinish   StepKind = "finish"   // the update is done: want stabilize, record it
+	StepFail     StepKind = "fail"     // count a failure, lift the cordon, want stabilize
+	StepStuck    StepKind = "stuck"    // waiting too long: say so (reason, Event), change nothing
+	StepAfter    StepKind = "after"    // label the node for the after-reboot hooks
+)
+
+// Step is the decision for one node.
+type Step struct {
+	Kind   StepKind
+	Wanted Intent
+	Reason string
+}
+
+// InFlight reports whether n takes one of the max-concurrent slots: an
+// update under way, or a cordon of the operator still on it.
+func InFlight(n NodeView) bool {
+	switch n.Wanted {
+	case IntentPrepare, IntentPerform, IntentReboot:
+		return true
+	}
+	return n.CordonedByUs
+}
+
+// Next decides the next step of one node from its own state alone. Which
+// idle nodes may start an update is decided by Starts, over the fleet.
+func Next(n NodeView, p Policy, now time.Time) Step {
+	if n.Invalid != "" {
+		if InFlight(n) {
+			return Step{Kind: StepFail, Reason: n.Invalid}
+		}
+		return Step{Kind: StepStuck, Reason: n.Invalid} // said once; the node is left out until fixed
+	}
+	done := n.Active == n.Wanted && n.State == StateReady
+	failed := n.Active == n.Wanted && n.State == StateError
+	age := now.Sub(n.Transition)
+	switch n.Wanted {
+	case IntentUnknown:
+		if n.Excluded {
+			return Step{}
+		}
+		return Step{Kind: StepWant, Wanted: IntentStabilize}
+	case IntentStabilize:
+		if n.CordonedByUs { // left over by an interrupted finish or failure
+			return Step{Kind: StepUncordon}
+		}
+		return Step{}
+	case IntentReset:
+		if done || timedOut(age, p.Timeouts.Reset) {
+			return Step{Kind: StepWant, Wanted: IntentStabilize}
+		}
+		return Step{}
+	case IntentPrepare:
+		return progress(done, failed, n, age, p.Timeouts.Prepare, Step{Kind: StepWant, Wanted: IntentPerform})
+	case IntentPerform:
+		return performed(n, p, age, done, failed)
+	case IntentReboot:
+		return rebooted(n, p, age, done, failed)
+	}
+	return Step{}
+}
+
+// progress is the step of a node carrying out an intent: next when done,
+// a failure on error or past the timeout.
+func progress(done, failed bool, n NodeView, age, timeout time.Duration, next Step) Step {
+	switch {
+	case done:
+		return next
+	case failed:
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("%s failed on the host", n.Wanted)}
+	case timedOut(age, timeout):
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("%s not done after %s (agent state %s)", n.Wanted, timeout, n.State)}
+	}
+	return Step{}
+}
+
+// rebooted is the step of a node told to reboot: wait for it to come back
+// Ready at ready, lift the cordon, wait for its workloads, finish.
+func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
+	switch {
+	case failed:
+		return Step{Kind: StepFail, Reason: "reboot-update failed on the host"}
+	case done && n.Ready && n.CordonedByUs:
+		return Step{Kind: StepUncordon}
+	case done && n.Ready && n.WorkloadsReady && n.AfterDone:
+		return Step{Kind: StepFinish, Wanted: IntentStabilize}
+	case done && n.Ready && n.WorkloadsReady && !n.AfterHook:
+		return Step{Kind: StepAfter}
+	case done && n.Ready:
+		if timedOut(age, p.Timeouts.Health) {
+			return Step{Kind: StepStuck, Reason: fmt.Sprintf("workloads drained off %s not ready again after %s", n.Name, p.Timeouts.Health)}
+		}
+		return Step{}
+	case n.CordonedByUs && timedOut(age, p.Timeouts.Reboot):
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("node not back Ready at the new version %s after reboot-update (agent state %s)", p.Timeouts.Reboot, n.State)}
+	}
+	return Step{}
+}
+
+// performed is the step of a node whose next boot is the update: drain it
+// (the drain labels it for the before-reboot hooks when there are some),
+// then, once the hooks said yes, reboot it.
+func performed(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
+	if !done || !n.CordonedByUs || !n.BeforeHook {
+		return progress(done, failed, n, age, p.Timeouts.Perform, Step{Kind: StepDrain})
+	}
+	if n.BeforeDone {
+		return Step{Kind: StepWant, Wanted: IntentReboot}
+	}
+	if timedOut(age, p.Timeouts.Perform) {
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("before-reboot hooks not done after %s", p.Timeouts.Perform)}
+	}
+	return Step{}
+}
+
+func timedOut(age, timeout time.Duration) bool { return timeout > 0 && age > timeout }
+
+// BackoffUntil is when a node with failures may be tried again: Backoff
+// doubled per failure after the first, at most BackoffMax.
+func BackoffUntil(n NodeView, p Policy) time.Time {
+	if n.Failures <= 0 {
+		return time.Time{}
+	}
+	d := p.Backoff
+	for i := 1; i < n.Failures && d < p.BackoffMax; i++ {
+		d *= 2
+	}
+	if p.BackoffMax > 0 && d > p.BackoffMax {
+		d = p.BackoffMax
+	}
+	return n.LastFailure.Add(d)
+}
+
+// Starts decides which idle nodes start an update now (they get
+// prepare-update) and, when none may, why. Never more than MaxConcurrent
+// nodes are in flight; starts wait for the window and for PauseBetween after
+// the last finished update; candidates go fewest failures first, then by
+// name; the controller's own node goes last, alone.
+func Starts(nodes []NodeView, p Policy, now time.Time) (start []string, why string) {
+	if p.Window != nil && !p.Window.Contains(now) {
+		return nil, "outside the maintenance window until " + p.Window.Next(now).Format(time.RFC3339)
+	}
+	inflight := 0
+	var last time.Time
+	for _, n := range nodes {
+		if InFlight(n) {
+			inflight++
+		}
+		if n.Finished.After(last) {
+			last = n.Finished
+		}
+	}
+	max := max(p.MaxConcurrent, 1)
+	if inflight >= max {
+		return nil, fmt.Sprintf("%d of %d updates in flight", inflight, max)
+	}
+	if resume := last.Add(p.PauseBetween); p.PauseBetween > 0 && now.Before(resume) {
+		return nil, "pausing between nodes until " + resume.Format(time.RFC3339)
+	}
+	cands := candidates(nodes, p, now)
+	if len(cands) == 0 {
+		return nil, "no node waits for an update"
+	}
+	for _, n := range cands {
+		if len(start) == max-inflight {
+			break
+		}
+		if n.Own && (inflight > 0 || len(start) > 0 || len(cands) > 1) {
+			break // its own node last, alone
+		}
+		start = append(start, n.Name)
+	}
+	return start, ""
+}
+
+// candidates are the idle nodes with an update available, past their
+// backoff, in the order they should go.
+func candidates(nodes []NodeView, p Policy, now time.Time) []NodeView {
+	var out []NodeView
+	for _, n := range nodes {
+		idle := n.Wanted == IntentStabilize && n.Active == IntentStabilize && n.State == StateUpdateAvailable
+		if !idle || n.Excluded || n.Blocked || !n.Ready || n.Invalid != "" || InFlight(n) || now.Before(BackoffUntil(n, p)) {
+			continue
+		}
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Own != b.Own {
+			return b.Own
+		}
+		if a.Failures != b.Failures {
+			return a.Failures < b.Failures
+		}
+		return a.Name < b.Name
+	})
+	return out
+}

@@ -1,0 +1,177 @@
+package updateoperator
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"slipway.dev/slipway/ops/window"
+)
+
+var t0 = time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC) // a Wednesday
+
+func policy() Policy {
+	return Policy{MaxConcurrent: 1, Backoff: time.Minute, BackoffMax: 8 * time.Minute,
+		Timeouts: Timeouts{Prepare: 10 * time.Minute, Perform: 10 * time.Minute, Reboot: 10 * time.Minute, Health: 10 * time.Minute, Reset: time.Minute}}
+}
+
+func node(name string, wanted, active Intent, state State) NodeView {
+	return NodeView{Name: name, Wanted: wanted, Active: active, State: state, Ready: true, Transition: t0, BeforeDone: true, AfterDone: true}
+}
+
+func TestNext(t *testing.T) {
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	cordoned := func(n NodeView) NodeView { n.CordonedByUs = true; return n }
+	healthy := func(n NodeView) NodeView { n.WorkloadsReady = true; return n }
+	notReady := func(n NodeView) NodeView { n.Ready = false; return n }
+	hooks := func(n NodeView, before, beforeDone, after, afterDone bool) NodeView {
+		n.BeforeHook, n.BeforeDone, n.AfterHook, n.AfterDone = before, beforeDone, after, afterDone
+		return n
+	}
+	tests := []struct {
+		name string
+		n    NodeView
+		now  time.Time
+		want StepKind
+		to   Intent
+	}{
+		{"new node gets stabilize", node("a", IntentUnknown, IntentUnknown, StateUnknown), at(0), StepWant, IntentStabilize},
+		{"excluded new node untouched", NodeView{Name: "a", Excluded: true}, at(0), StepNone, ""},
+		{"stable node: nothing", node("a", IntentStabilize, IntentStabilize, StateUpdateAvailable), at(time.Hour), StepNone, ""},
+		{"stable node cordoned by us: uncordon", cordoned(node("a", IntentStabilize, IntentStabilize, StateUpToDate)), at(0), StepUncordon, ""},
+		{"prepare acknowledged, busy: wait", node("a", IntentPrepare, IntentPrepare, StateBusy), at(time.Minute), StepNone, ""},
+		{"prepare not yet acknowledged: wait", node("a", IntentPrepare, IntentStabilize, StateUpdateAvailable), at(time.Minute), StepNone, ""},
+		{"prepare done: perform", node("a", IntentPrepare, IntentPrepare, StateReady), at(time.Minute), StepWant, IntentPerform},
+		{"prepare error: fail", node("a", IntentPrepare, IntentPrepare, StateError), at(time.Minute), StepFail, ""},
+		{"stale error of an older intent is not this one's", node("a", IntentPrepare, IntentStabilize, StateError), at(time.Minute), StepNone, ""},
+		{"prepare past its timeout: fail", node("a", IntentPrepare, IntentPrepare, StateBusy), at(11 * time.Minute), StepFail, ""},
+		{"perform done: drain", node("a", IntentPerform, IntentPerform, StateReady), at(time.Minute), StepDrain, ""},
+		{"perform error: fail", node("a", IntentPerform, IntentPerform, StateError), at(time.Minute), StepFail, ""},
+		{"rebooting: wait", cordoned(node("a", IntentReboot, IntentReboot, StateRebooting)), at(time.Minute), StepNone, ""},
+		{"back but NotReady: wait", notReady(cordoned(node("a", IntentReboot, IntentReboot, StateReady))), at(time.Minute), StepNone, ""},
+		{"back and Ready: uncordon", cordoned(node("a", IntentReboot, IntentReboot, StateReady)), at(time.Minute), StepUncordon, ""},
+		{"uncordoned, workloads not ready: wait", node("a", IntentReboot, IntentReboot, StateReady), at(time.Minute), StepNone, ""},
+		{"uncordoned, workloads ready: finish", healthy(node("a", IntentReboot, IntentReboot, StateReady)), at(time.Minute), StepFinish, IntentStabilize},
+		{"workloads never ready: stuck", node("a", IntentReboot, IntentReboot, StateReady), at(11 * time.Minute), StepStuck, ""},
+		{"reboot never back: fail", cordoned(node("a", IntentReboot, IntentReboot, StateRebooting)), at(11 * time.Minute), StepFail, ""},
+		{"reboot error: fail", cordoned(node("a", IntentReboot, IntentReboot, StateError)), at(time.Minute), StepFail, ""},
+		{"drained, before-reboot hooks pending: wait", hooks(cordoned(node("a", IntentPerform, IntentPerform, StateReady)), true, false, false, false), at(time.Minute), StepNone, ""},
+		{"drained, before-reboot hooks done: reboot", hooks(cordoned(node("a", IntentPerform, IntentPerform, StateReady)), true, true, false, true), at(time.Minute), StepWant, IntentReboot},
+		{"before-reboot hooks never done: fail", hooks(cordoned(node("a", IntentPerform, IntentPerform, StateReady)), true, false, false, false), at(11 * time.Minute), StepFail, ""},
+		{"healthy, after-reboot hooks configured: label", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, false, false), at(time.Minute), StepAfter, ""},
+		{"healthy, after-reboot hooks pending: wait", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, true, false), at(time.Minute), StepNone, ""},
+		{"healthy, after-reboot hooks done: finish", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, true, true), at(time.Minute), StepFinish, IntentStabilize},
+		{"reset done: stabilize", node("a", IntentReset, IntentReset, StateReady), at(0), StepWant, IntentStabilize},
+		{"reset stuck: stabilize anyway", node("a", IntentReset, IntentStabilize, StateBusy), at(2 * time.Minute), StepWant, IntentStabilize},
+		{"malformed annotation in flight: fail", NodeView{Name: "a", Wanted: IntentPerform, Invalid: "bad"}, at(0), StepFail, ""},
+		{"malformed annotation at rest: say so", NodeView{Name: "a", Wanted: IntentStabilize, Invalid: "bad"}, at(0), StepStuck, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Next(tc.n, policy(), tc.now)
+			if got.Kind != tc.want || got.Wanted != tc.to {
+				t.Errorf("Next = %+v, want kind %q wanted %q", got, tc.want, tc.to)
+			}
+			if (got.Kind == StepFail || got.Kind == StepStuck) && got.Reason == "" {
+				t.Error("a failure or a stuck node must say why")
+			}
+		})
+	}
+}
+
+func TestBackoffUntil(t *testing.T) {
+	p := policy()
+	for failures, want := range map[int]time.Duration{0: -1, 1: time.Minute, 2: 2 * time.Minute, 3: 4 * time.Minute, 4: 8 * time.Minute, 9: 8 * time.Minute} {
+		got := BackoffUntil(NodeView{Failures: failures, LastFailure: t0}, p)
+		if want < 0 {
+			if !got.IsZero() {
+				t.Errorf("%d failures: %v, want no backoff", failures, got)
+			}
+			continue
+		}
+		if got.Sub(t0) != want {
+			t.Errorf("%d failures: backoff %v, want %v", failures, got.Sub(t0), want)
+		}
+	}
+}
+
+func TestStarts(t *testing.T) {
+	avail := func(name string) NodeView { return node(name, IntentStabilize, IntentStabilize, StateUpdateAvailable) }
+	with := func(n NodeView, f func(*NodeView)) NodeView { f(&n); return n }
+	closed, err := window.Parse([]string{"sat"}, "01:00", "05:00", "UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, err := window.Parse([]string{"wed"}, "09:00", "11:00", "UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		nodes  []NodeView
+		edit   func(*Policy)
+		want   []string
+		whyNot bool
+	}{
+		{"one at a time, by name", []NodeView{avail("c"), avail("a"), avail("b")}, nil, []string{"a"}, false},
+		{"max concurrent 2", []NodeView{avail("c"), avail("a"), avail("b")}, func(p *Policy) { p.MaxConcurrent = 2 }, []string{"a", "b"}, false},
+		{"slot taken by an update in flight", []NodeView{avail("a"), node("b", IntentPerform, IntentPerform, StateBusy)}, nil, nil, true},
+		{"slot taken by a leftover cordon", []NodeView{avail("a"), with(avail("b"), func(n *NodeView) { n.State = StateUpToDate; n.CordonedByUs = true })}, nil, nil, true},
+		{"fewest failures first", []NodeView{with(avail("a"), func(n *NodeView) { n.Failures = 2; n.LastFailure = t0.Add(-time.Hour) }), avail("b")}, nil, []string{"b"}, false},
+		{"in backoff: skipped", []NodeView{with(avail("a"), func(n *NodeView) { n.Failures = 1; n.LastFailure = t0 })}, nil, nil, true},
+		{"excluded: skipped", []NodeView{with(avail("a"), func(n *NodeView) { n.Excluded = true }), avail("b")}, nil, []string{"b"}, false},
+		{"blocking pod: skipped", []NodeView{with(avail("a"), func(n *NodeView) { n.Blocked = true }), avail("b")}, nil, []string{"b"}, false},
+		{"not Ready: skipped", []NodeView{with(avail("a"), func(n *NodeView) { n.Ready = false })}, nil, nil, true},
+		{"up to date: skipped", []NodeView{node("a", IntentStabilize, IntentStabilize, StateUpToDate)}, nil, nil, true},
+		{"own node waits for the others", []NodeView{with(avail("a"), func(n *NodeView) { n.Own = true }), avail("b")}, func(p *Policy) { p.MaxConcurrent = 5 }, []string{"b"}, false},
+		{"own node last, alone", []NodeView{with(avail("a"), func(n *NodeView) { n.Own = true })}, nil, []string{"a"}, false},
+		{"own node not beside one in flight", []NodeView{with(avail("a"), func(n *NodeView) { n.Own = true }), node("b", IntentReboot, IntentReboot, StateRebooting)}, func(p *Policy) { p.MaxConcurrent = 5 }, nil, false},
+		{"pause after the last finished", []NodeView{avail("a"), with(node("b", IntentStabilize, IntentStabilize, StateUpToDate), func(n *NodeView) { n.Finished = t0.Add(-30 * time.Second) })},
+			func(p *Policy) { p.PauseBetween = time.Minute }, nil, true},
+		{"pause over", []NodeView{avail("a"), with(node("b", IntentStabilize, IntentStabilize, StateUpToDate), func(n *NodeView) { n.Finished = t0.Add(-2 * time.Minute) })},
+			func(p *Policy) { p.PauseBetween = time.Minute }, []string{"a"}, false},
+		{"window closed", []NodeView{avail("a")}, func(p *Policy) { p.Window = closed }, nil, true},
+		{"window open", []NodeView{avail("a")}, func(p *Policy) { p.Window = open }, []string{"a"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := policy()
+			if tc.edit != nil {
+				tc.edit(&p)
+			}
+			got, why := Starts(tc.nodes, p, t0)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Starts = %v (%s), want %v", got, why, tc.want)
+			}
+			if tc.whyNot && why == "" {
+				t.Error("no start and no reason given")
+			}
+		})
+	}
+}
+
+func TestNewKeysAndParse(t *testing.T) {
+	for _, p := range []string{"", DefaultPrefix, BottlerocketPrefix, TharPrefix} {
+		if _, err := NewKeys(p); err != nil {
+			t.Errorf("NewKeys(%q): %v", p, err)
+		}
+	}
+	for _, p := range []string{"Not_A_Prefix", "a/b", "-x.io"} {
+		if _, err := NewKeys(p); err == nil {
+			t.Errorf("NewKeys(%q) accepted a bad prefix", p)
+		}
+	}
+	k, _ := NewKeys(BottlerocketPrefix)
+	if k.Wanted() != "bottlerocket.aws/action-wanted" || k.InterfaceVersion() != "bottlerocket.aws/updater-interface-version" {
+		t.Errorf("keys %s %s", k.Wanted(), k.InterfaceVersion())
+	}
+	if _, err := ParseIntent("reboot-now"); err == nil {
+		t.Error("ParseIntent accepted an intent outside the protocol")
+	}
+	if i, err := ParseIntent(""); err != nil || i != IntentUnknown {
+		t.Errorf("ParseIntent(\"\") = %v, %v", i, err)
+	}
+	if _, err := ParseState("on-fire"); err == nil {
+		t.Error("ParseState accepted a state outside the protocol")
+	}
+}

@@ -1,0 +1,251 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/kube"
+	"slipway.dev/slipway/ops/testenv"
+	uo "slipway.dev/slipway/ops/updateoperator"
+)
+
+var keys, _ = uo.NewKeys("")
+
+// BenchmarkUpdateOperator rolls a new release through every fake node at
+// each max-concurrent of SLIPWAY_UO_BENCH_CONCURRENCY (default "10,1") and
+// reports the wall time against the ideal ceil(N/C) x (host time + reboot
+// downtime), the API writes per node by writer (audit log) and the
+// controller's and agents' resident memory.
+//
+//	go test ./ops/updateoperator/e2e -run '^$' -bench . -benchtime 1x
+func BenchmarkUpdateOperator(b *testing.B) {
+	e := testenv.Need(b, env)
+	c, err := kube.NewForConfig(e.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// A first controller gives every node stabilize; each agent reports v1 up to date.
+	stop := startController(b, e, 1)
+	waitAll(b, c, 90*time.Second, "every agent up to date at v1", func(n *corev1.Node) bool {
+		return n.Annotations[keys.State()] == string(uo.StateUpToDate)
+	})
+	stop()
+	b.Logf("agent RSS idle: %s", rss("agent"))
+	b.ResetTimer()
+	for i, cs := range strings.Split(envOr("SLIPWAY_UO_BENCH_CONCURRENCY", "10,1"), ",") {
+		conc, err := strconv.Atoi(strings.TrimSpace(cs))
+		if err != nil || conc < 1 {
+			b.Fatalf("SLIPWAY_UO_BENCH_CONCURRENCY: %q is not a positive number", cs)
+		}
+		round(b, e, c, conc, fmt.Sprintf("v%d", i+2))
+	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// round publishes release and times its rollout at max-concurrent conc.
+func round(b *testing.B, e *testenv.Env, c *kube.Clientset, conc int, release string) {
+	if err := setRelease(release); err != nil {
+		b.Fatal(err)
+	}
+	waitAll(b, c, 2*time.Minute, "every agent sees "+release, func(n *corev1.Node) bool {
+		return n.Annotations[keys.State()] == string(uo.StateUpdateAvailable)
+	})
+	start := time.Now()
+	stop := startController(b, e, conc)
+	maxCordoned := 0
+	waitAll(b, c, 60*time.Minute, "every node at "+release, func(n *corev1.Node) bool {
+		return n.Annotations[keys.Key(uo.KeyCurrentVersion)] == release && n.Annotations[keys.Wanted()] == string(uo.IntentStabilize) &&
+			n.Annotations[keys.State()] == string(uo.StateUpToDate) && !n.Spec.Unschedulable
+	}, func(list []corev1.Node) {
+		cordoned := 0
+		for _, n := range list {
+			if drain.CordonedBy(n.Annotations) == uo.CordonOwner {
+				cordoned++
+			}
+		}
+		maxCordoned = max(maxCordoned, cordoned)
+	})
+	wall := time.Since(start)
+	ctrlRSS := rss("controller")
+	stop()
+	waves := (nodes + conc - 1) / conc
+	ideal := time.Duration(waves) * (hostTime + downTime)
+	tag := fmt.Sprintf("-c%d", conc)
+	b.ReportMetric(wall.Seconds(), "wall-s"+tag)
+	b.ReportMetric(wall.Seconds()/ideal.Seconds(), "wall/ideal"+tag)
+	b.Logf("%d nodes, max-concurrent %d, host time %s + reboot %s: wall %s, ideal %s (x%.2f); at most %d cordoned at once",
+		nodes, conc, hostTime, downTime, wall.Round(100*time.Millisecond), ideal, wall.Seconds()/ideal.Seconds(), maxCordoned)
+	if maxCordoned > conc {
+		b.Errorf("%d nodes cordoned at once, max-concurrent %d", maxCordoned, conc)
+	}
+	time.Sleep(2 * time.Second) // the audit log is written in batches
+	events, err := testenv.ReadAudit(auditLog)
+	if err != nil {
+		b.Fatal(err)
+	}
+	by := map[string]int{}
+	for _, ev := range events {
+		if !ev.Time.Before(start) && !ev.Time.After(start.Add(wall)) {
+			by[writer(ev.UserAgent)]++
+		}
+	}
+	b.Logf("timeline of %s: %s", env.Nodes[0], timeline(events, env.Nodes[0], start, wall))
+	ours := by["controller"] + by["agent"]
+	b.ReportMetric(float64(ours)/float64(nodes), "writes/node"+tag)
+	b.Logf("API writes per node: controller %.1f, agents %.1f (operator total %.1f); others: %s",
+		per(by["controller"]), per(by["agent"]), per(ours), others(by))
+	b.Logf("controller RSS %s; agents RSS %s", ctrlRSS, rss("agent"))
+}
+
+func per(n int) float64 { return float64(n) / float64(nodes) }
+
+func writer(ua string) string {
+	switch {
+	case strings.HasPrefix(ua, "slipway-update-operator-controller"):
+		return "controller"
+	case strings.HasPrefix(ua, "slipway-update-operator-agent"):
+		return "agent"
+	case strings.HasPrefix(ua, "kwok"):
+		return "kwok"
+	case strings.HasPrefix(ua, "slipway-testenv/supervisor"):
+		return "supervisor (simulated reboots)"
+	}
+	if i := strings.IndexAny(ua, "/ "); i > 0 {
+		return ua[:i]
+	}
+	return ua
+}
+
+func others(by map[string]int) string {
+	var parts []string
+	for w, n := range by {
+		if w != "controller" && w != "agent" {
+			parts = append(parts, fmt.Sprintf("%s %.1f", w, per(n)))
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+// startController runs the controller as a process, as it runs in a pod.
+func startController(b testing.TB, e *testenv.Env, conc int) (stop func()) {
+	cmd := exec.Command(filepath.Join(bin, "slipway"), "update-operator", "controller", "--kubeconfig", e.Kubeconfig,
+		"--lease", "", "--metrics-addr", "", "--os-image-pattern", "-", "--pause-between", "0s",
+		"--max-concurrent", strconv.Itoa(conc), "--state-timeout", "5m", "--drain-timeout", "2m")
+	logf, err := os.Create(filepath.Join(e.Dir, fmt.Sprintf("controller-c%d.log", conc)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the benchmark
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		logf.Close()
+	}
+}
+
+// waitAll polls the fake nodes until ok holds for each; each, when set,
+// sees every listing.
+func waitAll(b testing.TB, c *kube.Clientset, within time.Duration, what string, ok func(*corev1.Node) bool, each ...func([]corev1.Node)) {
+	deadline := time.Now().Add(within)
+	for {
+		list, err := c.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: testenv.NodeRoleLabel + "=true"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, f := range each {
+			f(list.Items)
+		}
+		done := 0
+		for i := range list.Items {
+			if ok(&list.Items[i]) {
+				done++
+			}
+		}
+		if done == len(list.Items) && done == nodes {
+			return
+		}
+		if time.Now().After(deadline) {
+			dumpLogs(b)
+			b.Fatalf("%s: %d of %d after %s", what, done, nodes, within)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// rss summarises the VmRSS of the update-operator processes of role.
+func rss(role string) string {
+	var kb []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cmd, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmd), "\x00")
+		if len(args) < 3 || filepath.Base(args[0]) != "slipway" || args[1] != "update-operator" || args[2] != role {
+			continue
+		}
+		status, _ := os.ReadFile(filepath.Join(d, "status"))
+		for _, line := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+				v, _ := strconv.Atoi(f[1])
+				kb = append(kb, v)
+			}
+		}
+	}
+	if len(kb) == 0 {
+		return "n/a"
+	}
+	sort.Ints(kb)
+	mib := func(k int) float64 { return float64(k) / 1024 }
+	return fmt.Sprintf("%d processes, median %.1f MiB, max %.1f MiB", len(kb), mib(kb[len(kb)/2]), mib(kb[len(kb)-1]))
+}
+
+// dumpLogs logs the tails of the controllers' and the first agent's logs.
+func dumpLogs(b testing.TB) {
+	logs, _ := filepath.Glob(filepath.Join(env.Dir, "controller-*.log"))
+	if len(env.Nodes) > 0 {
+		logs = append(logs, filepath.Join(env.NodeDir(env.Nodes[0]), "agent.log"))
+	}
+	for _, l := range logs {
+		data, _ := os.ReadFile(l)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		b.Logf("----- %s -----\n%s", filepath.Base(l), strings.Join(lines[max(0, len(lines)-15):], "\n"))
+	}
+}
+
+// timeline lists the writes to node's Node during the round: seconds since
+// start and writer.
+func timeline(events []testenv.AuditEvent, node string, start time.Time, wall time.Duration) string {
+	var parts []string
+	for _, ev := range events {
+		if ev.Name == node && strings.HasPrefix(ev.Resource, "nodes") && !ev.Time.Before(start) && !ev.Time.After(start.Add(wall)) {
+			parts = append(parts, fmt.Sprintf("%.1f %s", ev.Time.Sub(start).Seconds(), writer(ev.UserAgent)))
+		}
+	}
+	return strings.Join(parts, ", ")
+}

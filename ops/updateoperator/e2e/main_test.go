@@ -1,0 +1,120 @@
+// Package e2e is the update operator's benchmark and demo on the simulated
+// cluster: one `slipway update-operator agent` process per fake node (the
+// command platform, a fixed host time per update, reboots through the
+// supervisor) and one controller process. It starts a cluster only when a
+// benchmark runs or SLIPWAY_UO_DEMO=1; otherwise its tests skip.
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"slipway.dev/slipway/ops/testenv"
+)
+
+var (
+	env      *testenv.Env
+	bin      string // holds slipway and slipway-sim
+	shared   string // the scripts and the release file every node reads
+	auditLog string
+	nodes    = 10
+	hostTime = envDuration("SLIPWAY_UO_BENCH_HOST_TIME", 2*time.Second) // prepare's fixed time
+	downTime = envDuration("SLIPWAY_UO_BENCH_REBOOT", 3*time.Second)    // a reboot's downtime
+)
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d >= 0 {
+		return d
+	}
+	return def
+}
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	flag.Parse()
+	bench := flag.Lookup("test.bench") != nil && flag.Lookup("test.bench").Value.String() != ""
+	if !bench && os.Getenv("SLIPWAY_UO_DEMO") != "1" || testing.Short() || os.Getenv(testenv.EnvSkip) == "1" {
+		return m.Run() // env stays nil: tests skip
+	}
+	if bench {
+		nodes = 100
+	}
+	if n, err := strconv.Atoi(os.Getenv("SLIPWAY_UO_BENCH_NODES")); err == nil && n > 0 {
+		nodes = n
+	}
+	dir, err := os.MkdirTemp("", "slipway-uo-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bin, shared, auditLog = filepath.Join(dir, "bin"), filepath.Join(dir, "shared"), filepath.Join(dir, "audit.log")
+	if err := build(bin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := writeScripts(shared, "v1"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return testenv.RunMain(m, testenv.Options{
+		Cluster: true, Nodes: nodes, Timeout: 10 * time.Minute,
+		ExecPath:    bin + ":/usr/local/bin:/usr/bin:/bin",
+		NodeCommand: agentCommand(),
+		AuditLog:    auditLog,
+	}, &env)
+}
+
+// agentCommand is each fake node's agent on the command platform.
+func agentCommand() []string {
+	sh := func(s string) string { return "/bin/sh " + filepath.Join(shared, s) }
+	return []string{filepath.Join(bin, "slipway"), "update-operator", "agent", "--platform", "command",
+		"--check-command", sh("check.sh"), "--prepare-command", sh("prepare.sh"), "--apply-command", sh("apply.sh"),
+		"--reboot-command", sh("reboot.sh"), "--version-command", sh("version.sh"), "--check-interval", "2s"}
+}
+
+// writeScripts writes the host's commands: the node's version lives in
+// its directory, the release every node should run in shared/release.
+func writeScripts(dir, release string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	scripts := map[string]string{
+		"version.sh": `cat version 2>/dev/null || echo v1`,
+		"check.sh":   `cat ` + filepath.Join(dir, "release"),
+		"prepare.sh": fmt.Sprintf(`sleep %g; cat %s > staged`, hostTime.Seconds(), filepath.Join(dir, "release")),
+		"apply.sh":   `cp staged version`,
+		"reboot.sh":  fmt.Sprintf(`exec slipway-sim reboot --delay %s`, downTime),
+	}
+	for name, body := range scripts {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("set -e\n"+body+"\n"), 0o755); err != nil {
+			return err
+		}
+	}
+	return setRelease(release)
+}
+
+func setRelease(v string) error {
+	return os.WriteFile(filepath.Join(shared, "release"), []byte(v+"\n"), 0o644)
+}
+
+// build compiles slipway and slipway-sim as a release is built (static, stripped).
+func build(bin string) error {
+	for pkg, name := range map[string]string{"../../../cmd/slipway": "slipway", "../../testenv/cmd/slipway-sim": "slipway-sim"} {
+		cmd := exec.CommandContext(context.Background(), "go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-ldflags", "-s -w", "-o", filepath.Join(bin, name), pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("build %s: %w", name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,59 @@
+package updateoperator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/kube"
+)
+
+// Event reasons.
+const (
+	ReasonIntent        = "UpdateIntent"    // the controller wants a new intent
+	ReasonDrained       = "NodeDrained"     // cordoned and drained before reboot-update
+	ReasonUncordoned    = "NodeUncordoned"  // back, the operator's cordon lifted
+	ReasonSucceeded     = "UpdateSucceeded" // the node's update finished
+	ReasonFailed        = "UpdateFailed"    // a failure counted
+	ReasonStuck         = "UpdateStuck"     // waiting past a timeout, or a node left out
+	ReasonLabelled      = "NodeLabelled"    // the interface-version label applied
+	ReasonHooks         = "WaitingForHooks" // the node is labelled for the before- / after-reboot hooks
+	ReasonAgentState    = "AgentState"      // the agent reports a new state
+	ReasonAgentError    = "AgentError"      // the agent could not carry out an intent
+	eventNamespace      = metav1.NamespaceDefault
+	componentController = "slipway-update-operator-controller"
+	componentAgent      = "slipway-update-operator-agent"
+	eventTimeout        = 5 * time.Second
+)
+
+// events writes Events about Nodes (in the default namespace, as the
+// kubelet's are) so `kubectl describe node` shows each transition.
+type events struct {
+	c         *kube.Clientset
+	component string
+	host      string
+	log       *slog.Logger
+}
+
+// emit writes one Event; a failure is logged, never fatal.
+func (e events) emit(ctx context.Context, node, typ, reason, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	now := metav1.NewTime(time.Now())
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: node + ".", Namespace: eventNamespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, UID: "", APIVersion: "v1"},
+		Reason:         reason, Message: msg, Type: typ,
+		Source:         corev1.EventSource{Component: e.component, Host: e.host},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: "slipway.dev/update-operator", ReportingInstance: e.component + "-" + e.host,
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), eventTimeout)
+	defer cancel()
+	if _, err := e.c.CoreV1().Events(eventNamespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		e.log.Warn("could not write an Event", "node", node, "reason", reason, "err", err)
+	}
+}

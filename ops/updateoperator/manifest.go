@@ -1,0 +1,200 @@
+package updateoperator
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/manifest"
+)
+
+// ManifestOptions configure `slipway update-operator manifest`.
+type ManifestOptions struct {
+	Namespace string // default "slipway-update-operator"
+	Image     string
+	Prefix    string
+	// Platform of the agents and its arguments (e.g. --source URL).
+	Platform  string
+	AgentArgs []string
+	// ControllerArgs are added to the controller's command line.
+	ControllerArgs []string
+	Out            io.Writer
+}
+
+// Names of the manifest's objects.
+const (
+	DefaultNamespace = "slipway-update-operator"
+	ControllerName   = "update-operator-controller"
+	AgentName        = "update-operator-agent"
+	PriorityName     = "slipway-update-operator"
+	LeaseName        = "slipway-update-operator"
+	policyName       = "slipway-update-operator-agent-own-node"
+)
+
+func (o *ManifestOptions) defaults() error {
+	if o.Namespace == "" {
+		o.Namespace = DefaultNamespace
+	}
+	if o.Image == "" {
+		o.Image = manifest.DefaultImage()
+	}
+	if o.Platform == "" {
+		o.Platform = "slipway"
+	}
+	_, err := NewKeys(o.Prefix)
+	return err
+}
+
+// Manifest writes the YAML documents that deploy the operator.
+func Manifest(_ context.Context, o ManifestOptions) error {
+	objs, err := ManifestObjects(o)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	for _, obj := range objs {
+		b, err := manifest.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		buf.WriteString("---\n")
+		buf.Write(b)
+	}
+	_, err = o.Out.Write(buf.Bytes())
+	return err
+}
+
+// ManifestObjects are the typed objects of the manifest, in apply order.
+func ManifestObjects(o ManifestOptions) ([]any, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	keys, _ := NewKeys(o.Prefix)
+	objs := []any{
+		&corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: o.Namespace, Labels: appLabels("")}},
+		&schedulingv1.PriorityClass{TypeMeta: tm("scheduling.k8s.io/v1", "PriorityClass"), ObjectMeta: metav1.ObjectMeta{Name: PriorityName, Labels: appLabels("")},
+			Value: 1000000, Description: "The slipway update operator: it must run to put updated nodes back in service."},
+	}
+	objs = append(objs, rbacObjects(o)...)
+	objs = append(objs, admissionObjects(o, keys)...)
+	objs = append(objs, controllerDeployment(o, keys), agentDaemonSet(o, keys))
+	return objs, nil
+}
+
+func tm(apiVersion, kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
+}
+
+func appLabels(component string) map[string]string {
+	l := map[string]string{"app.kubernetes.io/name": "slipway-update-operator", "app.kubernetes.io/part-of": "slipway"}
+	if component != "" {
+		l["app.kubernetes.io/component"] = component
+	}
+	return l
+}
+
+// ControllerRules are exactly what the controller calls across the
+// cluster: Nodes (watched, labelled, annotated, cordoned), the pods it
+// drains (listed, evicted), the workloads whose health gates the next node.
+func ControllerRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments", "statefulsets", "replicasets"}, Verbs: []string{"get"}},
+	}
+}
+
+// AgentRules are what the agent calls: its Node only (watched by a field
+// selector, patched; the ValidatingAdmissionPolicy holds it to its own).
+func AgentRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}}}
+}
+
+func rbacObjects(o ManifestOptions) []any {
+	var out []any
+	events := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}}}
+	leases := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}}}
+	for _, sa := range []struct {
+		name    string
+		cluster []rbacv1.PolicyRule
+		ns      []rbacv1.PolicyRule
+	}{{ControllerName, ControllerRules(), leases}, {AgentName, AgentRules(), nil}} {
+		subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.name, Namespace: o.Namespace}}
+		global := sa.name + "-" + o.Namespace
+		labels := appLabels(sa.name)
+		out = append(out,
+			&corev1.ServiceAccount{TypeMeta: tm("v1", "ServiceAccount"), ObjectMeta: metav1.ObjectMeta{Name: sa.name, Namespace: o.Namespace, Labels: labels}},
+			&rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: global, Labels: labels}, Rules: sa.cluster},
+			&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: global, Labels: labels},
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: global}, Subjects: subject},
+			// Node Events live in the default namespace, as the kubelet's do.
+			&rbacv1.Role{TypeMeta: tm("rbac.authorization.k8s.io/v1", "Role"), ObjectMeta: metav1.ObjectMeta{Name: global + "-events", Namespace: eventNamespace, Labels: labels}, Rules: events},
+			&rbacv1.RoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "RoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: global + "-events", Namespace: eventNamespace, Labels: labels},
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: global + "-events"}, Subjects: subject},
+		)
+		if sa.ns != nil {
+			out = append(out,
+				&rbacv1.Role{TypeMeta: tm("rbac.authorization.k8s.io/v1", "Role"), ObjectMeta: metav1.ObjectMeta{Name: sa.name, Namespace: o.Namespace, Labels: labels}, Rules: sa.ns},
+				&rbacv1.RoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "RoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: sa.name, Namespace: o.Namespace, Labels: labels},
+					RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: sa.name}, Subjects: subject})
+		}
+	}
+	return out
+}
+
+// AgentPolicy is the ValidatingAdmissionPolicy that holds an agent to its
+// own Node: the Node's name must be the node name the API server put in the
+// agent's bound service-account token, and the agent may change only the
+// protocol's annotations and the update-available label.
+func AgentPolicy(namespace string, keys Keys) *admissionv1.ValidatingAdmissionPolicy {
+	user := fmt.Sprintf("system:serviceaccount:%s:%s", namespace, AgentName)
+	const nodeKey = "authentication.kubernetes.io/node-name"
+	fail := admissionv1.Fail
+	return &admissionv1.ValidatingAdmissionPolicy{
+		TypeMeta:   tm("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
+		ObjectMeta: metav1.ObjectMeta{Name: policyName, Labels: appLabels(AgentName)},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &fail,
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
+				Operations: []admissionv1.OperationType{admissionv1.Update},
+				Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes"}},
+			}}}},
+			MatchConditions: []admissionv1.MatchCondition{{Name: "is-the-agent", Expression: fmt.Sprintf("request.userInfo.username == %q", user)}},
+			Validations: []admissionv1.Validation{
+				{Expression: fmt.Sprintf("%q in request.userInfo.extra && object.metadata.name == request.userInfo.extra[%q][0]", nodeKey, nodeKey),
+					Message: "the update-operator agent may change only the Node it runs on"},
+				{Expression: "object.spec == oldObject.spec",
+					Message: "the update-operator agent may not change a Node's spec (the controller cordons)"},
+				{Expression: onlyPrefixChanged("labels", keys.Prefix+"/"), Message: "the update-operator agent may change only its protocol's labels"},
+				{Expression: onlyPrefixChanged("annotations", keys.Prefix+"/"), Message: "the update-operator agent may change only its protocol's annotations"},
+			},
+		},
+	}
+}
+
+func admissionObjects(o ManifestOptions, keys Keys) []any {
+	return []any{
+		AgentPolicy(o.Namespace, keys),
+		&admissionv1.ValidatingAdmissionPolicyBinding{
+			TypeMeta:   tm("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
+			ObjectMeta: metav1.ObjectMeta{Name: policyName, Labels: appLabels(AgentName)},
+			Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policyName,
+				ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+		},
+	}
+}
+
+// onlyPrefixChanged is a CEL expression: every key of metadata.<field>
+// added, changed or removed starts with prefix.
+func onlyPrefixChanged(field, prefix string) string {
+	return fmt.Sprintf(`(has(object.metadata.%[1]s) ? object.metadata.%[1]s : {}).all(k, k.startsWith(%[2]q) || (has(oldObject.metadata.%[1]s) && k in oldObject.metadata.%[1]s && oldObject.metadata.%[1]s[k] == object.metadata.%[1]s[k])) && `+
+		`(has(oldObject.metadata.%[1]s) ? oldObject.metadata.%[1]s : {}).all(k, k.startsWith(%[2]q) || (has(object.metadata.%[1]s) && k in object.metadata.%[1]s))`, field, prefix)
+}

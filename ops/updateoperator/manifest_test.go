@@ -1,0 +1,144 @@
+package updateoperator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	authv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+
+	"slipway.dev/slipway/ops/testenv"
+)
+
+// The manifest applies to a real API server; its RBAC grants the
+// controller and the agent what they call and nothing more; and its
+// admission policy holds an agent to its own Node and its protocol's keys.
+func TestManifestAppliesAndConfinesTheAgent(t *testing.T) {
+	e := testenv.Need(t, env)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns = "uo-manifest"
+	objs, err := ManifestObjects(ManifestOptions{Namespace: ns, Prefix: "mf.update.slipway.dev", Platform: "bottlerocket-api"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := kubernetes.NewForConfigOrDie(e.Config)
+	dyn := dynamic.NewForConfigOrDie(e.Config)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kc.Discovery()))
+	for _, obj := range objs {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		apply(ctx, t, dyn, mapper, &unstructured.Unstructured{Object: u})
+	}
+	var out bytes.Buffer
+	if err := Manifest(ctx, ManifestOptions{Namespace: ns, Out: &out}); err != nil || !strings.Contains(out.String(), "kind: ValidatingAdmissionPolicy") {
+		t.Errorf("Manifest wrote %d bytes, err %v", out.Len(), err)
+	}
+	checkAccess(ctx, t, kc, "system:serviceaccount:"+ns+":"+ControllerName,
+		[]authv1.ResourceAttributes{{Verb: "patch", Resource: "nodes"}, {Verb: "create", Resource: "pods", Subresource: "eviction", Namespace: "x"},
+			{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: ns}, {Verb: "create", Resource: "events", Namespace: "default"},
+			{Verb: "get", Group: "apps", Resource: "deployments", Namespace: "x"}},
+		[]authv1.ResourceAttributes{{Verb: "delete", Resource: "nodes"}, {Verb: "delete", Resource: "pods", Namespace: "x"},
+			{Verb: "get", Resource: "secrets", Namespace: ns}, {Verb: "update", Group: "apps", Resource: "deployments", Namespace: "x"}})
+	agentSA := "system:serviceaccount:" + ns + ":" + AgentName
+	checkAccess(ctx, t, kc, agentSA,
+		[]authv1.ResourceAttributes{{Verb: "patch", Resource: "nodes"}, {Verb: "watch", Resource: "nodes"}, {Verb: "create", Resource: "events", Namespace: "default"}},
+		[]authv1.ResourceAttributes{{Verb: "list", Resource: "pods"}, {Verb: "create", Resource: "pods", Subresource: "eviction", Namespace: "x"},
+			{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: ns}, {Verb: "delete", Resource: "nodes"}})
+	checkAgentPolicy(ctx, t, e, agentSA)
+}
+
+// checkAgentPolicy patches Nodes as the agent of one of them, with the
+// node name the API server would put in its bound token.
+func checkAgentPolicy(ctx context.Context, t *testing.T, e *testenv.Env, sa string) {
+	kc := kubernetes.NewForConfigOrDie(e.Config)
+	for _, n := range []string{"mf-own", "mf-other"} {
+		if _, err := kc.CoreV1().Nodes().Create(ctx, testenv.FakeNode(n), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = kc.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{}) })
+	}
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: sa, Extra: map[string][]string{"authentication.kubernetes.io/node-name": {"mf-own"}}}
+	asAgent := kubernetes.NewForConfigOrDie(cfg)
+	patch := func(node string, p map[string]any) error {
+		data, _ := json.Marshal(p)
+		_, err := asAgent.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{})
+		return err
+	}
+	ann := func(k, v string) map[string]any {
+		return map[string]any{"metadata": map[string]any{"annotations": map[string]any{k: v}}}
+	}
+	// The policy is loaded a moment after its creation: wait for the first denial.
+	eventually(t, 30*time.Second, "the policy denies another node", func() (bool, string) {
+		err := patch("mf-other", ann("mf.update.slipway.dev/action-state", "busy"))
+		return err != nil && strings.Contains(err.Error(), "only the Node it runs on"), fmt.Sprint(err)
+	})
+	if err := patch("mf-own", ann("mf.update.slipway.dev/action-state", "busy")); err != nil {
+		t.Errorf("the agent may not write its protocol on its own node: %v", err)
+	}
+	for what, p := range map[string]map[string]any{
+		"cordon":           {"spec": map[string]any{"unschedulable": true}},
+		"foreign label":    {"metadata": map[string]any{"labels": map[string]any{"evil": "true"}}},
+		"other annotation": ann("drain.slipway.dev/cordoned-by", "me"),
+	} {
+		if err := patch("mf-own", p); err == nil {
+			t.Errorf("the agent could %s its own node", what)
+		}
+	}
+}
+
+func checkAccess(ctx context.Context, t *testing.T, kc *kubernetes.Clientset, user string, allowed, denied []authv1.ResourceAttributes) {
+	t.Helper()
+	for _, want := range []struct {
+		attrs []authv1.ResourceAttributes
+		ok    bool
+	}{{allowed, true}, {denied, false}} {
+		for _, a := range want.attrs {
+			r, err := kc.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authv1.SubjectAccessReview{
+				Spec: authv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &a}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status.Allowed != want.ok {
+				t.Errorf("%s: %s %s/%s/%s in %q: allowed = %v, want %v", user, a.Verb, a.Group, a.Resource, a.Subresource, a.Namespace, r.Status.Allowed, want.ok)
+			}
+		}
+	}
+}
+
+func apply(ctx context.Context, t *testing.T, dyn dynamic.Interface, mapper *restmapper.DeferredDiscoveryRESTMapper, u *unstructured.Unstructured) {
+	t.Helper()
+	gvk := u.GroupVersionKind()
+	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		t.Fatalf("map %s: %v", gvk, err)
+	}
+	data, err := json.Marshal(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+	if u.GetNamespace() != "" {
+		ri = dyn.Resource(m.Resource).Namespace(u.GetNamespace())
+	}
+	force := true
+	if _, err := ri.Patch(ctx, u.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "slipway-test", Force: &force}); err != nil {
+		t.Fatalf("apply %s %s: %v", gvk.Kind, u.GetName(), err)
+	}
+}

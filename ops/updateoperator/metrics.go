@@ -1,0 +1,58 @@
+package updateoperator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the operator's Prometheus metrics, on their own registry.
+type metrics struct {
+	registry    *prometheus.Registry
+	nodes       *prometheus.GaugeVec   // by state and version (controller)
+	inFlight    prometheus.Gauge       // updates in flight (controller)
+	failures    *prometheus.CounterVec // by node (controller)
+	transitions *prometheus.CounterVec // steps taken, by kind (controller)
+	intents     *prometheus.CounterVec // intents carried out, by intent and result (agent)
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_update_operator_nodes",
+			Help: "Nodes by the state their agent reports and the version they run."}, []string{"state", "version"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "slipway_update_operator_updates_in_flight",
+			Help: "Nodes between prepare-update and the end of their update (at most --max-concurrent)."}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_update_operator_failures_total",
+			Help: "Failed node updates counted by the controller, by node."}, []string{"node"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_update_operator_steps_total",
+			Help: "Steps the controller took, by kind (want, drain, uncordon, finish, fail, stuck)."}, []string{"step"}),
+		intents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_update_operator_agent_intents_total",
+			Help: "Intents this agent carried out, by intent and result."}, []string{"intent", "result"}),
+	}
+	m.registry.MustRegister(m.nodes, m.inFlight, m.failures, m.transitions, m.intents,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// serve serves /metrics on addr until ctx ends ("" = off).
+func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger) {
+	if addr == "" {
+		return
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "addr", addr, "err", err)
+		}
+	}()
+}

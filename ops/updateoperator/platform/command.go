@@ -1,0 +1,102 @@
+package platform
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+)
+
+// Command runs user commands, for any OS with an update tool (updog fits):
+// Check's command prints the available version on its first line (nothing
+// when up to date); Prepare, Apply and Reboot succeed by exiting 0; Version's
+// command, when set, prints the running version. Each is an argv.
+type Command struct {
+	CheckCmd, PrepareCmd, ApplyCmd, RebootCmd, VersionCmd []string
+}
+
+// Check runs the check command.
+func (c *Command) Check(ctx context.Context) (Status, error) {
+	out, err := run(ctx, "check", c.CheckCmd)
+	if err != nil {
+		return Status{}, err
+	}
+	cur, err := c.Version(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	first, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	st := Status{Current: cur, Available: strings.TrimSpace(first)}
+	if st.Available == cur {
+		st.Available = ""
+	}
+	return st, nil
+}
+
+// Prepare runs the prepare command.
+func (c *Command) Prepare(ctx context.Context) error {
+	_, err := run(ctx, "prepare", c.PrepareCmd)
+	return err
+}
+
+// Perform runs the apply command.
+func (c *Command) Perform(ctx context.Context) error {
+	_, err := run(ctx, "apply", c.ApplyCmd)
+	return err
+}
+
+// Reboot runs the reboot command.
+func (c *Command) Reboot(ctx context.Context) error {
+	_, err := run(ctx, "reboot", c.RebootCmd)
+	return err
+}
+
+// Version runs the version command ("" when there is none).
+func (c *Command) Version(ctx context.Context) (string, error) {
+	if len(c.VersionCmd) == 0 {
+		return "", nil
+	}
+	out, err := run(ctx, "version", c.VersionCmd)
+	return strings.TrimSpace(out), err
+}
+
+// Validate names the commands missing.
+func (c *Command) Validate() error {
+	var missing []string
+	for name, argv := range map[string][]string{"--check-command": c.CheckCmd, "--prepare-command": c.PrepareCmd, "--apply-command": c.ApplyCmd, "--reboot-command": c.RebootCmd} {
+		if len(argv) == 0 {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("the command platform needs %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+func run(ctx context.Context, what string, argv []string) (string, error) {
+	if len(argv) == 0 {
+		return "", fmt.Errorf("no %s command: set --%s-command", what, what)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && msg != "" {
+			return "", fmt.Errorf("%s command %q: %w: %s", what, argv, err, lastLine(msg))
+		}
+		return "", fmt.Errorf("%s command %q: %w", what, argv, err)
+	}
+	return stdout.String(), nil
+}
+
+func lastLine(s string) string {
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}

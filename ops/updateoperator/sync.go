@@ -1,0 +1,320 @@
+package updateoperator
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/drain"
+)
+
+// sync reads every Node (a quorum read: it sees its own last writes),
+// decides, and writes the results.
+func (c *controller) sync(ctx context.Context) error {
+	list, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	now := time.Now()
+	nodes := map[string]*corev1.Node{}
+	views := make([]NodeView, 0, len(list.Items))
+	for i := range list.Items {
+		n := &list.Items[i]
+		nodes[n.Name] = n
+		c.label(ctx, n)
+		v := c.keys.View(n, c.o.NodeName)
+		c.hookState(&v, n)
+		if c.needsHealth(v) {
+			v.WorkloadsReady = c.healthy(ctx, n)
+		}
+		views = append(views, v)
+	}
+	c.report(list.Items, views)
+	for _, v := range views {
+		if c.isDraining(v.Name) {
+			continue
+		}
+		if err := c.do(ctx, nodes[v.Name], v, Next(v, c.o.Policy, now)); err != nil {
+			c.o.Log.Error("step", "node", v.Name, "err", err)
+		}
+	}
+	if err := c.markBlocked(ctx, views); err != nil {
+		return err
+	}
+	start, why := Starts(views, c.o.Policy, now)
+	for _, name := range start {
+		if err := c.want(ctx, name, IntentPrepare, "update to "+nodes[name].Annotations[c.keys.Key(KeyAvailableVersion)]); err != nil {
+			return err
+		}
+	}
+	if why != "" {
+		c.o.Log.Debug("no node starts", "why", why)
+	}
+	return nil
+}
+
+// needsHealth: the node is back and uncordoned, waiting for its workloads.
+func (c *controller) needsHealth(v NodeView) bool {
+	return v.Wanted == IntentReboot && v.Active == IntentReboot && v.State == StateReady && v.Ready && !v.CordonedByUs
+}
+
+func (c *controller) healthy(ctx context.Context, n *corev1.Node) bool {
+	ok, why, err := workloadsReady(ctx, c.kube, c.keys.Workloads(n))
+	if err != nil {
+		c.o.Log.Warn("workload health", "node", n.Name, "err", err)
+		return false
+	}
+	if !ok {
+		c.o.Log.Debug("waiting for workloads", "node", n.Name, "why", why)
+	}
+	return ok
+}
+
+// label gives a node whose osImage matches the interface-version label,
+// so the agent DaemonSet lands on it.
+func (c *controller) label(ctx context.Context, n *corev1.Node) {
+	if c.images == nil || n.Labels[c.keys.InterfaceVersion()] != "" || n.Labels[c.keys.Exclude()] == "true" ||
+		!c.images.MatchString(n.Status.NodeInfo.OSImage) {
+		return
+	}
+	if err := patchNode(ctx, c.kube, n.Name, map[string]any{c.keys.InterfaceVersion(): InterfaceVersion}, nil); err != nil {
+		c.o.Log.Error("label node", "node", n.Name, "err", err)
+		return
+	}
+	c.ev.emit(ctx, n.Name, corev1.EventTypeNormal, ReasonLabelled, "labelled %s=%s (osImage %q) so the agent runs there",
+		c.keys.InterfaceVersion(), InterfaceVersion, n.Status.NodeInfo.OSImage)
+}
+
+// markBlocked sets Blocked on nodes that run a pod of the blocking selector.
+func (c *controller) markBlocked(ctx context.Context, views []NodeView) error {
+	if c.o.BlockingPods == "" {
+		return nil
+	}
+	pods, err := c.kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: c.o.BlockingPods})
+	if err != nil {
+		return fmt.Errorf("list blocking pods (%s): %w", c.o.BlockingPods, err)
+	}
+	blocked := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodPending {
+			blocked[p.Spec.NodeName] = true
+		}
+	}
+	for i := range views {
+		views[i].Blocked = blocked[views[i].Name]
+	}
+	return nil
+}
+
+func (c *controller) isDraining(node string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.draining[node]
+}
+
+// report sets the node gauges.
+func (c *controller) report(nodes []corev1.Node, views []NodeView) {
+	c.m.nodes.Reset()
+	inflight := 0
+	for i, v := range views {
+		c.m.nodes.WithLabelValues(string(v.State), nodes[i].Annotations[c.keys.Key(KeyCurrentVersion)]).Inc()
+		if InFlight(v) {
+			inflight++
+		}
+	}
+	c.m.inFlight.Set(float64(inflight))
+}
+
+// do carries out one step on one node.
+func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step) error {
+	if s.Kind == StepNone {
+		return nil
+	}
+	c.m.transitions.WithLabelValues(string(s.Kind)).Inc()
+	now := stamp(time.Now())
+	switch s.Kind {
+	case StepWant:
+		if s.Wanted == IntentReboot && v.BeforeHook { // the before-reboot hooks said yes
+			if err := c.clearHook(ctx, v.Name, KeyBeforeReboot, c.o.BeforeRebootChecks); err != nil {
+				return err
+			}
+		}
+		return c.want(ctx, v.Name, s.Wanted, "")
+	case StepAfter:
+		if err := patchNode(ctx, c.kube, v.Name, map[string]any{c.keys.Key(KeyAfterReboot): "true"}, nil); err != nil {
+			return err
+		}
+		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonHooks, "waiting for the after-reboot hooks: %s", strings.Join(c.o.AfterRebootChecks, ", "))
+	case StepDrain:
+		c.mu.Lock()
+		c.draining[v.Name] = true
+		c.mu.Unlock()
+		go c.drainThenReboot(ctx, v.Name)
+	case StepUncordon:
+		if _, err := drain.Uncordon(ctx, c.kube, v.Name, CordonOwner, drain.Meta{Annotations: map[string]any{c.keys.Key(KeyTransition): now}}); err != nil {
+			return err
+		}
+		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonUncordoned, "back at %s; lifted the operator's cordon", n.Annotations[c.keys.Key(KeyCurrentVersion)])
+	case StepFinish:
+		err := patchNode(ctx, c.kube, v.Name, nil, map[string]any{c.keys.Wanted(): string(IntentStabilize), c.keys.Key(KeyTransition): now,
+			c.keys.Key(KeyFinished): now, c.keys.Key(KeyFailures): nil, c.keys.Key(KeyLastFailure): nil, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyReason): nil})
+		if err != nil {
+			return err
+		}
+		if v.AfterHook {
+			if err := c.clearHook(ctx, v.Name, KeyAfterReboot, c.o.AfterRebootChecks); err != nil {
+				return err
+			}
+		}
+		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonSucceeded, "updated to %s", n.Annotations[c.keys.Key(KeyCurrentVersion)])
+	case StepFail:
+		return c.fail(ctx, v, s.Reason)
+	case StepStuck:
+		if n.Annotations[c.keys.Key(KeyReason)] == s.Reason {
+			return nil // said already
+		}
+		if err := patchNode(ctx, c.kube, v.Name, nil, map[string]any{c.keys.Key(KeyReason): s.Reason}); err != nil {
+			return err
+		}
+		c.ev.emit(ctx, v.Name, corev1.EventTypeWarning, ReasonStuck, "%s", s.Reason)
+	}
+	return nil
+}
+
+// want writes an intent.
+func (c *controller) want(ctx context.Context, node string, i Intent, why string) error {
+	err := patchNode(ctx, c.kube, node, nil, map[string]any{c.keys.Wanted(): string(i), c.keys.Key(KeyTransition): stamp(time.Now())})
+	if err != nil {
+		return err
+	}
+	msg, reason := "intent "+string(i), ReasonIntent
+	if why != "" {
+		msg += ": " + why
+	}
+	if i == IntentReboot && why != "" {
+		reason = ReasonDrained // the drain's Event and the intent's, in one
+	}
+	c.ev.emit(ctx, node, corev1.EventTypeNormal, reason, "%s", msg)
+	return nil
+}
+
+// fail counts a failure, lifts the operator's cordon and rests the node at
+// stabilize, in one write.
+func (c *controller) fail(ctx context.Context, v NodeView, reason string) error {
+	now := stamp(time.Now())
+	ann := map[string]any{c.keys.Wanted(): string(IntentStabilize), c.keys.Key(KeyTransition): now,
+		c.keys.Key(KeyFailures): strconv.Itoa(v.Failures + 1), c.keys.Key(KeyLastFailure): now,
+		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil}
+	if v.CordonedByUs {
+		if _, err := drain.Uncordon(ctx, c.kube, v.Name, CordonOwner, drain.Meta{Annotations: ann}); err != nil {
+			return err
+		}
+	} else if err := patchNode(ctx, c.kube, v.Name, nil, ann); err != nil {
+		return err
+	}
+	c.m.failures.WithLabelValues(v.Name).Inc()
+	c.ev.emit(ctx, v.Name, corev1.EventTypeWarning, ReasonFailed, "update failed (failure %d): %s", v.Failures+1, reason)
+	return nil
+}
+
+// drainThenReboot cordons and drains the node, recording the workloads it
+// takes pods from, then wants reboot-update; a failed drain is a failure.
+func (c *controller) drainThenReboot(ctx context.Context, node string) {
+	defer func() {
+		c.mu.Lock()
+		delete(c.draining, node)
+		c.mu.Unlock()
+		c.trigger()
+	}()
+	summary, err := c.drain(ctx, node)
+	if ctx.Err() != nil {
+		return // the next leader takes it from here: the node's annotations say where it is
+	}
+	if err != nil {
+		n, gerr := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if gerr != nil {
+			c.o.Log.Error("read node after a failed drain", "node", node, "err", gerr)
+			return
+		}
+		if ferr := c.fail(ctx, c.keys.View(n, c.o.NodeName), err.Error()); ferr != nil {
+			c.o.Log.Error("record a failed drain", "node", node, "err", ferr)
+		}
+		return
+	}
+	if len(c.o.BeforeRebootChecks) > 0 {
+		if err := patchNode(ctx, c.kube, node, map[string]any{c.keys.Key(KeyBeforeReboot): "true"}, nil); err != nil {
+			c.o.Log.Error("label for the before-reboot hooks", "node", node, "err", err)
+			return
+		}
+		c.ev.emit(ctx, node, corev1.EventTypeNormal, ReasonHooks, "%s; waiting for the before-reboot hooks: %s", summary, strings.Join(c.o.BeforeRebootChecks, ", "))
+		return
+	}
+	// One Event says both (a write saved per node): drained, and the intent.
+	if err := c.want(ctx, node, IntentReboot, summary); err != nil {
+		c.o.Log.Error("want reboot-update", "node", node, "err", err)
+	}
+}
+
+// hookState reads the hooks' label and annotations of n into v.
+func (c *controller) hookState(v *NodeView, n *corev1.Node) {
+	v.BeforeHook, v.AfterHook = n.Labels[c.keys.Key(KeyBeforeReboot)] == "true", n.Labels[c.keys.Key(KeyAfterReboot)] == "true"
+	v.BeforeDone, v.AfterDone = allTrue(n, c.o.BeforeRebootChecks), allTrue(n, c.o.AfterRebootChecks)
+}
+
+func allTrue(n *corev1.Node, keys []string) bool {
+	for _, k := range keys {
+		if n.Annotations[k] != "true" {
+			return false
+		}
+	}
+	return true
+}
+
+// clearHook removes a hook's label and resets its annotations for next time.
+func (c *controller) clearHook(ctx context.Context, node, label string, checks []string) error {
+	ann := map[string]any{}
+	for _, k := range checks {
+		ann[k] = nil
+	}
+	return patchNode(ctx, c.kube, node, map[string]any{c.keys.Key(label): nil}, ann)
+}
+
+// drain cordons and drains node, recording the workloads it takes pods
+// from, and returns what it did in words.
+func (c *controller) drain(ctx context.Context, node string) (string, error) {
+	workloads, err := drainedWorkloads(ctx, c.kube, node)
+	if err != nil {
+		return "", err
+	}
+	if n, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
+		workloads = union(workloads, c.keys.Workloads(n)) // a drain resumed after a restart keeps the first one's
+	}
+	extra := map[string]string{c.keys.Key(KeyWorkloads): strings.Join(workloads, ",")}
+	if err := drain.Cordon(ctx, c.kube, node, CordonOwner, extra); err != nil {
+		return "", err
+	}
+	res, err := drain.Drain(ctx, c.kube, node, c.o.Drain)
+	if err != nil {
+		return "", fmt.Errorf("drain: %w", err)
+	}
+	return fmt.Sprintf("cordoned and drained (%d pods evicted; %d workloads to be ready again after the reboot)", len(res.Evicted), len(workloads)), nil
+}
+
+func union(a, b []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range append(a, b...) {
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,108 @@
+package updateoperator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/kube"
+)
+
+// CordonOwner is the owner the operator's cordons are recorded under
+// (drain.AnnotationCordonedBy): only these cordons are ever lifted.
+const CordonOwner = "slipway-update-operator"
+
+// View reads a Node's protocol annotations under k. A value that cannot be
+// read sets Invalid, naming the key and what is allowed.
+func (k Keys) View(n *corev1.Node, own string) NodeView {
+	a := n.Annotations
+	v := NodeView{
+		Name:            n.Name,
+		UpdateAvailable: a[k.UpdateAvailable()] == "true",
+		Ready:           nodeReady(n),
+		CordonedByUs:    drain.CordonedBy(a) == CordonOwner,
+		Excluded:        n.Labels[k.Exclude()] == "true",
+		Own:             own != "" && n.Name == own,
+	}
+	var errs []string
+	note := func(key string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("annotation %s: %v", key, err))
+		}
+	}
+	var err error
+	// An unreadable action-wanted is the controller's own key: it reads as
+	// unknown, so the controller writes a good one over it.
+	v.Wanted, _ = ParseIntent(a[k.Wanted()])
+	v.Active, err = ParseIntent(a[k.Active()])
+	note(k.Active(), err)
+	v.State, err = ParseState(a[k.State()])
+	note(k.State(), err)
+	if s := a[k.Key(KeyFailures)]; s != "" {
+		v.Failures, err = strconv.Atoi(s)
+		if err == nil && v.Failures < 0 {
+			err = fmt.Errorf("%d is negative", v.Failures)
+		}
+		note(k.Key(KeyFailures), err)
+	}
+	for key, into := range map[string]*time.Time{KeyLastFailure: &v.LastFailure, KeyTransition: &v.Transition, KeyFinished: &v.Finished} {
+		if s := a[k.Key(key)]; s != "" {
+			*into, err = time.Parse(time.RFC3339, s)
+			note(k.Key(key), err)
+		}
+	}
+	v.Invalid = strings.Join(errs, "; ")
+	return v
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Workloads lists the annotation of the workloads drained off a node.
+func (k Keys) Workloads(n *corev1.Node) []string {
+	s := n.Annotations[k.Key(KeyWorkloads)]
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// stamp formats t for the time annotations.
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// patchNode writes labels and annotations of a node in one merge patch;
+// nil values remove keys.
+func patchNode(ctx context.Context, c *kube.Clientset, node string, labels, annotations map[string]any) error {
+	meta := map[string]any{}
+	if len(labels) > 0 {
+		meta["labels"] = labels
+	}
+	if len(annotations) > 0 {
+		meta["annotations"] = annotations
+	}
+	if len(meta) == 0 {
+		return nil
+	}
+	data, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
+	if _, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patch node %s: %w", node, err)
+	}
+	return nil
+}

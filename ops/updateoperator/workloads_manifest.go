@@ -1,0 +1,100 @@
+package updateoperator
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// controllerDeployment runs two controller replicas, one leading through
+// the Lease. It tolerates the cordon and a NotReady node, so on a
+// single-node cluster it stays (and comes back) on the node it updates.
+func controllerDeployment(o ManifestOptions, keys Keys) *appsv1.Deployment {
+	labels := appLabels(ControllerComponent)
+	replicas := int32(2)
+	args := append([]string{"update-operator", "controller", "--prefix", keys.Prefix, "--namespace", o.Namespace, "--lease", LeaseName}, o.ControllerArgs...)
+	return &appsv1.Deployment{
+		TypeMeta:   tm("apps/v1", "Deployment"),
+		ObjectMeta: metav1.ObjectMeta{Name: ControllerName, Namespace: o.Namespace, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
+				MaxUnavailable: ptr(intstr.FromInt32(1)), MaxSurge: ptr(intstr.FromInt32(0))}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: ControllerName,
+					PriorityClassName:  PriorityName,
+					Tolerations: []corev1.Toleration{
+						{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+						{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+						{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+						{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+					},
+					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+						Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}}}}},
+					Containers: []corev1.Container{{
+						Name: "controller", Image: o.Image, Args: args,
+						Env:   []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+						Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9480}},
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+							corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}},
+						SecurityContext: &corev1.SecurityContext{RunAsNonRoot: ptr(true), RunAsUser: ptr(int64(65532)), ReadOnlyRootFilesystem: ptr(true),
+							AllowPrivilegeEscalation: ptr(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// agentDaemonSet runs the agent on every node with the interface-version
+// label, with the host paths its platform needs.
+func agentDaemonSet(o ManifestOptions, keys Keys) *appsv1.DaemonSet {
+	labels := appLabels(AgentName)
+	args := append([]string{"update-operator", "agent", "--prefix", keys.Prefix, "--platform", o.Platform}, o.AgentArgs...)
+	hostPath := func(name, path string, t corev1.HostPathType) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &t}}}
+	}
+	var vols []corev1.Volume
+	var mounts []corev1.VolumeMount
+	switch o.Platform {
+	case "bottlerocket-api":
+		vols = append(vols, hostPath("api-socket", "/run/api.sock", corev1.HostPathSocket))
+		mounts = append(mounts, corev1.VolumeMount{Name: "api-socket", MountPath: "/run/api.sock"})
+	case "slipway":
+		vols = append(vols, hostPath("system", "/k3os/system", corev1.HostPathDirectory), hostPath("lock", "/run/k3os", corev1.HostPathDirectoryOrCreate))
+		mounts = append(mounts, corev1.VolumeMount{Name: "system", MountPath: "/k3os/system"}, corev1.VolumeMount{Name: "lock", MountPath: "/run/k3os"})
+	}
+	return &appsv1.DaemonSet{
+		TypeMeta:   tm("apps/v1", "DaemonSet"),
+		ObjectMeta: metav1.ObjectMeta{Name: AgentName, Namespace: o.Namespace, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: AgentName,
+					PriorityClassName:  PriorityName,
+					NodeSelector:       map[string]string{keys.InterfaceVersion(): InterfaceVersion},
+					Tolerations:        []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					HostPID:            o.Platform == "slipway", // the reboot reaches the host's init
+					Volumes:            vols,
+					Containers: []corev1.Container{{
+						Name: "agent", Image: o.Image, Args: args,
+						Env:          []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+						VolumeMounts: mounts,
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+							corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("24Mi")}},
+						SecurityContext: &corev1.SecurityContext{Privileged: ptr(o.Platform == "slipway")},
+					}},
+				},
+			},
+		},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
