@@ -14,10 +14,13 @@ ARG TARGETOS=linux
 ARG TARGETARCH
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -tags urfave_cli_no_docs \
       -ldflags "-s -w -X slipway.dev/slipway/version.Version=${VERSION} -X slipway.dev/slipway/version.Commit=${COMMIT} -X slipway.dev/slipway/version.Date=${DATE}" \
-      -o /out/slipway ./cmd/slipway
+      -o /out/bin/slipway ./cmd/slipway
+# Multi-call names: the kubectl plugin, and the old update operator's names.
+RUN cd /out/bin && for n in kubectl-eds dogswatch bottlerocket-update-operator; do ln -s slipway "$n"; done
 
 FROM scratch
 # CA roots for https and github-releases:// channels.
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
-COPY --from=build /out/slipway /usr/bin/slipway
+# A directory copy keeps the symlinks as symlinks.
+COPY --from=build /out/bin/ /usr/bin/
 ENTRYPOINT ["/usr/bin/slipway"]
