@@ -97,11 +97,14 @@ func (c *Controller) Run(ctx context.Context) error {
 			return fmt.Errorf("install the CRDs (--install-crds): %w", err)
 		}
 	}
-	stopEvents, err := c.startEvents()
+	// Events go to the namespace of the object they are about.
+	recorder, stopEvents, err := kube.Recorder{Component: "slipway-eds", QPS: 5,
+		AddToScheme: []func(*runtime.Scheme) error{v1.AddToScheme}}.Start(c.kube)
 	if err != nil {
 		return err
 	}
 	defer stopEvents()
+	c.recorder = recorder
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "slipway-eds"})
 	defer c.queue.ShutDown()

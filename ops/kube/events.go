@@ -16,11 +16,16 @@ import (
 type Recorder struct {
 	// Namespace the Events are written in; Events of other namespaces are
 	// refused (least privilege: the writer may create Events only there).
+	// Empty: each Event goes to the namespace of the object it is about
+	// (a controller of every namespace).
 	Namespace string
 	// Component and Host name the writer (the Event's source).
 	Component, Host string
 	// AddToScheme registers the writer's own kinds, so Events can name them.
 	AddToScheme []func(*runtime.Scheme) error
+	// QPS is how many similar Events a second pass the correlator after a
+	// burst of 100 (default 1).
+	QPS float32
 }
 
 // Start starts an event recorder writing through c, with client-go's
@@ -33,43 +38,52 @@ func (r Recorder) Start(c *Clientset) (record.EventRecorder, func(), error) {
 			return nil, nil, fmt.Errorf("build the events' scheme: %w", err)
 		}
 	}
-	b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{BurstSize: 100, QPS: 1})
-	b.StartRecordingToSink(eventSink{c.CoreV1().Events(r.Namespace)})
+	qps := r.QPS
+	if qps <= 0 {
+		qps = 1
+	}
+	b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{BurstSize: 100, QPS: qps})
+	b.StartRecordingToSink(eventSink{c: c, namespace: r.Namespace})
 	rec := b.NewRecorder(scheme, corev1.EventSource{Component: r.Component, Host: r.Host})
 	return rec, b.Shutdown, nil
 }
 
-// eventSink writes the recorder's Events through the client of one
-// namespace's Events, as client-go's EventSinkImpl does.
+// eventSink writes the recorder's Events through the typed client, as
+// client-go's EventSinkImpl does.
 type eventSink struct {
-	events *Client[*corev1.Event, *corev1.EventList]
+	c         *Clientset
+	namespace string // "" = the Event's own
 }
 
 func (s eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
-	if err := s.check(e); err != nil {
+	events, err := s.events(e)
+	if err != nil {
 		return nil, err
 	}
-	return s.events.Create(context.Background(), e, metav1.CreateOptions{})
+	return events.Create(context.Background(), e, metav1.CreateOptions{})
 }
 
 func (s eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
-	if err := s.check(e); err != nil {
+	events, err := s.events(e)
+	if err != nil {
 		return nil, err
 	}
-	return s.events.Update(context.Background(), e, metav1.UpdateOptions{})
+	return events.Update(context.Background(), e, metav1.UpdateOptions{})
 }
 
 func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
-	if err := s.check(e); err != nil {
+	events, err := s.events(e)
+	if err != nil {
 		return nil, err
 	}
-	return s.events.Patch(context.Background(), e.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
+	return events.Patch(context.Background(), e.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
 }
 
-// check refuses an Event of another namespace than the client's.
-func (s eventSink) check(e *corev1.Event) error {
-	if e.Namespace != s.events.GetNamespace() {
-		return fmt.Errorf("event %s is in namespace %q, the recorder writes to %q", e.Name, e.Namespace, s.events.GetNamespace())
+// events is the client of e's namespace; an Event of another namespace than
+// the recorder's is refused.
+func (s eventSink) events(e *corev1.Event) (*Client[*corev1.Event, *corev1.EventList], error) {
+	if s.namespace != "" && e.Namespace != s.namespace {
+		return nil, fmt.Errorf("event %s is in namespace %q, the recorder writes to %q", e.Name, e.Namespace, s.namespace)
 	}
-	return nil
+	return s.c.CoreV1().Events(e.Namespace), nil
 }

@@ -17,10 +17,12 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
+	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
 	swarmclient "slipway.dev/slipway/ops/generated/swarm/clientset/versioned/typed/swarm.slipway.dev/v1alpha1"
 	swarmlisters "slipway.dev/slipway/ops/generated/swarm/listers/swarm.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/kube"
@@ -80,11 +82,13 @@ func New(opts Options) (*Controller, error) {
 func (c *Controller) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stopEvents, err := c.startEvents()
+	recorder, stopEvents, err := kube.Recorder{Namespace: c.opts.Namespace, Component: "slipway-swarm", Host: c.opts.Identity,
+		AddToScheme: []func(*runtime.Scheme) error{swarmv1.AddToScheme}}.Start(c.kube)
 	if err != nil {
 		return err
 	}
 	defer stopEvents()
+	c.recorder = recorder
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "slipway-swarm"})
 	defer c.queue.ShutDown()
