@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"slipway.dev/slipway/ops/window"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/window"
 	"slipway.dev/slipway/upgrade/channel"
 )
 

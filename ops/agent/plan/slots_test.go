@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"slipway.dev/slipway/ops/window"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/window"
 )
 
 var now = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
