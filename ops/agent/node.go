@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -64,7 +65,7 @@ func (a *Agent) runJob(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 	name := JobName(a.opts.NodeName, slot.Version, slot.Attempt)
 	j := a.job(name)
 	if j == nil && !a.cordonedBySlipway() { // no drain started
-		if v, err := ReadVersions(a.opts.SystemDir); err == nil && v.Rootfs == slot.Version && a.jobNeverCreated(ctx, name) {
+		if v, err := ReadVersions(a.opts.SystemDir); err == nil && v.Rootfs == slot.Version && a.noJobAt(ctx, slot.Version) {
 			// Already there, and no Job of this attempt swapped it: nothing to do, no reboot.
 			a.recorder.Eventf(ch, corev1.EventTypeNormal, "AlreadyUpToDate", "node %s already runs %s; slot freed", a.opts.NodeName, slot.Version)
 			return a.succeed(ctx, ch, slot, v)
@@ -126,12 +127,36 @@ func (a *Agent) podMessage(ctx context.Context, job string) string {
 	return "; its pod's log says why (kubectl -n " + a.opts.Namespace + " logs job/" + job + ")"
 }
 
-// jobNeverCreated asks the API server, not the informer, whether Job name
-// is absent: a swap done by a Job the informer has not shown yet still needs
-// its reboot.
-func (a *Agent) jobNeverCreated(ctx context.Context, name string) bool {
-	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
-	return apierrors.IsNotFound(err)
+// noJobAt asks the API server, not the informer, whether no upgrade Job of
+// this node to version exists, in any attempt: a swap done by a Job (one the
+// informer has not shown yet, or an earlier attempt's whose drain failed or
+// whose slot was taken away) still needs its reboot.
+func (a *Agent) noJobAt(ctx context.Context, version string) bool {
+	l, err := a.kube.BatchV1().Jobs(a.opts.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelJobNode: LabelValue(a.opts.NodeName)}).String()})
+	if err != nil {
+		return false
+	}
+	for _, j := range l.Items {
+		if j.Annotations[AnnotationJobNode] == a.opts.NodeName && jobVersion(j.Spec.Template.Spec.Containers) == version {
+			return false
+		}
+	}
+	return true
+}
+
+// jobVersion is the version an upgrade Job's container installs (its --version).
+func jobVersion(cs []corev1.Container) string {
+	if len(cs) == 0 {
+		return ""
+	}
+	args := cs[0].Args
+	for i, a := range args {
+		if a == "--version" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
 }
 
 func (a *Agent) job(name string) *batchv1.Job {
@@ -314,8 +339,14 @@ func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot,
 // fail uncordons the node if slipway cordoned it, frees the slot and
 // records the failure with reason.
 func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, step, reason string) error {
-	// A boot that fell back runs other versions than the node shows.
-	if err := a.uncordonAndPublish(ctx, a.readableVersions()); err != nil {
+	// A boot that fell back runs other versions than the node shows. Before
+	// the reboot the node still runs what it shows, whatever its system
+	// directory holds (a drain that failed after the swap).
+	var v *Versions
+	if step == "boot" {
+		v = a.readableVersions()
+	}
+	if err := a.uncordonAndPublish(ctx, v); err != nil {
 		return err
 	}
 	var f v1.Failure

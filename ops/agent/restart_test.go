@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -279,4 +280,41 @@ func (f *fleet) eventsWithin(reason string, want int, wait time.Duration) int {
 
 func testLog(f *fleet) *slog.Logger {
 	return slog.New(slog.NewTextHandler(f.logFile(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// TestRetryAfterFailedDrainReboots: a drain that fails after the Job
+// swapped the system directory leaves the node labelled with what it still
+// runs (its failure stays counted), and the retry reboots it instead of
+// declaring it already up to date.
+func TestRetryAfterFailedDrainReboots(t *testing.T) {
+	f := newFleet(t, 1, func(o *Options) { o.Retry = plan.Retry{Base: 2 * time.Second, Max: 2 * time.Second} })
+	node := f.ns + "-n0"
+	f.blockEviction(t, node)
+	f.start(node)
+	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
+		Drain:        &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 3 * time.Second}},
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
+	ch := f.waitFor("the drain to fail", time.Minute, func(ch *v1.UpdateChannel) bool { return plan.FindFailure(ch.Status, node) >= 0 })
+	if got := f.current(node); got != "v2" {
+		t.Fatalf("the Job did not swap the system directory (current %s): the test tests nothing", got)
+	}
+	n, err := f.kube.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Labels[LabelRootfsVersion]; got != "v1" {
+		t.Errorf("after the failed drain the node is labelled %s; it has not rebooted and still runs v1", got)
+	}
+	if ch.Status.Counts.UpToDate != 0 {
+		t.Errorf("counts %+v: a node that has not rebooted is not up to date", ch.Status.Counts)
+	}
+	zero := int64(0)
+	if err := f.kube.CoreV1().Pods(f.ns).Delete(context.Background(), "guarded", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("the retry to upgrade the node", time.Minute, done(1))
+	if b, _ := os.ReadFile(f.bootFile(node)); string(b) == "boot-0" {
+		t.Error("the node counts as upgraded but never rebooted")
+	}
+	f.assertAllAt("v2")
 }
