@@ -35,6 +35,17 @@ func (a *Agent) publishVersions(ctx context.Context) error {
 		// version; the versions go with the uncordon, in one write.
 		return nil
 	}
+	if due && !a.noJobAt(ctx, v.Rootfs) {
+		// An upgrade Job swapped the system directory and this agent was
+		// restarted before it cordoned: the node still runs what its labels
+		// say until it reboots; the versions go with that.
+		a.log.Info("the system directory holds an upgrade not booted yet; versions published after the reboot", "staged", v.Rootfs)
+		if shown := (Versions{Rootfs: n.Annotations[AnnotationRootfsVersion], Kernel: n.Annotations[AnnotationKernelVersion],
+			K3s: n.Annotations[AnnotationK3sVersion]}); shown.Rootfs != "" {
+			a.setKnown(shown) // what it runs, to publish again should the Node lose it
+		}
+		return nil
+	}
 	if due {
 		a.log.Info("publishing this node's versions", "rootfs", v.Rootfs, "kernel", v.Kernel, "k3s", v.K3s)
 		if err := a.patchNode(ctx, labels, annotations); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -317,4 +318,32 @@ func TestRetryAfterFailedDrainReboots(t *testing.T) {
 		t.Error("the node counts as upgraded but never rebooted")
 	}
 	f.assertAllAt("v2")
+}
+
+// TestRestartBeforeCordonKeepsTheRunningVersions: an agent restarted after
+// its upgrade Job swapped the system directory, but before it cordoned,
+// does not label the node with the version it has not booted.
+func TestRestartBeforeCordonKeepsTheRunningVersions(t *testing.T) {
+	f := newFleet(t, 1, nil)
+	node := f.ns + "-n0"
+	f.start(node)
+	f.waitNode(t, node, "labelled v1 at start", func(n *corev1.Node) bool { return n.Labels[LabelRootfsVersion] == "v1" })
+	f.stop(node)
+	f.install(node, "v2") // the Job's swap
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: JobName(node, "v2", 1), Namespace: f.ns,
+		Labels: map[string]string{LabelJobNode: LabelValue(node)}, Annotations: map[string]string{AnnotationJobNode: node}},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "upgrade", Image: "slipway:test", Args: []string{"ops", "upgrade", "--version", "v2"}}}}}}}
+	if _, err := f.kube.BatchV1().Jobs(f.ns).Create(context.Background(), job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.start(node)
+	time.Sleep(3 * time.Second) // the agent starts in well under a second
+	n, err := f.kube.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Labels[LabelRootfsVersion]; got != "v1" {
+		t.Errorf("node labelled %s after a restart before its reboot; it still runs v1", got)
+	}
 }
