@@ -26,8 +26,8 @@ func (a *Agent) confirmSlot(ctx context.Context, name string, slot v1.Slot) erro
 	return nil
 }
 
-// lastDrainPass is the time a drain gets when its timeout passed already
-// (an agent restarted late in its drain): one more pass, then the policy.
+// lastDrainPass is the least time a resumed drain gets (an agent restarted
+// late in its drain, or after its timeout): one more pass, then the policy.
 const lastDrainPass = time.Second
 
 // drainBudget returns the drain options with the timeout left, counted from
@@ -49,8 +49,8 @@ func (a *Agent) drainBudget(ctx context.Context, o drain.Options) (drain.Options
 	if !recorded {
 		began = now
 	}
-	if expired {
-		left = lastDrainPass
+	if expired || recorded && left < lastDrainPass {
+		left = lastDrainPass // at least one real pass before the policy applies
 	}
 	if left != o.Timeout {
 		a.log.Info("drain resumed", "began", began, "timeout", o.Timeout, "left", left)
