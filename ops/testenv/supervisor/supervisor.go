@@ -236,7 +236,30 @@ func (s *Supervisor) Reboot(ctx context.Context, node string, delay time.Duratio
 		return err
 	}
 	s.opts.Log.Info("node back", "node", node)
+	s.podsReadyAfterBoot(node)
 	return s.startNode(node, true)
+}
+
+// podsReadyAfterBoot marks node's pods Ready again now, and once more after
+// the node lifecycle controller's monitor period (5 s), which may mark them
+// NotReady late, having seen the node down.
+func (s *Supervisor) podsReadyAfterBoot(node string) {
+	ready := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := podsReadyAgain(ctx, s.opts.Client, node); err != nil {
+			s.opts.Log.Warn("pods not marked Ready after the reboot", "node", node, "err", err)
+		}
+	}
+	ready()
+	time.AfterFunc(7*time.Second, func() {
+		s.mu.Lock()
+		stopped := s.stopped
+		s.mu.Unlock()
+		if !stopped {
+			ready()
+		}
+	})
 }
 
 // Crash kills node's command with SIGKILL, as a crash or an OOM kill would,
