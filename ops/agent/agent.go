@@ -53,6 +53,8 @@ type Agent struct {
 	notReadyAt      time.Time // when this process first saw its node not Ready after a reboot
 	waitSince       map[string]time.Time
 	wrote           map[string]v1.Slot // per channel: this node's slot as this agent last wrote it
+	known           Versions           // the versions this agent published for its node's boot
+	hasKnown        bool
 }
 
 // key is a unit of work: one role's sync of one channel.
@@ -64,8 +66,9 @@ type key struct {
 type role int
 
 const (
-	roleNode  role = iota // drive this node's own slot
-	roleFleet             // the fleet view, when this agent holds the channel's Lease
+	roleNode    role = iota // drive this node's own slot
+	roleFleet               // the fleet view, when this agent holds the channel's Lease
+	rolePublish             // label the node with its versions again if it lacks them (no channel)
 )
 
 // Run runs an agent until ctx ends.
@@ -152,7 +155,7 @@ func (a *Agent) startInformers(ctx context.Context) error {
 	}
 	nodeInf, jobInf := a.nodeInformer(), a.jobInformer()
 	a.nodes, a.jobs = nodeInf.GetIndexer(), jobInf.GetIndexer()
-	all := func(any) { a.enqueueAll(roleNode) }
+	all := func(any) { a.enqueueAll(roleNode); a.queue.Add(key{role: rolePublish}) }
 	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(_, o any) { all(o) }}); err != nil {
 		return err
 	}
@@ -267,9 +270,12 @@ func (a *Agent) work(ctx context.Context) {
 		}
 		var after time.Duration
 		var err error
-		if k.role == roleFleet {
+		switch k.role {
+		case rolePublish:
+			err = a.republish(ctx)
+		case roleFleet:
 			after, err = a.syncFleet(ctx, k.channel)
-		} else {
+		default:
 			after, err = a.syncNode(ctx, k.channel)
 		}
 		switch {

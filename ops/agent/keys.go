@@ -7,8 +7,9 @@ package agent
 // app.kubernetes.io/name=slipway-upgrade is part of the Job contract.
 const (
 	// LabelRootfsVersion, LabelKernelVersion, LabelK3sVersion: on each Node,
-	// written by that node's agent at start and after each upgrade from its
-	// system directory's `current` links. Values are sanitized to be valid
+	// written by that node's agent at start, after each upgrade, and again
+	// whenever the Node lacks or disagrees with them (a Node deleted and
+	// registered again), from its system directory's `current` links. Values are sanitized to be valid
 	// label values (k3s versions hold '+'); the raw values are in the
 	// annotations of the same names.
 	LabelRootfsVersion = "ops.slipway.dev/rootfs-version"
@@ -28,6 +29,12 @@ const (
 	// happened. It stays on the node (the next upgrade overwrites it), so a
 	// crash at any point never makes the agent lose track of the reboot.
 	AnnotationRebootFrom = "ops.slipway.dev/reboot-from-boot-id"
+
+	// AnnotationDrainStarted is written on its Node by the agent in the
+	// same write as slipway's cordon: when the drain began (RFC 3339). An
+	// agent restarted mid-drain counts drain.timeout from it, so restarts
+	// do not extend the drain. Removed with the uncordon.
+	AnnotationDrainStarted = "ops.slipway.dev/drain-started"
 
 	// LabelJobNode and LabelJobChannel are on every upgrade Job and its pod,
 	// written by the agent that creates the Job: the node's name (sanitized)

@@ -2,11 +2,9 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -68,7 +65,7 @@ func (a *Agent) runJob(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 	name := JobName(a.opts.NodeName, slot.Version, slot.Attempt)
 	j := a.job(name)
 	if j == nil && !a.cordonedBySlipway() { // no drain started
-		if v, err := ReadVersions(a.opts.SystemDir); err == nil && v.Rootfs == slot.Version && a.jobNeverCreated(ctx, name) {
+		if v, err := ReadVersions(a.opts.SystemDir); err == nil && v.Rootfs == slot.Version && a.noJobAt(ctx, slot.Version) {
 			// Already there, and no Job of this attempt swapped it: nothing to do, no reboot.
 			a.recorder.Eventf(ch, corev1.EventTypeNormal, "AlreadyUpToDate", "node %s already runs %s; slot freed", a.opts.NodeName, slot.Version)
 			return a.succeed(ctx, ch, slot, v)
@@ -130,12 +127,36 @@ func (a *Agent) podMessage(ctx context.Context, job string) string {
 	return "; its pod's log says why (kubectl -n " + a.opts.Namespace + " logs job/" + job + ")"
 }
 
-// jobNeverCreated asks the API server, not the informer, whether Job name
-// is absent: a swap done by a Job the informer has not shown yet still needs
-// its reboot.
-func (a *Agent) jobNeverCreated(ctx context.Context, name string) bool {
-	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
-	return apierrors.IsNotFound(err)
+// noJobAt asks the API server, not the informer, whether no upgrade Job of
+// this node to version exists, in any attempt: a swap done by a Job (one the
+// informer has not shown yet, or an earlier attempt's whose drain failed or
+// whose slot was taken away) still needs its reboot.
+func (a *Agent) noJobAt(ctx context.Context, version string) bool {
+	l, err := a.kube.BatchV1().Jobs(a.opts.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelJobNode: LabelValue(a.opts.NodeName)}).String()})
+	if err != nil {
+		return false
+	}
+	for _, j := range l.Items {
+		if j.Annotations[AnnotationJobNode] == a.opts.NodeName && jobVersion(j.Spec.Template.Spec.Containers) == version {
+			return false
+		}
+	}
+	return true
+}
+
+// jobVersion is the version an upgrade Job's container installs (its --version).
+func jobVersion(cs []corev1.Container) string {
+	if len(cs) == 0 {
+		return ""
+	}
+	args := cs[0].Args
+	for i, a := range args {
+		if a == "--version" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
 }
 
 func (a *Agent) job(name string) *batchv1.Job {
@@ -150,6 +171,11 @@ func (a *Agent) job(name string) *batchv1.Job {
 // drainAndReboot cordons and drains the node (per spec.drain), then records
 // the boot it reboots from, and reboots after rebootDelay.
 func (a *Agent) drainAndReboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) error {
+	// The cached channel may still show a slot freed a moment ago (by this
+	// agent's own failure, or by the fleet view): ask the API server.
+	if err := a.confirmSlot(ctx, ch.Name, slot); err != nil {
+		return err
+	}
 	boot, err := a.bootID()
 	if err != nil {
 		return err
@@ -158,18 +184,24 @@ func (a *Agent) drainAndReboot(ctx context.Context, ch *v1.UpdateChannel, s plan
 	drained := "drain disabled"
 	if s.Drain.Enabled {
 		start := time.Now()
-		// The boot ID rides on the cordon's write.
+		opts, began, err := a.drainBudget(ctx, s.Drain.Options)
+		if err != nil {
+			return err
+		}
+		rebootFrom[AnnotationDrainStarted] = began.UTC().Format(time.RFC3339Nano)
+		// The boot ID and the drain's start ride on the cordon's write.
 		if err := drain.Cordon(ctx, a.kube, a.opts.NodeName, CordonOwner, rebootFrom); err != nil {
 			return err
 		}
 		stop := a.markIfSlow(ctx, ch, slot, plan.PhaseDraining)
-		res, err := drain.Drain(ctx, a.kube, a.opts.NodeName, withLog(s.Drain.Options, a.log))
+		res, err := drain.Drain(ctx, a.kube, a.opts.NodeName, withLog(opts, a.log))
 		stop()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return a.fail(ctx, ch, slot, "drain", fmt.Sprintf("drain failed, node uncordoned: %v", err))
+			return a.fail(ctx, ch, slot, "drain", fmt.Sprintf("drain failed, node uncordoned: %v (drain began %s; drain.timeout %s counts from then)",
+				err, began.UTC().Format(time.RFC3339), s.Drain.Timeout))
 		}
 		a.metrics.drain.Observe(time.Since(start).Seconds())
 		drained = fmt.Sprintf("cordoned and drained in %s (%d pods evicted, %d deleted)",
@@ -206,7 +238,8 @@ func (a *Agent) markIfSlow(ctx context.Context, ch *v1.UpdateChannel, slot v1.Sl
 }
 
 // reboot asks the Rebooter to reboot after rebootDelay, once per process.
-// how says what was done before (the drain), for the Event.
+// how says what was done before (the drain), for the Rebooting Event; ""
+// records no Event (an agent restarted before its reboot happened).
 func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, how string) error {
 	a.mu.Lock()
 	already, announced := a.rebooting, a.rebootAnnounced
@@ -216,7 +249,7 @@ func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 		return nil
 	}
 	a.log.Info("rebooting", "channel", ch.Name, "delay", s.RebootDelay, "method", a.opts.Rebooter.String())
-	if !announced { // a retry after a failed reboot request is not news
+	if !announced && how != "" { // a retry after a failed reboot request, or after a restart, is not news
 		a.recorder.Eventf(ch, corev1.EventTypeNormal, "Rebooting", "node %s upgraded and %s; rebooting in %s", a.opts.NodeName, how, s.RebootDelay)
 	}
 	select {
@@ -246,8 +279,12 @@ func (a *Agent) afterReboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Se
 	if err != nil {
 		return 0, err
 	}
-	if node.Annotations[AnnotationRebootFrom] == boot {
-		return 0, a.reboot(ctx, ch, s, "was restarted before its reboot") // restarted before the reboot happened
+	if node.Annotations[AnnotationRebootFrom] == boot { // restarted before the reboot happened
+		if err := a.confirmSlot(ctx, ch.Name, slot); err != nil {
+			return 0, err
+		}
+		// The Rebooting Event was recorded when the phase was written: one per reboot.
+		return 0, a.reboot(ctx, ch, s, "")
 	}
 	v, err := ReadVersions(a.opts.SystemDir)
 	if err != nil {
@@ -302,8 +339,14 @@ func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot,
 // fail uncordons the node if slipway cordoned it, frees the slot and
 // records the failure with reason.
 func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, step, reason string) error {
-	// A boot that fell back runs other versions than the node shows.
-	if err := a.uncordonAndPublish(ctx, a.readableVersions()); err != nil {
+	// A boot that fell back runs other versions than the node shows. Before
+	// the reboot the node still runs what it shows, whatever its system
+	// directory holds (a drain that failed after the swap).
+	var v *Versions
+	if step == "boot" {
+		v = a.readableVersions()
+	}
+	if err := a.uncordonAndPublish(ctx, v); err != nil {
 		return err
 	}
 	var f v1.Failure
@@ -320,152 +363,6 @@ func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, st
 	a.log.Warn("upgrade failed", "channel", ch.Name, "version", slot.Version, "attempts", f.Attempts, "reason", reason)
 	a.recorder.Eventf(ch, corev1.EventTypeWarning, "UpgradeFailed", "node %s (attempt %d): %s", a.opts.NodeName, f.Attempts, reason)
 	return nil
-}
-
-// uncordonAndPublish uncordons the node if slipway cordoned it and labels
-// it with versions v (unless nil), in one write when both are due.
-func (a *Agent) uncordonAndPublish(ctx context.Context, v *Versions) error {
-	var labels, annotations map[string]any
-	if v != nil {
-		labels, annotations = nodeMeta(*v)
-	}
-	n := a.ownNode()
-	published := v == nil || n != nil && sameMeta(n.Labels, labels) && sameMeta(n.Annotations, annotations)
-	if published {
-		labels, annotations = nil, nil
-	}
-	uncordoned, err := drain.Uncordon(ctx, a.kube, a.opts.NodeName, CordonOwner, drain.Meta{Labels: labels, Annotations: annotations})
-	if err != nil || uncordoned || published {
-		return err
-	}
-	return a.patchNode(ctx, labels, annotations)
-}
-
-// readableVersions reads the system directory's versions; nil when it
-// cannot (then nothing is published).
-func (a *Agent) readableVersions() *Versions {
-	v, err := ReadVersions(a.opts.SystemDir)
-	if err != nil {
-		a.log.Warn("cannot read this node's versions", "err", err)
-		return nil
-	}
-	return &v
-}
-
-// cleanupIdle uncordons this node when slipway cordoned it and no channel
-// holds it in a slot (a slot freed by the fleet view, a deleted channel).
-func (a *Agent) cleanupIdle(ctx context.Context) error {
-	node := a.ownNode()
-	if node == nil || drain.CordonedBy(node.Annotations) != CordonOwner {
-		return nil
-	}
-	list, err := a.channels.UpdateChannels(a.opts.Namespace).List(labels.Everything())
-	if err != nil {
-		return err
-	}
-	for _, ch := range list {
-		if s, _ := a.mySlot(ch, v1.Slot{}); s != nil {
-			return nil
-		}
-	}
-	if err := a.uncordonAndPublish(ctx, a.readableVersions()); err != nil {
-		return err
-	}
-	a.log.Info("uncordoned: this node holds no slot any more")
-	return nil
-}
-
-// noteWaiting remembers when this node started to wait for a slot.
-func (a *Agent) noteWaiting(ch *v1.UpdateChannel) {
-	node := a.ownNode()
-	target := plan.Target(mustResolve(ch), ch.Status)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if node == nil || target == "" || node.Annotations[AnnotationRootfsVersion] == target {
-		delete(a.waitSince, ch.Name)
-		return
-	}
-	if _, ok := a.waitSince[ch.Name]; !ok {
-		a.waitSince[ch.Name] = time.Now()
-	}
-}
-
-func (a *Agent) noteSlot(channel string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if t, ok := a.waitSince[channel]; ok {
-		a.metrics.slotWait.Observe(time.Since(t).Seconds())
-		delete(a.waitSince, channel)
-	}
-}
-
-func (a *Agent) bootID() (string, error) {
-	if a.opts.BootIDFromNode {
-		n := a.ownNode()
-		if n == nil {
-			return "", fmt.Errorf("node %s not seen yet (--boot-id-from-node)", a.opts.NodeName)
-		}
-		if n.Status.NodeInfo.BootID == "" {
-			return "unreported", nil // a fresh simulated node; its first reboot sets one
-		}
-		return n.Status.NodeInfo.BootID, nil
-	}
-	b, err := os.ReadFile(a.opts.BootIDFile)
-	if err != nil {
-		return "", fmt.Errorf("read the boot ID from %s (--boot-id-file): %w", a.opts.BootIDFile, err)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
-// patchNode merge-patches this agent's Node's labels and annotations (nil values remove keys).
-func (a *Agent) patchNode(ctx context.Context, labels, annotations map[string]any) error {
-	md := map[string]any{}
-	if len(labels) > 0 {
-		md["labels"] = labels
-	}
-	if len(annotations) > 0 {
-		md["annotations"] = annotations
-	}
-	data, err := json.Marshal(map[string]any{"metadata": md})
-	if err != nil {
-		return err
-	}
-	if _, err := a.kube.CoreV1().Nodes().Patch(ctx, a.opts.NodeName, types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("update node %s: %w", a.opts.NodeName, err)
-	}
-	return nil
-}
-
-// publishVersions labels this node with its system directory's versions,
-// writing only when they differ from what the node shows.
-func (a *Agent) publishVersions(ctx context.Context) error {
-	v, err := ReadVersions(a.opts.SystemDir)
-	if err != nil {
-		return err
-	}
-	n, err := a.kube.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("read this agent's node %s (is --node-name right?): %w", a.opts.NodeName, err)
-	}
-	labels, annotations := nodeMeta(v)
-	if sameMeta(n.Labels, labels) && sameMeta(n.Annotations, annotations) {
-		return nil
-	}
-	if drain.CordonedBy(n.Annotations) == CordonOwner {
-		return nil // mid-upgrade: the versions go with the uncordon, in one write
-	}
-	a.log.Info("publishing this node's versions", "rootfs", v.Rootfs, "kernel", v.Kernel, "k3s", v.K3s)
-	return a.patchNode(ctx, labels, annotations)
-}
-
-func sameMeta(have map[string]string, want map[string]any) bool {
-	for k, w := range want {
-		h, ok := have[k]
-		if w == nil && ok || w != nil && h != w {
-			return false
-		}
-	}
-	return true
 }
 
 // withLog is the drain policy o logging to log.

@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
@@ -103,3 +105,31 @@ func TestRebootUnknownNode(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestPodsReadyAgainAfterReboot: a pod left on a rebooted node (a
+// DaemonSet's, say), marked NotReady while the node was down as the node
+// lifecycle controller does, is Ready again once the node is back.
+func TestPodsReadyAgainAfterReboot(t *testing.T) {
+	cs := clientset(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	node := cluster.Nodes[0]
+	pod := steadyPod(node)
+	pod.Name = "stays-through-reboot"
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cs.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{}) }()
+	until(t, cs.CoreV1().RESTClient(), "pods", "default", pod.Name, &corev1.Pod{}, func(o runtime.Object) bool { return podReady(o.(*corev1.Pod)) })
+	rebooted := make(chan error, 1)
+	go func() { rebooted <- cluster.Reboot(ctx, node, 2*time.Second) }()
+	until(t, cs.CoreV1().RESTClient(), "nodes", "", node, &corev1.Node{}, func(o runtime.Object) bool { return !NodeReady(o.(*corev1.Node)) })
+	notReady := []byte(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"NodeNotReady"}]}}`)
+	if _, err := cs.CoreV1().Pods("default").Patch(ctx, pod.Name, types.StrategicMergePatchType, notReady, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-rebooted; err != nil {
+		t.Fatal(err)
+	}
+	until(t, cs.CoreV1().RESTClient(), "pods", "default", pod.Name, &corev1.Pod{}, func(o runtime.Object) bool { return podReady(o.(*corev1.Pod)) })
+}

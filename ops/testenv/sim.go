@@ -97,3 +97,13 @@ func (e *Env) Reboot(ctx context.Context, node string, delay time.Duration) erro
 	}
 	return e.Supervisor.Reboot(ctx, node, delay)
 }
+
+// Crash kills node's command (its agent) with SIGKILL and starts it again
+// on the same boot (see supervisor.Supervisor.Crash); false when the node
+// was rebooting or ran no command.
+func (e *Env) Crash(node string) (bool, error) {
+	if e.Supervisor == nil {
+		return false, fmt.Errorf("crash %s: the Env has no simulated cluster (Options.Cluster)", node)
+	}
+	return e.Supervisor.Crash(node)
+}

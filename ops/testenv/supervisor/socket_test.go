@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,7 +71,7 @@ func TestStoppedSupervisorStartsNothing(t *testing.T) {
 	if len(s.Pids()) != 0 {
 		t.Errorf("pids %v after Stop", s.Pids())
 	}
-	if err := s.startNode("node-1"); err == nil {
+	if err := s.startNode("node-1", true); err == nil {
 		t.Error("a command started after Stop")
 		s.Stop()
 	}
@@ -80,5 +81,40 @@ func waitABit(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 	case <-time.After(20 * time.Millisecond):
+	}
+}
+
+// TestCrashRestartsTheCommandOnTheSameBoot: Crash kills the command and
+// starts a new one at once, counting no boot; after Stop it does nothing.
+func TestCrashRestartsTheCommandOnTheSameBoot(t *testing.T) {
+	cs := kubernetes.NewForConfigOrDie(&rest.Config{Host: "http://127.0.0.1:1"})
+	s, err := New(Options{Client: cs, Nodes: []string{"node-1"}, NodesRoot: t.TempDir(), Command: []string{"sleep", "100"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	old := s.Pids()["node-1"]
+	crashed, err := s.Crash("node-1")
+	if err != nil || !crashed {
+		t.Fatalf("Crash = %v, %v", crashed, err)
+	}
+	if pid := s.Pids()["node-1"]; pid == 0 || pid == old {
+		t.Errorf("pid %d after the crash of %d: want a new command", pid, old)
+	}
+	if err := syscall.Kill(old, 0); err == nil {
+		t.Errorf("the crashed command %d still runs", old)
+	}
+	if b := s.Boots("node-1"); b != 1 {
+		t.Errorf("boots = %d after a crash, want 1 (a crash is no reboot)", b)
+	}
+	if crashed, _ := s.Crash("node-2"); crashed {
+		t.Error("crashed a node that is not supervised")
+	}
+	s.Stop()
+	if crashed, _ := s.Crash("node-1"); crashed || len(s.Pids()) != 0 {
+		t.Errorf("Crash after Stop: crashed %v, pids %v", crashed, s.Pids())
 	}
 }

@@ -80,7 +80,7 @@ func (s *Supervisor) Start() error {
 		if err := os.MkdirAll(s.NodeDir(n), 0o755); err != nil {
 			return fmt.Errorf("create node directory: %w", err)
 		}
-		if err := s.startNode(n); err != nil {
+		if err := s.startNode(n, true); err != nil {
 			return err
 		}
 	}
@@ -123,15 +123,18 @@ func (s *Supervisor) Stop() {
 	wg.Wait()
 }
 
-// startNode starts node's command (when there is one) and counts a boot.
-func (s *Supervisor) startNode(node string) error {
+// startNode starts node's command (when there is one) and, when boot is
+// set, counts a boot.
+func (s *Supervisor) startNode(node string, boot bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.nodes[node]
 	if s.stopped {
 		return fmt.Errorf("node %s: the supervisor is stopped", node)
 	}
-	p.boots++
+	if boot {
+		p.boots++
+	}
 	if len(s.opts.Command) == 0 {
 		return nil
 	}
@@ -233,5 +236,50 @@ func (s *Supervisor) Reboot(ctx context.Context, node string, delay time.Duratio
 		return err
 	}
 	s.opts.Log.Info("node back", "node", node)
-	return s.startNode(node)
+	s.podsReadyAfterBoot(node)
+	return s.startNode(node, true)
+}
+
+// podsReadyAfterBoot marks node's pods Ready again now, and once more after
+// the node lifecycle controller's monitor period (5 s), which may mark them
+// NotReady late, having seen the node down.
+func (s *Supervisor) podsReadyAfterBoot(node string) {
+	ready := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := podsReadyAgain(ctx, s.opts.Client, node); err != nil {
+			s.opts.Log.Warn("pods not marked Ready after the reboot", "node", node, "err", err)
+		}
+	}
+	ready()
+	time.AfterFunc(7*time.Second, func() {
+		s.mu.Lock()
+		stopped := s.stopped
+		s.mu.Unlock()
+		if !stopped {
+			ready()
+		}
+	})
+}
+
+// Crash kills node's command with SIGKILL, as a crash or an OOM kill would,
+// and starts it again at once, as the kubelet restarts a crashed container:
+// the same boot, so no boot is counted and the boot ID stays. It reports
+// false, doing nothing, when the node is rebooting or runs no command; a
+// reboot requested meanwhile is refused (the restarted command asks again).
+func (s *Supervisor) Crash(node string) (bool, error) {
+	s.mu.Lock()
+	p, ok := s.nodes[node]
+	if !ok || s.stopped || p.rebooting || p.cmd == nil {
+		s.mu.Unlock()
+		return false, nil
+	}
+	cmd, exited := p.cmd, p.exited
+	p.cmd, p.rebooting = nil, true
+	s.mu.Unlock()
+	defer func() { s.mu.Lock(); p.rebooting = false; s.mu.Unlock() }()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-exited
+	s.opts.Log.Info("node command killed", "node", node, "pid", cmd.Process.Pid)
+	return true, s.startNode(node, false)
 }

@@ -1,0 +1,60 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/drain"
+)
+
+// confirmSlot asks the API server (not the informer) whether this node
+// still holds slot in channel name, and returns errSlotGone when it does
+// not. Nothing cordons, drains or reboots on a slot it has not confirmed.
+func (a *Agent) confirmSlot(ctx context.Context, name string, slot v1.Slot) error {
+	ch, err := a.ops.UpdateChannels(a.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("confirm the slot of node %s in channel %s: %w", a.opts.NodeName, name, err)
+	}
+	if !plan.Holds(ch.Status, a.opts.NodeName, slot) {
+		return errSlotGone
+	}
+	return nil
+}
+
+// lastDrainPass is the least time a resumed drain gets (an agent restarted
+// late in its drain, or after its timeout): one more pass, then the policy.
+const lastDrainPass = time.Second
+
+// drainBudget returns the drain options with the timeout left, counted from
+// when this slot's drain began (the annotation written with slipway's
+// cordon, read from the API server), and that start (now for a new drain).
+func (a *Agent) drainBudget(ctx context.Context, o drain.Options) (drain.Options, time.Time, error) {
+	n, err := a.kube.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return o, time.Time{}, fmt.Errorf("read node %s before its drain: %w", a.opts.NodeName, err)
+	}
+	var began time.Time
+	recorded := false
+	if drain.CordonedBy(n.Annotations) == CordonOwner {
+		began, err = time.Parse(time.RFC3339Nano, n.Annotations[AnnotationDrainStarted])
+		recorded = err == nil
+	}
+	now := time.Now()
+	left, expired := plan.DrainBudget(began, recorded, now, o.Timeout)
+	if !recorded {
+		began = now
+	}
+	if expired || recorded && left < lastDrainPass {
+		left = lastDrainPass // at least one real pass before the policy applies
+	}
+	if left != o.Timeout {
+		a.log.Info("drain resumed", "began", began, "timeout", o.Timeout, "left", left)
+	}
+	o.Timeout = left
+	return o, began, nil
+}

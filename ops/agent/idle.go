@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/drain"
+)
+
+// The node agent's bookkeeping beside its slot: the cordon left when it
+// holds no slot, how long it waited for one, and its boot ID.
+
+// cleanupIdle uncordons this node when slipway cordoned it and no channel
+// holds it in a slot (a slot freed by the fleet view, a deleted channel).
+func (a *Agent) cleanupIdle(ctx context.Context) error {
+	node := a.ownNode()
+	if node == nil || drain.CordonedBy(node.Annotations) != CordonOwner {
+		return nil
+	}
+	list, err := a.channels.UpdateChannels(a.opts.Namespace).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, ch := range list {
+		if s, _ := a.mySlot(ch, v1.Slot{}); s != nil {
+			return nil
+		}
+	}
+	if err := a.uncordonAndPublish(ctx, a.readableVersions()); err != nil {
+		return err
+	}
+	a.log.Info("uncordoned: this node holds no slot any more")
+	return nil
+}
+
+// noteWaiting remembers when this node started to wait for a slot.
+func (a *Agent) noteWaiting(ch *v1.UpdateChannel) {
+	node := a.ownNode()
+	target := plan.Target(mustResolve(ch), ch.Status)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if node == nil || target == "" || node.Annotations[AnnotationRootfsVersion] == target {
+		delete(a.waitSince, ch.Name)
+		return
+	}
+	if _, ok := a.waitSince[ch.Name]; !ok {
+		a.waitSince[ch.Name] = time.Now()
+	}
+}
+
+func (a *Agent) noteSlot(channel string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t, ok := a.waitSince[channel]; ok {
+		a.metrics.slotWait.Observe(time.Since(t).Seconds())
+		delete(a.waitSince, channel)
+	}
+}
+
+func (a *Agent) bootID() (string, error) {
+	if a.opts.BootIDFromNode {
+		n := a.ownNode()
+		if n == nil {
+			return "", fmt.Errorf("node %s not seen yet (--boot-id-from-node)", a.opts.NodeName)
+		}
+		if n.Status.NodeInfo.BootID == "" {
+			return "unreported", nil // a fresh simulated node; its first reboot sets one
+		}
+		return n.Status.NodeInfo.BootID, nil
+	}
+	b, err := os.ReadFile(a.opts.BootIDFile)
+	if err != nil {
+		return "", fmt.Errorf("read the boot ID from %s (--boot-id-file): %w", a.opts.BootIDFile, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
