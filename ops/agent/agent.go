@@ -112,11 +112,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.publishVersions(ctx); err != nil {
 		return err
 	}
-	stopEvents, err := a.startEvents()
+	recorder, stopEvents, err := kube.Recorder{Namespace: a.opts.Namespace, Component: "slipway-agent", Host: a.opts.NodeName,
+		AddToScheme: []func(*runtime.Scheme) error{v1.AddToScheme}}.Start(a.kube)
 	if err != nil {
 		return err
 	}
 	defer stopEvents()
+	a.recorder = recorder
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[key](),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "slipway-agent"})
 	defer a.queue.ShutDown()
