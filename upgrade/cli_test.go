@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"slipway.dev/slipway/upgrade"
@@ -67,5 +68,36 @@ func TestCommandLine(t *testing.T) {
 	var st upgrade.StatusReport
 	if err != nil || json.Unmarshal(out, &st) != nil || len(st.Components) != 3 || st.Components[2].Current != "v1-k3s1" {
 		t.Fatalf("status --json: %v %s", err, out)
+	}
+}
+
+// A new user trying `ops upgrade` on a directory of their workstation must
+// not reboot the workstation: with no --reboot flag, a reboot follows only
+// when the system directory is the one the host booted from, and the user is
+// told why none follows. An explicit --reboot still reboots.
+func TestNoRebootUnlessBootedFromIt(t *testing.T) {
+	e := newEnv(t)
+	mark := filepath.Join(t.TempDir(), "rebooted")
+	upgradeTo := func(version string, extra ...string) (string, error) {
+		args := append([]string{"ops", "upgrade", "--system-dir", e.sys, "--source", e.mirror, "--arch", arch,
+			"--lock-file", e.lock, "--version", version, "--reboot-delay", "0s", "--reboot-command", "touch " + mark}, extra...)
+		out, err := exec.Command(slipwayBin, args...).CombinedOutput()
+		return string(out), err
+	}
+	out, err := upgradeTo("v1")
+	if err != nil {
+		t.Fatalf("upgrade without --reboot: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("rebooted after upgrading a directory this host did not boot from")
+	}
+	if !strings.Contains(out, "no reboot will follow") || !strings.Contains(out, "--reboot") {
+		t.Errorf("output does not say that no reboot follows, and how to ask for one:\n%s", out)
+	}
+	if out, err := upgradeTo("v2", "--reboot"); err != nil {
+		t.Fatalf("upgrade with --reboot: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(mark); err != nil {
+		t.Error("an explicit --reboot did not reboot")
 	}
 }

@@ -46,7 +46,7 @@ func swapFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.BoolFlag{Name: "remount", Usage: "remount the system directory's mount read-write for the swap, read-only after", EnvVars: envs("REMOUNT")},
 		&cli.BoolFlag{Name: "sync", Usage: "sync(2) all filesystems after the swap", EnvVars: envs("SYNC")},
-		&cli.BoolFlag{Name: "reboot", Value: true, Usage: "reboot after --reboot-delay (--reboot=false to only install)", EnvVars: envs("REBOOT")},
+		&cli.BoolFlag{Name: "reboot", Usage: "reboot after --reboot-delay; default: only when the system directory is the one this host booted from (--reboot=false to only install, --reboot to reboot anyway)", EnvVars: envs("REBOOT")},
 		&cli.DurationFlag{Name: "reboot-delay", Value: 5 * time.Second, Usage: "wait before rebooting; SIGINT/SIGTERM cancels the reboot", EnvVars: envs("REBOOT_DELAY")},
 		&cli.StringFlag{Name: "reboot-command", Usage: "reboot by running this command (e.g. \"systemctl reboot\") instead of logind or reboot(2)", EnvVars: envs("REBOOT_COMMAND")},
 		&cli.StringFlag{Name: "lock-file", Value: lock.DefaultPath, Usage: "the upgrade lock; a second upgrade or rollback fails at once while it is held", EnvVars: envs("LOCK_FILE")},
@@ -102,7 +102,7 @@ func upgradeAction(c *cli.Context) error {
 	o := upgrade.Options{
 		SystemDir: c.String("system-dir"), Source: src, Version: c.String("version"),
 		Components: components(c), Arch: c.String("arch"),
-		Remount: c.Bool("remount"), Sync: c.Bool("sync"), Reboot: c.Bool("reboot"),
+		Remount: c.Bool("remount"), Sync: c.Bool("sync"), Reboot: rebootWanted(c),
 		RebootDelay: c.Duration("reboot-delay"), Rebooter: rebooter(c.String("reboot-command")),
 		LockFile: c.String("lock-file"), Command: strings.Join(os.Args, " "), DryRun: c.Bool("dry-run"),
 		Progress: progress.New(os.Stderr, progress.Options{}), Hook: crashHook(c.String("test-crash-at")),
@@ -136,7 +136,7 @@ Examples:
 func rollbackAction(c *cli.Context) error {
 	res, err := upgrade.Rollback(c.Context, upgrade.RollbackOptions{
 		SystemDir: c.String("system-dir"), Components: components(c),
-		Remount: c.Bool("remount"), Sync: c.Bool("sync"), Reboot: c.Bool("reboot"),
+		Remount: c.Bool("remount"), Sync: c.Bool("sync"), Reboot: rebootWanted(c),
 		RebootDelay: c.Duration("reboot-delay"), Rebooter: rebooter(c.String("reboot-command")),
 		LockFile: c.String("lock-file"), Command: strings.Join(os.Args, " "), DryRun: c.Bool("dry-run"),
 	})
@@ -192,6 +192,20 @@ func components(c *cli.Context) []layout.Component {
 		return upgrade.DefaultComponents
 	}
 	return out
+}
+
+// rebootWanted is --reboot when given (flag or SLIPWAY_REBOOT); otherwise a
+// reboot follows only when the system directory is the one this host booted
+// from, and the user is told why not when it is not.
+func rebootWanted(c *cli.Context) bool {
+	if c.IsSet("reboot") {
+		return c.Bool("reboot")
+	}
+	booted, why := reboot.BootedFrom(c.String("system-dir"), reboot.ReadHost())
+	if !booted && !c.Bool("dry-run") {
+		fmt.Fprintf(c.App.ErrWriter, "slipway: no reboot will follow: %s (%s); pass --reboot to reboot anyway\n", why, c.String("system-dir"))
+	}
+	return booted
 }
 
 func rebooter(command string) reboot.Rebooter {
