@@ -33,12 +33,13 @@ func newApp() *cli.App {
 	return &cli.App{
 		Name:                 "slipway",
 		Usage:                "keep an immutable-OS Kubernetes fleet up to date",
-		Description:          "slipway swaps a node's OS (rootfs, kernel, k3s) atomically and rolls new versions\nthrough a cluster a few nodes at a time. Run a command with --help for details.",
+		Description:          "slipway swaps a node's OS (rootfs, kernel, k3s) atomically and rolls new versions\nthrough a cluster a few nodes at a time; it also runs the node-annotation update\noperator, ExtendedDaemonSet and swarm controllers. Run a command with --help for details.",
 		Version:              versionString(),
 		EnableBashCompletion: true,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "debug", Usage: "log at debug level", EnvVars: []string{"SLIPWAY_DEBUG"}},
 		},
+		Before: setupLogging,
 		Commands: []*cli.Command{
 			opsCommand(),
 			configCommand(),
