@@ -55,18 +55,18 @@ func TestDisruptionsClearOnlyAfterTheAct(t *testing.T) {
 	d := newDisruptions()
 	d.begin("a", "delete")
 	d.recovered("a", time.Now().Add(time.Hour))
-	if _, ok := d.snapshot()["a"]; !ok {
+	if _, ok := d.snapshot(time.Now(), 0)["a"]; !ok {
 		t.Fatal("a disruption under way was cleared")
 	}
 	before := time.Now()
 	time.Sleep(time.Millisecond)
 	d.end("a")
 	d.recovered("a", before)
-	if _, ok := d.snapshot()["a"]; !ok {
+	if _, ok := d.snapshot(time.Now(), 0)["a"]; !ok {
 		t.Fatal("cleared by a list older than the act's end")
 	}
 	d.recovered("a", time.Now().Add(time.Millisecond))
-	if _, ok := d.snapshot()["a"]; ok {
+	if _, ok := d.snapshot(time.Now(), 0)["a"]; ok {
 		t.Fatal("not cleared by a list after the act")
 	}
 }
