@@ -50,6 +50,7 @@ type replica struct {
 	cut       *atomic.Bool
 	done      chan error
 	restartAt time.Time // when down: when it comes back
+	changed   time.Time // when it last started or stopped
 	starts    int
 }
 
@@ -93,6 +94,7 @@ func (r *replica) start() error {
 	go func() { done <- c.Run(ctx) }()
 	r.running, r.cancel, r.cut, r.done = true, cancel, cut, done
 	r.starts++
+	r.changed = time.Now()
 	return nil
 }
 
@@ -105,6 +107,7 @@ func (r *replica) stop(kill bool) error {
 		return nil
 	}
 	r.running = false
+	r.changed = time.Now()
 	if kill {
 		r.cut.Store(true)
 	}
@@ -170,4 +173,20 @@ func (w *quietAfterTest) Write(p []byte) (int, error) {
 		w.t.Log(strings.TrimSpace(string(p)))
 	}
 	return len(p), nil
+}
+
+// lastChange is when one of rs last started or stopped: a new leader may
+// act on a cache that has not yet shown its predecessor's last writes.
+func lastChange(rs []*replica) func() time.Time {
+	return func() time.Time {
+		var last time.Time
+		for _, r := range rs {
+			r.mu.Lock()
+			if r.changed.After(last) {
+				last = r.changed
+			}
+			r.mu.Unlock()
+		}
+		return last
+	}
 }

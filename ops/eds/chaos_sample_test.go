@@ -171,6 +171,7 @@ type tally struct {
 	longestDbl     time.Duration
 	dblWhere       string
 	overlapping    int
+	unexplained    []string // two pods on a node long after any controller started or stopped
 }
 
 // dupGrace is how long a node may run two live pods: a new leader whose
@@ -178,13 +179,23 @@ type tally struct {
 // which its next sync deletes. Longer is a defect.
 const dupGrace = 3 * time.Second
 
+// changeGrace is how long after a controller started or stopped a node may
+// show two pods at all (live, or live beside one being deleted): the
+// planner never creates a node's pod before its old one is gone, so at
+// other times it is a defect, however short.
+const changeGrace = 5 * time.Second
+
 func newTally(source string, maxUnavailable int) *tally {
 	return &tally{source: source, maxUnavailable: maxUnavailable, doubledAt: map[string]time.Time{}}
 }
 
 // add records judgement j made at at (marks: the disruptions then in force).
-func (t *tally) add(at time.Time, j judgement, marks map[string]disruption) {
+func (t *tally) add(at time.Time, j judgement, marks map[string]disruption, lastChange time.Time) {
 	t.judged++
+	if at.Sub(lastChange) > changeGrace && len(j.Doubled)+len(j.Overlapping) > 0 && len(t.unexplained) < 20 {
+		t.unexplained = append(t.unexplained, fmt.Sprintf("%s (%s): two live pods on %v, a live pod beside a deleting one on %v, %v after the last controller start or stop",
+			at.Format("15:04:05.000"), t.source, j.Doubled, j.Overlapping, at.Sub(lastChange).Round(time.Millisecond)))
+	}
 	if len(j.Images) > 1 {
 		t.mixed++
 	}
@@ -220,6 +231,9 @@ func (t *tally) check(tt *testing.T) {
 		t.source, t.judged, t.mixed, t.worst, t.maxUnavailable, t.longestDbl, t.overlapping)
 	for _, o := range t.over {
 		tt.Errorf("over maxUnavailable %d at %s", t.maxUnavailable, o)
+	}
+	for _, u := range t.unexplained {
+		tt.Errorf("two pods on a node at %s", u)
 	}
 	if t.longestDbl > dupGrace {
 		tt.Errorf("%s: two live pods on one node for %v (%s); a duplicate must go within %v", t.source, t.longestDbl, t.dblWhere, dupGrace)

@@ -69,7 +69,7 @@ func TestRolloutUnderChaos(t *testing.T) {
 	h.rolledOut("agent", "agent:v1", chaosNodes)
 
 	marks := newDisruptions()
-	s, stopSampling := h.sample("agent", "eds-test="+h.ns, chaosMaxUnavailable, marks)
+	s, stopSampling := h.sample("agent", "eds-test="+h.ns, chaosMaxUnavailable, marks, lastChange(rs))
 	defer stopSampling()
 	k := &edsChaos{h: h, rng: rand.New(rand.NewPCG(uint64(seed), 2)), replicas: rs, marks: marks, late: late,
 		lateAt: time.Duration(8+sched.IntN(20)) * time.Second, counts: map[string]int{}}

@@ -21,6 +21,7 @@ type sampler struct {
 	h             *harness
 	name, nodeSel string
 	marks         *disruptions
+	lastChange    func() time.Time // when a controller last started or stopped
 
 	mu          sync.Mutex
 	poll, watch *tally
@@ -30,9 +31,9 @@ type sampler struct {
 	errs        int
 }
 
-func (h *harness) sample(name, nodeSel string, maxUnavailable int, marks *disruptions) (*sampler, func()) {
+func (h *harness) sample(name, nodeSel string, maxUnavailable int, marks *disruptions, lastChange func() time.Time) (*sampler, func()) {
 	h.t.Helper()
-	s := &sampler{h: h, name: name, nodeSel: nodeSel, marks: marks,
+	s := &sampler{h: h, name: name, nodeSel: nodeSel, marks: marks, lastChange: lastChange,
 		poll: newTally("poll", maxUnavailable), watch: newTally("watch", maxUnavailable)}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := s.takePoll(ctx); err != nil {
@@ -99,7 +100,7 @@ func (s *sampler) takePoll(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.eligible = eligible
-	s.poll.add(listed, j, marks)
+	s.poll.add(listed, j, marks, s.lastChange())
 	if holder != "" && (len(s.holders) == 0 || s.holders[len(s.holders)-1] != holder) {
 		s.holders = append(s.holders, holder)
 	}
@@ -159,7 +160,7 @@ func (s *sampler) follow(w watch.Interface) {
 			ps = append(ps, x)
 		}
 		marks := s.marks.snapshot(time.Now(), watchLag)
-		s.watch.add(time.Now(), judge(views(s.eligible, ps), marks), marks)
+		s.watch.add(time.Now(), judge(views(s.eligible, ps), marks), marks, s.lastChange())
 		s.mu.Unlock()
 	}
 }
