@@ -50,7 +50,6 @@ type replica struct {
 	cut       *atomic.Bool
 	done      chan error
 	restartAt time.Time // when down: when it comes back
-	changed   time.Time // when it last started or stopped
 	starts    int
 }
 
@@ -94,7 +93,6 @@ func (r *replica) start() error {
 	go func() { done <- c.Run(ctx) }()
 	r.running, r.cancel, r.cut, r.done = true, cancel, cut, done
 	r.starts++
-	r.changed = time.Now()
 	return nil
 }
 
@@ -107,7 +105,6 @@ func (r *replica) stop(kill bool) error {
 		return nil
 	}
 	r.running = false
-	r.changed = time.Now()
 	if kill {
 		r.cut.Store(true)
 	}
@@ -149,16 +146,18 @@ func (r *replica) isRunning() bool {
 	return r.running
 }
 
-// leaseHolder is the identity holding the controller's Lease in the test's namespace ("" if none).
-func (h *harness) leaseHolder(ctx context.Context) (string, error) {
+// leaseHolder is the identity holding the controller's Lease in the
+// test's namespace ("" if none), and when it took the Lease.
+func (h *harness) leaseHolder(ctx context.Context) (string, time.Time, error) {
 	l, err := h.kube.CoordinationV1().Leases(h.ns).Get(ctx, "slipway-eds-controller", metav1.GetOptions{})
-	if err != nil {
-		return "", err
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return "", time.Time{}, err
 	}
-	if l.Spec.HolderIdentity == nil {
-		return "", nil
+	var acquired time.Time
+	if l.Spec.AcquireTime != nil {
+		acquired = l.Spec.AcquireTime.Time
 	}
-	return *l.Spec.HolderIdentity, nil
+	return *l.Spec.HolderIdentity, acquired, nil
 }
 
 // quietAfterTest writes to t's log until closed: the controllers' last
@@ -173,20 +172,4 @@ func (w *quietAfterTest) Write(p []byte) (int, error) {
 		w.t.Log(strings.TrimSpace(string(p)))
 	}
 	return len(p), nil
-}
-
-// lastChange is when one of rs last started or stopped: a new leader may
-// act on a cache that has not yet shown its predecessor's last writes.
-func lastChange(rs []*replica) func() time.Time {
-	return func() time.Time {
-		var last time.Time
-		for _, r := range rs {
-			r.mu.Lock()
-			if r.changed.After(last) {
-				last = r.changed
-			}
-			r.mu.Unlock()
-		}
-		return last
-	}
 }

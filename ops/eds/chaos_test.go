@@ -69,7 +69,7 @@ func TestRolloutUnderChaos(t *testing.T) {
 	h.rolledOut("agent", "agent:v1", chaosNodes)
 
 	marks := newDisruptions()
-	s, stopSampling := h.sample("agent", "eds-test="+h.ns, chaosMaxUnavailable, marks, lastChange(rs))
+	s, stopSampling := h.sample("agent", "eds-test="+h.ns, chaosMaxUnavailable, marks)
 	defer stopSampling()
 	k := &edsChaos{h: h, rng: rand.New(rand.NewPCG(uint64(seed), 2)), replicas: rs, marks: marks, late: late,
 		lateAt: time.Duration(8+sched.IntN(20)) * time.Second, counts: map[string]int{}}
@@ -180,7 +180,7 @@ func (k *edsChaos) restartDue(t *testing.T) {
 // running replica, and has it come back after delay. It reports whether
 // it stopped the leader.
 func (k *edsChaos) stopController(ctx context.Context, t *testing.T, kill bool, delay time.Duration, leader bool) bool {
-	holder, _ := k.h.leaseHolder(ctx)
+	holder, _, _ := k.h.leaseHolder(ctx)
 	var target *replica
 	var running []*replica
 	for _, r := range k.replicas {

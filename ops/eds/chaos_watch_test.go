@@ -2,6 +2,7 @@ package eds
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -21,19 +22,19 @@ type sampler struct {
 	h             *harness
 	name, nodeSel string
 	marks         *disruptions
-	lastChange    func() time.Time // when a controller last started or stopped
 
 	mu          sync.Mutex
 	poll, watch *tally
 	eligible    map[string]bool        // the nodes of the last poll
 	pods        map[string]*corev1.Pod // the watch's view
 	holders     []string               // the Lease holders seen, in turn
+	takeovers   []time.Time            // the Lease's acquire times seen
 	errs        int
 }
 
-func (h *harness) sample(name, nodeSel string, maxUnavailable int, marks *disruptions, lastChange func() time.Time) (*sampler, func()) {
+func (h *harness) sample(name, nodeSel string, maxUnavailable int, marks *disruptions) (*sampler, func()) {
 	h.t.Helper()
-	s := &sampler{h: h, name: name, nodeSel: nodeSel, marks: marks, lastChange: lastChange,
+	s := &sampler{h: h, name: name, nodeSel: nodeSel, marks: marks,
 		poll: newTally("poll", maxUnavailable), watch: newTally("watch", maxUnavailable)}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := s.takePoll(ctx); err != nil {
@@ -83,7 +84,7 @@ func (s *sampler) takePoll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	holder, _ := s.h.leaseHolder(ctx)
+	holder, acquired, _ := s.h.leaseHolder(ctx)
 	eligible := map[string]bool{}
 	for _, n := range nodes.Items {
 		eligible[n.Name] = true
@@ -100,9 +101,12 @@ func (s *sampler) takePoll(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.eligible = eligible
-	s.poll.add(listed, j, marks, s.lastChange())
+	s.poll.add(listed, j, marks)
 	if holder != "" && (len(s.holders) == 0 || s.holders[len(s.holders)-1] != holder) {
 		s.holders = append(s.holders, holder)
+	}
+	if !acquired.IsZero() && !slices.ContainsFunc(s.takeovers, acquired.Equal) {
+		s.takeovers = append(s.takeovers, acquired)
 	}
 	return nil
 }
@@ -160,7 +164,7 @@ func (s *sampler) follow(w watch.Interface) {
 			ps = append(ps, x)
 		}
 		marks := s.marks.snapshot(time.Now(), watchLag)
-		s.watch.add(time.Now(), judge(views(s.eligible, ps), marks), marks, s.lastChange())
+		s.watch.add(time.Now(), judge(views(s.eligible, ps), marks), marks)
 		s.mu.Unlock()
 	}
 }
@@ -171,9 +175,9 @@ func (s *sampler) check(t *testing.T) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t.Logf("Lease holders in turn %v; %d failed polls", s.holders, s.errs)
-	s.poll.check(t)
-	s.watch.check(t)
+	t.Logf("Lease holders in turn %v, %d takeovers; %d failed polls", s.holders, len(s.takeovers), s.errs)
+	s.poll.check(t, s.takeovers)
+	s.watch.check(t, s.takeovers)
 	if s.poll.mixed == 0 || s.poll.judged < 20 || s.watch.mixed == 0 {
 		t.Errorf("polls %d (%d during a rollout), watch events during a rollout %d: the sampling missed the rollouts",
 			s.poll.judged, s.poll.mixed, s.watch.mixed)
