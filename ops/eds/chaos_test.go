@@ -139,7 +139,7 @@ func (k *edsChaos) run(ctx context.Context, t *testing.T) {
 		switch r := k.rng.IntN(20); {
 		case !k.added && time.Since(begun) > k.lateAt:
 			k.addNode(ctx, t)
-		case !k.handover && time.Since(begun) > 4*time.Second:
+		case !k.handover && time.Since(begun) > 4*time.Second && k.allRunning():
 			k.handover = k.stopController(ctx, t, false, 4*time.Second, true)
 		case r < 4:
 			kill := k.rng.IntN(2) == 0
@@ -163,6 +163,15 @@ func (k *edsChaos) count(what string, add int) int {
 	defer k.mu.Unlock()
 	k.counts[what] += add
 	return k.counts[what]
+}
+
+func (k *edsChaos) allRunning() bool {
+	for _, r := range k.replicas {
+		if !r.isRunning() {
+			return false
+		}
+	}
+	return true
 }
 
 // restartDue starts the replicas whose restart time has come.
