@@ -124,7 +124,7 @@ type chaosMonkey struct {
 
 func (k *chaosMonkey) run(ctx context.Context) {
 	for {
-		wait := time.Duration(200+k.rng.IntN(1000)) * time.Millisecond
+		wait := time.Duration(100+k.rng.IntN(900)) * time.Millisecond
 		select {
 		case <-ctx.Done():
 			return
@@ -140,14 +140,26 @@ func (k *chaosMonkey) run(ctx context.Context) {
 			r.start()
 			continue
 		}
-		node := k.f.nodes[k.rng.IntN(len(k.f.nodes))]
+		k.killAgents(ctx, 1+k.rng.IntN(3), down)
+	}
+}
+
+// killAgents stops up to n agents (not of a node in a simulated reboot:
+// its agent is down already), and starts them again after down.
+func (k *chaosMonkey) killAgents(ctx context.Context, n int, down time.Duration) {
+	var killed []string
+	for _, i := range k.rng.Perm(len(k.f.nodes))[:n] {
+		node := k.f.nodes[i]
 		if k.f.isRebooting(node) {
-			continue // the simulated host is down: its agent is not running
+			continue
 		}
 		k.f.log.Info("chaos: killing an agent", "node", node, "for", down)
 		k.f.stopAgent(node)
 		k.count(&k.agentKills)
-		sleepCtx(ctx, down)
+		killed = append(killed, node)
+	}
+	sleepCtx(ctx, down)
+	for _, node := range killed {
 		if !k.f.isRebooting(node) {
 			k.f.startAgent(node)
 		}

@@ -161,6 +161,9 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 			return err
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonUncordoned, "back at %s; lifted the operator's cordon", n.Annotations[c.keys.Key(KeyCurrentVersion)])
+		if v.Wanted == IntentReboot {
+			return c.afterUncordon(ctx, v.Name)
+		}
 	case StepFinish:
 		err := patchNode(ctx, c.kube, v.Name, nil, map[string]any{c.keys.Wanted(): string(IntentStabilize), c.keys.Key(KeyTransition): now,
 			c.keys.Key(KeyFinished): now, c.keys.Key(KeyFailures): nil, c.keys.Key(KeyLastFailure): nil, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyReason): nil})
@@ -183,6 +186,27 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 			return err
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeWarning, ReasonStuck, "%s", s.Reason)
+	}
+	return nil
+}
+
+// afterUncordon takes the step that follows the uncordon of a node back
+// from its reboot at once, when it can (no workload to wait for), instead
+// of a listing later: the node is read again (a quorum read, so it sees the
+// uncordon) and decided on alone.
+func (c *controller) afterUncordon(ctx context.Context, node string) error {
+	n, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read node %s after its uncordon: %w", node, err)
+	}
+	v := c.keys.View(n, c.o.NodeName)
+	c.hookState(&v, n)
+	if !c.needsHealth(v) {
+		return nil
+	}
+	v.WorkloadsReady = c.healthy(ctx, n)
+	if s := Next(v, c.o.Policy, time.Now()); s.Kind == StepFinish || s.Kind == StepAfter {
+		return c.do(ctx, n, v, s)
 	}
 	return nil
 }
