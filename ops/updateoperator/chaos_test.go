@@ -39,6 +39,11 @@ func TestRolloutUnderChaos(t *testing.T) {
 	f := newFleet(t, "chaos", 8)
 	f.guarded(t, "default", "chaos-web", 8, 7)
 	s := f.sample("default", "chaos-web", 500*time.Millisecond)
+	t.Cleanup(func() {
+		if t.Failed() {
+			f.dumpGuarded(t, "default", "chaos-web")
+		}
+	})
 	replicas := []*replica{{f: f, id: "replica-a"}, {f: f, id: "replica-b"}}
 	for _, r := range replicas {
 		r.start()
@@ -275,4 +280,25 @@ func keysOf(m map[string]bool) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// dumpGuarded logs the PDB's status and where the Deployment's pods are,
+// to tell a drain blocked by the PDB from one blocked by the operator.
+func (f *fleet) dumpGuarded(t *testing.T, ns, name string) {
+	ctx := context.Background()
+	if pdb, err := f.kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		t.Logf("PDB %s: healthy %d of %d expected, desired %d, disruptions allowed %d", name, pdb.Status.CurrentHealthy,
+			pdb.Status.ExpectedPods, pdb.Status.DesiredHealthy, pdb.Status.DisruptionsAllowed)
+	}
+	pods, err := f.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+	if err != nil {
+		return
+	}
+	for _, p := range pods.Items {
+		ready := false
+		for _, c := range p.Status.Conditions {
+			ready = ready || c.Type == "Ready" && c.Status == "True"
+		}
+		t.Logf("pod %s on %q: phase %s ready %v deleting %v", p.Name, p.Spec.NodeName, p.Status.Phase, ready, p.DeletionTimestamp != nil)
+	}
 }

@@ -166,7 +166,7 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		}
 	case StepFinish:
 		err := patchNode(ctx, c.kube, v.Name, nil, map[string]any{c.keys.Wanted(): string(IntentStabilize), c.keys.Key(KeyTransition): now,
-			c.keys.Key(KeyFinished): now, c.keys.Key(KeyFailures): nil, c.keys.Key(KeyLastFailure): nil, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyReason): nil})
+			c.keys.Key(KeyFinished): now, c.keys.Key(KeyFailures): nil, c.keys.Key(KeyLastFailure): nil, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyReason): nil})
 		if err != nil {
 			return err
 		}
@@ -234,7 +234,7 @@ func (c *controller) fail(ctx context.Context, v NodeView, reason string) error 
 	now := stamp(time.Now())
 	ann := map[string]any{c.keys.Wanted(): string(IntentStabilize), c.keys.Key(KeyTransition): now,
 		c.keys.Key(KeyFailures): strconv.Itoa(v.Failures + 1), c.keys.Key(KeyLastFailure): now,
-		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil}
+		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil}
 	if v.CordonedByUs {
 		if _, err := drain.Uncordon(ctx, c.kube, v.Name, CordonOwner, drain.Meta{Annotations: ann}); err != nil {
 			return err
@@ -316,14 +316,22 @@ func (c *controller) drain(ctx context.Context, node string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	started := time.Now()
 	if n, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
 		workloads = union(workloads, c.keys.Workloads(n)) // a drain resumed after a restart keeps the first one's
+		if t, err := time.Parse(time.RFC3339, n.Annotations[c.keys.Key(KeyDrainStarted)]); err == nil && t.Before(started) {
+			started = t // and its deadline
+		}
 	}
-	extra := map[string]string{c.keys.Key(KeyWorkloads): strings.Join(workloads, ",")}
+	extra := map[string]string{c.keys.Key(KeyWorkloads): strings.Join(workloads, ","), c.keys.Key(KeyDrainStarted): stamp(started)}
 	if err := drain.Cordon(ctx, c.kube, node, CordonOwner, extra); err != nil {
 		return "", err
 	}
-	res, err := drain.Drain(ctx, c.kube, node, c.o.Drain)
+	opts := c.o.Drain
+	if opts.Timeout > 0 {
+		opts.Timeout = max(opts.Timeout-time.Since(started), time.Millisecond)
+	}
+	res, err := drain.Drain(ctx, c.kube, node, opts)
 	if err != nil {
 		return "", fmt.Errorf("drain: %w", err)
 	}
