@@ -22,7 +22,7 @@ const envChaosSeed = "SLIPWAY_UO_CHAOS_SEED"
 // chaosMaxConcurrent is the limit the chaos test's controllers keep.
 const chaosMaxConcurrent = 2
 
-// A rollout through eight nodes (four on each platform) by two controller
+// A rollout through twelve nodes (six on each platform) by two controller
 // replicas contending for a Lease, while a seeded random source stops and
 // restarts the replicas and the agents at random instants. Every 0.5 s the
 // fleet is sampled: never more than max-concurrent nodes cordoned or
@@ -36,8 +36,8 @@ func TestRolloutUnderChaos(t *testing.T) {
 			t.Logf("chaos seed %d: replay with %s=%d go test -count=1 -run TestRolloutUnderChaos ./ops/updateoperator", seed, envChaosSeed, seed)
 		}
 	})
-	f := newFleet(t, "chaos", 8)
-	f.guarded(t, "default", "chaos-web", 8, 7)
+	f := newFleet(t, "chaos", 12)
+	f.guarded(t, "default", "chaos-web", 12, 11)
 	s := f.sample("default", "chaos-web", 500*time.Millisecond)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -70,7 +70,7 @@ func TestRolloutUnderChaos(t *testing.T) {
 		t.Errorf("after the chaos ended: %s", why)
 	}
 	t.Logf("chaos: %s", k.summary())
-	s.check(t, chaosMaxConcurrent, 7)
+	s.check(t, chaosMaxConcurrent, 11)
 	if k.agentKills == 0 || k.controllerKills == 0 {
 		t.Errorf("the chaos never struck (%s): the rollout was too quick for it", k.summary())
 	}
@@ -128,7 +128,7 @@ type chaosMonkey struct {
 }
 
 func (k *chaosMonkey) run(ctx context.Context) {
-	for {
+	for strike := 0; ; strike++ {
 		wait := time.Duration(100+k.rng.IntN(900)) * time.Millisecond
 		select {
 		case <-ctx.Done():
@@ -136,7 +136,7 @@ func (k *chaosMonkey) run(ctx context.Context) {
 		case <-time.After(wait):
 		}
 		down := time.Duration(k.rng.IntN(1500)) * time.Millisecond
-		if k.rng.IntN(2) == 0 {
+		if strike%2 == 0 { // controller replicas and agents in turn; instants, victims and downtimes at random
 			r := k.replicas[k.rng.IntN(len(k.replicas))]
 			k.f.log.Info("chaos: stopping a controller replica", "replica", r.id, "for", down)
 			r.stop()
