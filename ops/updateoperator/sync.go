@@ -328,9 +328,7 @@ func (c *controller) drain(ctx context.Context, node string) (string, error) {
 		return "", err
 	}
 	opts := c.o.Drain
-	if opts.Timeout > 0 {
-		opts.Timeout = max(opts.Timeout-time.Since(started), time.Millisecond)
-	}
+	opts.Timeout = DrainBudget(opts.Timeout, started, time.Now())
 	res, err := drain.Drain(ctx, c.kube, node, opts)
 	if err != nil {
 		return "", fmt.Errorf("drain: %w", err)
