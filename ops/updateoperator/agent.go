@@ -51,6 +51,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		return err
 	}
 	a.m.serve(ctx, a.o.MetricsAddr, a.o.Log)
+	defer a.ev.flush()
 	inf := nodeInformer(a.kube, o.NodeName)
 	poke := func(any) { a.trigger() }
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, n any) { poke(n) }}); err != nil {
@@ -102,7 +103,7 @@ func newAgent(o AgentOptions) (*agent, error) {
 		return nil, err
 	}
 	return &agent{o: o, keys: keys, kube: c, m: newMetrics(), poke: make(chan struct{}, 1),
-		ev: events{c: c, component: componentAgent, host: o.NodeName, log: o.Log}}, nil
+		ev: newEvents(c, componentAgent, o.NodeName, o.Log)}, nil
 }
 
 func (a *agent) trigger() {
@@ -170,8 +171,13 @@ func (a *agent) carryOut(ctx context.Context, n *corev1.Node, i Intent) error {
 	if i == IntentReboot {
 		return a.reboot(ctx, n)
 	}
-	if err := a.report(ctx, map[string]any{a.keys.Active(): string(i), a.keys.State(): string(StateBusy), a.keys.Key(KeyReason): nil}); err != nil {
-		return err
+	// perform-update (an atomic swap, idempotent) is acknowledged with its
+	// result in one write; a longer intent reports busy first. An agent
+	// stopped before its write carries the intent out again when it starts.
+	if i != IntentPerform {
+		if err := a.report(ctx, map[string]any{a.keys.Active(): string(i), a.keys.State(): string(StateBusy), a.keys.Key(KeyReason): nil}); err != nil {
+			return err
+		}
 	}
 	var err error
 	switch i {

@@ -112,6 +112,7 @@ func RunController(ctx context.Context, o ControllerOptions) error {
 		return err
 	}
 	c.m.serve(ctx, o.MetricsAddr, o.Log)
+	defer c.ev.flush()
 	if o.LeaseName == "" {
 		return c.lead(ctx)
 	}
@@ -137,7 +138,7 @@ func newController(o ControllerOptions) (*controller, error) {
 	if c.kube, err = kube.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
-	c.ev = events{c: c.kube, component: componentController, host: o.NodeName, log: o.Log}
+	c.ev = newEvents(c.kube, componentController, o.NodeName, o.Log)
 	return c, nil
 }
 
@@ -198,9 +199,16 @@ func (c *controller) lead(ctx context.Context) error {
 		case <-c.poke:
 		case <-tick.C:
 		}
-		time.Sleep(200 * time.Millisecond) // let a burst of changes arrive together
+		time.Sleep(debounce)
 	}
 }
+
+// debounce is how long the controller waits after a change before it
+// re-decides, so that the writes of one burst (an agent's acknowledgement
+// and its result, a drain's cordon and intent) are read in one listing. It
+// is kept short: every step of a node waits for one such turn, so it adds
+// to each node's update about six times.
+const debounce = 20 * time.Millisecond
 
 func (c *controller) trigger() {
 	select {

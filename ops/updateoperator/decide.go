@@ -261,3 +261,14 @@ func candidates(nodes []NodeView, p Policy, now time.Time) []NodeView {
 	})
 	return out
 }
+
+// DrainBudget is how long a drain first started at started may still run
+// at now under timeout: a drain resumed by a new leader does not start its
+// timeout again. Spent, it is a moment (the drain then reports what still
+// blocks it); a timeout of 0 (the drain's default) is passed on as is.
+func DrainBudget(timeout time.Duration, started, now time.Time) time.Duration {
+	if timeout <= 0 {
+		return timeout
+	}
+	return max(timeout-now.Sub(started), time.Millisecond)
+}

@@ -175,3 +175,22 @@ func TestNewKeysAndParse(t *testing.T) {
 		t.Error("ParseState accepted a state outside the protocol")
 	}
 }
+
+func TestDrainBudget(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		started time.Time
+		want    time.Duration
+	}{
+		{"a new drain gets it all", time.Minute, t0, time.Minute},
+		{"a resumed drain gets what is left", time.Minute, t0.Add(-40 * time.Second), 20 * time.Second},
+		{"a spent budget is a moment, never the whole timeout again", time.Minute, t0.Add(-5 * time.Minute), time.Millisecond},
+		{"no timeout: the drain's default", 0, t0.Add(-time.Hour), 0},
+	} {
+		if got := DrainBudget(tc.timeout, tc.started, t0); got != tc.want {
+			t.Errorf("%s: DrainBudget(%s, %s ago) = %s, want %s", tc.name, tc.timeout, t0.Sub(tc.started), got, tc.want)
+		}
+	}
+}

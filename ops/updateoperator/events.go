@@ -31,15 +31,25 @@ const (
 )
 
 // events writes Events about Nodes (in the default namespace, as the
-// kubelet's are) so `kubectl describe node` shows each transition.
+// kubelet's are) so `kubectl describe node` shows each transition. Events
+// are written in the background, at most maxPendingEvents at once: a
+// transition's next write does not wait for its Event's round trip.
 type events struct {
 	c         *kube.Clientset
 	component string
 	host      string
 	log       *slog.Logger
+	pending   chan struct{} // one token per Event being written
 }
 
-// emit writes one Event; a failure is logged, never fatal.
+const maxPendingEvents = 16
+
+func newEvents(c *kube.Clientset, component, host string, log *slog.Logger) events {
+	return events{c: c, component: component, host: host, log: log, pending: make(chan struct{}, maxPendingEvents)}
+}
+
+// emit writes one Event in the background (it waits only when
+// maxPendingEvents are under way); a failure is logged, never fatal.
 func (e events) emit(ctx context.Context, node, typ, reason, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	now := metav1.NewTime(time.Now())
@@ -52,8 +62,21 @@ func (e events) emit(ctx context.Context, node, typ, reason, format string, args
 		ReportingController: "slipway.dev/update-operator", ReportingInstance: e.component + "-" + e.host,
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), eventTimeout)
-	defer cancel()
-	if _, err := e.c.CoreV1().Events(eventNamespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		e.log.Warn("could not write an Event", "node", node, "reason", reason, "err", err)
+	e.pending <- struct{}{}
+	go func() {
+		defer func() { <-e.pending; cancel() }()
+		if _, err := e.c.CoreV1().Events(eventNamespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			e.log.Warn("could not write an Event", "node", node, "reason", reason, "err", err)
+		}
+	}()
+}
+
+// flush waits for the Events under way.
+func (e events) flush() {
+	for range cap(e.pending) {
+		e.pending <- struct{}{}
+	}
+	for range cap(e.pending) {
+		<-e.pending
 	}
 }

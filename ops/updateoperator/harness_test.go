@@ -52,6 +52,7 @@ type fleet struct {
 	plats   map[string]platform.Platform
 	br      map[string]*brapitest.Server
 	reboots map[string]int
+	down    map[string]bool // a simulated reboot is under way
 	closed  bool
 }
 
@@ -81,7 +82,7 @@ func newFleetOn(t *testing.T, e *testenv.Env, name string) *fleet {
 		t.Fatal(err)
 	}
 	f := &fleet{t: t, env: e, kube: c, prefix: name + ".update.slipway.dev", mirror: filepath.Join(dir, "mirror"), dir: dir,
-		agents: map[string]*run{}, plats: map[string]platform.Platform{}, br: map[string]*brapitest.Server{}, reboots: map[string]int{},
+		agents: map[string]*run{}, plats: map[string]platform.Platform{}, br: map[string]*brapitest.Server{}, reboots: map[string]int{}, down: map[string]bool{},
 		log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	f.keys, _ = NewKeys(f.prefix)
 	for _, v := range []string{"v1", "v2"} {
@@ -185,6 +186,15 @@ func (f *fleet) stopAll() {
 // reboot simulates a reboot of node: agent stopped, node NotReady a
 // moment, back Ready with a new boot ID, agent started.
 func (f *fleet) reboot(node string) {
+	f.mu.Lock()
+	f.down[node] = true
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.down, node)
+		f.mu.Unlock()
+		f.startAgent(node)
+	}()
 	f.stopAgent(node)
 	f.mu.Lock()
 	f.reboots[node]++
@@ -196,7 +206,12 @@ func (f *fleet) reboot(node string) {
 	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{testenv.DownAnnotation: nil}}})
 	f.waitReady(ctx, node, true)
 	f.setBootID(node)
-	f.startAgent(node)
+}
+
+func (f *fleet) isRebooting(node string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.down[node]
 }
 
 func (f *fleet) setBootID(node string) {

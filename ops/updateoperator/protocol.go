@@ -70,6 +70,11 @@ const (
 	// pods in the node's drain (kind/namespace/name, comma separated); the
 	// node's update finishes only once each is back to its desired ready count.
 	KeyWorkloads = "drained-workloads"
+	// KeyDrainStarted (annotation, W: controller) is when the node's drain
+	// first started (RFC 3339): a drain resumed by a restarted or new leader
+	// gets only what is left of --drain-timeout, so a controller restarted
+	// again and again cannot keep a blocked drain going for ever.
+	KeyDrainStarted = "drain-started"
 	// KeyRebootBootID (annotation, W: agent) is the node's boot ID when the
 	// agent asked for the reboot: a different one later means the reboot
 	// happened.

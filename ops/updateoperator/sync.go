@@ -161,9 +161,12 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 			return err
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonUncordoned, "back at %s; lifted the operator's cordon", n.Annotations[c.keys.Key(KeyCurrentVersion)])
+		if v.Wanted == IntentReboot {
+			return c.afterUncordon(ctx, v.Name)
+		}
 	case StepFinish:
 		err := patchNode(ctx, c.kube, v.Name, nil, map[string]any{c.keys.Wanted(): string(IntentStabilize), c.keys.Key(KeyTransition): now,
-			c.keys.Key(KeyFinished): now, c.keys.Key(KeyFailures): nil, c.keys.Key(KeyLastFailure): nil, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyReason): nil})
+			c.keys.Key(KeyFinished): now, c.keys.Key(KeyFailures): nil, c.keys.Key(KeyLastFailure): nil, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyReason): nil})
 		if err != nil {
 			return err
 		}
@@ -183,6 +186,27 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 			return err
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeWarning, ReasonStuck, "%s", s.Reason)
+	}
+	return nil
+}
+
+// afterUncordon takes the step that follows the uncordon of a node back
+// from its reboot at once, when it can (no workload to wait for), instead
+// of a listing later: the node is read again (a quorum read, so it sees the
+// uncordon) and decided on alone.
+func (c *controller) afterUncordon(ctx context.Context, node string) error {
+	n, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read node %s after its uncordon: %w", node, err)
+	}
+	v := c.keys.View(n, c.o.NodeName)
+	c.hookState(&v, n)
+	if !c.needsHealth(v) {
+		return nil
+	}
+	v.WorkloadsReady = c.healthy(ctx, n)
+	if s := Next(v, c.o.Policy, time.Now()); s.Kind == StepFinish || s.Kind == StepAfter {
+		return c.do(ctx, n, v, s)
 	}
 	return nil
 }
@@ -210,7 +234,7 @@ func (c *controller) fail(ctx context.Context, v NodeView, reason string) error 
 	now := stamp(time.Now())
 	ann := map[string]any{c.keys.Wanted(): string(IntentStabilize), c.keys.Key(KeyTransition): now,
 		c.keys.Key(KeyFailures): strconv.Itoa(v.Failures + 1), c.keys.Key(KeyLastFailure): now,
-		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil}
+		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil}
 	if v.CordonedByUs {
 		if _, err := drain.Uncordon(ctx, c.kube, v.Name, CordonOwner, drain.Meta{Annotations: ann}); err != nil {
 			return err
@@ -292,14 +316,20 @@ func (c *controller) drain(ctx context.Context, node string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	started := time.Now()
 	if n, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
 		workloads = union(workloads, c.keys.Workloads(n)) // a drain resumed after a restart keeps the first one's
+		if t, err := time.Parse(time.RFC3339, n.Annotations[c.keys.Key(KeyDrainStarted)]); err == nil && t.Before(started) {
+			started = t // and its deadline
+		}
 	}
-	extra := map[string]string{c.keys.Key(KeyWorkloads): strings.Join(workloads, ",")}
+	extra := map[string]string{c.keys.Key(KeyWorkloads): strings.Join(workloads, ","), c.keys.Key(KeyDrainStarted): stamp(started)}
 	if err := drain.Cordon(ctx, c.kube, node, CordonOwner, extra); err != nil {
 		return "", err
 	}
-	res, err := drain.Drain(ctx, c.kube, node, c.o.Drain)
+	opts := c.o.Drain
+	opts.Timeout = DrainBudget(opts.Timeout, started, time.Now())
+	res, err := drain.Drain(ctx, c.kube, node, opts)
 	if err != nil {
 		return "", fmt.Errorf("drain: %w", err)
 	}

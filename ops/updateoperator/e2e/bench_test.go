@@ -109,6 +109,9 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, conc int, release st
 		}
 	}
 	b.Logf("timeline of %s: %s", env.Nodes[0], timeline(events, env.Nodes[0], start, wall))
+	summary, slowest := spread(events, start, wall)
+	b.Logf("where the wall went: %s", summary)
+	b.Logf("timeline of %s (finished last): %s", slowest, timeline(events, slowest, start, wall))
 	ours := by["controller"] + by["agent"]
 	b.ReportMetric(float64(ours)/float64(nodes), "writes/node"+tag)
 	b.Logf("API writes per node: controller %.1f, agents %.1f (operator total %.1f); others: %s",
