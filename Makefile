@@ -6,7 +6,7 @@ SHELL := /bin/bash
 .PHONY: help build test test-unit bench lint demo demo-host demo-rollout demo-update-operator demo-eds demo-swarm generate image vm-test cluster-up cluster-down
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-21s %s\n", $$1, $$2}'
 
 build: ## build the static binary into bin/slipway (version from git)
 	@scripts/build
@@ -17,33 +17,33 @@ test: ## the whole test suite: installs what it needs, then unit, host, control-
 test-unit: ## only the tests that need no control plane or VM (go test -short)
 	@go test -short ./...
 
-bench: ## benchmarks: staging against the k3os shell pipeline, and the 100-node simulated rollout
+bench: ## benchmarks: staging vs the k3os pipeline, the 100-node rollouts, eds vs the DaemonSet controller, swarm's assign
 	@scripts/bench
 	@scripts/bench-rollout
 	@scripts/bench-update-operator
 	@scripts/bench-swarm
 
-lint: ## go vet and staticcheck (installed from the Go module proxy)
+lint: ## gofmt, go vet and staticcheck (installed from the Go module proxy)
 	@scripts/lint
 
-demo: ## the main job: a real upgrade on one node, then a rollout through a simulated cluster
+demo: ## the main job: a real upgrade on one node, a rollout through a simulated cluster, then each system's act
 	@scripts/demo
 	@scripts/demo-rollout
 	@scripts/demo-update-operator
 	@scripts/demo-eds
 	@scripts/demo-swarm
 
-demo-update-operator: ## only the update operator's act: 6 fake nodes rolled from v1 to v2 by the annotation protocol
-	@scripts/demo-update-operator
-
 demo-host: ## only the one-node act: install v1, upgrade to v2 from a local mirror (build/demo)
 	@scripts/demo
 
-demo-eds: ## only the ExtendedDaemonSet act: canary validated, then a crash-looping canary rolled back
-	@scripts/demo-eds
-
 demo-rollout: ## only the cluster act: 10 fake nodes, one agent each, rolled from v1 to v2 live
 	@scripts/demo-rollout
+
+demo-update-operator: ## only the update operator's act: 6 fake nodes rolled from v1 to v2 by the annotation protocol
+	@scripts/demo-update-operator
+
+demo-eds: ## only the ExtendedDaemonSet act: canary validated, then a crash-looping canary rolled back
+	@scripts/demo-eds
 
 demo-swarm: ## only the swarm act: `slipway swarm assign` examples, then a StatefulSet of workers scaled live
 	@scripts/demo-swarm
