@@ -21,12 +21,14 @@ manifest never starts a rollout by itself:
 			&cli.StringFlag{Name: "image", Value: manifest.DefaultImage(), Usage: "image of the agent and the upgrade Jobs", EnvVars: envs("IMAGE")},
 			&cli.StringFlag{Name: "channel-url", Value: manifest.DefaultChannelURL, Usage: "release channel of the default UpdateChannel", EnvVars: envs("CHANNEL_URL")},
 			&cli.StringFlag{Name: "channel-version", Usage: "version of the default UpdateChannel (latest follows the channel; empty leaves it paused)", EnvVars: envs("CHANNEL_VERSION")},
+			&cli.BoolFlag{Name: "install-crds", Usage: "run the agents with --install-crds and let them write CRDs (off: the manifest carries the CRD)", EnvVars: envs("MANIFEST_INSTALL_CRDS")},
 			&cli.IntFlag{Name: "concurrency", Usage: "nodes upgrading at once on the default UpdateChannel (0: the CRD default, 1)", EnvVars: envs("CONCURRENCY")},
 		},
 		Action: func(c *cli.Context) error {
 			return manifest.Run(c.Context, manifest.Options{
-				Namespace: c.String("namespace"),
-				Image:     c.String("image"),
+				Namespace:   c.String("namespace"),
+				Image:       c.String("image"),
+				InstallCRDs: c.Bool("install-crds"),
 				Channel: opsv1.UpdateChannelSpec{
 					URL:         c.String("channel-url"),
 					Version:     c.String("channel-version"),

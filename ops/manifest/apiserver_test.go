@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	authv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -19,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
+	"slipway.dev/slipway/ops/admission"
 	"slipway.dev/slipway/ops/crds"
 	"slipway.dev/slipway/ops/testenv"
 )
@@ -54,13 +57,7 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 			mapper.Reset()
 		}
 	}
-	sa := "system:serviceaccount:slipway-test:" + AgentName
-	// The agent's --install-crds runs crds.Apply with exactly these rights.
-	asAgent := rest.CopyConfig(e.Config)
-	asAgent.Impersonate = rest.ImpersonationConfig{UserName: sa}
-	if err := crds.Apply(ctx, asAgent, "ops.slipway.dev"); err != nil {
-		t.Errorf("crds.Apply as the agent's ServiceAccount: %v", err)
-	}
+	sa := AgentUser("slipway-test")
 	allowed := []authv1.ResourceAttributes{
 		{Verb: "patch", Resource: "nodes"},
 		{Verb: "create", Resource: "pods", Subresource: "eviction", Namespace: "default"},
@@ -87,6 +84,9 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		{Verb: "update", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
 		{Verb: "list", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
 		{Verb: "get", Group: "apps", Resource: "daemonsets", Namespace: "default"},
+		// Without --install-crds the manifest carries the CRD; the agent writes none.
+		{Verb: "create", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"},
+		{Verb: "update", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"},
 	}
 	for _, want := range []struct {
 		attrs []authv1.ResourceAttributes
@@ -103,6 +103,71 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 				t.Errorf("%s %s/%s/%s in %q: allowed = %v, want %v", a.Verb, a.Group, a.Resource, a.Subresource, a.Namespace, review.Status.Allowed, want.ok)
 			}
 		}
+	}
+}
+
+// TestAgentMayPatchOnlyItsOwnNode: the manifest's admission policy lets an
+// agent cordon its own Node and write slipway's keys on it, and refuses
+// any other Node and anything else on its own.
+func TestAgentMayPatchOnlyItsOwnNode(t *testing.T) {
+	e := testenv.Need(t, env)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o := Options{Namespace: "slipway-own"}
+	kube := kubernetes.NewForConfigOrDie(e.Config)
+	applyObjects(ctx, t, e, append(append([]any{namespace(o)}, rbac(o)...), ownNodePolicy(o).Objects()...))
+	for _, n := range []string{"own", "other"} {
+		node := testenv.FakeNode(n)
+		node.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}}
+		if _, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{}) })
+	}
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: AgentUser(o.Namespace), Groups: []string{"system:serviceaccounts", "system:authenticated"},
+		Extra: map[string][]string{admission.NodeNameExtra: {"own"}}}
+	asAgent := kubernetes.NewForConfigOrDie(cfg)
+	patch := func(node, body string) error {
+		_, err := asAgent.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+		return err
+	}
+	const cordon = `{"spec":{"unschedulable":true},"metadata":{"annotations":{"drain.slipway.dev/cordoned-by":"slipway-agent"},"labels":{"ops.slipway.dev/rootfs-version":"v2"}}}`
+	// The policy is loaded a moment after its creation: wait for its first denial.
+	deadline := time.Now().Add(30 * time.Second)
+	for err := patch("other", cordon); err == nil || !strings.Contains(err.Error(), "only the Node it runs on"); err = patch("other", cordon) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a patch of another Node: %v, want refused by the policy", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := patch("own", cordon); err != nil {
+		t.Errorf("the agent may not cordon its own Node and label it: %v", err)
+	}
+	for what, body := range map[string]string{
+		"drop a taint of":             `{"spec":{"taints":null}}`,
+		"set a foreign label on":      `{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":"true"}}}`,
+		"set a foreign annotation on": `{"metadata":{"annotations":{"example.com/owner":"me"}}}`,
+		"remove a foreign label of":   `{"metadata":{"labels":{"kubernetes.io/hostname":null}}}`,
+	} {
+		if err := patch("own", body); err == nil {
+			t.Errorf("the agent could %s its own Node", what)
+		}
+	}
+}
+
+// applyObjects applies typed objects with server-side apply.
+func applyObjects(ctx context.Context, t *testing.T, e *testenv.Env, objs []any) {
+	t.Helper()
+	kube := kubernetes.NewForConfigOrDie(e.Config)
+	dyn := dynamic.NewForConfigOrDie(e.Config)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
+	for _, obj := range objs {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		applyOne(ctx, t, dyn, mapper, &unstructured.Unstructured{Object: u})
 	}
 }
 

@@ -27,9 +27,10 @@ const (
 )
 
 // daemonSet runs `slipway ops agent` on every node, control plane included.
-// It is privileged with the host's PID namespace because the agent reboots
-// its node; its system directory is mounted read-only (the upgrade Job, not
-// the agent, writes it).
+// It shares the host's PID namespace and holds CAP_SYS_BOOT, because the
+// agent reboots its node (reboot(2) from a pod's own PID namespace would
+// only end that namespace); it is not privileged. Its system directory is
+// mounted read-only (the upgrade Job, not the agent, writes it).
 func daemonSet(o Options) *appsv1.DaemonSet {
 	lbl := labels("agent")
 	selector := map[string]string{"app.kubernetes.io/name": AgentName}
@@ -68,14 +69,14 @@ func agentContainer(o Options) corev1.Container {
 		Image:           o.Image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"slipway"},
-		Args:            []string{"ops", "agent"},
+		Args:            agentArgs(o),
 		Env: []corev1.EnvVar{
 			fieldEnv(EnvNodeName, "spec.nodeName"),
 			fieldEnv(EnvNamespace, "metadata.namespace"),
 			{Name: EnvImage, Value: o.Image},
 		},
 		Ports:           []corev1.ContainerPort{{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}},
-		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+		SecurityContext: agentSecurityContext(),
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{
 				corev1.ResourceCPU:    resource.MustParse("10m"),
@@ -88,6 +89,27 @@ func agentContainer(o Options) corev1.Container {
 			{Name: "run", MountPath: RunDir},
 			{Name: "dbus", MountPath: DBusDir},
 		},
+	}
+}
+
+func agentArgs(o Options) []string {
+	if o.InstallCRDs {
+		return []string{"ops", "agent", "--install-crds"}
+	}
+	return []string{"ops", "agent"}
+}
+
+// agentSecurityContext holds the capabilities the agent uses, and no more:
+// SYS_BOOT for reboot(2) (the `syscall` and `auto` reboot methods; logind
+// reboots over the system bus need none). It runs as root to reach the
+// system bus and read the system directory. A `--reboot-method command`
+// whose command needs more is given it by the operator, in a patch of this
+// DaemonSet.
+func agentSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsUser:                ptr.To[int64](0),
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"SYS_BOOT"}},
 	}
 }
 

@@ -43,6 +43,10 @@ type Options struct {
 	// DefaultChannelURL; an empty Version leaves the channel paused, so that
 	// deploying the operator never starts a rollout by itself.
 	Channel opsv1.UpdateChannelSpec
+	// InstallCRDs runs the agent with --install-crds and grants it the
+	// CRD writes that needs. Off by default: the manifest carries the CRD,
+	// and an agent that may rewrite CRDs may rewrite any API in the cluster.
+	InstallCRDs bool
 	// Out receives the YAML (Run only).
 	Out io.Writer
 }
@@ -114,6 +118,7 @@ func Objects(o Options) ([]any, error) {
 		objs = append(objs, c)
 	}
 	objs = append(objs, rbac(o)...)
+	objs = append(objs, ownNodePolicy(o).Objects()...)
 	objs = append(objs, daemonSet(o), channel(o))
 	return objs, nil
 }

@@ -3,7 +3,9 @@ package manifest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,18 +63,18 @@ func TestRenderParsesIntoTheObjects(t *testing.T) {
 	for _, o := range objs {
 		kinds = append(kinds, o.GetObjectKind().GroupVersionKind().Kind)
 	}
-	want := "Namespace,CustomResourceDefinition,ServiceAccount,ClusterRole,ClusterRoleBinding,Role,RoleBinding,DaemonSet,UpdateChannel"
+	want := "Namespace,CustomResourceDefinition,ServiceAccount,ClusterRole,ClusterRoleBinding,Role,RoleBinding,ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding,DaemonSet,UpdateChannel"
 	if got := strings.Join(kinds, ","); got != want {
 		t.Fatalf("kinds = %s\nwant %s", got, want)
 	}
 	if ns := objs[0].(*corev1.Namespace); ns.Name != "ops" {
 		t.Errorf("namespace = %s", ns.Name)
 	}
-	ch := objs[8].(*opsv1.UpdateChannel)
+	ch := objs[len(objs)-1].(*opsv1.UpdateChannel)
 	if ch.Namespace != "ops" || ch.Name != "default" || ch.Spec.URL != "file:///mirror" || ch.Spec.Version != "v2" || ch.Spec.Concurrency != 3 || ch.Spec.Paused {
 		t.Errorf("channel = %+v", ch)
 	}
-	ds := objs[7].(*appsv1.DaemonSet)
+	ds := objs[len(objs)-2].(*appsv1.DaemonSet)
 	checkDaemonSet(t, ds, "ops", "registry.example/slipway:v9")
 	if rb := objs[6].(*rbacv1.RoleBinding); rb.Subjects[0].Namespace != "ops" || rb.Namespace != "ops" {
 		t.Errorf("role binding = %+v", rb)
@@ -111,6 +113,11 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, ns, image string) {
 			t.Errorf("mount %s at %s from host %s", m.Name, m.MountPath, paths[m.Name])
 		}
 	}
+	sc := c.SecurityContext
+	if !pod.HostPID || sc == nil || (sc.Privileged != nil && *sc.Privileged) || sc.Capabilities == nil ||
+		fmt.Sprint(sc.Capabilities.Drop, sc.Capabilities.Add) != "[ALL] [SYS_BOOT]" {
+		t.Errorf("hostPID %v, security context %+v: want the host's PID namespace and CAP_SYS_BOOT alone, not privileged", pod.HostPID, sc)
+	}
 	if paths["system"] != "/k3os/system" || paths["run"] != "/run/k3os" || paths["dbus"] != "/run/dbus" {
 		t.Errorf("host paths = %v", paths)
 	}
@@ -144,38 +151,17 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
-func TestRBACIsExactlyWhatTheAgentUses(t *testing.T) {
-	// Every verb here is one the agent calls (docs/agent.md lists where).
-	want := map[string]string{
-		"cluster /nodes":         "get,list,watch,patch",
-		"cluster /pods":          "list,delete",
-		"cluster /pods/eviction": "create",
-		"cluster /events":        "create,patch",
-		"cluster apiextensions.k8s.io/customresourcedefinitions": "get,create,update",
-		"namespace ops.slipway.dev/updatechannels":               "get,list,watch",
-		"namespace ops.slipway.dev/updatechannels/status":        "update,patch",
-		"namespace batch/jobs":                                   "get,list,watch,create",
-		"namespace /pods":                                        "list,watch",
-		"namespace coordination.k8s.io/leases":                   "get,create,update",
-	}
-	got := map[string]string{}
-	for scope, rules := range map[string][]rbacv1.PolicyRule{"cluster": clusterRules(), "namespace": namespacedRules()} {
-		for _, r := range rules {
-			for _, g := range r.APIGroups {
-				for _, res := range r.Resources {
-					got[scope+" "+g+"/"+res] = strings.Join(r.Verbs, ",")
-				}
-			}
+// What the agent calls is checked against these rules from the API
+// server's audit log in ops/e2e (TestMain there); here only the switch.
+func TestCRDWritesOnlyWithInstallCRDs(t *testing.T) {
+	for _, install := range []bool{false, true} {
+		granted := false
+		for _, r := range clusterRules(Options{InstallCRDs: install}) {
+			granted = granted || slices.Contains(r.Resources, "customresourcedefinitions")
 		}
-	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s: verbs %q, want %q", k, got[k], v)
-		}
-	}
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			t.Errorf("unexpected grant on %s", k)
+		args := strings.Join(agentArgs(Options{InstallCRDs: install}), " ")
+		if granted != install || strings.Contains(args, "--install-crds") != install {
+			t.Errorf("InstallCRDs %v: CRD rule %v, agent args %q", install, granted, args)
 		}
 	}
 }

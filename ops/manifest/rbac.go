@@ -4,20 +4,44 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/admission"
 )
 
-// clusterRules are exactly what the agent calls across the cluster: its own
-// Node (watched, labelled, cordoned; the Lease holder lists node metadata),
-// the pods it drains from any namespace (listed, evicted, deleted under
-// drain.force), Events (client-go's recorder, core group), and the CRD for
-// --install-crds.
-func clusterRules() []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{
+// clusterRules are exactly what the agent calls across the cluster: Nodes
+// (its own watched, labelled, cordoned: the ValidatingAdmissionPolicy of
+// ownNodePolicy refuses a patch of any other; the Lease holder lists node
+// metadata), the pods it drains from any namespace (listed, evicted,
+// deleted under drain.force), Events (client-go's recorder, core group),
+// and, only with InstallCRDs, the CRD.
+func clusterRules(o Options) []rbacv1.PolicyRule {
+	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get", "create", "update"}},
+	}
+	if o.InstallCRDs {
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get", "create", "update"}})
+	}
+	return rules
+}
+
+// AgentUser is the user name the agent's service account acts as.
+func AgentUser(namespace string) string {
+	return "system:serviceaccount:" + namespace + ":" + AgentName
+}
+
+// ownNodePolicy holds each agent to its own Node: it may cordon and
+// uncordon it and write slipway's labels and annotations on it, nothing
+// else and on no other Node.
+func ownNodePolicy(o Options) admission.NodeAgentPolicy {
+	return admission.NodeAgentPolicy{
+		Name: AgentName + "-own-node-" + o.Namespace, Labels: labels("agent"),
+		User: AgentUser(o.Namespace), Agent: "the slipway agent",
+		LabelPrefixes:      []string{"ops.slipway.dev/"},
+		AnnotationPrefixes: []string{"ops.slipway.dev/", "drain.slipway.dev/"},
+		MayCordon:          true,
 	}
 }
 
@@ -47,7 +71,7 @@ func rbac(o Options) []any {
 		&rbacv1.ClusterRole{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
 			ObjectMeta: metav1.ObjectMeta{Name: clusterName, Labels: labels("agent")},
-			Rules:      clusterRules(),
+			Rules:      clusterRules(o),
 		},
 		&rbacv1.ClusterRoleBinding{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},

@@ -21,35 +21,72 @@ rules:
 - level: None
 `
 
+// auditPolicyWithReads logs every request but the apiserver's own
+// health checks (Options.AuditReads).
+const auditPolicyWithReads = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted, Panic]
+rules:
+- level: None
+  nonResourceURLs: ["/healthz*", "/readyz*", "/livez*", "/version", "/openapi*", "/api*"]
+- level: Metadata
+`
+
 // auditFlags are kube-apiserver's flags for Options.AuditLog (none when unset).
 func (e *Env) auditFlags() ([]string, error) {
 	if e.opts.AuditLog == "" {
 		return nil, nil
 	}
+	body := auditPolicy
+	if e.opts.AuditReads {
+		body = auditPolicyWithReads
+	}
 	policy := filepath.Join(e.Dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+	if err := os.WriteFile(policy, []byte(body), 0o600); err != nil {
 		return nil, fmt.Errorf("write the audit policy: %w", err)
 	}
 	return []string{"--audit-policy-file=" + policy, "--audit-log-path=" + e.opts.AuditLog,
 		"--audit-log-format=json", "--audit-log-mode=batch", "--audit-log-batch-max-wait=1s"}, nil
 }
 
-// AuditEvent is one write request from the audit log.
+// AuditEvent is one request from the audit log.
 type AuditEvent struct {
 	Time      time.Time // when the response was sent
 	UserAgent string
-	Verb      string // create, update, patch, delete
+	// User is who the request acted as: the impersonated user when there
+	// is one, else the authenticated one.
+	User      string
+	Verb      string // create, update, patch, delete (get, list, watch with Options.AuditReads)
+	APIGroup  string // "" for the core group
 	Resource  string // e.g. "nodes", "updatechannels/status"
+	Namespace string
 	Name      string
 	Code      int // the response's HTTP status
 }
 
+// IsWrite says whether the request could change state.
+func (ev AuditEvent) IsWrite() bool {
+	switch ev.Verb {
+	case "create", "update", "patch", "delete", "deletecollection":
+		return true
+	}
+	return false
+}
+
+type auditUser struct {
+	Username string `json:"username"`
+}
+
 type auditLine struct {
-	Verb      string `json:"verb"`
-	UserAgent string `json:"userAgent"`
-	ObjectRef *struct {
+	Verb             string     `json:"verb"`
+	UserAgent        string     `json:"userAgent"`
+	User             auditUser  `json:"user"`
+	ImpersonatedUser *auditUser `json:"impersonatedUser"`
+	ObjectRef        *struct {
+		APIGroup    string `json:"apiGroup"`
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
 		Name        string `json:"name"`
 	} `json:"objectRef"`
 	ResponseStatus *struct {
@@ -58,8 +95,22 @@ type auditLine struct {
 	StageTimestamp time.Time `json:"stageTimestamp"`
 }
 
-// ReadAudit parses an audit log written through Options.AuditLog.
+// ReadAudit parses the write requests of an audit log written through
+// Options.AuditLog.
 func ReadAudit(path string) ([]AuditEvent, error) {
+	all, err := ReadAuditAll(path)
+	writes := all[:0]
+	for _, ev := range all {
+		if ev.IsWrite() {
+			writes = append(writes, ev)
+		}
+	}
+	return writes, err
+}
+
+// ReadAuditAll parses every request of an audit log written through
+// Options.AuditLog (reads only with Options.AuditReads).
+func ReadAuditAll(path string) ([]AuditEvent, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open the audit log: %w", err)
@@ -73,9 +124,12 @@ func ReadAudit(path string) ([]AuditEvent, error) {
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			return nil, fmt.Errorf("parse the audit log %s: %w", path, err)
 		}
-		ev := AuditEvent{Time: l.StageTimestamp, UserAgent: l.UserAgent, Verb: l.Verb}
+		ev := AuditEvent{Time: l.StageTimestamp, UserAgent: l.UserAgent, Verb: l.Verb, User: l.User.Username}
+		if l.ImpersonatedUser != nil {
+			ev.User = l.ImpersonatedUser.Username
+		}
 		if r := l.ObjectRef; r != nil {
-			ev.Resource, ev.Name = r.Resource, r.Name
+			ev.APIGroup, ev.Resource, ev.Namespace, ev.Name = r.APIGroup, r.Resource, r.Namespace, r.Name
 			if r.Subresource != "" {
 				ev.Resource += "/" + r.Subresource
 			}

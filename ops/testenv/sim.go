@@ -33,6 +33,9 @@ func (e *Env) startNodeSim(ctx context.Context) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if err := e.writeNodeKubeconfigs(); err != nil {
+		return err
+	}
 	env := []string{"KUBECONFIG=" + e.Kubeconfig}
 	if e.opts.ExecPath != "" { // node commands find slipway and slipway-sim where pods do
 		env = append(env, "PATH="+e.opts.ExecPath)

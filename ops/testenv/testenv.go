@@ -77,6 +77,23 @@ type Options struct {
 	// write request (create, update, patch, delete) at Metadata level: who
 	// wrote what and when. ReadAudit parses it.
 	AuditLog string
+	// AuditReads logs read requests (get, list, watch) too, so a test can
+	// derive what a client calls from the log (ReadAuditAll). Off by
+	// default: reads outnumber writes many times over.
+	AuditReads bool
+	// NodeIdentity, when set, gives every node command a kubeconfig of its
+	// own, $SLIPWAY_NODE_DIR/kubeconfig-node, that acts as this identity on
+	// that node: what a DaemonSet pod's bound service-account token is.
+	NodeIdentity *Identity
+	// Setup runs once the cluster is Ready and before any node command
+	// starts (Cluster only): e.g. the RBAC that NodeIdentity needs.
+	Setup func(ctx context.Context, cfg *rest.Config) error
+}
+
+// Identity is a user the admin credentials impersonate.
+type Identity struct {
+	User   string
+	Groups []string
 }
 
 // Env is a running control plane.
@@ -159,6 +176,11 @@ func (e *Env) start(ctx context.Context, tools string) error {
 		func() error { return e.startCluster(ctx, tools) })
 	if err != nil {
 		return err
+	}
+	if e.opts.Setup != nil {
+		if err := e.step("setup", func() error { return e.opts.Setup(ctx, e.Config) }); err != nil {
+			return fmt.Errorf("setup: %w", err)
+		}
 	}
 	return e.step("node executor and supervisor started", func() error { return e.startNodeSim(ctx) })
 }

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"slipway.dev/slipway/ops/admission"
 	"slipway.dev/slipway/ops/manifest"
 )
 
@@ -150,51 +150,19 @@ func rbacObjects(o ManifestOptions) []any {
 	return out
 }
 
-// AgentPolicy is the ValidatingAdmissionPolicy that holds an agent to its
-// own Node: the Node's name must be the node name the API server put in the
-// agent's bound service-account token, and the agent may change only the
-// protocol's annotations and the update-available label.
-func AgentPolicy(namespace string, keys Keys) *admissionv1.ValidatingAdmissionPolicy {
-	user := fmt.Sprintf("system:serviceaccount:%s:%s", namespace, AgentName)
-	const nodeKey = "authentication.kubernetes.io/node-name"
-	fail := admissionv1.Fail
-	return &admissionv1.ValidatingAdmissionPolicy{
-		TypeMeta:   tm("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
-		ObjectMeta: metav1.ObjectMeta{Name: policyName, Labels: appLabels(AgentName)},
-		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: &fail,
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
-				Operations: []admissionv1.OperationType{admissionv1.Update},
-				Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes"}},
-			}}}},
-			MatchConditions: []admissionv1.MatchCondition{{Name: "is-the-agent", Expression: fmt.Sprintf("request.userInfo.username == %q", user)}},
-			Validations: []admissionv1.Validation{
-				{Expression: fmt.Sprintf("%q in request.userInfo.extra && object.metadata.name == request.userInfo.extra[%q][0]", nodeKey, nodeKey),
-					Message: "the update-operator agent may change only the Node it runs on"},
-				{Expression: "object.spec == oldObject.spec",
-					Message: "the update-operator agent may not change a Node's spec (the controller cordons)"},
-				{Expression: onlyPrefixChanged("labels", keys.Prefix+"/"), Message: "the update-operator agent may change only its protocol's labels"},
-				{Expression: onlyPrefixChanged("annotations", keys.Prefix+"/"), Message: "the update-operator agent may change only its protocol's annotations"},
-			},
-		},
+// agentPolicy holds an agent to its own Node: the Node's name must be the
+// node name the API server put in the agent's bound service-account token,
+// and the agent may change only the protocol's annotations and labels (the
+// controller cordons).
+func agentPolicy(namespace string, keys Keys) admission.NodeAgentPolicy {
+	return admission.NodeAgentPolicy{
+		Name: policyName, Labels: appLabels(AgentName),
+		User:          fmt.Sprintf("system:serviceaccount:%s:%s", namespace, AgentName),
+		Agent:         "the update-operator agent",
+		LabelPrefixes: []string{keys.Prefix + "/"}, AnnotationPrefixes: []string{keys.Prefix + "/"},
 	}
 }
 
 func admissionObjects(o ManifestOptions, keys Keys) []any {
-	return []any{
-		AgentPolicy(o.Namespace, keys),
-		&admissionv1.ValidatingAdmissionPolicyBinding{
-			TypeMeta:   tm("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
-			ObjectMeta: metav1.ObjectMeta{Name: policyName, Labels: appLabels(AgentName)},
-			Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policyName,
-				ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
-		},
-	}
-}
-
-// onlyPrefixChanged is a CEL expression: every key of metadata.<field>
-// added, changed or removed starts with prefix.
-func onlyPrefixChanged(field, prefix string) string {
-	return fmt.Sprintf(`(has(object.metadata.%[1]s) ? object.metadata.%[1]s : {}).all(k, k.startsWith(%[2]q) || (has(oldObject.metadata.%[1]s) && k in oldObject.metadata.%[1]s && oldObject.metadata.%[1]s[k] == object.metadata.%[1]s[k])) && `+
-		`(has(oldObject.metadata.%[1]s) ? oldObject.metadata.%[1]s : {}).all(k, k.startsWith(%[2]q) || (has(object.metadata.%[1]s) && k in object.metadata.%[1]s))`, field, prefix)
+	return agentPolicy(o.Namespace, keys).Objects()
 }
