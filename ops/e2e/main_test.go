@@ -42,7 +42,8 @@ func run(m *testing.M) int {
 	if testing.Short() || os.Getenv(testenv.EnvSkip) == "1" {
 		return testenv.RunMain(m, testenv.Options{}, &env) // starts nothing; tests skip
 	}
-	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
+	bench := flag.Lookup("test.bench").Value.String() != ""
+	if bench {
 		nodes, simReboot, lease = 100, benchReboot, benchLease
 		upgradeCommand = "slipway-sim take " + benchUpgrade.String() + " slipway"
 		if n, err := strconv.Atoi(os.Getenv("SLIPWAY_BENCH_NODES")); err == nil && n > 0 {
@@ -68,14 +69,23 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
-	return testenv.RunMain(m, testenv.Options{
+	code := testenv.RunMain(m, testenv.Options{
 		Cluster: true, Nodes: nodes, CRDs: crds.Must(), Timeout: 10 * time.Minute,
 		ExecPath:    bin + ":/usr/local/bin:/usr/bin:/bin",
 		NodeCommand: []string{"/bin/sh", "-c", nodeScript},
 		NodeEnv: []string{"SLIPWAY_E2E_MIRROR=" + mirror, "SLIPWAY_E2E_REBOOT=" + simReboot.String(),
 			"SLIPWAY_E2E_LEASE=" + lease, "SLIPWAY_E2E_UPGRADE_COMMAND=" + upgradeCommand},
-		AuditLog: auditLog,
+		AuditLog: auditLog, AuditReads: !bench,
+		NodeIdentity: agentIdentity, Setup: grantAgentAccess,
 	}, &env)
+	// A whole run's audit log holds every call the agents make in a rollout.
+	if code == 0 && !bench && flag.Lookup("test.run").Value.String() == "" {
+		if err := checkAgentAccess(auditLog); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: TestMain:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // nodeScript is each fake node's "boot": install v1 on first boot, then run the agent.
@@ -89,7 +99,7 @@ fi
 exec slipway ops agent --node-name "$NODE_NAME" --namespace slipway-system --system-dir "$sys" \
   --host-system-dir /k3os/system --host-lock-dir /run/k3os --image slipway:e2e \
   --reboot-method command --boot-id-from-node \
-  --metrics-addr "" --kubeconfig "$KUBECONFIG" --lease-duration "$SLIPWAY_E2E_LEASE" --resync 10s --retry-backoff 1h \
+  --metrics-addr "" --kubeconfig "$SLIPWAY_NODE_DIR/kubeconfig-node" --lease-duration "$SLIPWAY_E2E_LEASE" --resync 10s --retry-backoff 1h \
   --upgrade-command "$SLIPWAY_E2E_UPGRADE_COMMAND" \
   --reboot-command "slipway-sim reboot --delay $SLIPWAY_E2E_REBOOT"
 `

@@ -92,3 +92,16 @@ func rbac(o Options) []any {
 		},
 	}
 }
+
+// AccessObjects are the manifest's objects that say what the agent may do:
+// its namespace, ServiceAccount, RBAC and the own-Node admission policy.
+// Tests run agents under exactly these.
+func AccessObjects(o Options) []any {
+	o = o.WithDefaults()
+	return append(append([]any{namespace(o)}, rbac(o)...), ownNodePolicy(o).Objects()...)
+}
+
+// Rules are the agent's RBAC rules: across the cluster and in its namespace.
+func Rules(o Options) (cluster, namespaced []rbacv1.PolicyRule) {
+	return clusterRules(o), namespacedRules()
+}

@@ -1,0 +1,135 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"slipway.dev/slipway/ops/manifest"
+	"slipway.dev/slipway/ops/testenv"
+)
+
+// The agents run as the manifest's ServiceAccount on their own node (the
+// identity a DaemonSet pod's bound token carries), under the manifest's
+// RBAC and own-Node admission policy: a call the manifest does not allow
+// fails the rollout.
+var agentIdentity = &testenv.Identity{
+	User:   manifest.AgentUser(ns),
+	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+}
+
+// grantAgentAccess creates the manifest's access objects before the agents start.
+func grantAgentAccess(ctx context.Context, cfg *rest.Config) error {
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for _, obj := range manifest.AccessObjects(manifest.Options{Namespace: ns}) {
+		if err := create(ctx, c, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %T: %w", obj, err)
+		}
+	}
+	return nil
+}
+
+func create(ctx context.Context, c kubernetes.Interface, obj any) error {
+	o := metav1.CreateOptions{}
+	var err error
+	switch v := obj.(type) {
+	case *corev1.Namespace:
+		_, err = c.CoreV1().Namespaces().Create(ctx, v, o)
+	case *corev1.ServiceAccount:
+		_, err = c.CoreV1().ServiceAccounts(v.Namespace).Create(ctx, v, o)
+	case *rbacv1.ClusterRole:
+		_, err = c.RbacV1().ClusterRoles().Create(ctx, v, o)
+	case *rbacv1.ClusterRoleBinding:
+		_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, v, o)
+	case *rbacv1.Role:
+		_, err = c.RbacV1().Roles(v.Namespace).Create(ctx, v, o)
+	case *rbacv1.RoleBinding:
+		_, err = c.RbacV1().RoleBindings(v.Namespace).Create(ctx, v, o)
+	case *admissionv1.ValidatingAdmissionPolicy:
+		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, v, o)
+	case *admissionv1.ValidatingAdmissionPolicyBinding:
+		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, v, o)
+	default:
+		err = fmt.Errorf("no client for %T", obj)
+	}
+	return err
+}
+
+// rarelyCalled are grants the package's rollouts do not exercise, each
+// with the condition under which the agent calls it.
+var rarelyCalled = map[string]string{
+	"cluster /pods delete":                          "drain.force: pods left when the drain times out are deleted",
+	"namespace ops.slipway.dev/updatechannels list": "an informer lists when the API server cannot stream its initial list (watch-list)",
+	"cluster /events patch":                         "client-go's recorder folds a repeated Event into a patch of the first",
+}
+
+// checkAgentAccess compares what the agents called (the audit log, every
+// request made as the agent's ServiceAccount) with the manifest's RBAC:
+// no call refused, and no grant unused but those in rarelyCalled.
+func checkAgentAccess(log string) error {
+	events, err := testenv.ReadAuditAll(log)
+	if err != nil {
+		return err
+	}
+	used, refused := map[string]bool{}, map[string]bool{}
+	for _, ev := range events {
+		if ev.User != agentIdentity.User || ev.Resource == "" {
+			continue
+		}
+		scope := "cluster"
+		if ev.Namespace == ns && ev.Resource != "events" {
+			scope = "namespace"
+		}
+		k := fmt.Sprintf("%s %s/%s %s", scope, ev.APIGroup, ev.Resource, ev.Verb)
+		if ev.Code == 403 {
+			refused[k+" ("+ev.Name+")"] = true
+		}
+		used[k] = true
+	}
+	var problems []string
+	for k := range refused {
+		problems = append(problems, "refused: "+k)
+	}
+	for _, k := range granted() {
+		if !used[k] && rarelyCalled[k] == "" {
+			problems = append(problems, "granted, never called: "+k)
+		}
+	}
+	sort.Strings(problems)
+	if len(problems) > 0 {
+		return fmt.Errorf("the agent's RBAC is not what it calls:\n  %s", strings.Join(problems, "\n  "))
+	}
+	return nil
+}
+
+// granted lists the manifest's grants as "scope group/resource verb".
+func granted() []string {
+	cluster, namespaced := manifest.Rules(manifest.Options{Namespace: ns})
+	var out []string
+	for scope, rules := range map[string][]rbacv1.PolicyRule{"cluster": cluster, "namespace": namespaced} {
+		for _, r := range rules {
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					for _, v := range r.Verbs {
+						out = append(out, fmt.Sprintf("%s %s/%s %s", scope, g, res, v))
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
