@@ -122,7 +122,7 @@ func (p *plan) stageRootfs(d *download, stage string) error {
 			return err
 		}
 		defer zr.Close() // before hr.finish: the inflating goroutine reads hr
-		if _, err := extract.Tar(bufio.NewReaderSize(zr, 1<<20), root, extract.Options{Map: p.rootfsMapper(&k3s)}); err != nil {
+		if _, err := extract.Tar(bufio.NewReaderSize(zr, 1<<20), root, extract.Options{Map: p.rootfsMapper(&k3s), StartWriteback: true}); err != nil {
 			return err
 		}
 		_, err = io.Copy(io.Discard, zr) // the gzip trailer: checks its CRC
