@@ -127,6 +127,7 @@ slipway update-operator agent --platform command --check-command 'updog check-up
 			&cli.StringFlag{Name: "apply-command", Usage: "command: makes the next boot the update", EnvVars: uoEnvs("APPLY_COMMAND")},
 			&cli.StringFlag{Name: "reboot-command", Usage: "command (and slipway with --reboot-method=command): reboots", EnvVars: uoEnvs("REBOOT_COMMAND")},
 			&cli.StringFlag{Name: "version-command", Usage: "command: prints the running version", EnvVars: uoEnvs("VERSION_COMMAND")},
+			&cli.StringFlag{Name: "reset-command", Usage: "command: discards a prepared update after a failed one (optional; without it a reset-state does nothing on the host)", EnvVars: uoEnvs("RESET_COMMAND")},
 			&cli.DurationFlag{Name: "check-interval", Value: 30 * time.Minute, Usage: "how often a resting node checks for updates", EnvVars: uoEnvs("CHECK_INTERVAL")},
 			&cli.StringFlag{Name: "metrics-addr", Value: "", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: uoEnvs("AGENT_METRICS_ADDR")},
 		},
@@ -168,7 +169,8 @@ func uoPlatform(c *cli.Context) (platform.Platform, error) {
 		return &platform.Bottlerocket{Socket: c.String("api-socket")}, nil
 	case platform.NameCommand:
 		p := &platform.Command{CheckCmd: strings.Fields(c.String("check-command")), PrepareCmd: strings.Fields(c.String("prepare-command")),
-			ApplyCmd: strings.Fields(c.String("apply-command")), RebootCmd: strings.Fields(c.String("reboot-command")), VersionCmd: strings.Fields(c.String("version-command"))}
+			ApplyCmd: strings.Fields(c.String("apply-command")), RebootCmd: strings.Fields(c.String("reboot-command")), VersionCmd: strings.Fields(c.String("version-command")),
+			ResetCmd: strings.Fields(c.String("reset-command"))}
 		return p, p.Validate()
 	default:
 		return nil, platform.UnknownError(name)

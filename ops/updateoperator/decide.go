@@ -65,7 +65,7 @@ const (
 	StepDrain    StepKind = "drain"    // cordon, drain, then want reboot-update
 	StepUncordon StepKind = "uncordon" // lift the operator's cordon (the node is back)
 	StepFinish   StepKind = "finish"   // the update is done: want stabilize, record it
-	StepFail     StepKind = "fail"     // count a failure, lift the cordon, want stabilize
+	StepFail     StepKind = "fail"     // count a failure, lift the cordon, want reset-state
 	StepStuck    StepKind = "stuck"    // waiting too long: say so (reason, Event), change nothing
 	StepAfter    StepKind = "after"    // label the node for the after-reboot hooks
 )
@@ -111,10 +111,7 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 		}
 		return Step{}
 	case IntentReset:
-		if done || timedOut(age, p.Timeouts.Reset) {
-			return Step{Kind: StepWant, Wanted: IntentStabilize}
-		}
-		return Step{}
+		return reset(n, p, age, done, failed)
 	case IntentPrepare:
 		return progress(done, failed, n, age, p.Timeouts.Prepare, Step{Kind: StepWant, Wanted: IntentPerform})
 	case IntentPerform:
@@ -174,6 +171,20 @@ func performed(n NodeView, p Policy, age time.Duration, done, failed bool) Step 
 	}
 	if timedOut(age, p.Timeouts.Perform) {
 		return Step{Kind: StepFail, Reason: fmt.Sprintf("before-reboot hooks not done after %s", p.Timeouts.Perform)}
+	}
+	return Step{}
+}
+
+// reset is the step of a node told to discard a failed update: back to
+// stabilize (a check, then a retry after its backoff) once the agent says
+// the host is clean. A failed or unanswered reset rests it at stabilize
+// too: the host's next prepare overwrites what was staged.
+func reset(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
+	switch {
+	case n.CordonedByUs:
+		return Step{Kind: StepUncordon} // a failure's uncordon interrupted: lift it first
+	case done, failed, timedOut(age, p.Timeouts.Reset):
+		return Step{Kind: StepWant, Wanted: IntentStabilize}
 	}
 	return Step{}
 }

@@ -228,11 +228,11 @@ func (c *controller) want(ctx context.Context, node string, i Intent, why string
 	return nil
 }
 
-// fail counts a failure, lifts the operator's cordon and rests the node at
-// stabilize, in one write.
+// fail counts a failure, lifts the operator's cordon and tells the agent
+// to reset its host (reset-state), in one write.
 func (c *controller) fail(ctx context.Context, v NodeView, reason string) error {
 	now := stamp(time.Now())
-	ann := map[string]any{c.keys.Wanted(): string(IntentStabilize), c.keys.Key(KeyTransition): now,
+	ann := map[string]any{c.keys.Wanted(): string(IntentReset), c.keys.Key(KeyTransition): now,
 		c.keys.Key(KeyFailures): strconv.Itoa(v.Failures + 1), c.keys.Key(KeyLastFailure): now,
 		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil}
 	if v.CordonedByUs {
