@@ -58,6 +58,7 @@ func uoControllerCommand() *cli.Command {
 			&cli.StringFlag{Name: "node-name", Usage: "the node the controller runs on (updated last)", EnvVars: []string{"NODE_NAME"}},
 			&cli.StringFlag{Name: "namespace", Value: uo.DefaultNamespace, Usage: "namespace of the Lease", EnvVars: uoEnvs("NAMESPACE")},
 			&cli.StringFlag{Name: "lease", Value: uo.LeaseName, Usage: "Lease electing one leader among replicas (\"\" = no election)", EnvVars: uoEnvs("LEASE")},
+			&cli.DurationFlag{Name: "lease-duration", Value: 15 * time.Second, Usage: "how long a leader that stopped renewing (killed) keeps the Lease before another replica takes over", EnvVars: uoEnvs("LEASE_DURATION")},
 			&cli.IntFlag{Name: "max-concurrent", Value: 1, Usage: "nodes updating at once", EnvVars: uoEnvs("MAX_CONCURRENT")},
 			&cli.DurationFlag{Name: "pause-between", Value: time.Minute, Usage: "wait after a node is back and healthy before the next starts", EnvVars: uoEnvs("PAUSE_BETWEEN")},
 			&cli.StringSliceFlag{Name: "window-days", Usage: "maintenance window days (mon..sun; none: every day)", EnvVars: uoEnvs("WINDOW_DAYS")},
@@ -92,7 +93,7 @@ func uoControllerCommand() *cli.Command {
 			}
 			st := c.Duration("state-timeout")
 			return uo.RunController(c.Context, uo.ControllerOptions{
-				Config: cfg, Prefix: c.String("prefix"), NodeName: c.String("node-name"), Namespace: c.String("namespace"), LeaseName: c.String("lease"),
+				Config: cfg, Prefix: c.String("prefix"), NodeName: c.String("node-name"), Namespace: c.String("namespace"), LeaseName: c.String("lease"), LeaseDuration: c.Duration("lease-duration"),
 				BeforeRebootChecks: c.StringSlice("before-reboot-checks"), AfterRebootChecks: c.StringSlice("after-reboot-checks"),
 				OSImagePattern: c.String("os-image-pattern"), BlockingPods: c.String("blocking-pod-selector"), MetricsAddr: c.String("metrics-addr"),
 				Drain: drain.Options{Timeout: c.Duration("drain-timeout"), DeleteEmptyDirData: c.Bool("drain-delete-emptydir")},
