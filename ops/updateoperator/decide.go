@@ -19,6 +19,7 @@ type NodeView struct {
 	CordonedByUs    bool // the operator holds a cordon on it
 	Excluded        bool // labelled <prefix>/exclude=true
 	Own             bool // the controller runs on it
+	Ahead           bool // told to prepare ahead of its turn (holds no slot yet)
 	Failures        int
 	LastFailure     time.Time
 	Transition      time.Time // action-wanted last changed
@@ -53,6 +54,10 @@ type Policy struct {
 	Backoff       time.Duration  // after a node's first failure; doubles after each next
 	BackoffMax    time.Duration
 	Timeouts      Timeouts
+	// PrepareAhead: while MaxConcurrent nodes update, up to MaxConcurrent
+	// of the next candidates prepare (download and verify, nothing
+	// switched), so each takes its slot at perform-update.
+	PrepareAhead bool
 }
 
 // StepKind is what the controller does to one node.
@@ -81,7 +86,9 @@ type Step struct {
 // update under way, or a cordon of the operator still on it.
 func InFlight(n NodeView) bool {
 	switch n.Wanted {
-	case IntentPrepare, IntentPerform, IntentReboot:
+	case IntentPrepare:
+		return !n.Ahead || n.CordonedByUs
+	case IntentPerform, IntentReboot:
 		return true
 	}
 	return n.CordonedByUs
@@ -113,6 +120,9 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 	case IntentReset:
 		return reset(n, p, age, done, failed)
 	case IntentPrepare:
+		if n.Ahead && done {
+			return Step{} // prepared ahead: waits for a slot (Starts)
+		}
 		return progress(done, failed, n, age, p.Timeouts.Prepare, Step{Kind: StepWant, Wanted: IntentPerform})
 	case IntentPerform:
 		return performed(n, p, age, done, failed)
@@ -216,11 +226,14 @@ func Starts(nodes []NodeView, p Policy, now time.Time) (start []string, why stri
 	if p.Window != nil && !p.Window.Contains(now) {
 		return nil, "outside the maintenance window until " + p.Window.Next(now).Format(time.RFC3339)
 	}
-	inflight := 0
+	inflight, preparing := 0, 0
 	var last time.Time
 	for _, n := range nodes {
 		if InFlight(n) {
 			inflight++
+		}
+		if n.Ahead && n.Wanted == IntentPrepare && !preparedAhead(n) {
+			preparing++ // will want a slot: the own node does not go beside it
 		}
 		if n.Finished.After(last) {
 			last = n.Finished
@@ -241,7 +254,7 @@ func Starts(nodes []NodeView, p Policy, now time.Time) (start []string, why stri
 		if len(start) == max-inflight {
 			break
 		}
-		if n.Own && (inflight > 0 || len(start) > 0 || len(cands) > 1) {
+		if n.Own && (inflight > 0 || len(start) > 0 || len(cands) > 1 || preparing > 0) {
 			break // its own node last, alone
 		}
 		start = append(start, n.Name)
@@ -255,7 +268,7 @@ func candidates(nodes []NodeView, p Policy, now time.Time) []NodeView {
 	var out []NodeView
 	for _, n := range nodes {
 		idle := n.Wanted == IntentStabilize && n.Active == IntentStabilize && n.State == StateUpdateAvailable
-		if !idle || n.Excluded || n.Blocked || !n.Ready || n.Invalid != "" || InFlight(n) || now.Before(BackoffUntil(n, p)) {
+		if !idle && !preparedAhead(n) || n.Excluded || n.Blocked || !n.Ready || n.Invalid != "" || InFlight(n) || now.Before(BackoffUntil(n, p)) {
 			continue
 		}
 		out = append(out, n)
@@ -264,6 +277,9 @@ func candidates(nodes []NodeView, p Policy, now time.Time) []NodeView {
 		a, b := out[i], out[j]
 		if a.Own != b.Own {
 			return b.Own
+		}
+		if preparedAhead(a) != preparedAhead(b) {
+			return preparedAhead(a)
 		}
 		if a.Failures != b.Failures {
 			return a.Failures < b.Failures

@@ -48,14 +48,53 @@ func (c *controller) sync(ctx context.Context) error {
 		return err
 	}
 	start, why := Starts(views, c.o.Policy, now)
-	for _, name := range start {
-		if err := c.want(ctx, name, IntentPrepare, "update to "+nodes[name].Annotations[c.keys.Key(KeyAvailableVersion)]); err != nil {
-			return err
-		}
+	if err := c.start(ctx, nodes, views, start); err != nil {
+		return err
 	}
 	if why != "" {
 		c.o.Log.Debug("no node starts", "why", why)
 	}
+	for _, name := range PrepareAhead(views, c.o.Policy, now, start) {
+		if err := c.wantAhead(ctx, name, nodes[name].Annotations[c.keys.Key(KeyAvailableVersion)]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start gives each started node its first intent: prepare-update, or,
+// prepared ahead, perform-update (and it no longer counts as ahead).
+func (c *controller) start(ctx context.Context, nodes map[string]*corev1.Node, views []NodeView, start []string) error {
+	ahead := map[string]bool{}
+	for _, v := range views {
+		ahead[v.Name] = v.Ahead
+	}
+	for _, name := range start {
+		version := nodes[name].Annotations[c.keys.Key(KeyAvailableVersion)]
+		if !ahead[name] {
+			if err := c.want(ctx, name, IntentPrepare, "update to "+version); err != nil {
+				return err
+			}
+			continue
+		}
+		err := patchNode(ctx, c.kube, name, nil, map[string]any{c.keys.Wanted(): string(IntentPerform),
+			c.keys.Key(KeyTransition): stamp(time.Now()), c.keys.Key(KeyAhead): nil})
+		if err != nil {
+			return err
+		}
+		c.ev.emit(ctx, name, corev1.EventTypeNormal, ReasonIntent, "intent %s: its turn to update to %s (prepared ahead)", IntentPerform, version)
+	}
+	return nil
+}
+
+// wantAhead tells node to prepare-update ahead of its turn.
+func (c *controller) wantAhead(ctx context.Context, node, version string) error {
+	err := patchNode(ctx, c.kube, node, nil, map[string]any{c.keys.Wanted(): string(IntentPrepare),
+		c.keys.Key(KeyTransition): stamp(time.Now()), c.keys.Key(KeyAhead): "true"})
+	if err != nil {
+		return err
+	}
+	c.ev.emit(ctx, node, corev1.EventTypeNormal, ReasonIntent, "intent %s ahead of its turn: download and verify %s, nothing switched", IntentPrepare, version)
 	return nil
 }
 
@@ -234,7 +273,7 @@ func (c *controller) fail(ctx context.Context, v NodeView, reason string) error 
 	now := stamp(time.Now())
 	ann := map[string]any{c.keys.Wanted(): string(IntentReset), c.keys.Key(KeyTransition): now,
 		c.keys.Key(KeyFailures): strconv.Itoa(v.Failures + 1), c.keys.Key(KeyLastFailure): now,
-		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil}
+		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyAhead): nil}
 	if v.CordonedByUs {
 		if _, err := drain.Uncordon(ctx, c.kube, v.Name, CordonOwner, drain.Meta{Annotations: ann}); err != nil {
 			return err

@@ -28,7 +28,7 @@ import (
 // The chaos test's cluster and rollout.
 const (
 	chaosNodes      = 8
-	chaosHostTime   = time.Second            // prepare
+	chaosHostTime   = time.Second             // prepare
 	chaosDownTime   = 1500 * time.Millisecond // a reboot's downtime
 	chaosConcurrent = 2
 	chaosReplicas   = 8 // of the PDB-guarded Deployment
@@ -36,7 +36,8 @@ const (
 	envKillSeed     = "SLIPWAY_UO_KILL_SEED"
 )
 
-// A rollout through eight nodes while a seeded random source kills the
+// A rollout through eight nodes (--prepare-ahead on, so the nodes that
+// prepare ahead of their turn are struck too) while a seeded random source kills the
 // real processes with SIGKILL: the two controller replicas (`slipway
 // update-operator controller`, a Lease of 2 s between them; a killed one is
 // started again after 0-1.5 s) and one to three agents at a time (the
@@ -134,7 +135,7 @@ func (p *proc) start(t *testing.T, e *testenv.Env) {
 	cmd := exec.Command(filepath.Join(bin, "slipway"), "update-operator", "controller", "--kubeconfig", e.Kubeconfig,
 		"--namespace", "default", "--lease", "kill-update-operator", "--lease-duration", "2s", "--metrics-addr", "",
 		"--os-image-pattern", "-", "--pause-between", "0s", "--max-concurrent", strconv.Itoa(chaosConcurrent),
-		"--state-timeout", "30s", "--drain-timeout", "30s", "--failure-backoff", "1s", "--failure-backoff-max", "4s")
+		"--prepare-ahead", "--state-timeout", "30s", "--drain-timeout", "30s", "--failure-backoff", "1s", "--failure-backoff-max", "4s")
 	logf, err := os.OpenFile(filepath.Join(e.Dir, "controller-"+p.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
