@@ -36,14 +36,15 @@ func (c *controller) sync(ctx context.Context) error {
 		views = append(views, v)
 	}
 	c.report(list.Items, views)
-	for _, v := range views {
+	// Each node's step touches only that node: a wave's steps go out at once.
+	parallel(views, func(v NodeView) {
 		if c.isDraining(v.Name) {
-			continue
+			return
 		}
 		if err := c.do(ctx, nodes[v.Name], v, Next(v, c.o.Policy, now)); err != nil {
 			c.o.Log.Error("step", "node", v.Name, "err", err)
 		}
-	}
+	})
 	if err := c.markBlocked(ctx, views); err != nil {
 		return err
 	}
@@ -54,47 +55,11 @@ func (c *controller) sync(ctx context.Context) error {
 	if why != "" {
 		c.o.Log.Debug("no node starts", "why", why)
 	}
-	for _, name := range PrepareAhead(views, c.o.Policy, now, start) {
+	parallel(PrepareAhead(views, c.o.Policy, now, start), func(name string) {
 		if err := c.wantAhead(ctx, name, nodes[name].Annotations[c.keys.Key(KeyAvailableVersion)]); err != nil {
-			return err
+			c.o.Log.Error("prepare ahead", "node", name, "err", err)
 		}
-	}
-	return nil
-}
-
-// start gives each started node its first intent: prepare-update, or,
-// prepared ahead, perform-update (and it no longer counts as ahead).
-func (c *controller) start(ctx context.Context, nodes map[string]*corev1.Node, views []NodeView, start []string) error {
-	ahead := map[string]bool{}
-	for _, v := range views {
-		ahead[v.Name] = v.Ahead
-	}
-	for _, name := range start {
-		version := nodes[name].Annotations[c.keys.Key(KeyAvailableVersion)]
-		if !ahead[name] {
-			if err := c.want(ctx, name, IntentPrepare, "update to "+version); err != nil {
-				return err
-			}
-			continue
-		}
-		err := patchNode(ctx, c.kube, name, nil, map[string]any{c.keys.Wanted(): string(IntentPerform),
-			c.keys.Key(KeyTransition): stamp(time.Now()), c.keys.Key(KeyAhead): nil})
-		if err != nil {
-			return err
-		}
-		c.ev.emit(ctx, name, corev1.EventTypeNormal, ReasonIntent, "intent %s: its turn to update to %s (prepared ahead)", IntentPerform, version)
-	}
-	return nil
-}
-
-// wantAhead tells node to prepare-update ahead of its turn.
-func (c *controller) wantAhead(ctx context.Context, node, version string) error {
-	err := patchNode(ctx, c.kube, node, nil, map[string]any{c.keys.Wanted(): string(IntentPrepare),
-		c.keys.Key(KeyTransition): stamp(time.Now()), c.keys.Key(KeyAhead): "true"})
-	if err != nil {
-		return err
-	}
-	c.ev.emit(ctx, node, corev1.EventTypeNormal, ReasonIntent, "intent %s ahead of its turn: download and verify %s, nothing switched", IntentPrepare, version)
+	})
 	return nil
 }
 
@@ -196,17 +161,9 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		c.mu.Unlock()
 		go c.drainThenReboot(ctx, v.Name)
 	case StepUncordon:
-		if _, err := drain.Uncordon(ctx, c.kube, v.Name, CordonOwner, drain.Meta{Annotations: map[string]any{c.keys.Key(KeyTransition): now}}); err != nil {
-			return err
-		}
-		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonUncordoned, "back at %s; lifted the operator's cordon", n.Annotations[c.keys.Key(KeyCurrentVersion)])
-		if v.Wanted == IntentReboot {
-			return c.afterUncordon(ctx, v.Name)
-		}
+		return c.uncordon(ctx, n, v, now)
 	case StepFinish:
-		err := patchNode(ctx, c.kube, v.Name, nil, map[string]any{c.keys.Wanted(): string(IntentStabilize), c.keys.Key(KeyTransition): now,
-			c.keys.Key(KeyFinished): now, c.keys.Key(KeyFailures): nil, c.keys.Key(KeyLastFailure): nil, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyReason): nil})
-		if err != nil {
+		if err := patchNode(ctx, c.kube, v.Name, nil, c.finished(now)); err != nil {
 			return err
 		}
 		if v.AfterHook {
@@ -225,6 +182,39 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 			return err
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeWarning, ReasonStuck, "%s", s.Reason)
+	}
+	return nil
+}
+
+// finished are the annotations that end an update.
+func (c *controller) finished(now string) map[string]any {
+	return map[string]any{c.keys.Wanted(): string(IntentStabilize), c.keys.Key(KeyTransition): now, c.keys.Key(KeyFinished): now,
+		c.keys.Key(KeyFailures): nil, c.keys.Key(KeyLastFailure): nil, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyReason): nil}
+}
+
+// uncordon lifts the operator's cordon. A node back from its reboot whose
+// drained workloads are ready already (they run elsewhere again) and with
+// no after-reboot hook is finished in the same write; otherwise the next
+// step is taken at once when it can be (afterUncordon).
+func (c *controller) uncordon(ctx context.Context, n *corev1.Node, v NodeView, now string) error {
+	ann := map[string]any{c.keys.Key(KeyTransition): now}
+	back := v.Wanted == IntentReboot && v.Active == IntentReboot && v.State == StateReady
+	finish := back && len(c.o.AfterRebootChecks) == 0 && c.healthy(ctx, n)
+	if finish {
+		ann = c.finished(now)
+	}
+	if _, err := drain.Uncordon(ctx, c.kube, v.Name, CordonOwner, drain.Meta{Annotations: ann}); err != nil {
+		return err
+	}
+	version := n.Annotations[c.keys.Key(KeyCurrentVersion)]
+	c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonUncordoned, "back at %s; lifted the operator's cordon", version)
+	if finish {
+		c.m.transitions.WithLabelValues(string(StepFinish)).Inc()
+		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonSucceeded, "updated to %s", version)
+		return nil
+	}
+	if back {
+		return c.afterUncordon(ctx, v.Name)
 	}
 	return nil
 }
