@@ -52,7 +52,8 @@ func uoControllerCommand() *cli.Command {
 		Name:  "controller",
 		Usage: "decide which node does what (run as a Deployment; one replica leads through a Lease)",
 		UsageText: `slipway update-operator controller --max-concurrent 2 --pause-between 5m \
-    --window-days sat,sun --window-start 01:00 --window-end 05:00 --window-tz Europe/Paris`,
+    --window-days sat,sun --window-start 01:00 --window-end 05:00 --window-tz Europe/Paris
+slipway update-operator controller --max-concurrent 10 --prepare-ahead --pause-between 0s`,
 		Flags: []cli.Flag{
 			prefixFlag(), kubeconfigFlag(),
 			&cli.StringFlag{Name: "node-name", Usage: "the node the controller runs on (updated last)", EnvVars: []string{"NODE_NAME"}},
