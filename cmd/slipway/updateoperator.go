@@ -52,13 +52,16 @@ func uoControllerCommand() *cli.Command {
 		Name:  "controller",
 		Usage: "decide which node does what (run as a Deployment; one replica leads through a Lease)",
 		UsageText: `slipway update-operator controller --max-concurrent 2 --pause-between 5m \
-    --window-days sat,sun --window-start 01:00 --window-end 05:00 --window-tz Europe/Paris`,
+    --window-days sat,sun --window-start 01:00 --window-end 05:00 --window-tz Europe/Paris
+slipway update-operator controller --max-concurrent 10 --prepare-ahead --pause-between 0s`,
 		Flags: []cli.Flag{
 			prefixFlag(), kubeconfigFlag(),
 			&cli.StringFlag{Name: "node-name", Usage: "the node the controller runs on (updated last)", EnvVars: []string{"NODE_NAME"}},
 			&cli.StringFlag{Name: "namespace", Value: uo.DefaultNamespace, Usage: "namespace of the Lease", EnvVars: uoEnvs("NAMESPACE")},
 			&cli.StringFlag{Name: "lease", Value: uo.LeaseName, Usage: "Lease electing one leader among replicas (\"\" = no election)", EnvVars: uoEnvs("LEASE")},
+			&cli.DurationFlag{Name: "lease-duration", Value: 15 * time.Second, Usage: "how long a leader that stopped renewing (killed) keeps the Lease before another replica takes over", EnvVars: uoEnvs("LEASE_DURATION")},
 			&cli.IntFlag{Name: "max-concurrent", Value: 1, Usage: "nodes updating at once", EnvVars: uoEnvs("MAX_CONCURRENT")},
+			&cli.BoolFlag{Name: "prepare-ahead", Usage: "while max-concurrent nodes update, the next ones prepare (download and verify, nothing switched) so each starts at perform-update", EnvVars: uoEnvs("PREPARE_AHEAD")},
 			&cli.DurationFlag{Name: "pause-between", Value: time.Minute, Usage: "wait after a node is back and healthy before the next starts", EnvVars: uoEnvs("PAUSE_BETWEEN")},
 			&cli.StringSliceFlag{Name: "window-days", Usage: "maintenance window days (mon..sun; none: every day)", EnvVars: uoEnvs("WINDOW_DAYS")},
 			&cli.StringFlag{Name: "window-start", Usage: "maintenance window start, HH:MM (none: always open)", EnvVars: uoEnvs("WINDOW_START")},
@@ -92,11 +95,11 @@ func uoControllerCommand() *cli.Command {
 			}
 			st := c.Duration("state-timeout")
 			return uo.RunController(c.Context, uo.ControllerOptions{
-				Config: cfg, Prefix: c.String("prefix"), NodeName: c.String("node-name"), Namespace: c.String("namespace"), LeaseName: c.String("lease"),
+				Config: cfg, Prefix: c.String("prefix"), NodeName: c.String("node-name"), Namespace: c.String("namespace"), LeaseName: c.String("lease"), LeaseDuration: c.Duration("lease-duration"),
 				BeforeRebootChecks: c.StringSlice("before-reboot-checks"), AfterRebootChecks: c.StringSlice("after-reboot-checks"),
 				OSImagePattern: c.String("os-image-pattern"), BlockingPods: c.String("blocking-pod-selector"), MetricsAddr: c.String("metrics-addr"),
 				Drain: drain.Options{Timeout: c.Duration("drain-timeout"), DeleteEmptyDirData: c.Bool("drain-delete-emptydir")},
-				Policy: uo.Policy{MaxConcurrent: c.Int("max-concurrent"), PauseBetween: c.Duration("pause-between"), Window: win,
+				Policy: uo.Policy{MaxConcurrent: c.Int("max-concurrent"), PauseBetween: c.Duration("pause-between"), Window: win, PrepareAhead: c.Bool("prepare-ahead"),
 					Backoff: c.Duration("failure-backoff"), BackoffMax: c.Duration("failure-backoff-max"),
 					Timeouts: uo.Timeouts{Prepare: st, Perform: st, Reboot: st, Reset: st, Health: c.Duration("health-timeout")}},
 				Log: slog.Default(),
@@ -127,6 +130,7 @@ slipway update-operator agent --platform command --check-command 'updog check-up
 			&cli.StringFlag{Name: "apply-command", Usage: "command: makes the next boot the update", EnvVars: uoEnvs("APPLY_COMMAND")},
 			&cli.StringFlag{Name: "reboot-command", Usage: "command (and slipway with --reboot-method=command): reboots", EnvVars: uoEnvs("REBOOT_COMMAND")},
 			&cli.StringFlag{Name: "version-command", Usage: "command: prints the running version", EnvVars: uoEnvs("VERSION_COMMAND")},
+			&cli.StringFlag{Name: "reset-command", Usage: "command: discards a prepared update after a failed one (optional; without it a reset-state does nothing on the host)", EnvVars: uoEnvs("RESET_COMMAND")},
 			&cli.DurationFlag{Name: "check-interval", Value: 30 * time.Minute, Usage: "how often a resting node checks for updates", EnvVars: uoEnvs("CHECK_INTERVAL")},
 			&cli.StringFlag{Name: "metrics-addr", Value: "", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: uoEnvs("AGENT_METRICS_ADDR")},
 		},
@@ -168,7 +172,8 @@ func uoPlatform(c *cli.Context) (platform.Platform, error) {
 		return &platform.Bottlerocket{Socket: c.String("api-socket")}, nil
 	case platform.NameCommand:
 		p := &platform.Command{CheckCmd: strings.Fields(c.String("check-command")), PrepareCmd: strings.Fields(c.String("prepare-command")),
-			ApplyCmd: strings.Fields(c.String("apply-command")), RebootCmd: strings.Fields(c.String("reboot-command")), VersionCmd: strings.Fields(c.String("version-command"))}
+			ApplyCmd: strings.Fields(c.String("apply-command")), RebootCmd: strings.Fields(c.String("reboot-command")), VersionCmd: strings.Fields(c.String("version-command")),
+			ResetCmd: strings.Fields(c.String("reset-command"))}
 		return p, p.Validate()
 	default:
 		return nil, platform.UnknownError(name)

@@ -134,8 +134,8 @@ func (a *agent) reconcile(ctx context.Context) error {
 		if n.Status.NodeInfo.BootID != ann[a.keys.Key(KeyRebootBootID)] {
 			return a.back(ctx)
 		}
-		if !first {
-			return nil // the reboot is on its way
+		if !first && wanted == IntentReboot {
+			return nil // the reboot is on its way (a new intent, e.g. reset-state after a timeout, is carried out)
 		}
 	}
 	switch {
@@ -180,13 +180,19 @@ func (a *agent) carryOut(ctx context.Context, n *corev1.Node, i Intent) error {
 		}
 	}
 	var err error
+	var more map[string]any
 	switch i {
 	case IntentPrepare:
 		err = a.o.Platform.Prepare(ctx)
 	case IntentPerform:
 		err = a.o.Platform.Perform(ctx)
+	case IntentReset: // discard the failed update's prepared host state; the next stabilize checks again
+		if err = a.o.Platform.Reset(ctx); err != nil {
+			err = fmt.Errorf("reset the host's prepared update: %w", err)
+		}
+		more = map[string]any{a.keys.Key(KeyRebootBootID): nil}
 	}
-	return a.done(ctx, i, err, nil)
+	return a.done(ctx, i, err, more)
 }
 
 // done reports the end of an intent: ready (with more annotations), or

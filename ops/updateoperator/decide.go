@@ -19,6 +19,7 @@ type NodeView struct {
 	CordonedByUs    bool // the operator holds a cordon on it
 	Excluded        bool // labelled <prefix>/exclude=true
 	Own             bool // the controller runs on it
+	Ahead           bool // told to prepare ahead of its turn (holds no slot yet)
 	Failures        int
 	LastFailure     time.Time
 	Transition      time.Time // action-wanted last changed
@@ -53,6 +54,10 @@ type Policy struct {
 	Backoff       time.Duration  // after a node's first failure; doubles after each next
 	BackoffMax    time.Duration
 	Timeouts      Timeouts
+	// PrepareAhead: while MaxConcurrent nodes update, up to MaxConcurrent
+	// of the next candidates prepare (download and verify, nothing
+	// switched), so each takes its slot at perform-update.
+	PrepareAhead bool
 }
 
 // StepKind is what the controller does to one node.
@@ -65,7 +70,7 @@ const (
 	StepDrain    StepKind = "drain"    // cordon, drain, then want reboot-update
 	StepUncordon StepKind = "uncordon" // lift the operator's cordon (the node is back)
 	StepFinish   StepKind = "finish"   // the update is done: want stabilize, record it
-	StepFail     StepKind = "fail"     // count a failure, lift the cordon, want stabilize
+	StepFail     StepKind = "fail"     // count a failure, lift the cordon, want reset-state
 	StepStuck    StepKind = "stuck"    // waiting too long: say so (reason, Event), change nothing
 	StepAfter    StepKind = "after"    // label the node for the after-reboot hooks
 )
@@ -81,7 +86,9 @@ type Step struct {
 // update under way, or a cordon of the operator still on it.
 func InFlight(n NodeView) bool {
 	switch n.Wanted {
-	case IntentPrepare, IntentPerform, IntentReboot:
+	case IntentPrepare:
+		return !n.Ahead || n.CordonedByUs
+	case IntentPerform, IntentReboot:
 		return true
 	}
 	return n.CordonedByUs
@@ -111,11 +118,11 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 		}
 		return Step{}
 	case IntentReset:
-		if done || timedOut(age, p.Timeouts.Reset) {
-			return Step{Kind: StepWant, Wanted: IntentStabilize}
-		}
-		return Step{}
+		return reset(n, p, age, done, failed)
 	case IntentPrepare:
+		if n.Ahead && done {
+			return Step{} // prepared ahead: waits for a slot (Starts)
+		}
 		return progress(done, failed, n, age, p.Timeouts.Prepare, Step{Kind: StepWant, Wanted: IntentPerform})
 	case IntentPerform:
 		return performed(n, p, age, done, failed)
@@ -178,6 +185,20 @@ func performed(n NodeView, p Policy, age time.Duration, done, failed bool) Step 
 	return Step{}
 }
 
+// reset is the step of a node told to discard a failed update: back to
+// stabilize (a check, then a retry after its backoff) once the agent says
+// the host is clean. A failed or unanswered reset rests it at stabilize
+// too: the host's next prepare overwrites what was staged.
+func reset(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
+	switch {
+	case n.CordonedByUs:
+		return Step{Kind: StepUncordon} // a failure's uncordon interrupted: lift it first
+	case done, failed, timedOut(age, p.Timeouts.Reset):
+		return Step{Kind: StepWant, Wanted: IntentStabilize}
+	}
+	return Step{}
+}
+
 func timedOut(age, timeout time.Duration) bool { return timeout > 0 && age > timeout }
 
 // BackoffUntil is when a node with failures may be tried again: Backoff
@@ -205,11 +226,14 @@ func Starts(nodes []NodeView, p Policy, now time.Time) (start []string, why stri
 	if p.Window != nil && !p.Window.Contains(now) {
 		return nil, "outside the maintenance window until " + p.Window.Next(now).Format(time.RFC3339)
 	}
-	inflight := 0
+	inflight, preparing := 0, 0
 	var last time.Time
 	for _, n := range nodes {
 		if InFlight(n) {
 			inflight++
+		}
+		if n.Ahead && n.Wanted == IntentPrepare && !preparedAhead(n) {
+			preparing++ // will want a slot: the own node does not go beside it
 		}
 		if n.Finished.After(last) {
 			last = n.Finished
@@ -230,7 +254,7 @@ func Starts(nodes []NodeView, p Policy, now time.Time) (start []string, why stri
 		if len(start) == max-inflight {
 			break
 		}
-		if n.Own && (inflight > 0 || len(start) > 0 || len(cands) > 1) {
+		if n.Own && (inflight > 0 || len(start) > 0 || len(cands) > 1 || preparing > 0) {
 			break // its own node last, alone
 		}
 		start = append(start, n.Name)
@@ -244,7 +268,7 @@ func candidates(nodes []NodeView, p Policy, now time.Time) []NodeView {
 	var out []NodeView
 	for _, n := range nodes {
 		idle := n.Wanted == IntentStabilize && n.Active == IntentStabilize && n.State == StateUpdateAvailable
-		if !idle || n.Excluded || n.Blocked || !n.Ready || n.Invalid != "" || InFlight(n) || now.Before(BackoffUntil(n, p)) {
+		if !idle && !preparedAhead(n) || n.Excluded || n.Blocked || !n.Ready || n.Invalid != "" || InFlight(n) || now.Before(BackoffUntil(n, p)) {
 			continue
 		}
 		out = append(out, n)
@@ -253,6 +277,9 @@ func candidates(nodes []NodeView, p Policy, now time.Time) []NodeView {
 		a, b := out[i], out[j]
 		if a.Own != b.Own {
 			return b.Own
+		}
+		if preparedAhead(a) != preparedAhead(b) {
+			return preparedAhead(a)
 		}
 		if a.Failures != b.Failures {
 			return a.Failures < b.Failures

@@ -24,6 +24,7 @@ func TestNext(t *testing.T) {
 	cordoned := func(n NodeView) NodeView { n.CordonedByUs = true; return n }
 	healthy := func(n NodeView) NodeView { n.WorkloadsReady = true; return n }
 	notReady := func(n NodeView) NodeView { n.Ready = false; return n }
+	ahead := func(n NodeView) NodeView { n.Ahead = true; return n }
 	hooks := func(n NodeView, before, beforeDone, after, afterDone bool) NodeView {
 		n.BeforeHook, n.BeforeDone, n.AfterHook, n.AfterDone = before, beforeDone, after, afterDone
 		return n
@@ -61,8 +62,15 @@ func TestNext(t *testing.T) {
 		{"healthy, after-reboot hooks configured: label", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, false, false), at(time.Minute), StepAfter, ""},
 		{"healthy, after-reboot hooks pending: wait", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, true, false), at(time.Minute), StepNone, ""},
 		{"healthy, after-reboot hooks done: finish", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, true, true), at(time.Minute), StepFinish, IntentStabilize},
+		{"prepared ahead: waits for its slot", ahead(node("a", IntentPrepare, IntentPrepare, StateReady)), at(time.Hour), StepNone, ""},
+		{"preparing ahead, error: fail", ahead(node("a", IntentPrepare, IntentPrepare, StateError)), at(time.Minute), StepFail, ""},
+		{"preparing ahead past its timeout: fail", ahead(node("a", IntentPrepare, IntentPrepare, StateBusy)), at(11 * time.Minute), StepFail, ""},
 		{"reset done: stabilize", node("a", IntentReset, IntentReset, StateReady), at(0), StepWant, IntentStabilize},
 		{"reset stuck: stabilize anyway", node("a", IntentReset, IntentStabilize, StateBusy), at(2 * time.Minute), StepWant, IntentStabilize},
+		{"reset sent, agent busy: wait", node("a", IntentReset, IntentReset, StateBusy), at(30 * time.Second), StepNone, ""},
+		{"reset sent, not yet acknowledged: wait", node("a", IntentReset, IntentPrepare, StateError), at(30 * time.Second), StepNone, ""},
+		{"reset failed on the host: stabilize (the next prepare overwrites)", node("a", IntentReset, IntentReset, StateError), at(0), StepWant, IntentStabilize},
+		{"reset with the failure's uncordon interrupted: uncordon first", cordoned(node("a", IntentReset, IntentReset, StateReady)), at(0), StepUncordon, ""},
 		{"malformed annotation in flight: fail", NodeView{Name: "a", Wanted: IntentPerform, Invalid: "bad"}, at(0), StepFail, ""},
 		{"malformed annotation at rest: say so", NodeView{Name: "a", Wanted: IntentStabilize, Invalid: "bad"}, at(0), StepStuck, ""},
 	}
@@ -119,6 +127,10 @@ func TestStarts(t *testing.T) {
 		{"slot taken by a leftover cordon", []NodeView{avail("a"), with(avail("b"), func(n *NodeView) { n.State = StateUpToDate; n.CordonedByUs = true })}, nil, nil, true},
 		{"fewest failures first", []NodeView{with(avail("a"), func(n *NodeView) { n.Failures = 2; n.LastFailure = t0.Add(-time.Hour) }), avail("b")}, nil, []string{"b"}, false},
 		{"in backoff: skipped", []NodeView{with(avail("a"), func(n *NodeView) { n.Failures = 1; n.LastFailure = t0 })}, nil, nil, true},
+		{"resetting its host: no slot, no start", []NodeView{avail("a"), with(node("b", IntentReset, IntentReset, StateBusy), func(n *NodeView) { n.Failures = 1; n.LastFailure = t0 })}, nil, []string{"a"}, false},
+		{"prepared ahead takes no slot", []NodeView{avail("a"), with(node("b", IntentPrepare, IntentPrepare, StateBusy), func(n *NodeView) { n.Ahead = true })}, nil, []string{"a"}, false},
+		{"prepared ahead goes first", []NodeView{avail("a"), with(node("b", IntentPrepare, IntentPrepare, StateReady), func(n *NodeView) { n.Ahead = true })}, nil, []string{"b"}, false},
+		{"own node not beside one preparing ahead", []NodeView{with(avail("a"), func(n *NodeView) { n.Own = true }), with(node("b", IntentPrepare, IntentPrepare, StateBusy), func(n *NodeView) { n.Ahead = true })}, func(p *Policy) { p.MaxConcurrent = 5 }, nil, false},
 		{"excluded: skipped", []NodeView{with(avail("a"), func(n *NodeView) { n.Excluded = true }), avail("b")}, nil, []string{"b"}, false},
 		{"blocking pod: skipped", []NodeView{with(avail("a"), func(n *NodeView) { n.Blocked = true }), avail("b")}, nil, []string{"b"}, false},
 		{"not Ready: skipped", []NodeView{with(avail("a"), func(n *NodeView) { n.Ready = false })}, nil, nil, true},

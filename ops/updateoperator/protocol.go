@@ -75,6 +75,10 @@ const (
 	// gets only what is left of --drain-timeout, so a controller restarted
 	// again and again cannot keep a blocked drain going for ever.
 	KeyDrainStarted = "drain-started"
+	// KeyAhead (annotation, W: controller) "true" on a node told to
+	// prepare-update ahead of its turn (--prepare-ahead): it holds no slot
+	// until it is told perform-update, which removes the key.
+	KeyAhead = "prepared-ahead"
 	// KeyRebootBootID (annotation, W: agent) is the node's boot ID when the
 	// agent asked for the reboot: a different one later means the reboot
 	// happened.

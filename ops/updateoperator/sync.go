@@ -36,26 +36,30 @@ func (c *controller) sync(ctx context.Context) error {
 		views = append(views, v)
 	}
 	c.report(list.Items, views)
-	for _, v := range views {
+	// Each node's step touches only that node: a wave's steps go out at once.
+	parallel(views, func(v NodeView) {
 		if c.isDraining(v.Name) {
-			continue
+			return
 		}
 		if err := c.do(ctx, nodes[v.Name], v, Next(v, c.o.Policy, now)); err != nil {
 			c.o.Log.Error("step", "node", v.Name, "err", err)
 		}
-	}
+	})
 	if err := c.markBlocked(ctx, views); err != nil {
 		return err
 	}
 	start, why := Starts(views, c.o.Policy, now)
-	for _, name := range start {
-		if err := c.want(ctx, name, IntentPrepare, "update to "+nodes[name].Annotations[c.keys.Key(KeyAvailableVersion)]); err != nil {
-			return err
-		}
+	if err := c.start(ctx, nodes, views, start); err != nil {
+		return err
 	}
 	if why != "" {
 		c.o.Log.Debug("no node starts", "why", why)
 	}
+	parallel(PrepareAhead(views, c.o.Policy, now, start), func(name string) {
+		if err := c.wantAhead(ctx, name, nodes[name].Annotations[c.keys.Key(KeyAvailableVersion)]); err != nil {
+			c.o.Log.Error("prepare ahead", "node", name, "err", err)
+		}
+	})
 	return nil
 }
 
@@ -157,17 +161,9 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		c.mu.Unlock()
 		go c.drainThenReboot(ctx, v.Name)
 	case StepUncordon:
-		if _, err := drain.Uncordon(ctx, c.kube, v.Name, CordonOwner, drain.Meta{Annotations: map[string]any{c.keys.Key(KeyTransition): now}}); err != nil {
-			return err
-		}
-		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonUncordoned, "back at %s; lifted the operator's cordon", n.Annotations[c.keys.Key(KeyCurrentVersion)])
-		if v.Wanted == IntentReboot {
-			return c.afterUncordon(ctx, v.Name)
-		}
+		return c.uncordon(ctx, n, v, now)
 	case StepFinish:
-		err := patchNode(ctx, c.kube, v.Name, nil, map[string]any{c.keys.Wanted(): string(IntentStabilize), c.keys.Key(KeyTransition): now,
-			c.keys.Key(KeyFinished): now, c.keys.Key(KeyFailures): nil, c.keys.Key(KeyLastFailure): nil, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyReason): nil})
-		if err != nil {
+		if err := patchNode(ctx, c.kube, v.Name, nil, c.finished(now)); err != nil {
 			return err
 		}
 		if v.AfterHook {
@@ -186,6 +182,39 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 			return err
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeWarning, ReasonStuck, "%s", s.Reason)
+	}
+	return nil
+}
+
+// finished are the annotations that end an update.
+func (c *controller) finished(now string) map[string]any {
+	return map[string]any{c.keys.Wanted(): string(IntentStabilize), c.keys.Key(KeyTransition): now, c.keys.Key(KeyFinished): now,
+		c.keys.Key(KeyFailures): nil, c.keys.Key(KeyLastFailure): nil, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyReason): nil}
+}
+
+// uncordon lifts the operator's cordon. A node back from its reboot whose
+// drained workloads are ready already (they run elsewhere again) and with
+// no after-reboot hook is finished in the same write; otherwise the next
+// step is taken at once when it can be (afterUncordon).
+func (c *controller) uncordon(ctx context.Context, n *corev1.Node, v NodeView, now string) error {
+	ann := map[string]any{c.keys.Key(KeyTransition): now}
+	back := v.Wanted == IntentReboot && v.Active == IntentReboot && v.State == StateReady
+	finish := back && len(c.o.AfterRebootChecks) == 0 && c.healthy(ctx, n)
+	if finish {
+		ann = c.finished(now)
+	}
+	if _, err := drain.Uncordon(ctx, c.kube, v.Name, CordonOwner, drain.Meta{Annotations: ann}); err != nil {
+		return err
+	}
+	version := n.Annotations[c.keys.Key(KeyCurrentVersion)]
+	c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonUncordoned, "back at %s; lifted the operator's cordon", version)
+	if finish {
+		c.m.transitions.WithLabelValues(string(StepFinish)).Inc()
+		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonSucceeded, "updated to %s", version)
+		return nil
+	}
+	if back {
+		return c.afterUncordon(ctx, v.Name)
 	}
 	return nil
 }
@@ -228,13 +257,13 @@ func (c *controller) want(ctx context.Context, node string, i Intent, why string
 	return nil
 }
 
-// fail counts a failure, lifts the operator's cordon and rests the node at
-// stabilize, in one write.
+// fail counts a failure, lifts the operator's cordon and tells the agent
+// to reset its host (reset-state), in one write.
 func (c *controller) fail(ctx context.Context, v NodeView, reason string) error {
 	now := stamp(time.Now())
-	ann := map[string]any{c.keys.Wanted(): string(IntentStabilize), c.keys.Key(KeyTransition): now,
+	ann := map[string]any{c.keys.Wanted(): string(IntentReset), c.keys.Key(KeyTransition): now,
 		c.keys.Key(KeyFailures): strconv.Itoa(v.Failures + 1), c.keys.Key(KeyLastFailure): now,
-		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil}
+		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyAhead): nil}
 	if v.CordonedByUs {
 		if _, err := drain.Uncordon(ctx, c.kube, v.Name, CordonOwner, drain.Meta{Annotations: ann}); err != nil {
 			return err

@@ -31,6 +31,7 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 		CordonedByUs:    drain.CordonedBy(a) == CordonOwner,
 		Excluded:        n.Labels[k.Exclude()] == "true",
 		Own:             own != "" && n.Name == own,
+		Ahead:           a[k.Key(KeyAhead)] == "true",
 	}
 	var errs []string
 	note := func(key string, err error) {

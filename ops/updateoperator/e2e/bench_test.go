@@ -24,10 +24,11 @@ import (
 
 var keys, _ = uo.NewKeys("")
 
-// BenchmarkUpdateOperator rolls a new release through every fake node at
-// each max-concurrent of SLIPWAY_UO_BENCH_CONCURRENCY (default "10,1") and
-// reports the wall time against the ideal ceil(N/C) x (host time + reboot
-// downtime), the API writes per node by writer (audit log) and the
+// BenchmarkUpdateOperator rolls a new release through the fake nodes once
+// per round (see rounds: by default max-concurrent 10 with 2 s + 3 s and
+// with 5 s + 15 s of host time, each plain and with --prepare-ahead, then
+// max-concurrent 1 through 10 nodes) and reports the wall time against the
+// ideals, the API writes per node by writer (audit log) and the
 // controller's and agents' resident memory.
 //
 //	go test ./ops/updateoperator/e2e -run '^$' -bench . -benchtime 1x
@@ -37,43 +38,38 @@ func BenchmarkUpdateOperator(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	specs, err := rounds()
+	if err != nil {
+		b.Fatal(err)
+	}
 	// A first controller gives every node stabilize; each agent reports v1 up to date.
-	stop := startController(b, e, 1)
+	stop := startController(b, e, roundSpec{conc: 1}, "init")
 	waitAll(b, c, 90*time.Second, "every agent up to date at v1", func(n *corev1.Node) bool {
 		return n.Annotations[keys.State()] == string(uo.StateUpToDate)
 	})
 	stop()
 	b.Logf("agent RSS idle: %s", rss("agent"))
 	b.ResetTimer()
-	for i, cs := range strings.Split(envOr("SLIPWAY_UO_BENCH_CONCURRENCY", "10,1"), ",") {
-		conc, err := strconv.Atoi(strings.TrimSpace(cs))
-		if err != nil || conc < 1 {
-			b.Fatalf("SLIPWAY_UO_BENCH_CONCURRENCY: %q is not a positive number", cs)
-		}
-		round(b, e, c, conc, fmt.Sprintf("v%d", i+2))
+	for i, r := range specs {
+		round(b, e, c, r, fmt.Sprintf("v%d", i+2))
 	}
 }
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-// round publishes release and times its rollout at max-concurrent conc.
-func round(b *testing.B, e *testenv.Env, c *kube.Clientset, conc int, release string) {
-	if err := setRelease(release); err != nil {
+// round publishes release with the host times of r and times its rollout.
+func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release string) {
+	hostTime, downTime = r.prepare, r.down
+	if err := writeScripts(shared, release); err != nil {
 		b.Fatal(err)
 	}
+	n := r.exclude(b, c)
 	waitAll(b, c, 2*time.Minute, "every agent sees "+release, func(n *corev1.Node) bool {
 		return n.Annotations[keys.State()] == string(uo.StateUpdateAvailable)
 	})
 	start := time.Now()
-	stop := startController(b, e, conc)
+	stop := startController(b, e, r, release)
 	maxCordoned := 0
 	waitAll(b, c, 60*time.Minute, "every node at "+release, func(n *corev1.Node) bool {
-		return n.Annotations[keys.Key(uo.KeyCurrentVersion)] == release && n.Annotations[keys.Wanted()] == string(uo.IntentStabilize) &&
+		return n.Labels[keys.Exclude()] == "true" || n.Annotations[keys.Key(uo.KeyCurrentVersion)] == release && n.Annotations[keys.Wanted()] == string(uo.IntentStabilize) &&
 			n.Annotations[keys.State()] == string(uo.StateUpToDate) && !n.Spec.Unschedulable
 	}, func(list []corev1.Node) {
 		cordoned := 0
@@ -87,15 +83,16 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, conc int, release st
 	wall := time.Since(start)
 	ctrlRSS := rss("controller")
 	stop()
-	waves := (nodes + conc - 1) / conc
-	ideal := time.Duration(waves) * (hostTime + downTime)
-	tag := fmt.Sprintf("-c%d", conc)
+	r.include(b, c)
+	plain, overlapped := r.ideals(n)
+	tag := r.tag()
 	b.ReportMetric(wall.Seconds(), "wall-s"+tag)
-	b.ReportMetric(wall.Seconds()/ideal.Seconds(), "wall/ideal"+tag)
-	b.Logf("%d nodes, max-concurrent %d, host time %s + reboot %s: wall %s, ideal %s (x%.2f); at most %d cordoned at once",
-		nodes, conc, hostTime, downTime, wall.Round(100*time.Millisecond), ideal, wall.Seconds()/ideal.Seconds(), maxCordoned)
-	if maxCordoned > conc {
-		b.Errorf("%d nodes cordoned at once, max-concurrent %d", maxCordoned, conc)
+	b.ReportMetric(wall.Seconds()/plain.Seconds(), "wall/ideal"+tag)
+	b.Logf("%s: %d nodes, max-concurrent %d, prepare %s + reboot %s, prepare-ahead %v: wall %s; ideal %s (x%.2f), with prepare overlapped %s (x%.2f); at most %d cordoned at once",
+		tag[1:], n, r.conc, r.prepare, r.down, r.ahead, wall.Round(100*time.Millisecond), plain, wall.Seconds()/plain.Seconds(),
+		overlapped, wall.Seconds()/overlapped.Seconds(), maxCordoned)
+	if maxCordoned > r.conc {
+		b.Errorf("%d nodes cordoned at once, max-concurrent %d", maxCordoned, r.conc)
 	}
 	time.Sleep(2 * time.Second) // the audit log is written in batches
 	events, err := testenv.ReadAudit(auditLog)
@@ -113,13 +110,12 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, conc int, release st
 	b.Logf("where the wall went: %s", summary)
 	b.Logf("timeline of %s (finished last): %s", slowest, timeline(events, slowest, start, wall))
 	ours := by["controller"] + by["agent"]
-	b.ReportMetric(float64(ours)/float64(nodes), "writes/node"+tag)
+	per := func(k int) float64 { return float64(k) / float64(n) }
+	b.ReportMetric(per(ours), "writes/node"+tag)
 	b.Logf("API writes per node: controller %.1f, agents %.1f (operator total %.1f); others: %s",
-		per(by["controller"]), per(by["agent"]), per(ours), others(by))
+		per(by["controller"]), per(by["agent"]), per(ours), others(by, per))
 	b.Logf("controller RSS %s; agents RSS %s", ctrlRSS, rss("agent"))
 }
-
-func per(n int) float64 { return float64(n) / float64(nodes) }
 
 func writer(ua string) string {
 	switch {
@@ -138,7 +134,7 @@ func writer(ua string) string {
 	return ua
 }
 
-func others(by map[string]int) string {
+func others(by map[string]int, per func(int) float64) string {
 	var parts []string
 	for w, n := range by {
 		if w != "controller" && w != "agent" {
@@ -150,11 +146,15 @@ func others(by map[string]int) string {
 }
 
 // startController runs the controller as a process, as it runs in a pod.
-func startController(b testing.TB, e *testenv.Env, conc int) (stop func()) {
-	cmd := exec.Command(filepath.Join(bin, "slipway"), "update-operator", "controller", "--kubeconfig", e.Kubeconfig,
+func startController(b testing.TB, e *testenv.Env, r roundSpec, name string) (stop func()) {
+	args := []string{"update-operator", "controller", "--kubeconfig", e.Kubeconfig,
 		"--lease", "", "--metrics-addr", "", "--os-image-pattern", "-", "--pause-between", "0s",
-		"--max-concurrent", strconv.Itoa(conc), "--state-timeout", "5m", "--drain-timeout", "2m")
-	logf, err := os.Create(filepath.Join(e.Dir, fmt.Sprintf("controller-c%d.log", conc)))
+		"--max-concurrent", strconv.Itoa(r.conc), "--state-timeout", "5m", "--drain-timeout", "2m"}
+	if r.ahead {
+		args = append(args, "--prepare-ahead")
+	}
+	cmd := exec.Command(filepath.Join(bin, "slipway"), args...)
+	logf, err := os.Create(filepath.Join(e.Dir, fmt.Sprintf("controller-%s.log", name)))
 	if err != nil {
 		b.Fatal(err)
 	}

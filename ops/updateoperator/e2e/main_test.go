@@ -1,8 +1,9 @@
-// Package e2e is the update operator's benchmark and demo on the simulated
-// cluster: one `slipway update-operator agent` process per fake node (the
-// command platform, a fixed host time per update, reboots through the
-// supervisor) and one controller process. It starts a cluster only when a
-// benchmark runs or SLIPWAY_UO_DEMO=1; otherwise its tests skip.
+// Package e2e is the update operator as it runs in a cluster, on the
+// simulated one: one `slipway update-operator agent` process per fake node
+// (the command platform, a fixed host time per update, reboots through the
+// supervisor) and controller processes. Three uses share it: the benchmark
+// (100 nodes), the demo (SLIPWAY_UO_DEMO=1) and, in a plain `go test`, the
+// chaos test that kills those processes with SIGKILL (8 nodes).
 package e2e
 
 import (
@@ -19,7 +20,15 @@ import (
 	"slipway.dev/slipway/ops/testenv"
 )
 
+// What the package's cluster was started for.
+const (
+	modeBench = "bench"
+	modeDemo  = "demo"
+	modeChaos = "chaos"
+)
+
 var (
+	mode     string
 	env      *testenv.Env
 	bin      string // holds slipway and slipway-sim
 	shared   string // the scripts and the release file every node reads
@@ -41,11 +50,18 @@ func TestMain(m *testing.M) { os.Exit(run(m)) }
 func run(m *testing.M) int {
 	flag.Parse()
 	bench := flag.Lookup("test.bench") != nil && flag.Lookup("test.bench").Value.String() != ""
-	if !bench && os.Getenv("SLIPWAY_UO_DEMO") != "1" || testing.Short() || os.Getenv(testenv.EnvSkip) == "1" {
+	if testing.Short() || os.Getenv(testenv.EnvSkip) == "1" {
 		return m.Run() // env stays nil: tests skip
 	}
-	if bench {
-		nodes = 100
+	switch {
+	case bench:
+		mode, nodes = modeBench, 100
+	case os.Getenv("SLIPWAY_UO_DEMO") == "1":
+		mode = modeDemo
+	default:
+		mode, nodes = modeChaos, chaosNodes
+		hostTime = envDuration("SLIPWAY_UO_BENCH_HOST_TIME", chaosHostTime)
+		downTime = envDuration("SLIPWAY_UO_BENCH_REBOOT", chaosDownTime)
 	}
 	if n, err := strconv.Atoi(os.Getenv("SLIPWAY_UO_BENCH_NODES")); err == nil && n > 0 {
 		nodes = n

@@ -215,6 +215,26 @@ func (b *Bottlerocket) step(ctx context.Context, path, cmd string, done ...strin
 	return err
 }
 
+// Reset undoes an activation that was not booted (POST
+// /actions/deactivate-update: Ready goes back to Staged), so the next boot
+// runs the version running now. The API has no call that discards a staged
+// image: the inactive partition keeps it until the next prepare writes over
+// it, which changes nothing for the next boot.
+func (b *Bottlerocket) Reset(ctx context.Context) error {
+	st, err := b.status(ctx)
+	if err != nil {
+		return err
+	}
+	if st.UpdateState != BRReady {
+		return nil
+	}
+	if err := b.call(ctx, http.MethodPost, "/actions/deactivate-update", nil); err != nil {
+		return err
+	}
+	_, err = b.await(ctx, "deactivate", func(s *UpdateStatus) bool { return s.UpdateState != BRReady })
+	return err
+}
+
 // Reboot asks the host to reboot.
 func (b *Bottlerocket) Reboot(ctx context.Context) error {
 	return b.call(ctx, http.MethodPost, "/actions/reboot", nil)

@@ -12,9 +12,11 @@ import (
 // Command runs user commands, for any OS with an update tool (updog fits):
 // Check's command prints the available version on its first line (nothing
 // when up to date); Prepare, Apply and Reboot succeed by exiting 0; Version's
-// command, when set, prints the running version. Each is an argv.
+// command, when set, prints the running version; Reset's, when set, discards
+// a prepared update (without one, a reset does nothing on the host). Each is
+// an argv.
 type Command struct {
-	CheckCmd, PrepareCmd, ApplyCmd, RebootCmd, VersionCmd []string
+	CheckCmd, PrepareCmd, ApplyCmd, RebootCmd, VersionCmd, ResetCmd []string
 }
 
 // Check runs the check command.
@@ -60,6 +62,15 @@ func (c *Command) Version(ctx context.Context) (string, error) {
 	}
 	out, err := run(ctx, "version", c.VersionCmd)
 	return strings.TrimSpace(out), err
+}
+
+// Reset runs the reset command, when there is one.
+func (c *Command) Reset(ctx context.Context) error {
+	if len(c.ResetCmd) == 0 {
+		return nil
+	}
+	_, err := run(ctx, "reset", c.ResetCmd)
+	return err
 }
 
 // Validate names the commands missing.

@@ -1,5 +1,5 @@
 // Package platform is the agent's view of its host: one small interface
-// (check, prepare, perform, reboot, version) and its three implementations:
+// (check, prepare, perform, reboot, version, reset) and its three implementations:
 // slipway (the k3os-layout host upgrader of upgrade/ against a release
 // channel), bottlerocket-api (Bottlerocket's host API over its unix socket)
 // and command (four user commands, for any other OS).
@@ -29,6 +29,10 @@ type Platform interface {
 	Reboot(ctx context.Context) error
 	// Version is the version running.
 	Version(ctx context.Context) (string, error)
+	// Reset discards an update prepared (or performed) but not booted, after
+	// a failed update: the host is left as if no update had been started,
+	// as far as the platform can undo it. The version running is untouched.
+	Reset(ctx context.Context) error
 }
 
 // Names of the platforms, as --platform takes them.

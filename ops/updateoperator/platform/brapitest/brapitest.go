@@ -43,6 +43,7 @@ func New(socket, version, offered string, onReboot func()) (*Server, error) {
 	mux.HandleFunc("POST /actions/refresh-updates", s.action("refresh", s.refresh))
 	mux.HandleFunc("POST /actions/prepare-update", s.action("prepare", s.prepare))
 	mux.HandleFunc("POST /actions/activate-update", s.action("activate", s.activate))
+	mux.HandleFunc("POST /actions/deactivate-update", s.action("deactivate", s.deactivate))
 	mux.HandleFunc("POST /actions/reboot", s.action("reboot", s.reboot))
 	s.srv = &http.Server{Handler: mux}
 	go func() { _ = s.srv.Serve(l) }()
@@ -139,6 +140,17 @@ func (s *Server) activate() (int, string) {
 	s.state = "Ready"
 	return http.StatusNoContent, ""
 }
+
+func (s *Server) deactivate() (int, string) {
+	if s.state != "Ready" {
+		return http.StatusConflict, "no activated update to deactivate (state " + s.state + ")"
+	}
+	s.state = "Staged"
+	return http.StatusNoContent, ""
+}
+
+// State is the update_state.
+func (s *Server) State() string { s.mu.Lock(); defer s.mu.Unlock(); return s.state }
 
 func (s *Server) reboot() (int, string) {
 	s.reboots++

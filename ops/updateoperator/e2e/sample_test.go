@@ -1,0 +1,99 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/kube"
+	"slipway.dev/slipway/ops/testenv"
+	uo "slipway.dev/slipway/ops/updateoperator"
+)
+
+// fleetSampler records, at every tick, the nodes disrupted at once
+// (cordoned by the operator, rebooting, or down) and the ready replicas of
+// the guarded Deployment.
+type fleetSampler struct {
+	c          *kube.Clientset
+	mu         sync.Mutex
+	samples    int
+	maxDown    int
+	minReady   int32
+	violations []string
+}
+
+// every samples until the returned func is called.
+func (s *fleetSampler) every(d time.Duration) (stop func()) {
+	s.minReady = 1 << 30
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(d)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+			s.take()
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(quit); <-done }) }
+}
+
+func (s *fleetSampler) take() {
+	ctx := context.Background()
+	list, err := s.c.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: testenv.NodeRoleLabel + "=true"})
+	if err != nil {
+		return
+	}
+	var down []string
+	for _, n := range list.Items {
+		if drain.CordonedBy(n.Annotations) == uo.CordonOwner || n.Annotations[keys.State()] == string(uo.StateRebooting) ||
+			n.Annotations[testenv.DownAnnotation] == "true" {
+			down = append(down, n.Name)
+		}
+	}
+	var ready int32 = 1 << 30
+	if d, err := s.c.AppsV1().Deployments("default").Get(ctx, "kill-web", metav1.GetOptions{}); err == nil {
+		ready = d.Status.ReadyReplicas
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.samples++
+	s.maxDown, s.minReady = max(s.maxDown, len(down)), min(s.minReady, ready)
+	if len(down) > chaosConcurrent {
+		sort.Strings(down)
+		s.violations = append(s.violations, fmt.Sprintf("%s: %d nodes cordoned or rebooting at once: %s",
+			time.Now().Format("15:04:05.0"), len(down), strings.Join(down, ", ")))
+	}
+}
+
+// check fails t on any sampled violation.
+func (s *fleetSampler) check(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.Logf("%d samples: at most %d nodes disrupted at once, the Deployment at least %d ready", s.samples, s.maxDown, s.minReady)
+	for _, v := range s.violations {
+		t.Errorf("max-concurrent %d broken at %s", chaosConcurrent, v)
+	}
+	if s.minReady < chaosMinReady {
+		t.Errorf("the PDB-guarded Deployment dropped to %d ready, its PDB keeps %d", s.minReady, chaosMinReady)
+	}
+	if s.maxDown == 0 {
+		t.Error("no node was ever seen cordoned or rebooting: the samples missed the rollout")
+	}
+	if s.samples < 10 {
+		t.Errorf("only %d samples taken", s.samples)
+	}
+}

@@ -1,0 +1,134 @@
+package updateoperator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/updateoperator/platform"
+	"slipway.dev/slipway/upgrade/layout"
+)
+
+// failPerformOnce is a host whose first perform-update fails; it records
+// whether each reset left the staged release behind.
+type failPerformOnce struct {
+	platform.Platform
+	staged string // the folder prepare stages
+	mu     sync.Mutex
+	failed bool
+	resets []bool // per reset: the staged folder gone afterwards
+	prep   int
+}
+
+func (p *failPerformOnce) Prepare(ctx context.Context) error {
+	p.mu.Lock()
+	p.prep++
+	p.mu.Unlock()
+	return p.Platform.Prepare(ctx)
+}
+
+func (p *failPerformOnce) Perform(ctx context.Context) error {
+	p.mu.Lock()
+	first := !p.failed
+	p.failed = true
+	p.mu.Unlock()
+	if first {
+		return errors.New("the boot loader refused the new entry (planted failure)")
+	}
+	return p.Platform.Perform(ctx)
+}
+
+func (p *failPerformOnce) Reset(ctx context.Context) error {
+	err := p.Platform.Reset(ctx)
+	_, serr := os.Stat(p.staged)
+	p.mu.Lock()
+	p.resets = append(p.resets, os.IsNotExist(serr))
+	p.mu.Unlock()
+	return err
+}
+
+// A node whose perform-update fails goes error -> reset-state (the agent
+// discards the staged release from its real system directory) -> ready ->
+// stabilize, and is tried again after its backoff, this time to the end.
+func TestFailedUpdateIsResetThenRetried(t *testing.T) {
+	f := newFleet(t, "reset", 1)
+	name := f.nodes[0]
+	f.stopAgent(name)
+	host := &failPerformOnce{Platform: f.plats[name], staged: layout.New(f.plats[name].(*platform.Slipway).SystemDir).VersionDir(layout.Rootfs, "v2")}
+	f.plats[name] = host
+	f.startAgent(name)
+	seen := f.record(name)
+	stop := f.controller(nil)
+	defer stop()
+	eventually(t, 90*time.Second, "the node at v2 after a failure and a reset", f.done)
+	steps := seen()
+	want := []string{"perform-update/perform-update/error", "reset-state/reset-state/busy", "reset-state/reset-state/ready",
+		"stabilize/stabilize/update-available", "prepare-update/prepare-update/ready", "reboot-update/reboot-update/ready", "stabilize/stabilize/up-to-date"}
+	if !inOrder(steps, want) {
+		t.Errorf("the node went %v;\nwant in this order %v", steps, want)
+	}
+	host.mu.Lock()
+	defer host.mu.Unlock()
+	if len(host.resets) != 1 || !host.resets[0] {
+		t.Errorf("resets %v: want one, which removed the staged %s", host.resets, host.staged)
+	}
+	if host.prep != 2 {
+		t.Errorf("prepared %d times, want 2 (the retry stages again what the reset removed)", host.prep)
+	}
+	if n := f.node(name); n.Annotations[f.keys.Key(KeyFailures)] != "" {
+		t.Errorf("failures %q left after the successful retry", n.Annotations[f.keys.Key(KeyFailures)])
+	}
+	if r := f.eventReasons(name); !has(r, ReasonFailed) {
+		t.Errorf("no %s Event for the failure: %v", ReasonFailed, r)
+	}
+}
+
+// record watches node and keeps its distinct wanted/active/state steps, in
+// order (a watch sees every write); the returned func stops and gives them.
+func (f *fleet) record(node string) func() []string {
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := f.kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var steps []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok {
+				continue
+			}
+			v := f.keys.View(n, "")
+			if s := fmt.Sprintf("%s/%s/%s", v.Wanted, v.Active, v.State); len(steps) == 0 || steps[len(steps)-1] != s {
+				steps = append(steps, s)
+			}
+		}
+	}()
+	return func() []string {
+		cancel()
+		w.Stop()
+		<-done
+		return steps
+	}
+}
+
+// inOrder reports whether want occurs in got in order (not necessarily adjacent).
+func inOrder(got, want []string) bool {
+	i := 0
+	for _, s := range got {
+		if i < len(want) && strings.EqualFold(s, want[i]) {
+			i++
+		}
+	}
+	return i == len(want)
+}
