@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"strconv"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -50,8 +49,8 @@ func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *b
 		LabelAppName: LabelAppNameUpgrade, LabelManagedBy: LabelManagedByAgent,
 		LabelJobNode: LabelValue(a.opts.NodeName), LabelJobChannel: LabelValue(ch.Name),
 	}
-	annotations := map[string]string{AnnotationJobNode: a.opts.NodeName, AnnotationJobChannel: ch.Name,
-		"ops.slipway.dev/attempt": strconv.Itoa(slot.Attempt)}
+	annotations := jobOwnerAnnotations(ch.UID, slot)
+	annotations[AnnotationJobChannel] = ch.Name
 	deadline := int64(s.UpgradeTimeout.Seconds())
 	zero, ttl := int32(0), int32(jobTTL)
 	hostDir := corev1.HostPathDirectory
@@ -59,7 +58,7 @@ func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *b
 	no := false
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: JobName(a.opts.NodeName, slot.Version, slot.Attempt), Namespace: a.opts.Namespace, Labels: labels,
+			Name: SlotJobName(ch.UID, slot), Namespace: a.opts.Namespace, Labels: labels,
 			Annotations: annotations,
 		},
 		Spec: batchv1.JobSpec{

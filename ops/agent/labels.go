@@ -83,12 +83,6 @@ func shortHash(s string) string {
 	return hex.EncodeToString(sum[:4])
 }
 
-// JobName names the upgrade Job of node at version, attempt: unique per
-// try, so a retry never collides with the Job of an earlier one.
-func JobName(node, version string, attempt int) string {
-	return DNSLabel(fmt.Sprintf("upgrade-%s-%s-%d", node, version, attempt))
-}
-
 // channelOf names the channel of an upgrade Job or its pod: the exact name
 // from its annotation, else (a Job of an older agent) its label, which is
 // the name itself when it is short enough to be a label value.

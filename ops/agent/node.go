@@ -62,8 +62,13 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 
 // runJob creates the upgrade Job, and moves on when it finished.
 func (a *Agent) runJob(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) error {
-	name := JobName(a.opts.NodeName, slot.Version, slot.Attempt)
+	name := SlotJobName(ch.UID, slot)
 	j := a.job(name)
+	if j != nil {
+		if ok, why := jobOwnedBy(j, ch.UID, slot); !ok {
+			return a.fail(ctx, ch, slot, "job", fmt.Sprintf("job %s belongs to another rollout (%s): delete it and the node is retried", name, why))
+		}
+	}
 	if j == nil && !a.cordonedBySlipway() { // no drain started
 		if v, err := ReadVersions(a.opts.SystemDir); err == nil && v.Rootfs == slot.Version && a.noJobAt(ctx, slot.Version) {
 			// Already there, and no Job of this attempt swapped it: nothing to do, no reboot.

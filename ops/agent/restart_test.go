@@ -330,7 +330,7 @@ func TestRestartBeforeCordonKeepsTheRunningVersions(t *testing.T) {
 	f.waitNode(t, node, "labelled v1 at start", func(n *corev1.Node) bool { return n.Labels[LabelRootfsVersion] == "v1" })
 	f.stop(node)
 	f.install(node, "v2") // the Job's swap
-	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: JobName(node, "v2", 1), Namespace: f.ns,
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "upgrade-" + node + "-v2-manual", Namespace: f.ns,
 		Labels: map[string]string{LabelJobNode: LabelValue(node)}, Annotations: map[string]string{AnnotationJobNode: node}},
 		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{Name: "upgrade", Image: "slipway:test", Args: []string{"ops", "upgrade", "--version", "v2"}}}}}}}
