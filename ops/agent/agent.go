@@ -54,6 +54,7 @@ type Agent struct {
 	waitSince       map[string]time.Time
 	wrote           map[string]v1.Slot // per channel: this node's slot as this agent last wrote it
 	known           Versions           // the versions this agent published for its node's boot
+	knownBoot       string             // the boot ID known belongs to
 	hasKnown        bool
 }
 

@@ -9,11 +9,13 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"slipway.dev/slipway/ops/agent/plan"
 	"slipway.dev/slipway/upgrade/layout"
 )
 
-// Versions are the versions a system directory's `current` links point at.
-type Versions struct{ Rootfs, Kernel, K3s string }
+// Versions are the versions of a node's components: what a system
+// directory's `current` links name, or what a boot runs.
+type Versions = plan.Versions
 
 // ReadVersions reads the current versions of the system directory root.
 func ReadVersions(root string) (Versions, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"time"
 
@@ -12,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -26,14 +26,14 @@ import (
 func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error) {
 	ch, err := a.channels.UpdateChannels(a.opts.Namespace).Get(name)
 	if apierrors.IsNotFound(err) {
-		return 0, a.cleanupIdle(ctx)
+		return 0, a.idle(ctx, nil)
 	} else if err != nil {
 		return 0, err
 	}
 	seen, _ := a.mySlot(ch, v1.Slot{})
 	if seen == nil {
 		a.noteWaiting(ch)
-		return 0, a.cleanupIdle(ctx)
+		return 0, a.idle(ctx, ch)
 	}
 	newest := plan.Newest(*seen, a.lastWrote(name))
 	slot := &newest
@@ -55,7 +55,7 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 	}
 	if errors.Is(err, errSlotGone) {
 		a.log.Info("slot was taken away meanwhile", "channel", name)
-		return 0, a.cleanupIdle(ctx)
+		return 0, a.idle(ctx, ch)
 	}
 	return 0, err
 }
@@ -69,12 +69,12 @@ func (a *Agent) runJob(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 			return a.fail(ctx, ch, slot, "job", fmt.Sprintf("job %s belongs to another rollout (%s): delete it and the node is retried", name, why))
 		}
 	}
-	if j == nil && !a.cordonedBySlipway() { // no drain started
-		if v, err := ReadVersions(a.opts.SystemDir); err == nil && v.Rootfs == slot.Version && a.noJobAt(ctx, slot.Version) {
-			// Already there, and no Job of this attempt swapped it: nothing to do, no reboot.
-			a.recorder.Eventf(ch, corev1.EventTypeNormal, "AlreadyUpToDate", "node %s already runs %s; slot freed", a.opts.NodeName, slot.Version)
-			return a.succeed(ctx, ch, slot, v)
-		}
+	if running := a.readableVersions(); j == nil && !a.cordonedBySlipway() && running != nil && running.Rootfs == slot.Version {
+		// It runs the target already (booted it): nothing to do, no reboot.
+		// A swap staged but not booted does not count: the Job runs, the
+		// node drains and reboots.
+		a.recorder.Eventf(ch, corev1.EventTypeNormal, "AlreadyUpToDate", "node %s already runs %s; slot freed", a.opts.NodeName, slot.Version)
+		return a.succeed(ctx, ch, slot, *running)
 	}
 	if j == nil {
 		created, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, a.buildJob(ch, s, slot), metav1.CreateOptions{})
@@ -132,38 +132,6 @@ func (a *Agent) podMessage(ctx context.Context, job string) string {
 	return "; its pod's log says why (kubectl -n " + a.opts.Namespace + " logs job/" + job + ")"
 }
 
-// noJobAt asks the API server, not the informer, whether no upgrade Job of
-// this node to version exists, in any attempt: a swap done by a Job (one the
-// informer has not shown yet, or an earlier attempt's whose drain failed or
-// whose slot was taken away) still needs its reboot.
-func (a *Agent) noJobAt(ctx context.Context, version string) bool {
-	l, err := a.kube.BatchV1().Jobs(a.opts.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{LabelJobNode: LabelValue(a.opts.NodeName)}).String()})
-	if err != nil {
-		return false
-	}
-	for _, j := range l.Items {
-		if j.Annotations[AnnotationJobNode] == a.opts.NodeName && jobVersion(j.Spec.Template.Spec.Containers) == version {
-			return false
-		}
-	}
-	return true
-}
-
-// jobVersion is the version an upgrade Job's container installs (its --version).
-func jobVersion(cs []corev1.Container) string {
-	if len(cs) == 0 {
-		return ""
-	}
-	args := cs[0].Args
-	for i, a := range args {
-		if a == "--version" && i+1 < len(args) {
-			return args[i+1]
-		}
-	}
-	return ""
-}
-
 func (a *Agent) job(name string) *batchv1.Job {
 	o, ok, _ := a.jobs.GetByKey(a.opts.Namespace + "/" + name)
 	if !ok {
@@ -186,6 +154,9 @@ func (a *Agent) drainAndReboot(ctx context.Context, ch *v1.UpdateChannel, s plan
 		return err
 	}
 	rebootFrom := map[string]string{AnnotationRebootFrom: boot}
+	if running, current := a.readableVersions(), a.currentVersions(); running != nil && current != nil {
+		maps.Copy(rebootFrom, stagedAnnotations(*running, *current)) // what the reboot starts rides on the cordon
+	}
 	drained := "drain disabled"
 	if s.Drain.Enabled {
 		start := time.Now()
@@ -211,7 +182,7 @@ func (a *Agent) drainAndReboot(ctx context.Context, ch *v1.UpdateChannel, s plan
 		a.metrics.drain.Observe(time.Since(start).Seconds())
 		drained = fmt.Sprintf("cordoned and drained in %s (%d pods evicted, %d deleted)",
 			time.Since(start).Round(time.Millisecond), len(res.Evicted), len(res.Deleted))
-	} else if err := a.patchNode(ctx, nil, map[string]any{AnnotationRebootFrom: boot}); err != nil {
+	} else if err := a.patchNode(ctx, nil, anyMap(rebootFrom)); err != nil {
 		return err
 	}
 	if _, err := a.setPhase(ctx, ch, slot, plan.PhaseRebooting, slot.Job); err != nil {
@@ -291,10 +262,11 @@ func (a *Agent) afterReboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Se
 		// The Rebooting Event was recorded when the phase was written: one per reboot.
 		return 0, a.reboot(ctx, ch, s, "")
 	}
-	v, err := ReadVersions(a.opts.SystemDir)
-	if err != nil {
-		return 0, err
+	running := a.readableVersions()
+	if running == nil {
+		return 0, fmt.Errorf("what node %s runs is not known yet", a.opts.NodeName)
 	}
+	v := *running
 	if v.Rootfs != slot.Version {
 		return 0, a.fail(ctx, ch, slot, "boot", fmt.Sprintf("node came back at %s, not %s: the boot fell back to the previous version; see the node's console", v.Rootfs, slot.Version))
 	}
@@ -344,14 +316,10 @@ func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot,
 // fail uncordons the node if slipway cordoned it, frees the slot and
 // records the failure with reason.
 func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, step, reason string) error {
-	// A boot that fell back runs other versions than the node shows. Before
-	// the reboot the node still runs what it shows, whatever its system
-	// directory holds (a drain that failed after the swap).
-	var v *Versions
-	if step == "boot" {
-		v = a.readableVersions()
-	}
-	if err := a.uncordonAndPublish(ctx, v); err != nil {
+	// The node is labelled with what this boot runs, whatever its system
+	// directory holds (a drain that failed after the swap), so its failure
+	// stays counted; the swap is undone below.
+	if err := a.uncordonAndPublish(ctx, a.readableVersions()); err != nil {
 		return err
 	}
 	var f v1.Failure
@@ -367,6 +335,9 @@ func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, st
 	a.metrics.failures.WithLabelValues(ch.Name, step).Inc()
 	a.log.Warn("upgrade failed", "channel", ch.Name, "version", slot.Version, "attempts", f.Attempts, "reason", reason)
 	a.recorder.Eventf(ch, corev1.EventTypeWarning, "UpgradeFailed", "node %s (attempt %d): %s", a.opts.NodeName, f.Attempts, reason)
+	if step != "boot" {
+		return a.undoSwap(ctx, ch)
+	}
 	return nil
 }
 

@@ -43,6 +43,9 @@ type Options struct {
 	Rebooter reboot.Rebooter
 	// BootIDFile holds an ID that changes with every boot (default /proc/sys/kernel/random/boot_id).
 	BootIDFile string
+	// CmdlineFile is the kernel command line (default /proc/cmdline): a
+	// slipway.rootfs= on it names the rootfs the boot loader chose.
+	CmdlineFile string
 	// BootIDFromNode reads the boot ID from the Node's status.nodeInfo.bootID
 	// instead of BootIDFile: for simulated nodes whose supervisor sets it
 	// before it restarts the agent. (A real kubelet may report it only after
@@ -91,6 +94,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.BootIDFile == "" {
 		o.BootIDFile = "/proc/sys/kernel/random/boot_id"
+	}
+	if o.CmdlineFile == "" {
+		o.CmdlineFile = "/proc/cmdline"
 	}
 	if o.Retry.Base <= 0 {
 		o.Retry = plan.DefaultRetry
