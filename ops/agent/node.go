@@ -149,6 +149,9 @@ func (a *Agent) drainAndReboot(ctx context.Context, ch *v1.UpdateChannel, s plan
 	if err := a.confirmSlot(ctx, ch.Name, slot); err != nil {
 		return err
 	}
+	if ok, why := a.drainAllowed(s); !ok {
+		return a.deferToWindow(ctx, ch, slot, why)
+	}
 	boot, err := a.bootID()
 	if err != nil {
 		return err
@@ -188,7 +191,7 @@ func (a *Agent) drainAndReboot(ctx context.Context, ch *v1.UpdateChannel, s plan
 	if _, err := a.setPhase(ctx, ch, slot, plan.PhaseRebooting, slot.Job); err != nil {
 		return err
 	}
-	return a.reboot(ctx, ch, s, drained)
+	return a.reboot(ctx, ch, s, slot, drained)
 }
 
 // slowStep is how long a step may take before its phase is written to the
@@ -216,7 +219,7 @@ func (a *Agent) markIfSlow(ctx context.Context, ch *v1.UpdateChannel, slot v1.Sl
 // reboot asks the Rebooter to reboot after rebootDelay, once per process.
 // how says what was done before (the drain), for the Rebooting Event; ""
 // records no Event (an agent restarted before its reboot happened).
-func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, how string) error {
+func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot, how string) error {
 	a.mu.Lock()
 	already, announced := a.rebooting, a.rebootAnnounced
 	a.rebooting, a.rebootAnnounced = true, true
@@ -232,6 +235,12 @@ func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(s.RebootDelay):
+	}
+	if ok, why := plan.MayReboot(s, time.Now()); !ok { // never outside the window
+		a.mu.Lock()
+		a.rebooting = false
+		a.mu.Unlock()
+		return a.deferToWindow(ctx, ch, slot, why)
 	}
 	if err := a.opts.Rebooter.Reboot(ctx); err != nil {
 		a.mu.Lock()
@@ -260,7 +269,7 @@ func (a *Agent) afterReboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Se
 			return 0, err
 		}
 		// The Rebooting Event was recorded when the phase was written: one per reboot.
-		return 0, a.reboot(ctx, ch, s, "")
+		return 0, a.reboot(ctx, ch, s, slot, "")
 	}
 	running := a.readableVersions()
 	if running == nil {
