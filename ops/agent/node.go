@@ -216,39 +216,57 @@ func (a *Agent) markIfSlow(ctx context.Context, ch *v1.UpdateChannel, slot v1.Sl
 	return func() { close(done); <-finished }
 }
 
-// reboot asks the Rebooter to reboot after rebootDelay, once per process.
-// how says what was done before (the drain), for the Rebooting Event; ""
-// records no Event (an agent restarted before its reboot happened).
+// reboot asks the Rebooter to reboot after rebootDelay, once per process,
+// and again when the reboot stalled (still this boot RebootStall after the
+// request; Event RebootStalled). how says what was done before (the
+// drain), for the Rebooting Event; "" records no Event (an agent restarted
+// before its reboot happened).
 func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot, how string) error {
 	a.mu.Lock()
-	already, announced := a.rebooting, a.rebootAnnounced
-	a.rebooting, a.rebootAnnounced = true, true
+	already, announced, stalled := a.rebooting, a.rebootAnnounced, a.rebooting && time.Since(a.rebootAt) >= a.opts.RebootStall
+	since := time.Since(a.rebootAt).Round(time.Second)
+	if !already || stalled {
+		a.rebooting, a.rebootAnnounced = true, true
+	}
 	a.mu.Unlock()
-	if already {
+	if already && !stalled {
 		return nil
 	}
-	a.log.Info("rebooting", "channel", ch.Name, "delay", s.RebootDelay, "method", a.opts.Rebooter.String())
-	if !announced && how != "" { // a retry after a failed reboot request, or after a restart, is not news
+	delay := s.RebootDelay
+	if stalled {
+		delay = 0
+		a.log.Warn("the reboot did not happen; requesting it again", "requested", since, "method", a.opts.Rebooter.String())
+		a.recorder.Eventf(ch, corev1.EventTypeWarning, "RebootStalled", "node %s still runs the same boot %s after its reboot was requested with %s; requesting it again",
+			a.opts.NodeName, since, a.opts.Rebooter)
+	} else if !announced && how != "" { // a retry after a failed reboot request, or after a restart, is not news
 		a.recorder.Eventf(ch, corev1.EventTypeNormal, "Rebooting", "node %s upgraded and %s; rebooting in %s", a.opts.NodeName, how, s.RebootDelay)
 	}
+	a.log.Info("rebooting", "channel", ch.Name, "delay", delay, "method", a.opts.Rebooter.String())
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(s.RebootDelay):
+	case <-time.After(delay):
 	}
 	if ok, why := plan.MayReboot(s, time.Now()); !ok { // never outside the window
-		a.mu.Lock()
-		a.rebooting = false
-		a.mu.Unlock()
+		a.setRebooting(false)
 		return a.deferToWindow(ctx, ch, slot, why)
 	}
 	if err := a.opts.Rebooter.Reboot(ctx); err != nil {
-		a.mu.Lock()
-		a.rebooting = false
-		a.mu.Unlock()
+		a.setRebooting(false)
+		a.recorder.Eventf(ch, corev1.EventTypeWarning, "RebootStalled", "node %s: the reboot was refused: %v; retrying", a.opts.NodeName, err)
 		return fmt.Errorf("reboot node %s with %s: %w", a.opts.NodeName, a.opts.Rebooter, err)
 	}
+	a.mu.Lock()
+	a.rebootAt = time.Now()
+	a.mu.Unlock()
+	a.queue.AddAfter(key{roleNode, ch.Name}, a.opts.RebootStall) // to see whether it happened
 	return nil
+}
+
+func (a *Agent) setRebooting(v bool) {
+	a.mu.Lock()
+	a.rebooting = v
+	a.mu.Unlock()
 }
 
 // afterReboot runs after the agent restarts in the Rebooting phase: still
