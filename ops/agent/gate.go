@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -31,14 +30,4 @@ func (a *Agent) deferToWindow(ctx context.Context, ch *v1.UpdateChannel, slot v1
 	a.log.Info("slot given back: the window leaves no room", "channel", ch.Name, "why", reason)
 	a.recorder.Eventf(ch, corev1.EventTypeNormal, "WaitingForWindow", "node %s gave its slot back, uncordoned, not rebooted: %s", a.opts.NodeName, reason)
 	return a.undoSwap(ctx, ch)
-}
-
-// drainAllowed is plan.MayStart for a drain that has not begun yet; a drain
-// already begun (slipway's cordon on the node: an agent restarted mid-drain)
-// goes on, since its start was allowed.
-func (a *Agent) drainAllowed(s plan.Settings) (bool, string) {
-	if a.cordonedBySlipway() {
-		return true, ""
-	}
-	return plan.MayStart(s, time.Now())
 }

@@ -55,9 +55,9 @@ func TestNoCordonOnAStaleSlot(t *testing.T) {
 	if bad != nil {
 		t.Fatal(bad)
 	}
-	err = a.drainAndReboot(ctx, stale, s, slot)
+	err = a.stepDrain(ctx, &stepCtx{ch: stale, s: s, slot: slot})
 	if !errors.Is(err, errSlotGone) {
-		t.Errorf("drainAndReboot on a freed slot: %v, want errSlotGone", err)
+		t.Errorf("the drain step on a freed slot: %v, want errSlotGone", err)
 	}
 	n, err := f.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
