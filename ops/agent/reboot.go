@@ -26,6 +26,7 @@ func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 	switch {
 	case state == plan.RebootStalled:
 		delay = 0
+		a.metrics.stalls.Inc()
 		a.log.Warn("the reboot did not happen; requesting it again", "requested", since, "method", a.opts.Rebooter.String())
 		a.recorder.Eventf(ch, corev1.EventTypeWarning, "RebootStalled", "node %s still runs the same boot %s after its reboot was requested with %s; requesting it again",
 			a.opts.NodeName, since, a.opts.Rebooter)
@@ -44,6 +45,7 @@ func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 	}
 	if err := a.opts.Rebooter.Reboot(ctx); err != nil {
 		a.setRebooting(false)
+		a.metrics.stalls.Inc()
 		a.recorder.Eventf(ch, corev1.EventTypeWarning, "RebootStalled", "node %s: the reboot was refused: %v; retrying", a.opts.NodeName, err)
 		return fmt.Errorf("reboot node %s with %s: %w", a.opts.NodeName, a.opts.Rebooter, err)
 	}

@@ -74,6 +74,7 @@ func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
 	} else if err != nil {
 		return fmt.Errorf("create rollback job %s: %w", name, err)
 	}
+	a.metrics.rollbacks.Inc()
 	a.log.Info("rolling back a swap not booted", "job", name, "staged", current.Rootfs, "running", running.Rootfs)
 	a.recorder.Eventf(a.eventTarget(ch), corev1.EventTypeWarning, "RollingBack",
 		"node %s: its rollout ended before the reboot and %s; job %s rolls the system directory back to %s",
