@@ -11,6 +11,10 @@ import (
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 )
 
+// refusedGrace is how long the agent outlives a failed reboot request
+// before it reports it: a reboot under way ends the agent before that.
+const refusedGrace = 3 * time.Second
+
 // reboot asks the Rebooter to reboot after rebootDelay, and again when the
 // reboot stalled (still this boot RebootStall after the request; Event
 // RebootStalled). how says what was done before (the drain), for the
@@ -45,6 +49,13 @@ func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 	}
 	if err := a.opts.Rebooter.Reboot(ctx); err != nil {
 		a.setRebooting(false)
+		// A reboot under way stops this process, and may kill the reboot
+		// command first: only a refusal this process outlives is news.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(refusedGrace):
+		}
 		a.metrics.stalls.Inc()
 		a.recorder.Eventf(ch, corev1.EventTypeWarning, "RebootStalled", "node %s: the reboot was refused: %v; retrying", a.opts.NodeName, err)
 		return fmt.Errorf("reboot node %s with %s: %w", a.opts.NodeName, a.opts.Rebooter, err)

@@ -31,13 +31,10 @@ const AnnotationJobAction = "ops.slipway.dev/action"
 const rollbackTimeout = 10 * time.Minute
 
 // idle is what a node's agent does for channel ch (nil: deleted) when it
-// holds no slot in it: undo a swap its rollout left staged, show what is
-// staged, and undo slipway's cordon (cleanupIdle).
+// holds no slot in it: undo a swap its rollout left staged and undo
+// slipway's cordon (cleanupIdle).
 func (a *Agent) idle(ctx context.Context, ch *v1.UpdateChannel) error {
 	if err := a.undoSwap(ctx, ch); err != nil {
-		return err
-	}
-	if err := a.republish(ctx); err != nil {
 		return err
 	}
 	return a.cleanupIdle(ctx)
@@ -48,7 +45,13 @@ func (a *Agent) idle(ctx context.Context, ch *v1.UpdateChannel) error {
 // slot for this node any more (asked of the API server, not the cache).
 func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
 	running, current := a.readableVersions(), a.currentVersions()
-	if running == nil || current == nil || plan.Staged(*running, *current) == (Versions{}) {
+	if running == nil || current == nil {
+		return nil
+	}
+	if plan.Staged(*running, *current) == (Versions{}) {
+		if a.takeRolledBack() { // this process's rollback Job is done: nothing staged any more
+			return a.republish(ctx)
+		}
 		return nil
 	}
 	ourJob, busy := a.upgradeJobAt(current.Rootfs)
@@ -75,6 +78,7 @@ func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
 		return fmt.Errorf("create rollback job %s: %w", name, err)
 	}
 	a.metrics.rollbacks.Inc()
+	a.setRolledBack()
 	a.log.Info("rolling back a swap not booted", "job", name, "staged", current.Rootfs, "running", running.Rootfs)
 	a.recorder.Eventf(a.eventTarget(ch), corev1.EventTypeWarning, "RollingBack",
 		"node %s: its rollout ended before the reboot and %s; job %s rolls the system directory back to %s",
@@ -171,6 +175,21 @@ func argAfterFlag(args []string, flag string) string {
 		}
 	}
 	return ""
+}
+
+func (a *Agent) setRolledBack() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.rolledBack = true
+}
+
+// takeRolledBack reports, once, that this process created a rollback Job.
+func (a *Agent) takeRolledBack() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	was := a.rolledBack
+	a.rolledBack = false
+	return was
 }
 
 func (a *Agent) knownBootID() string {
