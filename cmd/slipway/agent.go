@@ -33,7 +33,10 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "image", Usage: "image of the upgrade Job when the channel names none (the agent's own)", EnvVars: envs("IMAGE")},
 			&cli.StringFlag{Name: "upgrade-command", Value: "slipway", Usage: "the upgrade Job's `COMMAND`, run with the arguments ops upgrade ...", EnvVars: envs("UPGRADE_COMMAND")},
 			&cli.BoolFlag{Name: "install-crds", Usage: "create or update the UpdateChannel CRD at start", EnvVars: envs("INSTALL_CRDS")},
-			&cli.StringFlag{Name: "reboot-method", Value: "auto", Usage: "how to reboot: auto (logind where systemd runs, else reboot(2) after sync), logind, syscall or command", EnvVars: envs("REBOOT_METHOD")},
+			&cli.StringFlag{Name: "reboot-method", Value: "auto", Usage: "how to reboot: auto (the host's init, told from --host-run-dir: logind on systemd, openrc-shutdown on OpenRC such as k3os, else reboot(2) after sync), systemd (logind), openrc, syscall or command", EnvVars: envs("REBOOT_METHOD")},
+			&cli.StringFlag{Name: "host-run-dir", Value: "/host/run", Usage: "where the host's /run is mounted (read-only), to tell its init system", EnvVars: envs("HOST_RUN_DIR")},
+			&cli.StringFlag{Name: "host-root", Value: "/proc/1/root", Usage: "the host's root, where --reboot-method openrc runs the host's own openrc-shutdown (needs the host's PID namespace)", EnvVars: envs("HOST_ROOT")},
+			&cli.DurationFlag{Name: "reboot-stall-timeout", Value: agentDefaults.RebootStall, Usage: "a reboot still not happened after this long (same boot ID) is reported (Event RebootStalled) and requested again", EnvVars: envs("REBOOT_STALL_TIMEOUT")},
 			&cli.StringFlag{Name: "reboot-command", Usage: "the reboot command for --reboot-method=command (split on spaces)", EnvVars: envs("REBOOT_COMMAND")},
 			&cli.StringFlag{Name: "boot-id-file", Value: "/proc/sys/kernel/random/boot_id", Usage: "a file whose content changes with every boot", EnvVars: envs("BOOT_ID_FILE")},
 			&cli.BoolFlag{Name: "boot-id-from-node", Usage: "read the boot ID from the Node's status (simulated nodes) instead of --boot-id-file", EnvVars: envs("BOOT_ID_FROM_NODE")},
@@ -50,7 +53,7 @@ func agentCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			rebooter, err := agentRebooter(c.String("reboot-method"), c.String("reboot-command"))
+			rebooter, err := agentRebooterAt(c.String("reboot-method"), c.String("reboot-command"), c.String("host-run-dir"), c.String("host-root"))
 			if err != nil {
 				return err
 			}
@@ -60,7 +63,7 @@ func agentCommand() *cli.Command {
 				Image: c.String("image"), UpgradeCommand: strings.Fields(c.String("upgrade-command")),
 				InstallCRDs: c.Bool("install-crds"), Rebooter: rebooter, BootIDFile: c.String("boot-id-file"), BootIDFromNode: c.Bool("boot-id-from-node"),
 				MetricsAddr: c.String("metrics-addr"), Config: cfg, Resync: c.Duration("resync"),
-				LeaseDuration: c.Duration("lease-duration"), GitHubToken: os.Getenv("GITHUB_TOKEN"),
+				LeaseDuration: c.Duration("lease-duration"), GitHubToken: os.Getenv("GITHUB_TOKEN"), RebootStall: c.Duration("reboot-stall-timeout"),
 				Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 			}
 			opts.Retry.Base, opts.Retry.Max = c.Duration("retry-backoff"), c.Duration("retry-backoff-max")
@@ -99,12 +102,21 @@ func kubeConfig(path string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// agentRebooter is agentRebooterAt for a process that runs on the host.
 func agentRebooter(method, command string) (reboot.Rebooter, error) {
+	return agentRebooterAt(method, command, "/run", "/")
+}
+
+// agentRebooterAt turns --reboot-method into a Rebooter; hostRun and
+// hostRoot are where this process sees the host's /run and root.
+func agentRebooterAt(method, command, hostRun, hostRoot string) (reboot.Rebooter, error) {
 	switch method {
 	case "auto":
-		return reboot.Auto(), nil
-	case "logind":
+		return reboot.AutoAt(hostRun, hostRoot), nil
+	case "systemd", "logind":
 		return reboot.Logind{}, nil
+	case "openrc":
+		return reboot.ForInit(reboot.InitOpenRC, hostRoot), nil
 	case "syscall":
 		return reboot.Syscall{}, nil
 	case "command":
@@ -113,5 +125,5 @@ func agentRebooter(method, command string) (reboot.Rebooter, error) {
 		}
 		return reboot.Command{Argv: strings.Fields(command)}, nil
 	}
-	return nil, fmt.Errorf("--reboot-method %q is not auto, logind, syscall or command", method)
+	return nil, fmt.Errorf("--reboot-method %q is not auto, systemd, openrc, syscall or command", method)
 }

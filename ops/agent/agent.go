@@ -49,11 +49,15 @@ type Agent struct {
 	elections       map[string]*election
 	fleet           map[string]*fleetCache
 	rebooting       bool      // a reboot was requested by this process and has not failed
-	rebootAnnounced bool      // its Rebooting Event was recorded
+	rebootAt        time.Time // when this process last requested the reboot
+	wroteRebootFrom string    // the boot ID this process recorded on its Node before Rebooting
+	drained         string    // what this process's drain did, for the Rebooting Event
+	rolledBack      bool      // this process created a rollback Job; publish when it is done
 	notReadyAt      time.Time // when this process first saw its node not Ready after a reboot
 	waitSince       map[string]time.Time
 	wrote           map[string]v1.Slot // per channel: this node's slot as this agent last wrote it
 	known           Versions           // the versions this agent published for its node's boot
+	knownBoot       string             // the boot ID known belongs to
 	hasKnown        bool
 }
 

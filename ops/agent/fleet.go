@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -78,7 +79,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 		plan.Prune(st, nodes, target)
 		if slotHolders(c) == fc.slots {
 			added = plan.Claim(s, st, plan.Candidates(s, *st, nodes, target, a.opts.Retry, now), target, now)
-			startUpgrading(st, added)
+			startUpgrading(c.UID, st, added)
 		} else {
 			// A slot changed hands since the nodes were listed (a conflict
 			// brought a newer status): the list may show a node that just
@@ -103,13 +104,13 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 }
 
 // startUpgrading marks the slots just assigned Upgrading with their Job's
-// name, which is known (node, version, attempt): the node's agent then only
+// name, which is known (node, version, channel UID, claim time, attempt): the node's agent then only
 // creates the Job, and writes nothing to the channel until it reboots.
-func startUpgrading(st *v1.UpdateChannelStatus, added []string) {
+func startUpgrading(uid types.UID, st *v1.UpdateChannelStatus, added []string) {
 	for _, n := range added {
 		if i := plan.FindSlot(*st, n); i >= 0 {
 			sl := &st.Updating[i]
-			sl.Phase, sl.Job = plan.PhaseUpgrading, JobName(sl.Node, sl.Version, sl.Attempt)
+			sl.Phase, sl.Job = plan.PhaseUpgrading, SlotJobName(uid, *sl)
 		}
 	}
 }

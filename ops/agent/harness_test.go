@@ -113,9 +113,27 @@ func (f *fleet) install(node, version string) {
 		if err := os.MkdirAll(l.VersionDir(c, version), 0o755); err != nil {
 			f.t.Error(err)
 		}
+		if old, err := l.Current(c); err == nil && old != version {
+			_ = l.SetLink(c, layout.PreviousLink, old)
+		}
 		if err := l.SetLink(c, layout.CurrentLink, version); err != nil {
 			f.t.Error(err)
 		}
+	}
+}
+
+// rollback swaps node's current and previous links, as `ops rollback` does.
+func (f *fleet) rollback(node string) {
+	l := layout.New(f.systemDir(node))
+	for _, c := range []layout.Component{layout.Rootfs, layout.Kernel} {
+		cur, err1 := l.Current(c)
+		prev, err2 := l.Previous(c)
+		if err1 != nil || err2 != nil {
+			f.t.Errorf("rollback of %s: %v %v", node, err1, err2)
+			return
+		}
+		_ = l.SetLink(c, layout.PreviousLink, cur)
+		_ = l.SetLink(c, layout.CurrentLink, prev)
 	}
 }
 
@@ -239,7 +257,11 @@ func (f *fleet) runJobs(ctx context.Context) {
 		f.mu.Lock()
 		fail := f.failOn[node]
 		f.mu.Unlock()
-		if !fail {
+		switch {
+		case fail:
+		case j.Spec.Template.Spec.Containers[0].Args[1] == "rollback":
+			f.rollback(node)
+		default:
 			f.install(node, version)
 		}
 		finishJob(ctx, f.kube, j, fail)

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"strconv"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -24,7 +23,8 @@ const jobTTL = 24 * 60 * 60
 // upgradeArgs is the `ops upgrade` command line of a slot.
 func upgradeArgs(s plan.Settings, version string) []string {
 	args := []string{"ops", "upgrade", "--system-dir", jobSystemDir, "--lock-file", jobLockDir + "/upgrade.lock",
-		"--source", s.URL, "--version", version, "--reboot=false"}
+		"--source", s.URL, "--version", version, "--reboot=false",
+		"--remount"} // stock k3os mounts the system directory read-only: writable for the swap only
 	if s.Components.Rootfs {
 		args = append(args, "--rootfs")
 	}
@@ -40,7 +40,11 @@ func upgradeArgs(s plan.Settings, version string) []string {
 // buildJob is the upgrade Job for slot on this agent's node: bound to the
 // node, deadline from upgradeTimeout, no retries inside the Job (the agent
 // retries with backoff under a new name), the system directory and lock
-// directory from the host, and only the capabilities a swap needs.
+// directory from the host, and only the capabilities a swap needs: the
+// remount of the Job's own bind of the system directory (--remount) needs
+// CAP_SYS_ADMIN and no AppArmor mount rule, not a privileged pod; it
+// changes no mount the host sees except through the shared filesystem, so
+// no mount propagation is needed either.
 func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *batchv1.Job {
 	image := s.Image
 	if image == "" {
@@ -50,8 +54,8 @@ func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *b
 		LabelAppName: LabelAppNameUpgrade, LabelManagedBy: LabelManagedByAgent,
 		LabelJobNode: LabelValue(a.opts.NodeName), LabelJobChannel: LabelValue(ch.Name),
 	}
-	annotations := map[string]string{AnnotationJobNode: a.opts.NodeName, AnnotationJobChannel: ch.Name,
-		"ops.slipway.dev/attempt": strconv.Itoa(slot.Attempt)}
+	annotations := jobOwnerAnnotations(ch.UID, slot)
+	annotations[AnnotationJobChannel] = ch.Name
 	deadline := int64(s.UpgradeTimeout.Seconds())
 	zero, ttl := int32(0), int32(jobTTL)
 	hostDir := corev1.HostPathDirectory
@@ -59,7 +63,7 @@ func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *b
 	no := false
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: JobName(a.opts.NodeName, slot.Version, slot.Attempt), Namespace: a.opts.Namespace, Labels: labels,
+			Name: SlotJobName(ch.UID, slot), Namespace: a.opts.Namespace, Labels: labels,
 			Annotations: annotations,
 		},
 		Spec: batchv1.JobSpec{
@@ -76,6 +80,8 @@ func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *b
 						Command: a.opts.UpgradeCommand, Args: upgradeArgs(s, slot.Version),
 						SecurityContext: &corev1.SecurityContext{
 							RunAsUser: new(int64), AllowPrivilegeEscalation: &no,
+							// The remount is a mount(2): AppArmor's default container profile refuses it.
+							AppArmorProfile: &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined},
 							// SYS_ADMIN remounts the system directory read-write; CHOWN,
 							// FOWNER and DAC_OVERRIDE keep the release's ownership and modes.
 							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"},

@@ -23,6 +23,21 @@ const (
 	AnnotationKernelVersion = "ops.slipway.dev/kernel-version"
 	AnnotationK3sVersion    = "ops.slipway.dev/k3s-version"
 
+	// AnnotationBootedBootID is written by the node's agent with the
+	// versions above: the boot ID they were recorded in. The versions a boot
+	// runs are recorded at the first sight of that boot; an agent restarted
+	// on the same boot after a Job swapped `current` keeps them.
+	AnnotationBootedBootID = "ops.slipway.dev/booted-boot-id"
+
+	// LabelStagedRootfsVersion and AnnotationStaged*Version: on each Node,
+	// written by its agent (on its cordon, and whenever it publishes): what
+	// the system directory's `current` names for the next boot, where it
+	// differs from what runs; absent when nothing is staged.
+	LabelStagedRootfsVersion      = "ops.slipway.dev/staged-rootfs-version"
+	AnnotationStagedRootfsVersion = "ops.slipway.dev/staged-rootfs-version"
+	AnnotationStagedKernelVersion = "ops.slipway.dev/staged-kernel-version"
+	AnnotationStagedK3sVersion    = "ops.slipway.dev/staged-k3s-version"
+
 	// AnnotationRebootFrom is written on its Node by the agent before it
 	// records the Rebooting phase: the boot ID it reboots from. After the
 	// agent restarts in that phase, a different boot ID proves the reboot

@@ -9,11 +9,13 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"slipway.dev/slipway/ops/agent/plan"
 	"slipway.dev/slipway/upgrade/layout"
 )
 
-// Versions are the versions a system directory's `current` links point at.
-type Versions struct{ Rootfs, Kernel, K3s string }
+// Versions are the versions of a node's components: what a system
+// directory's `current` links name, or what a boot runs.
+type Versions = plan.Versions
 
 // ReadVersions reads the current versions of the system directory root.
 func ReadVersions(root string) (Versions, error) {
@@ -81,12 +83,6 @@ func DNSLabel(s string) string {
 func shortHash(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:4])
-}
-
-// JobName names the upgrade Job of node at version, attempt: unique per
-// try, so a retry never collides with the Job of an earlier one.
-func JobName(node, version string, attempt int) string {
-	return DNSLabel(fmt.Sprintf("upgrade-%s-%s-%d", node, version, attempt))
 }
 
 // channelOf names the channel of an upgrade Job or its pod: the exact name

@@ -30,26 +30,6 @@ func TestLabelValue(t *testing.T) {
 	}
 }
 
-func TestJobName(t *testing.T) {
-	names := map[string]bool{}
-	for _, tc := range []struct {
-		node, version string
-		attempt       int
-	}{
-		{"node-1", "v1.2.3+k3s1", 1}, {"node-1", "v1.2.3+k3s1", 2}, {"node-10", "v1.2.3+k3s1", 1},
-		{"Node_Upper.example.com", "v2", 1}, {strings.Repeat("n", 80), "v2", 1}, {strings.Repeat("n", 80), "v3", 1},
-	} {
-		got := JobName(tc.node, tc.version, tc.attempt)
-		if errs := validation.IsDNS1123Label(got); len(errs) > 0 {
-			t.Errorf("JobName(%+v) = %q is not a DNS label: %v", tc, got, errs)
-		}
-		if names[got] {
-			t.Errorf("JobName(%+v) = %q collides", tc, got)
-		}
-		names[got] = true
-	}
-}
-
 func TestChannelOf(t *testing.T) {
 	long := strings.Repeat("c", 70)
 	for _, c := range []struct {

@@ -16,6 +16,8 @@ type metrics struct {
 	claimed   prometheus.Counter     // slots this agent assigned
 	conflicts prometheus.Counter     // status writes that hit a resourceVersion conflict
 	polls     *prometheus.CounterVec // by result
+	stalls    prometheus.Counter     // reboots refused or not happened, requested again
+	rollbacks prometheus.Counter     // rollback Jobs created for swaps left staged
 }
 
 func newMetrics() *metrics {
@@ -38,8 +40,12 @@ func newMetrics() *metrics {
 			Help: "Channel status writes refused for a stale resourceVersion (then retried on fresh state)."}),
 		polls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_agent_polls_total",
 			Help: "Polls of a channel's latest release, by result."}, []string{"result"}),
+		stalls: prometheus.NewCounter(prometheus.CounterOpts{Name: "slipway_agent_reboot_stalls_total",
+			Help: "Reboots of this node refused, or not happened within --reboot-stall-timeout, and requested again."}),
+		rollbacks: prometheus.NewCounter(prometheus.CounterOpts{Name: "slipway_agent_rollbacks_total",
+			Help: "Rollback Jobs this agent created for a swap its rollout left staged without the reboot."}),
 	}
-	m.registry.MustRegister(m.nodes, m.slotWait, m.upgrade, m.drain, m.failures, m.claimed, m.conflicts, m.polls,
+	m.registry.MustRegister(m.nodes, m.slotWait, m.upgrade, m.drain, m.failures, m.claimed, m.conflicts, m.polls, m.stalls, m.rollbacks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -12,98 +12,161 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
 )
 
-// syncNode drives this agent's own slot in channel name, one step per call.
-// What a later step needs is in the API before the step that needs it (the
-// slot's phase, the Job, the cordon and boot ID on the Node), so a restarted
-// agent carries on where the last one stopped.
+// maxSteps bounds the steps one sync carries out (a drain, then the
+// reboot, is the longest chain); then it waits for the next change.
+const maxSteps = 4
+
+// stepCtx is what a step works on: the channel (as last written), its
+// settings, the node's slot (the newer of the cache and its own write) and
+// why plan.Next chose the step.
+type stepCtx struct {
+	ch   *v1.UpdateChannel
+	s    plan.Settings
+	slot v1.Slot
+	why  string
+}
+
+// syncNode drives this agent's own slot in channel name: it observes,
+// lets plan.Next decide the step, carries it out, and again while a step
+// leads straight to the next. What a later step needs is in the API before
+// the step that needs it (the slot's phase, the Job, the cordon and boot
+// ID on the Node), so a restarted agent carries on where the last stopped.
 func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error) {
 	ch, err := a.channels.UpdateChannels(a.opts.Namespace).Get(name)
 	if apierrors.IsNotFound(err) {
-		return 0, a.cleanupIdle(ctx)
+		return 0, a.idle(ctx, nil)
 	} else if err != nil {
 		return 0, err
 	}
 	seen, _ := a.mySlot(ch, v1.Slot{})
 	if seen == nil {
 		a.noteWaiting(ch)
-		return 0, a.cleanupIdle(ctx)
+		return 0, a.idle(ctx, ch)
 	}
-	newest := plan.Newest(*seen, a.lastWrote(name))
-	slot := &newest
 	a.noteSlot(name)
 	s, bad := plan.Resolve(ch.Spec)
 	if bad != nil {
 		return 0, nil // the fleet view marks it Invalid; the slot times out if it stays so
 	}
-	switch slot.Phase {
-	case plan.PhasePending, plan.PhaseUpgrading, "":
-		err = a.runJob(ctx, ch, s, *slot)
-	case plan.PhaseDraining:
-		err = a.drainAndReboot(ctx, ch, s, *slot)
-	case plan.PhaseRebooting, plan.PhaseWaitingReady:
-		var after time.Duration
-		if after, err = a.afterReboot(ctx, ch, s, *slot); err == nil {
-			return after, nil
+	sc := &stepCtx{ch: ch, s: s}
+	for range maxSteps {
+		sc.slot = plan.Newest(*seen, a.lastWrote(name))
+		o, ok, err := a.observe(sc)
+		if err != nil || !ok {
+			return 0, err
+		}
+		var step plan.Step
+		step, sc.why = plan.Next(o)
+		a.log.Debug("next step", "channel", name, "phase", o.Phase, "step", step, "why", sc.why)
+		after, again, err := a.do(ctx, step, sc)
+		if errors.Is(err, errSlotGone) {
+			a.log.Info("slot was taken away meanwhile", "channel", name)
+			return 0, a.idle(ctx, ch)
+		}
+		if err != nil || !again {
+			return after, err
 		}
 	}
-	if errors.Is(err, errSlotGone) {
-		a.log.Info("slot was taken away meanwhile", "channel", name)
-		return 0, a.cleanupIdle(ctx)
-	}
-	return 0, err
+	return 0, nil
 }
 
-// runJob creates the upgrade Job, and moves on when it finished.
-func (a *Agent) runJob(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) error {
-	name := JobName(a.opts.NodeName, slot.Version, slot.Attempt)
-	j := a.job(name)
-	if j == nil && !a.cordonedBySlipway() { // no drain started
-		if v, err := ReadVersions(a.opts.SystemDir); err == nil && v.Rootfs == slot.Version && a.noJobAt(ctx, slot.Version) {
-			// Already there, and no Job of this attempt swapped it: nothing to do, no reboot.
-			a.recorder.Eventf(ch, corev1.EventTypeNormal, "AlreadyUpToDate", "node %s already runs %s; slot freed", a.opts.NodeName, slot.Version)
-			return a.succeed(ctx, ch, slot, v)
-		}
+// observe gathers what plan.Next decides from; ok false when the node's
+// own Node is not in the cache yet (its informer calls again).
+func (a *Agent) observe(sc *stepCtx) (plan.Observed, bool, error) {
+	node := a.ownNode()
+	if node == nil {
+		return plan.Observed{}, false, nil
 	}
-	if j == nil {
-		created, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, a.buildJob(ch, s, slot), metav1.CreateOptions{})
-		switch {
-		case apierrors.IsAlreadyExists(err):
-		case err != nil:
-			return fmt.Errorf("create upgrade job %s: %w", name, err)
-		default:
-			j = created
-			a.log.Info("upgrade job created", "channel", ch.Name, "job", name, "version", slot.Version, "attempt", slot.Attempt)
-			a.recorder.Eventf(ch, corev1.EventTypeNormal, "Upgrading", "node %s took a slot: job %s upgrades it to %s (attempt %d)", a.opts.NodeName, name, slot.Version, slot.Attempt)
-		}
+	boot, err := a.bootID()
+	if err != nil {
+		return plan.Observed{}, false, err
 	}
-	if slot.Phase != plan.PhaseUpgrading || slot.Job != name {
-		var err error
-		if ch, err = a.setPhase(ctx, ch, slot, plan.PhaseUpgrading, name); err != nil {
-			return err
-		}
+	o := plan.Observed{Phase: sc.slot.Phase, Target: sc.slot.Version, Job: a.jobState(sc),
+		Cordoned: drain.CordonedBy(node.Annotations) == CordonOwner, BootID: boot,
+		RebootFrom: a.rebootFromOf(node), Reboot: a.rebootState()}
+	o.Ready, _ = nodeReady(node)
+	if r := a.readableVersions(); r != nil {
+		o.Running = r.Rootfs
 	}
-	if j == nil {
-		return nil // the Job informer brings it
+	now := time.Now()
+	if ok, why := plan.MayStart(sc.s, now); !ok {
+		o.DrainBlocked = why
 	}
-	done, failed, reason, _ := jobOutcome(j)
-	if !done && a.podSucceeded(j) {
-		done = true // the Job controller marks it Complete about a second later
+	if ok, why := plan.MayReboot(sc.s, now); !ok {
+		o.RebootBlocked = why
 	}
+	return o, true, nil
+}
+
+// do carries out step; again says the next step may follow at once, after
+// asks to be called again then.
+func (a *Agent) do(ctx context.Context, step plan.Step, sc *stepCtx) (after time.Duration, again bool, err error) {
+	switch step {
+	case plan.StepAlreadyThere:
+		return 0, false, a.stepAlreadyThere(ctx, sc)
+	case plan.StepCreateJob:
+		return 0, false, a.stepCreateJob(ctx, sc)
+	case plan.StepFailJob:
+		name := SlotJobName(sc.ch.UID, sc.slot)
+		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("upgrade job %s failed (%s)%s", name, a.jobReason(name), a.podMessage(ctx, name)))
+	case plan.StepFailForeign:
+		name := SlotJobName(sc.ch.UID, sc.slot)
+		_, why := jobOwnedBy(a.job(name), sc.ch.UID, sc.slot)
+		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("job %s belongs to another rollout (%s): delete it and the node is retried", name, why))
+	case plan.StepDeferToWindow:
+		return 0, false, a.deferToWindow(ctx, sc.ch, sc.slot, sc.why)
+	case plan.StepDrain:
+		err := a.stepDrain(ctx, sc)
+		return 0, err == nil, err
+	case plan.StepReboot:
+		return 0, false, a.stepReboot(ctx, sc)
+	case plan.StepFailFellBack:
+		return 0, false, a.fail(ctx, sc.ch, sc.slot, "boot", fmt.Sprintf("node came back at %s, not %s: the boot fell back to the previous version; see the node's console",
+			a.readableVersions().Rootfs, sc.slot.Version))
+	case plan.StepWaitReady:
+		after, err := a.stepWaitReady(ctx, sc)
+		return after, false, err
+	case plan.StepSucceed:
+		return 0, false, a.succeed(ctx, sc.ch, sc.slot, *a.readableVersions())
+	}
+	return 0, false, nil // StepWait: an informer calls again on the next change
+}
+
+// jobState is what plan.Next needs to know of the slot's own upgrade Job.
+func (a *Agent) jobState(sc *stepCtx) plan.JobState {
+	j := a.job(SlotJobName(sc.ch.UID, sc.slot))
 	switch {
-	case !done:
-		return nil // the Job informer calls again when it finishes
-	case failed:
-		return a.fail(ctx, ch, slot, "job", fmt.Sprintf("upgrade job %s failed (%s)%s", name, reason, a.podMessage(ctx, name)))
+	case j == nil:
+		return plan.JobNone
+	case !isOwned(jobOwnedBy(j, sc.ch.UID, sc.slot)):
+		return plan.JobForeign
 	}
-	slot.Job = name // Draining is written only if the drain is slow (drainAndReboot)
-	return a.drainAndReboot(ctx, ch, s, slot)
+	done, failed, _, _ := jobOutcome(j)
+	switch {
+	case failed:
+		return plan.JobFailed
+	case done || a.podSucceeded(j): // the Job controller marks it Complete about a second later
+		return plan.JobSucceeded
+	}
+	return plan.JobRunning
+}
+
+func isOwned(ok bool, _ string) bool { return ok }
+
+// jobReason is why Job name failed, from its condition.
+func (a *Agent) jobReason(name string) string {
+	if j := a.job(name); j != nil {
+		if _, _, reason, _ := jobOutcome(j); reason != "" {
+			return reason
+		}
+	}
+	return "failed"
 }
 
 // podMessage returns ": <the end of the failed pod's termination message>"
@@ -127,38 +190,6 @@ func (a *Agent) podMessage(ctx context.Context, job string) string {
 	return "; its pod's log says why (kubectl -n " + a.opts.Namespace + " logs job/" + job + ")"
 }
 
-// noJobAt asks the API server, not the informer, whether no upgrade Job of
-// this node to version exists, in any attempt: a swap done by a Job (one the
-// informer has not shown yet, or an earlier attempt's whose drain failed or
-// whose slot was taken away) still needs its reboot.
-func (a *Agent) noJobAt(ctx context.Context, version string) bool {
-	l, err := a.kube.BatchV1().Jobs(a.opts.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{LabelJobNode: LabelValue(a.opts.NodeName)}).String()})
-	if err != nil {
-		return false
-	}
-	for _, j := range l.Items {
-		if j.Annotations[AnnotationJobNode] == a.opts.NodeName && jobVersion(j.Spec.Template.Spec.Containers) == version {
-			return false
-		}
-	}
-	return true
-}
-
-// jobVersion is the version an upgrade Job's container installs (its --version).
-func jobVersion(cs []corev1.Container) string {
-	if len(cs) == 0 {
-		return ""
-	}
-	args := cs[0].Args
-	for i, a := range args {
-		if a == "--version" && i+1 < len(args) {
-			return args[i+1]
-		}
-	}
-	return ""
-}
-
 func (a *Agent) job(name string) *batchv1.Job {
 	o, ok, _ := a.jobs.GetByKey(a.opts.Namespace + "/" + name)
 	if !ok {
@@ -166,160 +197,6 @@ func (a *Agent) job(name string) *batchv1.Job {
 	}
 	j, _ := o.(*batchv1.Job)
 	return j
-}
-
-// drainAndReboot cordons and drains the node (per spec.drain), then records
-// the boot it reboots from, and reboots after rebootDelay.
-func (a *Agent) drainAndReboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) error {
-	// The cached channel may still show a slot freed a moment ago (by this
-	// agent's own failure, or by the fleet view): ask the API server.
-	if err := a.confirmSlot(ctx, ch.Name, slot); err != nil {
-		return err
-	}
-	boot, err := a.bootID()
-	if err != nil {
-		return err
-	}
-	rebootFrom := map[string]string{AnnotationRebootFrom: boot}
-	drained := "drain disabled"
-	if s.Drain.Enabled {
-		start := time.Now()
-		opts, began, err := a.drainBudget(ctx, s.Drain.Options)
-		if err != nil {
-			return err
-		}
-		rebootFrom[AnnotationDrainStarted] = began.UTC().Format(time.RFC3339Nano)
-		// The boot ID and the drain's start ride on the cordon's write.
-		if err := drain.Cordon(ctx, a.kube, a.opts.NodeName, CordonOwner, rebootFrom); err != nil {
-			return err
-		}
-		stop := a.markIfSlow(ctx, ch, slot, plan.PhaseDraining)
-		res, err := drain.Drain(ctx, a.kube, a.opts.NodeName, withLog(opts, a.log))
-		stop()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return a.fail(ctx, ch, slot, "drain", fmt.Sprintf("drain failed, node uncordoned: %v (drain began %s; drain.timeout %s counts from then)",
-				err, began.UTC().Format(time.RFC3339), s.Drain.Timeout))
-		}
-		a.metrics.drain.Observe(time.Since(start).Seconds())
-		drained = fmt.Sprintf("cordoned and drained in %s (%d pods evicted, %d deleted)",
-			time.Since(start).Round(time.Millisecond), len(res.Evicted), len(res.Deleted))
-	} else if err := a.patchNode(ctx, nil, map[string]any{AnnotationRebootFrom: boot}); err != nil {
-		return err
-	}
-	if _, err := a.setPhase(ctx, ch, slot, plan.PhaseRebooting, slot.Job); err != nil {
-		return err
-	}
-	return a.reboot(ctx, ch, s, drained)
-}
-
-// slowStep is how long a step may take before its phase is written to the
-// slot: a quick drain costs no status write, a slow one shows in status.
-const slowStep = 2 * time.Second
-
-// markIfSlow writes phase to this node's slot once slowStep passed, unless
-// the returned stop is called first; stop waits for a write in flight.
-func (a *Agent) markIfSlow(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, phase string) (stop func()) {
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		select {
-		case <-done:
-			return
-		case <-time.After(slowStep):
-		}
-		if _, err := a.setPhase(ctx, ch, slot, phase, slot.Job); err != nil {
-			a.log.Debug("could not record the slot's phase", "phase", phase, "err", err)
-		}
-	}()
-	return func() { close(done); <-finished }
-}
-
-// reboot asks the Rebooter to reboot after rebootDelay, once per process.
-// how says what was done before (the drain), for the Rebooting Event; ""
-// records no Event (an agent restarted before its reboot happened).
-func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, how string) error {
-	a.mu.Lock()
-	already, announced := a.rebooting, a.rebootAnnounced
-	a.rebooting, a.rebootAnnounced = true, true
-	a.mu.Unlock()
-	if already {
-		return nil
-	}
-	a.log.Info("rebooting", "channel", ch.Name, "delay", s.RebootDelay, "method", a.opts.Rebooter.String())
-	if !announced && how != "" { // a retry after a failed reboot request, or after a restart, is not news
-		a.recorder.Eventf(ch, corev1.EventTypeNormal, "Rebooting", "node %s upgraded and %s; rebooting in %s", a.opts.NodeName, how, s.RebootDelay)
-	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(s.RebootDelay):
-	}
-	if err := a.opts.Rebooter.Reboot(ctx); err != nil {
-		a.mu.Lock()
-		a.rebooting = false
-		a.mu.Unlock()
-		return fmt.Errorf("reboot node %s with %s: %w", a.opts.NodeName, a.opts.Rebooter, err)
-	}
-	return nil
-}
-
-// afterReboot runs after the agent restarts in the Rebooting phase: still
-// the same boot means the reboot has not happened yet; at the slot's version
-// it waits for Ready, publishes the versions, uncordons and frees the slot;
-// at another version the boot fell back and the upgrade failed.
-func (a *Agent) afterReboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) (time.Duration, error) {
-	node := a.ownNode()
-	if node == nil {
-		return 0, nil
-	}
-	boot, err := a.bootID()
-	if err != nil {
-		return 0, err
-	}
-	if node.Annotations[AnnotationRebootFrom] == boot { // restarted before the reboot happened
-		if err := a.confirmSlot(ctx, ch.Name, slot); err != nil {
-			return 0, err
-		}
-		// The Rebooting Event was recorded when the phase was written: one per reboot.
-		return 0, a.reboot(ctx, ch, s, "")
-	}
-	v, err := ReadVersions(a.opts.SystemDir)
-	if err != nil {
-		return 0, err
-	}
-	if v.Rootfs != slot.Version {
-		return 0, a.fail(ctx, ch, slot, "boot", fmt.Sprintf("node came back at %s, not %s: the boot fell back to the previous version; see the node's console", v.Rootfs, slot.Version))
-	}
-	if ready, _ := nodeReady(node); !ready {
-		if slot.Phase == plan.PhaseWaitingReady {
-			return 0, nil // the node informer calls again when it turns Ready
-		}
-		if wait := slowStep - time.Since(a.notReadySince()); wait > 0 {
-			return wait, nil // a node Ready soon costs no status write
-		}
-		_, err = a.setPhase(ctx, ch, slot, plan.PhaseWaitingReady, slot.Job)
-		return 0, err
-	}
-	return 0, a.succeed(ctx, ch, slot, v)
-}
-
-// notReadySince is when this process first saw its node not Ready after a reboot.
-func (a *Agent) notReadySince() time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.notReadyAt.IsZero() {
-		a.notReadyAt = time.Now()
-	}
-	return a.notReadyAt
-}
-
-// cordonedBySlipway reports whether this agent's node carries slipway's cordon.
-func (a *Agent) cordonedBySlipway() bool {
-	n := a.ownNode()
-	return n != nil && drain.CordonedBy(n.Annotations) == CordonOwner
 }
 
 func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, v Versions) error {
@@ -339,14 +216,10 @@ func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot,
 // fail uncordons the node if slipway cordoned it, frees the slot and
 // records the failure with reason.
 func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, step, reason string) error {
-	// A boot that fell back runs other versions than the node shows. Before
-	// the reboot the node still runs what it shows, whatever its system
-	// directory holds (a drain that failed after the swap).
-	var v *Versions
-	if step == "boot" {
-		v = a.readableVersions()
-	}
-	if err := a.uncordonAndPublish(ctx, v); err != nil {
+	// The node is labelled with what this boot runs, whatever its system
+	// directory holds (a drain that failed after the swap), so its failure
+	// stays counted; the swap is undone below.
+	if err := a.uncordonAndPublish(ctx, a.readableVersions()); err != nil {
 		return err
 	}
 	var f v1.Failure
@@ -362,6 +235,9 @@ func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, st
 	a.metrics.failures.WithLabelValues(ch.Name, step).Inc()
 	a.log.Warn("upgrade failed", "channel", ch.Name, "version", slot.Version, "attempts", f.Attempts, "reason", reason)
 	a.recorder.Eventf(ch, corev1.EventTypeWarning, "UpgradeFailed", "node %s (attempt %d): %s", a.opts.NodeName, f.Attempts, reason)
+	if step != "boot" {
+		return a.undoSwap(ctx, ch)
+	}
 	return nil
 }
 

@@ -43,6 +43,13 @@ type Options struct {
 	Rebooter reboot.Rebooter
 	// BootIDFile holds an ID that changes with every boot (default /proc/sys/kernel/random/boot_id).
 	BootIDFile string
+	// RebootStall is how long a requested reboot may take before the agent,
+	// still on the same boot, reports it (Event RebootStalled) and asks
+	// again (default 10m).
+	RebootStall time.Duration
+	// CmdlineFile is the kernel command line (default /proc/cmdline): a
+	// slipway.rootfs= on it names the rootfs the boot loader chose.
+	CmdlineFile string
 	// BootIDFromNode reads the boot ID from the Node's status.nodeInfo.bootID
 	// instead of BootIDFile: for simulated nodes whose supervisor sets it
 	// before it restarts the agent. (A real kubelet may report it only after
@@ -92,6 +99,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.BootIDFile == "" {
 		o.BootIDFile = "/proc/sys/kernel/random/boot_id"
 	}
+	if o.RebootStall <= 0 {
+		o.RebootStall = 10 * time.Minute
+	}
+	if o.CmdlineFile == "" {
+		o.CmdlineFile = "/proc/cmdline"
+	}
 	if o.Retry.Base <= 0 {
 		o.Retry = plan.DefaultRetry
 	}
@@ -115,5 +128,5 @@ func (o Options) withDefaults() (Options, error) {
 // Defaults returns the Options defaults that have no natural zero value
 // (Resync, LeaseDuration, Retry), for flag help.
 func Defaults() Options {
-	return Options{Resync: 30 * time.Second, LeaseDuration: 15 * time.Second, Retry: plan.DefaultRetry}
+	return Options{Resync: 30 * time.Second, LeaseDuration: 15 * time.Second, Retry: plan.DefaultRetry, RebootStall: 10 * time.Minute}
 }

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"slipway.dev/slipway/ops/agent/plan"
 	"slipway.dev/slipway/ops/drain"
 )
 
@@ -17,42 +18,31 @@ import (
 // the uncordon after an upgrade, and again whenever the Node lacks them or
 // shows others (a Node deleted and registered again comes back bare).
 
-// publishVersions labels this node with its system directory's versions,
-// writing only when they differ from what the node shows, and remembers
-// them as the versions this boot runs.
+// publishVersions decides what this boot runs (plan.Running), remembers
+// it, and labels the node with it and with what the system directory has
+// staged beyond it, writing only when the node shows something else.
 func (a *Agent) publishVersions(ctx context.Context) error {
-	v, err := ReadVersions(a.opts.SystemDir)
-	if err != nil {
-		return err
-	}
 	n, err := a.kube.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("read this agent's node %s (is --node-name right?): %w", a.opts.NodeName, err)
 	}
-	labels, annotations, due := versionsDue(n, v)
-	if drain.CordonedBy(n.Annotations) == CordonOwner {
-		// Mid-upgrade: the system directory may already hold the next
-		// version; the versions go with the uncordon, in one write.
-		return nil
+	e, err := a.bootEvidence(n)
+	if err != nil {
+		return err
 	}
-	if due && !a.noJobAt(ctx, v.Rootfs) {
-		// An upgrade Job swapped the system directory and this agent was
-		// restarted before it cordoned: the node still runs what its labels
-		// say until it reboots; the versions go with that.
-		a.log.Info("the system directory holds an upgrade not booted yet; versions published after the reboot", "staged", v.Rootfs)
-		if shown := (Versions{Rootfs: n.Annotations[AnnotationRootfsVersion], Kernel: n.Annotations[AnnotationKernelVersion],
-			K3s: n.Annotations[AnnotationK3sVersion]}); shown.Rootfs != "" {
-			a.setKnown(shown) // what it runs, to publish again should the Node lose it
-		}
+	running, why := plan.Running(e)
+	a.setKnown(running, e.BootID)
+	labels, annotations := bootMeta(running, e.Current, e.BootID)
+	due := versionsDue(n, labels, annotations)
+	if drain.CordonedBy(n.Annotations) == CordonOwner {
+		// Mid-upgrade: the versions go with the uncordon, in one write.
 		return nil
 	}
 	if due {
-		a.log.Info("publishing this node's versions", "rootfs", v.Rootfs, "kernel", v.Kernel, "k3s", v.K3s)
-		if err := a.patchNode(ctx, labels, annotations); err != nil {
-			return err
-		}
+		a.log.Info("publishing this node's versions", "rootfs", running.Rootfs, "kernel", running.Kernel, "k3s", running.K3s,
+			"from", why, "stagedRootfs", plan.Staged(running, e.Current).Rootfs)
+		return a.patchNode(ctx, labels, annotations)
 	}
-	a.setKnown(v)
 	return nil
 }
 
@@ -64,24 +54,23 @@ func (a *Agent) republish(ctx context.Context) error {
 	if !ok || n == nil {
 		return nil
 	}
-	labels, annotations, due := versionsDue(n, v)
+	labels, annotations := a.versionMeta(v)
+	due := versionsDue(n, labels, annotations)
 	if !due {
 		return nil
 	}
-	a.log.Info("the node lacks its versions (registered again?); publishing them again", "rootfs", v.Rootfs)
+	a.log.Info("the node lacks or disagrees with its versions; publishing them again", "rootfs", v.Rootfs)
 	return a.patchNode(ctx, labels, annotations)
 }
 
-// versionsDue returns the labels and annotations that publish v on n, and
-// whether n needs them: it lacks or disagrees with one of them, and it is
-// not mid-upgrade (cordoned by slipway, when the versions ride on the
+// versionsDue reports whether n needs labels and annotations: it lacks or disagrees with one of them, and it is not
+// mid-upgrade (cordoned by slipway, when the versions ride on the
 // uncordon).
-func versionsDue(n *corev1.Node, v Versions) (labels, annotations map[string]any, due bool) {
-	labels, annotations = nodeMeta(v)
+func versionsDue(n *corev1.Node, labels, annotations map[string]any) bool {
 	if sameMeta(n.Labels, labels) && sameMeta(n.Annotations, annotations) {
-		return labels, annotations, false
+		return false
 	}
-	return labels, annotations, drain.CordonedBy(n.Annotations) != CordonOwner
+	return drain.CordonedBy(n.Annotations) != CordonOwner
 }
 
 func sameMeta(have map[string]string, want map[string]any) bool {
@@ -94,10 +83,24 @@ func sameMeta(have map[string]string, want map[string]any) bool {
 	return true
 }
 
-func (a *Agent) setKnown(v Versions) {
+// setKnown remembers what this boot runs, decided at start.
+func (a *Agent) setKnown(v Versions, bootID string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.known, a.hasKnown = v, true
+	a.known, a.hasKnown, a.knownBoot = v, true, bootID
+}
+
+// versionMeta is the labels and annotations that publish running v, the boot it
+// belongs to, and what the system directory stages beyond it now.
+func (a *Agent) versionMeta(v Versions) (labels, annotations map[string]any) {
+	current, err := ReadVersions(a.opts.SystemDir)
+	if err != nil {
+		current = v // unreadable: publish nothing as staged
+	}
+	a.mu.Lock()
+	boot := a.knownBoot
+	a.mu.Unlock()
+	return bootMeta(v, current, boot)
 }
 
 func (a *Agent) getKnown() (Versions, bool) {
@@ -111,7 +114,7 @@ func (a *Agent) getKnown() (Versions, bool) {
 func (a *Agent) uncordonAndPublish(ctx context.Context, v *Versions) error {
 	var labels, annotations map[string]any
 	if v != nil {
-		labels, annotations = nodeMeta(*v)
+		labels, annotations = a.versionMeta(*v)
 	}
 	n := a.ownNode()
 	published := v == nil || n != nil && sameMeta(n.Labels, labels) && sameMeta(n.Annotations, annotations)
@@ -124,18 +127,14 @@ func (a *Agent) uncordonAndPublish(ctx context.Context, v *Versions) error {
 	if err == nil && !uncordoned && !published {
 		err = a.patchNode(ctx, labels, annotations)
 	}
-	if err == nil && v != nil {
-		a.setKnown(*v)
-	}
 	return err
 }
 
-// readableVersions reads the system directory's versions; nil when it
-// cannot (then nothing is published).
+// readableVersions is what this boot runs, as decided at start; nil when
+// not known (then nothing is published).
 func (a *Agent) readableVersions() *Versions {
-	v, err := ReadVersions(a.opts.SystemDir)
-	if err != nil {
-		a.log.Warn("cannot read this node's versions", "err", err)
+	v, ok := a.getKnown()
+	if !ok {
 		return nil
 	}
 	return &v

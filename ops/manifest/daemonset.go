@@ -14,6 +14,10 @@ const (
 	SystemDir = "/k3os/system" // the k3os system directory (read to label the node)
 	RunDir    = "/run/k3os"    // holds the upgrade lock
 	DBusDir   = "/run/dbus"    // the system bus, to reboot through logind where there is one
+	// HostRun is the host's /run, mounted read-only at HostRunMount: the
+	// agent tells the host's init (run/systemd/system, run/openrc) from it.
+	HostRun      = "/run"
+	HostRunMount = "/host/run"
 )
 
 // MetricsPort is where the agent serves Prometheus metrics (its --metrics-addr).
@@ -56,6 +60,7 @@ func daemonSet(o Options) *appsv1.DaemonSet {
 						hostPathVolume("system", SystemDir, corev1.HostPathDirectory),
 						hostPathVolume("run", RunDir, corev1.HostPathDirectoryOrCreate),
 						hostPathVolume("dbus", DBusDir, corev1.HostPathDirectoryOrCreate),
+						hostPathVolume("host-run", HostRun, corev1.HostPathDirectory),
 					},
 				},
 			},
@@ -88,6 +93,7 @@ func agentContainer(o Options) corev1.Container {
 			{Name: "system", MountPath: SystemDir, ReadOnly: true},
 			{Name: "run", MountPath: RunDir},
 			{Name: "dbus", MountPath: DBusDir},
+			{Name: "host-run", MountPath: HostRunMount, ReadOnly: true},
 		},
 	}
 }

@@ -109,6 +109,12 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, ns, image string) {
 		paths[v.Name] = v.HostPath.Path
 	}
 	for _, m := range c.VolumeMounts {
+		if m.Name == "host-run" { // the host's /run, read-only beside the container's own
+			if paths[m.Name] != HostRun || m.MountPath != HostRunMount || !m.ReadOnly {
+				t.Errorf("host-run: %+v from host %s", m, paths[m.Name])
+			}
+			continue
+		}
 		if paths[m.Name] != m.MountPath {
 			t.Errorf("mount %s at %s from host %s", m.Name, m.MountPath, paths[m.Name])
 		}

@@ -79,32 +79,98 @@ func (w *Window) Contains(t time.Time) bool {
 	if w == nil {
 		return true
 	}
-	local := t.In(w.loc)
-	minute := local.Hour()*60 + local.Minute()
-	today := local.Weekday()
-	yesterday := (today + 6) % 7
-	switch {
-	case w.start == w.end: // whole day
-		return w.days[today]
-	case w.start < w.end:
-		return w.days[today] && minute >= w.start && minute < w.end
-	default: // crosses midnight
-		return (w.days[today] && minute >= w.start) || (w.days[yesterday] && minute < w.end)
-	}
+	_, ok := w.openAt(t)
+	return ok
 }
 
-// Next returns the first instant at or after t that is inside the window,
-// to the minute. A nil window returns t. It looks at most eight days ahead.
+// Next returns the first instant at or after t that is inside the window.
+// A nil window returns t. It looks at most eight days ahead.
 func (w *Window) Next(t time.Time) time.Time {
 	if w == nil || w.Contains(t) {
 		return t
 	}
-	c := t.In(w.loc).Truncate(time.Minute).Add(time.Minute)
-	for i := 0; i < 8*24*60; i++ {
-		if w.Contains(c) {
-			return c
+	y, m, d := t.In(w.loc).Date()
+	for i := -1; i <= 8; i++ {
+		if open, _, ok := w.interval(y, m, d+i); ok && !open.Before(t) {
+			return open
 		}
-		c = c.Add(time.Minute)
 	}
 	return t // unreachable for a parsed window: every window opens within a week
 }
+
+// Remaining is how long the window stays open from t without a break (0
+// when t is outside it; a nil window: effectively forever). Windows of
+// consecutive days that touch or overlap count as one.
+func (w *Window) Remaining(t time.Time) time.Duration {
+	if w == nil {
+		return 1<<63 - 1
+	}
+	end, ok := w.openAt(t)
+	if !ok {
+		return 0
+	}
+	y, m, d := t.In(w.loc).Date()
+	for i := 0; i <= 8; i++ {
+		if open, close, ok := w.interval(y, m, d+i); ok && !open.After(end) && close.After(end) {
+			end = close
+		}
+	}
+	return end.Sub(t)
+}
+
+// openAt returns the end of the window's opening that contains t.
+func (w *Window) openAt(t time.Time) (time.Time, bool) {
+	y, m, d := t.In(w.loc).Date()
+	for i := -2; i <= 0; i++ {
+		if open, close, ok := w.interval(y, m, d+i); ok && !t.Before(open) && t.Before(close) {
+			return close, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// interval is the opening of the window on the day y-m-d (day may be out
+// of range: time.Date normalises it), if that day is one of its days. It
+// opens at the first instant the wall clock reads start or later (in a
+// daylight-saving gap: when the clock jumps past it; in an overlap: at the
+// first of the two) and lasts as long as the window says, in real time: a
+// window in a gap or an overlap is not cut short or stretched. A whole-day
+// window lasts the calendar day.
+func (w *Window) interval(y int, m time.Month, day int) (open, close time.Time, ok bool) {
+	midnight := time.Date(y, m, day, 0, 0, 0, 0, w.loc)
+	if !w.days[midnight.Weekday()] {
+		return open, close, false
+	}
+	if w.start == w.end {
+		return firstAtOrAfter(y, m, day, 0, w.loc), firstAtOrAfter(y, m, day+1, 0, w.loc), true
+	}
+	open = firstAtOrAfter(y, m, day, w.start, w.loc)
+	length := time.Duration((w.end-w.start+24*60)%(24*60)) * time.Minute
+	return open, open.Add(length), true
+}
+
+// firstAtOrAfter is the first instant of the day y-m-day whose wall clock in
+// loc reads minute (after midnight) or later.
+func firstAtOrAfter(y int, m time.Month, day, minute int, loc *time.Location) time.Time {
+	t := time.Date(y, m, day, minute/60, minute%60, 0, 0, loc)
+	if wall(t) == minute {
+		// An overlap shows the same wall clock twice: take the earlier.
+		for back := 15 * time.Minute; back <= 3*time.Hour; back += 15 * time.Minute {
+			if e := t.Add(-back); wall(e) == minute && e.Day() == t.Day() {
+				t = e
+			}
+		}
+		return t
+	}
+	// In a gap: move to the instant the clock jumped past minute.
+	for i := 0; wall(t) < minute && i < 3*60; i++ {
+		t = t.Add(time.Minute)
+	}
+	for wall(t.Add(-time.Minute)) >= minute && t.Add(-time.Minute).Day() == t.Day() {
+		t = t.Add(-time.Minute)
+	}
+	return t
+}
+
+// wall is t's wall-clock minute after midnight.
+func wall(t time.Time) int { return t.Hour()*60 + t.Minute() }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/coreos/go-systemd/v22/login1"
-	"github.com/coreos/go-systemd/v22/util"
 	"golang.org/x/sys/unix"
 )
 
@@ -72,17 +71,12 @@ func (c Command) Reboot(ctx context.Context) error {
 	return nil
 }
 
-// Auto reboots through logind when systemd is the init system (logind only
-// exists there) and with reboot(2) after sync otherwise, as on k3os's
-// OpenRC. A D-Bus socket alone proves nothing: k3os can run D-Bus without
-// logind, and go-systemd's login1 Reboot reports no error, so choosing it
-// there would silently never reboot.
-func Auto() Rebooter {
-	if util.IsRunningSystemd() {
-		return Logind{}
-	}
-	return Syscall{}
-}
+// Auto reboots the way the host's init expects (ForInit), deciding from
+// /run: this process runs on the host. A D-Bus socket alone proves
+// nothing: k3os can run D-Bus without logind, and go-systemd's login1
+// Reboot reports no error, so choosing logind there would silently never
+// reboot.
+func Auto() Rebooter { return AutoAt("/run", "/") }
 
 // After waits delay, then reboots with r. A cancelled ctx stops the wait
 // and returns ctx's error without rebooting.

@@ -116,7 +116,7 @@ func FindFailure(st v1.UpdateChannelStatus, node string) int {
 // is paused, outside its window, or has no target; only retries of nodes
 // already failed start while it is Degraded.
 func Candidates(s Settings, st v1.UpdateChannelStatus, nodes []Node, target string, retry Retry, now time.Time) []Node {
-	if target == "" || s.Paused || !s.Window.Contains(now) {
+	if ok, _ := MayStart(s, now); target == "" || s.Paused || !ok { // room in the window for drain and reboot (gate.go)
 		return nil
 	}
 	degraded := Degraded(s, st, target)

@@ -1,0 +1,119 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	"slipway.dev/slipway/upgrade/boot"
+)
+
+// What a node runs and what it has staged for its next boot are two things:
+// an upgrade Job swaps the system directory's `current` links during a
+// boot, and the node runs the new version only after it reboots. The agent
+// decides once per boot what that boot runs (plan.Running) and publishes it
+// with the boot ID it belongs to; what `current` names beyond that is
+// published as staged.
+
+// bootEvidence gathers what this agent knows about its node's boot, from
+// Node n (its recorded versions; its boot ID with --boot-id-from-node).
+func (a *Agent) bootEvidence(n *corev1.Node) (plan.BootEvidence, error) {
+	var e plan.BootEvidence
+	var err error
+	if e.BootID, err = a.bootIDOf(n); err != nil {
+		return e, err
+	}
+	if e.Current, err = ReadVersions(a.opts.SystemDir); err != nil {
+		return e, err
+	}
+	if n != nil {
+		e.RecordedBoot = n.Annotations[AnnotationBootedBootID]
+		e.Recorded = Versions{Rootfs: n.Annotations[AnnotationRootfsVersion], Kernel: n.Annotations[AnnotationKernelVersion],
+			K3s: n.Annotations[AnnotationK3sVersion]}
+	}
+	if b, err := os.ReadFile(a.opts.CmdlineFile); err == nil {
+		e.CmdlineRootfs = boot.CmdlineValue(strings.TrimSpace(string(b)), boot.ArgRootfs)
+	}
+	return e, nil
+}
+
+// bootIDOf is the running boot's ID: from Node n with --boot-id-from-node
+// (simulated nodes), else from --boot-id-file.
+func (a *Agent) bootIDOf(n *corev1.Node) (string, error) {
+	if a.opts.BootIDFromNode {
+		if n == nil {
+			return "", fmt.Errorf("node %s not seen yet (--boot-id-from-node)", a.opts.NodeName)
+		}
+		if n.Status.NodeInfo.BootID == "" {
+			return "unreported", nil // a fresh simulated node; its first reboot sets one
+		}
+		return n.Status.NodeInfo.BootID, nil
+	}
+	b, err := os.ReadFile(a.opts.BootIDFile)
+	if err != nil {
+		return "", fmt.Errorf("read the boot ID from %s (--boot-id-file): %w", a.opts.BootIDFile, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// bootMeta is the labels and annotations that publish running (with the
+// boot they belong to) and what current stages beyond it.
+func bootMeta(running, current Versions, bootID string) (labels, annotations map[string]any) {
+	labels, annotations = nodeMeta(running)
+	annotations[AnnotationBootedBootID] = bootID
+	staged := plan.Staged(running, current)
+	for _, kv := range []struct{ key, value string }{
+		{AnnotationStagedRootfsVersion, staged.Rootfs}, {AnnotationStagedKernelVersion, staged.Kernel}, {AnnotationStagedK3sVersion, staged.K3s},
+	} {
+		annotations[kv.key] = nilIfEmpty(kv.value)
+	}
+	labels[LabelStagedRootfsVersion] = nil
+	if staged.Rootfs != "" {
+		labels[LabelStagedRootfsVersion] = LabelValue(staged.Rootfs)
+	}
+	return labels, annotations
+}
+
+// stagedAnnotations are the staged versions of current beyond running, as
+// the annotations that ride on slipway's cordon.
+func stagedAnnotations(running, current Versions) map[string]string {
+	staged := plan.Staged(running, current)
+	out := map[string]string{}
+	for _, kv := range []struct{ key, value string }{
+		{AnnotationStagedRootfsVersion, staged.Rootfs}, {AnnotationStagedKernelVersion, staged.Kernel}, {AnnotationStagedK3sVersion, staged.K3s},
+	} {
+		if kv.value != "" {
+			out[kv.key] = kv.value
+		}
+	}
+	return out
+}
+
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// currentVersions is what the system directory's `current` links name;
+// nil when they cannot be read.
+func (a *Agent) currentVersions() *Versions {
+	v, err := ReadVersions(a.opts.SystemDir)
+	if err != nil {
+		a.log.Warn("cannot read the system directory's versions", "err", err)
+		return nil
+	}
+	return &v
+}
+
+func anyMap(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,51 @@
+package agent
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// TestJobSpecCanRemount: stock k3os mounts /k3os/system read-only; the
+// upgrade and rollback Jobs pass --remount and have what a remount from a
+// container needs (CAP_SYS_ADMIN, no AppArmor mount rule, a writable
+// hostPath of the system directory).
+func TestJobSpecCanRemount(t *testing.T) {
+	a := &Agent{opts: Options{NodeName: "n1", Namespace: "ns", HostSystemDir: "/k3os/system", HostLockDir: "/run/k3os",
+		UpgradeCommand: []string{"slipway"}, Image: "slipway:test"}}
+	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "default", UID: "u1"}}
+	s, bad := plan.Resolve(v1.UpdateChannelSpec{URL: "file:///mirror", Version: "v2"})
+	if bad != nil {
+		t.Fatal(bad)
+	}
+	slot := v1.Slot{Node: "n1", Version: "v2", Attempt: 1, Since: metav1.NewTime(time.Unix(1e9, 0))}
+	for name, j := range map[string]*corev1.PodSpec{
+		"upgrade":  &a.buildJob(ch, s, slot).Spec.Template.Spec,
+		"rollback": &a.buildRollbackJob(ch, "rollback-n1", "v2").Spec.Template.Spec,
+	} {
+		c := j.Containers[0]
+		if !slices.Contains(c.Args, "--remount") || !slices.Contains(c.Args, "--reboot=false") {
+			t.Errorf("%s: args %v lack --remount or --reboot=false", name, c.Args)
+		}
+		if !slices.Contains(c.SecurityContext.Capabilities.Add, "SYS_ADMIN") {
+			t.Errorf("%s: no CAP_SYS_ADMIN for the remount: %+v", name, c.SecurityContext.Capabilities)
+		}
+		if p := c.SecurityContext.AppArmorProfile; p == nil || p.Type != corev1.AppArmorProfileTypeUnconfined {
+			t.Errorf("%s: AppArmor profile %+v would refuse mount(2)", name, p)
+		}
+		for _, m := range c.VolumeMounts {
+			if m.Name == "system" && (m.ReadOnly || m.MountPath != jobSystemDir) {
+				t.Errorf("%s: system directory mount %+v", name, m)
+			}
+		}
+	}
+	if args := a.buildRollbackJob(ch, "rollback-n1", "v2").Spec.Template.Spec.Containers[0].Args; args[1] != "rollback" || slices.Contains(args, "--version") {
+		t.Errorf("rollback args %v", args)
+	}
+}

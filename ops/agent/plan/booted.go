@@ -1,0 +1,84 @@
+package plan
+
+// Versions are the versions of a node's three components.
+type Versions struct{ Rootfs, Kernel, K3s string }
+
+// BootEvidence is what an agent knows about the boot its node runs.
+type BootEvidence struct {
+	// BootID identifies the running boot.
+	BootID string
+	// Current is what the system directory's `current` links name now:
+	// what the next boot starts.
+	Current Versions
+	// RecordedBoot and Recorded are the boot ID and versions published on
+	// the Node (by this or an earlier agent): the versions a boot runs are
+	// recorded the first time an agent sees that boot.
+	RecordedBoot string
+	Recorded     Versions
+	// CmdlineRootfs is the rootfs the boot loader chose for this boot
+	// (slipway.rootfs= on the kernel command line), "" when not booted by
+	// slipway's loader.
+	CmdlineRootfs string
+}
+
+// Running decides the versions the node runs, and says from what:
+//   - a boot already recorded (same boot ID) runs what was recorded: an
+//     upgrade Job swaps `current` during a boot, the running system does
+//     not change until the next one;
+//   - a boot seen for the first time runs what `current` names (nothing
+//     swaps before the agent starts on a boot), except that the loader's
+//     own word for the rootfs (the command line) beats the links: a boot
+//     that fell back runs `previous`, whatever `current` says.
+func Running(e BootEvidence) (Versions, string) {
+	if e.RecordedBoot != "" && e.RecordedBoot == e.BootID && e.Recorded.Rootfs != "" {
+		return e.Recorded, "recorded for this boot"
+	}
+	v := e.Current
+	if e.CmdlineRootfs != "" && e.CmdlineRootfs != v.Rootfs {
+		v.Rootfs = e.CmdlineRootfs
+		return v, "the kernel command line"
+	}
+	return v, "the system directory at the first sight of this boot"
+}
+
+// Staged is the part of current that differs from running: what the next
+// boot starts that this one does not run (zero when nothing is staged).
+func Staged(running, current Versions) Versions {
+	var s Versions
+	if current.Rootfs != running.Rootfs {
+		s.Rootfs = current.Rootfs
+	}
+	if current.Kernel != running.Kernel {
+		s.Kernel = current.Kernel
+	}
+	if current.K3s != running.K3s {
+		s.K3s = current.K3s
+	}
+	return s
+}
+
+// RollbackDecision says whether a swap staged for the next boot is to be
+// undone, and why (or why not).
+type RollbackDecision struct {
+	Undo   bool
+	Reason string
+}
+
+// Rollback decides whether to undo the swap of a node whose rollout ended
+// without its reboot (a failed drain, a slot taken away, a deleted
+// channel), so that its next boot starts the version it runs. Only a swap
+// made by slipway's own upgrade Job (ourJob: a finished Job of this node to
+// the staged version) is undone, never one an operator staged by hand; and
+// only when `previous` names what runs, so that the rollback restores it.
+func Rollback(running, current Versions, previousRootfs string, ourJob bool) RollbackDecision {
+	staged := Staged(running, current)
+	switch {
+	case staged == Versions{}:
+		return RollbackDecision{Reason: "nothing staged: the next boot starts what runs"}
+	case !ourJob:
+		return RollbackDecision{Reason: "the staged version " + orNone(current.Rootfs) + " was not staged by a slipway upgrade Job; left for the next boot"}
+	case previousRootfs != running.Rootfs:
+		return RollbackDecision{Reason: "previous names " + orNone(previousRootfs) + ", not the running " + orNone(running.Rootfs) + ": a rollback would not restore it"}
+	}
+	return RollbackDecision{Undo: true, Reason: "the next boot would start " + current.Rootfs + " without a drain; " + running.Rootfs + " runs"}
+}

@@ -1,0 +1,126 @@
+package plan
+
+// A node's rollout is a phase machine. Next decides the node agent's next
+// step from what it observes (its slot, its Job, its Node, its boot, the
+// window); the agent carries the step out with one short function, then
+// observes and decides again, until the step is to wait for a change.
+
+// JobState is what the agent sees of its slot's upgrade Job.
+type JobState int
+
+// The states of the slot's upgrade Job.
+const (
+	JobNone      JobState = iota // not created (or not in the cache yet)
+	JobForeign                   // a Job of that name made for another slot
+	JobRunning                   // created, not finished
+	JobSucceeded                 // its pod succeeded (the swap is staged)
+	JobFailed                    // failed or timed out
+)
+
+// RebootState is what this agent process did about the reboot.
+type RebootState int
+
+// The states of the reboot request of this process.
+const (
+	RebootNone      RebootState = iota // not requested by this process
+	RebootRequested                    // requested, the stall timeout not passed
+	RebootStalled                      // requested, still the same boot after the stall timeout
+)
+
+// Observed is what a node's agent sees of its own rollout.
+type Observed struct {
+	Phase      string   // the slot's phase (the newer of the cache and the agent's own write)
+	Target     string   // the slot's version
+	Job        JobState // the slot's own upgrade Job
+	Cordoned   bool     // slipway's cordon is on the node
+	Running    string   // the rootfs this boot runs ("" not known yet)
+	BootID     string   // this boot
+	RebootFrom string   // the boot recorded before the reboot was requested
+	Ready      bool     // the Node's Ready condition
+	Reboot     RebootState
+	// DrainBlocked and RebootBlocked say why the window allows no drain
+	// (MayStart) or no reboot (MayReboot) now; "" when it does.
+	DrainBlocked, RebootBlocked string
+}
+
+// Step is what the node's agent does next.
+type Step string
+
+// The steps.
+const (
+	StepWait          Step = "Wait"           // nothing until something changes
+	StepAlreadyThere  Step = "AlreadyThere"   // it runs the target: free the slot, no Job, no reboot
+	StepCreateJob     Step = "CreateJob"      // create the upgrade Job, mark the slot Upgrading
+	StepFailJob       Step = "FailJob"        // the upgrade Job failed: record it, free the slot
+	StepFailForeign   Step = "FailForeignJob" // the Job's name is taken by another slot's Job
+	StepDeferToWindow Step = "DeferToWindow"  // no room in the window: give the slot back, unfailed
+	StepDrain         Step = "Drain"          // cordon and drain (or resume), then mark Rebooting
+	StepReboot        Step = "Reboot"         // request the reboot (again, when it stalled)
+	StepFailFellBack  Step = "FailFellBack"   // back on a new boot at another version
+	StepWaitReady     Step = "WaitReady"      // new boot at the target, Node not Ready yet
+	StepSucceed       Step = "Succeed"        // new boot at the target, Ready: uncordon, publish, free
+)
+
+// Next decides the next step from o, and says why.
+func Next(o Observed) (Step, string) {
+	switch o.Phase {
+	case "", PhasePending, PhaseUpgrading:
+		return nextUpgrading(o)
+	case PhaseDraining:
+		return nextDrain(o)
+	case PhaseRebooting, PhaseWaitingReady:
+		if o.BootID == o.RebootFrom {
+			return nextReboot(o)
+		}
+		return nextAfterBoot(o)
+	}
+	return StepWait, "unknown phase " + o.Phase
+}
+
+func nextUpgrading(o Observed) (Step, string) {
+	switch o.Job {
+	case JobNone:
+		if !o.Cordoned && o.Running != "" && o.Running == o.Target {
+			return StepAlreadyThere, "it runs " + o.Target + " already"
+		}
+		return StepCreateJob, "no upgrade Job for this slot yet"
+	case JobForeign:
+		return StepFailForeign, "the Job's name belongs to another rollout"
+	case JobRunning:
+		return StepWait, "the upgrade Job runs"
+	case JobFailed:
+		return StepFailJob, "the upgrade Job failed"
+	}
+	return nextDrain(o)
+}
+
+func nextDrain(o Observed) (Step, string) {
+	if !o.Cordoned && o.DrainBlocked != "" { // a drain begun goes on: its start was allowed
+		return StepDeferToWindow, o.DrainBlocked
+	}
+	return StepDrain, "the swap is staged"
+}
+
+func nextReboot(o Observed) (Step, string) {
+	switch {
+	case o.Reboot == RebootRequested:
+		return StepWait, "the reboot was requested"
+	case o.RebootBlocked != "":
+		return StepDeferToWindow, o.RebootBlocked
+	case o.Reboot == RebootStalled:
+		return StepReboot, "the reboot did not happen: still the same boot"
+	}
+	return StepReboot, "drained; the reboot is due"
+}
+
+func nextAfterBoot(o Observed) (Step, string) {
+	switch {
+	case o.Running == "":
+		return StepWait, "what this boot runs is not known yet"
+	case o.Running != o.Target:
+		return StepFailFellBack, "back at " + o.Running + ", not " + o.Target
+	case !o.Ready:
+		return StepWaitReady, "back at " + o.Target + ", not Ready yet"
+	}
+	return StepSucceed, "back at " + o.Target + " and Ready"
+}

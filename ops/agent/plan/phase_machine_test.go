@@ -1,0 +1,57 @@
+package plan
+
+import "testing"
+
+func TestNext(t *testing.T) {
+	// base: a slot at v2 on a node running v1, boot b1, Ready, window open.
+	base := func(edit func(*Observed)) Observed {
+		o := Observed{Phase: PhaseUpgrading, Target: "v2", Running: "v1", BootID: "b1", Ready: true}
+		edit(&o)
+		return o
+	}
+	closed := "outside the maintenance window"
+	for _, c := range []struct {
+		name string
+		o    Observed
+		want Step
+	}{
+		// Pending / Upgrading
+		{"pending, no Job: create it", base(func(o *Observed) { o.Phase = PhasePending }), StepCreateJob},
+		{"empty phase (older status), no Job: create it", base(func(o *Observed) { o.Phase = "" }), StepCreateJob},
+		{"runs the target already: free, no reboot", base(func(o *Observed) { o.Running = "v2" }), StepAlreadyThere},
+		{"staged but not booted is not there: a Job", base(func(o *Observed) { o.Running = "v1" }), StepCreateJob},
+		{"running not known yet: a Job (never a false AlreadyThere)", base(func(o *Observed) { o.Running = "" }), StepCreateJob},
+		{"cordoned by slipway at the target: no shortcut", base(func(o *Observed) { o.Running, o.Cordoned = "v2", true }), StepCreateJob},
+		{"Job of another rollout under the name", base(func(o *Observed) { o.Job = JobForeign }), StepFailForeign},
+		{"Job running: wait", base(func(o *Observed) { o.Job = JobRunning }), StepWait},
+		{"Job failed", base(func(o *Observed) { o.Job = JobFailed }), StepFailJob},
+		{"Job succeeded: drain", base(func(o *Observed) { o.Job = JobSucceeded }), StepDrain},
+		{"Job succeeded, window closing: give the slot back", base(func(o *Observed) { o.Job, o.DrainBlocked = JobSucceeded, closed }), StepDeferToWindow},
+		// Draining
+		{"draining: drain", base(func(o *Observed) { o.Phase = PhaseDraining }), StepDrain},
+		{"draining resumed after a restart, window closed since: the drain goes on", base(func(o *Observed) {
+			o.Phase, o.Cordoned, o.DrainBlocked = PhaseDraining, true, closed
+		}), StepDrain},
+		{"draining not begun, window closed", base(func(o *Observed) { o.Phase, o.DrainBlocked = PhaseDraining, closed }), StepDeferToWindow},
+		// Rebooting, same boot
+		{"rebooting, same boot, not requested by this process: reboot", base(func(o *Observed) { o.Phase, o.RebootFrom = PhaseRebooting, "b1" }), StepReboot},
+		{"rebooting, requested: wait", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Reboot = PhaseRebooting, "b1", RebootRequested }), StepWait},
+		{"rebooting, stalled: reboot again", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Reboot = PhaseRebooting, "b1", RebootStalled }), StepReboot},
+		{"rebooting, window closed: give the slot back", base(func(o *Observed) { o.Phase, o.RebootFrom, o.RebootBlocked = PhaseRebooting, "b1", closed }), StepDeferToWindow},
+		{"rebooting, requested, window closed: the request stands", base(func(o *Observed) {
+			o.Phase, o.RebootFrom, o.Reboot, o.RebootBlocked = PhaseRebooting, "b1", RebootRequested, closed
+		}), StepWait},
+		// After the reboot
+		{"new boot at the target, Ready: succeed", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Running = PhaseRebooting, "b0", "v2" }), StepSucceed},
+		{"new boot at the target, not Ready", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Running, o.Ready = PhaseRebooting, "b0", "v2", false }), StepWaitReady},
+		{"waiting ready, turns Ready", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Running = PhaseWaitingReady, "b0", "v2" }), StepSucceed},
+		{"new boot at the old version: fell back", base(func(o *Observed) { o.Phase, o.RebootFrom = PhaseRebooting, "b0" }), StepFailFellBack},
+		{"new boot, running not known: wait", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Running = PhaseRebooting, "b0", "" }), StepWait},
+		{"unknown phase: wait", base(func(o *Observed) { o.Phase = "Exploding" }), StepWait},
+	} {
+		got, why := Next(c.o)
+		if got != c.want || why == "" {
+			t.Errorf("%s: Next = %s (%q), want %s", c.name, got, why, c.want)
+		}
+	}
+}

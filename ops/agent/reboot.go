@@ -1,0 +1,117 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// refusedGrace is how long the agent outlives a failed reboot request
+// before it reports it: a reboot under way ends the agent before that.
+const refusedGrace = 3 * time.Second
+
+// reboot asks the Rebooter to reboot after rebootDelay, and again when the
+// reboot stalled (still this boot RebootStall after the request; Event
+// RebootStalled). how says what was done before (the drain), for the
+// Rebooting Event; "" records none (an agent restarted before its reboot
+// happened: the Event was recorded with the Rebooting phase).
+func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot, how string) error {
+	state := a.rebootState()
+	a.mu.Lock()
+	since := time.Since(a.rebootAt).Round(time.Second)
+	a.rebooting, a.rebootAt = true, time.Now()
+	a.mu.Unlock()
+	delay := s.RebootDelay
+	switch {
+	case state == plan.RebootStalled:
+		delay = 0
+		a.metrics.stalls.Inc()
+		a.log.Warn("the reboot did not happen; requesting it again", "requested", since, "method", a.opts.Rebooter.String())
+		a.recorder.Eventf(ch, corev1.EventTypeWarning, "RebootStalled", "node %s still runs the same boot %s after its reboot was requested with %s; requesting it again",
+			a.opts.NodeName, since, a.opts.Rebooter)
+	case how != "":
+		a.recorder.Eventf(ch, corev1.EventTypeNormal, "Rebooting", "node %s upgraded and %s; rebooting in %s", a.opts.NodeName, how, s.RebootDelay)
+	}
+	a.log.Info("rebooting", "channel", ch.Name, "delay", delay, "method", a.opts.Rebooter.String())
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(delay):
+	}
+	if ok, why := plan.MayReboot(s, time.Now()); !ok { // the window closed during the delay
+		a.setRebooting(false)
+		return a.deferToWindow(ctx, ch, slot, why)
+	}
+	if err := a.opts.Rebooter.Reboot(ctx); err != nil {
+		a.setRebooting(false)
+		// A reboot under way stops this process, and may kill the reboot
+		// command first: only a refusal this process outlives is news.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(refusedGrace):
+		}
+		a.metrics.stalls.Inc()
+		a.recorder.Eventf(ch, corev1.EventTypeWarning, "RebootStalled", "node %s: the reboot was refused: %v; retrying", a.opts.NodeName, err)
+		return fmt.Errorf("reboot node %s with %s: %w", a.opts.NodeName, a.opts.Rebooter, err)
+	}
+	a.mu.Lock()
+	a.rebootAt = time.Now()
+	a.mu.Unlock()
+	a.queue.AddAfter(key{roleNode, ch.Name}, a.opts.RebootStall) // to see whether it happened
+	return nil
+}
+
+// rebootState is what this process did about the reboot.
+func (a *Agent) rebootState() plan.RebootState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case !a.rebooting:
+		return plan.RebootNone
+	case time.Since(a.rebootAt) >= a.opts.RebootStall:
+		return plan.RebootStalled
+	}
+	return plan.RebootRequested
+}
+
+func (a *Agent) setRebooting(v bool) {
+	a.mu.Lock()
+	a.rebooting = v
+	a.mu.Unlock()
+}
+
+// noteRebootFrom remembers the boot ID this process wrote on its Node
+// before it marked the slot Rebooting (its Node cache may not show it
+// yet), and what the drain did, for the Rebooting Event.
+func (a *Agent) noteRebootFrom(boot, drained string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.wroteRebootFrom, a.drained = boot, drained
+}
+
+// drainedHow is what this process's drain did ("" when it drained nothing:
+// restarted after it), once: the Rebooting Event is recorded once.
+func (a *Agent) drainedHow() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	how := a.drained
+	a.drained = ""
+	return how
+}
+
+// rebootFromOf is the boot ID the Node records as the one the reboot
+// starts from, or the one this process wrote, which its cache may lag.
+func (a *Agent) rebootFromOf(n *corev1.Node) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.wroteRebootFrom != "" {
+		return a.wroteRebootFrom
+	}
+	return n.Annotations[AnnotationRebootFrom]
+}

@@ -1,0 +1,64 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// refusesOnce is a reboot method whose first request does not reboot:
+// silently (as logind does when it refuses) or with an error (a command
+// that exits non-zero). Later requests reboot (simulated).
+type refusesOnce struct {
+	fakeReboot
+	silent bool
+	calls  atomic.Int32
+}
+
+func (r *refusesOnce) String() string { return "a reboot refused once" }
+
+func (r *refusesOnce) Reboot(ctx context.Context) error {
+	if r.calls.Add(1) == 1 {
+		if r.silent {
+			return nil
+		}
+		return errors.New("reboot command exited 1")
+	}
+	return r.fakeReboot.Reboot(ctx)
+}
+
+// TestRefusedRebootIsRetried: a reboot that did not happen (same boot ID
+// after --reboot-stall-timeout) or was refused is reported with a
+// RebootStalled Event and requested again; the node then upgrades.
+func TestRefusedRebootIsRetried(t *testing.T) {
+	for _, silent := range []bool{true, false} {
+		name := map[bool]string{true: "silent", false: "error"}[silent]
+		t.Run(name, func(t *testing.T) {
+			var r *refusesOnce
+			f := newFleet(t, 1, nil)
+			f.opts = func(o *Options) {
+				if r == nil {
+					r = &refusesOnce{fakeReboot: fakeReboot{f: f, node: o.NodeName}, silent: silent}
+				}
+				o.Rebooter, o.RebootStall = r, 2*time.Second
+			}
+			f.start(f.ns + "-n0")
+			f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
+				NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
+			f.waitFor("the node upgraded", time.Minute, done(1))
+			if n := f.eventsWithin("RebootStalled", 1, 5*time.Second); n != 1 {
+				t.Errorf("%d RebootStalled events, want 1", n)
+			}
+			if got := r.calls.Load(); got != 2 {
+				t.Errorf("%d reboot requests, want 2", got)
+			}
+			f.assertAllAt("v2")
+		})
+	}
+}

@@ -1,0 +1,210 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/upgrade/layout"
+)
+
+// A rollout that ends after its Job swapped the system directory but
+// before the reboot (a drain that failed, a slot taken away, a channel
+// deleted) leaves a swap staged for the node's next boot, which would start
+// the new version with no drain, no window and no slot. The agent undoes
+// such a swap with a rollback Job (`slipway ops rollback --reboot=false`,
+// current and previous swapped back), so the next boot starts what runs.
+
+// AnnotationJobAction is "rollback" on the rollback Jobs the agent creates.
+const AnnotationJobAction = "ops.slipway.dev/action"
+
+// rollbackTimeout bounds a rollback Job: it only swaps two links.
+const rollbackTimeout = 10 * time.Minute
+
+// idle is what a node's agent does for channel ch (nil: deleted) when it
+// holds no slot in it: undo a swap its rollout left staged and undo
+// slipway's cordon (cleanupIdle).
+func (a *Agent) idle(ctx context.Context, ch *v1.UpdateChannel) error {
+	if err := a.undoSwap(ctx, ch); err != nil {
+		return err
+	}
+	return a.cleanupIdle(ctx)
+}
+
+// undoSwap starts the rollback Job when plan.Rollback says the swap staged
+// in the system directory is one of slipway's Jobs' and no channel holds a
+// slot for this node any more (asked of the API server, not the cache).
+func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
+	running, current := a.readableVersions(), a.currentVersions()
+	if running == nil || current == nil {
+		return nil
+	}
+	if plan.Staged(*running, *current) == (Versions{}) {
+		if a.takeRolledBack() { // this process's rollback Job is done: nothing staged any more
+			return a.republish(ctx)
+		}
+		return nil
+	}
+	ourJob, busy := a.upgradeJobAt(current.Rootfs)
+	if busy {
+		return nil // the Job informer calls again when it finishes
+	}
+	previous, _ := layout.New(a.opts.SystemDir).Previous(layout.Rootfs)
+	d := plan.Rollback(*running, *current, previous, ourJob)
+	if !d.Undo {
+		a.log.Debug("staged swap left in place", "staged", current.Rootfs, "why", d.Reason)
+		return nil
+	}
+	if held, err := a.holdsAnySlot(ctx); err != nil || held {
+		return err
+	}
+	name := DNSLabel(fmt.Sprintf("rollback-%s-%s-%s", a.opts.NodeName, current.Rootfs, shortHash(a.knownBootID())[:6]))
+	if a.job(name) != nil {
+		return nil // made already on this boot: done, or running
+	}
+	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, a.buildRollbackJob(ch, name, current.Rootfs), metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("create rollback job %s: %w", name, err)
+	}
+	a.metrics.rollbacks.Inc()
+	a.setRolledBack()
+	a.log.Info("rolling back a swap not booted", "job", name, "staged", current.Rootfs, "running", running.Rootfs)
+	a.recorder.Eventf(a.eventTarget(ch), corev1.EventTypeWarning, "RollingBack",
+		"node %s: its rollout ended before the reboot and %s; job %s rolls the system directory back to %s",
+		a.opts.NodeName, d.Reason, name, running.Rootfs)
+	return nil
+}
+
+// upgradeJobAt reports whether an upgrade Job of this node to version
+// exists and has finished (ours), or still runs (busy).
+func (a *Agent) upgradeJobAt(version string) (ours, busy bool) {
+	for _, o := range a.jobs.List() {
+		j, ok := o.(*batchv1.Job)
+		if !ok || j.Annotations[AnnotationJobNode] != a.opts.NodeName || j.Annotations[AnnotationJobAction] != "" {
+			continue
+		}
+		if v := j.Annotations[AnnotationJobVersion]; v != version && (v != "" || jobArg(j, "--version") != version) {
+			continue
+		}
+		if done, _, _, _ := jobOutcome(j); done || a.podSucceeded(j) {
+			ours = true
+		} else {
+			busy = true
+		}
+	}
+	return ours, busy
+}
+
+// holdsAnySlot asks the API server whether a channel of the namespace
+// holds a slot for this node.
+func (a *Agent) holdsAnySlot(ctx context.Context) (bool, error) {
+	l, err := a.ops.UpdateChannels(a.opts.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, fmt.Errorf("list the channels before a rollback: %w", err)
+	}
+	for _, c := range l.Items {
+		if plan.FindSlot(c.Status, a.opts.NodeName) >= 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// buildRollbackJob is the upgrade Job's pod running `ops rollback` instead:
+// the same node binding, mounts and capabilities.
+func (a *Agent) buildRollbackJob(ch *v1.UpdateChannel, name, staged string) *batchv1.Job {
+	s := plan.Settings{UpgradeTimeout: rollbackTimeout}
+	if ch == nil {
+		ch = &v1.UpdateChannel{}
+	} else {
+		s = mustResolve(ch)
+		s.UpgradeTimeout = rollbackTimeout
+	}
+	j := a.buildJob(ch, s, v1.Slot{Node: a.opts.NodeName, Version: staged})
+	j.Name = name
+	for _, m := range []map[string]string{j.Annotations, j.Spec.Template.Annotations} {
+		m[AnnotationJobAction] = "rollback"
+	}
+	c := &j.Spec.Template.Spec.Containers[0]
+	c.Name, c.Args = "rollback", rollbackArgs(c.Args)
+	return j
+}
+
+// rollbackArgs turns the upgrade Job's arguments into `ops rollback` with
+// the same system directory, lock and mount handling.
+func rollbackArgs(upgrade []string) []string {
+	args := []string{"ops", "rollback", "--reboot=false"}
+	for _, flag := range []string{"--system-dir", "--lock-file"} {
+		if v := argAfterFlag(upgrade, flag); v != "" {
+			args = append(args, flag, v)
+		}
+	}
+	for _, a := range upgrade {
+		if a == "--remount" {
+			args = append(args, a)
+		}
+	}
+	return args
+}
+
+func jobArg(j *batchv1.Job, flag string) string {
+	if len(j.Spec.Template.Spec.Containers) == 0 {
+		return ""
+	}
+	return argAfterFlag(j.Spec.Template.Spec.Containers[0].Args, flag)
+}
+
+func argAfterFlag(args []string, flag string) string {
+	for i, a := range args {
+		if a == flag && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func (a *Agent) setRolledBack() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.rolledBack = true
+}
+
+// takeRolledBack reports, once, that this process created a rollback Job.
+func (a *Agent) takeRolledBack() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	was := a.rolledBack
+	a.rolledBack = false
+	return was
+}
+
+func (a *Agent) knownBootID() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.knownBoot
+}
+
+// eventTarget is ch, or this agent's Node when the channel is gone.
+func (a *Agent) eventTarget(ch *v1.UpdateChannel) runtime.Object {
+	if ch != nil && ch.Name != "" {
+		return ch
+	}
+	if n := a.ownNode(); n != nil {
+		return n
+	}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName}}
+}

@@ -1,0 +1,59 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// doneSince is done(n) for the spec of generation gen or later: a status
+// computed for an earlier spec does not count.
+func doneSince(n int, gen int64) func(*v1.UpdateChannel) bool {
+	return func(ch *v1.UpdateChannel) bool {
+		return ch.Status.ObservedGeneration >= gen && done(n)(ch)
+	}
+}
+
+// TestBackAndForthRollouts: v1 -> v2 -> v1 -> v2. Each rollout runs Jobs of
+// its own: the second v2 must not take the first v2's Complete Jobs for its
+// own, reboot without a swap and report "the boot fell back".
+func TestBackAndForthRollouts(t *testing.T) {
+	f := newFleet(t, 2, nil)
+	for i := range 2 {
+		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
+	}
+	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 2, RebootDelay: zeroDelay(),
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
+	f.waitFor("all at v2", time.Minute, done(2))
+	f.assertAllAt("v2")
+	for _, version := range []string{"v1", "v2"} {
+		f.patch(fmt.Sprintf(`{"spec":{"version":%q}}`, version))
+		gen := f.get().Generation
+		ch := f.waitFor("all at "+version, time.Minute, func(ch *v1.UpdateChannel) bool {
+			return doneSince(2, gen)(ch) || len(ch.Status.Failed) > 0
+		})
+		if len(ch.Status.Failed) > 0 {
+			t.Fatalf("rollout to %s failed: %+v", version, ch.Status.Failed)
+		}
+		f.assertAllAt(version)
+	}
+	if n := f.eventsWithin("UpgradeFailed", 1, time.Second); n > 0 {
+		t.Errorf("%d UpgradeFailed events going back and forth", n)
+	}
+	jobs, err := f.kube.BatchV1().Jobs(f.ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, j := range jobs.Items {
+		names = append(names, j.Name)
+	}
+	if len(names) != 6 { // 2 nodes x 3 rollouts, one Job each
+		t.Errorf("want 6 upgrade Jobs, one per node and rollout, got %d: %s", len(names), strings.Join(names, " "))
+	}
+}
