@@ -60,8 +60,9 @@ func SetProgress(s Settings, st *v1.UpdateChannelStatus, target string, generati
 
 func failureReasons(st v1.UpdateChannelStatus, target string) string {
 	var out []string
+	skipped := skippedSet(st)
 	for _, f := range st.Failed {
-		if f.Version == target {
+		if f.Version == target && !skipped[f.Node] {
 			out = append(out, f.Node+": "+f.Reason)
 		}
 	}

@@ -79,6 +79,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure":             schema_ops_apis_opsslipwaydev_v1_Failure(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts":          schema_ops_apis_opsslipwaydev_v1_NodeCounts(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller":              schema_ops_apis_opsslipwaydev_v1_Poller(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode":         schema_ops_apis_opsslipwaydev_v1_SkippedNode(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot":                schema_ops_apis_opsslipwaydev_v1_Slot(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannel":       schema_ops_apis_opsslipwaydev_v1_UpdateChannel(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannelList":   schema_ops_apis_opsslipwaydev_v1_UpdateChannelList(ref),
@@ -2939,6 +2940,13 @@ func schema_ops_apis_opsslipwaydev_v1_NodeCounts(ref common.ReferenceCallback) c
 							Format:      "int32",
 						},
 					},
+					"skipped": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Skipped is how many are passed over (see status.skipped).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 				},
 				Required: []string{"nodes", "upToDate", "updating", "failed"},
 			},
@@ -2969,6 +2977,51 @@ func schema_ops_apis_opsslipwaydev_v1_Poller(ref common.ReferenceCallback) commo
 					},
 				},
 				Required: []string{"node"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_SkippedNode(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SkippedNode is a node the channel passes over, with why.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"node": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Node is the exact name of the node.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason is one word: NotReady, Unschedulable, NoAgent or OtherChannel.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says what was seen and what to do.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"since": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Since is when the node was first skipped for this reason.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"node", "reason"},
 			},
 		},
 		Dependencies: []string{
@@ -3351,11 +3404,30 @@ func schema_ops_apis_opsslipwaydev_v1_UpdateChannelStatus(ref common.ReferenceCa
 							},
 						},
 					},
+					"skipped": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Skipped lists the selected nodes behind the target that get no slot, and why: not Ready, made unschedulable by an admin, no agent running, or followed by an earlier channel. They do not count toward maxFailures.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: map[string]interface{}{},
+										Ref:     ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode"),
+									},
+								},
+							},
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot"},
+			v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot"},
 	}
 }
 

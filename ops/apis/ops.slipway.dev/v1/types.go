@@ -183,6 +183,26 @@ type UpdateChannelStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Skipped lists the selected nodes behind the target that get no slot,
+	// and why: not Ready, made unschedulable by an admin, no agent running,
+	// or followed by an earlier channel. They do not count toward maxFailures.
+	// +optional
+	// +listType=atomic
+	Skipped []SkippedNode `json:"skipped,omitempty"`
+}
+
+// SkippedNode is a node the channel passes over, with why.
+type SkippedNode struct {
+	// Node is the exact name of the node.
+	Node string `json:"node"`
+	// Reason is one word: NotReady, Unschedulable, NoAgent or OtherChannel.
+	Reason string `json:"reason"`
+	// Message says what was seen and what to do.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Since is when the node was first skipped for this reason.
+	// +optional
+	Since metav1.Time `json:"since,omitempty"`
 }
 
 // Poller is the node that holds the polling slot.
@@ -224,6 +244,9 @@ type NodeCounts struct {
 	Updating int `json:"updating"`
 	// Failed is how many failed their last upgrade.
 	Failed int `json:"failed"`
+	// Skipped is how many are passed over (see status.skipped).
+	// +optional
+	Skipped int `json:"skipped,omitempty"`
 }
 
 // Failure records a node whose upgrade failed.
