@@ -60,6 +60,9 @@ type Options struct {
 	Resync time.Duration
 	// LeaseDuration of the per-channel Lease (default 15s; renew at 2/3, retry at 1/5).
 	LeaseDuration time.Duration
+	// HeartbeatInterval is how often the agent renews its heartbeat Lease
+	// (default 1m); a node whose agent missed three is skipped.
+	HeartbeatInterval time.Duration
 	// Log receives structured logs (default slog.Default()).
 	Log *slog.Logger
 }
@@ -100,6 +103,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.LeaseDuration <= 0 {
 		o.LeaseDuration = 15 * time.Second
+	}
+	if o.HeartbeatInterval <= 0 {
+		o.HeartbeatInterval = time.Minute
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
