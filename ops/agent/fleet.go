@@ -58,6 +58,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 			return 0, err
 		}
 	}
+	resolved := a.resolveOnce(ctx, ch, s)
 	nodes, err := a.fleetNodes(ctx, ch, s, fc)
 	if err != nil {
 		return 0, err
@@ -75,6 +76,9 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 		r = fleetResult{}
 		st := &c.Status
 		target := plan.Target(s, *st)
+		if resolved != nil && target == resolved.Version {
+			st.Resolved = resolved
+		}
 		r.recover(st, stale, now)
 		plan.Prune(st, mine, target)
 		if slotHolders(c) == fc.slots {
@@ -100,6 +104,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	}
 	a.fleetEvents(ch, r)
 	a.recordVersions(name, mine)
+	a.metrics.fleet.recordSkipped(name, skippedReasons(ch))
 	if r.relist {
 		return time.Millisecond, nil
 	}
@@ -319,4 +324,12 @@ func (a *Agent) nextFleetSync(s plan.Settings, ch *v1.UpdateChannel, now time.Ti
 		consider(f.At.Add(a.opts.Retry.Backoff(f.Attempts)))
 	}
 	return next
+}
+
+func skippedReasons(ch *v1.UpdateChannel) []string {
+	out := make([]string, 0, len(ch.Status.Skipped))
+	for _, s := range ch.Status.Skipped {
+		out = append(out, s.Reason)
+	}
+	return out
 }

@@ -16,6 +16,7 @@ type metrics struct {
 	claimed   prometheus.Counter     // slots this agent assigned
 	conflicts prometheus.Counter     // status writes that hit a resourceVersion conflict
 	polls     *prometheus.CounterVec // by result
+	fleet     *fleetMetrics          // the fleet view's own (fleet_metrics.go)
 }
 
 func newMetrics() *metrics {
@@ -41,5 +42,6 @@ func newMetrics() *metrics {
 	}
 	m.registry.MustRegister(m.nodes, m.slotWait, m.upgrade, m.drain, m.failures, m.claimed, m.conflicts, m.polls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.fleet = newFleetMetrics(m.registry)
 	return m
 }

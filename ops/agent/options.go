@@ -52,6 +52,9 @@ type Options struct {
 	MetricsAddr string
 	// GitHubToken authenticates github-releases:// polls (raises the rate limit).
 	GitHubToken string
+	// GitHubBaseURL replaces https://api.github.com/ for release resolution
+	// (GitHub Enterprise, tests).
+	GitHubBaseURL string
 	// Config reaches the API server (required).
 	Config *rest.Config
 	// Retry is the backoff for failed nodes (default plan.DefaultRetry).

@@ -79,6 +79,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure":             schema_ops_apis_opsslipwaydev_v1_Failure(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts":          schema_ops_apis_opsslipwaydev_v1_NodeCounts(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller":              schema_ops_apis_opsslipwaydev_v1_Poller(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease":     schema_ops_apis_opsslipwaydev_v1_ResolvedRelease(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SecretKeyRef":        schema_ops_apis_opsslipwaydev_v1_SecretKeyRef(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode":         schema_ops_apis_opsslipwaydev_v1_SkippedNode(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot":                schema_ops_apis_opsslipwaydev_v1_Slot(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannel":       schema_ops_apis_opsslipwaydev_v1_UpdateChannel(ref),
@@ -2984,6 +2986,74 @@ func schema_ops_apis_opsslipwaydev_v1_Poller(ref common.ReferenceCallback) commo
 	}
 }
 
+func schema_ops_apis_opsslipwaydev_v1_ResolvedRelease(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ResolvedRelease is a release resolved once per rollout by the agent holding the channel's Lease, so that the upgrade Jobs do not each ask the release API.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"version": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Version is the release's version (its tag).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"source": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Source is the channel URL the upgrade Jobs download this version's artifacts from (for a GitHub channel: the release's download base, https://github.com/owner/repo/releases, read without the API).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"at": {
+						SchemaProps: spec.SchemaProps{
+							Description: "At is when it was resolved.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"version", "source"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_SecretKeyRef(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SecretKeyRef names one key of a Secret in the channel's namespace.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name of the Secret.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"key": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Key in the Secret's data.",
+							Default:     "token",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name"},
+			},
+		},
+	}
+}
+
 func schema_ops_apis_opsslipwaydev_v1_SkippedNode(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -3295,12 +3365,18 @@ func schema_ops_apis_opsslipwaydev_v1_UpdateChannelSpec(ref common.ReferenceCall
 							Format:      "",
 						},
 					},
+					"tokenSecretRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "TokenSecretRef names a Secret in the channel's namespace holding a GitHub token for a github-releases:// channel: the agents use it to poll and resolve releases, and the upgrade Jobs get it as the GITHUB_TOKEN environment variable from the Secret. It is never copied into the channel or a log.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SecretKeyRef"),
+						},
+					},
 				},
 				Required: []string{"url"},
 			},
 		},
 		Dependencies: []string{
-			v1.Duration{}.OpenAPIModelName(), v1.LabelSelector{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Components", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.DrainSpec", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Window"},
+			v1.Duration{}.OpenAPIModelName(), v1.LabelSelector{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Components", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.DrainSpec", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SecretKeyRef", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Window"},
 	}
 }
 
@@ -3423,11 +3499,17 @@ func schema_ops_apis_opsslipwaydev_v1_UpdateChannelStatus(ref common.ReferenceCa
 							},
 						},
 					},
+					"resolved": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Resolved is the target release as resolved for this rollout (GitHub channels): the upgrade Jobs read its artifacts from its source.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease"),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot"},
+			v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot"},
 	}
 }
 

@@ -88,6 +88,38 @@ type UpdateChannelSpec struct {
 	// Image runs the upgrade Job; empty means the agent's own image.
 	// +optional
 	Image string `json:"image,omitempty"`
+	// TokenSecretRef names a Secret in the channel's namespace holding a
+	// GitHub token for a github-releases:// channel: the agents use it to
+	// poll and resolve releases, and the upgrade Jobs get it as the
+	// GITHUB_TOKEN environment variable from the Secret. It is never copied
+	// into the channel or a log.
+	// +optional
+	TokenSecretRef *SecretKeyRef `json:"tokenSecretRef,omitempty"`
+}
+
+// SecretKeyRef names one key of a Secret in the channel's namespace.
+type SecretKeyRef struct {
+	// Name of the Secret.
+	Name string `json:"name"`
+	// Key in the Secret's data.
+	// +default="token"
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// ResolvedRelease is a release resolved once per rollout by the agent
+// holding the channel's Lease, so that the upgrade Jobs do not each ask
+// the release API.
+type ResolvedRelease struct {
+	// Version is the release's version (its tag).
+	Version string `json:"version"`
+	// Source is the channel URL the upgrade Jobs download this version's
+	// artifacts from (for a GitHub channel: the release's download base,
+	// https://github.com/owner/repo/releases, read without the API).
+	Source string `json:"source"`
+	// At is when it was resolved.
+	// +optional
+	At metav1.Time `json:"at,omitempty"`
 }
 
 // Window is a recurring maintenance window in which upgrades may start.
@@ -189,6 +221,10 @@ type UpdateChannelStatus struct {
 	// +optional
 	// +listType=atomic
 	Skipped []SkippedNode `json:"skipped,omitempty"`
+	// Resolved is the target release as resolved for this rollout (GitHub
+	// channels): the upgrade Jobs read its artifacts from its source.
+	// +optional
+	Resolved *ResolvedRelease `json:"resolved,omitempty"`
 }
 
 // SkippedNode is a node the channel passes over, with why.
