@@ -137,4 +137,3 @@ func (a *Agent) resolveOnce(ctx context.Context, ch *v1.UpdateChannel, s plan.Se
 	}
 	return rel
 }
-
