@@ -15,6 +15,7 @@ import (
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/drain"
 )
 
 // fleetCache is what the Lease holder remembers of a channel between syncs.
@@ -67,6 +68,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	var stale map[string]staleSlot
 	if now.Sub(fc.staleChecked) >= a.opts.Resync { // slots go stale in minutes: no GETs on every change
 		stale, fc.staleChecked = a.staleSlots(ctx, s, ch), now
+		a.uncordonOrphans(ctx, ch, nodes)
 	}
 	a.forgetChecks(fc)
 	target := plan.Target(s, ch.Status)
@@ -226,7 +228,8 @@ func (a *Agent) fleetNodes(ctx context.Context, ch *v1.UpdateChannel, s plan.Set
 			return nil, fmt.Errorf("list the nodes of channel %s: %w", ch.Name, err)
 		}
 		for _, n := range list.Items {
-			out = append(out, plan.Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Version: n.Annotations[AnnotationRootfsVersion]})
+			out = append(out, plan.Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Version: n.Annotations[AnnotationRootfsVersion],
+				CordonedBy: drain.CordonedBy(n.Annotations)})
 		}
 		if opts.Continue = list.Continue; opts.Continue == "" {
 			break

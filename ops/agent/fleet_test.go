@@ -240,3 +240,25 @@ func TestCanaryBesideDefault(t *testing.T) {
 }
 
 func boolPtr(b bool) *bool { return &b }
+
+// TestHolderUncordonsForAnAbsentAgent: a node slipway cordoned, held by no
+// channel, whose agent is gone (its channel deleted while it was away, and
+// it never came back), is uncordoned by the Lease holder of a channel that
+// selects it, with an Event.
+func TestHolderUncordonsForAnAbsentAgent(t *testing.T) {
+	f := newFleet(t, 2, nil)
+	alive, away := f.ns+"-n0", f.ns+"-n1"
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:"true",%q:"v1",%q:"2026-11-24T10:00:00Z"}},"spec":{"unschedulable":true}}`,
+		drain.AnnotationCordonedBy, CordonOwner, drain.AnnotationSchedulableBefore, AnnotationRootfsVersion, AnnotationDrainStarted)
+	if _, err := f.kube.CoreV1().Nodes().Patch(context.Background(), away, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.start(alive)
+	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v1", NodeSelector: selectFleet(f)})
+	f.waitNode(t, away, "uncordoned by the Lease holder", func(n *corev1.Node) bool {
+		return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Annotations[AnnotationDrainStarted] == ""
+	})
+	if f.events("Uncordoned", 1) < 1 {
+		t.Error("no Uncordoned Event")
+	}
+}

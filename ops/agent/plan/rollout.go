@@ -52,7 +52,7 @@ func Assign(s Settings, st *v1.UpdateChannelStatus, mine []Node, others map[stri
 	target string, retry Retry, now time.Time) []string {
 	behind := Behind(*st, mine, target)
 	var total int
-	st.Skipped, total = MergeSkipped(st.Skipped, behind, checked, others, now)
+	st.Skipped, total = MergeSkipped(st.Skipped, behind, checked, Unchecked(mine, others, now))
 	skipped := skippedSet(*st)
 	var eligible []Node
 	for _, n := range Candidates(s, *st, mine, target, retry, now) {

@@ -60,7 +60,7 @@ func TestMergeSkipped(t *testing.T) {
 		"f": {Node: "f", Reason: SkipUnschedulable, Since: metav1.NewTime(now)},
 		"h": nil,
 	}
-	got, total := MergeSkipped(prev, behind, fresh, map[string]string{"g": "default"}, now)
+	got, total := MergeSkipped(prev, behind, fresh, Unchecked([]Node{{Name: "i"}, {Name: "j", Version: "v1"}}, map[string]string{"g": "default"}, now))
 	var summary []string
 	for _, e := range got {
 		s := e.Node + ":" + e.Reason
@@ -69,8 +69,8 @@ func TestMergeSkipped(t *testing.T) {
 		}
 		summary = append(summary, s)
 	}
-	want := []string{"a:NotReady:old", "c:NoAgent:old", "f:Unschedulable", "g:OtherChannel:old"}
-	if !reflect.DeepEqual(summary, want) || total != 4 {
+	want := []string{"a:NotReady:old", "c:NoAgent:old", "f:Unschedulable", "g:OtherChannel:old", "i:UnknownVersion"}
+	if !reflect.DeepEqual(summary, want) || total != 5 {
 		t.Fatalf("MergeSkipped = %v (%d), want %v", summary, total, want)
 	}
 }
@@ -254,4 +254,27 @@ func TestAssign(t *testing.T) {
 			t.Fatalf("added %v counts %+v skipped %+v", added, st.Counts, st.Skipped)
 		}
 	})
+}
+
+func TestOrphaned(t *testing.T) {
+	ttl := 3 * time.Minute
+	cordoned := Node{Name: "n", CordonedBy: "slipway-agent"}
+	for _, tc := range []struct {
+		name    string
+		n       Node
+		held    bool
+		renewed time.Time
+		want    bool
+	}{
+		{"agent gone, no slot", cordoned, false, now.Add(-time.Hour), true},
+		{"never had an agent", cordoned, false, time.Time{}, true},
+		{"agent reporting: it uncordons itself", cordoned, false, now.Add(-time.Minute), false},
+		{"held in a slot: a rollout needs it", cordoned, true, now.Add(-time.Hour), false},
+		{"cordoned by an admin", Node{Name: "n", CordonedBy: ""}, false, now.Add(-time.Hour), false},
+		{"cordoned by another tool", Node{Name: "n", CordonedBy: "kured"}, false, now.Add(-time.Hour), false},
+	} {
+		if got := Orphaned(tc.n, tc.held, tc.renewed, ttl, "slipway-agent", now); got != tc.want {
+			t.Errorf("%s: Orphaned = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }

@@ -16,6 +16,8 @@ const (
 	SkipUnschedulable = "Unschedulable"
 	SkipNoAgent       = "NoAgent"
 	SkipOtherChannel  = "OtherChannel"
+	// SkipUnknown: no agent ever published the node's versions.
+	SkipUnknown = "UnknownVersion"
 )
 
 // MaxSkipped is the most entries status.skipped lists (counts.skipped has them all).
@@ -55,10 +57,11 @@ func Skip(node string, h Health, cordonOwner string, now time.Time) *v1.SkippedN
 
 // MergeSkipped is the new status.skipped: entries for the nodes just
 // checked (nil in fresh: no longer skipped), the previous entries of nodes
-// not checked again that are still behind, and the conflicts (node ->
-// earlier channel). An entry that keeps its reason keeps its Since. Sorted
-// by node name, at most MaxSkipped entries; it also returns how many there are in all.
-func MergeSkipped(prev []v1.SkippedNode, behind []Node, fresh map[string]*v1.SkippedNode, conflicts map[string]string, now time.Time) ([]v1.SkippedNode, int) {
+// not checked again that are still behind, and the entries fixed decides
+// without a check (a node of an earlier channel, a node no agent ever
+// reported). An entry that keeps its reason keeps its Since. Sorted by
+// node name, at most MaxSkipped entries; it also returns how many there are in all.
+func MergeSkipped(prev []v1.SkippedNode, behind []Node, fresh map[string]*v1.SkippedNode, fixed []v1.SkippedNode) ([]v1.SkippedNode, int) {
 	old := make(map[string]v1.SkippedNode, len(prev))
 	for _, p := range prev {
 		old[p.Node] = p
@@ -75,13 +78,12 @@ func MergeSkipped(prev []v1.SkippedNode, behind []Node, fresh map[string]*v1.Ski
 			if e != nil {
 				keep(*e)
 			}
-		} else if p, ok := old[n.Name]; ok && p.Reason != SkipOtherChannel {
+		} else if p, ok := old[n.Name]; ok && checkedReason(p.Reason) {
 			out = append(out, p)
 		}
 	}
-	for node, other := range conflicts {
-		keep(v1.SkippedNode{Node: node, Reason: SkipOtherChannel, Since: metav1.NewTime(now),
-			Message: fmt.Sprintf("node %s follows channel %s, created earlier: a node follows one channel", node, other)})
+	for _, e := range fixed {
+		keep(e)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	total := len(out)
@@ -89,6 +91,28 @@ func MergeSkipped(prev []v1.SkippedNode, behind []Node, fresh map[string]*v1.Ski
 		out = out[:MaxSkipped]
 	}
 	return out, total
+}
+
+// checkedReason reports whether reason comes from a check of the node
+// (kept until the node is checked again), not from the node list.
+func checkedReason(reason string) bool { return reason != SkipOtherChannel && reason != SkipUnknown }
+
+// Unchecked are the skipped entries decided from the node list alone: the
+// nodes an earlier channel holds (others: node -> channel) and the nodes
+// whose version no agent ever published.
+func Unchecked(mine []Node, others map[string]string, now time.Time) []v1.SkippedNode {
+	var out []v1.SkippedNode
+	for node, ch := range others {
+		out = append(out, v1.SkippedNode{Node: node, Reason: SkipOtherChannel, Since: metav1.NewTime(now),
+			Message: fmt.Sprintf("node %s follows channel %s, created earlier: a node follows one channel", node, ch)})
+	}
+	for _, n := range mine {
+		if n.Version == "" {
+			out = append(out, v1.SkippedNode{Node: n.Name, Reason: SkipUnknown, Since: metav1.NewTime(now),
+				Message: fmt.Sprintf("no slipway agent ever published what node %s runs: check the agent DaemonSet's pod there", n.Name)})
+		}
+	}
+	return out
 }
 
 // skippedSet is the names in st.Skipped.

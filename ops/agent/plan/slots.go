@@ -19,6 +19,8 @@ type Node struct {
 	UID     string
 	Labels  map[string]string
 	Version string // the release (rootfs version) the node runs; "" when no agent reported it
+	// CordonedBy is who cordoned the node (the drain package's annotation; "" = not slipway).
+	CordonedBy string
 }
 
 // Retry is the backoff policy for nodes whose upgrade failed.

@@ -125,3 +125,12 @@ func Abandoned(slot v1.Slot, node SlotNode, agentTTL time.Duration, now time.Tim
 	}
 	return false, ""
 }
+
+// Orphaned decides whether the fleet view undoes slipway's cordon of a node
+// for its agent: slipway cordoned it, no channel holds it in a slot, and
+// its agent has been silent longer than agentTTL (a channel deleted or
+// turned invalid while the node's agent was away, and the agent not back).
+// A node whose agent reports uncordons itself.
+func Orphaned(n Node, held bool, agentRenewed time.Time, agentTTL time.Duration, cordonOwner string, now time.Time) bool {
+	return n.CordonedBy == cordonOwner && !held && now.Sub(agentRenewed) > agentTTL
+}

@@ -3071,7 +3071,7 @@ func schema_ops_apis_opsslipwaydev_v1_SkippedNode(ref common.ReferenceCallback) 
 					},
 					"reason": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Reason is one word: NotReady, Unschedulable, NoAgent or OtherChannel.",
+							Description: "Reason is one word: NotReady, Unschedulable, NoAgent, UnknownVersion or OtherChannel.",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
@@ -3487,7 +3487,7 @@ func schema_ops_apis_opsslipwaydev_v1_UpdateChannelStatus(ref common.ReferenceCa
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Skipped lists the selected nodes behind the target that get no slot, and why: not Ready, made unschedulable by an admin, no agent running, or followed by an earlier channel. They do not count toward maxFailures.",
+							Description: "Skipped lists the selected nodes behind the target that get no slot, and why: not Ready, made unschedulable by an admin, no agent running, no version ever published, or followed by an earlier channel. They do not count toward maxFailures.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{

@@ -217,7 +217,8 @@ type UpdateChannelStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// Skipped lists the selected nodes behind the target that get no slot,
 	// and why: not Ready, made unschedulable by an admin, no agent running,
-	// or followed by an earlier channel. They do not count toward maxFailures.
+	// no version ever published, or followed by an earlier channel. They do
+	// not count toward maxFailures.
 	// +optional
 	// +listType=atomic
 	Skipped []SkippedNode `json:"skipped,omitempty"`
@@ -231,7 +232,7 @@ type UpdateChannelStatus struct {
 type SkippedNode struct {
 	// Node is the exact name of the node.
 	Node string `json:"node"`
-	// Reason is one word: NotReady, Unschedulable, NoAgent or OtherChannel.
+	// Reason is one word: NotReady, Unschedulable, NoAgent, UnknownVersion or OtherChannel.
 	Reason string `json:"reason"`
 	// Message says what was seen and what to do.
 	// +optional
