@@ -3367,7 +3367,7 @@ func schema_ops_apis_opsslipwaydev_v1_UpdateChannelSpec(ref common.ReferenceCall
 					},
 					"tokenSecretRef": {
 						SchemaProps: spec.SchemaProps{
-							Description: "TokenSecretRef names a Secret in the channel's namespace holding a GitHub token for a github-releases:// channel: the agents use it to poll and resolve releases, and the upgrade Jobs get it as the GITHUB_TOKEN environment variable from the Secret. It is never copied into the channel or a log.",
+							Description: "TokenSecretRef names a Secret in the channel's namespace holding a GitHub token for a github-releases:// channel: the agent holding the channel's Lease resolves the rollout's release with it, and the upgrade Jobs get it as the GITHUB_TOKEN environment variable from the Secret. It is never copied into the channel or a log.",
 							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SecretKeyRef"),
 						},
 					},

@@ -89,10 +89,10 @@ type UpdateChannelSpec struct {
 	// +optional
 	Image string `json:"image,omitempty"`
 	// TokenSecretRef names a Secret in the channel's namespace holding a
-	// GitHub token for a github-releases:// channel: the agents use it to
-	// poll and resolve releases, and the upgrade Jobs get it as the
-	// GITHUB_TOKEN environment variable from the Secret. It is never copied
-	// into the channel or a log.
+	// GitHub token for a github-releases:// channel: the agent holding the
+	// channel's Lease resolves the rollout's release with it, and the
+	// upgrade Jobs get it as the GITHUB_TOKEN environment variable from the
+	// Secret. It is never copied into the channel or a log.
 	// +optional
 	TokenSecretRef *SecretKeyRef `json:"tokenSecretRef,omitempty"`
 }
