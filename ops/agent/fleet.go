@@ -72,33 +72,11 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	}
 	a.forgetChecks(fc)
 	target := plan.Target(s, ch.Status)
-	checks := a.checkBehind(ctx, fc, ch.Status, plan.Behind(ch.Status, mine, target), plan.FreeSlots(s, ch.Status), target)
+	p := fleetPass{s: s, retry: a.opts.Retry, now: now, listedSlots: fc.slots, resolved: resolved, stale: stale, mine: mine, others: others,
+		checks: a.checkBehind(ctx, fc, ch.Status, plan.Behind(ch.Status, mine, target), plan.FreeSlots(s, ch.Status), target)}
 	var r fleetResult
 	ch, err = a.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
-		r = fleetResult{}
-		st := &c.Status
-		target := plan.Target(s, *st)
-		if resolved != nil && target == resolved.Version {
-			st.Resolved = resolved
-		}
-		r.recover(st, stale, now)
-		plan.Prune(st, mine, target)
-		if slotHolders(c) == fc.slots {
-			r.added = plan.Assign(s, st, mine, others, checks, target, a.opts.Retry, now)
-			startUpgrading(st, r.added)
-		} else {
-			// A slot changed hands since the nodes were listed (a conflict
-			// brought a newer status): the list may show a node that just
-			// finished at its old version. Claim after listing again.
-			r.relist = true
-			skipped := st.Counts.Skipped
-			st.Counts = plan.Counts(mine, *st, target)
-			st.Counts.Skipped = skipped
-		}
-		r.conflict = plan.SetConflict(st, others, c.Generation)
-		plan.SetInvalid(st, nil, c.Generation)
-		plan.SetProgress(s, st, target, c.Generation)
-		st.ObservedGeneration = c.Generation
+		r = p.apply(c)
 		return nil
 	})
 	if err != nil {
@@ -111,43 +89,6 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 		return time.Millisecond, nil
 	}
 	return a.nextFleetSync(s, ch, now), nil
-}
-
-// fleetResult is what one pass of the fleet view changed, for its Events.
-type fleetResult struct {
-	added     []string
-	recovered []v1.Failure // slots taken away as failures
-	released  []string     // slots taken away without a failure: "node: why"
-	conflict  bool         // the Conflict condition turned True or changed
-	relist    bool
-}
-
-// recover takes the stale slots away: a node gone before its reboot loses
-// its slot without a failure; any other stale slot fails.
-func (r *fleetResult) recover(st *v1.UpdateChannelStatus, stale map[string]staleSlot, now time.Time) {
-	for _, sl := range append([]v1.Slot(nil), st.Updating...) {
-		v, ok := stale[sl.Node+"/"+fmt.Sprint(sl.Attempt)]
-		switch {
-		case !ok:
-		case v.release:
-			plan.Release(st, sl.Node)
-			r.released = append(r.released, v.why)
-		default:
-			r.recovered = append(r.recovered, plan.Fail(st, sl.Node, sl.Version, v.why, now))
-		}
-	}
-}
-
-// startUpgrading marks the slots just assigned Upgrading with their Job's
-// name, which is known (node, version, attempt): the node's agent then only
-// creates the Job, and writes nothing to the channel until it reboots.
-func startUpgrading(st *v1.UpdateChannelStatus, added []string) {
-	for _, n := range added {
-		if i := plan.FindSlot(*st, n); i >= 0 {
-			sl := &st.Updating[i]
-			sl.Phase, sl.Job = plan.PhaseUpgrading, JobName(sl.Node, sl.Version, sl.Attempt)
-		}
-	}
 }
 
 func (a *Agent) fleetEvents(ch *v1.UpdateChannel, r fleetResult) {
