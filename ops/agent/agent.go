@@ -73,6 +73,7 @@ const (
 	roleNode    role = iota // drive this node's own slot
 	roleFleet               // the fleet view, when this agent holds the channel's Lease
 	rolePublish             // label the node with its versions again if it lacks them (no channel)
+	roleIdle                // uncordon this node if slipway cordoned it and no channel holds it (no channel)
 )
 
 // Run runs an agent until ctx ends.
@@ -126,9 +127,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[key](),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "slipway-agent"})
 	defer a.queue.ShutDown()
+	go a.heartbeat(ctx) // before the informers: the fleet view skips nodes whose agent never reported
 	if err := a.startInformers(ctx); err != nil {
 		return err
 	}
+	a.queue.Add(key{role: roleIdle}) // a cordon left by a channel deleted while this agent was away
 	if a.opts.MetricsAddr != "" {
 		go a.serveMetrics(ctx)
 	}
@@ -279,6 +282,8 @@ func (a *Agent) work(ctx context.Context) {
 		switch k.role {
 		case rolePublish:
 			err = a.republish(ctx)
+		case roleIdle:
+			err = a.cleanupIdle(ctx)
 		case roleFleet:
 			after, err = a.syncFleet(ctx, k.channel)
 		default:

@@ -297,6 +297,7 @@ func TestStaleSlotOfDeletedNodeIsRecovered(t *testing.T) {
 	if err := f.patchNodeAnnotation(ghost, AnnotationRootfsVersion, "v1"); err != nil {
 		t.Fatal(err)
 	}
+	f.heartbeat(ghost) // its agent reported a moment ago
 	f.start(alive)
 	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2",
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})

@@ -9,12 +9,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/drain"
 )
 
 // fleetCache is what the Lease holder remembers of a channel between syncs.
@@ -26,14 +27,16 @@ type fleetCache struct {
 	pollTried  time.Time
 	// staleChecked is when the slots' nodes and Jobs were last read.
 	staleChecked time.Time
+	// checks are the recent checks of nodes behind the target, by node.
+	checks map[string]checked
 }
 
 // pollRetry is the least time between two poll attempts (after a failure).
 const pollRetry = 30 * time.Second
 
 // syncFleet does the fleet-view work of a channel when this agent holds its
-// Lease: validate, poll, recover stale slots, assign free slots, count. It
-// returns when it wants to run again.
+// Lease: validate, poll, recover stale slots, check the nodes behind,
+// assign free slots, count. It returns when it wants to run again.
 func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, error) {
 	if !a.leading(name) {
 		return 0, nil
@@ -56,72 +59,53 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 			return 0, err
 		}
 	}
+	resolved := a.resolveOnce(ctx, ch, s)
 	nodes, err := a.fleetNodes(ctx, ch, s, fc)
 	if err != nil {
 		return 0, err
 	}
-	var stale map[string]string
+	mine, others := plan.Split(a.channelRef(ch, s), a.channelRefs(), nodes)
+	var stale map[string]staleSlot
 	if now.Sub(fc.staleChecked) >= a.opts.Resync { // slots go stale in minutes: no GETs on every change
 		stale, fc.staleChecked = a.staleSlots(ctx, s, ch), now
 	}
-	var added []string
-	var recovered []v1.Failure
-	relist := false
+	a.forgetChecks(fc)
+	target := plan.Target(s, ch.Status)
+	p := fleetPass{s: s, retry: a.opts.Retry, now: now, listedSlots: fc.slots, resolved: resolved, stale: stale, mine: mine, others: others,
+		checks: a.checkBehind(ctx, fc, ch.Status, plan.Behind(ch.Status, mine, target), plan.FreeSlots(s, ch.Status), target)}
+	var r fleetResult
 	ch, err = a.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
-		added, recovered, relist = nil, nil, false
-		st := &c.Status
-		target := plan.Target(s, *st)
-		for _, sl := range st.Updating {
-			if reason, ok := stale[sl.Node+"/"+fmt.Sprint(sl.Attempt)]; ok {
-				recovered = append(recovered, plan.Fail(st, sl.Node, sl.Version, reason, now))
-			}
-		}
-		plan.Prune(st, nodes, target)
-		if slotHolders(c) == fc.slots {
-			added = plan.Claim(s, st, plan.Candidates(s, *st, nodes, target, a.opts.Retry, now), target, now)
-			startUpgrading(c.UID, st, added)
-		} else {
-			// A slot changed hands since the nodes were listed (a conflict
-			// brought a newer status): the list may show a node that just
-			// finished at its old version. Claim after listing again.
-			relist = true
-		}
-		st.Counts = plan.Counts(nodes, *st, target)
-		plan.SetInvalid(st, nil, c.Generation)
-		plan.SetProgress(s, st, target, c.Generation)
-		st.ObservedGeneration = c.Generation
+		r = p.apply(c)
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
-	a.fleetEvents(ch, added, recovered)
-	a.recordVersions(name, nodes)
-	if relist {
+	a.fleetEvents(ch, r)
+	a.recordVersions(name, mine)
+	a.metrics.fleet.recordSkipped(name, skippedReasons(ch))
+	if r.relist {
 		return time.Millisecond, nil
 	}
 	return a.nextFleetSync(s, ch, now), nil
 }
 
-// startUpgrading marks the slots just assigned Upgrading with their Job's
-// name, which is known (node, version, channel UID, claim time, attempt): the node's agent then only
-// creates the Job, and writes nothing to the channel until it reboots.
-func startUpgrading(uid types.UID, st *v1.UpdateChannelStatus, added []string) {
-	for _, n := range added {
-		if i := plan.FindSlot(*st, n); i >= 0 {
-			sl := &st.Updating[i]
-			sl.Phase, sl.Job = plan.PhaseUpgrading, SlotJobName(uid, *sl)
-		}
-	}
-}
-
-func (a *Agent) fleetEvents(ch *v1.UpdateChannel, added []string, recovered []v1.Failure) {
+func (a *Agent) fleetEvents(ch *v1.UpdateChannel, r fleetResult) {
 	// An assigned slot has no Event of its own: the node's agent records
 	// "Upgrading" as soon as it starts (a write saved per node).
-	a.metrics.claimed.Add(float64(len(added)))
-	for _, f := range recovered {
+	a.metrics.claimed.Add(float64(len(r.added)))
+	for _, f := range r.recovered {
 		a.metrics.failures.WithLabelValues(ch.Name, "stale").Inc()
 		a.recorder.Eventf(ch, corev1.EventTypeWarning, "SlotRecovered", "freed the slot of node %s: %s", f.Node, f.Reason)
+	}
+	for _, why := range r.released {
+		a.recorder.Event(ch, corev1.EventTypeWarning, "SlotReleased", why)
+	}
+	if r.conflict {
+		if c := meta.FindStatusCondition(ch.Status.Conditions, plan.ConditionConflict); c != nil {
+			a.log.Warn("nodes of this channel follow an earlier channel", "channel", ch.Name, "message", c.Message)
+			a.recorder.Event(ch, corev1.EventTypeWarning, "Conflict", c.Message)
+		}
 	}
 }
 
@@ -141,19 +125,31 @@ func (a *Agent) fleetCacheOf(name string) *fleetCache {
 	return fc
 }
 
-// markInvalid records an Invalid condition and an Event when the spec turned bad.
+// markInvalid records an Invalid condition and an Event when the spec
+// turned bad, and frees every slot: no rollout of an invalid channel goes
+// on, so the nodes' agents uncordon (they see their slot gone).
 func (a *Agent) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan.Invalid) error {
 	changed := false
+	var freed []v1.Slot
 	_, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
 		changed = plan.SetInvalid(&c.Status, bad, c.Generation)
+		freed, c.Status.Updating = c.Status.Updating, nil
+		c.Status.Counts.Updating = 0
 		c.Status.ObservedGeneration = c.Generation
 		return nil
 	})
-	if err == nil && changed {
+	if err != nil {
+		return err
+	}
+	if changed {
 		a.log.Warn("channel spec is invalid; doing nothing for it", "channel", ch.Name, "reason", bad.Reason, "message", bad.Message)
 		a.recorder.Event(ch, corev1.EventTypeWarning, "Invalid", bad.Message)
 	}
-	return err
+	for _, sl := range freed {
+		a.recorder.Eventf(ch, corev1.EventTypeWarning, "SlotReleased", "freed the slot of node %s (at %s, phase %s): the spec is invalid (%s); its agent uncordons it",
+			sl.Node, sl.Version, sl.Phase, bad.Reason)
+	}
+	return nil
 }
 
 // fleetNodes lists the nodes as metadata only, in pages, when the channel's
@@ -172,7 +168,8 @@ func (a *Agent) fleetNodes(ctx context.Context, ch *v1.UpdateChannel, s plan.Set
 			return nil, fmt.Errorf("list the nodes of channel %s: %w", ch.Name, err)
 		}
 		for _, n := range list.Items {
-			out = append(out, plan.Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Version: n.Annotations[AnnotationRootfsVersion]})
+			out = append(out, plan.Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Version: n.Annotations[AnnotationRootfsVersion],
+				CordonedBy: drain.CordonedBy(n.Annotations)})
 		}
 		if opts.Continue = list.Continue; opts.Continue == "" {
 			break
@@ -191,10 +188,16 @@ func slotHolders(ch *v1.UpdateChannel) string {
 	return strings.Join(names, ",")
 }
 
-// staleSlots GETs the node (and Job) of every slot and returns, keyed by
-// node/attempt, why the slots that must be taken away are stale.
-func (a *Agent) staleSlots(ctx context.Context, s plan.Settings, ch *v1.UpdateChannel) map[string]string {
-	out := map[string]string{}
+// staleSlot is why a slot must be taken away, and whether without a failure.
+type staleSlot struct {
+	release bool
+	why     string
+}
+
+// staleSlots GETs the node, its agent's heartbeat and the Job of every slot
+// and returns, keyed by node/attempt, the slots that must be taken away.
+func (a *Agent) staleSlots(ctx context.Context, s plan.Settings, ch *v1.UpdateChannel) map[string]staleSlot {
+	out := map[string]staleSlot{}
 	now := time.Now()
 	for _, sl := range ch.Status.Updating {
 		var sn plan.SlotNode
@@ -206,6 +209,9 @@ func (a *Agent) staleSlots(ctx context.Context, s plan.Settings, ch *v1.UpdateCh
 		default:
 			sn = plan.SlotNode{Exists: true}
 			sn.Ready, sn.ReadySince = nodeReady(n)
+			if renewed, err := a.agentRenewed(ctx, sl.Node); err == nil {
+				sn.AgentKnown, sn.AgentRenewed = true, renewed
+			}
 		}
 		var sj plan.SlotJob
 		if sl.Job != "" {
@@ -215,8 +221,11 @@ func (a *Agent) staleSlots(ctx context.Context, s plan.Settings, ch *v1.UpdateCh
 				_, sj.Failed, sj.Reason, sj.FinishedAt = jobOutcome(j)
 			}
 		}
-		if stale, why := plan.Stale(s, sl, sn, sj, now); stale {
-			out[sl.Node+"/"+fmt.Sprint(sl.Attempt)] = why
+		key := sl.Node + "/" + fmt.Sprint(sl.Attempt)
+		if gone, why := plan.Abandoned(sl, sn, a.agentTTL(), now); gone {
+			out[key] = staleSlot{release: true, why: why}
+		} else if stale, why := plan.Stale(s, sl, sn, sj, now); stale {
+			out[key] = staleSlot{why: why}
 		}
 	}
 	return out
@@ -258,4 +267,12 @@ func (a *Agent) nextFleetSync(s plan.Settings, ch *v1.UpdateChannel, now time.Ti
 		consider(f.At.Add(a.opts.Retry.Backoff(f.Attempts)))
 	}
 	return next
+}
+
+func skippedReasons(ch *v1.UpdateChannel) []string {
+	out := make([]string, 0, len(ch.Status.Skipped))
+	for _, s := range ch.Status.Skipped {
+		out = append(out, s.Reason)
+	}
+	return out
 }

@@ -61,7 +61,7 @@ func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *b
 	hostDir := corev1.HostPathDirectory
 	hostDirOrCreate := corev1.HostPathDirectoryOrCreate
 	no := false
-	return &batchv1.Job{
+	j := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: SlotJobName(ch.UID, slot), Namespace: a.opts.Namespace, Labels: labels,
 			Annotations: annotations,
@@ -97,6 +97,8 @@ func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *b
 			},
 		},
 	}
+	jobSource(ch, slot.Version, &j.Spec.Template.Spec) // token, resolved release, mirror mount (job_source.go)
+	return j
 }
 
 // jobOutcome reads a Job's conditions: done, and if it failed, why and when.

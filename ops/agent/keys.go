@@ -74,6 +74,11 @@ const (
 	// the agent doing the fleet-view work: <LeasePrefix><channel>.
 	LeasePrefix = "slipway-upchan-"
 
+	// AgentLeasePrefix names the Lease each agent renews as its heartbeat
+	// (written by that node's agent, read by the channels' Lease holders):
+	// <AgentLeasePrefix><node>.
+	AgentLeasePrefix = "slipway-agent-"
+
 	// CordonOwner is the owner recorded by drain.Cordon on the agent's node.
 	CordonOwner = "slipway-agent"
 )

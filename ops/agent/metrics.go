@@ -18,6 +18,7 @@ type metrics struct {
 	polls     *prometheus.CounterVec // by result
 	stalls    prometheus.Counter     // reboots refused or not happened, requested again
 	rollbacks prometheus.Counter     // rollback Jobs created for swaps left staged
+	fleet     *fleetMetrics          // the fleet view's own (fleet_metrics.go)
 }
 
 func newMetrics() *metrics {
@@ -47,5 +48,6 @@ func newMetrics() *metrics {
 	}
 	m.registry.MustRegister(m.nodes, m.slotWait, m.upgrade, m.drain, m.failures, m.claimed, m.conflicts, m.polls, m.stalls, m.rollbacks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.fleet = newFleetMetrics(m.registry)
 	return m
 }

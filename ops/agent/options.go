@@ -59,6 +59,9 @@ type Options struct {
 	MetricsAddr string
 	// GitHubToken authenticates github-releases:// polls (raises the rate limit).
 	GitHubToken string
+	// GitHubBaseURL replaces https://api.github.com/ for release resolution
+	// (GitHub Enterprise, tests).
+	GitHubBaseURL string
 	// Config reaches the API server (required).
 	Config *rest.Config
 	// Retry is the backoff for failed nodes (default plan.DefaultRetry).
@@ -67,6 +70,9 @@ type Options struct {
 	Resync time.Duration
 	// LeaseDuration of the per-channel Lease (default 15s; renew at 2/3, retry at 1/5).
 	LeaseDuration time.Duration
+	// HeartbeatInterval is how often the agent renews its heartbeat Lease
+	// (default 1m); a node whose agent missed three is skipped.
+	HeartbeatInterval time.Duration
 	// Log receives structured logs (default slog.Default()).
 	Log *slog.Logger
 }
@@ -113,6 +119,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.LeaseDuration <= 0 {
 		o.LeaseDuration = 15 * time.Second
+	}
+	if o.HeartbeatInterval <= 0 {
+		o.HeartbeatInterval = time.Minute
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()

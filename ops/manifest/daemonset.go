@@ -31,7 +31,8 @@ const (
 )
 
 // daemonSet runs `slipway ops agent` on every node, control plane included.
-// It shares the host's PID namespace and holds CAP_SYS_BOOT, because the
+// It shares the host's PID namespace and holds CAP_SYS_BOOT (with what an
+// OpenRC host's reboot needs, agentSecurityContext), because the
 // agent reboots its node (reboot(2) from a pod's own PID namespace would
 // only end that namespace); it is not privileged. Its system directory is
 // mounted read-only (the upgrade Job, not the agent, writes it).
@@ -106,8 +107,13 @@ func agentArgs(o Options) []string {
 }
 
 // agentSecurityContext holds the capabilities the agent uses, and no more:
-// SYS_BOOT for reboot(2) (the `syscall` and `auto` reboot methods; logind
-// reboots over the system bus need none). It runs as root to reach the
+// SYS_BOOT for reboot(2) (the `syscall` method, and `auto` on a host whose
+// init is unknown; logind reboots over the system bus need none);
+// SYS_CHROOT and SYS_PTRACE for an OpenRC host (k3os), where `auto` runs
+// the host's own openrc-shutdown chrooted into the host's root as
+// /proc/1/root shows it: the kernel lets a process follow another's root
+// link only with CAP_SYS_PTRACE when that process (init) holds
+// capabilities it does not. It runs as root to reach the
 // system bus and read the system directory. A `--reboot-method command`
 // whose command needs more is given it by the operator, in a patch of this
 // DaemonSet.
@@ -115,7 +121,7 @@ func agentSecurityContext() *corev1.SecurityContext {
 	return &corev1.SecurityContext{
 		RunAsUser:                ptr.To[int64](0),
 		AllowPrivilegeEscalation: ptr.To(false),
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"SYS_BOOT"}},
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"SYS_BOOT", "SYS_CHROOT", "SYS_PTRACE"}},
 	}
 }
 

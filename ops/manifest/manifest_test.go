@@ -121,8 +121,8 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, ns, image string) {
 	}
 	sc := c.SecurityContext
 	if !pod.HostPID || sc == nil || (sc.Privileged != nil && *sc.Privileged) || sc.Capabilities == nil ||
-		fmt.Sprint(sc.Capabilities.Drop, sc.Capabilities.Add) != "[ALL] [SYS_BOOT]" {
-		t.Errorf("hostPID %v, security context %+v: want the host's PID namespace and CAP_SYS_BOOT alone, not privileged", pod.HostPID, sc)
+		fmt.Sprint(sc.Capabilities.Drop, sc.Capabilities.Add) != "[ALL] [SYS_BOOT SYS_CHROOT SYS_PTRACE]" {
+		t.Errorf("hostPID %v, security context %+v: want the host's PID namespace and CAP_SYS_BOOT, CAP_SYS_CHROOT, CAP_SYS_PTRACE alone, not privileged", pod.HostPID, sc)
 	}
 	if paths["system"] != "/k3os/system" || paths["run"] != "/run/k3os" || paths["dbus"] != "/run/dbus" {
 		t.Errorf("host paths = %v", paths)

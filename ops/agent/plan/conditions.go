@@ -34,8 +34,11 @@ func SetProgress(s Settings, st *v1.UpdateChannelStatus, target string, generati
 	}
 	c := st.Counts
 	complete := target != "" && c.UpToDate == c.Nodes
-	changed := cond(v1.ConditionComplete, complete, pick(complete, "AllUpToDate", "NodesBehind"),
-		fmt.Sprintf("%d of %d nodes run %s", c.UpToDate, c.Nodes, orNone(target)))
+	msg := fmt.Sprintf("%d of %d nodes run %s", c.UpToDate, c.Nodes, orNone(target))
+	if c.Skipped > 0 {
+		msg += fmt.Sprintf("; %d skipped (status.skipped says why)", c.Skipped)
+	}
+	changed := cond(v1.ConditionComplete, complete, pick(complete, "AllUpToDate", "NodesBehind"), msg)
 	progressing := len(st.Updating) > 0 || (!complete && target != "")
 	reason := "Idle"
 	switch {
@@ -51,7 +54,7 @@ func SetProgress(s Settings, st *v1.UpdateChannelStatus, target string, generati
 	changed = cond(v1.ConditionProgressing, progressing, reason,
 		fmt.Sprintf("%d nodes hold a slot (concurrency %d), %d of %d run %s", len(st.Updating), s.Concurrency, c.UpToDate, c.Nodes, orNone(target))) || changed
 	degraded := target != "" && Degraded(s, *st, target)
-	msg := fmt.Sprintf("%d nodes failed to reach %s (maxFailures %d)", failuresAt(*st, target), orNone(target), s.MaxFailures)
+	msg = fmt.Sprintf("%d nodes failed to reach %s (maxFailures %d)", failuresAt(*st, target), orNone(target), s.MaxFailures)
 	if degraded {
 		msg += "; no new node starts until they succeed or are fixed: " + failureReasons(*st, target)
 	}
@@ -60,8 +63,9 @@ func SetProgress(s Settings, st *v1.UpdateChannelStatus, target string, generati
 
 func failureReasons(st v1.UpdateChannelStatus, target string) string {
 	var out []string
+	skipped := skippedSet(st)
 	for _, f := range st.Failed {
-		if f.Version == target {
+		if f.Version == target && !skipped[f.Node] {
 			out = append(out, f.Node+": "+f.Reason)
 		}
 	}

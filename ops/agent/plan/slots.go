@@ -19,6 +19,8 @@ type Node struct {
 	UID     string
 	Labels  map[string]string
 	Version string // the release (rootfs version) the node runs; "" when no agent reported it
+	// CordonedBy is who cordoned the node (the drain package's annotation; "" = not slipway).
+	CordonedBy string
 }
 
 // Retry is the backoff policy for nodes whose upgrade failed.
@@ -79,10 +81,13 @@ func Degraded(s Settings, st v1.UpdateChannelStatus, target string) bool {
 	return failuresAt(st, target) >= s.MaxFailures
 }
 
+// failuresAt counts the failures at target, except those of skipped nodes
+// (a node powered off or cordoned by an admin does not hold the rollout up).
 func failuresAt(st v1.UpdateChannelStatus, target string) int {
 	n := 0
+	skipped := skippedSet(st)
 	for _, f := range st.Failed {
-		if f.Version == target {
+		if f.Version == target && !skipped[f.Node] {
 			n++
 		}
 	}

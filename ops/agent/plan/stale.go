@@ -21,6 +21,9 @@ type SlotNode struct {
 	Exists     bool
 	Ready      bool
 	ReadySince time.Time // last transition of the Ready condition
+	// AgentKnown: the agent's heartbeat was read (AgentRenewed zero: it has none).
+	AgentKnown   bool
+	AgentRenewed time.Time
 }
 
 // SlotJob is what the stale-slot check knows of a slot's upgrade Job.
@@ -93,4 +96,32 @@ func Prune(st *v1.UpdateChannelStatus, nodes []Node, target string) {
 		}
 	}
 	st.Failed = kept
+}
+
+// beforeReboot reports whether a slot's node has not asked for its reboot yet.
+func beforeReboot(phase string) bool {
+	return phase == "" || phase == PhasePending || phase == PhaseUpgrading || phase == PhaseDraining
+}
+
+// Abandoned decides whether the fleet view takes a slot away from a node
+// that went away before its reboot: NotReady for longer than JobGrace, or
+// its agent silent for longer than agentTTL. Such a slot is released
+// without a failure (a powered-off node is not a bad release) and the node
+// is skipped until it is back. After the reboot was asked for, a node that
+// does not come back is the upgrade's failure: Stale decides.
+func Abandoned(slot v1.Slot, node SlotNode, agentTTL time.Duration, now time.Time) (bool, string) {
+	if !node.Exists || !beforeReboot(slot.Phase) {
+		return false, ""
+	}
+	switch {
+	case !node.Ready && !node.ReadySince.IsZero() && now.Sub(node.ReadySince) > JobGrace:
+		return true, fmt.Sprintf("node %s turned NotReady %s ago, before its reboot: slot released, not counted as a failure",
+			slot.Node, now.Sub(node.ReadySince).Round(time.Second))
+	case node.AgentKnown && node.AgentRenewed.IsZero():
+		return true, fmt.Sprintf("node %s has no slipway agent reporting: slot released, not counted as a failure", slot.Node)
+	case node.AgentKnown && now.Sub(node.AgentRenewed) > agentTTL:
+		return true, fmt.Sprintf("the slipway agent of node %s stopped reporting %s ago, before its reboot: slot released, not counted as a failure",
+			slot.Node, now.Sub(node.AgentRenewed).Round(time.Second))
+	}
+	return false, ""
 }

@@ -27,6 +27,7 @@ func opsCRDs() []crdSpec {
 			{Name: "Concurrency", Type: "integer", JSONPath: ".spec.concurrency", Description: "The most nodes upgrading at once."},
 			{Name: "Updating", Type: "integer", JSONPath: ".status.counts.updating", Description: "Nodes holding a slot now."},
 			{Name: "Up-to-date", Type: "integer", JSONPath: ".status.counts.upToDate", Description: "Selected nodes at the target version."},
+			{Name: "Skipped", Type: "integer", JSONPath: ".status.counts.skipped", Description: "Nodes behind that get no slot (status.skipped says why)."},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 		},
 	}}

@@ -79,6 +79,9 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure":             schema_ops_apis_opsslipwaydev_v1_Failure(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts":          schema_ops_apis_opsslipwaydev_v1_NodeCounts(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller":              schema_ops_apis_opsslipwaydev_v1_Poller(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease":     schema_ops_apis_opsslipwaydev_v1_ResolvedRelease(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SecretKeyRef":        schema_ops_apis_opsslipwaydev_v1_SecretKeyRef(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode":         schema_ops_apis_opsslipwaydev_v1_SkippedNode(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot":                schema_ops_apis_opsslipwaydev_v1_Slot(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannel":       schema_ops_apis_opsslipwaydev_v1_UpdateChannel(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannelList":   schema_ops_apis_opsslipwaydev_v1_UpdateChannelList(ref),
@@ -2939,6 +2942,13 @@ func schema_ops_apis_opsslipwaydev_v1_NodeCounts(ref common.ReferenceCallback) c
 							Format:      "int32",
 						},
 					},
+					"skipped": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Skipped is how many are passed over (see status.skipped).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 				},
 				Required: []string{"nodes", "upToDate", "updating", "failed"},
 			},
@@ -2969,6 +2979,119 @@ func schema_ops_apis_opsslipwaydev_v1_Poller(ref common.ReferenceCallback) commo
 					},
 				},
 				Required: []string{"node"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_ResolvedRelease(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ResolvedRelease is a release resolved once per rollout by the agent holding the channel's Lease, so that the upgrade Jobs do not each ask the release API.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"version": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Version is the release's version (its tag).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"source": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Source is the channel URL the upgrade Jobs download this version's artifacts from (for a GitHub channel: the release's download base, https://github.com/owner/repo/releases, read without the API).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"at": {
+						SchemaProps: spec.SchemaProps{
+							Description: "At is when it was resolved.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"version", "source"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_SecretKeyRef(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SecretKeyRef names one key of a Secret in the channel's namespace.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name of the Secret.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"key": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Key in the Secret's data.",
+							Default:     "token",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name"},
+			},
+		},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_SkippedNode(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SkippedNode is a node the channel passes over, with why.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"node": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Node is the exact name of the node.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason is one word: NotReady, Unschedulable, NoAgent, UnknownVersion or OtherChannel.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says what was seen and what to do.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"since": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Since is when the node was first skipped for this reason.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"node", "reason"},
 			},
 		},
 		Dependencies: []string{
@@ -3242,12 +3365,18 @@ func schema_ops_apis_opsslipwaydev_v1_UpdateChannelSpec(ref common.ReferenceCall
 							Format:      "",
 						},
 					},
+					"tokenSecretRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "TokenSecretRef names a Secret in the channel's namespace holding a GitHub token for a github-releases:// channel: the agent holding the channel's Lease resolves the rollout's release with it, and the upgrade Jobs get it as the GITHUB_TOKEN environment variable from the Secret. It is never copied into the channel or a log.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SecretKeyRef"),
+						},
+					},
 				},
 				Required: []string{"url"},
 			},
 		},
 		Dependencies: []string{
-			v1.Duration{}.OpenAPIModelName(), v1.LabelSelector{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Components", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.DrainSpec", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Window"},
+			v1.Duration{}.OpenAPIModelName(), v1.LabelSelector{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Components", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.DrainSpec", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SecretKeyRef", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Window"},
 	}
 }
 
@@ -3351,11 +3480,36 @@ func schema_ops_apis_opsslipwaydev_v1_UpdateChannelStatus(ref common.ReferenceCa
 							},
 						},
 					},
+					"skipped": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Skipped lists the selected nodes behind the target that get no slot, and why: not Ready, made unschedulable by an admin, no agent running, no version ever published, or followed by an earlier channel. They do not count toward maxFailures.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: map[string]interface{}{},
+										Ref:     ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode"),
+									},
+								},
+							},
+						},
+					},
+					"resolved": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Resolved is the target release as resolved for this rollout (GitHub channels): the upgrade Jobs read its artifacts from its source.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease"),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot"},
+			v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot"},
 	}
 }
 

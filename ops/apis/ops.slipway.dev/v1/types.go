@@ -88,6 +88,38 @@ type UpdateChannelSpec struct {
 	// Image runs the upgrade Job; empty means the agent's own image.
 	// +optional
 	Image string `json:"image,omitempty"`
+	// TokenSecretRef names a Secret in the channel's namespace holding a
+	// GitHub token for a github-releases:// channel: the agent holding the
+	// channel's Lease resolves the rollout's release with it, and the
+	// upgrade Jobs get it as the GITHUB_TOKEN environment variable from the
+	// Secret. It is never copied into the channel or a log.
+	// +optional
+	TokenSecretRef *SecretKeyRef `json:"tokenSecretRef,omitempty"`
+}
+
+// SecretKeyRef names one key of a Secret in the channel's namespace.
+type SecretKeyRef struct {
+	// Name of the Secret.
+	Name string `json:"name"`
+	// Key in the Secret's data.
+	// +default="token"
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// ResolvedRelease is a release resolved once per rollout by the agent
+// holding the channel's Lease, so that the upgrade Jobs do not each ask
+// the release API.
+type ResolvedRelease struct {
+	// Version is the release's version (its tag).
+	Version string `json:"version"`
+	// Source is the channel URL the upgrade Jobs download this version's
+	// artifacts from (for a GitHub channel: the release's download base,
+	// https://github.com/owner/repo/releases, read without the API).
+	Source string `json:"source"`
+	// At is when it was resolved.
+	// +optional
+	At metav1.Time `json:"at,omitempty"`
 }
 
 // Window is a recurring maintenance window in which upgrades may start.
@@ -183,6 +215,31 @@ type UpdateChannelStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Skipped lists the selected nodes behind the target that get no slot,
+	// and why: not Ready, made unschedulable by an admin, no agent running,
+	// no version ever published, or followed by an earlier channel. They do
+	// not count toward maxFailures.
+	// +optional
+	// +listType=atomic
+	Skipped []SkippedNode `json:"skipped,omitempty"`
+	// Resolved is the target release as resolved for this rollout (GitHub
+	// channels): the upgrade Jobs read its artifacts from its source.
+	// +optional
+	Resolved *ResolvedRelease `json:"resolved,omitempty"`
+}
+
+// SkippedNode is a node the channel passes over, with why.
+type SkippedNode struct {
+	// Node is the exact name of the node.
+	Node string `json:"node"`
+	// Reason is one word: NotReady, Unschedulable, NoAgent, UnknownVersion or OtherChannel.
+	Reason string `json:"reason"`
+	// Message says what was seen and what to do.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Since is when the node was first skipped for this reason.
+	// +optional
+	Since metav1.Time `json:"since,omitempty"`
 }
 
 // Poller is the node that holds the polling slot.
@@ -224,6 +281,9 @@ type NodeCounts struct {
 	Updating int `json:"updating"`
 	// Failed is how many failed their last upgrade.
 	Failed int `json:"failed"`
+	// Skipped is how many are passed over (see status.skipped).
+	// +optional
+	Skipped int `json:"skipped,omitempty"`
 }
 
 // Failure records a node whose upgrade failed.

@@ -1,0 +1,94 @@
+package agent
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// fleetPass is one pass of the fleet view over a channel's status: what
+// was read before the write (the resolved release, the stale slots, the
+// channel's nodes, the checks of the nodes behind), applied to the latest
+// status on every try of the optimistic write.
+type fleetPass struct {
+	s           plan.Settings
+	retry       plan.Retry
+	now         time.Time
+	listedSlots string // the slot holders when the nodes were listed
+	resolved    *v1.ResolvedRelease
+	stale       map[string]staleSlot
+	mine        []plan.Node
+	others      map[string]string
+	checks      map[string]*v1.SkippedNode
+}
+
+// apply updates c's status for this pass and says what changed.
+func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
+	var r fleetResult
+	st := &c.Status
+	target := plan.Target(p.s, *st)
+	if p.resolved != nil && target == p.resolved.Version {
+		st.Resolved = p.resolved
+	}
+	r.recover(st, p.stale, p.now)
+	plan.Prune(st, p.mine, target)
+	if slotHolders(c) == p.listedSlots {
+		r.added = plan.Assign(p.s, st, p.mine, p.others, p.checks, target, p.retry, p.now)
+		startUpgrading(c.UID, st, r.added)
+	} else {
+		// A slot changed hands since the nodes were listed (a conflict
+		// brought a newer status): the list may show a node that just
+		// finished at its old version. Claim after listing again.
+		r.relist = true
+		skipped := st.Counts.Skipped
+		st.Counts = plan.Counts(p.mine, *st, target)
+		st.Counts.Skipped = skipped
+	}
+	r.conflict = plan.SetConflict(st, p.others, c.Generation)
+	plan.SetInvalid(st, nil, c.Generation)
+	plan.SetProgress(p.s, st, target, c.Generation)
+	st.ObservedGeneration = c.Generation
+	return r
+}
+
+// fleetResult is what one pass of the fleet view changed, for its Events.
+type fleetResult struct {
+	added     []string
+	recovered []v1.Failure // slots taken away as failures
+	released  []string     // slots taken away without a failure: "node: why"
+	conflict  bool         // the Conflict condition turned True or changed
+	relist    bool
+}
+
+// recover takes the stale slots away: a node gone before its reboot loses
+// its slot without a failure; any other stale slot fails.
+func (r *fleetResult) recover(st *v1.UpdateChannelStatus, stale map[string]staleSlot, now time.Time) {
+	for _, sl := range append([]v1.Slot(nil), st.Updating...) {
+		v, ok := stale[sl.Node+"/"+fmt.Sprint(sl.Attempt)]
+		switch {
+		case !ok:
+		case v.release:
+			plan.Release(st, sl.Node)
+			r.released = append(r.released, v.why)
+		default:
+			r.recovered = append(r.recovered, plan.Fail(st, sl.Node, sl.Version, v.why, now))
+		}
+	}
+}
+
+// startUpgrading marks the slots just assigned Upgrading with their Job's
+// name, which is known (node, version, channel UID, claim time, attempt):
+// the node's agent then only creates the Job, and writes nothing to the
+// channel until it reboots.
+func startUpgrading(uid types.UID, st *v1.UpdateChannelStatus, added []string) {
+	for _, n := range added {
+		if i := plan.FindSlot(*st, n); i >= 0 {
+			sl := &st.Updating[i]
+			sl.Phase, sl.Job = plan.PhaseUpgrading, SlotJobName(uid, *sl)
+		}
+	}
+}

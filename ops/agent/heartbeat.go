@@ -1,0 +1,84 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The agent's heartbeat: a Lease per node in the agent's namespace, renewed
+// every Options.HeartbeatInterval. The holder of a channel's Lease reads it
+// to tell a node with a running agent from one without (the DaemonSet's
+// pod not scheduled there, crash-looping, or the node powered off): only
+// the former take slots. A Lease, not a Node annotation: its writes reach
+// no Node watcher in the cluster.
+
+// AgentLeaseName names the heartbeat Lease of node's agent.
+func AgentLeaseName(node string) string {
+	if name := AgentLeasePrefix + node; len(name) <= 253 {
+		return name // node names are DNS subdomains, and so is this
+	}
+	return AgentLeasePrefix + DNSLabel(node)
+}
+
+// agentTTL is how long a heartbeat counts: three intervals, so that one
+// late or lost renewal does not make a node agent-less.
+func (a *Agent) agentTTL() time.Duration { return 3 * a.opts.HeartbeatInterval }
+
+// heartbeat renews this agent's Lease now and then every HeartbeatInterval until ctx ends.
+func (a *Agent) heartbeat(ctx context.Context) {
+	t := time.NewTicker(a.opts.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		if err := a.beat(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("could not renew this agent's heartbeat; retrying at the next interval", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// beat creates or renews the heartbeat Lease.
+func (a *Agent) beat(ctx context.Context) error {
+	api := a.kube.CoordinationV1().Leases(a.opts.Namespace)
+	name := AgentLeaseName(a.opts.NodeName)
+	now := metav1.NewMicroTime(time.Now())
+	seconds := int32(a.agentTTL().Seconds())
+	l, err := api.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: a.opts.Namespace,
+			Labels:      map[string]string{LabelManagedBy: LabelManagedByAgent, LabelJobNode: LabelValue(a.opts.NodeName)},
+			Annotations: map[string]string{AnnotationJobNode: a.opts.NodeName}}}
+		l.Spec = coordinationv1.LeaseSpec{HolderIdentity: &a.opts.NodeName, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now}
+		_, err = api.Create(ctx, l, metav1.CreateOptions{})
+	} else if err == nil {
+		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &a.opts.NodeName, &seconds, &now
+		_, err = api.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("renew the heartbeat lease %s: %w", name, err)
+	}
+	return nil
+}
+
+// agentRenewed reads node's heartbeat: when its agent last reported (zero
+// when it never did), or an error when that cannot be told.
+func (a *Agent) agentRenewed(ctx context.Context, node string) (time.Time, error) {
+	l, err := a.kube.CoordinationV1().Leases(a.opts.Namespace).Get(ctx, AgentLeaseName(node), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return time.Time{}, nil
+	case err != nil:
+		return time.Time{}, fmt.Errorf("read the heartbeat of node %s's agent: %w", node, err)
+	case l.Spec.RenewTime == nil:
+		return time.Time{}, nil
+	}
+	return l.Spec.RenewTime.Time, nil
+}

@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// TestServersOneAtATimeFirst: with concurrency 4, the two control-plane
+// nodes (one labelled etcd) upgrade one at a time, each alone, before any
+// of the three others starts; the others then go together.
+func TestServersOneAtATimeFirst(t *testing.T) {
+	f := newFleet(t, 5, nil)
+	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.ns, i) }
+	servers := map[string]bool{n(3): true, n(4): true}
+	for node, role := range map[string]string{n(3): "node-role.kubernetes.io/control-plane", n(4): "node-role.kubernetes.io/etcd"} {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, role)
+		if _, err := f.kube.CoreV1().Nodes().Patch(context.Background(), node, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := f.ops.OpsV1().UpdateChannels(f.ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order, bad []string
+	maxWorkers := 0
+	seen := map[string]bool{}
+	go func() {
+		for ev := range w.ResultChan() {
+			ch, ok := ev.Object.(*v1.UpdateChannel)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			serverSlots, workers := 0, 0
+			for _, s := range ch.Status.Updating {
+				if servers[s.Node] {
+					serverSlots++
+				} else {
+					workers++
+				}
+				if !seen[s.Node] {
+					seen[s.Node] = true
+					order = append(order, s.Node)
+				}
+			}
+			if serverSlots > 0 && len(ch.Status.Updating) > 1 {
+				bad = append(bad, fmt.Sprintf("a server upgraded beside another node: %+v", ch.Status.Updating))
+			}
+			maxWorkers = max(maxWorkers, workers)
+			mu.Unlock()
+		}
+	}()
+	for i := range 5 {
+		f.start(n(i))
+	}
+	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 4, RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)})
+	f.waitFor("all five at v2", 2*time.Minute, done(5))
+	cancel()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, b := range bad {
+		t.Error(b)
+	}
+	if len(order) != 5 || !servers[order[0]] || !servers[order[1]] {
+		t.Errorf("slot order %v: want the two servers first", order)
+	}
+	if maxWorkers < 2 {
+		t.Errorf("the other nodes never upgraded side by side (most at once %d): concurrency 4 must apply to them", maxWorkers)
+	}
+	f.assertAllAt("v2")
+}
