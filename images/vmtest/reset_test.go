@@ -47,7 +47,7 @@ func TestResetDuringUpgrade(t *testing.T) {
 	defer cancel()
 	sock := filepath.Join(dir, "monitor.sock")
 	g := &guest{t: t, ctx: ctx, k: img.KernelVersions}
-	g.c = startVM(t, ctx, root, dir, accel, "-monitor", "unix:"+sock+",server=on,wait=off")
+	g.c = startVM(t, ctx, root, dir, accel, "--", "-monitor", "unix:"+sock+",server=on,wait=off")
 	r := &resetter{guest: g, mon: NewMonitor(sock), versions: []string{"v1", "v2", "v3"}}
 
 	s.step("boot v1", func() error { return g.wait(3*time.Minute, g.booted("boot", "v1")...) })

@@ -90,16 +90,15 @@ func probe(t *testing.T, root, accel string, img *build.Result) (string, error) 
 }
 
 // startVM starts scripts/run-qemu and returns its console; the VM is killed
-// when the test ends. qemuArgs go to qemu itself.
-func startVM(t *testing.T, ctx context.Context, root, dir, accel string, qemuArgs ...string) *Console {
+// when the test ends. extra goes to run-qemu after the defaults (a later
+// option wins; qemu's own arguments follow a "--").
+func startVM(t *testing.T, ctx context.Context, root, dir, accel string, extra ...string) *Console {
 	t.Helper()
 	images := filepath.Join(dir, "images")
 	cmd := exec.Command(filepath.Join(root, "scripts", "run-qemu"), "--images", images, "--accel", accel,
 		"--mirror", filepath.Join(images, "mirror.img"), "--memory", "1024",
 		"--cloud-config", filepath.Join(root, "overlay", "usr", "share", "slipway", "cloud-config.yaml"))
-	if len(qemuArgs) > 0 {
-		cmd.Args = append(append(cmd.Args, "--"), qemuArgs...)
-	}
+	cmd.Args = append(cmd.Args, extra...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
