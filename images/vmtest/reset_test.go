@@ -22,7 +22,8 @@ const resetRounds = 10
 
 // TestResetDuringUpgrade resets the machine (qemu system_reset through the
 // monitor: the guest loses power, the qemu process stays) at a random instant
-// of `ops upgrade`, again and again. After each reset the guest must boot a
+// of `ops upgrade`, again and again (every other round near its end, where
+// the swap is). After each reset the guest must boot a
 // complete version (the old or the new one, its rootfs and kernel from the
 // same release, confirmed), and a re-run of the same upgrade must finish and
 // boot the target.
@@ -62,10 +63,20 @@ func TestResetDuringUpgrade(t *testing.T) {
 	t.Logf("an uninterrupted upgrade took %s; reset seed %d (SLIPWAY_VM_RESET_SEED)", took.Round(time.Millisecond), seed)
 	r.current, r.previous = "v2", "v1"
 	for i := range rounds() {
-		at := time.Duration(rng.Int64N(int64(took)))
+		at := resetAt(rng, i, took)
 		s.step(fmt.Sprintf("round %d: reset at %.1fs", i+1, at.Seconds()), func() error { return r.round(at) })
 	}
 	t.Logf("after resets: %v", r.outcomes)
+}
+
+// resetAt picks the instant of round i's reset in an upgrade that takes
+// about took: even rounds anywhere in it, odd rounds in its last quarter and
+// a little past it, where the swap (rename, relink, boot record) happens.
+func resetAt(rng *rand.Rand, i int, took time.Duration) time.Duration {
+	if i%2 == 0 {
+		return time.Duration(rng.Int64N(int64(took)))
+	}
+	return took*3/4 + time.Duration(rng.Int64N(int64(took*3/10)))
 }
 
 func rounds() int {
