@@ -74,8 +74,8 @@ func TestNodeJoinsAndRunsPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.step("node Ready", func() error { return nodeReady(ctx, cs, 10*time.Minute) })
-	s.step("hostNetwork pod runs", func() error { return runPod(ctx, cs, 10*time.Minute) })
+	s.step("node Ready", func() error { return nodeReady(ctx, cs, 6*time.Minute, g.kubeletTail) })
+	s.step("hostNetwork pod runs", func() error { return runPod(ctx, cs, 5*time.Minute) })
 }
 
 // readOnly checks that /k3os/system refuses writes, as on k3os.
@@ -90,9 +90,16 @@ func (g *guest) readOnly() error {
 	return nil
 }
 
-func nodeReady(ctx context.Context, cs kubernetes.Interface, d time.Duration) error {
+// nodeReady waits for the VM's Node to be Ready, calling progress every
+// 30 s while it is not.
+func nodeReady(ctx context.Context, cs kubernetes.Interface, d time.Duration, progress func()) error {
 	var last string
+	next := time.Now().Add(30 * time.Second)
 	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, d, true, func(ctx context.Context) (bool, error) {
+		if time.Now().After(next) {
+			progress()
+			next = time.Now().Add(30 * time.Second)
+		}
 		n, err := cs.CoreV1().Nodes().Get(ctx, vmNodeName, metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
@@ -146,6 +153,12 @@ func runPod(ctx context.Context, cs kubernetes.Interface, d time.Duration) error
 		return fmt.Errorf("pod %s: %w (last: %s)", pod.Name, err, last)
 	}
 	return nil
+}
+
+// kubeletTail logs the last lines of the kubelet's log.
+func (g *guest) kubeletTail() {
+	out, err := g.run("tail -n 6 /var/log/kubelet.log | cut -c1-400", time.Minute)
+	g.t.Logf("kubelet log (%v):\n%s", err, out)
 }
 
 // dumpNode logs the node's logs from the console after a failure.
