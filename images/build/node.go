@@ -33,7 +33,10 @@ type NodeOptions struct {
 	Kubelet string // the kubelet binary
 	Slipway string // the static slipway binary, packed as SlipwayImage
 	Pause   string // the static pause binary, packed as PauseImage
-	Config  string // a folder copied to the disk's etc/ (containerd, CNI, kubelet configs)
+	// Forwarder is the static loopfwd binary (images/cmd/loopfwd): the
+	// Service addresses pods reach without kube-proxy.
+	Forwarder string
+	Config    string // a folder copied to the disk's etc/ (containerd, CNI, kubelet configs)
 	// KernelPackage is the kernel whose modules are copied (as Options).
 	KernelPackage string
 }
@@ -42,7 +45,7 @@ type NodeOptions struct {
 // test VM into a Kubernetes node:
 //
 //	root/      the unpacked Debian packages (containerd, runc, CNI plugins, libc)
-//	bin/       the kubelet
+//	bin/       the kubelet and loopfwd
 //	modules/   NodeModules, with modules/load.order
 //	images/    pause.tar and slipway.tar, OCI archives for `ctr images import`
 //	etc/       the contents of o.Config
@@ -58,6 +61,7 @@ func BuildNode(ctx context.Context, o NodeOptions) error {
 		func() error { return nodeRoot(ctx, o, filepath.Join(work, "root")) },
 		func() error { return os.MkdirAll(filepath.Join(work, "bin"), 0o755) },
 		func() error { return copyFile(o.Kubelet, filepath.Join(work, "bin", "kubelet"), 0o755) },
+		func() error { return copyFile(o.Forwarder, filepath.Join(work, "bin", "loopfwd"), 0o755) },
 		func() error { return nodeModules(ctx, o, filepath.Join(work, "modules")) },
 		func() error { return nodeImages(o, filepath.Join(work, "images")) },
 		func() error { return copyTree(o.Config, filepath.Join(work, "etc")) },

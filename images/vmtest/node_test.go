@@ -5,8 +5,6 @@ package vmtest
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,7 +17,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"slipway.dev/slipway/images/build"
-	"slipway.dev/slipway/ops/testenv"
 )
 
 // TestNodeJoinsAndRunsPods boots a VM that is a real Kubernetes node: the
@@ -29,53 +26,12 @@ import (
 // as on k3os. The Node must turn Ready and a hostNetwork pod of slipway's
 // own image (an OCI archive imported on the node) must run to completion.
 func TestNodeJoinsAndRunsPods(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := &stepTimer{t: t, start: time.Now()}
 	defer s.report()
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	var env *testenv.Env
-	s.step("start control plane", func() (err error) {
-		env, err = testenv.Start(ctx, testenv.Options{Cluster: true, Nodes: 1})
-		return err
-	})
-	defer env.Stop()
-	bin, kubelet := filepath.Join(dir, "slipway"), ""
-	s.step("build slipway", func() error { return buildSlipway(root, bin) })
-	s.step("build kubelet", func() (err error) { kubelet, err = kubeletBinary(root); return err })
-	var img *build.Result
-	var disk string
-	s.step("build images and node disk", func() (err error) { img, disk, err = nodeImages(root, dir, bin, kubelet); return err })
-	kc := filepath.Join(dir, "kubelet.conf")
-	s.step("kubelet credentials", func() error { return kubeletKubeconfig(ctx, env, kc) })
-	accel := os.Getenv("SLIPWAY_QEMU_ACCEL")
-	s.step("probe accelerator", func() (err error) { accel, err = probe(t, root, accel, img); return err })
-	g := &guest{t: t, ctx: ctx, k: img.KernelVersions}
-	g.c = startVM(t, ctx, root, dir, accel, "--memory", "2048", "--",
-		"-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0",
-		"-fw_cfg", "name=opt/slipway/kubeconfig,file="+kc,
-		"-fw_cfg", "name=opt/slipway/node-name,string="+vmNodeName,
-		"-drive", "file="+disk+",format=raw,if=virtio,readonly=on")
-	defer func() {
-		if t.Failed() {
-			dumpNode(g)
-		}
-	}()
-	s.step("boot v1", func() error { return g.wait(5*time.Minute, g.booted("boot", "v1")...) })
-	s.step("system dir read-only", g.readOnly)
-	s.step("containerd and images", func() error {
-		return g.wait(5*time.Minute, re(`slipway-node: images imported: .*%s`, build.SlipwayImage), re(`slipway-node: kubelet started`))
-	})
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.step("node Ready", func() error { return nodeReady(ctx, cs, 6*time.Minute, g.kubeletTail) })
-	s.step("hostNetwork pod runs", func() error { return runPod(ctx, cs, 5*time.Minute) })
+	n := startNode(t, s, ctx, "")
+	s.step("hostNetwork pod runs", func() error { return runPod(ctx, n.cs, 5*time.Minute) })
 }
 
 // readOnly checks that /k3os/system refuses writes, as on k3os.

@@ -68,8 +68,11 @@ func nodeImages(root, dir, bin, kubelet string) (*build.Result, string, error) {
 		return nil, "", err
 	}
 	cache = filepath.Join(cache, "slipway", "images")
-	pause := filepath.Join(dir, "pause")
+	pause, fwd := filepath.Join(dir, "pause"), filepath.Join(dir, "loopfwd")
 	if err := buildStatic(root, "./images/cmd/pause", pause); err != nil {
+		return nil, "", err
+	}
+	if err := buildStatic(root, "./images/cmd/loopfwd", fwd); err != nil {
 		return nil, "", err
 	}
 	img, err := build.Run(context.Background(), build.Options{
@@ -82,7 +85,7 @@ func nodeImages(root, dir, bin, kubelet string) (*build.Result, string, error) {
 	}
 	disk := filepath.Join(dir, "node.img")
 	err = build.BuildNode(context.Background(), build.NodeOptions{Out: disk, Cache: cache, Kubelet: kubelet,
-		Slipway: bin, Pause: pause, Config: filepath.Join(root, "images", "node", "etc")})
+		Slipway: bin, Pause: pause, Forwarder: fwd, Config: filepath.Join(root, "images", "node", "etc")})
 	return img, disk, err
 }
 
