@@ -64,19 +64,37 @@ func TestResetDuringUpgrade(t *testing.T) {
 	r.current, r.previous = "v2", "v1"
 	for i := range rounds() {
 		at := resetAt(rng, i, took)
-		s.step(fmt.Sprintf("round %d: reset at %.1fs", i+1, at.Seconds()), func() error { return r.round(at) })
+		s.step(fmt.Sprintf("round %d: reset %s", i+1, at), func() error { return r.round(at) })
 	}
 	t.Logf("after resets: %v", r.outcomes)
 }
 
-// resetAt picks the instant of round i's reset in an upgrade that takes
-// about took: even rounds anywhere in it, odd rounds in its last quarter and
-// a little past it, where the swap (rename, relink, boot record) happens.
-func resetAt(rng *rand.Rand, i int, took time.Duration) time.Duration {
-	if i%2 == 0 {
-		return time.Duration(rng.Int64N(int64(took)))
+// lastStaged is the console line of the upgrade's last artifact staged in
+// full: the swap (renames, links, boot record) follows it at once.
+var lastStaged = regexp.MustCompile(`k3os-initrd-amd64 \[=+\][^\n]*100%`)
+
+// resetPlan is when a round resets the machine: delay after the upgrade
+// was typed, or, with after set, delay after the console shows it.
+type resetPlan struct {
+	after *regexp.Regexp
+	delay time.Duration
+}
+
+func (p resetPlan) String() string {
+	if p.after != nil {
+		return fmt.Sprintf("%.2fs after the last artifact staged", p.delay.Seconds())
 	}
-	return took*3/4 + time.Duration(rng.Int64N(int64(took*3/10)))
+	return fmt.Sprintf("%.1fs into the upgrade", p.delay.Seconds())
+}
+
+// resetAt plans round i's reset in an upgrade that takes about took: even
+// rounds anywhere in it, odd rounds within 0.8 s after its last artifact is
+// staged, where the swap happens (a uniform instant rarely lands there).
+func resetAt(rng *rand.Rand, i int, took time.Duration) resetPlan {
+	if i%2 == 0 {
+		return resetPlan{delay: time.Duration(rng.Int64N(int64(took)))}
+	}
+	return resetPlan{after: lastStaged, delay: time.Duration(rng.Int64N(int64(800 * time.Millisecond)))}
 }
 
 func rounds() int {
@@ -119,7 +137,7 @@ func (r *resetter) next() string {
 
 // round upgrades to the next version, resets the machine after at, checks
 // the boot, re-runs the upgrade and boots the target.
-func (r *resetter) round(at time.Duration) error {
+func (r *resetter) round(at resetPlan) error {
 	target := r.next()
 	clean := fmt.Sprintf("rm -rf /k3os/system/k3os/%s /k3os/system/kernel/%s && sync", target, r.k[target])
 	if _, err := r.run(clean, time.Minute); err != nil {
@@ -128,7 +146,12 @@ func (r *resetter) round(at time.Duration) error {
 	if err := r.c.Send(r.upgradeCmd(target)); err != nil {
 		return err
 	}
-	time.Sleep(at)
+	if at.after != nil {
+		if err := r.wait(5*time.Minute, at.after); err != nil {
+			return err
+		}
+	}
+	time.Sleep(at.delay)
 	if out, err := r.mon.Do("system_reset", 10*time.Second); err != nil {
 		return fmt.Errorf("system_reset: %w (%s)", err, out)
 	}
@@ -144,7 +167,7 @@ func (r *resetter) round(at time.Duration) error {
 	default:
 		return fmt.Errorf("after the reset the guest booted %s: neither %s (before) nor %s (target)", booted, r.current, target)
 	}
-	r.t.Logf("reset after %.1fs of the upgrade %s -> %s: booted %s", at.Seconds(), r.current, target, booted)
+	r.t.Logf("reset %s of the upgrade %s -> %s: booted %s", at, r.current, target, booted)
 	if _, err := r.run(r.upgradeCmd(target), 5*time.Minute); err != nil {
 		return fmt.Errorf("re-run after the reset: %w", err)
 	}
