@@ -54,6 +54,10 @@ image: ## build the bootable test OS images and release mirrors (v1, v2, a broke
 vm-test: ## boot the test images under qemu: upgrade, reboot, fall back from a broken version
 	@scripts/vm-test
 
+.PHONY: vm-node-test
+vm-node-test: ## a VM that is a real Kubernetes node (kubelet, containerd); power resets during ops upgrade
+	@scripts/vm-node-test
+
 generate: ## regenerate the wrangler code and CRD YAML (CI fails when it is out of date)
 	@scripts/generate
 

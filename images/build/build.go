@@ -28,10 +28,14 @@ type Version struct {
 
 // Options configure Run.
 type Options struct {
-	Out      string // output folder
-	Cache    string // downloaded and unpacked Debian packages
-	Slipway  string // the static slipway binary
-	Overlay  string // the overlay folder (its init becomes each initrd's /init)
+	Out     string // output folder
+	Cache   string // downloaded and unpacked Debian packages
+	Slipway string // the static slipway binary
+	Overlay string // the overlay folder (its init becomes each initrd's /init)
+	// Extra is a second overlay folder laid over Overlay in each version's
+	// initrd (a file in both is Extra's); "" = none. The real-node images
+	// use it to start containerd and the kubelet.
+	Extra    string
 	Versions []Version
 	// Install is the version installed on system.img (default: the first).
 	Install string

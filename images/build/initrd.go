@@ -98,10 +98,16 @@ func stage0Initrd(path string, d *debian, slipway string) error {
 // versionInitrd is kernel/<kversion>/initrd: the overlay (whose /init mounts
 // the system directory and starts the chosen rootfs) and a file naming the
 // kernel version it belongs to.
-func versionInitrd(path string, d *debian, overlay, kversion string) error {
+func versionInitrd(path string, d *debian, overlay, extra, kversion string) error {
 	return writeInitrd(path, d, func(w *cpio.Writer) error {
 		if err := addTree(w, overlay); err != nil {
 			return err
+		}
+		// The kernel unpacks entries in order: a later file replaces an earlier one.
+		if extra != "" {
+			if err := w.Tree(extra); err != nil {
+				return fmt.Errorf("extra overlay %s: %w", extra, err)
+			}
 		}
 		for _, dir := range []string{"etc/slipway"} {
 			if err := w.Dir(dir, 0o755); err != nil {

@@ -37,7 +37,7 @@ func writeRelease(ctx context.Context, o Options, d *debian, v Version, dir, wor
 	if err := kernelSquashfs(ctx, d, kv, work, filepath.Join(dir, release.KernelArtifact(arch))); err != nil {
 		return err
 	}
-	if err := versionInitrd(filepath.Join(dir, release.InitrdArtifact(arch)), d, o.Overlay, kv); err != nil {
+	if err := versionInitrd(filepath.Join(dir, release.InitrdArtifact(arch)), d, o.Overlay, o.Extra, kv); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(dir, release.KernelVersionArtifact(arch)), []byte(kv+"\n"), 0o644); err != nil {

@@ -1,4 +1,4 @@
-//go:build vm
+//go:build vm || vmnode
 
 package vmtest
 
@@ -57,7 +57,10 @@ func buildSlipway(root, bin string) error {
 	return nil
 }
 
-func buildImages(root, dir, bin string) (*build.Result, error) {
+func buildImages(root, dir, bin string, versions ...build.Version) (*build.Result, error) {
+	if len(versions) == 0 {
+		versions = []build.Version{{Name: "v1"}, {Name: "v2"}, {Name: "v3", Broken: true}}
+	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		return nil, err
@@ -65,7 +68,7 @@ func buildImages(root, dir, bin string) (*build.Result, error) {
 	return build.Run(context.Background(), build.Options{
 		Out: filepath.Join(dir, "images"), Cache: filepath.Join(cache, "slipway", "images"),
 		Slipway: bin, Overlay: filepath.Join(root, "overlay"),
-		Versions: []build.Version{{Name: "v1"}, {Name: "v2"}, {Name: "v3", Broken: true}},
+		Versions: versions,
 	})
 }
 
@@ -87,13 +90,15 @@ func probe(t *testing.T, root, accel string, img *build.Result) (string, error) 
 }
 
 // startVM starts scripts/run-qemu and returns its console; the VM is killed
-// when the test ends.
-func startVM(t *testing.T, ctx context.Context, root, dir, accel string) *Console {
+// when the test ends. extra goes to run-qemu after the defaults (a later
+// option wins; qemu's own arguments follow a "--").
+func startVM(t *testing.T, ctx context.Context, root, dir, accel string, extra ...string) *Console {
 	t.Helper()
 	images := filepath.Join(dir, "images")
 	cmd := exec.Command(filepath.Join(root, "scripts", "run-qemu"), "--images", images, "--accel", accel,
 		"--mirror", filepath.Join(images, "mirror.img"), "--memory", "1024",
 		"--cloud-config", filepath.Join(root, "overlay", "usr", "share", "slipway", "cloud-config.yaml"))
+	cmd.Args = append(cmd.Args, extra...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

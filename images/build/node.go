@@ -1,0 +1,142 @@
+package build
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"slipway.dev/slipway/images/oci"
+)
+
+// NodePackages are the Debian packages of the real node's container
+// runtime (containerd 1.6 speaks CRI v1, which kubelet 1.36 still accepts)
+// and the C libraries their binaries load.
+var NodePackages = []string{"containerd", "runc", "containernetworking-plugins", "libseccomp2", "libc6"}
+
+// NodeModules are the kernel modules the node loads: its virtio NIC, and
+// the bridge and veth a pod network uses.
+var NodeModules = []string{"failover", "net_failover", "virtio_net", "llc", "stp", "bridge", "veth"}
+
+// Images the node imports: the sandbox image containerd's config names and
+// slipway's own.
+const (
+	PauseImage   = "localhost/slipway/pause:vmnode"
+	SlipwayImage = "localhost/slipway/slipway:vmnode"
+)
+
+// NodeOptions configure BuildNode.
+type NodeOptions struct {
+	Out     string // the node disk image to write
+	Cache   string // Debian package cache (as Options.Cache)
+	Kubelet string // the kubelet binary
+	Slipway string // the static slipway binary, packed as SlipwayImage
+	Pause   string // the static pause binary, packed as PauseImage
+	// Forwarder is the static loopfwd binary (images/cmd/loopfwd): the
+	// Service addresses pods reach without kube-proxy.
+	Forwarder string
+	Config    string // a folder copied to the disk's etc/ (containerd, CNI, kubelet configs)
+	// KernelPackage is the kernel whose modules are copied (as Options).
+	KernelPackage string
+}
+
+// BuildNode writes the node disk (ext4, label SLIPWAY_NODE) that turns a
+// test VM into a Kubernetes node:
+//
+//	root/      the unpacked Debian packages (containerd, runc, CNI plugins, libc)
+//	bin/       the kubelet and loopfwd
+//	modules/   NodeModules, with modules/load.order
+//	images/    pause.tar and slipway.tar, OCI archives for `ctr images import`
+//	etc/       the contents of o.Config
+//
+// The guest mounts it read-only at /opt/node (images/node/overlay).
+func BuildNode(ctx context.Context, o NodeOptions) error {
+	work := o.Out + ".d"
+	if err := os.RemoveAll(work); err != nil {
+		return fmt.Errorf("node disk: %w", err)
+	}
+	defer os.RemoveAll(work)
+	steps := []func() error{
+		func() error { return nodeRoot(ctx, o, filepath.Join(work, "root")) },
+		func() error { return os.MkdirAll(filepath.Join(work, "bin"), 0o755) },
+		func() error { return copyFile(o.Kubelet, filepath.Join(work, "bin", "kubelet"), 0o755) },
+		func() error { return copyFile(o.Forwarder, filepath.Join(work, "bin", "loopfwd"), 0o755) },
+		func() error { return nodeModules(ctx, o, filepath.Join(work, "modules")) },
+		func() error { return nodeImages(o, filepath.Join(work, "images")) },
+		func() error { return copyTree(o.Config, filepath.Join(work, "etc")) },
+		func() error { return mkfs(ctx, work, o.Out, "SLIPWAY_NODE", 0) },
+	}
+	for _, s := range steps {
+		if err := s(); err != nil {
+			return fmt.Errorf("node disk: %w", err)
+		}
+	}
+	return nil
+}
+
+// nodeRoot unpacks NodePackages (cached like the kernel) into dst.
+func nodeRoot(ctx context.Context, o NodeOptions, dst string) error {
+	root := filepath.Join(o.Cache, "root-node")
+	if _, err := os.Stat(filepath.Join(root, ".done")); err != nil {
+		if err := unpack(ctx, o.Cache, root, NodePackages...); err != nil {
+			return err
+		}
+	}
+	return copyTree(root, dst)
+}
+
+func nodeModules(ctx context.Context, o NodeOptions, dst string) error {
+	d, err := fetchDebian(ctx, o.Cache, o.KernelPackage)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	order := ""
+	for _, m := range NodeModules {
+		src := d.modules[m]
+		if src == "" {
+			return fmt.Errorf("kernel %s has no module %s: it may be built in; adjust NodeModules", d.kabi, m)
+		}
+		if err := copyFile(src, filepath.Join(dst, m+".ko"), 0o644); err != nil {
+			return err
+		}
+		order += m + ".ko\n"
+	}
+	return os.WriteFile(filepath.Join(dst, "load.order"), []byte(order), 0o644)
+}
+
+func nodeImages(o NodeOptions, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	pause, err := os.ReadFile(o.Pause)
+	if err != nil {
+		return fmt.Errorf("pause image: %w", err)
+	}
+	slipway, err := os.ReadFile(o.Slipway)
+	if err != nil {
+		return fmt.Errorf("slipway image: %w", err)
+	}
+	err = oci.WriteFile(filepath.Join(dst, "pause.tar"), oci.Image{Name: PauseImage, Entrypoint: []string{"/pause"},
+		Files: []oci.File{{Path: "pause", Mode: 0o755, Data: pause}}})
+	if err != nil {
+		return err
+	}
+	// As the Dockerfile's image: the binary in /usr/bin, its entrypoint.
+	return oci.WriteFile(filepath.Join(dst, "slipway.tar"), oci.Image{Name: SlipwayImage, Entrypoint: []string{"/usr/bin/slipway"},
+		Files: []oci.File{{Path: "usr/bin/slipway", Mode: 0o755, Data: slipway}}})
+}
+
+// copyTree copies folder src to dst (created), keeping symlinks and modes.
+func copyTree(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if out, err := exec.Command("cp", "-a", src, dst).CombinedOutput(); err != nil {
+		return fmt.Errorf("copy %s: %w: %s", src, err, out)
+	}
+	return nil
+}

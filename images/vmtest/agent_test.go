@@ -1,0 +1,124 @@
+//go:build vmnode
+
+package vmtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/images/build"
+)
+
+// mirrorAddr is where pods on the VM find the release mirror (loopfwd on
+// the guest forwards it to the test's HTTP server on the host's loopback).
+const mirrorAddr = "10.96.0.2:80"
+
+// TestAgentUpgradesRealNode applies `slipway ops manifest` to the control
+// plane the VM joined, sets the default channel to latest (v2, served over
+// HTTP from the test's mirror), and follows the real agent on the real
+// kubelet: the upgrade Job, the drain, the reboot into v2's kernel and
+// rootfs, the node back Ready and uncordoned, the channel Complete.
+func TestAgentUpgradesRealNode(t *testing.T) {
+	s := &stepTimer{t: t, start: time.Now()}
+	defer s.report()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	mirror := &mirrorServer{}
+	port := mirror.start(t)
+	n := startNode(t, s, ctx, mirrorAddr+"="+hostFromGuest+":"+strconv.Itoa(port))
+	mirror.dir = n.img.Mirror
+	// The simulated node would never run a real agent: only the VM counts.
+	if err := n.cs.CoreV1().Nodes().Delete(ctx, n.env.Nodes[0], metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.step("apply ops manifest", func() error { return n.applyManifest(ctx) })
+	s.step("agent pod runs", func() error { return n.agentRunning(ctx, 8*time.Minute) })
+	s.step("channel to latest", func() error {
+		_, err := n.kubectl(ctx, "-n", "slipway-system", "patch", "upchan", "default", "--type=merge",
+			"-p", `{"spec":{"version":"latest","paused":false}}`)
+		return err
+	})
+	w := &rollout{n: n}
+	s.step("job, drain, reboot, uncordon, Complete", func() error { return w.follow(ctx, 20*time.Minute) })
+	s.step("console: v2 booted", func() error { return n.g.wait(time.Minute, n.g.booted("try", "v2")...) })
+	t.Logf("rollout: %s", strings.Join(w.seen, ", "))
+}
+
+// mirrorServer serves the releases as an http channel: <base>/latest
+// answers the newest version, <base>/download/<v>/<artifact> the files.
+type mirrorServer struct{ dir string }
+
+func (m *mirrorServer) start(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/releases/latest", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "v2") })
+	mux.HandleFunc("/releases/download/", func(w http.ResponseWriter, r *http.Request) {
+		http.StripPrefix("/releases/download/", http.FileServer(http.Dir(m.dir))).ServeHTTP(w, r)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// kubectl runs the control plane's kubectl against the test cluster.
+func (n *node) kubectl(ctx context.Context, args ...string) (string, error) {
+	tools, err := exec.Command(filepath.Join(n.root, "scripts", "install-tools"), "--print").Output()
+	if err != nil {
+		return "", fmt.Errorf("install-tools --print: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(strings.TrimSpace(string(tools)), "kubectl"),
+		append([]string{"--kubeconfig", n.env.Kubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+func (n *node) applyManifest(ctx context.Context) error {
+	m, err := exec.CommandContext(ctx, n.bin, "ops", "manifest", "--image", build.SlipwayImage,
+		"--channel-url", "http://"+strings.TrimSuffix(mirrorAddr, ":80")+"/releases").Output()
+	if err != nil {
+		return fmt.Errorf("slipway ops manifest: %w", err)
+	}
+	f := filepath.Join(n.dir, "manifest.yaml")
+	if err := writeFile(f, m); err != nil {
+		return err
+	}
+	_, err = n.kubectl(ctx, "apply", "--server-side", "-f", f)
+	return err
+}
+
+// agentRunning waits for the agent DaemonSet's pod on the VM to be Running.
+func (n *node) agentRunning(ctx context.Context, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	last := ""
+	for time.Now().Before(deadline) {
+		pods, err := n.cs.CoreV1().Pods("slipway-system").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + vmNodeName})
+		if err == nil {
+			last = ""
+			for _, p := range pods.Items {
+				last += p.Name + "=" + string(p.Status.Phase) + podWaiting(&p) + " "
+				if p.Status.Phase == "Running" {
+					return nil
+				}
+			}
+		}
+		time.Sleep(3 * time.Second)
+	}
+	return fmt.Errorf("no agent pod Running on %s after %s: %s", vmNodeName, d, last)
+}

@@ -1,0 +1,80 @@
+//go:build vmnode
+
+package vmtest
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"slipway.dev/slipway/images/build"
+	"slipway.dev/slipway/ops/testenv"
+)
+
+// node is a running real-node VM and the control plane it joined.
+type node struct {
+	root, dir string
+	env       *testenv.Env
+	cs        kubernetes.Interface
+	g         *guest
+	img       *build.Result
+	bin       string // the slipway binary inside the images
+}
+
+// startNode starts the control plane, builds the images and the node disk,
+// boots the VM at v1 and waits until its Node is Ready. forward adds
+// LISTEN=TARGET pairs to the guest's loopfwd beside the kubernetes Service.
+func startNode(t *testing.T, s *stepTimer, ctx context.Context, forward string) *node {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{root: root, dir: t.TempDir()}
+	s.step("start control plane", func() (err error) {
+		n.env, err = testenv.Start(ctx, testenv.Options{Cluster: true, Nodes: 1})
+		return err
+	})
+	t.Cleanup(n.env.Stop)
+	if n.cs, err = kubernetes.NewForConfig(n.env.Config); err != nil {
+		t.Fatal(err)
+	}
+	n.bin = filepath.Join(n.dir, "slipway")
+	kubelet, disk := "", ""
+	s.step("build slipway", func() error { return buildSlipway(root, n.bin) })
+	s.step("build kubelet", func() (err error) { kubelet, err = kubeletBinary(root); return err })
+	s.step("build images and node disk", func() (err error) { n.img, disk, err = nodeImages(root, n.dir, n.bin, kubelet); return err })
+	kc := filepath.Join(n.dir, "kubelet.conf")
+	s.step("kubelet credentials", func() error { return kubeletKubeconfig(ctx, n.env, kc) })
+	accel := os.Getenv("SLIPWAY_QEMU_ACCEL")
+	s.step("probe accelerator", func() (err error) { accel, err = probe(t, root, accel, n.img); return err })
+	u, err := url.Parse(n.env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward = "10.96.0.1:443=" + hostFromGuest + ":" + u.Port() + " " + forward
+	n.g = &guest{t: t, ctx: ctx, k: n.img.KernelVersions}
+	n.g.c = startVM(t, ctx, root, n.dir, accel, "--memory", "2048", "--",
+		"-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0",
+		"-fw_cfg", "name=opt/slipway/kubeconfig,file="+kc,
+		"-fw_cfg", "name=opt/slipway/node-name,string="+vmNodeName,
+		"-fw_cfg", "name=opt/slipway/forward,string="+forward,
+		"-drive", "file="+disk+",format=raw,if=virtio,readonly=on")
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpNode(n.g)
+		}
+	})
+	g := n.g
+	s.step("boot v1", func() error { return g.wait(5*time.Minute, g.booted("boot", "v1")...) })
+	s.step("system dir read-only", g.readOnly)
+	s.step("containerd and images", func() error {
+		return g.wait(5*time.Minute, re(`slipway-node: images imported: .*%s`, build.SlipwayImage), re(`slipway-node: kubelet started`))
+	})
+	s.step("node Ready", func() error { return nodeReady(ctx, n.cs, 6*time.Minute, g.kubeletTail) })
+	return n
+}
