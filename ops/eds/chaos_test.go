@@ -71,7 +71,7 @@ func TestRolloutUnderChaos(t *testing.T) {
 	marks := newDisruptions()
 	s, stopSampling := h.sample("agent", "eds-test="+h.ns, chaosMaxUnavailable, marks)
 	defer stopSampling()
-	k := &edsChaos{h: h, rng: rand.New(rand.NewPCG(uint64(seed), 2)), replicas: rs, marks: marks, late: late,
+	k := &edsChaos{h: h, rng: rand.New(rand.NewPCG(uint64(seed), 2)), replicas: rs, marks: marks, late: late, leaders: s.leaders,
 		lateAt: time.Duration(8+sched.IntN(20)) * time.Second, counts: map[string]int{}}
 	// Template changes at 0 s and two random instants, the last 10 s before the chaos ends.
 	at := []time.Duration{0, time.Duration(6+sched.IntN(10)) * time.Second, time.Duration(17+sched.IntN(13)) * time.Second}
@@ -120,7 +120,8 @@ type edsChaos struct {
 	late     string        // the node added mid-rollout
 	lateAt   time.Duration // when
 	added    bool
-	handover bool // the first leader was stopped with time for the other to take over
+	handover bool            // the first leader was stopped with time for the other to take over
+	leaders  func() []string // the Lease holders the sampler has seen, in turn
 	restores sync.WaitGroup
 
 	mu     sync.Mutex
@@ -140,7 +141,9 @@ func (k *edsChaos) run(ctx context.Context, t *testing.T) {
 		case !k.added && time.Since(begun) > k.lateAt:
 			k.addNode(ctx, t)
 		case !k.handover && time.Since(begun) > 4*time.Second && k.allRunning():
-			k.handover = k.stopController(ctx, t, false, 4*time.Second, true)
+			if k.handover = k.stopController(ctx, t, false, 4*time.Second, true); k.handover {
+				k.awaitHandover(ctx)
+			}
 		case r < 4:
 			kill := k.rng.IntN(2) == 0
 			delay := time.Duration(300+k.rng.IntN(1700)) * time.Millisecond
@@ -155,6 +158,16 @@ func (k *edsChaos) run(ctx context.Context, t *testing.T) {
 		case r < 14 && k.count("fail", 0) < 3:
 			k.disruptPod(ctx, t, "fail")
 		}
+	}
+}
+
+// awaitHandover holds the chaos (up to 10 s) until the sampler has seen a
+// second replica hold the Lease: a stop of the new leader at once, before
+// a poll saw it, would leave the handover unproven.
+func (k *edsChaos) awaitHandover(ctx context.Context) {
+	deadline := time.Now().Add(10 * time.Second)
+	for distinct(k.leaders()) < 2 && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
