@@ -24,7 +24,7 @@ import (
 
 // hostCommands returns the node-side commands: upgrade, rollback, status.
 func hostCommands() []*cli.Command {
-	return []*cli.Command{upgradeCommand(), rollbackCommand(), statusCommand()}
+	return []*cli.Command{upgradeCommand(), rollbackCommand(), statusCommand(), pruneCommand()}
 }
 
 func envs(name string) []string { return []string{"SLIPWAY_" + name} }
@@ -80,12 +80,15 @@ Examples:
   slipway ops upgrade --source github-releases://rancher/k3os --version latest
   slipway ops upgrade --source /srv/mirror --version v1.2.3 --k3s --rootfs --reboot=false
   slipway ops upgrade --source https://example.com/releases/latest --remount --reboot-delay 30s
-  slipway ops upgrade --source /srv/mirror --version v1.2.3 --dry-run --json`,
+  slipway ops upgrade --source /srv/mirror --version v1.2.3 --dry-run --json
+  slipway ops upgrade --source /srv/mirror --version v1.2.3 --phase stage      # ahead of time
+  slipway ops upgrade --source /srv/mirror --version v1.2.3 --phase activate   # later: swap only`,
 		Flags: append(append([]cli.Flag{
 			systemDirFlag(),
 			&cli.StringFlag{Name: "source", Usage: "release channel URL or mirror directory", EnvVars: envs("SOURCE"), Required: true},
 			&cli.StringFlag{Name: "version", Value: "latest", Usage: "version to install, or latest", EnvVars: envs("VERSION")},
 			&cli.StringFlag{Name: "arch", Value: release.Arch(), Usage: "artifact architecture", EnvVars: envs("ARCH")},
+			&cli.StringFlag{Name: "phase", Value: phaseAll, Usage: "all: stage and swap; stage: download, verify and install the version's folders, moving no link (no reboot); activate: swap to a version staged before, downloading nothing (no reboot)", EnvVars: envs("PHASE")},
 		}, componentFlags()...), swapFlags()...),
 		Action: upgradeAction,
 	}
@@ -107,7 +110,11 @@ func upgradeAction(c *cli.Context) error {
 		LockFile: c.String("lock-file"), Command: strings.Join(os.Args, " "), DryRun: c.Bool("dry-run"),
 		Progress: progress.New(os.Stderr, progress.Options{}), Hook: crashHook(c.String("test-crash-at")),
 	}
-	res, err := upgrade.Run(c.Context, o)
+	run, err := phaseRunner(c.String("phase"))
+	if err != nil {
+		return exit(err, upgrade.ExitUsage)
+	}
+	res, err := run(c.Context, o)
 	if res != nil {
 		if perr := printResult(c.App.Writer, c.Bool("json"), res); perr != nil && err == nil {
 			err = perr
