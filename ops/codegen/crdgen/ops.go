@@ -28,6 +28,7 @@ func opsCRDs() []crdSpec {
 			{Name: "Updating", Type: "integer", JSONPath: ".status.counts.updating", Description: "Nodes holding a slot now."},
 			{Name: "Up-to-date", Type: "integer", JSONPath: ".status.counts.upToDate", Description: "Selected nodes at the target version."},
 			{Name: "Skipped", Type: "integer", JSONPath: ".status.counts.skipped", Description: "Nodes behind that get no slot (status.skipped says why)."},
+			{Name: "Staged", Type: "integer", JSONPath: ".status.counts.staged", Description: "Nodes behind that have the target staged ahead of their slot."},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 		},
 	}}

@@ -79,10 +79,12 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure":             schema_ops_apis_opsslipwaydev_v1_Failure(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts":          schema_ops_apis_opsslipwaydev_v1_NodeCounts(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller":              schema_ops_apis_opsslipwaydev_v1_Poller(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.PrestageSpec":        schema_ops_apis_opsslipwaydev_v1_PrestageSpec(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease":     schema_ops_apis_opsslipwaydev_v1_ResolvedRelease(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SecretKeyRef":        schema_ops_apis_opsslipwaydev_v1_SecretKeyRef(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode":         schema_ops_apis_opsslipwaydev_v1_SkippedNode(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot":                schema_ops_apis_opsslipwaydev_v1_Slot(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.StagePermit":         schema_ops_apis_opsslipwaydev_v1_StagePermit(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannel":       schema_ops_apis_opsslipwaydev_v1_UpdateChannel(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannelList":   schema_ops_apis_opsslipwaydev_v1_UpdateChannelList(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannelSpec":   schema_ops_apis_opsslipwaydev_v1_UpdateChannelSpec(ref),
@@ -2949,6 +2951,13 @@ func schema_ops_apis_opsslipwaydev_v1_NodeCounts(ref common.ReferenceCallback) c
 							Format:      "int32",
 						},
 					},
+					"staged": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Staged is how many nodes behind the target have it staged (downloaded and verified, not yet active).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 				},
 				Required: []string{"nodes", "upToDate", "updating", "failed"},
 			},
@@ -2983,6 +2992,27 @@ func schema_ops_apis_opsslipwaydev_v1_Poller(ref common.ReferenceCallback) commo
 		},
 		Dependencies: []string{
 			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_PrestageSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PrestageSpec is how the nodes stage a release ahead of their slot.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"concurrency": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Concurrency is the most nodes that stage at the same time. Unset: a quarter of the channel's nodes, rounded up; 0 turns staging ahead off (the slot's Job downloads the release itself).",
+							Minimum:     ptr.To[float64](0),
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
 	}
 }
 
@@ -3146,6 +3176,44 @@ func schema_ops_apis_opsslipwaydev_v1_Slot(ref common.ReferenceCallback) common.
 					"since": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Since is when the slot was taken.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"node", "version"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_StagePermit(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "StagePermit lets one node stage a version ahead of its slot.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"node": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Node is the exact name of the staging node.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"version": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Version the node stages.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"since": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Since is when the permit was given.",
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
@@ -3371,12 +3439,18 @@ func schema_ops_apis_opsslipwaydev_v1_UpdateChannelSpec(ref common.ReferenceCall
 							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SecretKeyRef"),
 						},
 					},
+					"prestage": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Prestage downloads and verifies the target release on the nodes behind it before they take a slot, without switching what boots, so that a slot covers only the swap, the drain, the reboot and the return.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.PrestageSpec"),
+						},
+					},
 				},
 				Required: []string{"url"},
 			},
 		},
 		Dependencies: []string{
-			v1.Duration{}.OpenAPIModelName(), v1.LabelSelector{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Components", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.DrainSpec", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SecretKeyRef", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Window"},
+			v1.Duration{}.OpenAPIModelName(), v1.LabelSelector{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Components", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.DrainSpec", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.PrestageSpec", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SecretKeyRef", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Window"},
 	}
 }
 
@@ -3499,6 +3573,25 @@ func schema_ops_apis_opsslipwaydev_v1_UpdateChannelStatus(ref common.ReferenceCa
 							},
 						},
 					},
+					"staging": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Staging holds the staging permits: the nodes that download and verify the target ahead of their slot now, never more than spec.prestage.concurrency. Each node removes its own permit when done.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: map[string]interface{}{},
+										Ref:     ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.StagePermit"),
+									},
+								},
+							},
+						},
+					},
 					"resolved": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Resolved is the target release as resolved for this rollout (GitHub channels): the upgrade Jobs read its artifacts from its source.",
@@ -3509,7 +3602,7 @@ func schema_ops_apis_opsslipwaydev_v1_UpdateChannelStatus(ref common.ReferenceCa
 			},
 		},
 		Dependencies: []string{
-			v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot"},
+			v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.StagePermit"},
 	}
 }
 

@@ -95,6 +95,21 @@ type UpdateChannelSpec struct {
 	// Secret. It is never copied into the channel or a log.
 	// +optional
 	TokenSecretRef *SecretKeyRef `json:"tokenSecretRef,omitempty"`
+	// Prestage downloads and verifies the target release on the nodes
+	// behind it before they take a slot, without switching what boots, so
+	// that a slot covers only the swap, the drain, the reboot and the return.
+	// +optional
+	Prestage *PrestageSpec `json:"prestage,omitempty"`
+}
+
+// PrestageSpec is how the nodes stage a release ahead of their slot.
+type PrestageSpec struct {
+	// Concurrency is the most nodes that stage at the same time. Unset: a
+	// quarter of the channel's nodes, rounded up; 0 turns staging ahead
+	// off (the slot's Job downloads the release itself).
+	// +k8s:validation:minimum=0
+	// +optional
+	Concurrency *int `json:"concurrency,omitempty"`
 }
 
 // SecretKeyRef names one key of a Secret in the channel's namespace.
@@ -222,6 +237,12 @@ type UpdateChannelStatus struct {
 	// +optional
 	// +listType=atomic
 	Skipped []SkippedNode `json:"skipped,omitempty"`
+	// Staging holds the staging permits: the nodes that download and verify
+	// the target ahead of their slot now, never more than
+	// spec.prestage.concurrency. Each node removes its own permit when done.
+	// +optional
+	// +listType=atomic
+	Staging []StagePermit `json:"staging,omitempty"`
 	// Resolved is the target release as resolved for this rollout (GitHub
 	// channels): the upgrade Jobs read its artifacts from its source.
 	// +optional
@@ -238,6 +259,17 @@ type SkippedNode struct {
 	// +optional
 	Message string `json:"message,omitempty"`
 	// Since is when the node was first skipped for this reason.
+	// +optional
+	Since metav1.Time `json:"since,omitempty"`
+}
+
+// StagePermit lets one node stage a version ahead of its slot.
+type StagePermit struct {
+	// Node is the exact name of the staging node.
+	Node string `json:"node"`
+	// Version the node stages.
+	Version string `json:"version"`
+	// Since is when the permit was given.
 	// +optional
 	Since metav1.Time `json:"since,omitempty"`
 }
@@ -284,6 +316,10 @@ type NodeCounts struct {
 	// Skipped is how many are passed over (see status.skipped).
 	// +optional
 	Skipped int `json:"skipped,omitempty"`
+	// Staged is how many nodes behind the target have it staged (downloaded
+	// and verified, not yet active).
+	// +optional
+	Staged int `json:"staged,omitempty"`
 }
 
 // Failure records a node whose upgrade failed.
