@@ -38,6 +38,9 @@ type Observed struct {
 	RebootFrom string   // the boot recorded before the reboot was requested
 	Ready      bool     // the Node's Ready condition
 	Reboot     RebootState
+	// Staging: a staging or pruning Job of this node still runs; the
+	// slot's Job waits for it (one Job writes the system directory at a time).
+	Staging bool
 	// DrainBlocked and RebootBlocked say why the window allows no drain
 	// (MayStart) or no reboot (MayReboot) now; "" when it does.
 	DrainBlocked, RebootBlocked string
@@ -82,6 +85,9 @@ func nextUpgrading(o Observed) (Step, string) {
 	case JobNone:
 		if !o.Cordoned && o.Running != "" && o.Running == o.Target {
 			return StepAlreadyThere, "it runs " + o.Target + " already"
+		}
+		if o.Staging {
+			return StepWait, "the release is being staged; the slot's Job follows"
 		}
 		return StepCreateJob, "no upgrade Job for this slot yet"
 	case JobForeign:

@@ -22,6 +22,8 @@ func TestNext(t *testing.T) {
 		{"staged but not booted is not there: a Job", base(func(o *Observed) { o.Running = "v1" }), StepCreateJob},
 		{"running not known yet: a Job (never a false AlreadyThere)", base(func(o *Observed) { o.Running = "" }), StepCreateJob},
 		{"cordoned by slipway at the target: no shortcut", base(func(o *Observed) { o.Running, o.Cordoned = "v2", true }), StepCreateJob},
+		{"staging still runs: the slot's Job waits for it", base(func(o *Observed) { o.Staging = true }), StepWait},
+		{"staging runs but it runs the target already: free", base(func(o *Observed) { o.Staging, o.Running = true, "v2" }), StepAlreadyThere},
 		{"Job of another rollout under the name", base(func(o *Observed) { o.Job = JobForeign }), StepFailForeign},
 		{"Job running: wait", base(func(o *Observed) { o.Job = JobRunning }), StepWait},
 		{"Job failed", base(func(o *Observed) { o.Job = JobFailed }), StepFailJob},

@@ -65,6 +65,9 @@ type Settings struct {
 	Drain            Drain
 	Components       Components
 	Image            string
+	// Prestage is spec.prestage.concurrency; PrestageAuto when unset (a
+	// quarter of the channel's nodes, see PrestageLimit).
+	Prestage int
 }
 
 // Resolve validates spec and applies the defaults. A spec it refuses comes
@@ -76,6 +79,10 @@ func Resolve(spec v1.UpdateChannelSpec) (Settings, *Invalid) {
 		MaxFailures: orInt(spec.MaxFailures, v1.DefaultMaxFailures),
 		Paused:      spec.Paused,
 		Image:       spec.Image,
+		Prestage:    PrestageAuto,
+	}
+	if p := spec.Prestage; p != nil && p.Concurrency != nil {
+		s.Prestage = *p.Concurrency
 	}
 	if err := channel.ValidateURL(spec.URL); err != nil || spec.URL == "" {
 		return s, &Invalid{ReasonBadURL, fmt.Sprintf("spec.url %q is not a release channel (%v): use github-releases://owner/repo, https://host/path/latest or file:///mirror", spec.URL, err)}
@@ -85,6 +92,9 @@ func Resolve(spec v1.UpdateChannelSpec) (Settings, *Invalid) {
 	}
 	if s.Concurrency < 1 {
 		return s, &Invalid{ReasonBadConcurrency, fmt.Sprintf("spec.concurrency is %d: it must be 1 or more", spec.Concurrency)}
+	}
+	if s.Prestage < 0 && s.Prestage != PrestageAuto {
+		return s, &Invalid{ReasonBadConcurrency, fmt.Sprintf("spec.prestage.concurrency is %d: it must be 0 (off) or more", s.Prestage)}
 	}
 	if s.MaxFailures < 1 {
 		return s, &Invalid{ReasonBadMaxFailures, fmt.Sprintf("spec.maxFailures is %d: it must be 1 or more", spec.MaxFailures)}

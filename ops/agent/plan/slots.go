@@ -21,6 +21,9 @@ type Node struct {
 	Version string // the release (rootfs version) the node runs; "" when no agent reported it
 	// CordonedBy is who cordoned the node (the drain package's annotation; "" = not slipway).
 	CordonedBy string
+	// Prestaged is the release its agent reports staged ahead of its slot,
+	// PrestageFailed the release it gave up staging ("" for none).
+	Prestaged, PrestageFailed string
 }
 
 // Retry is the backoff policy for nodes whose upgrade failed.

@@ -74,8 +74,12 @@ func Stale(s Settings, slot v1.Slot, node SlotNode, job SlotJob, now time.Time) 
 func Counts(nodes []Node, st v1.UpdateChannelStatus, target string) v1.NodeCounts {
 	c := v1.NodeCounts{Nodes: len(nodes), Updating: len(st.Updating), Failed: failuresAt(st, target)}
 	for _, n := range nodes {
-		if target != "" && n.Version == target {
+		switch {
+		case target == "":
+		case n.Version == target:
 			c.UpToDate++
+		case n.Prestaged == target:
+			c.Staged++
 		}
 	}
 	return c
