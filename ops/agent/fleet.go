@@ -24,6 +24,7 @@ type fleetCache struct {
 	listedAt   time.Time
 	generation int64
 	slots      string // the slot holders when listed
+	permits    string // the staging permit holders when listed
 	pollTried  time.Time
 	// staleChecked is when the slots' nodes and Jobs were last read.
 	staleChecked time.Time
@@ -155,8 +156,8 @@ func (a *Agent) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan
 // fleetNodes lists the nodes as metadata only, in pages, when the channel's
 // spec or slot holders changed or the resync period passed; else it reuses the last list.
 func (a *Agent) fleetNodes(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, fc *fleetCache) ([]plan.Node, error) {
-	holders := slotHolders(ch)
-	if fc.nodes != nil && fc.generation == ch.Generation && fc.slots == holders && time.Since(fc.listedAt) < a.opts.Resync {
+	holders, permits := slotHolders(ch), permitHolders(ch)
+	if fc.nodes != nil && fc.generation == ch.Generation && fc.slots == holders && fc.permits == permits && time.Since(fc.listedAt) < a.opts.Resync {
 		return fc.nodes, nil
 	}
 	gvr := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
@@ -169,13 +170,14 @@ func (a *Agent) fleetNodes(ctx context.Context, ch *v1.UpdateChannel, s plan.Set
 		}
 		for _, n := range list.Items {
 			out = append(out, plan.Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Version: n.Annotations[AnnotationRootfsVersion],
-				CordonedBy: drain.CordonedBy(n.Annotations)})
+				CordonedBy: drain.CordonedBy(n.Annotations), Prestaged: n.Annotations[AnnotationPrestagedVersion],
+				PrestageFailed: n.Annotations[AnnotationPrestageFailedVersion]})
 		}
 		if opts.Continue = list.Continue; opts.Continue == "" {
 			break
 		}
 	}
-	fc.nodes, fc.listedAt, fc.generation, fc.slots = out, time.Now(), ch.Generation, holders
+	fc.nodes, fc.listedAt, fc.generation, fc.slots, fc.permits = out, time.Now(), ch.Generation, holders, permits
 	return out, nil
 }
 
@@ -183,6 +185,18 @@ func slotHolders(ch *v1.UpdateChannel) string {
 	var names []string
 	for _, s := range ch.Status.Updating {
 		names = append(names, s.Node)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ",")
+}
+
+// permitHolders names the nodes holding staging permits: a node gives its
+// permit back after it reported its staging on its Node, so a change here
+// means the node list is out of date.
+func permitHolders(ch *v1.UpdateChannel) string {
+	var names []string
+	for _, p := range ch.Status.Staging {
+		names = append(names, p.Node)
 	}
 	sort.Strings(names)
 	return strings.Join(names, ",")

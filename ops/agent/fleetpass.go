@@ -48,6 +48,7 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 		st.Counts = plan.Counts(p.mine, *st, target)
 		st.Counts.Skipped = skipped
 	}
+	r.staging = plan.GrantStaging(p.s, st, p.mine, target, p.now)
 	r.conflict = plan.SetConflict(st, p.others, c.Generation)
 	plan.SetInvalid(st, nil, c.Generation)
 	plan.SetProgress(p.s, st, target, c.Generation)
@@ -58,6 +59,7 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 // fleetResult is what one pass of the fleet view changed, for its Events.
 type fleetResult struct {
 	added     []string
+	staging   []string // staging permits given
 	recovered []v1.Failure // slots taken away as failures
 	released  []string     // slots taken away without a failure: "node: why"
 	conflict  bool         // the Conflict condition turned True or changed

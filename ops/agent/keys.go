@@ -38,6 +38,17 @@ const (
 	AnnotationStagedKernelVersion = "ops.slipway.dev/staged-kernel-version"
 	AnnotationStagedK3sVersion    = "ops.slipway.dev/staged-k3s-version"
 
+	// AnnotationPrestagedVersion: on each Node, written by its agent: the
+	// channel's target when the node staged it ahead of its slot
+	// (downloaded and verified into the system directory, `current` not
+	// moved); removed when it runs it or the target changes. The Lease
+	// holder counts it (status.counts.staged) and gives such a node no
+	// staging permit. AnnotationPrestageFailedVersion: the target when
+	// staging it failed plan.MaxStageAttempts times (the slot's Job then
+	// downloads it); no permit for it either.
+	AnnotationPrestagedVersion      = "ops.slipway.dev/prestaged-version"
+	AnnotationPrestageFailedVersion = "ops.slipway.dev/prestage-failed-version"
+
 	// AnnotationRebootFrom is written on its Node by the agent before it
 	// records the Rebooting phase: the boot ID it reboots from. After the
 	// agent restarts in that phase, a different boot ID proves the reboot

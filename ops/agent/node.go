@@ -45,16 +45,24 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 		return 0, err
 	}
 	seen, _ := a.mySlot(ch, v1.Slot{})
+	s, bad := plan.Resolve(ch.Spec)
 	if seen == nil {
+		if bad == nil {
+			if err := a.syncStage(ctx, ch, s, false); err != nil {
+				return 0, err
+			}
+		}
 		a.noteWaiting(ch)
 		return 0, a.idle(ctx, ch)
 	}
 	a.noteSlot(name)
-	s, bad := plan.Resolve(ch.Spec)
 	if bad != nil {
 		return 0, nil // the fleet view marks it Invalid; the slot times out if it stays so
 	}
-	sc := &stepCtx{ch: ch, s: s}
+	sc := &stepCtx{ch: ch, s: s, slot: plan.Newest(*seen, a.lastWrote(name))}
+	if err := a.syncStage(ctx, ch, s, a.slotUnderWay(sc)); err != nil {
+		return 0, err
+	}
 	for range maxSteps {
 		sc.slot = plan.Newest(*seen, a.lastWrote(name))
 		o, ok, err := a.observe(sc)
@@ -89,7 +97,7 @@ func (a *Agent) observe(sc *stepCtx) (plan.Observed, bool, error) {
 	}
 	o := plan.Observed{Phase: sc.slot.Phase, Target: sc.slot.Version, Job: a.jobState(sc),
 		Cordoned: drain.CordonedBy(node.Annotations) == CordonOwner, BootID: boot,
-		RebootFrom: a.rebootFromOf(node), Reboot: a.rebootState()}
+		RebootFrom: a.rebootFromOf(node), Reboot: a.rebootState(), Staging: a.stagingBusy()}
 	o.Ready, _ = nodeReady(node)
 	if r := a.readableVersions(); r != nil {
 		o.Running = r.Rootfs
@@ -136,6 +144,16 @@ func (a *Agent) do(ctx context.Context, step plan.Step, sc *stepCtx) (after time
 		return 0, false, a.succeed(ctx, sc.ch, sc.slot, *a.readableVersions())
 	}
 	return 0, false, nil // StepWait: an informer calls again on the next change
+}
+
+// slotUnderWay reports whether the slot's upgrade owns the system
+// directory: its Job exists, or the slot is past it.
+func (a *Agent) slotUnderWay(sc *stepCtx) bool {
+	switch sc.slot.Phase {
+	case "", plan.PhasePending, plan.PhaseUpgrading:
+		return a.jobState(sc) != plan.JobNone
+	}
+	return true
 }
 
 // jobState is what plan.Next needs to know of the slot's own upgrade Job.

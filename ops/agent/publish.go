@@ -100,7 +100,15 @@ func (a *Agent) versionMeta(v Versions) (labels, annotations map[string]any) {
 	a.mu.Lock()
 	boot := a.knownBoot
 	a.mu.Unlock()
-	return bootMeta(v, current, boot)
+	labels, annotations = bootMeta(v, current, boot)
+	if n := a.ownNode(); n != nil { // a release staged ahead that now runs is staged no more
+		for _, k := range []string{AnnotationPrestagedVersion, AnnotationPrestageFailedVersion} {
+			if have, ok := n.Annotations[k]; ok && have == v.Rootfs {
+				annotations[k] = nil
+			}
+		}
+	}
+	return labels, annotations
 }
 
 func (a *Agent) getKnown() (Versions, bool) {

@@ -27,7 +27,12 @@ func (a *Agent) stepAlreadyThere(ctx context.Context, sc *stepCtx) error {
 // the slot Upgrading with its name unless the fleet view did already.
 func (a *Agent) stepCreateJob(ctx context.Context, sc *stepCtx) error {
 	name := SlotJobName(sc.ch.UID, sc.slot)
-	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, a.buildJob(sc.ch, sc.s, sc.slot), metav1.CreateOptions{})
+	j := a.buildJob(sc.ch, sc.s, sc.slot)
+	if a.activateOnly(sc.slot) { // staged ahead: the slot only swaps
+		c := &j.Spec.Template.Spec.Containers[0]
+		c.Args = append(c.Args, "--phase", "activate")
+	}
+	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, j, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsAlreadyExists(err):
 	case err != nil:

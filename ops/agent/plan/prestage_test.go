@@ -158,6 +158,7 @@ func TestNextStage(t *testing.T) {
 		{"no target: prune what is staged", base(func(o *StageObserved) { o.Target, o.Permit, o.OnDisk = "", false, []string{"v2"} }), StagePrune},
 		{"a stale report: clear it", base(func(o *StageObserved) { o.Permit, o.Published = false, "v3" }), StagePublish},
 		{"a report of the release that runs now: clear it", base(func(o *StageObserved) { o.Running, o.Permit, o.Published = "v2", false, "v2" }), StagePublish},
+		{"in the slot, reported, permit held: release", base(func(o *StageObserved) { o.InSlot, o.Published = true, "v2" }), StageRelease},
 		{"runs the target with a permit: release", base(func(o *StageObserved) { o.Running = "v2" }), StageRelease},
 	} {
 		got, why := NextStage(c.o)

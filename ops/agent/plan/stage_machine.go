@@ -41,8 +41,14 @@ const (
 	StageCreate  StageStep = "CreateJob" // start the staging Job
 )
 
-// NextStage decides the next staging step from o, and says why.
+// NextStage decides the next staging step from o, and says why. A permit
+// whose staging is over (reported on the Node, or the node runs the
+// target) goes back at once, whatever else runs; Jobs that write the
+// system directory wait for the slot's and for each other.
 func NextStage(o StageObserved) (StageStep, string) {
+	if o.Permit && (o.Published == o.Target || o.PublishedFailed == o.Target || o.Running == o.Target) {
+		return StageRelease, "staging " + o.Target + " is over"
+	}
 	if o.InSlot {
 		return StageWait, "the slot's upgrade owns the system directory"
 	}
@@ -52,15 +58,11 @@ func NextStage(o StageObserved) (StageStep, string) {
 	if stale := StaleStages(o.OnDisk, o.Target); len(stale) > 0 {
 		return StagePrune, "staged " + stale[0] + " is not the target"
 	}
-	staged, failed := StageReport(o)
-	if staged != o.Published || failed != o.PublishedFailed {
+	if staged, failed := StageReport(o); staged != o.Published || failed != o.PublishedFailed {
 		return StagePublish, "the Node reports another staging state"
 	}
-	switch {
-	case !o.Permit:
+	if !o.Permit {
 		return StageWait, "no staging permit"
-	case staged != "" || failed != "" || o.Running == o.Target:
-		return StageRelease, "staging is over"
 	}
 	return StageCreate, "the permit is held and " + o.Target + " is not staged"
 }

@@ -1,0 +1,203 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/upgrade"
+)
+
+// Staging ahead of the slot, the node's side: with a staging permit from
+// the Lease holder (status.staging), the agent runs a staging Job
+// (`ops upgrade --phase stage`: download and verify into the system
+// directory, no link moved, so what boots never changes), reports the
+// staged release on its Node and gives the permit back. The slot's Job
+// then only activates it (`--phase activate`). A release staged that is
+// no longer the target is removed by a pruning Job (`ops prune`).
+// plan.NextStage decides; one short function per step.
+
+// Job actions (AnnotationJobAction) of the staging and pruning Jobs.
+const (
+	jobActionStage = "stage"
+	jobActionPrune = "prune"
+)
+
+// AnnotationJobPermitSince ties a staging Job to its permit (the permit's
+// since, RFC 3339): a Job of an earlier permit says nothing about this one.
+const AnnotationJobPermitSince = "ops.slipway.dev/permit-since"
+
+// syncStage carries out the next staging step for channel ch, which this
+// node follows; inSlot says the slot's upgrade owns the system directory.
+func (a *Agent) syncStage(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, inSlot bool) error {
+	node := a.ownNode()
+	running := a.readableVersions()
+	if node == nil || running == nil || !a.followsChannel(ch, s, node) {
+		return nil
+	}
+	onDisk, err := upgrade.Prestaged(a.opts.SystemDir)
+	if err != nil {
+		return err
+	}
+	permit := a.permitOf(ch)
+	o := plan.StageObserved{Target: plan.Target(s, ch.Status), Running: running.Rootfs, OnDisk: onDisk, Permit: permit != nil,
+		Busy: a.jobsBusy(), InSlot: inSlot, Published: node.Annotations[AnnotationPrestagedVersion],
+		PublishedFailed: node.Annotations[AnnotationPrestageFailedVersion]}
+	if permit != nil {
+		o.Failures = a.stageFailures(*permit)
+	}
+	step, why := plan.NextStage(o)
+	a.log.Debug("next staging step", "channel", ch.Name, "step", step, "why", why)
+	switch step {
+	case plan.StagePrune:
+		return a.stepStagePrune(ctx, ch, s, o)
+	case plan.StagePublish:
+		return a.stepStagePublish(ctx, o)
+	case plan.StageRelease:
+		return a.releasePermit(ctx, ch)
+	case plan.StageCreate:
+		return a.stepStageCreate(ctx, ch, s, *permit, o.Failures)
+	}
+	return nil
+}
+
+// followsChannel reports whether node follows ch: ch selects it and no
+// earlier valid channel does.
+func (a *Agent) followsChannel(ch *v1.UpdateChannel, s plan.Settings, node *corev1.Node) bool {
+	if !s.Selector.Matches(labels.Set(node.Labels)) {
+		return false
+	}
+	mine, _ := plan.Split(a.channelRef(ch, s), a.channelRefs(), []plan.Node{{Name: node.Name, Labels: node.Labels}})
+	return len(mine) == 1
+}
+
+// permitOf is this node's staging permit in ch at its target, nil when none.
+func (a *Agent) permitOf(ch *v1.UpdateChannel) *v1.StagePermit {
+	i := plan.FindPermit(ch.Status, a.opts.NodeName)
+	if i < 0 || ch.Status.Staging[i].Version != plan.Target(mustResolve(ch), ch.Status) {
+		return nil
+	}
+	p := ch.Status.Staging[i]
+	return &p
+}
+
+// stepStageCreate starts the staging Job of permit p (no Event: a staging
+// Job disrupts nothing, and the Job itself is the record).
+func (a *Agent) stepStageCreate(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, p v1.StagePermit, failures int) error {
+	j := a.buildStageJob(ch, s, p, failures+1)
+	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, j, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("create staging job %s: %w", j.Name, err)
+	}
+	a.log.Info("staging job created", "channel", ch.Name, "job", j.Name, "version", p.Version, "attempt", failures+1)
+	return nil
+}
+
+// stepStagePrune starts the Job that removes the staged releases other
+// than the target; the Job informer calls again when it ends.
+func (a *Agent) stepStagePrune(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, o plan.StageObserved) error {
+	stale := plan.StaleStages(o.OnDisk, o.Target)
+	name := DNSLabel(fmt.Sprintf("prune-%s-%s", a.opts.NodeName, shortHash(fmt.Sprint(stale, o.Target, a.knownBootID(), time.Now().Unix()/60))[:8]))
+	if a.job(name) != nil {
+		return nil // made this minute already
+	}
+	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, a.buildPruneJob(ch, s, name, o.Target), metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("create pruning job %s: %w", name, err)
+	}
+	a.log.Info("removing staged releases that are not the target", "job", name, "stale", stale, "target", o.Target)
+	a.recorder.Eventf(ch, corev1.EventTypeNormal, "PruningStaged", "node %s: job %s removes staged %v (the target is %q)", a.opts.NodeName, name, stale, o.Target)
+	return nil
+}
+
+// stepStagePublish writes what is staged (or that staging gave up) on the Node.
+func (a *Agent) stepStagePublish(ctx context.Context, o plan.StageObserved) error {
+	staged, failed := plan.StageReport(o)
+	return a.patchNode(ctx, nil, map[string]any{AnnotationPrestagedVersion: nilIfEmpty(staged), AnnotationPrestageFailedVersion: nilIfEmpty(failed)})
+}
+
+// releasePermit removes this node's staging permit with a JSON patch that
+// first tests the entry is still its own (no resourceVersion: the other
+// nodes' writes do not make it conflict), or an optimistic update when it moved.
+func (a *Agent) releasePermit(ctx context.Context, ch *v1.UpdateChannel) error {
+	i := plan.FindPermit(ch.Status, a.opts.NodeName)
+	if i < 0 {
+		return nil
+	}
+	p := fmt.Sprintf("/status/staging/%d", i)
+	data, err := json.Marshal([]map[string]any{{"op": "test", "path": p + "/node", "value": a.opts.NodeName}, {"op": "remove", "path": p}})
+	if err != nil {
+		return err
+	}
+	_, err = a.ops.UpdateChannels(a.opts.Namespace).Patch(ctx, ch.Name, types.JSONPatchType, data, metav1.PatchOptions{}, "status")
+	if err == nil || ctx.Err() != nil {
+		return ctx.Err()
+	}
+	_, err = a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+		plan.ReleasePermit(&c.Status, a.opts.NodeName)
+		return nil
+	})
+	return err
+}
+
+// jobsBusy reports whether a Job of this node that writes the system
+// directory (upgrade, staging, pruning, rollback) has not finished.
+func (a *Agent) jobsBusy() bool {
+	for _, o := range a.jobs.List() {
+		if j, ok := o.(*batchv1.Job); ok && j.Annotations[AnnotationJobNode] == a.opts.NodeName && !a.jobDone(j) {
+			return true
+		}
+	}
+	return false
+}
+
+// stagingBusy reports whether a staging or pruning Job of this node runs.
+func (a *Agent) stagingBusy() bool {
+	for _, o := range a.jobs.List() {
+		j, ok := o.(*batchv1.Job)
+		if ok && j.Annotations[AnnotationJobNode] == a.opts.NodeName && slices.Contains([]string{jobActionStage, jobActionPrune}, j.Annotations[AnnotationJobAction]) && !a.jobDone(j) {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *Agent) jobDone(j *batchv1.Job) bool {
+	done, _, _, _ := jobOutcome(j)
+	return done || a.podSucceeded(j)
+}
+
+// stageFailures counts the failed staging Jobs of permit p.
+func (a *Agent) stageFailures(p v1.StagePermit) int {
+	n := 0
+	for _, o := range a.jobs.List() {
+		j, ok := o.(*batchv1.Job)
+		if !ok || j.Annotations[AnnotationJobAction] != jobActionStage || j.Annotations[AnnotationJobNode] != a.opts.NodeName ||
+			j.Annotations[AnnotationJobPermitSince] != permitSince(p) || j.Annotations[AnnotationJobVersion] != p.Version {
+			continue
+		}
+		if _, failed, _, _ := jobOutcome(j); failed {
+			n++
+		}
+	}
+	return n
+}
+
+func permitSince(p v1.StagePermit) string {
+	return p.Since.Time.UTC().Truncate(time.Second).Format(time.RFC3339)
+}
