@@ -36,6 +36,9 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 	}
 	r.recover(st, p.stale, p.now)
 	plan.Prune(st, p.mine, target)
+	// Permits before slots: a node that takes a slot in this pass stages
+	// under its permit first, so its slot's Job only activates.
+	r.staging = plan.GrantStaging(p.s, st, p.mine, target, p.now)
 	if slotHolders(c) == p.listedSlots {
 		r.added = plan.Assign(p.s, st, p.mine, p.others, p.checks, target, p.retry, p.now)
 		startUpgrading(c.UID, st, r.added)
@@ -48,7 +51,6 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 		st.Counts = plan.Counts(p.mine, *st, target)
 		st.Counts.Skipped = skipped
 	}
-	r.staging = plan.GrantStaging(p.s, st, p.mine, target, p.now)
 	r.conflict = plan.SetConflict(st, p.others, c.Generation)
 	plan.SetInvalid(st, nil, c.Generation)
 	plan.SetProgress(p.s, st, target, c.Generation)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"slipway.dev/slipway/ops/crds"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
 	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/upgrade"
 	"slipway.dev/slipway/upgrade/layout"
 )
 
@@ -44,6 +46,10 @@ type fleet struct {
 	agents map[string]*runningAgent
 	locks  sync.Map        // node -> *sync.Mutex: one start or stop of a node at a time
 	failOn map[string]bool // nodes whose upgrade Job fails
+	// stageTime is how long a staging Job takes (others finish at once);
+	// stagingNow and stagingMost count the staging Jobs running, now and at most.
+	stageTime                time.Duration
+	stagingNow, stagingMost int
 	closed bool            // set at cleanup: simulated reboots start no agent any more
 	log    *os.File
 	opts   func(*Options)
@@ -252,19 +258,73 @@ func (f *fleet) runJobs(ctx context.Context) {
 		if !ok || ev.Type != watch.Added {
 			continue
 		}
-		node := j.Annotations[AnnotationJobNode]
-		version := argAfter(j.Spec.Template.Spec.Containers[0].Args, "--version")
 		f.mu.Lock()
-		fail := f.failOn[node]
+		fail, wait := f.failOn[j.Annotations[AnnotationJobNode]], f.stageTime
 		f.mu.Unlock()
-		switch {
-		case fail:
-		case j.Spec.Template.Spec.Containers[0].Args[1] == "rollback":
-			f.rollback(node)
-		default:
-			f.install(node, version)
+		if argAfter(j.Spec.Template.Spec.Containers[0].Args, "--phase") == "stage" && wait > 0 {
+			go func() {
+				f.countStaging(+1)
+				defer f.countStaging(-1)
+				select {
+				case <-ctx.Done():
+				case <-time.After(wait):
+					finishJob(ctx, f.kube, j, !f.runJob(j, fail))
+				}
+			}()
+			continue
 		}
-		finishJob(ctx, f.kube, j, fail)
+		finishJob(ctx, f.kube, j, !f.runJob(j, fail))
+	}
+}
+
+func (f *fleet) countStaging(d int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stagingNow += d
+	f.stagingMost = max(f.stagingMost, f.stagingNow)
+}
+
+// runJob does what Job j's command does to its node's system directory
+// and reports whether it succeeded.
+func (f *fleet) runJob(j *batchv1.Job, fail bool) bool {
+	node := j.Annotations[AnnotationJobNode]
+	args := j.Spec.Template.Spec.Containers[0].Args
+	version := argAfter(args, "--version")
+	switch {
+	case fail:
+		return false
+	case args[1] == "rollback":
+		f.rollback(node)
+	case args[1] == "prune":
+		_, err := upgrade.Prune(context.Background(), upgrade.PruneOptions{SystemDir: f.systemDir(node),
+			LockFile: filepath.Join(f.root, node, "lock"), Keep: []string{argAfter(args, "--keep")}})
+		return err == nil
+	case argAfter(args, "--phase") == "stage":
+		f.stage(node, version)
+	case argAfter(args, "--phase") == "activate":
+		staged, _ := upgrade.Prestaged(f.systemDir(node))
+		if !slices.Contains(staged, version) {
+			return false // as `ops upgrade --phase activate` refuses what is not staged
+		}
+		f.install(node, version)
+	default:
+		f.install(node, version)
+	}
+	return true
+}
+
+// stage puts version into node's system directory, complete (with the
+// marker `ops upgrade --phase stage` writes), moving no link.
+func (f *fleet) stage(node, version string) {
+	l := layout.New(f.systemDir(node))
+	for _, c := range []layout.Component{layout.Rootfs, layout.Kernel} {
+		dir := l.VersionDir(c, version)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			f.t.Error(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, upgrade.MarkerFile), []byte(`{"release":"`+version+`"}`), 0o644); err != nil {
+			f.t.Error(err)
+		}
 	}
 }
 
