@@ -20,6 +20,7 @@ test-unit: ## only the tests that need no control plane or VM (go test -short)
 bench: ## benchmarks: staging vs the k3os pipeline, the 100-node rollouts, eds vs the DaemonSet controller, swarm's assign
 	@scripts/bench
 	@scripts/bench-rollout
+	@scripts/bench-rollout-staged
 	@scripts/bench-update-operator
 	@scripts/bench-swarm
 

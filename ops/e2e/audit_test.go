@@ -143,7 +143,7 @@ func nodeSteps(events []testenv.AuditEvent, node string) []time.Time {
 		}
 		mine := strings.HasSuffix(ev.UserAgent, agent)
 		switch {
-		case mine && ev.Verb == "create" && ev.Resource == "jobs" && at[0].IsZero():
+		case mine && ev.Verb == "create" && ev.Resource == "jobs" && strings.HasPrefix(ev.Name, jobPrefix) && at[0].IsZero(): // the slot's Job, not a staging Job
 			at[0] = ev.Time
 		case at[0].IsZero():
 		case strings.HasPrefix(ev.UserAgent, "slipway-testenv/executor") && ev.Resource == "pods/status" && strings.HasPrefix(ev.Name, jobPrefix):

@@ -52,7 +52,8 @@ func BenchmarkRollout(b *testing.B) {
 	ctx := context.Background()
 	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: ns}, Spec: v1.UpdateChannelSpec{
 		URL: "file://" + mirror, Version: "v1", Concurrency: benchConcurrency,
-		RebootDelay: &metav1.Duration{Duration: benchRebootDelay}}}
+		RebootDelay: &metav1.Duration{Duration: benchRebootDelay},
+		Prestage:    &v1.PrestageSpec{Concurrency: new(0)}}} // the slot-bound path; BenchmarkRolloutStaged measures staging ahead
 	if _, err := c.ops.OpsV1().UpdateChannels(ns).Create(ctx, ch, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}

@@ -45,7 +45,9 @@ func run(m *testing.M) int {
 	bench := flag.Lookup("test.bench").Value.String() != ""
 	if bench {
 		nodes, simReboot, lease = 100, benchReboot, benchLease
-		upgradeCommand = "slipway-sim take " + benchUpgrade.String() + " slipway"
+		if benchUpgrade > 0 {
+			upgradeCommand = "slipway-sim take " + benchUpgrade.String() + " slipway"
+		}
 		if n, err := strconv.Atoi(os.Getenv("SLIPWAY_BENCH_NODES")); err == nil && n > 0 {
 			nodes = n
 		}
