@@ -55,9 +55,10 @@ type Agent struct {
 	rolledBack      bool      // this process created a rollback Job; publish when it is done
 	notReadyAt      time.Time // when this process first saw its node not Ready after a reboot
 	waitSince       map[string]time.Time
-	wrote           map[string]v1.Slot // per channel: this node's slot as this agent last wrote it
-	known           Versions           // the versions this agent published for its node's boot
-	knownBoot       string             // the boot ID known belongs to
+	wrote           map[string]v1.Slot   // per channel: this node's slot as this agent last wrote it
+	created         map[string]time.Time // Jobs this process created that its cache may not show yet
+	known           Versions             // the versions this agent published for its node's boot
+	knownBoot       string               // the boot ID known belongs to
 	hasKnown        bool
 }
 
@@ -92,7 +93,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{opts: opts, log: opts.Log.With("node", opts.NodeName), metrics: newMetrics(),
-		elections: map[string]*election{}, fleet: map[string]*fleetCache{}, waitSince: map[string]time.Time{}, wrote: map[string]v1.Slot{}}
+		elections: map[string]*election{}, fleet: map[string]*fleetCache{}, waitSince: map[string]time.Time{}, wrote: map[string]v1.Slot{}, created: map[string]time.Time{}}
 	if a.kube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}

@@ -72,7 +72,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	}
 	a.forgetChecks(fc)
 	target := plan.Target(s, ch.Status)
-	p := fleetPass{s: s, retry: a.opts.Retry, now: now, listedSlots: fc.slots, resolved: resolved, stale: stale, mine: mine, others: others,
+	p := fleetPass{s: s, generation: ch.Generation, retry: a.opts.Retry, now: now, listedSlots: fc.slots, resolved: resolved, stale: stale, mine: mine, others: others,
 		checks: a.checkBehind(ctx, fc, ch.Status, plan.Behind(ch.Status, mine, target), plan.FreeSlots(s, ch.Status), target)}
 	var r fleetResult
 	ch, err = a.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {

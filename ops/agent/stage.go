@@ -102,6 +102,7 @@ func (a *Agent) stepStageCreate(ctx context.Context, ch *v1.UpdateChannel, s pla
 	} else if err != nil {
 		return fmt.Errorf("create staging job %s: %w", j.Name, err)
 	}
+	a.noteCreated(j.Name)
 	a.log.Info("staging job created", "channel", ch.Name, "job", j.Name, "version", p.Version, "attempt", failures+1)
 	return nil
 }
@@ -120,6 +121,7 @@ func (a *Agent) stepStagePrune(ctx context.Context, ch *v1.UpdateChannel, s plan
 	} else if err != nil {
 		return fmt.Errorf("create pruning job %s: %w", name, err)
 	}
+	a.noteCreated(name)
 	a.log.Info("removing staged releases that are not the target", "job", name, "stale", stale, "target", o.Target)
 	a.recorder.Eventf(ch, corev1.EventTypeNormal, "PruningStaged", "node %s: job %s removes staged %v (the target is %q)", a.opts.NodeName, name, stale, o.Target)
 	return nil
@@ -155,9 +157,39 @@ func (a *Agent) releasePermit(ctx context.Context, ch *v1.UpdateChannel) error {
 	return err
 }
 
+// createdLag bounds how long a Job this process created counts as running
+// while its cache does not show it.
+const createdLag = 30 * time.Second
+
+// noteCreated remembers that this process created Job name.
+func (a *Agent) noteCreated(name string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.created[name] = time.Now()
+}
+
+// createdUnseen reports whether a Job this process created a moment ago
+// is not in its cache yet (then it counts as running).
+func (a *Agent) createdUnseen() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	unseen := false
+	for name, at := range a.created {
+		if a.job(name) != nil || time.Since(at) > createdLag {
+			delete(a.created, name)
+		} else {
+			unseen = true
+		}
+	}
+	return unseen
+}
+
 // jobsBusy reports whether a Job of this node that writes the system
 // directory (upgrade, staging, pruning, rollback) has not finished.
 func (a *Agent) jobsBusy() bool {
+	if a.createdUnseen() {
+		return true
+	}
 	for _, o := range a.jobs.List() {
 		if j, ok := o.(*batchv1.Job); ok && j.Annotations[AnnotationJobNode] == a.opts.NodeName && !a.jobDone(j) {
 			return true
@@ -166,8 +198,12 @@ func (a *Agent) jobsBusy() bool {
 	return false
 }
 
-// stagingBusy reports whether a staging or pruning Job of this node runs.
+// stagingBusy reports whether a staging or pruning Job of this node runs
+// (or was created a moment ago and is not in the cache yet).
 func (a *Agent) stagingBusy() bool {
+	if a.createdUnseen() {
+		return true
+	}
 	for _, o := range a.jobs.List() {
 		j, ok := o.(*batchv1.Job)
 		if ok && j.Annotations[AnnotationJobNode] == a.opts.NodeName && slices.Contains([]string{jobActionStage, jobActionPrune}, j.Annotations[AnnotationJobAction]) && !a.jobDone(j) {
