@@ -28,9 +28,11 @@ func TestJobSpecCanRemount(t *testing.T) {
 	for name, j := range map[string]*corev1.PodSpec{
 		"upgrade":  &a.buildJob(ch, s, slot).Spec.Template.Spec,
 		"rollback": &a.buildRollbackJob(ch, "rollback-n1", "v2").Spec.Template.Spec,
+		"stage":    &a.buildStageJob(ch, s, v1.StagePermit{Node: "n1", Version: "v2", Since: slot.Since}, 1).Spec.Template.Spec,
+		"prune":    &a.buildPruneJob(ch, s, "prune-n1", "v2").Spec.Template.Spec,
 	} {
 		c := j.Containers[0]
-		if !slices.Contains(c.Args, "--remount") || !slices.Contains(c.Args, "--reboot=false") {
+		if !slices.Contains(c.Args, "--remount") || name != "prune" && !slices.Contains(c.Args, "--reboot=false") {
 			t.Errorf("%s: args %v lack --remount or --reboot=false", name, c.Args)
 		}
 		if !slices.Contains(c.SecurityContext.Capabilities.Add, "SYS_ADMIN") {
@@ -47,5 +49,36 @@ func TestJobSpecCanRemount(t *testing.T) {
 	}
 	if args := a.buildRollbackJob(ch, "rollback-n1", "v2").Spec.Template.Spec.Containers[0].Args; args[1] != "rollback" || slices.Contains(args, "--version") {
 		t.Errorf("rollback args %v", args)
+	}
+}
+
+// TestStagingJobs: the staging Job stages and moves no link, the pruning
+// Job keeps the target, and both are told apart from the slot's Job.
+func TestStagingJobs(t *testing.T) {
+	a := &Agent{opts: Options{NodeName: "n1", Namespace: "ns", HostSystemDir: "/k3os/system", HostLockDir: "/run/k3os",
+		UpgradeCommand: []string{"slipway"}, Image: "slipway:test"}}
+	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "default", UID: "u1"}}
+	s, bad := plan.Resolve(v1.UpdateChannelSpec{URL: "file:///mirror", Version: "v2"})
+	if bad != nil {
+		t.Fatal(bad)
+	}
+	p := v1.StagePermit{Node: "n1", Version: "v2", Since: metav1.NewTime(time.Unix(1e9, 0))}
+	stage := a.buildStageJob(ch, s, p, 2)
+	if args := stage.Spec.Template.Spec.Containers[0].Args; argAfterFlag(args, "--phase") != "stage" || argAfterFlag(args, "--version") != "v2" {
+		t.Errorf("staging args %v", args)
+	}
+	if stage.Annotations[AnnotationJobAction] != jobActionStage || stage.Annotations[AnnotationJobPermitSince] != permitSince(p) ||
+		stage.Spec.Template.Annotations[AnnotationJobAction] != jobActionStage {
+		t.Errorf("staging Job annotations %v", stage.Annotations)
+	}
+	if stage.Name == StageJobName("u1", p, 1) || stage.Name == SlotJobName("u1", v1.Slot{Node: "n1", Version: "v2", Attempt: 2, Since: p.Since}) {
+		t.Errorf("staging Job name %s is not its own", stage.Name)
+	}
+	want := []string{"ops", "prune", "--system-dir", jobSystemDir, "--lock-file", jobLockDir + "/upgrade.lock", "--remount", "--keep", "v2"}
+	if got := a.buildPruneJob(ch, s, "prune-n1", "v2").Spec.Template.Spec.Containers[0].Args; !slices.Equal(got, want) {
+		t.Errorf("prune args %v, want %v", got, want)
+	}
+	if got := pruneArgs([]string{"ops", "upgrade"}, ""); !slices.Equal(got, []string{"ops", "prune"}) {
+		t.Errorf("prune args with no target %v: keep nothing", got)
 	}
 }
