@@ -73,6 +73,7 @@ func create(ctx context.Context, c kubernetes.Interface, obj any) error {
 var rarelyCalled = map[string]string{
 	"cluster /pods delete":                          "drain.force: pods left when the drain times out are deleted",
 	"namespace ops.slipway.dev/updatechannels list": "an informer lists when the API server cannot stream its initial list (watch-list)",
+	"namespace batch/jobs list":                     "an informer lists when the API server cannot stream its initial list (watch-list)",
 	"cluster /events patch":                         "client-go's recorder folds a repeated Event into a patch of the first",
 }
 
