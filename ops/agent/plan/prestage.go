@@ -18,22 +18,24 @@ import (
 const PrestageAuto = -1
 
 // PrestageShare is the part of the channel's nodes that stage at once by
-// default: enough to stay ahead of the slots (a node stages once, while a
-// slot also drains, reboots and waits for the node), few enough that a
-// mirror or uplink serves a quarter of the cluster, not all of it.
+// default: a mirror or uplink serves a quarter of the cluster at a time,
+// not all of it. The default is never below twice the slots (PrestageLimit):
+// a node stages once, about as long as its slot takes, so for staging to
+// stay ahead the wave in the slots and the next one stage side by side.
 const PrestageShare = 4
 
 // stagePermitGrace is added to upgradeTimeout (the staging Job's deadline)
 // before a permit whose node never reported is taken back.
 const stagePermitGrace = 2 * time.Minute
 
-// PrestageLimit is how many of nodes may stage at once: spec.prestage.concurrency,
-// or a quarter of them rounded up when it is unset; 0 is off.
+// PrestageLimit is how many of nodes may stage at once:
+// spec.prestage.concurrency, or when it is unset a quarter of them rounded
+// up, but at least twice concurrency (and at most all of them); 0 is off.
 func PrestageLimit(s Settings, nodes int) int {
 	if s.Prestage != PrestageAuto {
 		return s.Prestage
 	}
-	return (nodes + PrestageShare - 1) / PrestageShare
+	return min(nodes, max((nodes+PrestageShare-1)/PrestageShare, 2*s.Concurrency))
 }
 
 // FindPermit returns the index of node's staging permit in st.Staging, or -1.

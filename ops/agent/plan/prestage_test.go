@@ -12,19 +12,22 @@ import (
 
 func TestPrestageLimit(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		conc  *int
-		nodes int
-		want  int
+		name        string
+		conc        *int
+		concurrency int
+		nodes       int
+		want        int
 	}{
-		{"unset: a quarter, rounded up", nil, 100, 25},
-		{"unset: rounded up", nil, 10, 3},
-		{"unset: one node stages alone", nil, 1, 1},
-		{"unset, no nodes", nil, 0, 0},
-		{"set", ptr(7), 100, 7},
-		{"0 is off", ptr(0), 100, 0},
+		{"unset: a quarter, rounded up", nil, 10, 100, 25},
+		{"unset: rounded up", nil, 1, 10, 3},
+		{"unset: at least twice the slots", nil, 10, 20, 20},
+		{"unset: at least twice the slots, at most every node", nil, 10, 12, 12},
+		{"unset: one node stages alone", nil, 1, 1, 1},
+		{"unset, no nodes", nil, 1, 0, 0},
+		{"set", ptr(7), 10, 100, 7},
+		{"0 is off", ptr(0), 1, 100, 0},
 	} {
-		s := settings(t, v1.UpdateChannelSpec{Prestage: &v1.PrestageSpec{Concurrency: c.conc}})
+		s := settings(t, v1.UpdateChannelSpec{Concurrency: c.concurrency, Prestage: &v1.PrestageSpec{Concurrency: c.conc}})
 		if got := PrestageLimit(s, c.nodes); got != c.want {
 			t.Errorf("%s: PrestageLimit = %d, want %d", c.name, got, c.want)
 		}
@@ -67,7 +70,7 @@ func TestGrantStaging(t *testing.T) {
 		wantHeld  []string
 		wantAdded int
 	}{
-		{"a quarter of 8 in slot order", v1.UpdateChannelSpec{}, v1.UpdateChannelStatus{}, fleet(nil), "v2", order[:2], 2},
+		{"twice the one slot of 8 in slot order", v1.UpdateChannelSpec{}, v1.UpdateChannelStatus{}, fleet(nil), "v2", order[:2], 2},
 		{"the limit set", v1.UpdateChannelSpec{Prestage: &v1.PrestageSpec{Concurrency: ptr(3)}}, v1.UpdateChannelStatus{}, fleet(nil), "v2", order[:3], 3},
 		{"off: no permits, the held ones taken back", v1.UpdateChannelSpec{Prestage: &v1.PrestageSpec{Concurrency: ptr(0)}},
 			v1.UpdateChannelStatus{Staging: []v1.StagePermit{permit(order[0], "v2", 0)}}, fleet(nil), "v2", nil, 0},

@@ -3004,7 +3004,7 @@ func schema_ops_apis_opsslipwaydev_v1_PrestageSpec(ref common.ReferenceCallback)
 				Properties: map[string]spec.Schema{
 					"concurrency": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Concurrency is the most nodes that stage at the same time. Unset: a quarter of the channel's nodes, rounded up; 0 turns staging ahead off (the slot's Job downloads the release itself).",
+							Description: "Concurrency is the most nodes that stage at the same time. Unset: a quarter of the channel's nodes rounded up, but at least twice concurrency; 0 turns staging ahead off (the slot's Job downloads the release itself).",
 							Minimum:     ptr.To[float64](0),
 							Type:        []string{"integer"},
 							Format:      "int32",

@@ -105,8 +105,9 @@ type UpdateChannelSpec struct {
 // PrestageSpec is how the nodes stage a release ahead of their slot.
 type PrestageSpec struct {
 	// Concurrency is the most nodes that stage at the same time. Unset: a
-	// quarter of the channel's nodes, rounded up; 0 turns staging ahead
-	// off (the slot's Job downloads the release itself).
+	// quarter of the channel's nodes rounded up, but at least twice
+	// concurrency; 0 turns staging ahead off (the slot's Job downloads the
+	// release itself).
 	// +k8s:validation:minimum=0
 	// +optional
 	Concurrency *int `json:"concurrency,omitempty"`
