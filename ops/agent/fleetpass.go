@@ -69,7 +69,7 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 // fleetResult is what one pass of the fleet view changed, for its Events.
 type fleetResult struct {
 	added     []string
-	staging   []string // staging permits given
+	staging   []string     // staging permits given
 	recovered []v1.Failure // slots taken away as failures
 	released  []string     // slots taken away without a failure: "node: why"
 	conflict  bool         // the Conflict condition turned True or changed

@@ -48,11 +48,11 @@ type fleet struct {
 	failOn map[string]bool // nodes whose upgrade Job fails
 	// stageTime is how long a staging Job takes (others finish at once);
 	// stagingNow and stagingMost count the staging Jobs running, now and at most.
-	stageTime                time.Duration
+	stageTime               time.Duration
 	stagingNow, stagingMost int
-	closed bool            // set at cleanup: simulated reboots start no agent any more
-	log    *os.File
-	opts   func(*Options)
+	closed                  bool // set at cleanup: simulated reboots start no agent any more
+	log                     *os.File
+	opts                    func(*Options)
 }
 
 type runningAgent struct {
