@@ -134,23 +134,30 @@ func (a *Agent) stepStagePublish(ctx context.Context, o plan.StageObserved) erro
 }
 
 // releasePermit removes this node's staging permit with a JSON patch that
-// first tests the entry is still its own (no resourceVersion: the other
-// nodes' writes do not make it conflict), or an optimistic update when it moved.
+// first tests the entry at its index is still its own (no resourceVersion:
+// the other nodes' writes do not make it conflict). Permits come and go
+// together, so an index from the cache is often stale: then the entry is
+// looked up again in a fresh read, a few times, before an optimistic update.
 func (a *Agent) releasePermit(ctx context.Context, ch *v1.UpdateChannel) error {
-	i := plan.FindPermit(ch.Status, a.opts.NodeName)
-	if i < 0 {
-		return nil
+	api, name := a.ops.UpdateChannels(a.opts.Namespace), ch.Name
+	for range 3 {
+		i := plan.FindPermit(ch.Status, a.opts.NodeName)
+		if i < 0 {
+			return nil
+		}
+		p := fmt.Sprintf("/status/staging/%d", i)
+		data, err := json.Marshal([]map[string]any{{"op": "test", "path": p + "/node", "value": a.opts.NodeName}, {"op": "remove", "path": p}})
+		if err != nil {
+			return err
+		}
+		if _, err = api.Patch(ctx, name, types.JSONPatchType, data, metav1.PatchOptions{}, "status"); err == nil || ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if ch, err = api.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("read channel %s to give the staging permit back: %w", name, err)
+		}
 	}
-	p := fmt.Sprintf("/status/staging/%d", i)
-	data, err := json.Marshal([]map[string]any{{"op": "test", "path": p + "/node", "value": a.opts.NodeName}, {"op": "remove", "path": p}})
-	if err != nil {
-		return err
-	}
-	_, err = a.ops.UpdateChannels(a.opts.Namespace).Patch(ctx, ch.Name, types.JSONPatchType, data, metav1.PatchOptions{}, "status")
-	if err == nil || ctx.Err() != nil {
-		return ctx.Err()
-	}
-	_, err = a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+	_, err := a.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
 		plan.ReleasePermit(&c.Status, a.opts.NodeName)
 		return nil
 	})

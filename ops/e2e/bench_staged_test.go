@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +95,7 @@ func BenchmarkRolloutStaged(b *testing.B) {
 		b.Log(l)
 	}
 	b.Log(timelineLine(medians, 0))
+	b.Log(stagingLine(events, start, start.Add(wall)))
 }
 
 // loadAverage is /proc/loadavg's first three fields.
@@ -103,4 +106,43 @@ func loadAverage() string {
 	}
 	f := strings.Fields(string(b))
 	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// stagingLine reports, from the audit log, when the first slot's Job was
+// created after start, the median staging Job (created -> its pod's last
+// status), and the refused writes by code, verb and resource.
+func stagingLine(events []testenv.AuditEvent, start, end time.Time) string {
+	var firstSlot time.Time
+	created, done := map[string]time.Time{}, map[string]time.Time{}
+	refused := map[string]int{}
+	for _, ev := range events {
+		if ev.Time.Before(start) || ev.Time.After(end) {
+			continue
+		}
+		switch {
+		case ev.Code >= 300 && ev.Verb != "get" && ev.Verb != "list" && ev.Verb != "watch":
+			refused[fmt.Sprintf("%d %s %s", ev.Code, ev.Verb, ev.Resource)]++
+		case ev.Verb == "create" && ev.Resource == "jobs" && strings.HasPrefix(ev.Name, "upgrade-") && firstSlot.IsZero():
+			firstSlot = ev.Time
+		case ev.Verb == "create" && ev.Resource == "jobs" && strings.HasPrefix(ev.Name, "stage-"):
+			created[ev.Name] = ev.Time
+		case ev.Resource == "pods/status" && strings.HasPrefix(ev.Name, "stage-") && strings.HasPrefix(ev.UserAgent, "slipway-testenv/executor"):
+			if i := strings.LastIndex(ev.Name, "-"); i > 0 {
+				done[ev.Name[:i]] = ev.Time // pods are <job>-<suffix>
+			}
+		}
+	}
+	var took []time.Duration
+	for name, at := range created {
+		if d, ok := done[name]; ok {
+			took = append(took, d.Sub(at))
+		}
+	}
+	var parts []string
+	for k, n := range refused {
+		parts = append(parts, fmt.Sprintf("%s %d", k, n))
+	}
+	slices.Sort(parts)
+	return fmt.Sprintf("first slot Job %s after the patch; staging Job created -> pod done, median %s of %d; refused writes: %s",
+		firstSlot.Sub(start).Round(100*time.Millisecond), median(took).Round(100*time.Millisecond), len(took), strings.Join(parts, ", "))
 }
