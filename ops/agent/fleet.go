@@ -72,7 +72,8 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	a.forgetChecks(fc)
 	target := plan.Target(s, ch.Status)
 	p := fleetPass{s: s, retry: a.opts.Retry, now: now, listedSlots: fc.slots, resolved: resolved, stale: stale, mine: mine, others: others,
-		checks: a.checkBehind(ctx, fc, ch.Status, plan.Behind(ch.Status, mine, target), plan.FreeSlots(s, ch.Status), target)}
+		checks: a.checkBehind(ctx, fc, ch.Status, plan.Behind(ch.Status, mine, target), startable(s, ch.Status, mine, target, a.opts.Retry, now),
+			plan.FreeSlots(s, ch.Status), target)}
 	var r fleetResult
 	ch, err = a.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
 		r = p.apply(c)
@@ -273,6 +274,15 @@ func skippedReasons(ch *v1.UpdateChannel) []string {
 	out := make([]string, 0, len(ch.Status.Skipped))
 	for _, s := range ch.Status.Skipped {
 		out = append(out, s.Reason)
+	}
+	return out
+}
+
+// startable names the nodes that may take a slot now, health aside.
+func startable(s plan.Settings, st v1.UpdateChannelStatus, mine []plan.Node, target string, retry plan.Retry, now time.Time) map[string]bool {
+	out := map[string]bool{}
+	for _, n := range plan.Candidates(s, st, mine, target, retry, now) {
+		out[n.Name] = true
 	}
 	return out
 }
