@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -51,6 +52,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	if bad != nil {
 		return 0, a.markInvalid(ctx, ch, bad)
 	}
+	generation := ch.Generation
 	fc := a.fleetCacheOf(name)
 	now := time.Now()
 	if plan.PollDue(s, ch.Status, now) && now.Sub(fc.pollTried) >= pollRetry {
@@ -71,7 +73,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	}
 	a.forgetChecks(fc)
 	target := plan.Target(s, ch.Status)
-	p := fleetPass{s: s, retry: a.opts.Retry, now: now, listedSlots: fc.slots, resolved: resolved, stale: stale, mine: mine, others: others,
+	p := fleetPass{s: s, generation: generation, retry: a.opts.Retry, now: now, listedSlots: fc.slots, resolved: resolved, stale: stale, mine: mine, others: others,
 		checks: a.checkBehind(ctx, fc, ch.Status, plan.Behind(ch.Status, mine, target), startable(s, ch.Status, mine, target, a.opts.Retry, now),
 			plan.FreeSlots(s, ch.Status), target)}
 	var r fleetResult
@@ -129,17 +131,27 @@ func (a *Agent) fleetCacheOf(name string) *fleetCache {
 // markInvalid records an Invalid condition and an Event when the spec
 // turned bad, and frees every slot: no rollout of an invalid channel goes
 // on, so the nodes' agents uncordon (they see their slot gone).
+// errSpecChanged stops a status write computed from an older spec than
+// the channel now has.
+var errSpecChanged = errors.New("the channel's spec changed")
+
 func (a *Agent) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan.Invalid) error {
 	changed := false
 	var freed []v1.Slot
 	_, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+		changed, freed = false, nil
+		if c.Generation != ch.Generation {
+			return errSpecChanged // judged on an older spec: judge the new one
+		}
 		changed = plan.SetInvalid(&c.Status, bad, c.Generation)
 		freed, c.Status.Updating = c.Status.Updating, nil
 		c.Status.Counts.Updating = 0
 		c.Status.ObservedGeneration = c.Generation
 		return nil
 	})
-	if err != nil {
+	if errors.Is(err, errSpecChanged) {
+		return nil // the informer brings the new spec and another sync
+	} else if err != nil {
 		return err
 	}
 	if changed {

@@ -16,6 +16,7 @@ import (
 // status on every try of the optimistic write.
 type fleetPass struct {
 	s           plan.Settings
+	generation  int64 // the spec generation s was resolved from
 	retry       plan.Retry
 	now         time.Time
 	listedSlots string // the slot holders when the nodes were listed
@@ -29,6 +30,13 @@ type fleetPass struct {
 // apply updates c's status for this pass and says what changed.
 func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 	var r fleetResult
+	if c.Generation != p.generation {
+		// The spec changed since s was resolved (a newer channel came back
+		// with a conflict): a status computed from the old spec must not be
+		// written as the new one's. Resolve again.
+		r.relist = true
+		return r
+	}
 	st := &c.Status
 	target := plan.Target(p.s, *st)
 	if p.resolved != nil && target == p.resolved.Version {
