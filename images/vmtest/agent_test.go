@@ -99,6 +99,15 @@ func (n *node) applyManifest(ctx context.Context) error {
 	if err := writeFile(f, m); err != nil {
 		return err
 	}
+	// The manifest holds the CRD and the default channel: kubectl maps the
+	// channel only once the CRD is established, so a first apply creates
+	// the CRD and a second, after the wait, the channel.
+	if _, err := n.kubectl(ctx, "apply", "--server-side", "-f", f); err == nil {
+		return nil
+	}
+	if _, err := n.kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd/updatechannels.ops.slipway.dev"); err != nil {
+		return err
+	}
 	_, err = n.kubectl(ctx, "apply", "--server-side", "-f", f)
 	return err
 }
