@@ -52,7 +52,7 @@ func TestAgentUpgradesRealNode(t *testing.T) {
 	})
 	w := &rollout{n: n}
 	s.step("job, drain, reboot, uncordon, Complete", func() error { return w.follow(ctx, 20*time.Minute) })
-	s.step("agent rebooted with reboot(2)", func() error { return n.g.wait(time.Minute, agentRebooting) })
+	s.step("agent rebooted with reboot(2)", n.g.agentRebooted)
 	s.step("console: v2 booted", func() error { return n.g.wait(time.Minute, n.g.booted("try", "v2")...) })
 	s.step("system dir read-only again", n.g.readOnly)
 	t.Logf("rollout: %s", strings.Join(w.seen, ", "))
@@ -154,6 +154,17 @@ func (g *guest) watchAgentReboot() error {
 	if m := regexp.MustCompile(`inits=(\d+)`).FindStringSubmatch(out); m == nil || m[1] != "0" {
 		return fmt.Errorf("the guest's /run shows systemd or OpenRC: the agent would not use reboot(2):\n%s", out)
 	}
-	_, err = g.run("(tail -n +1 -F /var/log/pods/slipway-system_slipway-agent-*/agent/*.log | grep msg=rebooting) &", time.Minute)
+	_, err = g.run("(tail -n +1 -F /var/log/pods/slipway-system_slipway-agent-*/agent/*.log | grep msg=rebooting) & true", time.Minute)
+	return err
+}
+
+// agentRebooted waits for the agent's reboot line on the console and logs it.
+func (g *guest) agentRebooted() error {
+	ctx, cancel := context.WithTimeout(g.ctx, time.Minute)
+	defer cancel()
+	m, err := g.c.Expect(ctx, agentRebooting)
+	if err == nil {
+		g.t.Logf("agent: %s", m[0])
+	}
 	return err
 }
