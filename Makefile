@@ -56,7 +56,7 @@ vm-test: ## boot the test images under qemu: upgrade, reboot, fall back from a b
 	@scripts/vm-test
 
 .PHONY: vm-node-test
-vm-node-test: ## a VM that is a real Kubernetes node (kubelet, containerd); power resets during ops upgrade
+vm-node-test: ## a VM that is a real Kubernetes node (kubelet, containerd) upgraded by the agent; power resets during ops upgrade
 	@scripts/vm-node-test
 
 generate: ## regenerate the wrangler code and CRD YAML (CI fails when it is out of date)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,6 +44,7 @@ func TestAgentUpgradesRealNode(t *testing.T) {
 	}
 	s.step("apply ops manifest", func() error { return n.applyManifest(ctx) })
 	s.step("agent pod runs", func() error { return n.agentRunning(ctx, 8*time.Minute) })
+	s.step("watch the agent's reboot", n.g.watchAgentReboot)
 	s.step("channel to latest", func() error {
 		_, err := n.kubectl(ctx, "-n", "slipway-system", "patch", "upchan", "default", "--type=merge",
 			"-p", `{"spec":{"version":"latest","paused":false}}`)
@@ -50,7 +52,9 @@ func TestAgentUpgradesRealNode(t *testing.T) {
 	})
 	w := &rollout{n: n}
 	s.step("job, drain, reboot, uncordon, Complete", func() error { return w.follow(ctx, 20*time.Minute) })
+	s.step("agent rebooted with reboot(2)", n.g.agentRebooted)
 	s.step("console: v2 booted", func() error { return n.g.wait(time.Minute, n.g.booted("try", "v2")...) })
+	s.step("system dir read-only again", n.g.readOnly)
 	t.Logf("rollout: %s", strings.Join(w.seen, ", "))
 }
 
@@ -99,6 +103,15 @@ func (n *node) applyManifest(ctx context.Context) error {
 	if err := writeFile(f, m); err != nil {
 		return err
 	}
+	// The manifest holds the CRD and the default channel: kubectl maps the
+	// channel only once the CRD is established, so a first apply creates
+	// the CRD and a second, after the wait, the channel.
+	if _, err := n.kubectl(ctx, "apply", "--server-side", "-f", f); err == nil {
+		return nil
+	}
+	if _, err := n.kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd/updatechannels.ops.slipway.dev"); err != nil {
+		return err
+	}
 	_, err = n.kubectl(ctx, "apply", "--server-side", "-f", f)
 	return err
 }
@@ -121,4 +134,37 @@ func (n *node) agentRunning(ctx context.Context, d time.Duration) error {
 		time.Sleep(3 * time.Second)
 	}
 	return fmt.Errorf("no agent pod Running on %s after %s: %s", vmNodeName, d, last)
+}
+
+// agentRebooting is the agent's log line when it reboots the VM: `auto`
+// finds neither run/systemd/system nor run/openrc in the host's /run (the
+// VM runs busybox init), so the product reboots with reboot(2) after sync.
+var agentRebooting = regexp.MustCompile(`msg=rebooting .*method=reboot\(2\)`)
+
+// watchAgentReboot checks that the guest's init is neither systemd nor
+// OpenRC as the agent tells them, and copies the agent's reboot lines from
+// its container log to the console, where the test reads them (the
+// apiserver cannot reach the VM's kubelet for logs, and the log is on a
+// tmpfs the reboot clears).
+func (g *guest) watchAgentReboot() error {
+	out, err := g.run("echo inits=$(ls -d /run/systemd/system /run/openrc 2>/dev/null | wc -l)", time.Minute)
+	if err != nil {
+		return err
+	}
+	if m := regexp.MustCompile(`inits=(\d+)`).FindStringSubmatch(out); m == nil || m[1] != "0" {
+		return fmt.Errorf("the guest's /run shows systemd or OpenRC: the agent would not use reboot(2):\n%s", out)
+	}
+	_, err = g.run("(tail -n +1 -F /var/log/pods/slipway-system_slipway-agent-*/agent/*.log | grep msg=rebooting) & true", time.Minute)
+	return err
+}
+
+// agentRebooted waits for the agent's reboot line on the console and logs it.
+func (g *guest) agentRebooted() error {
+	ctx, cancel := context.WithTimeout(g.ctx, time.Minute)
+	defer cancel()
+	m, err := g.c.Expect(ctx, agentRebooting)
+	if err == nil {
+		g.t.Logf("agent: %s", m[0])
+	}
+	return err
 }

@@ -1,7 +1,9 @@
 // Package vmtest boots the test images under qemu and drives the guest
 // through its serial console: upgrade, reboot into the new kernel and rootfs,
-// fall back from a broken version. The VM test itself is behind the `vm`
-// build tag (scripts/vm-test runs it); this file holds the console driver.
+// fall back from a broken version; a VM that is a Kubernetes node, upgraded
+// by the agent; power resets during an upgrade. The tests are behind the
+// `vm` build tag (scripts/vm-test) and the `vmnode` build tag
+// (scripts/vm-node-test); this file holds the console driver.
 package vmtest
 
 import (

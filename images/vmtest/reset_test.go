@@ -167,7 +167,7 @@ func (r *resetter) round(at resetPlan) error {
 	default:
 		return fmt.Errorf("after the reset the guest booted %s: neither %s (before) nor %s (target)", booted, r.current, target)
 	}
-	r.t.Logf("reset %s of the upgrade %s -> %s: booted %s", at, r.current, target, booted)
+	r.t.Logf("upgrade %s -> %s, reset %s: booted %s", r.current, target, at, booted)
 	if _, err := r.run(r.upgradeCmd(target), 5*time.Minute); err != nil {
 		return fmt.Errorf("re-run after the reset: %w", err)
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -52,6 +53,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	if bad != nil {
 		return 0, a.markInvalid(ctx, ch, bad)
 	}
+	generation := ch.Generation
 	fc := a.fleetCacheOf(name)
 	now := time.Now()
 	if plan.PollDue(s, ch.Status, now) && now.Sub(fc.pollTried) >= pollRetry {
@@ -72,8 +74,9 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	}
 	a.forgetChecks(fc)
 	target := plan.Target(s, ch.Status)
-	p := fleetPass{s: s, generation: ch.Generation, retry: a.opts.Retry, now: now, listedSlots: fc.slots, resolved: resolved, stale: stale, mine: mine, others: others,
-		checks: a.checkBehind(ctx, fc, ch.Status, plan.Behind(ch.Status, mine, target), plan.FreeSlots(s, ch.Status), target)}
+	p := fleetPass{s: s, generation: generation, retry: a.opts.Retry, now: now, listedSlots: fc.slots, resolved: resolved, stale: stale, mine: mine, others: others,
+		checks: a.checkBehind(ctx, fc, ch.Status, plan.Behind(ch.Status, mine, target), startable(s, ch.Status, mine, target, a.opts.Retry, now),
+			plan.FreeSlots(s, ch.Status), target)}
 	var r fleetResult
 	ch, err = a.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
 		r = p.apply(c)
@@ -129,17 +132,27 @@ func (a *Agent) fleetCacheOf(name string) *fleetCache {
 // markInvalid records an Invalid condition and an Event when the spec
 // turned bad, and frees every slot: no rollout of an invalid channel goes
 // on, so the nodes' agents uncordon (they see their slot gone).
+// errSpecChanged stops a status write computed from an older spec than
+// the channel now has.
+var errSpecChanged = errors.New("the channel's spec changed")
+
 func (a *Agent) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan.Invalid) error {
 	changed := false
 	var freed []v1.Slot
 	_, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+		changed, freed = false, nil
+		if c.Generation != ch.Generation {
+			return errSpecChanged // judged on an older spec: judge the new one
+		}
 		changed = plan.SetInvalid(&c.Status, bad, c.Generation)
 		freed, c.Status.Updating = c.Status.Updating, nil
 		c.Status.Counts.Updating = 0
 		c.Status.ObservedGeneration = c.Generation
 		return nil
 	})
-	if err != nil {
+	if errors.Is(err, errSpecChanged) {
+		return nil // the informer brings the new spec and another sync
+	} else if err != nil {
 		return err
 	}
 	if changed {
@@ -287,6 +300,15 @@ func skippedReasons(ch *v1.UpdateChannel) []string {
 	out := make([]string, 0, len(ch.Status.Skipped))
 	for _, s := range ch.Status.Skipped {
 		out = append(out, s.Reason)
+	}
+	return out
+}
+
+// startable names the nodes that may take a slot now, health aside.
+func startable(s plan.Settings, st v1.UpdateChannelStatus, mine []plan.Node, target string, retry plan.Retry, now time.Time) map[string]bool {
+	out := map[string]bool{}
+	for _, n := range plan.Candidates(s, st, mine, target, retry, now) {
+		out[n.Name] = true
 	}
 	return out
 }

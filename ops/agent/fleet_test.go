@@ -240,3 +240,25 @@ func TestCanaryBesideDefault(t *testing.T) {
 }
 
 func boolPtr(b bool) *bool { return &b }
+
+// TestFailedNodeInBackoffDoesNotHoldTheSlots: a node whose upgrade failed
+// waits out its backoff (an hour) while the others take the free slot in
+// turn (maxFailures 2, concurrency 1). The fleet view once checked the
+// failed node first, counted it toward the free slot and checked no other
+// node, so nothing started until the backoff ended.
+func TestFailedNodeInBackoffDoesNotHoldTheSlots(t *testing.T) {
+	f := newFleet(t, 3, func(o *Options) { o.Retry = plan.Retry{Base: time.Hour, Max: time.Hour} })
+	bad := f.ns + "-n0"
+	f.failOn[bad] = true
+	for i := range 3 {
+		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
+	}
+	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, MaxFailures: 2, RebootDelay: zeroDelay(),
+		NodeSelector: selectFleet(f)})
+	ch := f.waitFor("the two good nodes at v2 beside the failed one", time.Minute, func(ch *v1.UpdateChannel) bool {
+		return ch.Status.Counts.UpToDate == 2 && len(ch.Status.Updating) == 0 && len(ch.Status.Failed) == 1
+	})
+	if ch.Status.Failed[0].Node != bad || isTrue(ch, v1.ConditionDegraded) {
+		t.Errorf("want only %s failed and the channel not Degraded: failed %+v conditions %+v", bad, ch.Status.Failed, ch.Status.Conditions)
+	}
+}

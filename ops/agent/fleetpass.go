@@ -31,9 +31,9 @@ type fleetPass struct {
 func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 	var r fleetResult
 	if c.Generation != p.generation {
-		// A conflict brought a newer spec than the pass was decided on:
-		// decide again from it rather than write a status for the new
-		// generation computed from the old spec.
+		// The spec changed since s was resolved (a newer channel came back
+		// with a conflict): a status computed from the old spec must not be
+		// written as the new one's. Resolve again.
 		r.relist = true
 		return r
 	}

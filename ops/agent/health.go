@@ -25,10 +25,13 @@ type checked struct {
 }
 
 // checkBehind checks the nodes behind (in plan.Behind's order) until free
-// eligible ones are found, plus every node plan.MustCheck names, and
-// returns the results by node (nil: eligible). A node that cannot be
-// checked now is left out: it takes no slot this time.
-func (a *Agent) checkBehind(ctx context.Context, fc *fleetCache, st v1.UpdateChannelStatus, behind []plan.Node, free int, target string) map[string]*v1.SkippedNode {
+// eligible ones that may start now (startable: plan.Candidates, so a failed
+// node in its backoff does not use up a free slot's check) are found, plus
+// every node plan.MustCheck names, and returns the results by node (nil:
+// eligible). A node that cannot be checked now is left out: it takes no
+// slot this time.
+func (a *Agent) checkBehind(ctx context.Context, fc *fleetCache, st v1.UpdateChannelStatus, behind []plan.Node, startable map[string]bool,
+	free int, target string) map[string]*v1.SkippedNode {
 	out := map[string]*v1.SkippedNode{}
 	found := 0
 	for _, n := range behind {
@@ -40,7 +43,7 @@ func (a *Agent) checkBehind(ctx context.Context, fc *fleetCache, st v1.UpdateCha
 			continue
 		}
 		out[n.Name] = skip
-		if skip == nil {
+		if skip == nil && startable[n.Name] {
 			found++
 		}
 	}

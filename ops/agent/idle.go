@@ -2,9 +2,6 @@ package agent
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -64,20 +61,5 @@ func (a *Agent) noteSlot(channel string) {
 	}
 }
 
-func (a *Agent) bootID() (string, error) {
-	if a.opts.BootIDFromNode {
-		n := a.ownNode()
-		if n == nil {
-			return "", fmt.Errorf("node %s not seen yet (--boot-id-from-node)", a.opts.NodeName)
-		}
-		if n.Status.NodeInfo.BootID == "" {
-			return "unreported", nil // a fresh simulated node; its first reboot sets one
-		}
-		return n.Status.NodeInfo.BootID, nil
-	}
-	b, err := os.ReadFile(a.opts.BootIDFile)
-	if err != nil {
-		return "", fmt.Errorf("read the boot ID from %s (--boot-id-file): %w", a.opts.BootIDFile, err)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
+// bootID is the running boot's ID (bootIDOf, from the Node as the informer has it).
+func (a *Agent) bootID() (string, error) { return a.bootIDOf(a.ownNode()) }

@@ -89,7 +89,7 @@ func (a *Agent) stepDrain(ctx context.Context, sc *stepCtx) error {
 // after recording the drain's failure.
 func (a *Agent) cordonAndDrain(ctx context.Context, sc *stepCtx, meta map[string]string) (string, error) {
 	start := time.Now()
-	opts, began, err := a.drainBudget(ctx, sc.s.Drain.Options)
+	opts, began, err := a.drainBudget(ctx, drainOptions(sc.s.Drain))
 	if err != nil {
 		return "", err
 	}
@@ -170,4 +170,10 @@ func (a *Agent) notReadySince() time.Time {
 		a.notReadyAt = time.Now()
 	}
 	return a.notReadyAt
+}
+
+// drainOptions is the channel's drain policy as ops/drain takes it.
+func drainOptions(d plan.Drain) drain.Options {
+	return drain.Options{Timeout: d.Timeout, GracePeriodSeconds: d.GracePeriodSeconds, DeleteEmptyDirData: d.DeleteEmptyDirData,
+		IgnoreDaemonSets: d.IgnoreDaemonSets, Force: d.Force, PodSelector: d.PodSelector}
 }

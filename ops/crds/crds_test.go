@@ -54,6 +54,7 @@ func TestPrinterColumns(t *testing.T) {
 		"Concurrency": ".spec.concurrency",
 		"Updating":    ".status.counts.updating",
 		"Up-to-date":  ".status.counts.upToDate",
+		"Skipped":     ".status.counts.skipped",
 		"Age":         ".metadata.creationTimestamp",
 	}
 	cols := updateChannelCRD(t).Spec.Versions[0].AdditionalPrinterColumns
@@ -64,7 +65,7 @@ func TestPrinterColumns(t *testing.T) {
 			t.Errorf("column %s: path %q, want %q", c.Name, c.JSONPath, want[c.Name])
 		}
 	}
-	if got := strings.Join(order, ","); got != "Version,Latest,Concurrency,Updating,Up-to-date,Age" {
+	if got := strings.Join(order, ","); got != "Version,Latest,Concurrency,Updating,Up-to-date,Skipped,Age" {
 		t.Errorf("columns = %s", got)
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -75,6 +76,11 @@ func TestRolloutUnderChaos(t *testing.T) {
 		chaosVersion, concurrency, chaosMaxFailures, chaosDrain))
 	chaosDone := make(chan struct{})
 	go func() { defer close(chaosDone); k.run(ctx, t) }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			logState(t, c)
+		}
+	})
 	waitUntil(t, 6*time.Minute, "the rollout to finish or stop", func() (bool, error) { return k.reregistered() && settled(t, c), nil })
 	cancel()
 	<-chaosDone
@@ -236,6 +242,29 @@ func settled(t *testing.T, c clients) bool {
 		return true
 	}
 	return ch.Status.Counts.UpToDate+failuresAt(ch) == nodes
+}
+
+// logState logs the channel's status and the nodes' slipway annotations,
+// to tell why a rollout did not settle.
+func logState(t *testing.T, c clients) {
+	ctx := context.Background()
+	if ch, err := c.ops.OpsV1().UpdateChannels(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+		b, _ := json.MarshalIndent(ch.Status, "", "  ")
+		t.Logf("channel generation %d, status:\n%s", ch.Generation, b)
+	}
+	nodes, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, n := range nodes.Items {
+		ann := map[string]string{}
+		for k, v := range n.Annotations {
+			if strings.Contains(k, "slipway.dev/") {
+				ann[k] = v
+			}
+		}
+		t.Logf("node %s unschedulable=%v labels=%v annotations=%v", n.Name, n.Spec.Unschedulable, n.Labels, ann)
+	}
 }
 
 func isCondition(ch *v1.UpdateChannel, typ string) bool {

@@ -23,6 +23,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"slipway.dev/slipway/upgrade/channel/channelurl"
 )
 
 // Source is a release channel.
@@ -58,7 +60,7 @@ const defaultUserAgent = "slipway"
 // New returns the source for rawURL: a mirror directory (plain path or
 // file://), an http(s) channel, or github-releases://owner/repo.
 func New(rawURL string, opts Options) (Source, error) {
-	t, err := parse(rawURL)
+	t, err := channelurl.Parse(rawURL)
 	if err != nil {
 		return nil, err
 	}
@@ -68,21 +70,18 @@ func New(rawURL string, opts Options) (Source, error) {
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = defaultHTTPClient()
 	}
-	switch t.kind {
-	case kindMirror:
-		return newMirror(t.dir), nil
-	case kindHTTP:
+	switch t.Kind {
+	case channelurl.Mirror:
+		return newMirror(t.Dir), nil
+	case channelurl.HTTP:
 		return newHTTPSource(t, opts), nil
 	default:
-		return newGitHub(t.owner, t.repo, opts)
+		return newGitHub(t.Owner, t.Repo, opts)
 	}
 }
 
 // ValidateURL checks the syntax and scheme of a channel URL without any I/O.
-func ValidateURL(rawURL string) error {
-	_, err := parse(rawURL)
-	return err
-}
+func ValidateURL(rawURL string) error { return channelurl.Validate(rawURL) }
 
 func defaultHTTPClient() *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()

@@ -3,6 +3,8 @@ package channel
 import (
 	"strings"
 	"testing"
+
+	"slipway.dev/slipway/upgrade/channel/channelurl"
 )
 
 // FuzzParse: parse never panics, and what it accepts is usable.
@@ -12,25 +14,25 @@ func FuzzParse(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		tg, err := parse(raw)
+		tg, err := channelurl.Parse(raw)
 		if err != nil {
 			return
 		}
-		switch tg.kind {
-		case kindMirror:
-			if tg.dir == "" {
+		switch tg.Kind {
+		case channelurl.Mirror:
+			if tg.Dir == "" {
 				t.Fatalf("parse(%q): empty mirror dir", raw)
 			}
-		case kindHTTP:
-			if tg.latest.Host == "" || !strings.HasSuffix(tg.latest.Path, "/latest") {
-				t.Fatalf("parse(%q): latest URL %s", raw, tg.latest)
+		case channelurl.HTTP:
+			if tg.Latest.Host == "" || !strings.HasSuffix(tg.Latest.Path, "/latest") {
+				t.Fatalf("parse(%q): latest URL %s", raw, tg.Latest)
 			}
 			if _, err := New(raw, Options{}); err != nil {
 				t.Fatalf("New(%q) failed after parse accepted it: %v", raw, err)
 			}
-		case kindGitHub:
-			if !githubOwnerRE.MatchString(tg.owner) || !githubRepoRE.MatchString(tg.repo) {
-				t.Fatalf("parse(%q): owner %q repo %q", raw, tg.owner, tg.repo)
+		case channelurl.GitHub:
+			if tg.Owner == "" || tg.Repo == "" || strings.Contains(tg.Repo, "/") {
+				t.Fatalf("parse(%q): owner %q repo %q", raw, tg.Owner, tg.Repo)
 			}
 		}
 	})

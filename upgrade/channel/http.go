@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"path"
 	"strings"
+
+	"slipway.dev/slipway/upgrade/channel/channelurl"
 )
 
 // maxLatestHops bounds the redirects followed while they still end in /latest
@@ -25,8 +27,8 @@ type httpSource struct {
 	userAgent    string
 }
 
-func newHTTPSource(t target, opts Options) *httpSource {
-	return &httpSource{latest: t.latest, base: t.base, client: opts.HTTPClient,
+func newHTTPSource(t channelurl.Target, opts Options) *httpSource {
+	return &httpSource{latest: t.Latest, base: t.Base, client: opts.HTTPClient,
 		download: downloadClient(opts.HTTPClient), userAgent: opts.UserAgent}
 }
 

@@ -14,9 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
-	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/window"
-	"slipway.dev/slipway/upgrade/channel"
+	"slipway.dev/slipway/upgrade/channel/channelurl"
 )
 
 // Reasons of the Invalid condition.
@@ -40,10 +39,16 @@ type Invalid struct {
 func (i *Invalid) Error() string { return i.Reason + ": " + i.Message }
 
 // Drain is the resolved drain policy: whether to drain, and how (the
-// options ops/drain takes).
+// agent hands these to ops/drain; this package holds decisions only and
+// does not import it).
 type Drain struct {
-	Enabled bool
-	drain.Options
+	Enabled            bool
+	Timeout            time.Duration // bounds the whole drain
+	GracePeriodSeconds *int64        // overrides each pod's grace period; nil keeps the pod's own
+	DeleteEmptyDirData bool          // evict pods with emptyDir volumes
+	IgnoreDaemonSets   bool          // leave DaemonSet pods in place
+	Force              bool          // delete what eviction could not move by the timeout
+	PodSelector        string        // drain only matching pods
 }
 
 // Components is the resolved set of parts an upgrade replaces.
@@ -84,7 +89,7 @@ func Resolve(spec v1.UpdateChannelSpec) (Settings, *Invalid) {
 	if p := spec.Prestage; p != nil && p.Concurrency != nil {
 		s.Prestage = *p.Concurrency
 	}
-	if err := channel.ValidateURL(spec.URL); err != nil || spec.URL == "" {
+	if err := channelurl.Validate(spec.URL); err != nil || spec.URL == "" {
 		return s, &Invalid{ReasonBadURL, fmt.Sprintf("spec.url %q is not a release channel (%v): use github-releases://owner/repo, https://host/path/latest or file:///mirror", spec.URL, err)}
 	}
 	if spec.Version != v1.VersionLatest {
@@ -161,7 +166,7 @@ func resolveSelector(spec v1.UpdateChannelSpec, s *Settings) *Invalid {
 }
 
 func resolveDrain(d *v1.DrainSpec, s *Settings) *Invalid {
-	s.Drain = Drain{Enabled: true, Options: drain.Options{Timeout: v1.DefaultDrainTimeout, IgnoreDaemonSets: true}}
+	s.Drain = Drain{Enabled: true, Timeout: v1.DefaultDrainTimeout, IgnoreDaemonSets: true}
 	if d == nil {
 		return nil
 	}
