@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -25,8 +26,12 @@ type fleetCache struct {
 	listedAt   time.Time
 	generation int64
 	slots      string // the slot holders when listed
-	permits    string // the staging permit holders when listed
-	pollTried  time.Time
+	// permitted are the staging permit holders at the last pass; gaveBack
+	// the nodes whose permit went away since the nodes were listed (a node
+	// gives its permit back after it reported its staging on its Node,
+	// which the next list shows: no list of every node for each permit).
+	permitted, gaveBack map[string]bool
+	pollTried           time.Time
 	// staleChecked is when the slots' nodes and Jobs were last read.
 	staleChecked time.Time
 	// checks are the recent checks of nodes behind the target, by node.
@@ -67,7 +72,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	if err != nil {
 		return 0, err
 	}
-	mine, others := plan.Split(a.channelRef(ch, s), a.channelRefs(), nodes)
+	mine, others := plan.Split(a.channelRef(ch, s), a.channelRefs(), fc.markGaveBack(ch, nodes))
 	var stale map[string]staleSlot
 	if now.Sub(fc.staleChecked) >= a.opts.Resync { // slots go stale in minutes: no GETs on every change
 		stale, fc.staleChecked = a.staleSlots(ctx, s, ch), now
@@ -85,6 +90,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	if err != nil {
 		return 0, err
 	}
+	fc.permitted = permitSet(ch) // as written (or as read, when nothing changed)
 	a.fleetEvents(ch, r)
 	a.recordVersions(name, mine)
 	a.metrics.fleet.recordSkipped(name, skippedReasons(ch))
@@ -169,8 +175,8 @@ func (a *Agent) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan
 // fleetNodes lists the nodes as metadata only, in pages, when the channel's
 // spec or slot holders changed or the resync period passed; else it reuses the last list.
 func (a *Agent) fleetNodes(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, fc *fleetCache) ([]plan.Node, error) {
-	holders, permits := slotHolders(ch), permitHolders(ch)
-	if fc.nodes != nil && fc.generation == ch.Generation && fc.slots == holders && fc.permits == permits && time.Since(fc.listedAt) < a.opts.Resync {
+	holders := slotHolders(ch)
+	if fc.nodes != nil && fc.generation == ch.Generation && fc.slots == holders && time.Since(fc.listedAt) < a.opts.Resync {
 		return fc.nodes, nil
 	}
 	gvr := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
@@ -190,7 +196,7 @@ func (a *Agent) fleetNodes(ctx context.Context, ch *v1.UpdateChannel, s plan.Set
 			break
 		}
 	}
-	fc.nodes, fc.listedAt, fc.generation, fc.slots, fc.permits = out, time.Now(), ch.Generation, holders, permits
+	fc.nodes, fc.listedAt, fc.generation, fc.slots, fc.gaveBack = out, time.Now(), ch.Generation, holders, nil
 	return out, nil
 }
 
@@ -203,16 +209,35 @@ func slotHolders(ch *v1.UpdateChannel) string {
 	return strings.Join(names, ",")
 }
 
-// permitHolders names the nodes holding staging permits: a node gives its
-// permit back after it reported its staging on its Node, so a change here
-// means the node list is out of date.
-func permitHolders(ch *v1.UpdateChannel) string {
-	var names []string
-	for _, p := range ch.Status.Staging {
-		names = append(names, p.Node)
+// markGaveBack notes the nodes whose staging permit went away since this
+// agent's last pass wrote the permits (their agents gave them back) and
+// returns nodes with StagingDone set for those noted since the nodes were listed.
+func (fc *fleetCache) markGaveBack(ch *v1.UpdateChannel, nodes []plan.Node) []plan.Node {
+	now := permitSet(ch)
+	for n := range fc.permitted {
+		if !now[n] {
+			if fc.gaveBack == nil {
+				fc.gaveBack = map[string]bool{}
+			}
+			fc.gaveBack[n] = true
+		}
 	}
-	sort.Strings(names)
-	return strings.Join(names, ",")
+	if len(fc.gaveBack) == 0 {
+		return nodes
+	}
+	out := slices.Clone(nodes)
+	for i := range out {
+		out[i].StagingDone = fc.gaveBack[out[i].Name]
+	}
+	return out
+}
+
+func permitSet(ch *v1.UpdateChannel) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range ch.Status.Staging {
+		out[p.Node] = true
+	}
+	return out
 }
 
 // staleSlot is why a slot must be taken away, and whether without a failure.

@@ -88,7 +88,7 @@ func GrantStaging(s Settings, st *v1.UpdateChannelStatus, mine []Node, target st
 
 // stageWanted reports whether n still has target to stage.
 func stageWanted(n Node, target string) bool {
-	return n.Version != "" && n.Version != target && n.Prestaged != target && n.PrestageFailed != target
+	return n.Version != "" && n.Version != target && n.Prestaged != target && n.PrestageFailed != target && !n.StagingDone
 }
 
 // ReleasePermit removes node's staging permit and reports whether it held one.

@@ -93,9 +93,11 @@ func TestGrantStaging(t *testing.T) {
 					ns[i].Version = "v2"
 				case order[3]:
 					ns[i].Version = ""
+				case order[4]:
+					ns[i].StagingDone = true // gave its permit back since the list
 				}
 			}
-		}), "v2", order[4:6], 2},
+		}), "v2", order[5:7], 2},
 		{"a done node's permit is taken back", v1.UpdateChannelSpec{},
 			v1.UpdateChannelStatus{Staging: []v1.StagePermit{permit(order[0], "v2", 0)}}, fleet(func(ns []Node) {
 				for i := range ns {

@@ -24,6 +24,9 @@ type Node struct {
 	// Prestaged is the release its agent reports staged ahead of its slot,
 	// PrestageFailed the release it gave up staging ("" for none).
 	Prestaged, PrestageFailed string
+	// StagingDone: its agent gave its staging permit back since the node
+	// list was read (the next list shows what it reported).
+	StagingDone bool
 }
 
 // Retry is the backoff policy for nodes whose upgrade failed.
