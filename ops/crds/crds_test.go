@@ -55,6 +55,7 @@ func TestPrinterColumns(t *testing.T) {
 		"Updating":    ".status.counts.updating",
 		"Up-to-date":  ".status.counts.upToDate",
 		"Skipped":     ".status.counts.skipped",
+		"Staged":      ".status.counts.staged",
 		"Age":         ".metadata.creationTimestamp",
 	}
 	cols := updateChannelCRD(t).Spec.Versions[0].AdditionalPrinterColumns
@@ -65,7 +66,7 @@ func TestPrinterColumns(t *testing.T) {
 			t.Errorf("column %s: path %q, want %q", c.Name, c.JSONPath, want[c.Name])
 		}
 	}
-	if got := strings.Join(order, ","); got != "Version,Latest,Concurrency,Updating,Up-to-date,Skipped,Age" {
+	if got := strings.Join(order, ","); got != "Version,Latest,Concurrency,Updating,Up-to-date,Skipped,Staged,Age" {
 		t.Errorf("columns = %s", got)
 	}
 }
