@@ -17,13 +17,7 @@ import (
 // container needs (CAP_SYS_ADMIN, no AppArmor mount rule, a writable
 // hostPath of the system directory).
 func TestJobSpecCanRemount(t *testing.T) {
-	a := &Agent{opts: Options{NodeName: "n1", Namespace: "ns", HostSystemDir: "/k3os/system", HostLockDir: "/run/k3os",
-		UpgradeCommand: []string{"slipway"}, Image: "slipway:test"}}
-	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "default", UID: "u1"}}
-	s, bad := plan.Resolve(v1.UpdateChannelSpec{URL: "file:///mirror", Version: "v2"})
-	if bad != nil {
-		t.Fatal(bad)
-	}
+	a, ch, s := jobTestAgent(t)
 	slot := v1.Slot{Node: "n1", Version: "v2", Attempt: 1, Since: metav1.NewTime(time.Unix(1e9, 0))}
 	for name, j := range map[string]*corev1.PodSpec{
 		"upgrade":  &a.buildJob(ch, s, slot).Spec.Template.Spec,
@@ -55,13 +49,7 @@ func TestJobSpecCanRemount(t *testing.T) {
 // TestStagingJobs: the staging Job stages and moves no link, the pruning
 // Job keeps the target, and both are told apart from the slot's Job.
 func TestStagingJobs(t *testing.T) {
-	a := &Agent{opts: Options{NodeName: "n1", Namespace: "ns", HostSystemDir: "/k3os/system", HostLockDir: "/run/k3os",
-		UpgradeCommand: []string{"slipway"}, Image: "slipway:test"}}
-	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "default", UID: "u1"}}
-	s, bad := plan.Resolve(v1.UpdateChannelSpec{URL: "file:///mirror", Version: "v2"})
-	if bad != nil {
-		t.Fatal(bad)
-	}
+	a, ch, s := jobTestAgent(t)
 	p := v1.StagePermit{Node: "n1", Version: "v2", Since: metav1.NewTime(time.Unix(1e9, 0))}
 	stage := a.buildStageJob(ch, s, p, 2)
 	if args := stage.Spec.Template.Spec.Containers[0].Args; argAfterFlag(args, "--phase") != "stage" || argAfterFlag(args, "--version") != "v2" {
@@ -81,4 +69,17 @@ func TestStagingJobs(t *testing.T) {
 	if got := pruneArgs([]string{"ops", "upgrade"}, ""); !slices.Equal(got, []string{"ops", "prune"}) {
 		t.Errorf("prune args with no target %v: keep nothing", got)
 	}
+}
+
+// jobTestAgent is an agent on node n1 that only builds Jobs, a channel and its settings.
+func jobTestAgent(t *testing.T) (*Agent, *v1.UpdateChannel, plan.Settings) {
+	t.Helper()
+	a := &Agent{opts: Options{NodeName: "n1", Namespace: "ns", HostSystemDir: "/k3os/system", HostLockDir: "/run/k3os",
+		UpgradeCommand: []string{"slipway"}, Image: "slipway:test"}}
+	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "default", UID: "u1"}}
+	s, bad := plan.Resolve(v1.UpdateChannelSpec{URL: "file:///mirror", Version: "v2"})
+	if bad != nil {
+		t.Fatal(bad)
+	}
+	return a, ch, s
 }

@@ -37,23 +37,7 @@ func BenchmarkRolloutStaged(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer slow.close()
-	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "staged", Namespace: ns}, Spec: v1.UpdateChannelSpec{
-		URL: slow.url, Version: "v1", Concurrency: benchConcurrency,
-		RebootDelay: &metav1.Duration{Duration: benchRebootDelay}}}
-	if _, err := c.ops.OpsV1().UpdateChannels(ns).Create(ctx, ch, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	get := func() *v1.UpdateChannel {
-		ch, err := c.ops.OpsV1().UpdateChannels(ns).Get(ctx, "staged", metav1.GetOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return ch
-	}
-	waitUntil(b, 5*time.Minute, "every agent to report v1", func() (bool, error) {
-		ch := get()
-		return ch.Status.Counts.Nodes == nodes && ch.Status.Counts.UpToDate == nodes, nil
-	})
+	get := benchChannel(b, c, "staged", v1.UpdateChannelSpec{URL: slow.url})
 	b.ResetTimer()
 	start := time.Now()
 	patched, err := c.ops.OpsV1().UpdateChannels(ns).Patch(ctx, "staged", "application/merge-patch+json", []byte(`{"spec":{"version":"v2"}}`), metav1.PatchOptions{})

@@ -50,24 +50,8 @@ func envDuration(name string, def time.Duration) time.Duration {
 func BenchmarkRollout(b *testing.B) {
 	c := setup(b)
 	ctx := context.Background()
-	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: ns}, Spec: v1.UpdateChannelSpec{
-		URL: "file://" + mirror, Version: "v1", Concurrency: benchConcurrency,
-		RebootDelay: &metav1.Duration{Duration: benchRebootDelay},
-		Prestage:    &v1.PrestageSpec{Concurrency: new(0)}}} // the slot-bound path; BenchmarkRolloutStaged measures staging ahead
-	if _, err := c.ops.OpsV1().UpdateChannels(ns).Create(ctx, ch, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	get := func() *v1.UpdateChannel {
-		ch, err := c.ops.OpsV1().UpdateChannels(ns).Get(ctx, "bench", metav1.GetOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return ch
-	}
-	waitUntil(b, 5*time.Minute, "every agent to report v1", func() (bool, error) {
-		ch := get()
-		return ch.Status.Counts.Nodes == nodes && ch.Status.Counts.UpToDate == nodes, nil
-	})
+	get := benchChannel(b, c, "bench", v1.UpdateChannelSpec{URL: "file://" + mirror,
+		Prestage: &v1.PrestageSpec{Concurrency: new(0)}}) // the slot-bound path; BenchmarkRolloutStaged measures staging ahead
 	idleRSS := agentRSS()
 	before, err := scrapeWrites(ctx, c.kube)
 	if err != nil {
@@ -118,6 +102,31 @@ func BenchmarkRollout(b *testing.B) {
 	b.Logf("Events per node by reason: %s", eventReasons(ctx, b, c.kube, nodes))
 	b.Logf("agent RSS before the rollout: %s", rssSummary(idleRSS))
 	b.Logf("agent RSS after the rollout:  %s", rssSummary(agentRSS()))
+}
+
+// benchChannel creates the benchmark's channel (at v1, concurrency 10,
+// rebootDelay as set, the rest of spec as given), waits until every agent
+// reports v1, and returns a getter of the channel.
+func benchChannel(b *testing.B, c clients, name string, spec v1.UpdateChannelSpec) func() *v1.UpdateChannel {
+	ctx := context.Background()
+	spec.Version, spec.Concurrency = "v1", benchConcurrency
+	spec.RebootDelay = &metav1.Duration{Duration: benchRebootDelay}
+	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
+	if _, err := c.ops.OpsV1().UpdateChannels(ns).Create(ctx, ch, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	get := func() *v1.UpdateChannel {
+		ch, err := c.ops.OpsV1().UpdateChannels(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return ch
+	}
+	waitUntil(b, 5*time.Minute, "every agent to report v1", func() (bool, error) {
+		ch := get()
+		return ch.Status.Counts.Nodes == nodes && ch.Status.Counts.UpToDate == nodes, nil
+	})
+	return get
 }
 
 // eventReasons counts the slipway agents' Events in the namespace by reason, per node.
