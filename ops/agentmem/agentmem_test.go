@@ -110,3 +110,26 @@ func TestSplitParse(t *testing.T) {
 		})
 	}
 }
+
+func TestProcs(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     string
+		current int
+		want    int
+		set     bool
+	}{
+		{"a big node: capped", "", 32, MaxProcs, true},
+		{"just above the cap", "", MaxProcs + 1, MaxProcs, true},
+		{"at the cap: left alone", "", MaxProcs, MaxProcs, false},
+		{"one CPU: left alone", "", 1, 1, false},
+		{"the environment chose", "16", 16, 16, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, set := procs(tc.env, tc.current)
+			if got != tc.want || set != tc.set {
+				t.Errorf("procs(%q, %d) = %d, %v; want %d, %v", tc.env, tc.current, got, set, tc.want, tc.set)
+			}
+		})
+	}
+}
