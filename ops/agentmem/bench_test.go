@@ -24,8 +24,8 @@ import (
 )
 
 // BenchmarkAgentMemory starts, against a simulated cluster of
-// SLIPWAY_MEM_NODES fake nodes (default 10), one `slipway ops agent` (with
-// a paused UpdateChannel) and one `slipway update-operator agent` (command
+// SLIPWAY_MEM_NODES fake nodes (default 10), one `slipway ops agent` (the
+// holder of a paused UpdateChannel's Lease) and one `slipway update-operator agent` (command
 // platform, up to date), each twice: as released and with
 // SLIPWAY_KEEP_STARTUP_PAGES=1. Every process runs its own copy of the
 // binary, as on a node where the agent is the binary's only user, so its
@@ -67,17 +67,24 @@ func BenchmarkAgentMemory(b *testing.B) {
 	}
 }
 
-// setupCluster creates the agents' namespace and a paused UpdateChannel.
+// namespaces are the ops agents' namespaces, one each, so that both hold
+// their channel's Lease and do the same work.
+var namespaces = map[string]string{"": "mem-released", "1": "mem-kept"}
+
+// setupCluster creates each ops agent's namespace and a paused UpdateChannel in it.
 func setupCluster(ctx context.Context, env *testenv.Env) error {
 	kube := kubernetes.NewForConfigOrDie(env.Config)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "slipway-system"}}
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create the namespace: %w", err)
-	}
-	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "slipway-system"},
-		Spec: v1.UpdateChannelSpec{URL: "file:///nonexistent", Version: "v1", Concurrency: 1, Paused: true}}
-	if _, err := versioned.NewForConfigOrDie(env.Config).OpsV1().UpdateChannels("slipway-system").Create(ctx, ch, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create the UpdateChannel: %w", err)
+	ops := versioned.NewForConfigOrDie(env.Config).OpsV1()
+	for _, name := range namespaces {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create the namespace %s: %w", name, err)
+		}
+		ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: name},
+			Spec: v1.UpdateChannelSpec{URL: "file:///nonexistent", Version: "v1", Concurrency: 1, Paused: true}}
+		if _, err := ops.UpdateChannels(name).Create(ctx, ch, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create the UpdateChannel in %s: %w", name, err)
+		}
 	}
 	return nil
 }
@@ -119,7 +126,7 @@ func startAgents(b *testing.B, dir, bin string, env *testenv.Env) ([]*agentProc,
 		if err := copyFile(bin, p.bin); err != nil {
 			return nil, err
 		}
-		args := agentArgs(k.name, env.Nodes[i], env.Kubeconfig, host)
+		args := agentArgs(k.name, env.Nodes[i], namespaces[k.keep], env.Kubeconfig, host)
 		p.cmd = exec.Command(p.bin, args...)
 		p.cmd.Env = append(os.Environ(), agentmem.EnvKeepPages+"="+k.keep)
 		p.cmd.Dir = filepath.Dir(p.bin)
@@ -133,9 +140,9 @@ func startAgents(b *testing.B, dir, bin string, env *testenv.Env) ([]*agentProc,
 	return procs, nil
 }
 
-func agentArgs(name, node, kubeconfig, host string) []string {
+func agentArgs(name, node, namespace, kubeconfig, host string) []string {
 	if name[:3] == "ops" {
-		return []string{"ops", "agent", "--node-name", node, "--namespace", "slipway-system", "--system-dir", filepath.Join(host, node),
+		return []string{"ops", "agent", "--node-name", node, "--namespace", namespace, "--system-dir", filepath.Join(host, node),
 			"--reboot-method", "command", "--reboot-command", "true", "--boot-id-from-node", "--metrics-addr", "", "--kubeconfig", kubeconfig}
 	}
 	sh := func(s string) string { return "/bin/sh " + filepath.Join(host, s) }
