@@ -12,7 +12,9 @@ import (
 // cache, or reads it from the file). MADV_RANDOM before it stops the kernel
 // from reading the neighbours of a read-only-data page faulted in again
 // (executable mappings are read around whatever the advice). It returns the
-// bytes of the mappings.
+// bytes of the mappings. The pages are clean copies of the file, which the
+// kernel may drop itself at any time under memory pressure; this drops them
+// sooner.
 func UnmapBinary() (uintptr, error) {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
