@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -12,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"slipway.dev/slipway/ops/agent"
+	"slipway.dev/slipway/ops/agentmem"
 	"slipway.dev/slipway/upgrade/reboot"
 )
 
@@ -48,7 +48,7 @@ func agentCommand() *cli.Command {
 			&cli.DurationFlag{Name: "retry-backoff-max", Value: agentDefaults.Retry.Max, Usage: "longest wait between retries of a failed node", EnvVars: envs("RETRY_BACKOFF_MAX")},
 		},
 		Action: func(c *cli.Context) error {
-			leanGC()
+			agentmem.Start(c.Context, agentmem.Options{})
 			cfg, err := kubeConfig(c.String("kubeconfig"))
 			if err != nil {
 				return err
@@ -69,18 +69,6 @@ func agentCommand() *cli.Command {
 			opts.Retry.Base, opts.Retry.Max = c.Duration("retry-backoff"), c.Duration("retry-backoff-max")
 			return agent.Run(c.Context, opts)
 		},
-	}
-}
-
-// agentGCPercent is the agent's Go GC target when GOGC is not set: it idles
-// nearly always, and letting the heap grow 50 % over live data instead of
-// 100 % keeps an agent about 1 MiB smaller after a rollout (measured by
-// scripts/bench-rollout) at a CPU cost it does not notice.
-const agentGCPercent = 50
-
-func leanGC() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(agentGCPercent)
 	}
 }
 

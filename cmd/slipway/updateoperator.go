@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"slipway.dev/slipway/ops/agentmem"
 	"slipway.dev/slipway/ops/drain"
 	uo "slipway.dev/slipway/ops/updateoperator"
 	"slipway.dev/slipway/ops/updateoperator/platform"
@@ -135,7 +136,7 @@ slipway update-operator agent --platform command --check-command 'updog check-up
 			&cli.StringFlag{Name: "metrics-addr", Value: "", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: uoEnvs("AGENT_METRICS_ADDR")},
 		},
 		Action: func(c *cli.Context) error {
-			leanGC()
+			agentmem.Start(c.Context, agentmem.Options{})
 			if _, err := uo.NewKeys(c.String("prefix")); err != nil {
 				return cli.Exit(err.Error(), 2)
 			}

@@ -1,0 +1,59 @@
+package agentmem
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// UnmapBinary unmaps every page of this process's binary's read-only
+// mappings (MADV_DONTNEED: the next touch maps the page again from the page
+// cache, or reads it from the file). MADV_RANDOM before it stops the kernel
+// from reading the neighbours of a read-only-data page faulted in again
+// (executable mappings are read around whatever the advice). It returns the
+// bytes of the mappings. The pages are clean copies of the file, which the
+// kernel may drop itself at any time under memory pressure; this drops them
+// sooner.
+func UnmapBinary() (uintptr, error) {
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		return 0, fmt.Errorf("find the binary: %w", err)
+	}
+	maps, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return 0, fmt.Errorf("read the mappings: %w", err)
+	}
+	defer maps.Close()
+	ranges, err := ReadOnlyMappings(maps, exe)
+	if err != nil {
+		return 0, fmt.Errorf("read the mappings: %w", err)
+	}
+	var n uintptr
+	for _, r := range ranges {
+		for _, advice := range []uintptr{unix.MADV_RANDOM, unix.MADV_DONTNEED} {
+			// Not Go memory: a raw madvise rather than unix.Madvise's slice.
+			if _, _, errno := unix.Syscall(unix.SYS_MADVISE, r.Start, r.Len(), advice); errno != 0 {
+				return n, fmt.Errorf("madvise %#x-%#x: %w", r.Start, r.End, errno)
+			}
+		}
+		n += r.Len()
+	}
+	return n, nil
+}
+
+// DropBinaryCache drops the pages of this process's binary that no process
+// maps from the page cache (POSIX_FADV_DONTNEED), so that the memory they
+// held is free, not only left out of RSS: the pages UnmapBinary unmapped and
+// not touched since, and those the kernel read around a page fault.
+func DropBinaryCache() error {
+	f, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return fmt.Errorf("open the binary: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return fmt.Errorf("drop the binary's unmapped pages from the page cache: %w", err)
+	}
+	return nil
+}
