@@ -1,6 +1,7 @@
 package agentmem
 
 import (
+	"debug/elf"
 	"fmt"
 	"os"
 
@@ -15,10 +16,17 @@ import (
 // bytes of the mappings. The pages are clean copies of the file, which the
 // kernel may drop itself at any time under memory pressure; this drops them
 // sooner.
+//
+// Only a static binary's read-only pages are clean copies of the file: a
+// dynamically linked one has relocated read-only data (RELRO) whose pages
+// differ from the file, so for such a binary it unmaps nothing.
 func UnmapBinary() (uintptr, error) {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
 		return 0, fmt.Errorf("find the binary: %w", err)
+	}
+	if dynamic, err := isDynamic("/proc/self/exe"); err != nil || dynamic {
+		return 0, err
 	}
 	maps, err := os.Open("/proc/self/maps")
 	if err != nil {
@@ -40,6 +48,22 @@ func UnmapBinary() (uintptr, error) {
 		n += r.Len()
 	}
 	return n, nil
+}
+
+// isDynamic reports whether the ELF file at path is dynamically linked
+// (has a PT_DYNAMIC segment: the loader relocates it at start).
+func isDynamic(path string) (bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false, fmt.Errorf("read the binary's ELF headers: %w", err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_DYNAMIC {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // DropBinaryCache drops the pages of this process's binary that no process
