@@ -1,7 +1,8 @@
 // Package supervisor runs one command per fake node (the node's "agent") with
-// NODE_NAME and SLIPWAY_NODE_DIR set, and simulates a node's reboot: stop its
-// command, report the node NotReady, wait, report it Ready with a new boot ID,
-// empty its /run and start the command again.
+// NODE_NAME, SLIPWAY_NODE_DIR and SLIPWAY_NODE_BOOT (the node's boot count:
+// a command restarted within a boot sees the same) set, and simulates a
+// node's reboot: stop its command, report the node NotReady, wait, report it
+// Ready with a new boot ID, empty its /run and start the command again.
 package supervisor
 
 import (
@@ -145,7 +146,7 @@ func (s *Supervisor) startNode(node string, boot bool) error {
 	}
 	cmd := exec.Command(s.opts.Command[0], s.opts.Command[1:]...)
 	cmd.Dir = dir
-	cmd.Env = append(append(os.Environ(), s.opts.Env...), "NODE_NAME="+node, "SLIPWAY_NODE_DIR="+dir)
+	cmd.Env = append(append(os.Environ(), s.opts.Env...), "NODE_NAME="+node, "SLIPWAY_NODE_DIR="+dir, fmt.Sprintf("SLIPWAY_NODE_BOOT=%d", p.boots))
 	if s.opts.Socket != "" {
 		cmd.Env = append(cmd.Env, "SLIPWAY_SIM_SOCKET="+s.opts.Socket)
 	}
