@@ -71,7 +71,7 @@ func TestRolloutUnderChaos(t *testing.T) {
 	marks := newDisruptions()
 	s, stopSampling := h.sample("agent", "eds-test="+h.ns, chaosMaxUnavailable, marks)
 	defer stopSampling()
-	k := &edsChaos{h: h, rng: rand.New(rand.NewPCG(uint64(seed), 2)), replicas: rs, marks: marks, late: late, leaders: s.leaders,
+	k := &edsChaos{h: h, rng: rand.New(rand.NewPCG(uint64(seed), 2)), replicas: rs, marks: marks, late: late, leaders: s.leaders, noteHolder: s.noteHolder,
 		lateAt: time.Duration(8+sched.IntN(20)) * time.Second, counts: map[string]int{}}
 	// Template changes at 0 s and two random instants, the last 10 s before the chaos ends.
 	at := []time.Duration{0, time.Duration(6+sched.IntN(10)) * time.Second, time.Duration(17+sched.IntN(13)) * time.Second}
@@ -113,16 +113,17 @@ func edsChaosSeed(t *testing.T) int64 {
 // edsChaos acts at random (from its seeded source, in its own goroutine)
 // until its context ends.
 type edsChaos struct {
-	h        *harness
-	rng      *rand.Rand
-	replicas []*replica
-	marks    *disruptions
-	late     string        // the node added mid-rollout
-	lateAt   time.Duration // when
-	added    bool
-	handover bool            // the first leader was stopped with time for the other to take over
-	leaders  func() []string // the Lease holders the sampler has seen, in turn
-	restores sync.WaitGroup
+	h          *harness
+	rng        *rand.Rand
+	replicas   []*replica
+	marks      *disruptions
+	late       string        // the node added mid-rollout
+	lateAt     time.Duration // when
+	added      bool
+	handover   bool            // the first leader was stopped with time for the other to take over
+	leaders    func() []string // the Lease holders the sampler has seen, in turn
+	noteHolder func(string)    // records a holder seen outside the sampler's polls
+	restores   sync.WaitGroup
 
 	mu     sync.Mutex
 	counts map[string]int
@@ -167,6 +168,9 @@ func (k *edsChaos) run(ctx context.Context, t *testing.T) {
 func (k *edsChaos) awaitHandover(ctx context.Context) {
 	deadline := time.Now().Add(10 * time.Second)
 	for distinct(k.leaders()) < 2 && time.Now().Before(deadline) && ctx.Err() == nil {
+		if holder, _, err := k.h.leaseHolder(ctx); err == nil && holder != "" {
+			k.noteHolder(holder) // the Lease read directly: a slow poll may miss a short tenure
+		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }

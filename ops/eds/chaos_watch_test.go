@@ -187,6 +187,15 @@ func (s *sampler) check(t *testing.T) {
 	}
 }
 
+// noteHolder records holder as the Lease's holder now, if it is a change.
+func (s *sampler) noteHolder(holder string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.holders) == 0 || s.holders[len(s.holders)-1] != holder {
+		s.holders = append(s.holders, holder)
+	}
+}
+
 func (s *sampler) leaders() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
