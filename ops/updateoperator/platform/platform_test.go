@@ -138,21 +138,8 @@ func TestCommandPlatform(t *testing.T) {
 }
 
 func TestSlipwayPlatformStagesThenSwaps(t *testing.T) {
-	mirror, sys := t.TempDir(), filepath.Join(t.TempDir(), "system")
-	for _, v := range []string{"v1", "v2"} {
-		if _, err := releasetest.Write(releasetest.Options{Mirror: mirror, Version: v, Arch: "amd64", RootfsFiles: 5}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	src, err := channel.New(mirror, channel.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lock := filepath.Join(t.TempDir(), "lock")
+	sys, src, lock := slipwayAtV1(t, 5)
 	c := ctx(t)
-	if _, err := upgrade.Run(c, upgrade.Options{SystemDir: sys, Source: src, Version: "v1", Arch: "amd64", LockFile: lock}); err != nil {
-		t.Fatal(err)
-	}
 	rebooted := false
 	p := &platform.Slipway{SystemDir: sys, Source: src, LockFile: lock, Rebooter: rebooterFunc(func() { rebooted = true })}
 	st, err := p.Check(c)
@@ -183,3 +170,25 @@ type rebooterFunc func()
 
 func (f rebooterFunc) Reboot(context.Context) error { f(); return nil }
 func (f rebooterFunc) String() string               { return "test" }
+
+// slipwayAtV1 is a real system directory at v1 and a mirror channel that
+// offers v2 (rootfsFiles files in each rootfs): the slipway platform's
+// starting point. It returns the directory, the channel and the lock file.
+func slipwayAtV1(t *testing.T, rootfsFiles int) (string, channel.Source, string) {
+	t.Helper()
+	mirror, sys := t.TempDir(), filepath.Join(t.TempDir(), "system")
+	for _, v := range []string{"v1", "v2"} {
+		if _, err := releasetest.Write(releasetest.Options{Mirror: mirror, Version: v, Arch: "amd64", RootfsFiles: rootfsFiles}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, err := channel.New(mirror, channel.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock := filepath.Join(t.TempDir(), "lock")
+	if _, err := upgrade.Run(ctx(t), upgrade.Options{SystemDir: sys, Source: src, Version: "v1", Arch: "amd64", LockFile: lock}); err != nil {
+		t.Fatal(err)
+	}
+	return sys, src, lock
+}

@@ -9,10 +9,7 @@ import (
 
 	"slipway.dev/slipway/ops/updateoperator/platform"
 	"slipway.dev/slipway/ops/updateoperator/platform/brapitest"
-	"slipway.dev/slipway/upgrade"
-	"slipway.dev/slipway/upgrade/channel"
 	"slipway.dev/slipway/upgrade/layout"
-	"slipway.dev/slipway/upgrade/releasetest"
 )
 
 func TestStaged(t *testing.T) {
@@ -47,21 +44,8 @@ func TestStaged(t *testing.T) {
 // version folders go, current and previous stay, and the update can be
 // prepared and performed again afterwards.
 func TestSlipwayResetDiscardsTheStagedUpdate(t *testing.T) {
-	mirror, sys := t.TempDir(), filepath.Join(t.TempDir(), "system")
-	for _, v := range []string{"v1", "v2"} {
-		if _, err := releasetest.Write(releasetest.Options{Mirror: mirror, Version: v, Arch: "amd64", RootfsFiles: 3}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	src, err := channel.New(mirror, channel.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lock := filepath.Join(t.TempDir(), "lock")
+	sys, src, lock := slipwayAtV1(t, 3)
 	c := ctx(t)
-	if _, err := upgrade.Run(c, upgrade.Options{SystemDir: sys, Source: src, Version: "v1", Arch: "amd64", LockFile: lock}); err != nil {
-		t.Fatal(err)
-	}
 	p := &platform.Slipway{SystemDir: sys, Source: src, LockFile: lock}
 	if _, err := p.Check(c); err != nil {
 		t.Fatal(err)
