@@ -118,10 +118,9 @@ func TestSkippedNodesDoNotStopTheRollout(t *testing.T) {
 	}
 }
 
-// TestInvalidSpecMidRolloutUncordons: a spec turned invalid while a node
-// is cordoned, its reboot asked for but not happening, frees the slot; the
-// node's agent uncordons; Invalid condition and Events say why.
-func TestInvalidSpecMidRolloutUncordons(t *testing.T) {
+// cordonedAwaitingReboot is one node whose agent cordoned it for v2 and
+// asked for a reboot that does not happen.
+func cordonedAwaitingReboot(t *testing.T) (*fleet, string) {
 	f := newFleet(t, 1, func(o *Options) { o.Rebooter = &stuckReboot{} })
 	node := f.ns + "-n0"
 	f.start(node)
@@ -130,6 +129,14 @@ func TestInvalidSpecMidRolloutUncordons(t *testing.T) {
 		i := plan.FindSlot(ch.Status, node)
 		return i >= 0 && ch.Status.Updating[i].Phase == plan.PhaseRebooting && drain.CordonedBy(f.node(node).Annotations) == CordonOwner
 	})
+	return f, node
+}
+
+// TestInvalidSpecMidRolloutUncordons: a spec turned invalid while a node
+// is cordoned, its reboot asked for but not happening, frees the slot; the
+// node's agent uncordons; Invalid condition and Events say why.
+func TestInvalidSpecMidRolloutUncordons(t *testing.T) {
+	f, node := cordonedAwaitingReboot(t)
 	f.patch(`{"spec":{"pollInterval":"500ms"}}`) // the schema takes it; only the agents refuse it
 	ch := f.waitFor("the slot freed", time.Minute, func(ch *v1.UpdateChannel) bool {
 		return len(ch.Status.Updating) == 0 && isTrue(ch, v1.ConditionInvalid)
@@ -149,14 +156,7 @@ func TestInvalidSpecMidRolloutUncordons(t *testing.T) {
 // the node, cordoned for its upgrade, reboots with its agent down; the
 // agent that starts after the reboot finds no channel and uncordons.
 func TestChannelDeletedWhileAgentAwayUncordons(t *testing.T) {
-	f := newFleet(t, 1, func(o *Options) { o.Rebooter = &stuckReboot{} })
-	node := f.ns + "-n0"
-	f.start(node)
-	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)})
-	f.waitFor("the node cordoned, rebooting", time.Minute, func(ch *v1.UpdateChannel) bool {
-		i := plan.FindSlot(ch.Status, node)
-		return i >= 0 && ch.Status.Updating[i].Phase == plan.PhaseRebooting && drain.CordonedBy(f.node(node).Annotations) == CordonOwner
-	})
+	f, node := cordonedAwaitingReboot(t)
 	f.stop(node)
 	if err := f.ops.OpsV1().UpdateChannels(f.ns).Delete(context.Background(), "default", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
