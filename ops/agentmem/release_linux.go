@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"fmt"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,7 +26,7 @@ func UnmapBinary() (uintptr, error) {
 	if err != nil {
 		return 0, fmt.Errorf("find the binary: %w", err)
 	}
-	if dynamic, err := isDynamic("/proc/self/exe"); err != nil || dynamic {
+	if dynamic, err := selfDynamic(); err != nil || dynamic {
 		return 0, err
 	}
 	maps, err := os.Open("/proc/self/maps")
@@ -49,6 +50,9 @@ func UnmapBinary() (uintptr, error) {
 	}
 	return n, nil
 }
+
+// selfDynamic is isDynamic of this process's binary, read once.
+var selfDynamic = sync.OnceValues(func() (bool, error) { return isDynamic("/proc/self/exe") })
 
 // isDynamic reports whether the ELF file at path is dynamically linked
 // (has a PT_DYNAMIC segment: the loader relocates it at start).
