@@ -38,7 +38,10 @@ type Config struct {
 	// candidate takes the Lease and when it stops holding it.
 	OnStartedLeading func()
 	OnStoppedLeading func()
-	Log              *slog.Logger // default slog.Default()
+	// Tenure, when set, is kept up to date with every take and renewal, so
+	// the holder can fence its writes (see Tenure).
+	Tenure *Tenure
+	Log    *slog.Logger // default slog.Default()
 }
 
 func (c Config) validate() error {
@@ -68,6 +71,7 @@ func Run(ctx context.Context, cfg Config) error {
 	for e.acquire(ctx) {
 		cfg.OnStartedLeading()
 		e.hold(ctx)
+		cfg.Tenure.lost()
 		cfg.OnStoppedLeading()
 		if ctx.Err() != nil {
 			e.release(context.WithoutCancel(ctx))
@@ -163,6 +167,7 @@ func (e *elector) try(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("write lease %s: %w", e.cfg.Name, err)
 	}
 	e.observe(written, now)
+	e.cfg.Tenure.renewed(now, e.cfg.RenewDeadline)
 	return true, nil
 }
 
@@ -174,6 +179,7 @@ func (e *elector) create(ctx context.Context, now time.Time) (bool, error) {
 		return false, fmt.Errorf("create lease %s: %w", e.cfg.Name, err)
 	}
 	e.observe(written, now)
+	e.cfg.Tenure.renewed(now, e.cfg.RenewDeadline)
 	return true, nil
 }
 

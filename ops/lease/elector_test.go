@@ -36,6 +36,8 @@ type candidate struct {
 	dead    atomic.Bool
 	cancel  context.CancelFunc
 	done    chan struct{}
+	tenure  Tenure
+	started atomic.Int64 // UnixNano of the last OnStartedLeading
 }
 
 // flaky is a Client that fails while its candidate is dead.
@@ -66,7 +68,9 @@ func start(t *testing.T, leases Client, lease, name string) *candidate {
 	c := &candidate{name: name, cancel: cancel, done: make(chan struct{})}
 	cfg := Config{Client: flaky{leases, c}, Name: lease, Identity: name,
 		Duration: testDuration, RenewDeadline: testDeadline, RetryPeriod: testRetry,
-		OnStartedLeading: func() { c.leading.Store(true) }, OnStoppedLeading: func() { c.leading.Store(false) }}
+		Tenure:           &c.tenure,
+		OnStartedLeading: func() { c.started.Store(time.Now().UnixNano()); c.leading.Store(true) },
+		OnStoppedLeading: func() { c.leading.Store(false) }}
 	go func() {
 		defer close(c.done)
 		if err := Run(ctx, cfg); err != nil {
@@ -181,4 +185,67 @@ func get(t *testing.T, leases Client, name string) *coordinationv1.Lease {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// A holder that stops renewing (stalled, cut off) keeps a fence that ends
+// before another candidate takes the Lease over: writes made under it can
+// never overlap the next holder's.
+func TestFenceEndsBeforeTheNextHolderTakesOver(t *testing.T) {
+	e := testenv.Need(t, env)
+	client, err := kube.NewForConfig(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := client.CoordinationV1().Leases("default")
+	name := fmt.Sprintf("fence-%d", time.Now().UnixNano())
+	a, b := start(t, leases, name, "a"), start(t, leases, name, "b")
+	first, _ := waitLeader(t, 10*testDuration, a, b)
+	if until := first.tenure.Until(); time.Until(until) <= 0 || time.Until(until) > testDeadline {
+		t.Fatalf("a fresh holder's tenure ends in %s, want within (0, %s]", time.Until(until), testDeadline)
+	}
+	time.Sleep(2 * testRetry)
+	renewedUntil := first.tenure.Until()
+	fence, cancel := first.tenure.Fence(context.Background())
+	defer cancel()
+
+	first.dead.Store(true) // stalls: no renewal, no release
+	second, _ := waitLeader(t, 10*testDuration, others(first, a, b)...)
+	took := time.Unix(0, second.started.Load())
+	if !took.After(renewedUntil) {
+		t.Errorf("%s took the lease at %s, before %s's fence ended at %s", second.name, took.Format(time.StampMilli), first.name, renewedUntil.Format(time.StampMilli))
+	}
+	if fence.Err() == nil {
+		t.Errorf("%s's fence still open after %s took the lease", first.name, second.name)
+	}
+	if margin := took.Sub(first.tenure.Until()); margin < (testDuration-testDeadline)/2 {
+		t.Errorf("only %s between the stalled holder's fence and the take, want about %s", margin, testDuration-testDeadline)
+	}
+}
+
+func TestFenceWithoutATenure(t *testing.T) {
+	held := &Tenure{}
+	ctx, cancel := held.Fence(context.Background())
+	defer cancel()
+	if ctx.Err() == nil {
+		t.Error("a Tenure never held fences every write, want its Fence done")
+	}
+	var none *Tenure
+	free, cancel2 := none.Fence(context.Background())
+	defer cancel2()
+	if _, ok := free.Deadline(); ok || free.Err() != nil {
+		t.Error("a nil Tenure (no election) must leave the context as is")
+	}
+	held.renewed(time.Now(), time.Minute)
+	ctx3, cancel3 := held.Fence(context.Background())
+	defer cancel3()
+	if d, ok := ctx3.Deadline(); !ok || time.Until(d) < 59*time.Second || ctx3.Err() != nil {
+		t.Errorf("after a renewal: deadline %v (%v), want a minute from now", d, ok)
+	}
+	held.lost()
+	if ctx4, cancel4 := held.Fence(context.Background()); ctx4.Err() == nil {
+		cancel4()
+		t.Error("after the Lease was lost, want Fence done")
+	} else {
+		cancel4()
+	}
 }

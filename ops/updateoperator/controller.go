@@ -90,13 +90,16 @@ const ControllerComponent = "update-operator-controller"
 
 // controller is one running controller.
 type controller struct {
-	o        ControllerOptions
-	keys     Keys
-	kube     *kube.Clientset
-	images   *regexp.Regexp // nil: label no node
-	ev       events
-	m        *metrics
-	poke     chan struct{}
+	o      ControllerOptions
+	keys   Keys
+	kube   *kube.Clientset
+	images *regexp.Regexp // nil: label no node
+	ev     events
+	m      *metrics
+	poke   chan struct{}
+	// tenure fences the starts while this replica holds the Lease; nil
+	// when run without election.
+	tenure   *lease.Tenure
 	mu       sync.Mutex
 	draining map[string]bool
 }
@@ -147,7 +150,9 @@ func (c *controller) elect(ctx context.Context) error {
 	var mu sync.Mutex
 	var stop context.CancelFunc
 	var done chan struct{}
+	c.tenure = &lease.Tenure{}
 	return lease.Run(ctx, lease.Config{
+		Tenure: c.tenure,
 		Client: c.kube.CoordinationV1().Leases(c.o.Namespace), Name: c.o.LeaseName, Identity: c.o.Identity,
 		Duration: c.o.LeaseDuration, RenewDeadline: c.o.LeaseDuration * 2 / 3, RetryPeriod: c.o.LeaseDuration / 5, Log: c.o.Log,
 		OnStartedLeading: func() {

@@ -251,14 +251,7 @@ func (f *fleet) version(node string) string {
 
 // controller starts a controller; the returned func stops it.
 func (f *fleet) controller(edit func(*ControllerOptions)) (stop func()) {
-	o := ControllerOptions{Config: f.env.Config, Prefix: f.prefix, OSImagePattern: "-", Namespace: "default",
-		Resync: time.Second, Log: f.log.With("controller", true),
-		Policy: Policy{MaxConcurrent: 1, Backoff: time.Second, BackoffMax: 4 * time.Second,
-			Timeouts: Timeouts{Prepare: time.Minute, Perform: time.Minute, Reboot: time.Minute, Health: time.Minute, Reset: time.Minute}}}
-	o.Drain.Timeout, o.Drain.RetryInterval = time.Minute, 200*time.Millisecond
-	if edit != nil {
-		edit(&o)
-	}
+	o := f.controllerOptions(edit)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -268,6 +261,19 @@ func (f *fleet) controller(edit func(*ControllerOptions)) (stop func()) {
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// controllerOptions are the tests' controller settings, edited.
+func (f *fleet) controllerOptions(edit func(*ControllerOptions)) ControllerOptions {
+	o := ControllerOptions{Config: f.env.Config, Prefix: f.prefix, OSImagePattern: "-", Namespace: "default",
+		Resync: time.Second, Log: f.log.With("controller", true),
+		Policy: Policy{MaxConcurrent: 1, Backoff: time.Second, BackoffMax: 4 * time.Second,
+			Timeouts: Timeouts{Prepare: time.Minute, Perform: time.Minute, Reboot: time.Minute, Health: time.Minute, Reset: time.Minute}}}
+	o.Drain.Timeout, o.Drain.RetryInterval = time.Minute, 200*time.Millisecond
+	if edit != nil {
+		edit(&o)
+	}
+	return o
 }
 
 func (f *fleet) node(name string) *corev1.Node {

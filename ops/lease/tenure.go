@@ -1,0 +1,63 @@
+package lease
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Tenure says until when the holder of a Lease may still act on it: a
+// holder stalled (a starved CPU, a slow API server) can go on writing after
+// another candidate took the Lease over, and a write that must never come
+// from two holders at once (a controller starting node updates under a
+// max-concurrency bound) is made under Fence.
+//
+// A renewal read at instant t is written with renewTime t; another
+// candidate takes the Lease only Duration after it first read that
+// renewal, so no earlier than t + Duration. Fence's deadline is t +
+// RenewDeadline: a write under it is sent, or dropped, before anyone else
+// can hold the Lease, Duration − RenewDeadline sooner. (The API server also
+// gives up a request whose client went away, so a request stuck in its
+// queue past the deadline is not carried out late.)
+//
+// A zero Tenure is not held: its Fence is done at once. A nil *Tenure
+// fences nothing, for a controller run without election.
+type Tenure struct {
+	until atomic.Int64 // UnixNano; 0: not held
+}
+
+// renewed records a take or renewal whose read began at at.
+func (t *Tenure) renewed(at time.Time, renewDeadline time.Duration) {
+	if t != nil {
+		t.until.Store(at.Add(renewDeadline).UnixNano())
+	}
+}
+
+// lost records that the Lease is no longer held.
+func (t *Tenure) lost() {
+	if t != nil {
+		t.until.Store(0)
+	}
+}
+
+// Until is the instant the current tenure ends unless renewed; the zero
+// time when the Lease is not held.
+func (t *Tenure) Until() time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	if n := t.until.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// Fence is ctx ending when the tenure does (as of now: a later renewal does
+// not extend it; take a new Fence for each write). Without a tenure held,
+// it is already done; on a nil *Tenure, it is ctx.
+func (t *Tenure) Fence(ctx context.Context) (context.Context, context.CancelFunc) {
+	if t == nil {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, t.Until())
+}
