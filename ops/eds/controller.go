@@ -49,6 +49,10 @@ type Controller struct {
 	writtenAt map[string]time.Time            // and when
 	pending   map[string]map[string]time.Time // per EDS: "create/<node>" and "delete/<pod>" not yet seen in the cache
 	failed    map[string]*failures            // "<ns>/<eds>/<node>" -> pods failed there in a row
+
+	// tenure fences the pod deletions (the disruption maxUnavailable
+	// bounds) while this process holds the Lease; nil without election.
+	tenure *lease.Tenure
 }
 
 // indexByEDS indexes pods by "<namespace>/<ExtendedDaemonSet>".
@@ -126,7 +130,9 @@ func (c *Controller) Run(ctx context.Context) error {
 func (c *Controller) lead(ctx context.Context, cancel context.CancelFunc) error {
 	var lost bool
 	var wg sync.WaitGroup
+	c.tenure = &lease.Tenure{}
 	err := lease.Run(ctx, lease.Config{
+		Tenure: c.tenure,
 		Client: c.kube.CoordinationV1().Leases(c.opts.LeaseNamespace), Name: c.opts.LeaseName, Identity: c.opts.Identity,
 		Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Log: c.log,
 		OnStartedLeading: func() {
