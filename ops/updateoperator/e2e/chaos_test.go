@@ -41,7 +41,9 @@ const (
 // real processes with SIGKILL: the two controller replicas (`slipway
 // update-operator controller`, a Lease of 2 s between them; a killed one is
 // started again after 0-1.5 s) and one to three agents at a time (the
-// supervisor kills the agent's process group and starts it again at once).
+// supervisor kills the agent's process group and starts it again at once),
+// and stops a controller replica with SIGSTOP for 2.5-4 s, longer than its
+// Lease, then lets it run on, as a leader starved of CPU would.
 // Every 250 ms the fleet is sampled: never more than max-concurrent nodes
 // cordoned by the operator, rebooting or down; the PDB-guarded Deployment
 // never below its minAvailable. At the end every node runs v2, rests up to
@@ -97,7 +99,7 @@ func TestSIGKILLChaos(t *testing.T) {
 	waitAll(t, c, time.Second, "every node still at v2 with both replicas up", atV2)
 	stopSampling()
 	s.check(t)
-	if k.agentKills == 0 || k.controllerKills == 0 {
+	if k.agentKills == 0 || k.controllerKills == 0 || k.controllerFreezes == 0 {
 		t.Errorf("the chaos never struck (%s)", k.summary())
 	}
 }
@@ -162,15 +164,39 @@ func (p *proc) kill() {
 	}
 }
 
+// freeze stops the replica's process (SIGSTOP) for d, then lets it go on
+// (SIGCONT); false when it was not running.
+func (p *proc) freeze(ctx context.Context, d time.Duration) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock() // a kill waits: the process is not left stopped
+	if p.cmd == nil || p.cmd.Process.Signal(syscall.SIGSTOP) != nil {
+		return false
+	}
+	sleep(ctx, d)
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	return true
+}
+
 // killer strikes at instants drawn from its seeded source: a controller
 // replica and agents in turn.
 type killer struct {
-	t                           *testing.T
-	e                           *testenv.Env
-	rng                         *rand.Rand
-	replicas                    []*proc
-	mu                          sync.Mutex
-	agentKills, controllerKills int
+	t                                              *testing.T
+	e                                              *testenv.Env
+	rng                                            *rand.Rand
+	replicas                                       []*proc
+	mu                                             sync.Mutex
+	agentKills, controllerKills, controllerFreezes int
+}
+
+// freezeFor is the least a frozen controller replica stays stopped: longer
+// than its Lease (--lease-duration 2s), so the other replica takes over.
+const freezeFor = 2500 * time.Millisecond
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
 }
 
 func (k *killer) run(ctx context.Context) {
@@ -184,14 +210,19 @@ func (k *killer) run(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		if strike%2 == 0 {
+		switch strike % 4 {
+		case 0:
 			replica.kill()
 			k.count(&k.controllerKills, 1)
-			select {
-			case <-ctx.Done():
-			case <-time.After(down):
-			}
+			sleep(ctx, down)
 			replica.start(k.t, k.e)
+			continue
+		case 2:
+			// Stalled, not dead: past its Lease, then it runs on from
+			// wherever it stopped, as a leader starved of CPU would.
+			if replica.freeze(ctx, freezeFor+down) {
+				k.count(&k.controllerFreezes, 1)
+			}
 			continue
 		}
 		for _, i := range victims {
@@ -213,7 +244,7 @@ func (k *killer) count(n *int, by int) {
 func (k *killer) summary() string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return fmt.Sprintf("%d controller SIGKILLs, %d agent SIGKILLs", k.controllerKills, k.agentKills)
+	return fmt.Sprintf("%d controller SIGKILLs, %d controller SIGSTOPs, %d agent SIGKILLs", k.controllerKills, k.controllerFreezes, k.agentKills)
 }
 
 // guarded creates a Deployment spread over the nodes and a PDB keeping
