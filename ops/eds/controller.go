@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -50,9 +51,13 @@ type Controller struct {
 	pending   map[string]map[string]time.Time // per EDS: "create/<node>" and "delete/<pod>" not yet seen in the cache
 	failed    map[string]*failures            // "<ns>/<eds>/<node>" -> pods failed there in a row
 
-	// tenure fences the pod deletions (the disruption maxUnavailable
-	// bounds) while this process holds the Lease; nil without election.
+	// With election, every write of kube and eds is fenced by the Lease's
+	// tenure: a leader that stalled past its renew deadline must not delete
+	// pods beside a new leader's deletions (together past maxUnavailable).
+	// The elector writes the Lease through leases, not fenced. Both nil
+	// without election.
 	tenure *lease.Tenure
+	leases *kube.Clientset
 }
 
 // indexByEDS indexes pods by "<namespace>/<ExtendedDaemonSet>".
@@ -82,10 +87,19 @@ func New(opts Options) (*Controller, error) {
 	}
 	opts.Config = &cfg
 	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}, written: map[string]any{}, writtenAt: map[string]time.Time{}, failed: map[string]*failures{}}
-	if c.kube, err = kube.NewForConfig(opts.Config); err != nil {
+	clients := opts.Config // the CRDs' install (before leading) uses opts.Config as is
+	if opts.LeaderElect {
+		if c.leases, err = kube.NewForConfig(rest.CopyConfig(opts.Config)); err != nil {
+			return nil, fmt.Errorf("build the Lease client: %w", err)
+		}
+		c.tenure = &lease.Tenure{}
+		clients = rest.CopyConfig(opts.Config)
+		clients.Wrap(c.tenure.WrapTransport)
+	}
+	if c.kube, err = kube.NewForConfig(clients); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}
-	if c.eds, err = edsclient.NewForConfig(opts.Config); err != nil {
+	if c.eds, err = edsclient.NewForConfig(clients); err != nil {
 		return nil, fmt.Errorf("build the ExtendedDaemonSet client: %w", err)
 	}
 	return c, nil
@@ -130,10 +144,9 @@ func (c *Controller) Run(ctx context.Context) error {
 func (c *Controller) lead(ctx context.Context, cancel context.CancelFunc) error {
 	var lost bool
 	var wg sync.WaitGroup
-	c.tenure = &lease.Tenure{}
 	err := lease.Run(ctx, lease.Config{
 		Tenure: c.tenure,
-		Client: c.kube.CoordinationV1().Leases(c.opts.LeaseNamespace), Name: c.opts.LeaseName, Identity: c.opts.Identity,
+		Client: c.leases.CoordinationV1().Leases(c.opts.LeaseNamespace), Name: c.opts.LeaseName, Identity: c.opts.Identity,
 		Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Log: c.log,
 		OnStartedLeading: func() {
 			c.log.Info("leading: reconciling ExtendedDaemonSets", "lease", c.opts.LeaseNamespace+"/"+c.opts.LeaseName)

@@ -163,13 +163,8 @@ func parallel[T any](items []T, fn func(T) error) error {
 }
 
 // deletePod deletes a pod of e (or of the old DaemonSet) and records it.
-// The deletion is fenced by the Lease's tenure: a leader that stalled past
-// it may have been replaced by one that deletes pods of its own, and both
-// together would exceed maxUnavailable.
 func (c *Controller) deletePod(ctx context.Context, key, ns, name string) error {
-	fenced, cancel := c.tenure.Fence(ctx)
-	defer cancel()
-	err := c.kube.CoreV1().Pods(ns).Delete(fenced, name, metav1.DeleteOptions{})
+	err := c.kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete pod %s/%s: %w", ns, name, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/testenv"
@@ -247,5 +248,37 @@ func TestFenceWithoutATenure(t *testing.T) {
 		t.Error("after the Lease was lost, want Fence done")
 	} else {
 		cancel4()
+	}
+}
+
+// A client wrapped by a Tenure reads whatever the tenure, and writes only
+// while it is held.
+func TestWrapTransportFencesWritesOnly(t *testing.T) {
+	e := testenv.Need(t, env)
+	var tenure Tenure
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Wrap(tenure.WrapTransport)
+	client, err := kube.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := client.CoordinationV1().Leases("default")
+	ctx := context.Background()
+	name := fmt.Sprintf("wrapped-%d", time.Now().UnixNano())
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}}
+
+	if _, err := leases.List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("a read without a tenure: %v", err)
+	}
+	if _, err := leases.Create(ctx, l, metav1.CreateOptions{}); !errors.Is(err, ErrTenureEnded) {
+		t.Errorf("a write without a tenure: err %v, want %v", err, ErrTenureEnded)
+	}
+	tenure.renewed(time.Now(), time.Minute)
+	if _, err := leases.Create(ctx, l, metav1.CreateOptions{}); err != nil {
+		t.Errorf("a write within the tenure: %v", err)
+	}
+	tenure.renewed(time.Now().Add(-time.Minute), time.Second) // renewed no more since: ended
+	if err := leases.Delete(ctx, name, metav1.DeleteOptions{}); !errors.Is(err, ErrTenureEnded) {
+		t.Errorf("a write after the tenure: err %v, want %v", err, ErrTenureEnded)
 	}
 }

@@ -2,6 +2,10 @@ package lease
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"sync/atomic"
 	"time"
 )
@@ -10,7 +14,8 @@ import (
 // holder stalled (a starved CPU, a slow API server) can go on writing after
 // another candidate took the Lease over, and a write that must never come
 // from two holders at once (a controller starting node updates under a
-// max-concurrency bound) is made under Fence.
+// max-concurrency bound) is made under Fence, or through a client whose
+// transport WrapTransport fences.
 //
 // A renewal read at instant t is written with renewTime t; another
 // candidate takes the Lease only Duration after it first read that
@@ -60,4 +65,54 @@ func (t *Tenure) Fence(ctx context.Context) (context.Context, context.CancelFunc
 		return context.WithCancel(ctx)
 	}
 	return context.WithDeadline(ctx, t.Until())
+}
+
+// ErrTenureEnded is why a fenced write was not sent.
+var ErrTenureEnded = errors.New("not sent: this candidate's Lease tenure ended (another candidate may hold the Lease)")
+
+// WrapTransport fences every write that goes through rt (every method but
+// GET and HEAD: reads and watches go on) by the tenure, for
+// rest.Config.Wrap. A client so wrapped cannot renew the Lease itself once
+// the tenure ended: give the elector a client of its own. On a nil *Tenure
+// it returns rt.
+func (t *Tenure) WrapTransport(rt http.RoundTripper) http.RoundTripper {
+	if t == nil {
+		return rt
+	}
+	return fencedTransport{tenure: t, next: rt}
+}
+
+type fencedTransport struct {
+	tenure *Tenure
+	next   http.RoundTripper
+}
+
+func (f fencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodGet || req.Method == http.MethodHead {
+		return f.next.RoundTrip(req)
+	}
+	ctx, cancel := f.tenure.Fence(req.Context())
+	if ctx.Err() != nil {
+		cancel()
+		return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Path, ErrTenureEnded)
+	}
+	resp, err := f.next.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelOnClose ends a fenced request's context once its body is read.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }

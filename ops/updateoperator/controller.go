@@ -97,9 +97,14 @@ type controller struct {
 	ev     events
 	m      *metrics
 	poke   chan struct{}
-	// tenure fences the starts while this replica holds the Lease; nil
-	// when run without election.
+	// With election, every write of kube is fenced by the Lease's tenure:
+	// a leader that stalled (starved of CPU, its requests queued in a
+	// loaded API server) must not start, drain or reboot a node once the
+	// other replica may lead and act on the nodes as it sees them, or more
+	// than max-concurrent would be disrupted. The elector writes the Lease
+	// through leases, which is not fenced. Both nil without election.
 	tenure   *lease.Tenure
+	leases   *kube.Clientset
 	mu       sync.Mutex
 	draining map[string]bool
 }
@@ -138,6 +143,13 @@ func newController(o ControllerOptions) (*controller, error) {
 	if cfg.QPS == 0 { // client-go's default, 5 per second, throttles a rollout's bursts of patches and Events
 		cfg.QPS, cfg.Burst = 50, 100
 	}
+	if o.LeaseName != "" {
+		if c.leases, err = kube.NewForConfig(rest.CopyConfig(cfg)); err != nil {
+			return nil, err
+		}
+		c.tenure = &lease.Tenure{}
+		cfg.Wrap(c.tenure.WrapTransport)
+	}
 	if c.kube, err = kube.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -150,10 +162,9 @@ func (c *controller) elect(ctx context.Context) error {
 	var mu sync.Mutex
 	var stop context.CancelFunc
 	var done chan struct{}
-	c.tenure = &lease.Tenure{}
 	return lease.Run(ctx, lease.Config{
 		Tenure: c.tenure,
-		Client: c.kube.CoordinationV1().Leases(c.o.Namespace), Name: c.o.LeaseName, Identity: c.o.Identity,
+		Client: c.leases.CoordinationV1().Leases(c.o.Namespace), Name: c.o.LeaseName, Identity: c.o.Identity,
 		Duration: c.o.LeaseDuration, RenewDeadline: c.o.LeaseDuration * 2 / 3, RetryPeriod: c.o.LeaseDuration / 5, Log: c.o.Log,
 		OnStartedLeading: func() {
 			mu.Lock()

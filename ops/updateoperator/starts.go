@@ -3,7 +3,6 @@ package updateoperator
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -32,30 +31,15 @@ func parallel[T any](items []T, fn func(T)) {
 
 // start gives each started node its first intent: prepare-update, or,
 // prepared ahead, perform-update (and it no longer counts as ahead).
-//
-// The writes are fenced by the Lease's tenure: a leader that stalled after
-// it read the nodes (starved of CPU, its requests queued) must not start
-// nodes once another replica may lead and start its own, or more than
-// max-concurrent would be in flight. Past the fence a start is not sent, and
-// the next leader decides from the nodes as they are.
 func (c *controller) start(ctx context.Context, nodes map[string]*corev1.Node, views []NodeView, start []string) error {
-	if len(start) == 0 {
-		return nil
-	}
 	ahead := map[string]bool{}
 	for _, v := range views {
 		ahead[v.Name] = v.Ahead
 	}
-	fenced, cancel := c.tenure.Fence(ctx)
-	defer cancel()
 	var mu sync.Mutex
 	var errs []error
 	parallel(start, func(name string) {
-		err := c.startOne(fenced, name, nodes[name].Annotations[c.keys.Key(KeyAvailableVersion)], ahead[name])
-		if err != nil && fenced.Err() != nil && ctx.Err() == nil {
-			err = fmt.Errorf("start %s: not sent, the Lease's tenure ended first (another replica may lead now): %w", name, err)
-		}
-		if err != nil {
+		if err := c.startOne(ctx, name, nodes[name].Annotations[c.keys.Key(KeyAvailableVersion)], ahead[name]); err != nil {
 			mu.Lock()
 			errs = append(errs, err)
 			mu.Unlock()
