@@ -27,8 +27,8 @@ func agentRSS() map[string][2]int {
 		if err != nil {
 			continue
 		}
-		args := strings.Split(string(cmd), "\x00")
-		if len(args) < 5 || filepath.Base(args[0]) != "slipway" || args[1] != "ops" || args[2] != "agent" || args[3] != "--node-name" {
+		node, ok := ourAgent(strings.Split(string(cmd), "\x00"))
+		if !ok {
 			continue
 		}
 		status, err := os.ReadFile(filepath.Join(d, "status"))
@@ -48,7 +48,7 @@ func agentRSS() map[string][2]int {
 				v[1], _ = strconv.Atoi(f[1])
 			}
 		}
-		out[args[4]] = v
+		out[node] = v
 	}
 	return out
 }
@@ -111,4 +111,21 @@ func rssSummary(rss map[string][2]int) string {
 	mib := func(kb int) float64 { return float64(kb) / 1024 }
 	return fmt.Sprintf("%d agents, RSS min/median/max %.1f/%.1f/%.1f MiB, of it anonymous %.1f/%.1f/%.1f MiB",
 		len(all), mib(all[0]), mib(all[len(all)/2]), mib(all[len(all)-1]), mib(anon[0]), mib(anon[len(anon)/2]), mib(anon[len(anon)-1]))
+}
+
+// ourAgent returns the node of args when they are those of a `slipway ops
+// agent` started by this package's simulated cluster (its kubeconfig under
+// the nodes' root), not of another test's agent on the same machine.
+func ourAgent(args []string) (node string, ok bool) {
+	if len(args) < 3 || filepath.Base(args[0]) != "slipway" || args[1] != "ops" || args[2] != "agent" {
+		return "", false
+	}
+	flag := func(name string) string {
+		if i := slices.Index(args, name); i > 0 && i+1 < len(args) {
+			return args[i+1]
+		}
+		return ""
+	}
+	node = flag("--node-name")
+	return node, node != "" && strings.HasPrefix(flag("--kubeconfig"), env.NodesRoot+string(filepath.Separator))
 }
