@@ -2,7 +2,9 @@
 // entries with absolute paths or `..`, symlinks pointing outside, hard links
 // to anything outside or not yet extracted, device files, and entries whose
 // path passes through a symlink of the same archive are refused. Writes go
-// through os.Root, so even a missed case cannot touch a file outside.
+// through os.Root, or create a file by its own name (O_EXCL, which follows
+// no symlink) in a directory opened through it, so even a missed case
+// cannot touch a file outside.
 package extract
 
 import (
