@@ -10,8 +10,9 @@ import (
 // goroutine and hands over large blocks through a queue: it waits for the
 // files to be written only when inflateBlocks blocks are already waiting.
 // (Through an io.Pipe it handed over one 32 KiB window at a time and waited
-// for every file's open and writeback to take it.) 2 MiB absorb the longest
-// of those waits; blocks of 1 MiB measured no faster.
+// for every file's open and writeback to take it.) 2 MiB are about 8 ms of
+// inflating, longer than a file takes to be created and written; blocks of
+// 1 MiB measured no faster.
 const (
 	inflateBlocks    = 4
 	inflateBlockSize = 512 << 10
