@@ -12,8 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/klauspost/compress/gzip"
-
 	"slipway.dev/slipway/upgrade/extract"
 	"slipway.dev/slipway/upgrade/layout"
 	"slipway.dev/slipway/upgrade/release"
@@ -122,7 +120,7 @@ func (p *plan) stageRootfs(d *download, stage string) error {
 			return err
 		}
 		defer zr.Close() // before hr.finish: the inflating goroutine reads hr
-		if _, err := extract.Tar(bufio.NewReaderSize(zr, 1<<20), root, extract.Options{Map: p.rootfsMapper(&k3s), StartWriteback: true}); err != nil {
+		if _, err := extract.Tar(zr, root, extract.Options{Map: p.rootfsMapper(&k3s), StartWriteback: true}); err != nil {
 			return err
 		}
 		_, err = io.Copy(io.Discard, zr) // the gzip trailer: checks its CRC
@@ -135,37 +133,6 @@ func (p *plan) stageRootfs(d *download, stage string) error {
 		return fmt.Errorf("unpack %s: %w", d.name, xerr)
 	}
 	return p.checkRootfs(stage, k3s, d.name)
-}
-
-// inflater decompresses in its own goroutine, so that hashing and inflating
-// overlap with writing the unpacked files (as `tar -z` does with gzip).
-type inflater struct {
-	pr   *io.PipeReader
-	done chan struct{}
-}
-
-func inflate(r io.Reader) (*inflater, error) {
-	zr, err := gzip.NewReader(r)
-	if err != nil {
-		return nil, err
-	}
-	pr, pw := io.Pipe()
-	f := &inflater{pr: pr, done: make(chan struct{})}
-	go func() {
-		defer close(f.done)
-		_, err := io.CopyBuffer(pw, zr, make([]byte, 1<<20))
-		pw.CloseWithError(err)
-	}()
-	return f, nil
-}
-
-func (f *inflater) Read(b []byte) (int, error) { return f.pr.Read(b) }
-
-// Close stops the goroutine and waits for it.
-func (f *inflater) Close() error {
-	f.pr.Close()
-	<-f.done
-	return nil
 }
 
 // rootfsMapper maps `<v>/k3os/system/<component>/<version>/...` to

@@ -2,7 +2,9 @@
 // entries with absolute paths or `..`, symlinks pointing outside, hard links
 // to anything outside or not yet extracted, device files, and entries whose
 // path passes through a symlink of the same archive are refused. Writes go
-// through os.Root, so even a missed case cannot touch a file outside.
+// through os.Root, or create a file by its own name (O_EXCL, which follows
+// no symlink) in a directory opened through it, so even a missed case
+// cannot touch a file outside.
 package extract
 
 import (
@@ -43,7 +45,8 @@ var ErrUnsafe = errors.New("unsafe tar entry")
 // Tar extracts the tar stream r into root. It stops at the first error;
 // the caller removes the partial tree.
 func Tar(r io.Reader, root *os.Root, o Options) (Stats, error) {
-	x := extractor{root: root, mapFn: o.Map, links: map[string]bool{}, chown: os.Geteuid() == 0, writeback: o.StartWriteback}
+	x := extractor{root: root, dirs: newDirCache(root), mapFn: o.Map, links: map[string]bool{}, chown: os.Geteuid() == 0, writeback: o.StartWriteback}
+	defer x.dirs.reset()
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -61,6 +64,7 @@ func Tar(r io.Reader, root *os.Root, o Options) (Stats, error) {
 
 type extractor struct {
 	root      *os.Root
+	dirs      *dirCache // directories files are created in
 	mapFn     Mapper
 	links     map[string]bool // symlinks created so far
 	stats     Stats
@@ -182,7 +186,7 @@ func (x *extractor) dir(dest string, mode fs.FileMode, hdr *tar.Header) error {
 	}
 	delete(x.links, dest)
 	if fi, err := x.root.Lstat(dest); err == nil && !fi.IsDir() {
-		if err := x.root.Remove(dest); err != nil {
+		if err := x.remove(dest); err != nil {
 			return err
 		}
 	}
@@ -197,16 +201,12 @@ func (x *extractor) dir(dest string, mode fs.FileMode, hdr *tar.Header) error {
 }
 
 func (x *extractor) file(dest string, mode fs.FileMode, hdr *tar.Header, r io.Reader) error {
-	if err := x.prepare(dest); err != nil {
-		return err
-	}
-	f, err := x.root.OpenFile(dest, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	dir, name := path.Dir(dest), path.Base(dest)
+	d, f, err := x.create(dir, name, dest)
 	if err != nil {
 		return err
 	}
-	bp := bufPool.Get().(*[]byte)
-	n, err := io.CopyBuffer(f, r, *bp)
-	bufPool.Put(bp)
+	n, err := copyData(f, r)
 	x.stats.Bytes += n
 	if err == nil && x.chown { // before Chmod: chown clears setuid bits
 		err = f.Chown(hdr.Uid, hdr.Gid)
@@ -224,8 +224,39 @@ func (x *extractor) file(dest string, mode fs.FileMode, hdr *tar.Header, r io.Re
 		return err
 	}
 	x.stats.Files++
-	return x.root.Chtimes(dest, hdr.ModTime, hdr.ModTime)
+	return setTimesIn(d, name, dest, hdr.ModTime)
 }
+
+// create creates the file dest (name in dir), replacing a file or link
+// already there, and returns it with its directory.
+func (x *extractor) create(dir, name, dest string) (d, f *os.File, err error) {
+	if d, err = x.dirs.get(dir); err != nil {
+		return nil, nil, err
+	}
+	f, err = createIn(d, name, dest)
+	if !errors.Is(err, fs.ErrExist) {
+		return d, f, err
+	}
+	if err := x.prepare(dest); err != nil {
+		return nil, nil, err
+	}
+	if d, err = x.dirs.get(dir); err != nil {
+		return nil, nil, err
+	}
+	f, err = createIn(d, name, dest)
+	return d, f, err
+}
+
+// copyData writes r to f through a pooled 1 MiB buffer (f's ReadFrom would
+// copy through 32 KiB ones of its own).
+func copyData(f *os.File, r io.Reader) (int64, error) {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	return io.CopyBuffer(writerOnly{f}, r, *bp)
+}
+
+// writerOnly hides its writer's ReadFrom from io.CopyBuffer.
+type writerOnly struct{ io.Writer }
 
 func (x *extractor) symlink(dest string, hdr *tar.Header) error {
 	target := hdr.Linkname
@@ -287,7 +318,14 @@ func (x *extractor) prepare(dest string) error {
 	case fi.IsDir():
 		return fmt.Errorf("a directory of that name was extracted before")
 	}
+	return x.remove(dest)
+}
+
+// remove removes the non-directory dest. A directory kept open may have
+// been reached through it (a link), so they are all closed.
+func (x *extractor) remove(dest string) error {
 	delete(x.links, dest)
+	x.dirs.reset()
 	return x.root.Remove(dest)
 }
 

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -170,4 +171,78 @@ func FuzzTar(f *testing.F) {
 		_, _ = Tar(bytes.NewReader(data), root, Options{})
 		checkConfined(t, parent)
 	})
+}
+
+// Files over more directories than are kept open, in an order that leaves
+// and comes back to each, land where they belong with their times; a later
+// entry of the same name replaces a file or a symlink.
+func TestTarManyDirectoriesAndReplacedEntries(t *testing.T) {
+	var entries []entry
+	for round := 0; round < 2; round++ {
+		for d := 0; d < 2*dirCacheSize+3; d++ {
+			entries = append(entries, entry{name: fmt.Sprintf("d%02d/sub/f%d", d, round), body: fmt.Sprintf("%d/%d", d, round)})
+		}
+	}
+	entries = append(entries,
+		entry{name: "d00/sub/f0", body: "replaced"},
+		entry{name: "d01/sub/l", link: "f0", typ: tar.TypeSymlink},
+		entry{name: "d01/sub/l", body: "a file where a link was"},
+	)
+	dir, st, err := extractTo(t, mkTar(t, entries...), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Files != len(entries)-1 || st.Symlinks != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	for _, e := range entries[:len(entries)-3] {
+		if e.name == "d00/sub/f0" {
+			e.body = "replaced"
+		}
+		p := filepath.Join(dir, e.name)
+		if b, err := os.ReadFile(p); err != nil || string(b) != e.body {
+			t.Fatalf("%s: %q, %v; want %q", e.name, b, err, e.body)
+		}
+		if fi, _ := os.Stat(p); !fi.ModTime().Equal(time.Unix(1700000000, 0)) {
+			t.Fatalf("%s: mtime %v", e.name, fi.ModTime())
+		}
+	}
+	fi, err := os.Lstat(filepath.Join(dir, "d01/sub/l"))
+	if err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("d01/sub/l: %v, %v; want the file that replaced the link", fi, err)
+	}
+}
+
+// A file is not created where a directory was extracted.
+func TestTarFileOverDirectoryRefused(t *testing.T) {
+	data := mkTar(t, entry{name: "a/b/f", body: "x"}, entry{name: "a/b", body: "y"})
+	if _, _, err := extractTo(t, data, nil); err == nil || !strings.Contains(err.Error(), "directory") {
+		t.Fatalf("err = %v, want a directory of that name refused", err)
+	}
+}
+
+// A link found in the root leads files into its target; once an entry
+// replaces the link with a file, no file goes there through it any more.
+func TestTarReplacedLinkNoLongerLeadsAnywhere(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "root")
+	if err := os.MkdirAll(filepath.Join(dir, "real"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real", filepath.Join(dir, "s")); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	data := mkTar(t, entry{name: "s/f", body: "x"}, entry{name: "s", body: "now a file"}, entry{name: "s/g", body: "y"})
+	if _, err := Tar(bytes.NewReader(data), root, Options{}); err == nil {
+		t.Fatal("s/g was written although s is a file")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "real", "g")); !os.IsNotExist(err) {
+		t.Fatalf("real/g: %v; want no file written through the replaced link", err)
+	}
+	checkConfined(t, parent)
 }
