@@ -49,7 +49,8 @@ func agentCommand() *cli.Command {
 			&cli.DurationFlag{Name: "retry-backoff-max", Value: agentDefaults.Retry.Max, Usage: "longest wait between retries of a failed node", EnvVars: envs("RETRY_BACKOFF_MAX")},
 		},
 		Action: func(c *cli.Context) error {
-			agentmem.Start(c.Context, agentmem.Options{})
+			// One P: its upgrades and staging run in Jobs, nothing of its own in parallel.
+			agentmem.Start(c.Context, agentmem.Options{MaxProcs: 1})
 			cfg, err := kubeConfig(c.String("kubeconfig"))
 			if err != nil {
 				return err

@@ -301,6 +301,7 @@ func (a *Agent) work(ctx context.Context) {
 			}
 		}
 		a.queue.Done(k)
+		a.noteMemory(k)
 	}
 }
 

@@ -13,7 +13,10 @@
 // are charged to the agent's cgroup. Start waits until the agent has
 // settled, unmaps the binary's read-only pages, and from then on drops the
 // binary's pages no process maps from the page cache, so that only what the
-// agent uses stays (see docs/agent.md, Memory).
+// agent uses stays. An agent that tells when it is busy with a rollout
+// (SetBusy) is unmapped again soon after the rollout's work ends, and one
+// that tells when it made a burst of garbage (ReleaseHeap) has its heap's
+// free pages handed back then (see docs/agent.md, Memory).
 package agentmem
 
 import (
@@ -32,11 +35,12 @@ import (
 const GCPercent = 50
 
 // MaxProcs caps the agents' GOMAXPROCS when the environment does not set
-// it. Each P keeps span caches and a GC worker, and more Ps mean more
-// threads: an idle agent's anonymous memory measured 5.1, 5.5, 6.4 and
-// 6.9 MiB at GOMAXPROCS 1, 2, 8 and 32. Two keep the one parallel step an
-// agent may run in process (the update operator's slipway platform stages a
-// release: inflate and extract in a pipeline) parallel.
+// it and Options.MaxProcs is zero. Each P keeps span caches and a GC
+// worker, and more Ps mean more threads: an idle agent's anonymous memory
+// measured 5.1, 5.5, 6.4 and 6.9 MiB at GOMAXPROCS 1, 2, 8 and 32. Two keep
+// the one parallel step an agent may run in process (the update operator's
+// slipway platform stages a release: inflate and extract in a pipeline)
+// parallel; an agent that runs nothing in parallel asks for 1.
 const MaxProcs = 2
 
 // EnvKeepPages, set to 1, turns the unmapping and dropping of the binary's
@@ -53,29 +57,41 @@ type Options struct {
 	// Unmap is how often the binary is unmapped again after the first
 	// time, so that pages touched by a rollout only are let go after it.
 	Unmap time.Duration
-	Log   *slog.Logger
+	// Quiet is how long the agent stays idle after its rollout work
+	// (SetBusy) before the binary is unmapped again; Gap is the least time
+	// between that unmapping and the one before.
+	Quiet, Gap time.Duration
+	// ReleaseDelay is how long after ReleaseHeap the heap's free pages are
+	// handed back; ReleaseGap the least time between two such releases.
+	ReleaseDelay, ReleaseGap time.Duration
+	// MaxProcs caps GOMAXPROCS when the environment does not set it.
+	MaxProcs int
+	Log      *slog.Logger
 }
 
 // Defaults are the Options Start uses for a zero field.
 func Defaults() Options {
-	return Options{Settle: 10 * time.Second, Drop: time.Minute, Unmap: 10 * time.Minute}
+	return Options{Settle: 10 * time.Second, Drop: time.Minute, Unmap: 10 * time.Minute,
+		Quiet: 20 * time.Second, Gap: time.Minute, ReleaseDelay: time.Second, ReleaseGap: 10 * time.Second, MaxProcs: MaxProcs}
 }
 
 // Start sets the agent's GC target and GOMAXPROCS (unless GOGC and
-// GOMAXPROCS are set) and, unless
-// EnvKeepPages is 1, starts letting go of the binary's pages the agent does
-// not use, in the background until ctx ends.
+// GOMAXPROCS are set) and, unless EnvKeepPages is 1, starts letting go of
+// the binary's pages the agent does not use, in the background until ctx
+// ends, and enables ReleaseHeap.
 func Start(ctx context.Context, o Options) {
+	o = o.withDefaults()
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(GCPercent)
 	}
-	if n, ok := procs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0)); ok {
+	if n, ok := procs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0), o.MaxProcs); ok {
 		runtime.GOMAXPROCS(n)
 	}
 	if os.Getenv(EnvKeepPages) == "1" {
 		return
 	}
-	go keepSmall(ctx, o.withDefaults())
+	agentHeap.enable(o)
+	go newKeeper(o, agentActivity).run(ctx)
 }
 
 func (o Options) withDefaults() Options {
@@ -89,80 +105,33 @@ func (o Options) withDefaults() Options {
 	if o.Unmap <= 0 {
 		o.Unmap = d.Unmap
 	}
+	if o.Quiet <= 0 {
+		o.Quiet = d.Quiet
+	}
+	if o.Gap <= 0 {
+		o.Gap = d.Gap
+	}
+	if o.ReleaseDelay <= 0 {
+		o.ReleaseDelay = d.ReleaseDelay
+	}
+	if o.ReleaseGap <= 0 {
+		o.ReleaseGap = d.ReleaseGap
+	}
+	if o.MaxProcs <= 0 {
+		o.MaxProcs = d.MaxProcs
+	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
 	return o
 }
 
-// refault is the wait between an unmapping and the page-cache drop after
-// it: the agent's goroutines map the pages they use again from the cache
-// meanwhile (minor faults), so the drop does not send them to the disk.
-const refault = 2 * time.Second
-
-// keepSmall unmaps the binary after Settle and every Unmap, and drops its
-// unmapped pages from the page cache every Drop and soon after each unmapping.
-func keepSmall(ctx context.Context, o Options) {
-	if !sleep(ctx, o.Settle) {
-		return
-	}
-	for tick := 0; ; tick++ {
-		if unmapDue(tick, o.Drop, o.Unmap) {
-			unmap(o.Log)
-			if !sleep(ctx, refault) {
-				return
-			}
-		}
-		if err := DropBinaryCache(); err != nil {
-			o.Log.Debug("the binary's pages were not dropped from the page cache", "err", err)
-		}
-		if !sleep(ctx, o.Drop) {
-			return
-		}
-	}
-}
-
-// unmapDue tells whether the binary is unmapped at the drop tick (one every
-// drop, the first at 0): at the first, and then once every unmap.
-func unmapDue(tick int, drop, unmap time.Duration) bool {
-	every := 1
-	if drop > 0 && unmap > drop {
-		every = int(unmap / drop)
-	}
-	return tick%every == 0
-}
-
-// unmap unmaps the binary and hands the heap's free pages back to the OS.
-func unmap(log *slog.Logger) {
-	before, _ := ReadSplit("self")
-	n, err := UnmapBinary()
-	if err != nil {
-		log.Debug("the binary's pages were not unmapped", "err", err)
-		return
-	}
-	debug.FreeOSMemory()
-	after, _ := ReadSplit("self")
-	log.Debug("unmapped the binary's read-only pages", "bytes", n, "rssKiBBefore", before.RSS, "rssKiBAfter", after.RSS)
-}
-
 // procs is the GOMAXPROCS an agent sets (ok) given the GOMAXPROCS
-// environment variable and the runtime's current value: MaxProcs at most,
-// and nothing when the environment chose.
-func procs(env string, current int) (int, bool) {
-	if env != "" || current <= MaxProcs {
+// environment variable and the runtime's current value: max at most, and
+// nothing when the environment chose.
+func procs(env string, current, max int) (int, bool) {
+	if env != "" || current <= max {
 		return current, false
 	}
-	return MaxProcs, true
-}
-
-// sleep waits d, or until ctx ends (false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return max, true
 }

@@ -113,22 +113,24 @@ func TestSplitParse(t *testing.T) {
 
 func TestProcs(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		env     string
-		current int
-		want    int
-		set     bool
+		name         string
+		env          string
+		current, max int
+		want         int
+		set          bool
 	}{
-		{"a big node: capped", "", 32, MaxProcs, true},
-		{"just above the cap", "", MaxProcs + 1, MaxProcs, true},
-		{"at the cap: left alone", "", MaxProcs, MaxProcs, false},
-		{"one CPU: left alone", "", 1, 1, false},
-		{"the environment chose", "16", 16, 16, false},
+		{"a big node: capped", "", 32, MaxProcs, MaxProcs, true},
+		{"just above the cap", "", MaxProcs + 1, MaxProcs, MaxProcs, true},
+		{"at the cap: left alone", "", MaxProcs, MaxProcs, MaxProcs, false},
+		{"one CPU: left alone", "", 1, MaxProcs, 1, false},
+		{"the environment chose", "16", 16, MaxProcs, 16, false},
+		{"an agent that asks for one", "", 2, 1, 1, true},
+		{"one asked, the environment chose", "2", 2, 1, 2, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, set := procs(tc.env, tc.current)
+			got, set := procs(tc.env, tc.current, tc.max)
 			if got != tc.want || set != tc.set {
-				t.Errorf("procs(%q, %d) = %d, %v; want %d, %v", tc.env, tc.current, got, set, tc.want, tc.set)
+				t.Errorf("procs(%q, %d, %d) = %d, %v; want %d, %v", tc.env, tc.current, tc.max, got, set, tc.want, tc.set)
 			}
 		})
 	}
