@@ -102,7 +102,16 @@ func BenchmarkRollout(b *testing.B) {
 	b.Logf("Events per node by reason: %s", eventReasons(ctx, b, c.kube, nodes))
 	b.Logf("agent RSS before the rollout: %s", rssSummary(idleRSS))
 	b.Logf("agent RSS after the rollout:  %s", rssSummary(agentRSS()))
+	if benchSettle > 0 {
+		time.Sleep(benchSettle)
+		b.Logf("agent RSS %s after it:      %s", benchSettle, rssSummary(agentRSS()))
+	}
 }
+
+// benchSettle is how long after the rollout the agents' memory is read
+// again: long enough for ops/agentmem to let go of what the rollout mapped
+// (20 s after an agent's work, at least a minute after its last unmapping).
+var benchSettle = envDuration("SLIPWAY_BENCH_SETTLE", 75*time.Second)
 
 // benchChannel creates the benchmark's channel (at v1, concurrency 10,
 // rebootDelay as set, the rest of spec as given), waits until every agent
