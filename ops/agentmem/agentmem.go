@@ -96,26 +96,11 @@ func Start(ctx context.Context, o Options) {
 
 func (o Options) withDefaults() Options {
 	d := Defaults()
-	if o.Settle <= 0 {
-		o.Settle = d.Settle
-	}
-	if o.Drop <= 0 {
-		o.Drop = d.Drop
-	}
-	if o.Unmap <= 0 {
-		o.Unmap = d.Unmap
-	}
-	if o.Quiet <= 0 {
-		o.Quiet = d.Quiet
-	}
-	if o.Gap <= 0 {
-		o.Gap = d.Gap
-	}
-	if o.ReleaseDelay <= 0 {
-		o.ReleaseDelay = d.ReleaseDelay
-	}
-	if o.ReleaseGap <= 0 {
-		o.ReleaseGap = d.ReleaseGap
+	for _, f := range []struct{ v, d *time.Duration }{{&o.Settle, &d.Settle}, {&o.Drop, &d.Drop}, {&o.Unmap, &d.Unmap},
+		{&o.Quiet, &d.Quiet}, {&o.Gap, &d.Gap}, {&o.ReleaseDelay, &d.ReleaseDelay}, {&o.ReleaseGap, &d.ReleaseGap}} {
+		if *f.v <= 0 {
+			*f.v = *f.d
+		}
 	}
 	if o.MaxProcs <= 0 {
 		o.MaxProcs = d.MaxProcs
