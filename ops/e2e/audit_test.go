@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"slipway.dev/slipway/ops/agent"
 	"slipway.dev/slipway/ops/testenv"
 )
 
@@ -14,18 +15,23 @@ import (
 // per node counts what slipway writes and what its Jobs cause (the Job
 // controller's Job status, pod and Events; the kubelet's pod status), not
 // what any reboot of a node costs with or without slipway (the kubelet's
-// node status and heartbeats, the node controller's taints).
+// node status and heartbeats, the node controller's taints). The agents'
+// own heartbeat Leases are shown apart too: they are renewed with time,
+// rollout or not, so per node upgraded they grow with the rollout's length.
 const (
-	writerSlipway = "slipway agents"
-	writerJobs    = "its Jobs (job controller, kubelet pod status)"
-	writerNode    = "node reboots (kubelet node status, heartbeats, node controller)"
-	writerOther   = "other"
+	writerSlipway   = "slipway agents"
+	writerHeartbeat = "slipway agents' heartbeat Leases (renewed with time, rollout or not)"
+	writerJobs      = "its Jobs (job controller, kubelet pod status)"
+	writerNode      = "node reboots (kubelet node status, heartbeats, node controller)"
+	writerOther     = "other"
 )
 
 // writerOf classifies a write by its client's user agent and resource.
 func writerOf(ev testenv.AuditEvent) string {
 	ua := ev.UserAgent
 	switch {
+	case strings.HasPrefix(ua, "slipway-agent/") && ev.Resource == "leases" && strings.HasPrefix(ev.Name, agent.AgentLeasePrefix):
+		return writerHeartbeat
 	case strings.HasPrefix(ua, "slipway-agent/"):
 		return writerSlipway
 	case strings.HasPrefix(ua, "kube-controller-manager/") && (strings.HasSuffix(ua, "/job-controller") || strings.HasSuffix(ua, "/ttl-after-finished-controller")):
@@ -76,7 +82,7 @@ func (r writeReport) lines(nodes int) []string {
 	per := func(n int) float64 { return float64(n) / float64(nodes) }
 	out := []string{fmt.Sprintf("all writes: %.1f per node (and %.2f refused, conflicts included)", per(r.total), per(r.rejected)),
 		fmt.Sprintf("slipway and its Jobs (the goal's count): %.1f per node", per(r.byWriter[writerSlipway]+r.byWriter[writerJobs]))}
-	for _, w := range []string{writerSlipway, writerJobs, writerNode, writerOther} {
+	for _, w := range []string{writerSlipway, writerJobs, writerHeartbeat, writerNode, writerOther} {
 		type kv struct {
 			k string
 			n int
