@@ -110,6 +110,9 @@ func New(opts Options) (*Agent, error) {
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if err := a.waitForSupportedServer(ctx); err != nil {
+		return err
+	}
 	if a.opts.InstallCRDs {
 		if err := crds.Apply(ctx, a.opts.Config, v1.SchemeGroupVersion.Group); err != nil {
 			return fmt.Errorf("install the CRDs (--install-crds): %w", err)
