@@ -60,6 +60,9 @@ type Agent struct {
 	known           Versions             // the versions this agent published for its node's boot
 	knownBoot       string               // the boot ID known belongs to
 	hasKnown        bool
+
+	// rollbackFailed: failed rollback Jobs this process reported (rollback.go).
+	rollbackFailed map[string]bool
 }
 
 // key is a unit of work: one role's sync of one channel.
