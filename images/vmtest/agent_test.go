@@ -52,7 +52,7 @@ func TestAgentUpgradesRealNode(t *testing.T) {
 	})
 	w := &rollout{n: n}
 	s.step("job, drain, reboot, uncordon, Complete", func() error { return w.follow(ctx, 20*time.Minute) })
-	s.step("agent rebooted with reboot(2)", n.g.agentRebooted)
+	s.step("agent rebooted busybox init with SIGTERM, its shutdown ran", func() error { return n.g.agentRebooted(shutdownRan...) })
 	s.step("console: v2 booted", func() error { return n.g.wait(time.Minute, n.g.booted("try", "v2")...) })
 	s.step("system dir read-only again", n.g.readOnly)
 	t.Logf("rollout: %s", strings.Join(w.seen, ", "))
@@ -136,35 +136,43 @@ func (n *node) agentRunning(ctx context.Context, d time.Duration) error {
 	return fmt.Errorf("no agent pod Running on %s after %s: %s", vmNodeName, d, last)
 }
 
-// agentRebooting is the agent's log line when it reboots the VM: `auto`
-// finds neither run/systemd/system nor run/openrc in the host's /run (the
-// VM runs busybox init), so the product reboots with reboot(2) after sync.
-var agentRebooting = regexp.MustCompile(`msg=rebooting .*method=reboot\(2\)`)
+// agentRebooting is the agent's log line when it reboots the VM: PID 1 is
+// busybox init (/proc/1/comm "busybox", no control FIFO of openrc-init or
+// sysvinit in /run), so `auto` sends it SIGTERM, on which busybox init runs
+// its ::shutdown: actions and reboots.
+var agentRebooting = regexp.MustCompile(`msg=rebooting .*method="busybox-init \(SIGTERM to PID 1\)"`)
 
-// watchAgentReboot checks that the guest's init is neither systemd nor
-// OpenRC as the agent tells them, and copies the agent's reboot lines from
-// its container log to the console, where the test reads them (the
-// apiserver cannot reach the VM's kubelet for logs, and the log is on a
-// tmpfs the reboot clears).
+// shutdownRan is what the console shows when busybox init ran inittab's
+// ::shutdown: actions: the node's stop (kubelet and containerd), then its
+// own reboot.
+var shutdownRan = []*regexp.Regexp{regexp.MustCompile(`slipway-node: stopped kubelet containerd`), regexp.MustCompile(`reboot: Restarting system`)}
+
+// watchAgentReboot checks that the guest's PID 1 is busybox init as the
+// agent tells it, and copies the agent's reboot lines from its container
+// log to the console, where the test reads them (the apiserver cannot
+// reach the VM's kubelet for logs, and the log is on a tmpfs the reboot
+// clears).
 func (g *guest) watchAgentReboot() error {
-	out, err := g.run("echo inits=$(ls -d /run/systemd/system /run/openrc 2>/dev/null | wc -l)", time.Minute)
+	out, err := g.run("echo pid1=$(cat /proc/1/comm) fifos=$(ls /run/openrc/init.ctl /run/initctl 2>/dev/null | wc -l)", time.Minute)
 	if err != nil {
 		return err
 	}
-	if m := regexp.MustCompile(`inits=(\d+)`).FindStringSubmatch(out); m == nil || m[1] != "0" {
-		return fmt.Errorf("the guest's /run shows systemd or OpenRC: the agent would not use reboot(2):\n%s", out)
+	if m := regexp.MustCompile(`pid1=(\S+) fifos=(\d+)`).FindStringSubmatch(out); m == nil || m[1] != "busybox" || m[2] != "0" {
+		return fmt.Errorf("the guest's PID 1 is not busybox init as the agent tells it:\n%s", out)
 	}
 	_, err = g.run("(tail -n +1 -F /var/log/pods/slipway-system_slipway-agent-*/agent/*.log | grep msg=rebooting) & true", time.Minute)
 	return err
 }
 
-// agentRebooted waits for the agent's reboot line on the console and logs it.
-func (g *guest) agentRebooted() error {
+// agentRebooted waits for the agent's reboot line and the init's
+// shutdown lines on the console, in any order (the agent's line is copied
+// there from its log while the shutdown runs), and logs them.
+func (g *guest) agentRebooted(shutdown ...*regexp.Regexp) error {
 	ctx, cancel := context.WithTimeout(g.ctx, time.Minute)
 	defer cancel()
-	m, err := g.c.Expect(ctx, agentRebooting)
-	if err == nil {
-		g.t.Logf("agent: %s", m[0])
+	m, err := g.c.Saw(ctx, append([]*regexp.Regexp{agentRebooting}, shutdown...)...)
+	for _, l := range m {
+		g.t.Logf("console: %s", l)
 	}
 	return err
 }

@@ -32,8 +32,8 @@ const (
 // PID1 is what the host's PID 1 and its /run show.
 type PID1 struct {
 	// Comm is /proc/1/comm: "systemd" (systemd names itself so), "init"
-	// (busybox, sysvinit or openrc-init started as /sbin/init),
-	// "openrc-init".
+	// (busybox, sysvinit or openrc-init started as /sbin/init), "busybox"
+	// (started as `busybox init`), "openrc-init".
 	Comm string
 	// Exe is the base name of /proc/1/exe's target ("busybox",
 	// "openrc-init", "systemd", "init"), "" when it cannot be read: a
@@ -74,7 +74,7 @@ func Detect(p PID1) Init {
 		return InitSystemd
 	case p.Comm == "openrc-init" || p.Exe == "openrc-init":
 		return InitOpenRCInit
-	case p.Exe == "busybox":
+	case p.Exe == "busybox" || p.Comm == "busybox": // exec'd as busybox init
 		return InitBusybox
 	case p.Exe != "" && p.Exe != "init", p.Comm != "init":
 		return InitUnknown

@@ -18,6 +18,7 @@ func TestDetect(t *testing.T) {
 		{"systemd seen by its exe", PID1{Comm: "init", Exe: "systemd", SystemdRun: true}, InitSystemd},
 		{"k3os: busybox init, OpenRC's /run/openrc, exe unreadable", PID1{Comm: "init"}, InitBusybox},
 		{"busybox init seen by its exe", PID1{Comm: "init", Exe: "busybox"}, InitBusybox},
+		{"started as `busybox init`", PID1{Comm: "busybox"}, InitBusybox},
 		{"openrc-init by name", PID1{Comm: "openrc-init"}, InitOpenRCInit},
 		{"openrc-init started as /sbin/init: its control FIFO", PID1{Comm: "init", OpenRCInitFIFO: true}, InitOpenRCInit},
 		{"openrc-init by exe wins over the name init", PID1{Comm: "init", Exe: "openrc-init"}, InitOpenRCInit},
