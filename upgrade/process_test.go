@@ -20,6 +20,7 @@ import (
 var slipwayBin string
 
 func TestMain(m *testing.M) {
+	withoutSlipwayEnv()
 	dir, err := os.MkdirTemp("", "slipway-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -34,6 +35,18 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// withoutSlipwayEnv removes every SLIPWAY_* variable from this process's
+// environment, so the binaries the tests start (which inherit it) take
+// only what each test gives them: a SLIPWAY_REBOOT=false exported on a
+// workstation must not change what `ops upgrade` does under test.
+func withoutSlipwayEnv() {
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "SLIPWAY_") {
+			os.Unsetenv(k)
+		}
+	}
 }
 
 func (e *env) cmd(args ...string) *exec.Cmd {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -33,9 +34,9 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "image", Usage: "image of the upgrade Job when the channel names none (the agent's own)", EnvVars: envs("IMAGE")},
 			&cli.StringFlag{Name: "upgrade-command", Value: "slipway", Usage: "the upgrade Job's `COMMAND`, run with the arguments ops upgrade ...", EnvVars: envs("UPGRADE_COMMAND")},
 			&cli.BoolFlag{Name: "install-crds", Usage: "create or update the UpdateChannel CRD at start", EnvVars: envs("INSTALL_CRDS")},
-			&cli.StringFlag{Name: "reboot-method", Value: "auto", Usage: "how to reboot: auto (the host's init, told from --host-run-dir: logind on systemd, openrc-shutdown on OpenRC such as k3os, else reboot(2) after sync), systemd (logind), openrc, syscall or command", EnvVars: envs("REBOOT_METHOD")},
+			&cli.StringFlag{Name: "reboot-method", Value: "auto", Usage: "how to reboot: auto (the host's init, told from its PID 1 and --host-run-dir: logind on systemd, SIGTERM to busybox init as on k3os, SIGINT to openrc-init, runlevel 6 to sysvinit, else reboot(2) after sync), systemd (logind), openrc (busybox init or openrc-init, whichever PID 1 is), busybox, openrc-init, sysvinit, syscall or command", EnvVars: envs("REBOOT_METHOD")},
 			&cli.StringFlag{Name: "host-run-dir", Value: "/host/run", Usage: "where the host's /run is mounted (read-only), to tell its init system", EnvVars: envs("HOST_RUN_DIR")},
-			&cli.StringFlag{Name: "host-root", Value: "/proc/1/root", Usage: "the host's root, where --reboot-method openrc runs the host's own openrc-shutdown (needs the host's PID namespace)", EnvVars: envs("HOST_ROOT")},
+			&cli.StringFlag{Name: "host-proc", Value: "/proc", Usage: "the /proc of the host's PID namespace (the agent's pod has hostPID), where the host's init is PID 1", EnvVars: envs("HOST_PROC")},
 			&cli.DurationFlag{Name: "reboot-stall-timeout", Value: agentDefaults.RebootStall, Usage: "a reboot still not happened after this long (same boot ID) is reported (Event RebootStalled) and requested again", EnvVars: envs("REBOOT_STALL_TIMEOUT")},
 			&cli.StringFlag{Name: "reboot-command", Usage: "the reboot command for --reboot-method=command (split on spaces)", EnvVars: envs("REBOOT_COMMAND")},
 			&cli.StringFlag{Name: "boot-id-file", Value: "/proc/sys/kernel/random/boot_id", Usage: "a file whose content changes with every boot", EnvVars: envs("BOOT_ID_FILE")},
@@ -55,7 +56,7 @@ func agentCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			rebooter, err := agentRebooterAt(c.String("reboot-method"), c.String("reboot-command"), c.String("host-run-dir"), c.String("host-root"))
+			rebooter, err := agentRebooterAt(c.String("reboot-method"), c.String("reboot-command"), c.String("host-proc"), c.String("host-run-dir"))
 			if err != nil {
 				return err
 			}
@@ -94,19 +95,30 @@ func kubeConfig(path string) (*rest.Config, error) {
 
 // agentRebooter is agentRebooterAt for a process that runs on the host.
 func agentRebooter(method, command string) (reboot.Rebooter, error) {
-	return agentRebooterAt(method, command, "/run", "/")
+	return agentRebooterAt(method, command, "/proc", "/run")
 }
 
-// agentRebooterAt turns --reboot-method into a Rebooter; hostRun and
-// hostRoot are where this process sees the host's /run and root.
-func agentRebooterAt(method, command, hostRun, hostRoot string) (reboot.Rebooter, error) {
+// agentRebooterAt turns --reboot-method into a Rebooter; hostProc and
+// hostRun are where this process sees the host's PID namespace's /proc and
+// the host's /run.
+func agentRebooterAt(method, command, hostProc, hostRun string) (reboot.Rebooter, error) {
+	initctl := filepath.Join(hostRun, "initctl")
 	switch method {
 	case "auto":
-		return reboot.AutoAt(hostRun, hostRoot), nil
+		return reboot.AutoAt(hostProc, hostRun), nil
 	case "systemd", "logind":
 		return reboot.Logind{}, nil
-	case "openrc":
-		return reboot.ForInit(reboot.InitOpenRC, hostRoot), nil
+	case "openrc": // OpenRC as service manager under busybox init (k3os), or openrc-init
+		if reboot.Detect(reboot.ReadPID1(hostProc, hostRun)) == reboot.InitOpenRCInit {
+			return reboot.ForInit(reboot.InitOpenRCInit, initctl), nil
+		}
+		return reboot.ForInit(reboot.InitBusybox, initctl), nil
+	case "busybox":
+		return reboot.ForInit(reboot.InitBusybox, initctl), nil
+	case "openrc-init":
+		return reboot.ForInit(reboot.InitOpenRCInit, initctl), nil
+	case "sysvinit":
+		return reboot.ForInit(reboot.InitSysV, initctl), nil
 	case "syscall":
 		return reboot.Syscall{}, nil
 	case "command":
@@ -115,5 +127,5 @@ func agentRebooterAt(method, command, hostRun, hostRoot string) (reboot.Rebooter
 		}
 		return reboot.Command{Argv: strings.Fields(command)}, nil
 	}
-	return nil, fmt.Errorf("--reboot-method %q is not auto, systemd, openrc, syscall or command", method)
+	return nil, fmt.Errorf("--reboot-method %q is not auto, systemd, openrc, busybox, openrc-init, sysvinit, syscall or command", method)
 }

@@ -33,8 +33,9 @@ type Options struct {
 	Slipway string // the static slipway binary
 	Overlay string // the overlay folder (its init becomes each initrd's /init)
 	// Extra is a second overlay folder laid over Overlay in each version's
-	// initrd (a file in both is Extra's); "" = none. The real-node images
-	// use it to start containerd and the kubelet.
+	// initrd (a file in both is Extra's), or several separated by ':' laid
+	// in order; "" = none. The real-node images use it to start containerd
+	// and the kubelet, the k3os-like node a third for OpenRC.
 	Extra    string
 	Versions []Version
 	// Install is the version installed on system.img (default: the first).

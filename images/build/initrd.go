@@ -104,9 +104,9 @@ func versionInitrd(path string, d *debian, overlay, extra, kversion string) erro
 			return err
 		}
 		// The kernel unpacks entries in order: a later file replaces an earlier one.
-		if extra != "" {
-			if err := w.Tree(extra); err != nil {
-				return fmt.Errorf("extra overlay %s: %w", extra, err)
+		for _, e := range filepath.SplitList(extra) {
+			if err := w.Tree(e); err != nil {
+				return fmt.Errorf("extra overlay %s: %w", e, err)
 			}
 		}
 		for _, dir := range []string{"etc/slipway"} {

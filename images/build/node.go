@@ -2,10 +2,12 @@ package build
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"slipway.dev/slipway/images/oci"
 )
@@ -13,7 +15,12 @@ import (
 // NodePackages are the Debian packages of the real node's container
 // runtime (containerd 1.6 speaks CRI v1, which kubelet 1.36 still accepts)
 // and the C libraries their binaries load.
-var NodePackages = []string{"containerd", "runc", "containernetworking-plugins", "libseccomp2", "libc6"}
+//
+// OpenRC (Debian's openrc with its libraries, and theirs) is for the
+// k3os-like node, whose busybox init hands services to OpenRC as k3os
+// does; the other node does not run it.
+var NodePackages = []string{"containerd", "runc", "containernetworking-plugins", "libseccomp2", "libc6",
+	"openrc", "librc1", "libeinfo1", "libaudit1", "libcap-ng0", "libpam0g", "libselinux1", "libpcre2-8-0"}
 
 // NodeModules are the kernel modules the node loads: its virtio NIC, and
 // the bridge and veth a pod network uses.
@@ -77,7 +84,8 @@ func BuildNode(ctx context.Context, o NodeOptions) error {
 
 // nodeRoot unpacks NodePackages (cached like the kernel) into dst.
 func nodeRoot(ctx context.Context, o NodeOptions, dst string) error {
-	root := filepath.Join(o.Cache, "root-node")
+	// Cached per package list: a list changed unpacks anew.
+	root := filepath.Join(o.Cache, "root-node-"+fmt.Sprintf("%x", sha256.Sum256([]byte(strings.Join(NodePackages, " "))))[:12])
 	if _, err := os.Stat(filepath.Join(root, ".done")); err != nil {
 		if err := unpack(ctx, o.Cache, root, NodePackages...); err != nil {
 			return err

@@ -28,15 +28,34 @@ const mirrorAddr = "10.96.0.2:80"
 // plane the VM joined, sets the default channel to latest (v2, served over
 // HTTP from the test's mirror), and follows the real agent on the real
 // kubelet: the upgrade Job, the drain, the reboot into v2's kernel and
-// rootfs, the node back Ready and uncordoned, the channel Complete.
+// rootfs, the node back Ready and uncordoned, the channel Complete. The
+// node's PID 1 is busybox init: the agent sends it SIGTERM, and busybox
+// init runs its ::shutdown: actions (the node's stop) before rebooting.
 func TestAgentUpgradesRealNode(t *testing.T) {
+	agentUpgradesNode(t, plainNode, shutdownRan)
+}
+
+// TestAgentRebootsK3osNode is the same on a k3os-like node: busybox init
+// as PID 1 with k3os's inittab, OpenRC (Debian's) as the service manager,
+// containerd and the kubelet started by OpenRC services. The agent reboots
+// it as k3os's own reboot does (SIGTERM to busybox init); OpenRC's
+// shutdown stops the kubelet, then containerd, through their services,
+// whose stop functions write the markers read here, before the kernel
+// restarts; the node comes back on v2.
+func TestAgentRebootsK3osNode(t *testing.T) {
+	agentUpgradesNode(t, k3osNode, []*regexp.Regexp{
+		regexp.MustCompile(`(?s)k3os-node: kubelet stopped by its OpenRC service.*k3os-node: containerd stopped by its OpenRC service.*reboot: Restarting system`),
+	})
+}
+
+func agentUpgradesNode(t *testing.T, fl flavour, shutdown []*regexp.Regexp) {
 	s := &stepTimer{t: t, start: time.Now()}
 	defer s.report()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	mirror := &mirrorServer{}
 	port := mirror.start(t)
-	n := startNode(t, s, ctx, mirrorAddr+"="+hostFromGuest+":"+strconv.Itoa(port))
+	n := startNode(t, s, ctx, mirrorAddr+"="+hostFromGuest+":"+strconv.Itoa(port), fl)
 	mirror.dir = n.img.Mirror
 	// The simulated node would never run a real agent: only the VM counts.
 	if err := n.cs.CoreV1().Nodes().Delete(ctx, n.env.Nodes[0], metav1.DeleteOptions{}); err != nil {
@@ -44,7 +63,7 @@ func TestAgentUpgradesRealNode(t *testing.T) {
 	}
 	s.step("apply ops manifest", func() error { return n.applyManifest(ctx) })
 	s.step("agent pod runs", func() error { return n.agentRunning(ctx, 8*time.Minute) })
-	s.step("watch the agent's reboot", n.g.watchAgentReboot)
+	s.step("watch the agent's reboot", func() error { return n.g.watchAgentReboot(fl == k3osNode) })
 	s.step("channel to latest", func() error {
 		_, err := n.kubectl(ctx, "-n", "slipway-system", "patch", "upchan", "default", "--type=merge",
 			"-p", `{"spec":{"version":"latest","paused":false}}`)
@@ -52,7 +71,7 @@ func TestAgentUpgradesRealNode(t *testing.T) {
 	})
 	w := &rollout{n: n}
 	s.step("job, drain, reboot, uncordon, Complete", func() error { return w.follow(ctx, 20*time.Minute) })
-	s.step("agent rebooted with reboot(2)", n.g.agentRebooted)
+	s.step("agent rebooted busybox init with SIGTERM, its shutdown ran", func() error { return n.g.agentRebooted(shutdown...) })
 	s.step("console: v2 booted", func() error { return n.g.wait(time.Minute, n.g.booted("try", "v2")...) })
 	s.step("system dir read-only again", n.g.readOnly)
 	t.Logf("rollout: %s", strings.Join(w.seen, ", "))
@@ -136,35 +155,45 @@ func (n *node) agentRunning(ctx context.Context, d time.Duration) error {
 	return fmt.Errorf("no agent pod Running on %s after %s: %s", vmNodeName, d, last)
 }
 
-// agentRebooting is the agent's log line when it reboots the VM: `auto`
-// finds neither run/systemd/system nor run/openrc in the host's /run (the
-// VM runs busybox init), so the product reboots with reboot(2) after sync.
-var agentRebooting = regexp.MustCompile(`msg=rebooting .*method=reboot\(2\)`)
+// agentRebooting is the agent's log line when it reboots the VM: PID 1 is
+// busybox init (/proc/1/comm "busybox", no control FIFO of openrc-init or
+// sysvinit in /run), so `auto` sends it SIGTERM, on which busybox init runs
+// its ::shutdown: actions and reboots.
+var agentRebooting = regexp.MustCompile(`msg=rebooting .*method="busybox-init \(SIGTERM to PID 1\)"`)
 
-// watchAgentReboot checks that the guest's init is neither systemd nor
-// OpenRC as the agent tells them, and copies the agent's reboot lines from
-// its container log to the console, where the test reads them (the
-// apiserver cannot reach the VM's kubelet for logs, and the log is on a
-// tmpfs the reboot clears).
-func (g *guest) watchAgentReboot() error {
-	out, err := g.run("echo inits=$(ls -d /run/systemd/system /run/openrc 2>/dev/null | wc -l)", time.Minute)
+// shutdownRan is what the console shows when busybox init ran inittab's
+// ::shutdown: actions: the node's stop (kubelet and containerd), then its
+// own reboot.
+var shutdownRan = []*regexp.Regexp{regexp.MustCompile(`slipway-node: stopped kubelet containerd`), regexp.MustCompile(`reboot: Restarting system`)}
+
+// watchAgentReboot checks that the guest's PID 1 is busybox init as the
+// agent tells it (with OpenRC's /run/openrc when openrc, and no control
+// FIFO of openrc-init or sysvinit), and copies the agent's reboot lines from its container
+// log to the console, where the test reads them (the apiserver cannot
+// reach the VM's kubelet for logs, and the log is on a tmpfs the reboot
+// clears).
+func (g *guest) watchAgentReboot(openrc bool) error {
+	out, err := g.run("echo pid1=$(cat /proc/1/comm) fifos=$(ls /run/openrc/init.ctl /run/initctl 2>/dev/null | wc -l) openrc=$(ls -d /run/openrc 2>/dev/null | wc -l)", time.Minute)
 	if err != nil {
 		return err
 	}
-	if m := regexp.MustCompile(`inits=(\d+)`).FindStringSubmatch(out); m == nil || m[1] != "0" {
-		return fmt.Errorf("the guest's /run shows systemd or OpenRC: the agent would not use reboot(2):\n%s", out)
+	m := regexp.MustCompile(`pid1=(\S+) fifos=(\d+) openrc=(\d+)`).FindStringSubmatch(out)
+	if m == nil || m[1] != "busybox" || m[2] != "0" || (m[3] == "1") != openrc {
+		return fmt.Errorf("the guest's PID 1 is not busybox init (OpenRC: %v) as the agent tells it:\n%s", openrc, out)
 	}
 	_, err = g.run("(tail -n +1 -F /var/log/pods/slipway-system_slipway-agent-*/agent/*.log | grep msg=rebooting) & true", time.Minute)
 	return err
 }
 
-// agentRebooted waits for the agent's reboot line on the console and logs it.
-func (g *guest) agentRebooted() error {
+// agentRebooted waits for the agent's reboot line and the init's
+// shutdown lines on the console, in any order (the agent's line is copied
+// there from its log while the shutdown runs), and logs them.
+func (g *guest) agentRebooted(shutdown ...*regexp.Regexp) error {
 	ctx, cancel := context.WithTimeout(g.ctx, time.Minute)
 	defer cancel()
-	m, err := g.c.Expect(ctx, agentRebooting)
-	if err == nil {
-		g.t.Logf("agent: %s", m[0])
+	m, err := g.c.Saw(ctx, append([]*regexp.Regexp{agentRebooting}, shutdown...)...)
+	for _, l := range m {
+		g.t.Logf("console: %s", l)
 	}
 	return err
 }

@@ -92,6 +92,39 @@ func (c *Console) Expect(ctx context.Context, re *regexp.Regexp) ([]string, erro
 	}
 }
 
+// Saw waits until every re matches the output after the last match, in
+// any order, and returns the first match of each; it moves nothing (the
+// next Expect starts where it would have).
+func (c *Console) Saw(ctx context.Context, res ...*regexp.Regexp) ([]string, error) {
+	for {
+		c.mu.Lock()
+		var found []string
+		var missing *regexp.Regexp
+		for _, re := range res {
+			m := re.Find(c.buf[c.pos:])
+			if m == nil {
+				missing = re
+				break
+			}
+			found = append(found, string(m))
+		}
+		err := c.err
+		c.mu.Unlock()
+		if missing == nil {
+			return found, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("console closed (%v) before %q", err, missing)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for %q: %w; last output:\n%s", missing, ctx.Err(), c.Tail(1500))
+		case <-c.more:
+		case <-c.done:
+		}
+	}
+}
+
 // Run types cmd into the guest shell and waits for its exit status; it
 // returns the output between the command and the status line.
 func (c *Console) Run(ctx context.Context, cmd string) (string, int, error) {

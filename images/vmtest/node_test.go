@@ -30,7 +30,7 @@ func TestNodeJoinsAndRunsPods(t *testing.T) {
 	defer s.report()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	n := startNode(t, s, ctx, "")
+	n := startNode(t, s, ctx, "", plainNode)
 	s.step("hostNetwork pod runs", func() error { return runPod(ctx, n.cs, 5*time.Minute) })
 }
 

@@ -26,10 +26,19 @@ type node struct {
 	bin       string // the slipway binary inside the images
 }
 
+// flavour is the node's init: busybox init alone starting the node
+// (plain), or k3os's inittab handing the services to OpenRC (k3os).
+type flavour string
+
+const (
+	plainNode flavour = ""
+	k3osNode  flavour = "k3os"
+)
+
 // startNode starts the control plane, builds the images and the node disk,
 // boots the VM at v1 and waits until its Node is Ready. forward adds
 // LISTEN=TARGET pairs to the guest's loopfwd beside the kubernetes Service.
-func startNode(t *testing.T, s *stepTimer, ctx context.Context, forward string) *node {
+func startNode(t *testing.T, s *stepTimer, ctx context.Context, forward string, fl flavour) *node {
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +56,7 @@ func startNode(t *testing.T, s *stepTimer, ctx context.Context, forward string) 
 	kubelet, disk := "", ""
 	s.step("build slipway", func() error { return buildSlipway(root, n.bin) })
 	s.step("build kubelet", func() (err error) { kubelet, err = kubeletBinary(root); return err })
-	s.step("build images and node disk", func() (err error) { n.img, disk, err = nodeImages(root, n.dir, n.bin, kubelet); return err })
+	s.step("build images and node disk", func() (err error) { n.img, disk, err = nodeImages(root, n.dir, n.bin, kubelet, fl); return err })
 	kc := filepath.Join(n.dir, "kubelet.conf")
 	s.step("kubelet credentials", func() error { return kubeletKubeconfig(ctx, n.env, kc) })
 	accel := os.Getenv("SLIPWAY_QEMU_ACCEL")
@@ -71,6 +80,11 @@ func startNode(t *testing.T, s *stepTimer, ctx context.Context, forward string) 
 	})
 	g := n.g
 	s.step("boot v1", func() error { return g.wait(5*time.Minute, g.booted("boot", "v1")...) })
+	if fl == k3osNode {
+		s.step("OpenRC boot and default runlevels", func() error {
+			return g.wait(5*time.Minute, re(`k3os-root: OpenRC \S+ installed`), re(`Starting the kubelet`))
+		})
+	}
 	s.step("system dir read-only", g.readOnly)
 	s.step("containerd and images", func() error {
 		return g.wait(5*time.Minute, re(`slipway-node: images imported: .*%s`, build.SlipwayImage), re(`slipway-node: kubelet started`))

@@ -62,7 +62,7 @@ func kubeletBinary(root string) (string, error) {
 
 // nodeImages builds the releases (their initrds carry the node overlay) and
 // the node disk.
-func nodeImages(root, dir, bin, kubelet string) (*build.Result, string, error) {
+func nodeImages(root, dir, bin, kubelet string, fl flavour) (*build.Result, string, error) {
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		return nil, "", err
@@ -75,9 +75,13 @@ func nodeImages(root, dir, bin, kubelet string) (*build.Result, string, error) {
 	if err := buildStatic(root, "./images/cmd/loopfwd", fwd); err != nil {
 		return nil, "", err
 	}
+	extra := filepath.Join(root, "images", "node", "overlay")
+	if fl == k3osNode {
+		extra += string(filepath.ListSeparator) + filepath.Join(root, "images", "node", "k3os")
+	}
 	img, err := build.Run(context.Background(), build.Options{
 		Out: filepath.Join(dir, "images"), Cache: cache, Slipway: bin,
-		Overlay: filepath.Join(root, "overlay"), Extra: filepath.Join(root, "images", "node", "overlay"),
+		Overlay: filepath.Join(root, "overlay"), Extra: extra,
 		Versions: []build.Version{{Name: "v1"}, {Name: "v2"}}, DiskMiB: 2048,
 	})
 	if err != nil {

@@ -60,6 +60,9 @@ type Agent struct {
 	known           Versions             // the versions this agent published for its node's boot
 	knownBoot       string               // the boot ID known belongs to
 	hasKnown        bool
+
+	// rollbackFailed: failed rollback Jobs this process reported (rollback.go).
+	rollbackFailed map[string]bool
 }
 
 // key is a unit of work: one role's sync of one channel.
@@ -110,6 +113,9 @@ func New(opts Options) (*Agent, error) {
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if err := a.waitForSupportedServer(ctx); err != nil {
+		return err
+	}
 	if a.opts.InstallCRDs {
 		if err := crds.Apply(ctx, a.opts.Config, v1.SchemeGroupVersion.Group); err != nil {
 			return fmt.Errorf("install the CRDs (--install-crds): %w", err)

@@ -128,21 +128,6 @@ func (f *fleet) install(node, version string) {
 	}
 }
 
-// rollback swaps node's current and previous links, as `ops rollback` does.
-func (f *fleet) rollback(node string) {
-	l := layout.New(f.systemDir(node))
-	for _, c := range []layout.Component{layout.Rootfs, layout.Kernel} {
-		cur, err1 := l.Current(c)
-		prev, err2 := l.Previous(c)
-		if err1 != nil || err2 != nil {
-			f.t.Errorf("rollback of %s: %v %v", node, err1, err2)
-			return
-		}
-		_ = l.SetLink(c, layout.PreviousLink, cur)
-		_ = l.SetLink(c, layout.CurrentLink, prev)
-	}
-}
-
 func (f *fleet) current(node string) string {
 	v, err := layout.New(f.systemDir(node)).Current(layout.Rootfs)
 	if err != nil {
@@ -294,7 +279,7 @@ func (f *fleet) runJob(j *batchv1.Job, fail bool) bool {
 	case fail:
 		return false
 	case args[1] == "rollback":
-		f.rollback(node)
+		return f.runRollback(node, args)
 	case args[1] == "prune":
 		_, err := upgrade.Prune(context.Background(), upgrade.PruneOptions{SystemDir: f.systemDir(node),
 			LockFile: filepath.Join(f.root, node, "lock"), Keep: []string{argAfter(args, "--keep")}})

@@ -18,6 +18,7 @@ type metrics struct {
 	polls     *prometheus.CounterVec // by result
 	stalls    prometheus.Counter     // reboots refused or not happened, requested again
 	rollbacks prometheus.Counter     // rollback Jobs created for swaps left staged
+	rbFailed  prometheus.Counter     // rollback Jobs that failed (retried after a backoff)
 	fleet     *fleetMetrics          // the fleet view's own (fleet_metrics.go)
 }
 
@@ -45,8 +46,10 @@ func newMetrics() *metrics {
 			Help: "Reboots of this node refused, or not happened within --reboot-stall-timeout, and requested again."}),
 		rollbacks: prometheus.NewCounter(prometheus.CounterOpts{Name: "slipway_agent_rollbacks_total",
 			Help: "Rollback Jobs this agent created for a swap its rollout left staged without the reboot."}),
+		rbFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "slipway_agent_rollback_failures_total",
+			Help: "Rollback Jobs of this node that failed; each is retried after a backoff (--retry-backoff)."}),
 	}
-	m.registry.MustRegister(m.nodes, m.slotWait, m.upgrade, m.drain, m.failures, m.claimed, m.conflicts, m.polls, m.stalls, m.rollbacks,
+	m.registry.MustRegister(m.nodes, m.slotWait, m.upgrade, m.drain, m.failures, m.claimed, m.conflicts, m.polls, m.stalls, m.rollbacks, m.rbFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.fleet = newFleetMetrics(m.registry)
 	return m

@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,8 +29,91 @@ import (
 // AnnotationJobAction is "rollback" on the rollback Jobs the agent creates.
 const AnnotationJobAction = "ops.slipway.dev/action"
 
+// AnnotationRollbackBoot is the boot ID a rollback Job's swap was staged
+// on, AnnotationRollbackAttempt its attempt (1, 2, ...): the Jobs of one
+// boot and staged version are the history its retries are decided from.
+const (
+	AnnotationRollbackBoot    = "ops.slipway.dev/rollback-boot-id"
+	AnnotationRollbackAttempt = "ops.slipway.dev/rollback-attempt"
+)
+
 // rollbackTimeout bounds a rollback Job: it only swaps two links.
 const rollbackTimeout = 10 * time.Minute
+
+// componentFlag is each component's switch of `ops rollback`.
+var componentFlag = map[layout.Component]string{layout.Rootfs: "rootfs", layout.Kernel: "kernel", layout.K3s: "k3s"}
+
+// undoPlan is what a rollback undoes, and why (or why not).
+type undoPlan struct {
+	Undo       bool
+	Components []layout.Component
+	Reason     string
+}
+
+// planUndo decides the rollback of a node whose rollout ended without its
+// reboot: exactly the components whose `current` differs from what runs
+// (a release that kept the kernel, a channel with components.kernel false,
+// a staged k3s), each only if its `previous` names what runs, so that the
+// rollback restores it; only a swap made by slipway's own upgrade Job
+// (ourJob), never one an operator staged by hand.
+func planUndo(running, current, previous Versions, ourJob bool) undoPlan {
+	staged := plan.Staged(running, current)
+	if staged == (Versions{}) {
+		return undoPlan{Reason: "nothing staged: the next boot starts what runs"}
+	}
+	if !ourJob {
+		return undoPlan{Reason: "the staged version " + orNone(current.Rootfs) + " was not staged by a slipway upgrade Job; left for the next boot"}
+	}
+	var comps []layout.Component
+	for _, c := range layout.Components {
+		if versionOf(staged, c) == "" {
+			continue
+		}
+		if prev, run := versionOf(previous, c), versionOf(running, c); prev == "" || prev != run {
+			return undoPlan{Reason: fmt.Sprintf("%s previous names %s, not the running %s: a rollback would not restore it", componentFlag[c], orNone(prev), orNone(run))}
+		}
+		comps = append(comps, c)
+	}
+	return undoPlan{Undo: true, Components: comps, Reason: fmt.Sprintf("the next boot would start %s without a drain", describe(staged))}
+}
+
+func versionOf(v Versions, c layout.Component) string {
+	switch c {
+	case layout.Rootfs:
+		return v.Rootfs
+	case layout.Kernel:
+		return v.Kernel
+	case layout.K3s:
+		return v.K3s
+	}
+	return ""
+}
+
+// describe names the staged components: "rootfs v2, k3s v2-k3s1".
+func describe(staged Versions) string {
+	var parts []string
+	for _, c := range layout.Components {
+		if v := versionOf(staged, c); v != "" {
+			parts = append(parts, componentFlag[c]+" "+v)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func componentList(cs []layout.Component) string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = componentFlag[c]
+	}
+	return strings.Join(names, " and ")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
 
 // idle is what a node's agent does for channel ch (nil: deleted) when it
 // holds no slot in it: undo a swap its rollout left staged and undo
@@ -40,9 +125,12 @@ func (a *Agent) idle(ctx context.Context, ch *v1.UpdateChannel) error {
 	return a.cleanupIdle(ctx)
 }
 
-// undoSwap starts the rollback Job when plan.Rollback says the swap staged
-// in the system directory is one of slipway's Jobs' and no channel holds a
-// slot for this node any more (asked of the API server, not the cache).
+// undoSwap starts a rollback Job when planUndo says the swap staged in the
+// system directory is one of slipway's Jobs' and no channel holds a slot
+// for this node any more (asked of the API server, not the cache). The
+// Job rolls back exactly the components whose current differs from what
+// runs. A failed rollback Job is reported (Event RollbackFailed, metric)
+// and retried after the agent's retry backoff, under a new name.
 func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
 	running, current := a.readableVersions(), a.currentVersions()
 	if running == nil || current == nil {
@@ -58,8 +146,7 @@ func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
 	if busy {
 		return nil // the Job informer calls again when it finishes
 	}
-	previous, _ := layout.New(a.opts.SystemDir).Previous(layout.Rootfs)
-	d := plan.Rollback(*running, *current, previous, ourJob)
+	d := planUndo(*running, *current, a.previousVersions(), ourJob)
 	if !d.Undo {
 		a.log.Debug("staged swap left in place", "staged", current.Rootfs, "why", d.Reason)
 		return nil
@@ -67,11 +154,21 @@ func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
 	if held, err := a.holdsAnySlot(ctx); err != nil || held {
 		return err
 	}
-	name := DNSLabel(fmt.Sprintf("rollback-%s-%s-%s", a.opts.NodeName, current.Rootfs, shortHash(a.knownBootID())[:6]))
-	if a.job(name) != nil {
-		return nil // made already on this boot: done, or running
+	boot := a.knownBootID()
+	h := rollbackHistoryOf(a.rollbackJobs(current.Rootfs, boot))
+	if h.running {
+		return nil // the Job informer calls again when it finishes
 	}
-	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, a.buildRollbackJob(ch, name, current.Rootfs), metav1.CreateOptions{})
+	a.reportRollbackFailures(ch, h)
+	if wait := h.wait(a.opts.Retry, time.Now()); wait > 0 {
+		a.queue.AddAfter(key{roleNode, channelName(ch)}, wait)
+		return nil
+	}
+	name := rollbackJobName(a.opts.NodeName, current.Rootfs, boot, h.next)
+	if a.job(name) != nil {
+		return nil // made already: its cache entry tells the rest
+	}
+	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, a.buildRollbackJob(ch, name, current.Rootfs, boot, h.next, d.Components), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	} else if err != nil {
@@ -79,10 +176,10 @@ func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
 	}
 	a.metrics.rollbacks.Inc()
 	a.setRolledBack()
-	a.log.Info("rolling back a swap not booted", "job", name, "staged", current.Rootfs, "running", running.Rootfs)
+	a.log.Info("rolling back a swap not booted", "job", name, "components", d.Components, "staged", current.Rootfs, "running", running.Rootfs)
 	a.recorder.Eventf(a.eventTarget(ch), corev1.EventTypeWarning, "RollingBack",
-		"node %s: its rollout ended before the reboot and %s; job %s rolls the system directory back to %s",
-		a.opts.NodeName, d.Reason, name, running.Rootfs)
+		"node %s: its rollout ended before the reboot and %s; job %s rolls %s back to %s",
+		a.opts.NodeName, d.Reason, name, componentList(d.Components), running.Rootfs)
 	return nil
 }
 
@@ -121,9 +218,9 @@ func (a *Agent) holdsAnySlot(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-// buildRollbackJob is the upgrade Job's pod running `ops rollback` instead:
-// the same node binding, mounts and capabilities.
-func (a *Agent) buildRollbackJob(ch *v1.UpdateChannel, name, staged string) *batchv1.Job {
+// buildRollbackJob is the upgrade Job's pod running `ops rollback` of
+// components instead: the same node binding, mounts and capabilities.
+func (a *Agent) buildRollbackJob(ch *v1.UpdateChannel, name, staged, boot string, attempt int, components []layout.Component) *batchv1.Job {
 	s := plan.Settings{UpgradeTimeout: rollbackTimeout}
 	if ch == nil {
 		ch = &v1.UpdateChannel{}
@@ -135,15 +232,18 @@ func (a *Agent) buildRollbackJob(ch *v1.UpdateChannel, name, staged string) *bat
 	j.Name = name
 	for _, m := range []map[string]string{j.Annotations, j.Spec.Template.Annotations} {
 		m[AnnotationJobAction] = "rollback"
+		m[AnnotationRollbackBoot] = boot
+		m[AnnotationRollbackAttempt] = strconv.Itoa(attempt)
 	}
 	c := &j.Spec.Template.Spec.Containers[0]
-	c.Name, c.Args = "rollback", rollbackArgs(c.Args)
+	c.Name, c.Args = "rollback", rollbackArgs(c.Args, components)
 	return j
 }
 
-// rollbackArgs turns the upgrade Job's arguments into `ops rollback` with
-// the same system directory, lock and mount handling.
-func rollbackArgs(upgrade []string) []string {
+// rollbackArgs turns the upgrade Job's arguments into `ops rollback` of
+// exactly components, with the same system directory, lock and mount
+// handling.
+func rollbackArgs(upgrade []string, components []layout.Component) []string {
 	args := []string{"ops", "rollback", "--reboot=false"}
 	for _, flag := range []string{"--system-dir", "--lock-file"} {
 		if v := argAfterFlag(upgrade, flag); v != "" {
@@ -154,6 +254,9 @@ func rollbackArgs(upgrade []string) []string {
 		if a == "--remount" {
 			args = append(args, a)
 		}
+	}
+	for _, c := range layout.Components {
+		args = append(args, fmt.Sprintf("--%s=%t", componentFlag[c], slices.Contains(components, c)))
 	}
 	return args
 }

@@ -3,6 +3,10 @@ package agent
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +15,8 @@ import (
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/upgrade"
+	"slipway.dev/slipway/upgrade/layout"
 )
 
 // TestFailedDrainRollsTheSwapBack: a drain that fails on a PDB that never
@@ -70,4 +76,173 @@ func TestDeletedChannelRollsTheSwapBack(t *testing.T) {
 		return f.current(node) == "v1" && !n.Spec.Unschedulable && n.Labels[LabelRootfsVersion] == "v1" &&
 			n.Annotations[AnnotationStagedRootfsVersion] == ""
 	})
+}
+
+// TestPlanUndo: a rollback undoes exactly the components whose current
+// differs from what runs, each only when previous names what runs.
+func TestPlanUndo(t *testing.T) {
+	rk := []layout.Component{layout.Rootfs, layout.Kernel}
+	for _, c := range []struct {
+		name                       string
+		running, current, previous Versions
+		ours                       bool
+		want                       []layout.Component // nil: no rollback
+	}{
+		{"rootfs and kernel staged", vs("v1", "v1", ""), vs("v2", "v2", ""), vs("v1", "v1", ""), true, rk},
+		{"a release that kept the kernel: the kernel's links are not touched", vs("v1", "5.15", ""), vs("v2", "5.15", ""), vs("v1", "5.10", ""), true, []layout.Component{layout.Rootfs}},
+		{"kernel without previous and unchanged", vs("v1", "k1", ""), vs("v2", "k1", ""), vs("v1", "", ""), true, []layout.Component{layout.Rootfs}},
+		{"components.kernel false: the running kernel is kept", vs("v1", "v0", ""), vs("v2", "v0", ""), vs("v1", "v-1", ""), true, []layout.Component{layout.Rootfs}},
+		{"components.k3s true: the staged k3s is undone too", vs("v1", "v1", "v1-k3s1"), vs("v2", "v2", "v2-k3s1"), vs("v1", "v1", "v1-k3s1"), true, layout.Components},
+		{"k3s staged with a kept kernel", vs("v1", "k", "s1"), vs("v2", "k", "s2"), vs("v1", "k0", "s1"), true, []layout.Component{layout.Rootfs, layout.K3s}},
+		{"previous names another rootfs", vs("v1", "v1", ""), vs("v3", "v3", ""), vs("v2", "v1", ""), true, nil},
+		{"previous names another kernel", vs("v1", "v1", ""), vs("v2", "v2", ""), vs("v1", "v0", ""), true, nil},
+		{"a first k3s: nothing to go back to", vs("v1", "v1", ""), vs("v2", "v2", "s1"), vs("v1", "v1", ""), true, nil},
+		{"staged by hand", vs("v1", "v1", ""), vs("v2", "v2", ""), vs("v1", "v1", ""), false, nil},
+		{"nothing staged", vs("v1", "v1", ""), vs("v1", "v1", ""), vs("v0", "v0", ""), true, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := planUndo(c.running, c.current, c.previous, c.ours)
+			if d.Undo != (c.want != nil) || !slices.Equal(d.Components, c.want) || d.Reason == "" {
+				t.Errorf("planUndo = %+v, want components %v", d, c.want)
+			}
+		})
+	}
+}
+
+// vs is the versions of rootfs, kernel and k3s.
+func vs(rootfs, kernel, k3s string) Versions {
+	return Versions{Rootfs: rootfs, Kernel: kernel, K3s: k3s}
+}
+
+// TestRollbackJobArgs: the Job names every component, true or false, so
+// `ops rollback` undoes exactly those (its default is rootfs and kernel).
+func TestRollbackJobArgs(t *testing.T) {
+	a, ch, _ := jobTestAgent(t)
+	j := a.buildRollbackJob(ch, "rb", "v2", "boot-7", 3, []layout.Component{layout.Rootfs, layout.K3s})
+	args := j.Spec.Template.Spec.Containers[0].Args
+	want := []string{"ops", "rollback", "--reboot=false", "--system-dir", jobSystemDir, "--lock-file", jobLockDir + "/upgrade.lock", "--remount",
+		"--rootfs=true", "--kernel=false", "--k3s=true"}
+	if !slices.Equal(args, want) {
+		t.Errorf("args %v\nwant %v", args, want)
+	}
+	if j.Annotations[AnnotationRollbackBoot] != "boot-7" || j.Annotations[AnnotationRollbackAttempt] != "3" || j.Annotations[AnnotationJobAction] != "rollback" {
+		t.Errorf("annotations %v", j.Annotations)
+	}
+	if a, b := rollbackJobName("n1", "v2", "boot-7", 1), rollbackJobName("n1", "v2", "boot-7", 2); a == b || !strings.HasPrefix(a, "rollback-n1-v2-") {
+		t.Errorf("names %s, %s: one per attempt", a, b)
+	}
+}
+
+// TestRollbackHistory: retries wait the retry backoff from the last
+// failure; a running Job is waited for; a success starts a new count.
+func TestRollbackHistory(t *testing.T) {
+	t0 := time.Unix(1e9, 0)
+	r := plan.Retry{Base: time.Minute, Max: 4 * time.Minute}
+	failed := func(n int, at time.Time) rollbackRun {
+		return rollbackRun{Name: "f", Attempt: n, Done: true, Failed: true, At: at}
+	}
+	for _, c := range []struct {
+		name    string
+		runs    []rollbackRun
+		running bool
+		next    int
+		wait    time.Duration // at t0 + 30 s
+	}{
+		{"none yet", nil, false, 1, 0},
+		{"one running", []rollbackRun{{Attempt: 1}}, true, 2, 0},
+		{"one failed 30 s ago: the base backoff", []rollbackRun{failed(1, t0)}, false, 2, 30 * time.Second},
+		{"two failed: doubled", []rollbackRun{failed(2, t0), failed(1, t0.Add(-time.Hour))}, false, 3, 90 * time.Second},
+		{"four failed: capped", []rollbackRun{failed(1, t0), failed(2, t0), failed(3, t0), failed(4, t0)}, false, 5, 210 * time.Second},
+		{"failed long ago: now", []rollbackRun{failed(1, t0.Add(-time.Hour))}, false, 2, 0},
+		{"a success resets the count", []rollbackRun{failed(1, t0), {Attempt: 2, Done: true}}, false, 3, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := rollbackHistoryOf(c.runs)
+			if h.running != c.running || h.next != c.next {
+				t.Errorf("history %+v, want running %v next %d", h, c.running, c.next)
+			}
+			if got := h.wait(r, t0.Add(30*time.Second)); got != c.wait {
+				t.Errorf("wait %s, want %s", got, c.wait)
+			}
+		})
+	}
+}
+
+// failRollbacks: node -> how many of its rollback Jobs still fail.
+var failRollbacks sync.Map
+
+// runRollback runs a rollback Job's command on node's system directory:
+// the real `ops rollback` of the components the Job names, or a failure.
+func (f *fleet) runRollback(node string, args []string) bool {
+	if n, ok := failRollbacks.Load(node); ok && n.(int) > 0 {
+		failRollbacks.Store(node, n.(int)-1)
+		return false
+	}
+	var comps []layout.Component
+	for _, c := range layout.Components {
+		if slices.Contains(args, "--"+componentFlag[c]+"=true") {
+			comps = append(comps, c)
+		}
+	}
+	if len(comps) == 0 {
+		f.t.Errorf("rollback Job of %s names no component: %v", node, args)
+		return false
+	}
+	_, err := upgrade.Rollback(context.Background(), upgrade.RollbackOptions{SystemDir: f.systemDir(node), Components: comps,
+		LockFile: filepath.Join(f.root, node, "lock")})
+	if err != nil {
+		f.t.Errorf("rollback of %s: %v", node, err)
+	}
+	return err == nil
+}
+
+// TestFailedRollbackIsReportedAndRetried: a rollback Job that fails is
+// reported (Event RollbackFailed), retried after the retry backoff under
+// a new name, and the swap is then undone. (The retry backoff also brings
+// the node's upgrade back after its failed drain: later rollbacks may
+// follow, each of them succeeding.)
+func TestFailedRollbackIsReportedAndRetried(t *testing.T) {
+	const backoff = 3 * time.Second
+	f := newFleet(t, 1, func(o *Options) { o.Retry = plan.Retry{Base: backoff, Max: backoff} })
+	node := f.ns + "-n0"
+	failRollbacks.Store(node, 1)
+	f.blockEviction(t, node)
+	f.start(node)
+	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(), MaxFailures: 1,
+		Drain:        &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 3 * time.Second}},
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
+	f.waitNode(t, node, "the swap staged v2 (on the cordon)", func(n *corev1.Node) bool {
+		return n.Annotations[AnnotationStagedRootfsVersion] == "v2"
+	})
+	f.waitNode(t, node, "rolled back on the second attempt: v1 runs, nothing staged", func(n *corev1.Node) bool {
+		return f.current(node) == "v1" && n.Annotations[AnnotationStagedRootfsVersion] == "" && !n.Spec.Unschedulable
+	})
+	if n := f.eventsWithin("RollbackFailed", 1, 5*time.Second); n != 1 {
+		t.Errorf("%d RollbackFailed events, want 1", n)
+	}
+	jobs, err := f.kube.BatchV1().Jobs(f.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failedAt, retriedAt time.Time
+	for _, j := range jobs.Items {
+		if j.Annotations[AnnotationJobAction] != "rollback" {
+			continue
+		}
+		switch j.Annotations[AnnotationRollbackAttempt] {
+		case "1":
+			_, bad, _, at := jobOutcome(&j)
+			if !bad {
+				t.Errorf("attempt 1 (%s) did not fail", j.Name)
+			}
+			failedAt = at
+		case "2":
+			retriedAt = j.CreationTimestamp.Time
+		} // later attempts: the node's upgrade was retried (same backoff), drained in vain and rolled back again
+
+	}
+	// Both times are in whole seconds.
+	if failedAt.IsZero() || retriedAt.Sub(failedAt) < backoff-time.Second {
+		t.Errorf("attempt 1 failed at %s, attempt 2 created at %s: want %s between", failedAt, retriedAt, backoff)
+	}
 }

@@ -1,36 +1,113 @@
 package reboot
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
-// Init is the init system a host runs, as its /run shows it.
+// Init is the host's init (its PID 1), as far as a process that shares
+// the host's PID namespace can tell it without ptrace.
 type Init string
 
-// The init systems the reboot methods know.
+// The inits the reboot methods know.
 const (
-	InitSystemd Init = "systemd" // /run/systemd/system exists (sd_booted)
-	InitOpenRC  Init = "openrc"  // /run/openrc exists (k3os, Alpine)
+	// InitSystemd is systemd: reboot through logind over the system bus.
+	InitSystemd Init = "systemd"
+	// InitBusybox is busybox init (k3os: OpenRC as its service manager,
+	// inittab's ::shutdown: runs `openrc shutdown`): SIGTERM to PID 1
+	// makes it run the shutdown actions, end every process and reboot.
+	InitBusybox Init = "busybox-init"
+	// InitOpenRCInit is openrc-init as PID 1: SIGINT reboots (SIGTERM
+	// would halt it).
+	InitOpenRCInit Init = "openrc-init"
+	// InitSysV is sysvinit: a runlevel 6 request on its /run/initctl FIFO,
+	// as telinit 6 writes it.
+	InitSysV Init = "sysvinit"
+	// InitUnknown is any other init: sync, then reboot(2).
 	InitUnknown Init = "unknown"
 )
 
-// DetectInit tells the host's init system from runDir, the host's /run (in
-// the agent's pod: a read-only hostPath mount of it; on the host: /run).
-// The container's own /run says nothing about the host.
-func DetectInit(runDir string) Init {
-	if isDir(filepath.Join(runDir, "systemd", "system")) {
+// PID1 is what the host's PID 1 and its /run show.
+type PID1 struct {
+	// Comm is /proc/1/comm: "systemd" (systemd names itself so), "init"
+	// (busybox, sysvinit or openrc-init started as /sbin/init), "busybox"
+	// (started as `busybox init`), "openrc-init".
+	Comm string
+	// Exe is the base name of /proc/1/exe's target ("busybox",
+	// "openrc-init", "systemd", "init"), "" when it cannot be read: a
+	// process without CAP_SYS_PTRACE cannot read it for an init that holds
+	// capabilities it lacks.
+	Exe string
+	// In the host's /run: systemd/system (sd_booted), openrc/init.ctl
+	// (openrc-init's control FIFO), initctl (sysvinit's FIFO).
+	SystemdRun, OpenRCInitFIFO, InitctlFIFO bool
+}
+
+// ReadPID1 reads the host's PID 1 from procDir (the host's PID namespace's
+// /proc: "/proc" on the host and in a hostPID pod) and runDir (the host's
+// /run: "/run" on the host, a read-only hostPath mount of it in a pod).
+func ReadPID1(procDir, runDir string) PID1 {
+	var p PID1
+	if b, err := os.ReadFile(filepath.Join(procDir, "1", "comm")); err == nil {
+		p.Comm = strings.TrimSpace(string(b))
+	}
+	if t, err := os.Readlink(filepath.Join(procDir, "1", "exe")); err == nil {
+		p.Exe = filepath.Base(strings.TrimSuffix(t, " (deleted)"))
+	}
+	p.SystemdRun = isDir(filepath.Join(runDir, "systemd", "system"))
+	p.OpenRCInitFIFO = isFIFO(filepath.Join(runDir, "openrc", "init.ctl"))
+	p.InitctlFIFO = isFIFO(filepath.Join(runDir, "initctl"))
+	return p
+}
+
+// Detect tells the init from what PID 1 shows. Its name decides when it
+// says something (systemd, openrc-init, busybox); an init seen only as
+// "init" (exe unreadable, or a real binary called init) is told by the
+// control FIFO it made in /run: openrc-init's, sysvinit's, or none
+// (busybox init, k3os). An init with another name (runit, s6, a
+// container's tini) is unknown: reboot(2).
+func Detect(p PID1) Init {
+	switch {
+	case p.Comm == "systemd" || p.Exe == "systemd":
+		return InitSystemd
+	case p.Comm == "openrc-init" || p.Exe == "openrc-init":
+		return InitOpenRCInit
+	case p.Exe == "busybox" || p.Comm == "busybox": // exec'd as busybox init
+		return InitBusybox
+	case p.Exe != "" && p.Exe != "init", p.Comm != "init":
+		return InitUnknown
+	case p.OpenRCInitFIFO:
+		return InitOpenRCInit
+	case p.InitctlFIFO:
+		return InitSysV
+	case p.SystemdRun:
 		return InitSystemd
 	}
-	if isDir(filepath.Join(runDir, "openrc")) {
-		return InitOpenRC
+	return InitBusybox
+}
+
+// ForInit is the reboot the host's init expects; initctl is the path of
+// the host's /run/initctl as this process sees it (for sysvinit).
+func ForInit(init Init, initctl string) Rebooter {
+	switch init {
+	case InitSystemd:
+		return Logind{}
+	case InitBusybox:
+		return SignalInit{Init: init, Signal: syscall.SIGTERM}
+	case InitOpenRCInit:
+		return SignalInit{Init: init, Signal: syscall.SIGINT}
+	case InitSysV:
+		return Initctl{Path: initctl}
 	}
-	return InitUnknown
+	return Syscall{}
+}
+
+// AutoAt is Auto for a process that sees the host's PID namespace's /proc
+// at procDir and the host's /run at runDir.
+func AutoAt(procDir, runDir string) Rebooter {
+	return ForInit(Detect(ReadPID1(procDir, runDir)), filepath.Join(runDir, "initctl"))
 }
 
 func isDir(p string) bool {
@@ -38,59 +115,7 @@ func isDir(p string) bool {
 	return err == nil && st.IsDir()
 }
 
-// ForInit is the reboot the host's init expects: logind on systemd; on
-// OpenRC the host's own openrc-shutdown (or reboot), run in the host's root
-// (hostRoot, e.g. /proc/1/root from a pod with the host's PID namespace;
-// "/" on the host), so that k3s and containerd are stopped by their
-// services; reboot(2) after sync when the init is unknown.
-func ForInit(init Init, hostRoot string) Rebooter {
-	switch init {
-	case InitSystemd:
-		return Logind{}
-	case InitOpenRC:
-		for _, argv := range [][]string{{"/sbin/openrc-shutdown", "-r", "now"}, {"/sbin/reboot"}, {"/bin/busybox", "reboot"}} {
-			if _, err := os.Stat(filepath.Join(hostRoot, argv[0])); err == nil {
-				return HostCommand{Root: hostRoot, Argv: argv}
-			}
-		}
-		return HostCommand{Root: hostRoot, Argv: []string{"/sbin/reboot"}}
-	}
-	return Syscall{}
-}
-
-// AutoAt is Auto for an agent that sees the host's /run at runDir and its
-// root at hostRoot.
-func AutoAt(runDir, hostRoot string) Rebooter { return ForInit(DetectInit(runDir), hostRoot) }
-
-// HostCommand runs a command of the host's own, chrooted into Root (the
-// host's root: its binaries, its libraries, its /run, where OpenRC's
-// control files are); with the host's PID namespace it signals the host's
-// init. Root "" or "/" runs it as it is.
-type HostCommand struct {
-	Root string
-	Argv []string
-}
-
-func (c HostCommand) String() string {
-	if c.Root == "" || c.Root == "/" {
-		return fmt.Sprintf("command %q", c.Argv)
-	}
-	return fmt.Sprintf("host command %q (in %s)", c.Argv, c.Root)
-}
-
-// Reboot runs the command and waits for it.
-func (c HostCommand) Reboot(ctx context.Context) error {
-	if len(c.Argv) == 0 {
-		return errors.New("empty reboot command")
-	}
-	cmd := exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
-	if c.Root != "" && c.Root != "/" {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: c.Root}
-		cmd.Dir = "/"
-	}
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("reboot with %s: %w", c, err)
-	}
-	return nil
+func isFIFO(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode()&os.ModeNamedPipe != 0
 }

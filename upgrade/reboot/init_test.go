@@ -1,67 +1,104 @@
 package reboot
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
-func TestDetectInitAndForInit(t *testing.T) {
-	mk := func(t *testing.T, paths ...string) string {
-		root := t.TempDir()
-		for _, p := range paths {
-			if err := os.MkdirAll(filepath.Join(root, p), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return root
-	}
+func TestDetect(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		run   []string // directories under the host's /run
-		host  []string // files under the host's root
-		init  Init
-		wants string // in the rebooter's String
+		name string
+		p    PID1
+		want Init
 	}{
-		{"systemd", []string{"systemd/system"}, nil, InitSystemd, "logind"},
-		{"openrc with openrc-shutdown (k3os)", []string{"openrc"}, []string{"sbin/openrc-shutdown"}, InitOpenRC, "openrc-shutdown"},
-		{"openrc with reboot only", []string{"openrc"}, []string{"sbin/reboot"}, InitOpenRC, "/sbin/reboot"},
-		{"a D-Bus socket alone is not systemd", []string{"dbus"}, nil, InitUnknown, "reboot(2)"},
-		{"nothing known", nil, nil, InitUnknown, "reboot(2)"},
+		{"systemd names itself", PID1{Comm: "systemd"}, InitSystemd},
+		{"systemd seen by its exe", PID1{Comm: "init", Exe: "systemd", SystemdRun: true}, InitSystemd},
+		{"k3os: busybox init, OpenRC's /run/openrc, exe unreadable", PID1{Comm: "init"}, InitBusybox},
+		{"busybox init seen by its exe", PID1{Comm: "init", Exe: "busybox"}, InitBusybox},
+		{"started as `busybox init`", PID1{Comm: "busybox"}, InitBusybox},
+		{"openrc-init by name", PID1{Comm: "openrc-init"}, InitOpenRCInit},
+		{"openrc-init started as /sbin/init: its control FIFO", PID1{Comm: "init", OpenRCInitFIFO: true}, InitOpenRCInit},
+		{"openrc-init by exe wins over the name init", PID1{Comm: "init", Exe: "openrc-init"}, InitOpenRCInit},
+		{"sysvinit: its initctl FIFO", PID1{Comm: "init", Exe: "init", InitctlFIFO: true}, InitSysV},
+		{"sysvinit, exe unreadable", PID1{Comm: "init", InitctlFIFO: true}, InitSysV},
+		{"runit is not signalled", PID1{Comm: "runit", Exe: "runit"}, InitUnknown},
+		{"a container's tini is not signalled", PID1{Comm: "tini", OpenRCInitFIFO: true}, InitUnknown},
+		{"an init binary of another name", PID1{Comm: "init", Exe: "s6-svscan"}, InitUnknown},
+		{"nothing readable", PID1{}, InitUnknown},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			run, host := mk(t, c.run...), mk(t)
-			for _, f := range c.host {
-				if err := os.MkdirAll(filepath.Dir(filepath.Join(host, f)), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(host, f), nil, 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if got := DetectInit(run); got != c.init {
-				t.Fatalf("DetectInit = %s, want %s", got, c.init)
-			}
-			if got := AutoAt(run, host).String(); !strings.Contains(got, c.wants) {
-				t.Errorf("AutoAt = %s, want it to name %s", got, c.wants)
+			if got := Detect(c.p); got != c.want {
+				t.Errorf("Detect(%+v) = %s, want %s", c.p, got, c.want)
 			}
 		})
 	}
 }
 
-func TestHostCommandRunsInTheHostRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("chroot needs root (CAP_SYS_CHROOT)")
+// host writes a fake host: /proc/1/comm, /proc/1/exe (a link, when exe is
+// set) and paths under /run ("name|" makes a FIFO, "name/" a directory).
+func host(t *testing.T, comm, exe string, run ...string) (proc, runDir string) {
+	t.Helper()
+	proc, runDir = t.TempDir(), t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(proc, "1"), 0o755))
+	must(t, os.WriteFile(filepath.Join(proc, "1", "comm"), []byte(comm+"\n"), 0o644))
+	if exe != "" {
+		must(t, os.Symlink(exe, filepath.Join(proc, "1", "exe")))
 	}
-	// The running host is the "host root": its own true(1) runs chrooted.
-	if err := (HostCommand{Root: "/", Argv: []string{"true"}}).Reboot(context.Background()); err != nil {
+	for _, r := range run {
+		p := filepath.Join(runDir, strings.TrimRight(r, "|/"))
+		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		if strings.HasSuffix(r, "|") {
+			must(t, syscall.Mkfifo(p, 0o600))
+		} else {
+			must(t, os.MkdirAll(p, 0o755))
+		}
+	}
+	return proc, runDir
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
 		t.Fatal(err)
 	}
-	root := t.TempDir() // a root without the command: the error names it
-	err := HostCommand{Root: root, Argv: []string{"/sbin/openrc-shutdown", "-r", "now"}}.Reboot(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "openrc-shutdown") {
-		t.Fatalf("err = %v, want one naming the command", err)
+}
+
+// TestAutoAt: the rebooter auto chooses for each host. A k3os host (busybox
+// init as PID 1, OpenRC only as its service manager: /run/openrc exists,
+// no openrc-init FIFO) is rebooted by SIGTERM to PID 1, never by
+// openrc-shutdown, which only talks to openrc-init.
+func TestAutoAt(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		comm, exe string
+		run       []string
+		want      string
+	}{
+		{"k3os", "init", "", []string{"openrc/started/", "k3os/"}, "busybox-init (SIGTERM to PID 1)"},
+		{"k3os seen from the host", "init", "/bin/busybox", []string{"openrc/"}, "busybox-init (SIGTERM to PID 1)"},
+		{"openrc-init", "init", "", []string{"openrc/init.ctl|"}, "openrc-init (SIGINT to PID 1)"},
+		{"a directory called init.ctl is no FIFO", "init", "", []string{"openrc/init.ctl/"}, "busybox-init"},
+		{"systemd", "systemd", "", []string{"systemd/system/", "dbus/"}, "systemd-logind"},
+		{"sysvinit", "init", "/sbin/init", []string{"initctl|"}, "sysvinit (runlevel 6 on "},
+		{"unknown", "runit", "", nil, "reboot(2)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			proc, run := host(t, c.comm, c.exe, c.run...)
+			if got := AutoAt(proc, run).String(); !strings.Contains(got, c.want) {
+				t.Errorf("AutoAt = %s, want %s", got, c.want)
+			}
+		})
 	}
+}
+
+// ReadPID1 reads this machine's own PID 1 without failing.
+func TestReadPID1OfThisMachine(t *testing.T) {
+	p := ReadPID1("/proc", "/run")
+	if p.Comm == "" {
+		t.Skip("no /proc/1/comm here")
+	}
+	t.Logf("PID 1: %+v -> %s", p, Detect(p))
 }

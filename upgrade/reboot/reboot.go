@@ -1,6 +1,9 @@
-// Package reboot restarts the machine after a delay: through systemd-logind
-// over D-Bus, through reboot(2) after sync(2), or through an external
-// command. The delay is cancelled cleanly by its context (SIGINT/SIGTERM).
+// Package reboot restarts the machine after a delay, the way the host's
+// init expects (told from its PID 1): through systemd-logind over the
+// system D-Bus, by the signal busybox init or openrc-init reboot on, by a
+// runlevel 6 request to sysvinit, through reboot(2) after sync(2), or
+// through an external command. The delay is cancelled cleanly by its
+// context (SIGINT/SIGTERM).
 package reboot
 
 import (
@@ -12,7 +15,6 @@ import (
 	"os/exec"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/login1"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,22 +22,6 @@ import (
 type Rebooter interface {
 	Reboot(ctx context.Context) error
 	String() string
-}
-
-// Logind asks systemd-logind over the system D-Bus for a reboot.
-type Logind struct{}
-
-func (Logind) String() string { return "systemd-logind" }
-
-// Reboot connects to logind and asks it to reboot.
-func (Logind) Reboot(ctx context.Context) error {
-	conn, err := login1.New()
-	if err != nil {
-		return fmt.Errorf("connect to systemd-logind: %w (is D-Bus running? use --reboot-command otherwise)", err)
-	}
-	defer conn.Close()
-	conn.Reboot(false)
-	return nil
 }
 
 // Syscall syncs the filesystems and calls reboot(2) directly: no service is
@@ -71,12 +57,9 @@ func (c Command) Reboot(ctx context.Context) error {
 	return nil
 }
 
-// Auto reboots the way the host's init expects (ForInit), deciding from
-// /run: this process runs on the host. A D-Bus socket alone proves
-// nothing: k3os can run D-Bus without logind, and go-systemd's login1
-// Reboot reports no error, so choosing logind there would silently never
-// reboot.
-func Auto() Rebooter { return AutoAt("/run", "/") }
+// Auto reboots the way the host's init expects, for a process that runs on
+// the host (its /proc/1 is the host's init, its /run the host's).
+func Auto() Rebooter { return AutoAt("/proc", "/run") }
 
 // After waits delay, then reboots with r. A cancelled ctx stops the wait
 // and returns ctx's error without rebooting.

@@ -1,0 +1,88 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	utilversion "k8s.io/apimachinery/pkg/util/version"
+	apiversion "k8s.io/apimachinery/pkg/version"
+)
+
+// MinKubernetes is the oldest API server the agent and its manifest work
+// with: ValidatingAdmissionPolicy v1 (the own-Node policy), the node-name
+// claim in bound service-account tokens, and the Job's
+// securityContext.appArmorProfile field (an older server silently drops
+// it, and the upgrade Job's remount is then refused by the default
+// profile).
+const MinKubernetes = "1.30.0"
+
+// serverRecheck is how often an agent facing an older API server asks
+// again: it waits for the control plane's upgrade rather than crash-loop.
+var serverRecheck = 5 * time.Minute
+
+// supportedServer decides from the API server's /version whether the agent
+// may run, and says why not in words for the operator.
+func supportedServer(info apiversion.Info) (bool, string) {
+	v, err := utilversion.ParseGeneric(info.GitVersion)
+	if err != nil { // a distribution's own gitVersion: major and minor ("30+")
+		v, err = utilversion.ParseGeneric(strings.TrimSuffix(info.Major, "+") + "." + strings.TrimSuffix(info.Minor, "+"))
+	}
+	if err != nil {
+		return false, fmt.Sprintf("the API server's version %q (major %q, minor %q) cannot be read; slipway's agent needs Kubernetes %s or newer",
+			info.GitVersion, info.Major, info.Minor, MinKubernetes)
+	}
+	if v.LessThan(utilversion.MustParseGeneric(MinKubernetes)) {
+		return false, fmt.Sprintf("the API server runs Kubernetes %s; slipway's agent needs %s or newer "+
+			"(ValidatingAdmissionPolicy v1, the node-name claim in bound service-account tokens, the Job's appArmorProfile field, "+
+			"which older servers silently drop): upgrade the control plane; the agent checks again every %s and does nothing until then",
+			orVersion(info.GitVersion, v), MinKubernetes, serverRecheck)
+	}
+	return true, ""
+}
+
+// serverVersion reads the API server's /version.
+func (a *Agent) serverVersion(ctx context.Context) (apiversion.Info, error) {
+	var info apiversion.Info
+	raw, err := a.kube.CoreV1().RESTClient().Get().AbsPath("/version").Do(ctx).Raw()
+	if err != nil {
+		return info, fmt.Errorf("read the API server's version: %w", err)
+	}
+	if err := json.Unmarshal(raw, &info); err != nil {
+		return info, fmt.Errorf("read the API server's version: %w", err)
+	}
+	return info, nil
+}
+
+// waitForSupportedServer returns once the API server runs MinKubernetes or
+// newer. Against an older one it logs why, does nothing else, and asks
+// again every serverRecheck: a DaemonSet in a crash loop would say less.
+func (a *Agent) waitForSupportedServer(ctx context.Context) error {
+	for {
+		info, err := a.serverVersion(ctx)
+		if err != nil {
+			return err
+		}
+		ok, why := supportedServer(info)
+		if ok {
+			a.log.Info("API server supported", "version", info.GitVersion, "minimum", MinKubernetes)
+			return nil
+		}
+		a.log.Error("unsupported Kubernetes version", "why", why)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", why, ctx.Err())
+		case <-time.After(serverRecheck):
+		}
+	}
+}
+
+// orVersion is the server's own gitVersion, else the version read.
+func orVersion(git string, v *utilversion.Version) string {
+	if git != "" {
+		return git
+	}
+	return v.String()
+}

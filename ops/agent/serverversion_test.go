@@ -1,0 +1,84 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	apiversion "k8s.io/apimachinery/pkg/version"
+)
+
+func TestSupportedServer(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		info apiversion.Info
+		ok   bool
+	}{
+		{"1.30.0", apiversion.Info{Major: "1", Minor: "30", GitVersion: "v1.30.0"}, true},
+		{"1.36 k3s", apiversion.Info{Major: "1", Minor: "36", GitVersion: "v1.36.3+k3s1"}, true},
+		{"1.29.9", apiversion.Info{Major: "1", Minor: "29", GitVersion: "v1.29.9"}, false},
+		{"1.21 (k3os's last k3s)", apiversion.Info{Major: "1", Minor: "21", GitVersion: "v1.21.14+k3s1"}, false},
+		{"EKS-style minor with +", apiversion.Info{Major: "1", Minor: "31+", GitVersion: "custom-build"}, true},
+		{"old, only major and minor", apiversion.Info{Major: "1", Minor: "28+", GitVersion: ""}, false},
+		{"nothing readable", apiversion.Info{GitVersion: "unknown"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ok, why := supportedServer(c.info)
+			if ok != c.ok || (!ok && !strings.Contains(why, MinKubernetes)) {
+				t.Errorf("supportedServer(%+v) = %v, %q", c.info, ok, why)
+			}
+		})
+	}
+}
+
+// TestAgentWaitsForASupportedServer: against an API server older than
+// 1.30 the agent does nothing and says why (in its log, each recheck);
+// against the test's real apiserver it goes on.
+func TestAgentWaitsForASupportedServer(t *testing.T) {
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/version" {
+			http.Error(w, "not expected", http.StatusTeapot)
+			t.Errorf("the agent went on to %s %s", r.Method, r.URL.Path)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(apiversion.Info{Major: "1", Minor: "29", GitVersion: "v1.29.4"})
+	}))
+	defer old.Close()
+	defer func(d time.Duration) { serverRecheck = d }(serverRecheck)
+	serverRecheck = 100 * time.Millisecond
+	var logs bytes.Buffer
+	a, err := New(Options{NodeName: "n", Config: &rest.Config{Host: old.URL}, Rebooter: fakeRebooterNone{}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err = a.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "v1.29.4") || !strings.Contains(err.Error(), "1.30") {
+		t.Fatalf("Run = %v, want the version error", err)
+	}
+	if n := strings.Count(logs.String(), "unsupported Kubernetes version"); n < 2 {
+		t.Errorf("%d log lines, want one per recheck:\n%s", n, logs.String())
+	}
+
+	b, err := New(Options{NodeName: "n", Config: env.Config, Rebooter: fakeRebooterNone{}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.waitForSupportedServer(context.Background()); err != nil {
+		t.Fatalf("the test's apiserver: %v", err)
+	}
+}
+
+type fakeRebooterNone struct{}
+
+func (fakeRebooterNone) Reboot(context.Context) error { return nil }
+func (fakeRebooterNone) String() string               { return "none" }
