@@ -144,8 +144,8 @@ func (c *Controller) validateCanary(ctx context.Context, r *round) error {
 	return nil
 }
 
-// failCanary marks the canary ERS failed and restores the active template
-// into the spec; the rolling update then brings the canary nodes back.
+// failCanary marks the canary ERS failed, then finishes the failure: the
+// active template back into the spec, then the state.
 func (c *Controller) failCanary(ctx context.Context, r *round) error {
 	cp := r.canary.DeepCopy()
 	cp.Status.Status = v1.ReplicaSetStatusCanaryFailed
@@ -154,17 +154,32 @@ func (c *Controller) failCanary(ctx context.Context, r *round) error {
 	if err := c.updateERSStatus(ctx, r, r.canary, cp); err != nil {
 		return err
 	}
+	c.metrics.verdicts.WithLabelValues("failed").Inc()
+	return c.finishFailure(ctx, r, r.verdict.Reason)
+}
+
+// finishFailure restores the active template into the spec and only then
+// records the state CanaryFailed: whoever reads that state reads the
+// restored template with it (two writes, the spec first). A sync that
+// finds the canary ERS failed while the spec still holds its template
+// comes here again, so a crash between the writes loses neither.
+func (c *Controller) finishFailure(ctx context.Context, r *round, reason string) error {
+	if err := c.restoreTemplate(ctx, r); err != nil {
+		return err
+	}
 	e := r.e.DeepCopy()
-	e.Status.State, e.Status.Reason, e.Status.Canary = v1.StateCanaryFailed, r.verdict.Reason, nil
-	setCond(&e.Status.Conditions, v1.ConditionCanaryFailed, true, r.verdict.Reason, "ERS "+r.canary.Name+": failed on nodes "+fmt.Sprint(r.canaryNodes))
-	setCond(&e.Status.Conditions, v1.ConditionCanary, false, r.verdict.Reason, "ERS "+r.canary.Name+": failed")
-	if _, _, err := c.putEDSStatus(ctx, r.e, e.Status); err != nil {
+	e.Status.State, e.Status.Reason, e.Status.Canary = v1.StateCanaryFailed, reason, nil
+	setCond(&e.Status.Conditions, v1.ConditionCanaryFailed, true, reason, "ERS "+r.canary.Name+": failed on nodes "+fmt.Sprint(r.canaryNodes))
+	setCond(&e.Status.Conditions, v1.ConditionCanary, false, reason, "ERS "+r.canary.Name+": failed")
+	wrote, _, err := c.putEDSStatus(ctx, r.e, e.Status)
+	if err != nil {
 		return fmt.Errorf("record the failed canary %s: %w", r.canary.Name, err)
 	}
-	c.metrics.verdicts.WithLabelValues("failed").Inc()
-	c.recorder.Eventf(e, corev1.EventTypeWarning, EventCanaryFailed, "canary ERS %s failed (%s) on nodes %v; restoring the template of ERS %s",
-		r.canary.Name, r.verdict.Reason, r.canaryNodes, r.active.Name)
-	return c.restoreTemplate(ctx, r)
+	if wrote {
+		c.recorder.Eventf(e, corev1.EventTypeWarning, EventCanaryFailed, "canary ERS %s failed (%s) on nodes %v; restored the template of ERS %s",
+			r.canary.Name, reason, r.canaryNodes, r.active.Name)
+	}
+	return nil
 }
 
 // updateERSStatus writes next's status when it differs from s's; a

@@ -54,7 +54,10 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return 0, err
 	}
 	if r.canary != nil && r.canary.Status.Status == v1.ReplicaSetStatusCanaryFailed {
-		return 0, c.restoreTemplate(ctx, r) // failed, but the spec still holds its template
+		if st := e.Status.Canary; st != nil && st.ReplicaSet == r.canary.Name {
+			r.canaryNodes = st.Nodes
+		}
+		return time.Millisecond, c.finishFailure(ctx, r, failedReason(r.canary)) // failed, but the spec still holds its template
 	}
 	if r.canary != nil {
 		done, err := c.runCanary(ctx, r)
@@ -167,6 +170,14 @@ func failedAt(s *v1.ExtendedDaemonSetReplicaSet) int64 {
 		return cond.ObservedGeneration
 	}
 	return 0
+}
+
+// failedReason is why ERS s failed its canary.
+func failedReason(s *v1.ExtendedDaemonSetReplicaSet) string {
+	if cond := meta.FindStatusCondition(s.Status.Conditions, v1.ConditionCanaryFailed); cond != nil {
+		return cond.Reason
+	}
+	return plan.ReasonManuallyFailed
 }
 
 // failedERS is the ERS named by a True CanaryFailed condition, if any.
