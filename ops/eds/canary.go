@@ -81,7 +81,8 @@ func (c *Controller) canaryState(r *round) plan.CanaryState {
 	failed, _ := annotation(e.Annotations, v1.AnnotationCanaryFailed)
 	paused, _ := annotation(e.Annotations, v1.AnnotationCanaryPaused)
 	s.Validated, s.ManuallyFailed = valid == name, failed == name
-	s.ManuallyPaused, s.ManuallyUnpaused = paused == "true", paused == "false"
+	unpaused, _ := annotation(e.Annotations, v1.AnnotationCanaryUnpaused)
+	s.ManuallyPaused, s.ManuallyUnpaused = paused == "true", paused == "false" || unpaused == "true"
 	s.PausedReason, _ = annotation(e.Annotations, v1.AnnotationCanaryPausedReason)
 	return s
 }
@@ -179,6 +180,35 @@ func (c *Controller) finishFailure(ctx context.Context, r *round, reason string)
 		c.recorder.Eventf(e, corev1.EventTypeWarning, EventCanaryFailed, "canary ERS %s failed (%s) on nodes %v; restored the template of ERS %s",
 			r.canary.Name, reason, r.canaryNodes, r.active.Name)
 	}
+	return nil
+}
+
+// endManualDecisions removes the manual canary annotations once their
+// canary ended: none runs, or another template replaced the one the status
+// names (a user's decision names the canary kubectl-eds read there). r.e
+// gets the annotations the API server kept.
+func (c *Controller) endManualDecisions(ctx context.Context, r *round) error {
+	prev := r.e.Status.Canary
+	if r.canary != nil && (prev == nil || prev.ReplicaSet == r.canary.Name) {
+		return nil
+	}
+	remove := map[string]any{}
+	for _, k := range v1.ManualCanaryAnnotations {
+		for _, key := range []string{k, v1.DataDog(k)} {
+			if _, ok := r.e.Annotations[key]; ok {
+				remove[key] = nil
+			}
+		}
+	}
+	if len(remove) == 0 {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": remove}})
+	out, err := c.eds.ExtendedDaemonSets(r.e.Namespace).Patch(ctx, r.e.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("remove the manual decisions about the ended canary: %w", err)
+	}
+	r.e.Annotations = out.Annotations
 	return nil
 }
 

@@ -55,6 +55,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err := c.load(ctx, r); err != nil {
 		return 0, err
 	}
+	if err := c.endManualDecisions(ctx, r); err != nil {
+		return 0, err
+	}
 	if r.canary != nil && r.canary.Status.Status == v1.ReplicaSetStatusCanaryFailed {
 		if st := e.Status.Canary; st != nil && st.ReplicaSet == r.canary.Name {
 			r.canaryNodes = st.Nodes
