@@ -64,16 +64,25 @@ func (c *Controller) canaryState(r *round) plan.CanaryState {
 	for _, n := range r.canaryNodes {
 		onCanary[n] = true
 	}
+	var ours []*corev1.Pod
+	current := map[string]int{}
 	for _, p := range r.pods {
-		if p.Labels[v1.LabelReplicaSet] != name || !onCanary[nodeOf(p)] || p.DeletionTimestamp != nil {
+		if p.Labels[v1.LabelReplicaSet] != name {
+			continue
+		}
+		ours = append(ours, p) // a deleting pod's last restarts count too
+		if !onCanary[nodeOf(p)] || p.DeletionTimestamp != nil {
 			continue
 		}
 		h := plan.PodHealth(p)
+		current[nodeOf(p)] = len(s.Pods)
 		s.Pods = append(s.Pods, h)
 		if h.CannotStart != "" && (s.CannotStartSince.IsZero() || p.CreationTimestamp.Time.Before(s.CannotStartSince)) {
 			s.CannotStartSince = p.CreationTimestamp.Time
 		}
 	}
+	r.history = mergeRestarts(r.canary.Status.CanaryRestarts, ours)
+	s.Pods = withHistory(s.Pods, current, r.history)
 	if cond := meta.FindStatusCondition(r.canary.Status.Conditions, v1.ConditionPodRestarting); cond != nil && cond.Status == metav1.ConditionTrue {
 		s.RestartingSince = cond.LastTransitionTime.Time
 	}
@@ -92,6 +101,7 @@ func (c *Controller) canaryState(r *round) plan.CanaryState {
 func (c *Controller) markCanaryERS(ctx context.Context, r *round, s plan.CanaryState) error {
 	cp := r.canary.DeepCopy()
 	cp.Status.Status = v1.ReplicaSetStatusCanary
+	cp.Status.CanaryRestarts = r.history
 	var restarts int32
 	var cannot string
 	for _, h := range s.Pods {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -116,5 +117,39 @@ func TestManualDecisionsEndWithTheirCanary(t *testing.T) {
 	h.crash(p.Name, 3) // over autoPause.maxRestarts (2)
 	if e = h.waitState("agent", v1.StateCanaryPaused, 10*time.Second); e.Status.Reason != "CrashLoopBackOff" {
 		t.Errorf("paused reason %q, want CrashLoopBackOff", e.Status.Reason)
+	}
+}
+
+// Issue 24 item 5: a canary's restart history belongs to the canary.
+// Deleting the paused, crash-looping canary pod does not unpause the
+// canary (its replacement has zero restarts), and the replacement's own
+// restarts add to its predecessor's: 3 + 3 is over autoFail.maxRestarts (5).
+func TestCanaryRestartsOutliveItsPods(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.create(withCanary(daemon("agent", "agent:v1"), time.Hour))
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	h.setImage("agent", "agent:v2")
+	e := h.waitState("agent", v1.StateCanary, 20*time.Second)
+	first := h.canaryPod("agent", e.Status.Canary.ReplicaSet)
+	h.crash(first.Name, 3) // over autoPause.maxRestarts (2)
+	h.waitState("agent", v1.StateCanaryPaused, 10*time.Second)
+	ctx := context.Background()
+	if err := h.kube.CoreV1().Pods(h.ns).Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var next corev1.Pod
+	h.eventually(30*time.Second, "the replacement canary pod Ready and counted", func() (bool, string) {
+		next = h.canaryPod("agent", e.Status.Canary.ReplicaSet)
+		st := h.get("agent").Status
+		return next.UID != first.UID && podReady(&next) && st.Ready == clusterNodes && st.Current == clusterNodes,
+			fmt.Sprintf("pod %s ready %v; status %+v", next.Name, podReady(&next), st)
+	})
+	if st := h.get("agent").Status; st.State != v1.StateCanaryPaused {
+		t.Fatalf("state %s (%s) once the crashing canary pod was replaced, want CanaryPaused", st.State, st.Reason)
+	}
+	h.crash(next.Name, 3)
+	if got := h.waitState("agent", v1.StateCanaryFailed, 10*time.Second); got.Status.Reason != "CrashLoopBackOff" {
+		t.Errorf("failed reason %q, want CrashLoopBackOff", got.Status.Reason)
 	}
 }

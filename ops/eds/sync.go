@@ -31,6 +31,7 @@ type round struct {
 	pods        []*corev1.Pod                   // the EDS's pods (and the old DaemonSet's)
 	targets     map[string]string               // node -> ERS its pod should be of
 	canaryNodes []string
+	history     []v1.CanaryPodRestarts // the canary pods' restarts, kept on the canary ERS
 	verdict     plan.Verdict
 	plan        plan.Plan
 	recheck     time.Duration
