@@ -60,7 +60,9 @@ func (c *Controller) nodeStates(r *round, hashes map[string]string) ([]plan.Node
 	for _, p := range r.pods {
 		n := nodeOf(p)
 		if _, ok := r.targets[n]; !ok {
-			if p.DeletionTimestamp == nil {
+			// The old DaemonSet's pods on nodes the EDS does not select are
+			// the DaemonSet's: deleting them, it would recreate them.
+			if p.DeletionTimestamp == nil && p.Labels[v1.LabelName] == r.e.Name {
 				stray = append(stray, p)
 			}
 			continue
