@@ -30,8 +30,8 @@ func (c *Controller) runCanary(ctx context.Context, r *round) (done bool, err er
 		}
 	}
 	var cands []plan.Candidate
-	for _, node := range r.nodes {
-		if sel.Matches(labels.Set(node.Labels)) {
+	for _, node := range r.nodes { // nodes the canary's own template admits too
+		if sel.Matches(labels.Set(node.Labels)) && plan.Eligible(node, labels.Everything(), &r.canary.Spec.Template.Spec) {
 			cands = append(cands, plan.Candidate{Name: node.Name, Labels: node.Labels, Restarts: restarts[node.Name]})
 		}
 	}

@@ -153,3 +153,52 @@ func TestCanaryRestartsOutliveItsPods(t *testing.T) {
 		t.Errorf("failed reason %q, want CrashLoopBackOff", got.Status.Reason)
 	}
 }
+
+// Issue 24 item 1: each ERS's pods follow their own template until the
+// rollout replaces them. A canary whose template selects no node (a
+// nodeSelector typo) removes no active pod; once validated, the removals
+// it brings wait while the rolling update is paused.
+func TestPlacementFollowsEachTemplate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.create(manual(daemon("agent", "agent:v1")))
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	ctx := context.Background()
+	typo := []byte(`{"spec":{"template":{"spec":{"nodeSelector":{"eds-typo":"nowhere"}}}}}`)
+	if _, err := h.eds.EdsV1alpha1().ExtendedDaemonSets(h.ns).Patch(ctx, "agent", types.MergePatchType, typo, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitState("agent", v1.StateCanary, 20*time.Second)
+	live := func() int {
+		n := 0
+		for _, p := range h.pods("agent") {
+			if p.DeletionTimestamp == nil {
+				n++
+			}
+		}
+		return n
+	}
+	if n := live(); n != clusterNodes {
+		t.Fatalf("%d live pods once the canary of a template that selects no node started, want the %d active ones", n, clusterNodes)
+	}
+	cl, _ := h.kubectlEDS("")
+	if err := cl.SetFlag(ctx, "agent", v1.AnnotationRollingUpdatePaused, true, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.CanaryValidate(ctx, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(20*time.Second, "the template validated, the rolling update paused", func() (bool, string) {
+		st := h.get("agent").Status
+		return st.Canary == nil && st.State == v1.StateRollingUpdatePaused && st.Desired == 0, fmt.Sprintf("%+v", st)
+	})
+	if n := live(); n != clusterNodes {
+		t.Fatalf("%d live pods while the rolling update is paused, want %d: removals wait too", n, clusterNodes)
+	}
+	if err := cl.SetFlag(ctx, "agent", v1.AnnotationRollingUpdatePaused, false, "unpaused"); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(30*time.Second, "the pods gone from the nodes the template no longer selects", func() (bool, string) {
+		return len(h.pods("agent")) == 0, fmt.Sprintf("%d pods", len(h.pods("agent")))
+	})
+}

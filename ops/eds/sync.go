@@ -111,7 +111,7 @@ func (c *Controller) load(ctx context.Context, r *round) error {
 	} else {
 		r.canary = r.target
 	}
-	if r.nodes, err = c.eligibleNodes(e); err != nil {
+	if r.nodes, err = c.eligibleNodes(e, &r.active.Spec.Template.Spec); err != nil {
 		return err
 	}
 	if r.pods, err = c.podsOf(ctx, e); err != nil {
@@ -256,8 +256,11 @@ func ersFromMessage(m string) string {
 	return name
 }
 
-// eligibleNodes are the nodes that should run a pod of e, by name.
-func (c *Controller) eligibleNodes(e *v1.ExtendedDaemonSet) ([]*corev1.Node, error) {
+// eligibleNodes are the nodes that should run a pod of template spec
+// (the active ERS's: each ERS's pods follow its own template until the
+// rollout replaces them), by name. The spec's node selector is not part
+// of a template and applies at once; removals go through the rolling budget.
+func (c *Controller) eligibleNodes(e *v1.ExtendedDaemonSet, spec *corev1.PodSpec) ([]*corev1.Node, error) {
 	sel, err := plan.Selector(e.Spec.Selector)
 	if err != nil {
 		return nil, err
@@ -265,7 +268,7 @@ func (c *Controller) eligibleNodes(e *v1.ExtendedDaemonSet) ([]*corev1.Node, err
 	var out []*corev1.Node
 	for _, o := range c.nodes.List() {
 		n := o.(*corev1.Node)
-		if plan.Eligible(n, sel, &e.Spec.Template.Spec) {
+		if plan.Eligible(n, sel, spec) {
 			out = append(out, n)
 		}
 	}
