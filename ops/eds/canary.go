@@ -30,8 +30,8 @@ func (c *Controller) runCanary(ctx context.Context, r *round) (done bool, err er
 		}
 	}
 	var cands []plan.Candidate
-	for _, node := range r.nodes {
-		if sel.Matches(labels.Set(node.Labels)) {
+	for _, node := range r.nodes { // nodes the canary's own template admits too
+		if sel.Matches(labels.Set(node.Labels)) && plan.Eligible(node, labels.Everything(), &r.canary.Spec.Template.Spec) {
 			cands = append(cands, plan.Candidate{Name: node.Name, Labels: node.Labels, Restarts: restarts[node.Name]})
 		}
 	}
@@ -64,16 +64,25 @@ func (c *Controller) canaryState(r *round) plan.CanaryState {
 	for _, n := range r.canaryNodes {
 		onCanary[n] = true
 	}
+	var ours []*corev1.Pod
+	current := map[string]int{}
 	for _, p := range r.pods {
-		if p.Labels[v1.LabelReplicaSet] != name || !onCanary[nodeOf(p)] || p.DeletionTimestamp != nil {
+		if p.Labels[v1.LabelReplicaSet] != name {
+			continue
+		}
+		ours = append(ours, p) // a deleting pod's last restarts count too
+		if !onCanary[nodeOf(p)] || p.DeletionTimestamp != nil {
 			continue
 		}
 		h := plan.PodHealth(p)
+		current[nodeOf(p)] = len(s.Pods)
 		s.Pods = append(s.Pods, h)
 		if h.CannotStart != "" && (s.CannotStartSince.IsZero() || p.CreationTimestamp.Time.Before(s.CannotStartSince)) {
 			s.CannotStartSince = p.CreationTimestamp.Time
 		}
 	}
+	r.history = mergeRestarts(r.canary.Status.CanaryRestarts, ours)
+	s.Pods = withHistory(s.Pods, current, r.history)
 	if cond := meta.FindStatusCondition(r.canary.Status.Conditions, v1.ConditionPodRestarting); cond != nil && cond.Status == metav1.ConditionTrue {
 		s.RestartingSince = cond.LastTransitionTime.Time
 	}
@@ -81,7 +90,8 @@ func (c *Controller) canaryState(r *round) plan.CanaryState {
 	failed, _ := annotation(e.Annotations, v1.AnnotationCanaryFailed)
 	paused, _ := annotation(e.Annotations, v1.AnnotationCanaryPaused)
 	s.Validated, s.ManuallyFailed = valid == name, failed == name
-	s.ManuallyPaused, s.ManuallyUnpaused = paused == "true", paused == "false"
+	unpaused, _ := annotation(e.Annotations, v1.AnnotationCanaryUnpaused)
+	s.ManuallyPaused, s.ManuallyUnpaused = paused == "true", paused == "false" || unpaused == "true"
 	s.PausedReason, _ = annotation(e.Annotations, v1.AnnotationCanaryPausedReason)
 	return s
 }
@@ -91,6 +101,7 @@ func (c *Controller) canaryState(r *round) plan.CanaryState {
 func (c *Controller) markCanaryERS(ctx context.Context, r *round, s plan.CanaryState) error {
 	cp := r.canary.DeepCopy()
 	cp.Status.Status = v1.ReplicaSetStatusCanary
+	cp.Status.CanaryRestarts = r.history
 	var restarts int32
 	var cannot string
 	for _, h := range s.Pods {
@@ -144,8 +155,8 @@ func (c *Controller) validateCanary(ctx context.Context, r *round) error {
 	return nil
 }
 
-// failCanary marks the canary ERS failed and restores the active template
-// into the spec; the rolling update then brings the canary nodes back.
+// failCanary marks the canary ERS failed, then finishes the failure: the
+// active template back into the spec, then the state.
 func (c *Controller) failCanary(ctx context.Context, r *round) error {
 	cp := r.canary.DeepCopy()
 	cp.Status.Status = v1.ReplicaSetStatusCanaryFailed
@@ -154,17 +165,61 @@ func (c *Controller) failCanary(ctx context.Context, r *round) error {
 	if err := c.updateERSStatus(ctx, r, r.canary, cp); err != nil {
 		return err
 	}
+	c.metrics.verdicts.WithLabelValues("failed").Inc()
+	return c.finishFailure(ctx, r, r.verdict.Reason)
+}
+
+// finishFailure restores the active template into the spec and only then
+// records the state CanaryFailed: whoever reads that state reads the
+// restored template with it (two writes, the spec first). A sync that
+// finds the canary ERS failed while the spec still holds its template
+// comes here again, so a crash between the writes loses neither.
+func (c *Controller) finishFailure(ctx context.Context, r *round, reason string) error {
+	if err := c.restoreTemplate(ctx, r); err != nil {
+		return err
+	}
 	e := r.e.DeepCopy()
-	e.Status.State, e.Status.Reason, e.Status.Canary = v1.StateCanaryFailed, r.verdict.Reason, nil
-	setCond(&e.Status.Conditions, v1.ConditionCanaryFailed, true, r.verdict.Reason, "ERS "+r.canary.Name+": failed on nodes "+fmt.Sprint(r.canaryNodes))
-	setCond(&e.Status.Conditions, v1.ConditionCanary, false, r.verdict.Reason, "ERS "+r.canary.Name+": failed")
-	if _, _, err := c.putEDSStatus(ctx, r.e, e.Status); err != nil {
+	e.Status.State, e.Status.Reason, e.Status.Canary = v1.StateCanaryFailed, reason, nil
+	setCond(&e.Status.Conditions, v1.ConditionCanaryFailed, true, reason, "ERS "+r.canary.Name+": failed on nodes "+fmt.Sprint(r.canaryNodes))
+	setCond(&e.Status.Conditions, v1.ConditionCanary, false, reason, "ERS "+r.canary.Name+": failed")
+	wrote, _, err := c.putEDSStatus(ctx, r.e, e.Status)
+	if err != nil {
 		return fmt.Errorf("record the failed canary %s: %w", r.canary.Name, err)
 	}
-	c.metrics.verdicts.WithLabelValues("failed").Inc()
-	c.recorder.Eventf(e, corev1.EventTypeWarning, EventCanaryFailed, "canary ERS %s failed (%s) on nodes %v; restoring the template of ERS %s",
-		r.canary.Name, r.verdict.Reason, r.canaryNodes, r.active.Name)
-	return c.restoreTemplate(ctx, r)
+	if wrote {
+		c.recorder.Eventf(e, corev1.EventTypeWarning, EventCanaryFailed, "canary ERS %s failed (%s) on nodes %v; restored the template of ERS %s",
+			r.canary.Name, reason, r.canaryNodes, r.active.Name)
+	}
+	return nil
+}
+
+// endManualDecisions removes the manual canary annotations once their
+// canary ended: none runs, or another template replaced the one the status
+// names (a user's decision names the canary kubectl-eds read there). r.e
+// gets the annotations the API server kept.
+func (c *Controller) endManualDecisions(ctx context.Context, r *round) error {
+	prev := r.e.Status.Canary
+	if r.canary != nil && (prev == nil || prev.ReplicaSet == r.canary.Name) {
+		return nil
+	}
+	remove := map[string]any{}
+	for _, k := range v1.ManualCanaryAnnotations {
+		for _, key := range []string{k, v1.DataDog(k)} {
+			if _, ok := r.e.Annotations[key]; ok {
+				remove[key] = nil
+			}
+		}
+	}
+	if len(remove) == 0 {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": remove}})
+	out, err := c.eds.ExtendedDaemonSets(r.e.Namespace).Patch(ctx, r.e.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("remove the manual decisions about the ended canary: %w", err)
+	}
+	r.e.Annotations = out.Annotations
+	return nil
 }
 
 // updateERSStatus writes next's status when it differs from s's; a

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,6 +95,7 @@ func TestManualCanaryFailedThroughKubectlEDS(t *testing.T) {
 	h.waitState("agent", v1.StateCanary, 20*time.Second)
 	cl, out := h.kubectlEDS("json")
 	ctx := context.Background()
+	seen := h.watchEDS("agent", failedOnlyWithTheTemplateRestored("agent:v1"))
 	if err := cl.CanaryPause(ctx, "agent", "Investigating"); err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +111,9 @@ func TestManualCanaryFailedThroughKubectlEDS(t *testing.T) {
 		t.Errorf("after canary fail: reason %q, image %s; want ManuallyFailed and agent:v1 restored", e.Status.Reason, e.Spec.Template.Spec.Containers[0].Image)
 	}
 	h.rolledOutState("agent", "agent:v1", clusterNodes, v1.StateCanaryFailed)
+	if bad := seen(); len(bad) > 0 {
+		t.Errorf("the watch saw the state CanaryFailed before the restore: %v", bad)
+	}
 	out.Reset()
 	if err := cl.GetERS(ctx, "agent"); err != nil {
 		t.Fatal(err)
@@ -146,6 +152,46 @@ func TestCanaryOfAnImageThatNeverStarts(t *testing.T) {
 		t.Errorf("failed reason %q, want TimeoutExceeded", got.Status.Reason)
 	}
 	h.rolledOutState("agent", "agent:v1", clusterNodes, v1.StateCanaryFailed)
+}
+
+// watchEDS watches ExtendedDaemonSet name from now on and runs check on
+// every version of it the API server sends; seen stops the watch and
+// returns what check found wrong.
+func (h *harness) watchEDS(name string, check func(*v1.ExtendedDaemonSet) string) (seen func() []string) {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := h.eds.EdsV1alpha1().ExtendedDaemonSets(h.ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var bad []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if e, ok := ev.Object.(*v1.ExtendedDaemonSet); ok {
+				if msg := check(e); msg != "" {
+					bad = append(bad, fmt.Sprintf("resourceVersion %s: %s", e.ResourceVersion, msg))
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() []string {
+		once.Do(func() { cancel(); w.Stop(); <-done })
+		return bad
+	}
+}
+
+// failedOnlyWithTheTemplateRestored finds an ExtendedDaemonSet whose state
+// says CanaryFailed while its spec still holds another image than restored.
+func failedOnlyWithTheTemplateRestored(restored string) func(*v1.ExtendedDaemonSet) string {
+	return func(e *v1.ExtendedDaemonSet) string {
+		if img := e.Spec.Template.Spec.Containers[0].Image; e.Status.State == v1.StateCanaryFailed && img != restored {
+			return "state CanaryFailed with image " + img
+		}
+		return ""
+	}
 }
 
 // neverStarts plays a kubelet that cannot pull image: every pod of the

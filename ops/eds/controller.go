@@ -221,7 +221,7 @@ func (c *Controller) startInformers(ctx context.Context) error {
 		fn  func(any)
 	}{
 		{edsInf, c.enqueueObject},
-		{ersInf, func(o any) { c.enqueueLabel(o, v1.LabelEDSOwner) }},
+		{ersInf, c.enqueueOwner},
 		{podInf, func(o any) { c.enqueueLabel(o, v1.LabelName) }},
 		{setInf, c.enqueueSetting},
 		{nodeInf, func(any) { c.enqueueAll() }},
@@ -263,6 +263,20 @@ func (c *Controller) enqueueLabel(o any, label string) {
 	if m, ok := metaOf(o); ok && m.GetLabels()[label] != "" {
 		c.queue.Add(m.GetNamespace() + "/" + m.GetLabels()[label])
 	}
+}
+
+// enqueueOwner enqueues the ExtendedDaemonSet that controls an ERS, or
+// that its owner label names.
+func (c *Controller) enqueueOwner(o any) {
+	m, ok := metaOf(o)
+	if !ok {
+		return
+	}
+	if ref := metav1.GetControllerOfNoCopy(m); ref != nil && ref.Kind == "ExtendedDaemonSet" {
+		c.queue.Add(m.GetNamespace() + "/" + ref.Name)
+		return
+	}
+	c.enqueueLabel(o, v1.LabelEDSOwner)
 }
 
 func (c *Controller) enqueueSetting(o any) {

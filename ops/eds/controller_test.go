@@ -94,13 +94,15 @@ func TestCanaryAutoPausesThenFailsOnRestarts(t *testing.T) {
 	if e.Status.Reason != "CrashLoopBackOff" {
 		t.Errorf("paused reason %q, want CrashLoopBackOff", e.Status.Reason)
 	}
+	seen := h.watchEDS("agent", failedOnlyWithTheTemplateRestored("agent:v1"))
 	h.crash(p.Name, 6) // over autoFail.maxRestarts (5)
-	h.waitState("agent", v1.StateCanaryFailed, 10*time.Second)
-	// The restore is its own write, after the status says CanaryFailed.
-	h.eventually(10*time.Second, "the active agent:v1 restored in the spec", func() (bool, string) {
-		image := h.get("agent").Spec.Template.Spec.Containers[0].Image
-		return image == "agent:v1", "the spec runs " + image
-	})
+	// The restore is written before the state: who reads CanaryFailed reads agent:v1.
+	if e := h.waitState("agent", v1.StateCanaryFailed, 10*time.Second); e.Spec.Template.Spec.Containers[0].Image != "agent:v1" {
+		t.Errorf("state CanaryFailed with image %s, want agent:v1 restored", e.Spec.Template.Spec.Containers[0].Image)
+	}
+	if bad := seen(); len(bad) > 0 {
+		t.Errorf("the watch saw the state CanaryFailed before the restore: %v", bad)
+	}
 	h.eventually(30*time.Second, "the canary node back on v1", func() (bool, string) {
 		live := 0
 		var seen []string

@@ -84,7 +84,7 @@ func ManifestObjects(o ManifestOptions) ([]any, error) {
 func ClusterRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{v1.SchemeGroupVersion.Group}, Resources: []string{"extendeddaemonsets"}, Verbs: []string{"list", "watch", "patch"}},
-		{APIGroups: []string{v1.SchemeGroupVersion.Group}, Resources: []string{"extendeddaemonsetreplicasets"}, Verbs: []string{"get", "list", "watch", "create", "delete"}},
+		{APIGroups: []string{v1.SchemeGroupVersion.Group}, Resources: []string{"extendeddaemonsetreplicasets"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
 		{APIGroups: []string{v1.SchemeGroupVersion.Group}, Resources: []string{"extendeddaemonsetsettings"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{v1.SchemeGroupVersion.Group}, Resources: []string{"extendeddaemonsets/status", "extendeddaemonsetreplicasets/status", "extendeddaemonsetsettings/status"}, Verbs: []string{"update", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "create", "delete"}},

@@ -3,6 +3,7 @@ package eds
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -51,23 +52,33 @@ func nodeOf(p *corev1.Pod) string {
 	return ""
 }
 
-// nodeStates sorts r's pods by node into the planner's view; pods on nodes
-// no longer eligible are returned apart, to be deleted at once.
+// nodeStates sorts r's pods by node into the planner's view. The EDS's
+// pods on nodes that exist but no longer admit the active template leave
+// through the rolling budget (states with Leave); those on nodes gone are
+// returned apart, to be deleted at once.
 func (c *Controller) nodeStates(r *round, hashes map[string]string) ([]plan.NodeState, []*corev1.Pod) {
 	key := r.e.Namespace + "/" + r.e.Name
 	byNode := map[string][]*corev1.Pod{}
+	leaving := map[string][]*corev1.Pod{}
 	var stray []*corev1.Pod
 	for _, p := range r.pods {
 		n := nodeOf(p)
-		if _, ok := r.targets[n]; !ok {
-			if p.DeletionTimestamp == nil {
-				stray = append(stray, p)
-			}
+		if _, ok := r.targets[n]; ok {
+			byNode[n] = append(byNode[n], p)
 			continue
 		}
-		byNode[n] = append(byNode[n], p)
+		// The old DaemonSet's pods on nodes the EDS does not select are
+		// the DaemonSet's: deleting them, it would recreate them.
+		if p.Labels[v1.LabelName] != r.e.Name {
+			continue
+		}
+		if o, ok, _ := c.nodes.GetByKey(n); ok && o.(*corev1.Node).DeletionTimestamp == nil {
+			leaving[n] = append(leaving[n], p)
+		} else if p.DeletionTimestamp == nil {
+			stray = append(stray, p)
+		}
 	}
-	states := make([]plan.NodeState, 0, len(r.nodes))
+	states := leavingStates(leaving, c.expected, key, r.now)
 	for _, n := range r.nodes {
 		s := plan.NodeState{Node: n.Name}
 		for _, p := range byNode[n.Name] {
@@ -94,6 +105,26 @@ func (c *Controller) nodeStates(r *round, hashes map[string]string) ([]plan.Node
 		states = append(states, s)
 	}
 	return states, stray
+}
+
+// leavingStates are the planner's view of the nodes the EDS leaves: their
+// pods are old ones, none is created there.
+func leavingStates(leaving map[string][]*corev1.Pod, expected func(key, what string) bool, key string, now time.Time) []plan.NodeState {
+	nodes := make([]string, 0, len(leaving))
+	for n := range leaving {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	states := make([]plan.NodeState, 0, len(nodes))
+	for _, n := range nodes {
+		s := plan.NodeState{Node: n, Leave: true}
+		for _, p := range leaving[n] {
+			s.Old = append(s.Old, plan.Pod{Name: p.Name, Available: plan.Available(p, 0, now) && p.Status.Phase == corev1.PodRunning,
+				Terminating: p.DeletionTimestamp != nil || expected(key, "delete/"+p.Name)})
+		}
+		states = append(states, s)
+	}
+	return states
 }
 
 // expected says whether a write recorded by expect is still unseen and recent.

@@ -52,6 +52,9 @@ func (c *Controller) rollout(ctx context.Context, r *round) error {
 	}
 	return parallel(p.Create, func(node string) error {
 		s := ers[r.targets[node]]
+		if s == nil { // never a nil template: say which ERS is missing
+			return fmt.Errorf("ERS %s of node %s is not in the cache yet; retrying", r.targets[node], node)
+		}
 		pod := buildPod(r.e, s, node, overrides[node], r.canary != nil && s.Name == r.canary.Name)
 		if _, err := c.kube.CoreV1().Pods(r.e.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			c.recorder.Eventf(r.e, corev1.EventTypeWarning, EventCreateFailed, "create the pod of node %s: %v", node, err)

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -259,5 +260,56 @@ func TestInvalidSpecGetsAConditionAndAnEvent(t *testing.T) {
 	bad.Spec.Strategy.Canary.ValidationMode = v1.ValidationModeManual
 	if _, err := h.eds.EdsV1alpha1().ExtendedDaemonSets(h.ns).Create(context.Background(), bad, metav1.CreateOptions{}); err == nil {
 		t.Error("a manual canary with a duration was accepted")
+	}
+}
+
+// Issue 24 item 6: the old DaemonSet's pod on a node the EDS does not
+// select stays the DaemonSet's: it is not deleted (the DaemonSet
+// controller would recreate it, every sync).
+func TestMigrationLeavesUnselectedNodesToTheDaemonSet(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent-ds"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent-ds"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "agent-ds"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "daemon", Image: "agent:ds"}}}}}}
+	if _, err := h.kube.AppsV1().DaemonSets(h.ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kept := env.Nodes[0]
+	var before types.UID
+	h.eventually(60*time.Second, "the DaemonSet on every node", func() (bool, string) {
+		list, err := h.kube.CoreV1().Pods(h.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=agent-ds"})
+		if err != nil {
+			return false, err.Error()
+		}
+		running := 0
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				running++
+				if p.Spec.NodeName == kept {
+					before = p.UID
+				}
+			}
+		}
+		return running == clusterNodes, fmt.Sprintf("%d running", running)
+	})
+	e := daemon("agent", "agent:v1")
+	e.Annotations = map[string]string{v1.AnnotationOldDaemonSet: "agent-ds"}
+	e.Spec.Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "kubernetes.io/hostname", Operator: metav1.LabelSelectorOpNotIn, Values: []string{kept}}}}
+	h.create(e)
+	h.rolledOut("agent", "agent:v1", clusterNodes-1)
+	list, err := h.kube.CoreV1().Pods(h.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=agent-ds"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].UID != before || list.Items[0].DeletionTimestamp != nil {
+		var seen []string
+		for _, p := range list.Items {
+			seen = append(seen, fmt.Sprintf("%s on %s (uid %s, deleting %v)", p.Name, p.Spec.NodeName, p.UID, p.DeletionTimestamp != nil))
+		}
+		t.Errorf("the DaemonSet's pods %v; want only its pod %s on %s, untouched", seen, before, kept)
 	}
 }

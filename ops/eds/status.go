@@ -37,7 +37,11 @@ func (c *Controller) writeStatus(ctx context.Context, r *round) error {
 	setCond(&st.Conditions, v1.ConditionRollingUpdatePaused, isTrue(e.Annotations, v1.AnnotationRollingUpdatePaused), "Annotation", "")
 	setCond(&st.Conditions, v1.ConditionRolloutFrozen, isTrue(e.Annotations, v1.AnnotationRolloutFrozen), "Annotation", "")
 	setCond(&st.Conditions, v1.ConditionInvalid, false, "Valid", "")
-	failed := failedERS(next)
+	failed, why := failedERS(next), e.Status.Reason
+	if s := unrecordedFailure(r); failed == "" && s != nil { // the spec was restored, the state not yet written
+		failed, why = s.Name, failedReason(s)
+		setCond(&st.Conditions, v1.ConditionCanaryFailed, true, why, "ERS "+s.Name+": failed")
+	}
 	switch {
 	case isTrue(e.Annotations, v1.AnnotationRolloutFrozen):
 		st.State = v1.StateRolloutFrozen
@@ -48,7 +52,7 @@ func (c *Controller) writeStatus(ctx context.Context, r *round) error {
 	case r.canary != nil:
 		st.State = v1.StateCanary
 	case failed != "":
-		st.State, st.Reason = v1.StateCanaryFailed, e.Status.Reason
+		st.State, st.Reason = v1.StateCanaryFailed, why
 	default:
 		st.State = v1.StateRunning
 	}
@@ -62,6 +66,20 @@ func (c *Controller) writeStatus(ctx context.Context, r *round) error {
 		c.announce(e, next)
 	}
 	return err
+}
+
+// unrecordedFailure is a failed canary ERS whose restore is the spec's last
+// change (generation one past its failure), when no canary runs.
+func unrecordedFailure(r *round) *v1.ExtendedDaemonSetReplicaSet {
+	if r.canary != nil {
+		return nil
+	}
+	for _, s := range r.ersList {
+		if s.Status.Status == v1.ReplicaSetStatusCanaryFailed && s.Name != r.target.Name && failedAt(s)+1 == r.e.Generation {
+			return s
+		}
+	}
+	return nil
 }
 
 func canaryMessage(r *round) string {

@@ -2,6 +2,7 @@ package eds
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/eds/plan"
@@ -29,6 +31,7 @@ type round struct {
 	pods        []*corev1.Pod                   // the EDS's pods (and the old DaemonSet's)
 	targets     map[string]string               // node -> ERS its pod should be of
 	canaryNodes []string
+	history     []v1.CanaryPodRestarts // the canary pods' restarts, kept on the canary ERS
 	verdict     plan.Verdict
 	plan        plan.Plan
 	recheck     time.Duration
@@ -53,8 +56,14 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err := c.load(ctx, r); err != nil {
 		return 0, err
 	}
+	if err := c.endManualDecisions(ctx, r); err != nil {
+		return 0, err
+	}
 	if r.canary != nil && r.canary.Status.Status == v1.ReplicaSetStatusCanaryFailed {
-		return 0, c.restoreTemplate(ctx, r) // failed, but the spec still holds its template
+		if st := e.Status.Canary; st != nil && st.ReplicaSet == r.canary.Name {
+			r.canaryNodes = st.Nodes
+		}
+		return time.Millisecond, c.finishFailure(ctx, r, failedReason(r.canary)) // failed, but the spec still holds its template
 	}
 	if r.canary != nil {
 		done, err := c.runCanary(ctx, r)
@@ -89,12 +98,9 @@ func reconcileFrequency(e *v1.ExtendedDaemonSet) time.Duration {
 // which a canary, the eligible nodes, the pods and each node's target ERS.
 func (c *Controller) load(ctx context.Context, r *round) error {
 	e := r.e
-	list, err := c.ers.ExtendedDaemonSetReplicaSets(e.Namespace).List(labels.SelectorFromSet(labels.Set{v1.LabelEDSOwner: e.Name}))
+	err := c.loadERSs(ctx, r)
 	if err != nil {
 		return err
-	}
-	for _, s := range list {
-		r.ersList = append(r.ersList, c.freshERS(s))
 	}
 	if r.target, err = c.ensureERS(ctx, r); err != nil {
 		return err
@@ -105,7 +111,7 @@ func (c *Controller) load(ctx context.Context, r *round) error {
 	} else {
 		r.canary = r.target
 	}
-	if r.nodes, err = c.eligibleNodes(e); err != nil {
+	if r.nodes, err = c.eligibleNodes(e, &r.active.Spec.Template.Spec); err != nil {
 		return err
 	}
 	if r.pods, err = c.podsOf(ctx, e); err != nil {
@@ -152,7 +158,7 @@ func (c *Controller) ensureERS(ctx context.Context, r *round) (*v1.ExtendedDaemo
 	}
 	created, err := c.eds.ExtendedDaemonSetReplicaSets(e.Namespace).Create(ctx, ers, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return c.eds.ExtendedDaemonSetReplicaSets(e.Namespace).Get(ctx, name, metav1.GetOptions{})
+		return c.existingERS(ctx, r, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create ERS %s: %w", name, err)
@@ -161,12 +167,73 @@ func (c *Controller) ensureERS(ctx context.Context, r *round) (*v1.ExtendedDaemo
 	return created, nil
 }
 
+// loadERSs fills r.ersList with the ERSs e controls (by owner reference)
+// or that carry its owner label, and gives back the label to one that lost it.
+func (c *Controller) loadERSs(ctx context.Context, r *round) error {
+	e := r.e
+	list, err := c.ers.ExtendedDaemonSetReplicaSets(e.Namespace).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, s := range list {
+		ref := metav1.GetControllerOf(s)
+		ours := ref != nil && ref.UID == e.UID
+		if !ours && (ref != nil || s.Labels[v1.LabelEDSOwner] != e.Name) {
+			continue
+		}
+		if ours && s.Labels[v1.LabelEDSOwner] != e.Name {
+			if s, err = c.relabelERS(ctx, s, e.Name); err != nil {
+				return err
+			}
+		}
+		r.ersList = append(r.ersList, c.freshERS(s))
+	}
+	return nil
+}
+
+// relabelERS puts back the owner label of an ERS e controls.
+func (c *Controller) relabelERS(ctx context.Context, s *v1.ExtendedDaemonSetReplicaSet, owner string) (*v1.ExtendedDaemonSetReplicaSet, error) {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{v1.LabelEDSOwner: owner}}})
+	out, err := c.eds.ExtendedDaemonSetReplicaSets(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("give ERS %s back its label %s=%s: %w", s.Name, v1.LabelEDSOwner, owner, err)
+	}
+	return out, nil
+}
+
+// existingERS is the ERS name that a create found already there: ours
+// (then listed in r), or an error saying what to do with a stranger.
+func (c *Controller) existingERS(ctx context.Context, r *round, name string) (*v1.ExtendedDaemonSetReplicaSet, error) {
+	s, err := c.eds.ExtendedDaemonSetReplicaSets(r.e.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("read the existing ERS %s: %w", name, err)
+	}
+	if ref := metav1.GetControllerOf(s); ref == nil || ref.UID != r.e.UID {
+		return nil, fmt.Errorf("ERS %s exists but is not controlled by ExtendedDaemonSet %s (uid %s): delete it so that the controller can create its own", name, r.e.Name, r.e.UID)
+	}
+	if s.Labels[v1.LabelEDSOwner] != r.e.Name {
+		if s, err = c.relabelERS(ctx, s, r.e.Name); err != nil {
+			return nil, err
+		}
+	}
+	r.ersList = append(r.ersList, s)
+	return s, nil
+}
+
 // failedAt is the ExtendedDaemonSet generation at which ERS s failed its canary.
 func failedAt(s *v1.ExtendedDaemonSetReplicaSet) int64 {
 	if cond := meta.FindStatusCondition(s.Status.Conditions, v1.ConditionCanaryFailed); cond != nil {
 		return cond.ObservedGeneration
 	}
 	return 0
+}
+
+// failedReason is why ERS s failed its canary.
+func failedReason(s *v1.ExtendedDaemonSetReplicaSet) string {
+	if cond := meta.FindStatusCondition(s.Status.Conditions, v1.ConditionCanaryFailed); cond != nil {
+		return cond.Reason
+	}
+	return plan.ReasonManuallyFailed
 }
 
 // failedERS is the ERS named by a True CanaryFailed condition, if any.
@@ -189,8 +256,11 @@ func ersFromMessage(m string) string {
 	return name
 }
 
-// eligibleNodes are the nodes that should run a pod of e, by name.
-func (c *Controller) eligibleNodes(e *v1.ExtendedDaemonSet) ([]*corev1.Node, error) {
+// eligibleNodes are the nodes that should run a pod of template spec
+// (the active ERS's: each ERS's pods follow its own template until the
+// rollout replaces them), by name. The spec's node selector is not part
+// of a template and applies at once; removals go through the rolling budget.
+func (c *Controller) eligibleNodes(e *v1.ExtendedDaemonSet, spec *corev1.PodSpec) ([]*corev1.Node, error) {
 	sel, err := plan.Selector(e.Spec.Selector)
 	if err != nil {
 		return nil, err
@@ -198,7 +268,7 @@ func (c *Controller) eligibleNodes(e *v1.ExtendedDaemonSet) ([]*corev1.Node, err
 	var out []*corev1.Node
 	for _, o := range c.nodes.List() {
 		n := o.(*corev1.Node)
-		if plan.Eligible(n, sel, &e.Spec.Template.Spec) {
+		if plan.Eligible(n, sel, spec) {
 			out = append(out, n)
 		}
 	}

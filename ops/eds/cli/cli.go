@@ -105,14 +105,14 @@ func (c *Client) CanaryFail(ctx context.Context, name string) error {
 // CanaryPause pauses the running canary (reason is recorded).
 func (c *Client) CanaryPause(ctx context.Context, name, reason string) error {
 	return c.canaryAction(ctx, name, "paused", func(string) map[string]*string {
-		return map[string]*string{v1.AnnotationCanaryPaused: ptr("true"), v1.AnnotationCanaryPausedReason: ptr(reason)}
+		return map[string]*string{v1.AnnotationCanaryPaused: ptr("true"), v1.AnnotationCanaryPausedReason: ptr(reason), v1.AnnotationCanaryUnpaused: nil}
 	})
 }
 
 // CanaryUnpause resumes a paused canary; auto-pause stays off for it.
 func (c *Client) CanaryUnpause(ctx context.Context, name string) error {
 	return c.canaryAction(ctx, name, "unpaused", func(string) map[string]*string {
-		return map[string]*string{v1.AnnotationCanaryPaused: ptr("false"), v1.AnnotationCanaryPausedReason: nil}
+		return map[string]*string{v1.AnnotationCanaryPaused: ptr("false"), v1.AnnotationCanaryUnpaused: ptr("true"), v1.AnnotationCanaryPausedReason: nil}
 	})
 }
 

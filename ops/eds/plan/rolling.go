@@ -24,6 +24,9 @@ type NodeState struct {
 	Node    string
 	Current *Pod
 	Old     []Pod
+	// Leave: the node no longer admits the active template; its pods go
+	// under the same budget as outdated ones, and none is created there.
+	Leave bool
 }
 
 // Limits bound one step of a rollout.
@@ -72,7 +75,7 @@ func Rollout(nodes []NodeState, l Limits) Plan {
 		}
 		live := liveOld(n.Old)
 		switch {
-		case n.Current == nil && len(n.Old) == 0:
+		case n.Current == nil && len(n.Old) == 0 && !n.Leave:
 			needPod = append(needPod, n.Node)
 		case n.Current != nil && n.Current.Available:
 			freeOld = append(freeOld, podNames(live, func(Pod) bool { return true })...)

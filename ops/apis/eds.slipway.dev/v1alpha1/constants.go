@@ -32,6 +32,10 @@ const (
 	AnnotationCanaryPaused = "eds.slipway.dev/canary-paused"
 	// AnnotationCanaryPausedReason says why the canary was paused.
 	AnnotationCanaryPausedReason = "eds.slipway.dev/canary-paused-reason"
+	// AnnotationCanaryUnpaused = "true" is a manual unpause (DataDog's
+	// kubectl-eds writes it beside canary-paused=false); auto-pause stays off
+	// for that canary.
+	AnnotationCanaryUnpaused = "eds.slipway.dev/canary-unpaused"
 	// AnnotationCanaryFailed = <ERS name> fails that canary (kubectl-eds canary fail).
 	AnnotationCanaryFailed = "eds.slipway.dev/canary-failed"
 	// AnnotationOldDaemonSet names a DaemonSet of the namespace whose pods
@@ -49,6 +53,12 @@ const (
 	// DataDogNodeResourcesPrefix is DataDog's twin of NodeResourcesPrefix.
 	DataDogNodeResourcesPrefix = "resources." + DataDogPrefix + "/"
 )
+
+// ManualCanaryAnnotations are the annotations by which a user decides about
+// one canary. The controller removes them (and their DataDog twins) when
+// that canary ends: validated, failed or replaced by another template.
+var ManualCanaryAnnotations = []string{AnnotationCanaryValid, AnnotationCanaryPaused,
+	AnnotationCanaryPausedReason, AnnotationCanaryUnpaused, AnnotationCanaryFailed}
 
 // DataDog returns the DataDog twin of one of our annotation keys
 // ("eds.slipway.dev/x" -> "extendeddaemonset.datadoghq.com/x").

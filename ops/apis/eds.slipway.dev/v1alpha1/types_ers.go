@@ -49,11 +49,34 @@ type ExtendedDaemonSetReplicaSetStatus struct {
 	// IgnoredUnresponsiveNodes is how many nodes whose pod cannot be scheduled are ignored.
 	// +optional
 	IgnoredUnresponsiveNodes int32 `json:"ignoredUnresponsiveNodes,omitempty"`
+	// CanaryRestarts is the restart history of the canary's pods (those that
+	// restarted at least once), kept while the canary runs: a crashing canary
+	// pod deleted or evicted does not take its restarts with it.
+	// +optional
+	// +listType=map
+	// +listMapKey=pod
+	CanaryRestarts []CanaryPodRestarts `json:"canaryRestarts,omitempty"`
 	// Conditions: PodRestarting, PodCannotStart, CanaryPaused, CanaryFailed.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// CanaryPodRestarts is what one canary pod's restarts were when last seen.
+type CanaryPodRestarts struct {
+	// Pod is the pod's name.
+	Pod string `json:"pod"`
+	// Node is the node it ran on.
+	Node string `json:"node"`
+	// Restarts is its highest container restart count.
+	Restarts int32 `json:"restarts"`
+	// Reason is why it last restarted (CrashLoopBackOff, OOMKilled, ...).
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// LastRestart is when a container of it last stopped before a restart.
+	// +optional
+	LastRestart metav1.Time `json:"lastRestart,omitempty"`
 }
 
 // ERS status values.

@@ -74,6 +74,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		runtime.TypeMeta{}.OpenAPIModelName():                                                                schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
 		runtime.Unknown{}.OpenAPIModelName():                                                                 schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
 		version.Info{}.OpenAPIModelName():                                                                    schema_k8sio_apimachinery_pkg_version_Info(ref),
+		"slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.CanaryPodRestarts":                            schema_ops_apis_edsslipwaydev_v1alpha1_CanaryPodRestarts(ref),
 		"slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.CrossVersionObjectReference":                  schema_ops_apis_edsslipwaydev_v1alpha1_CrossVersionObjectReference(ref),
 		"slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.ExtendedDaemonSet":                            schema_ops_apis_edsslipwaydev_v1alpha1_ExtendedDaemonSet(ref),
 		"slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.ExtendedDaemonSetList":                        schema_ops_apis_edsslipwaydev_v1alpha1_ExtendedDaemonSetList(ref),
@@ -2752,6 +2753,59 @@ func schema_k8sio_apimachinery_pkg_version_Info(ref common.ReferenceCallback) co
 	}
 }
 
+func schema_ops_apis_edsslipwaydev_v1alpha1_CanaryPodRestarts(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CanaryPodRestarts is what one canary pod's restarts were when last seen.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"pod": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Pod is the pod's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"node": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Node is the node it ran on.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"restarts": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Restarts is its highest container restart count.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason is why it last restarted (CrashLoopBackOff, OOMKilled, ...).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lastRestart": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LastRestart is when a container of it last stopped before a restart.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"pod", "node", "restarts"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_ops_apis_edsslipwaydev_v1alpha1_CrossVersionObjectReference(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -3076,6 +3130,28 @@ func schema_ops_apis_edsslipwaydev_v1alpha1_ExtendedDaemonSetReplicaSetStatus(re
 							Format:      "int32",
 						},
 					},
+					"canaryRestarts": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"pod",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "CanaryRestarts is the restart history of the canary's pods (those that restarted at least once), kept while the canary runs: a crashing canary pod deleted or evicted does not take its restarts with it.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: map[string]interface{}{},
+										Ref:     ref("slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.CanaryPodRestarts"),
+									},
+								},
+							},
+						},
+					},
 					"conditions": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
@@ -3103,7 +3179,7 @@ func schema_ops_apis_edsslipwaydev_v1alpha1_ExtendedDaemonSetReplicaSetStatus(re
 			},
 		},
 		Dependencies: []string{
-			v1.Condition{}.OpenAPIModelName()},
+			v1.Condition{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.CanaryPodRestarts"},
 	}
 }
 

@@ -1,0 +1,204 @@
+package eds
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
+)
+
+// Issue 24 item 3: an ERS whose owner label was removed
+// (`kubectl label ers ... eds.slipway.dev/owner-`) is still the EDS's (by
+// its owner reference): the controller neither crashes nor stops, gives the
+// label back and keeps running a pod on every node.
+func TestERSWithoutItsOwnerLabel(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.create(daemon("agent", "agent:v1"))
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	ctx := context.Background()
+	ers := h.get("agent").Status.ActiveReplicaSet
+	unlabel := []byte(`{"metadata":{"labels":{"` + v1.LabelEDSOwner + `":null}}}`)
+	if _, err := h.eds.EdsV1alpha1().ExtendedDaemonSetReplicaSets(h.ns).Patch(ctx, ers, types.MergePatchType, unlabel, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	victim := h.pods("agent")[0]
+	if err := h.kube.CoreV1().Pods(h.ns).Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(30*time.Second, "a new pod on "+victim.Spec.NodeName+" and the label back", func() (bool, string) {
+		s, err := h.eds.EdsV1alpha1().ExtendedDaemonSetReplicaSets(h.ns).Get(ctx, ers, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range h.pods("agent") {
+			if p.Spec.NodeName == victim.Spec.NodeName && p.UID != victim.UID && p.DeletionTimestamp == nil {
+				return s.Labels[v1.LabelEDSOwner] == "agent", "ERS labels " + fmt.Sprint(s.Labels)
+			}
+		}
+		return false, "no new pod"
+	})
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+}
+
+// manualKeys are the manual canary annotations present on name.
+func (h *harness) manualKeys(name string) []string {
+	h.t.Helper()
+	var out []string
+	for k := range h.get(name).Annotations {
+		for _, m := range v1.ManualCanaryAnnotations {
+			if k == m || k == v1.DataDog(m) {
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
+
+func (h *harness) noManualKeys(name string) {
+	h.t.Helper()
+	h.eventually(20*time.Second, "the manual canary annotations removed", func() (bool, string) {
+		keys := h.manualKeys(name)
+		return len(keys) == 0, fmt.Sprint(keys)
+	})
+}
+
+// Issue 24 item 4: a manual decision (pause, unpause, fail, validate)
+// belongs to the canary it was made for and ends with it. ERS names are
+// the template's hash, so an annotation left behind would decide the next
+// canary of the same template (fail it at once, start it paused, skip it)
+// or of any template (no auto-pause after an unpause).
+func TestManualDecisionsEndWithTheirCanary(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.create(manual(daemon("agent", "agent:v1")))
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	cl, _ := h.kubectlEDS("")
+	ctx := context.Background()
+
+	// Paused, then failed: the same template applied again is a new
+	// canary, neither failed nor paused.
+	h.setImage("agent", "agent:v2")
+	h.waitState("agent", v1.StateCanary, 20*time.Second)
+	if err := cl.CanaryPause(ctx, "agent", "Looking"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitState("agent", v1.StateCanaryPaused, 10*time.Second)
+	if err := cl.CanaryFail(ctx, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	h.rolledOutState("agent", "agent:v1", clusterNodes, v1.StateCanaryFailed)
+	h.noManualKeys("agent")
+	h.setImage("agent", "agent:v2")
+	e := h.waitState("agent", v1.StateCanary, 20*time.Second)
+	h.canaryPod("agent", e.Status.Canary.ReplicaSet)
+	if got := h.get("agent").Status; got.State != v1.StateCanary {
+		t.Fatalf("the failed template applied again: state %s (%s), want a new Canary", got.State, got.Reason)
+	}
+
+	// Unpaused, then validated: the next canary pauses on restarts again.
+	if err := cl.CanaryUnpause(ctx, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.CanaryValidate(ctx, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	h.rolledOut("agent", "agent:v2", clusterNodes)
+	h.noManualKeys("agent")
+	h.setImage("agent", "agent:v3")
+	e = h.waitState("agent", v1.StateCanary, 20*time.Second)
+	p := h.canaryPod("agent", e.Status.Canary.ReplicaSet)
+	h.crash(p.Name, 3) // over autoPause.maxRestarts (2)
+	if e = h.waitState("agent", v1.StateCanaryPaused, 10*time.Second); e.Status.Reason != "CrashLoopBackOff" {
+		t.Errorf("paused reason %q, want CrashLoopBackOff", e.Status.Reason)
+	}
+}
+
+// Issue 24 item 5: a canary's restart history belongs to the canary.
+// Deleting the paused, crash-looping canary pod does not unpause the
+// canary (its replacement has zero restarts), and the replacement's own
+// restarts add to its predecessor's: 3 + 3 is over autoFail.maxRestarts (5).
+func TestCanaryRestartsOutliveItsPods(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.create(withCanary(daemon("agent", "agent:v1"), time.Hour))
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	h.setImage("agent", "agent:v2")
+	e := h.waitState("agent", v1.StateCanary, 20*time.Second)
+	first := h.canaryPod("agent", e.Status.Canary.ReplicaSet)
+	h.crash(first.Name, 3) // over autoPause.maxRestarts (2)
+	h.waitState("agent", v1.StateCanaryPaused, 10*time.Second)
+	ctx := context.Background()
+	if err := h.kube.CoreV1().Pods(h.ns).Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var next corev1.Pod
+	h.eventually(30*time.Second, "the replacement canary pod Ready and counted", func() (bool, string) {
+		next = h.canaryPod("agent", e.Status.Canary.ReplicaSet)
+		st := h.get("agent").Status
+		return next.UID != first.UID && podReady(&next) && st.Ready == clusterNodes && st.Current == clusterNodes,
+			fmt.Sprintf("pod %s ready %v; status %+v", next.Name, podReady(&next), st)
+	})
+	if st := h.get("agent").Status; st.State != v1.StateCanaryPaused {
+		t.Fatalf("state %s (%s) once the crashing canary pod was replaced, want CanaryPaused", st.State, st.Reason)
+	}
+	h.crash(next.Name, 3)
+	if got := h.waitState("agent", v1.StateCanaryFailed, 10*time.Second); got.Status.Reason != "CrashLoopBackOff" {
+		t.Errorf("failed reason %q, want CrashLoopBackOff", got.Status.Reason)
+	}
+}
+
+// Issue 24 item 1: each ERS's pods follow their own template until the
+// rollout replaces them. A canary whose template selects no node (a
+// nodeSelector typo) removes no active pod; once validated, the removals
+// it brings wait while the rolling update is paused.
+func TestPlacementFollowsEachTemplate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.create(manual(daemon("agent", "agent:v1")))
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	ctx := context.Background()
+	typo := []byte(`{"spec":{"template":{"spec":{"nodeSelector":{"eds-typo":"nowhere"}}}}}`)
+	if _, err := h.eds.EdsV1alpha1().ExtendedDaemonSets(h.ns).Patch(ctx, "agent", types.MergePatchType, typo, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitState("agent", v1.StateCanary, 20*time.Second)
+	live := func() int {
+		n := 0
+		for _, p := range h.pods("agent") {
+			if p.DeletionTimestamp == nil {
+				n++
+			}
+		}
+		return n
+	}
+	if n := live(); n != clusterNodes {
+		t.Fatalf("%d live pods once the canary of a template that selects no node started, want the %d active ones", n, clusterNodes)
+	}
+	cl, _ := h.kubectlEDS("")
+	if err := cl.SetFlag(ctx, "agent", v1.AnnotationRollingUpdatePaused, true, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.CanaryValidate(ctx, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(20*time.Second, "the template validated, the rolling update paused", func() (bool, string) {
+		st := h.get("agent").Status
+		return st.Canary == nil && st.State == v1.StateRollingUpdatePaused && st.Desired == 0, fmt.Sprintf("%+v", st)
+	})
+	if n := live(); n != clusterNodes {
+		t.Fatalf("%d live pods while the rolling update is paused, want %d: removals wait too", n, clusterNodes)
+	}
+	if err := cl.SetFlag(ctx, "agent", v1.AnnotationRollingUpdatePaused, false, "unpaused"); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(30*time.Second, "the pods gone from the nodes the template no longer selects", func() (bool, string) {
+		return len(h.pods("agent")) == 0, fmt.Sprintf("%d pods", len(h.pods("agent")))
+	})
+}
