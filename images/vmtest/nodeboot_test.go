@@ -4,9 +4,11 @@ package vmtest
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,15 +82,27 @@ func startNode(t *testing.T, s *stepTimer, ctx context.Context, forward string, 
 	})
 	g := n.g
 	s.step("boot v1", func() error { return g.wait(5*time.Minute, g.booted("boot", "v1")...) })
-	if fl == k3osNode {
-		s.step("OpenRC boot and default runlevels", func() error {
-			return g.wait(5*time.Minute, re(`k3os-root: OpenRC \S+ installed`), re(`Starting the kubelet`))
-		})
-	}
 	s.step("system dir read-only", g.readOnly)
 	s.step("containerd and images", func() error {
 		return g.wait(5*time.Minute, re(`slipway-node: images imported: .*%s`, build.SlipwayImage), re(`slipway-node: kubelet started`))
 	})
+	if fl == k3osNode {
+		s.step("OpenRC started the services", g.openRCStarted)
+	}
 	s.step("node Ready", func() error { return nodeReady(ctx, n.cs, 6*time.Minute, g.kubeletTail) })
 	return n
+}
+
+// openRCStarted checks that OpenRC started the k3os-like node's services.
+func (g *guest) openRCStarted() error {
+	out, err := g.run("echo started: $(ls /run/openrc/started)", time.Minute)
+	if err != nil {
+		return err
+	}
+	for _, svc := range []string{"confirm-boot", "system-ro", "node-setup", "containerd", "kubelet"} {
+		if !strings.Contains(out, " "+svc) {
+			return fmt.Errorf("OpenRC did not start %s:\n%s", svc, out)
+		}
+	}
+	return nil
 }
