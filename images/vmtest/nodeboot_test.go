@@ -25,7 +25,8 @@ type node struct {
 	cs        kubernetes.Interface
 	g         *guest
 	img       *build.Result
-	bin       string // the slipway binary inside the images
+	bin       string   // the slipway binary inside the images
+	mon       *Monitor // qemu's monitor: power resets
 }
 
 // flavour is the node's init: busybox init alone starting the node
@@ -69,7 +70,10 @@ func startNode(t *testing.T, s *stepTimer, ctx context.Context, forward string, 
 	}
 	forward = "10.96.0.1:443=" + hostFromGuest + ":" + u.Port() + " " + forward
 	n.g = &guest{t: t, ctx: ctx, k: n.img.KernelVersions}
+	sock := filepath.Join(n.dir, "monitor.sock")
+	n.mon = NewMonitor(sock)
 	n.g.c = startVM(t, ctx, root, n.dir, accel, "--memory", "2048", "--",
+		"-monitor", "unix:"+sock+",server=on,wait=off",
 		"-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0",
 		"-fw_cfg", "name=opt/slipway/kubeconfig,file="+kc,
 		"-fw_cfg", "name=opt/slipway/node-name,string="+vmNodeName,
