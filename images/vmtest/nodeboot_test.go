@@ -87,11 +87,12 @@ func startNode(t *testing.T, s *stepTimer, ctx context.Context, forward string, 
 	g := n.g
 	s.step("boot v1", func() error { return g.wait(5*time.Minute, g.booted("boot", "v1")...) })
 	s.step("system dir read-only", g.readOnly)
-	s.step("containerd and images", func() error {
-		return g.wait(5*time.Minute, re(`slipway-node: images imported: .*%s`, build.SlipwayImage), re(`slipway-node: kubelet started`))
-	})
-	if fl == k3osNode {
-		s.step("OpenRC started the services", g.openRCStarted)
+	if fl == k3osNode { // OpenRC's default runlevel ran before the console shell started
+		s.step("OpenRC started containerd and the kubelet", g.openRCStarted)
+	} else {
+		s.step("containerd and images", func() error {
+			return g.wait(5*time.Minute, re(`slipway-node: images imported: .*%s`, build.SlipwayImage), re(`slipway-node: kubelet started`))
+		})
 	}
 	s.step("node Ready", func() error { return nodeReady(ctx, n.cs, 6*time.Minute, g.kubeletTail) })
 	return n
