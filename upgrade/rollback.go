@@ -19,7 +19,7 @@ import (
 // RollbackOptions of one rollback.
 type RollbackOptions struct {
 	SystemDir   string
-	Components  []layout.Component // default DefaultComponents
+	Components  []layout.Component // default: what the last upgrade swapped (LastSwapped)
 	Remount     bool
 	Sync        bool
 	Reboot      bool
@@ -32,13 +32,14 @@ type RollbackOptions struct {
 
 // Rollback swaps current and previous of each chosen component, under the
 // upgrade lock. A component without a previous version (or whose previous
-// folder is gone) fails the whole rollback before any link changes.
+// folder is gone) fails the whole rollback before any link changes. With
+// no component chosen, it rolls back what the last upgrade swapped.
 func Rollback(ctx context.Context, o RollbackOptions) (*Result, error) {
 	if o.SystemDir == "" {
 		o.SystemDir = DefaultSystemDir
 	}
 	if len(o.Components) == 0 {
-		o.Components = DefaultComponents
+		o.Components = LastSwapped(layout.New(o.SystemDir))
 	}
 	if o.LockFile == "" {
 		o.LockFile = lock.DefaultPath
@@ -130,4 +131,36 @@ func swapLinks(l layout.Layout, c layout.Component, cur, prev string) error {
 		}
 	}
 	return l.SetLink(c, layout.CurrentLink, prev)
+}
+
+// LastSwapped is what `ops rollback` undoes when no component is chosen:
+// the rootfs, and each other component whose `current` came from the same
+// release as the rootfs's (their markers say so) and has a `previous`. A
+// release that kept the kernel leaves the kernel's links as they were, so
+// the kernel is not rolled back with it (rolling it back would boot an
+// older kernel than the one the rootfs ran with, or fail for want of a
+// previous); a k3s swapped with the rootfs is. Without a marker on the
+// rootfs (a folder k3os installed), it is DefaultComponents.
+func LastSwapped(l layout.Layout) []layout.Component {
+	release := func(c layout.Component) string {
+		cur, err := l.Current(c)
+		if err != nil || cur == "" {
+			return ""
+		}
+		if m := readMarker(l.VersionDir(c, cur)); m != nil {
+			return m.Release
+		}
+		return ""
+	}
+	rootfs := release(layout.Rootfs)
+	if rootfs == "" {
+		return DefaultComponents
+	}
+	out := []layout.Component{layout.Rootfs}
+	for _, c := range []layout.Component{layout.Kernel, layout.K3s} {
+		if prev, _ := l.Previous(c); prev != "" && release(c) == rootfs {
+			out = append(out, c)
+		}
+	}
+	return out
 }

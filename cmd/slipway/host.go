@@ -129,8 +129,10 @@ func rollbackCommand() *cli.Command {
 		Usage:     "swap each component's current and previous versions back, then reboot",
 		UsageText: "slipway ops rollback [--rootfs] [--kernel] [--k3s] [options]",
 		Description: `Exchanges <component>/current and <component>/previous atomically, under the same lock as
-upgrade. Without component switches, the rootfs and the kernel roll back. A component with
-no previous version fails the rollback before any link changes (exit code 8).
+upgrade. Without component switches, what the last upgrade swapped rolls back: the rootfs,
+and the kernel and k3s when their current version came from the same release (a kernel the
+release kept stays). A component with no previous version fails the rollback before any link
+changes (exit code 8).
 
 Examples:
   slipway ops rollback --reboot=false
@@ -142,7 +144,7 @@ Examples:
 
 func rollbackAction(c *cli.Context) error {
 	res, err := upgrade.Rollback(c.Context, upgrade.RollbackOptions{
-		SystemDir: c.String("system-dir"), Components: components(c),
+		SystemDir: c.String("system-dir"), Components: chosenComponents(c),
 		Remount: c.Bool("remount"), Sync: c.Bool("sync"), Reboot: rebootWanted(c),
 		RebootDelay: c.Duration("reboot-delay"), Rebooter: rebooter(c.String("reboot-command")),
 		LockFile: c.String("lock-file"), Command: strings.Join(os.Args, " "), DryRun: c.Bool("dry-run"),
@@ -199,6 +201,17 @@ func components(c *cli.Context) []layout.Component {
 		return upgrade.DefaultComponents
 	}
 	return out
+}
+
+// chosenComponents is components(c), or none when no switch is given
+// (`ops rollback` then chooses what the last upgrade swapped).
+func chosenComponents(c *cli.Context) []layout.Component {
+	for _, f := range []string{"rootfs", "kernel", "k3s"} {
+		if c.IsSet(f) {
+			return components(c)
+		}
+	}
+	return nil
 }
 
 // rebootWanted is --reboot when given (flag or SLIPWAY_REBOOT); otherwise a

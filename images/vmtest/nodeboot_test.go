@@ -4,9 +4,11 @@ package vmtest
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,7 +25,8 @@ type node struct {
 	cs        kubernetes.Interface
 	g         *guest
 	img       *build.Result
-	bin       string // the slipway binary inside the images
+	bin       string   // the slipway binary inside the images
+	mon       *Monitor // qemu's monitor: power resets
 }
 
 // flavour is the node's init: busybox init alone starting the node
@@ -67,7 +70,10 @@ func startNode(t *testing.T, s *stepTimer, ctx context.Context, forward string, 
 	}
 	forward = "10.96.0.1:443=" + hostFromGuest + ":" + u.Port() + " " + forward
 	n.g = &guest{t: t, ctx: ctx, k: n.img.KernelVersions}
+	sock := filepath.Join(n.dir, "monitor.sock")
+	n.mon = NewMonitor(sock)
 	n.g.c = startVM(t, ctx, root, n.dir, accel, "--memory", "2048", "--",
+		"-monitor", "unix:"+sock+",server=on,wait=off",
 		"-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0",
 		"-fw_cfg", "name=opt/slipway/kubeconfig,file="+kc,
 		"-fw_cfg", "name=opt/slipway/node-name,string="+vmNodeName,
@@ -80,15 +86,28 @@ func startNode(t *testing.T, s *stepTimer, ctx context.Context, forward string, 
 	})
 	g := n.g
 	s.step("boot v1", func() error { return g.wait(5*time.Minute, g.booted("boot", "v1")...) })
-	if fl == k3osNode {
-		s.step("OpenRC boot and default runlevels", func() error {
-			return g.wait(5*time.Minute, re(`k3os-root: OpenRC \S+ installed`), re(`Starting the kubelet`))
+	s.step("system dir read-only", g.readOnly)
+	if fl == k3osNode { // OpenRC's default runlevel ran before the console shell started
+		s.step("OpenRC started containerd and the kubelet", g.openRCStarted)
+	} else {
+		s.step("containerd and images", func() error {
+			return g.wait(5*time.Minute, re(`slipway-node: images imported: .*%s`, build.SlipwayImage), re(`slipway-node: kubelet started`))
 		})
 	}
-	s.step("system dir read-only", g.readOnly)
-	s.step("containerd and images", func() error {
-		return g.wait(5*time.Minute, re(`slipway-node: images imported: .*%s`, build.SlipwayImage), re(`slipway-node: kubelet started`))
-	})
 	s.step("node Ready", func() error { return nodeReady(ctx, n.cs, 6*time.Minute, g.kubeletTail) })
 	return n
+}
+
+// openRCStarted checks that OpenRC started the k3os-like node's services.
+func (g *guest) openRCStarted() error {
+	out, err := g.run("echo started: $(ls /run/openrc/started)", time.Minute)
+	if err != nil {
+		return err
+	}
+	for _, svc := range []string{"confirm-boot", "system-ro", "node-setup", "containerd", "kubelet"} {
+		if !strings.Contains(out, " "+svc) {
+			return fmt.Errorf("OpenRC did not start %s:\n%s", svc, out)
+		}
+	}
+	return nil
 }
