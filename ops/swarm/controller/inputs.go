@@ -76,7 +76,30 @@ func (c *Controller) inputs(sw *swarmv1.Swarm, now time.Time) (plan.Input, *core
 			in.Previous = prev
 		}
 	}
+	in.Pods = append(in.Pods, c.foreignPods(sw.Namespace, in.Pods, in.Previous)...)
 	return in, cm, nil
+}
+
+// foreignPods are the pods that hold a share of c without being pods of the
+// selected workloads (their labels changed, say): they may still run it, so
+// their jobs are handed over like any leaving worker's.
+func (c *Controller) foreignPods(ns string, pods []plan.Pod, cfg config.Config) []plan.Pod {
+	seen := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		seen[p.Name] = true
+	}
+	var out []plan.Pod
+	for name := range cfg.Workloads {
+		if seen[name] {
+			continue
+		}
+		if obj, ok, _ := c.pods.GetByKey(ns + "/" + name); ok {
+			p := toPlanPod(obj.(*corev1.Pod))
+			p.Foreign, p.Ready = true, false
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // jobs reads the job list from the spec or its ConfigMap key.

@@ -163,10 +163,17 @@ func (c *Controller) announce(sw *swarmv1.Swarm, in plan.Input, d plan.Decision)
 			changed++
 		}
 	}
+	if changed == 0 && d.Moved == 0 {
+		c.log.Debug("jobs released", "swarm", sw.Name, "version", d.Config.Version, "awaiting", d.Awaiting)
+		return
+	}
 	msg := fmt.Sprintf("version %d: %d jobs over %d workers, %d moved, %d workers' shares changed",
 		d.Config.Version, len(in.Jobs), len(d.Config.Workloads), d.Moved, changed)
-	if d.Unassigned > 0 {
-		msg += fmt.Sprintf(", %d jobs unassigned (no Ready worker)", d.Unassigned)
+	if d.Awaiting > 0 {
+		msg += fmt.Sprintf(", %d jobs wait for their old worker to stop them", d.Awaiting)
+	}
+	if d.Unassigned > d.Awaiting {
+		msg += fmt.Sprintf(", %d jobs unassigned", d.Unassigned)
 	}
 	c.recorder.Event(sw, corev1.EventTypeNormal, "NewVersion", msg)
 	c.log.Info("new assignment", "swarm", sw.Name, "version", d.Config.Version, "moved", d.Moved, "changed", changed, "unassigned", d.Unassigned)

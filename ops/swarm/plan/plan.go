@@ -25,6 +25,10 @@ type Pod struct {
 	Ready bool
 	// Applied is the version the worker reports it applied, or NoneApplied.
 	Applied int64
+	// Foreign marks a pod that holds a share but is not (or no longer) a
+	// pod of the selected workloads: never given jobs, but running what it
+	// was given until it reports otherwise or is gone.
+	Foreign bool
 }
 
 // Input is everything one decision reads.
@@ -58,9 +62,11 @@ type Decision struct {
 	// from Input.Previous and must be written.
 	Config  config.Config
 	Changed bool
-	// Moved is the number of jobs the change moved; Unassigned the jobs no
-	// worker holds.
-	Moved, Unassigned int
+	// Moved is the number of jobs this step took from a worker for
+	// another; Unassigned the jobs no worker runs (moving ones included);
+	// Awaiting the jobs the assignment places that wait for their old
+	// worker to stop them first.
+	Moved, Unassigned, Awaiting int
 	// Restart are the pods to delete now.
 	Restart []string
 	// Workers is the new status.workers.
@@ -78,25 +84,38 @@ func Decide(in Input) (Decision, error) {
 	}
 	in.Previous = distrustEdits(in.Previous, in.Status)
 	restarting := stillRestarting(in, pods)
-	d := Decision{Config: in.Previous}
+	var target map[string][]string
+	d := Decision{}
 	if in.Settled {
-		members := workers(in, pods, restarting)
 		res, err := assign.Assign(assign.Input{
-			Jobs: in.Jobs, Workers: members, Previous: in.Previous.Assignments(), Dedicated: in.Dedicated,
+			Jobs: in.Jobs, Workers: workers(in, pods, restarting), Previous: in.Previous.Owners(), Dedicated: in.Dedicated,
 		})
 		if err != nil {
 			return Decision{}, err
 		}
-		d.Config, d.Changed = nextConfig(in, res.Assignments)
-		d.Unassigned = len(res.Unassigned)
-		if d.Changed {
-			d.Moved = res.Moved
-		}
-	} else {
-		d.Unassigned = unassigned(in.Jobs, in.Previous)
+		target = res.Assignments
 	}
+	st := handover(in.Previous.Workloads, target, stateOf(in.Previous, pods), in.Refresh == swarmv1.RefreshRestart)
+	d.Config, d.Changed = nextConfig(in, st.shares)
+	d.Moved, d.Awaiting = st.moved, st.awaiting
+	d.Unassigned = unassigned(in.Jobs, d.Config)
 	d.Workers, d.Restart, d.Converged = refresh(in, d.Config, pods, restarting)
+	d.Converged = d.Converged && st.awaiting == 0 && (in.Settled || d.Unassigned == 0)
 	return d, nil
+}
+
+// stateOf tells, from a worker's pod, what it may run of its share in c.
+func stateOf(c config.Config, pods map[string]Pod) func(string) runState {
+	return func(w string) runState {
+		p, ok := pods[w]
+		switch {
+		case !ok:
+			return runsNothing
+		case p.Applied != NoneApplied && p.Applied == c.Workloads[w].Version:
+			return runsShare
+		}
+		return mayRun
+	}
 }
 
 // workers are the names of the Ready pods and of the restarted ones still
@@ -104,7 +123,7 @@ func Decide(in Input) (Decision, error) {
 func workers(in Input, pods map[string]Pod, restarting map[string]swarmv1.WorkerStatus) []string {
 	var out []string
 	for name, p := range pods {
-		if p.Ready {
+		if p.Ready && !p.Foreign {
 			out = append(out, name)
 		}
 	}
@@ -139,19 +158,22 @@ func stillRestarting(in Input, pods map[string]Pod) map[string]swarmv1.WorkerSta
 	return out
 }
 
-// nextConfig builds the config of the assignment: a worker whose job set is
+// nextConfig builds the config of the shares: a worker whose job set is
 // unchanged keeps its version, the others get the next version. Changed is
 // false when the shares are those of in.Previous.
-func nextConfig(in Input, assignments map[string][]string) (config.Config, bool) {
-	next := config.Config{Version: max(in.Previous.Version, in.Status.Version) + 1, Workloads: map[string]config.Workload{}}
-	same := len(assignments) == len(in.Previous.Workloads)
-	for w, jobs := range assignments {
-		if prev, ok := in.Previous.Workloads[w]; ok && prev.Version > 0 && config.SameJobs(prev.Jobs, jobs) {
-			next.Workloads[w] = config.Workload{Jobs: jobs, Version: prev.Version}
-			continue
+func nextConfig(in Input, shares map[string]config.Workload) (config.Config, bool) {
+	next := config.Config{Version: max(in.Previous.Version, in.Status.Version) + 1, Workloads: make(map[string]config.Workload, len(shares))}
+	same := len(shares) == len(in.Previous.Workloads)
+	for w, share := range shares {
+		prev, ok := in.Previous.Workloads[w]
+		if ok && prev.Version > 0 && config.SameJobs(prev.Jobs, share.Jobs) {
+			share.Version = prev.Version
+			same = same && config.SameJobs(prev.Releasing, share.Releasing)
+		} else {
+			share.Version = next.Version
+			same = false
 		}
-		same = false
-		next.Workloads[w] = config.Workload{Jobs: jobs, Version: next.Version}
+		next.Workloads[w] = share
 	}
 	if same && in.Previous.Version > 0 {
 		return in.Previous, false
