@@ -53,6 +53,13 @@ type pool struct {
 
 func newPool(t *testing.T, reload bool) *pool {
 	t.Helper()
+	return newPoolWith(t, reload, true)
+}
+
+// newPoolWith is newPool; fake false leaves the workers to the test (real
+// worker processes, see fleet).
+func newPoolWith(t *testing.T, reload, fake bool) *pool {
+	t.Helper()
 	e := testenv.Need(t, env)
 	p := &pool{t: t, reload: reload, applied: map[types.UID]int64{}}
 	p.kube = kubernetes.NewForConfigOrDie(e.Config)
@@ -68,8 +75,10 @@ func newPool(t *testing.T, reload bool) *pool {
 	p.workerKube = kubernetes.NewForConfigOrDie(p.as(e.Config, manifest.WorkerName))
 	p.ctrl, p.stopCtrl = p.startController("test")
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); p.playWorkers(ctx) }()
+	if fake {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.playWorkers(ctx) }()
+	}
 	t.Cleanup(func() { p.stopCtrl(); cancel(); wg.Wait() })
 	return p
 }
@@ -189,12 +198,16 @@ func podReady(p *corev1.Pod) bool {
 // statefulSet creates the workers' StatefulSet, labelled for the Swarm.
 func (p *pool) statefulSet(replicas int32) {
 	p.t.Helper()
-	labels := map[string]string{"app": "worker"}
+	p.statefulSetOf(replicas, podTemplate(map[string]string{"app": "worker"}))
+}
+
+func (p *pool) statefulSetOf(replicas int32, tmpl corev1.PodTemplateSpec) {
+	p.t.Helper()
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "swarm-worker", Namespace: p.ns, Labels: map[string]string{"swarm": "work"}},
 		Spec: appsv1.StatefulSetSpec{
-			Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: podTemplate(labels),
+			Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels},
+			Template: tmpl,
 		},
 	}
 	if _, err := p.kube.AppsV1().StatefulSets(p.ns).Create(context.Background(), sts, metav1.CreateOptions{}); err != nil {

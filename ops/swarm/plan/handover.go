@@ -40,7 +40,8 @@ type step struct {
 //     runs nothing); a releasing job the target gives back returns;
 //   - a job the target gives a worker is added only when no worker holds it,
 //     as a job or as a releasing one. With whole set (restart mode, where a
-//     change costs a restart) a worker gets its new jobs all in one step.
+//     change costs a restart) all the jobs are added in one step, once none
+//     waits.
 //
 // A nil target (the pool is not settled) only records releases. Workers
 // that leave keep an empty share until they released everything.
@@ -86,7 +87,9 @@ func handover(cur map[string]config.Workload, target map[string][]string, state 
 }
 
 // assign adds to each worker the jobs the target gives it that no worker
-// holds, and returns how many must wait.
+// holds, and returns how many must wait. With whole set nothing is added
+// while any job waits: the change then makes two versions, the revocations
+// and the assignments, and a worker is restarted once for it.
 func (st *step) assign(target map[string][]string, whole bool) int {
 	held := map[string]bool{}
 	for _, share := range st.shares {
@@ -97,32 +100,41 @@ func (st *step) assign(target map[string][]string, whole bool) int {
 			held[j] = true
 		}
 	}
-	awaiting := 0
-	for _, w := range slices.Sorted(maps.Keys(target)) {
-		share, exists := st.shares[w]
-		var add, wait []string
-		for _, j := range target[w] {
+	adds := map[string][]string{}
+	awaiting, waitOn := 0, map[string]bool{}
+	for w, jobs := range target {
+		have := make(map[string]bool, len(st.shares[w].Jobs))
+		for _, j := range st.shares[w].Jobs {
+			have[j] = true
+		}
+		for _, j := range jobs {
 			switch {
-			case slices.Contains(share.Jobs, j):
+			case have[j]:
 			case held[j]:
-				wait = append(wait, j)
+				awaiting++
+				waitOn[w] = true
 			default:
-				add = append(add, j)
+				adds[w] = append(adds[w], j)
 			}
 		}
-		awaiting += len(wait)
-		if len(wait) > 0 && (whole || (!exists && len(add) == 0)) {
-			awaiting += len(add)
+	}
+	for _, w := range slices.Sorted(maps.Keys(target)) {
+		share, exists := st.shares[w]
+		add := adds[w]
+		if (whole && awaiting > 0) || (!exists && len(add) == 0 && waitOn[w]) {
+			// hold back: a worker appears with its first jobs
 			if !exists {
-				continue // a new worker appears with its first jobs
+				continue
 			}
 			add = nil
 		}
-		for _, j := range add {
-			held[j] = true
-		}
 		share.Jobs = sorted(append(slices.Clone(share.Jobs), add...))
 		st.shares[w] = share
+	}
+	if whole && awaiting > 0 {
+		for _, add := range adds {
+			awaiting += len(add)
+		}
 	}
 	return awaiting
 }

@@ -62,10 +62,10 @@ func TestHandover(t *testing.T) {
 		target: map[string][]string{"a": {"x", "y"}},
 		want:   map[string]config.Workload{"a": w(2, []string{"x", "y"})},
 	}, {
-		name:   "unsettled (no target): releases only",
-		cur:    map[string]config.Workload{"a": w(2, []string{"x"}, "y"), "b": w(1, []string{"z"}, "q")},
-		state:  map[string]runState{"a": runsShare},
-		want:   map[string]config.Workload{"a": w(2, []string{"x"}), "b": w(1, []string{"z"}, "q")},
+		name:  "unsettled (no target): releases only",
+		cur:   map[string]config.Workload{"a": w(2, []string{"x"}, "y"), "b": w(1, []string{"z"}, "q")},
+		state: map[string]runState{"a": runsShare},
+		want:  map[string]config.Workload{"a": w(2, []string{"x"}), "b": w(1, []string{"z"}, "q")},
 	}, {
 		name:   "reload: free jobs are added while others wait",
 		cur:    map[string]config.Workload{"a": w(2, []string{"x"}, "y"), "b": w(1, []string{})},

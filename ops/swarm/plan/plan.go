@@ -159,11 +159,12 @@ func stillRestarting(in Input, pods map[string]Pod) map[string]swarmv1.WorkerSta
 }
 
 // nextConfig builds the config of the shares: a worker whose job set is
-// unchanged keeps its version, the others get the next version. Changed is
-// false when the shares are those of in.Previous.
+// unchanged keeps its version, the others get the next version; a config
+// that only releases jobs or drops empty shares keeps its version. Changed
+// is false when the shares are those of in.Previous.
 func nextConfig(in Input, shares map[string]config.Workload) (config.Config, bool) {
 	next := config.Config{Version: max(in.Previous.Version, in.Status.Version) + 1, Workloads: make(map[string]config.Workload, len(shares))}
-	same := len(shares) == len(in.Previous.Workloads)
+	same, sameJobs := len(shares) == len(in.Previous.Workloads), true
 	for w, share := range shares {
 		prev, ok := in.Previous.Workloads[w]
 		if ok && prev.Version > 0 && config.SameJobs(prev.Jobs, share.Jobs) {
@@ -171,12 +172,20 @@ func nextConfig(in Input, shares map[string]config.Workload) (config.Config, boo
 			same = same && config.SameJobs(prev.Releasing, share.Releasing)
 		} else {
 			share.Version = next.Version
-			same = false
+			same, sameJobs = false, false
 		}
 		next.Workloads[w] = share
 	}
-	if same && in.Previous.Version > 0 {
+	for w, prev := range in.Previous.Workloads {
+		if _, kept := shares[w]; !kept && len(prev.Jobs) > 0 {
+			sameJobs = false // a worker gone with its jobs
+		}
+	}
+	switch {
+	case same && in.Previous.Version > 0:
 		return in.Previous, false
+	case sameJobs && in.Previous.Version > 0:
+		next.Version = in.Previous.Version
 	}
 	return next, true
 }
