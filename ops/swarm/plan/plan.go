@@ -29,6 +29,14 @@ type Pod struct {
 	// pod of the selected workloads: never given jobs, but running what it
 	// was given until it reports otherwise or is gone.
 	Foreign bool
+	// Lapsed marks a worker whose Lease went unrenewed for its duration:
+	// it stopped its jobs (package member), whatever its pod's state, and
+	// takes none until it renews it.
+	Lapsed bool
+	// Released marks a worker whose Lease has no holder: its worker
+	// stopped its jobs and left (or has not taken it yet); it runs nothing,
+	// but stays a worker while its pod is Ready.
+	Released bool
 }
 
 // Input is everything one decision reads.
@@ -69,6 +77,10 @@ type Decision struct {
 	Moved, Unassigned, Awaiting int
 	// Restart are the pods to delete now.
 	Restart []string
+	// Fence are the workers judged to run nothing (Lease lapsed, pod gone)
+	// whose jobs this config releases: before it is written, their Leases
+	// must say that they may run no older config (package member).
+	Fence []string
 	// Workers is the new status.workers.
 	Workers []swarmv1.WorkerStatus
 	// Converged is true when every worker runs its share.
@@ -100,8 +112,22 @@ func Decide(in Input) (Decision, error) {
 	d.Moved, d.Awaiting = st.moved, st.awaiting
 	d.Unassigned = unassigned(in.Jobs, d.Config)
 	d.Workers, d.Restart, d.Converged = refresh(in, d.Config, pods, restarting)
+	if d.Changed {
+		d.Fence = fence(in.Previous, stateOf(in.Previous, pods))
+	}
 	d.Converged = d.Converged && st.awaiting == 0 && (in.Settled || d.Unassigned == 0)
 	return d, nil
+}
+
+// fence lists the workers of c judged to run nothing that hold jobs there.
+func fence(c config.Config, state func(string) runState) []string {
+	var out []string
+	for _, w := range slices.Sorted(maps.Keys(c.Workloads)) {
+		if s := c.Workloads[w]; state(w) == runsNothing && len(s.Jobs)+len(s.Releasing) > 0 {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // stateOf tells, from a worker's pod, what it may run of its share in c.
@@ -109,7 +135,7 @@ func stateOf(c config.Config, pods map[string]Pod) func(string) runState {
 	return func(w string) runState {
 		p, ok := pods[w]
 		switch {
-		case !ok:
+		case !ok || p.Lapsed || p.Released:
 			return runsNothing
 		case p.Applied != NoneApplied && p.Applied == c.Workloads[w].Version:
 			return runsShare
@@ -123,7 +149,7 @@ func stateOf(c config.Config, pods map[string]Pod) func(string) runState {
 func workers(in Input, pods map[string]Pod, restarting map[string]swarmv1.WorkerStatus) []string {
 	var out []string
 	for name, p := range pods {
-		if p.Ready && !p.Foreign {
+		if p.Ready && !p.Foreign && !p.Lapsed {
 			out = append(out, name)
 		}
 	}

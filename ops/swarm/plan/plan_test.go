@@ -223,3 +223,28 @@ func TestHandEditRefreshesTheEditedWorkers(t *testing.T) {
 		t.Errorf("restart %v, want w-0 first", d.Restart)
 	}
 }
+
+// A worker whose Lease lapsed stopped its jobs (it could not renew it): its
+// jobs move at once, though its pod still looks Ready (a partitioned node's
+// pods do until the node is marked NotReady).
+func TestLapsedWorkerHandsOverAtOnce(t *testing.T) {
+	in, _ := steady(t)
+	in.Refresh = swarmv1.RefreshReload
+	in.Pods[1].Lapsed = true
+	d, err := Decide(in)
+	if err != nil || !d.Changed || d.Moved != 4 || d.Awaiting != 0 || d.Unassigned != 0 {
+		t.Fatalf("lapsed worker: %+v, %v", d, err)
+	}
+	if _, ok := d.Config.Workloads["w-1"]; ok {
+		t.Errorf("the lapsed worker kept a share: %+v", d.Config.Workloads["w-1"])
+	}
+	// Without its Lease lapsed, a worker that is not Ready keeps its jobs
+	// releasing until it reports or its pod is gone.
+	in, _ = steady(t)
+	in.Refresh = swarmv1.RefreshReload
+	in.Pods[1].Ready = false
+	d, err = Decide(in)
+	if err != nil || d.Moved != 4 || d.Awaiting != 4 || len(d.Config.Workloads["w-1"].Releasing) != 4 {
+		t.Fatalf("not Ready worker: %+v, %v", d, err)
+	}
+}
