@@ -134,9 +134,10 @@ func (s *sampler) report(t *testing.T) {
 // TestExactlyOnceInWhatRuns runs a real `slipway swarm worker` process per
 // worker pod (each mounting the ConfigMap with a lag of its own, as kubelets
 // do), samples what each process runs every 0.2 s from its own jobs file,
-// and goes through a scale up, a scale down, a middle worker lost and a job
-// list edit, in both refresh modes: no job may ever run on two workers; each
-// gap (a job running nowhere) is printed.
+// and goes through a scale up, a scale down, a middle worker lost, a worker
+// cut off from the API server (its pod still Ready) and back, and a job list
+// edit, in both refresh modes: no job may ever run on two workers; each gap
+// (a job running nowhere) is printed.
 func TestExactlyOnceInWhatRuns(t *testing.T) {
 	for _, refresh := range []string{swarmv1.RefreshReload, swarmv1.RefreshRestart} {
 		t.Run(refresh, func(t *testing.T) {
@@ -160,6 +161,8 @@ func TestExactlyOnceInWhatRuns(t *testing.T) {
 				{"scale 3 -> 5", func() { p.scale(5) }, 5},
 				{"scale 5 -> 3", func() { p.scale(3) }, 3},
 				{"swarm-worker-1 lost", func() { p.deletePod("swarm-worker-1") }, 3},
+				{"swarm-worker-2 cut off from the API server", func() { f.partition("swarm-worker-2", true) }, 2},
+				{"swarm-worker-2 back", func() { f.partition("swarm-worker-2", false) }, 3},
 				{"jobs edited", func() {
 					jobs = append(jobNames(4, 24), jobNames(30, 36)...)
 					p.editSwarm(func(s *swarmv1.SwarmSpec) { s.Jobs = jobs })

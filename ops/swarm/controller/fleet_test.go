@@ -27,6 +27,9 @@ import (
 	"slipway.dev/slipway/ops/testenv"
 )
 
+// workerLease is the worker processes' Lease duration.
+const workerLease = 3 * time.Second
+
 // runningFinalizer holds a worker pod's object until the fleet stopped its
 // worker process: the API server lets a pod go only once its containers
 // stopped, as a kubelet does.
@@ -84,6 +87,7 @@ type proc struct {
 	uid        types.UID
 	mount, out string
 	lag        time.Duration
+	link       *link
 	cmd        *exec.Cmd
 	exited     chan struct{}
 	stopping   atomic.Bool
@@ -180,12 +184,15 @@ func (f *fleet) start(ctx context.Context, name string, uid types.UID) (*proc, e
 	if err != nil {
 		return nil, err
 	}
+	if pr.link, err = newLink(cfg.Host); err != nil {
+		return nil, err
+	}
 	kc := filepath.Join(dir, "kubeconfig")
-	if err := writeKubeconfig(kc, cfg.Host, cfg.BearerToken, cfg.CAData, cfg.CAFile); err != nil {
+	if err := writeKubeconfig(kc, pr.link.url, cfg.BearerToken, cfg.CAData, cfg.CAFile); err != nil {
 		return nil, err
 	}
 	args := []string{"swarm", "worker", "--config", filepath.Join(pr.mount, swarmv1.ConfigMapKey), "--out", pr.out,
-		"--pod-name", name, "--namespace", f.p.ns, "--kubeconfig", kc}
+		"--pod-name", name, "--namespace", f.p.ns, "--kubeconfig", kc, "--lease-duration", workerLease.String()}
 	if f.once {
 		args = append(args, "--once")
 	}
@@ -222,6 +229,9 @@ func (f *fleet) kubelet(ctx context.Context, pr *proc) {
 			return
 		case <-time.After(pr.lag + 100*time.Millisecond):
 		}
+		if pr.link.cut.Load() {
+			continue // the node is cut off: its kubelet cannot sync the volume either
+		}
 		if text := f.config.Load(); text != nil && *text != last {
 			if err := mountText(pr.mount, *text); err == nil {
 				last = *text
@@ -232,6 +242,9 @@ func (f *fleet) kubelet(ctx context.Context, pr *proc) {
 
 // stop ends the worker process and waits for it.
 func (pr *proc) stop() {
+	if pr.link != nil {
+		defer pr.link.close()
+	}
 	if pr.cmd == nil || pr.cmd.Process == nil {
 		return
 	}
@@ -241,6 +254,22 @@ func (pr *proc) stop() {
 	case <-time.After(10 * time.Second):
 		_ = pr.cmd.Process.Kill()
 		<-pr.exited
+	}
+}
+
+// partition cuts (or heals) the network between a pod's node and the API
+// server: its worker can reach it no more, nor can its kubelet update the
+// pod's ConfigMap volume.
+func (f *fleet) partition(pod string, cut bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, pr := range f.procs {
+		if pr.name == pod && pr.running() {
+			pr.link.cut.Store(cut)
+			if cut {
+				pr.link.drop()
+			}
+		}
 	}
 }
 

@@ -64,14 +64,26 @@ type observed struct {
 // NewObserver is an Observer that has seen nothing.
 func NewObserver() *Observer { return &Observer{seen: map[string]observed{}} }
 
-// Observe records l as read at now: a new resourceVersion restarts its
-// clock.
+// Observe records l as read at now: a new holder or renewal restarts its
+// clock (the controller's own writes, such as MinVersionAnnotation, do not).
 func (o *Observer) Observe(l *coordinationv1.Lease, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if s, ok := o.seen[l.Name]; !ok || s.version != l.ResourceVersion {
-		o.seen[l.Name] = observed{version: l.ResourceVersion, at: now}
+	if s, ok := o.seen[l.Name]; !ok || s.version != renewal(l) {
+		o.seen[l.Name] = observed{version: renewal(l), at: now}
 	}
+}
+
+// renewal identifies l's holder and last renewal.
+func renewal(l *coordinationv1.Lease) string {
+	holder, at := "", ""
+	if l.Spec.HolderIdentity != nil {
+		holder = *l.Spec.HolderIdentity
+	}
+	if l.Spec.RenewTime != nil {
+		at = l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+	}
+	return holder + "@" + at
 }
 
 // Forget drops a deleted Lease.
