@@ -142,6 +142,7 @@ func TestExactlyOnceInWhatRuns(t *testing.T) {
 	for _, refresh := range []string{swarmv1.RefreshReload, swarmv1.RefreshRestart} {
 		t.Run(refresh, func(t *testing.T) {
 			p := newPoolWith(t, refresh == swarmv1.RefreshReload, false)
+			p.applyAdmission(context.Background()) // the workers report with their own tokens, confined
 			f := newFleet(t, p, refresh == swarmv1.RefreshRestart)
 			jobs := jobNames(0, 24)
 			p.statefulSetOf(3, workerTemplate())

@@ -44,8 +44,6 @@ type pool struct {
 	reload   bool
 	// maxRestarting is the most workers the status showed Restarting at once.
 	maxRestarting int
-	// workerKube is the workers' ServiceAccount's client.
-	workerKube kubernetes.Interface
 
 	mu      sync.Mutex
 	applied map[types.UID]int64 // pod UID -> version annotated
@@ -72,7 +70,6 @@ func newPoolWith(t *testing.T, reload, fake bool) *pool {
 	// The controller runs with the manifest's RBAC, as its ServiceAccount;
 	// the stand-in workers patch pods as theirs.
 	p.applyRBAC(ctx)
-	p.workerKube = kubernetes.NewForConfigOrDie(p.as(e.Config, manifest.WorkerName))
 	p.ctrl, p.stopCtrl = p.startController("test")
 	var wg sync.WaitGroup
 	if fake {
@@ -149,12 +146,21 @@ func (p *pool) applyOnce(ctx context.Context) {
 			continue
 		}
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, swarmv1.AppliedVersionAnnotation, strconv.FormatInt(share.Version, 10))
-		if _, err := p.workerKube.CoreV1().Pods(p.ns).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
+		if _, err := p.workerFor(pod.Name).CoreV1().Pods(p.ns).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
 			p.mu.Lock()
 			p.applied[pod.UID] = share.Version
 			p.mu.Unlock()
 		}
 	}
+}
+
+// workerFor is the client of the worker of pod: its ServiceAccount with the
+// pod-name claim of its bound token, as the admission policy expects.
+func (p *pool) workerFor(pod string) kubernetes.Interface {
+	c := rest.CopyConfig(env.Config)
+	c.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + p.ns + ":" + manifest.WorkerName,
+		Extra: map[string][]string{manifest.PodNameExtra: {pod}}}
+	return kubernetes.NewForConfigOrDie(c)
 }
 
 // applyRBAC creates the manifest's ServiceAccounts, Roles and RoleBindings

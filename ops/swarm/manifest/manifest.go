@@ -98,6 +98,7 @@ func Objects(o Options) ([]any, error) {
 		objs = append(objs, c)
 	}
 	objs = append(objs, RBAC(o.Namespace)...)
+	objs = append(objs, WorkerAdmission(o.Namespace)...)
 	return append(objs, deployment(o)), nil
 }
 
