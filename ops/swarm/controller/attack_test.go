@@ -30,7 +30,9 @@ func (p *pool) applyAdmission(ctx context.Context) {
 		switch o := obj.(type) {
 		case *admissionv1.ValidatingAdmissionPolicy:
 			_, err = api.ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
-			p.t.Cleanup(func() { _ = api.ValidatingAdmissionPolicies().Delete(context.Background(), o.Name, metav1.DeleteOptions{}) })
+			p.t.Cleanup(func() {
+				_ = api.ValidatingAdmissionPolicies().Delete(context.Background(), o.Name, metav1.DeleteOptions{})
+			})
 		case *admissionv1.ValidatingAdmissionPolicyBinding:
 			_, err = api.ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
 			p.t.Cleanup(func() {
