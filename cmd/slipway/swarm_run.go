@@ -9,6 +9,7 @@ import (
 
 	"slipway.dev/slipway/ops/swarm/controller"
 	swarmmanifest "slipway.dev/slipway/ops/swarm/manifest"
+	"slipway.dev/slipway/ops/swarm/member"
 	"slipway.dev/slipway/ops/swarm/worker"
 )
 
@@ -72,13 +73,14 @@ Examples (in the worker pod; POD_NAME and POD_NAMESPACE from the downward API):
 			&cli.StringFlag{Name: "out", Usage: "write the jobs to this file, one per line", EnvVars: envs("SWARM_OUT")},
 			&cli.StringFlag{Name: "exec", Usage: "run this command with the jobs as arguments (split on spaces)", EnvVars: envs("SWARM_EXEC")},
 			&cli.BoolFlag{Name: "once", Usage: "apply the first share only (the Swarm's refresh is restart)", EnvVars: envs("SWARM_ONCE")},
-			&cli.BoolFlag{Name: "no-report", Usage: "do not annotate the pod (outside a cluster)"},
+			&cli.BoolFlag{Name: "no-report", Usage: "do not annotate the pod nor hold a Lease (outside a cluster)"},
+			&cli.DurationFlag{Name: "lease-duration", Value: member.DefaultDuration, Usage: "the worker's Lease: jobs stop after 2/3 of it without a renewal, and move after all of it", EnvVars: envs("SWARM_LEASE_DURATION")},
 			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster config)", EnvVars: []string{"KUBECONFIG", "SLIPWAY_KUBECONFIG"}},
 		},
 		Action: func(c *cli.Context) error {
 			opts := worker.Options{
 				ConfigFile: c.String("config"), PodName: c.String("pod-name"), Namespace: c.String("namespace"),
-				Out: c.String("out"), Exec: strings.Fields(c.String("exec")), Once: c.Bool("once"),
+				Out: c.String("out"), Exec: strings.Fields(c.String("exec")), Once: c.Bool("once"), LeaseDuration: c.Duration("lease-duration"),
 				Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 			}
 			if err := opts.Check(); err != nil {

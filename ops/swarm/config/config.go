@@ -9,6 +9,11 @@
 //
 // where a worker's version is the assignment version at which its job set
 // last changed, and the job list a Swarm reads from a ConfigMap key.
+//
+// A share may also list `releasing` jobs: jobs taken from that worker that
+// it has not yet confirmed stopped (by reporting its share's version). The
+// worker runs only `jobs`; the controller gives a releasing job to no one
+// else until it is released, so no job ever runs on two workers.
 package config
 
 import (
@@ -33,6 +38,10 @@ type Workload struct {
 	Jobs []string `json:"jobs"`
 	// Version is the assignment version at which this job set was given.
 	Version int64 `json:"version"`
+	// Releasing are the jobs revoked from this worker that it has not yet
+	// confirmed stopped; no other worker is given them meanwhile. The
+	// worker itself ignores them.
+	Releasing []string `json:"releasing,omitempty"`
 }
 
 // Parse reads config.yml. Empty text is an empty Config.
@@ -68,12 +77,22 @@ func (c Config) Render() (string, error) {
 	return string(b), nil
 }
 
-// Assignments is the worker-to-jobs map of c, the previous assignment for
-// the next computation.
+// Assignments is the worker-to-jobs map of c (what each worker is to run).
 func (c Config) Assignments() map[string][]string {
 	out := make(map[string][]string, len(c.Workloads))
 	for w, wl := range c.Workloads {
 		out[w] = wl.Jobs
+	}
+	return out
+}
+
+// Owners is the worker-to-jobs map of c counting the releasing jobs as
+// their old worker's: the previous assignment for the next computation, so
+// a handover in progress computes the same target again.
+func (c Config) Owners() map[string][]string {
+	out := make(map[string][]string, len(c.Workloads))
+	for w, wl := range c.Workloads {
+		out[w] = append(slices.Clone(wl.Jobs), wl.Releasing...)
 	}
 	return out
 }
@@ -85,7 +104,7 @@ func (c Config) Equal(o Config) bool {
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.Workloads)) {
 		a := c.Workloads[k]
-		if b, ok := o.Workloads[k]; !ok || a.Version != b.Version || !SameJobs(a.Jobs, b.Jobs) {
+		if b, ok := o.Workloads[k]; !ok || a.Version != b.Version || !SameJobs(a.Jobs, b.Jobs) || !SameJobs(a.Releasing, b.Releasing) {
 			return false
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	swarmlisters "slipway.dev/slipway/ops/generated/swarm/listers/swarm.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/lease"
+	"slipway.dev/slipway/ops/swarm/member"
 )
 
 // Controller is one replica of the swarm controller.
@@ -44,7 +45,9 @@ type Controller struct {
 	synced   atomic.Bool
 	addr     atomic.Value // the HTTP server's address, once listening
 
-	configMaps, statefulSets, deployments cache.Indexer
+	configMaps, statefulSets, deployments, leases cache.Indexer
+	// members judges the workers' Leases on this replica's clock.
+	members *member.Observer
 
 	mu        sync.Mutex
 	unsettled map[string]time.Time // Swarm key: since when its workloads are not at their desired Ready pods
@@ -67,7 +70,7 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{opts: opts, log: opts.Log.With("controller", "swarm", "namespace", opts.Namespace),
-		metrics: newMetrics(), unsettled: map[string]time.Time{}, written: map[string]string{}}
+		metrics: newMetrics(), unsettled: map[string]time.Time{}, written: map[string]string{}, members: member.NewObserver()}
 	if c.kube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}

@@ -44,14 +44,19 @@ type pool struct {
 	reload   bool
 	// maxRestarting is the most workers the status showed Restarting at once.
 	maxRestarting int
-	// workerKube is the workers' ServiceAccount's client.
-	workerKube kubernetes.Interface
 
 	mu      sync.Mutex
 	applied map[types.UID]int64 // pod UID -> version annotated
 }
 
 func newPool(t *testing.T, reload bool) *pool {
+	t.Helper()
+	return newPoolWith(t, reload, true)
+}
+
+// newPoolWith is newPool; fake false leaves the workers to the test (real
+// worker processes, see fleet).
+func newPoolWith(t *testing.T, reload, fake bool) *pool {
 	t.Helper()
 	e := testenv.Need(t, env)
 	p := &pool{t: t, reload: reload, applied: map[types.UID]int64{}}
@@ -65,11 +70,12 @@ func newPool(t *testing.T, reload bool) *pool {
 	// The controller runs with the manifest's RBAC, as its ServiceAccount;
 	// the stand-in workers patch pods as theirs.
 	p.applyRBAC(ctx)
-	p.workerKube = kubernetes.NewForConfigOrDie(p.as(e.Config, manifest.WorkerName))
 	p.ctrl, p.stopCtrl = p.startController("test")
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); p.playWorkers(ctx) }()
+	if fake {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.playWorkers(ctx) }()
+	}
 	t.Cleanup(func() { p.stopCtrl(); cancel(); wg.Wait() })
 	return p
 }
@@ -140,12 +146,21 @@ func (p *pool) applyOnce(ctx context.Context) {
 			continue
 		}
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, swarmv1.AppliedVersionAnnotation, strconv.FormatInt(share.Version, 10))
-		if _, err := p.workerKube.CoreV1().Pods(p.ns).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
+		if _, err := p.workerFor(pod.Name).CoreV1().Pods(p.ns).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
 			p.mu.Lock()
 			p.applied[pod.UID] = share.Version
 			p.mu.Unlock()
 		}
 	}
+}
+
+// workerFor is the client of the worker of pod: its ServiceAccount with the
+// pod-name claim of its bound token, as the admission policy expects.
+func (p *pool) workerFor(pod string) kubernetes.Interface {
+	c := rest.CopyConfig(env.Config)
+	c.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + p.ns + ":" + manifest.WorkerName,
+		Extra: map[string][]string{manifest.PodNameExtra: {pod}}}
+	return kubernetes.NewForConfigOrDie(c)
 }
 
 // applyRBAC creates the manifest's ServiceAccounts, Roles and RoleBindings
@@ -189,12 +204,16 @@ func podReady(p *corev1.Pod) bool {
 // statefulSet creates the workers' StatefulSet, labelled for the Swarm.
 func (p *pool) statefulSet(replicas int32) {
 	p.t.Helper()
-	labels := map[string]string{"app": "worker"}
+	p.statefulSetOf(replicas, podTemplate(map[string]string{"app": "worker"}))
+}
+
+func (p *pool) statefulSetOf(replicas int32, tmpl corev1.PodTemplateSpec) {
+	p.t.Helper()
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "swarm-worker", Namespace: p.ns, Labels: map[string]string{"swarm": "work"}},
 		Spec: appsv1.StatefulSetSpec{
-			Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: podTemplate(labels),
+			Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels},
+			Template: tmpl,
 		},
 	}
 	if _, err := p.kube.AppsV1().StatefulSets(p.ns).Create(context.Background(), sts, metav1.CreateOptions{}); err != nil {

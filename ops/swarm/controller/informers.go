@@ -3,9 +3,11 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -14,6 +16,7 @@ import (
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
 	swarmlisters "slipway.dev/slipway/ops/generated/swarm/listers/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/swarm/member"
 )
 
 type listWatcher[L runtime.Object] interface {
@@ -45,6 +48,8 @@ func (c *Controller) startInformers(ctx context.Context) error {
 	cmInf := newInformer(c.kube.CoreV1().ConfigMaps(ns), &corev1.ConfigMap{}, 0)
 	stsInf := newInformer(c.kube.AppsV1().StatefulSets(ns), &appsv1.StatefulSet{}, 0)
 	depInf := newInformer(c.kube.AppsV1().Deployments(ns), &appsv1.Deployment{}, 0)
+	leaseInf := newInformer(c.kube.CoordinationV1().Leases(ns), &coordinationv1.Lease{}, 0)
+	c.leases = leaseInf.GetIndexer()
 	c.swarms = swarmlisters.NewSwarmLister(swarmInf.GetIndexer())
 	c.pods, c.configMaps = podInf.GetIndexer(), cmInf.GetIndexer()
 	c.statefulSets, c.deployments = stsInf.GetIndexer(), depInf.GetIndexer()
@@ -54,10 +59,11 @@ func (c *Controller) startInformers(ctx context.Context) error {
 		}
 	}
 	all := func(any) { c.enqueueAll() }
+	member := func(o any) { c.observeLease(o) }
 	handlers := []struct {
 		inf cache.SharedIndexInformer
 		fn  func(any)
-	}{{swarmInf, one}, {podInf, all}, {cmInf, all}, {stsInf, all}, {depInf, all}}
+	}{{swarmInf, one}, {podInf, all}, {cmInf, all}, {stsInf, all}, {depInf, all}, {leaseInf, member}}
 	for _, h := range handlers {
 		fn := h.fn
 		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -74,6 +80,28 @@ func (c *Controller) startInformers(ctx context.Context) error {
 	}
 	c.synced.Store(true)
 	return nil
+}
+
+// observeLease notes when a worker's Lease was renewed, on this replica's
+// clock; a Lease released or deleted (its worker stopped) queues every
+// Swarm, whose jobs may now move.
+func (c *Controller) observeLease(o any) {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	l, ok := o.(*coordinationv1.Lease)
+	if !ok || !strings.HasPrefix(l.Name, member.LeasePrefix) {
+		return
+	}
+	if _, exists, _ := c.leases.Get(l); !exists {
+		c.members.Forget(l.Name)
+		c.enqueueAll()
+		return
+	}
+	c.members.Observe(l, time.Now())
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		c.enqueueAll()
+	}
 }
 
 // enqueueAll queues every Swarm of the namespace.

@@ -6,12 +6,14 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/swarm/config"
+	"slipway.dev/slipway/ops/swarm/member"
 	"slipway.dev/slipway/ops/swarm/plan"
 )
 
@@ -76,7 +78,56 @@ func (c *Controller) inputs(sw *swarmv1.Swarm, now time.Time) (plan.Input, *core
 			in.Previous = prev
 		}
 	}
+	in.Pods = append(in.Pods, c.foreignPods(sw.Namespace, in.Pods, in.Previous)...)
+	c.lapsed(sw.Namespace, in.Pods, now)
 	return in, cm, nil
+}
+
+// lapsed marks the pods whose worker's Lease lapsed, and returns how soon
+// the next one of those that hold a share would lapse (0: none).
+func (c *Controller) lapsed(ns string, pods []plan.Pod, now time.Time) time.Duration {
+	next := time.Duration(0)
+	for i := range pods {
+		obj, ok, _ := c.leases.GetByKey(ns + "/" + member.LeaseName(pods[i].Name))
+		if !ok {
+			continue // no Lease (yet): judged by its pod alone
+		}
+		l := obj.(*coordinationv1.Lease)
+		if member.Released(l) {
+			pods[i].Released = true
+			continue
+		}
+		if c.members.Lapsed(l, now, member.DefaultDuration) {
+			pods[i].Lapsed = true
+			continue
+		}
+		if in := c.members.Until(l, member.DefaultDuration).Sub(now); in > 0 && (next == 0 || in < next) {
+			next = in
+		}
+	}
+	return next
+}
+
+// foreignPods are the pods that hold a share of c without being pods of the
+// selected workloads (their labels changed, say): they may still run it, so
+// their jobs are handed over like any leaving worker's.
+func (c *Controller) foreignPods(ns string, pods []plan.Pod, cfg config.Config) []plan.Pod {
+	seen := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		seen[p.Name] = true
+	}
+	var out []plan.Pod
+	for name := range cfg.Workloads {
+		if seen[name] {
+			continue
+		}
+		if obj, ok, _ := c.pods.GetByKey(ns + "/" + name); ok {
+			p := toPlanPod(obj.(*corev1.Pod))
+			p.Foreign, p.Ready = true, false
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // jobs reads the job list from the spec or its ConfigMap key.

@@ -21,7 +21,7 @@ func (c *Controller) writeStatus(ctx context.Context, sw *swarmv1.Swarm, in plan
 	st.WorkerCount = int32(len(d.Config.Workloads))
 	st.Jobs = int32(len(in.Jobs))
 	st.Unassigned = int32(d.Unassigned)
-	if d.Changed {
+	if d.Moved > 0 {
 		st.Moved = int32(d.Moved)
 	}
 	st.Workers = d.Workers
@@ -38,6 +38,9 @@ func balanced(in plan.Input, d plan.Decision, gen int64) metav1.Condition {
 	case d.Unassigned > 0 && len(d.Config.Workloads) == 0:
 		cond.Status, cond.Reason = metav1.ConditionFalse, "NoWorkers"
 		cond.Message = fmt.Sprintf("no Ready worker: %d jobs wait for one", d.Unassigned)
+	case d.Awaiting > 0:
+		cond.Status, cond.Reason = metav1.ConditionFalse, "HandingOver"
+		cond.Message = fmt.Sprintf("%d jobs are moving: each starts on its new worker once its old worker reports it stopped", d.Awaiting)
 	case d.Unassigned > 0:
 		cond.Status, cond.Reason = metav1.ConditionFalse, "Settling"
 		cond.Message = fmt.Sprintf("%d jobs wait for the workers to settle", d.Unassigned)

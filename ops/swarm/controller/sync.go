@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +16,7 @@ import (
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/swarm/assign"
 	"slipway.dev/slipway/ops/swarm/config"
+	"slipway.dev/slipway/ops/swarm/member"
 	"slipway.dev/slipway/ops/swarm/plan"
 )
 
@@ -51,6 +53,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return 0, fmt.Errorf("decide Swarm %s: %w", key, err)
 	}
 	if d.Changed {
+		if err := c.fenceWorkers(ctx, sw.Namespace, d.Fence, d.Config.Version); err != nil {
+			return 0, err
+		}
 		if err := c.writeConfig(ctx, sw, cm, d.Config); err != nil {
 			return 0, err
 		}
@@ -67,6 +72,11 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	c.metrics.observe(sw.Name, in, d)
 	if !d.Converged || !in.Settled {
 		return recheck, nil
+	}
+	// A worker cut off lets its Lease lapse without any event: look again
+	// when the next one would.
+	if next := c.lapsed(sw.Namespace, in.Pods, time.Now()); next > 0 {
+		return next + 100*time.Millisecond, nil
 	}
 	return 0, nil
 }
@@ -121,6 +131,35 @@ func (c *Controller) writeConfig(ctx context.Context, sw *swarmv1.Swarm, cm *cor
 	return nil
 }
 
+// fenceWorkers writes on the Lease of each worker named (judged to run
+// nothing) that it may run no config older than version, before that
+// config gives its jobs away: a worker that comes back reads its Lease and
+// waits for its mounted config to catch up (package member). Each write
+// carries the resourceVersion judged, so a worker that renewed meanwhile
+// makes it conflict, and the sync starts over.
+func (c *Controller) fenceWorkers(ctx context.Context, ns string, names []string, version int64) error {
+	api := c.kube.CoordinationV1().Leases(ns)
+	for _, name := range names {
+		obj, ok, _ := c.leases.GetByKey(ns + "/" + member.LeaseName(name))
+		if !ok {
+			l := member.WithMinVersion(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: member.LeaseName(name), Namespace: ns}}, version)
+			l.Spec.HolderIdentity = new(string)
+			if _, err := api.Create(ctx, l, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("fence worker %s before its jobs move: create its Lease: %w", name, err)
+			}
+			continue
+		}
+		l := obj.(*coordinationv1.Lease)
+		if member.MinVersion(l) >= version {
+			continue
+		}
+		if _, err := api.Update(ctx, member.WithMinVersion(l, version), metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("fence worker %s before its jobs move: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // own labels cm with the Swarm and makes the Swarm its owner, so deleting
 // the Swarm deletes it.
 func (c *Controller) own(sw *swarmv1.Swarm, cm *corev1.ConfigMap) {
@@ -163,10 +202,17 @@ func (c *Controller) announce(sw *swarmv1.Swarm, in plan.Input, d plan.Decision)
 			changed++
 		}
 	}
+	if changed == 0 && d.Moved == 0 {
+		c.log.Debug("jobs released", "swarm", sw.Name, "version", d.Config.Version, "awaiting", d.Awaiting)
+		return
+	}
 	msg := fmt.Sprintf("version %d: %d jobs over %d workers, %d moved, %d workers' shares changed",
 		d.Config.Version, len(in.Jobs), len(d.Config.Workloads), d.Moved, changed)
-	if d.Unassigned > 0 {
-		msg += fmt.Sprintf(", %d jobs unassigned (no Ready worker)", d.Unassigned)
+	if d.Awaiting > 0 {
+		msg += fmt.Sprintf(", %d jobs wait for their old worker to stop them", d.Awaiting)
+	}
+	if d.Unassigned > d.Awaiting {
+		msg += fmt.Sprintf(", %d jobs unassigned", d.Unassigned)
 	}
 	c.recorder.Event(sw, corev1.EventTypeNormal, "NewVersion", msg)
 	c.log.Info("new assignment", "swarm", sw.Name, "version", d.Config.Version, "moved", d.Moved, "changed", changed, "unassigned", d.Unassigned)

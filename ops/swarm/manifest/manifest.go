@@ -98,6 +98,7 @@ func Objects(o Options) ([]any, error) {
 		objs = append(objs, c)
 	}
 	objs = append(objs, RBAC(o.Namespace)...)
+	objs = append(objs, WorkerAdmission(o.Namespace)...)
 	return append(objs, deployment(o)), nil
 }
 
@@ -117,14 +118,17 @@ func ControllerRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch", "create", "update"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
 	}
 }
 
 // WorkerRules are what `slipway swarm worker` calls: a patch of its own
-// pod's annotation.
+// pod's annotation, and its own Lease (package member).
 func WorkerRules() []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"patch"}}}
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+	}
 }
 
 // RBAC returns the ServiceAccounts, Roles and RoleBindings of the

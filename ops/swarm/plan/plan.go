@@ -25,6 +25,18 @@ type Pod struct {
 	Ready bool
 	// Applied is the version the worker reports it applied, or NoneApplied.
 	Applied int64
+	// Foreign marks a pod that holds a share but is not (or no longer) a
+	// pod of the selected workloads: never given jobs, but running what it
+	// was given until it reports otherwise or is gone.
+	Foreign bool
+	// Lapsed marks a worker whose Lease went unrenewed for its duration:
+	// it stopped its jobs (package member), whatever its pod's state, and
+	// takes none until it renews it.
+	Lapsed bool
+	// Released marks a worker whose Lease has no holder: its worker
+	// stopped its jobs and left (or has not taken it yet); it runs nothing,
+	// but stays a worker while its pod is Ready.
+	Released bool
 }
 
 // Input is everything one decision reads.
@@ -58,11 +70,17 @@ type Decision struct {
 	// from Input.Previous and must be written.
 	Config  config.Config
 	Changed bool
-	// Moved is the number of jobs the change moved; Unassigned the jobs no
-	// worker holds.
-	Moved, Unassigned int
+	// Moved is the number of jobs this step took from a worker for
+	// another; Unassigned the jobs no worker runs (moving ones included);
+	// Awaiting the jobs the assignment places that wait for their old
+	// worker to stop them first.
+	Moved, Unassigned, Awaiting int
 	// Restart are the pods to delete now.
 	Restart []string
+	// Fence are the workers judged to run nothing (Lease lapsed, pod gone)
+	// whose jobs this config releases: before it is written, their Leases
+	// must say that they may run no older config (package member).
+	Fence []string
 	// Workers is the new status.workers.
 	Workers []swarmv1.WorkerStatus
 	// Converged is true when every worker runs its share.
@@ -78,25 +96,52 @@ func Decide(in Input) (Decision, error) {
 	}
 	in.Previous = distrustEdits(in.Previous, in.Status)
 	restarting := stillRestarting(in, pods)
-	d := Decision{Config: in.Previous}
+	var target map[string][]string
+	d := Decision{}
 	if in.Settled {
-		members := workers(in, pods, restarting)
 		res, err := assign.Assign(assign.Input{
-			Jobs: in.Jobs, Workers: members, Previous: in.Previous.Assignments(), Dedicated: in.Dedicated,
+			Jobs: in.Jobs, Workers: workers(in, pods, restarting), Previous: in.Previous.Owners(), Dedicated: in.Dedicated,
 		})
 		if err != nil {
 			return Decision{}, err
 		}
-		d.Config, d.Changed = nextConfig(in, res.Assignments)
-		d.Unassigned = len(res.Unassigned)
-		if d.Changed {
-			d.Moved = res.Moved
-		}
-	} else {
-		d.Unassigned = unassigned(in.Jobs, in.Previous)
+		target = res.Assignments
 	}
+	st := handover(in.Previous.Workloads, target, stateOf(in.Previous, pods), in.Refresh == swarmv1.RefreshRestart)
+	d.Config, d.Changed = nextConfig(in, st.shares)
+	d.Moved, d.Awaiting = st.moved, st.awaiting
+	d.Unassigned = unassigned(in.Jobs, d.Config)
 	d.Workers, d.Restart, d.Converged = refresh(in, d.Config, pods, restarting)
+	if d.Changed {
+		d.Fence = fence(in.Previous, stateOf(in.Previous, pods))
+	}
+	d.Converged = d.Converged && st.awaiting == 0 && (in.Settled || d.Unassigned == 0)
 	return d, nil
+}
+
+// fence lists the workers of c judged to run nothing that hold jobs there.
+func fence(c config.Config, state func(string) runState) []string {
+	var out []string
+	for _, w := range slices.Sorted(maps.Keys(c.Workloads)) {
+		if s := c.Workloads[w]; state(w) == runsNothing && len(s.Jobs)+len(s.Releasing) > 0 {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// stateOf tells, from a worker's pod, what it may run of its share in c.
+func stateOf(c config.Config, pods map[string]Pod) func(string) runState {
+	return func(w string) runState {
+		p, ok := pods[w]
+		switch {
+		case !ok || p.Lapsed || p.Released:
+			return runsNothing
+		case p.Applied != NoneApplied && p.Applied == c.Workloads[w].Version:
+			return runsShare
+		}
+		return mayRun
+	}
 }
 
 // workers are the names of the Ready pods and of the restarted ones still
@@ -104,7 +149,7 @@ func Decide(in Input) (Decision, error) {
 func workers(in Input, pods map[string]Pod, restarting map[string]swarmv1.WorkerStatus) []string {
 	var out []string
 	for name, p := range pods {
-		if p.Ready {
+		if p.Ready && !p.Foreign && !p.Lapsed {
 			out = append(out, name)
 		}
 	}
@@ -139,22 +184,34 @@ func stillRestarting(in Input, pods map[string]Pod) map[string]swarmv1.WorkerSta
 	return out
 }
 
-// nextConfig builds the config of the assignment: a worker whose job set is
-// unchanged keeps its version, the others get the next version. Changed is
-// false when the shares are those of in.Previous.
-func nextConfig(in Input, assignments map[string][]string) (config.Config, bool) {
-	next := config.Config{Version: max(in.Previous.Version, in.Status.Version) + 1, Workloads: map[string]config.Workload{}}
-	same := len(assignments) == len(in.Previous.Workloads)
-	for w, jobs := range assignments {
-		if prev, ok := in.Previous.Workloads[w]; ok && prev.Version > 0 && config.SameJobs(prev.Jobs, jobs) {
-			next.Workloads[w] = config.Workload{Jobs: jobs, Version: prev.Version}
-			continue
+// nextConfig builds the config of the shares: a worker whose job set is
+// unchanged keeps its version, the others get the next version; a config
+// that only releases jobs or drops empty shares keeps its version. Changed
+// is false when the shares are those of in.Previous.
+func nextConfig(in Input, shares map[string]config.Workload) (config.Config, bool) {
+	next := config.Config{Version: max(in.Previous.Version, in.Status.Version) + 1, Workloads: make(map[string]config.Workload, len(shares))}
+	same, sameJobs := len(shares) == len(in.Previous.Workloads), true
+	for w, share := range shares {
+		prev, ok := in.Previous.Workloads[w]
+		if ok && prev.Version > 0 && config.SameJobs(prev.Jobs, share.Jobs) {
+			share.Version = prev.Version
+			same = same && config.SameJobs(prev.Releasing, share.Releasing)
+		} else {
+			share.Version = next.Version
+			same, sameJobs = false, false
 		}
-		same = false
-		next.Workloads[w] = config.Workload{Jobs: jobs, Version: next.Version}
+		next.Workloads[w] = share
 	}
-	if same && in.Previous.Version > 0 {
+	for w, prev := range in.Previous.Workloads {
+		if _, kept := shares[w]; !kept && len(prev.Jobs) > 0 {
+			sameJobs = false // a worker gone with its jobs
+		}
+	}
+	switch {
+	case same && in.Previous.Version > 0:
 		return in.Previous, false
+	case sameJobs && in.Previous.Version > 0:
+		next.Version = in.Previous.Version
 	}
 	return next, true
 }

@@ -55,36 +55,62 @@ func TestSteadyStateChangesNothing(t *testing.T) {
 	}
 }
 
-func TestScaleUpRestartsOnlyChangedWorkersOneAtATime(t *testing.T) {
+// Scaling up hands over cooperatively: version 2 revokes a job from each of
+// w-0..w-2 (releasing, given to nobody) and restarts them one at a time;
+// w-3 gets its three jobs, in one step, only once all three stopped them.
+func TestScaleUpRevokesBeforeItAssigns(t *testing.T) {
 	in, _ := steady(t)
 	in.Pods = append(in.Pods, ready("w-3", NoneApplied))
 	d, err := Decide(in)
-	if err != nil || !d.Changed || d.Config.Version != 2 || d.Moved != 3 {
+	if err != nil || !d.Changed || d.Config.Version != 2 || d.Moved != 3 || d.Awaiting != 3 || d.Unassigned != 3 {
 		t.Fatalf("scale up: %+v, %v", d, err)
 	}
-	changed := 0
+	if _, ok := d.Config.Workloads["w-3"]; ok {
+		t.Errorf("w-3 got a share before its jobs were released: %+v", d.Config.Workloads["w-3"])
+	}
 	for _, w := range []string{"w-0", "w-1", "w-2"} {
-		if d.Config.Workloads[w].Version == 2 {
-			changed++
+		if s := d.Config.Workloads[w]; s.Version != 2 || len(s.Jobs) != 3 || len(s.Releasing) != 1 {
+			t.Errorf("%s: %+v, want 3 jobs and 1 releasing at version 2", w, s)
 		}
 	}
-	if changed != 3 || len(d.Restart) != 1 || d.Restart[0] != "w-0" || d.Converged {
-		t.Errorf("want one of the 3 changed workers restarted (w-0), got %v of %d, converged %v", d.Restart, changed, d.Converged)
+	if !slices.Equal(d.Restart, []string{"w-0"}) || d.Converged {
+		t.Errorf("want w-0 restarted first, got %v (converged %v)", d.Restart, d.Converged)
 	}
-	// w-0 is away: it keeps its share and its slot; nobody else restarts.
-	in.Previous, in.Status = d.Config, swarmv1.SwarmStatus{Version: 2, Workers: d.Workers}
+	// w-0 is away: it runs nothing, so its releasing job is released; w-3
+	// still waits for the others (restart mode gives a worker its jobs at once).
+	next := func(d Decision) {
+		in.Previous, in.Status = d.Config, swarmv1.SwarmStatus{Version: d.Config.Version, Workers: d.Workers}
+	}
+	next(d)
 	in.Pods = slices.DeleteFunc(in.Pods, func(p Pod) bool { return p.Name == "w-0" })
 	in.Now = now.Add(5 * time.Second)
-	d2, err := Decide(in)
-	if err != nil || d2.Changed || len(d2.Restart) != 0 {
-		t.Fatalf("restart in flight: %+v, %v", d2, err)
+	d, err = Decide(in)
+	if err != nil || len(d.Restart) != 0 || len(d.Config.Workloads["w-0"].Releasing) != 0 || d.Awaiting != 3 {
+		t.Fatalf("restart in flight: %+v, %v", d, err)
 	}
-	// w-0 back under a new UID with the new version: the next one goes.
-	in.Status.Workers = d2.Workers
+	// w-0 back under a new UID with version 2: the next one goes.
+	next(d)
 	in.Pods = append(in.Pods, Pod{Name: "w-0", UID: "new", Ready: true, Applied: 2})
-	d3, err := Decide(in)
-	if err != nil || d3.Changed || !slices.Equal(d3.Restart, []string{"w-1"}) || phase(d3, "w-0") != swarmv1.PhaseConverged {
-		t.Errorf("after w-0 is back: restart %v, w-0 %s (%v)", d3.Restart, phase(d3, "w-0"), err)
+	d, err = Decide(in)
+	if err != nil || !slices.Equal(d.Restart, []string{"w-1"}) || phase(d, "w-0") != swarmv1.PhaseConverged {
+		t.Fatalf("after w-0 is back: restart %v, w-0 %s (%v)", d.Restart, phase(d, "w-0"), err)
+	}
+	// w-1 and w-2 report version 2 (as reload workers would): w-3 gets its jobs.
+	next(d)
+	for i := range in.Pods {
+		if in.Pods[i].Name != "w-3" {
+			in.Pods[i].Applied = 2
+		}
+	}
+	in.Status.Workers[1].Phase, in.Status.Workers[1].RestartedAt = swarmv1.PhaseConverged, nil
+	d, err = Decide(in)
+	if err != nil || !d.Changed || d.Awaiting != 0 || d.Unassigned != 0 || len(d.Config.Workloads["w-3"].Jobs) != 3 || len(d.Restart) != 0 {
+		t.Fatalf("once released: %+v, %v", d, err)
+	}
+	for w, s := range d.Config.Workloads {
+		if len(s.Releasing) != 0 || (w != "w-3" && s.Version != 2) {
+			t.Errorf("%s: %+v", w, s)
+		}
 	}
 }
 
@@ -127,8 +153,8 @@ func TestRestartGivenUp(t *testing.T) {
 	in.Status.Workers[1].Phase, in.Status.Workers[1].RestartedAt, in.Status.Workers[1].RestartedUID = swarmv1.PhaseRestarting, &at, "w-1-uid"
 	in.Pods = slices.Delete(in.Pods, 1, 2)
 	d, err := Decide(in)
-	if err != nil || !d.Changed || len(d.Config.Workloads) != 2 || d.Moved != 4 {
-		t.Errorf("a restart past its timeout: its worker leaves and its 4 jobs move: %+v, %v", d, err)
+	if err != nil || !d.Changed || len(d.Config.Workloads) != 2 || d.Moved != 4 || d.Awaiting != 0 {
+		t.Errorf("a restart past its timeout: its worker, gone, leaves and its 4 jobs move at once: %+v, %v", d, err)
 	}
 	// A Deployment's pod never comes back under its name: it leaves at once.
 	in, _ = steady(t)
@@ -195,5 +221,30 @@ func TestHandEditRefreshesTheEditedWorkers(t *testing.T) {
 	}
 	if !slices.Equal(d.Restart, []string{"w-0"}) {
 		t.Errorf("restart %v, want w-0 first", d.Restart)
+	}
+}
+
+// A worker whose Lease lapsed stopped its jobs (it could not renew it): its
+// jobs move at once, though its pod still looks Ready (a partitioned node's
+// pods do until the node is marked NotReady).
+func TestLapsedWorkerHandsOverAtOnce(t *testing.T) {
+	in, _ := steady(t)
+	in.Refresh = swarmv1.RefreshReload
+	in.Pods[1].Lapsed = true
+	d, err := Decide(in)
+	if err != nil || !d.Changed || d.Moved != 4 || d.Awaiting != 0 || d.Unassigned != 0 {
+		t.Fatalf("lapsed worker: %+v, %v", d, err)
+	}
+	if _, ok := d.Config.Workloads["w-1"]; ok {
+		t.Errorf("the lapsed worker kept a share: %+v", d.Config.Workloads["w-1"])
+	}
+	// Without its Lease lapsed, a worker that is not Ready keeps its jobs
+	// releasing until it reports or its pod is gone.
+	in, _ = steady(t)
+	in.Refresh = swarmv1.RefreshReload
+	in.Pods[1].Ready = false
+	d, err = Decide(in)
+	if err != nil || d.Moved != 4 || d.Awaiting != 4 || len(d.Config.Workloads["w-1"].Releasing) != 4 {
+		t.Fatalf("not Ready worker: %+v, %v", d, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,7 +19,9 @@ import (
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/kube"
+	"slipway.dev/slipway/ops/lease"
 	"slipway.dev/slipway/ops/swarm/config"
+	"slipway.dev/slipway/ops/swarm/member"
 )
 
 // Run runs the worker until ctx ends (or, with Exec, until the command exits
@@ -28,13 +31,65 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	w := &worker{opts: opts, log: opts.Log.With("pod", opts.PodName), applied: -1, reported: -1}
-	if opts.Config != nil {
-		if w.kube, err = kube.NewForConfig(opts.Config); err != nil {
-			return fmt.Errorf("build the Kubernetes client: %w", err)
+	w := &worker{opts: opts, log: opts.Log.With("pod", opts.PodName), applied: -1, reported: -1, stopGrace: 10 * time.Second}
+	if opts.Config == nil {
+		return w.loop(ctx)
+	}
+	if w.kube, err = kube.NewForConfig(opts.Config); err != nil {
+		return fmt.Errorf("build the Kubernetes client: %w", err)
+	}
+	return w.member(ctx)
+}
+
+// member runs the loop as a member of the Swarm: jobs run only while the
+// worker's Lease tenure lasts. On the way out the jobs stop first, then the
+// Lease is released (its jobs may move at once).
+func (w *worker) member(ctx context.Context) error {
+	t := member.TimingOf(w.opts.LeaseDuration)
+	w.tenure, w.wake, w.stopGrace = &lease.Tenure{}, make(chan struct{}, 1), t.StopGrace
+	wake := func() {
+		select {
+		case w.wake <- struct{}{}:
+		default:
 		}
 	}
-	return w.loop(ctx)
+	started := func() { w.revalidate.Store(true); wake() }
+	if _, err := os.Stat(w.opts.Out); err == nil {
+		w.stopJobs() // a previous worker's jobs file is not this tenure's
+	}
+	lctx, stopLease := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() {
+		done <- lease.Run(lctx, lease.Config{
+			Client: w.kube.CoordinationV1().Leases(w.opts.Namespace), Name: member.LeaseName(w.opts.PodName), Identity: w.opts.PodName,
+			Duration: t.Duration, RenewDeadline: t.RenewDeadline, RetryPeriod: t.Retry, Tenure: w.tenure,
+			OnStartedLeading: started, OnStoppedLeading: wake, Log: w.log,
+		})
+	}()
+	err := w.loop(ctx)
+	w.stopJobs()
+	stopLease()
+	if lerr := <-done; lerr != nil && err == nil {
+		err = fmt.Errorf("hold the worker's Lease: %w", lerr)
+	}
+	return err
+}
+
+// fenced tells whether the worker may not run jobs now: it has a Lease and
+// its tenure ended (or never began).
+func (w *worker) fenced() bool {
+	return w.tenure != nil && !time.Now().Before(w.tenure.Until())
+}
+
+// stopJobs stops whatever runs: an empty jobs file, no command.
+func (w *worker) stopJobs() {
+	if w.opts.Out != "" {
+		if err := writeJobs(w.opts.Out, nil); err != nil {
+			w.log.Warn("cannot empty the jobs file", "err", err)
+		}
+	}
+	w.stopChild()
+	w.jobs, w.applied = nil, -1
 }
 
 type worker struct {
@@ -45,6 +100,15 @@ type worker struct {
 	jobs              []string
 	child             *exec.Cmd
 	exited            chan error
+	// tenure is the worker's Lease tenure (nil without one); wake is
+	// signalled when the Lease is taken or lost.
+	tenure    *lease.Tenure
+	wake      chan struct{}
+	stopGrace time.Duration
+	// revalidate is set when the Lease is (re)taken: minVersion is then
+	// read from it again before any share runs.
+	revalidate atomic.Bool
+	minVersion int64
 }
 
 // loop reads the share at start, on every change of the file's directory
@@ -78,6 +142,8 @@ func (w *worker) loop(ctx context.Context) error {
 			return fmt.Errorf("the command exited: %w", err)
 		case <-events:
 			sleep(ctx, 50*time.Millisecond) // let the swap finish
+		case <-w.wake:
+		case <-w.fenceTimer():
 		case <-time.After(w.opts.Poll):
 		}
 	}
@@ -88,9 +154,23 @@ func (w *worker) loop(ctx context.Context) error {
 // config is dropped (no jobs), whatever Once says: its jobs now run
 // elsewhere, and must not run twice.
 func (w *worker) step(ctx context.Context) error {
-	s, found, removed, err := share(w.opts.ConfigFile, w.opts.PodName)
+	if w.fenced() {
+		if w.applied >= 0 || w.child != nil {
+			w.stopJobs()
+			w.log.Warn("the worker's Lease was not renewed in time: jobs stopped until it is (the controller may give them to other workers)")
+		}
+		return nil
+	}
+	if err := w.readMinVersion(ctx); err != nil {
+		return err
+	}
+	s, version, found, removed, err := share(w.opts.ConfigFile, w.opts.PodName)
 	if err != nil {
 		return err
+	}
+	if version < w.minVersion {
+		w.log.Info("the mounted config is older than the Lease allows; waiting for it to catch up", "version", version, "min", w.minVersion)
+		return nil
 	}
 	if removed && w.applied >= 0 && len(w.jobs) > 0 {
 		if err := w.apply(ctx, nil, 0); err != nil {
@@ -122,6 +202,29 @@ func (w *worker) step(ctx context.Context) error {
 	return nil
 }
 
+// readMinVersion reads, once the Lease was (re)taken, the oldest config
+// version the worker may run (member.MinVersionAnnotation).
+func (w *worker) readMinVersion(ctx context.Context) error {
+	if !w.revalidate.Load() {
+		return nil
+	}
+	l, err := w.kube.CoordinationV1().Leases(w.opts.Namespace).Get(ctx, member.LeaseName(w.opts.PodName), metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read the worker's Lease: %w", err)
+	}
+	w.minVersion = max(w.minVersion, member.MinVersion(l))
+	w.revalidate.Store(false)
+	return nil
+}
+
+// fenceTimer fires when the tenure ends, while jobs run under it.
+func (w *worker) fenceTimer() <-chan time.Time {
+	if w.tenure == nil || w.applied < 0 {
+		return nil
+	}
+	return time.After(max(time.Until(w.tenure.Until()), 0))
+}
+
 // apply hands the jobs to the application.
 func (w *worker) apply(ctx context.Context, jobs []string, version int64) error {
 	if w.opts.Out != "" {
@@ -137,7 +240,7 @@ func (w *worker) apply(ctx context.Context, jobs []string, version int64) error 
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), "SWARM_JOBS="+strings.Join(jobs, "\n"), "SWARM_VERSION="+strconv.FormatInt(version, 10))
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 10 * time.Second
+	cmd.WaitDelay = w.stopGrace
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", w.opts.Exec[0], err)
 	}
@@ -155,7 +258,7 @@ func (w *worker) stopChild() {
 	_ = w.child.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-w.exited:
-	case <-time.After(10 * time.Second):
+	case <-time.After(w.stopGrace):
 		_ = w.child.Process.Kill()
 		<-w.exited
 	}

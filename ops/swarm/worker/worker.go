@@ -40,8 +40,13 @@ type Options struct {
 	// Once applies the first share and then keeps it (refresh: restart,
 	// where the controller restarts the pod on a change).
 	Once bool
-	// Config reaches the API server to annotate the pod; nil skips it.
+	// Config reaches the API server to annotate the pod and hold the
+	// worker's Lease; nil skips both (jobs then run unfenced).
 	Config *rest.Config
+	// LeaseDuration is how long the worker's Lease lasts unrenewed
+	// (default member.DefaultDuration); the worker stops its jobs after two
+	// thirds of it without a renewal.
+	LeaseDuration time.Duration
 	// Poll is how often the file is read besides change notifications.
 	Poll time.Duration
 	Log  *slog.Logger
@@ -78,20 +83,20 @@ func (o Options) withDefaults() (Options, error) {
 // share reads the config file and returns this pod's share. found is false
 // while the share does not exist; removed is true when the file is there
 // and lists no share for the pod (its jobs went to other workers).
-func share(path, pod string) (w config.Workload, found, removed bool, err error) {
+func share(path, pod string) (w config.Workload, version int64, found, removed bool, err error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return config.Workload{}, false, false, nil
+		return config.Workload{}, 0, false, false, nil
 	}
 	if err != nil {
-		return config.Workload{}, false, false, fmt.Errorf("read %s: %w", path, err)
+		return config.Workload{}, 0, false, false, fmt.Errorf("read %s: %w", path, err)
 	}
 	cfg, err := config.Parse(string(b))
 	if err != nil {
-		return config.Workload{}, false, false, err
+		return config.Workload{}, 0, false, false, err
 	}
 	w, found = cfg.Workloads[pod]
-	return w, found, !found, nil
+	return w, cfg.Version, found, !found, nil
 }
 
 // writeJobs replaces path with the jobs, one per line, atomically.

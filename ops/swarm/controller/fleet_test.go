@@ -1,0 +1,380 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/swarm/manifest"
+	"slipway.dev/slipway/ops/testenv"
+)
+
+// workerLease is the worker processes' Lease duration.
+const workerLease = 3 * time.Second
+
+// runningFinalizer holds a worker pod's object until the fleet stopped its
+// worker process: the API server lets a pod go only once its containers
+// stopped, as a kubelet does.
+const runningFinalizer = "test.slipway.dev/worker-running"
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// slipwayBinary builds the slipway binary once for the package's tests.
+func slipwayBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "swarm-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "slipway")
+		out, err := exec.Command("go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-o", binPath, "slipway.dev/slipway/cmd/slipway").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("build slipway: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// fleet plays the kubelet for the worker pods kwok runs: for each scheduled
+// pod it mounts the workers' ConfigMap in a directory of its own (updated
+// through a ..data symlink swap, each pod after a lag of its own, as kubelet
+// volume syncs are), starts a real `slipway swarm worker` process with the
+// pod's own bound token, and, once the pod is being deleted, stops the
+// process before it lets the pod object go.
+type fleet struct {
+	t    *testing.T
+	p    *pool
+	bin  string
+	once bool
+	dir  string
+
+	config atomic.Pointer[string] // the ConfigMap's config.yml, as the API server has it
+	mu     sync.Mutex
+	procs  map[types.UID]*proc
+	wg     sync.WaitGroup
+}
+
+// proc is one worker process and its pod's mount.
+type proc struct {
+	name       string
+	uid        types.UID
+	mount, out string
+	lag        time.Duration
+	link       *link
+	cmd        *exec.Cmd
+	exited     chan struct{}
+	stopping   atomic.Bool
+}
+
+func newFleet(t *testing.T, p *pool, once bool) *fleet {
+	f := &fleet{t: t, p: p, bin: slipwayBinary(t), once: once, dir: t.TempDir(),
+		procs: map[types.UID]*proc{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.wg.Add(1)
+	go func() { defer f.wg.Done(); f.run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		f.wg.Wait()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, pr := range f.procs {
+			pr.stop()
+		}
+	})
+	return f
+}
+
+// workerTemplate is the workers' pod template: the workers' ServiceAccount
+// (its token reports the version), and the finalizer the fleet removes once
+// it stopped the pod's worker.
+func workerTemplate() corev1.PodTemplateSpec {
+	tmpl := podTemplate(map[string]string{"app": "worker"})
+	tmpl.Finalizers = []string{runningFinalizer}
+	tmpl.Spec.ServiceAccountName = manifest.WorkerName
+	return tmpl
+}
+
+func (f *fleet) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		f.syncPods(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// syncPods reads the ConfigMap and the pods, starts the workers of new
+// scheduled pods and stops those of pods being deleted.
+func (f *fleet) syncPods(ctx context.Context) {
+	if cm, err := f.p.kube.CoreV1().ConfigMaps(f.p.ns).Get(ctx, "work"+swarmv1.ConfigMapSuffix, metav1.GetOptions{}); err == nil {
+		text := cm.Data[swarmv1.ConfigMapKey]
+		f.config.Store(&text)
+	}
+	pods, err := f.p.kube.CoreV1().Pods(f.p.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, pod := range pods.Items {
+		f.mu.Lock()
+		pr := f.procs[pod.UID]
+		f.mu.Unlock()
+		switch {
+		case pod.DeletionTimestamp != nil && pr != nil && !pr.stopping.Swap(true):
+			f.wg.Add(1)
+			go func() { defer f.wg.Done(); pr.stop(); f.release(ctx, pod.Name, pod.UID) }()
+		case pod.DeletionTimestamp != nil && pr == nil && slices.Contains(pod.Finalizers, runningFinalizer):
+			f.release(ctx, pod.Name, pod.UID)
+		case pod.DeletionTimestamp == nil && pr == nil && pod.Spec.NodeName != "":
+			if pr, err := f.start(ctx, pod.Name, pod.UID); err != nil {
+				f.t.Logf("start the worker of %s: %v", pod.Name, err)
+			} else {
+				f.mu.Lock()
+				f.procs[pod.UID] = pr
+				f.mu.Unlock()
+				f.wg.Add(1)
+				go func() { defer f.wg.Done(); f.kubelet(ctx, pr) }()
+			}
+		}
+	}
+}
+
+// start mounts the config for the pod and starts its worker process with
+// the token the pod would mount.
+func (f *fleet) start(ctx context.Context, name string, uid types.UID) (*proc, error) {
+	dir := filepath.Join(f.dir, string(uid))
+	pr := &proc{name: name, uid: uid, mount: filepath.Join(dir, "mount"), out: filepath.Join(dir, "jobs"),
+		lag: volumeLag(name), exited: make(chan struct{})}
+	if err := os.MkdirAll(pr.mount, 0o755); err != nil {
+		return nil, err
+	}
+	if text := f.config.Load(); text != nil {
+		if err := mountText(pr.mount, *text); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err := testenv.PodToken(ctx, env.Config, f.p.ns, name)
+	if err != nil {
+		return nil, err
+	}
+	if pr.link, err = newLink(cfg.Host); err != nil {
+		return nil, err
+	}
+	kc := filepath.Join(dir, "kubeconfig")
+	if err := writeKubeconfig(kc, pr.link.url, cfg.BearerToken, cfg.CAData, cfg.CAFile); err != nil {
+		return nil, err
+	}
+	args := []string{"swarm", "worker", "--config", filepath.Join(pr.mount, swarmv1.ConfigMapKey), "--out", pr.out,
+		"--pod-name", name, "--namespace", f.p.ns, "--kubeconfig", kc, "--lease-duration", workerLease.String()}
+	if f.once {
+		args = append(args, "--once")
+	}
+	log, err := os.Create(filepath.Join(dir, "worker.log"))
+	if err != nil {
+		return nil, err
+	}
+	pr.cmd = exec.Command(f.bin, args...)
+	pr.cmd.Stdout, pr.cmd.Stderr = log, log
+	if err := pr.cmd.Start(); err != nil {
+		log.Close()
+		return nil, err
+	}
+	go func() { _ = pr.cmd.Wait(); log.Close(); close(pr.exited) }()
+	return pr, nil
+}
+
+// volumeLag is how late the kubelet of a pod updates its ConfigMap volume:
+// the higher the ordinal, the sooner (from 2.3 s for swarm-worker-0 down to
+// 0.3 s), so a worker added by a scale up sees a change before the workers
+// that held its jobs do, as happens with real kubelets.
+func volumeLag(pod string) time.Duration {
+	i := strings.LastIndexByte(pod, '-')
+	n, _ := strconv.Atoi(pod[i+1:])
+	return 300*time.Millisecond + time.Duration(4-n%5)*500*time.Millisecond
+}
+
+// kubelet updates the pod's mount with the ConfigMap, lag after each look.
+func (f *fleet) kubelet(ctx context.Context, pr *proc) {
+	last := ""
+	for ctx.Err() == nil && !pr.stopping.Load() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pr.lag + 100*time.Millisecond):
+		}
+		if pr.link.cut.Load() {
+			continue // the node is cut off: its kubelet cannot sync the volume either
+		}
+		if text := f.config.Load(); text != nil && *text != last {
+			if err := mountText(pr.mount, *text); err == nil {
+				last = *text
+			}
+		}
+	}
+}
+
+// stop ends the worker process and waits for it.
+func (pr *proc) stop() {
+	if pr.link != nil {
+		defer pr.link.close()
+	}
+	if pr.cmd == nil || pr.cmd.Process == nil {
+		return
+	}
+	_ = pr.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-pr.exited:
+	case <-time.After(10 * time.Second):
+		_ = pr.cmd.Process.Kill()
+		<-pr.exited
+	}
+}
+
+// partition cuts (or heals) the network between a pod's node and the API
+// server: its worker can reach it no more, nor can its kubelet update the
+// pod's ConfigMap volume.
+func (f *fleet) partition(pod string, cut bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, pr := range f.procs {
+		if pr.name == pod && pr.running() {
+			pr.link.cut.Store(cut)
+			if cut {
+				pr.link.drop()
+			}
+		}
+	}
+}
+
+// running reports whether the process still runs.
+func (pr *proc) running() bool {
+	select {
+	case <-pr.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// release removes the running finalizer: the pod may go.
+func (f *fleet) release(ctx context.Context, name string, uid types.UID) {
+	patch := fmt.Sprintf(`{"metadata":{"finalizers":null,"uid":%q}}`, uid)
+	_, err := f.p.kube.CoreV1().Pods(f.p.ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil && ctx.Err() == nil {
+		f.t.Logf("release pod %s: %v", name, err)
+	}
+}
+
+// mountText writes text as config.yml the way the kubelet updates a
+// ConfigMap volume: a new timestamped directory, then the ..data symlink
+// swapped to it.
+func mountText(dir, text string) error {
+	ts, err := os.MkdirTemp(dir, "..ts-")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(ts, swarmv1.ConfigMapKey), []byte(text), 0o644); err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	_ = os.Remove(tmp)
+	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		return err
+	}
+	link := filepath.Join(dir, swarmv1.ConfigMapKey)
+	if _, err := os.Lstat(link); err != nil {
+		return os.Symlink(filepath.Join("..data", swarmv1.ConfigMapKey), link)
+	}
+	return nil
+}
+
+func writeKubeconfig(path, host, token string, ca []byte, caFile string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: host, CertificateAuthorityData: ca, CertificateAuthority: caFile}
+	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	cfg.CurrentContext = "c"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// runs is a consistent sample of what each live worker process runs (its
+// jobs file, which the application reads): every file is read, then
+// checked unchanged (same inode) after all were read, so the contents held
+// together at one instant; a round that saw a file change is taken again.
+func (f *fleet) runs() map[string][]string {
+	f.mu.Lock()
+	var live []*proc
+	for _, pr := range f.procs {
+		if pr.running() {
+			live = append(live, pr)
+		}
+	}
+	f.mu.Unlock()
+	for {
+		out := map[string][]string{}
+		inodes := map[*proc]uint64{}
+		for _, pr := range live {
+			b, ino := readWithInode(pr.out)
+			inodes[pr] = ino
+			if jobs := strings.Fields(string(b)); len(jobs) > 0 {
+				out[pr.name+"/"+string(pr.uid)[:8]] = jobs
+			}
+		}
+		stable := true
+		for _, pr := range live {
+			if _, ino := readWithInode(pr.out); ino != inodes[pr] {
+				stable = false
+			}
+		}
+		if stable {
+			return out
+		}
+	}
+}
+
+func readWithInode(path string) ([]byte, uint64) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, 0
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return nil, 0
+	}
+	b, _ := io.ReadAll(fh)
+	if st2, err := os.Stat(path); err != nil || !os.SameFile(st, st2) {
+		return nil, 1 // replaced while read: the round is taken again
+	}
+	return b, st.Sys().(*syscall.Stat_t).Ino
+}

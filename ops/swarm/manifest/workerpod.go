@@ -1,0 +1,50 @@
+package manifest
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+)
+
+// TokenPath is where in-cluster clients read their ServiceAccount token.
+const TokenPath = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// WorkerPodSpec is the pod spec of a worker: app, and beside it the
+// `slipway swarm worker` sidecar (image) with the Swarm's ConfigMap mounted
+// and the jobs written to /shared/jobs.txt. Only the sidecar gets the
+// ServiceAccount token (a projected, pod-bound one): the pod does not
+// automount it, so the application container has no token unless the
+// caller gives it one.
+func WorkerPodSpec(app corev1.Container, configMap, image string) corev1.PodSpec {
+	shared := corev1.VolumeMount{Name: "shared", MountPath: "/shared"}
+	app.VolumeMounts = append(app.VolumeMounts, shared)
+	sidecar := corev1.Container{
+		Name: "swarm", Image: image,
+		Args: []string{"swarm", "worker", "--config", "/etc/swarm/" + swarmv1.ConfigMapKey, "--out", "/shared/jobs.txt"},
+		Env: []corev1.EnvVar{
+			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+		},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "swarm", MountPath: "/etc/swarm", ReadOnly: true}, shared,
+			{Name: "swarm-token", MountPath: TokenPath, ReadOnly: true},
+		},
+	}
+	return corev1.PodSpec{
+		ServiceAccountName:           WorkerName,
+		AutomountServiceAccountToken: ptr.To(false),
+		Containers:                   []corev1.Container{app, sidecar},
+		Volumes: []corev1.Volume{
+			{Name: "swarm", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: configMap}}}},
+			{Name: "shared", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "swarm-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+					Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+					{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+			}}}},
+		},
+	}
+}
