@@ -233,7 +233,8 @@ func (a *agent) check(ctx context.Context, n *corev1.Node, ack bool) error {
 		state, avail = StateUpdateAvailable, "true"
 	}
 	ann := map[string]any{a.keys.Active(): string(IntentStabilize), a.keys.State(): string(state), a.keys.UpdateAvailable(): avail,
-		a.keys.Key(KeyCurrentVersion): st.Current, a.keys.Key(KeyAvailableVersion): st.Available, a.keys.Key(KeyReason): nil}
+		a.keys.Key(KeyCurrentVersion): st.Current, a.keys.Key(KeyAvailableVersion): st.Available, a.keys.Key(KeyStagedVersion): st.Staged,
+		a.keys.Key(KeyReason): nil}
 	changed := ack || n.Labels[a.keys.UpdateAvailable()] != avail
 	for k, v := range ann {
 		if s, _ := v.(string); n.Annotations[k] != s {
@@ -243,8 +244,10 @@ func (a *agent) check(ctx context.Context, n *corev1.Node, ack bool) error {
 	if !changed {
 		return nil
 	}
-	if st.Available == "" {
-		ann[a.keys.Key(KeyAvailableVersion)] = nil
+	for _, k := range []string{KeyAvailableVersion, KeyStagedVersion} {
+		if ann[a.keys.Key(k)] == "" {
+			ann[a.keys.Key(k)] = nil
+		}
 	}
 	a.m.intents.WithLabelValues(string(IntentStabilize), "ok").Inc()
 	return patchNode(ctx, a.kube, a.o.NodeName, map[string]any{a.keys.UpdateAvailable(): avail}, ann)
@@ -272,5 +275,6 @@ func (a *agent) back(ctx context.Context) error {
 	}
 	a.o.Log.Info("back after the reboot", "version", v)
 	a.ev.emit(ctx, a.o.NodeName, corev1.EventTypeNormal, ReasonAgentState, "rebooted into %s", v)
-	return a.done(ctx, IntentReboot, nil, map[string]any{a.keys.Key(KeyCurrentVersion): v, a.keys.Key(KeyAvailableVersion): nil, a.keys.Key(KeyRebootBootID): nil})
+	return a.done(ctx, IntentReboot, nil, map[string]any{a.keys.Key(KeyCurrentVersion): v, a.keys.Key(KeyAvailableVersion): nil,
+		a.keys.Key(KeyStagedVersion): nil, a.keys.Key(KeyRebootBootID): nil})
 }

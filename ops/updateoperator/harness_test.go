@@ -130,7 +130,8 @@ func (f *fleet) adopt(name string, bottlerocket bool) {
 		if _, err := upgrade.Run(ctx, upgrade.Options{SystemDir: sys, Source: f.src, Version: "v1", Arch: "amd64", LockFile: lock}); err != nil {
 			t.Fatal(err)
 		}
-		f.plats[name] = &platform.Slipway{SystemDir: sys, Source: f.src, LockFile: lock, Rebooter: rebootFunc(func() { f.reboot(name) })}
+		f.plats[name] = &platform.Slipway{SystemDir: sys, Source: f.src, LockFile: lock, Rebooter: rebootFunc(func() { f.reboot(name) }),
+			BootID: f.bootIDOf(name), CmdlineFile: filepath.Join(f.dir, name, "cmdline")}
 	}
 	f.startAgent(name)
 }
@@ -218,6 +219,18 @@ func (f *fleet) setBootID(node string) {
 	data, _ := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"bootID": fmt.Sprintf("boot-%d", time.Now().UnixNano())}}})
 	if _, err := f.kube.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, data, metav1.PatchOptions{}, "status"); err != nil {
 		f.t.Errorf("set the boot ID of %s: %v", node, err)
+	}
+}
+
+// bootIDOf reads the simulated node's boot ID (what its host's kernel
+// would say), for the slipway platform's record of what each boot runs.
+func (f *fleet) bootIDOf(node string) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		n, err := f.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return "", err
+		}
+		return n.Status.NodeInfo.BootID, nil
 	}
 }
 

@@ -132,3 +132,67 @@ func inOrder(got, want []string) bool {
 	}
 	return i == len(want)
 }
+
+// failRebootOnce is a slipway host whose first reboot call fails after the
+// perform moved its links; it records what `current` named after each reset.
+type failRebootOnce struct {
+	*platform.Slipway
+	mu      sync.Mutex
+	failed  bool
+	current []string // per reset
+}
+
+func (p *failRebootOnce) Reboot(ctx context.Context) error {
+	p.mu.Lock()
+	first := !p.failed
+	p.failed = true
+	p.mu.Unlock()
+	if first {
+		return errors.New("the init system refused the reboot (planted failure)")
+	}
+	return p.Slipway.Reboot(ctx)
+}
+
+func (p *failRebootOnce) Reset(ctx context.Context) error {
+	err := p.Slipway.Reset(ctx)
+	cur, _ := layout.New(p.SystemDir).Current(layout.Rootfs)
+	p.mu.Lock()
+	p.current = append(p.current, cur)
+	p.mu.Unlock()
+	return err
+}
+
+// A failure after perform-update (here the reboot call) is undone by the
+// reset: `current` names the running v1 again, the node reports
+// update-available at v1 (not up to date at the v2 it never booted), and
+// it is retried and really rebooted into v2.
+func TestFailureAfterPerformIsUndoneAndRetried(t *testing.T) {
+	f := newFleet(t, "undo", 1)
+	name := f.nodes[0]
+	f.stopAgent(name)
+	host := &failRebootOnce{Slipway: f.plats[name].(*platform.Slipway)}
+	f.plats[name] = host
+	f.startAgent(name)
+	seen := f.record(name)
+	stop := f.controller(nil)
+	defer stop()
+	eventually(t, 90*time.Second, "the node rebooted into v2 after a failed reboot and a reset", func() (bool, string) {
+		f.mu.Lock()
+		reboots := f.reboots[name]
+		f.mu.Unlock()
+		ok, why := f.done()
+		n := f.node(name)
+		return ok && reboots == 1, fmt.Sprintf("%s; %d reboots; current-version %s", why, reboots, n.Annotations[f.keys.Key(KeyCurrentVersion)])
+	})
+	steps := seen()
+	want := []string{"reboot-update/reboot-update/error", "reset-state/reset-state/ready", "stabilize/stabilize/update-available",
+		"prepare-update/prepare-update/ready", "reboot-update/reboot-update/ready", "stabilize/stabilize/up-to-date"}
+	if !inOrder(steps, want) {
+		t.Errorf("the node went %v;\nwant in this order %v", steps, want)
+	}
+	host.mu.Lock()
+	defer host.mu.Unlock()
+	if len(host.current) != 1 || host.current[0] != "v1" {
+		t.Errorf("current after each reset: %v; want one reset that pointed it back at the running v1", host.current)
+	}
+}
