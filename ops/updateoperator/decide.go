@@ -33,6 +33,10 @@ type NodeView struct {
 	BeforeHook, AfterHook, BeforeDone, AfterDone bool
 	// Blocked: a pod of the blocking-pod selector runs on it.
 	Blocked bool
+	// Current is the version the agent says runs; Target the version the
+	// controller chose when the update started ("" for an update started
+	// before the key existed: then it is not compared).
+	Current, Target string
 	// Invalid, when set, says which annotation could not be read.
 	Invalid string
 }
@@ -152,6 +156,8 @@ func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 	switch {
 	case failed:
 		return Step{Kind: StepFail, Reason: "reboot-update failed on the host"}
+	case done && n.Target != "" && n.Current != n.Target:
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("came back running %s, not the chosen %s: the host booted its previous version (a fallback boot)", n.Current, n.Target)}
 	case done && n.Ready && n.CordonedByUs:
 		return Step{Kind: StepUncordon}
 	case done && n.Ready && n.WorkloadsReady && n.AfterDone:

@@ -19,6 +19,11 @@ func node(name string, wanted, active Intent, state State) NodeView {
 	return NodeView{Name: name, Wanted: wanted, Active: active, State: state, Ready: true, Transition: t0, BeforeDone: true, AfterDone: true}
 }
 
+func versions(n NodeView, current, target string) NodeView {
+	n.Current, n.Target = current, target
+	return n
+}
+
 func TestNext(t *testing.T) {
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	cordoned := func(n NodeView) NodeView { n.CordonedByUs = true; return n }
@@ -53,6 +58,10 @@ func TestNext(t *testing.T) {
 		{"back and Ready: uncordon", cordoned(node("a", IntentReboot, IntentReboot, StateReady)), at(time.Minute), StepUncordon, ""},
 		{"uncordoned, workloads not ready: wait", node("a", IntentReboot, IntentReboot, StateReady), at(time.Minute), StepNone, ""},
 		{"uncordoned, workloads ready: finish", healthy(node("a", IntentReboot, IntentReboot, StateReady)), at(time.Minute), StepFinish, IntentStabilize},
+		{"back at the chosen version: uncordon", versions(cordoned(node("a", IntentReboot, IntentReboot, StateReady)), "v2", "v2"), at(time.Minute), StepUncordon, ""},
+		{"back at another version (fallback boot): fail, cordon and all", versions(cordoned(node("a", IntentReboot, IntentReboot, StateReady)), "v1", "v2"), at(time.Minute), StepFail, ""},
+		{"fallback boot, uncordoned already: fail, not finish", versions(healthy(node("a", IntentReboot, IntentReboot, StateReady)), "v1", "v2"), at(time.Minute), StepFail, ""},
+		{"no chosen version recorded (an older update): not compared", versions(healthy(node("a", IntentReboot, IntentReboot, StateReady)), "v1", ""), at(time.Minute), StepFinish, IntentStabilize},
 		{"workloads never ready: stuck", node("a", IntentReboot, IntentReboot, StateReady), at(11 * time.Minute), StepStuck, ""},
 		{"reboot never back: fail", cordoned(node("a", IntentReboot, IntentReboot, StateRebooting)), at(11 * time.Minute), StepFail, ""},
 		{"reboot error: fail", cordoned(node("a", IntentReboot, IntentReboot, StateError)), at(time.Minute), StepFail, ""},

@@ -189,7 +189,8 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 // finished are the annotations that end an update.
 func (c *controller) finished(now string) map[string]any {
 	return map[string]any{c.keys.Wanted(): string(IntentStabilize), c.keys.Key(KeyTransition): now, c.keys.Key(KeyFinished): now,
-		c.keys.Key(KeyFailures): nil, c.keys.Key(KeyLastFailure): nil, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyReason): nil}
+		c.keys.Key(KeyFailures): nil, c.keys.Key(KeyLastFailure): nil, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyReason): nil,
+		c.keys.Key(KeyTargetVersion): nil}
 }
 
 // uncordon lifts the operator's cordon. A node back from its reboot whose
@@ -263,7 +264,8 @@ func (c *controller) fail(ctx context.Context, v NodeView, reason string) error 
 	now := stamp(time.Now())
 	ann := map[string]any{c.keys.Wanted(): string(IntentReset), c.keys.Key(KeyTransition): now,
 		c.keys.Key(KeyFailures): strconv.Itoa(v.Failures + 1), c.keys.Key(KeyLastFailure): now,
-		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyAhead): nil}
+		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyAhead): nil,
+		c.keys.Key(KeyTargetVersion): nil}
 	if v.CordonedByUs {
 		if _, err := drain.Uncordon(ctx, c.kube, v.Name, CordonOwner, drain.Meta{Annotations: ann}); err != nil {
 			return err

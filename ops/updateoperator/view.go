@@ -32,6 +32,8 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 		Excluded:        n.Labels[k.Exclude()] == "true",
 		Own:             own != "" && n.Name == own,
 		Ahead:           a[k.Key(KeyAhead)] == "true",
+		Current:         a[k.Key(KeyCurrentVersion)],
+		Target:          a[k.Key(KeyTargetVersion)],
 	}
 	var errs []string
 	note := func(key string, err error) {
