@@ -73,6 +73,7 @@ func (o *ControllerOptions) defaults() error {
 		o.Log = slog.Default()
 	}
 	o.Drain.IgnoreDaemonSets = true
+	o.Drain.Flags = DrainFlags
 	o.Drain.Log = o.Log
 	// The controller's own pods stay: evicted from its own node, it would come
 	// back there (it tolerates the cordon) and be evicted again.
@@ -83,6 +84,20 @@ func (o *ControllerOptions) defaults() error {
 	o.Drain.PodSelector = sel
 	return nil
 }
+
+// DefaultDrain is the controller's drain unless told otherwise: what the
+// Bottlerocket update operator drains, every pod but DaemonSet and mirror
+// pods (those with emptyDir volumes and those no controller owns
+// included; `kubectl drain --delete-emptydir-data` refuses the latter
+// without --force), each through the Eviction API, so PodDisruptionBudgets
+// still guard them; nothing deleted at the timeout.
+func DefaultDrain() drain.Options {
+	return drain.Options{Timeout: 10 * time.Minute, DeleteEmptyDirData: true, EvictUnmanaged: true}
+}
+
+// DrainFlags name the controller's flags in its drain errors.
+var DrainFlags = drain.Flags{IgnoreDaemonSets: "(DaemonSet pods are always left in place)", DeleteEmptyDirData: "--drain-delete-emptydir",
+	Force: "--drain-force", EvictUnmanaged: "--drain-unmanaged"}
 
 // ControllerComponent is the app.kubernetes.io/component label of the
 // controller's pods.

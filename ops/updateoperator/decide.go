@@ -73,7 +73,7 @@ const (
 	StepWant     StepKind = "want"     // write Step.Wanted as action-wanted
 	StepDrain    StepKind = "drain"    // cordon, drain, then want reboot-update
 	StepUncordon StepKind = "uncordon" // lift the operator's cordon (the node is back)
-	StepFinish   StepKind = "finish"   // the update is done: want stabilize, record it
+	StepFinish   StepKind = "finish"   // the update is done: want stabilize, record it (with Reason: past --health-timeout, said)
 	StepFail     StepKind = "fail"     // count a failure, lift the cordon, want reset-state
 	StepStuck    StepKind = "stuck"    // waiting too long: say so (reason, Event), change nothing
 	StepAfter    StepKind = "after"    // label the node for the after-reboot hooks
@@ -165,8 +165,12 @@ func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 	case done && n.Ready && n.WorkloadsReady && !n.AfterHook:
 		return Step{Kind: StepAfter}
 	case done && n.Ready:
-		if timedOut(age, p.Timeouts.Health) {
-			return Step{Kind: StepStuck, Reason: fmt.Sprintf("workloads drained off %s not ready again after %s", n.Name, p.Timeouts.Health)}
+		if timedOut(age, p.Timeouts.Health) { // the update is done; its slot goes to the next node
+			why := "workloads drained off it not ready again"
+			if n.WorkloadsReady {
+				why = "after-reboot hooks not done"
+			}
+			return Step{Kind: StepFinish, Wanted: IntentStabilize, Reason: fmt.Sprintf("updated, but %s after %s (--health-timeout): moved on", why, p.Timeouts.Health)}
 		}
 		return Step{}
 	case n.CordonedByUs && timedOut(age, p.Timeouts.Reboot):

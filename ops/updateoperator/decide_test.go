@@ -62,7 +62,8 @@ func TestNext(t *testing.T) {
 		{"back at another version (fallback boot): fail, cordon and all", versions(cordoned(node("a", IntentReboot, IntentReboot, StateReady)), "v1", "v2"), at(time.Minute), StepFail, ""},
 		{"fallback boot, uncordoned already: fail, not finish", versions(healthy(node("a", IntentReboot, IntentReboot, StateReady)), "v1", "v2"), at(time.Minute), StepFail, ""},
 		{"no chosen version recorded (an older update): not compared", versions(healthy(node("a", IntentReboot, IntentReboot, StateReady)), "v1", ""), at(time.Minute), StepFinish, IntentStabilize},
-		{"workloads never ready: stuck", node("a", IntentReboot, IntentReboot, StateReady), at(11 * time.Minute), StepStuck, ""},
+		{"workloads never ready: finished with a reason, the slot moves on", node("a", IntentReboot, IntentReboot, StateReady), at(11 * time.Minute), StepFinish, IntentStabilize},
+		{"after-reboot hooks never done: finished with a reason", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, true, false), at(11 * time.Minute), StepFinish, IntentStabilize},
 		{"reboot never back: fail", cordoned(node("a", IntentReboot, IntentReboot, StateRebooting)), at(11 * time.Minute), StepFail, ""},
 		{"reboot error: fail", cordoned(node("a", IntentReboot, IntentReboot, StateError)), at(time.Minute), StepFail, ""},
 		{"drained, before-reboot hooks pending: wait", hooks(cordoned(node("a", IntentPerform, IntentPerform, StateReady)), true, false, false, false), at(time.Minute), StepNone, ""},
@@ -91,6 +92,9 @@ func TestNext(t *testing.T) {
 			}
 			if (got.Kind == StepFail || got.Kind == StepStuck) && got.Reason == "" {
 				t.Error("a failure or a stuck node must say why")
+			}
+			if got.Kind == StepFinish && tc.now.Sub(tc.n.Transition) > policy().Timeouts.Health && got.Reason == "" {
+				t.Error("a node finished past --health-timeout must say why")
 			}
 		})
 	}

@@ -52,7 +52,8 @@ type fleet struct {
 	plats   map[string]platform.Platform
 	br      map[string]*brapitest.Server
 	reboots map[string]int
-	down    map[string]bool // a simulated reboot is under way
+	down    map[string]bool   // a simulated reboot is under way
+	boots   map[string]string // each host's boot ID, as its kernel says it
 	closed  bool
 }
 
@@ -82,7 +83,7 @@ func newFleetOn(t *testing.T, e *testenv.Env, name string) *fleet {
 		t.Fatal(err)
 	}
 	f := &fleet{t: t, env: e, kube: c, prefix: name + ".update.slipway.dev", mirror: filepath.Join(dir, "mirror"), dir: dir,
-		agents: map[string]*run{}, plats: map[string]platform.Platform{}, br: map[string]*brapitest.Server{}, reboots: map[string]int{}, down: map[string]bool{},
+		agents: map[string]*run{}, plats: map[string]platform.Platform{}, br: map[string]*brapitest.Server{}, reboots: map[string]int{}, down: map[string]bool{}, boots: map[string]string{},
 		log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	f.keys, _ = NewKeys(f.prefix)
 	for _, v := range []string{"v1", "v2"} {
@@ -216,21 +217,25 @@ func (f *fleet) isRebooting(node string) bool {
 }
 
 func (f *fleet) setBootID(node string) {
-	data, _ := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"bootID": fmt.Sprintf("boot-%d", time.Now().UnixNano())}}})
+	id := fmt.Sprintf("boot-%d", time.Now().UnixNano())
+	f.mu.Lock()
+	f.boots[node] = id
+	f.mu.Unlock()
+	data, _ := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"bootID": id}}})
 	if _, err := f.kube.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, data, metav1.PatchOptions{}, "status"); err != nil {
 		f.t.Errorf("set the boot ID of %s: %v", node, err)
 	}
 }
 
-// bootIDOf reads the simulated node's boot ID (what its host's kernel
-// would say), for the slipway platform's record of what each boot runs.
+// bootIDOf is the simulated host's boot ID (what its kernel would say),
+// for the slipway platform's record of what each boot runs. It is the
+// fleet's own, not read back from the Node: kwok may write a Node's status
+// from an older read when it initializes the node.
 func (f *fleet) bootIDOf(node string) func(context.Context) (string, error) {
-	return func(ctx context.Context) (string, error) {
-		n, err := f.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return "", err
-		}
-		return n.Status.NodeInfo.BootID, nil
+	return func(context.Context) (string, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.boots[node], nil
 	}
 }
 
@@ -282,6 +287,7 @@ func (f *fleet) controllerOptions(edit func(*ControllerOptions)) ControllerOptio
 		Resync: time.Second, Log: f.log.With("controller", true),
 		Policy: Policy{MaxConcurrent: 1, Backoff: time.Second, BackoffMax: 4 * time.Second,
 			Timeouts: Timeouts{Prepare: time.Minute, Perform: time.Minute, Reboot: time.Minute, Health: time.Minute, Reset: time.Minute}}}
+	o.Drain = DefaultDrain()
 	o.Drain.Timeout, o.Drain.RetryInterval = time.Minute, 200*time.Millisecond
 	if edit != nil {
 		edit(&o)

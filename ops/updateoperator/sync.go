@@ -163,13 +163,21 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 	case StepUncordon:
 		return c.uncordon(ctx, n, v, now)
 	case StepFinish:
-		if err := patchNode(ctx, c.kube, v.Name, nil, c.finished(now)); err != nil {
+		ann := c.finished(now)
+		if s.Reason != "" {
+			ann[c.keys.Key(KeyReason)] = s.Reason
+		}
+		if err := patchNode(ctx, c.kube, v.Name, nil, ann); err != nil {
 			return err
 		}
 		if v.AfterHook {
 			if err := c.clearHook(ctx, v.Name, KeyAfterReboot, c.o.AfterRebootChecks); err != nil {
 				return err
 			}
+		}
+		if s.Reason != "" {
+			c.ev.emit(ctx, v.Name, corev1.EventTypeWarning, ReasonStuck, "%s at %s: %s", v.Name, n.Annotations[c.keys.Key(KeyCurrentVersion)], s.Reason)
+			return nil
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonSucceeded, "updated to %s", n.Annotations[c.keys.Key(KeyCurrentVersion)])
 	case StepFail:
@@ -343,9 +351,12 @@ func (c *controller) clearHook(ctx context.Context, node, label string, checks [
 // drain cordons and drains node, recording the workloads it takes pods
 // from, and returns what it did in words.
 func (c *controller) drain(ctx context.Context, node string) (string, error) {
-	workloads, err := drainedWorkloads(ctx, c.kube, node)
+	workloads, failing, err := drainedWorkloads(ctx, c.kube, node)
 	if err != nil {
 		return "", err
+	}
+	if len(failing) > 0 {
+		c.o.Log.Info("not waiting after the reboot for workloads failing before the drain", "node", node, "workloads", failing)
 	}
 	started := time.Now()
 	if n, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
@@ -364,7 +375,11 @@ func (c *controller) drain(ctx context.Context, node string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("drain: %w", err)
 	}
-	return fmt.Sprintf("cordoned and drained (%d pods evicted; %d workloads to be ready again after the reboot)", len(res.Evicted), len(workloads)), nil
+	msg := fmt.Sprintf("cordoned and drained (%d pods evicted; %d workloads to be ready again after the reboot", len(res.Evicted), len(workloads))
+	if len(failing) > 0 {
+		msg += fmt.Sprintf("; not waited for, failing before the drain: %s", strings.Join(failing, ", "))
+	}
+	return msg + ")", nil
 }
 
 func union(a, b []string) []string {
