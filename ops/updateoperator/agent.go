@@ -122,10 +122,11 @@ func (a *agent) reconcile(ctx context.Context) error {
 	}
 	first := !a.booted
 	a.booted = true
+	a.ev.remember(n)
 	ann := n.Annotations
 	wanted, err := ParseIntent(ann[a.keys.Wanted()])
 	if err != nil {
-		return a.badInput(ctx, fmt.Errorf("annotation %s: %w", a.keys.Wanted(), err))
+		return a.badInput(ctx, fmt.Errorf("held: annotation %s: %w", a.keys.Wanted(), err))
 	}
 	active, aerr := ParseIntent(ann[a.keys.Active()])
 	state, serr := ParseState(ann[a.keys.State()])
@@ -138,6 +139,12 @@ func (a *agent) reconcile(ctx context.Context) error {
 			return nil // the reboot is on its way (a new intent, e.g. reset-state after a timeout, is carried out)
 		}
 	}
+	if unreadable && wanted == IntentReboot {
+		// Whether it rebooted already cannot be told: never reboot on a
+		// value that cannot be read (the node may be back and serving).
+		return a.badInput(ctx, fmt.Errorf("held: %w", errors.Join(aerr, serr)))
+	}
+	a.lastError = "" // readable again: a next bad value is reported anew
 	switch {
 	case wanted == IntentUnknown:
 		return nil // the controller has not spoken yet
@@ -149,8 +156,9 @@ func (a *agent) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// badInput reports an annotation the agent cannot act on: its state error
-// with the reason, and an Event, once per distinct error.
+// badInput reports an annotation the agent cannot act on: the reason and
+// an Event, once per distinct error; nothing is carried out and no state
+// written over (the node is held until the value is fixed).
 func (a *agent) badInput(ctx context.Context, err error) error {
 	if err.Error() == a.lastError {
 		return nil
@@ -158,7 +166,7 @@ func (a *agent) badInput(ctx context.Context, err error) error {
 	a.lastError = err.Error()
 	a.o.Log.Error("cannot act on my node's annotations", "err", err)
 	a.ev.emit(ctx, a.o.NodeName, corev1.EventTypeWarning, ReasonAgentError, "%v", err)
-	return patchNode(ctx, a.kube, a.o.NodeName, nil, map[string]any{a.keys.State(): string(StateError), a.keys.Key(KeyReason): err.Error()})
+	return patchNode(ctx, a.kube, a.o.NodeName, nil, map[string]any{a.keys.Key(KeyReason): err.Error()})
 }
 
 // carryOut acknowledges an intent (active = wanted, state busy), runs it,

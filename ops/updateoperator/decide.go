@@ -37,6 +37,9 @@ type NodeView struct {
 	// controller chose when the update started ("" for an update started
 	// before the key existed: then it is not compared).
 	Current, Target string
+	// WantedInvalid: action-wanted itself could not be read (the node may
+	// be anywhere in an update: it holds a slot until fixed).
+	WantedInvalid bool
 	// Invalid, when set, says which annotation could not be read.
 	Invalid string
 }
@@ -89,6 +92,9 @@ type Step struct {
 // InFlight reports whether n takes one of the max-concurrent slots: an
 // update under way, or a cordon of the operator still on it.
 func InFlight(n NodeView) bool {
+	if n.WantedInvalid { // where it is in an update is not known: unless its agent rests, it keeps its slot
+		return n.CordonedByUs || n.Active != IntentStabilize && n.Active != IntentUnknown && n.Active != IntentReset
+	}
 	switch n.Wanted {
 	case IntentPrepare:
 		return !n.Ahead || n.CordonedByUs
@@ -102,10 +108,9 @@ func InFlight(n NodeView) bool {
 // idle nodes may start an update is decided by Starts, over the fleet.
 func Next(n NodeView, p Policy, now time.Time) Step {
 	if n.Invalid != "" {
-		if InFlight(n) {
-			return Step{Kind: StepFail, Reason: n.Invalid}
-		}
-		return Step{Kind: StepStuck, Reason: n.Invalid} // said once; the node is left out until fixed
+		// Never a failure (its uncordon and reset-state could hit a node
+		// mid-reboot): held as it is, said once, until the value is fixed.
+		return Step{Kind: StepStuck, Reason: "held: " + n.Invalid}
 	}
 	done := n.Active == n.Wanted && n.State == StateReady
 	failed := n.Active == n.Wanted && n.State == StateError

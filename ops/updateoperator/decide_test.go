@@ -81,7 +81,8 @@ func TestNext(t *testing.T) {
 		{"reset sent, not yet acknowledged: wait", node("a", IntentReset, IntentPrepare, StateError), at(30 * time.Second), StepNone, ""},
 		{"reset failed on the host: stabilize (the next prepare overwrites)", node("a", IntentReset, IntentReset, StateError), at(0), StepWant, IntentStabilize},
 		{"reset with the failure's uncordon interrupted: uncordon first", cordoned(node("a", IntentReset, IntentReset, StateReady)), at(0), StepUncordon, ""},
-		{"malformed annotation in flight: fail", NodeView{Name: "a", Wanted: IntentPerform, Invalid: "bad"}, at(0), StepFail, ""},
+		{"malformed annotation in flight: held, never failed (its uncordon could hit a node mid-reboot)", NodeView{Name: "a", Wanted: IntentReboot, Active: IntentReboot, Invalid: "bad"}, at(0), StepStuck, ""},
+		{"malformed intent: held, never written over", NodeView{Name: "a", Wanted: IntentUnknown, WantedInvalid: true, Active: IntentReboot, Invalid: "bad"}, at(0), StepStuck, ""},
 		{"malformed annotation at rest: say so", NodeView{Name: "a", Wanted: IntentStabilize, Invalid: "bad"}, at(0), StepStuck, ""},
 	}
 	for _, tc := range tests {
@@ -216,6 +217,24 @@ func TestDrainBudget(t *testing.T) {
 	} {
 		if got := DrainBudget(tc.timeout, tc.started, t0); got != tc.want {
 			t.Errorf("%s: DrainBudget(%s, %s ago) = %s, want %s", tc.name, tc.timeout, t0.Sub(tc.started), got, tc.want)
+		}
+	}
+}
+
+// A node whose intent cannot be read keeps its slot unless its agent
+// rests: it may be anywhere in an update, rebooting even.
+func TestInFlightGarbledIntent(t *testing.T) {
+	for _, tc := range []struct {
+		active   Intent
+		cordoned bool
+		want     bool
+	}{
+		{IntentReboot, false, true}, {IntentPerform, false, true}, {IntentPrepare, false, true},
+		{IntentStabilize, true, true}, {IntentStabilize, false, false}, {IntentReset, false, false}, {IntentUnknown, false, false},
+	} {
+		n := NodeView{Name: "a", Wanted: IntentUnknown, WantedInvalid: true, Active: tc.active, CordonedByUs: tc.cordoned, Invalid: "bad"}
+		if got := InFlight(n); got != tc.want {
+			t.Errorf("garbled intent, agent active %s, cordoned %v: in flight %v, want %v", tc.active, tc.cordoned, got, tc.want)
 		}
 	}
 }

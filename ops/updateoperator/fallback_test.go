@@ -55,9 +55,31 @@ func TestFallbackBootIsAFailure(t *testing.T) {
 	if !failed {
 		t.Errorf("no %s Event naming the fallback boot: %v", ReasonFailed, msgs)
 	}
+	if bad := f.eventsWithoutUID(name); len(bad) > 0 {
+		t.Errorf("Events that `kubectl describe node` never shows (no involvedObject UID of the node): %v", bad)
+	}
 	want := []string{"reboot-update/reboot-update/rebooting", "reboot-update/reboot-update/ready", "reset-state/reset-state/ready",
 		"stabilize/stabilize/update-available", "reboot-update/reboot-update/rebooting", "stabilize/stabilize/up-to-date"}
 	if steps := seen(); !inOrder(steps, want) {
 		t.Errorf("the node went %v;\nwant in this order %v", steps, want)
 	}
+}
+
+// eventsWithoutUID are the Events about node (by name) whose involved
+// object does not carry the node's UID: `kubectl describe node` selects by
+// UID, so it never shows them.
+func (f *fleet) eventsWithoutUID(node string) []string {
+	uid := f.node(node).UID
+	list, err := f.kube.CoreV1().Events(eventNamespace).List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", node).String()})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.InvolvedObject.UID != uid && e.Source.Component != "" && strings.HasPrefix(e.Source.Component, "slipway-update-operator") {
+			out = append(out, e.Source.Component+" "+e.Reason)
+		}
+	}
+	return out
 }

@@ -27,6 +27,7 @@ func (c *controller) sync(ctx context.Context) error {
 	for i := range list.Items {
 		n := &list.Items[i]
 		nodes[n.Name] = n
+		c.ev.remember(n)
 		c.label(ctx, n)
 		v := c.keys.View(n, c.o.NodeName)
 		c.hookState(&v, n)

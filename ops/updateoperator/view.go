@@ -42,9 +42,11 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 		}
 	}
 	var err error
-	// An unreadable action-wanted is the controller's own key: it reads as
-	// unknown, so the controller writes a good one over it.
-	v.Wanted, _ = ParseIntent(a[k.Wanted()])
+	// An unreadable action-wanted is not written over: the node may be in
+	// the middle of an update (rebooting, even); it is held, with a reason.
+	v.Wanted, err = ParseIntent(a[k.Wanted()])
+	v.WantedInvalid = err != nil
+	note(k.Wanted(), err)
 	v.Active, err = ParseIntent(a[k.Active()])
 	note(k.Active(), err)
 	v.State, err = ParseState(a[k.State()])
