@@ -178,7 +178,7 @@ func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 			return Step{Kind: StepFinish, Wanted: IntentStabilize, Reason: fmt.Sprintf("updated, but %s after %s (--health-timeout): moved on", why, p.Timeouts.Health)}
 		}
 		return Step{}
-	case n.CordonedByUs && timedOut(age, p.Timeouts.Reboot):
+	case !done && timedOut(age, p.Timeouts.Reboot): // whoever lifted the cordon meanwhile
 		return Step{Kind: StepFail, Reason: fmt.Sprintf("node not back Ready at the new version %s after reboot-update (agent state %s)", p.Timeouts.Reboot, n.State)}
 	}
 	return Step{}
