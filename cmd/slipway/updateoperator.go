@@ -131,6 +131,8 @@ slipway update-operator agent --platform command --check-command 'updog check-up
 			&cli.StringFlag{Name: "version-command", Usage: "command: prints the running version", EnvVars: uoEnvs("VERSION_COMMAND")},
 			&cli.StringFlag{Name: "reset-command", Usage: "command: discards a prepared update after a failed one (optional; without it a reset-state does nothing on the host)", EnvVars: uoEnvs("RESET_COMMAND")},
 			&cli.DurationFlag{Name: "check-interval", Value: 30 * time.Minute, Usage: "how often a resting node checks for updates", EnvVars: uoEnvs("CHECK_INTERVAL")},
+			&cli.DurationFlag{Name: "check-timeout", Value: 10 * time.Minute, Usage: "a check for updates still running after this long is an error (a hung host call)", EnvVars: uoEnvs("CHECK_TIMEOUT")},
+			&cli.DurationFlag{Name: "step-timeout", Value: 25 * time.Minute, Usage: "a prepare, perform, reset or reboot still running after this long is an error with the reason (keep it under the controller's --state-timeout)", EnvVars: uoEnvs("STEP_TIMEOUT")},
 			&cli.StringFlag{Name: "metrics-addr", Value: "", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: uoEnvs("AGENT_METRICS_ADDR")},
 		},
 		Action: func(c *cli.Context) error {
@@ -147,7 +149,8 @@ slipway update-operator agent --platform command --check-command 'updog check-up
 				return err
 			}
 			return uo.RunAgent(c.Context, uo.AgentOptions{Config: cfg, Prefix: c.String("prefix"), NodeName: c.String("node-name"),
-				Platform: p, CheckInterval: c.Duration("check-interval"), MetricsAddr: c.String("metrics-addr"), Log: slog.Default()})
+				Platform: p, CheckInterval: c.Duration("check-interval"), CheckTimeout: c.Duration("check-timeout"), StepTimeout: c.Duration("step-timeout"),
+				MetricsAddr: c.String("metrics-addr"), Log: slog.Default()})
 		},
 	}
 }

@@ -25,9 +25,16 @@ type AgentOptions struct {
 	// CheckInterval is how often a resting node checks for updates (default 30m).
 	CheckInterval time.Duration
 	// Resync re-reads the Node at least this often (default 1m).
-	Resync      time.Duration
-	MetricsAddr string
-	Log         *slog.Logger
+	Resync time.Duration
+	// CheckTimeout bounds one check for updates (default 10m); StepTimeout
+	// one prepare, perform, reset or reboot call (default 25m, under the
+	// controller's default --state-timeout of 30m, so the agent's reason
+	// comes first). A host call that hangs past it (an update lock held by
+	// another command, a command that never exits) ends the intent in
+	// error with the reason.
+	CheckTimeout, StepTimeout time.Duration
+	MetricsAddr               string
+	Log                       *slog.Logger
 }
 
 // agent is one running agent.
@@ -87,6 +94,12 @@ func newAgent(o AgentOptions) (*agent, error) {
 	}
 	if o.Resync <= 0 {
 		o.Resync = time.Minute
+	}
+	if o.CheckTimeout <= 0 {
+		o.CheckTimeout = 10 * time.Minute
+	}
+	if o.StepTimeout <= 0 {
+		o.StepTimeout = 25 * time.Minute
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -187,20 +200,36 @@ func (a *agent) carryOut(ctx context.Context, n *corev1.Node, i Intent) error {
 			return err
 		}
 	}
-	var err error
 	var more map[string]any
-	switch i {
-	case IntentPrepare:
-		err = a.o.Platform.Prepare(ctx)
-	case IntentPerform:
-		err = a.o.Platform.Perform(ctx)
-	case IntentReset: // discard the failed update's prepared host state; the next stabilize checks again
-		if err = a.o.Platform.Reset(ctx); err != nil {
-			err = fmt.Errorf("reset the host's prepared update: %w", err)
+	err := a.bounded(ctx, string(i), a.o.StepTimeout, "--step-timeout", func(ctx context.Context) error {
+		switch i {
+		case IntentPrepare:
+			return a.o.Platform.Prepare(ctx)
+		case IntentPerform:
+			return a.o.Platform.Perform(ctx)
+		case IntentReset: // discard the failed update's prepared host state; the next stabilize checks again
+			more = map[string]any{a.keys.Key(KeyRebootBootID): nil}
+			if err := a.o.Platform.Reset(ctx); err != nil {
+				return fmt.Errorf("reset the host's prepared update: %w", err)
+			}
 		}
-		more = map[string]any{a.keys.Key(KeyRebootBootID): nil}
-	}
+		return nil
+	})
 	return a.done(ctx, i, err, more)
+}
+
+// bounded runs one host call under a deadline of timeout; a call still
+// running at it is an error that says so (and names flag), not a wait
+// for ever.
+func (a *agent) bounded(ctx context.Context, what string, timeout time.Duration, flag string, call func(context.Context) error) error {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := call(cctx)
+	if err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%s not done after %s (%s): the host call hung (an update lock held by another command, or a command that never exits): %w",
+			what, timeout, flag, err)
+	}
+	return err
 }
 
 // done reports the end of an intent: ready (with more annotations), or
@@ -232,7 +261,11 @@ func (a *agent) report(ctx context.Context, ann map[string]any) error {
 // first marks the intent carried out (stabilize), else only changes are written.
 func (a *agent) check(ctx context.Context, n *corev1.Node, ack bool) error {
 	a.lastCheck = time.Now()
-	st, err := a.o.Platform.Check(ctx)
+	var st platform.Status
+	err := a.bounded(ctx, "the check for updates", a.o.CheckTimeout, "--check-timeout", func(ctx context.Context) (err error) {
+		st, err = a.o.Platform.Check(ctx)
+		return err
+	})
 	if err != nil {
 		return a.done(ctx, IntentStabilize, fmt.Errorf("check for updates: %w", err), nil)
 	}
@@ -269,7 +302,7 @@ func (a *agent) reboot(ctx context.Context, n *corev1.Node) error {
 		return err
 	}
 	a.o.Log.Info("rebooting")
-	if err := a.o.Platform.Reboot(ctx); err != nil {
+	if err := a.bounded(ctx, "the reboot call", a.o.StepTimeout, "--step-timeout", a.o.Platform.Reboot); err != nil {
 		return a.done(ctx, IntentReboot, err, nil)
 	}
 	return nil
@@ -277,7 +310,11 @@ func (a *agent) reboot(ctx context.Context, n *corev1.Node) error {
 
 // back reports a finished reboot: ready, at the version now running.
 func (a *agent) back(ctx context.Context) error {
-	v, err := a.o.Platform.Version(ctx)
+	var v string
+	err := a.bounded(ctx, "reading the version", a.o.CheckTimeout, "--check-timeout", func(ctx context.Context) (err error) {
+		v, err = a.o.Platform.Version(ctx)
+		return err
+	})
 	if err != nil {
 		return a.done(ctx, IntentReboot, fmt.Errorf("read the version after the reboot: %w", err), nil)
 	}

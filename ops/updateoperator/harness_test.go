@@ -54,7 +54,9 @@ type fleet struct {
 	reboots map[string]int
 	down    map[string]bool   // a simulated reboot is under way
 	boots   map[string]string // each host's boot ID, as its kernel says it
-	closed  bool
+	// stepTimeout is the agents' --step-timeout (0: the default).
+	stepTimeout time.Duration
+	closed      bool
 }
 
 type run struct {
@@ -154,7 +156,7 @@ func (f *fleet) startAgent(node string) {
 	go func() {
 		defer close(r.done)
 		err := RunAgent(ctx, AgentOptions{Config: f.env.Config, Prefix: f.prefix, NodeName: node, Platform: f.plats[node],
-			CheckInterval: 2 * time.Second, Resync: time.Second, Log: f.log.With("agent", node)})
+			CheckInterval: 2 * time.Second, Resync: time.Second, StepTimeout: f.stepTimeout, Log: f.log.With("agent", node)})
 		if err != nil {
 			f.t.Errorf("agent %s: %v", node, err)
 		}

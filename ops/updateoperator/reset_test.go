@@ -196,3 +196,46 @@ func TestFailureAfterPerformIsUndoneAndRetried(t *testing.T) {
 		t.Errorf("current after each reset: %v; want one reset that pointed it back at the running v1", host.current)
 	}
 }
+
+// hangPrepareOnce is a host whose first prepare never returns (a held
+// update lock, a command that never exits) until its caller gives up.
+type hangPrepareOnce struct {
+	platform.Platform
+	mu   sync.Mutex
+	hung bool
+}
+
+func (p *hangPrepareOnce) Prepare(ctx context.Context) error {
+	p.mu.Lock()
+	first := !p.hung
+	p.hung = true
+	p.mu.Unlock()
+	if first {
+		<-ctx.Done()
+		return fmt.Errorf("prepare: %w", ctx.Err())
+	}
+	return p.Platform.Prepare(ctx)
+}
+
+// A host call that hangs ends at the agent's --step-timeout: the node
+// reports prepare-update/error with the reason (instead of leaving the
+// rollout silently, its agent stuck in the call), is reset and retried.
+func TestHungHostCallEndsInError(t *testing.T) {
+	f := newFleet(t, "hung", 1)
+	name := f.nodes[0]
+	f.stopAgent(name)
+	f.stepTimeout = 2 * time.Second
+	f.plats[name] = &hangPrepareOnce{Platform: f.plats[name]}
+	f.startAgent(name)
+	reasons := f.seen(name, f.keys.Key(KeyReason))
+	stop := f.controller(nil)
+	defer stop()
+	eventually(t, 90*time.Second, "the node at v2 after its hung prepare", f.done)
+	var said bool
+	for _, r := range reasons() {
+		said = said || strings.Contains(r, "--step-timeout")
+	}
+	if !said {
+		t.Errorf("reasons %q; want one naming --step-timeout", reasons())
+	}
+}
