@@ -113,8 +113,8 @@ func uoAgentCommand() *cli.Command {
 		Usage: "report this node's update state and carry out the controller's intent (run as a DaemonSet)",
 		UsageText: `slipway update-operator agent --platform slipway --source https://mirror.example/k3os/releases/latest
 slipway update-operator agent --platform bottlerocket-api --api-socket /run/api.sock
-slipway update-operator agent --platform command --check-command 'updog check-update' \
-    --prepare-command 'updog update-image' --apply-command 'updog update-apply' --reboot-command 'systemctl reboot'`,
+slipway update-operator agent --platform command --check-command 'osupdate check' \
+    --prepare-command 'osupdate download' --apply-command 'osupdate apply' --reboot-command 'osupdate reboot'`,
 		Flags: []cli.Flag{
 			prefixFlag(), kubeconfigFlag(),
 			&cli.StringFlag{Name: "node-name", Usage: "this node's name (the downward API's spec.nodeName)", EnvVars: []string{"NODE_NAME"}},
