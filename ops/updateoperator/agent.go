@@ -144,6 +144,9 @@ func (a *agent) reconcile(ctx context.Context) error {
 	active, aerr := ParseIntent(ann[a.keys.Active()])
 	state, serr := ParseState(ann[a.keys.State()])
 	unreadable := aerr != nil || serr != nil // its own keys: carried out again, written anew
+	if active == IntentReboot && state == StateBusy && ann[a.keys.Key(KeyRebootBootID)] == "" && !unreadable {
+		return a.oldReboot(ctx, n) // the old operator's acknowledgement: rebooted already, or not yet?
+	}
 	if active == IntentReboot && state == StateRebooting {
 		if n.Status.NodeInfo.BootID != ann[a.keys.Key(KeyRebootBootID)] {
 			return a.back(ctx)
@@ -322,4 +325,25 @@ func (a *agent) back(ctx context.Context) error {
 	a.ev.emit(ctx, a.o.NodeName, corev1.EventTypeNormal, ReasonAgentState, "rebooted into %s", v)
 	return a.done(ctx, IntentReboot, nil, map[string]any{a.keys.Key(KeyCurrentVersion): v, a.keys.Key(KeyAvailableVersion): nil,
 		a.keys.Key(KeyStagedVersion): nil, a.keys.Key(KeyRebootBootID): nil})
+}
+
+// oldReboot takes over a reboot-update the old operator (dogswatch, Go
+// brupop) acknowledged with busy: it recorded no boot ID, so whether the
+// host rebooted is read from the host itself. Running the update already
+// (nothing newer available), the node is back: reported ready, never
+// rebooted a second time; otherwise the reboot is carried out now.
+func (a *agent) oldReboot(ctx context.Context, n *corev1.Node) error {
+	var st platform.Status
+	err := a.bounded(ctx, "the check for updates", a.o.CheckTimeout, "--check-timeout", func(ctx context.Context) (err error) {
+		st, err = a.o.Platform.Check(ctx)
+		return err
+	})
+	if err != nil {
+		return a.done(ctx, IntentReboot, fmt.Errorf("read the host after the old operator's reboot-update: %w", err), nil)
+	}
+	if st.Available == "" && st.Staged == "" {
+		a.o.Log.Info("the old operator's reboot happened already", "version", st.Current)
+		return a.back(ctx)
+	}
+	return a.reboot(ctx, n)
 }

@@ -72,6 +72,9 @@ func (o *ControllerOptions) defaults() error {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
+	if o.Prefix == BottlerocketPrefix || o.Prefix == TharPrefix {
+		o.Policy.AdoptOldCordons = true // a cluster moving over from the old operator
+	}
 	o.Drain.IgnoreDaemonSets = true
 	o.Drain.Flags = DrainFlags
 	o.Drain.Log = o.Log
@@ -122,6 +125,10 @@ type controller struct {
 	leases   *kube.Clientset
 	mu       sync.Mutex
 	draining map[string]bool
+	// store is the informer's cache of the Nodes (nil: every turn lists);
+	// written the resource version each Node written last was left at.
+	store   cache.Store
+	written map[string]int64
 }
 
 // RunController runs the controller until ctx ends. With a LeaseName, it
@@ -147,7 +154,7 @@ func newController(o ControllerOptions) (*controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &controller{o: o, keys: keys, m: newMetrics(), poke: make(chan struct{}, 1), draining: map[string]bool{}}
+	c := &controller{o: o, keys: keys, m: newMetrics(), poke: make(chan struct{}, 1), draining: map[string]bool{}, written: map[string]int64{}}
 	if o.OSImagePattern != "-" {
 		if c.images, err = regexp.Compile(o.OSImagePattern); err != nil {
 			return nil, fmt.Errorf("--os-image-pattern %q is not a regular expression: %w", o.OSImagePattern, err)
@@ -217,6 +224,8 @@ func (c *controller) lead(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return ctx.Err()
 	}
+	c.store = inf.GetStore()
+	defer func() { c.store = nil }()
 	tick := time.NewTicker(c.o.Resync)
 	defer tick.Stop()
 	for {

@@ -40,6 +40,9 @@ type NodeView struct {
 	// WantedInvalid: action-wanted itself could not be read (the node may
 	// be anywhere in an update: it holds a slot until fixed).
 	WantedInvalid bool
+	// UnmarkedCordon: the node is unschedulable and no cordon record says
+	// by whom (the old operator's cordons carry none; so do an admin's).
+	UnmarkedCordon bool
 	// Invalid, when set, says which annotation could not be read.
 	Invalid string
 }
@@ -61,6 +64,11 @@ type Policy struct {
 	Backoff       time.Duration  // after a node's first failure; doubles after each next
 	BackoffMax    time.Duration
 	Timeouts      Timeouts
+	// AdoptOldCordons: an unmarked cordon on a node told reboot-update is
+	// the old operator's (it cordons before reboot-update and records
+	// nothing): the controller records it as its own, so that it is lifted
+	// when the update ends. On for the old operator's prefixes.
+	AdoptOldCordons bool
 	// PrepareAhead: while MaxConcurrent nodes update, up to MaxConcurrent
 	// of the next candidates prepare (download and verify, nothing
 	// switched), so each takes its slot at perform-update.
@@ -80,6 +88,7 @@ const (
 	StepFail     StepKind = "fail"     // count a failure, lift the cordon, want reset-state
 	StepStuck    StepKind = "stuck"    // waiting too long: say so (reason, Event), change nothing
 	StepAfter    StepKind = "after"    // label the node for the after-reboot hooks
+	StepAdopt    StepKind = "adopt"    // record the old operator's cordon as the operator's
 )
 
 // Step is the decision for one node.
@@ -136,6 +145,9 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 	case IntentPerform:
 		return performed(n, p, age, done, failed)
 	case IntentReboot:
+		if p.AdoptOldCordons && n.UnmarkedCordon && n.Transition.IsZero() { // never stamped by this controller: the old operator's
+			return Step{Kind: StepAdopt}
+		}
 		return rebooted(n, p, age, done, failed)
 	}
 	return Step{}

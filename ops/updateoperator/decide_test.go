@@ -57,6 +57,7 @@ func TestNext(t *testing.T) {
 		{"never back, cordon lifted by an admin: fails at the reboot timeout all the same", node("a", IntentReboot, IntentReboot, StateRebooting), at(11 * time.Minute), StepFail, ""},
 		{"never back, still cordoned: fails at the reboot timeout", cordoned(node("a", IntentReboot, IntentReboot, StateRebooting)), at(11 * time.Minute), StepFail, ""},
 		{"rebooting, within the timeout: wait", node("a", IntentReboot, IntentReboot, StateRebooting), at(9 * time.Minute), StepNone, ""},
+		{"an unmarked cordon without AdoptOldCordons: not adopted", adoptable(NodeView{Name: "a", Wanted: IntentReboot, Active: IntentReboot, State: StateBusy, Ready: true, Transition: t0}), at(0), StepNone, ""},
 		{"back but NotReady: wait", notReady(cordoned(node("a", IntentReboot, IntentReboot, StateReady))), at(time.Minute), StepNone, ""},
 		{"back and Ready: uncordon", cordoned(node("a", IntentReboot, IntentReboot, StateReady)), at(time.Minute), StepUncordon, ""},
 		{"uncordoned, workloads not ready: wait", node("a", IntentReboot, IntentReboot, StateReady), at(time.Minute), StepNone, ""},
@@ -239,5 +240,33 @@ func TestInFlightGarbledIntent(t *testing.T) {
 		if got := InFlight(n); got != tc.want {
 			t.Errorf("garbled intent, agent active %s, cordoned %v: in flight %v, want %v", tc.active, tc.cordoned, got, tc.want)
 		}
+	}
+}
+
+func adoptable(n NodeView) NodeView { n.UnmarkedCordon = true; return n }
+
+// The old operator's cordon is adopted only when the cluster moves over
+// (the old prefixes), on a node told reboot-update that this controller
+// never stamped; an admin's cordon of a node this controller updated stays
+// the admin's.
+func TestAdoptOldCordons(t *testing.T) {
+	p := policy()
+	p.AdoptOldCordons = true
+	old := adoptable(NodeView{Name: "a", Wanted: IntentReboot, Active: IntentReboot, State: StateBusy, Ready: true})
+	if s := Next(old, p, t0); s.Kind != StepAdopt {
+		t.Errorf("old operator's cordon: %+v, want adopt", s)
+	}
+	back := old
+	back.State = StateReady
+	if s := Next(back, p, t0); s.Kind != StepAdopt {
+		t.Errorf("old operator's cordon, agent back already: %+v, want adopt", s)
+	}
+	ours := old
+	ours.Transition = t0
+	if s := Next(ours, p, t0.Add(time.Minute)); s.Kind == StepAdopt {
+		t.Error("an unmarked cordon on a node this controller stamped (an admin's) was adopted")
+	}
+	if s := Next(old, policy(), t0); s.Kind == StepAdopt {
+		t.Error("adopted without AdoptOldCordons")
 	}
 }

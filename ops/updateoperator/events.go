@@ -26,6 +26,7 @@ const (
 	ReasonHooks         = "WaitingForHooks" // the node is labelled for the before- / after-reboot hooks
 	ReasonAgentState    = "AgentState"      // the agent reports a new state
 	ReasonAgentError    = "AgentError"      // the agent could not carry out an intent
+	ReasonAdopted       = "CordonAdopted"   // the old operator's cordon recorded as the operator's
 	eventNamespace      = metav1.NamespaceDefault
 	componentController = "slipway-update-operator-controller"
 	componentAgent      = "slipway-update-operator-agent"

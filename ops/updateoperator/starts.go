@@ -52,7 +52,7 @@ func (c *controller) startOne(ctx context.Context, name, version string, ahead b
 	if !ahead {
 		return c.wantTarget(ctx, name, IntentPrepare, version, "update to "+version)
 	}
-	err := patchNode(ctx, c.kube, name, nil, map[string]any{c.keys.Wanted(): string(IntentPerform),
+	err := c.patch(ctx, name, nil, map[string]any{c.keys.Wanted(): string(IntentPerform),
 		c.keys.Key(KeyTransition): stamp(time.Now()), c.keys.Key(KeyAhead): nil})
 	if err != nil {
 		return err
@@ -63,7 +63,7 @@ func (c *controller) startOne(ctx context.Context, name, version string, ahead b
 
 // wantAhead tells node to prepare-update ahead of its turn.
 func (c *controller) wantAhead(ctx context.Context, node, version string) error {
-	err := patchNode(ctx, c.kube, node, nil, map[string]any{c.keys.Wanted(): string(IntentPrepare),
+	err := c.patch(ctx, node, nil, map[string]any{c.keys.Wanted(): string(IntentPrepare),
 		c.keys.Key(KeyTransition): stamp(time.Now()), c.keys.Key(KeyAhead): "true", c.keys.Key(KeyTargetVersion): nilIfEmpty(version)})
 	if err != nil {
 		return err
@@ -75,7 +75,7 @@ func (c *controller) wantAhead(ctx context.Context, node, version string) error 
 // wantTarget writes an intent that starts an update, with the version
 // chosen for it (the update succeeds only when the node runs it).
 func (c *controller) wantTarget(ctx context.Context, node string, i Intent, version, why string) error {
-	err := patchNode(ctx, c.kube, node, nil, map[string]any{c.keys.Wanted(): string(i), c.keys.Key(KeyTransition): stamp(time.Now()),
+	err := c.patch(ctx, node, nil, map[string]any{c.keys.Wanted(): string(i), c.keys.Key(KeyTransition): stamp(time.Now()),
 		c.keys.Key(KeyTargetVersion): nilIfEmpty(version)})
 	if err != nil {
 		return err
