@@ -55,7 +55,7 @@ func uoControllerCommand() *cli.Command {
 		UsageText: `slipway update-operator controller --max-concurrent 2 --pause-between 5m \
     --window-days sat,sun --window-start 01:00 --window-end 05:00 --window-tz Europe/Paris
 slipway update-operator controller --max-concurrent 10 --prepare-ahead --pause-between 0s`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			prefixFlag(), kubeconfigFlag(),
 			&cli.StringFlag{Name: "node-name", Usage: "the node the controller runs on (updated last)", EnvVars: []string{"NODE_NAME"}},
 			&cli.StringFlag{Name: "namespace", Value: uo.DefaultNamespace, Usage: "namespace of the Lease", EnvVars: uoEnvs("NAMESPACE")},
@@ -72,14 +72,12 @@ slipway update-operator controller --max-concurrent 10 --prepare-ahead --pause-b
 			&cli.StringSliceFlag{Name: "before-reboot-checks", Usage: "annotations the before-reboot hooks set to \"true\" (the node is labelled <prefix>/before-reboot=true meanwhile)", EnvVars: uoEnvs("BEFORE_REBOOT_CHECKS")},
 			&cli.StringSliceFlag{Name: "after-reboot-checks", Usage: "annotations the after-reboot hooks set to \"true\" (the node is labelled <prefix>/after-reboot=true meanwhile)", EnvVars: uoEnvs("AFTER_REBOOT_CHECKS")},
 			&cli.StringFlag{Name: "blocking-pod-selector", Usage: "a node running a pod matching this label selector does not start an update", EnvVars: uoEnvs("BLOCKING_POD_SELECTOR")},
-			&cli.DurationFlag{Name: "drain-timeout", Value: 10 * time.Minute, Usage: "give up a drain after this long (the update fails, the node is uncordoned)", EnvVars: uoEnvs("DRAIN_TIMEOUT")},
-			&cli.BoolFlag{Name: "drain-delete-emptydir", Usage: "evict pods with emptyDir volumes", EnvVars: uoEnvs("DRAIN_DELETE_EMPTYDIR")},
 			&cli.DurationFlag{Name: "state-timeout", Value: 30 * time.Minute, Usage: "fail a node stuck this long in prepare, perform or reboot", EnvVars: uoEnvs("STATE_TIMEOUT")},
 			&cli.DurationFlag{Name: "health-timeout", Value: 15 * time.Minute, Usage: "mark the rollout stuck when drained workloads are not ready again after this long", EnvVars: uoEnvs("HEALTH_TIMEOUT")},
 			&cli.DurationFlag{Name: "failure-backoff", Value: 2 * time.Minute, Usage: "wait after a node's first failure, doubled per next failure", EnvVars: uoEnvs("FAILURE_BACKOFF")},
 			&cli.DurationFlag{Name: "failure-backoff-max", Value: time.Hour, Usage: "longest wait between tries of a failing node", EnvVars: uoEnvs("FAILURE_BACKOFF_MAX")},
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9480", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: uoEnvs("METRICS_ADDR")},
-		},
+		}, uoDrainFlags()...),
 		Action: func(c *cli.Context) error {
 			if _, err := uo.NewKeys(c.String("prefix")); err != nil {
 				return cli.Exit(err.Error(), 2)
@@ -99,7 +97,7 @@ slipway update-operator controller --max-concurrent 10 --prepare-ahead --pause-b
 				Config: cfg, Prefix: c.String("prefix"), NodeName: c.String("node-name"), Namespace: c.String("namespace"), LeaseName: c.String("lease"), LeaseDuration: c.Duration("lease-duration"),
 				BeforeRebootChecks: c.StringSlice("before-reboot-checks"), AfterRebootChecks: c.StringSlice("after-reboot-checks"),
 				OSImagePattern: c.String("os-image-pattern"), BlockingPods: c.String("blocking-pod-selector"), MetricsAddr: c.String("metrics-addr"),
-				Drain: drain.Options{Timeout: c.Duration("drain-timeout"), DeleteEmptyDirData: c.Bool("drain-delete-emptydir")},
+				Drain: uoDrainOptions(c),
 				Policy: uo.Policy{MaxConcurrent: c.Int("max-concurrent"), PauseBetween: c.Duration("pause-between"), Window: win, PrepareAhead: c.Bool("prepare-ahead"),
 					Backoff: c.Duration("failure-backoff"), BackoffMax: c.Duration("failure-backoff-max"),
 					Timeouts: uo.Timeouts{Prepare: st, Perform: st, Reboot: st, Reset: st, Health: c.Duration("health-timeout")}},
@@ -115,8 +113,8 @@ func uoAgentCommand() *cli.Command {
 		Usage: "report this node's update state and carry out the controller's intent (run as a DaemonSet)",
 		UsageText: `slipway update-operator agent --platform slipway --source https://mirror.example/k3os/releases/latest
 slipway update-operator agent --platform bottlerocket-api --api-socket /run/api.sock
-slipway update-operator agent --platform command --check-command 'updog check-update' \
-    --prepare-command 'updog update-image' --apply-command 'updog update-apply' --reboot-command 'systemctl reboot'`,
+slipway update-operator agent --platform command --check-command 'osupdate check' \
+    --prepare-command 'osupdate download' --apply-command 'osupdate apply' --reboot-command 'osupdate reboot'`,
 		Flags: []cli.Flag{
 			prefixFlag(), kubeconfigFlag(),
 			&cli.StringFlag{Name: "node-name", Usage: "this node's name (the downward API's spec.nodeName)", EnvVars: []string{"NODE_NAME"}},
@@ -133,6 +131,8 @@ slipway update-operator agent --platform command --check-command 'updog check-up
 			&cli.StringFlag{Name: "version-command", Usage: "command: prints the running version", EnvVars: uoEnvs("VERSION_COMMAND")},
 			&cli.StringFlag{Name: "reset-command", Usage: "command: discards a prepared update after a failed one (optional; without it a reset-state does nothing on the host)", EnvVars: uoEnvs("RESET_COMMAND")},
 			&cli.DurationFlag{Name: "check-interval", Value: 30 * time.Minute, Usage: "how often a resting node checks for updates", EnvVars: uoEnvs("CHECK_INTERVAL")},
+			&cli.DurationFlag{Name: "check-timeout", Value: 10 * time.Minute, Usage: "a check for updates still running after this long is an error (a hung host call)", EnvVars: uoEnvs("CHECK_TIMEOUT")},
+			&cli.DurationFlag{Name: "step-timeout", Value: 25 * time.Minute, Usage: "a prepare, perform, reset or reboot still running after this long is an error with the reason (keep it under the controller's --state-timeout)", EnvVars: uoEnvs("STEP_TIMEOUT")},
 			&cli.StringFlag{Name: "metrics-addr", Value: "", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: uoEnvs("AGENT_METRICS_ADDR")},
 		},
 		Action: func(c *cli.Context) error {
@@ -149,7 +149,8 @@ slipway update-operator agent --platform command --check-command 'updog check-up
 				return err
 			}
 			return uo.RunAgent(c.Context, uo.AgentOptions{Config: cfg, Prefix: c.String("prefix"), NodeName: c.String("node-name"),
-				Platform: p, CheckInterval: c.Duration("check-interval"), MetricsAddr: c.String("metrics-addr"), Log: slog.Default()})
+				Platform: p, CheckInterval: c.Duration("check-interval"), CheckTimeout: c.Duration("check-timeout"), StepTimeout: c.Duration("step-timeout"),
+				MetricsAddr: c.String("metrics-addr"), Log: slog.Default()})
 		},
 	}
 }
@@ -257,4 +258,28 @@ func oldOperatorArgs(args []string) ([]string, bool) {
 	out := append([]string{"slipway"}, global...)
 	out = append(append(append(out, "update-operator"), mode...), rest...)
 	return out, true
+}
+
+// uoDrainFlags are the controller's drain flags. The defaults drain what
+// the Bottlerocket update operator drains (and `kubectl drain
+// --delete-emptydir-data --force`, minus the deletes): every pod but
+// DaemonSet and mirror pods, through the Eviction API.
+func uoDrainFlags() []cli.Flag {
+	d := uo.DefaultDrain()
+	return []cli.Flag{
+		&cli.DurationFlag{Name: "drain-timeout", Value: d.Timeout, Usage: "give up a drain after this long (the update fails, the node is uncordoned)", EnvVars: uoEnvs("DRAIN_TIMEOUT")},
+		&cli.BoolFlag{Name: "drain-delete-emptydir", Value: d.DeleteEmptyDirData, Usage: "evict pods with emptyDir volumes (their data is lost); =false: such pods block the drain", EnvVars: uoEnvs("DRAIN_DELETE_EMPTYDIR")},
+		&cli.BoolFlag{Name: "drain-unmanaged", Value: d.EvictUnmanaged, Usage: "evict pods no controller owns (nothing recreates them); =false: such pods block the drain", EnvVars: uoEnvs("DRAIN_UNMANAGED")},
+		&cli.BoolFlag{Name: "drain-force", Value: d.Force, Usage: "delete the pods still there at --drain-timeout (PodDisruptionBudgets overridden)", EnvVars: uoEnvs("DRAIN_FORCE")},
+		&cli.Int64Flag{Name: "drain-grace-period", Value: -1, Usage: "seconds each evicted pod gets to terminate (-1: the pod's own)", EnvVars: uoEnvs("DRAIN_GRACE_PERIOD")},
+	}
+}
+
+func uoDrainOptions(c *cli.Context) drain.Options {
+	o := drain.Options{Timeout: c.Duration("drain-timeout"), DeleteEmptyDirData: c.Bool("drain-delete-emptydir"),
+		EvictUnmanaged: c.Bool("drain-unmanaged"), Force: c.Bool("drain-force")}
+	if g := c.Int64("drain-grace-period"); g >= 0 {
+		o.GracePeriodSeconds = &g
+	}
+	return o
 }

@@ -3,6 +3,11 @@ package main
 import (
 	"reflect"
 	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"slipway.dev/slipway/ops/drain"
 )
 
 func TestOldOperatorArgs(t *testing.T) {
@@ -28,5 +33,27 @@ func TestOldOperatorArgs(t *testing.T) {
 	got := dispatchArgs(app, []string{"dogswatch", "-agent"})
 	if want := []string{"slipway", "update-operator", "agent", "--prefix", "bottlerocket.aws"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("dispatchArgs = %q, want %q", got, want)
+	}
+}
+
+// The controller's drain flags default to what the Bottlerocket update
+// operator drains; each can be turned off.
+func TestControllerDrainDefaults(t *testing.T) {
+	parse := func(args ...string) drain.Options {
+		var got drain.Options
+		app := &cli.App{Commands: []*cli.Command{{Name: "c", Flags: uoDrainFlags(), Action: func(c *cli.Context) error {
+			got = uoDrainOptions(c)
+			return nil
+		}}}}
+		if err := app.Run(append([]string{"slipway", "c"}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if d := parse(); !d.DeleteEmptyDirData || !d.EvictUnmanaged || d.Force || d.GracePeriodSeconds != nil || d.Timeout != 10*time.Minute {
+		t.Errorf("default drain %+v: want emptyDir and unowned pods evicted, nothing forced, the pods' own grace period, 10m", d)
+	}
+	if d := parse("--drain-delete-emptydir=false", "--drain-unmanaged=false", "--drain-force", "--drain-grace-period", "30"); d.DeleteEmptyDirData || d.EvictUnmanaged || !d.Force || d.GracePeriodSeconds == nil || *d.GracePeriodSeconds != 30 {
+		t.Errorf("drain with every flag turned: %+v", d)
 	}
 }

@@ -32,6 +32,13 @@ type Options struct {
 	// Force deletes pods whose eviction is still refused at the timeout, and
 	// evicts pods that no controller owns (which otherwise block the drain).
 	Force bool
+	// EvictUnmanaged evicts pods that no controller owns through the
+	// Eviction API like any other (PodDisruptionBudgets honoured), without
+	// Force; without it (and without Force) they block the drain.
+	EvictUnmanaged bool
+	// Flags names the caller's own settings in the drain's errors (default
+	// the drain.* fields of a spec).
+	Flags Flags
 	// PodSelector, a label selector, limits the drain to matching pods.
 	PodSelector string
 	// RetryInterval is how often refused evictions are retried and the node's
@@ -39,6 +46,26 @@ type Options struct {
 	RetryInterval time.Duration
 	// Log receives progress (default slog.Default()).
 	Log *slog.Logger
+}
+
+// Flags are the names of the settings a caller exposes for Options, as its
+// users write them, for the drain's errors: an error says what to set.
+// An empty name is the drain.* field of a spec.
+type Flags struct {
+	IgnoreDaemonSets, DeleteEmptyDirData, Force, EvictUnmanaged string
+}
+
+func (f Flags) withDefaults() Flags {
+	for _, d := range []struct {
+		name *string
+		def  string
+	}{
+		{&f.IgnoreDaemonSets, "drain.ignoreDaemonSets"}, {&f.DeleteEmptyDirData, "drain.deleteEmptyDirData"}, {&f.Force, "drain.force"}} {
+		if *d.name == "" {
+			*d.name = d.def
+		}
+	}
+	return f
 }
 
 // Result says what a drain did.
@@ -127,8 +154,8 @@ func timedOut(ctx context.Context, c *kube.Clientset, node string, opts Options,
 			why = append(why, key+" ("+reason+")")
 		}
 		sort.Strings(why)
-		return res, fmt.Errorf("%w: node %s still runs %d pods after %s: %s; fix their PodDisruptionBudgets or set drain.force to delete them",
-			ErrBlocked, node, len(pods), opts.Timeout, strings.Join(why, ", "))
+		return res, fmt.Errorf("%w: node %s still runs %d pods after %s: %s; fix their PodDisruptionBudgets or set %s to delete them",
+			ErrBlocked, node, len(pods), opts.Timeout, strings.Join(why, ", "), opts.Flags.Force)
 	}
 	for _, p := range pods {
 		key := p.Namespace + "/" + p.Name
@@ -152,6 +179,7 @@ func withDefaults(o Options) Options {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
+	o.Flags = o.Flags.withDefaults()
 	return o
 }
 

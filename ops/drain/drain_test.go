@@ -263,6 +263,7 @@ func TestVerdict(t *testing.T) {
 	emptyDir.Spec.Volumes = []corev1.Volume{{VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	done := owned("Job")
 	done.Status.Phase = corev1.PodSucceeded
+	bareEmptyDir := corev1.Pod{Spec: emptyDir.Spec}
 	for i, tc := range []struct {
 		pod  corev1.Pod
 		opts Options
@@ -273,6 +274,9 @@ func TestVerdict(t *testing.T) {
 		{owned("DaemonSet"), Options{}, refuse},
 		{corev1.Pod{}, Options{}, refuse},
 		{corev1.Pod{}, Options{Force: true}, evictIt},
+		{corev1.Pod{}, Options{EvictUnmanaged: true}, evictIt},
+		{bareEmptyDir, Options{EvictUnmanaged: true}, refuse},
+		{bareEmptyDir, Options{EvictUnmanaged: true, DeleteEmptyDirData: true}, evictIt},
 		{emptyDir, Options{}, refuse},
 		{emptyDir, Options{DeleteEmptyDirData: true}, evictIt},
 		{done, Options{}, skip},
@@ -280,6 +284,30 @@ func TestVerdict(t *testing.T) {
 	} {
 		if got := verdict(tc.pod, tc.opts); got != tc.want {
 			t.Errorf("case %d: verdict = %d, want %d", i, got, tc.want)
+		}
+	}
+}
+
+// The refusal names the setting to change, as the caller spells it (the
+// drain.* field of a spec by default).
+func TestRefuseReasonNamesTheCallersFlag(t *testing.T) {
+	yes := true
+	emptyDir := corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Controller: &yes}}},
+		Spec: corev1.PodSpec{Volumes: []corev1.Volume{{VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}}}
+	flags := Flags{DeleteEmptyDirData: "--drain-delete-emptydir", EvictUnmanaged: "--drain-unmanaged", Force: "--drain-force"}
+	for _, tc := range []struct {
+		pod  corev1.Pod
+		opts Options
+		want string
+	}{
+		{corev1.Pod{}, Options{}, "set drain.force to delete it"},
+		{emptyDir, Options{}, "set drain.deleteEmptyDirData"},
+		{corev1.Pod{}, Options{Flags: flags}, "set --drain-unmanaged to evict it"},
+		{emptyDir, Options{Flags: flags}, "set --drain-delete-emptydir"},
+		{corev1.Pod{Spec: emptyDir.Spec}, Options{Flags: flags, EvictUnmanaged: true}, "set --drain-delete-emptydir"},
+	} {
+		if got := refuseReason(tc.pod, tc.opts); !strings.Contains(got, tc.want) {
+			t.Errorf("refuseReason = %q, want it to say %q", got, tc.want)
 		}
 	}
 }

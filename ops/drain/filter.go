@@ -31,7 +31,7 @@ func verdict(p corev1.Pod, opts Options) podVerdict {
 		}
 		return refuse
 	}
-	if owner == nil && !opts.Force {
+	if owner == nil && !opts.Force && !opts.EvictUnmanaged {
 		return refuse
 	}
 	if usesEmptyDir(p) && !opts.DeleteEmptyDirData {
@@ -42,13 +42,16 @@ func verdict(p corev1.Pod, opts Options) podVerdict {
 
 func refuseReason(p corev1.Pod, opts Options) string {
 	owner := metav1.GetControllerOf(&p)
+	f := opts.Flags.withDefaults()
 	switch {
 	case owner != nil && owner.Kind == "DaemonSet":
-		return "DaemonSet pod: set drain.ignoreDaemonSets"
-	case owner == nil:
-		return "no controller owns it: set drain.force to delete it"
+		return "DaemonSet pod: set " + f.IgnoreDaemonSets
+	case owner == nil && !opts.Force && !opts.EvictUnmanaged && f.EvictUnmanaged != "":
+		return "no controller owns it: set " + f.EvictUnmanaged + " to evict it (it is not recreated)"
+	case owner == nil && !opts.Force && !opts.EvictUnmanaged:
+		return "no controller owns it: set " + f.Force + " to delete it"
 	default:
-		return "uses emptyDir: set drain.deleteEmptyDirData to lose its data"
+		return "uses emptyDir: set " + f.DeleteEmptyDirData + " to lose its data"
 	}
 }
 

@@ -25,9 +25,16 @@ type AgentOptions struct {
 	// CheckInterval is how often a resting node checks for updates (default 30m).
 	CheckInterval time.Duration
 	// Resync re-reads the Node at least this often (default 1m).
-	Resync      time.Duration
-	MetricsAddr string
-	Log         *slog.Logger
+	Resync time.Duration
+	// CheckTimeout bounds one check for updates (default 10m); StepTimeout
+	// one prepare, perform, reset or reboot call (default 25m, under the
+	// controller's default --state-timeout of 30m, so the agent's reason
+	// comes first). A host call that hangs past it (an update lock held by
+	// another command, a command that never exits) ends the intent in
+	// error with the reason.
+	CheckTimeout, StepTimeout time.Duration
+	MetricsAddr               string
+	Log                       *slog.Logger
 }
 
 // agent is one running agent.
@@ -88,6 +95,12 @@ func newAgent(o AgentOptions) (*agent, error) {
 	if o.Resync <= 0 {
 		o.Resync = time.Minute
 	}
+	if o.CheckTimeout <= 0 {
+		o.CheckTimeout = 10 * time.Minute
+	}
+	if o.StepTimeout <= 0 {
+		o.StepTimeout = 25 * time.Minute
+	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
@@ -122,14 +135,18 @@ func (a *agent) reconcile(ctx context.Context) error {
 	}
 	first := !a.booted
 	a.booted = true
+	a.ev.remember(n)
 	ann := n.Annotations
 	wanted, err := ParseIntent(ann[a.keys.Wanted()])
 	if err != nil {
-		return a.badInput(ctx, fmt.Errorf("annotation %s: %w", a.keys.Wanted(), err))
+		return a.badInput(ctx, fmt.Errorf("held: annotation %s: %w", a.keys.Wanted(), err))
 	}
 	active, aerr := ParseIntent(ann[a.keys.Active()])
 	state, serr := ParseState(ann[a.keys.State()])
 	unreadable := aerr != nil || serr != nil // its own keys: carried out again, written anew
+	if active == IntentReboot && state == StateBusy && ann[a.keys.Key(KeyRebootBootID)] == "" && !unreadable {
+		return a.oldReboot(ctx, n) // the old operator's acknowledgement: rebooted already, or not yet?
+	}
 	if active == IntentReboot && state == StateRebooting {
 		if n.Status.NodeInfo.BootID != ann[a.keys.Key(KeyRebootBootID)] {
 			return a.back(ctx)
@@ -138,6 +155,12 @@ func (a *agent) reconcile(ctx context.Context) error {
 			return nil // the reboot is on its way (a new intent, e.g. reset-state after a timeout, is carried out)
 		}
 	}
+	if unreadable && wanted == IntentReboot {
+		// Whether it rebooted already cannot be told: never reboot on a
+		// value that cannot be read (the node may be back and serving).
+		return a.badInput(ctx, fmt.Errorf("held: %w", errors.Join(aerr, serr)))
+	}
+	a.lastError = "" // readable again: a next bad value is reported anew
 	switch {
 	case wanted == IntentUnknown:
 		return nil // the controller has not spoken yet
@@ -149,8 +172,9 @@ func (a *agent) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// badInput reports an annotation the agent cannot act on: its state error
-// with the reason, and an Event, once per distinct error.
+// badInput reports an annotation the agent cannot act on: the reason and
+// an Event, once per distinct error; nothing is carried out and no state
+// written over (the node is held until the value is fixed).
 func (a *agent) badInput(ctx context.Context, err error) error {
 	if err.Error() == a.lastError {
 		return nil
@@ -158,7 +182,7 @@ func (a *agent) badInput(ctx context.Context, err error) error {
 	a.lastError = err.Error()
 	a.o.Log.Error("cannot act on my node's annotations", "err", err)
 	a.ev.emit(ctx, a.o.NodeName, corev1.EventTypeWarning, ReasonAgentError, "%v", err)
-	return patchNode(ctx, a.kube, a.o.NodeName, nil, map[string]any{a.keys.State(): string(StateError), a.keys.Key(KeyReason): err.Error()})
+	return patchNode(ctx, a.kube, a.o.NodeName, nil, map[string]any{a.keys.Key(KeyReason): err.Error()})
 }
 
 // carryOut acknowledges an intent (active = wanted, state busy), runs it,
@@ -179,20 +203,36 @@ func (a *agent) carryOut(ctx context.Context, n *corev1.Node, i Intent) error {
 			return err
 		}
 	}
-	var err error
 	var more map[string]any
-	switch i {
-	case IntentPrepare:
-		err = a.o.Platform.Prepare(ctx)
-	case IntentPerform:
-		err = a.o.Platform.Perform(ctx)
-	case IntentReset: // discard the failed update's prepared host state; the next stabilize checks again
-		if err = a.o.Platform.Reset(ctx); err != nil {
-			err = fmt.Errorf("reset the host's prepared update: %w", err)
+	err := a.bounded(ctx, string(i), a.o.StepTimeout, "--step-timeout", func(ctx context.Context) error {
+		switch i {
+		case IntentPrepare:
+			return a.o.Platform.Prepare(ctx)
+		case IntentPerform:
+			return a.o.Platform.Perform(ctx)
+		case IntentReset: // discard the failed update's prepared host state; the next stabilize checks again
+			more = map[string]any{a.keys.Key(KeyRebootBootID): nil}
+			if err := a.o.Platform.Reset(ctx); err != nil {
+				return fmt.Errorf("reset the host's prepared update: %w", err)
+			}
 		}
-		more = map[string]any{a.keys.Key(KeyRebootBootID): nil}
-	}
+		return nil
+	})
 	return a.done(ctx, i, err, more)
+}
+
+// bounded runs one host call under a deadline of timeout; a call still
+// running at it is an error that says so (and names flag), not a wait
+// for ever.
+func (a *agent) bounded(ctx context.Context, what string, timeout time.Duration, flag string, call func(context.Context) error) error {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := call(cctx)
+	if err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%s not done after %s (%s): the host call hung (an update lock held by another command, or a command that never exits): %w",
+			what, timeout, flag, err)
+	}
+	return err
 }
 
 // done reports the end of an intent: ready (with more annotations), or
@@ -224,7 +264,11 @@ func (a *agent) report(ctx context.Context, ann map[string]any) error {
 // first marks the intent carried out (stabilize), else only changes are written.
 func (a *agent) check(ctx context.Context, n *corev1.Node, ack bool) error {
 	a.lastCheck = time.Now()
-	st, err := a.o.Platform.Check(ctx)
+	var st platform.Status
+	err := a.bounded(ctx, "the check for updates", a.o.CheckTimeout, "--check-timeout", func(ctx context.Context) (err error) {
+		st, err = a.o.Platform.Check(ctx)
+		return err
+	})
 	if err != nil {
 		return a.done(ctx, IntentStabilize, fmt.Errorf("check for updates: %w", err), nil)
 	}
@@ -233,7 +277,8 @@ func (a *agent) check(ctx context.Context, n *corev1.Node, ack bool) error {
 		state, avail = StateUpdateAvailable, "true"
 	}
 	ann := map[string]any{a.keys.Active(): string(IntentStabilize), a.keys.State(): string(state), a.keys.UpdateAvailable(): avail,
-		a.keys.Key(KeyCurrentVersion): st.Current, a.keys.Key(KeyAvailableVersion): st.Available, a.keys.Key(KeyReason): nil}
+		a.keys.Key(KeyCurrentVersion): st.Current, a.keys.Key(KeyAvailableVersion): st.Available, a.keys.Key(KeyStagedVersion): st.Staged,
+		a.keys.Key(KeyReason): nil}
 	changed := ack || n.Labels[a.keys.UpdateAvailable()] != avail
 	for k, v := range ann {
 		if s, _ := v.(string); n.Annotations[k] != s {
@@ -243,8 +288,10 @@ func (a *agent) check(ctx context.Context, n *corev1.Node, ack bool) error {
 	if !changed {
 		return nil
 	}
-	if st.Available == "" {
-		ann[a.keys.Key(KeyAvailableVersion)] = nil
+	for _, k := range []string{KeyAvailableVersion, KeyStagedVersion} {
+		if ann[a.keys.Key(k)] == "" {
+			ann[a.keys.Key(k)] = nil
+		}
 	}
 	a.m.intents.WithLabelValues(string(IntentStabilize), "ok").Inc()
 	return patchNode(ctx, a.kube, a.o.NodeName, map[string]any{a.keys.UpdateAvailable(): avail}, ann)
@@ -258,7 +305,7 @@ func (a *agent) reboot(ctx context.Context, n *corev1.Node) error {
 		return err
 	}
 	a.o.Log.Info("rebooting")
-	if err := a.o.Platform.Reboot(ctx); err != nil {
+	if err := a.bounded(ctx, "the reboot call", a.o.StepTimeout, "--step-timeout", a.o.Platform.Reboot); err != nil {
 		return a.done(ctx, IntentReboot, err, nil)
 	}
 	return nil
@@ -266,11 +313,37 @@ func (a *agent) reboot(ctx context.Context, n *corev1.Node) error {
 
 // back reports a finished reboot: ready, at the version now running.
 func (a *agent) back(ctx context.Context) error {
-	v, err := a.o.Platform.Version(ctx)
+	var v string
+	err := a.bounded(ctx, "reading the version", a.o.CheckTimeout, "--check-timeout", func(ctx context.Context) (err error) {
+		v, err = a.o.Platform.Version(ctx)
+		return err
+	})
 	if err != nil {
 		return a.done(ctx, IntentReboot, fmt.Errorf("read the version after the reboot: %w", err), nil)
 	}
 	a.o.Log.Info("back after the reboot", "version", v)
 	a.ev.emit(ctx, a.o.NodeName, corev1.EventTypeNormal, ReasonAgentState, "rebooted into %s", v)
-	return a.done(ctx, IntentReboot, nil, map[string]any{a.keys.Key(KeyCurrentVersion): v, a.keys.Key(KeyAvailableVersion): nil, a.keys.Key(KeyRebootBootID): nil})
+	return a.done(ctx, IntentReboot, nil, map[string]any{a.keys.Key(KeyCurrentVersion): v, a.keys.Key(KeyAvailableVersion): nil,
+		a.keys.Key(KeyStagedVersion): nil, a.keys.Key(KeyRebootBootID): nil})
+}
+
+// oldReboot takes over a reboot-update the old operator (dogswatch, Go
+// brupop) acknowledged with busy: it recorded no boot ID, so whether the
+// host rebooted is read from the host itself. Running the update already
+// (nothing newer available), the node is back: reported ready, never
+// rebooted a second time; otherwise the reboot is carried out now.
+func (a *agent) oldReboot(ctx context.Context, n *corev1.Node) error {
+	var st platform.Status
+	err := a.bounded(ctx, "the check for updates", a.o.CheckTimeout, "--check-timeout", func(ctx context.Context) (err error) {
+		st, err = a.o.Platform.Check(ctx)
+		return err
+	})
+	if err != nil {
+		return a.done(ctx, IntentReboot, fmt.Errorf("read the host after the old operator's reboot-update: %w", err), nil)
+	}
+	if st.Available == "" && st.Staged == "" {
+		a.o.Log.Info("the old operator's reboot happened already", "version", st.Current)
+		return a.back(ctx)
+	}
+	return a.reboot(ctx, n)
 }

@@ -72,7 +72,11 @@ func (o *ControllerOptions) defaults() error {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
+	if o.Prefix == BottlerocketPrefix || o.Prefix == TharPrefix {
+		o.Policy.AdoptOldCordons = true // a cluster moving over from the old operator
+	}
 	o.Drain.IgnoreDaemonSets = true
+	o.Drain.Flags = DrainFlags
 	o.Drain.Log = o.Log
 	// The controller's own pods stay: evicted from its own node, it would come
 	// back there (it tolerates the cordon) and be evicted again.
@@ -83,6 +87,20 @@ func (o *ControllerOptions) defaults() error {
 	o.Drain.PodSelector = sel
 	return nil
 }
+
+// DefaultDrain is the controller's drain unless told otherwise: what the
+// Bottlerocket update operator drains, every pod but DaemonSet and mirror
+// pods (those with emptyDir volumes and those no controller owns
+// included; `kubectl drain --delete-emptydir-data` refuses the latter
+// without --force), each through the Eviction API, so PodDisruptionBudgets
+// still guard them; nothing deleted at the timeout.
+func DefaultDrain() drain.Options {
+	return drain.Options{Timeout: 10 * time.Minute, DeleteEmptyDirData: true, EvictUnmanaged: true}
+}
+
+// DrainFlags name the controller's flags in its drain errors.
+var DrainFlags = drain.Flags{IgnoreDaemonSets: "(DaemonSet pods are always left in place)", DeleteEmptyDirData: "--drain-delete-emptydir",
+	Force: "--drain-force", EvictUnmanaged: "--drain-unmanaged"}
 
 // ControllerComponent is the app.kubernetes.io/component label of the
 // controller's pods.
@@ -107,6 +125,10 @@ type controller struct {
 	leases   *kube.Clientset
 	mu       sync.Mutex
 	draining map[string]bool
+	// store is the informer's cache of the Nodes (nil: every turn lists);
+	// written the resource version each Node written last was left at.
+	store   cache.Store
+	written map[string]int64
 }
 
 // RunController runs the controller until ctx ends. With a LeaseName, it
@@ -132,7 +154,7 @@ func newController(o ControllerOptions) (*controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &controller{o: o, keys: keys, m: newMetrics(), poke: make(chan struct{}, 1), draining: map[string]bool{}}
+	c := &controller{o: o, keys: keys, m: newMetrics(), poke: make(chan struct{}, 1), draining: map[string]bool{}, written: map[string]int64{}}
 	if o.OSImagePattern != "-" {
 		if c.images, err = regexp.Compile(o.OSImagePattern); err != nil {
 			return nil, fmt.Errorf("--os-image-pattern %q is not a regular expression: %w", o.OSImagePattern, err)
@@ -202,6 +224,8 @@ func (c *controller) lead(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return ctx.Err()
 	}
+	c.store = inf.GetStore()
+	defer func() { c.store = nil }()
 	tick := time.NewTicker(c.o.Resync)
 	defer tick.Stop()
 	for {

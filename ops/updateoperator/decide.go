@@ -33,6 +33,16 @@ type NodeView struct {
 	BeforeHook, AfterHook, BeforeDone, AfterDone bool
 	// Blocked: a pod of the blocking-pod selector runs on it.
 	Blocked bool
+	// Current is the version the agent says runs; Target the version the
+	// controller chose when the update started ("" for an update started
+	// before the key existed: then it is not compared).
+	Current, Target string
+	// WantedInvalid: action-wanted itself could not be read (the node may
+	// be anywhere in an update: it holds a slot until fixed).
+	WantedInvalid bool
+	// UnmarkedCordon: the node is unschedulable and no cordon record says
+	// by whom (the old operator's cordons carry none; so do an admin's).
+	UnmarkedCordon bool
 	// Invalid, when set, says which annotation could not be read.
 	Invalid string
 }
@@ -54,6 +64,11 @@ type Policy struct {
 	Backoff       time.Duration  // after a node's first failure; doubles after each next
 	BackoffMax    time.Duration
 	Timeouts      Timeouts
+	// AdoptOldCordons: an unmarked cordon on a node told reboot-update is
+	// the old operator's (it cordons before reboot-update and records
+	// nothing): the controller records it as its own, so that it is lifted
+	// when the update ends. On for the old operator's prefixes.
+	AdoptOldCordons bool
 	// PrepareAhead: while MaxConcurrent nodes update, up to MaxConcurrent
 	// of the next candidates prepare (download and verify, nothing
 	// switched), so each takes its slot at perform-update.
@@ -69,10 +84,11 @@ const (
 	StepWant     StepKind = "want"     // write Step.Wanted as action-wanted
 	StepDrain    StepKind = "drain"    // cordon, drain, then want reboot-update
 	StepUncordon StepKind = "uncordon" // lift the operator's cordon (the node is back)
-	StepFinish   StepKind = "finish"   // the update is done: want stabilize, record it
+	StepFinish   StepKind = "finish"   // the update is done: want stabilize, record it (with Reason: past --health-timeout, said)
 	StepFail     StepKind = "fail"     // count a failure, lift the cordon, want reset-state
 	StepStuck    StepKind = "stuck"    // waiting too long: say so (reason, Event), change nothing
 	StepAfter    StepKind = "after"    // label the node for the after-reboot hooks
+	StepAdopt    StepKind = "adopt"    // record the old operator's cordon as the operator's
 )
 
 // Step is the decision for one node.
@@ -85,6 +101,9 @@ type Step struct {
 // InFlight reports whether n takes one of the max-concurrent slots: an
 // update under way, or a cordon of the operator still on it.
 func InFlight(n NodeView) bool {
+	if n.WantedInvalid { // where it is in an update is not known: unless its agent rests, it keeps its slot
+		return n.CordonedByUs || n.Active != IntentStabilize && n.Active != IntentUnknown && n.Active != IntentReset
+	}
 	switch n.Wanted {
 	case IntentPrepare:
 		return !n.Ahead || n.CordonedByUs
@@ -98,10 +117,9 @@ func InFlight(n NodeView) bool {
 // idle nodes may start an update is decided by Starts, over the fleet.
 func Next(n NodeView, p Policy, now time.Time) Step {
 	if n.Invalid != "" {
-		if InFlight(n) {
-			return Step{Kind: StepFail, Reason: n.Invalid}
-		}
-		return Step{Kind: StepStuck, Reason: n.Invalid} // said once; the node is left out until fixed
+		// Never a failure (its uncordon and reset-state could hit a node
+		// mid-reboot): held as it is, said once, until the value is fixed.
+		return Step{Kind: StepStuck, Reason: "held: " + n.Invalid}
 	}
 	done := n.Active == n.Wanted && n.State == StateReady
 	failed := n.Active == n.Wanted && n.State == StateError
@@ -127,6 +145,9 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 	case IntentPerform:
 		return performed(n, p, age, done, failed)
 	case IntentReboot:
+		if p.AdoptOldCordons && n.UnmarkedCordon && n.Transition.IsZero() { // never stamped by this controller: the old operator's
+			return Step{Kind: StepAdopt}
+		}
 		return rebooted(n, p, age, done, failed)
 	}
 	return Step{}
@@ -152,6 +173,8 @@ func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 	switch {
 	case failed:
 		return Step{Kind: StepFail, Reason: "reboot-update failed on the host"}
+	case done && n.Target != "" && n.Current != n.Target:
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("came back running %s, not the chosen %s: the host booted its previous version (a fallback boot)", n.Current, n.Target)}
 	case done && n.Ready && n.CordonedByUs:
 		return Step{Kind: StepUncordon}
 	case done && n.Ready && n.WorkloadsReady && n.AfterDone:
@@ -159,11 +182,15 @@ func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 	case done && n.Ready && n.WorkloadsReady && !n.AfterHook:
 		return Step{Kind: StepAfter}
 	case done && n.Ready:
-		if timedOut(age, p.Timeouts.Health) {
-			return Step{Kind: StepStuck, Reason: fmt.Sprintf("workloads drained off %s not ready again after %s", n.Name, p.Timeouts.Health)}
+		if timedOut(age, p.Timeouts.Health) { // the update is done; its slot goes to the next node
+			why := "workloads drained off it not ready again"
+			if n.WorkloadsReady {
+				why = "after-reboot hooks not done"
+			}
+			return Step{Kind: StepFinish, Wanted: IntentStabilize, Reason: fmt.Sprintf("updated, but %s after %s (--health-timeout): moved on", why, p.Timeouts.Health)}
 		}
 		return Step{}
-	case n.CordonedByUs && timedOut(age, p.Timeouts.Reboot):
+	case !done && timedOut(age, p.Timeouts.Reboot): // whoever lifted the cordon meanwhile
 		return Step{Kind: StepFail, Reason: fmt.Sprintf("node not back Ready at the new version %s after reboot-update (agent state %s)", p.Timeouts.Reboot, n.State)}
 	}
 	return Step{}

@@ -19,6 +19,11 @@ func node(name string, wanted, active Intent, state State) NodeView {
 	return NodeView{Name: name, Wanted: wanted, Active: active, State: state, Ready: true, Transition: t0, BeforeDone: true, AfterDone: true}
 }
 
+func versions(n NodeView, current, target string) NodeView {
+	n.Current, n.Target = current, target
+	return n
+}
+
 func TestNext(t *testing.T) {
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	cordoned := func(n NodeView) NodeView { n.CordonedByUs = true; return n }
@@ -49,11 +54,20 @@ func TestNext(t *testing.T) {
 		{"perform done: drain", node("a", IntentPerform, IntentPerform, StateReady), at(time.Minute), StepDrain, ""},
 		{"perform error: fail", node("a", IntentPerform, IntentPerform, StateError), at(time.Minute), StepFail, ""},
 		{"rebooting: wait", cordoned(node("a", IntentReboot, IntentReboot, StateRebooting)), at(time.Minute), StepNone, ""},
+		{"never back, cordon lifted by an admin: fails at the reboot timeout all the same", node("a", IntentReboot, IntentReboot, StateRebooting), at(11 * time.Minute), StepFail, ""},
+		{"never back, still cordoned: fails at the reboot timeout", cordoned(node("a", IntentReboot, IntentReboot, StateRebooting)), at(11 * time.Minute), StepFail, ""},
+		{"rebooting, within the timeout: wait", node("a", IntentReboot, IntentReboot, StateRebooting), at(9 * time.Minute), StepNone, ""},
+		{"an unmarked cordon without AdoptOldCordons: not adopted", adoptable(NodeView{Name: "a", Wanted: IntentReboot, Active: IntentReboot, State: StateBusy, Ready: true, Transition: t0}), at(0), StepNone, ""},
 		{"back but NotReady: wait", notReady(cordoned(node("a", IntentReboot, IntentReboot, StateReady))), at(time.Minute), StepNone, ""},
 		{"back and Ready: uncordon", cordoned(node("a", IntentReboot, IntentReboot, StateReady)), at(time.Minute), StepUncordon, ""},
 		{"uncordoned, workloads not ready: wait", node("a", IntentReboot, IntentReboot, StateReady), at(time.Minute), StepNone, ""},
 		{"uncordoned, workloads ready: finish", healthy(node("a", IntentReboot, IntentReboot, StateReady)), at(time.Minute), StepFinish, IntentStabilize},
-		{"workloads never ready: stuck", node("a", IntentReboot, IntentReboot, StateReady), at(11 * time.Minute), StepStuck, ""},
+		{"back at the chosen version: uncordon", versions(cordoned(node("a", IntentReboot, IntentReboot, StateReady)), "v2", "v2"), at(time.Minute), StepUncordon, ""},
+		{"back at another version (fallback boot): fail, cordon and all", versions(cordoned(node("a", IntentReboot, IntentReboot, StateReady)), "v1", "v2"), at(time.Minute), StepFail, ""},
+		{"fallback boot, uncordoned already: fail, not finish", versions(healthy(node("a", IntentReboot, IntentReboot, StateReady)), "v1", "v2"), at(time.Minute), StepFail, ""},
+		{"no chosen version recorded (an older update): not compared", versions(healthy(node("a", IntentReboot, IntentReboot, StateReady)), "v1", ""), at(time.Minute), StepFinish, IntentStabilize},
+		{"workloads never ready: finished with a reason, the slot moves on", node("a", IntentReboot, IntentReboot, StateReady), at(11 * time.Minute), StepFinish, IntentStabilize},
+		{"after-reboot hooks never done: finished with a reason", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, true, false), at(11 * time.Minute), StepFinish, IntentStabilize},
 		{"reboot never back: fail", cordoned(node("a", IntentReboot, IntentReboot, StateRebooting)), at(11 * time.Minute), StepFail, ""},
 		{"reboot error: fail", cordoned(node("a", IntentReboot, IntentReboot, StateError)), at(time.Minute), StepFail, ""},
 		{"drained, before-reboot hooks pending: wait", hooks(cordoned(node("a", IntentPerform, IntentPerform, StateReady)), true, false, false, false), at(time.Minute), StepNone, ""},
@@ -71,7 +85,8 @@ func TestNext(t *testing.T) {
 		{"reset sent, not yet acknowledged: wait", node("a", IntentReset, IntentPrepare, StateError), at(30 * time.Second), StepNone, ""},
 		{"reset failed on the host: stabilize (the next prepare overwrites)", node("a", IntentReset, IntentReset, StateError), at(0), StepWant, IntentStabilize},
 		{"reset with the failure's uncordon interrupted: uncordon first", cordoned(node("a", IntentReset, IntentReset, StateReady)), at(0), StepUncordon, ""},
-		{"malformed annotation in flight: fail", NodeView{Name: "a", Wanted: IntentPerform, Invalid: "bad"}, at(0), StepFail, ""},
+		{"malformed annotation in flight: held, never failed (its uncordon could hit a node mid-reboot)", NodeView{Name: "a", Wanted: IntentReboot, Active: IntentReboot, Invalid: "bad"}, at(0), StepStuck, ""},
+		{"malformed intent: held, never written over", NodeView{Name: "a", Wanted: IntentUnknown, WantedInvalid: true, Active: IntentReboot, Invalid: "bad"}, at(0), StepStuck, ""},
 		{"malformed annotation at rest: say so", NodeView{Name: "a", Wanted: IntentStabilize, Invalid: "bad"}, at(0), StepStuck, ""},
 	}
 	for _, tc := range tests {
@@ -82,6 +97,9 @@ func TestNext(t *testing.T) {
 			}
 			if (got.Kind == StepFail || got.Kind == StepStuck) && got.Reason == "" {
 				t.Error("a failure or a stuck node must say why")
+			}
+			if got.Kind == StepFinish && tc.now.Sub(tc.n.Transition) > policy().Timeouts.Health && got.Reason == "" {
+				t.Error("a node finished past --health-timeout must say why")
 			}
 		})
 	}
@@ -204,5 +222,51 @@ func TestDrainBudget(t *testing.T) {
 		if got := DrainBudget(tc.timeout, tc.started, t0); got != tc.want {
 			t.Errorf("%s: DrainBudget(%s, %s ago) = %s, want %s", tc.name, tc.timeout, t0.Sub(tc.started), got, tc.want)
 		}
+	}
+}
+
+// A node whose intent cannot be read keeps its slot unless its agent
+// rests: it may be anywhere in an update, rebooting even.
+func TestInFlightGarbledIntent(t *testing.T) {
+	for _, tc := range []struct {
+		active   Intent
+		cordoned bool
+		want     bool
+	}{
+		{IntentReboot, false, true}, {IntentPerform, false, true}, {IntentPrepare, false, true},
+		{IntentStabilize, true, true}, {IntentStabilize, false, false}, {IntentReset, false, false}, {IntentUnknown, false, false},
+	} {
+		n := NodeView{Name: "a", Wanted: IntentUnknown, WantedInvalid: true, Active: tc.active, CordonedByUs: tc.cordoned, Invalid: "bad"}
+		if got := InFlight(n); got != tc.want {
+			t.Errorf("garbled intent, agent active %s, cordoned %v: in flight %v, want %v", tc.active, tc.cordoned, got, tc.want)
+		}
+	}
+}
+
+func adoptable(n NodeView) NodeView { n.UnmarkedCordon = true; return n }
+
+// The old operator's cordon is adopted only when the cluster moves over
+// (the old prefixes), on a node told reboot-update that this controller
+// never stamped; an admin's cordon of a node this controller updated stays
+// the admin's.
+func TestAdoptOldCordons(t *testing.T) {
+	p := policy()
+	p.AdoptOldCordons = true
+	old := adoptable(NodeView{Name: "a", Wanted: IntentReboot, Active: IntentReboot, State: StateBusy, Ready: true})
+	if s := Next(old, p, t0); s.Kind != StepAdopt {
+		t.Errorf("old operator's cordon: %+v, want adopt", s)
+	}
+	back := old
+	back.State = StateReady
+	if s := Next(back, p, t0); s.Kind != StepAdopt {
+		t.Errorf("old operator's cordon, agent back already: %+v, want adopt", s)
+	}
+	ours := old
+	ours.Transition = t0
+	if s := Next(ours, p, t0.Add(time.Minute)); s.Kind == StepAdopt {
+		t.Error("an unmarked cordon on a node this controller stamped (an admin's) was adopted")
+	}
+	if s := Next(old, policy(), t0); s.Kind == StepAdopt {
+		t.Error("adopted without AdoptOldCordons")
 	}
 }

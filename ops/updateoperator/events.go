@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"slipway.dev/slipway/ops/kube"
 )
@@ -24,6 +26,7 @@ const (
 	ReasonHooks         = "WaitingForHooks" // the node is labelled for the before- / after-reboot hooks
 	ReasonAgentState    = "AgentState"      // the agent reports a new state
 	ReasonAgentError    = "AgentError"      // the agent could not carry out an intent
+	ReasonAdopted       = "CordonAdopted"   // the old operator's cordon recorded as the operator's
 	eventNamespace      = metav1.NamespaceDefault
 	componentController = "slipway-update-operator-controller"
 	componentAgent      = "slipway-update-operator-agent"
@@ -40,12 +43,37 @@ type events struct {
 	host      string
 	log       *slog.Logger
 	pending   chan struct{} // one token per Event being written
+	uids      *sync.Map     // node name -> UID, so Events reach `kubectl describe node`
 }
 
 const maxPendingEvents = 16
 
 func newEvents(c *kube.Clientset, component, host string, log *slog.Logger) events {
-	return events{c: c, component: component, host: host, log: log, pending: make(chan struct{}, maxPendingEvents)}
+	return events{c: c, component: component, host: host, log: log, pending: make(chan struct{}, maxPendingEvents), uids: &sync.Map{}}
+}
+
+// remember notes the UID of a Node seen (a Node deleted and created again
+// under its name has a new one).
+func (e events) remember(n *corev1.Node) {
+	if n != nil && n.UID != "" {
+		e.uids.Store(n.Name, n.UID)
+	}
+}
+
+// uid is the UID of node: remembered, else read (once). `kubectl describe
+// node` selects Events by the involved object's UID: without it they
+// never show there.
+func (e events) uid(ctx context.Context, node string) types.UID {
+	if u, ok := e.uids.Load(node); ok {
+		return u.(types.UID)
+	}
+	n, err := e.c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		e.log.Warn("could not read the node's UID for its Event", "node", node, "err", err)
+		return ""
+	}
+	e.remember(n)
+	return n.UID
 }
 
 // emit writes one Event in the background (it waits only when
@@ -55,7 +83,7 @@ func (e events) emit(ctx context.Context, node, typ, reason, format string, args
 	now := metav1.NewTime(time.Now())
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: node + ".", Namespace: eventNamespace},
-		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, UID: "", APIVersion: "v1"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, APIVersion: "v1"},
 		Reason:         reason, Message: msg, Type: typ,
 		Source:         corev1.EventSource{Component: e.component, Host: e.host},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
@@ -65,6 +93,7 @@ func (e events) emit(ctx context.Context, node, typ, reason, format string, args
 	e.pending <- struct{}{}
 	go func() {
 		defer func() { <-e.pending; cancel() }()
+		ev.InvolvedObject.UID = e.uid(ctx, node)
 		if _, err := e.c.CoreV1().Events(eventNamespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 			e.log.Warn("could not write an Event", "node", node, "reason", reason, "err", err)
 		}

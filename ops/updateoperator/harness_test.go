@@ -52,8 +52,11 @@ type fleet struct {
 	plats   map[string]platform.Platform
 	br      map[string]*brapitest.Server
 	reboots map[string]int
-	down    map[string]bool // a simulated reboot is under way
-	closed  bool
+	down    map[string]bool   // a simulated reboot is under way
+	boots   map[string]string // each host's boot ID, as its kernel says it
+	// stepTimeout is the agents' --step-timeout (0: the default).
+	stepTimeout time.Duration
+	closed      bool
 }
 
 type run struct {
@@ -82,7 +85,7 @@ func newFleetOn(t *testing.T, e *testenv.Env, name string) *fleet {
 		t.Fatal(err)
 	}
 	f := &fleet{t: t, env: e, kube: c, prefix: name + ".update.slipway.dev", mirror: filepath.Join(dir, "mirror"), dir: dir,
-		agents: map[string]*run{}, plats: map[string]platform.Platform{}, br: map[string]*brapitest.Server{}, reboots: map[string]int{}, down: map[string]bool{},
+		agents: map[string]*run{}, plats: map[string]platform.Platform{}, br: map[string]*brapitest.Server{}, reboots: map[string]int{}, down: map[string]bool{}, boots: map[string]string{},
 		log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	f.keys, _ = NewKeys(f.prefix)
 	for _, v := range []string{"v1", "v2"} {
@@ -130,7 +133,8 @@ func (f *fleet) adopt(name string, bottlerocket bool) {
 		if _, err := upgrade.Run(ctx, upgrade.Options{SystemDir: sys, Source: f.src, Version: "v1", Arch: "amd64", LockFile: lock}); err != nil {
 			t.Fatal(err)
 		}
-		f.plats[name] = &platform.Slipway{SystemDir: sys, Source: f.src, LockFile: lock, Rebooter: rebootFunc(func() { f.reboot(name) })}
+		f.plats[name] = &platform.Slipway{SystemDir: sys, Source: f.src, LockFile: lock, Rebooter: rebootFunc(func() { f.reboot(name) }),
+			BootID: f.bootIDOf(name), CmdlineFile: filepath.Join(f.dir, name, "cmdline")}
 	}
 	f.startAgent(name)
 }
@@ -152,7 +156,7 @@ func (f *fleet) startAgent(node string) {
 	go func() {
 		defer close(r.done)
 		err := RunAgent(ctx, AgentOptions{Config: f.env.Config, Prefix: f.prefix, NodeName: node, Platform: f.plats[node],
-			CheckInterval: 2 * time.Second, Resync: time.Second, Log: f.log.With("agent", node)})
+			CheckInterval: 2 * time.Second, Resync: time.Second, StepTimeout: f.stepTimeout, Log: f.log.With("agent", node)})
 		if err != nil {
 			f.t.Errorf("agent %s: %v", node, err)
 		}
@@ -215,9 +219,25 @@ func (f *fleet) isRebooting(node string) bool {
 }
 
 func (f *fleet) setBootID(node string) {
-	data, _ := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"bootID": fmt.Sprintf("boot-%d", time.Now().UnixNano())}}})
+	id := fmt.Sprintf("boot-%d", time.Now().UnixNano())
+	f.mu.Lock()
+	f.boots[node] = id
+	f.mu.Unlock()
+	data, _ := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"bootID": id}}})
 	if _, err := f.kube.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, data, metav1.PatchOptions{}, "status"); err != nil {
 		f.t.Errorf("set the boot ID of %s: %v", node, err)
+	}
+}
+
+// bootIDOf is the simulated host's boot ID (what its kernel would say),
+// for the slipway platform's record of what each boot runs. It is the
+// fleet's own, not read back from the Node: kwok may write a Node's status
+// from an older read when it initializes the node.
+func (f *fleet) bootIDOf(node string) func(context.Context) (string, error) {
+	return func(context.Context) (string, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.boots[node], nil
 	}
 }
 
@@ -269,6 +289,7 @@ func (f *fleet) controllerOptions(edit func(*ControllerOptions)) ControllerOptio
 		Resync: time.Second, Log: f.log.With("controller", true),
 		Policy: Policy{MaxConcurrent: 1, Backoff: time.Second, BackoffMax: 4 * time.Second,
 			Timeouts: Timeouts{Prepare: time.Minute, Perform: time.Minute, Reboot: time.Minute, Health: time.Minute, Reset: time.Minute}}}
+	o.Drain = DefaultDrain()
 	o.Drain.Timeout, o.Drain.RetryInterval = time.Minute, 200*time.Millisecond
 	if edit != nil {
 		edit(&o)

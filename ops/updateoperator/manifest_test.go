@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	appsv1 "k8s.io/api/apps/v1"
 	"strings"
 	"testing"
 	"time"
@@ -140,5 +141,33 @@ func apply(ctx context.Context, t *testing.T, dyn dynamic.Interface, mapper *res
 	force := true
 	if _, err := ri.Patch(ctx, u.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "slipway-test", Force: &force}); err != nil {
 		t.Fatalf("apply %s %s: %v", gvk.Kind, u.GetName(), err)
+	}
+}
+
+// On Bottlerocket the agent runs as SELinux type super_t, the only type the
+// host lets connect to its API socket; elsewhere no SELinux label is set.
+func TestAgentRunsAsSuperTOnBottlerocket(t *testing.T) {
+	for _, tc := range []struct {
+		platform string
+		want     string
+	}{{"bottlerocket-api", "super_t"}, {"slipway", ""}, {"command", ""}} {
+		objs, err := ManifestObjects(ManifestOptions{Platform: tc.platform})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			ds, ok := o.(*appsv1.DaemonSet)
+			if !ok {
+				continue
+			}
+			sc := ds.Spec.Template.Spec.Containers[0].SecurityContext
+			got := ""
+			if sc != nil && sc.SELinuxOptions != nil {
+				got = sc.SELinuxOptions.Type
+			}
+			if got != tc.want {
+				t.Errorf("%s: the agent's SELinux type is %q, want %q", tc.platform, got, tc.want)
+			}
+		}
 	}
 }

@@ -20,6 +20,7 @@ type metrics struct {
 	failures    *prometheus.CounterVec // by node (controller)
 	transitions *prometheus.CounterVec // steps taken, by kind (controller)
 	intents     *prometheus.CounterVec // intents carried out, by intent and result (agent)
+	reads       *prometheus.CounterVec // how the controller read Nodes: cache, list, get
 }
 
 func newMetrics() *metrics {
@@ -35,8 +36,10 @@ func newMetrics() *metrics {
 			Help: "Steps the controller took, by kind (want, drain, uncordon, finish, fail, stuck)."}, []string{"step"}),
 		intents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_update_operator_agent_intents_total",
 			Help: "Intents this agent carried out, by intent and result."}, []string{"intent", "result"}),
+		reads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_update_operator_node_reads_total",
+			Help: "How the controller read Nodes: a turn from its cache, a quorum LIST (the cache lagged its own writes), a GET."}, []string{"how"}),
 	}
-	m.registry.MustRegister(m.nodes, m.inFlight, m.failures, m.transitions, m.intents,
+	m.registry.MustRegister(m.nodes, m.inFlight, m.failures, m.transitions, m.intents, m.reads,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

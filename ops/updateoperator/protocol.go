@@ -47,6 +47,13 @@ const (
 	KeyExclude = "exclude"
 	// KeyCurrentVersion (annotation, W: agent) is the OS version running.
 	KeyCurrentVersion = "current-version"
+	// KeyStagedVersion (annotation, W: agent) is what the host's next boot
+	// starts when that is not what runs (an update performed, not booted).
+	KeyStagedVersion = "staged-version"
+	// KeyTargetVersion (annotation, W: controller) is the version the
+	// controller chose when it started the node's update: the update
+	// succeeds only when the node comes back running it.
+	KeyTargetVersion = "target-version"
 	// KeyAvailableVersion (annotation, W: agent) is the version an update
 	// would bring ("" when up to date).
 	KeyAvailableVersion = "available-version"

@@ -132,3 +132,110 @@ func inOrder(got, want []string) bool {
 	}
 	return i == len(want)
 }
+
+// failRebootOnce is a slipway host whose first reboot call fails after the
+// perform moved its links; it records what `current` named after each reset.
+type failRebootOnce struct {
+	*platform.Slipway
+	mu      sync.Mutex
+	failed  bool
+	current []string // per reset
+}
+
+func (p *failRebootOnce) Reboot(ctx context.Context) error {
+	p.mu.Lock()
+	first := !p.failed
+	p.failed = true
+	p.mu.Unlock()
+	if first {
+		return errors.New("the init system refused the reboot (planted failure)")
+	}
+	return p.Slipway.Reboot(ctx)
+}
+
+func (p *failRebootOnce) Reset(ctx context.Context) error {
+	err := p.Slipway.Reset(ctx)
+	cur, _ := layout.New(p.SystemDir).Current(layout.Rootfs)
+	p.mu.Lock()
+	p.current = append(p.current, cur)
+	p.mu.Unlock()
+	return err
+}
+
+// A failure after perform-update (here the reboot call) is undone by the
+// reset: `current` names the running v1 again, the node reports
+// update-available at v1 (not up to date at the v2 it never booted), and
+// it is retried and really rebooted into v2.
+func TestFailureAfterPerformIsUndoneAndRetried(t *testing.T) {
+	f := newFleet(t, "undo", 1)
+	name := f.nodes[0]
+	f.stopAgent(name)
+	host := &failRebootOnce{Slipway: f.plats[name].(*platform.Slipway)}
+	f.plats[name] = host
+	f.startAgent(name)
+	seen := f.record(name)
+	stop := f.controller(nil)
+	defer stop()
+	eventually(t, 90*time.Second, "the node rebooted into v2 after a failed reboot and a reset", func() (bool, string) {
+		f.mu.Lock()
+		reboots := f.reboots[name]
+		f.mu.Unlock()
+		ok, why := f.done()
+		n := f.node(name)
+		return ok && reboots == 1, fmt.Sprintf("%s; %d reboots; current-version %s", why, reboots, n.Annotations[f.keys.Key(KeyCurrentVersion)])
+	})
+	steps := seen()
+	want := []string{"reboot-update/reboot-update/error", "reset-state/reset-state/ready", "stabilize/stabilize/update-available",
+		"prepare-update/prepare-update/ready", "reboot-update/reboot-update/ready", "stabilize/stabilize/up-to-date"}
+	if !inOrder(steps, want) {
+		t.Errorf("the node went %v;\nwant in this order %v", steps, want)
+	}
+	host.mu.Lock()
+	defer host.mu.Unlock()
+	if len(host.current) != 1 || host.current[0] != "v1" {
+		t.Errorf("current after each reset: %v; want one reset that pointed it back at the running v1", host.current)
+	}
+}
+
+// hangPrepareOnce is a host whose first prepare never returns (a held
+// update lock, a command that never exits) until its caller gives up.
+type hangPrepareOnce struct {
+	platform.Platform
+	mu   sync.Mutex
+	hung bool
+}
+
+func (p *hangPrepareOnce) Prepare(ctx context.Context) error {
+	p.mu.Lock()
+	first := !p.hung
+	p.hung = true
+	p.mu.Unlock()
+	if first {
+		<-ctx.Done()
+		return fmt.Errorf("prepare: %w", ctx.Err())
+	}
+	return p.Platform.Prepare(ctx)
+}
+
+// A host call that hangs ends at the agent's --step-timeout: the node
+// reports prepare-update/error with the reason (instead of leaving the
+// rollout silently, its agent stuck in the call), is reset and retried.
+func TestHungHostCallEndsInError(t *testing.T) {
+	f := newFleet(t, "hung", 1)
+	name := f.nodes[0]
+	f.stopAgent(name)
+	f.stepTimeout = 2 * time.Second
+	f.plats[name] = &hangPrepareOnce{Platform: f.plats[name]}
+	f.startAgent(name)
+	reasons := f.seen(name, f.keys.Key(KeyReason))
+	stop := f.controller(nil)
+	defer stop()
+	eventually(t, 90*time.Second, "the node at v2 after its hung prepare", f.done)
+	var said bool
+	for _, r := range reasons() {
+		said = said || strings.Contains(r, "--step-timeout")
+	}
+	if !said {
+		t.Errorf("reasons %q; want one naming --step-timeout", reasons())
+	}
+}

@@ -50,9 +50,9 @@ func (c *controller) start(ctx context.Context, nodes map[string]*corev1.Node, v
 
 func (c *controller) startOne(ctx context.Context, name, version string, ahead bool) error {
 	if !ahead {
-		return c.want(ctx, name, IntentPrepare, "update to "+version)
+		return c.wantTarget(ctx, name, IntentPrepare, version, "update to "+version)
 	}
-	err := patchNode(ctx, c.kube, name, nil, map[string]any{c.keys.Wanted(): string(IntentPerform),
+	err := c.patch(ctx, name, nil, map[string]any{c.keys.Wanted(): string(IntentPerform),
 		c.keys.Key(KeyTransition): stamp(time.Now()), c.keys.Key(KeyAhead): nil})
 	if err != nil {
 		return err
@@ -63,11 +63,30 @@ func (c *controller) startOne(ctx context.Context, name, version string, ahead b
 
 // wantAhead tells node to prepare-update ahead of its turn.
 func (c *controller) wantAhead(ctx context.Context, node, version string) error {
-	err := patchNode(ctx, c.kube, node, nil, map[string]any{c.keys.Wanted(): string(IntentPrepare),
-		c.keys.Key(KeyTransition): stamp(time.Now()), c.keys.Key(KeyAhead): "true"})
+	err := c.patch(ctx, node, nil, map[string]any{c.keys.Wanted(): string(IntentPrepare),
+		c.keys.Key(KeyTransition): stamp(time.Now()), c.keys.Key(KeyAhead): "true", c.keys.Key(KeyTargetVersion): nilIfEmpty(version)})
 	if err != nil {
 		return err
 	}
 	c.ev.emit(ctx, node, corev1.EventTypeNormal, ReasonIntent, "intent %s ahead of its turn: download and verify %s, nothing switched", IntentPrepare, version)
 	return nil
+}
+
+// wantTarget writes an intent that starts an update, with the version
+// chosen for it (the update succeeds only when the node runs it).
+func (c *controller) wantTarget(ctx context.Context, node string, i Intent, version, why string) error {
+	err := c.patch(ctx, node, nil, map[string]any{c.keys.Wanted(): string(i), c.keys.Key(KeyTransition): stamp(time.Now()),
+		c.keys.Key(KeyTargetVersion): nilIfEmpty(version)})
+	if err != nil {
+		return err
+	}
+	c.ev.emit(ctx, node, corev1.EventTypeNormal, ReasonIntent, "intent %s: %s", i, why)
+	return nil
+}
+
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }

@@ -14,19 +14,20 @@ import (
 	"slipway.dev/slipway/ops/drain"
 )
 
-// sync reads every Node (a quorum read: it sees its own last writes),
-// decides, and writes the results.
+// sync reads every Node (from the cache once it holds the controller's
+// own last writes, cache.go), decides, and writes the results.
 func (c *controller) sync(ctx context.Context) error {
-	list, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	items, err := c.readNodes(ctx)
 	if err != nil {
-		return fmt.Errorf("list nodes: %w", err)
+		return err
 	}
 	now := time.Now()
 	nodes := map[string]*corev1.Node{}
-	views := make([]NodeView, 0, len(list.Items))
-	for i := range list.Items {
-		n := &list.Items[i]
+	views := make([]NodeView, 0, len(items))
+	for i := range items {
+		n := &items[i]
 		nodes[n.Name] = n
+		c.ev.remember(n)
 		c.label(ctx, n)
 		v := c.keys.View(n, c.o.NodeName)
 		c.hookState(&v, n)
@@ -35,7 +36,7 @@ func (c *controller) sync(ctx context.Context) error {
 		}
 		views = append(views, v)
 	}
-	c.report(list.Items, views)
+	c.report(items, views)
 	// Each node's step touches only that node: a wave's steps go out at once.
 	parallel(views, func(v NodeView) {
 		if c.isDraining(v.Name) {
@@ -87,7 +88,7 @@ func (c *controller) label(ctx context.Context, n *corev1.Node) {
 		!c.images.MatchString(n.Status.NodeInfo.OSImage) {
 		return
 	}
-	if err := patchNode(ctx, c.kube, n.Name, map[string]any{c.keys.InterfaceVersion(): InterfaceVersion}, nil); err != nil {
+	if err := c.patch(ctx, n.Name, map[string]any{c.keys.InterfaceVersion(): InterfaceVersion}, nil); err != nil {
 		c.o.Log.Error("label node", "node", n.Name, "err", err)
 		return
 	}
@@ -151,7 +152,7 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		}
 		return c.want(ctx, v.Name, s.Wanted, "")
 	case StepAfter:
-		if err := patchNode(ctx, c.kube, v.Name, map[string]any{c.keys.Key(KeyAfterReboot): "true"}, nil); err != nil {
+		if err := c.patch(ctx, v.Name, map[string]any{c.keys.Key(KeyAfterReboot): "true"}, nil); err != nil {
 			return err
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonHooks, "waiting for the after-reboot hooks: %s", strings.Join(c.o.AfterRebootChecks, ", "))
@@ -162,14 +163,28 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		go c.drainThenReboot(ctx, v.Name)
 	case StepUncordon:
 		return c.uncordon(ctx, n, v, now)
+	case StepAdopt:
+		if err := c.patch(ctx, v.Name, nil, map[string]any{drain.AnnotationCordonedBy: CordonOwner, drain.AnnotationSchedulableBefore: "true",
+			c.keys.Key(KeyTransition): now}); err != nil {
+			return err
+		}
+		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonAdopted, "took over the old operator's cordon (it records none): lifted when this update ends")
 	case StepFinish:
-		if err := patchNode(ctx, c.kube, v.Name, nil, c.finished(now)); err != nil {
+		ann := c.finished(now)
+		if s.Reason != "" {
+			ann[c.keys.Key(KeyReason)] = s.Reason
+		}
+		if err := c.patch(ctx, v.Name, nil, ann); err != nil {
 			return err
 		}
 		if v.AfterHook {
 			if err := c.clearHook(ctx, v.Name, KeyAfterReboot, c.o.AfterRebootChecks); err != nil {
 				return err
 			}
+		}
+		if s.Reason != "" {
+			c.ev.emit(ctx, v.Name, corev1.EventTypeWarning, ReasonStuck, "%s at %s: %s", v.Name, n.Annotations[c.keys.Key(KeyCurrentVersion)], s.Reason)
+			return nil
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonSucceeded, "updated to %s", n.Annotations[c.keys.Key(KeyCurrentVersion)])
 	case StepFail:
@@ -178,7 +193,7 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		if n.Annotations[c.keys.Key(KeyReason)] == s.Reason {
 			return nil // said already
 		}
-		if err := patchNode(ctx, c.kube, v.Name, nil, map[string]any{c.keys.Key(KeyReason): s.Reason}); err != nil {
+		if err := c.patch(ctx, v.Name, nil, map[string]any{c.keys.Key(KeyReason): s.Reason}); err != nil {
 			return err
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeWarning, ReasonStuck, "%s", s.Reason)
@@ -189,7 +204,8 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 // finished are the annotations that end an update.
 func (c *controller) finished(now string) map[string]any {
 	return map[string]any{c.keys.Wanted(): string(IntentStabilize), c.keys.Key(KeyTransition): now, c.keys.Key(KeyFinished): now,
-		c.keys.Key(KeyFailures): nil, c.keys.Key(KeyLastFailure): nil, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyReason): nil}
+		c.keys.Key(KeyFailures): nil, c.keys.Key(KeyLastFailure): nil, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyReason): nil,
+		c.keys.Key(KeyTargetVersion): nil}
 }
 
 // uncordon lifts the operator's cordon. A node back from its reboot whose
@@ -206,6 +222,7 @@ func (c *controller) uncordon(ctx context.Context, n *corev1.Node, v NodeView, n
 	if _, err := drain.Uncordon(ctx, c.kube, v.Name, CordonOwner, drain.Meta{Annotations: ann}); err != nil {
 		return err
 	}
+	c.wroteThrough(ctx, v.Name)
 	version := n.Annotations[c.keys.Key(KeyCurrentVersion)]
 	c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonUncordoned, "back at %s; lifted the operator's cordon", version)
 	if finish {
@@ -225,6 +242,7 @@ func (c *controller) uncordon(ctx context.Context, n *corev1.Node, v NodeView, n
 // uncordon) and decided on alone.
 func (c *controller) afterUncordon(ctx context.Context, node string) error {
 	n, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	c.m.reads.WithLabelValues("get").Inc()
 	if err != nil {
 		return fmt.Errorf("read node %s after its uncordon: %w", node, err)
 	}
@@ -242,7 +260,7 @@ func (c *controller) afterUncordon(ctx context.Context, node string) error {
 
 // want writes an intent.
 func (c *controller) want(ctx context.Context, node string, i Intent, why string) error {
-	err := patchNode(ctx, c.kube, node, nil, map[string]any{c.keys.Wanted(): string(i), c.keys.Key(KeyTransition): stamp(time.Now())})
+	err := c.patch(ctx, node, nil, map[string]any{c.keys.Wanted(): string(i), c.keys.Key(KeyTransition): stamp(time.Now())})
 	if err != nil {
 		return err
 	}
@@ -263,12 +281,14 @@ func (c *controller) fail(ctx context.Context, v NodeView, reason string) error 
 	now := stamp(time.Now())
 	ann := map[string]any{c.keys.Wanted(): string(IntentReset), c.keys.Key(KeyTransition): now,
 		c.keys.Key(KeyFailures): strconv.Itoa(v.Failures + 1), c.keys.Key(KeyLastFailure): now,
-		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyAhead): nil}
+		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyAhead): nil,
+		c.keys.Key(KeyTargetVersion): nil}
 	if v.CordonedByUs {
 		if _, err := drain.Uncordon(ctx, c.kube, v.Name, CordonOwner, drain.Meta{Annotations: ann}); err != nil {
 			return err
 		}
-	} else if err := patchNode(ctx, c.kube, v.Name, nil, ann); err != nil {
+		c.wroteThrough(ctx, v.Name)
+	} else if err := c.patch(ctx, v.Name, nil, ann); err != nil {
 		return err
 	}
 	c.m.failures.WithLabelValues(v.Name).Inc()
@@ -301,7 +321,7 @@ func (c *controller) drainThenReboot(ctx context.Context, node string) {
 		return
 	}
 	if len(c.o.BeforeRebootChecks) > 0 {
-		if err := patchNode(ctx, c.kube, node, map[string]any{c.keys.Key(KeyBeforeReboot): "true"}, nil); err != nil {
+		if err := c.patch(ctx, node, map[string]any{c.keys.Key(KeyBeforeReboot): "true"}, nil); err != nil {
 			c.o.Log.Error("label for the before-reboot hooks", "node", node, "err", err)
 			return
 		}
@@ -335,15 +355,18 @@ func (c *controller) clearHook(ctx context.Context, node, label string, checks [
 	for _, k := range checks {
 		ann[k] = nil
 	}
-	return patchNode(ctx, c.kube, node, map[string]any{c.keys.Key(label): nil}, ann)
+	return c.patch(ctx, node, map[string]any{c.keys.Key(label): nil}, ann)
 }
 
 // drain cordons and drains node, recording the workloads it takes pods
 // from, and returns what it did in words.
 func (c *controller) drain(ctx context.Context, node string) (string, error) {
-	workloads, err := drainedWorkloads(ctx, c.kube, node)
+	workloads, failing, err := drainedWorkloads(ctx, c.kube, node)
 	if err != nil {
 		return "", err
+	}
+	if len(failing) > 0 {
+		c.o.Log.Info("not waiting after the reboot for workloads failing before the drain", "node", node, "workloads", failing)
 	}
 	started := time.Now()
 	if n, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
@@ -362,7 +385,11 @@ func (c *controller) drain(ctx context.Context, node string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("drain: %w", err)
 	}
-	return fmt.Sprintf("cordoned and drained (%d pods evicted; %d workloads to be ready again after the reboot)", len(res.Evicted), len(workloads)), nil
+	msg := fmt.Sprintf("cordoned and drained (%d pods evicted; %d workloads to be ready again after the reboot", len(res.Evicted), len(workloads))
+	if len(failing) > 0 {
+		msg += fmt.Sprintf("; not waited for, failing before the drain: %s", strings.Join(failing, ", "))
+	}
+	return msg + ")", nil
 }
 
 func union(a, b []string) []string {

@@ -29,9 +29,12 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 		UpdateAvailable: a[k.UpdateAvailable()] == "true",
 		Ready:           nodeReady(n),
 		CordonedByUs:    drain.CordonedBy(a) == CordonOwner,
+		UnmarkedCordon:  n.Spec.Unschedulable && drain.CordonedBy(a) == "",
 		Excluded:        n.Labels[k.Exclude()] == "true",
 		Own:             own != "" && n.Name == own,
 		Ahead:           a[k.Key(KeyAhead)] == "true",
+		Current:         a[k.Key(KeyCurrentVersion)],
+		Target:          a[k.Key(KeyTargetVersion)],
 	}
 	var errs []string
 	note := func(key string, err error) {
@@ -40,9 +43,11 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 		}
 	}
 	var err error
-	// An unreadable action-wanted is the controller's own key: it reads as
-	// unknown, so the controller writes a good one over it.
-	v.Wanted, _ = ParseIntent(a[k.Wanted()])
+	// An unreadable action-wanted is not written over: the node may be in
+	// the middle of an update (rebooting, even); it is held, with a reason.
+	v.Wanted, err = ParseIntent(a[k.Wanted()])
+	v.WantedInvalid = err != nil
+	note(k.Wanted(), err)
 	v.Active, err = ParseIntent(a[k.Active()])
 	note(k.Active(), err)
 	v.State, err = ParseState(a[k.State()])
@@ -88,6 +93,23 @@ func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 // patchNode writes labels and annotations of a node in one merge patch;
 // nil values remove keys.
 func patchNode(ctx context.Context, c *kube.Clientset, node string, labels, annotations map[string]any) error {
+	_, err := patchNodeRV(ctx, c, node, labels, annotations)
+	return err
+}
+
+// patch is patchNode for the controller: the write's resource version is
+// recorded, so no turn decides on an older Node (cache.go).
+func (c *controller) patch(ctx context.Context, node string, labels, annotations map[string]any) error {
+	rv, err := patchNodeRV(ctx, c.kube, node, labels, annotations)
+	if err == nil && rv != "" {
+		c.wrote(node, rv)
+	}
+	return err
+}
+
+// patchNodeRV is patchNode, returning the resource version it left ("" when
+// nothing was written).
+func patchNodeRV(ctx context.Context, c *kube.Clientset, node string, labels, annotations map[string]any) (string, error) {
 	meta := map[string]any{}
 	if len(labels) > 0 {
 		meta["labels"] = labels
@@ -96,14 +118,15 @@ func patchNode(ctx context.Context, c *kube.Clientset, node string, labels, anno
 		meta["annotations"] = annotations
 	}
 	if len(meta) == 0 {
-		return nil
+		return "", nil
 	}
 	data, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
-		return err
+		return "", err
 	}
-	if _, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("patch node %s: %w", node, err)
+	n, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{})
+	if err != nil {
+		return "", fmt.Errorf("patch node %s: %w", node, err)
 	}
-	return nil
+	return n.ResourceVersion, nil
 }

@@ -15,12 +15,13 @@ import (
 
 // drainedWorkloads lists the workloads (Deployment, StatefulSet, or a
 // ReplicaSet no Deployment owns) whose pods run on node, as
-// kind/namespace/name: the ones a drain takes pods from.
-func drainedWorkloads(ctx context.Context, c *kube.Clientset, node string) ([]string, error) {
+// kind/namespace/name: the ones a drain takes pods from, split by Gating
+// into those healthy now and those failing already.
+func drainedWorkloads(ctx context.Context, c *kube.Clientset, node string) (gate, skipped []string, err error) {
 	pods, err := c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
 	if err != nil {
-		return nil, fmt.Errorf("list the pods of %s: %w", node, err)
+		return nil, nil, fmt.Errorf("list the pods of %s: %w", node, err)
 	}
 	set := map[string]bool{}
 	for _, p := range pods.Items {
@@ -34,17 +35,48 @@ func drainedWorkloads(ctx context.Context, c *kube.Clientset, node string) ([]st
 		case "ReplicaSet":
 			w, err := replicaSetOwner(ctx, c, p.Namespace, ref.Name)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			set[w] = true
 		}
 	}
-	out := make([]string, 0, len(set))
+	var hs []WorkloadHealth
 	for w := range set {
-		out = append(out, w)
+		h := WorkloadHealth{Name: w}
+		parts := strings.SplitN(w, "/", 3)
+		var err error
+		h.Want, h.Ready, err = readyCount(ctx, c, parts[0], parts[1], parts[2])
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("read %s: %w", w, err)
+		}
+		hs = append(hs, h)
 	}
-	sort.Strings(out)
-	return out, nil
+	gate, skipped = Gating(hs)
+	return gate, skipped, nil
+}
+
+// WorkloadHealth is one workload's desired and ready replicas.
+type WorkloadHealth struct {
+	Name        string // kind/namespace/name
+	Want, Ready int32
+}
+
+// Gating splits the workloads a drain takes pods from, as they were just
+// before it: the healthy ones (every desired replica ready) gate the node's
+// update, which finishes only once each is healthy again; the ones failing
+// already are not waited for (the update did not break them, and waiting
+// would hold the rollout for as long as they fail). Both sorted.
+func Gating(ws []WorkloadHealth) (gate, skipped []string) {
+	for _, w := range ws {
+		if w.Ready >= w.Want {
+			gate = append(gate, w.Name)
+		} else {
+			skipped = append(skipped, fmt.Sprintf("%s (%d of %d ready)", w.Name, w.Ready, w.Want))
+		}
+	}
+	sort.Strings(gate)
+	sort.Strings(skipped)
+	return gate, skipped
 }
 
 func replicaSetOwner(ctx context.Context, c *kube.Clientset, ns, name string) (string, error) {

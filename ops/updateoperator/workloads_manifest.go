@@ -89,12 +89,25 @@ func agentDaemonSet(o ManifestOptions, keys Keys) *appsv1.DaemonSet {
 						VolumeMounts: mounts,
 						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 							corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("24Mi")}},
-						SecurityContext: &corev1.SecurityContext{Privileged: ptr(o.Platform == "slipway")},
+						SecurityContext: agentSecurity(o.Platform),
 					}},
 				},
 			},
 		},
 	}
+}
+
+// agentSecurity is the agent container's security context per platform:
+// slipway writes the host's system directory (privileged); on Bottlerocket
+// the host API's socket is labelled so that only SELinux type super_t may
+// connect (an enforcing host refuses every other container), as the
+// Bottlerocket update operator's own agent runs.
+func agentSecurity(platform string) *corev1.SecurityContext {
+	sc := &corev1.SecurityContext{Privileged: ptr(platform == "slipway")}
+	if platform == "bottlerocket-api" {
+		sc.SELinuxOptions = &corev1.SELinuxOptions{User: "system_u", Role: "system_r", Type: "super_t", Level: "s0"}
+	}
+	return sc
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -29,14 +30,47 @@ type Bottlerocket struct {
 
 // UpdateStatus is the JSON of GET /updates/status (the fields read).
 type UpdateStatus struct {
-	UpdateState  string `json:"update_state"` // Idle, Available, Staged, Ready
-	ChosenUpdate *struct {
-		Version string `json:"version"`
-	} `json:"chosen_update"`
-	MostRecentCommand *struct {
-		CmdType   string `json:"cmd_type"`   // refresh, prepare, activate, deactivate
-		CmdStatus string `json:"cmd_status"` // Success, Failed, Unknown
-	} `json:"most_recent_command"`
+	UpdateState       string      `json:"update_state"` // Idle, Available, Staged, Ready
+	ChosenUpdate      *Image      `json:"chosen_update"`
+	StagingPartition  *Partition  `json:"staging_partition"`
+	MostRecentCommand *CommandRun `json:"most_recent_command"`
+}
+
+// Image is an update image of the status document.
+type Image struct {
+	Version string `json:"version"`
+}
+
+// Partition is a partition set of the status document: the image it
+// holds, and whether the next boot starts it.
+type Partition struct {
+	Image      *Image `json:"image"`
+	NextToBoot bool   `json:"next_to_boot"`
+}
+
+// CommandRun is the status document's most recent command.
+type CommandRun struct {
+	CmdType    string `json:"cmd_type"`   // refresh, prepare, activate, deactivate
+	CmdStatus  string `json:"cmd_status"` // Success, Failed, Unknown
+	ExitStatus int    `json:"exit_status"`
+	Stderr     string `json:"stderr"`
+	Timestamp  string `json:"timestamp"`
+}
+
+// chosen and staged are the chosen update's and the staging partition's
+// versions ("" when there is none).
+func (s *UpdateStatus) chosen() string {
+	if s.ChosenUpdate == nil {
+		return ""
+	}
+	return s.ChosenUpdate.Version
+}
+
+func (s *UpdateStatus) staged() string {
+	if s.StagingPartition == nil || s.StagingPartition.Image == nil {
+		return ""
+	}
+	return s.StagingPartition.Image.Version
 }
 
 // Update states of the host API.
@@ -47,8 +81,12 @@ const (
 	BRReady     = "Ready"
 )
 
-// errLocked marks a 423 answer.
-var errLocked = errors.New("update lock held by another command (HTTP 423)")
+// errLocked marks a 423 answer; errUninitialized the 404 of
+// /updates/status before the first command of a boot.
+var (
+	errLocked        = errors.New("update lock held by another command (HTTP 423)")
+	errUninitialized = errors.New("update status uninitialized since the boot (HTTP 404)")
+)
 
 func (b *Bottlerocket) http() *http.Client {
 	if b.client == nil {
@@ -98,6 +136,8 @@ func (b *Bottlerocket) once(ctx context.Context, method, path string, out any) e
 	switch {
 	case resp.StatusCode == http.StatusLocked:
 		return errLocked
+	case resp.StatusCode == http.StatusNotFound && path == "/updates/status":
+		return errUninitialized
 	case resp.StatusCode >= 300:
 		return fmt.Errorf("host API %s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(body)))
 	case out == nil:
@@ -123,9 +163,17 @@ func truncate(s string, n int) string {
 	return s
 }
 
+// status reads /updates/status. After a boot the host has no status until
+// its first update command (404): a refresh-updates initializes it.
 func (b *Bottlerocket) status(ctx context.Context) (*UpdateStatus, error) {
 	var st UpdateStatus
-	if err := b.call(ctx, http.MethodGet, "/updates/status", &st); err != nil {
+	err := b.call(ctx, http.MethodGet, "/updates/status", &st)
+	if errors.Is(err, errUninitialized) {
+		if err = b.call(ctx, http.MethodPost, "/actions/refresh-updates", nil); err == nil {
+			err = b.call(ctx, http.MethodGet, "/updates/status", &st)
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	switch st.UpdateState {
@@ -148,7 +196,8 @@ func (b *Bottlerocket) await(ctx context.Context, cmd string, want func(*UpdateS
 			return nil, err
 		}
 		if c := st.MostRecentCommand; c != nil && c.CmdType == cmd && c.CmdStatus == "Failed" {
-			return st, fmt.Errorf("the host's %s command failed (update_state %s); see the host's update logs", cmd, st.UpdateState)
+			return st, fmt.Errorf("the host's %s command failed (exit status %d, update_state %s): %s",
+				cmd, c.ExitStatus, st.UpdateState, orNoStderr(strings.TrimSpace(c.Stderr)))
 		}
 		if want(st) {
 			return st, nil
@@ -184,35 +233,62 @@ func (b *Bottlerocket) Check(ctx context.Context) (Status, error) {
 	return out, nil
 }
 
-// Prepare downloads the chosen update to the inactive partition.
+// Prepare writes the chosen update to the staging partition. A staging
+// partition that holds another version (an earlier prepare of another
+// update) is prepared again: only the chosen version counts as prepared.
 func (b *Bottlerocket) Prepare(ctx context.Context) error {
-	return b.step(ctx, "/actions/prepare-update", "prepare", BRStaged, BRReady)
-}
-
-// Perform makes the next boot use the inactive partition.
-func (b *Bottlerocket) Perform(ctx context.Context) error {
-	return b.step(ctx, "/actions/activate-update", "activate", BRReady)
-}
-
-func (b *Bottlerocket) step(ctx context.Context, path, cmd string, done ...string) error {
-	isDone := func(s *UpdateStatus) bool {
-		for _, d := range done {
-			if s.UpdateState == d {
-				return true
-			}
-		}
-		return false
-	}
-	if st, err := b.status(ctx); err != nil {
+	st, err := b.status(ctx)
+	if err != nil {
 		return err
-	} else if isDone(st) {
+	}
+	want := st.chosen()
+	if want == "" {
+		return fmt.Errorf("no update chosen by the host (update_state %s): nothing to prepare; the next check refreshes its list", st.UpdateState)
+	}
+	prepared := func(s *UpdateStatus) bool {
+		return (s.UpdateState == BRStaged || s.UpdateState == BRReady) && s.staged() == want
+	}
+	if prepared(st) {
 		return nil // done before an agent restart
 	}
-	if err := b.call(ctx, http.MethodPost, path, nil); err != nil {
+	if st.UpdateState == BRReady { // another version activated: not the next boot any more
+		if err := b.deactivate(ctx); err != nil {
+			return err
+		}
+	}
+	if err := b.call(ctx, http.MethodPost, "/actions/prepare-update", nil); err != nil {
 		return err
 	}
-	_, err := b.await(ctx, cmd, isDone)
+	_, err = b.await(ctx, "prepare", prepared)
 	return err
+}
+
+// Perform makes the next boot use the staging partition, when it holds the
+// chosen update (an image of another version is never activated).
+func (b *Bottlerocket) Perform(ctx context.Context) error {
+	st, err := b.status(ctx)
+	if err != nil {
+		return err
+	}
+	want := st.chosen()
+	if st.staged() != want || want == "" || st.UpdateState != BRStaged && st.UpdateState != BRReady {
+		return fmt.Errorf("the staging partition holds %q (update_state %s), not the chosen update %q: prepare it again", st.staged(), st.UpdateState, want)
+	}
+	if st.UpdateState == BRReady {
+		return nil // done before an agent restart
+	}
+	if err := b.call(ctx, http.MethodPost, "/actions/activate-update", nil); err != nil {
+		return err
+	}
+	_, err = b.await(ctx, "activate", func(s *UpdateStatus) bool { return s.UpdateState == BRReady })
+	return err
+}
+
+func orNoStderr(s string) string {
+	if s == "" {
+		return "no stderr; see the host's update logs"
+	}
+	return s
 }
 
 // Reset undoes an activation that was not booted (POST
@@ -228,16 +304,34 @@ func (b *Bottlerocket) Reset(ctx context.Context) error {
 	if st.UpdateState != BRReady {
 		return nil
 	}
+	return b.deactivate(ctx)
+}
+
+func (b *Bottlerocket) deactivate(ctx context.Context) error {
 	if err := b.call(ctx, http.MethodPost, "/actions/deactivate-update", nil); err != nil {
 		return err
 	}
-	_, err = b.await(ctx, "deactivate", func(s *UpdateStatus) bool { return s.UpdateState != BRReady })
+	_, err := b.await(ctx, "deactivate", func(s *UpdateStatus) bool { return s.UpdateState != BRReady })
 	return err
 }
 
-// Reboot asks the host to reboot.
+// Reboot asks the host to reboot. A connection closed or reset before the
+// answer is the host going down: the reboot is under way, not a failure
+// (the controller's reboot timeout covers a host that never comes back).
 func (b *Bottlerocket) Reboot(ctx context.Context) error {
-	return b.call(ctx, http.MethodPost, "/actions/reboot", nil)
+	err := b.call(ctx, http.MethodPost, "/actions/reboot", nil)
+	if err != nil && GoingDown(err) {
+		return nil
+	}
+	return err
+}
+
+// GoingDown reports whether err is a request that reached the host and
+// got no answer because the connection was closed or reset: what a
+// reboot call sees when the host goes down first. A socket that refuses
+// the connection or does not exist is not: the request never arrived.
+func GoingDown(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // Version is version_id of GET /os.

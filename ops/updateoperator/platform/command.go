@@ -9,7 +9,8 @@ import (
 	"strings"
 )
 
-// Command runs user commands, for any OS with an update tool (updog fits):
+// Command runs user commands in the agent's container, for any OS whose
+// update tool they can reach (not Bottlerocket's updog: use the host API):
 // Check's command prints the available version on its first line (nothing
 // when up to date); Prepare, Apply and Reboot succeed by exiting 0; Version's
 // command, when set, prints the running version; Reset's, when set, discards

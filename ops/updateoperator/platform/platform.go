@@ -13,6 +13,7 @@ import (
 // Status is what Check found.
 type Status struct {
 	Current   string // the version running
+	Staged    string // what the next boot starts, when not Current ("" = the same)
 	Available string // the version an update would bring; "" = up to date
 }
 
@@ -27,7 +28,8 @@ type Platform interface {
 	Perform(ctx context.Context) error
 	// Reboot reboots the host (returns when the reboot was asked for).
 	Reboot(ctx context.Context) error
-	// Version is the version running.
+	// Version is the version running (after a reboot: the one booted,
+	// which is not the one activated when the host fell back).
 	Version(ctx context.Context) (string, error)
 	// Reset discards an update prepared (or performed) but not booted, after
 	// a failed update: the host is left as if no update had been started,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -137,11 +138,17 @@ func TestCommandPlatform(t *testing.T) {
 	}
 }
 
+// Prepare stages, perform swaps the links, and the version reported is
+// what the boot runs: the old one until a new boot, then the activated
+// one, or the old one again when the boot loader fell back.
 func TestSlipwayPlatformStagesThenSwaps(t *testing.T) {
 	sys, src, lock := slipwayAtV1(t, 5)
 	c := ctx(t)
 	rebooted := false
-	p := &platform.Slipway{SystemDir: sys, Source: src, LockFile: lock, Rebooter: rebooterFunc(func() { rebooted = true })}
+	boot := "boot-1"
+	cmdline := filepath.Join(t.TempDir(), "cmdline")
+	p := &platform.Slipway{SystemDir: sys, Source: src, LockFile: lock, Rebooter: rebooterFunc(func() { rebooted = true }),
+		BootID: func(context.Context) (string, error) { return boot, nil }, CmdlineFile: cmdline}
 	st, err := p.Check(c)
 	if err != nil || st != (platform.Status{Current: "v1", Available: "v2"}) {
 		t.Fatalf("Check = %+v, %v", st, err)
@@ -158,11 +165,56 @@ func TestSlipwayPlatformStagesThenSwaps(t *testing.T) {
 	if err := p.Perform(c); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := p.Version(c); v != "v2" {
-		t.Errorf("after perform the version is %q, want v2", v)
+	if v, _ := p.Version(c); v != "v1" {
+		t.Errorf("after perform, before a reboot, the version running is %q, want v1", v)
+	}
+	if st, err := p.Check(c); err != nil || st != (platform.Status{Current: "v1", Staged: "v2", Available: "v2"}) {
+		t.Errorf("Check after perform = %+v, %v; want v1 running, v2 staged and available", st, err)
 	}
 	if err := p.Reboot(c); err != nil || !rebooted {
 		t.Errorf("reboot: %v (rebooted %v)", err, rebooted)
+	}
+	boot = "boot-2"
+	if v, _ := p.Version(c); v != "v2" {
+		t.Errorf("after the reboot the version is %q, want v2", v)
+	}
+	// The loader fell back: it says so on the command line, whatever current says.
+	boot = "boot-3"
+	if err := os.WriteFile(cmdline, []byte("console=ttyS0 slipway.rootfs=v1 slipway.kernel=v1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := p.Version(c); v != "v1" {
+		t.Errorf("after a fallback boot the version is %q, want v1", v)
+	}
+}
+
+func fixedBoot(id string) func(context.Context) (string, error) {
+	return func(context.Context) (string, error) { return id, nil }
+}
+
+func TestRunning(t *testing.T) {
+	cur := map[layout.Component]string{layout.Rootfs: "v2", layout.Kernel: "k2"}
+	rec := platform.BootRecord{BootID: "b1", Versions: map[layout.Component]string{layout.Rootfs: "v1", layout.Kernel: "k1"}}
+	tests := []struct {
+		name      string
+		rec       platform.BootRecord
+		boot, cmd string
+		want      map[layout.Component]string
+		fresh     bool
+	}{
+		{"same boot: what was recorded, whatever current says", rec, "b1", "", rec.Versions, false},
+		{"new boot: current", rec, "b2", "", cur, true},
+		{"new boot, the loader fell back: its rootfs", rec, "b2", "v1", map[layout.Component]string{layout.Rootfs: "v1", layout.Kernel: "k2"}, true},
+		{"no record: current", platform.BootRecord{}, "b1", "", cur, true},
+		{"a record without a rootfs: seen anew", platform.BootRecord{BootID: "b1"}, "b1", "", cur, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, fresh := platform.Running(tc.rec, tc.boot, tc.cmd, cur)
+			if !reflect.DeepEqual(got, tc.want) || fresh != tc.fresh {
+				t.Errorf("Running = %v, %v; want %v, %v", got, fresh, tc.want, tc.fresh)
+			}
+		})
 	}
 }
 

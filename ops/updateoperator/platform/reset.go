@@ -53,11 +53,17 @@ func Staged(dirs []VersionDir, current, previous string) []string {
 	return out
 }
 
-// Reset removes the version folders a prepare staged and no perform
-// activated (see Staged), under the upgrade lock. After a perform, the
-// staged release is `current`: it stays (the next boot runs it; a
-// rollback is `slipway ops rollback`).
-func (s *Slipway) Reset(context.Context) error {
+// Reset undoes a failed update on the host: an activation (perform moved
+// `current` to a version this boot does not run) is undone, `current`
+// pointed back at what runs and `previous` at what was activated, so the
+// next boot, planned or not, runs the same version; and the version
+// folders a prepare staged and no perform activated are removed (see
+// Staged). All under the upgrade lock.
+func (s *Slipway) Reset(ctx context.Context) error {
+	run, err := s.running(ctx)
+	if err != nil {
+		return err
+	}
 	o := s.opts()
 	lockFile := o.LockFile
 	if lockFile == "" {
@@ -73,15 +79,28 @@ func (s *Slipway) Reset(context.Context) error {
 		comps = upgrade.DefaultComponents
 	}
 	lay := layout.New(s.SystemDir)
+	undo, err := activated(lay, comps, run)
+	if err != nil {
+		return err
+	}
 	var remove []string
 	for _, c := range comps {
-		staged, err := stagedDirs(lay, c)
+		prev, err := lay.Previous(c)
+		if err != nil {
+			return err
+		}
+		for _, u := range undo {
+			if u.c == c {
+				prev = u.activated // kept as previous: the retry's prepare finds it verified
+			}
+		}
+		staged, err := stagedDirs(lay, c, run[c], prev)
 		if err != nil {
 			return err
 		}
 		remove = append(remove, staged...)
 	}
-	if len(remove) == 0 {
+	if len(remove) == 0 && len(undo) == 0 {
 		return nil
 	}
 	if !remount.IsWritable(s.SystemDir) && s.Remount {
@@ -91,6 +110,14 @@ func (s *Slipway) Reset(context.Context) error {
 		}
 		defer func() { _ = restore() }()
 	}
+	for _, u := range undo {
+		if err := lay.SetLink(u.c, layout.PreviousLink, u.activated); err != nil {
+			return fmt.Errorf("undo the activation of %s %s: %w", u.c, u.activated, err)
+		}
+		if err := lay.SetLink(u.c, layout.CurrentLink, u.running); err != nil {
+			return fmt.Errorf("undo the activation of %s %s: %w", u.c, u.activated, err)
+		}
+	}
 	for _, dir := range remove {
 		if err := os.RemoveAll(dir); err != nil {
 			return fmt.Errorf("remove the staged %s: %w", dir, err)
@@ -99,17 +126,37 @@ func (s *Slipway) Reset(context.Context) error {
 	return nil
 }
 
+type activation struct {
+	c                  layout.Component
+	activated, running string
+}
+
+// activated lists the components whose `current` names a version other
+// than the one running: the activations to undo. A running version whose
+// folder is gone cannot be pointed at: that is an error saying what to do.
+func activated(lay layout.Layout, comps []layout.Component, run map[layout.Component]string) ([]activation, error) {
+	var out []activation
+	for _, c := range comps {
+		cur, err := lay.Current(c)
+		if err != nil {
+			return nil, err
+		}
+		if run[c] == "" || cur == run[c] {
+			continue
+		}
+		if fi, err := os.Stat(lay.VersionDir(c, run[c])); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("undo the activation of %s %s: the running %s is not in %s; point %s/current at a version by hand or run `slipway ops rollback`",
+				c, cur, run[c], lay.Dir(c), c)
+		}
+		out = append(out, activation{c: c, activated: cur, running: run[c]})
+	}
+	return out, nil
+}
+
 // stagedDirs reads the version folders of c and returns the paths of the
-// staged ones.
-func stagedDirs(lay layout.Layout, c layout.Component) ([]string, error) {
-	cur, err := lay.Current(c)
-	if err != nil {
-		return nil, err
-	}
-	prev, err := lay.Previous(c)
-	if err != nil {
-		return nil, err
-	}
+// staged ones; cur and prev are what `current` and `previous` name once an
+// activation is undone.
+func stagedDirs(lay layout.Layout, c layout.Component, cur, prev string) ([]string, error) {
 	entries, err := os.ReadDir(lay.Dir(c))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

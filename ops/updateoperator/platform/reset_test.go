@@ -42,11 +42,12 @@ func TestStaged(t *testing.T) {
 
 // A prepared update is discarded from a real system directory: the staged
 // version folders go, current and previous stay, and the update can be
-// prepared and performed again afterwards.
+// prepared and performed again afterwards. A performed one (the links
+// moved, the host not rebooted) is undone: current names what runs again.
 func TestSlipwayResetDiscardsTheStagedUpdate(t *testing.T) {
 	sys, src, lock := slipwayAtV1(t, 3)
 	c := ctx(t)
-	p := &platform.Slipway{SystemDir: sys, Source: src, LockFile: lock}
+	p := &platform.Slipway{SystemDir: sys, Source: src, LockFile: lock, BootID: fixedBoot("boot-1")}
 	if _, err := p.Check(c); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,8 @@ func TestSlipwayResetDiscardsTheStagedUpdate(t *testing.T) {
 	if err := p.Prepare(c); err != nil {
 		t.Fatal(err)
 	}
-	staged := layout.New(sys).VersionDir(layout.Rootfs, "v2")
+	lay := layout.New(sys)
+	staged := lay.VersionDir(layout.Rootfs, "v2")
 	if _, err := os.Stat(staged); err != nil {
 		t.Fatalf("prepare staged nothing: %v", err)
 	}
@@ -69,7 +71,7 @@ func TestSlipwayResetDiscardsTheStagedUpdate(t *testing.T) {
 	if v, _ := p.Version(c); v != "v1" {
 		t.Errorf("after the reset the version is %q, want v1", v)
 	}
-	if _, err := os.Stat(layout.New(sys).VersionDir(layout.Rootfs, "v1")); err != nil {
+	if _, err := os.Stat(lay.VersionDir(layout.Rootfs, "v1")); err != nil {
 		t.Errorf("the reset removed the running version: %v", err)
 	}
 	if err := p.Prepare(c); err != nil {
@@ -78,14 +80,26 @@ func TestSlipwayResetDiscardsTheStagedUpdate(t *testing.T) {
 	if err := p.Perform(c); err != nil {
 		t.Fatalf("perform after the reset: %v", err)
 	}
+	if cur, _ := lay.Current(layout.Rootfs); cur != "v2" {
+		t.Fatalf("perform left current at %q", cur)
+	}
 	if err := p.Reset(c); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := p.Version(c); v != "v2" {
-		t.Errorf("a reset after perform must keep the activated %s; version %q", "v2", v)
+	if cur, _ := lay.Current(layout.Rootfs); cur != "v1" {
+		t.Errorf("a reset after perform must undo the activation: current names %q, want the running v1", cur)
 	}
-	if _, err := os.Stat(layout.New(sys).VersionDir(layout.Rootfs, "v1")); err != nil {
-		t.Errorf("the reset removed previous: %v", err)
+	if st, err := p.Check(c); err != nil || st != (platform.Status{Current: "v1", Available: "v2"}) {
+		t.Errorf("Check after the reset = %+v, %v; want v1 running, nothing staged, v2 available", st, err)
+	}
+	if _, err := os.Stat(staged); err != nil {
+		t.Errorf("the reset removed the activated %s (kept as previous, for the retry): %v", staged, err)
+	}
+	if err := p.Perform(c); err != nil {
+		t.Fatalf("perform again after the reset: %v", err)
+	}
+	if cur, _ := lay.Current(layout.Rootfs); cur != "v2" {
+		t.Errorf("the retried perform left current at %q", cur)
 	}
 }
 

@@ -12,8 +12,10 @@ import (
 )
 
 // Slipway is the k3os-layout host upgrader of upgrade/: check compares the
-// channel's latest with `current`, prepare is upgrade.Stage, perform is
-// upgrade.Activate (the atomic swap), reboot is the Rebooter.
+// channel's latest with the version running, prepare is upgrade.Stage,
+// perform is upgrade.Activate (the atomic swap of the links), reboot is the
+// Rebooter. What runs is decided once per boot (Running) and recorded;
+// what `current` names beyond it is reported as staged.
 type Slipway struct {
 	SystemDir  string
 	Source     channel.Source
@@ -21,26 +23,39 @@ type Slipway struct {
 	LockFile   string             // default the upgrader's
 	Rebooter   reboot.Rebooter
 	Remount    bool
+	// BootID returns the running boot's ID (default: the kernel's, from
+	// /proc/sys/kernel/random/boot_id).
+	BootID func(context.Context) (string, error)
+	// CmdlineFile is the kernel command line (default /proc/cmdline);
+	// RecordFile where what each boot runs is recorded (default beside the
+	// lock file, in the host's /run).
+	CmdlineFile, RecordFile string
 
 	mu     sync.Mutex
 	target string // the version Check found, so prepare and perform agree
 }
 
-// Check resolves the channel's latest and compares it with the current rootfs.
+// Check resolves the channel's latest and compares it with the rootfs
+// running; a `current` that names another rootfs is reported as staged.
 func (s *Slipway) Check(ctx context.Context) (Status, error) {
-	cur, err := s.Version(ctx)
+	run, err := s.running(ctx)
 	if err != nil {
 		return Status{}, err
 	}
+	st := Status{Current: run[layout.Rootfs]}
+	if cur, err := layout.New(s.SystemDir).Current(layout.Rootfs); err != nil {
+		return st, fmt.Errorf("read the current version in %s: %w", s.SystemDir, err)
+	} else if cur != st.Current {
+		st.Staged = cur
+	}
 	latest, err := s.Source.Latest(ctx)
 	if err != nil {
-		return Status{Current: cur}, fmt.Errorf("resolve the latest release on %s: %w", s.Source, err)
+		return st, fmt.Errorf("resolve the latest release on %s: %w", s.Source, err)
 	}
 	s.mu.Lock()
 	s.target = latest
 	s.mu.Unlock()
-	st := Status{Current: cur}
-	if latest != cur {
+	if latest != st.Current {
 		st.Available = latest
 	}
 	return st, nil
@@ -55,6 +70,9 @@ func (s *Slipway) opts() upgrade.Options {
 
 // Prepare stages the target into the system directory; nothing switches.
 func (s *Slipway) Prepare(ctx context.Context) error {
+	if _, err := s.running(ctx); err != nil { // recorded before anything moves
+		return err
+	}
 	if _, err := upgrade.Stage(ctx, s.opts()); err != nil {
 		return fmt.Errorf("stage the update: %w", err)
 	}
@@ -63,6 +81,9 @@ func (s *Slipway) Prepare(ctx context.Context) error {
 
 // Perform switches `current` to the staged target.
 func (s *Slipway) Perform(ctx context.Context) error {
+	if _, err := s.running(ctx); err != nil { // recorded before the links move
+		return err
+	}
 	if _, err := upgrade.Activate(ctx, s.opts()); err != nil {
 		return fmt.Errorf("activate the update: %w", err)
 	}
@@ -81,11 +102,12 @@ func (s *Slipway) Reboot(ctx context.Context) error {
 	return nil
 }
 
-// Version is the version the rootfs `current` link points at.
-func (s *Slipway) Version(context.Context) (string, error) {
-	v, err := layout.New(s.SystemDir).Current(layout.Rootfs)
+// Version is the rootfs this boot runs (not what `current` names: that is
+// what the next boot starts).
+func (s *Slipway) Version(ctx context.Context) (string, error) {
+	run, err := s.running(ctx)
 	if err != nil {
-		return "", fmt.Errorf("read the current version in %s: %w", s.SystemDir, err)
+		return "", err
 	}
-	return v, nil
+	return run[layout.Rootfs], nil
 }

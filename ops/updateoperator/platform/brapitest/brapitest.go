@@ -1,7 +1,14 @@
 // Package brapitest emulates Bottlerocket's host API on a unix socket, for
-// tests: the update states Idle, Available, Staged and Ready, the update
-// lock (423 answers), a reboot that boots the activated version, and a
-// garbage mode that answers what no client can read.
+// tests, answering as the real API does: the update states Idle,
+// Available, Staged and Ready with the status document's fields
+// (available_updates, chosen_update, active_partition, staging_partition,
+// most_recent_command with exit_status and stderr); the update lock (423);
+// /updates/status answering 404 after a boot until the first
+// refresh-updates; commands that fail with their stderr; a staging
+// partition that holds another version than the chosen one; a boot that
+// falls back to the active partition; a reboot that resets the connection
+// as the host goes down; and a garbage mode that answers what no client
+// can read.
 package brapitest
 
 import (
@@ -10,16 +17,23 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // Server is one emulated host.
 type Server struct {
 	mu        sync.Mutex
-	version   string // running
+	version   string // running (the active partition)
 	offered   string // what refresh finds ("" = none)
+	chosen    string // the chosen update, once a refresh found it
+	staged    string // the staging partition's image ("" = none)
 	state     string
-	lastCmd   string
-	locked    int // the next this many action calls answer 423
+	refreshed bool // a refresh ran since the boot (else GET /updates/status is 404)
+	last      command
+	fails     map[string]string // cmd type -> stderr of its next run
+	fallBacks int               // the next this many boots fall back
+	resetConn bool              // the reboot resets the connection
+	locked    int               // the next this many action calls answer 423
 	garbage   bool
 	reboots   int
 	onReboot  func()
@@ -27,16 +41,23 @@ type Server struct {
 	Locked423 int // 423s answered so far
 }
 
+type command struct {
+	Type, Status, Stderr string
+	Exit                 int
+	At                   time.Time
+}
+
 // New serves the API on socket, running version, with offered found by
 // the next refresh. onReboot, when set, is called (in its own goroutine)
 // when a reboot is asked for; the emulated host boots the activated version
-// at once.
+// at once. It starts as a host that has run a refresh since its boot.
 func New(socket, version, offered string, onReboot func()) (*Server, error) {
 	l, err := net.Listen("unix", socket)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", socket, err)
 	}
-	s := &Server{version: version, offered: offered, state: "Idle", onReboot: onReboot}
+	s := &Server{version: version, offered: offered, state: "Idle", refreshed: true, onReboot: onReboot, fails: map[string]string{},
+		last: command{Type: "refresh", Status: "Success", At: time.Now()}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /os", s.os)
 	mux.HandleFunc("GET /updates/status", s.status)
@@ -44,7 +65,7 @@ func New(socket, version, offered string, onReboot func()) (*Server, error) {
 	mux.HandleFunc("POST /actions/prepare-update", s.action("prepare", s.prepare))
 	mux.HandleFunc("POST /actions/activate-update", s.action("activate", s.activate))
 	mux.HandleFunc("POST /actions/deactivate-update", s.action("deactivate", s.deactivate))
-	mux.HandleFunc("POST /actions/reboot", s.action("reboot", s.reboot))
+	mux.HandleFunc("POST /actions/reboot", s.rebootHandler)
 	s.srv = &http.Server{Handler: mux}
 	go func() { _ = s.srv.Serve(l) }()
 	return s, nil
@@ -59,25 +80,75 @@ func (s *Server) Lock(n int) { s.mu.Lock(); s.locked = n; s.mu.Unlock() }
 // Garbage makes every answer unreadable (or readable again).
 func (s *Server) Garbage(on bool) { s.mu.Lock(); s.garbage = on; s.mu.Unlock() }
 
+// FailNext makes the next run of command cmd (refresh, prepare, activate,
+// deactivate) fail with stderr, as the host's update command would: the
+// POST is accepted, the status then says Failed.
+func (s *Server) FailNext(cmd, stderr string) { s.mu.Lock(); s.fails[cmd] = stderr; s.mu.Unlock() }
+
+// FallBack makes the next n boots fall back to the active partition: the
+// host comes back running the version it ran.
+func (s *Server) FallBack(n int) { s.mu.Lock(); s.fallBacks = n; s.mu.Unlock() }
+
+// ResetOnReboot makes the reboot call answer nothing: the connection is
+// closed as the host goes down.
+func (s *Server) ResetOnReboot(on bool) { s.mu.Lock(); s.resetConn = on; s.mu.Unlock() }
+
+// StageOther puts version v on the staging partition (Staged), as an
+// earlier prepare of another update left it.
+func (s *Server) StageOther(v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.staged, s.state, s.chosen = v, "Staged", s.offered
+}
+
+// Boot makes the host as just booted: GET /updates/status answers 404
+// until a refresh-updates.
+func (s *Server) Boot() { s.mu.Lock(); s.refreshed = false; s.mu.Unlock() }
+
 // Version is the version running; Reboots how many reboots were asked for.
 func (s *Server) Version() string { s.mu.Lock(); defer s.mu.Unlock(); return s.version }
 func (s *Server) Reboots() int    { s.mu.Lock(); defer s.mu.Unlock(); return s.reboots }
 
+// Staged is the staging partition's image version.
+func (s *Server) Staged() string { s.mu.Lock(); defer s.mu.Unlock(); return s.staged }
+
 // Offer sets what the next refresh finds.
 func (s *Server) Offer(v string) { s.mu.Lock(); s.offered = v; s.mu.Unlock() }
+
+// State is the update_state.
+func (s *Server) State() string { s.mu.Lock(); defer s.mu.Unlock(); return s.state }
 
 func (s *Server) os(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.write(w, map[string]any{"version_id": s.version, "pretty_name": "Bottlerocket OS " + s.version})
+	s.write(w, map[string]any{"version_id": s.version, "pretty_name": "Bottlerocket OS " + s.version, "variant_id": "aws-k8s-1.31", "arch": "x86_64"})
+}
+
+func image(v string) map[string]string {
+	return map[string]string{"version": v, "arch": "x86_64", "variant": "aws-k8s-1.31"}
 }
 
 func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := map[string]any{"update_state": s.state, "most_recent_command": map[string]string{"cmd_type": s.lastCmd, "cmd_status": "Success"}}
-	if s.state != "Idle" {
-		st["chosen_update"] = map[string]string{"version": s.offered, "arch": "x86_64", "variant": "aws-k8s"}
+	if !s.refreshed { // the status lives in /run: a new boot has none until a command
+		http.Error(w, "Update status is uninitialized, refresh updates to initialize the status", http.StatusNotFound)
+		return
+	}
+	avail := []string{}
+	if s.offered != "" {
+		avail = append(avail, s.offered)
+	}
+	st := map[string]any{"update_state": s.state, "available_updates": avail, "chosen_update": nil,
+		"active_partition":  map[string]any{"image": image(s.version), "next_to_boot": s.state != "Ready"},
+		"staging_partition": nil,
+		"most_recent_command": map[string]any{"cmd_type": s.last.Type, "cmd_status": s.last.Status, "exit_status": s.last.Exit,
+			"stderr": s.last.Stderr, "timestamp": s.last.At.UTC().Format(time.RFC3339Nano)}}
+	if s.state != "Idle" && s.chosen != "" {
+		st["chosen_update"] = image(s.chosen)
+	}
+	if s.staged != "" {
+		st["staging_partition"] = map[string]any{"image": image(s.staged), "next_to_boot": s.state == "Ready"}
 	}
 	s.write(w, st)
 }
@@ -91,7 +162,9 @@ func (s *Server) write(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// action wraps a state change with the lock and the garbage mode.
+// action wraps a command with the lock, the garbage mode and the planted
+// failures: a command not allowed in the state is refused (409) and not
+// recorded; an allowed one is accepted (204) and recorded as it ended.
 func (s *Server) action(cmd string, do func() (int, string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		s.mu.Lock()
@@ -106,9 +179,17 @@ func (s *Server) action(cmd string, do func() (int, string)) http.HandlerFunc {
 			w.WriteHeader(http.StatusTeapot)
 			return
 		}
+		if stderr, ok := s.fails[cmd]; ok {
+			delete(s.fails, cmd)
+			s.refreshed = true
+			s.last = command{Type: cmd, Status: "Failed", Exit: 1, Stderr: stderr, At: time.Now()}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 		code, msg := do()
 		if code == http.StatusNoContent {
-			s.lastCmd = cmd
+			s.refreshed = true
+			s.last = command{Type: cmd, Status: "Success", At: time.Now()}
 		}
 		if msg != "" {
 			http.Error(w, msg, code)
@@ -119,17 +200,20 @@ func (s *Server) action(cmd string, do func() (int, string)) http.HandlerFunc {
 }
 
 func (s *Server) refresh() (int, string) {
-	if s.state == "Idle" && s.offered != "" && s.offered != s.version {
-		s.state = "Available"
+	if s.offered != "" && s.offered != s.version {
+		s.chosen = s.offered
+		if s.state == "Idle" {
+			s.state = "Available"
+		}
 	}
 	return http.StatusNoContent, ""
 }
 
 func (s *Server) prepare() (int, string) {
-	if s.state != "Available" {
+	if s.state != "Available" && s.state != "Staged" {
 		return http.StatusConflict, "no update available to prepare (state " + s.state + ")"
 	}
-	s.state = "Staged"
+	s.staged, s.state = s.chosen, "Staged"
 	return http.StatusNoContent, ""
 }
 
@@ -149,16 +233,37 @@ func (s *Server) deactivate() (int, string) {
 	return http.StatusNoContent, ""
 }
 
-// State is the update_state.
-func (s *Server) State() string { s.mu.Lock(); defer s.mu.Unlock(); return s.state }
-
-func (s *Server) reboot() (int, string) {
-	s.reboots++
-	if s.state == "Ready" {
-		s.version, s.state = s.offered, "Idle"
+// rebootHandler reboots the host: it boots the activated partition (or
+// falls back), and the new boot's status is uninitialized.
+func (s *Server) rebootHandler(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	if s.locked > 0 {
+		s.locked--
+		s.Locked423++
+		s.mu.Unlock()
+		http.Error(w, "Update lock held", http.StatusLocked)
+		return
 	}
+	s.reboots++
+	switch {
+	case s.state == "Ready" && s.fallBacks > 0:
+		s.fallBacks-- // the new partition did not come up: the old one boots again
+	case s.state == "Ready":
+		s.version, s.staged = s.staged, s.version
+	}
+	s.state, s.chosen, s.refreshed = "Idle", "", false
+	reset := s.resetConn
+	s.mu.Unlock()
 	if s.onReboot != nil {
 		go s.onReboot()
 	}
-	return http.StatusNoContent, ""
+	if reset {
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close() // the host went down before it answered
+				return
+			}
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

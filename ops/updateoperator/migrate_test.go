@@ -1,0 +1,77 @@
+package updateoperator
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"slipway.dev/slipway/ops/testenv"
+)
+
+// A cluster the old operator (dogswatch, Go brupop) leaves in each of its
+// states is taken over: at rest (its `ready` with update-available), mid
+// prepare (busy), mid reboot (acknowledged busy, the host rebooted into
+// the update already), cordoned by it (no record of whose cordon) before
+// its reboot, and in error. Every node ends updated once, none rebooted
+// twice, none left cordoned.
+func TestMigrationFromTheOldOperator(t *testing.T) {
+	f := newFleetOn(t, testenv.Need(t, env), "migrate")
+	for i := range 5 {
+		f.addNode(fmt.Sprintf("migrate-%d", i), false)
+	}
+	rest, preparing, rebooted, cordoned, failed := f.nodes[0], f.nodes[1], f.nodes[2], f.nodes[3], f.nodes[4]
+	f.stopAll()
+	f.mu.Lock()
+	f.closed = false
+	f.mu.Unlock()
+	ctx := context.Background()
+	state := func(node string, wanted, active Intent, st State, more map[string]any) {
+		ann := map[string]any{f.keys.Wanted(): string(wanted), f.keys.Active(): string(active), f.keys.State(): string(st)}
+		for k, v := range more {
+			ann[k] = v
+		}
+		f.patch(node, map[string]any{"metadata": map[string]any{"annotations": ann}})
+	}
+	cordon := func(node string) { f.patch(node, map[string]any{"spec": map[string]any{"unschedulable": true}}) }
+	// The hosts the old operator left mid-update: activated (and, for one, rebooted into it).
+	for _, node := range []string{rebooted, cordoned} {
+		p := f.plats[node]
+		if _, err := p.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Prepare(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Perform(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.setBootID(rebooted) // the old operator's reboot
+	f.mu.Lock()
+	f.reboots[rebooted]++
+	f.mu.Unlock()
+	state(rest, IntentStabilize, IntentStabilize, StateReady, map[string]any{f.keys.UpdateAvailable(): "true"})
+	state(preparing, IntentPrepare, IntentPrepare, StateBusy, nil)
+	state(rebooted, IntentReboot, IntentReboot, StateBusy, nil)
+	cordon(rebooted)
+	state(cordoned, IntentReboot, IntentPerform, StateReady, nil)
+	cordon(cordoned)
+	state(failed, IntentPrepare, IntentPrepare, StateError, map[string]any{f.keys.Key(KeyReason): "Failed to download the update"})
+	for _, n := range f.nodes {
+		f.startAgent(n)
+	}
+	stop := f.controller(func(o *ControllerOptions) {
+		o.Policy.MaxConcurrent = 2
+		o.Policy.AdoptOldCordons = true
+	})
+	defer stop()
+	eventually(t, 3*time.Minute, "every node updated, none cordoned", f.done)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, n := range f.nodes {
+		if f.reboots[n] != 1 {
+			t.Errorf("%s rebooted %d times, want once (the old operator's reboot counted)", n, f.reboots[n])
+		}
+	}
+}
