@@ -1,0 +1,188 @@
+package suc
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"slipway.dev/slipway/ops/e2e/benchside"
+	"slipway.dev/slipway/ops/testenv"
+)
+
+// Who wrote, from the apiserver's audit log, in the keys of the result
+// line. SUC's count (the goal's) is its own writes and its Jobs' (the Job
+// controller, the scheduler, the kubelet's pod status, the kubectl of its
+// cordon container); its leader-election Lease renewals come with time,
+// rollout or not, and are shown apart, as are what node reboots cost.
+const (
+	writerSUC    = "suc"
+	writerLeader = "suc_leader_lease"
+	writerJobs   = "jobs"
+	writerNode   = "node"
+	writerOther  = "other"
+)
+
+var writerNames = map[string]string{
+	writerSUC:    "system-upgrade-controller",
+	writerLeader: "its leader-election Lease (renewed with time, rollout or not)",
+	writerJobs:   "its Jobs (job controller, scheduler, kubelet pod status, kubectl cordon)",
+	writerNode:   "node reboots (kubelet node status, heartbeats, node controller)",
+	writerOther:  "other",
+}
+
+func writerOf(ev testenv.AuditEvent) string {
+	ua := ev.UserAgent
+	switch {
+	case strings.HasPrefix(ua, sucName+"/") && ev.Resource == "leases":
+		return writerLeader
+	case strings.HasPrefix(ua, sucName+"/"):
+		return writerSUC
+	case strings.HasPrefix(ua, "kube-controller-manager/") && (strings.HasSuffix(ua, "/job-controller") || strings.HasSuffix(ua, "/ttl-after-finished-controller")),
+		strings.HasPrefix(ua, "slipway-testenv/executor"), strings.HasPrefix(ua, "kube-scheduler/"), strings.HasPrefix(ua, "kubectl/"):
+		return writerJobs
+	case strings.HasPrefix(ua, "kwok/"), strings.HasPrefix(ua, "slipway-testenv/supervisor"),
+		strings.HasPrefix(ua, "kube-controller-manager/") && strings.HasSuffix(ua, "/node-controller"):
+		return writerNode
+	}
+	return writerOther
+}
+
+// writeCount is the successful writes in a window, by writer and kind.
+type writeCount struct {
+	refused int
+	by      map[string]int
+	kinds   map[string]map[string]int // writer -> "verb resource" -> count
+}
+
+func countWrites(events []testenv.AuditEvent, from, to time.Time) writeCount {
+	w := writeCount{by: map[string]int{}, kinds: map[string]map[string]int{}}
+	for _, ev := range events {
+		if ev.Time.Before(from) || ev.Time.After(to) {
+			continue
+		}
+		if ev.Code >= 300 {
+			w.refused++
+			continue
+		}
+		k := writerOf(ev)
+		w.by[k]++
+		if w.kinds[k] == nil {
+			w.kinds[k] = map[string]int{}
+		}
+		w.kinds[k][ev.Verb+" "+ev.Resource]++
+	}
+	return w
+}
+
+func (w writeCount) perNode(nodes int) map[string]float64 {
+	out := map[string]float64{}
+	for k := range writerNames {
+		out[k] = float64(w.by[k]) / float64(nodes)
+	}
+	return out
+}
+
+func (w writeCount) lines(nodes int) []string {
+	per := func(n int) float64 { return float64(n) / float64(nodes) }
+	out := []string{fmt.Sprintf("SUC and its Jobs (the goal's count): %.1f writes per node; %.2f refused", per(w.by[writerSUC]+w.by[writerJobs]), per(w.refused))}
+	for _, k := range []string{writerSUC, writerJobs, writerLeader, writerNode, writerOther} {
+		var parts []string
+		for kind, n := range w.kinds[k] {
+			parts = append(parts, fmt.Sprintf("%s %.2f", kind, per(n)))
+		}
+		slices.Sort(parts)
+		out = append(out, fmt.Sprintf("  %s: %.1f per node (%s)", writerNames[k], per(w.by[k]), strings.Join(parts, ", ")))
+	}
+	return out
+}
+
+// slotSteps are the moments of one node's slot in SUC's last plan, from
+// the audit log: its Job created, the pod's last status (done), the Job's
+// last status (Complete), the cordon, the node back up after a reboot, and
+// SUC's node update (label and uncordon) that frees the slot.
+var slotSteps = []string{"job created", "pod done", "job complete", "cordoned", "back up", "slot freed"}
+
+// timelineLine reports each step's median time since the node's Job was
+// created, over the nodes of the plan that created the last Job, and the
+// median handover from a freed slot to the next Job created.
+func timelineLine(events []testenv.AuditEvent, from, to time.Time) string {
+	at := map[string][]time.Time{} // node -> time of each step
+	var jobs []time.Time           // the last plan's Jobs created
+	last := ""
+	for _, ev := range events {
+		if ev.Time.Before(from) || ev.Time.After(to) || ev.Code >= 300 {
+			continue
+		}
+		if ev.Verb == "create" && ev.Resource == "jobs" && strings.HasPrefix(ev.UserAgent, sucName+"/") {
+			if p, _, _ := strings.Cut(ev.Name, "-on-"); p != last {
+				last, jobs = p, nil
+			}
+			jobs = append(jobs, ev.Time)
+		}
+		node, step := slotStep(ev)
+		if step < 0 {
+			continue
+		}
+		if at[node] == nil {
+			at[node] = make([]time.Time, len(slotSteps))
+		}
+		if step == 0 {
+			at[node] = make([]time.Time, len(slotSteps)) // a later plan's Job: start over
+		}
+		if step == 0 || !at[node][0].IsZero() {
+			at[node][step] = ev.Time
+		}
+	}
+	gaps := make([][]time.Duration, len(slotSteps))
+	var hand []time.Duration
+	for _, t := range at {
+		for i := 1; i < len(t); i++ {
+			if !t[i].IsZero() && !t[0].IsZero() {
+				gaps[i] = append(gaps[i], t[i].Sub(t[0]))
+			}
+		}
+		if f := t[len(t)-1]; !f.IsZero() {
+			if i, _ := slices.BinarySearchFunc(jobs, f, time.Time.Compare); i < len(jobs) {
+				hand = append(hand, jobs[i].Sub(f))
+			}
+		}
+	}
+	var parts []string
+	for i := 1; i < len(slotSteps); i++ {
+		if len(gaps[i]) > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s", slotSteps[i], benchside.Median(gaps[i]).Round(10*time.Millisecond)))
+		}
+	}
+	return fmt.Sprintf("median per node, since its Job was created: %s; slot freed -> next Job created %s",
+		strings.Join(parts, ", "), benchside.Median(hand).Round(10*time.Millisecond))
+}
+
+// slotStep maps an audited write to (node, index in slotSteps), or -1.
+// SUC names a Job apply-<plan>-on-<node>-with-<hash>, its pod <job>-<suffix>.
+func slotStep(ev testenv.AuditEvent) (string, int) {
+	nodeOf := func(name string) string {
+		_, rest, ok := strings.Cut(name, "-on-")
+		if !ok {
+			return ""
+		}
+		node, _, _ := strings.Cut(rest, "-with-")
+		return node
+	}
+	ua := ev.UserAgent
+	switch {
+	case ev.Resource == "jobs" && ev.Verb == "create" && strings.HasPrefix(ua, sucName+"/"):
+		return nodeOf(ev.Name), 0
+	case ev.Resource == "pods/status" && strings.HasPrefix(ua, "slipway-testenv/executor") && strings.HasPrefix(ev.Name, "apply-"):
+		return nodeOf(ev.Name), 1
+	case ev.Resource == "jobs/status" && strings.HasSuffix(ua, "/job-controller") && strings.HasPrefix(ev.Name, "apply-"):
+		return nodeOf(ev.Name), 2
+	case ev.Resource == "nodes" && strings.HasPrefix(ua, "kubectl/"):
+		return ev.Name, 3
+	case ev.Resource == "nodes/status" && strings.HasPrefix(ua, "slipway-testenv/supervisor"):
+		return ev.Name, 4
+	case ev.Resource == "nodes" && strings.HasPrefix(ua, sucName+"/"):
+		return ev.Name, 5
+	}
+	return "", -1
+}
