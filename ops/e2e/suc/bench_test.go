@@ -45,15 +45,16 @@ func BenchmarkSUCNoop(b *testing.B) {
 }
 
 // BenchmarkSUCStaged is SUC's usual two-plan shape at realistic times: a
-// prepare plan (no cordon) stages on a quarter of the nodes at a time,
-// benchStage each; the upgrade plan, on nodes where prepare completed,
+// prepare plan (no cordon) stages benchStage per node on as many nodes at
+// a time as slipway's default prestage (a quarter of the nodes, at least
+// twice the concurrency); the upgrade plan, on nodes where prepare completed,
 // cordons, reboots the node (down benchReboot) and ends when the node is
 // Ready again, at concurrency 10. A real SUC upgrade pod dies with the
 // reboot and the Job's next pod finds the node upgraded; here the pod waits
 // through the reboot, which spares SUC that second pod.
 func BenchmarkSUCStaged(b *testing.B) {
 	c, pid := startSUC(b)
-	stageConcurrency := max(1, nodes/4)
+	stageConcurrency := max((nodes+3)/4, 2*benchConcurrency) // what slipway's channel stages at once by default
 	settings := fmt.Sprintf("concurrency %d, prepare plan %s per node at concurrency %d, upgrade plan: cordon, reboot %s, wait for Ready, uncordon by SUC",
 		benchConcurrency, benchStage, stageConcurrency, benchReboot)
 	reboot := fmt.Sprintf(`%s && slipway-sim reboot --socket "$SUC_BENCH_SOCKET" --delay %s >/dev/null && `+
