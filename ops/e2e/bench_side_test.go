@@ -61,6 +61,10 @@ func sideMeasure(b *testing.B, c clients, get func() *v1.UpdateChannel, shape, s
 	}, 500*time.Millisecond)
 	kcm := benchside.Track(func() []int { return []int{pids["kube-controller-manager"]} }, time.Second)
 	api := benchside.Track(func() []int { return []int{pids["kube-apiserver"]} }, time.Second)
+	watchBefore, err := benchside.ScrapeWatch(ctx, c.kube)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ResetTimer()
 	start := time.Now()
 	patched, err := c.ops.OpsV1().UpdateChannels(ns).Patch(ctx, "side", "application/merge-patch+json", []byte(`{"spec":{"version":"v2"}}`), metav1.PatchOptions{})
@@ -73,11 +77,15 @@ func sideMeasure(b *testing.B, c clients, get func() *v1.UpdateChannel, shape, s
 	})
 	wall := time.Since(start)
 	b.StopTimer()
+	watchAfter, err := benchside.ScrapeWatch(ctx, c.kube)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, t := range []*benchside.Tracker{agents, kcm, api} {
 		t.Stop()
 	}
 	r := benchside.Result{Contender: "slipway", Shape: shape, Nodes: nodes, Wall: wall, Controller: agents.Usage(), KCM: kcm.Usage(), APIServer: api.Usage(),
-		Load: benchside.LoadAverage(), Settings: settings}
+		Watch: watchAfter.Since(watchBefore), Load: benchside.LoadAverage(), Settings: settings}
 	time.Sleep(2 * time.Second) // the apiserver writes its audit log in batches, at least every second
 	events, err := testenv.ReadAudit(auditLog)
 	if err != nil {

@@ -1,6 +1,7 @@
 package benchside
 
 import (
+	"bytes"
 	"os"
 	"strings"
 	"testing"
@@ -60,5 +61,39 @@ func TestMedian(t *testing.T) {
 	}
 	if m := Median[int](nil); m != 0 {
 		t.Errorf("median of nothing = %v, want 0", m)
+	}
+}
+
+func TestParseWatch(t *testing.T) {
+	before := []byte(`# TYPE apiserver_watch_events_sizes histogram
+apiserver_watch_events_sizes_bucket{group="ops.slipway.dev",resource="updatechannels",version="v1",le="1024"} 1
+apiserver_watch_events_sizes_bucket{group="ops.slipway.dev",resource="updatechannels",version="v1",le="+Inf"} 2
+apiserver_watch_events_sizes_sum{group="ops.slipway.dev",resource="updatechannels",version="v1"} 3000
+apiserver_watch_events_sizes_count{group="ops.slipway.dev",resource="updatechannels",version="v1"} 2
+# TYPE apiserver_watch_events_total counter
+apiserver_watch_events_total{group="ops.slipway.dev",resource="updatechannels",version="v1"} 2
+apiserver_watch_events_total{group="",resource="nodes",version="v1"} 5
+`)
+	after := bytes.ReplaceAll(bytes.ReplaceAll(before, []byte("} 3000"), []byte("} 7000")), []byte(`version="v1"} 5`), []byte(`version="v1"} 9`))
+	b, err := parseWatch(before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := parseWatch(after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := a.Since(b)
+	if got := d["ops.slipway.dev/updatechannels"]; got.Bytes != 4000 || got.Events != 0 {
+		t.Errorf("updatechannels sent %+v, want 4000 bytes and no new event", got)
+	}
+	if got := d["/nodes"]; got.Events != 4 {
+		t.Errorf("nodes sent %+v, want 4 events", got)
+	}
+	if tot := d.Total(); tot.Bytes != 4000 || tot.Events != 4 {
+		t.Errorf("total %+v", tot)
+	}
+	if s := d.String(); !strings.HasPrefix(s, "ops.slipway.dev/updatechannels 0.00 MiB") {
+		t.Errorf("String() = %q", s)
 	}
 }

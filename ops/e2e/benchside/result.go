@@ -25,8 +25,10 @@ type Result struct {
 	// slipway's agents), Jobs the processes its Jobs ran; KCM and APIServer
 	// the control plane's share of the work.
 	Controller, KCM, APIServer Usage
-	Load                       string // load average at the end
-	Settings                   string // the host times and limits, human readable
+	// Watch is what the apiserver sent on watches during the rollout.
+	Watch    WatchTraffic
+	Load     string // load average at the end
+	Settings string // the host times and limits, human readable
 }
 
 // Line formats r as one "SIDE key=value ..." line; keys ending in _s, _mib
@@ -42,6 +44,8 @@ func (r Result) Line() string {
 		"controller_processes=" + strconv.Itoa(r.Controller.Processes),
 		"kcm_cpu_s=" + f1(r.KCM.CPU.Seconds()),
 		"apiserver_cpu_s=" + f1(r.APIServer.CPU.Seconds()),
+		"watch_mib=" + f1(r.Watch.Total().Bytes/(1<<20)),
+		"watch_events=" + strconv.FormatFloat(r.Watch.Total().Events, 'f', 0, 64),
 	}
 	writers := make([]string, 0, len(r.Writes))
 	for w := range r.Writes {
@@ -61,8 +65,8 @@ func f1(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 func (r Result) Summary() string {
 	return fmt.Sprintf("%s, %s rollout of %d nodes (%s): wall %s; writes per node by %s and its Jobs %.1f; "+
 		"%s CPU %.1f s over %d processes, peak RSS median %.1f MiB (anonymous %.1f), largest %.1f MiB; "+
-		"kube-controller-manager CPU %.1f s, kube-apiserver CPU %.1f s; load average %s",
+		"kube-controller-manager CPU %.1f s, kube-apiserver CPU %.1f s; load average %s; sent on watches: %s",
 		r.Contender, r.Shape, r.Nodes, r.Settings, r.Wall.Round(100*time.Millisecond), r.Contender, r.Own,
 		r.Contender, r.Controller.CPU.Seconds(), r.Controller.Processes, r.Controller.PeakRSS, r.Controller.PeakAnon, r.Controller.MaxRSS,
-		r.KCM.CPU.Seconds(), r.APIServer.CPU.Seconds(), r.Load)
+		r.KCM.CPU.Seconds(), r.APIServer.CPU.Seconds(), r.Load, r.Watch)
 }

@@ -73,6 +73,10 @@ func measure(b *testing.B, c clients, pid int, shape, settings, final string, pl
 	ctl := benchside.Track(func() []int { return []int{pid} }, time.Second)
 	kcm := benchside.Track(func() []int { return []int{pids["kube-controller-manager"]} }, time.Second)
 	api := benchside.Track(func() []int { return []int{pids["kube-apiserver"]} }, time.Second)
+	watchBefore, err := benchside.ScrapeWatch(ctx, c.kube)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ResetTimer()
 	start := time.Now()
 	for _, p := range plans {
@@ -83,11 +87,15 @@ func measure(b *testing.B, c clients, pid int, shape, settings, final string, pl
 	waitFor(b, 60*time.Minute, "plan "+final+" done on every node", func() (bool, error) { return planDone(ctx, c, final) })
 	wall := time.Since(start)
 	b.StopTimer()
+	watchAfter, err := benchside.ScrapeWatch(ctx, c.kube)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, t := range []*benchside.Tracker{ctl, kcm, api} {
 		t.Stop()
 	}
 	r := benchside.Result{Contender: "suc", Shape: shape, Nodes: nodes, Wall: wall, Controller: ctl.Usage(), KCM: kcm.Usage(), APIServer: api.Usage(),
-		Load: benchside.LoadAverage(), Settings: settings}
+		Watch: watchAfter.Since(watchBefore), Load: benchside.LoadAverage(), Settings: settings}
 	time.Sleep(2 * time.Second) // the apiserver writes its audit log in batches, at least every second
 	events, err := testenv.ReadAudit(auditLog)
 	if err != nil {
