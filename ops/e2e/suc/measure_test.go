@@ -154,8 +154,11 @@ func timelineLine(events []testenv.AuditEvent, from, to time.Time) string {
 			parts = append(parts, fmt.Sprintf("%s %s", slotSteps[i], benchside.Median(gaps[i]).Round(10*time.Millisecond)))
 		}
 	}
-	return fmt.Sprintf("median per node, since its Job was created: %s; slot freed -> next Job created %s",
-		strings.Join(parts, ", "), benchside.Median(hand).Round(10*time.Millisecond))
+	next := "none (one wave)"
+	if len(hand) > 0 {
+		next = benchside.Median(hand).Round(10 * time.Millisecond).String()
+	}
+	return fmt.Sprintf("median per node, since its Job was created: %s; slot freed -> next Job created %s", strings.Join(parts, ", "), next)
 }
 
 // slotStep maps an audited write to (node, index in slotSteps), or -1.
