@@ -110,6 +110,9 @@ func measure(b *testing.B, c clients, pid int, shape, settings, final string, pl
 		b.Log(l)
 	}
 	b.Log(timelineLine(events, start, start.Add(wall)))
+	for _, l := range slotTable(events, start, start.Add(wall)) {
+		b.Log(l)
+	}
 	fmt.Println(r.Line())
 	if unschedulable := cordoned(ctx, b, c); len(unschedulable) > 0 {
 		b.Errorf("nodes left cordoned: %s", strings.Join(unschedulable, " "))

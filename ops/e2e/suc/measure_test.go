@@ -103,49 +103,62 @@ func (w writeCount) lines(nodes int) []string {
 // SUC's node update (label and uncordon) that frees the slot.
 var slotSteps = []string{"job created", "pod done", "job complete", "cordoned", "back up", "slot freed"}
 
-// timelineLine reports each step's median time since the node's Job was
-// created, over the nodes of the plan that created the last Job, and the
-// median handover from a freed slot to the next Job created.
-func timelineLine(events []testenv.AuditEvent, from, to time.Time) string {
-	at := map[string][]time.Time{} // node -> time of each step
-	var jobs []time.Time           // the last plan's Jobs created
+// slots is each node's time of every step of slotSteps in its last plan,
+// and the creation times of that plan's Jobs, sorted.
+type slots struct {
+	at   map[string][]time.Time
+	jobs []time.Time
+}
+
+func slotsOf(events []testenv.AuditEvent, from, to time.Time) slots {
+	at := map[string][]time.Time{}
+	byPlan := map[string][]time.Time{}
 	last := ""
 	for _, ev := range events {
 		if ev.Time.Before(from) || ev.Time.After(to) || ev.Code >= 300 {
 			continue
 		}
-		if ev.Verb == "create" && ev.Resource == "jobs" && strings.HasPrefix(ev.UserAgent, sucName+"/") {
-			if p, _, _ := strings.Cut(ev.Name, "-on-"); p != last {
-				last, jobs = p, nil
-			}
-			jobs = append(jobs, ev.Time)
-		}
 		node, step := slotStep(ev)
-		if step < 0 {
+		switch {
+		case step < 0:
+			continue
+		case step == 0: // a Job (of a later plan: start over)
+			last, _, _ = strings.Cut(ev.Name, "-on-")
+			byPlan[last] = append(byPlan[last], ev.Time)
+			at[node] = make([]time.Time, len(slotSteps))
+		case at[node] == nil:
 			continue
 		}
-		if at[node] == nil {
-			at[node] = make([]time.Time, len(slotSteps))
-		}
-		if step == 0 {
-			at[node] = make([]time.Time, len(slotSteps)) // a later plan's Job: start over
-		}
-		if step == 0 || !at[node][0].IsZero() {
-			at[node][step] = ev.Time
-		}
+		at[node][step] = ev.Time
 	}
+	jobs := byPlan[last]
+	slices.SortFunc(jobs, time.Time.Compare)
+	return slots{at, jobs}
+}
+
+// next is when the last plan's first Job was created after t (zero if none).
+func (s slots) next(t time.Time) time.Time {
+	if i, _ := slices.BinarySearchFunc(s.jobs, t, time.Time.Compare); !t.IsZero() && i < len(s.jobs) {
+		return s.jobs[i]
+	}
+	return time.Time{}
+}
+
+// timelineLine reports each step's median time since the node's Job was
+// created, over the nodes of the last plan, and the median handover from a
+// freed slot to the next Job created.
+func timelineLine(events []testenv.AuditEvent, from, to time.Time) string {
+	s := slotsOf(events, from, to)
 	gaps := make([][]time.Duration, len(slotSteps))
 	var hand []time.Duration
-	for _, t := range at {
+	for _, t := range s.at {
 		for i := 1; i < len(t); i++ {
-			if !t[i].IsZero() && !t[0].IsZero() {
+			if !t[i].IsZero() {
 				gaps[i] = append(gaps[i], t[i].Sub(t[0]))
 			}
 		}
-		if f := t[len(t)-1]; !f.IsZero() {
-			if i, _ := slices.BinarySearchFunc(jobs, f, time.Time.Compare); i < len(jobs) {
-				hand = append(hand, jobs[i].Sub(f))
-			}
+		if n := s.next(t[len(t)-1]); !n.IsZero() {
+			hand = append(hand, n.Sub(t[len(t)-1]))
 		}
 	}
 	var parts []string
@@ -159,6 +172,44 @@ func timelineLine(events []testenv.AuditEvent, from, to time.Time) string {
 		next = benchside.Median(hand).Round(10 * time.Millisecond).String()
 	}
 	return fmt.Sprintf("median per node, since its Job was created: %s; slot freed -> next Job created %s", strings.Join(parts, ", "), next)
+}
+
+// slotTable is the timeline per slot of the last plan: one row per node in
+// the order its Job was created, each step in seconds since from, the next
+// Job created after the slot was freed, and the gaps pod done -> Job
+// complete and slot freed -> next Job.
+func slotTable(events []testenv.AuditEvent, from, to time.Time) []string {
+	s := slotsOf(events, from, to)
+	nodes := make([]string, 0, len(s.at))
+	for n := range s.at {
+		nodes = append(nodes, n)
+	}
+	slices.SortFunc(nodes, func(a, b string) int { return s.at[a][0].Compare(s.at[b][0]) })
+	secs := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", t.Sub(from).Seconds())
+	}
+	gap := func(a, b time.Time) string {
+		if a.IsZero() || b.IsZero() {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", b.Sub(a).Seconds())
+	}
+	out := []string{"timeline per slot, seconds since the plans were created: node | " + strings.Join(slotSteps, " | ") +
+		" | next Job | pod done -> Job complete | slot freed -> next Job"}
+	for _, n := range nodes {
+		t := s.at[n]
+		cols := []string{n}
+		for _, v := range t {
+			cols = append(cols, secs(v))
+		}
+		next := s.next(t[len(t)-1])
+		cols = append(cols, secs(next), gap(t[1], t[2]), gap(t[len(t)-1], next))
+		out = append(out, "  "+strings.Join(cols, " | "))
+	}
+	return out
 }
 
 // slotStep maps an audited write to (node, index in slotSteps), or -1.
