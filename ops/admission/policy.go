@@ -16,6 +16,8 @@ type UserPolicy struct {
 	Labels map[string]string // on both objects
 	// Users are the user names the policy applies to; none: every user.
 	Users []string
+	// Namespace limits the policy to objects of that namespace ("": any).
+	Namespace string
 	// Group, Version, Resource and Operations say which writes it checks.
 	Group, Version, Resource string
 	Operations               []admissionv1.OperationType
@@ -47,7 +49,7 @@ func (p UserPolicy) Policy() *admissionv1.ValidatingAdmissionPolicy {
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Labels: p.Labels},
 		Spec: admissionv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: &fail,
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
+			MatchConstraints: &admissionv1.MatchResources{NamespaceSelector: p.namespaceSelector(), ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
 				Operations: p.Operations,
 				Rule:       admissionv1.Rule{APIGroups: []string{p.Group}, APIVersions: []string{p.Version}, Resources: []string{p.Resource}},
 			}}}},
@@ -56,6 +58,13 @@ func (p UserPolicy) Policy() *admissionv1.ValidatingAdmissionPolicy {
 			Validations:     p.Validations,
 		},
 	}
+}
+
+func (p UserPolicy) namespaceSelector() *metav1.LabelSelector {
+	if p.Namespace == "" {
+		return nil
+	}
+	return &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": p.Namespace}}
 }
 
 // Binding binds the policy cluster-wide with the Deny action.

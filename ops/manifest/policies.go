@@ -58,7 +58,7 @@ func jobPolicy(o Options) admission.UserPolicy {
 		return "the slipway agent may create only slipway's upgrade Jobs: " + fmt.Sprintf(format, a...)
 	}
 	return admission.UserPolicy{
-		Name: AgentName + "-jobs-" + o.Namespace, Labels: labels("agent"), Users: []string{AgentUser(o.Namespace)},
+		Name: AgentName + "-jobs-" + o.Namespace, Labels: labels("agent"), Users: []string{AgentUser(o.Namespace)}, Namespace: o.Namespace,
 		Group: "batch", Version: "v1", Resource: "jobs", Operations: []admissionv1.OperationType{admissionv1.Create},
 		Variables: []admissionv1.Variable{
 			{Name: "node", Expression: admission.RequesterNode},
@@ -98,7 +98,7 @@ func jobPolicy(o Options) admission.UserPolicy {
 // election uses: no other node's heartbeat, no foreign Lease.
 func leasePolicy(o Options) admission.UserPolicy {
 	return admission.UserPolicy{
-		Name: AgentName + "-leases-" + o.Namespace, Labels: labels("agent"), Users: []string{AgentUser(o.Namespace)},
+		Name: AgentName + "-leases-" + o.Namespace, Labels: labels("agent"), Users: []string{AgentUser(o.Namespace)}, Namespace: o.Namespace,
 		Group: "coordination.k8s.io", Version: "v1", Resource: "leases", Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 		Variables: []admissionv1.Variable{{Name: "node", Expression: admission.RequesterNode}},
 		Validations: []admissionv1.Validation{{
@@ -117,7 +117,7 @@ func leasePolicy(o Options) admission.UserPolicy {
 func sourcePolicy(o Options) admission.UserPolicy {
 	base := o.GitHubDownloadBase
 	return admission.UserPolicy{
-		Name: AgentName + "-resolved-source-" + o.Namespace, Labels: labels("channel"),
+		Name: AgentName + "-resolved-source-" + o.Namespace, Labels: labels("channel"), Namespace: o.Namespace,
 		Group: "ops.slipway.dev", Version: "v1", Resource: "updatechannels/status", Operations: []admissionv1.OperationType{admissionv1.Update},
 		Variables: []admissionv1.Variable{
 			{Name: "path", Expression: "object.spec.url.startsWith('github-releases://') ? object.spec.url.substring(18) : ''"},
