@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
@@ -32,18 +33,21 @@ import (
 // Agent is one running agent. Handlers only enqueue; the syncs are keyed by
 // role and channel name and are idempotent.
 type Agent struct {
-	opts     Options
-	log      *slog.Logger
-	kube     *kube.Clientset
-	ops      opsclient.OpsV1Interface
-	meta     metadata.Interface
-	channels opslisters.UpdateChannelLister
-	nodes    cache.Indexer // this agent's own Node only
-	jobs     cache.Indexer // this agent's node's upgrade Jobs only
-	pods     cache.Store   // their pods
-	queue    workqueue.TypedRateLimitingInterface[key]
-	recorder record.EventRecorder
-	metrics  *metrics
+	opts Options
+	log  *slog.Logger
+	kube *kube.Clientset
+	// drainKube evicts; it and the Rebooter confirm the slot with guard first.
+	drainKube *kube.Clientset
+	guard     *slotGuard
+	ops       opsclient.OpsV1Interface
+	meta      metadata.Interface
+	channels  opslisters.UpdateChannelLister
+	nodes     cache.Indexer // this agent's own Node only
+	jobs      cache.Indexer // this agent's node's upgrade Jobs only
+	pods      cache.Store   // their pods
+	queue     workqueue.TypedRateLimitingInterface[key]
+	recorder  record.EventRecorder
+	metrics   *metrics
 
 	mu              sync.Mutex
 	elections       map[string]*election
@@ -55,11 +59,12 @@ type Agent struct {
 	rolledBack      bool      // this process created a rollback Job; publish when it is done
 	notReadyAt      time.Time // when this process first saw its node not Ready after a reboot
 	waitSince       map[string]time.Time
-	wrote           map[string]v1.Slot   // per channel: this node's slot as this agent last wrote it
-	created         map[string]time.Time // Jobs this process created that its cache may not show yet
-	known           Versions             // the versions this agent published for its node's boot
-	knownBoot       string               // the boot ID known belongs to
+	wrote           map[types.UID]v1.Slot // per channel UID: this node's slot as this agent last wrote it
+	created         map[string]time.Time  // Jobs this process created that its cache may not show yet
+	known           Versions              // the versions this agent published for its node's boot
+	knownBoot       string                // the boot ID known belongs to
 	hasKnown        bool
+	serverSlot      string // the server-slot Lease holder this process wrote (servers.go)
 
 	// rollbackFailed: failed rollback Jobs this process reported (rollback.go).
 	rollbackFailed map[string]bool
@@ -96,9 +101,14 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{opts: opts, log: opts.Log.With("node", opts.NodeName), metrics: newMetrics(),
-		elections: map[string]*election{}, fleet: map[string]*fleetCache{}, waitSince: map[string]time.Time{}, wrote: map[string]v1.Slot{}, created: map[string]time.Time{}}
+		elections: map[string]*election{}, fleet: map[string]*fleetCache{}, waitSince: map[string]time.Time{}, wrote: map[types.UID]v1.Slot{}, created: map[string]time.Time{}}
 	if a.kube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
+	}
+	a.guard = &slotGuard{a: a}
+	a.opts.Rebooter = &guardedRebooter{g: a.guard, next: opts.Rebooter}
+	if a.drainKube, err = a.drainClient(); err != nil {
+		return nil, fmt.Errorf("build the drain's client: %w", err)
 	}
 	if a.ops, err = opsclient.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the UpdateChannel client: %w", err)
@@ -263,6 +273,7 @@ func (a *Agent) channelDeleted(o any) {
 		o = d.Obj
 	}
 	if ch, ok := o.(*v1.UpdateChannel); ok {
+		a.forgetSlot(ch.UID)
 		a.stopElection(ch.Name)
 		a.queue.Add(key{roleNode, ch.Name}) // uncordon if this node was in its slots
 	}

@@ -19,6 +19,7 @@ import (
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/manifest"
 )
 
 func zeroDelay() *metav1.Duration { return &metav1.Duration{} }
@@ -206,6 +207,7 @@ func TestPollsLatestAndRollsOut(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(mirror, "v2"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	f.asServiceAccount(manifest.Options{MirrorDirs: []string{mirror}}) // issue 21 item 6: as shipped
 	for i := range 3 {
 		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
 	}

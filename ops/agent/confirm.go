@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"slipway.dev/slipway/ops/agent/plan"
@@ -13,14 +14,17 @@ import (
 )
 
 // confirmSlot asks the API server (not the informer) whether this node
-// still holds slot in channel name, and returns errSlotGone when it does
-// not. Nothing cordons, drains or reboots on a slot it has not confirmed.
-func (a *Agent) confirmSlot(ctx context.Context, name string, slot v1.Slot) error {
-	ch, err := a.ops.UpdateChannels(a.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("confirm the slot of node %s in channel %s: %w", a.opts.NodeName, name, err)
-	}
-	if !plan.Holds(ch.Status, a.opts.NodeName, slot) {
+// still holds slot in channel ch (the same channel: its UID; the same
+// grant: plan.Holds), and returns errSlotGone when it does not. Nothing
+// cordons, drains, evicts or reboots on a slot it has not confirmed.
+func (a *Agent) confirmSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot) error {
+	cur, err := a.ops.UpdateChannels(a.opts.Namespace).Get(ctx, ch.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return errSlotGone
+	case err != nil:
+		return fmt.Errorf("confirm the slot of node %s in channel %s: %w", a.opts.NodeName, ch.Name, err)
+	case cur.UID != ch.UID || !plan.Holds(cur.Status, a.opts.NodeName, slot):
 		return errSlotGone
 	}
 	return nil

@@ -81,7 +81,8 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	target := plan.Target(s, ch.Status)
 	p := fleetPass{s: s, generation: generation, retry: a.opts.Retry, now: now, listedSlots: fc.slots, resolved: resolved, stale: stale, mine: mine, others: others,
 		checks: a.checkBehind(ctx, fc, ch.Status, plan.Behind(ch.Status, mine, target), startable(s, ch.Status, mine, target, a.opts.Retry, now),
-			plan.FreeSlots(s, ch.Status), target)}
+			plan.FreeSlots(s, ch.Status), target),
+		serverElsewhere: a.serverBusyElsewhere(ctx, name)}
 	var r fleetResult
 	ch, err = a.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
 		r = p.apply(c)

@@ -25,6 +25,8 @@ type fleetPass struct {
 	mine        []plan.Node
 	others      map[string]string
 	checks      map[string]*v1.SkippedNode
+	// serverElsewhere: a server node of another channel holds a slot.
+	serverElsewhere bool
 }
 
 // apply updates c's status for this pass and says what changed.
@@ -48,7 +50,7 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 	// under its permit first, so its slot's Job only activates.
 	r.staging = plan.GrantStaging(p.s, st, p.mine, target, p.now)
 	if slotHolders(c) == p.listedSlots {
-		r.added = plan.Assign(p.s, st, p.mine, p.others, p.checks, target, p.retry, p.now)
+		r.added = plan.AssignBeside(p.s, st, p.mine, p.others, p.checks, target, p.retry, p.now, p.serverElsewhere)
 		startUpgrading(c.UID, st, r.added)
 	} else {
 		// A slot changed hands since the nodes were listed (a conflict

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/crds"
@@ -53,6 +54,8 @@ type fleet struct {
 	closed                  bool // set at cleanup: simulated reboots start no agent any more
 	log                     *os.File
 	opts                    func(*Options)
+	// configs are the agents' API configs by node (asServiceAccount); none: the administrator's.
+	configs map[string]*rest.Config
 }
 
 type runningAgent struct {
@@ -170,7 +173,11 @@ func (f *fleet) startLocked(node string) {
 	}
 	f.agents[node] = ra
 	f.mu.Unlock()
-	opts := Options{NodeName: node, Namespace: f.ns, SystemDir: f.systemDir(node), Config: env.Config,
+	cfg := env.Config
+	if c := f.configs[node]; c != nil {
+		cfg = c
+	}
+	opts := Options{NodeName: node, Namespace: f.ns, SystemDir: f.systemDir(node), Config: cfg,
 		Image: "slipway:test", BootIDFile: f.bootFile(node), Rebooter: &fakeReboot{f: f, node: node},
 		LeaseDuration: 3 * time.Second, Resync: 5 * time.Second,
 		Log: slog.New(slog.NewTextHandler(f.logFile(), &slog.HandlerOptions{Level: slog.LevelInfo}))}

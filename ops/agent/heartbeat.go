@@ -77,8 +77,8 @@ func (a *Agent) agentRenewed(ctx context.Context, node string) (time.Time, error
 		return time.Time{}, nil
 	case err != nil:
 		return time.Time{}, fmt.Errorf("read the heartbeat of node %s's agent: %w", node, err)
-	case l.Spec.RenewTime == nil:
-		return time.Time{}, nil
+	case l.Spec.RenewTime == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != node:
+		return time.Time{}, nil // only a Lease its node holds is its heartbeat
 	}
 	return l.Spec.RenewTime.Time, nil
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -115,4 +116,27 @@ func jobOutcome(j *batchv1.Job) (done, failed bool, reason string, at time.Time)
 		}
 	}
 	return false, false, "", time.Time{}
+}
+
+// UpgradeJob is the upgrade Job an agent on opts.NodeName creates for slot
+// of ch (the attack suite checks that the admission policies admit exactly
+// this shape). opts needs NodeName and Image; the rest takes its defaults.
+func UpgradeJob(opts Options, ch *v1.UpdateChannel, slot v1.Slot) (*batchv1.Job, error) {
+	s, bad := plan.Resolve(ch.Spec)
+	if bad != nil {
+		return nil, fmt.Errorf("channel %s: %s", ch.Name, bad.Message)
+	}
+	if opts.HostSystemDir == "" {
+		opts.HostSystemDir = jobSystemDir
+	}
+	if opts.HostLockDir == "" {
+		opts.HostLockDir = jobLockDir
+	}
+	if len(opts.UpgradeCommand) == 0 {
+		opts.UpgradeCommand = []string{"slipway"}
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = ch.Namespace
+	}
+	return (&Agent{opts: opts}).buildJob(ch, s, slot), nil
 }

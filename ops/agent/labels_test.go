@@ -6,6 +6,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"slipway.dev/slipway/ops/manifest"
 )
 
 func TestLabelValue(t *testing.T) {
@@ -44,5 +46,13 @@ func TestChannelOf(t *testing.T) {
 		if got := channelOf(c.meta); got != c.want {
 			t.Errorf("%s: channelOf = %q, want %q", c.name, got, c.want)
 		}
+	}
+}
+
+// TestLeaseNamesMatchTheManifest: the admission policy admits the Leases
+// by the names the agent writes.
+func TestLeaseNamesMatchTheManifest(t *testing.T) {
+	if LeasePrefix != manifest.ChannelLeasePrefix || AgentLeasePrefix != manifest.HeartbeatLeasePrefix {
+		t.Errorf("lease prefixes %q %q, the manifest admits %q %q", LeasePrefix, AgentLeasePrefix, manifest.ChannelLeasePrefix, manifest.HeartbeatLeasePrefix)
 	}
 }

@@ -47,6 +47,10 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 	seen, _ := a.mySlot(ch, v1.Slot{})
 	s, bad := plan.Resolve(ch.Spec)
 	if seen == nil {
+		a.forgetSlot(ch.UID) // the slot ended: so does this process's memory of it
+		if err := a.releaseServerSlot(ctx, ch); err != nil {
+			return 0, err
+		}
 		if bad == nil {
 			if err := a.syncStage(ctx, ch, s, false); err != nil {
 				return 0, err
@@ -59,12 +63,12 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 	if bad != nil {
 		return 0, nil // the fleet view marks it Invalid; the slot times out if it stays so
 	}
-	sc := &stepCtx{ch: ch, s: s, slot: plan.Newest(*seen, a.lastWrote(name))}
+	sc := &stepCtx{ch: ch, s: s, slot: plan.Newest(*seen, a.lastWrote(ch.UID))}
 	if err := a.syncStage(ctx, ch, s, a.slotUnderWay(sc)); err != nil {
 		return 0, err
 	}
 	for range maxSteps {
-		sc.slot = plan.Newest(*seen, a.lastWrote(name))
+		sc.slot = plan.Newest(*seen, a.lastWrote(ch.UID))
 		o, ok, err := a.observe(sc)
 		if err != nil || !ok {
 			return 0, err
@@ -131,6 +135,10 @@ func (a *Agent) do(ctx context.Context, step plan.Step, sc *stepCtx) (after time
 		return 0, false, a.deferToWindow(ctx, sc.ch, sc.slot, sc.why)
 	case plan.StepDrain:
 		err := a.stepDrain(ctx, sc)
+		if errors.Is(err, errServerBusy) {
+			a.log.Info("waiting for the server slot: another server node is down", "channel", sc.ch.Name, "why", err)
+			return serverWait, false, nil
+		}
 		return 0, err == nil, err
 	case plan.StepReboot:
 		return 0, false, a.stepReboot(ctx, sc)

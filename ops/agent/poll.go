@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,7 +29,7 @@ func (a *Agent) poll(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings)
 	if err != nil {
 		return nil, err
 	}
-	latest, perr := a.resolveLatest(ctx, s)
+	latest, perr := a.resolveLatest(ctx, ch, s)
 	old := ch.Status.LatestVersion
 	ch, err = a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
 		st := &c.Status
@@ -63,10 +65,22 @@ func (a *Agent) poll(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings)
 	return ch, nil
 }
 
-func (a *Agent) resolveLatest(ctx context.Context, s plan.Settings) (string, error) {
+// resolveLatest asks the channel for its latest release, with the
+// channel's own token (spec.tokenSecretRef) when it names one. A mirror
+// directory this process cannot see is the manifest's to mount.
+func (a *Agent) resolveLatest(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
-	src, err := channel.New(s.URL, channel.Options{GitHubToken: a.opts.GitHubToken, UserAgent: "slipway-agent"})
+	token, err := a.channelToken(ctx, ch)
+	if err != nil {
+		return "", err
+	}
+	if dir := mirrorDir(s.URL); dir != "" {
+		if _, err := os.Stat(dir); err != nil {
+			return "", fmt.Errorf("the agent's pod does not see the mirror directory %s (render the manifest with --mirror-dir %s to mount it): %w", dir, dir, err)
+		}
+	}
+	src, err := channel.New(s.URL, channel.Options{GitHubToken: token, UserAgent: "slipway-agent"})
 	if err != nil {
 		return "", err
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/google/go-github/v84/github"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"slipway.dev/slipway/ops/agent/plan"
@@ -106,6 +107,10 @@ func (a *Agent) channelToken(ctx context.Context, ch *v1.UpdateChannel) (string,
 		return a.opts.GitHubToken, nil
 	}
 	sec, err := a.kube.CoreV1().Secrets(a.opts.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if apierrors.IsForbidden(err) {
+		return "", fmt.Errorf("the agent may read only the token Secrets the manifest names, not %s of channel %s (name it slipway-github-token, or render the manifest with --token-secret %s): %w",
+			ref.Name, ch.Name, ref.Name, err)
+	}
 	if err != nil {
 		return "", fmt.Errorf("read the token Secret %s named by spec.tokenSecretRef of channel %s (create it: kubectl -n %s create secret generic %s --from-literal=%s=<token>): %w",
 			ref.Name, ch.Name, a.opts.Namespace, ref.Name, secretKey(ref), err)

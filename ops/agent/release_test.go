@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/manifest"
 )
 
 // TestJobSourceSpec: what the upgrade Job carries for each kind of channel.
@@ -113,7 +114,8 @@ func (g *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // token Secret rolls through three nodes, two at a time, with one request
 // for the release, authenticated with the Secret's token; the Jobs read
 // the resolved download base and get the token from the Secret; the token
-// is in no Job spec, channel or log.
+// is in no Job spec, channel or log. The agents run as the manifest's
+// ServiceAccount.
 func TestReleaseResolvedOncePerRollout(t *testing.T) {
 	api := &fakeGitHub{}
 	srv := httptest.NewServer(api)
@@ -124,6 +126,9 @@ func TestReleaseResolvedOncePerRollout(t *testing.T) {
 	if _, err := f.kube.CoreV1().Secrets(f.ns).Create(context.Background(), sec, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Issue 21 item 6: as the shipped manifest's ServiceAccount, the token
+	// Secret named by the manifest is readable (and no other).
+	f.asServiceAccount(manifest.Options{TokenSecrets: []string{"gh"}, GitHubDownloadBase: "https://github.example/"})
 	for i := range 3 {
 		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
 	}

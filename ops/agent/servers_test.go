@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/drain"
 )
 
 // TestServersOneAtATimeFirst: with concurrency 4, the two control-plane
@@ -77,6 +79,82 @@ func TestServersOneAtATimeFirst(t *testing.T) {
 	}
 	if maxWorkers < 2 {
 		t.Errorf("the other nodes never upgraded side by side (most at once %d): concurrency 4 must apply to them", maxWorkers)
+	}
+	f.assertAllAt("v2")
+}
+
+// TestOneServerDownAcrossChannels (issue 21 item 7): a canary channel
+// beside the default one, each with a server node, both rolling out at
+// once: at no instant are two server nodes cordoned by slipway.
+func TestOneServerDownAcrossChannels(t *testing.T) {
+	f := newFleet(t, 4, nil)
+	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.ns, i) }
+	servers := map[string]bool{n(0): true, n(1): true}
+	for i, ch := range []string{"main", "canary", "main", "canary"} {
+		labels := fmt.Sprintf(`"slipway.dev/channel":%q`, ch)
+		if servers[n(i)] {
+			labels += `,"node-role.kubernetes.io/control-plane":"true"`
+		}
+		if _, err := f.kube.CoreV1().Nodes().Patch(context.Background(), n(i), "application/merge-patch+json",
+			[]byte(`{"metadata":{"labels":{`+labels+`}}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := f.kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: "fleet=" + f.ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	down, most := map[string]bool{}, 0
+	go func() {
+		for ev := range w.ResultChan() {
+			node, ok := ev.Object.(*corev1.Node)
+			if !ok || !servers[node.Name] {
+				continue
+			}
+			mu.Lock()
+			down[node.Name] = drain.CordonedBy(node.Annotations) == CordonOwner
+			count := 0
+			for _, d := range down {
+				if d {
+					count++
+				}
+			}
+			most = max(most, count)
+			mu.Unlock()
+		}
+	}()
+	for i := range 4 {
+		f.start(n(i))
+	}
+	spec := func(channel string) v1.UpdateChannelSpec {
+		return v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: &metav1.Duration{Duration: 2 * time.Second},
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns, "slipway.dev/channel": channel}}}
+	}
+	f.channel(spec("main"))
+	canary := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "canary", Namespace: f.ns}, Spec: spec("canary")}
+	if _, err := f.ops.OpsV1().UpdateChannels(f.ns).Create(context.Background(), canary, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("the main channel's two nodes at v2", 2*time.Minute, done(2))
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		c, err := f.ops.OpsV1().UpdateChannels(f.ns).Get(context.Background(), "canary", metav1.GetOptions{})
+		if err == nil && done(2)(c) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the canary never finished: %+v", c.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cancel()
+	mu.Lock()
+	defer mu.Unlock()
+	if most != 1 {
+		t.Errorf("at most %d server nodes were cordoned at once across the two channels, want 1", most)
 	}
 	f.assertAllAt("v2")
 }

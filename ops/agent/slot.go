@@ -32,7 +32,7 @@ func (a *Agent) setPhase(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot
 		})
 	}
 	if err == nil {
-		a.noteWrote(ch.Name, slot, phase, job)
+		a.noteWrote(ch.UID, slot, phase, job)
 	}
 	return written, err
 }
@@ -49,11 +49,15 @@ func (a *Agent) patchSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slo
 		return nil, nil
 	}
 	p := fmt.Sprintf("/status/updating/%d", i)
-	patch := append([]map[string]any{
+	patch := []map[string]any{
 		{"op": "test", "path": p + "/node", "value": a.opts.NodeName},
 		{"op": "test", "path": p + "/attempt", "value": slot.Attempt},
 		{"op": "test", "path": p + "/version", "value": slot.Version},
-	}, ops(p)...)
+	}
+	if !slot.Since.IsZero() { // the same grant, not a later one of the same version and attempt
+		patch = append(patch, map[string]any{"op": "test", "path": p + "/since", "value": slot.Since})
+	}
+	patch = append(patch, ops(p)...)
 	data, err := json.Marshal(patch)
 	if err != nil {
 		return nil, err
@@ -66,20 +70,36 @@ func (a *Agent) patchSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slo
 	return nil, nil
 }
 
-// noteWrote remembers the phase this agent wrote to its slot in channel,
-// which its channel informer may not show yet.
-func (a *Agent) noteWrote(channel string, slot v1.Slot, phase, job string) {
+// noteWrote remembers the phase this agent wrote to its slot in the
+// channel of UID uid (a recreated channel is another), which its channel
+// informer may not show yet. plan.Newest believes it only for the same
+// slot (plan.SameSlot), and forgetSlot drops it when the slot ends.
+func (a *Agent) noteWrote(uid types.UID, slot v1.Slot, phase, job string) {
 	slot.Phase, slot.Job = phase, job
 	slot.Node = a.opts.NodeName
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.wrote[channel] = slot
+	a.wrote[uid] = slot
 }
 
-func (a *Agent) lastWrote(channel string) v1.Slot {
+func (a *Agent) lastWrote(uid types.UID) v1.Slot {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.wrote[channel]
+	return a.wrote[uid]
+}
+
+// forgetSlot ends this process's memory of its slot in the channel of UID
+// uid: what it wrote and what it did towards the reboot. A later slot,
+// even for the same version and attempt, starts from what the API server
+// says.
+func (a *Agent) forgetSlot(uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.wrote[uid]; !ok {
+		return
+	}
+	delete(a.wrote, uid)
+	a.rebooting, a.wroteRebootFrom, a.drained = false, "", ""
 }
 
 // freeSlot removes this node's slot after a success: a JSON patch of its

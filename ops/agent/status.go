@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 )
 
@@ -49,11 +50,11 @@ func (a *Agent) updateStatus(ctx context.Context, name string, mutate func(*v1.U
 }
 
 // mySlot returns this agent's slot in ch and errSlotGone when it holds none
-// or holds another attempt than want (want.Attempt 0 accepts any).
+// or holds another slot than want (plan.SameSlot; want.Attempt 0 accepts any).
 func (a *Agent) mySlot(ch *v1.UpdateChannel, want v1.Slot) (*v1.Slot, error) {
 	for i := range ch.Status.Updating {
 		s := &ch.Status.Updating[i]
-		if s.Node == a.opts.NodeName && (want.Attempt == 0 || (s.Attempt == want.Attempt && s.Version == want.Version)) {
+		if s.Node == a.opts.NodeName && (want.Attempt == 0 || plan.SameSlot(*s, want)) {
 			return s, nil
 		}
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
 )
 
@@ -53,8 +55,13 @@ func (a *Agent) stepCreateJob(ctx context.Context, sc *stepCtx) error {
 // and what is staged, cordons and drains the node (per spec.drain), and
 // marks the slot Rebooting. A failed drain records the failure.
 func (a *Agent) stepDrain(ctx context.Context, sc *stepCtx) error {
-	if err := a.confirmSlot(ctx, sc.ch.Name, sc.slot); err != nil {
+	if err := a.confirmSlot(ctx, sc.ch, sc.slot); err != nil {
 		return err
+	}
+	if a.isServer() { // one server down at a time across all channels (servers.go)
+		if err := a.takeServerSlot(ctx, sc.ch, sc.slot); err != nil {
+			return err
+		}
 	}
 	boot, err := a.bootID()
 	if err != nil {
@@ -98,11 +105,16 @@ func (a *Agent) cordonAndDrain(ctx context.Context, sc *stepCtx, meta map[string
 		return "", err
 	}
 	stop := a.markIfSlow(ctx, sc, plan.PhaseDraining)
-	res, err := drain.Drain(ctx, a.kube, a.opts.NodeName, withLog(opts, a.log))
+	a.guard.hold(sc.ch, sc.slot) // every eviction confirms the slot first (guard.go)
+	res, err := drain.Drain(ctx, a.drainKube, a.opts.NodeName, withLog(opts, a.log))
+	a.guard.hold(nil, v1.Slot{})
 	stop()
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
+		}
+		if errors.Is(err, errSlotGone) || errors.Is(a.confirmSlot(ctx, sc.ch, sc.slot), errSlotGone) {
+			return "", errSlotGone // no failure of a slot no longer held: the agent uncordons
 		}
 		return "", a.fail(ctx, sc.ch, sc.slot, "drain", fmt.Sprintf("drain failed, node uncordoned: %v (drain began %s; drain.timeout %s counts from then)",
 			err, began.UTC().Format(time.RFC3339), sc.s.Drain.Timeout))
@@ -141,10 +153,12 @@ func (a *Agent) markIfSlow(ctx context.Context, sc *stepCtx, phase string) (stop
 func (a *Agent) stepReboot(ctx context.Context, sc *stepCtx) error {
 	how := a.drainedHow()
 	if how == "" {
-		if err := a.confirmSlot(ctx, sc.ch.Name, sc.slot); err != nil {
+		if err := a.confirmSlot(ctx, sc.ch, sc.slot); err != nil {
 			return err
 		}
 	}
+	a.guard.hold(sc.ch, sc.slot) // the Rebooter confirms the slot again after rebootDelay (guard.go)
+	defer a.guard.hold(nil, v1.Slot{})
 	return a.reboot(ctx, sc.ch, sc.s, sc.slot, how)
 }
 

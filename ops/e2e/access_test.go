@@ -28,13 +28,20 @@ var agentIdentity = &testenv.Identity{
 	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 }
 
+// accessOptions is the manifest as this package installs it: the agents'
+// Jobs run the e2e image and command and read the local mirror, and the
+// admission policies hold them to exactly that.
+func accessOptions() manifest.Options {
+	return manifest.Options{Namespace: ns, Image: "slipway:e2e", JobCommand: strings.Fields(upgradeCommand), MirrorDirs: []string{mirror}}
+}
+
 // grantAgentAccess creates the manifest's access objects before the agents start.
 func grantAgentAccess(ctx context.Context, cfg *rest.Config) error {
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	for _, obj := range manifest.AccessObjects(manifest.Options{Namespace: ns}) {
+	for _, obj := range manifest.AccessObjects(accessOptions()) {
 		if err := create(ctx, c, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create %T: %w", obj, err)
 		}
@@ -75,6 +82,7 @@ var rarelyCalled = map[string]string{
 	"namespace ops.slipway.dev/updatechannels list": "an informer lists when the API server cannot stream its initial list (watch-list)",
 	"namespace batch/jobs list":                     "an informer lists when the API server cannot stream its initial list (watch-list)",
 	"cluster /events patch":                         "client-go's recorder folds a repeated Event into a patch of the first",
+	"namespace /secrets get":                        "a github-releases:// channel with spec.tokenSecretRef: the Lease holder reads its token",
 }
 
 // checkAgentAccess compares what the agents called (the audit log, every
@@ -118,7 +126,7 @@ func checkAgentAccess(log string) error {
 
 // granted lists the manifest's grants as "scope group/resource verb".
 func granted() []string {
-	cluster, namespaced := manifest.Rules(manifest.Options{Namespace: ns})
+	cluster, namespaced := manifest.Rules(accessOptions())
 	var out []string
 	for scope, rules := range map[string][]rbacv1.PolicyRule{"cluster": cluster, "namespace": namespaced} {
 		for _, r := range rules {

@@ -1,8 +1,11 @@
 package manifest
 
 import (
+	"fmt"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -31,9 +34,8 @@ const (
 )
 
 // daemonSet runs `slipway ops agent` on every node, control plane included.
-// It shares the host's PID namespace and holds CAP_SYS_BOOT (with what an
-// OpenRC host's reboot needs, agentSecurityContext), because the
-// agent reboots its node (reboot(2) from a pod's own PID namespace would
+// It shares the host's PID namespace and holds CAP_SYS_BOOT
+// (agentSecurityContext), because the agent reboots its node (reboot(2) from a pod's own PID namespace would
 // only end that namespace); it is not privileged. Its system directory is
 // mounted read-only (the upgrade Job, not the agent, writes it).
 func daemonSet(o Options) *appsv1.DaemonSet {
@@ -53,16 +55,13 @@ func daemonSet(o Options) *appsv1.DaemonSet {
 				Spec: corev1.PodSpec{
 					ServiceAccountName: AgentName,
 					HostPID:            true,
+					PriorityClassName:  PriorityClassName,
+					SecurityContext:    &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 					// Every taint, so the agent also runs on control-plane and tainted nodes.
 					Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					TerminationGracePeriodSeconds: ptr.To[int64](30),
 					Containers:                    []corev1.Container{agentContainer(o)},
-					Volumes: []corev1.Volume{
-						hostPathVolume("system", SystemDir, corev1.HostPathDirectory),
-						hostPathVolume("run", RunDir, corev1.HostPathDirectoryOrCreate),
-						hostPathVolume("dbus", DBusDir, corev1.HostPathDirectoryOrCreate),
-						hostPathVolume("host-run", HostRun, corev1.HostPathDirectory),
-					},
+					Volumes:                       agentVolumes(o),
 				},
 			},
 		},
@@ -90,12 +89,7 @@ func agentContainer(o Options) corev1.Container {
 			},
 			Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
 		},
-		VolumeMounts: []corev1.VolumeMount{
-			{Name: "system", MountPath: SystemDir, ReadOnly: true},
-			{Name: "run", MountPath: RunDir},
-			{Name: "dbus", MountPath: DBusDir},
-			{Name: "host-run", MountPath: HostRunMount, ReadOnly: true},
-		},
+		VolumeMounts: agentMounts(o),
 	}
 }
 
@@ -106,22 +100,75 @@ func agentArgs(o Options) []string {
 	return []string{"ops", "agent"}
 }
 
+// AgentCapabilities are the only capabilities the agent's container holds.
+var AgentCapabilities = []corev1.Capability{"SYS_BOOT"}
+
 // agentSecurityContext holds the capabilities the agent uses, and no more:
-// SYS_BOOT for reboot(2) (the `syscall` method, and `auto` on a host whose
-// init is unknown; logind reboots over the system bus need none);
-// SYS_CHROOT and SYS_PTRACE for an OpenRC host (k3os), where `auto` runs
-// the host's own openrc-shutdown chrooted into the host's root as
-// /proc/1/root shows it: the kernel lets a process follow another's root
-// link only with CAP_SYS_PTRACE when that process (init) holds
-// capabilities it does not. It runs as root to reach the
-// system bus and read the system directory. A `--reboot-method command`
-// whose command needs more is given it by the operator, in a patch of this
-// DaemonSet.
+// SYS_BOOT, to reboot its host the way the host's init expects (a signal to
+// PID 1, which hostPID makes the host's init, or reboot(2); logind reboots
+// over the system bus need none). No SYS_PTRACE (with hostPID it would
+// reach every host process's memory and the host's root through
+// /proc/<pid>/root) and no SYS_CHROOT. It runs as root to reach the system
+// bus and read the system directory, under the runtime's default seccomp
+// profile, with a read-only root filesystem (it writes nothing locally). A
+// `--reboot-method command` whose command needs more is given it by the
+// operator, in a patch of this DaemonSet.
 func agentSecurityContext() *corev1.SecurityContext {
 	return &corev1.SecurityContext{
 		RunAsUser:                ptr.To[int64](0),
 		AllowPrivilegeEscalation: ptr.To(false),
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"SYS_BOOT", "SYS_CHROOT", "SYS_PTRACE"}},
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: AgentCapabilities},
+	}
+}
+
+// agentVolumes are the host paths the agent reads: the system directory,
+// the upgrade lock's directory, the host's /run (to tell its init), the
+// mirror directories of file:// channels (it resolves `latest` there) and,
+// on systemd hosts only, the system bus.
+func agentVolumes(o Options) []corev1.Volume {
+	vols := []corev1.Volume{
+		hostPathVolume("system", SystemDir, corev1.HostPathDirectory),
+		hostPathVolume("run", RunDir, corev1.HostPathDirectoryOrCreate),
+		hostPathVolume("host-run", HostRun, corev1.HostPathDirectory),
+	}
+	if o.SystemdHosts {
+		vols = append(vols, hostPathVolume("dbus", DBusDir, corev1.HostPathDirectory))
+	}
+	for i, dir := range o.MirrorDirs {
+		vols = append(vols, hostPathVolume(fmt.Sprintf("mirror-%d", i), dir, corev1.HostPathDirectory))
+	}
+	return vols
+}
+
+func agentMounts(o Options) []corev1.VolumeMount {
+	mounts := []corev1.VolumeMount{
+		{Name: "system", MountPath: SystemDir, ReadOnly: true},
+		{Name: "run", MountPath: RunDir},
+		{Name: "host-run", MountPath: HostRunMount, ReadOnly: true},
+	}
+	if o.SystemdHosts {
+		mounts = append(mounts, corev1.VolumeMount{Name: "dbus", MountPath: DBusDir})
+	}
+	for i, dir := range o.MirrorDirs {
+		mounts = append(mounts, corev1.VolumeMount{Name: fmt.Sprintf("mirror-%d", i), MountPath: dir, ReadOnly: true})
+	}
+	return mounts
+}
+
+// PriorityClassName is the agent's PriorityClass: a node's agent is what
+// reboots it back onto a working release, so it is not the pod evicted
+// when the node runs short.
+const PriorityClassName = "slipway-node-agent"
+
+func priorityClass() *schedulingv1.PriorityClass {
+	return &schedulingv1.PriorityClass{
+		TypeMeta:         metav1.TypeMeta{APIVersion: "scheduling.k8s.io/v1", Kind: "PriorityClass"},
+		ObjectMeta:       metav1.ObjectMeta{Name: PriorityClassName, Labels: labels("agent")},
+		Value:            1000000000, // the highest a user-defined class may have, below system-node-critical
+		Description:      "slipway's node agent: it reboots its node onto a working release",
+		PreemptionPolicy: ptr.To(corev1.PreemptLowerPriority),
 	}
 }
 

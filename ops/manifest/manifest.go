@@ -27,6 +27,12 @@ const (
 	DefaultImageRepo   = "docker.io/slipway/slipway"
 	DefaultChannelName = "default"
 	DefaultChannelURL  = "github-releases://rancher/k3os"
+	// DefaultTokenSecret is the Secret a channel's tokenSecretRef names
+	// unless Options.TokenSecrets names others: the only Secret the agent
+	// may read, and the only one its Jobs may take a token from.
+	DefaultTokenSecret = "slipway-github-token"
+	// DefaultGitHubDownloadBase is where GitHub serves release assets.
+	DefaultGitHubDownloadBase = "https://github.com/"
 	// AgentName names the DaemonSet, its ServiceAccount and its RBAC objects.
 	AgentName = "slipway-agent"
 )
@@ -47,6 +53,28 @@ type Options struct {
 	// CRD writes that needs. Off by default: the manifest carries the CRD,
 	// and an agent that may rewrite CRDs may rewrite any API in the cluster.
 	InstallCRDs bool
+	// JobImages are images the upgrade Jobs may run besides Image (a
+	// channel's spec.image); the admission policy refuses any other.
+	JobImages []string
+	// JobCommand is the upgrade Job container's command (default slipway).
+	JobCommand []string
+	// HostSystemDir and HostLockDir are the host paths the Jobs mount
+	// (defaults SystemDir and RunDir): the only host paths besides MirrorDirs.
+	HostSystemDir, HostLockDir string
+	// MirrorDirs are the host directories file:// channels read from: the
+	// agent's pod mounts them read-only (it resolves `latest` from them)
+	// and the Jobs may mount them read-only; no other host path.
+	MirrorDirs []string
+	// TokenSecrets are the Secrets (in Namespace) a channel's
+	// tokenSecretRef may name (default DefaultTokenSecret).
+	TokenSecrets []string
+	// GitHubDownloadBase is where the resolved release of a
+	// github-releases://owner/repo channel must point: <base>owner/repo/releases.
+	GitHubDownloadBase string
+	// SystemdHosts mounts the host's D-Bus socket directory into the agent's
+	// pod, for hosts whose init is systemd (the reboot goes through logind).
+	// Off by default: a k3os host (busybox init, OpenRC) has no use for it.
+	SystemdHosts bool
 	// Out receives the YAML (Run only).
 	Out io.Writer
 }
@@ -70,6 +98,15 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.Channel.Version == "" {
 		o.Channel.Paused = true
+	}
+	if o.HostSystemDir == "" {
+		o.HostSystemDir = SystemDir
+	}
+	if o.HostLockDir == "" {
+		o.HostLockDir = RunDir
+	}
+	if o.GitHubDownloadBase == "" {
+		o.GitHubDownloadBase = DefaultGitHubDownloadBase
 	}
 	return o
 }
@@ -118,8 +155,8 @@ func Objects(o Options) ([]any, error) {
 		objs = append(objs, c)
 	}
 	objs = append(objs, rbac(o)...)
-	objs = append(objs, ownNodePolicy(o).Objects()...)
-	objs = append(objs, daemonSet(o), channel(o))
+	objs = append(objs, policies(o)...)
+	objs = append(objs, priorityClass(), daemonSet(o), channel(o))
 	return objs, nil
 }
 
@@ -132,10 +169,24 @@ func labels(component string) map[string]string {
 	}
 }
 
+// namespace holds the agent and its Jobs. Both need the host (the agent:
+// its PID namespace to reboot, the system directory read-only; the Jobs:
+// the system directory writable and CAP_SYS_ADMIN to remount it), so Pod
+// Security enforces `privileged` here, written out so that a cluster whose
+// default level is stricter still runs them; what the Jobs may be is
+// decided by the Job admission policy (jobPolicy) instead, and the
+// namespace warns and audits at `restricted` so that anything else placed
+// here shows. docs/security.md says why.
 func namespace(o Options) *corev1.Namespace {
 	return &corev1.Namespace{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
-		ObjectMeta: metav1.ObjectMeta{Name: o.Namespace, Labels: map[string]string{"app.kubernetes.io/part-of": "slipway"}},
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+		ObjectMeta: metav1.ObjectMeta{Name: o.Namespace, Labels: map[string]string{
+			"app.kubernetes.io/part-of":                  "slipway",
+			"pod-security.kubernetes.io/enforce":         "privileged",
+			"pod-security.kubernetes.io/enforce-version": "latest",
+			"pod-security.kubernetes.io/audit":           "restricted",
+			"pod-security.kubernetes.io/audit-version":   "latest",
+		}},
 	}
 }
 

@@ -63,12 +63,14 @@ func TestRenderParsesIntoTheObjects(t *testing.T) {
 	for _, o := range objs {
 		kinds = append(kinds, o.GetObjectKind().GroupVersionKind().Kind)
 	}
-	want := "Namespace,CustomResourceDefinition,ServiceAccount,ClusterRole,ClusterRoleBinding,Role,RoleBinding,ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding,DaemonSet,UpdateChannel"
+	vap := strings.Repeat("ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding,", 4) // own Node, Jobs, Leases, resolved source
+	want := "Namespace,CustomResourceDefinition,ServiceAccount,ClusterRole,ClusterRoleBinding,Role,RoleBinding," + vap + "PriorityClass,DaemonSet,UpdateChannel"
 	if got := strings.Join(kinds, ","); got != want {
 		t.Fatalf("kinds = %s\nwant %s", got, want)
 	}
-	if ns := objs[0].(*corev1.Namespace); ns.Name != "ops" {
-		t.Errorf("namespace = %s", ns.Name)
+	if ns := objs[0].(*corev1.Namespace); ns.Name != "ops" || ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" ||
+		ns.Labels["pod-security.kubernetes.io/audit"] != "restricted" {
+		t.Errorf("namespace = %s, labels %v: want Pod Security written out", ns.Name, ns.Labels)
 	}
 	ch := objs[len(objs)-1].(*opsv1.UpdateChannel)
 	if ch.Namespace != "ops" || ch.Name != "default" || ch.Spec.URL != "file:///mirror" || ch.Spec.Version != "v2" || ch.Spec.Concurrency != 3 || ch.Spec.Paused {
@@ -119,13 +121,9 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, ns, image string) {
 			t.Errorf("mount %s at %s from host %s", m.Name, m.MountPath, paths[m.Name])
 		}
 	}
-	sc := c.SecurityContext
-	if !pod.HostPID || sc == nil || (sc.Privileged != nil && *sc.Privileged) || sc.Capabilities == nil ||
-		fmt.Sprint(sc.Capabilities.Drop, sc.Capabilities.Add) != "[ALL] [SYS_BOOT SYS_CHROOT SYS_PTRACE]" {
-		t.Errorf("hostPID %v, security context %+v: want the host's PID namespace and CAP_SYS_BOOT, CAP_SYS_CHROOT, CAP_SYS_PTRACE alone, not privileged", pod.HostPID, sc)
-	}
-	if paths["system"] != "/k3os/system" || paths["run"] != "/run/k3os" || paths["dbus"] != "/run/dbus" {
-		t.Errorf("host paths = %v", paths)
+	checkAgentHardened(t, pod)
+	if paths["system"] != "/k3os/system" || paths["run"] != "/run/k3os" || paths["dbus"] != "" {
+		t.Errorf("host paths = %v, want no D-Bus socket unless SystemdHosts", paths)
 	}
 	for k, v := range ds.Spec.Selector.MatchLabels {
 		if ds.Spec.Template.Labels[k] != v {
@@ -186,5 +184,49 @@ func TestRunWritesRender(t *testing.T) {
 	}
 	if err := Run(t.Context(), Options{}); err == nil {
 		t.Error("Run without an output writer succeeded")
+	}
+}
+
+// checkAgentHardened (issue 22, right 4): the agent's pod holds the host's
+// PID namespace and CAP_SYS_BOOT alone: no SYS_PTRACE (with hostPID, the
+// host's root and every host process's memory) or SYS_CHROOT, the
+// runtime's seccomp profile, a read-only root, a PriorityClass.
+func checkAgentHardened(t *testing.T, pod corev1.PodSpec) {
+	t.Helper()
+	sc := pod.Containers[0].SecurityContext
+	if !pod.HostPID || sc == nil || (sc.Privileged != nil && *sc.Privileged) || sc.Capabilities == nil ||
+		fmt.Sprint(sc.Capabilities.Drop, sc.Capabilities.Add) != "[ALL] [SYS_BOOT]" {
+		t.Errorf("hostPID %v, security context %+v: want the host's PID namespace and CAP_SYS_BOOT alone, not privileged", pod.HostPID, sc)
+	}
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("security context %+v: want a read-only root, no privilege escalation, seccomp RuntimeDefault", sc)
+	}
+	if pod.SecurityContext == nil || pod.SecurityContext.SeccompProfile == nil || pod.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v: want seccomp RuntimeDefault", pod.SecurityContext)
+	}
+	if pod.PriorityClassName != PriorityClassName || pod.HostNetwork || pod.HostIPC {
+		t.Errorf("priority class %q, hostNetwork %v, hostIPC %v", pod.PriorityClassName, pod.HostNetwork, pod.HostIPC)
+	}
+}
+
+// TestHostOptions: the D-Bus socket only for systemd hosts; each mirror
+// directory read-only in the agent's pod (a file:// channel resolves
+// `latest` there, issue 21 item 6) and allowed to the Jobs.
+func TestHostOptions(t *testing.T) {
+	o := Options{SystemdHosts: true, MirrorDirs: []string{"/srv/mirror"}}.WithDefaults()
+	ds := daemonSet(o)
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range ds.Spec.Template.Spec.Containers[0].VolumeMounts {
+		mounts[m.MountPath] = m
+	}
+	if _, ok := mounts[DBusDir]; !ok {
+		t.Errorf("SystemdHosts: no D-Bus mount in %v", mounts)
+	}
+	if m, ok := mounts["/srv/mirror"]; !ok || !m.ReadOnly {
+		t.Errorf("mirror mount %+v, want read-only", m)
+	}
+	if p := jobPolicy(o).Policy(); !strings.Contains(fmt.Sprint(p.Spec.Validations), `"/srv/mirror"`) {
+		t.Error("the Job policy does not allow the mirror directory")
 	}
 }

@@ -48,9 +48,14 @@ func ownNodePolicy(o Options) admission.NodeAgentPolicy {
 // namespacedRules are exactly what the agent calls in its own namespace: the
 // channels (watched; only their status is written), the upgrade Jobs of its
 // node (watched, created; finished Jobs are kept as the record of an
-// attempt) and their pods (watched), and the per-channel Lease (client-go leader election).
-func namespacedRules() []rbacv1.PolicyRule {
+// attempt; jobPolicy admits only slipway's shape on its own node) and their
+// pods (watched), the Leases (the per-channel election, its own heartbeat
+// and the server slot; leasePolicy admits no other), and the token Secrets
+// by name only (the channel's Lease holder resolves a GitHub release with
+// it).
+func namespacedRules(o Options) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: o.tokenSecrets()},
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels/status"}, Verbs: []string{"update", "patch"}},
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get", "list", "watch", "create"}},
@@ -82,7 +87,7 @@ func rbac(o Options) []any {
 		&rbacv1.Role{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
 			ObjectMeta: metav1.ObjectMeta{Name: AgentName, Namespace: o.Namespace, Labels: labels("agent")},
-			Rules:      namespacedRules(),
+			Rules:      namespacedRules(o),
 		},
 		&rbacv1.RoleBinding{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
@@ -94,14 +99,15 @@ func rbac(o Options) []any {
 }
 
 // AccessObjects are the manifest's objects that say what the agent may do:
-// its namespace, ServiceAccount, RBAC and the own-Node admission policy.
-// Tests run agents under exactly these.
+// its namespace, ServiceAccount, RBAC and admission policies. Tests run
+// agents under exactly these.
 func AccessObjects(o Options) []any {
 	o = o.WithDefaults()
-	return append(append([]any{namespace(o)}, rbac(o)...), ownNodePolicy(o).Objects()...)
+	return append(append([]any{namespace(o)}, rbac(o)...), policies(o)...)
 }
 
 // Rules are the agent's RBAC rules: across the cluster and in its namespace.
 func Rules(o Options) (cluster, namespaced []rbacv1.PolicyRule) {
-	return clusterRules(o), namespacedRules()
+	o = o.WithDefaults()
+	return clusterRules(o), namespacedRules(o)
 }

@@ -16,8 +16,18 @@ func Holds(st v1.UpdateChannelStatus, node string, want v1.Slot) bool {
 	if i < 0 {
 		return false
 	}
-	s := st.Updating[i]
-	return want.Attempt == 0 || s.Attempt == want.Attempt && s.Version == want.Version
+	want.Node = node
+	return want.Attempt == 0 || SameSlot(st.Updating[i], want)
+}
+
+// SameSlot reports whether a and b are the same grant of a slot: the same
+// node, version and attempt, claimed at the same time (within one
+// channel: the caller compares the channel's UID). A slot given back
+// without a failure (a window deferral, a channel made invalid and valid
+// again) and granted again for the same version and attempt is another
+// slot: nothing done or remembered for the first counts for the second.
+func SameSlot(a, b v1.Slot) bool {
+	return a.Node == b.Node && a.Version == b.Version && a.Attempt == b.Attempt && a.Since.Equal(&b.Since)
 }
 
 // DrainBudget is how long a drain may still run: timeout counted from

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 )
 
@@ -24,6 +26,8 @@ func TestHolds(t *testing.T) {
 		{"a prefix is not the node", "node-", v1.Slot{}, false},
 		{"a later attempt replaced it", "node-10", v1.Slot{Version: "v2", Attempt: 2}, false},
 		{"another version replaced it", "node-1", v1.Slot{Version: "v3", Attempt: 1}, false},
+		// Issue 21 item 4: the same version and attempt granted again later is another slot.
+		{"a later grant replaced it", "node-1", v1.Slot{Version: "v2", Attempt: 1, Since: metav1.Unix(1_700_000_000, 0)}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Holds(st, tc.node, tc.want); got != tc.held {

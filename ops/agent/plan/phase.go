@@ -11,7 +11,7 @@ var phaseOrder = map[string]int{"": 0, PhasePending: 0, PhaseUpgrading: 1, Phase
 // write the same phase again. wrote counts only for the same slot (node,
 // version and attempt).
 func Newest(seen, wrote v1.Slot) v1.Slot {
-	if wrote.Node != seen.Node || wrote.Version != seen.Version || wrote.Attempt != seen.Attempt {
+	if !SameSlot(seen, wrote) {
 		return seen
 	}
 	if phaseOrder[wrote.Phase] > phaseOrder[seen.Phase] {

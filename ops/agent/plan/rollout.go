@@ -50,6 +50,14 @@ func MustCheck(st v1.UpdateChannelStatus, n Node, target string) bool {
 // one at a time and before the others, never more than concurrency.
 func Assign(s Settings, st *v1.UpdateChannelStatus, mine []Node, others map[string]string, checked map[string]*v1.SkippedNode,
 	target string, retry Retry, now time.Time) []string {
+	return AssignBeside(s, st, mine, others, checked, target, retry, now, false)
+}
+
+// AssignBeside is Assign with serverElsewhere: a server node of another
+// channel holds a slot, which counts as one of this channel's server
+// slots (one server down at a time across all channels).
+func AssignBeside(s Settings, st *v1.UpdateChannelStatus, mine []Node, others map[string]string, checked map[string]*v1.SkippedNode,
+	target string, retry Retry, now time.Time, serverElsewhere bool) []string {
 	behind := Behind(*st, mine, target)
 	var total int
 	st.Skipped, total = MergeSkipped(st.Skipped, behind, checked, Unchecked(mine, others, now))
@@ -71,6 +79,9 @@ func Assign(s Settings, st *v1.UpdateChannelStatus, mine []Node, others map[stri
 		} else if n.Version != "" && n.Version != target {
 			serversBehind++
 		}
+	}
+	if serverElsewhere {
+		serverSlots++
 	}
 	added := Claim(s, st, ServersFirst(eligible, serversBehind, serverSlots), target, now)
 	st.Counts = Counts(mine, *st, target)

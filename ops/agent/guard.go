@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	"k8s.io/client-go/rest"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/kube"
+	"slipway.dev/slipway/upgrade/reboot"
+)
+
+// The slot guard: no eviction and no reboot without a slot the API server
+// confirms at that moment. A drain runs for minutes and the reboot waits
+// rebootDelay; the slot can be taken away meanwhile (a stale slot
+// recovered, a channel deleted or made invalid, a window deferral). The
+// drain's client and the Rebooter go through the guard, which GETs the
+// channel before each eviction, each pod deletion and the reboot itself,
+// and refuses them (errSlotGone) once the slot is gone.
+
+// slotGuard holds the slot the drain or the reboot under way acts for.
+type slotGuard struct {
+	a    *Agent
+	mu   sync.Mutex
+	ch   *v1.UpdateChannel
+	slot v1.Slot
+}
+
+// hold sets the slot the next evictions and the reboot need (nil ch: none).
+func (g *slotGuard) hold(ch *v1.UpdateChannel, slot v1.Slot) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ch, g.slot = ch, slot
+}
+
+// confirm asks the API server whether the slot held is still this node's.
+func (g *slotGuard) confirm(ctx context.Context, what string) error {
+	g.mu.Lock()
+	ch, slot := g.ch, g.slot
+	g.mu.Unlock()
+	if ch == nil {
+		return fmt.Errorf("%s: node %s holds no slot: %w", what, g.a.opts.NodeName, errSlotGone)
+	}
+	if err := g.a.confirmSlot(ctx, ch, slot); err != nil {
+		return fmt.Errorf("%s for channel %s: %w", what, ch.Name, err)
+	}
+	return nil
+}
+
+// disruptive tells the requests the guard confirms: an eviction, a pod deletion.
+func disruptive(r *http.Request) bool {
+	p := r.URL.Path
+	return r.Method == http.MethodPost && strings.HasSuffix(p, "/eviction") ||
+		r.Method == http.MethodDelete && strings.Contains(p, "/pods/")
+}
+
+type guardTransport struct {
+	g    *slotGuard
+	next http.RoundTripper
+}
+
+func (t *guardTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if disruptive(r) {
+		if err := t.g.confirm(r.Context(), "evict "+r.URL.Path); err != nil {
+			return nil, err
+		}
+	}
+	return t.next.RoundTrip(r)
+}
+
+// drainClient is the client the drain evicts through: every eviction and
+// pod deletion confirms the slot first.
+func (a *Agent) drainClient() (*kube.Clientset, error) {
+	cfg := rest.CopyConfig(a.opts.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &guardTransport{g: a.guard, next: rt} })
+	return kube.NewForConfig(cfg)
+}
+
+// guardedRebooter confirms the slot right before it reboots.
+type guardedRebooter struct {
+	g    *slotGuard
+	next reboot.Rebooter
+}
+
+func (r *guardedRebooter) Reboot(ctx context.Context) error {
+	if err := r.g.confirm(ctx, "reboot"); err != nil {
+		return fmt.Errorf("not rebooting: %w", err)
+	}
+	return r.next.Reboot(ctx)
+}
+
+func (r *guardedRebooter) String() string { return r.next.String() }

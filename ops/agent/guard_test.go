@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/drain"
+)
+
+// slotFor gives node a slot in the fleet's channel (written as the
+// Lease holder would) and returns the channel and the slot as written.
+func (f *fleet) slotFor(t *testing.T, node string, spec v1.UpdateChannelSpec) (*v1.UpdateChannel, v1.Slot) {
+	t.Helper()
+	spec.Paused = true // no Lease holder grants it again once the test frees it
+	f.channel(spec)
+	ch := f.get()
+	slot := v1.Slot{Node: node, Version: "v2", Attempt: 1, Phase: plan.PhaseUpgrading, Since: metav1.Now()}
+	ch.Status.Updating = []v1.Slot{slot}
+	ch, err := f.ops.OpsV1().UpdateChannels(f.ns).UpdateStatus(context.Background(), ch, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch, ch.Status.Updating[0]
+}
+
+// freeSlots takes every slot away, as a stale-slot recovery or an invalid spec does.
+func (f *fleet) freeSlots(t *testing.T) {
+	t.Helper()
+	ch := f.get()
+	ch.Status.Updating = nil
+	if _, err := f.ops.OpsV1().UpdateChannels(f.ns).UpdateStatus(context.Background(), ch, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLostSlotStopsTheDrain (issue 21 item 5): a drain under way whose
+// slot is taken away evicts nothing more, although the pods it waited for
+// become evictable.
+func TestLostSlotStopsTheDrain(t *testing.T) {
+	f := newFleet(t, 1, nil)
+	node := f.ns + "-n0"
+	f.blockEviction(t, node)
+	ch, slot := f.slotFor(t, node, v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
+		Drain: &v1.DrainSpec{Timeout: &metav1.Duration{Duration: time.Minute}}, NodeSelector: selectFleet(f)})
+	a := f.inertAgent(t, node)
+	s, bad := plan.Resolve(ch.Spec)
+	if bad != nil {
+		t.Fatal(bad)
+	}
+	a.recorder = record.NewFakeRecorder(16)
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() { done <- a.stepDrain(ctx, &stepCtx{ch: ch, s: s, slot: slot}) }()
+	f.waitNode(t, node, "cordoned for the drain", func(n *corev1.Node) bool { return drain.CordonedBy(n.Annotations) == CordonOwner })
+	f.freeSlots(t)
+	if err := f.kube.PolicyV1().PodDisruptionBudgets(f.ns).Delete(ctx, "guarded", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, errSlotGone) {
+			t.Errorf("the drain of a slot taken away: %v, want errSlotGone", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the drain went on after its slot was taken away")
+	}
+	p, err := f.kube.CoreV1().Pods(f.ns).Get(ctx, "guarded", metav1.GetOptions{})
+	if err != nil || p.DeletionTimestamp != nil {
+		t.Errorf("the pod was evicted after the slot was taken away (err %v)", err)
+	}
+	if ch := f.get(); plan.FindFailure(ch.Status, node) >= 0 {
+		t.Errorf("a slot taken away recorded a failure: %+v", ch.Status.Failed)
+	}
+}
+
+// TestNoRebootWithoutAConfirmedSlot (issue 21 item 5): the reboot, right
+// after this process drained (no confirmation on the way), still asks the
+// API server for the slot at that moment and does not reboot without it.
+func TestNoRebootWithoutAConfirmedSlot(t *testing.T) {
+	f := newFleet(t, 1, nil)
+	node := f.ns + "-n0"
+	ch, slot := f.slotFor(t, node, v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)})
+	a := f.inertAgent(t, node)
+	s, bad := plan.Resolve(ch.Spec)
+	if bad != nil {
+		t.Fatal(bad)
+	}
+	a.recorder = record.NewFakeRecorder(16)
+	a.noteRebootFrom("boot-0", "drained") // as if this process had just drained, on the slot it held then
+	f.freeSlots(t)
+	err := a.stepReboot(context.Background(), &stepCtx{ch: ch, s: s, slot: slot})
+	if !errors.Is(err, errSlotGone) {
+		t.Errorf("the reboot on a slot taken away: %v, want errSlotGone", err)
+	}
+	if n := a.opts.Rebooter.(*guardedRebooter).next.(*stuckReboot).calls.Load(); n != 0 {
+		t.Errorf("rebooted %d times without a slot", n)
+	}
+}

@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"slipway.dev/slipway/ops/manifest"
+	"slipway.dev/slipway/ops/testenv"
+)
+
+// asServiceAccount makes the fleet's agents run as the manifest's
+// ServiceAccount, each with the bound token of a pod on its own node
+// (testenv.PodToken), under the manifest's RBAC and admission policies
+// rendered with mo for the fleet's namespace: a call the shipped manifest
+// does not allow fails the test's rollout as it would a real one's.
+func (f *fleet) asServiceAccount(mo manifest.Options) {
+	t := f.t
+	t.Helper()
+	mo.Namespace = f.ns
+	if mo.Image == "" {
+		mo.Image = "slipway:test"
+	}
+	ctx := context.Background()
+	for _, obj := range manifest.AccessObjects(mo) {
+		if err := f.create(ctx, obj); err != nil {
+			t.Fatalf("create %T: %v", obj, err)
+		}
+	}
+	nodes, err := f.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "fleet=" + f.ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.configs = map[string]*rest.Config{}
+	for _, n := range nodes.Items {
+		yes := true // the DaemonSet's pod, as the drain sees it (and leaves alone)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + n.Name, Namespace: f.ns, OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "apps/v1", Kind: "DaemonSet", Name: manifest.AgentName, UID: "0d1e7c5e-0000-4000-8000-0000000000da", Controller: &yes}}},
+			Spec: corev1.PodSpec{ServiceAccountName: manifest.AgentName, NodeName: n.Name, Containers: []corev1.Container{{Name: "agent", Image: mo.Image}}}}
+		if _, err := f.kube.CoreV1().Pods(f.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := testenv.PodToken(ctx, env.Config, f.ns, pod.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.configs[n.Name] = cfg
+	}
+}
+
+// create creates one of the manifest's access objects (the namespace exists);
+// cluster-scoped ones are removed at the test's end.
+func (f *fleet) create(ctx context.Context, obj any) error {
+	c, o := f.kube, metav1.CreateOptions{}
+	var err error
+	var cleanup func() error
+	bg := context.Background()
+	switch v := obj.(type) {
+	case *corev1.Namespace:
+		return nil
+	case *corev1.ServiceAccount:
+		_, err = c.CoreV1().ServiceAccounts(v.Namespace).Create(ctx, v, o)
+	case *rbacv1.Role:
+		_, err = c.RbacV1().Roles(v.Namespace).Create(ctx, v, o)
+	case *rbacv1.RoleBinding:
+		_, err = c.RbacV1().RoleBindings(v.Namespace).Create(ctx, v, o)
+	case *rbacv1.ClusterRole:
+		_, err = c.RbacV1().ClusterRoles().Create(ctx, v, o)
+		cleanup = func() error { return c.RbacV1().ClusterRoles().Delete(bg, v.Name, metav1.DeleteOptions{}) }
+	case *rbacv1.ClusterRoleBinding:
+		_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, v, o)
+		cleanup = func() error { return c.RbacV1().ClusterRoleBindings().Delete(bg, v.Name, metav1.DeleteOptions{}) }
+	case *admissionv1.ValidatingAdmissionPolicy:
+		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, v, o)
+		cleanup = func() error {
+			return c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(bg, v.Name, metav1.DeleteOptions{})
+		}
+	case *admissionv1.ValidatingAdmissionPolicyBinding:
+		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, v, o)
+		cleanup = func() error {
+			return c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(bg, v.Name, metav1.DeleteOptions{})
+		}
+	default:
+		return fmt.Errorf("no client for %T", obj)
+	}
+	if err == nil && cleanup != nil {
+		f.t.Cleanup(func() { _ = cleanup() })
+	}
+	return err
+}

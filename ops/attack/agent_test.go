@@ -1,0 +1,281 @@
+package attack
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"slipway.dev/slipway/ops/agent"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/generated/clientset/versioned"
+	"slipway.dev/slipway/ops/manifest"
+)
+
+// The UpdateChannel agent's installation the attacks run against.
+var agentOpts = manifest.Options{Namespace: "slipway-attack", Image: "slipway:attack", MirrorDirs: []string{"/srv/mirror"},
+	TokenSecrets: []string{"gh-token"}, GitHubDownloadBase: "https://github.example/"}
+
+// agentOnA installs the manifest's access objects and returns the
+// clients of the agent pod on node-a (node-b exists beside it).
+func agentOnA(ctx context.Context, t *testing.T) (*rest.Config, kubernetes.Interface) {
+	t.Helper()
+	apply(ctx, t, env.Config, manifest.AccessObjects(agentOpts))
+	podOn(ctx, t, agentOpts.Namespace, manifest.AgentName, "node-b")
+	cfg := podOn(ctx, t, agentOpts.Namespace, manifest.AgentName, "node-a")
+	return cfg, kubernetes.NewForConfigOrDie(cfg)
+}
+
+// legitJob is the Job the agent on node-a really creates for a slot of ch.
+func legitJob(t *testing.T, ch *v1.UpdateChannel) *batchv1.Job {
+	t.Helper()
+	j, err := agent.UpgradeJob(agent.Options{NodeName: "node-a", Image: agentOpts.Image, Namespace: agentOpts.Namespace}, ch,
+		v1.Slot{Node: "node-a", Version: "v2", Attempt: 1, Since: metav1.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func channelOf(spec v1.UpdateChannelSpec) *v1.UpdateChannel {
+	return &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: agentOpts.Namespace, UID: "uid-1"}, Spec: spec}
+}
+
+// TestAgentCreatesOnlyItsOwnNodesUpgradeJobs (issue 22, right 1): the agent
+// on node-a creates the Jobs it really builds, and no Job of another node,
+// another shape, another namespace, and no pod at all.
+func TestAgentCreatesOnlyItsOwnNodesUpgradeJobs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, asAgent := agentOnA(ctx, t)
+	jobs := asAgent.BatchV1().Jobs(agentOpts.Namespace)
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	mirror := legitJob(t, channelOf(v1.UpdateChannelSpec{URL: "file:///srv/mirror", Version: "v2"}))
+	github := legitJob(t, channelOf(v1.UpdateChannelSpec{URL: "github-releases://o/r", Version: "v2", TokenSecretRef: &v1.SecretKeyRef{Name: "gh-token"}}))
+	waitPolicy(t, "upgrade Jobs", func() error {
+		j := mirror.DeepCopy()
+		j.Spec.Template.Spec.NodeName = "node-b"
+		_, err := jobs.Create(ctx, j, dry)
+		return err
+	})
+	for name, j := range map[string]*batchv1.Job{"mirror channel": mirror, "github channel with its token": github} {
+		if _, err := jobs.Create(ctx, j, dry); err != nil {
+			t.Errorf("the agent's own %s Job is refused: %v", name, err)
+		}
+	}
+	attacks := map[string]func(*batchv1.Job){
+		"for another node": func(j *batchv1.Job) { j.Spec.Template.Spec.NodeName = "node-b" },
+		"for the scheduler to place": func(j *batchv1.Job) {
+			j.Spec.Template.Spec.NodeName = ""
+			j.Spec.Template.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "node-b"}
+		},
+		"privileged": func(j *batchv1.Job) {
+			c(j).SecurityContext.Privileged, c(j).SecurityContext.AllowPrivilegeEscalation = ptr.To(true), nil
+		},
+		"escalating":        func(j *batchv1.Job) { c(j).SecurityContext.AllowPrivilegeEscalation = nil },
+		"with SYS_PTRACE":   func(j *batchv1.Job) { add(c(j), "SYS_PTRACE") },
+		"in the host's PID": func(j *batchv1.Job) { j.Spec.Template.Spec.HostPID = true },
+		"on the host's net": func(j *batchv1.Job) { j.Spec.Template.Spec.HostNetwork = true },
+		"with the host's / as system dir": func(j *batchv1.Job) {
+			j.Spec.Template.Spec.Volumes[0].HostPath.Path = "/"
+		},
+		"with /etc as a mirror": func(j *batchv1.Job) { vol(j, "mirror").HostPath.Path = "/etc" },
+		"with the mirror writable": func(j *batchv1.Job) {
+			for i := range c(j).VolumeMounts {
+				c(j).VolumeMounts[i].ReadOnly = false
+			}
+		},
+		"of another image":        func(j *batchv1.Job) { c(j).Image = "evil:latest" },
+		"running a shell":         func(j *batchv1.Job) { c(j).Command = []string{"/bin/sh", "-c", "cat /k3os/system/*"} },
+		"running another command": func(j *batchv1.Job) { c(j).Args = []string{"config", "apply"} },
+		"with an API token":       func(j *batchv1.Job) { j.Spec.Template.Spec.AutomountServiceAccountToken = nil },
+		"as another ServiceAccount": func(j *batchv1.Job) {
+			j.Spec.Template.Spec.ServiceAccountName = manifest.AgentName
+		},
+		"reading another Secret": func(j *batchv1.Job) {
+			c(j).Env = []corev1.EnvVar{{Name: "GITHUB_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "other"}, Key: "token"}}}}
+		},
+		"with an init container": func(j *batchv1.Job) {
+			j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "i", Image: agentOpts.Image}}
+		},
+	}
+	for name, edit := range attacks {
+		j := mirror.DeepCopy()
+		edit(j)
+		if why := refused(second(jobs.Create(ctx, j, dry)), "upgrade Jobs"); why != "" {
+			t.Errorf("a Job %s: %s", name, why)
+		}
+	}
+	if why := refused(second(asAgent.BatchV1().Jobs("default").Create(ctx, mirror.DeepCopy(), dry)), ""); why != "" {
+		t.Errorf("a Job in another namespace: %s", why)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: mirror.Spec.Template.Spec}
+	if why := refused(second(asAgent.CoreV1().Pods(agentOpts.Namespace).Create(ctx, pod, dry)), ""); why != "" {
+		t.Errorf("a pod: %s", why)
+	}
+}
+
+func c(j *batchv1.Job) *corev1.Container { return &j.Spec.Template.Spec.Containers[0] }
+
+func add(ct *corev1.Container, cp corev1.Capability) {
+	ct.SecurityContext.Capabilities.Add = append(ct.SecurityContext.Capabilities.Add, cp)
+}
+
+func vol(j *batchv1.Job, name string) *corev1.Volume {
+	for i, v := range j.Spec.Template.Spec.Volumes {
+		if v.Name == name {
+			return &j.Spec.Template.Spec.Volumes[i]
+		}
+	}
+	panic("no volume " + name)
+}
+
+// TestAgentWritesOnlyItsOwnHeartbeat (issue 22, right 3): the agent on
+// node-a renews its own heartbeat Lease and cannot create, take over or
+// delete another node's, nor write a Lease that is not slipway's.
+func TestAgentWritesOnlyItsOwnHeartbeat(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, asAgent := agentOnA(ctx, t)
+	ns := agentOpts.Namespace
+	admin := kubernetes.NewForConfigOrDie(env.Config)
+	lease := func(name, holder string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](180)}}
+	}
+	bLease := agent.AgentLeaseName("node-b")
+	if _, err := admin.CoordinationV1().Leases(ns).Create(ctx, lease(bLease, "node-b"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	leases := asAgent.CoordinationV1().Leases(ns)
+	const msg = "own node's heartbeat Lease"
+	waitPolicy(t, msg, func() error {
+		_, err := leases.Create(ctx, lease("probe", "node-a"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
+	own, err := leases.Create(ctx, lease(agent.AgentLeaseName("node-a"), "node-a"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the agent cannot create its own heartbeat: %v", err)
+	}
+	own.Spec.RenewTime = ptr.To(metav1.NowMicro())
+	if _, err := leases.Update(ctx, own, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("the agent cannot renew its own heartbeat: %v", err)
+	}
+	other, err := admin.CoordinationV1().Leases(ns).Get(ctx, bLease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Spec.RenewTime = ptr.To(metav1.NowMicro())
+	for name, err := range map[string]error{
+		"fake another node's heartbeat": second(leases.Update(ctx, other, metav1.UpdateOptions{})),
+		"create another node's heartbeat": second(leases.Create(ctx, lease(agent.AgentLeaseName("node-c"), "node-c"),
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})),
+		"hold its own heartbeat for another node": second(leases.Create(ctx, lease(agent.AgentLeaseName("node-a")+"x", "node-b"),
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})),
+		"write a Lease that is not slipway's": second(leases.Create(ctx, lease("kube-scheduler", "node-a"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})),
+	} {
+		if why := refused(err, msg); why != "" {
+			t.Errorf("%s: %s", name, why)
+		}
+	}
+	for name, err := range map[string]error{
+		"delete another node's heartbeat": leases.Delete(ctx, bLease, metav1.DeleteOptions{}),
+		"write a node Lease of the kubelet": second(asAgent.CoordinationV1().Leases("kube-node-lease").Create(ctx, lease("node-b", "node-b"),
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})),
+	} {
+		if why := refused(err, ""); why != "" {
+			t.Errorf("%s: %s", name, why)
+		}
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+// TestResolvedSourcePinnedToTheChannelsRepository (issue 22, right 2): no
+// status writer (the agent included) can point a github-releases://
+// channel's Jobs at another repository or host; its own repository's
+// download address goes through.
+func TestResolvedSourcePinnedToTheChannelsRepository(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg, _ := agentOnA(ctx, t)
+	admin := versioned.NewForConfigOrDie(env.Config).OpsV1().UpdateChannels(agentOpts.Namespace)
+	ch, err := admin.Create(ctx, &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "pinned", Namespace: agentOpts.Namespace},
+		Spec: v1.UpdateChannelSpec{URL: "github-releases://o/r/", Version: "v2", Paused: true}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asAgent := versioned.NewForConfigOrDie(cfg).OpsV1().UpdateChannels(agentOpts.Namespace)
+	write := func(source string) error {
+		patch := `{"status":{"resolved":{"version":"v2","source":"` + source + `","at":"2026-01-01T00:00:00Z"}}}`
+		_, err := asAgent.Patch(ctx, ch.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		return err
+	}
+	const msg = "own repository's download address"
+	waitPolicy(t, msg, func() error { return write("https://evil.example/o/r/releases") })
+	for _, source := range []string{"https://github.example/evil/r/releases", "https://github.example/o/r/releases/../../../evil/r/releases",
+		"http://github.example/o/r/releases", "file:///tmp/evil"} {
+		if why := refused(write(source), msg); why != "" {
+			t.Errorf("resolved.source %s: %s", source, why)
+		}
+	}
+	for _, source := range []string{"https://github.example/o/r/releases", "github-releases://o/r/"} {
+		if err := write(source); err != nil {
+			t.Errorf("resolved.source %s (the channel's own) refused: %v", source, err)
+		}
+	}
+}
+
+// TestAgentReadsOnlyTheTokenSecret (issue 22, "read a Secret it has no use
+// for"): the agent reads the channels' token Secret by name and no other.
+func TestAgentReadsOnlyTheTokenSecret(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, asAgent := agentOnA(ctx, t)
+	admin := kubernetes.NewForConfigOrDie(env.Config)
+	for _, name := range []string{"gh-token", "other"} {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: agentOpts.Namespace}, StringData: map[string]string{"token": "t"}}
+		if _, err := admin.CoreV1().Secrets(agentOpts.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secrets := asAgent.CoreV1().Secrets(agentOpts.Namespace)
+	if _, err := secrets.Get(ctx, "gh-token", metav1.GetOptions{}); err != nil {
+		t.Errorf("the agent cannot read the token Secret: %v", err)
+	}
+	for name, err := range map[string]error{
+		"read another Secret":            second(secrets.Get(ctx, "other", metav1.GetOptions{})),
+		"list the Secrets":               second(secrets.List(ctx, metav1.ListOptions{})),
+		"read a Secret of kube-system":   second(asAgent.CoreV1().Secrets("kube-system").Get(ctx, "gh-token", metav1.GetOptions{})),
+		"watch the token Secret's peers": second(secrets.Watch(ctx, metav1.ListOptions{})),
+	} {
+		if why := refused(err, ""); why != "" {
+			t.Errorf("%s: %s", name, why)
+		}
+	}
+}
+
+// TestAgentPatchesOnlyItsOwnNode (issue 22, "patch another node"): with
+// its real token, the agent cordons its own Node and no other.
+func TestAgentPatchesOnlyItsOwnNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, asAgent := agentOnA(ctx, t)
+	patch := func(node string) error {
+		_, err := asAgent.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
+		return err
+	}
+	waitPolicy(t, "only the Node it runs on", func() error { return patch("node-b") })
+	if err := patch("node-a"); err != nil {
+		t.Errorf("the agent cannot cordon its own Node: %v", err)
+	}
+}

@@ -1,0 +1,148 @@
+package manifest
+
+import (
+	"fmt"
+	"slices"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+
+	"slipway.dev/slipway/ops/admission"
+)
+
+// The admission policies that hold the agent to its own node where RBAC
+// cannot (RBAC names verbs and resources, not whose node an object is
+// about or what it holds). Each refusal comes from the API server, so a
+// compromised agent cannot skip it. docs/security.md lists what each
+// refuses; the attack suite (ops/attack) tries each with an agent's own
+// bound token.
+
+// Names of the Leases the agent writes (ops/agent's LeasePrefix and
+// AgentLeasePrefix; a test in ops/agent keeps them equal).
+const (
+	ChannelLeasePrefix   = "slipway-upchan-"
+	HeartbeatLeasePrefix = "slipway-agent-"
+	// ServerSlotLease is the Lease that lets one server node (control
+	// plane, etcd) at a time be down across all channels.
+	ServerSlotLease = "slipway-server-slot"
+)
+
+// JobCapabilities are the capabilities an upgrade Job may add (see ops/agent's buildJob).
+var JobCapabilities = []string{"SYS_ADMIN", "CHOWN", "FOWNER", "DAC_OVERRIDE"}
+
+// JobCommands are the slipway commands an agent's Job may run.
+var JobCommands = []string{"upgrade", "rollback", "prune"}
+
+// policies are the agent's admission policies: its own Node, its Jobs'
+// shape and node, its Leases, the channels' resolved source.
+func policies(o Options) []any {
+	var out []any
+	for _, objs := range [][]any{ownNodePolicy(o).Objects(), jobPolicy(o).Objects(), leasePolicy(o).Objects(), sourcePolicy(o).Objects()} {
+		out = append(out, objs...)
+	}
+	return out
+}
+
+// jobPolicy admits a Job created by the agent only in slipway's shape:
+// pinned to the agent's own node, one container running the Job image
+// with `slipway ops upgrade|rollback|prune`, no API token, no host
+// namespaces, only the capabilities a swap needs, and hostPath volumes only
+// for the system directory, the lock directory and (read-only) a mirror
+// directory the manifest names.
+func jobPolicy(o Options) admission.UserPolicy {
+	images := append([]string{o.Image}, o.JobImages...)
+	mirrors := o.MirrorDirs
+	if mirrors == nil {
+		mirrors = []string{}
+	}
+	m := func(format string, a ...any) string {
+		return "the slipway agent may create only slipway's upgrade Jobs: " + fmt.Sprintf(format, a...)
+	}
+	return admission.UserPolicy{
+		Name: AgentName + "-jobs-" + o.Namespace, Labels: labels("agent"), Users: []string{AgentUser(o.Namespace)}, Namespace: o.Namespace,
+		Group: "batch", Version: "v1", Resource: "jobs", Operations: []admissionv1.OperationType{admissionv1.Create},
+		Variables: []admissionv1.Variable{
+			{Name: "node", Expression: admission.RequesterNode},
+			{Name: "pod", Expression: "object.spec.template.spec"},
+			{Name: "c", Expression: "object.spec.template.spec.containers[0]"},
+		},
+		Validations: []admissionv1.Validation{
+			{Expression: "variables.node != '' && variables.pod.?nodeName.orValue('') == variables.node",
+				Message: m("pinned (spec.template.spec.nodeName) to the node the agent runs on")},
+			{Expression: "size(variables.pod.containers) == 1 && !has(variables.pod.initContainers) && !has(variables.pod.ephemeralContainers)",
+				Message: m("one container")},
+			{Expression: "variables.c.image in " + admission.CELList(images), Message: m("image one of %v", images)},
+			{Expression: fmt.Sprintf("variables.c.?command.orValue([]) == %s && size(variables.c.?args.orValue([])) >= 2 && variables.c.args[0] == 'ops' && variables.c.args[1] in %s",
+				admission.CELList(o.jobCommand()), admission.CELList(JobCommands)),
+				Message: m("command %v ops %v", o.jobCommand(), JobCommands)},
+			{Expression: "!variables.pod.?hostPID.orValue(false) && !variables.pod.?hostNetwork.orValue(false) && !variables.pod.?hostIPC.orValue(false)",
+				Message: m("no host PID, network or IPC namespace")},
+			{Expression: "variables.pod.?automountServiceAccountToken.orValue(true) == false && variables.pod.?serviceAccountName.orValue('default') == 'default' && variables.pod.?serviceAccount.orValue('default') == 'default'",
+				Message: m("no ServiceAccount token")},
+			{Expression: "!variables.c.?securityContext.?privileged.orValue(false) && variables.c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false && " +
+				"variables.c.?securityContext.?capabilities.?add.orValue([]).all(x, x in " + admission.CELList(JobCapabilities) + ")",
+				Message: m("not privileged, no privilege escalation, capabilities among %v", JobCapabilities)},
+			{Expression: fmt.Sprintf("variables.pod.?volumes.orValue([]).all(v, has(v.hostPath) && (v.name == 'system' && v.hostPath.path == %q || v.name == 'lock' && v.hostPath.path == %q || v.name == 'mirror' && v.hostPath.path in %s))",
+				o.HostSystemDir, o.HostLockDir, admission.CELList(mirrors)),
+				Message: m("volumes only the host's %s, %s and the mirror directories %v", o.HostSystemDir, o.HostLockDir, mirrors)},
+			{Expression: "variables.c.?volumeMounts.orValue([]).all(v, v.name != 'mirror' || v.?readOnly.orValue(false)) && !has(variables.c.volumeDevices)",
+				Message: m("the mirror mounted read-only")},
+			{Expression: "!has(variables.c.envFrom) && variables.c.?env.orValue([]).all(e, e.name == 'GITHUB_TOKEN' && e.?valueFrom.?secretKeyRef.?name.orValue('') in " +
+				admission.CELList(o.tokenSecrets()) + ")",
+				Message: m("no environment but GITHUB_TOKEN from the token Secrets %v", o.tokenSecrets())},
+		},
+	}
+}
+
+// leasePolicy lets the agent write only its own heartbeat Lease (named
+// after its node, held by its node) and the Leases slipway's fleet
+// election uses: no other node's heartbeat, no foreign Lease.
+func leasePolicy(o Options) admission.UserPolicy {
+	return admission.UserPolicy{
+		Name: AgentName + "-leases-" + o.Namespace, Labels: labels("agent"), Users: []string{AgentUser(o.Namespace)}, Namespace: o.Namespace,
+		Group: "coordination.k8s.io", Version: "v1", Resource: "leases", Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+		Variables: []admissionv1.Variable{{Name: "node", Expression: admission.RequesterNode}},
+		Validations: []admissionv1.Validation{{
+			Expression: fmt.Sprintf("object.metadata.name.startsWith(%q) || object.metadata.name == %q || "+
+				"variables.node != '' && object.metadata.name == %q + variables.node && object.spec.?holderIdentity.orValue('') == variables.node",
+				ChannelLeasePrefix, ServerSlotLease, HeartbeatLeasePrefix),
+			Message: "the slipway agent may write only its own node's heartbeat Lease (" + HeartbeatLeasePrefix + "<its node>, held by its node) and the channel election Leases",
+		}},
+	}
+}
+
+// sourcePolicy pins status.resolved.source of a github-releases:// channel
+// to the download address of that channel's own repository (or the
+// channel URL itself, for a private repository whose Jobs use the API):
+// a status writer cannot point every node's Job at another release.
+func sourcePolicy(o Options) admission.UserPolicy {
+	base := o.GitHubDownloadBase
+	return admission.UserPolicy{
+		Name: AgentName + "-resolved-source-" + o.Namespace, Labels: labels("channel"), Namespace: o.Namespace,
+		Group: "ops.slipway.dev", Version: "v1", Resource: "updatechannels/status", Operations: []admissionv1.OperationType{admissionv1.Update},
+		Variables: []admissionv1.Variable{
+			{Name: "path", Expression: "object.spec.url.startsWith('github-releases://') ? object.spec.url.substring(18) : ''"},
+			{Name: "repo", Expression: "variables.path.endsWith('/') ? variables.path.substring(0, size(variables.path) - 1) : variables.path"},
+			{Name: "source", Expression: "has(object.status.resolved) ? object.status.resolved.?source.orValue('') : ''"},
+		},
+		Validations: []admissionv1.Validation{{
+			Expression: fmt.Sprintf("variables.repo == '' || variables.source == '' || variables.source == object.spec.url || variables.source == %q + variables.repo + '/releases'", base),
+			Message:    "status.resolved.source of a github-releases:// channel must be its own repository's download address (" + base + "<owner>/<repo>/releases) or the channel URL",
+		}},
+	}
+}
+
+// tokenSecrets are the Secrets a Job may read its GitHub token from.
+func (o Options) tokenSecrets() []string {
+	out := slices.Clone(o.TokenSecrets)
+	if len(out) == 0 {
+		out = []string{DefaultTokenSecret}
+	}
+	return out
+}
+
+func (o Options) jobCommand() []string {
+	if len(o.JobCommand) == 0 {
+		return []string{"slipway"}
+	}
+	return o.JobCommand
+}
