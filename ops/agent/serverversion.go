@@ -60,12 +60,17 @@ func (a *Agent) serverVersion(ctx context.Context) (apiversion.Info, error) {
 // newer. Against an older one it logs why, does nothing else, and asks
 // again every serverRecheck: a DaemonSet in a crash loop would say less.
 func (a *Agent) waitForSupportedServer(ctx context.Context) error {
+	var why string // the last refusal: what the operator needs to read when the agent stops
 	for {
 		info, err := a.serverVersion(ctx)
+		if err != nil && why != "" && ctx.Err() != nil { // stopped while waiting to ask again
+			return fmt.Errorf("%s: %w", why, ctx.Err())
+		}
 		if err != nil {
 			return err
 		}
-		ok, why := supportedServer(info)
+		var ok bool
+		ok, why = supportedServer(info)
 		if ok {
 			a.log.Info("API server supported", "version", info.GitVersion, "minimum", MinKubernetes)
 			return nil

@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	apiversion "k8s.io/apimachinery/pkg/version"
+
+	"slipway.dev/slipway/ops/testenv"
 )
 
 func TestSupportedServer(t *testing.T) {
@@ -69,6 +71,7 @@ func TestAgentWaitsForASupportedServer(t *testing.T) {
 		t.Errorf("%d log lines, want one per recheck:\n%s", n, logs.String())
 	}
 
+	testenv.Need(t, env) // the second half asks the test's real apiserver
 	b, err := New(Options{NodeName: "n", Config: env.Config, Rebooter: fakeRebooterNone{}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
 	"slipway.dev/slipway/ops/manifest"
+	"slipway.dev/slipway/ops/testenv"
 )
 
 // The UpdateChannel agent's installation the attacks run against.
@@ -28,6 +29,7 @@ var agentOpts = manifest.Options{Namespace: "slipway-attack", Image: "slipway:at
 // clients of the agent pod on node-a (node-b exists beside it).
 func agentOnA(ctx context.Context, t *testing.T) (*rest.Config, kubernetes.Interface) {
 	t.Helper()
+	testenv.Need(t, env)
 	apply(ctx, t, env.Config, manifest.AccessObjects(agentOpts))
 	podOn(ctx, t, agentOpts.Namespace, manifest.AgentName, "node-b")
 	cfg := podOn(ctx, t, agentOpts.Namespace, manifest.AgentName, "node-a")
