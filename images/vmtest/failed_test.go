@@ -55,8 +55,8 @@ func TestFailedUpgradeRollsBackRealNode(t *testing.T) {
 		return err
 	})
 	s.step("system dir: v1 current again", func() error {
-		out, err := n.g.run("echo current=$(readlink /k3os/system/k3os/current)", time.Minute)
-		if m := regexp.MustCompile(`current=(\S+)`).FindStringSubmatch(out); err == nil && (m == nil || m[1] != "v1") {
+		out, err := n.g.run(`echo "[$(readlink /k3os/system/k3os/current)]"`, time.Minute)
+		if m := regexp.MustCompile(`\[(v\d+)\]`).FindStringSubmatch(out); err == nil && (m == nil || m[1] != "v1") {
 			err = fmt.Errorf("k3os/current after the rollback, want v1:\n%s", out)
 		}
 		return err
