@@ -5,6 +5,7 @@ package vmtest
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,9 +55,9 @@ func TestFailedUpgradeRollsBackRealNode(t *testing.T) {
 		return err
 	})
 	s.step("system dir: v1 current again", func() error {
-		out, err := n.g.run("readlink /k3os/system/k3os/current", time.Minute)
-		if err == nil && strings.TrimSpace(out) != "v1" {
-			err = fmt.Errorf("k3os/current is %q after the rollback, want v1", out)
+		out, err := n.g.run(`echo "[$(readlink /k3os/system/k3os/current)]"`, time.Minute)
+		if m := regexp.MustCompile(`\[(v\d+)\]`).FindStringSubmatch(out); err == nil && (m == nil || m[1] != "v1") {
+			err = fmt.Errorf("k3os/current after the rollback, want v1:\n%s", out)
 		}
 		return err
 	})
