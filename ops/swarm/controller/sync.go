@@ -69,6 +69,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err := c.restart(ctx, sw, d.Restart, in.Pods); err != nil {
 		return 0, err
 	}
+	c.handedOver(sw, d.Awaiting, now)
 	c.metrics.observe(sw.Name, in, d)
 	if !d.Converged || !in.Settled {
 		return recheck, nil
