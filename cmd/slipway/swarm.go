@@ -44,7 +44,7 @@ a worker ("dedicated"):
    "previous": {"w-0": ["cam-1", "cam-2", "cam-3"]}, "dedicated": []}
 The answer lists every worker (an empty list when it has no job) and how many jobs
 changed worker:
-  {"assignments": {"w-0": ["cam-1", "cam-2"], "w-1": ["cam-3"]}, "moved": 1}
+  {"assignments":{"w-0":["cam-2","cam-3"],"w-1":["cam-1"]},"moved":1}
 The same request always gives the same answer, whatever the order of its lists.
 A malformed or unassignable request exits with status 2 and says why on stderr.
 

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -82,5 +84,20 @@ func TestSwarmManifestCommand(t *testing.T) {
 	}
 	if strings.Contains(body, "ClusterRole") {
 		t.Error("the swarm manifest grants cluster-wide rights")
+	}
+}
+
+// The example of docs/swarm.md is what the binary prints.
+func TestSwarmAssignDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/swarm.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("echo '(\\{.*\\})' \\| slipway swarm assign\n# (\\{.*\\})\n").FindStringSubmatch(string(doc))
+	if m == nil {
+		t.Fatal("docs/swarm.md has no `echo '...' | slipway swarm assign` example followed by its output")
+	}
+	if out, code := runSwarmAssign(t, m[1]); code != 0 || strings.TrimSpace(out) != m[2] {
+		t.Errorf("docs/swarm.md says\n%s\nthe binary prints (exit %d)\n%s", m[2], code, out)
 	}
 }

@@ -55,6 +55,7 @@ type problem struct {
 	dedicated     []bool // by job
 	owner         []int  // by job: the previous worker still present, or -1
 	wasHeld       []bool // by job: some previous worker, present or not, held it
+	prevCount     []int  // by worker: how many jobs it held before, whatever they are now; -1: none (new)
 }
 
 // Assign computes the assignment of in. It returns an *Error when the input
@@ -126,9 +127,7 @@ func (p *problem) keepNormal(held [][]int, isDedicated []bool, q, r int, to []in
 			normal = append(normal, w)
 		}
 	}
-	slices.SortFunc(normal, func(a, b int) int {
-		return cmp.Or(cmp.Compare(len(held[b]), len(held[a])), p.workerOrder(a, b))
-	})
+	p.orderForQuotas(normal, held, q)
 	room := make([]int, len(p.workers))
 	for i, w := range normal {
 		quota := q
@@ -148,6 +147,48 @@ func (p *problem) keepNormal(held [][]int, isDedicated []bool, q, r int, to []in
 		room[w] = quota - len(keep)
 	}
 	return room
+}
+
+// orderForQuotas sorts the workers without a dedicated job in the order
+// they take the larger quotas: first those holding more than the smaller
+// quota (each keeps one more job, one move fewer), and among them first
+// those whose share then stays as it was; then the workers
+// whose share changes anyway (new ones, those holding fewer, or whose held
+// jobs are gone or taken elsewhere); last those holding exactly the smaller quota, whose share a
+// larger quota would change for nothing. Moves are the fewest either way;
+// this makes the workers whose share changes (restarts) the fewest too.
+func (p *problem) orderForQuotas(normal []int, held [][]int, q int) {
+	keepsShare := func(w int) bool { return p.prevCount[w] == len(held[w]) }
+	rank := func(w int) int {
+		switch h := len(held[w]); {
+		case h > q:
+			return 0
+		case h < q || !keepsShare(w):
+			return 1
+		}
+		return 2
+	}
+	slices.SortFunc(normal, func(a, b int) int {
+		ra, rb := rank(a), rank(b)
+		if ra != rb {
+			return cmp.Compare(ra, rb)
+		}
+		if ra == 0 {
+			stays := func(w int) bool { return keepsShare(w) && len(held[w]) == q+1 }
+			if sa, sb := stays(a), stays(b); sa != sb {
+				return cmp.Compare(boolRank(sa), boolRank(sb))
+			}
+		}
+		return p.workerOrder(a, b)
+	})
+}
+
+// boolRank orders true first.
+func boolRank(b bool) int {
+	if b {
+		return 0
+	}
+	return 1
 }
 
 // placeRest puts every job without a worker yet, in canonical order, on the

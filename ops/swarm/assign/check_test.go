@@ -24,6 +24,85 @@ func checkProperties(t *testing.T, in Input, res Result) {
 		t.Errorf("moved %d jobs, the minimum is %d (input %s)", res.Moved, want, describe(in))
 	}
 	checkDeterministic(t, in, res)
+	if want, ok := minChanged(in); ok {
+		if got := changedWorkers(in, res); got != want {
+			t.Errorf("%d existing workers' shares changed, the fewest among the assignments of fewest moves is %d (input %s)", got, want, describe(in))
+		}
+	}
+}
+
+// changedWorkers counts the workers of in.Previous still present whose job
+// set res changed (each would be restarted).
+func changedWorkers(in Input, res Result) int {
+	n := 0
+	for w, prev := range in.Previous {
+		if now, ok := res.Assignments[w]; ok && !sameSet(prev, now) {
+			n++
+		}
+	}
+	return n
+}
+
+func sameSet(a, b []string) bool {
+	as, bs := slices.Clone(a), slices.Clone(b)
+	slices.Sort(as)
+	slices.Sort(bs)
+	return slices.Equal(as, bs)
+}
+
+// minChanged computes by brute force, over which workers take the larger
+// quotas, the fewest existing workers whose job set must change among the
+// assignments that move the fewest jobs. ok is false with dedicated jobs,
+// a job listed twice in Previous, or more than 12 workers.
+func minChanged(in Input) (int, bool) {
+	m := len(in.Workers)
+	if m == 0 || m > 12 || len(in.Dedicated) > 0 {
+		return 0, false
+	}
+	jobSet, seen := map[string]bool{}, map[string]bool{}
+	for _, j := range in.Jobs {
+		jobSet[j] = true
+	}
+	held, prevCount, existing := make([]int, m), make([]int, m), make([]bool, m)
+	for i, w := range in.Workers {
+		prev, ok := in.Previous[w]
+		existing[i], prevCount[i] = ok, len(prev)
+		for _, j := range prev {
+			if seen[j] {
+				return 0, false
+			}
+			seen[j] = true
+			if jobSet[j] {
+				held[i]++
+			}
+		}
+	}
+	for w, prev := range in.Previous {
+		if !slices.Contains(in.Workers, w) {
+			for _, j := range prev {
+				if seen[j] {
+					return 0, false
+				}
+				seen[j] = true
+			}
+		}
+	}
+	q, r := len(in.Jobs)/m, len(in.Jobs)%m
+	bestKeep, best := -1, 0
+	forEachSubset(m, r, func(big []bool) {
+		keep, changed := 0, 0
+		for i, h := range held {
+			quota := q + boolInt(big[i])
+			keep += min(h, quota)
+			if existing[i] && !(prevCount[i] == h && h == quota) {
+				changed++
+			}
+		}
+		if keep > bestKeep || (keep == bestKeep && changed < best) {
+			bestKeep, best = keep, changed
+		}
+	})
+	return best, true
 }
 
 func checkExactlyOnce(t *testing.T, in Input, res Result) {

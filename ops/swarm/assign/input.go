@@ -93,8 +93,15 @@ func (p *problem) readPrevious(prev map[string][]string) {
 		p.owner[j] = -1
 	}
 	p.wasHeld = make([]bool, len(p.jobs))
+	p.prevCount = make([]int, len(p.workers))
+	for w := range p.prevCount {
+		p.prevCount[w] = -1 // no previous share: a new worker
+	}
 	for name, jobs := range prev {
 		w, present := slices.BinarySearch(p.workers, name)
+		if present {
+			p.prevCount[w] = len(jobs)
+		}
 		for _, job := range jobs {
 			j, ok := slices.BinarySearch(p.jobs, job)
 			if !ok {

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -32,9 +33,15 @@ import (
 
 // Controller is one replica of the swarm controller.
 type Controller struct {
-	opts     Options
-	log      *slog.Logger
+	opts Options
+	log  *slog.Logger
+	// kube and swarm write only while this replica's Lease tenure lasts
+	// (lease.Tenure.WrapTransport): a replica stalled past its renew
+	// deadline cannot write a config or delete a pod after another took
+	// over. elector, unfenced, renews the Lease itself.
 	kube     *kube.Clientset
+	elector  *kube.Clientset
+	tenure   lease.Tenure
 	swarm    swarmclient.SwarmV1alpha1Interface
 	swarms   swarmlisters.SwarmLister
 	pods     cache.Indexer
@@ -51,6 +58,7 @@ type Controller struct {
 
 	mu        sync.Mutex
 	unsettled map[string]time.Time // Swarm key: since when its workloads are not at their desired Ready pods
+	forced    map[string]bool      // Swarm key: reassigning though unsettled, until the handover is done
 	written   map[string]string    // Swarm key: resourceVersion of this replica's last status write the cache has not shown yet
 }
 
@@ -70,11 +78,16 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{opts: opts, log: opts.Log.With("controller", "swarm", "namespace", opts.Namespace),
-		metrics: newMetrics(), unsettled: map[string]time.Time{}, written: map[string]string{}, members: member.NewObserver()}
-	if c.kube, err = kube.NewForConfig(opts.Config); err != nil {
+		metrics: newMetrics(), unsettled: map[string]time.Time{}, forced: map[string]bool{}, written: map[string]string{}, members: member.NewObserver()}
+	if c.elector, err = kube.NewForConfig(rest.CopyConfig(opts.Config)); err != nil {
+		return nil, fmt.Errorf("build the Lease client: %w", err)
+	}
+	fenced := rest.CopyConfig(opts.Config)
+	fenced.Wrap(c.tenure.WrapTransport)
+	if c.kube, err = kube.NewForConfig(fenced); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}
-	if c.swarm, err = swarmclient.NewForConfig(opts.Config); err != nil {
+	if c.swarm, err = swarmclient.NewForConfig(fenced); err != nil {
 		return nil, fmt.Errorf("build the Swarm client: %w", err)
 	}
 	return c, nil
@@ -118,8 +131,8 @@ func (c *Controller) Run(ctx context.Context) error {
 func (c *Controller) elect(ctx context.Context) {
 	d := c.opts.LeaseDuration
 	err := lease.Run(ctx, lease.Config{
-		Client: c.kube.CoordinationV1().Leases(c.opts.Namespace), Name: c.opts.LeaseName, Identity: c.opts.Identity,
-		Duration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d / 5, Log: c.log,
+		Client: c.elector.CoordinationV1().Leases(c.opts.Namespace), Name: c.opts.LeaseName, Identity: c.opts.Identity,
+		Duration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d / 5, Log: c.log, Tenure: &c.tenure,
 		OnStartedLeading: func() {
 			c.leading.Store(true)
 			c.metrics.leader.Set(1)

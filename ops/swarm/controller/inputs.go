@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/swarm/config"
@@ -42,6 +44,21 @@ type workload struct {
 	selector labels.Selector
 	replicas int32
 	stable   bool // a StatefulSet: pods come back under their names
+	name     string
+	uid      types.UID
+}
+
+// owns tells whether pod is one of w's: a StatefulSet's controls it; a
+// Deployment's pods are controlled by one of its ReplicaSets, named after it.
+func (w workload) owns(pod *corev1.Pod) bool {
+	ref := metav1.GetControllerOf(pod)
+	switch {
+	case ref == nil:
+		return false
+	case w.stable:
+		return ref.UID == w.uid
+	}
+	return ref.Kind == "ReplicaSet" && strings.HasPrefix(ref.Name, w.name+"-")
 }
 
 // inputs gathers a Swarm's decision input from the caches.
@@ -168,7 +185,8 @@ func (c *Controller) workloads(sw *swarmv1.Swarm) ([]workload, *invalid) {
 		return nil, invalidf(ReasonBadSelector, "spec.workers is empty: give the labels of the workers' StatefulSet or Deployment")
 	}
 	var out []workload
-	add := func(labelsOf map[string]string, podSel *metav1.LabelSelector, replicas *int32, stable bool) {
+	add := func(meta metav1.ObjectMeta, podSel *metav1.LabelSelector, replicas *int32, stable bool) {
+		labelsOf := meta.Labels
 		if !sel.Matches(labels.Set(labelsOf)) {
 			return
 		}
@@ -180,15 +198,15 @@ func (c *Controller) workloads(sw *swarmv1.Swarm) ([]workload, *invalid) {
 		if replicas != nil {
 			n = *replicas
 		}
-		out = append(out, workload{selector: ps, replicas: n, stable: stable})
+		out = append(out, workload{selector: ps, replicas: n, stable: stable, name: meta.Name, uid: meta.UID})
 	}
 	for _, o := range c.inNamespace(c.statefulSets, sw.Namespace) {
 		s := o.(*appsv1.StatefulSet)
-		add(s.Labels, s.Spec.Selector, s.Spec.Replicas, true)
+		add(s.ObjectMeta, s.Spec.Selector, s.Spec.Replicas, true)
 	}
 	for _, o := range c.inNamespace(c.deployments, sw.Namespace) {
 		d := o.(*appsv1.Deployment)
-		add(d.Labels, d.Spec.Selector, d.Spec.Replicas, false)
+		add(d.ObjectMeta, d.Spec.Selector, d.Spec.Replicas, false)
 	}
 	if len(out) == 0 {
 		return nil, invalidf(ReasonNoWorkload, "spec.workers (%s) matches no StatefulSet or Deployment in namespace %s: label the workers' workload or fix the selector", sel, sw.Namespace)
@@ -203,8 +221,10 @@ func (c *Controller) inNamespace(idx interface {
 	return list
 }
 
-// workerPods are the pods of the workloads; settled is true when each runs
-// exactly its desired number of pods, all Ready.
+// workerPods are the pods of the workloads (owned by them, not Failed nor
+// Succeeded: a pod that carries the pool's labels by chance, or an evicted
+// one, is no worker); settled is true when each runs exactly its desired
+// number of pods, all Ready.
 func (c *Controller) workerPods(wls []workload) (pods []plan.Pod, settled, stable bool) {
 	seen := map[string]bool{}
 	settled, stable = true, true
@@ -213,7 +233,8 @@ func (c *Controller) workerPods(wls []workload) (pods []plan.Pod, settled, stabl
 		var total, ready int32
 		for _, o := range c.inNamespace(c.pods, c.opts.Namespace) {
 			p := o.(*corev1.Pod)
-			if !wl.selector.Matches(labels.Set(p.Labels)) {
+			if !wl.selector.Matches(labels.Set(p.Labels)) || !wl.owns(p) ||
+				p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 				continue
 			}
 			pp := toPlanPod(p)
@@ -248,21 +269,43 @@ func toPlanPod(p *corev1.Pod) plan.Pod {
 }
 
 // settled turns the workloads' state into the decision's: unsettled for
-// longer than SettleTimeout counts as settled, so a crash-looping pod does
-// not freeze the assignment.
+// longer than SettleTimeout counts as settled once, so a crash-looping pod
+// does not freeze the assignment; the wait then starts over, so a pool that
+// stays unsettled (a slow scale, a flapping pod) is reassigned at most once
+// per SettleTimeout, not on every event.
 func (c *Controller) settled(sw *swarmv1.Swarm, now bool, at time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	key := sw.Namespace + "/" + sw.Name
 	if now {
 		delete(c.unsettled, key)
+		delete(c.forced, key)
 		return true
+	}
+	if c.forced[key] {
+		return true // a reassignment made unsettled runs until its handover is done
 	}
 	since, ok := c.unsettled[key]
 	if !ok {
 		c.unsettled[key], since = at, at
 	}
-	return at.Sub(since) > c.opts.SettleTimeout
+	if at.Sub(since) > c.opts.SettleTimeout {
+		c.forced[key] = true
+		return true
+	}
+	return false
+}
+
+// handedOver ends a reassignment made unsettled once nothing awaits: the
+// next one waits a whole SettleTimeout again.
+func (c *Controller) handedOver(sw *swarmv1.Swarm, awaiting int, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := sw.Namespace + "/" + sw.Name
+	if c.forced[key] && awaiting == 0 {
+		delete(c.forced, key)
+		c.unsettled[key] = at
+	}
 }
 
 // workersConfigMap is the workers' ConfigMap, nil when it does not exist.

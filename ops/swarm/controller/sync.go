@@ -69,6 +69,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err := c.restart(ctx, sw, d.Restart, in.Pods); err != nil {
 		return 0, err
 	}
+	c.handedOver(sw, d.Awaiting, now)
 	c.metrics.observe(sw.Name, in, d)
 	if !d.Converged || !in.Settled {
 		return recheck, nil
@@ -185,7 +186,10 @@ func (c *Controller) restart(ctx context.Context, sw *swarmv1.Swarm, names []str
 	for _, name := range names {
 		u := types.UID(uid[name])
 		err := c.kube.CoreV1().Pods(sw.Namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &u}})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			continue // gone or replaced already: this delete did nothing
+		}
+		if err != nil {
 			return fmt.Errorf("restart worker %s: %w", name, err)
 		}
 		c.metrics.refreshes.WithLabelValues(sw.Name).Inc()
