@@ -47,6 +47,16 @@ func (r Result) Line() string {
 		"watch_mib=" + f1(r.Watch.Total().Bytes/(1<<20)),
 		"watch_events=" + strconv.FormatFloat(r.Watch.Total().Events, 'f', 0, 64),
 	}
+	resources := make([]string, 0, len(r.Watch))
+	for res, sent := range r.Watch {
+		if sent.Bytes >= 1<<10 {
+			resources = append(resources, res)
+		}
+	}
+	slices.Sort(resources)
+	for _, res := range resources {
+		kv = append(kv, "watchres_"+strings.ReplaceAll(strings.TrimPrefix(res, "/"), "/", ".")+"_mib="+strconv.FormatFloat(r.Watch[res].Bytes/(1<<20), 'f', 4, 64))
+	}
 	writers := make([]string, 0, len(r.Writes))
 	for w := range r.Writes {
 		writers = append(writers, w)
