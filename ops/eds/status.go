@@ -37,7 +37,11 @@ func (c *Controller) writeStatus(ctx context.Context, r *round) error {
 	setCond(&st.Conditions, v1.ConditionRollingUpdatePaused, isTrue(e.Annotations, v1.AnnotationRollingUpdatePaused), "Annotation", "")
 	setCond(&st.Conditions, v1.ConditionRolloutFrozen, isTrue(e.Annotations, v1.AnnotationRolloutFrozen), "Annotation", "")
 	setCond(&st.Conditions, v1.ConditionInvalid, false, "Valid", "")
-	setCond(&st.Conditions, v1.ConditionReconcileError, false, "Reconciled", "")
+	if r.failure != nil {
+		setCond(&st.Conditions, v1.ConditionReconcileError, true, "ReconcileError", r.failure.Error())
+	} else {
+		setCond(&st.Conditions, v1.ConditionReconcileError, false, "Reconciled", "")
+	}
 	failed, why := failedERS(next), e.Status.Reason
 	if s := unrecordedFailure(r); failed == "" && s != nil { // the spec was restored, the state not yet written
 		failed, why = s.Name, failedReason(s)

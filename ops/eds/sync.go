@@ -3,6 +3,7 @@ package eds
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -33,6 +34,8 @@ type round struct {
 	canaryNodes []string
 	history     []v1.CanaryPodRestarts // the canary pods' restarts, kept on the canary ERS
 	selector    labels.Selector        // spec.selector
+	failure     error                  // what the rollout step could not do
+	recorded    bool                   // failure is in the status written
 	verdict     plan.Verdict
 	plan        plan.Plan
 	recheck     time.Duration
@@ -53,8 +56,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err := validate(e); err != nil {
 		return 0, c.markInvalid(ctx, e, err)
 	}
-	after, err := c.reconcile(ctx, &round{e: e, now: c.opts.Now()})
-	if err != nil && ctx.Err() == nil {
+	r := &round{e: e, now: c.opts.Now()}
+	after, err := c.reconcile(ctx, r)
+	if err != nil && !r.recorded && ctx.Err() == nil {
 		c.markReconcileError(ctx, e, err)
 	}
 	return after, err
@@ -81,14 +85,18 @@ func (c *Controller) reconcile(ctx context.Context, r *round) (time.Duration, er
 			return time.Millisecond, err // the spec or the active ERS changed: start over
 		}
 	}
-	if err := c.rollout(ctx, r); err != nil {
-		return 0, err
-	}
+	// A failed creation or deletion (a quota, an admission webhook) does
+	// not stop the status and the cleanup: the status says ReconcileError.
+	r.failure = c.rollout(ctx, r)
 	if err := c.cleanup(ctx, r); err != nil {
-		return 0, err
+		return 0, errors.Join(r.failure, err)
 	}
 	if err := c.writeStatus(ctx, r); err != nil {
-		return 0, err
+		return 0, errors.Join(r.failure, err)
+	}
+	if r.failure != nil {
+		r.recorded = true
+		return 0, r.failure
 	}
 	after := reconcileFrequency(e)
 	if r.recheck > 0 && r.recheck < after {
