@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/eds"
@@ -37,15 +37,36 @@ Examples:
 }
 
 // kubectlFlags are the flags every kubectl-eds command takes, before or
-// after its name, as kubectl's own.
+// after its name: kubectl's own connection flags (read through
+// cli-runtime's genericclioptions, as every kubectl plugin does), -A and -o.
 func kubectlFlags() []cli.Flag {
+	str := func(name, usage string, aliases ...string) cli.Flag {
+		return &cli.StringFlag{Name: name, Aliases: aliases, Usage: usage}
+	}
 	return []cli.Flag{
 		&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster)", EnvVars: []string{"KUBECONFIG"}},
-		&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "namespace (default: the kubeconfig context's)"},
+		str("namespace", "namespace (default: the kubeconfig context's)", "n"),
+		str("context", "the kubeconfig context to use"),
+		str("cluster", "the kubeconfig cluster to use"),
+		str("user", "the kubeconfig user to use"),
+		str("server", "the API server's address", "s"),
+		str("token", "bearer token for the API server"),
+		str("as", "user to impersonate"),
+		&cli.StringSliceFlag{Name: "as-group", Usage: "group to impersonate (repeat for several)"},
+		str("as-uid", "UID to impersonate"),
+		str("certificate-authority", "CA certificate file"),
+		str("client-certificate", "client certificate file"),
+		str("client-key", "client key file"),
+		str("tls-server-name", "server name for the server's certificate"),
+		&cli.BoolFlag{Name: "insecure-skip-tls-verify", Usage: "do not check the server's certificate"},
+		str("request-timeout", "how long to wait for one request (0: no limit)"),
 		&cli.BoolFlag{Name: "all-namespaces", Aliases: []string{"A"}, Usage: "list across all namespaces (get, get-ers)"},
-		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output format: json, yaml or wide (default: a table)"},
+		str("output", "output format: json, yaml or wide (default: a table)", "o"),
 	}
 }
+
+// boolFlags are the kubectl-eds flags that take no value.
+var boolFlags = map[string]bool{"A": true, "all-namespaces": true, "insecure-skip-tls-verify": true}
 
 // withKubectlFlags adds kubectlFlags to every command with an action, at any depth.
 func withKubectlFlags(cmds []*cli.Command) []*cli.Command {
@@ -107,25 +128,64 @@ func edsManifestCommand() *cli.Command {
 	}
 }
 
-// edsKubeConfig loads the client configuration the way kubectl does and
-// returns it with the namespace to use (-n, else the context's, else default).
+// edsKubeConfig loads the client configuration the way kubectl does, from
+// kubectl's connection flags, and returns it with the namespace to use
+// (-n, else the context's, else default).
 func edsKubeConfig(c *cli.Context) (*rest.Config, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if p := lookup(c, "kubeconfig"); p != "" {
-		rules.ExplicitPath = p
-	}
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
-	cfg, err := loader.ClientConfig()
-	if err != nil {
-		return nil, "", fmt.Errorf("no cluster to talk to (%w): set KUBECONFIG or --kubeconfig", err)
-	}
-	ns := lookup(c, "namespace")
-	if ns == "" {
-		if ns, _, err = loader.Namespace(); err != nil || ns == "" {
-			ns = "default"
+	flags := genericclioptions.NewConfigFlags(true)
+	for name, field := range map[string]**string{
+		"kubeconfig": &flags.KubeConfig, "namespace": &flags.Namespace, "context": &flags.Context,
+		"cluster": &flags.ClusterName, "user": &flags.AuthInfoName, "server": &flags.APIServer,
+		"token": &flags.BearerToken, "as": &flags.Impersonate, "as-uid": &flags.ImpersonateUID,
+		"certificate-authority": &flags.CAFile, "client-certificate": &flags.CertFile, "client-key": &flags.KeyFile,
+		"tls-server-name": &flags.TLSServerName, "request-timeout": &flags.Timeout,
+	} {
+		if v, ok := lookupSet(c, name); ok {
+			*field = &v
 		}
 	}
+	groups := lookupSlice(c, "as-group")
+	flags.ImpersonateGroup = &groups
+	insecure := lookupBool(c, "insecure-skip-tls-verify")
+	flags.Insecure = &insecure
+	cfg, err := flags.ToRESTConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("no cluster to talk to (%w): set KUBECONFIG or --kubeconfig (or --server and --token)", err)
+	}
+	ns, _, err := flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil || ns == "" {
+		ns = "default"
+	}
 	return cfg, ns, nil
+}
+
+// lookupSet reads a flag of this command or of any parent, if set.
+func lookupSet(c *cli.Context, name string) (string, bool) {
+	for _, ctx := range c.Lineage() {
+		if ctx.IsSet(name) {
+			return ctx.String(name), true
+		}
+	}
+	return "", false
+}
+
+func lookupSlice(c *cli.Context, name string) []string {
+	var out []string
+	for _, ctx := range c.Lineage() {
+		if ctx.IsSet(name) {
+			out = append(out, ctx.StringSlice(name)...)
+		}
+	}
+	return out
+}
+
+func lookupBool(c *cli.Context, name string) bool {
+	for _, ctx := range c.Lineage() {
+		if ctx.Bool(name) {
+			return true
+		}
+	}
+	return false
 }
 
 // lookup reads a flag of this command or of any parent.
@@ -182,13 +242,15 @@ func named(fn func(c *cli.Context, cl *edscli.Client, name string) error) cli.Ac
 			known := false
 			for _, def := range f {
 				for _, n := range def.Names() {
-					known = known || n == flag
+					if n == flag && !known {
+						known, flag = true, def.Names()[0] // set by its long name: lookups read that
+					}
 				}
 			}
 			if !known || !strings.HasPrefix(args[i], "-") {
 				return fmt.Errorf("%s takes one ExtendedDaemonSet name; %q is not a flag of it (see --help)", c.Command.Name, args[i])
 			}
-			if !inline && flag != "A" && flag != "all-namespaces" {
+			if !inline && !boolFlags[flag] {
 				if i+1 >= len(args) {
 					return fmt.Errorf("flag %s needs a value", args[i])
 				}

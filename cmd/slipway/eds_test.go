@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -17,8 +19,21 @@ func TestKubectlEDSFlagsBeforeAndAfterTheName(t *testing.T) {
 		{[]string{"kubectl-eds", "pods", "agent", "other"}, "takes one ExtendedDaemonSet name"},
 		{[]string{"kubectl-eds", "get", "-o", "xml"}, "unknown output format"},
 		{[]string{"kubectl-eds", "pods", "agent", "-n"}, "needs a value"},
+		// kubectl's connection flags (genericclioptions) reach the client.
+		{[]string{"kubectl-eds", "get", "agent", "--server", "http://127.0.0.1:1", "--token", "t", "--as", "someone", "--kubeconfig", "EMPTY"}, "127.0.0.1:1"},
+		{[]string{"kubectl-eds", "--context", "elsewhere", "get", "--kubeconfig", "/nonexistent"}, "no cluster to talk to"},
+		{[]string{"kubectl-eds", "pods", "agent", "--insecure-skip-tls-verify", "-s", "http://127.0.0.1:1", "--kubeconfig", "EMPTY"}, "127.0.0.1:1"},
+	}
+	empty := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(empty, []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	for _, tt := range tests {
+		for i, a := range tt.args {
+			if a == "EMPTY" {
+				tt.args[i] = empty
+			}
+		}
 		app := newApp()
 		err := app.Run(dispatchArgs(app, tt.args))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

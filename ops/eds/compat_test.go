@@ -173,3 +173,41 @@ func TestCELRulesRefuseBadCanaries(t *testing.T) {
 		}
 	}
 }
+
+// Issue 24 items 2 and 11: what the controller could not decode or act on
+// is refused at admission: a duration Go cannot parse ("1d"), and a name
+// whose ERS names would not fit a pod label.
+func TestAdmissionRefusesBadDurationsAndLongNames(t *testing.T) {
+	t.Parallel()
+	h := newBareHarness(t)
+	ctx := context.Background()
+	doc := func(name, strategy string) []byte {
+		return []byte(`{"apiVersion":"eds.slipway.dev/v1alpha1","kind":"ExtendedDaemonSet","metadata":{"name":"` + name + `"},"spec":{"strategy":` + strategy +
+			`,"template":{"spec":{"containers":[{"name":"d","image":"x"}]}}}}`)
+	}
+	create := func(raw []byte) error {
+		return h.eds.EdsV1alpha1().RESTClient().Post().Namespace(h.ns).Resource("extendeddaemonsets").
+			Body(raw).SetHeader("Content-Type", "application/json").Do(ctx).Error()
+	}
+	bad := map[string]struct {
+		doc  []byte
+		want string
+	}{
+		"canary duration 1d":          {doc("a", `{"canary":{"duration":"1d"}}`), "spec.strategy.canary.duration"},
+		"reconcileFrequency in words": {doc("a", `{"reconcileFrequency":"ten seconds"}`), "spec.strategy.reconcileFrequency"},
+		"slow start interval 5":       {doc("a", `{"rollingUpdate":{"slowStartIntervalDuration":"5"}}`), "slowStartIntervalDuration"},
+		"canaryTimeout 2 days":        {doc("a", `{"canary":{"autoFail":{"canaryTimeout":"2d"}}}`), "canaryTimeout"},
+		"a name of 53 characters":     {doc(strings.Repeat("a", 53), `{}`), "at most 52 characters"},
+	}
+	for name, tc := range bad {
+		if err := create(tc.doc); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a refusal naming %s", name, err, tc.want)
+		}
+	}
+	for _, ok := range [][]byte{doc("ok", `{"canary":{"duration":"1h30m","noRestartsDuration":"90s","autoFail":{"canaryTimeout":"2h"}},"reconcileFrequency":"1.5s"}`),
+		doc(strings.Repeat("b", 52), `{}`)} {
+		if err := create(ok); err != nil {
+			t.Errorf("refused %s: %v", ok, err)
+		}
+	}
+}

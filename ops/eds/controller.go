@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -59,6 +60,9 @@ type Controller struct {
 	tenure *lease.Tenure
 	leases *kube.Clientset
 }
+
+// maxRetryDelay is the longest wait before a failed sync is retried.
+const maxRetryDelay = 30 * time.Second
 
 // indexByEDS indexes pods by "<namespace>/<ExtendedDaemonSet>".
 const indexByEDS = "eds"
@@ -123,7 +127,12 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	defer stopEvents()
 	c.recorder = recorder
-	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+	// Failed syncs back off from 5 ms to 30 s (client-go's default goes to
+	// 1,000 s): a quota raised or a webhook fixed is seen within 30 s.
+	limiter := workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, maxRetryDelay),
+		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)})
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "slipway-eds"})
 	defer c.queue.ShutDown()
 	if err := c.startInformers(ctx); err != nil {

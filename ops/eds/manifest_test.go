@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -36,6 +37,25 @@ func TestManifestParsesIntoItsObjects(t *testing.T) {
 func TestControllerRunsWithTheManifestRBAC(t *testing.T) {
 	t.Parallel()
 	h := newBareHarness(t)
+	h.installManifestRBAC()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + h.ns + ":" + controllerName}
+	h.startController(Options{Config: cfg, LeaderElect: true, LeaseNamespace: h.ns})
+	h.create(withCanary(daemon("agent", "agent:v1"), time.Second))
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	h.setImage("agent", "agent:v2")
+	h.rolledOut("agent", "agent:v2", clusterNodes)
+	h.setImage("agent", "agent:v3")
+	e := h.waitState("agent", v1.StateCanary, 20*time.Second)
+	h.crash(h.canaryPod("agent", e.Status.Canary.ReplicaSet).Name, 9)
+	h.rolledOutState("agent", "agent:v2", clusterNodes, v1.StateCanaryFailed)
+}
+
+// installManifestRBAC creates the manifest's ServiceAccount, roles and
+// bindings for the test's namespace (cluster-wide objects renamed for it).
+func (h *harness) installManifestRBAC() {
+	t := h.t
+	t.Helper()
 	ctx := context.Background()
 	objs, err := ManifestObjects(ManifestOptions{Namespace: h.ns, Image: "img:1"})
 	if err != nil {
@@ -44,6 +64,10 @@ func TestControllerRunsWithTheManifestRBAC(t *testing.T) {
 	suffix := "-" + h.ns
 	for _, o := range objs {
 		switch r := o.(type) {
+		case *corev1.ServiceAccount:
+			if _, err := h.kube.CoreV1().ServiceAccounts(h.ns).Create(ctx, r, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		case *rbacv1.ClusterRole:
 			r.Name += suffix
 			if _, err := h.kube.RbacV1().ClusterRoles().Create(ctx, r, metav1.CreateOptions{}); err != nil {
@@ -67,15 +91,4 @@ func TestControllerRunsWithTheManifestRBAC(t *testing.T) {
 			}
 		}
 	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + h.ns + ":" + controllerName}
-	h.startController(Options{Config: cfg, LeaderElect: true, LeaseNamespace: h.ns})
-	h.create(withCanary(daemon("agent", "agent:v1"), time.Second))
-	h.rolledOut("agent", "agent:v1", clusterNodes)
-	h.setImage("agent", "agent:v2")
-	h.rolledOut("agent", "agent:v2", clusterNodes)
-	h.setImage("agent", "agent:v3")
-	e := h.waitState("agent", v1.StateCanary, 20*time.Second)
-	h.crash(h.canaryPod("agent", e.Status.Canary.ReplicaSet).Name, 9)
-	h.rolledOutState("agent", "agent:v2", clusterNodes, v1.StateCanaryFailed)
 }

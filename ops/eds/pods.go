@@ -72,9 +72,13 @@ func (c *Controller) nodeStates(r *round, hashes map[string]string) ([]plan.Node
 		if p.Labels[v1.LabelName] != r.e.Name {
 			continue
 		}
-		if o, ok, _ := c.nodes.GetByKey(n); ok && o.(*corev1.Node).DeletionTimestamp == nil {
+		o, ok, _ := c.nodes.GetByKey(n)
+		switch {
+		case ok && p.Labels[v1.LabelReplicaSet] == r.active.Name && plan.MayStay(o.(*corev1.Node), r.selector, &r.active.Spec.Template.Spec):
+			// running on a node that only a NoSchedule taint closed: it stays
+		case ok && o.(*corev1.Node).DeletionTimestamp == nil:
 			leaving[n] = append(leaving[n], p)
-		} else if p.DeletionTimestamp == nil {
+		case p.DeletionTimestamp == nil:
 			stray = append(stray, p)
 		}
 	}

@@ -3,10 +3,13 @@ package eds
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -200,5 +203,39 @@ func TestPlacementFollowsEachTemplate(t *testing.T) {
 	}
 	h.eventually(30*time.Second, "the pods gone from the nodes the template no longer selects", func() (bool, string) {
 		return len(h.pods("agent")) == 0, fmt.Sprintf("%d pods", len(h.pods("agent")))
+	})
+}
+
+// Issue 24 item 10: pods the API server refuses (here a quota of two pods)
+// do not freeze the status of the ExtendedDaemonSet, even a new one: it
+// says what exists and ReconcileError says why no more; once the quota is
+// gone the rollout completes and the condition clears.
+func TestRefusedPodsDoNotFreezeTheStatus(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "two-pods"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("2")}}}
+	if _, err := h.kube.CoreV1().ResourceQuotas(h.ns).Create(ctx, quota, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(30*time.Second, "the quota in force", func() (bool, string) {
+		q, err := h.kube.CoreV1().ResourceQuotas(h.ns).Get(ctx, "two-pods", metav1.GetOptions{})
+		return err == nil && q.Status.Hard.Pods().Value() == 2, "no status yet"
+	})
+	h.create(daemon("agent", "agent:v1"))
+	h.eventually(30*time.Second, "a status with the refusal", func() (bool, string) {
+		st := h.get("agent").Status
+		cond := meta.FindStatusCondition(st.Conditions, v1.ConditionReconcileError)
+		return st.Desired == clusterNodes && st.Current == 2 && cond != nil && cond.Status == metav1.ConditionTrue &&
+			strings.Contains(cond.Message, "quota"), fmt.Sprintf("%+v", st)
+	})
+	if err := h.kube.CoreV1().ResourceQuotas(h.ns).Delete(ctx, "two-pods", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	h.eventually(10*time.Second, "ReconcileError cleared", func() (bool, string) {
+		cond := meta.FindStatusCondition(h.get("agent").Status.Conditions, v1.ConditionReconcileError)
+		return cond != nil && cond.Status == metav1.ConditionFalse, fmt.Sprintf("%+v", cond)
 	})
 }

@@ -106,11 +106,12 @@ func buildPod(e *v1.ExtendedDaemonSet, s *v1.ExtendedDaemonSetReplicaSet, node s
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Labels[v1.LabelName] = e.Name
-	pod.Labels[v1.LabelReplicaSet] = s.Name
+	pod.Labels[v1.LabelName], pod.Labels[v1.DataDogLabelName] = e.Name, e.Name
+	pod.Labels[v1.LabelReplicaSet], pod.Labels[v1.DataDogLabelReplicaSet] = s.Name, s.Name
 	if canary {
-		pod.Labels[v1.LabelCanary] = "true"
+		pod.Labels[v1.LabelCanary], pod.Labels[v1.DataDogLabelCanary] = "true", "true"
 	}
+	pod.Annotations[v1.AnnotationAutoscalerDaemonSetPod] = "true"
 	pod.Annotations[v1.AnnotationTemplateHash] = s.Spec.TemplateGeneration
 	pod.Annotations[v1.AnnotationNodeHash] = o.hash
 	pod.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(s, v1.SchemeGroupVersion.WithKind("ExtendedDaemonSetReplicaSet"))}

@@ -23,6 +23,10 @@ func TemplateHash(t *corev1.PodTemplateSpec) string {
 	return hex.EncodeToString(sum[:])[:10]
 }
 
+// MaxNameLength is the longest ExtendedDaemonSet name: "<name>-<10 hex
+// digits>" names its ERSs, and that is a pod label value (63 at most).
+const MaxNameLength = 52
+
 // ERSName is the name of the ERS of an ExtendedDaemonSet's template hash.
 func ERSName(eds, hash string) string {
 	const maxPrefix = 253 - 11
@@ -118,6 +122,9 @@ func canaryPolicy(c *v1.ExtendedDaemonSetSpecStrategyCanary) plan.CanaryPolicy {
 // validate reports what the schema could not refuse (an ExtendedDaemonSet
 // created before the CRD's rules, or one the rules cannot express).
 func validate(e *v1.ExtendedDaemonSet) error {
+	if len(e.Name) > MaxNameLength {
+		return fmt.Errorf("metadata.name %q has %d characters, at most %d: its ERS names (<name>-<10 hex digits>) are pod label values, at most 63 characters; recreate it under a shorter name", e.Name, len(e.Name), MaxNameLength)
+	}
 	if len(e.Spec.Template.Spec.Containers) == 0 {
 		return errors.New("spec.template.spec.containers is empty: a pod needs at least one container")
 	}

@@ -1,6 +1,7 @@
 package eds
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -50,10 +51,11 @@ func TestValidate(t *testing.T) {
 	badPct := daemon("a", "x:1")
 	p := intstr.FromString("ten%")
 	badPct.Spec.Strategy.RollingUpdate.MaxUnavailable = &p
+	longest, tooLong := daemon(strings.Repeat("a", MaxNameLength), "x:1"), daemon(strings.Repeat("a", MaxNameLength+1), "x:1")
 	for name, tt := range map[string]struct {
 		e    *v1.ExtendedDaemonSet
 		fail bool
-	}{"ok": {ok, false}, "no containers": {noContainers, true}, "autoFail below autoPause": {badRestarts, true},
+	}{"ok": {ok, false}, "name of 52": {longest, false}, "name of 53 (issue 24 item 11)": {tooLong, true}, "no containers": {noContainers, true}, "autoFail below autoPause": {badRestarts, true},
 		"timeout below duration": {badTimeout, true}, "bad selector": {badSelector, true}, "bad percentage": {badPct, true}} {
 		if err := validate(tt.e); (err != nil) != tt.fail {
 			t.Errorf("%s: validate() = %v, want error %v", name, err, tt.fail)

@@ -37,6 +37,11 @@ func (c *Controller) writeStatus(ctx context.Context, r *round) error {
 	setCond(&st.Conditions, v1.ConditionRollingUpdatePaused, isTrue(e.Annotations, v1.AnnotationRollingUpdatePaused), "Annotation", "")
 	setCond(&st.Conditions, v1.ConditionRolloutFrozen, isTrue(e.Annotations, v1.AnnotationRolloutFrozen), "Annotation", "")
 	setCond(&st.Conditions, v1.ConditionInvalid, false, "Valid", "")
+	if r.failure != nil {
+		setCond(&st.Conditions, v1.ConditionReconcileError, true, "ReconcileError", r.failure.Error())
+	} else {
+		setCond(&st.Conditions, v1.ConditionReconcileError, false, "Reconciled", "")
+	}
 	failed, why := failedERS(next), e.Status.Reason
 	if s := unrecordedFailure(r); failed == "" && s != nil { // the spec was restored, the state not yet written
 		failed, why = s.Name, failedReason(s)
@@ -144,7 +149,7 @@ func (c *Controller) writeERSStatuses(ctx context.Context, r *round, byERS map[s
 			cp.Status.Status = v1.ReplicaSetStatusCanary
 		case s.Status.Status == v1.ReplicaSetStatusCanaryFailed:
 		default:
-			cp.Status.Status = ""
+			cp.Status.Status = v1.ReplicaSetStatusUnknown
 		}
 		if err := c.updateERSStatus(ctx, r, s, cp); err != nil {
 			return err
@@ -187,6 +192,17 @@ func (c *Controller) markInvalid(ctx context.Context, e *v1.ExtendedDaemonSet, p
 	}
 	c.recorder.Eventf(e, corev1.EventTypeWarning, EventInvalid, "%v; fix the spec (kubectl edit eds %s)", problem, e.Name)
 	return nil
+}
+
+// markReconcileError records a failed sync on the ExtendedDaemonSet (as
+// DataDog's condition ReconcileError); the next good sync clears it. Best
+// effort: the failure itself is retried and counted in the metrics.
+func (c *Controller) markReconcileError(ctx context.Context, e *v1.ExtendedDaemonSet, problem error) {
+	next := e.DeepCopy()
+	setCond(&next.Status.Conditions, v1.ConditionReconcileError, true, "ReconcileError", problem.Error())
+	if _, _, err := c.putEDSStatus(ctx, e, next.Status); err != nil {
+		c.log.Debug("could not record the reconcile error", "eds", e.Namespace+"/"+e.Name, "err", err)
+	}
 }
 
 // cleanup deletes the ERSs that are neither active, nor the spec's, nor

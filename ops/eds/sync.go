@@ -3,6 +3,7 @@ package eds
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -32,6 +33,9 @@ type round struct {
 	targets     map[string]string               // node -> ERS its pod should be of
 	canaryNodes []string
 	history     []v1.CanaryPodRestarts // the canary pods' restarts, kept on the canary ERS
+	selector    labels.Selector        // spec.selector
+	failure     error                  // what the rollout step could not do
+	recorded    bool                   // failure is in the status written
 	verdict     plan.Verdict
 	plan        plan.Plan
 	recheck     time.Duration
@@ -53,6 +57,16 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return 0, c.markInvalid(ctx, e, err)
 	}
 	r := &round{e: e, now: c.opts.Now()}
+	after, err := c.reconcile(ctx, r)
+	if err != nil && !r.recorded && ctx.Err() == nil {
+		c.markReconcileError(ctx, e, err)
+	}
+	return after, err
+}
+
+// reconcile is one sync of a valid ExtendedDaemonSet.
+func (c *Controller) reconcile(ctx context.Context, r *round) (time.Duration, error) {
+	e := r.e
 	if err := c.load(ctx, r); err != nil {
 		return 0, err
 	}
@@ -71,14 +85,18 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 			return time.Millisecond, err // the spec or the active ERS changed: start over
 		}
 	}
-	if err := c.rollout(ctx, r); err != nil {
-		return 0, err
-	}
+	// A failed creation or deletion (a quota, an admission webhook) does
+	// not stop the status and the cleanup: the status says ReconcileError.
+	r.failure = c.rollout(ctx, r)
 	if err := c.cleanup(ctx, r); err != nil {
-		return 0, err
+		return 0, errors.Join(r.failure, err)
 	}
 	if err := c.writeStatus(ctx, r); err != nil {
-		return 0, err
+		return 0, errors.Join(r.failure, err)
+	}
+	if r.failure != nil {
+		r.recorded = true
+		return 0, r.failure
 	}
 	after := reconcileFrequency(e)
 	if r.recheck > 0 && r.recheck < after {
@@ -111,9 +129,10 @@ func (c *Controller) load(ctx context.Context, r *round) error {
 	} else {
 		r.canary = r.target
 	}
-	if r.nodes, err = c.eligibleNodes(e, &r.active.Spec.Template.Spec); err != nil {
+	if r.selector, err = plan.Selector(e.Spec.Selector); err != nil {
 		return err
 	}
+	r.nodes = c.eligibleNodes(r.selector, &r.active.Spec.Template.Spec)
 	if r.pods, err = c.podsOf(ctx, e); err != nil {
 		return err
 	}
@@ -260,11 +279,7 @@ func ersFromMessage(m string) string {
 // (the active ERS's: each ERS's pods follow its own template until the
 // rollout replaces them), by name. The spec's node selector is not part
 // of a template and applies at once; removals go through the rolling budget.
-func (c *Controller) eligibleNodes(e *v1.ExtendedDaemonSet, spec *corev1.PodSpec) ([]*corev1.Node, error) {
-	sel, err := plan.Selector(e.Spec.Selector)
-	if err != nil {
-		return nil, err
-	}
+func (c *Controller) eligibleNodes(sel labels.Selector, spec *corev1.PodSpec) []*corev1.Node {
 	var out []*corev1.Node
 	for _, o := range c.nodes.List() {
 		n := o.(*corev1.Node)
@@ -273,7 +288,7 @@ func (c *Controller) eligibleNodes(e *v1.ExtendedDaemonSet, spec *corev1.PodSpec
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return out
 }
 
 // later makes the sync come back after wait (when sooner than planned).

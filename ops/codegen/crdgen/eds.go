@@ -29,7 +29,7 @@ func edsCRDs() []crdSpec {
 			{Name: "Up-to-date", Type: "integer", JSONPath: ".status.upToDate", Description: "Pods of the spec's template."},
 			{Name: "Available", Type: "integer", JSONPath: ".status.available", Description: "Pods that are available."},
 			{Name: "Ignored Unresponsive Nodes", Type: "integer", JSONPath: ".status.ignoredUnresponsiveNodes", Priority: 1},
-			{Name: "Status", Type: "string", JSONPath: ".status.state", Description: "Running, Canary, CanaryPaused, CanaryFailed, RollingUpdatePaused or RolloutFrozen."},
+			{Name: "Status", Type: "string", JSONPath: ".status.state", Description: "Running, Canary, Canary Paused, Canary Failed, RollingUpdate Paused or Rollout frozen."},
 			{Name: "Reason", Type: "string", JSONPath: ".status.reason", Priority: 1},
 			{Name: "Active RS", Type: "string", JSONPath: ".status.activeReplicaSet", Description: "The ERS of the validated template."},
 			{Name: "Canary RS", Type: "string", JSONPath: ".status.canary.replicaSet", Description: "The ERS of the canary, if any."},
@@ -103,8 +103,48 @@ func canaryRules(root *apiextv1.JSONSchemaProps) {
 	}}
 	strategy.Properties["canary"] = canary
 	specProps.Properties["strategy"] = strategy
+	durations(&specProps)
 	template := specProps.Properties["template"]
 	template.Default = nil // required: a missing template is refused, not defaulted to an empty pod
 	specProps.Properties["template"] = template
 	root.Properties["spec"] = specProps
+	// An ERS is named <eds>-<10 hex digits> and that name is a pod label
+	// value (at most 63 characters).
+	root.XValidations = append(root.XValidations, apiextv1.ValidationRule{
+		Rule:    "self.metadata.name.size() <= 52",
+		Message: "metadata.name: an ExtendedDaemonSet's name has at most 52 characters (its ERS names add 11 and are pod label values, at most 63)",
+	})
+}
+
+// durationPattern is what time.ParseDuration reads: "90s", "1h30m", "1.5h", "0".
+const durationPattern = `^[-+]?(0|([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+)$`
+
+// durations gives every duration of the spec Go's duration pattern, so
+// that "1d" or "ten minutes" is refused at admission instead of being
+// stored where the controller cannot decode it.
+func durations(spec *apiextv1.JSONSchemaProps) {
+	set := func(p *apiextv1.JSONSchemaProps, names ...string) {
+		for _, n := range names {
+			f, ok := p.Properties[n]
+			if !ok {
+				panic("crdgen: no duration field " + n)
+			}
+			f.Pattern = durationPattern
+			p.Properties[n] = f
+		}
+	}
+	strategy := spec.Properties["strategy"]
+	set(&strategy, "reconcileFrequency")
+	rolling := strategy.Properties["rollingUpdate"]
+	set(&rolling, "slowStartIntervalDuration")
+	strategy.Properties["rollingUpdate"] = rolling
+	canary := strategy.Properties["canary"]
+	set(&canary, "duration", "noRestartsDuration")
+	for _, sub := range []struct{ name, field string }{{"autoPause", "maxSlowStartDuration"}, {"autoFail", "maxRestartsDuration"}, {"autoFail", "canaryTimeout"}} {
+		p := canary.Properties[sub.name]
+		set(&p, sub.field)
+		canary.Properties[sub.name] = p
+	}
+	strategy.Properties["canary"] = canary
+	spec.Properties["strategy"] = strategy
 }

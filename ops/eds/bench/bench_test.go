@@ -5,11 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +31,9 @@ var (
 )
 
 const maxUnavailable = 10
+
+// rounds is how many times each contender rolls out (medians reported).
+var rounds = envInt("SLIPWAY_BENCH_ROUNDS", 3)
 
 func envInt(name string, def int) int {
 	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
@@ -64,62 +65,6 @@ func TestMain(m *testing.M) {
 type clients struct {
 	kube kubernetes.Interface
 	eds  versioned.Interface
-}
-
-func BenchmarkEDSVsDaemonSet(b *testing.B) {
-	e := testenv.Need(b, env)
-	c := clients{kube: kubernetes.NewForConfigOrDie(e.Config), eds: versioned.NewForConfigOrDie(e.Config)}
-	ctrl := startController(b, e)
-	stop := c.kubeletStandIn()
-	defer stop()
-	for range b.N {
-		ds := c.rollDaemonSet(b)
-		eds := c.rollEDS(b)
-		pause := c.canaryPauseLatency(b)
-		time.Sleep(2 * time.Second) // the audit log is written in 1 s batches
-		dsWrites, edsWrites := countWrites(b, ds, "kube-controller-manager"), countWrites(b, eds, "slipway-eds-controller")
-		kcmRSS, edsRSS := rssMiB(e.Pids()["kube-controller-manager"]), rssMiB(ctrl.Process.Pid)
-		b.ReportMetric(eds.wall.Seconds()/ds.wall.Seconds(), "wall-eds/ds")
-		b.ReportMetric(ds.wall.Seconds(), "wall-ds-s")
-		b.ReportMetric(eds.wall.Seconds(), "wall-eds-s")
-		b.ReportMetric(float64(dsWrites.all)/float64(nodes), "writes/node-ds")
-		b.ReportMetric(float64(edsWrites.all)/float64(nodes), "writes/node-eds")
-		b.ReportMetric(edsRSS, "rss-eds-MiB")
-		b.ReportMetric(pause.Seconds()*1000, "canary-pause-ms")
-		fmt.Printf("\n%d nodes, maxUnavailable %d, canary off\n", nodes, maxUnavailable)
-		fmt.Printf("%-28s %10s %14s %22s %12s\n", "controller", "wall", "writes/node", "(without Events)", "RSS MiB")
-		fmt.Printf("%-28s %9.1fs %14.2f %22.2f %12.0f (the whole kube-controller-manager)\n", "DaemonSet (kcm)", ds.wall.Seconds(),
-			float64(dsWrites.all)/float64(nodes), float64(dsWrites.noEvents)/float64(nodes), kcmRSS)
-		fmt.Printf("%-28s %9.1fs %14.2f %22.2f %12.0f\n", "slipway eds", eds.wall.Seconds(),
-			float64(edsWrites.all)/float64(nodes), float64(edsWrites.noEvents)/float64(nodes), edsRSS)
-		fmt.Printf("wall eds/ds %.2f; writes by resource: ds %v, eds %v\n", eds.wall.Seconds()/ds.wall.Seconds(), dsWrites.byResource, edsWrites.byResource)
-		fmt.Printf("pod creations by other clients during the windows: ds %v, eds %v\n", dsWrites.others, edsWrites.others)
-		fmt.Printf("canary restarts over maxRestarts to CanaryPaused: %v\n\n", pause.Round(time.Millisecond))
-	}
-}
-
-// startController runs `slipway eds controller` as its own process (so its
-// memory can be read), built from this checkout.
-func startController(b *testing.B, e *testenv.Env) *exec.Cmd {
-	bin := filepath.Join(b.TempDir(), "slipway")
-	build := exec.Command("go", "build", "-o", bin, "slipway.dev/slipway/cmd/slipway")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		b.Fatalf("build slipway: %v", err)
-	}
-	logf, err := os.Create(filepath.Join(b.TempDir(), "controller.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(bin, "eds", "controller", "--metrics-addr", "")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.Kubeconfig)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the benchmark
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait(); _ = logf.Close() })
-	return cmd
 }
 
 // window is one measured rollout.

@@ -46,6 +46,18 @@ func Selector(s *metav1.LabelSelector) (labels.Selector, error) {
 // NoSchedule or NoExecute taint of the node is tolerated by the pod's
 // tolerations or the daemon ones. A node being deleted is not eligible.
 func Eligible(node *corev1.Node, selector labels.Selector, spec *corev1.PodSpec) bool {
+	return admits(node, selector, spec, true)
+}
+
+// MayStay says whether a pod of spec already on node may keep running
+// there: as Eligible, but a NoSchedule taint (which keeps new pods away)
+// does not remove a running one, as with the DaemonSet controller; only
+// an untolerated NoExecute taint does.
+func MayStay(node *corev1.Node, selector labels.Selector, spec *corev1.PodSpec) bool {
+	return admits(node, selector, spec, false)
+}
+
+func admits(node *corev1.Node, selector labels.Selector, spec *corev1.PodSpec, noSchedule bool) bool {
 	if node.DeletionTimestamp != nil || !selector.Matches(labels.Set(node.Labels)) {
 		return false
 	}
@@ -55,7 +67,7 @@ func Eligible(node *corev1.Node, selector labels.Selector, spec *corev1.PodSpec)
 	}
 	tolerations := append(append([]corev1.Toleration{}, spec.Tolerations...), DaemonTolerations()...)
 	_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, tolerations, func(t *corev1.Taint) bool {
-		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+		return (noSchedule && t.Effect == corev1.TaintEffectNoSchedule) || t.Effect == corev1.TaintEffectNoExecute
 	}, false)
 	return !untolerated
 }

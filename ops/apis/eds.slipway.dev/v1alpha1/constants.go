@@ -15,6 +15,16 @@ const (
 	LabelReplicaSet = "eds.slipway.dev/replicaset"
 	// LabelCanary (pods; controller) is "true" on canary pods.
 	LabelCanary = "eds.slipway.dev/canary"
+	// DataDogLabelName, DataDogLabelReplicaSet and DataDogLabelCanary (pods;
+	// controller) are the labels DataDog's controller writes, written beside
+	// ours so that selectors, dashboards and `kubectl get pods -l` written
+	// for DataDog's pods find ours.
+	DataDogLabelName       = DataDogPrefix + "/name"
+	DataDogLabelReplicaSet = "extendeddaemonsetreplicaset.datadoghq.com/name"
+	DataDogLabelCanary     = "extendeddaemonsetreplicaset.datadoghq.com/canary"
+	// AnnotationAutoscalerDaemonSetPod (pods; controller) = "true" tells the
+	// cluster autoscaler the pod is a daemon's: it does not keep a node up.
+	AnnotationAutoscalerDaemonSetPod = "cluster-autoscaler.kubernetes.io/daemonset-pod"
 	// LabelEDSOwner (ERS; controller) is the owning ExtendedDaemonSet's name.
 	LabelEDSOwner = "eds.slipway.dev/owner"
 
@@ -79,11 +89,14 @@ const (
 	UnresponsiveAfter = 10 * time.Minute
 )
 
-// Condition types of an ExtendedDaemonSet and its ERS.
+// Condition types of an ExtendedDaemonSet and its ERS. Canary-Paused,
+// Canary-Failed, ReconcileError, PodRestarting and PodCannotStart are
+// DataDog's; the others are slipway's own.
 const (
 	ConditionCanary              = "Canary"
-	ConditionCanaryPaused        = "CanaryPaused"
-	ConditionCanaryFailed        = "CanaryFailed"
+	ConditionCanaryPaused        = "Canary-Paused"
+	ConditionCanaryFailed        = "Canary-Failed"
+	ConditionReconcileError      = "ReconcileError"
 	ConditionRollingUpdatePaused = "RollingUpdatePaused"
 	ConditionRolloutFrozen       = "RolloutFrozen"
 	ConditionInvalid             = "Invalid"

@@ -195,8 +195,8 @@ type ExtendedDaemonSetStatus struct {
 	// scheduled maxUnavailable ignores.
 	// +optional
 	IgnoredUnresponsiveNodes int32 `json:"ignoredUnresponsiveNodes,omitempty"`
-	// State is Running, Canary, CanaryPaused, CanaryFailed,
-	// RollingUpdatePaused or RolloutFrozen.
+	// State is Running, Canary, Canary Paused, Canary Failed,
+	// RollingUpdate Paused or Rollout frozen (DataDog's strings).
 	// +optional
 	State ExtendedDaemonSetStatusState `json:"state,omitempty"`
 	// Reason says why the canary paused or failed (CrashLoopBackOff,
@@ -209,8 +209,9 @@ type ExtendedDaemonSetStatus struct {
 	// Canary is the running canary, if any.
 	// +optional
 	Canary *ExtendedDaemonSetStatusCanary `json:"canary,omitempty"`
-	// Conditions: Canary, CanaryPaused, CanaryFailed, RollingUpdatePaused,
-	// RolloutFrozen, Invalid.
+	// Conditions: DataDog's Canary-Paused, Canary-Failed and
+	// ReconcileError; slipway's Canary, RollingUpdatePaused, RolloutFrozen
+	// and Invalid beside them.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -220,14 +221,15 @@ type ExtendedDaemonSetStatus struct {
 // ExtendedDaemonSetStatusState is the rollout state of an ExtendedDaemonSet.
 type ExtendedDaemonSetStatusState string
 
-// States of an ExtendedDaemonSet.
+// States of an ExtendedDaemonSet, spelled as DataDog's controller spells
+// them (dashboards and scripts read these strings).
 const (
 	StateRunning             ExtendedDaemonSetStatusState = "Running"
 	StateCanary              ExtendedDaemonSetStatusState = "Canary"
-	StateCanaryPaused        ExtendedDaemonSetStatusState = "CanaryPaused"
-	StateCanaryFailed        ExtendedDaemonSetStatusState = "CanaryFailed"
-	StateRollingUpdatePaused ExtendedDaemonSetStatusState = "RollingUpdatePaused"
-	StateRolloutFrozen       ExtendedDaemonSetStatusState = "RolloutFrozen"
+	StateCanaryPaused        ExtendedDaemonSetStatusState = "Canary Paused"
+	StateCanaryFailed        ExtendedDaemonSetStatusState = "Canary Failed"
+	StateRollingUpdatePaused ExtendedDaemonSetStatusState = "RollingUpdate Paused"
+	StateRolloutFrozen       ExtendedDaemonSetStatusState = "Rollout frozen"
 )
 
 // ExtendedDaemonSetStatusCanary is a running canary.

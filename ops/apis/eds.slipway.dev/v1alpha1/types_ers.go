@@ -35,7 +35,8 @@ type ExtendedDaemonSetReplicaSetSpec struct {
 
 // ExtendedDaemonSetReplicaSetStatus is the observed state of an ERS.
 type ExtendedDaemonSetReplicaSetStatus struct {
-	// Status is active, canary or canary-failed (empty while outdated).
+	// Status is active, canary, canary-failed or unknown (an outdated
+	// template), as DataDog's controller writes it.
 	// +optional
 	Status string `json:"status,omitempty"`
 	// Desired is how many nodes this ERS should run on.
@@ -56,7 +57,7 @@ type ExtendedDaemonSetReplicaSetStatus struct {
 	// +listType=map
 	// +listMapKey=pod
 	CanaryRestarts []CanaryPodRestarts `json:"canaryRestarts,omitempty"`
-	// Conditions: PodRestarting, PodCannotStart, CanaryPaused, CanaryFailed.
+	// Conditions: PodRestarting, PodCannotStart, Canary-Paused, Canary-Failed.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -84,6 +85,7 @@ const (
 	ReplicaSetStatusActive       = "active"
 	ReplicaSetStatusCanary       = "canary"
 	ReplicaSetStatusCanaryFailed = "canary-failed"
+	ReplicaSetStatusUnknown      = "unknown"
 )
 
 // +genclient
@@ -134,7 +136,7 @@ type ExtendedDaemonsetSettingContainerSpec struct {
 
 // ExtendedDaemonsetSettingStatus is whether a setting applies.
 type ExtendedDaemonsetSettingStatus struct {
-	// Status is Valid or Error.
+	// Status is valid or error (DataDog's strings).
 	// +optional
 	Status string `json:"status,omitempty"`
 	// Error says what is wrong and what to do.
@@ -144,6 +146,6 @@ type ExtendedDaemonsetSettingStatus struct {
 
 // Setting status values.
 const (
-	SettingStatusValid = "Valid"
-	SettingStatusError = "Error"
+	SettingStatusValid = "valid"
+	SettingStatusError = "error"
 )

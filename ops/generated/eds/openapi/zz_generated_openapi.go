@@ -3086,7 +3086,7 @@ func schema_ops_apis_edsslipwaydev_v1alpha1_ExtendedDaemonSetReplicaSetStatus(re
 				Properties: map[string]spec.Schema{
 					"status": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Status is active, canary or canary-failed (empty while outdated).",
+							Description: "Status is active, canary, canary-failed or unknown (an outdated template), as DataDog's controller writes it.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -3162,7 +3162,7 @@ func schema_ops_apis_edsslipwaydev_v1alpha1_ExtendedDaemonSetReplicaSetStatus(re
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Conditions: PodRestarting, PodCannotStart, CanaryPaused, CanaryFailed.",
+							Description: "Conditions: PodRestarting, PodCannotStart, Canary-Paused, Canary-Failed.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -3533,7 +3533,7 @@ func schema_ops_apis_edsslipwaydev_v1alpha1_ExtendedDaemonSetStatus(ref common.R
 					},
 					"state": {
 						SchemaProps: spec.SchemaProps{
-							Description: "State is Running, Canary, CanaryPaused, CanaryFailed, RollingUpdatePaused or RolloutFrozen.",
+							Description: "State is Running, Canary, Canary Paused, Canary Failed, RollingUpdate Paused or Rollout frozen (DataDog's strings).",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -3568,7 +3568,7 @@ func schema_ops_apis_edsslipwaydev_v1alpha1_ExtendedDaemonSetStatus(ref common.R
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Conditions: Canary, CanaryPaused, CanaryFailed, RollingUpdatePaused, RolloutFrozen, Invalid.",
+							Description: "Conditions: DataDog's Canary-Paused, Canary-Failed and ReconcileError; slipway's Canary, RollingUpdatePaused, RolloutFrozen and Invalid beside them.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -3821,7 +3821,7 @@ func schema_ops_apis_edsslipwaydev_v1alpha1_ExtendedDaemonsetSettingStatus(ref c
 				Properties: map[string]spec.Schema{
 					"status": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Status is Valid or Error.",
+							Description: "Status is valid or error (DataDog's strings).",
 							Type:        []string{"string"},
 							Format:      "",
 						},
