@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -94,3 +96,14 @@ func (r *guardedRebooter) Reboot(ctx context.Context) error {
 }
 
 func (r *guardedRebooter) String() string { return r.next.String() }
+
+// jobRefused records, when the API server refused a Job this agent built
+// (its admission policy: a channel's image, token Secret or mirror the
+// manifest does not allow), a Warning Event on the channel saying why; the
+// sync is retried with backoff, as for any failed write.
+func (a *Agent) jobRefused(ch *v1.UpdateChannel, job string, err error) {
+	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+		a.recorder.Eventf(ch, corev1.EventTypeWarning, "JobRefused",
+			"node %s: the API server refused job %s (see docs/security.md: a channel's image, token Secret and mirror must be ones the manifest allows): %v", a.opts.NodeName, job, err)
+	}
+}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"testing"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/manifest"
 	"slipway.dev/slipway/ops/testenv"
 )
@@ -92,4 +94,19 @@ func (f *fleet) create(ctx context.Context, obj any) error {
 		f.t.Cleanup(func() { _ = cleanup() })
 	}
 	return err
+}
+
+// TestRefusedJobIsReported: a channel whose token Secret the manifest does
+// not allow gets its Jobs refused by the API server (the Job policy), and
+// the agent says so in a Warning Event on the channel rather than only in
+// its log.
+func TestRefusedJobIsReported(t *testing.T) {
+	f := newFleet(t, 1, nil)
+	f.asServiceAccount(manifest.Options{})
+	f.start(f.ns + "-n0")
+	f.channel(v1.UpdateChannelSpec{URL: "github-releases://o/r", Version: "v2", RebootDelay: zeroDelay(), NodeSelector: selectFleet(f),
+		TokenSecretRef: &v1.SecretKeyRef{Name: "not-allowed"}})
+	if f.events("JobRefused", 1) < 1 {
+		t.Error("no JobRefused Event for a Job the admission policy refused")
+	}
 }

@@ -38,6 +38,7 @@ func (a *Agent) stepCreateJob(ctx context.Context, sc *stepCtx) error {
 	switch {
 	case apierrors.IsAlreadyExists(err):
 	case err != nil:
+		a.jobRefused(sc.ch, name, err)
 		return fmt.Errorf("create upgrade job %s: %w", name, err)
 	default:
 		a.log.Info("upgrade job created", "channel", sc.ch.Name, "job", name, "version", sc.slot.Version, "attempt", sc.slot.Attempt)
