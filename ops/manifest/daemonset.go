@@ -112,9 +112,13 @@ var AgentCapabilities = []corev1.Capability{"SYS_BOOT"}
 // bus and read the system directory, under the runtime's default seccomp
 // profile, with a read-only root filesystem (it writes nothing locally). A
 // `--reboot-method command` whose command needs more is given it by the
-// operator, in a patch of this DaemonSet.
+// operator, in a patch of this DaemonSet. AppArmor is unconfined: the
+// runtime's default profile lets a container receive signals from
+// unconfined processes but not send them, so the signal to the host's init
+// (itself unconfined) would be refused on hosts that enforce AppArmor.
 func agentSecurityContext() *corev1.SecurityContext {
 	return &corev1.SecurityContext{
+		AppArmorProfile:          &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined},
 		RunAsUser:                ptr.To[int64](0),
 		AllowPrivilegeEscalation: ptr.To(false),
 		ReadOnlyRootFilesystem:   ptr.To(true),

@@ -40,7 +40,7 @@ func (l Logind) Reboot(ctx context.Context) error {
 	addr := l.address()
 	conn, err := dbus.Dial(addr, dbus.WithContext(ctx))
 	if err != nil {
-		return fmt.Errorf("connect to the system bus at %s: %w (mount the host's /run/dbus, or set DBUS_SYSTEM_BUS_ADDRESS)", addr, err)
+		return fmt.Errorf("connect to the system bus at %s: %w (on a systemd host the agent needs the host's /run/dbus: render its DaemonSet with `slipway ops manifest --systemd-hosts`, or set DBUS_SYSTEM_BUS_ADDRESS)", addr, err)
 	}
 	defer conn.Close()
 	if err := conn.Auth(nil); err != nil {
