@@ -93,11 +93,6 @@ func kubeConfig(path string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// agentRebooter is agentRebooterAt for a process that runs on the host.
-func agentRebooter(method, command string) (reboot.Rebooter, error) {
-	return agentRebooterAt(method, command, "/proc", "/run")
-}
-
 // agentRebooterAt turns --reboot-method into a Rebooter; hostProc and
 // hostRun are where this process sees the host's PID namespace's /proc and
 // the host's /run.

@@ -171,3 +171,38 @@ func TestAgentRunsAsSuperTOnBottlerocket(t *testing.T) {
 		}
 	}
 }
+
+// The slipway platform's agent reboots as ops agent does: it sees the
+// host's PID 1 (hostPID) and the host's /run, read-only, which it names on
+// its command line and through which it reaches the system bus; the other
+// platforms get neither.
+func TestSlipwayAgentSeesTheHostsInit(t *testing.T) {
+	for _, platform := range []string{"slipway", "bottlerocket-api", "command"} {
+		objs, err := ManifestObjects(ManifestOptions{Platform: platform})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			ds, ok := o.(*appsv1.DaemonSet)
+			if !ok {
+				continue
+			}
+			pod := ds.Spec.Template.Spec
+			c := pod.Containers[0]
+			mounted := false
+			for _, m := range c.VolumeMounts {
+				mounted = mounted || (m.MountPath == HostRunDir && m.ReadOnly)
+			}
+			named := strings.Contains(strings.Join(c.Args, " "), "--host-run-dir "+HostRunDir)
+			bus := false
+			for _, e := range c.Env {
+				bus = bus || (e.Name == "DBUS_SYSTEM_BUS_ADDRESS" && strings.HasPrefix(e.Value, "unix:path="+HostRunDir+"/"))
+			}
+			want := platform == "slipway"
+			if pod.HostPID != want || mounted != want || named != want || bus != want {
+				t.Errorf("%s: hostPID %v, host /run mounted read-only %v, --host-run-dir %v, bus address %v; want all %v",
+					platform, pod.HostPID, mounted, named, bus, want)
+			}
+		}
+	}
+}

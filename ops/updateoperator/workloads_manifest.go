@@ -51,6 +51,12 @@ func controllerDeployment(o ManifestOptions, keys Keys) *appsv1.Deployment {
 	}
 }
 
+// HostRunDir is where the slipway platform's agent sees the host's /run
+// (read-only): with the host's PID 1 (hostPID) it tells the host's init,
+// and reboots as ops agent does (upgrade/reboot); the system bus is reached
+// through it on systemd hosts.
+const HostRunDir = "/host/run"
+
 // agentDaemonSet runs the agent on every node with the interface-version
 // label, with the host paths its platform needs.
 func agentDaemonSet(o ManifestOptions, keys Keys) *appsv1.DaemonSet {
@@ -61,13 +67,18 @@ func agentDaemonSet(o ManifestOptions, keys Keys) *appsv1.DaemonSet {
 	}
 	var vols []corev1.Volume
 	var mounts []corev1.VolumeMount
+	env := []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}}
 	switch o.Platform {
 	case "bottlerocket-api":
 		vols = append(vols, hostPath("api-socket", "/run/api.sock", corev1.HostPathSocket))
 		mounts = append(mounts, corev1.VolumeMount{Name: "api-socket", MountPath: "/run/api.sock"})
 	case "slipway":
-		vols = append(vols, hostPath("system", "/k3os/system", corev1.HostPathDirectory), hostPath("lock", "/run/k3os", corev1.HostPathDirectoryOrCreate))
-		mounts = append(mounts, corev1.VolumeMount{Name: "system", MountPath: "/k3os/system"}, corev1.VolumeMount{Name: "lock", MountPath: "/run/k3os"})
+		vols = append(vols, hostPath("system", "/k3os/system", corev1.HostPathDirectory), hostPath("lock", "/run/k3os", corev1.HostPathDirectoryOrCreate),
+			hostPath("host-run", "/run", corev1.HostPathDirectory))
+		mounts = append(mounts, corev1.VolumeMount{Name: "system", MountPath: "/k3os/system"}, corev1.VolumeMount{Name: "lock", MountPath: "/run/k3os"},
+			corev1.VolumeMount{Name: "host-run", MountPath: HostRunDir, ReadOnly: true})
+		args = append(args, "--host-run-dir", HostRunDir)
+		env = append(env, corev1.EnvVar{Name: "DBUS_SYSTEM_BUS_ADDRESS", Value: "unix:path=" + HostRunDir + "/dbus/system_bus_socket"})
 	}
 	return &appsv1.DaemonSet{
 		TypeMeta:   tm("apps/v1", "DaemonSet"),
@@ -85,7 +96,7 @@ func agentDaemonSet(o ManifestOptions, keys Keys) *appsv1.DaemonSet {
 					Volumes:            vols,
 					Containers: []corev1.Container{{
 						Name: "agent", Image: o.Image, Args: args,
-						Env:          []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+						Env:          env,
 						VolumeMounts: mounts,
 						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 							corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("24Mi")}},
