@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/eds"
@@ -37,8 +37,8 @@ Examples:
 }
 
 // kubectlFlags are the flags every kubectl-eds command takes, before or
-// after its name: kubectl's own connection flags (read through
-// cli-runtime's genericclioptions, as every kubectl plugin does), -A and -o.
+// after its name: kubectl's own connection flags (the flags of
+// cli-runtime's genericclioptions, as every kubectl plugin takes them), -A and -o.
 func kubectlFlags() []cli.Flag {
 	str := func(name, usage string, aliases ...string) cli.Flag {
 		return &cli.StringFlag{Name: name, Aliases: aliases, Usage: usage}
@@ -129,30 +129,36 @@ func edsManifestCommand() *cli.Command {
 }
 
 // edsKubeConfig loads the client configuration the way kubectl does, from
-// kubectl's connection flags, and returns it with the namespace to use
-// (-n, else the context's, else default).
+// kubectl's connection flags (client-go's clientcmd loading rules and
+// overrides, what cli-runtime's genericclioptions wraps; that package links
+// client-go's every-group scheme, which every slipway agent would pay for in
+// memory), and returns it with the namespace to use (-n, else the context's,
+// else default).
 func edsKubeConfig(c *cli.Context) (*rest.Config, string, error) {
-	flags := genericclioptions.NewConfigFlags(true)
-	for name, field := range map[string]**string{
-		"kubeconfig": &flags.KubeConfig, "namespace": &flags.Namespace, "context": &flags.Context,
-		"cluster": &flags.ClusterName, "user": &flags.AuthInfoName, "server": &flags.APIServer,
-		"token": &flags.BearerToken, "as": &flags.Impersonate, "as-uid": &flags.ImpersonateUID,
-		"certificate-authority": &flags.CAFile, "client-certificate": &flags.CertFile, "client-key": &flags.KeyFile,
-		"tls-server-name": &flags.TLSServerName, "request-timeout": &flags.Timeout,
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if v, ok := lookupSet(c, "kubeconfig"); ok {
+		rules.ExplicitPath = v
+	}
+	o := &clientcmd.ConfigOverrides{}
+	for name, field := range map[string]*string{
+		"namespace": &o.Context.Namespace, "context": &o.CurrentContext,
+		"cluster": &o.Context.Cluster, "user": &o.Context.AuthInfo, "server": &o.ClusterInfo.Server,
+		"token": &o.AuthInfo.Token, "as": &o.AuthInfo.Impersonate, "as-uid": &o.AuthInfo.ImpersonateUID,
+		"certificate-authority": &o.ClusterInfo.CertificateAuthority, "client-certificate": &o.AuthInfo.ClientCertificate,
+		"client-key": &o.AuthInfo.ClientKey, "tls-server-name": &o.ClusterInfo.TLSServerName, "request-timeout": &o.Timeout,
 	} {
 		if v, ok := lookupSet(c, name); ok {
-			*field = &v
+			*field = v
 		}
 	}
-	groups := lookupSlice(c, "as-group")
-	flags.ImpersonateGroup = &groups
-	insecure := lookupBool(c, "insecure-skip-tls-verify")
-	flags.Insecure = &insecure
-	cfg, err := flags.ToRESTConfig()
+	o.AuthInfo.ImpersonateGroups = lookupSlice(c, "as-group")
+	o.ClusterInfo.InsecureSkipTLSVerify = lookupBool(c, "insecure-skip-tls-verify")
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, o)
+	cfg, err := loader.ClientConfig()
 	if err != nil {
 		return nil, "", fmt.Errorf("no cluster to talk to (%w): set KUBECONFIG or --kubeconfig (or --server and --token)", err)
 	}
-	ns, _, err := flags.ToRawKubeConfigLoader().Namespace()
+	ns, _, err := loader.Namespace()
 	if err != nil || ns == "" {
 		ns = "default"
 	}

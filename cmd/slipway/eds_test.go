@@ -19,7 +19,7 @@ func TestKubectlEDSFlagsBeforeAndAfterTheName(t *testing.T) {
 		{[]string{"kubectl-eds", "pods", "agent", "other"}, "takes one ExtendedDaemonSet name"},
 		{[]string{"kubectl-eds", "get", "-o", "xml"}, "unknown output format"},
 		{[]string{"kubectl-eds", "pods", "agent", "-n"}, "needs a value"},
-		// kubectl's connection flags (genericclioptions) reach the client.
+		// kubectl's connection flags reach the client.
 		{[]string{"kubectl-eds", "get", "agent", "--server", "http://127.0.0.1:1", "--token", "t", "--as", "someone", "--kubeconfig", "EMPTY"}, "127.0.0.1:1"},
 		{[]string{"kubectl-eds", "--context", "elsewhere", "get", "--kubeconfig", "/nonexistent"}, "no cluster to talk to"},
 		{[]string{"kubectl-eds", "pods", "agent", "--insecure-skip-tls-verify", "-s", "http://127.0.0.1:1", "--kubeconfig", "EMPTY"}, "127.0.0.1:1"},
