@@ -127,11 +127,24 @@ func writeRecord(file string, rec BootRecord) error {
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		return fmt.Errorf("record what this boot runs: %w", err)
 	}
-	tmp := file + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	// A temporary file of its own: two readers of a fresh boot (the agent's
+	// turn and a status read) may record it at once; each renames whole.
+	tmp, err := os.CreateTemp(filepath.Dir(file), filepath.Base(file)+".*.tmp")
+	if err != nil {
 		return fmt.Errorf("record what this boot runs: %w", err)
 	}
-	if err := os.Rename(tmp, file); err != nil {
+	defer os.Remove(tmp.Name()) // gone after the rename; removes a failed write's leftover
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), file)
+	}
+	if err != nil {
 		return fmt.Errorf("record what this boot runs: %w", err)
 	}
 	return nil
