@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -52,6 +56,34 @@ func (f *fleet) asServiceAccount(mo manifest.Options) {
 			t.Fatal(err)
 		}
 		f.configs[n.Name] = cfg
+	}
+	if len(nodes.Items) > 0 {
+		policiesInForce(t, f.configs[nodes.Items[0].Name], f.ns, nodes.Items[0].Name)
+	}
+}
+
+// policiesInForce waits until the API server enforces the admission
+// policies just created: it loads them a moment after their creation
+// (longer on a loaded machine), and a call admitted before that would pass
+// for one the shipped manifest allows. The probe is a Job of a shape the
+// Job policy refuses (another image, no command), created as an agent in
+// dry run.
+func policiesInForce(t *testing.T, agent *rest.Config, ns, node string) {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(agent)
+	probe := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "policy-probe", Namespace: ns},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "probe", Image: "registry.invalid/not-slipway"}}}}}}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := cs.BatchV1().Jobs(ns).Create(context.Background(), probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Job admission policy is not enforced a minute after its creation (probe: %v)", err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
