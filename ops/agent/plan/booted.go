@@ -56,29 +56,3 @@ func Staged(running, current Versions) Versions {
 	}
 	return s
 }
-
-// RollbackDecision says whether a swap staged for the next boot is to be
-// undone, and why (or why not).
-type RollbackDecision struct {
-	Undo   bool
-	Reason string
-}
-
-// Rollback decides whether to undo the swap of a node whose rollout ended
-// without its reboot (a failed drain, a slot taken away, a deleted
-// channel), so that its next boot starts the version it runs. Only a swap
-// made by slipway's own upgrade Job (ourJob: a finished Job of this node to
-// the staged version) is undone, never one an operator staged by hand; and
-// only when `previous` names what runs, so that the rollback restores it.
-func Rollback(running, current Versions, previousRootfs string, ourJob bool) RollbackDecision {
-	staged := Staged(running, current)
-	switch {
-	case staged == Versions{}:
-		return RollbackDecision{Reason: "nothing staged: the next boot starts what runs"}
-	case !ourJob:
-		return RollbackDecision{Reason: "the staged version " + orNone(current.Rootfs) + " was not staged by a slipway upgrade Job; left for the next boot"}
-	case previousRootfs != running.Rootfs:
-		return RollbackDecision{Reason: "previous names " + orNone(previousRootfs) + ", not the running " + orNone(running.Rootfs) + ": a rollback would not restore it"}
-	}
-	return RollbackDecision{Undo: true, Reason: "the next boot would start " + current.Rootfs + " without a drain; " + running.Rootfs + " runs"}
-}

@@ -22,28 +22,12 @@ func TestRunning(t *testing.T) {
 	}
 }
 
-func TestStagedAndRollback(t *testing.T) {
+func TestStaged(t *testing.T) {
 	v1, v2 := Versions{"v1", "k1", "s1"}, Versions{"v2", "k2", "s1"}
 	if s := Staged(v1, v2); s != (Versions{Rootfs: "v2", Kernel: "k2"}) {
 		t.Errorf("Staged = %+v", s)
 	}
 	if s := Staged(v1, v1); s != (Versions{}) {
 		t.Errorf("Staged of nothing = %+v", s)
-	}
-	for _, c := range []struct {
-		name             string
-		running, current Versions
-		previous         string
-		ourJob, wantUndo bool
-	}{
-		{"nothing staged", v1, v1, "v0", true, false},
-		{"our Job staged v2, previous is v1", v1, v2, "v1", true, true},
-		{"staged by hand", v1, v2, "v1", false, false},
-		{"previous is not what runs", v1, v2, "v0", true, false},
-	} {
-		d := Rollback(c.running, c.current, c.previous, c.ourJob)
-		if d.Undo != c.wantUndo || d.Reason == "" {
-			t.Errorf("%s: Rollback = %+v, want undo %v", c.name, d, c.wantUndo)
-		}
 	}
 }
