@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +103,10 @@ func TestNoRebootWithoutAConfirmedSlot(t *testing.T) {
 	}
 	if n := a.opts.Rebooter.(*guardedRebooter).next.(*stuckReboot).calls.Load(); n != 0 {
 		t.Errorf("rebooted %d times without a slot", n)
+	}
+	for events := a.recorder.(*record.FakeRecorder).Events; len(events) > 0; { // a reboot never asked has not stalled
+		if e := <-events; strings.Contains(e, "RebootStalled") {
+			t.Errorf("event %q for a reboot the slot guard never asked", e)
+		}
 	}
 }

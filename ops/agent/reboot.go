@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -49,6 +50,9 @@ func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 	}
 	if err := a.opts.Rebooter.Reboot(ctx); err != nil {
 		a.setRebooting(false)
+		if errors.Is(err, errSlotGone) { // not refused: not asked (the slot guard); the caller idles
+			return err
+		}
 		// A reboot under way stops this process, and may kill the reboot
 		// command first: only a refusal this process outlives is news.
 		select {
