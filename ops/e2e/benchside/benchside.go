@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"slipway.dev/slipway/ops/agentmem"
 )
 
 // clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's times:
@@ -53,25 +55,11 @@ func parseStatCPU(stat string) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
-// ProcRSS returns the process's VmRSS and, of it, RssAnon, in KiB.
+// ProcRSS returns the process's VmRSS and, of it, RssAnon, in KiB
+// (agentmem.ReadSplit, which the agents' own memory figures use).
 func ProcRSS(pid int) (rss, anon int, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, fmt.Errorf("read the memory of process %d: %w", pid, err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		switch f[0] {
-		case "VmRSS:":
-			rss, _ = strconv.Atoi(f[1])
-		case "RssAnon:":
-			anon, _ = strconv.Atoi(f[1])
-		}
-	}
-	return rss, anon, nil
+	m, err := agentmem.ReadSplit(strconv.Itoa(pid))
+	return m.RSS, m.Anon, err
 }
 
 // Pids returns the ids of the running processes whose argv match.
