@@ -24,6 +24,10 @@ type Version struct {
 	// Broken builds a rootfs whose init exits, so the version never
 	// confirms.
 	Broken bool
+	// KernelPackage gives this release a Debian kernel of its own ("" =
+	// Options.KernelPackage): a release whose kernel really differs, so
+	// that booting it shows in `uname -r`.
+	KernelPackage string
 }
 
 // Options configure Run.
@@ -52,7 +56,8 @@ type Result struct {
 	SystemImage, Mirror string
 	MirrorImage         string
 	KernelVersions      map[string]string // release -> kernel version name
-	KernelABI           string
+	KernelABI           string            // the loader's kernel (uname -r)
+	KernelABIs          map[string]string // release -> its kernel's uname -r
 	Steps               map[string]time.Duration
 }
 
@@ -65,7 +70,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		Kernel: filepath.Join(o.Out, "boot", "vmlinuz"), Initrd: filepath.Join(o.Out, "boot", "initrd"),
 		SystemImage: filepath.Join(o.Out, "system.img"), Mirror: filepath.Join(o.Out, "mirror"),
 		MirrorImage: filepath.Join(o.Out, "mirror.img"), KernelVersions: map[string]string{},
-		Steps: map[string]time.Duration{},
+		KernelABIs: map[string]string{}, Steps: map[string]time.Duration{},
 	}
 	var d *debian
 	work := filepath.Join(o.Out, "work")
@@ -84,8 +89,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}},
 		{"releases", func() error {
 			for _, v := range o.Versions {
-				r.KernelVersions[v.Name] = KernelVersion(d.kabi, v.Name)
-				if err := writeRelease(ctx, o, d, v, filepath.Join(r.Mirror, v.Name), work); err != nil {
+				dv, err := releaseKernel(ctx, o, v, d)
+				if err != nil {
+					return fmt.Errorf("release %s: %w", v.Name, err)
+				}
+				r.KernelVersions[v.Name] = KernelVersion(dv.kabi, v.Name)
+				r.KernelABIs[v.Name] = dv.kabi
+				if err := writeRelease(ctx, o, dv, v, filepath.Join(r.Mirror, v.Name), work); err != nil {
 					return fmt.Errorf("release %s: %w", v.Name, err)
 				}
 			}
@@ -103,6 +113,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		slog.Info("image step done", "step", s.name, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return r, os.RemoveAll(work)
+}
+
+// releaseKernel is the unpacked kernel of release v: its own package, or
+// the image's (def).
+func releaseKernel(ctx context.Context, o Options, v Version, def *debian) (*debian, error) {
+	if v.KernelPackage == "" || v.KernelPackage == o.KernelPackage {
+		return def, nil
+	}
+	return fetchDebian(ctx, o.Cache, v.KernelPackage)
 }
 
 func (o *Options) defaults() error {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -84,6 +86,54 @@ func resolveKernelPackage(ctx context.Context) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("apt-cache names no kernel for %s: run apt-get update", KernelMetaPackage)
+}
+
+// PreviousKernelPackage names the kernel package of the same series just
+// before the one linux-image-cloud-amd64 names (e.g. linux-image-6.1.0-55-
+// cloud-amd64 before -56): the older kernel of a release pair whose
+// kernels really differ.
+func PreviousKernelPackage(ctx context.Context) (string, error) {
+	cur, err := resolveKernelPackage(ctx)
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.CommandContext(ctx, "apt-cache", "pkgnames", "linux-image-").Output()
+	if err != nil {
+		return "", fmt.Errorf("apt-cache pkgnames: %w (run apt-get update)", err)
+	}
+	prev, err := previousInSeries(cur, strings.Fields(string(out)))
+	if err != nil {
+		return "", fmt.Errorf("%w: run apt-get update, or pin both releases' kernels", err)
+	}
+	return prev, nil
+}
+
+// kernelSeries splits linux-image-<series>-<abi>-<flavour> (Debian's
+// versioned kernel package names, e.g. linux-image-6.1.0-56-cloud-amd64).
+var kernelSeries = regexp.MustCompile(`^linux-image-(\d+\.\d+\.\d+)-(\d+)-(.+)$`)
+
+// previousInSeries picks, among names, the package of cur's series and
+// flavour with the highest ABI number below cur's.
+func previousInSeries(cur string, names []string) (string, error) {
+	m := kernelSeries.FindStringSubmatch(cur)
+	if m == nil {
+		return "", fmt.Errorf("kernel package %q is not named linux-image-<series>-<abi>-<flavour>", cur)
+	}
+	curABI, _ := strconv.Atoi(m[2])
+	best, bestABI := "", -1
+	for _, n := range names {
+		o := kernelSeries.FindStringSubmatch(n)
+		if o == nil || o[1] != m[1] || o[3] != m[3] {
+			continue
+		}
+		if abi, _ := strconv.Atoi(o[2]); abi < curABI && abi > bestABI {
+			best, bestABI = n, abi
+		}
+	}
+	if best == "" {
+		return "", fmt.Errorf("apt knows no kernel of series %s-%s older than %s", m[1], m[3], cur)
+	}
+	return best, nil
 }
 
 // unpack downloads pkgs into cache and extracts them into root.

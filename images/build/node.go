@@ -44,8 +44,10 @@ type NodeOptions struct {
 	// Service addresses pods reach without kube-proxy.
 	Forwarder string
 	Config    string // a folder copied to the disk's etc/ (containerd, CNI, kubelet configs)
-	// KernelPackage is the kernel whose modules are copied (as Options).
-	KernelPackage string
+	// KernelPackages are the kernels whose modules are copied, one folder
+	// each (nil = the default kernel, as Options.KernelPackage ""): every
+	// kernel a release on this node boots.
+	KernelPackages []string
 }
 
 // BuildNode writes the node disk (ext4, label SLIPWAY_NODE) that turns a
@@ -53,7 +55,7 @@ type NodeOptions struct {
 //
 //	root/      the unpacked Debian packages (containerd, runc, CNI plugins, libc)
 //	bin/       the kubelet and loopfwd
-//	modules/   NodeModules, with modules/load.order
+//	modules/<uname -r>/   NodeModules of each kernel, with load.order
 //	images/    pause.tar and slipway.tar, OCI archives for `ctr images import`
 //	etc/       the contents of o.Config
 //
@@ -95,10 +97,24 @@ func nodeRoot(ctx context.Context, o NodeOptions, dst string) error {
 }
 
 func nodeModules(ctx context.Context, o NodeOptions, dst string) error {
-	d, err := fetchDebian(ctx, o.Cache, o.KernelPackage)
-	if err != nil {
-		return err
+	pkgs := o.KernelPackages
+	if len(pkgs) == 0 {
+		pkgs = []string{""}
 	}
+	for _, p := range pkgs {
+		d, err := fetchDebian(ctx, o.Cache, p)
+		if err != nil {
+			return err
+		}
+		if err := kernelModules(d, filepath.Join(dst, d.kabi)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// kernelModules copies d's NodeModules and their load order into dst.
+func kernelModules(d *debian, dst string) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}

@@ -50,7 +50,8 @@ func writeRelease(ctx context.Context, o Options, d *debian, v Version, dir, wor
 }
 
 // KernelVersion names the kernel of release v: the Debian kernel ABI plus
-// the release, since every release here carries the same kernel binary.
+// the release, since releases may carry the same kernel binary (k3os's
+// kernel version names are unique per build).
 func KernelVersion(kabi, v string) string { return kabi + "-" + v }
 
 // kernelSquashfs packs vmlinuz and a kernel-version file (and the boot

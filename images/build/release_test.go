@@ -83,3 +83,24 @@ func TestSumsCoverEveryArtifact(t *testing.T) {
 		t.Fatalf("sums = %v", sums)
 	}
 }
+
+// TestPreviousInSeries: the older kernel of a release pair is the highest
+// ABI below the current one, of the same series and flavour.
+func TestPreviousInSeries(t *testing.T) {
+	names := []string{
+		"linux-image-6.1.0-47-cloud-amd64", "linux-image-6.1.0-55-cloud-amd64", "linux-image-6.1.0-56-cloud-amd64",
+		"linux-image-6.1.0-55-amd64", "linux-image-6.12.117+deb12-cloud-amd64", "linux-image-6.1.0-9-cloud-amd64",
+		"linux-image-cloud-amd64", "linux-image-6.1.0-57-cloud-amd64",
+	}
+	for _, c := range []struct{ cur, want string }{
+		{"linux-image-6.1.0-56-cloud-amd64", "linux-image-6.1.0-55-cloud-amd64"},
+		{"linux-image-6.1.0-47-cloud-amd64", "linux-image-6.1.0-9-cloud-amd64"},
+		{"linux-image-6.1.0-9-cloud-amd64", ""},
+		{"linux-image-6.12.117+deb12-cloud-amd64", ""},
+	} {
+		got, err := previousInSeries(c.cur, names)
+		if got != c.want || (err == nil) != (c.want != "") {
+			t.Errorf("previousInSeries(%s) = %q, %v; want %q", c.cur, got, err, c.want)
+		}
+	}
+}

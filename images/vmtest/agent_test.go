@@ -73,6 +73,7 @@ func agentUpgradesNode(t *testing.T, fl flavour, shutdown []*regexp.Regexp) {
 	s.step("job, drain, reboot, uncordon, Complete", func() error { return w.follow(ctx, 20*time.Minute) })
 	s.step("agent rebooted busybox init with SIGTERM, its shutdown ran", func() error { return n.g.agentRebooted(shutdown...) })
 	s.step("console: v2 booted", func() error { return n.g.wait(time.Minute, n.g.booted("try", "v2")...) })
+	s.step("node runs v2's kernel (uname -r)", func() error { return n.runsKernelOf(ctx, "v2", 5*time.Minute) })
 	s.step("system dir read-only again", n.g.readOnly)
 	t.Logf("rollout: %s", strings.Join(w.seen, ", "))
 }

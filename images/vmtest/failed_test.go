@@ -70,6 +70,7 @@ func TestFailedUpgradeRollsBackRealNode(t *testing.T) {
 	s.step("node back on a new boot, Ready on v1, schedulable", func() error {
 		return n.backOn(ctx, "v1", nd.Status.NodeInfo.BootID, 10*time.Minute)
 	})
+	s.step("node runs v1's kernel (uname -r)", func() error { return n.runsKernelOf(ctx, "v1", time.Minute) })
 }
 
 // guardedWorkload runs a pause pod on the node with a PDB that never

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"slipway.dev/slipway/images/build"
@@ -95,7 +96,32 @@ func startNode(t *testing.T, s *stepTimer, ctx context.Context, forward string, 
 		})
 	}
 	s.step("node Ready", func() error { return nodeReady(ctx, n.cs, 6*time.Minute, g.kubeletTail) })
+	s.step("node runs v1's kernel, which is not v2's", func() error {
+		if n.img.KernelABIs["v1"] == n.img.KernelABIs["v2"] {
+			return fmt.Errorf("v1 and v2 carry the same kernel %s: the upgrade would not show in uname -r", n.img.KernelABIs["v1"])
+		}
+		t.Logf("kernels: v1 %s, v2 %s", n.img.KernelABIs["v1"], n.img.KernelABIs["v2"])
+		return n.runsKernelOf(ctx, "v1", time.Minute)
+	})
 	return n
+}
+
+// runsKernelOf waits until the kubelet reports release v's kernel as the
+// Node's (nodeInfo.kernelVersion is uname -r on the node).
+func (n *node) runsKernelOf(ctx context.Context, v string, d time.Duration) error {
+	want, last := n.img.KernelABIs[v], ""
+	err := poll(ctx, d, "kernel "+want+" ("+v+") on the Node", func() (bool, error) {
+		nd, err := n.cs.CoreV1().Nodes().Get(ctx, vmNodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = nd.Status.NodeInfo.KernelVersion
+		return last == want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: the Node says %q", err, last)
+	}
+	return nil
 }
 
 // openRCStarted checks that OpenRC started the k3os-like node's services.

@@ -79,17 +79,25 @@ func nodeImages(root, dir, bin, kubelet string, fl flavour) (*build.Result, stri
 	if fl == k3osNode {
 		extra += string(filepath.ListSeparator) + filepath.Join(root, "images", "node", "k3os")
 	}
+	// v2 is an upgrade of the kernel too: v1 carries the kernel before
+	// the one Debian's metapackage names, so `uname -r` (the Node's
+	// nodeInfo.kernelVersion, from the kubelet) tells the two apart.
+	older, err := build.PreviousKernelPackage(context.Background())
+	if err != nil {
+		return nil, "", err
+	}
 	img, err := build.Run(context.Background(), build.Options{
 		Out: filepath.Join(dir, "images"), Cache: cache, Slipway: bin,
 		Overlay: filepath.Join(root, "overlay"), Extra: extra,
-		Versions: []build.Version{{Name: "v1"}, {Name: "v2"}}, DiskMiB: 2048,
+		Versions: []build.Version{{Name: "v1", KernelPackage: older}, {Name: "v2"}}, DiskMiB: 2048,
 	})
 	if err != nil {
 		return nil, "", err
 	}
 	disk := filepath.Join(dir, "node.img")
 	err = build.BuildNode(context.Background(), build.NodeOptions{Out: disk, Cache: cache, Kubelet: kubelet,
-		Slipway: bin, Pause: pause, Forwarder: fwd, Config: filepath.Join(root, "images", "node", "etc")})
+		Slipway: bin, Pause: pause, Forwarder: fwd, Config: filepath.Join(root, "images", "node", "etc"),
+		KernelPackages: []string{older, ""}})
 	return img, disk, err
 }
 
