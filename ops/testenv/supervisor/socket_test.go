@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -116,5 +117,42 @@ func TestCrashRestartsTheCommandOnTheSameBoot(t *testing.T) {
 	s.Stop()
 	if crashed, _ := s.Crash("node-1"); crashed || len(s.Pids()) != 0 {
 		t.Errorf("Crash after Stop: crashed %v, pids %v", crashed, s.Pids())
+	}
+}
+
+// TestNodeCommandGetsNoInheritedSlipwayEnv: a SLIPWAY_* variable of the
+// caller's environment does not reach a node's command; the ones the
+// Options and the supervisor give it do.
+func TestNodeCommandGetsNoInheritedSlipwayEnv(t *testing.T) {
+	t.Setenv("SLIPWAY_REBOOT", "false")
+	t.Setenv("SLIPWAY_TEST_INHERITED", "x")
+	cs := kubernetes.NewForConfigOrDie(&rest.Config{Host: "http://127.0.0.1:1"})
+	root := t.TempDir()
+	s, err := New(Options{Client: cs, Nodes: []string{"node-1"}, NodesRoot: root,
+		Command: []string{"sh", "-c", "env > env.txt && sleep 100"}, Env: []string{"SLIPWAY_GIVEN=yes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	var env string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		b, err := os.ReadFile(filepath.Join(s.NodeDir("node-1"), "env.txt"))
+		if err == nil && strings.Contains(string(b), "NODE_NAME=") {
+			env = string(b)
+			break
+		}
+	}
+	for _, want := range []string{"SLIPWAY_GIVEN=yes", "NODE_NAME=node-1", "SLIPWAY_NODE_DIR=", "SLIPWAY_NODE_BOOT=1"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("the node's command lacks %s:\n%s", want, env)
+		}
+	}
+	for _, leaked := range []string{"SLIPWAY_REBOOT=", "SLIPWAY_TEST_INHERITED="} {
+		if strings.Contains(env, leaked) {
+			t.Errorf("the node's command inherited %s from the caller", leaked)
+		}
 	}
 }

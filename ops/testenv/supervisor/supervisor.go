@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -146,7 +147,7 @@ func (s *Supervisor) startNode(node string, boot bool) error {
 	}
 	cmd := exec.Command(s.opts.Command[0], s.opts.Command[1:]...)
 	cmd.Dir = dir
-	cmd.Env = append(append(os.Environ(), s.opts.Env...), "NODE_NAME="+node, "SLIPWAY_NODE_DIR="+dir, fmt.Sprintf("SLIPWAY_NODE_BOOT=%d", p.boots))
+	cmd.Env = append(append(withoutSlipwayEnv(os.Environ()), s.opts.Env...), "NODE_NAME="+node, "SLIPWAY_NODE_DIR="+dir, fmt.Sprintf("SLIPWAY_NODE_BOOT=%d", p.boots))
 	if s.opts.Socket != "" {
 		cmd.Env = append(cmd.Env, "SLIPWAY_SIM_SOCKET="+s.opts.Socket)
 	}
@@ -283,4 +284,19 @@ func (s *Supervisor) Crash(node string) (bool, error) {
 	<-exited
 	s.opts.Log.Info("node command killed", "node", node, "pid", cmd.Process.Pid)
 	return true, s.startNode(node, false)
+}
+
+// withoutSlipwayEnv drops the SLIPWAY_* variables of the caller's
+// environment: slipway takes every flag from SLIPWAY_<FLAG>, so a variable
+// exported on a workstation (SLIPWAY_REBOOT=false, SLIPWAY_SYSTEM_DIR)
+// would change what a simulated node's agent does. A node's command gets
+// only the SLIPWAY_* variables its Options give it.
+func withoutSlipwayEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "SLIPWAY_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
