@@ -18,9 +18,15 @@ import (
 //
 // OpenRC (Debian's openrc with its libraries, and theirs) is for the
 // k3os-like node, whose busybox init hands services to OpenRC as k3os
-// does; the other node does not run it.
+// does; systemd and D-Bus (with theirs) for the systemd node, whose PID 1
+// is systemd and which reboots through logind. A node runs only its own.
 var NodePackages = []string{"containerd", "runc", "containernetworking-plugins", "libseccomp2", "libc6",
-	"openrc", "librc1", "libeinfo1", "libaudit1", "libcap-ng0", "libpam0g", "libselinux1", "libpcre2-8-0"}
+	"openrc", "librc1", "libeinfo1", "libaudit1", "libcap-ng0", "libpam0g", "libselinux1", "libpcre2-8-0",
+	"systemd", "libsystemd-shared", "libsystemd0", "libblkid1", "libcap2", "libgcrypt20", "libgpg-error0",
+	"liblz4-1", "liblzma5", "libmount1", "libssl3", "libzstd1", "libacl1", "libcryptsetup12",
+	"libdevmapper1.02.1", "libargon2-1", "libjson-c5", "libuuid1", "libfdisk1", "libkmod2", "libp11-kit0",
+	"libffi8", "libapparmor1", "libcrypt1", "libip4tc2", "libudev1",
+	"dbus", "dbus-daemon", "dbus-bin", "libdbus-1-3", "libexpat1", "dbus-system-bus-common", "dbus-session-bus-common"}
 
 // NodeModules are the kernel modules the node loads: its virtio NIC, and
 // the bridge and veth a pod network uses.

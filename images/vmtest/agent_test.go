@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,6 +49,18 @@ func TestAgentRebootsK3osNode(t *testing.T) {
 	})
 }
 
+// TestAgentRebootsSystemdNode is the same on a node whose PID 1 is
+// Debian's systemd, containerd and the kubelet its units, D-Bus and logind
+// running: the DaemonSet rendered with --systemd-hosts asks logind over the
+// host's system bus for the reboot; systemd stops the kubelet, then
+// containerd, through their units (whose ExecStop lines write the markers
+// read here) before the kernel restarts; the node comes back on v2.
+func TestAgentRebootsSystemdNode(t *testing.T) {
+	agentUpgradesNode(t, systemdNode, []*regexp.Regexp{
+		regexp.MustCompile(`(?s)systemd-node: kubelet stopped by its unit.*systemd-node: containerd stopped by its unit.*reboot: Restarting system`),
+	})
+}
+
 func agentUpgradesNode(t *testing.T, fl flavour, shutdown []*regexp.Regexp) {
 	s := &stepTimer{t: t, start: time.Now()}
 	defer s.report()
@@ -61,9 +74,9 @@ func agentUpgradesNode(t *testing.T, fl flavour, shutdown []*regexp.Regexp) {
 	if err := n.cs.CoreV1().Nodes().Delete(ctx, n.env.Nodes[0], metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s.step("apply ops manifest", func() error { return n.applyManifest(ctx) })
+	s.step("apply ops manifest", func() error { return n.applyManifest(ctx, manifestFlags(fl)...) })
 	s.step("agent pod runs", func() error { return n.agentRunning(ctx, 8*time.Minute) })
-	s.step("watch the agent's reboot", func() error { return n.g.watchAgentReboot(fl == k3osNode) })
+	s.step("watch the agent's reboot", func() error { return n.g.watchAgentReboot(fl) })
 	s.step("channel to latest", func() error {
 		_, err := n.kubectl(ctx, "-n", "slipway-system", "patch", "upchan", "default", "--type=merge",
 			"-p", `{"spec":{"version":"latest","paused":false}}`)
@@ -71,7 +84,7 @@ func agentUpgradesNode(t *testing.T, fl flavour, shutdown []*regexp.Regexp) {
 	})
 	w := &rollout{n: n}
 	s.step("job, drain, reboot, uncordon, Complete", func() error { return w.follow(ctx, 20*time.Minute) })
-	s.step("agent rebooted busybox init with SIGTERM, its shutdown ran", func() error { return n.g.agentRebooted(shutdown...) })
+	s.step("agent rebooted the node through its init, its shutdown ran", func() error { return n.g.agentRebooted(fl, shutdown...) })
 	s.step("console: v2 booted", func() error { return n.g.wait(time.Minute, n.g.booted("try", "v2")...) })
 	s.step("node runs v2's kernel (uname -r)", func() error { return n.runsKernelOf(ctx, "v2", 5*time.Minute) })
 	s.step("system dir read-only again", n.g.readOnly)
@@ -113,9 +126,19 @@ func (n *node) kubectl(ctx context.Context, args ...string) (string, error) {
 	return string(out), nil
 }
 
-func (n *node) applyManifest(ctx context.Context) error {
-	m, err := exec.CommandContext(ctx, n.bin, "ops", "manifest", "--image", build.SlipwayImage,
-		"--channel-url", "http://"+strings.TrimSuffix(mirrorAddr, ":80")+"/releases").Output()
+// manifestFlags are the manifest's flags for a node of flavour fl: a
+// systemd host's agent needs the host's system bus.
+func manifestFlags(fl flavour) []string {
+	if fl == systemdNode {
+		return []string{"--systemd-hosts"}
+	}
+	return nil
+}
+
+func (n *node) applyManifest(ctx context.Context, flags ...string) error {
+	args := append([]string{"ops", "manifest", "--image", build.SlipwayImage,
+		"--channel-url", "http://" + strings.TrimSuffix(mirrorAddr, ":80") + "/releases"}, flags...)
+	m, err := exec.CommandContext(ctx, n.bin, args...).Output()
 	if err != nil {
 		return fmt.Errorf("slipway ops manifest: %w", err)
 	}
@@ -156,31 +179,48 @@ func (n *node) agentRunning(ctx context.Context, d time.Duration) error {
 	return fmt.Errorf("no agent pod Running on %s after %s: %s", vmNodeName, d, last)
 }
 
-// agentRebooting is the agent's log line when it reboots the VM: PID 1 is
-// busybox init (/proc/1/comm "busybox", no control FIFO of openrc-init or
-// sysvinit in /run), so `auto` sends it SIGTERM, on which busybox init runs
-// its ::shutdown: actions and reboots.
-var agentRebooting = regexp.MustCompile(`msg=rebooting .*method="busybox-init \(SIGTERM to PID 1\)"`)
+// agentRebooting is the agent's log line when it reboots the VM. Where
+// PID 1 is busybox init (/proc/1/comm "busybox", no control FIFO of
+// openrc-init or sysvinit in /run), `auto` sends it SIGTERM, on which
+// busybox init runs its ::shutdown: actions and reboots; where it is
+// systemd, `auto` asks logind over the system bus.
+func agentRebooting(fl flavour) *regexp.Regexp {
+	if fl == systemdNode {
+		return regexp.MustCompile(`msg=rebooting .*method="systemd-logind \(unix:path=/run/dbus/system_bus_socket\)"`)
+	}
+	return regexp.MustCompile(`msg=rebooting .*method="busybox-init \(SIGTERM to PID 1\)"`)
+}
 
 // shutdownRan is what the console shows when busybox init ran inittab's
 // ::shutdown: actions: the node's stop (kubelet and containerd), then its
 // own reboot.
 var shutdownRan = []*regexp.Regexp{regexp.MustCompile(`slipway-node: stopped kubelet containerd`), regexp.MustCompile(`reboot: Restarting system`)}
 
-// watchAgentReboot checks that the guest's PID 1 is busybox init as the
-// agent tells it (with OpenRC's /run/openrc when openrc, and no control
-// FIFO of openrc-init or sysvinit), and copies the agent's reboot lines from its container
-// log to the console, where the test reads them (the apiserver cannot
-// reach the VM's kubelet for logs, and the log is on a tmpfs the reboot
-// clears).
-func (g *guest) watchAgentReboot(openrc bool) error {
-	out, err := g.run("echo pid1=$(cat /proc/1/comm) fifos=$(ls /run/openrc/init.ctl /run/initctl 2>/dev/null | wc -l) openrc=$(ls -d /run/openrc 2>/dev/null | wc -l)", time.Minute)
+// watchAgentReboot checks that the guest's PID 1 is the init the agent
+// must tell (busybox init, with OpenRC's /run/openrc on the k3os node, and
+// no control FIFO of openrc-init or sysvinit; or systemd with its
+// /run/systemd/system and the system bus), and copies the agent's reboot
+// lines from its container log to the console, where the test reads them
+// (the apiserver cannot reach the VM's kubelet for logs, and the log is on
+// a tmpfs the reboot clears).
+func (g *guest) watchAgentReboot(fl flavour) error {
+	out, err := g.run("echo pid1=$(cat /proc/1/comm) fifos=$(ls /run/openrc/init.ctl /run/initctl 2>/dev/null | wc -l) openrc=$(ls -d /run/openrc 2>/dev/null | wc -l) systemd=$(ls -d /run/systemd/system 2>/dev/null | wc -l) bus=$(ls /run/dbus/system_bus_socket 2>/dev/null | wc -l)", time.Minute)
 	if err != nil {
 		return err
 	}
-	m := regexp.MustCompile(`pid1=(\S+) fifos=(\d+) openrc=(\d+)`).FindStringSubmatch(out)
-	if m == nil || m[1] != "busybox" || m[2] != "0" || (m[3] == "1") != openrc {
-		return fmt.Errorf("the guest's PID 1 is not busybox init (OpenRC: %v) as the agent tells it:\n%s", openrc, out)
+	m := regexp.MustCompile(`pid1=(\S+) fifos=(\d+) openrc=(\d+) systemd=(\d+) bus=(\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		return fmt.Errorf("the guest did not say what its PID 1 is:\n%s", out)
+	}
+	want := []string{"busybox", "0", "0", "0", "0"}
+	switch fl {
+	case k3osNode:
+		want[2] = "1"
+	case systemdNode: // systemd serves sysvinit's /run/initctl too (systemd-initctl.socket)
+		want = []string{"systemd", m[2], "0", "1", "1"}
+	}
+	if m == nil || !slices.Equal(m[1:], want) {
+		return fmt.Errorf("the guest's PID 1 and /run are not the %q node's (pid1 fifos openrc systemd bus = %v):\n%s", fl, want, out)
 	}
 	_, err = g.run("(tail -n +1 -F /var/log/pods/slipway-system_slipway-agent-*/agent/*.log | grep msg=rebooting) & true", time.Minute)
 	return err
@@ -189,10 +229,10 @@ func (g *guest) watchAgentReboot(openrc bool) error {
 // agentRebooted waits for the agent's reboot line and the init's
 // shutdown lines on the console, in any order (the agent's line is copied
 // there from its log while the shutdown runs), and logs them.
-func (g *guest) agentRebooted(shutdown ...*regexp.Regexp) error {
+func (g *guest) agentRebooted(fl flavour, shutdown ...*regexp.Regexp) error {
 	ctx, cancel := context.WithTimeout(g.ctx, time.Minute)
 	defer cancel()
-	m, err := g.c.Saw(ctx, append([]*regexp.Regexp{agentRebooting}, shutdown...)...)
+	m, err := g.c.Saw(ctx, append([]*regexp.Regexp{agentRebooting(fl)}, shutdown...)...)
 	for _, l := range m {
 		g.t.Logf("console: %s", l)
 	}

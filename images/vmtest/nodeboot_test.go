@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -31,12 +32,14 @@ type node struct {
 }
 
 // flavour is the node's init: busybox init alone starting the node
-// (plain), or k3os's inittab handing the services to OpenRC (k3os).
+// (plain), k3os's inittab handing the services to OpenRC (k3os), or
+// systemd as PID 1 starting them as units (systemd).
 type flavour string
 
 const (
-	plainNode flavour = ""
-	k3osNode  flavour = "k3os"
+	plainNode   flavour = ""
+	k3osNode    flavour = "k3os"
+	systemdNode flavour = "systemd"
 )
 
 // startNode starts the control plane, builds the images and the node disk,
@@ -71,6 +74,9 @@ func startNode(t *testing.T, s *stepTimer, ctx context.Context, forward string, 
 	}
 	forward = "10.96.0.1:443=" + hostFromGuest + ":" + u.Port() + " " + forward
 	n.g = &guest{t: t, ctx: ctx, k: n.img.KernelVersions}
+	if fl == systemdNode { // busybox's banner: the console shell's unit started
+		n.g.ready = []*regexp.Regexp{regexp.MustCompile(`built-in shell \(ash\)`)}
+	}
 	sock := filepath.Join(n.dir, "monitor.sock")
 	n.mon = NewMonitor(sock)
 	n.g.c = startVM(t, ctx, root, n.dir, accel, "--memory", "2048", "--",

@@ -76,8 +76,8 @@ func nodeImages(root, dir, bin, kubelet string, fl flavour) (*build.Result, stri
 		return nil, "", err
 	}
 	extra := filepath.Join(root, "images", "node", "overlay")
-	if fl == k3osNode {
-		extra += string(filepath.ListSeparator) + filepath.Join(root, "images", "node", "k3os")
+	if fl != plainNode {
+		extra += string(filepath.ListSeparator) + filepath.Join(root, "images", "node", string(fl))
 	}
 	// v2 is an upgrade of the kernel too: v1 carries the kernel before
 	// the one Debian's metapackage names, so `uname -r` (the Node's

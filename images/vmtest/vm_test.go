@@ -62,6 +62,11 @@ type guest struct {
 	ctx context.Context
 	c   *Console
 	k   map[string]string // release -> kernel version
+	// ready is what the console shows once the shell the test types into
+	// holds the console after a boot: input typed before is lost on the
+	// systemd node (the shell's unit takes the terminal when it starts),
+	// while busybox init's shell reads what was typed ahead.
+	ready []*regexp.Regexp
 }
 
 func (g *guest) wait(d time.Duration, res ...*regexp.Regexp) error {
@@ -89,12 +94,12 @@ func (g *guest) run(cmd string, d time.Duration) (string, error) {
 // v's kernel and rootfs came up and confirmed.
 func (g *guest) booted(action, v string) []*regexp.Regexp {
 	kv := g.k[v]
-	return []*regexp.Regexp{
+	return append([]*regexp.Regexp{
 		re(`slipway boot: %s rootfs %s kernel %s`, action, v, kv),
 		re(`slipway: kernel %s running \(initrd %s, kernel\.squashfs %s`, kv, kv, kv),
 		re(`slipway: rootfs %s running`, v),
 		re(`boot: confirmed rootfs %s kernel %s`, v, kv),
-	}
+	}, g.ready...)
 }
 
 func (g *guest) upgrade(v string) error {
