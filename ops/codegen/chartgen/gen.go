@@ -112,10 +112,14 @@ func Build(c Chart) (map[string][]byte, error) {
 	}
 	pieces := map[string][]*piece{} // by file name
 	var order []string
+	var sentinelDocs []Object // of the default variant
 	for _, v := range variants {
 		docs, err := renderDocs(c, Render{Sentinel: true, Variant: v})
 		if err != nil {
 			return nil, err
+		}
+		if sentinelDocs == nil {
+			sentinelDocs = docs
 		}
 		defDocs, err := renderDocs(c, Render{Variant: v})
 		if err != nil {
@@ -172,6 +176,9 @@ func Build(c Chart) (map[string][]byte, error) {
 			GeneratedHeader, c.Variant.Key, quoteAll(variants), c.Variant.Key, strings.Join(variants, ", ")))
 	}
 	if err := c.addValues(vals, def); err != nil {
+		return nil, err
+	}
+	if err := c.monitoring(files, sentinelDocs, vals); err != nil {
 		return nil, err
 	}
 	files["values.yaml"] = vals.render(c)
