@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 // tools directory: a missing helm fails the test, it never skips it.
 func helmBin(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: helm and promtool are built tools")
+	}
 	dir := os.Getenv(testenv.EnvToolsDir)
 	if dir == "" {
 		out, err := exec.Command("../../../scripts/install-tools").Output()
