@@ -31,6 +31,10 @@ func (c Chart) template(o, dflt Object, vals *values, first bool) (string, error
 	o = deepCopy(o)
 	var toks []token
 	put := func(m map[string]any, field string, t token) {
+		// A field the renderer writes (even empty) stays in the object
+		// whatever the value; one it leaves out appears only when set.
+		_, present := m[field]
+		t.always = t.always || present
 		m[field] = fmt.Sprintf("zzhelmtok%d", len(toks))
 		toks = append(toks, t)
 	}
@@ -70,6 +74,8 @@ func (c Chart) template(o, dflt Object, vals *values, first bool) (string, error
 			return fmt.Sprintf("%s%s: {{ %s | toJson }}", indent, key, t.expr)
 		case t.scalar:
 			return fmt.Sprintf("%s{{- with %s }}\n%s%s: {{ toJson . }}\n%s{{- end }}", indent, t.expr, indent, key, indent)
+		case t.always:
+			return fmt.Sprintf("%s%s:\n%s  {{- toYaml %s | nindent %d }}", indent, key, indent, t.expr, len(indent)+2)
 		default:
 			return fmt.Sprintf("%s{{- with %s }}\n%s%s:\n%s  {{- toYaml . | nindent %d }}\n%s{{- end }}",
 				indent, t.expr, indent, key, indent, len(indent)+2, indent)
