@@ -9,6 +9,7 @@ package oci
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -27,6 +28,9 @@ const (
 	MediaTypeManifest = "application/vnd.oci.image.manifest.v1+json"
 	MediaTypeConfig   = "application/vnd.oci.image.config.v1+json"
 	MediaTypeLayer    = "application/vnd.oci.image.layer.v1.tar"
+	// MediaTypeLayerGzip is a gzip-compressed layer (WriteIndex's: what
+	// registries and crane expect).
+	MediaTypeLayerGzip = "application/vnd.oci.image.layer.v1.tar+gzip"
 	// AnnotationRefName is the tag part of the reference (OCI).
 	AnnotationRefName = "org.opencontainers.image.ref.name"
 	// AnnotationImageName is the full reference containerd imports under.
@@ -116,7 +120,7 @@ func Write(w io.Writer, img Image) error {
 	if img.Name == "" || !strings.Contains(img.Name, ":") {
 		return fmt.Errorf("image name %q needs a tag (e.g. localhost/slipway:v1)", img.Name)
 	}
-	blobs, md, err := manifestOf(img)
+	blobs, md, err := manifestOf(img, false)
 	if err != nil {
 		return err
 	}
@@ -128,7 +132,8 @@ func Write(w io.Writer, img Image) error {
 	return writeLayout(w, index, blobs)
 }
 
-// WriteIndex writes one image per platform as an OCI image-layout archive:
+// WriteIndex writes one image per platform as an OCI image-layout archive
+// with gzip-compressed layers:
 // index.json names an image index (annotated with name, the reference to
 // import it as) whose manifests carry their platform, as `docker buildx
 // --output type=oci` writes a multi-arch image. Equal inputs give equal digests.
@@ -142,7 +147,7 @@ func WriteIndex(w io.Writer, name string, imgs []Image) error {
 	var blobs [][]byte
 	var mds []Descriptor
 	for _, img := range imgs {
-		b, md, err := manifestOf(img)
+		b, md, err := manifestOf(img, true)
 		if err != nil {
 			return fmt.Errorf("image %s for %s: %w", name, img.Arch, err)
 		}
@@ -190,10 +195,17 @@ func writeLayout(w io.Writer, index []byte, blobs [][]byte) error {
 
 // manifestOf returns the blobs (layer, config, manifest) of img and the
 // manifest's descriptor with its platform.
-func manifestOf(img Image) ([][]byte, Descriptor, error) {
+func manifestOf(img Image, compress bool) ([][]byte, Descriptor, error) {
 	layer, err := Layer(img.Files)
 	if err != nil {
 		return nil, Descriptor{}, err
+	}
+	blob, mediaType := layer, MediaTypeLayer
+	if compress {
+		if blob, err = gzipped(layer); err != nil {
+			return nil, Descriptor{}, err
+		}
+		mediaType = MediaTypeLayerGzip
 	}
 	arch := img.Arch
 	if arch == "" {
@@ -211,14 +223,31 @@ func manifestOf(img Image) ([][]byte, Descriptor, error) {
 	}
 	m := Manifest{SchemaVersion: 2, MediaType: MediaTypeManifest,
 		Config: describe(MediaTypeConfig, cfgJSON),
-		Layers: []Descriptor{describe(MediaTypeLayer, layer)}}
+		Layers: []Descriptor{describe(mediaType, blob)}}
 	mJSON, err := json.Marshal(m)
 	if err != nil {
 		return nil, Descriptor{}, err
 	}
 	md := describe(MediaTypeManifest, mJSON)
 	md.Platform = &Platform{Architecture: arch, OS: "linux"}
-	return [][]byte{layer, cfgJSON, mJSON}, md, nil
+	return [][]byte{blob, cfgJSON, mJSON}, md, nil
+}
+
+// gzipped compresses b with no name and no time in the header, so equal
+// layers give equal blobs.
+func gzipped(b []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := zw.Write(b); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // Layer returns an uncompressed tar of files, with their parent folders,

@@ -3,6 +3,7 @@ package oci
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"debug/elf"
 	"encoding/json"
 	"errors"
@@ -77,6 +78,15 @@ func verifyManifest(entries map[string][]byte, md Descriptor) (map[string]string
 		b, err := blobOf(entries, l)
 		if err != nil {
 			return nil, err
+		}
+		if l.MediaType == MediaTypeLayerGzip {
+			zr, err := gzip.NewReader(bytes.NewReader(b))
+			if err != nil {
+				return nil, fmt.Errorf("layer %d: %w", i, err)
+			}
+			if b, err = io.ReadAll(zr); err != nil {
+				return nil, fmt.Errorf("layer %d: %w", i, err)
+			}
 		}
 		if digest(b) != cfg.RootFS.DiffIDs[i] {
 			return nil, fmt.Errorf("layer %d: diff ID %s, content %s", i, cfg.RootFS.DiffIDs[i], digest(b))

@@ -59,7 +59,7 @@ func TestVerifyRefuses(t *testing.T) {
 		"an amd64 binary in the arm64 image": {imgs: []Image{image("arm64", tinyELF(t, elf.EM_X86_64))}, want: "ELF machine"},
 		"a binary that is no ELF":            {imgs: []Image{image("amd64", []byte("#!/bin/sh"))}, want: "not an ELF"},
 		"a changed blob": {imgs: []Image{image("amd64", tinyELF(t, elf.EM_X86_64))}, want: "digest",
-			mangle: func(b []byte) []byte { return bytes.Replace(b, []byte("roots"), []byte("ROOTS"), 1) }},
+			mangle: func(b []byte) []byte { return bytes.Replace(b, []byte(`"os":"linux"`), []byte(`"os":"LINUX"`), 1) }},
 	} {
 		var buf bytes.Buffer
 		if err := WriteIndex(&buf, "localhost/slipway:v1", tc.imgs); err != nil {
