@@ -36,7 +36,7 @@ func main() {
 
 func run(name, out, ca string, bins []string) error {
 	if name == "" || out == "" || len(bins) == 0 {
-		return fmt.Errorf("usage: ocipack -name REF -out FILE [-ca FILE] ARCH=BINARY...")
+		return fmt.Errorf("usage: ocipack -name REF -out FILE [-ca FILE] ARCH=BINARY, one per architecture")
 	}
 	roots, err := os.ReadFile(ca)
 	if err != nil {
