@@ -106,63 +106,62 @@ func Build(c Chart) (map[string][]byte, error) {
 	}
 	files := map[string][]byte{}
 	vals := newValues()
-	type piece struct {
-		text     string
-		variants []string
-	}
-	pieces := map[string][]*piece{} // by file name
-	var order []string
+	ts := &templates{pieces: map[string][]*piece{}}
 	var sentinelDocs []Object // of the default variant
 	for _, v := range variants {
-		docs, err := renderDocs(c, Render{Sentinel: true, Variant: v})
+		docs, err := c.templateVariant(v, v == variants[0], def, files, vals, ts)
 		if err != nil {
 			return nil, err
 		}
 		if sentinelDocs == nil {
 			sentinelDocs = docs
 		}
-		defDocs, err := renderDocs(c, Render{Variant: v})
-		if err != nil {
-			return nil, err
-		}
-		names := map[string]bool{}
-		for _, o := range docs {
-			switch o["kind"] {
-			case "Namespace": // the release's namespace: helm install --create-namespace
-				continue
-			case "CustomResourceDefinition":
-				if err := addCRD(files, o, def); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			dflt := findDefault(defDocs, o, c.DefaultNamespace)
-			if dflt == nil {
-				return nil, fmt.Errorf("%s: no object of that kind and name in the default render", Key(o))
-			}
-			text, err := c.template(o, dflt, vals, v == variants[0])
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", Key(o), err)
-			}
-			name := fileName(o, names)
-			if _, seen := pieces[name]; !seen {
-				order = append(order, name)
-			}
-			found := false
-			for _, p := range pieces[name] {
-				if p.text == text {
-					p.variants, found = append(p.variants, v), true
-				}
-			}
-			if !found {
-				pieces[name] = append(pieces[name], &piece{text: text, variants: []string{v}})
-			}
+	}
+	ts.write(c, variants, files)
+	if err := c.addValues(vals, def); err != nil {
+		return nil, err
+	}
+	if err := c.monitoring(files, sentinelDocs, vals); err != nil {
+		return nil, err
+	}
+	files["values.yaml"] = vals.render(c)
+	files["Chart.yaml"] = chartYAML(c)
+	return files, nil
+}
+
+// piece is one template text and the variants that render it.
+type piece struct {
+	text     string
+	variants []string
+}
+
+// templates collects the pieces of each template file, in first-seen order.
+type templates struct {
+	pieces map[string][]*piece
+	order  []string
+}
+
+func (ts *templates) add(name, text, variant string) {
+	if _, seen := ts.pieces[name]; !seen {
+		ts.order = append(ts.order, name)
+	}
+	for _, p := range ts.pieces[name] {
+		if p.text == text {
+			p.variants = append(p.variants, variant)
+			return
 		}
 	}
-	for _, name := range order {
+	ts.pieces[name] = append(ts.pieces[name], &piece{text: text, variants: []string{variant}})
+}
+
+// write writes each template file: a piece all variants render as is,
+// others guarded by the variant's value; plus validate.yaml, which refuses
+// a value no render knows.
+func (ts *templates) write(c Chart, variants []string, files map[string][]byte) {
+	for _, name := range ts.order {
 		var b strings.Builder
 		b.WriteString(GeneratedHeader + "\n")
-		for _, p := range pieces[name] {
+		for _, p := range ts.pieces[name] {
 			if len(p.variants) == len(variants) {
 				b.WriteString("---\n" + p.text)
 				continue
@@ -175,15 +174,42 @@ func Build(c Chart) (map[string][]byte, error) {
 		files["templates/validate.yaml"] = []byte(fmt.Sprintf("%s\n{{- if not (has (toString .Values.%s) (list %s)) }}\n{{- fail \"%s must be one of %s\" }}\n{{- end }}\n",
 			GeneratedHeader, c.Variant.Key, quoteAll(variants), c.Variant.Key, strings.Join(variants, ", ")))
 	}
-	if err := c.addValues(vals, def); err != nil {
+}
+
+// templateVariant renders variant v with sentinels and with defaults, adds
+// each object's template to ts (CRDs to files), and returns the sentinel
+// render. first records the values' defaults.
+func (c Chart) templateVariant(v string, first bool, def []Object, files map[string][]byte, vals *values, ts *templates) ([]Object, error) {
+	docs, err := renderDocs(c, Render{Sentinel: true, Variant: v})
+	if err != nil {
 		return nil, err
 	}
-	if err := c.monitoring(files, sentinelDocs, vals); err != nil {
+	defDocs, err := renderDocs(c, Render{Variant: v})
+	if err != nil {
 		return nil, err
 	}
-	files["values.yaml"] = vals.render(c)
-	files["Chart.yaml"] = chartYAML(c)
-	return files, nil
+	names := map[string]bool{}
+	for _, o := range docs {
+		switch o["kind"] {
+		case "Namespace": // the release's namespace: helm install --create-namespace
+			continue
+		case "CustomResourceDefinition":
+			if err := addCRD(files, o, def); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		dflt := findDefault(defDocs, o, c.DefaultNamespace)
+		if dflt == nil {
+			return nil, fmt.Errorf("%s: no object of that kind and name in the default render", Key(o))
+		}
+		text, err := c.template(o, dflt, vals, first)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", Key(o), err)
+		}
+		ts.add(fileName(o, names), text, v)
+	}
+	return docs, nil
 }
 
 func renderDocs(c Chart, r Render) ([]Object, error) {

@@ -40,11 +40,9 @@ func (c Chart) template(o, dflt Object, vals *values, first bool) (string, error
 	}
 	switch o["kind"] {
 	case "Deployment", "DaemonSet", "StatefulSet":
-		comp, err := c.workload(o, dflt, vals, first, put)
-		if err != nil {
+		if _, err := c.workload(o, dflt, vals, first, put); err != nil {
 			return "", err
 		}
-		_ = comp
 	}
 	for _, ov := range c.Objects {
 		if o["kind"] != ov.Kind {
@@ -66,21 +64,31 @@ func (c Chart) template(o, dflt Object, vals *values, first bool) (string, error
 	}
 	text := tokenLine.ReplaceAllStringFunc(string(body), func(line string) string {
 		m := tokenLine.FindStringSubmatch(line)
-		indent, key := m[1], m[2]
 		i, _ := strconv.Atoi(m[3])
-		t := toks[i]
-		switch {
-		case t.scalar && t.always:
-			return fmt.Sprintf("%s%s: {{ %s | toJson }}", indent, key, t.expr)
-		case t.scalar:
-			return fmt.Sprintf("%s{{- with %s }}\n%s%s: {{ toJson . }}\n%s{{- end }}", indent, t.expr, indent, key, indent)
-		case t.always:
-			return fmt.Sprintf("%s%s:\n%s  {{- toYaml %s | nindent %d }}", indent, key, indent, t.expr, len(indent)+2)
-		default:
-			return fmt.Sprintf("%s{{- with %s }}\n%s%s:\n%s  {{- toYaml . | nindent %d }}\n%s{{- end }}",
-				indent, t.expr, indent, key, indent, len(indent)+2, indent)
-		}
+		return toks[i].lines(m[1], m[2])
 	})
+	return c.substitute(text, vals, first)
+}
+
+// lines are the template lines that set key, indented by indent, from t.
+func (t token) lines(indent, key string) string {
+	switch {
+	case t.scalar && t.always:
+		return fmt.Sprintf("%s%s: {{ %s | toJson }}", indent, key, t.expr)
+	case t.scalar:
+		return fmt.Sprintf("%s{{- with %s }}\n%s%s: {{ toJson . }}\n%s{{- end }}", indent, t.expr, indent, key, indent)
+	case t.always:
+		return fmt.Sprintf("%s%s:\n%s  {{- toYaml %s | nindent %d }}", indent, key, indent, t.expr, len(indent)+2)
+	default:
+		return fmt.Sprintf("%s{{- with %s }}\n%s%s:\n%s  {{- toYaml . | nindent %d }}\n%s{{- end }}",
+			indent, t.expr, indent, key, indent, len(indent)+2, indent)
+	}
+}
+
+// substitute replaces the sentinel list items by ranges over their values
+// and the sentinel strings by their expressions, and fails on a sentinel or
+// placeholder left over.
+func (c Chart) substitute(text string, vals *values, first bool) (string, error) {
 	for _, l := range c.ListItems {
 		re := regexp.MustCompile(`(?m)^( *)- ` + regexp.QuoteMeta(l.Sentinel) + `$`)
 		text = re.ReplaceAllString(text, fmt.Sprintf("$1{{- range .Values.%s }}\n$1- {{ toJson . }}\n$1{{- end }}", l.Key))
