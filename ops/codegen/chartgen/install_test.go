@@ -23,10 +23,12 @@ import (
 )
 
 // TestHelmInstallRunsAndUninstallLeavesNothing installs every chart with
-// its default values into the simulated cluster, checks that what it
-// installed runs (every DaemonSet pod and Deployment replica scheduled and
-// Ready, the default UpdateChannel there), then uninstalls each and checks
-// that no object of the chart is left (CRDs aside: Helm keeps crds/).
+// its default values and the monitoring objects on (validated by the API
+// server against the Prometheus operator's CRDs) into the simulated
+// cluster, checks that what it installed runs (every DaemonSet pod and
+// Deployment replica scheduled and Ready, every object there), then
+// uninstalls each and checks that no object of the chart is left (CRDs
+// aside: Helm keeps crds/).
 func TestHelmInstallRunsAndUninstallLeavesNothing(t *testing.T) {
 	e := testenv.Need(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -38,6 +40,7 @@ func TestHelmInstallRunsAndUninstallLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	kube := []string{"--kubeconfig", e.Kubeconfig}
+	monitoring := []string{"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.dashboard.enabled=true"}
 	dyn := dynamic.NewForConfigOrDie(e.Config)
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discovery.NewDiscoveryClientForConfigOrDie(e.Config)))
 	get := func(ctx context.Context, o Object) error {
@@ -51,9 +54,9 @@ func TestHelmInstallRunsAndUninstallLeavesNothing(t *testing.T) {
 	}
 	for _, c := range Charts() {
 		dir := filepath.Join(chartsDir, c.Name)
-		helm(t, append([]string{"install", c.Name, dir, "--namespace", c.DefaultNamespace, "--create-namespace",
-			"--wait", "--timeout", "3m"}, kube...)...)
-		objs, err := ParseDocs(helm(t, "template", c.Name, dir, "--namespace", c.DefaultNamespace))
+		helm(t, append(append([]string{"install", c.Name, dir, "--namespace", c.DefaultNamespace, "--create-namespace",
+			"--wait", "--timeout", "3m"}, monitoring...), kube...)...)
+		objs, err := ParseDocs(helm(t, append([]string{"template", c.Name, dir, "--namespace", c.DefaultNamespace}, monitoring...)...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +69,7 @@ func TestHelmInstallRunsAndUninstallLeavesNothing(t *testing.T) {
 	}
 	for _, c := range Charts() {
 		dir := filepath.Join(chartsDir, c.Name)
-		objs, err := ParseDocs(helm(t, "template", c.Name, dir, "--namespace", c.DefaultNamespace))
+		objs, err := ParseDocs(helm(t, append([]string{"template", c.Name, dir, "--namespace", c.DefaultNamespace}, monitoring...)...))
 		if err != nil {
 			t.Fatal(err)
 		}

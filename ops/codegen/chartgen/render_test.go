@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
 	"slipway.dev/slipway/ops/testenv"
@@ -20,7 +22,35 @@ const chartsDir = "../../../charts"
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunMain(m, testenv.Options{Cluster: true, Nodes: 2}, &env))
+	crds, err := monitoringCRDs()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(testenv.RunMain(m, testenv.Options{Cluster: true, Nodes: 2, CRDs: crds}, &env))
+}
+
+// monitoringCRDs are the Prometheus operator's ServiceMonitor and
+// PrometheusRule CRDs (testdata/): the API server validates the charts'
+// monitoring objects against their schemas.
+func monitoringCRDs() ([]*apiextv1.CustomResourceDefinition, error) {
+	files, err := filepath.Glob("testdata/monitoring.coreos.com_*.yaml")
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no monitoring CRDs in testdata/: %v", err)
+	}
+	var out []*apiextv1.CustomResourceDefinition
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		crd := &apiextv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(b, crd); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		out = append(out, crd)
+	}
+	return out, nil
 }
 
 // helmBin is the pinned helm that scripts/install-tools links into the
