@@ -57,6 +57,10 @@ image: ## build the bootable test OS images and release mirrors (v1, v2, a broke
 vm-test: ## boot the test images under qemu: upgrade, reboot, fall back from a broken version
 	@scripts/vm-test
 
+.PHONY: image-oci
+image-oci: ## slipway's container image as a multi-arch (amd64, arm64) OCI archive, without Docker: build/slipway-oci.tar
+	@scripts/image-oci
+
 .PHONY: vm-node-test
 vm-node-test: ## a VM that is a real Kubernetes node (kubelet, containerd) upgraded by the agent; power resets during ops upgrade
 	@scripts/vm-node-test

@@ -1,13 +1,15 @@
 // Package oci writes container images as OCI image-layout tar archives
 // without a container engine: one uncompressed tar layer built from files
 // given by the caller, an image config, a manifest and an index naming the
-// image. `ctr -n k8s.io images import` loads such an archive on a node that
-// reaches no registry.
+// image (Write), or one image per platform behind an image index (WriteIndex,
+// what `make image-oci` writes). `ctr -n k8s.io images import` loads such an
+// archive on a node that reaches no registry.
 package oci
 
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -26,6 +28,9 @@ const (
 	MediaTypeManifest = "application/vnd.oci.image.manifest.v1+json"
 	MediaTypeConfig   = "application/vnd.oci.image.config.v1+json"
 	MediaTypeLayer    = "application/vnd.oci.image.layer.v1.tar"
+	// MediaTypeLayerGzip is a gzip-compressed layer (WriteIndex's: what
+	// registries and crane expect).
+	MediaTypeLayerGzip = "application/vnd.oci.image.layer.v1.tar+gzip"
 	// AnnotationRefName is the tag part of the reference (OCI).
 	AnnotationRefName = "org.opencontainers.image.ref.name"
 	// AnnotationImageName is the full reference containerd imports under.
@@ -43,6 +48,7 @@ type File struct {
 // Image is what to write.
 type Image struct {
 	Name       string // full reference, e.g. localhost/slipway:v1
+	Arch       string // GOARCH of the files (default amd64); OS is linux
 	Files      []File
 	Entrypoint []string
 	Cmd        []string
@@ -114,14 +120,59 @@ func Write(w io.Writer, img Image) error {
 	if img.Name == "" || !strings.Contains(img.Name, ":") {
 		return fmt.Errorf("image name %q needs a tag (e.g. localhost/slipway:v1)", img.Name)
 	}
-	layer, err := Layer(img.Files)
+	blobs, md, err := manifestOf(img, false)
 	if err != nil {
 		return err
 	}
-	blobs, index, err := layout(img, layer)
+	md.Annotations = names(img.Name)
+	index, err := json.Marshal(Index{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: []Descriptor{md}})
 	if err != nil {
 		return err
 	}
+	return writeLayout(w, index, blobs)
+}
+
+// WriteIndex writes one image per platform as an OCI image-layout archive
+// with gzip-compressed layers:
+// index.json names an image index (annotated with name, the reference to
+// import it as) whose manifests carry their platform, as `docker buildx
+// --output type=oci` writes a multi-arch image. Equal inputs give equal digests.
+func WriteIndex(w io.Writer, name string, imgs []Image) error {
+	if name == "" || !strings.Contains(name, ":") {
+		return fmt.Errorf("image name %q needs a tag (e.g. localhost/slipway:v1)", name)
+	}
+	if len(imgs) == 0 {
+		return fmt.Errorf("image %s: no platform to write", name)
+	}
+	var blobs [][]byte
+	var mds []Descriptor
+	for _, img := range imgs {
+		b, md, err := manifestOf(img, true)
+		if err != nil {
+			return fmt.Errorf("image %s for %s: %w", name, img.Arch, err)
+		}
+		blobs, mds = append(blobs, b...), append(mds, md)
+	}
+	inner, err := json.Marshal(Index{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: mds})
+	if err != nil {
+		return err
+	}
+	top := describe(MediaTypeIndex, inner)
+	top.Annotations = names(name)
+	index, err := json.Marshal(Index{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: []Descriptor{top}})
+	if err != nil {
+		return err
+	}
+	return writeLayout(w, index, append(blobs, inner))
+}
+
+// names are the annotations that name an image in index.json.
+func names(name string) map[string]string {
+	return map[string]string{AnnotationImageName: name, AnnotationRefName: name[strings.LastIndex(name, ":")+1:]}
+}
+
+// writeLayout writes the archive: oci-layout, index.json and the blobs.
+func writeLayout(w io.Writer, index []byte, blobs [][]byte) error {
 	tw := tar.NewWriter(w)
 	if err := put(tw, "oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
 		return err
@@ -129,7 +180,12 @@ func Write(w io.Writer, img Image) error {
 	if err := put(tw, "index.json", index); err != nil {
 		return err
 	}
+	seen := map[string]bool{}
 	for _, b := range blobs {
+		if seen[digest(b)] {
+			continue
+		}
+		seen[digest(b)] = true
 		if err := put(tw, "blobs/sha256/"+strings.TrimPrefix(digest(b), "sha256:"), b); err != nil {
 			return err
 		}
@@ -137,33 +193,61 @@ func Write(w io.Writer, img Image) error {
 	return tw.Close()
 }
 
-// layout returns the blobs (layer, config, manifest) and index.json of img.
-func layout(img Image, layer []byte) ([][]byte, []byte, error) {
+// manifestOf returns the blobs (layer, config, manifest) of img and the
+// manifest's descriptor with its platform.
+func manifestOf(img Image, compress bool) ([][]byte, Descriptor, error) {
+	layer, err := Layer(img.Files)
+	if err != nil {
+		return nil, Descriptor{}, err
+	}
+	blob, mediaType := layer, MediaTypeLayer
+	if compress {
+		if blob, err = gzipped(layer); err != nil {
+			return nil, Descriptor{}, err
+		}
+		mediaType = MediaTypeLayerGzip
+	}
+	arch := img.Arch
+	if arch == "" {
+		arch = "amd64"
+	}
 	var cfg Config
-	cfg.Architecture, cfg.OS = "amd64", "linux"
+	cfg.Architecture, cfg.OS = arch, "linux"
 	cfg.Created = time.Unix(0, 0).UTC()
 	cfg.Config.Entrypoint, cfg.Config.Cmd, cfg.Config.Env = img.Entrypoint, img.Cmd, img.Env
 	cfg.RootFS.Type = "layers"
 	cfg.RootFS.DiffIDs = []string{digest(layer)}
 	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, Descriptor{}, err
 	}
 	m := Manifest{SchemaVersion: 2, MediaType: MediaTypeManifest,
 		Config: describe(MediaTypeConfig, cfgJSON),
-		Layers: []Descriptor{describe(MediaTypeLayer, layer)}}
+		Layers: []Descriptor{describe(mediaType, blob)}}
 	mJSON, err := json.Marshal(m)
 	if err != nil {
-		return nil, nil, err
+		return nil, Descriptor{}, err
 	}
 	md := describe(MediaTypeManifest, mJSON)
-	md.Platform = &Platform{Architecture: "amd64", OS: "linux"}
-	md.Annotations = map[string]string{AnnotationImageName: img.Name, AnnotationRefName: img.Name[strings.LastIndex(img.Name, ":")+1:]}
-	idx, err := json.Marshal(Index{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: []Descriptor{md}})
+	md.Platform = &Platform{Architecture: arch, OS: "linux"}
+	return [][]byte{blob, cfgJSON, mJSON}, md, nil
+}
+
+// gzipped compresses b with no name and no time in the header, so equal
+// layers give equal blobs.
+func gzipped(b []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return [][]byte{layer, cfgJSON, mJSON}, idx, nil
+	if _, err := zw.Write(b); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // Layer returns an uncompressed tar of files, with their parent folders,

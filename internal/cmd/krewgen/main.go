@@ -1,0 +1,188 @@
+// Command krewgen writes the krew plugin manifest of kubectl-eds (the
+// `eds` plugin) for a release, from the release's plugin archives
+// kubectl-eds_<version>_<os>_<arch>.tar.gz (each holding the slipway binary
+// as kubectl-eds: the multi-call binary runs `slipway eds` under that name):
+//
+//	go run ./internal/cmd/krewgen -version v1.2.3 -url https://example/releases/download/v1.2.3 -dir build/release > eds.yaml
+//
+// scripts/release-krew builds the archives and runs it.
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// PluginName is the plugin's name in krew's index: `kubectl krew install eds`.
+const PluginName = "eds"
+
+// Plugin is krew's manifest (krew.googlecontainertools.github.com/v1alpha2).
+type Plugin struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Metadata   Metadata `json:"metadata"`
+	Spec       Spec     `json:"spec"`
+}
+
+// Metadata names the plugin.
+type Metadata struct {
+	Name string `json:"name"`
+}
+
+// Spec is what krew installs.
+type Spec struct {
+	Version          string     `json:"version"`
+	Homepage         string     `json:"homepage,omitempty"`
+	ShortDescription string     `json:"shortDescription"`
+	Description      string     `json:"description"`
+	Caveats          string     `json:"caveats,omitempty"`
+	Platforms        []Platform `json:"platforms"`
+}
+
+// Platform is one archive, for the nodes its selector matches.
+type Platform struct {
+	Selector struct {
+		MatchLabels map[string]string `json:"matchLabels"`
+	} `json:"selector"`
+	URI    string          `json:"uri"`
+	Sha256 string          `json:"sha256"`
+	Bin    string          `json:"bin"`
+	Files  []FileOperation `json:"files"`
+}
+
+// FileOperation copies From (in the archive) to To (in the install folder).
+type FileOperation struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+var archiveName = regexp.MustCompile(`^kubectl-eds_(v[^_]+)_([a-z0-9]+)_([a-z0-9]+)\.tar\.gz$`)
+
+func main() {
+	version := flag.String("version", "", "release version (v1.2.3)")
+	url := flag.String("url", "", "where the release's archives are downloaded from (the archive's name is appended)")
+	homepage := flag.String("homepage", "", "the plugin's homepage")
+	dir := flag.String("dir", "", "folder holding the release's kubectl-eds_<version>_<os>_<arch>.tar.gz")
+	flag.Parse()
+	p, err := Build(*version, *url, *homepage, *dir)
+	if err == nil {
+		var b []byte
+		if b, err = yaml.Marshal(p); err == nil {
+			_, err = os.Stdout.Write(b)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "krewgen:", err)
+		os.Exit(1)
+	}
+}
+
+// Build returns the manifest of the archives of version in dir.
+func Build(version, url, homepage, dir string) (*Plugin, error) {
+	if version == "" || url == "" || dir == "" {
+		return nil, fmt.Errorf("-version, -url and -dir are required")
+	}
+	names, err := filepath.Glob(filepath.Join(dir, "kubectl-eds_*.tar.gz"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	p := &Plugin{APIVersion: "krew.googlecontainertools.github.com/v1alpha2", Kind: "Plugin", Metadata: Metadata{Name: PluginName},
+		Spec: Spec{Version: version, Homepage: homepage,
+			ShortDescription: "Canary and rolling updates of ExtendedDaemonSets",
+			Description: "kubectl eds shows and steers slipway's ExtendedDaemonSets (field-compatible with DataDog's):\n" +
+				"get, canary validate|pause|unpause|fail|pods, pods, diff, pause-rollout, freeze.\n" +
+				"It is the slipway binary running `slipway eds` under the name kubectl-eds.",
+			Caveats: "Needs slipway's ExtendedDaemonSet controller in the cluster (slipway eds manifest, or the slipway-eds Helm chart)."}}
+	for _, n := range names {
+		m := archiveName.FindStringSubmatch(filepath.Base(n))
+		if m == nil || m[1] != version {
+			continue
+		}
+		sum, err := fileSHA256(n)
+		if err != nil {
+			return nil, err
+		}
+		var pl Platform
+		pl.Selector.MatchLabels = map[string]string{"os": m[2], "arch": m[3]}
+		pl.URI = strings.TrimSuffix(url, "/") + "/" + filepath.Base(n)
+		pl.Sha256, pl.Bin = sum, "kubectl-eds"
+		pl.Files = []FileOperation{{From: "kubectl-eds", To: "."}}
+		p.Spec.Platforms = append(p.Spec.Platforms, pl)
+	}
+	if len(p.Spec.Platforms) == 0 {
+		return nil, fmt.Errorf("no kubectl-eds_%s_<os>_<arch>.tar.gz in %s: run scripts/release-krew", version, dir)
+	}
+	return p, Validate(p)
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+var (
+	semver    = regexp.MustCompile(`^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
+	sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	nameRE    = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
+)
+
+// Validate applies the rules krew's index validation applies to a plugin
+// manifest (krew v0.4: internal/index/validation): name, a v-prefixed
+// semantic version, a short description under 256 characters, a description,
+// at least one platform, each with a selector, an https URI, a sha256 and a
+// bin among the files it installs, no two platforms matching the same os/arch.
+func Validate(p *Plugin) error {
+	switch {
+	case p.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || p.Kind != "Plugin":
+		return fmt.Errorf("apiVersion/kind %s/%s: want krew.googlecontainertools.github.com/v1alpha2 Plugin", p.APIVersion, p.Kind)
+	case !nameRE.MatchString(p.Metadata.Name):
+		return fmt.Errorf("plugin name %q is not a lowercase name", p.Metadata.Name)
+	case !semver.MatchString(p.Spec.Version):
+		return fmt.Errorf("version %q is not v-prefixed semantic version", p.Spec.Version)
+	case p.Spec.ShortDescription == "" || len(p.Spec.ShortDescription) > 255:
+		return fmt.Errorf("shortDescription must have 1 to 255 characters")
+	case p.Spec.Description == "":
+		return fmt.Errorf("description is empty")
+	case len(p.Spec.Platforms) == 0:
+		return fmt.Errorf("no platform")
+	}
+	seen := map[string]bool{}
+	for i, pl := range p.Spec.Platforms {
+		key := pl.Selector.MatchLabels["os"] + "/" + pl.Selector.MatchLabels["arch"]
+		switch {
+		case len(pl.Selector.MatchLabels) == 0:
+			return fmt.Errorf("platform %d has no selector", i)
+		case seen[key]:
+			return fmt.Errorf("two platforms for %s", key)
+		case !strings.HasPrefix(pl.URI, "https://") && !strings.HasPrefix(pl.URI, "http://"):
+			return fmt.Errorf("platform %s: uri %q is not http(s)", key, pl.URI)
+		case !sha256Hex.MatchString(pl.Sha256):
+			return fmt.Errorf("platform %s: sha256 %q is not 64 lowercase hex digits", key, pl.Sha256)
+		case pl.Bin == "" || strings.Contains(pl.Bin, "/"):
+			return fmt.Errorf("platform %s: bin %q must be a file name", key, pl.Bin)
+		case len(pl.Files) == 0:
+			return fmt.Errorf("platform %s: no files", key)
+		}
+		seen[key] = true
+	}
+	return nil
+}

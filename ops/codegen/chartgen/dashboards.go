@@ -1,0 +1,108 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Panel is one time-series panel of a dashboard.
+type Panel struct {
+	Title   string
+	Unit    string // Grafana unit ("" = short)
+	Stacked bool
+	Targets []Target
+}
+
+// Target is one PromQL query of a panel.
+type Target struct{ Expr, Legend string }
+
+// Dashboards are the panels of each chart's Grafana dashboard: a rollout's
+// progress over time. TestDashboardMetricsExist checks that every metric
+// they name is one the code registers.
+var Dashboards = map[string][]Panel{
+	"slipway-agent": {
+		{Title: "Nodes by version", Stacked: true, Targets: []Target{{`max by (channel, version) (slipway_channel_nodes)`, "{{channel}} {{version}}"}}},
+		{Title: "Nodes behind without a slot, by reason", Stacked: true, Targets: []Target{{`max by (channel, reason) (slipway_channel_skipped_nodes)`, "{{channel}} {{reason}}"}}},
+		{Title: "Slots assigned (per 10m)", Targets: []Target{{`sum(increase(slipway_agent_slots_assigned_total[10m]))`, "slots"}}},
+		{Title: "Upgrade failures by step (per 15m)", Targets: []Target{{`sum by (channel, step) (increase(slipway_agent_upgrade_failures_total[15m]))`, "{{channel}} {{step}}"}}},
+		{Title: "Reboot stalls and rollbacks (per 30m)", Targets: []Target{
+			{`sum(increase(slipway_agent_reboot_stalls_total[30m]))`, "reboot stalls"},
+			{`sum(increase(slipway_agent_rollbacks_total[30m]))`, "rollbacks"},
+			{`sum(increase(slipway_agent_rollback_failures_total[30m]))`, "rollback failures"}}},
+		{Title: "Slot wait, drain and upgrade time (p90)", Unit: "s", Targets: []Target{
+			{`histogram_quantile(0.9, sum by (le) (rate(slipway_agent_slot_wait_seconds_bucket[30m])))`, "slot wait"},
+			{`histogram_quantile(0.9, sum by (le) (rate(slipway_agent_drain_duration_seconds_bucket[30m])))`, "drain"},
+			{`histogram_quantile(0.9, sum by (le) (rate(slipway_agent_upgrade_duration_seconds_bucket[30m])))`, "upgrade"}}},
+	},
+	"slipway-update-operator": {
+		{Title: "Nodes by version", Stacked: true, Targets: []Target{{`sum by (version) (max by (state, version) (slipway_update_operator_nodes))`, "{{version}}"}}},
+		{Title: "Nodes by state", Stacked: true, Targets: []Target{{`sum by (state) (max by (state, version) (slipway_update_operator_nodes))`, "{{state}}"}}},
+		{Title: "Updates in flight (slots in use)", Targets: []Target{{`max(slipway_update_operator_updates_in_flight)`, "in flight"}}},
+		{Title: "Failures by node (per 15m)", Targets: []Target{{`sum by (node) (increase(slipway_update_operator_failures_total[15m]))`, "{{node}}"}}},
+		{Title: "Controller steps by kind (per 10m)", Stacked: true, Targets: []Target{{`sum by (step) (increase(slipway_update_operator_steps_total[10m]))`, "{{step}}"}}},
+		{Title: "Agent intents by result (per 10m)", Targets: []Target{{`sum by (intent, result) (increase(slipway_update_operator_agent_intents_total[10m]))`, "{{intent}} {{result}}"}}},
+	},
+	"slipway-eds": {
+		{Title: "State of each ExtendedDaemonSet", Targets: []Target{{`max by (namespace, eds, state) (slipway_eds_state) == 1`, "{{namespace}}/{{eds}} {{state}}"}}},
+		{Title: "Rollout progress (up-to-date / desired)", Unit: "percentunit", Targets: []Target{{`max by (namespace, eds) (slipway_eds_rollout_progress_ratio)`, "{{namespace}}/{{eds}}"}}},
+		{Title: "Pods by replica set and state", Stacked: true, Targets: []Target{{`max by (namespace, eds, ers, state) (slipway_eds_pods)`, "{{eds}} {{ers}} {{state}}"}}},
+		{Title: "Canary verdicts (per 30m)", Targets: []Target{{`sum by (verdict) (increase(slipway_eds_canary_verdicts_total[30m]))`, "{{verdict}}"}}},
+		{Title: "Pods created and deleted (per 10m)", Targets: []Target{{`sum by (action) (increase(slipway_eds_pod_actions_total[10m]))`, "{{action}}"}}},
+		{Title: "Sync errors (per 10m)", Targets: []Target{{`sum(increase(slipway_eds_sync_errors_total[10m]))`, "errors"}}},
+	},
+	"slipway-swarm": {
+		{Title: "Converged (leader's view)", Targets: []Target{{`max by (swarm) (slipway_swarm_converged and on (namespace, pod) (slipway_swarm_leader == 1))`, "{{swarm}}"}}},
+		{Title: "Jobs, workers and unassigned jobs", Targets: []Target{
+			{`max by (swarm) (slipway_swarm_jobs and on (namespace, pod) (slipway_swarm_leader == 1))`, "{{swarm}} jobs"},
+			{`max by (swarm) (slipway_swarm_workers and on (namespace, pod) (slipway_swarm_leader == 1))`, "{{swarm}} workers"},
+			{`max by (swarm) (slipway_swarm_unassigned_jobs and on (namespace, pod) (slipway_swarm_leader == 1))`, "{{swarm}} unassigned"}}},
+		{Title: "Moves and worker restarts (per 10m)", Targets: []Target{
+			{`sum by (swarm) (increase(slipway_swarm_moves_total[10m]))`, "{{swarm}} moves"},
+			{`sum by (swarm) (increase(slipway_swarm_refreshes_total[10m]))`, "{{swarm}} restarts"}}},
+		{Title: "Assignment version", Targets: []Target{{`max by (swarm) (slipway_swarm_version)`, "{{swarm}}"}}},
+		{Title: "Invalid swarms and leader", Targets: []Target{
+			{`max by (swarm) (slipway_swarm_invalid)`, "{{swarm}} invalid"},
+			{`max by (pod) (slipway_swarm_leader)`, "{{pod}} leads"}}},
+	},
+}
+
+// DashboardJSON is the Grafana dashboard of chart name: its panels two to a
+// row, on a Prometheus data source chosen by a variable.
+func DashboardJSON(name string) ([]byte, error) {
+	panels, ok := Dashboards[name]
+	if !ok {
+		return nil, fmt.Errorf("no dashboard for chart %s", name)
+	}
+	var out []map[string]any
+	for i, p := range panels {
+		var targets []map[string]any
+		for j, t := range p.Targets {
+			targets = append(targets, map[string]any{"expr": t.Expr, "legendFormat": t.Legend, "refId": string(rune('A' + j)),
+				"datasource": map[string]any{"type": "prometheus", "uid": "${datasource}"}})
+		}
+		unit := p.Unit
+		if unit == "" {
+			unit = "short"
+		}
+		stack := "none"
+		if p.Stacked {
+			stack = "normal"
+		}
+		out = append(out, map[string]any{
+			"id": i + 1, "type": "timeseries", "title": p.Title,
+			"gridPos":    map[string]any{"h": 8, "w": 12, "x": (i % 2) * 12, "y": (i / 2) * 8},
+			"datasource": map[string]any{"type": "prometheus", "uid": "${datasource}"},
+			"fieldConfig": map[string]any{"defaults": map[string]any{"unit": unit,
+				"custom": map[string]any{"stacking": map[string]any{"mode": stack}}}, "overrides": []any{}},
+			"targets": targets,
+		})
+	}
+	d := map[string]any{
+		"title": name, "uid": name, "schemaVersion": 39, "version": 1, "editable": true,
+		"tags": []string{"slipway"}, "time": map[string]any{"from": "now-6h", "to": "now"}, "refresh": "30s",
+		"templating": map[string]any{"list": []any{map[string]any{"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source"}}},
+		"panels":     out,
+	}
+	b, err := json.MarshalIndent(d, "", "  ")
+	return append(b, '\n'), err
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// registeredMetrics are the metric names slipway's code registers, read
+// from the Go source of ops/ (prometheus.*Opts{Name: "slipway_..."}, and the
+// swarm controller's Namespace/Subsystem helpers), with a histogram's
+// _bucket, _sum and _count series.
+func registeredMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	named := regexp.MustCompile(`Name:\s*"(slipway_[a-z0-9_]+)"`)
+	swarm := regexp.MustCompile(`(?:gauge|counter)\("([a-z0-9_]+)"|Subsystem: "swarm", Name: "([a-z0-9_]+)"`)
+	histo := regexp.MustCompile(`NewHistogram(?:Vec)?\(prometheus\.HistogramOpts\{Name:\s*"(slipway_[a-z0-9_]+)"`)
+	out := map[string]bool{}
+	err := filepath.WalkDir("../..", func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range named.FindAllStringSubmatch(string(b), -1) {
+			out[m[1]] = true
+		}
+		for _, m := range histo.FindAllStringSubmatch(string(b), -1) {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				out[m[1]+s] = true
+			}
+		}
+		if strings.Contains(p, filepath.Join("swarm", "controller")) {
+			for _, m := range swarm.FindAllStringSubmatch(string(b), -1) {
+				out["slipway_swarm_"+m[1]+m[2]] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) < 20 {
+		t.Fatalf("found only %d registered metrics: the source scan is broken", len(out))
+	}
+	return out
+}
+
+var metricName = regexp.MustCompile(`\bslipway_[a-z0-9_]+`)
+
+// TestDashboardAndAlertMetricsExist: every slipway_* metric a dashboard
+// panel or an alert names is one the code registers.
+func TestDashboardAndAlertMetricsExist(t *testing.T) {
+	known := registeredMetrics(t)
+	check := func(where, expr string) {
+		for _, m := range metricName.FindAllString(expr, -1) {
+			if !known[m] {
+				t.Errorf("%s names %s, which no code registers", where, m)
+			}
+		}
+	}
+	for chart, panels := range Dashboards {
+		for _, p := range panels {
+			for _, tg := range p.Targets {
+				check(chart+" dashboard panel "+p.Title, tg.Expr)
+			}
+		}
+		var rules struct {
+			Groups []struct {
+				Rules []struct{ Alert, Expr string }
+			}
+		}
+		b, err := os.ReadFile(filepath.Join(chartsDir, chart, "rules", "alerts.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(b, &rules); err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range rules.Groups {
+			for _, r := range g.Rules {
+				check(chart+" alert "+r.Alert, r.Expr)
+				if !strings.Contains(r.Expr, "slipway_") {
+					t.Errorf("%s alert %s names no slipway metric", chart, r.Alert)
+				}
+			}
+		}
+	}
+}
+
+// TestAlertRules runs promtool's rule tests (charts/*/rules/alerts_test.yaml)
+// with the pinned promtool, and checks each alert has a runbook section.
+func TestAlertRules(t *testing.T) {
+	promtool := filepath.Join(filepath.Dir(helmBin(t)), "promtool")
+	docs, err := os.ReadFile("../../../docs/alerts.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alert := regexp.MustCompile(`(?m)^\s*- alert: (\S+)`)
+	for _, c := range Charts() {
+		dir := filepath.Join(chartsDir, c.Name, "rules")
+		cmd := exec.Command(promtool, "test", "rules", "alerts_test.yaml")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s: promtool test rules: %v\n%s", c.Name, err, out)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "alerts.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range alert.FindAllStringSubmatch(string(b), -1) {
+			if !strings.Contains(string(docs), "\n### "+m[1]+"\n") {
+				t.Errorf("docs/alerts.md has no runbook section \"### %s\"", m[1])
+			}
+		}
+	}
+}
+
+// TestMonitoringRenders: with the monitoring values on, each chart renders
+// a Service and ServiceMonitor per metrics port, the PrometheusRule holding
+// the rule file's groups, and the dashboard ConfigMap holding valid JSON.
+func TestMonitoringRenders(t *testing.T) {
+	for _, c := range Charts() {
+		objs, err := ParseDocs(helm(t, "template", "rel", filepath.Join(chartsDir, c.Name), "--namespace", c.DefaultNamespace,
+			"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.dashboard.enabled=true"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds := map[string]int{}
+		for _, o := range objs {
+			kinds[o["kind"].(string)]++
+			switch o["kind"] {
+			case "PrometheusRule":
+				groups, _ := o["spec"].(map[string]any)["groups"].([]any)
+				if len(groups) == 0 {
+					t.Errorf("%s: the PrometheusRule has no groups", c.Name)
+				}
+			case "ConfigMap":
+				for k, v := range o["data"].(map[string]any) {
+					if !json.Valid([]byte(v.(string))) {
+						t.Errorf("%s: ConfigMap key %s is not JSON", c.Name, k)
+					}
+				}
+			}
+		}
+		if kinds["ServiceMonitor"] == 0 || kinds["Service"] != kinds["ServiceMonitor"] || kinds["PrometheusRule"] != 1 || kinds["ConfigMap"] != 1 {
+			keys := make([]string, 0, len(kinds))
+			for k := range kinds {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			t.Errorf("%s: monitoring objects rendered: %v", c.Name, kinds)
+		}
+	}
+}
