@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"slipway.dev/slipway/ops/health"
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/updateoperator/platform"
 )
@@ -34,7 +35,12 @@ type AgentOptions struct {
 	// error with the reason.
 	CheckTimeout, StepTimeout time.Duration
 	MetricsAddr               string
-	Log                       *slog.Logger
+	// HealthAddr serves /healthz and /readyz (probes.go; "" = off);
+	// HealthAllowance is how long the loop may go without a beat (default
+	// agentAllowance).
+	HealthAddr      string
+	HealthAllowance time.Duration
+	Log             *slog.Logger
 }
 
 // agent is one running agent.
@@ -58,8 +64,12 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		return err
 	}
 	a.m.serve(ctx, a.o.MetricsAddr, a.o.Log)
+	probe := health.New()
+	beat := probe.Loop("reconcile", a.o.HealthAllowance)
+	serveProbes(ctx, a.o.HealthAddr, probe, a.o.Log)
 	defer a.ev.flush()
 	inf := nodeInformer(a.kube, o.NodeName)
+	probe.ReadyWhen("the Node informer synced", inf.HasSynced)
 	poke := func(any) { a.trigger() }
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, n any) { poke(n) }}); err != nil {
 		return err
@@ -68,6 +78,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	tick := time.NewTicker(min(a.o.Resync, a.o.CheckInterval))
 	defer tick.Stop()
 	for {
+		beat()
 		if err := a.reconcile(ctx); err != nil && ctx.Err() == nil {
 			a.o.Log.Error("reconcile", "node", o.NodeName, "err", err)
 		}
@@ -100,6 +111,9 @@ func newAgent(o AgentOptions) (*agent, error) {
 	}
 	if o.StepTimeout <= 0 {
 		o.StepTimeout = 25 * time.Minute
+	}
+	if o.HealthAllowance <= 0 {
+		o.HealthAllowance = agentAllowance(o)
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()

@@ -185,7 +185,7 @@ func turnsSaid(m map[string]float64) string {
 func startController(b testing.TB, e *testenv.Env, r roundSpec, name string) (stop func(), metricsAddr string) {
 	metricsAddr = freeAddr()
 	args := []string{"update-operator", "controller", "--kubeconfig", e.Kubeconfig,
-		"--lease", "", "--metrics-addr", metricsAddr, "--os-image-pattern", "-", "--pause-between", "0s",
+		"--lease", "", "--metrics-addr", metricsAddr, "--health-addr", "", "--os-image-pattern", "-", "--pause-between", "0s",
 		"--max-concurrent", strconv.Itoa(r.conc), "--state-timeout", "5m", "--drain-timeout", "2m"}
 	if r.ahead {
 		args = append(args, "--prepare-ahead")

@@ -101,7 +101,7 @@ func agentCommand() []string {
 	sh := func(s string) string { return "/bin/sh " + filepath.Join(shared, s) }
 	agent := []string{filepath.Join(bin, "slipway"), "update-operator", "agent", "--platform", "command",
 		"--check-command", sh("check.sh"), "--prepare-command", sh("prepare.sh"), "--apply-command", sh("apply.sh"),
-		"--reboot-command", sh("reboot.sh"), "--version-command", sh("version.sh"), "--check-interval", "2s"}
+		"--reboot-command", sh("reboot.sh"), "--version-command", sh("version.sh"), "--check-interval", "2s", "--health-addr", ""}
 	if agents >= nodes {
 		return agent
 	}
