@@ -320,10 +320,24 @@ func (a *agent) reboot(ctx context.Context, n *corev1.Node) error {
 	}
 	a.o.Log.Info("rebooting")
 	if err := a.bounded(ctx, "the reboot call", a.o.StepTimeout, "--step-timeout", a.o.Platform.Reboot); err != nil {
+		// A host going down stops the agent's container, the reboot
+		// command with it (SIGTERM to each process): the command can fail
+		// a moment before the agent sees its own stop. Reported at once,
+		// that failure would free the node's slot while it reboots: it is
+		// reported only if the agent still runs rebootGrace later.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(rebootGrace):
+		}
 		return a.done(ctx, IntentReboot, err, nil)
 	}
 	return nil
 }
+
+// rebootGrace is how long a failed reboot call waits for the agent's own
+// stop (the host going down) before it is reported as a failure.
+const rebootGrace = 5 * time.Second
 
 // back reports a finished reboot: ready, at the version now running.
 func (a *agent) back(ctx context.Context) error {
