@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,6 +55,11 @@ type agent struct {
 	booted    bool      // a first reconcile ran in this process
 	lastCheck time.Time // of the resting stabilize check
 	lastError string    // the last bad-input error reported
+	// store is the informer's cache of this Node; written the resource
+	// version of the agent's own last write (a turn reads the cache only
+	// once it holds that write: readNode).
+	store   cache.Store
+	written int64
 }
 
 // RunAgent runs the agent of one node until ctx ends. It acts only on the
@@ -75,6 +81,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		return err
 	}
 	go inf.RunWithContext(ctx)
+	a.store = inf.GetStore()
 	tick := time.NewTicker(min(a.o.Resync, a.o.CheckInterval))
 	defer tick.Stop()
 	for {
@@ -143,9 +150,9 @@ func (a *agent) trigger() {
 // reconcile reads the Node and carries out the intent it names, if it is
 // not carried out yet.
 func (a *agent) reconcile(ctx context.Context) error {
-	n, err := a.kube.CoreV1().Nodes().Get(ctx, a.o.NodeName, metav1.GetOptions{})
+	n, err := a.readNode(ctx)
 	if err != nil {
-		return fmt.Errorf("read my node: %w", err)
+		return err
 	}
 	first := !a.booted
 	a.booted = true
@@ -196,7 +203,7 @@ func (a *agent) badInput(ctx context.Context, err error) error {
 	a.lastError = err.Error()
 	a.o.Log.Error("cannot act on my node's annotations", "err", err)
 	a.ev.emit(ctx, a.o.NodeName, corev1.EventTypeWarning, ReasonAgentError, "%v", err)
-	return patchNode(ctx, a.kube, a.o.NodeName, nil, map[string]any{a.keys.Key(KeyReason): err.Error()})
+	return a.patch(ctx, nil, map[string]any{a.keys.Key(KeyReason): err.Error()})
 }
 
 // carryOut acknowledges an intent (active = wanted, state busy), runs it,
@@ -271,7 +278,42 @@ func (a *agent) done(ctx context.Context, i Intent, err error, more map[string]a
 }
 
 func (a *agent) report(ctx context.Context, ann map[string]any) error {
-	return patchNode(ctx, a.kube, a.o.NodeName, nil, ann)
+	return a.patch(ctx, nil, ann)
+}
+
+// readNode returns the agent's Node: the informer's copy once it holds the
+// agent's own last write (a copy older than it would carry an intent out
+// twice), else a GET. The first turn of a process always GETs.
+func (a *agent) readNode(ctx context.Context) (*corev1.Node, error) {
+	if a.booted && a.store != nil {
+		if o, ok, _ := a.store.GetByKey(a.o.NodeName); ok {
+			if n, ok := o.(*corev1.Node); ok {
+				if fresh, _ := CaughtUp(map[string]string{n.Name: n.ResourceVersion}, map[string]int64{n.Name: a.written}); fresh {
+					a.m.reads.WithLabelValues("cache").Inc()
+					return n.DeepCopy(), nil
+				}
+			}
+		}
+	}
+	n, err := a.kube.CoreV1().Nodes().Get(ctx, a.o.NodeName, metav1.GetOptions{})
+	a.m.reads.WithLabelValues("get").Inc()
+	if err != nil {
+		return nil, fmt.Errorf("read my node: %w", err)
+	}
+	return n, nil
+}
+
+// patch writes the agent's Node and records the resource version it left.
+func (a *agent) patch(ctx context.Context, labels, annotations map[string]any) error {
+	rv, err := patchNodeRV(ctx, a.kube, a.o.NodeName, labels, annotations)
+	if err == nil && rv != "" {
+		v, perr := strconv.ParseInt(rv, 10, 64)
+		if perr != nil {
+			v = -1 // not comparable: every next turn GETs
+		}
+		a.written = v
+	}
+	return err
 }
 
 // check asks the platform for updates and publishes what it found; ack
@@ -308,7 +350,7 @@ func (a *agent) check(ctx context.Context, n *corev1.Node, ack bool) error {
 		}
 	}
 	a.m.intents.WithLabelValues(string(IntentStabilize), "ok").Inc()
-	return patchNode(ctx, a.kube, a.o.NodeName, map[string]any{a.keys.UpdateAvailable(): avail}, ann)
+	return a.patch(ctx, map[string]any{a.keys.UpdateAvailable(): avail}, ann)
 }
 
 // reboot records the boot ID, reports rebooting, and asks for the reboot.
