@@ -20,7 +20,9 @@ import (
 // Node written; a cache that does not catch up is passed over for one
 // quorum LIST. The resource versions of one resource are compared as
 // numbers, as etcd issues them; one that is not a number is never taken
-// as caught up (the LIST then decides).
+// as caught up (the LIST then decides). The agent reads its own Node the
+// same way: from its informer's cache once that holds the agent's own
+// last write, else with a GET.
 
 // cacheWait bounds how long a turn waits for the cache to hold the
 // controller's own writes before it reads the Nodes with a LIST.
