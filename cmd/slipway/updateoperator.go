@@ -77,6 +77,7 @@ slipway update-operator controller --max-concurrent 10 --prepare-ahead --pause-b
 			&cli.DurationFlag{Name: "failure-backoff", Value: 2 * time.Minute, Usage: "wait after a node's first failure, doubled per next failure", EnvVars: uoEnvs("FAILURE_BACKOFF")},
 			&cli.DurationFlag{Name: "failure-backoff-max", Value: time.Hour, Usage: "longest wait between tries of a failing node", EnvVars: uoEnvs("FAILURE_BACKOFF_MAX")},
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9480", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: uoEnvs("METRICS_ADDR")},
+			uoHealthFlag("HEALTH_ADDR"),
 		}, uoDrainFlags()...),
 		Action: func(c *cli.Context) error {
 			if _, err := uo.NewKeys(c.String("prefix")); err != nil {
@@ -97,7 +98,8 @@ slipway update-operator controller --max-concurrent 10 --prepare-ahead --pause-b
 				Config: cfg, Prefix: c.String("prefix"), NodeName: c.String("node-name"), Namespace: c.String("namespace"), LeaseName: c.String("lease"), LeaseDuration: c.Duration("lease-duration"),
 				BeforeRebootChecks: c.StringSlice("before-reboot-checks"), AfterRebootChecks: c.StringSlice("after-reboot-checks"),
 				OSImagePattern: c.String("os-image-pattern"), BlockingPods: c.String("blocking-pod-selector"), MetricsAddr: c.String("metrics-addr"),
-				Drain: uoDrainOptions(c),
+				HealthAddr: c.String("health-addr"),
+				Drain:      uoDrainOptions(c),
 				Policy: uo.Policy{MaxConcurrent: c.Int("max-concurrent"), PauseBetween: c.Duration("pause-between"), Window: win, PrepareAhead: c.Bool("prepare-ahead"),
 					Backoff: c.Duration("failure-backoff"), BackoffMax: c.Duration("failure-backoff-max"),
 					Timeouts: uo.Timeouts{Prepare: st, Perform: st, Reboot: st, Reset: st, Health: c.Duration("health-timeout")}},
@@ -135,6 +137,7 @@ slipway update-operator agent --platform command --check-command 'osupdate check
 			&cli.DurationFlag{Name: "check-timeout", Value: 10 * time.Minute, Usage: "a check for updates still running after this long is an error (a hung host call)", EnvVars: uoEnvs("CHECK_TIMEOUT")},
 			&cli.DurationFlag{Name: "step-timeout", Value: 25 * time.Minute, Usage: "a prepare, perform, reset or reboot still running after this long is an error with the reason (keep it under the controller's --state-timeout)", EnvVars: uoEnvs("STEP_TIMEOUT")},
 			&cli.StringFlag{Name: "metrics-addr", Value: "", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: uoEnvs("AGENT_METRICS_ADDR")},
+			uoHealthFlag("AGENT_HEALTH_ADDR"),
 		},
 		Action: func(c *cli.Context) error {
 			agentmem.Start(c.Context, agentmem.Options{})
@@ -151,7 +154,7 @@ slipway update-operator agent --platform command --check-command 'osupdate check
 			}
 			return uo.RunAgent(c.Context, uo.AgentOptions{Config: cfg, Prefix: c.String("prefix"), NodeName: c.String("node-name"),
 				Platform: p, CheckInterval: c.Duration("check-interval"), CheckTimeout: c.Duration("check-timeout"), StepTimeout: c.Duration("step-timeout"),
-				MetricsAddr: c.String("metrics-addr"), Log: slog.Default()})
+				MetricsAddr: c.String("metrics-addr"), HealthAddr: c.String("health-addr"), Log: slog.Default()})
 		},
 	}
 }
@@ -283,4 +286,10 @@ func uoDrainOptions(c *cli.Context) drain.Options {
 		o.GracePeriodSeconds = &g
 	}
 	return o
+}
+
+// uoHealthFlag is where a component serves /healthz (its loops beat) and
+// /readyz (its Node informer synced), the manifest's probes.
+func uoHealthFlag(env string) cli.Flag {
+	return &cli.StringFlag{Name: "health-addr", Value: uo.DefaultHealthAddr, Usage: "serve /healthz and /readyz at http://<addr> (\"\" = off)", EnvVars: uoEnvs(env)}
 }

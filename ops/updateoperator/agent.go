@@ -8,10 +8,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"slipway.dev/slipway/ops/health"
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/updateoperator/platform"
 )
@@ -34,7 +34,12 @@ type AgentOptions struct {
 	// error with the reason.
 	CheckTimeout, StepTimeout time.Duration
 	MetricsAddr               string
-	Log                       *slog.Logger
+	// HealthAddr serves /healthz and /readyz (probes.go; "" = off);
+	// HealthAllowance is how long the loop may go without a beat (default
+	// agentAllowance).
+	HealthAddr      string
+	HealthAllowance time.Duration
+	Log             *slog.Logger
 }
 
 // agent is one running agent.
@@ -48,6 +53,11 @@ type agent struct {
 	booted    bool      // a first reconcile ran in this process
 	lastCheck time.Time // of the resting stabilize check
 	lastError string    // the last bad-input error reported
+	// store is the informer's cache of this Node; written the resource
+	// version of the agent's own last write (a turn reads the cache only
+	// once it holds that write: readNode).
+	store   cache.Store
+	written int64
 }
 
 // RunAgent runs the agent of one node until ctx ends. It acts only on the
@@ -58,16 +68,22 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		return err
 	}
 	a.m.serve(ctx, a.o.MetricsAddr, a.o.Log)
+	probe := health.New()
+	beat := probe.Loop("reconcile", a.o.HealthAllowance)
+	serveProbes(ctx, a.o.HealthAddr, probe, a.o.Log)
 	defer a.ev.flush()
 	inf := nodeInformer(a.kube, o.NodeName)
+	probe.ReadyWhen("the Node informer synced", inf.HasSynced)
 	poke := func(any) { a.trigger() }
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, n any) { poke(n) }}); err != nil {
 		return err
 	}
 	go inf.RunWithContext(ctx)
+	a.store = inf.GetStore()
 	tick := time.NewTicker(min(a.o.Resync, a.o.CheckInterval))
 	defer tick.Stop()
 	for {
+		beat()
 		if err := a.reconcile(ctx); err != nil && ctx.Err() == nil {
 			a.o.Log.Error("reconcile", "node", o.NodeName, "err", err)
 		}
@@ -101,6 +117,9 @@ func newAgent(o AgentOptions) (*agent, error) {
 	if o.StepTimeout <= 0 {
 		o.StepTimeout = 25 * time.Minute
 	}
+	if o.HealthAllowance <= 0 {
+		o.HealthAllowance = agentAllowance(o)
+	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
@@ -129,9 +148,9 @@ func (a *agent) trigger() {
 // reconcile reads the Node and carries out the intent it names, if it is
 // not carried out yet.
 func (a *agent) reconcile(ctx context.Context) error {
-	n, err := a.kube.CoreV1().Nodes().Get(ctx, a.o.NodeName, metav1.GetOptions{})
+	n, err := a.readNode(ctx)
 	if err != nil {
-		return fmt.Errorf("read my node: %w", err)
+		return err
 	}
 	first := !a.booted
 	a.booted = true
@@ -182,7 +201,7 @@ func (a *agent) badInput(ctx context.Context, err error) error {
 	a.lastError = err.Error()
 	a.o.Log.Error("cannot act on my node's annotations", "err", err)
 	a.ev.emit(ctx, a.o.NodeName, corev1.EventTypeWarning, ReasonAgentError, "%v", err)
-	return patchNode(ctx, a.kube, a.o.NodeName, nil, map[string]any{a.keys.Key(KeyReason): err.Error()})
+	return a.patch(ctx, nil, map[string]any{a.keys.Key(KeyReason): err.Error()})
 }
 
 // carryOut acknowledges an intent (active = wanted, state busy), runs it,
@@ -257,7 +276,7 @@ func (a *agent) done(ctx context.Context, i Intent, err error, more map[string]a
 }
 
 func (a *agent) report(ctx context.Context, ann map[string]any) error {
-	return patchNode(ctx, a.kube, a.o.NodeName, nil, ann)
+	return a.patch(ctx, nil, ann)
 }
 
 // check asks the platform for updates and publishes what it found; ack
@@ -294,7 +313,7 @@ func (a *agent) check(ctx context.Context, n *corev1.Node, ack bool) error {
 		}
 	}
 	a.m.intents.WithLabelValues(string(IntentStabilize), "ok").Inc()
-	return patchNode(ctx, a.kube, a.o.NodeName, map[string]any{a.keys.UpdateAvailable(): avail}, ann)
+	return a.patch(ctx, map[string]any{a.keys.UpdateAvailable(): avail}, ann)
 }
 
 // reboot records the boot ID, reports rebooting, and asks for the reboot.
@@ -306,10 +325,24 @@ func (a *agent) reboot(ctx context.Context, n *corev1.Node) error {
 	}
 	a.o.Log.Info("rebooting")
 	if err := a.bounded(ctx, "the reboot call", a.o.StepTimeout, "--step-timeout", a.o.Platform.Reboot); err != nil {
+		// A host going down stops the agent's container, the reboot
+		// command with it (SIGTERM to each process): the command can fail
+		// a moment before the agent sees its own stop. Reported at once,
+		// that failure would free the node's slot while it reboots: it is
+		// reported only if the agent still runs rebootGrace later.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(rebootGrace):
+		}
 		return a.done(ctx, IntentReboot, err, nil)
 	}
 	return nil
 }
+
+// rebootGrace is how long a failed reboot call waits for the agent's own
+// stop (the host going down) before it is reported as a failure.
+const rebootGrace = 5 * time.Second
 
 // back reports a finished reboot: ready, at the version now running.
 func (a *agent) back(ctx context.Context) error {

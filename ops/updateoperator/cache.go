@@ -20,7 +20,9 @@ import (
 // Node written; a cache that does not catch up is passed over for one
 // quorum LIST. The resource versions of one resource are compared as
 // numbers, as etcd issues them; one that is not a number is never taken
-// as caught up (the LIST then decides).
+// as caught up (the LIST then decides). The agent reads its own Node the
+// same way: from its informer's cache once that holds the agent's own
+// last write, else with a GET.
 
 // cacheWait bounds how long a turn waits for the cache to hold the
 // controller's own writes before it reads the Nodes with a LIST.
@@ -122,4 +124,39 @@ func (c *controller) fromCache() ([]corev1.Node, bool) {
 		delete(c.written, n)
 	}
 	return nodes, ok
+}
+
+// readNode returns the agent's Node: the informer's copy once it holds the
+// agent's own last write (a copy older than it would carry an intent out
+// twice), else a GET. The first turn of a process always GETs.
+func (a *agent) readNode(ctx context.Context) (*corev1.Node, error) {
+	if a.booted && a.store != nil {
+		if o, ok, _ := a.store.GetByKey(a.o.NodeName); ok {
+			if n, ok := o.(*corev1.Node); ok {
+				if fresh, _ := CaughtUp(map[string]string{n.Name: n.ResourceVersion}, map[string]int64{n.Name: a.written}); fresh {
+					a.m.reads.WithLabelValues("cache").Inc()
+					return n.DeepCopy(), nil
+				}
+			}
+		}
+	}
+	n, err := a.kube.CoreV1().Nodes().Get(ctx, a.o.NodeName, metav1.GetOptions{})
+	a.m.reads.WithLabelValues("get").Inc()
+	if err != nil {
+		return nil, fmt.Errorf("read my node: %w", err)
+	}
+	return n, nil
+}
+
+// patch writes the agent's Node and records the resource version it left.
+func (a *agent) patch(ctx context.Context, labels, annotations map[string]any) error {
+	rv, err := patchNodeRV(ctx, a.kube, a.o.NodeName, labels, annotations)
+	if err == nil && rv != "" {
+		v, perr := strconv.ParseInt(rv, 10, 64)
+		if perr != nil {
+			v = -1 // not comparable: every next turn GETs
+		}
+		a.written = v
+	}
+	return err
 }

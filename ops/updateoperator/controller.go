@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/health"
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/lease"
 )
@@ -46,7 +48,12 @@ type ControllerOptions struct {
 	Drain        drain.Options
 	Resync       time.Duration // re-decide at least this often (default 10s)
 	MetricsAddr  string
-	Log          *slog.Logger
+	// HealthAddr serves /healthz and /readyz (probes.go; "" = off);
+	// HealthAllowance is how long a loop may go without a beat (default
+	// controllerAllowance).
+	HealthAddr      string
+	HealthAllowance time.Duration
+	Log             *slog.Logger
 }
 
 func (o *ControllerOptions) defaults() error {
@@ -68,6 +75,9 @@ func (o *ControllerOptions) defaults() error {
 	}
 	if o.Policy.MaxConcurrent <= 0 {
 		o.Policy.MaxConcurrent = 1
+	}
+	if o.HealthAllowance <= 0 {
+		o.HealthAllowance = controllerAllowance(o.Resync)
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -129,6 +139,11 @@ type controller struct {
 	// written the resource version each Node written last was left at.
 	store   cache.Store
 	written map[string]int64
+	// probe holds the loops' beats (probes.go); leading and synced say
+	// whether this replica leads and its Node informer synced.
+	probe           *health.Probe
+	beat            func() // the decide loop's
+	leading, synced atomic.Bool
 }
 
 // RunController runs the controller until ctx ends. With a LeaseName, it
@@ -142,6 +157,7 @@ func RunController(ctx context.Context, o ControllerOptions) error {
 		return err
 	}
 	c.m.serve(ctx, o.MetricsAddr, o.Log)
+	serveProbes(ctx, o.HealthAddr, c.probe, o.Log)
 	defer c.ev.flush()
 	if o.LeaseName == "" {
 		return c.lead(ctx)
@@ -154,7 +170,10 @@ func newController(o ControllerOptions) (*controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &controller{o: o, keys: keys, m: newMetrics(), poke: make(chan struct{}, 1), draining: map[string]bool{}, written: map[string]int64{}}
+	c := &controller{o: o, keys: keys, m: newMetrics(), poke: make(chan struct{}, 1), draining: map[string]bool{}, written: map[string]int64{},
+		probe: health.New()}
+	c.beat = c.probe.Loop("decide", o.HealthAllowance)
+	c.probe.ReadyWhen("the Node informer synced (while leading)", func() bool { return !c.leading.Load() || c.synced.Load() })
 	if o.OSImagePattern != "-" {
 		if c.images, err = regexp.Compile(o.OSImagePattern); err != nil {
 			return nil, fmt.Errorf("--os-image-pattern %q is not a regular expression: %w", o.OSImagePattern, err)
@@ -184,9 +203,11 @@ func (c *controller) elect(ctx context.Context) error {
 	var mu sync.Mutex
 	var stop context.CancelFunc
 	var done chan struct{}
+	leases := beatingLeases{next: c.leases.CoordinationV1().Leases(c.o.Namespace), elector: c.probe.Loop("elector", c.o.HealthAllowance),
+		decide: c.beat, leading: c.leading.Load}
 	return lease.Run(ctx, lease.Config{
 		Tenure: c.tenure,
-		Client: c.leases.CoordinationV1().Leases(c.o.Namespace), Name: c.o.LeaseName, Identity: c.o.Identity,
+		Client: leases, Name: c.o.LeaseName, Identity: c.o.Identity,
 		Duration: c.o.LeaseDuration, RenewDeadline: c.o.LeaseDuration * 2 / 3, RetryPeriod: c.o.LeaseDuration / 5, Log: c.o.Log,
 		OnStartedLeading: func() {
 			mu.Lock()
@@ -214,6 +235,9 @@ func (c *controller) elect(ctx context.Context) error {
 // every Resync.
 func (c *controller) lead(ctx context.Context) error {
 	c.o.Log.Info("leading the node updates", "prefix", c.keys.Prefix, "maxConcurrent", c.o.Policy.MaxConcurrent)
+	c.beat()
+	c.leading.Store(true)
+	defer func() { c.leading.Store(false); c.synced.Store(false) }()
 	inf := nodeInformer(c.kube, "")
 	pokeAll := func(any) { c.trigger() }
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: pokeAll,
@@ -225,10 +249,12 @@ func (c *controller) lead(ctx context.Context) error {
 		return ctx.Err()
 	}
 	c.store = inf.GetStore()
+	c.synced.Store(true)
 	defer func() { c.store = nil }()
 	tick := time.NewTicker(c.o.Resync)
 	defer tick.Stop()
 	for {
+		c.beat()
 		if err := c.sync(ctx); err != nil && ctx.Err() == nil {
 			c.o.Log.Error("sync", "err", err)
 		}

@@ -121,7 +121,11 @@ func AgentRules() []rbacv1.PolicyRule {
 func rbacObjects(o ManifestOptions) []any {
 	var out []any
 	events := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}}}
-	leases := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}}}
+	// The controller reads and renews only its election Lease (create cannot
+	// be narrowed by name: it makes the Lease the first time).
+	leases := []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "update"}, ResourceNames: []string{LeaseName}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}}}
 	for _, sa := range []struct {
 		name    string
 		cluster []rbacv1.PolicyRule

@@ -52,9 +52,10 @@ func TestManifestAppliesAndConfinesTheAgent(t *testing.T) {
 	}
 	checkAccess(ctx, t, kc, "system:serviceaccount:"+ns+":"+ControllerName,
 		[]authv1.ResourceAttributes{{Verb: "patch", Resource: "nodes"}, {Verb: "create", Resource: "pods", Subresource: "eviction", Namespace: "x"},
-			{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: ns}, {Verb: "create", Resource: "events", Namespace: "default"},
+			{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: ns, Name: LeaseName}, {Verb: "create", Resource: "events", Namespace: "default"},
 			{Verb: "get", Group: "apps", Resource: "deployments", Namespace: "x"}},
 		[]authv1.ResourceAttributes{{Verb: "delete", Resource: "nodes"}, {Verb: "delete", Resource: "pods", Namespace: "x"},
+			{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: ns, Name: "another"},
 			{Verb: "get", Resource: "secrets", Namespace: ns}, {Verb: "update", Group: "apps", Resource: "deployments", Namespace: "x"}})
 	agentSA := "system:serviceaccount:" + ns + ":" + AgentName
 	checkAccess(ctx, t, kc, agentSA,

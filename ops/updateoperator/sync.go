@@ -160,7 +160,7 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		c.mu.Lock()
 		c.draining[v.Name] = true
 		c.mu.Unlock()
-		go c.drainThenReboot(ctx, v.Name)
+		go c.drainThenReboot(ctx, n)
 	case StepUncordon:
 		return c.uncordon(ctx, n, v, now)
 	case StepAdopt:
@@ -298,14 +298,15 @@ func (c *controller) fail(ctx context.Context, v NodeView, reason string) error 
 
 // drainThenReboot cordons and drains the node, recording the workloads it
 // takes pods from, then wants reboot-update; a failed drain is a failure.
-func (c *controller) drainThenReboot(ctx context.Context, node string) {
+func (c *controller) drainThenReboot(ctx context.Context, n *corev1.Node) {
+	node := n.Name
 	defer func() {
 		c.mu.Lock()
 		delete(c.draining, node)
 		c.mu.Unlock()
 		c.trigger()
 	}()
-	summary, err := c.drain(ctx, node)
+	summary, err := c.drain(ctx, n)
 	if ctx.Err() != nil {
 		return // the next leader takes it from here: the node's annotations say where it is
 	}
@@ -358,9 +359,12 @@ func (c *controller) clearHook(ctx context.Context, node, label string, checks [
 	return c.patch(ctx, node, map[string]any{c.keys.Key(label): nil}, ann)
 }
 
-// drain cordons and drains node, recording the workloads it takes pods
-// from, and returns what it did in words.
-func (c *controller) drain(ctx context.Context, node string) (string, error) {
+// drain cordons and drains n, recording the workloads it takes pods from,
+// and returns what it did in words. n is the Node as the turn that decided
+// the drain read it (the cache holding the controller's own writes): a
+// drain resumed after a restart finds the first one's record there.
+func (c *controller) drain(ctx context.Context, n *corev1.Node) (string, error) {
+	node := n.Name
 	workloads, failing, err := drainedWorkloads(ctx, c.kube, node)
 	if err != nil {
 		return "", err
@@ -369,11 +373,9 @@ func (c *controller) drain(ctx context.Context, node string) (string, error) {
 		c.o.Log.Info("not waiting after the reboot for workloads failing before the drain", "node", node, "workloads", failing)
 	}
 	started := time.Now()
-	if n, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
-		workloads = union(workloads, c.keys.Workloads(n)) // a drain resumed after a restart keeps the first one's
-		if t, err := time.Parse(time.RFC3339, n.Annotations[c.keys.Key(KeyDrainStarted)]); err == nil && t.Before(started) {
-			started = t // and its deadline
-		}
+	workloads = union(workloads, c.keys.Workloads(n)) // a drain resumed after a restart keeps the first one's
+	if t, err := time.Parse(time.RFC3339, n.Annotations[c.keys.Key(KeyDrainStarted)]); err == nil && t.Before(started) {
+		started = t // and its deadline
 	}
 	extra := map[string]string{c.keys.Key(KeyWorkloads): strings.Join(workloads, ","), c.keys.Key(KeyDrainStarted): stamp(started)}
 	if err := drain.Cordon(ctx, c.kube, node, CordonOwner, extra); err != nil {

@@ -90,14 +90,7 @@ func (k Keys) Workloads(n *corev1.Node) []string {
 // stamp formats t for the time annotations.
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
-// patchNode writes labels and annotations of a node in one merge patch;
-// nil values remove keys.
-func patchNode(ctx context.Context, c *kube.Clientset, node string, labels, annotations map[string]any) error {
-	_, err := patchNodeRV(ctx, c, node, labels, annotations)
-	return err
-}
-
-// patch is patchNode for the controller: the write's resource version is
+// patch is patchNodeRV for the controller: the write's resource version is
 // recorded, so no turn decides on an older Node (cache.go).
 func (c *controller) patch(ctx context.Context, node string, labels, annotations map[string]any) error {
 	rv, err := patchNodeRV(ctx, c.kube, node, labels, annotations)
@@ -107,8 +100,9 @@ func (c *controller) patch(ctx context.Context, node string, labels, annotations
 	return err
 }
 
-// patchNodeRV is patchNode, returning the resource version it left ("" when
-// nothing was written).
+// patchNodeRV writes labels and annotations of a node in one merge patch
+// (nil values remove keys) and returns the resource version it left (""
+// when nothing was written).
 func patchNodeRV(ctx context.Context, c *kube.Clientset, node string, labels, annotations map[string]any) (string, error) {
 	meta := map[string]any{}
 	if len(labels) > 0 {

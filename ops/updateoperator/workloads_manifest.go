@@ -38,8 +38,10 @@ func controllerDeployment(o ManifestOptions, keys Keys) *appsv1.Deployment {
 						Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}}}}},
 					Containers: []corev1.Container{{
 						Name: "controller", Image: o.Image, Args: args,
-						Env:   []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
-						Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9480}},
+						Env:            []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+						Ports:          []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9480}, healthPort()},
+						LivenessProbe:  liveness(),
+						ReadinessProbe: readiness(),
 						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 							corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}},
 						SecurityContext: &corev1.SecurityContext{RunAsNonRoot: ptr(true), RunAsUser: ptr(int64(65532)), ReadOnlyRootFilesystem: ptr(true),
@@ -96,8 +98,11 @@ func agentDaemonSet(o ManifestOptions, keys Keys) *appsv1.DaemonSet {
 					Volumes:            vols,
 					Containers: []corev1.Container{{
 						Name: "agent", Image: o.Image, Args: args,
-						Env:          env,
-						VolumeMounts: mounts,
+						Env:            env,
+						VolumeMounts:   mounts,
+						Ports:          []corev1.ContainerPort{healthPort()},
+						LivenessProbe:  liveness(),
+						ReadinessProbe: readiness(),
 						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 							corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("24Mi")}},
 						SecurityContext: agentSecurity(o.Platform),
@@ -122,3 +127,20 @@ func agentSecurity(platform string) *corev1.SecurityContext {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// healthPort is where both components serve /healthz and /readyz (DefaultHealthAddr).
+func healthPort() corev1.ContainerPort {
+	return corev1.ContainerPort{Name: "health", ContainerPort: 9481}
+}
+
+// liveness restarts a container whose loops stopped beating (probes.go).
+func liveness() *corev1.Probe {
+	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("health")}},
+		PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 3}
+}
+
+// readiness: the Node informer synced.
+func readiness() *corev1.Probe {
+	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("health")}},
+		PeriodSeconds: 5, TimeoutSeconds: 5, FailureThreshold: 2}
+}

@@ -42,10 +42,13 @@ func BenchmarkUpdateOperator(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	for _, name := range env.Nodes[agents:] { // idle nodes: watched, never updated
+		label(b, c, name, "true")
+	}
 	// A first controller gives every node stabilize; each agent reports v1 up to date.
-	stop := startController(b, e, roundSpec{conc: 1}, "init")
-	waitAll(b, c, 90*time.Second, "every agent up to date at v1", func(n *corev1.Node) bool {
-		return n.Annotations[keys.State()] == string(uo.StateUpToDate)
+	stop, _ := startController(b, e, roundSpec{conc: 1}, "init")
+	waitAll(b, c, 5*time.Minute, "every agent up to date at v1", func(n *corev1.Node) bool {
+		return n.Labels[keys.Exclude()] == "true" || n.Annotations[keys.State()] == string(uo.StateUpToDate)
 	})
 	stop()
 	b.Logf("agent RSS idle: %s", rss("agent"))
@@ -63,10 +66,10 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release
 	}
 	n := r.exclude(b, c)
 	waitAll(b, c, 2*time.Minute, "every agent sees "+release, func(n *corev1.Node) bool {
-		return n.Annotations[keys.State()] == string(uo.StateUpdateAvailable)
+		return n.Labels[keys.Exclude()] == "true" || n.Annotations[keys.State()] == string(uo.StateUpdateAvailable)
 	})
 	start := time.Now()
-	stop := startController(b, e, r, release)
+	stop, metricsAddr := startController(b, e, r, release)
 	maxCordoned := 0
 	waitAll(b, c, 60*time.Minute, "every node at "+release, func(n *corev1.Node) bool {
 		return n.Labels[keys.Exclude()] == "true" || n.Annotations[keys.Key(uo.KeyCurrentVersion)] == release && n.Annotations[keys.Wanted()] == string(uo.IntentStabilize) &&
@@ -82,6 +85,10 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release
 	})
 	wall := time.Since(start)
 	ctrlRSS := rss("controller")
+	turns, err := scrape(metricsAddr, "slipway_update_operator_node_reads_total")
+	if err != nil {
+		b.Logf("controller metrics: %v", err)
+	}
 	stop()
 	r.include(b, c)
 	plain, overlapped := r.ideals(n)
@@ -95,9 +102,15 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release
 		b.Errorf("%d nodes cordoned at once, max-concurrent %d", maxCordoned, r.conc)
 	}
 	time.Sleep(2 * time.Second) // the audit log is written in batches
-	events, err := testenv.ReadAudit(auditLog)
+	all, err := testenv.ReadAuditAll(auditLog)
 	if err != nil {
 		b.Fatal(err)
+	}
+	var events []testenv.AuditEvent
+	for _, ev := range all {
+		if ev.IsWrite() {
+			events = append(events, ev)
+		}
 	}
 	by := map[string]int{}
 	for _, ev := range events {
@@ -106,8 +119,22 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release
 		}
 	}
 	b.Logf("timeline of %s: %s", env.Nodes[0], timeline(events, env.Nodes[0], start, wall))
-	summary, slowest := spread(events, start, wall)
+	summary, slowest, span := spread(events, start, wall)
 	b.Logf("where the wall went: %s", summary)
+	reqs := apiCalls(all, start, wall)
+	ctl, agt := reqs["controller"], reqs["agent"]
+	b.ReportMetric(float64(ctl.reads())/float64(n), "controller-reads/node"+tag)
+	b.ReportMetric(float64(ctl.total()+agt.total())/float64(n), "round-trips/node"+tag)
+	b.ReportMetric((span - r.prepare - r.down).Seconds(), "overhead-s/node"+tag)
+	b.Logf("controller API calls per node (%d nodes in the cluster, %d updated; watches apart): %s; its Node reads by turn: %s",
+		len(env.Nodes), n, ctl.perNode(n), turnsSaid(turns))
+	b.Logf("agent API calls per node: %s", agt.perNode(n))
+	b.Logf("operator overhead per node: one node's update spans %.2f s median for %s of host time: %.2f s; %.1f round trips per node (controller %.1f, agent %.1f)",
+		span.Seconds(), r.prepare+r.down, (span - r.prepare - r.down).Seconds(), float64(ctl.total()+agt.total())/float64(n),
+		float64(ctl.total())/float64(n), float64(agt.total())/float64(n))
+	if lists := ctl["list nodes"]; lists > 2+n/10 {
+		b.Errorf("the controller listed the Nodes %d times for %d nodes: node events are not served from its cache", lists, n)
+	}
 	b.Logf("timeline of %s (finished last): %s", slowest, timeline(events, slowest, start, wall))
 	ours := by["controller"] + by["agent"]
 	per := func(k int) float64 { return float64(k) / float64(n) }
@@ -145,10 +172,20 @@ func others(by map[string]int, per func(int) float64) string {
 	return strings.Join(parts, ", ")
 }
 
-// startController runs the controller as a process, as it runs in a pod.
-func startController(b testing.TB, e *testenv.Env, r roundSpec, name string) (stop func()) {
+// turnsSaid says the controller's slipway_update_operator_node_reads_total.
+func turnsSaid(m map[string]float64) string {
+	if m == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f from the cache, %.0f quorum LISTs, %.0f GETs", m[`{how="cache"}`], m[`{how="list"}`], m[`{how="get"}`])
+}
+
+// startController runs the controller as a process, as it runs in a pod,
+// with its metrics served at the returned address.
+func startController(b testing.TB, e *testenv.Env, r roundSpec, name string) (stop func(), metricsAddr string) {
+	metricsAddr = freeAddr()
 	args := []string{"update-operator", "controller", "--kubeconfig", e.Kubeconfig,
-		"--lease", "", "--metrics-addr", "", "--os-image-pattern", "-", "--pause-between", "0s",
+		"--lease", "", "--metrics-addr", metricsAddr, "--health-addr", "", "--os-image-pattern", "-", "--pause-between", "0s",
 		"--max-concurrent", strconv.Itoa(r.conc), "--state-timeout", "5m", "--drain-timeout", "2m"}
 	if r.ahead {
 		args = append(args, "--prepare-ahead")
@@ -167,7 +204,7 @@ func startController(b testing.TB, e *testenv.Env, r roundSpec, name string) (st
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
 		logf.Close()
-	}
+	}, metricsAddr
 }
 
 // waitAll polls the fake nodes until ok holds for each; each, when set,

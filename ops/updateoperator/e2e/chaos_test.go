@@ -135,7 +135,7 @@ func (p *proc) start(t *testing.T, e *testenv.Env) {
 		return
 	}
 	cmd := exec.Command(filepath.Join(bin, "slipway"), "update-operator", "controller", "--kubeconfig", e.Kubeconfig,
-		"--namespace", "default", "--lease", "kill-update-operator", "--lease-duration", "2s", "--metrics-addr", "",
+		"--namespace", "default", "--lease", "kill-update-operator", "--lease-duration", "2s", "--metrics-addr", "", "--health-addr", "",
 		"--os-image-pattern", "-", "--pause-between", "0s", "--max-concurrent", strconv.Itoa(chaosConcurrent),
 		"--prepare-ahead", "--state-timeout", "30s", "--drain-timeout", "30s", "--failure-backoff", "1s", "--failure-backoff-max", "4s")
 	logf, err := os.OpenFile(filepath.Join(e.Dir, "controller-"+p.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

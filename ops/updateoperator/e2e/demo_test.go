@@ -29,7 +29,7 @@ func TestDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Println("== every node's agent reports its host (v1) ==")
-	stop := startController(t, e, roundSpec{conc: 2}, "demo")
+	stop, _ := startController(t, e, roundSpec{conc: 2}, "demo")
 	waitAll(t, c, 2*time.Minute, "up to date", func(n *corev1.Node) bool { return n.Annotations[keys.State()] == string(uo.StateUpToDate) })
 	show(e)
 	fmt.Println("== release v2 is published; the controller rolls it 2 nodes at a time (cordon, drain, reboot, uncordon) ==")

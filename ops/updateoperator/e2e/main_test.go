@@ -34,6 +34,7 @@ var (
 	shared   string // the scripts and the release file every node reads
 	auditLog string
 	nodes    = 10
+	agents   int                                                        // the first this many nodes run an agent; the others idle, labelled exclude=true (all by default)
 	hostTime = envDuration("SLIPWAY_UO_BENCH_HOST_TIME", 2*time.Second) // prepare's fixed time
 	downTime = envDuration("SLIPWAY_UO_BENCH_REBOOT", 3*time.Second)    // a reboot's downtime
 )
@@ -66,6 +67,10 @@ func run(m *testing.M) int {
 	if n, err := strconv.Atoi(os.Getenv("SLIPWAY_UO_BENCH_NODES")); err == nil && n > 0 {
 		nodes = n
 	}
+	agents = nodes
+	if n, err := strconv.Atoi(os.Getenv("SLIPWAY_UO_BENCH_AGENTS")); err == nil && n > 0 && n < nodes {
+		agents = n
+	}
 	dir, err := os.MkdirTemp("", "slipway-uo-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -86,15 +91,22 @@ func run(m *testing.M) int {
 		ExecPath:    bin + ":/usr/local/bin:/usr/bin:/bin",
 		NodeCommand: agentCommand(),
 		AuditLog:    auditLog,
+		AuditReads:  mode == modeBench, // the controller's reads per node
 	}, &env)
 }
 
-// agentCommand is each fake node's agent on the command platform.
+// agentCommand is each fake node's agent on the command platform (on the
+// first agents nodes, node-1 on; the others, by the number that ends their name, sleep).
 func agentCommand() []string {
 	sh := func(s string) string { return "/bin/sh " + filepath.Join(shared, s) }
-	return []string{filepath.Join(bin, "slipway"), "update-operator", "agent", "--platform", "command",
+	agent := []string{filepath.Join(bin, "slipway"), "update-operator", "agent", "--platform", "command",
 		"--check-command", sh("check.sh"), "--prepare-command", sh("prepare.sh"), "--apply-command", sh("apply.sh"),
-		"--reboot-command", sh("reboot.sh"), "--version-command", sh("version.sh"), "--check-interval", "2s"}
+		"--reboot-command", sh("reboot.sh"), "--version-command", sh("version.sh"), "--check-interval", "2s", "--health-addr", ""}
+	if agents >= nodes {
+		return agent
+	}
+	script := fmt.Sprintf(`i=${NODE_NAME##*[!0-9]}; if [ "$i" -gt %d ]; then exec sleep 1000000; fi; exec "$@"`, agents)
+	return append([]string{"/bin/sh", "-c", script, "agent-or-idle"}, agent...)
 }
 
 // writeScripts writes the host's commands: the node's version lives in

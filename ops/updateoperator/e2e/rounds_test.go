@@ -112,21 +112,21 @@ func (r roundSpec) ideals(n int) (plain, overlapped time.Duration) {
 // exclude labels every node past the round's first r.nodes exclude=true,
 // and returns how many nodes the round updates.
 func (r roundSpec) exclude(b testing.TB, c *kube.Clientset) int {
-	if r.nodes <= 0 || r.nodes >= len(env.Nodes) {
-		return len(env.Nodes)
+	if r.nodes <= 0 || r.nodes >= agents {
+		return agents
 	}
-	for _, name := range env.Nodes[r.nodes:] {
+	for _, name := range env.Nodes[r.nodes:agents] {
 		label(b, c, name, "true")
 	}
 	return r.nodes
 }
 
-// include lifts the round's exclusions.
+// include lifts the round's exclusions (the idle nodes past agents stay).
 func (r roundSpec) include(b testing.TB, c *kube.Clientset) {
-	if r.nodes <= 0 || r.nodes >= len(env.Nodes) {
+	if r.nodes <= 0 || r.nodes >= agents {
 		return
 	}
-	for _, name := range env.Nodes[r.nodes:] {
+	for _, name := range env.Nodes[r.nodes:agents] {
 		label(b, c, name, nil)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"slipway.dev/slipway/ops/drain"
@@ -60,7 +61,11 @@ func (s *fleetSampler) take() {
 	for _, n := range list.Items {
 		if drain.CordonedBy(n.Annotations) == uo.CordonOwner || n.Annotations[keys.State()] == string(uo.StateRebooting) ||
 			n.Annotations[testenv.DownAnnotation] == "true" {
-			down = append(down, n.Name)
+			// What made it count, to tell the controller's breach from a
+			// node it let go of while still down.
+			a := n.Annotations
+			down = append(down, fmt.Sprintf("%s (wanted %s, active %s, state %s, cordoned by %q, down %q, ready %v)", n.Name,
+				a[keys.Wanted()], a[keys.Active()], a[keys.State()], drain.CordonedBy(a), a[testenv.DownAnnotation], nodeReady(&n)))
 		}
 	}
 	var ready int32 = 1 << 30
@@ -96,4 +101,13 @@ func (s *fleetSampler) check(t *testing.T) {
 	if s.samples < 10 {
 		t.Errorf("only %d samples taken", s.samples)
 	}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

@@ -13,7 +13,7 @@ import (
 // first and last write of the operator (controller or agent) to each node,
 // as the earliest start, the median and latest finish, and the node that
 // finished last.
-func spread(events []testenv.AuditEvent, start time.Time, wall time.Duration) (summary, slowest string) {
+func spread(events []testenv.AuditEvent, start time.Time, wall time.Duration) (summary, slowest string, median time.Duration) {
 	first, last := map[string]time.Duration{}, map[string]time.Duration{}
 	for _, ev := range events {
 		w := writer(ev.UserAgent)
@@ -27,7 +27,7 @@ func spread(events []testenv.AuditEvent, start time.Time, wall time.Duration) (s
 		last[ev.Name] = max(last[ev.Name], at)
 	}
 	if len(last) == 0 {
-		return "no operator write seen", ""
+		return "no operator write seen", "", 0
 	}
 	names := make([]string, 0, len(last))
 	for n := range last {
@@ -45,5 +45,5 @@ func spread(events []testenv.AuditEvent, start time.Time, wall time.Duration) (s
 	slowest = names[len(names)-1]
 	return fmt.Sprintf("first node started at %s, last at %s; one node's update (first to last write) median %s, max %s; finishes: first %s, median %s, last %s (%s)",
 		s(starts[0]), s(starts[len(starts)-1]), s(spans[len(spans)/2]), s(spans[len(spans)-1]),
-		s(last[names[0]]), s(last[names[len(names)/2]]), s(last[slowest]), slowest), slowest
+		s(last[names[0]]), s(last[names[len(names)/2]]), s(last[slowest]), slowest), slowest, spans[len(spans)/2]
 }
