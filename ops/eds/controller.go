@@ -52,6 +52,8 @@ type Controller struct {
 	pending   map[string]map[string]time.Time // per EDS: "create/<node>" and "delete/<pod>" not yet seen in the cache
 	failed    map[string]*failures            // "<ns>/<eds>/<node>" -> pods failed there in a row
 
+	undecodable decodeErrors // the group's cached objects that did not decode whole
+
 	// With election, every write of kube and eds is fenced by the Lease's
 	// tenure: a leader that stalled past its renew deadline must not delete
 	// pods beside a new leader's deletions (together past maxUnavailable).
@@ -210,9 +212,11 @@ func (c *Controller) work(ctx context.Context) {
 // until they are filled.
 func (c *Controller) startInformers(ctx context.Context) error {
 	ns := c.opts.Namespace
-	edsInf := newInformer(c.eds.ExtendedDaemonSets(ns), &v1.ExtendedDaemonSet{}, nil)
-	ersInf := newInformer(c.eds.ExtendedDaemonSetReplicaSets(ns), &v1.ExtendedDaemonSetReplicaSet{}, nil)
-	setInf := newInformer(c.eds.ExtendedDaemonsetSettings(ns), &v1.ExtendedDaemonsetSetting{}, nil)
+	// The group's own objects are decoded one by one (decode.go).
+	rc := c.eds.RESTClient()
+	edsInf := newTolerantInformer(c.undecodable.tolerantListWatch(rc, "extendeddaemonsets", ns, func() runtime.Object { return &v1.ExtendedDaemonSet{} }), &v1.ExtendedDaemonSet{})
+	ersInf := newTolerantInformer(c.undecodable.tolerantListWatch(rc, "extendeddaemonsetreplicasets", ns, func() runtime.Object { return &v1.ExtendedDaemonSetReplicaSet{} }), &v1.ExtendedDaemonSetReplicaSet{})
+	setInf := newTolerantInformer(c.undecodable.tolerantListWatch(rc, "extendeddaemonsetsettings", ns, func() runtime.Object { return &v1.ExtendedDaemonsetSetting{} }), &v1.ExtendedDaemonsetSetting{})
 	podInf := newInformer(c.kube.CoreV1().Pods(ns), &corev1.Pod{}, func(o *metav1.ListOptions) { o.LabelSelector = v1.LabelName })
 	nodeInf := newInformer(c.kube.CoreV1().Nodes(), &corev1.Node{}, nil)
 	if err := podInf.AddIndexers(cache.Indexers{indexByEDS: func(o any) ([]string, error) {
@@ -328,6 +332,11 @@ func newInformer[L runtime.Object](api listWatcher[L], example runtime.Object, t
 	}
 	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, api), example, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+}
+
+// newTolerantInformer is a shared informer over lw, indexed by namespace.
+func newTolerantInformer(lw cache.ListerWatcher, example runtime.Object) cache.SharedIndexInformer {
+	return cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 }
 
 func (c *Controller) serveMetrics(ctx context.Context) {

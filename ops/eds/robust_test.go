@@ -2,6 +2,7 @@ package eds
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -238,4 +239,50 @@ func TestRefusedPodsDoNotFreezeTheStatus(t *testing.T) {
 		cond := meta.FindStatusCondition(h.get("agent").Status.Conditions, v1.ConditionReconcileError)
 		return cond != nil && cond.Status == metav1.ConditionFalse, fmt.Sprintf("%+v", cond)
 	})
+}
+
+// Issue 24 item 2: an ExtendedDaemonSet the API server accepts but the
+// controller cannot decode (a duration past Go's range passes the schema's
+// pattern) is marked on that object alone, condition Invalid reason
+// Undecodable and an Event, while another ExtendedDaemonSet rolls out; it
+// was there before the controller started (a failed list stopped the
+// start), and once fixed it rolls out too.
+func TestUndecodableObjectIsMarkedAlone(t *testing.T) {
+	t.Parallel()
+	h := newBareHarness(t)
+	ctx := context.Background()
+	rc := h.eds.EdsV1alpha1().RESTClient()
+	bad := []byte(`{"apiVersion":"eds.slipway.dev/v1alpha1","kind":"ExtendedDaemonSet","metadata":{"name":"bad"},"spec":{"strategy":{"reconcileFrequency":"9999999999999999h"},` +
+		`"template":{"metadata":{"labels":{"app":"bad"}},"spec":{"containers":[{"name":"daemon","image":"agent:v1"}]}}}}`)
+	if err := rc.Post().Namespace(h.ns).Resource("extendeddaemonsets").Body(bad).SetHeader("Content-Type", "application/json").Do(ctx).Error(); err != nil {
+		t.Fatal(err)
+	}
+	h.startController(Options{Config: env.Config})
+	h.create(daemon("good", "agent:v1"))
+	h.rolledOut("good", "agent:v1", clusterNodes)
+	h.eventually(30*time.Second, "bad marked Invalid/Undecodable with an Event", func() (bool, string) {
+		raw, err := rc.Get().Namespace(h.ns).Resource("extendeddaemonsets").Name("bad").Do(ctx).Raw()
+		if err != nil {
+			return false, err.Error()
+		}
+		var got struct {
+			Status struct{ Conditions []metav1.Condition } `json:"status"`
+		}
+		if err := json.Unmarshal(raw, &got); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionInvalid)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "Undecodable" || !strings.Contains(c.Message, `spec.strategy: time: invalid duration "9999999999999999h"`) {
+			return false, fmt.Sprintf("conditions %+v", got.Status.Conditions)
+		}
+		return h.events("bad")[EventUndecodable] > 0, fmt.Sprint(h.events("bad"))
+	})
+	if n := len(h.pods("bad")); n != 0 {
+		t.Fatalf("%d pods of the undecodable ExtendedDaemonSet", n)
+	}
+	fix := []byte(`{"spec":{"strategy":{"reconcileFrequency":"10s"}}}`)
+	if _, err := h.eds.EdsV1alpha1().ExtendedDaemonSets(h.ns).Patch(ctx, "bad", types.MergePatchType, fix, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.rolledOut("bad", "agent:v1", clusterNodes)
 }

@@ -53,8 +53,11 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return 0, err
 	}
 	e := c.freshEDS(cached).DeepCopy()
+	if err := c.undecodable.get(e.UID); err != nil {
+		return 0, c.markInvalid(ctx, e, "Undecodable", fmt.Errorf("the controller cannot read this ExtendedDaemonSet (%w): nothing is done for it until it is fixed", err))
+	}
 	if err := validate(e); err != nil {
-		return 0, c.markInvalid(ctx, e, err)
+		return 0, c.markInvalid(ctx, e, "InvalidSpec", err)
 	}
 	r := &round{e: e, now: c.opts.Now()}
 	after, err := c.reconcile(ctx, r)
@@ -199,6 +202,10 @@ func (c *Controller) loadERSs(ctx context.Context, r *round) error {
 		ours := ref != nil && ref.UID == e.UID
 		if !ours && (ref != nil || s.Labels[v1.LabelEDSOwner] != e.Name) {
 			continue
+		}
+		if err := c.undecodable.get(s.UID); err != nil {
+			c.recorder.Eventf(s, corev1.EventTypeWarning, EventUndecodable, "the controller cannot read this ERS: %v; delete it (the controller recreates it from the spec)", err)
+			return fmt.Errorf("ERS %s cannot be read (%w): nothing is done for %s until it is deleted or fixed", s.Name, err, e.Name)
 		}
 		if ours && s.Labels[v1.LabelEDSOwner] != e.Name {
 			if s, err = c.relabelERS(ctx, s, e.Name); err != nil {
