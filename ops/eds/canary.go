@@ -59,7 +59,8 @@ func (c *Controller) runCanary(ctx context.Context, r *round) (done bool, err er
 // conditions and the ExtendedDaemonSet's annotations.
 func (c *Controller) canaryState(r *round) plan.CanaryState {
 	e, name := r.e, r.canary.Name
-	s := plan.CanaryState{Now: r.now, Start: r.canary.CreationTimestamp.Time, Expected: len(r.canaryNodes)}
+	s := plan.CanaryState{Now: r.now, Start: r.canary.CreationTimestamp.Time, Expected: len(r.canaryNodes),
+		NoEligibleNode: len(r.canaryNodes) == 0 && len(r.nodes) > 0}
 	onCanary := map[string]bool{}
 	for _, n := range r.canaryNodes {
 		onCanary[n] = true

@@ -12,9 +12,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
 	edscli "slipway.dev/slipway/ops/eds/cli"
+	"slipway.dev/slipway/ops/eds/plan"
 	"slipway.dev/slipway/ops/kube"
 )
 
@@ -229,4 +231,28 @@ func pulling(p *corev1.Pod) bool {
 func (h *harness) patchStatusQuiet(ctx context.Context, pod string, status map[string]any) {
 	raw, _ := json.Marshal(status)
 	_, _ = h.kube.CoreV1().Pods(h.ns).Patch(ctx, pod, "application/strategic-merge-patch+json", raw, metav1.PatchOptions{}, "status")
+}
+
+// Issue 24 item 9: a canary whose template no node admits (a nodeSelector
+// typo) fails at once, reason NoEligibleNode, and the active template comes
+// back; it used to stay in Canary forever.
+func TestCanaryWithNoEligibleNodeFails(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.create(withCanary(daemon("agent", "agent:v1"), time.Hour))
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	ctx := context.Background()
+	patch := []byte(`{"spec":{"template":{"spec":{"nodeSelector":{"no-such-label":"x"},"containers":[{"name":"daemon","image":"agent:v2"}]}}}}`)
+	if _, err := h.eds.EdsV1alpha1().ExtendedDaemonSets(h.ns).Patch(ctx, "agent", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e := h.waitState("agent", v1.StateCanaryFailed, 30*time.Second)
+	if e.Status.Reason != plan.ReasonNoEligibleNode {
+		t.Errorf("reason %q, want %s", e.Status.Reason, plan.ReasonNoEligibleNode)
+	}
+	h.eventually(30*time.Second, "the template restored", func() (bool, string) {
+		img := h.get("agent").Spec.Template.Spec.Containers[0].Image
+		return img == "agent:v1", img
+	})
+	h.rolledOutState("agent", "agent:v1", clusterNodes, v1.StateCanaryFailed)
 }

@@ -111,7 +111,8 @@ func coreTypes(root *apiextv1.JSONSchemaProps, paths ...[]string) {
 			if _, ok := p.Properties["metadata"]; ok && path[len(path)-1] == "template" {
 				strings := apiextv1.JSONSchemaProps{Type: "object", AdditionalProperties: &apiextv1.JSONSchemaPropsOrBool{
 					Allows: true, Schema: &apiextv1.JSONSchemaProps{Type: "string"}}}
-				p.Properties["metadata"] = apiextv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr(true),
+				preserve := true
+				p.Properties["metadata"] = apiextv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &preserve,
 					Properties: map[string]apiextv1.JSONSchemaProps{"labels": strings, "annotations": strings}}
 			}
 		})
@@ -120,8 +121,6 @@ func coreTypes(root *apiextv1.JSONSchemaProps, paths ...[]string) {
 		}
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // listMapKeyDefaults gives back the `default: ""` pruneDefaults took from
 // the string keys of list maps (imagePullSecrets[].name, say): the API

@@ -74,6 +74,12 @@ func TestCanaryVerdict(t *testing.T) {
 			CanaryState{Now: at(3 * time.Minute), Start: t0, Pods: []Health{{CannotStart: "ErrImagePull"}}, Expected: 1}, Fail, ReasonTimeoutExceeded, 0},
 		{"restarting too long: fail", CanaryPolicy{Duration: time.Hour, AutoFail: true, FailMaxRestarts: 5, MaxRestartsDuration: time.Minute},
 			CanaryState{Now: at(3 * time.Minute), Start: t0, Pods: []Health{restarting(1, at(3*time.Minute))}, Expected: 1, RestartingSince: at(time.Minute)}, Fail, ReasonRestartsTimeoutExceeded, 0},
+		// Issue 24 item 9: a canary no node admits fails at once.
+		{"no eligible node: fail", auto, CanaryState{Now: at(time.Second), Start: t0, NoEligibleNode: true}, Fail, ReasonNoEligibleNode, 0},
+		{"no eligible node, autoFail off: wait", CanaryPolicy{Duration: time.Minute}, CanaryState{Now: at(time.Second), Start: t0, NoEligibleNode: true}, Continue, "", 59 * time.Second},
+		{"no eligible node, manual mode: a person decides", CanaryPolicy{Manual: true, AutoFail: true, CanaryTimeout: time.Hour}, CanaryState{Now: at(time.Second), Start: t0, NoEligibleNode: true}, Continue, "", time.Hour - time.Second + time.Millisecond},
+		{"never Ready until the timeout: fail", CanaryPolicy{Duration: time.Minute, AutoFail: true, FailMaxRestarts: 5, CanaryTimeout: time.Hour},
+			CanaryState{Now: at(time.Hour + time.Second), Start: t0, Pods: []Health{{}}, Expected: 1}, Fail, ReasonTimeoutExceeded, 0},
 		{"manual mode waits", CanaryPolicy{Manual: true, AutoPause: true, PauseMaxRestarts: 2}, CanaryState{Now: at(time.Hour), Start: t0, Pods: []Health{ready}, Expected: 1}, Continue, "", 0},
 		{"manual validate", CanaryPolicy{Manual: true}, CanaryState{Now: at(time.Minute), Start: t0, Validated: true}, Validate, ReasonManuallyValidated, 0},
 		{"manual fail wins", auto, CanaryState{Now: at(time.Minute), Start: t0, Validated: true, ManuallyFailed: true}, Fail, ReasonManuallyFailed, 0},

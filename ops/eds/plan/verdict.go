@@ -8,14 +8,16 @@ const (
 	ReasonManuallyPaused          = "ManuallyPaused"
 	ReasonRestartsTimeoutExceeded = "RestartsTimeoutExceeded"
 	ReasonTimeoutExceeded         = "TimeoutExceeded"
+	ReasonNoEligibleNode          = "NoEligibleNode"
 	ReasonValidated               = "Validated"
 	ReasonManuallyValidated       = "ManuallyValidated"
 )
 
 // CanaryVerdict decides a canary's next step. Manual decisions come first
 // (fail, then validate); then auto-fail (restarts above its maximum,
-// restarting for longer than maxRestartsDuration, older than canaryTimeout);
-// then a manual pause, then auto-pause (restarts above its maximum, a
+// restarting for longer than maxRestartsDuration, older than canaryTimeout,
+// in auto mode no node the canary's template admits while the
+// ExtendedDaemonSet has nodes); then a manual pause, then auto-pause (restarts above its maximum, a
 // container unable to start for longer than maxSlowStartDuration) unless
 // manually unpaused; last, in auto mode, validation once duration has passed
 // since the start and noRestartsDuration since the last restart, with every
@@ -35,6 +37,8 @@ func CanaryVerdict(p CanaryPolicy, s CanaryState) Verdict {
 		return Verdict{Action: Fail, Reason: ReasonRestartsTimeoutExceeded}
 	case p.AutoFail && p.CanaryTimeout > 0 && age > p.CanaryTimeout:
 		return Verdict{Action: Fail, Reason: ReasonTimeoutExceeded}
+	case p.AutoFail && !p.Manual && s.NoEligibleNode: // manual: a person decides, within canaryTimeout
+		return Verdict{Action: Fail, Reason: ReasonNoEligibleNode}
 	case s.ManuallyPaused:
 		r := s.PausedReason
 		if r == "" {
