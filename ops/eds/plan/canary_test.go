@@ -80,6 +80,10 @@ func TestCanaryVerdict(t *testing.T) {
 		{"no eligible node, manual mode: a person decides", CanaryPolicy{Manual: true, AutoFail: true, CanaryTimeout: time.Hour}, CanaryState{Now: at(time.Second), Start: t0, NoEligibleNode: true}, Continue, "", time.Hour - time.Second + time.Millisecond},
 		{"never Ready until the timeout: fail", CanaryPolicy{Duration: time.Minute, AutoFail: true, FailMaxRestarts: 5, CanaryTimeout: time.Hour},
 			CanaryState{Now: at(time.Hour + time.Second), Start: t0, Pods: []Health{{}}, Expected: 1}, Fail, ReasonTimeoutExceeded, 0},
+		// Issue 24 item 7: maxRestartsDuration is a window from the first
+		// restart to the latest, not a clock from the first restart.
+		{"one early restart, healthy since: continue", CanaryPolicy{Duration: time.Hour, AutoFail: true, FailMaxRestarts: 5, MaxRestartsDuration: time.Minute},
+			CanaryState{Now: at(30 * time.Minute), Start: t0, Pods: []Health{{Ready: true, Restarts: 1, LastRestart: at(time.Minute)}}, Expected: 1, RestartingSince: at(time.Minute)}, Continue, "", 30 * time.Minute},
 		{"manual mode waits", CanaryPolicy{Manual: true, AutoPause: true, PauseMaxRestarts: 2}, CanaryState{Now: at(time.Hour), Start: t0, Pods: []Health{ready}, Expected: 1}, Continue, "", 0},
 		{"manual validate", CanaryPolicy{Manual: true}, CanaryState{Now: at(time.Minute), Start: t0, Validated: true}, Validate, ReasonManuallyValidated, 0},
 		{"manual fail wins", auto, CanaryState{Now: at(time.Minute), Start: t0, Validated: true, ManuallyFailed: true}, Fail, ReasonManuallyFailed, 0},

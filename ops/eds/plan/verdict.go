@@ -15,7 +15,8 @@ const (
 
 // CanaryVerdict decides a canary's next step. Manual decisions come first
 // (fail, then validate); then auto-fail (restarts above its maximum,
-// restarting for longer than maxRestartsDuration, older than canaryTimeout,
+// restarts spread over more than maxRestartsDuration, from the first seen
+// to the latest: one early restart does not fail a canary healthy since, older than canaryTimeout,
 // in auto mode no node the canary's template admits while the
 // ExtendedDaemonSet has nodes); then a manual pause, then auto-pause (restarts above its maximum, a
 // container unable to start for longer than maxSlowStartDuration) unless
@@ -33,7 +34,7 @@ func CanaryVerdict(p CanaryPolicy, s CanaryState) Verdict {
 	case p.AutoFail && restarts > p.FailMaxRestarts:
 		return Verdict{Action: Fail, Reason: reason}
 	case p.AutoFail && p.MaxRestartsDuration > 0 && restarts > 0 && !s.RestartingSince.IsZero() &&
-		s.Now.Sub(s.RestartingSince) > p.MaxRestartsDuration:
+		last.Sub(s.RestartingSince) > p.MaxRestartsDuration: // restarts went on that long (a window, as DataDog's)
 		return Verdict{Action: Fail, Reason: ReasonRestartsTimeoutExceeded}
 	case p.AutoFail && p.CanaryTimeout > 0 && age > p.CanaryTimeout:
 		return Verdict{Action: Fail, Reason: ReasonTimeoutExceeded}
@@ -103,7 +104,9 @@ func allReady(pods []Health, expected int) bool {
 	return true
 }
 
-// failDeadline is how long until a time-based auto-fail can trigger (0: none pending).
+// failDeadline is how long until a time-based auto-fail can trigger (0:
+// none pending). maxRestartsDuration is not one: only a new restart,
+// which updates a pod, can trigger it.
 func failDeadline(p CanaryPolicy, s CanaryState) time.Duration {
 	if !p.AutoFail {
 		return 0
@@ -111,9 +114,6 @@ func failDeadline(p CanaryPolicy, s CanaryState) time.Duration {
 	var d time.Duration
 	if p.CanaryTimeout > 0 {
 		d = earliest(d, s.Start.Add(p.CanaryTimeout).Sub(s.Now)+time.Millisecond)
-	}
-	if p.MaxRestartsDuration > 0 && !s.RestartingSince.IsZero() {
-		d = earliest(d, s.RestartingSince.Add(p.MaxRestartsDuration).Sub(s.Now)+time.Millisecond)
 	}
 	return d
 }
