@@ -81,6 +81,9 @@ func (c *Controller) canaryState(r *round) plan.CanaryState {
 		if h.CannotStart != "" && (s.CannotStartSince.IsZero() || p.CreationTimestamp.Time.Before(s.CannotStartSince)) {
 			s.CannotStartSince = p.CreationTimestamp.Time
 		}
+		if h.Creating && (s.CreatingSince.IsZero() || p.CreationTimestamp.Time.Before(s.CreatingSince)) {
+			s.CreatingSince = p.CreationTimestamp.Time
+		}
 	}
 	r.history = mergeRestarts(r.canary.Status.CanaryRestarts, ours)
 	s.Pods = withHistory(s.Pods, current, r.history)

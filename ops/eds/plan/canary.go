@@ -112,6 +112,9 @@ type CanaryState struct {
 	NoEligibleNode bool
 	// CannotStartSince is when a canary pod was first seen unable to start (zero if none is).
 	CannotStartSince time.Time
+	// CreatingSince is the creation of the oldest canary pod still in
+	// ContainerCreating (zero if none is).
+	CreatingSince time.Time
 	// RestartingSince is when canary restarts were first seen (zero if none).
 	RestartingSince time.Time
 	// Annotations set on the ExtendedDaemonSet for this canary.

@@ -9,8 +9,11 @@ const (
 	ReasonRestartsTimeoutExceeded = "RestartsTimeoutExceeded"
 	ReasonTimeoutExceeded         = "TimeoutExceeded"
 	ReasonNoEligibleNode          = "NoEligibleNode"
-	ReasonValidated               = "Validated"
-	ReasonManuallyValidated       = "ManuallyValidated"
+	// ReasonSlowStartTimeoutExceeded: a canary container stayed in
+	// ContainerCreating longer than maxSlowStartDuration (DataDog's reason).
+	ReasonSlowStartTimeoutExceeded = "SlowStartTimeoutExceeded"
+	ReasonValidated                = "Validated"
+	ReasonManuallyValidated        = "ManuallyValidated"
 )
 
 // CanaryVerdict decides a canary's next step. Manual decisions come first
@@ -19,7 +22,8 @@ const (
 // to the latest: one early restart does not fail a canary healthy since, older than canaryTimeout,
 // in auto mode no node the canary's template admits while the
 // ExtendedDaemonSet has nodes); then a manual pause, then auto-pause (restarts above its maximum, a
-// container unable to start for longer than maxSlowStartDuration) unless
+// container unable to start, or still being created, for longer than
+// maxSlowStartDuration) unless
 // manually unpaused; last, in auto mode, validation once duration has passed
 // since the start and noRestartsDuration since the last restart, with every
 // canary pod Ready.
@@ -51,10 +55,15 @@ func CanaryVerdict(p CanaryPolicy, s CanaryState) Verdict {
 	case p.AutoPause && !s.ManuallyUnpaused && cannot != "" && !s.CannotStartSince.IsZero() &&
 		s.Now.Sub(s.CannotStartSince) >= p.MaxSlowStartDuration:
 		return Verdict{Action: Pause, Reason: cannot, RecheckAfter: failDeadline(p, s)}
+	case slowStart(p, s) && s.Now.Sub(s.CreatingSince) >= p.MaxSlowStartDuration:
+		return Verdict{Action: Pause, Reason: ReasonSlowStartTimeoutExceeded, RecheckAfter: failDeadline(p, s)}
 	}
 	recheck := failDeadline(p, s)
 	if cannot != "" && p.AutoPause && !s.ManuallyUnpaused && !s.CannotStartSince.IsZero() {
 		recheck = earliest(recheck, s.CannotStartSince.Add(p.MaxSlowStartDuration).Sub(s.Now))
+	}
+	if slowStart(p, s) {
+		recheck = earliest(recheck, s.CreatingSince.Add(p.MaxSlowStartDuration).Sub(s.Now))
 	}
 	if p.Manual {
 		return Verdict{Action: Continue, RecheckAfter: recheck}
@@ -70,6 +79,13 @@ func CanaryVerdict(p CanaryPolicy, s CanaryState) Verdict {
 		recheck = earliest(recheck, wait)
 	}
 	return Verdict{Action: Continue, RecheckAfter: recheck}
+}
+
+// slowStart says whether a canary pod in ContainerCreating is bounded by
+// maxSlowStartDuration: only when that is set (as DataDog's: every pod
+// passes through ContainerCreating), with auto-pause on and not unpaused.
+func slowStart(p CanaryPolicy, s CanaryState) bool {
+	return p.AutoPause && !s.ManuallyUnpaused && p.MaxSlowStartDuration > 0 && !s.CreatingSince.IsZero()
 }
 
 // summarize is the highest restart count and its reason, the latest
