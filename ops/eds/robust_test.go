@@ -13,8 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/eds/plan"
 )
 
 // Issue 24 item 3: an ERS whose owner label was removed
@@ -285,4 +287,42 @@ func TestUndecodableObjectIsMarkedAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.rolledOut("bad", "agent:v1", clusterNodes)
+}
+
+// Issue 24 item 13: a pod stuck Terminating (its node's kubelet gone: a
+// finalizer plays it here) counts under maxPodSchedulerFailure once its
+// grace period is over, as DataDog's; it used to hold maxUnavailable and
+// stall the rollout on every other node.
+func TestPodStuckTerminatingDoesNotStallTheRollout(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	e := daemon("agent", "agent:v1")
+	one := intstr.FromInt32(1)
+	e.Spec.Strategy.RollingUpdate.MaxUnavailable, e.Spec.Strategy.RollingUpdate.MaxPodSchedulerFailure = &one, &one
+	h.create(e)
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	ctx := context.Background()
+	stuck := h.pods("agent")[0]
+	hold := []byte(`{"metadata":{"finalizers":["test.slipway.dev/dead-kubelet"]}}`)
+	if _, err := h.kube.CoreV1().Pods(h.ns).Patch(ctx, stuck.Name, types.MergePatchType, hold, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		release := []byte(`{"metadata":{"finalizers":null}}`)
+		_, _ = h.kube.CoreV1().Pods(h.ns).Patch(context.Background(), stuck.Name, types.MergePatchType, release, metav1.PatchOptions{})
+	})
+	zero := int64(0)
+	if err := h.kube.CoreV1().Pods(h.ns).Delete(ctx, stuck.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	h.setImage("agent", "agent:v2")
+	h.eventually(60*time.Second, "agent:v2 Ready on every node but the dead one", func() (bool, string) {
+		n := 0
+		for _, p := range h.pods("agent") {
+			if p.Spec.Containers[0].Image == "agent:v2" && p.DeletionTimestamp == nil && p.Spec.NodeName != stuck.Spec.NodeName && plan.Available(&p, 0, time.Now()) {
+				n++
+			}
+		}
+		return n == clusterNodes-1, fmt.Sprintf("%d of %d; status %+v", n, clusterNodes-1, h.get("agent").Status)
+	})
 }
