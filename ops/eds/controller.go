@@ -13,7 +13,6 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -237,7 +236,13 @@ func (c *Controller) startInformers(ctx context.Context) error {
 		{ersInf, c.enqueueOwner},
 		{podInf, func(o any) { c.enqueueLabel(o, v1.LabelName) }},
 		{setInf, c.enqueueSetting},
-		{nodeInf, func(any) { c.enqueueAll() }},
+	}
+	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { c.onNode(nil, asNode(o)) },
+		UpdateFunc: func(o, n any) { c.onNode(asNode(o), asNode(n)) },
+		DeleteFunc: func(o any) { c.onNode(asNode(o), nil) },
+	}); err != nil {
+		return err
 	}
 	for _, h := range handlers {
 		fn := h.fn
@@ -295,16 +300,6 @@ func (c *Controller) enqueueOwner(o any) {
 func (c *Controller) enqueueSetting(o any) {
 	if s, ok := o.(*v1.ExtendedDaemonsetSetting); ok && s.Spec.Reference != nil {
 		c.queue.Add(s.Namespace + "/" + s.Spec.Reference.Name)
-	}
-}
-
-func (c *Controller) enqueueAll() {
-	list, err := c.sets.List(labels.Everything())
-	if err != nil {
-		return
-	}
-	for _, e := range list {
-		c.queue.Add(e.Namespace + "/" + e.Name)
 	}
 }
 

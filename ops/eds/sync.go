@@ -45,6 +45,9 @@ type round struct {
 func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
 	ns, name, _ := strings.Cut(key, "/")
 	cached, err := c.sets.ExtendedDaemonSets(ns).Get(name)
+	if err == nil {
+		c.metrics.syncs.WithLabelValues(ns, name).Inc()
+	}
 	if apierrors.IsNotFound(err) {
 		c.forget(ns, name)
 		return 0, nil // its ERSs and pods go with it (owner references)
