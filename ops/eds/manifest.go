@@ -89,6 +89,7 @@ func ClusterRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{v1.SchemeGroupVersion.Group}, Resources: []string{"extendeddaemonsets/status", "extendeddaemonsetreplicasets/status", "extendeddaemonsetsettings/status"}, Verbs: []string{"update", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "create", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"podtemplates"}, Verbs: []string{"get", "create", "update"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"get", "update"}},
 	}

@@ -93,7 +93,7 @@ func (c *Controller) reconcile(ctx context.Context, r *round) (time.Duration, er
 	}
 	// A failed creation or deletion (a quota, an admission webhook) does
 	// not stop the status and the cleanup: the status says ReconcileError.
-	r.failure = c.rollout(ctx, r)
+	r.failure = errors.Join(c.rollout(ctx, r), c.ensurePodTemplate(ctx, r))
 	if err := c.cleanup(ctx, r); err != nil {
 		return 0, errors.Join(r.failure, err)
 	}
