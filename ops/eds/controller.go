@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -24,6 +25,7 @@ import (
 	"slipway.dev/slipway/ops/crds"
 	edsclient "slipway.dev/slipway/ops/generated/eds/clientset/versioned/typed/eds.slipway.dev/v1alpha1"
 	edslisters "slipway.dev/slipway/ops/generated/eds/listers/eds.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/health"
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/lease"
 	"slipway.dev/slipway/version"
@@ -60,7 +62,18 @@ type Controller struct {
 	// without election.
 	tenure *lease.Tenure
 	leases *kube.Clientset
+
+	// probe serves /healthz (each worker beats: idle, or within
+	// loopAllowance of its sync's start) and /readyz (informers synced),
+	// leader or not.
+	probe         *health.Probe
+	loopAllowance time.Duration
+	beforeSync    func(key string) // tests wedge a sync here
 }
+
+// defaultLoopAllowance is how long one sync may run before /healthz says
+// its worker is wedged and the kubelet restarts the container.
+const defaultLoopAllowance = 2 * time.Minute
 
 // maxRetryDelay is the longest wait before a failed sync is retried.
 const maxRetryDelay = 30 * time.Second
@@ -91,7 +104,8 @@ func New(opts Options) (*Controller, error) {
 		cfg.UserAgent = "slipway-eds-controller/" + version.Version
 	}
 	opts.Config = &cfg
-	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}, written: map[string]any{}, writtenAt: map[string]time.Time{}, failed: map[string]*failures{}}
+	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}, written: map[string]any{}, writtenAt: map[string]time.Time{}, failed: map[string]*failures{},
+		probe: health.New(), loopAllowance: defaultLoopAllowance}
 	clients := opts.Config // the CRDs' install (before leading) uses opts.Config as is
 	if opts.LeaderElect {
 		if c.leases, err = kube.NewForConfig(rest.CopyConfig(opts.Config)); err != nil {
@@ -174,9 +188,25 @@ func (c *Controller) lead(ctx context.Context, cancel context.CancelFunc) error 
 
 func (c *Controller) runWorkers(ctx context.Context) {
 	var wg sync.WaitGroup
-	for range c.opts.Workers {
+	for i := range c.opts.Workers {
+		beat := c.probe.Loop(fmt.Sprintf("worker-%d", i), c.loopAllowance)
+		var busy atomic.Bool
+		go func() { // an idle worker (blocked on the queue) is alive
+			t := time.NewTicker(c.loopAllowance / 4)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					if !busy.Load() {
+						beat()
+					}
+				}
+			}
+		}()
 		wg.Add(1)
-		go func() { defer wg.Done(); c.work(ctx) }()
+		go func() { defer wg.Done(); c.work(ctx, beat, &busy) }()
 	}
 	c.log.Info("eds controller started", "namespace", c.opts.Namespace, "workers", c.opts.Workers)
 	<-ctx.Done()
@@ -184,13 +214,20 @@ func (c *Controller) runWorkers(ctx context.Context) {
 	wg.Wait()
 }
 
-func (c *Controller) work(ctx context.Context) {
+func (c *Controller) work(ctx context.Context, beat func(), busy *atomic.Bool) {
 	for {
 		key, quit := c.queue.Get()
 		if quit {
 			return
 		}
+		busy.Store(true)
+		beat()
+		if c.beforeSync != nil {
+			c.beforeSync(key)
+		}
 		after, err := c.sync(ctx, key)
+		busy.Store(false)
+		beat()
 		switch {
 		case err != nil && ctx.Err() == nil:
 			c.log.Warn("sync failed; retrying", "eds", key, "err", err)
@@ -252,6 +289,14 @@ func (c *Controller) startInformers(ctx context.Context) error {
 		}
 	}
 	all := []cache.SharedIndexInformer{edsInf, ersInf, setInf, podInf, nodeInf}
+	c.probe.ReadyWhen("informers synced", func() bool {
+		for _, inf := range all {
+			if !inf.HasSynced() {
+				return false
+			}
+		}
+		return true
+	})
 	for _, inf := range all {
 		go inf.RunWithContext(ctx)
 	}
@@ -337,6 +382,7 @@ func newTolerantInformer(lw cache.ListerWatcher, example runtime.Object) cache.S
 func (c *Controller) serveMetrics(ctx context.Context) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(c.metrics.registry, promhttp.HandlerOpts{}))
+	c.probe.Install(mux) // /healthz and /readyz
 	srv := &http.Server{Addr: c.opts.MetricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -21,7 +21,8 @@ func TestManifestParsesIntoItsObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"kind: CustomResourceDefinition", "name: extendeddaemonsets.eds.slipway.dev", "kind: ClusterRole",
-		"kind: Deployment", "- --leader-elect", "image: img:1", "namespace: ops"} {
+		"kind: Deployment", "- --leader-elect", "image: img:1", "namespace: ops",
+		"path: /healthz", "path: /readyz"} { // issue 27 item 2: the probes
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("manifest lacks %q", want)
 		}
