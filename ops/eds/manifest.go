@@ -78,6 +78,7 @@ func ManifestObjects(o ManifestOptions) ([]any, error) {
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: controllerName, Namespace: o.Namespace}}},
 		deployment(o, meta),
 	)
+	objs = append(objs, migrationPolicy(o, meta.Labels).Objects()...)
 	return objs, nil
 }
 

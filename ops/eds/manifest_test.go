@@ -3,6 +3,7 @@ package eds
 import (
 	"bytes"
 	"context"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"strings"
 	"testing"
 	"time"
@@ -90,6 +91,23 @@ func (h *harness) installManifestRBAC() {
 			if _, err := h.kube.RbacV1().RoleBindings(h.ns).Create(ctx, r, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
+		case *admissionv1.ValidatingAdmissionPolicy:
+			r.Name += suffix
+			if _, err := h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, r, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, r.Name, metav1.DeleteOptions{})
+			})
+		case *admissionv1.ValidatingAdmissionPolicyBinding:
+			r.Name += suffix
+			r.Spec.PolicyName += suffix
+			if _, err := h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, r, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, r.Name, metav1.DeleteOptions{})
+			})
 		}
 	}
 }
