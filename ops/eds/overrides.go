@@ -112,9 +112,11 @@ func (c *Controller) markSettings(ctx context.Context, settings []*v1.ExtendedDa
 		if s.Status == want {
 			continue
 		}
-		cp := s.DeepCopy()
-		cp.Status = want
-		if _, err := c.eds.ExtendedDaemonsetSettings(s.Namespace).UpdateStatus(ctx, cp, metav1.UpdateOptions{}); err != nil {
+		patch, err := statusPatch(want) // not decoded back: an unreadable setting gets its status too
+		if err == nil {
+			err = c.patchStatus(ctx, "extendeddaemonsetsettings", s.Namespace, s.Name, patch)
+		}
+		if err != nil {
 			c.log.Warn("update setting status", "setting", s.Namespace+"/"+s.Name, "err", err)
 			continue
 		}
