@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"slipway.dev/slipway/ops/generated/eds/clientset/versioned"
 	"slipway.dev/slipway/ops/testenv"
@@ -155,13 +156,16 @@ func TestControllerChangesDaemonSetsOnlyToMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	update := func(edit func(*appsv1.DaemonSet)) error {
-		ds, err := k.AppsV1().DaemonSets(h.ns).Get(ctx, "victim", metav1.GetOptions{})
-		if err != nil {
+		// The DaemonSet controller writes it too: retry a lost race.
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			ds, err := k.AppsV1().DaemonSets(h.ns).Get(ctx, "victim", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			edit(ds)
+			_, err = k.AppsV1().DaemonSets(h.ns).Update(ctx, ds, metav1.UpdateOptions{})
 			return err
-		}
-		edit(ds)
-		_, err = k.AppsV1().DaemonSets(h.ns).Update(ctx, ds, metav1.UpdateOptions{})
-		return err
+		})
 	}
 	// The policy loads asynchronously: wait until it refuses, each try a new image.
 	try := 0
