@@ -50,6 +50,8 @@ var apis = map[string]api{
 		pkg:    "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1",
 		output: "slipway.dev/slipway/ops/generated/eds",
 		types:  []string{"ExtendedDaemonSet", "ExtendedDaemonSetReplicaSet", "ExtendedDaemonsetSetting"},
+		// The pod template and resource requirements get their real schemas.
+		openAPIDeps: []string{"k8s.io/api/core/v1", "k8s.io/apimachinery/pkg/api/resource", "k8s.io/apimachinery/pkg/util/intstr"},
 	},
 }
 

@@ -59,7 +59,8 @@ func (c *Controller) runCanary(ctx context.Context, r *round) (done bool, err er
 // conditions and the ExtendedDaemonSet's annotations.
 func (c *Controller) canaryState(r *round) plan.CanaryState {
 	e, name := r.e, r.canary.Name
-	s := plan.CanaryState{Now: r.now, Start: r.canary.CreationTimestamp.Time, Expected: len(r.canaryNodes)}
+	s := plan.CanaryState{Now: r.now, Start: r.canary.CreationTimestamp.Time, Expected: len(r.canaryNodes),
+		NoEligibleNode: len(r.canaryNodes) == 0 && len(r.nodes) > 0}
 	onCanary := map[string]bool{}
 	for _, n := range r.canaryNodes {
 		onCanary[n] = true
@@ -79,6 +80,9 @@ func (c *Controller) canaryState(r *round) plan.CanaryState {
 		s.Pods = append(s.Pods, h)
 		if h.CannotStart != "" && (s.CannotStartSince.IsZero() || p.CreationTimestamp.Time.Before(s.CannotStartSince)) {
 			s.CannotStartSince = p.CreationTimestamp.Time
+		}
+		if h.Creating && (s.CreatingSince.IsZero() || p.CreationTimestamp.Time.Before(s.CreatingSince)) {
+			s.CreatingSince = p.CreationTimestamp.Time
 		}
 	}
 	r.history = mergeRestarts(r.canary.Status.CanaryRestarts, ours)

@@ -12,9 +12,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
 	edscli "slipway.dev/slipway/ops/eds/cli"
+	"slipway.dev/slipway/ops/eds/plan"
 	"slipway.dev/slipway/ops/kube"
 )
 
@@ -154,6 +156,25 @@ func TestCanaryOfAnImageThatNeverStarts(t *testing.T) {
 	h.rolledOutState("agent", "agent:v1", clusterNodes, v1.StateCanaryFailed)
 }
 
+// Issue 24 item 8: DataDog's missing-volume example: a canary container
+// that stays in ContainerCreating longer than maxSlowStartDuration pauses
+// the canary (SlowStartTimeoutExceeded); it used to wait forever.
+func TestCanaryStuckCreatingPauses(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	e := withCanary(daemon("agent", "agent:v1"), time.Hour)
+	e.Spec.Strategy.Canary.AutoPause = &v1.ExtendedDaemonSetSpecStrategyCanaryAutoPause{MaxSlowStartDuration: &metav1.Duration{Duration: 2 * time.Second}}
+	h.create(e)
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	stop := h.waitsIn("agent:missing-volume", "ContainerCreating")
+	defer stop()
+	h.setImage("agent", "agent:missing-volume")
+	got := h.waitState("agent", v1.StateCanaryPaused, 30*time.Second)
+	if got.Status.Reason != plan.ReasonSlowStartTimeoutExceeded {
+		t.Errorf("paused reason %q, want %s", got.Status.Reason, plan.ReasonSlowStartTimeoutExceeded)
+	}
+}
+
 // watchEDS watches ExtendedDaemonSet name from now on and runs check on
 // every version of it the API server sends; seen stops the watch and
 // returns what check found wrong.
@@ -196,18 +217,21 @@ func failedOnlyWithTheTemplateRestored(restored string) func(*v1.ExtendedDaemonS
 
 // neverStarts plays a kubelet that cannot pull image: every pod of the
 // test's namespace running it gets its container waiting in ErrImagePull.
-func (h *harness) neverStarts(image string) (stop func()) {
+func (h *harness) neverStarts(image string) (stop func()) { return h.waitsIn(image, "ErrImagePull") }
+
+// waitsIn plays a kubelet whose containers of image wait with reason.
+func (h *harness) waitsIn(image, reason string) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		for ctx.Err() == nil {
 			list, err := h.kube.CoreV1().Pods(h.ns).List(ctx, metav1.ListOptions{})
 			if err == nil {
 				for _, p := range list.Items {
-					if p.Spec.Containers[0].Image == image && p.DeletionTimestamp == nil && p.Spec.NodeName != "" && !pulling(&p) {
+					if p.Spec.Containers[0].Image == image && p.DeletionTimestamp == nil && p.Spec.NodeName != "" && !waiting(&p, reason) {
 						h.patchStatusQuiet(ctx, p.Name, map[string]any{"status": map[string]any{"phase": "Running",
 							"conditions": []map[string]any{{"type": "Ready", "status": "False"}},
 							"containerStatuses": []map[string]any{{"name": "daemon", "image": image, "imageID": "", "ready": false, "restartCount": 0,
-								"state": map[string]any{"waiting": map[string]any{"reason": "ErrImagePull", "message": "not found"}}}}}})
+								"state": map[string]any{"waiting": map[string]any{"reason": reason, "message": "simulated"}}}}}})
 					}
 				}
 			}
@@ -217,9 +241,9 @@ func (h *harness) neverStarts(image string) (stop func()) {
 	return cancel
 }
 
-func pulling(p *corev1.Pod) bool {
+func waiting(p *corev1.Pod, reason string) bool {
 	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Waiting != nil && cs.State.Waiting.Reason == "ErrImagePull" {
+		if cs.State.Waiting != nil && cs.State.Waiting.Reason == reason {
 			return true
 		}
 	}
@@ -229,4 +253,28 @@ func pulling(p *corev1.Pod) bool {
 func (h *harness) patchStatusQuiet(ctx context.Context, pod string, status map[string]any) {
 	raw, _ := json.Marshal(status)
 	_, _ = h.kube.CoreV1().Pods(h.ns).Patch(ctx, pod, "application/strategic-merge-patch+json", raw, metav1.PatchOptions{}, "status")
+}
+
+// Issue 24 item 9: a canary whose template no node admits (a nodeSelector
+// typo) fails at once, reason NoEligibleNode, and the active template comes
+// back; it used to stay in Canary forever.
+func TestCanaryWithNoEligibleNodeFails(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.create(withCanary(daemon("agent", "agent:v1"), time.Hour))
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	ctx := context.Background()
+	patch := []byte(`{"spec":{"template":{"spec":{"nodeSelector":{"no-such-label":"x"},"containers":[{"name":"daemon","image":"agent:v2"}]}}}}`)
+	if _, err := h.eds.EdsV1alpha1().ExtendedDaemonSets(h.ns).Patch(ctx, "agent", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e := h.waitState("agent", v1.StateCanaryFailed, 30*time.Second)
+	if e.Status.Reason != plan.ReasonNoEligibleNode {
+		t.Errorf("reason %q, want %s", e.Status.Reason, plan.ReasonNoEligibleNode)
+	}
+	h.eventually(30*time.Second, "the template restored", func() (bool, string) {
+		img := h.get("agent").Spec.Template.Spec.Containers[0].Image
+		return img == "agent:v1", img
+	})
+	h.rolledOutState("agent", "agent:v1", clusterNodes, v1.StateCanaryFailed)
 }

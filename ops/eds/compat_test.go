@@ -181,12 +181,21 @@ func TestAdmissionRefusesBadDurationsAndLongNames(t *testing.T) {
 	t.Parallel()
 	h := newBareHarness(t)
 	ctx := context.Background()
-	doc := func(name, strategy string) []byte {
+	withContainer := func(name, strategy, container string) []byte {
 		return []byte(`{"apiVersion":"eds.slipway.dev/v1alpha1","kind":"ExtendedDaemonSet","metadata":{"name":"` + name + `"},"spec":{"strategy":` + strategy +
-			`,"template":{"spec":{"containers":[{"name":"d","image":"x"}]}}}}`)
+			`,"template":{"metadata":{"labels":{"app":"d"}},"spec":{"containers":[` + container + `]}}}}`)
+	}
+	doc := func(name, strategy string) []byte { return withContainer(name, strategy, `{"name":"d","image":"x"}`) }
+	setting := func(cpu string) []byte {
+		return []byte(`{"apiVersion":"eds.slipway.dev/v1alpha1","kind":"ExtendedDaemonsetSetting","metadata":{"generateName":"s-"},"spec":{"reference":{"kind":"ExtendedDaemonSet","name":"a"},` +
+			`"nodeSelector":{},"containers":[{"name":"d","resources":{"requests":{"cpu":` + cpu + `}}}]}}`)
 	}
 	create := func(raw []byte) error {
-		return h.eds.EdsV1alpha1().RESTClient().Post().Namespace(h.ns).Resource("extendeddaemonsets").
+		resource := "extendeddaemonsets"
+		if strings.Contains(string(raw), "ExtendedDaemonsetSetting") {
+			resource = "extendeddaemonsetsettings"
+		}
+		return h.eds.EdsV1alpha1().RESTClient().Post().Namespace(h.ns).Resource(resource).
 			Body(raw).SetHeader("Content-Type", "application/json").Do(ctx).Error()
 	}
 	bad := map[string]struct {
@@ -198,6 +207,13 @@ func TestAdmissionRefusesBadDurationsAndLongNames(t *testing.T) {
 		"slow start interval 5":       {doc("a", `{"rollingUpdate":{"slowStartIntervalDuration":"5"}}`), "slowStartIntervalDuration"},
 		"canaryTimeout 2 days":        {doc("a", `{"canary":{"autoFail":{"canaryTimeout":"2d"}}}`), "canaryTimeout"},
 		"a name of 53 characters":     {doc(strings.Repeat("a", 53), `{}`), "at most 52 characters"},
+		// The pod template and resources have their real schemas (item 2).
+		"containerPort a string": {withContainer("a", `{}`, `{"name":"d","image":"x","ports":[{"containerPort":"8080"}]}`),
+			"spec.template.spec.containers[0].ports[0].containerPort: Invalid value: \"string\""},
+		"cpu of 1 core": {withContainer("a", `{}`, `{"name":"d","image":"x","resources":{"limits":{"cpu":"1 core"}}}`),
+			"spec.template.spec.containers[0].resources.limits.cpu: Invalid value: \"1 core\""},
+		"a container without a name": {withContainer("a", `{}`, `{"image":"x"}`), "spec.template.spec.containers[0].name: Required value"},
+		"setting cpu of 1 core":      {setting(`"1 core"`), "spec.containers[0].resources.requests.cpu: Invalid value: \"1 core\""},
 	}
 	for name, tc := range bad {
 		if err := create(tc.doc); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -205,7 +221,9 @@ func TestAdmissionRefusesBadDurationsAndLongNames(t *testing.T) {
 		}
 	}
 	for _, ok := range [][]byte{doc("ok", `{"canary":{"duration":"1h30m","noRestartsDuration":"90s","autoFail":{"canaryTimeout":"2h"}},"reconcileFrequency":"1.5s"}`),
-		doc(strings.Repeat("b", 52), `{}`)} {
+		doc(strings.Repeat("b", 52), `{}`),
+		withContainer("ports", `{}`, `{"name":"d","image":"x","ports":[{"containerPort":8080,"hostPort":8080}],"resources":{"limits":{"cpu":"500m","memory":"1Gi"},"requests":{"cpu":1}}}`),
+		setting(`"250m"`)} {
 		if err := create(ok); err != nil {
 			t.Errorf("refused %s: %v", ok, err)
 		}

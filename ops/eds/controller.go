@@ -7,13 +7,13 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -25,6 +25,7 @@ import (
 	"slipway.dev/slipway/ops/crds"
 	edsclient "slipway.dev/slipway/ops/generated/eds/clientset/versioned/typed/eds.slipway.dev/v1alpha1"
 	edslisters "slipway.dev/slipway/ops/generated/eds/listers/eds.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/health"
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/lease"
 	"slipway.dev/slipway/version"
@@ -52,6 +53,8 @@ type Controller struct {
 	pending   map[string]map[string]time.Time // per EDS: "create/<node>" and "delete/<pod>" not yet seen in the cache
 	failed    map[string]*failures            // "<ns>/<eds>/<node>" -> pods failed there in a row
 
+	undecodable decodeErrors // the group's cached objects that did not decode whole
+
 	// With election, every write of kube and eds is fenced by the Lease's
 	// tenure: a leader that stalled past its renew deadline must not delete
 	// pods beside a new leader's deletions (together past maxUnavailable).
@@ -59,7 +62,18 @@ type Controller struct {
 	// without election.
 	tenure *lease.Tenure
 	leases *kube.Clientset
+
+	// probe serves /healthz (each worker beats: idle, or within
+	// loopAllowance of its sync's start) and /readyz (informers synced),
+	// leader or not.
+	probe         *health.Probe
+	loopAllowance time.Duration
+	beforeSync    func(key string) // tests wedge a sync here
 }
+
+// defaultLoopAllowance is how long one sync may run before /healthz says
+// its worker is wedged and the kubelet restarts the container.
+const defaultLoopAllowance = 2 * time.Minute
 
 // maxRetryDelay is the longest wait before a failed sync is retried.
 const maxRetryDelay = 30 * time.Second
@@ -90,7 +104,8 @@ func New(opts Options) (*Controller, error) {
 		cfg.UserAgent = "slipway-eds-controller/" + version.Version
 	}
 	opts.Config = &cfg
-	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}, written: map[string]any{}, writtenAt: map[string]time.Time{}, failed: map[string]*failures{}}
+	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}, written: map[string]any{}, writtenAt: map[string]time.Time{}, failed: map[string]*failures{},
+		probe: health.New(), loopAllowance: defaultLoopAllowance}
 	clients := opts.Config // the CRDs' install (before leading) uses opts.Config as is
 	if opts.LeaderElect {
 		if c.leases, err = kube.NewForConfig(rest.CopyConfig(opts.Config)); err != nil {
@@ -173,9 +188,25 @@ func (c *Controller) lead(ctx context.Context, cancel context.CancelFunc) error 
 
 func (c *Controller) runWorkers(ctx context.Context) {
 	var wg sync.WaitGroup
-	for range c.opts.Workers {
+	for i := range c.opts.Workers {
+		beat := c.probe.Loop(fmt.Sprintf("worker-%d", i), c.loopAllowance)
+		var busy atomic.Bool
+		go func() { // an idle worker (blocked on the queue) is alive
+			t := time.NewTicker(c.loopAllowance / 4)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					if !busy.Load() {
+						beat()
+					}
+				}
+			}
+		}()
 		wg.Add(1)
-		go func() { defer wg.Done(); c.work(ctx) }()
+		go func() { defer wg.Done(); c.work(ctx, beat, &busy) }()
 	}
 	c.log.Info("eds controller started", "namespace", c.opts.Namespace, "workers", c.opts.Workers)
 	<-ctx.Done()
@@ -183,13 +214,20 @@ func (c *Controller) runWorkers(ctx context.Context) {
 	wg.Wait()
 }
 
-func (c *Controller) work(ctx context.Context) {
+func (c *Controller) work(ctx context.Context, beat func(), busy *atomic.Bool) {
 	for {
 		key, quit := c.queue.Get()
 		if quit {
 			return
 		}
+		busy.Store(true)
+		beat()
+		if c.beforeSync != nil {
+			c.beforeSync(key)
+		}
 		after, err := c.sync(ctx, key)
+		busy.Store(false)
+		beat()
 		switch {
 		case err != nil && ctx.Err() == nil:
 			c.log.Warn("sync failed; retrying", "eds", key, "err", err)
@@ -210,9 +248,11 @@ func (c *Controller) work(ctx context.Context) {
 // until they are filled.
 func (c *Controller) startInformers(ctx context.Context) error {
 	ns := c.opts.Namespace
-	edsInf := newInformer(c.eds.ExtendedDaemonSets(ns), &v1.ExtendedDaemonSet{}, nil)
-	ersInf := newInformer(c.eds.ExtendedDaemonSetReplicaSets(ns), &v1.ExtendedDaemonSetReplicaSet{}, nil)
-	setInf := newInformer(c.eds.ExtendedDaemonsetSettings(ns), &v1.ExtendedDaemonsetSetting{}, nil)
+	// The group's own objects are decoded one by one (decode.go).
+	rc := c.eds.RESTClient()
+	edsInf := newTolerantInformer(c.undecodable.tolerantListWatch(rc, "extendeddaemonsets", ns, func() runtime.Object { return &v1.ExtendedDaemonSet{} }), &v1.ExtendedDaemonSet{})
+	ersInf := newTolerantInformer(c.undecodable.tolerantListWatch(rc, "extendeddaemonsetreplicasets", ns, func() runtime.Object { return &v1.ExtendedDaemonSetReplicaSet{} }), &v1.ExtendedDaemonSetReplicaSet{})
+	setInf := newTolerantInformer(c.undecodable.tolerantListWatch(rc, "extendeddaemonsetsettings", ns, func() runtime.Object { return &v1.ExtendedDaemonsetSetting{} }), &v1.ExtendedDaemonsetSetting{})
 	podInf := newInformer(c.kube.CoreV1().Pods(ns), &corev1.Pod{}, func(o *metav1.ListOptions) { o.LabelSelector = v1.LabelName })
 	nodeInf := newInformer(c.kube.CoreV1().Nodes(), &corev1.Node{}, nil)
 	if err := podInf.AddIndexers(cache.Indexers{indexByEDS: func(o any) ([]string, error) {
@@ -233,7 +273,13 @@ func (c *Controller) startInformers(ctx context.Context) error {
 		{ersInf, c.enqueueOwner},
 		{podInf, func(o any) { c.enqueueLabel(o, v1.LabelName) }},
 		{setInf, c.enqueueSetting},
-		{nodeInf, func(any) { c.enqueueAll() }},
+	}
+	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { c.onNode(nil, asNode(o)) },
+		UpdateFunc: func(o, n any) { c.onNode(asNode(o), asNode(n)) },
+		DeleteFunc: func(o any) { c.onNode(asNode(o), nil) },
+	}); err != nil {
+		return err
 	}
 	for _, h := range handlers {
 		fn := h.fn
@@ -243,6 +289,14 @@ func (c *Controller) startInformers(ctx context.Context) error {
 		}
 	}
 	all := []cache.SharedIndexInformer{edsInf, ersInf, setInf, podInf, nodeInf}
+	c.probe.ReadyWhen("informers synced", func() bool {
+		for _, inf := range all {
+			if !inf.HasSynced() {
+				return false
+			}
+		}
+		return true
+	})
 	for _, inf := range all {
 		go inf.RunWithContext(ctx)
 	}
@@ -294,16 +348,6 @@ func (c *Controller) enqueueSetting(o any) {
 	}
 }
 
-func (c *Controller) enqueueAll() {
-	list, err := c.sets.List(labels.Everything())
-	if err != nil {
-		return
-	}
-	for _, e := range list {
-		c.queue.Add(e.Namespace + "/" + e.Name)
-	}
-}
-
 // listWatcher is a typed client's List and Watch.
 type listWatcher[L runtime.Object] interface {
 	List(ctx context.Context, opts metav1.ListOptions) (L, error)
@@ -330,9 +374,15 @@ func newInformer[L runtime.Object](api listWatcher[L], example runtime.Object, t
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 }
 
+// newTolerantInformer is a shared informer over lw, indexed by namespace.
+func newTolerantInformer(lw cache.ListerWatcher, example runtime.Object) cache.SharedIndexInformer {
+	return cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+}
+
 func (c *Controller) serveMetrics(ctx context.Context) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(c.metrics.registry, promhttp.HandlerOpts{}))
+	c.probe.Install(mux) // /healthz and /readyz
 	srv := &http.Server{Addr: c.opts.MetricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -11,6 +11,7 @@ const (
 	EventRolledOut       = "RolledOut"
 	EventStateChanged    = "StateChanged"
 	EventInvalid         = "Invalid"
+	EventUndecodable     = "Undecodable"
 	EventCreateFailed    = "FailedCreate"
 	EventSettingInvalid  = "SettingInvalid"
 	EventMigrating       = "Migrating"

@@ -76,13 +76,20 @@ func newBareHarness(t *testing.T) *harness {
 }
 
 // startController runs a controller limited to the test's namespace until the test ends.
-func (h *harness) startController(opts Options) {
+func (h *harness) startController(opts Options) { h.t.Helper(); h.startControllerWith(opts, nil) }
+
+// startControllerWith is startController with edit applied to the
+// controller before it runs.
+func (h *harness) startControllerWith(opts Options, edit func(*Controller)) {
 	h.t.Helper()
 	opts.Namespace = h.ns
 	opts.Log = slog.New(slog.NewTextHandler(testWriter{h.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var err error
 	if h.ctrl, err = New(opts); err != nil {
 		h.t.Fatal(err)
+	}
+	if edit != nil {
+		edit(h.ctrl)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/crds"
@@ -77,6 +78,7 @@ func ManifestObjects(o ManifestOptions) ([]any, error) {
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: controllerName, Namespace: o.Namespace}}},
 		deployment(o, meta),
 	)
+	objs = append(objs, migrationPolicy(o, meta.Labels).Objects()...)
 	return objs, nil
 }
 
@@ -89,6 +91,7 @@ func ClusterRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{v1.SchemeGroupVersion.Group}, Resources: []string{"extendeddaemonsets/status", "extendeddaemonsetreplicasets/status", "extendeddaemonsetsettings/status"}, Verbs: []string{"update", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "create", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"podtemplates"}, Verbs: []string{"get", "create", "update"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"get", "update"}},
 	}
@@ -106,6 +109,12 @@ func deployment(o ManifestOptions, meta metav1.ObjectMeta) *appsv1.Deployment {
 					Args:  []string{"eds", "controller", "--leader-elect", "--lease-namespace", o.Namespace, "--metrics-addr", ":9480"},
 					Env:   []corev1.EnvVar{{Name: "SLIPWAY_EDS_IDENTITY", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
 					Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9480}},
+					// /healthz: every worker idle or within its sync's allowance
+					// (leader or not); /readyz: the informers synced.
+					LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("metrics")}},
+						InitialDelaySeconds: 10, PeriodSeconds: 20, FailureThreshold: 3},
+					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("metrics")}},
+						PeriodSeconds: 5},
 					SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes, RunAsNonRoot: &yes,
 						Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
 				}}}}}}

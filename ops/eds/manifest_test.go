@@ -3,6 +3,7 @@ package eds
 import (
 	"bytes"
 	"context"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,8 @@ func TestManifestParsesIntoItsObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"kind: CustomResourceDefinition", "name: extendeddaemonsets.eds.slipway.dev", "kind: ClusterRole",
-		"kind: Deployment", "- --leader-elect", "image: img:1", "namespace: ops"} {
+		"kind: Deployment", "- --leader-elect", "image: img:1", "namespace: ops",
+		"path: /healthz", "path: /readyz"} { // issue 27 item 2: the probes
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("manifest lacks %q", want)
 		}
@@ -89,6 +91,23 @@ func (h *harness) installManifestRBAC() {
 			if _, err := h.kube.RbacV1().RoleBindings(h.ns).Create(ctx, r, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
+		case *admissionv1.ValidatingAdmissionPolicy:
+			r.Name += suffix
+			if _, err := h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, r, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, r.Name, metav1.DeleteOptions{})
+			})
+		case *admissionv1.ValidatingAdmissionPolicyBinding:
+			r.Name += suffix
+			r.Spec.PolicyName += suffix
+			if _, err := h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, r, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, r.Name, metav1.DeleteOptions{})
+			})
 		}
 	}
 }

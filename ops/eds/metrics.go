@@ -16,6 +16,7 @@ type metrics struct {
 	actions    *prometheus.CounterVec // pod creations and deletions
 	verdicts   *prometheus.CounterVec // canary outcomes
 	syncErrors prometheus.Counter
+	syncs      *prometheus.CounterVec // syncs by EDS
 }
 
 func newMetrics() *metrics {
@@ -33,8 +34,10 @@ func newMetrics() *metrics {
 			Help: "Canary outcomes: validated, paused, failed."}, []string{"verdict"}),
 		syncErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "slipway_eds_sync_errors_total",
 			Help: "Syncs that failed and were retried."}),
+		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_eds_syncs_total",
+			Help: "Syncs of an ExtendedDaemonSet (a Node change syncs only the ExtendedDaemonSets it concerns)."}, []string{"namespace", "eds"}),
 	}
-	m.registry.MustRegister(m.pods, m.state, m.upToDate, m.actions, m.verdicts, m.syncErrors,
+	m.registry.MustRegister(m.pods, m.state, m.upToDate, m.actions, m.verdicts, m.syncErrors, m.syncs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -67,4 +70,5 @@ func (m *metrics) forget(ns, name string) {
 	m.pods.DeletePartialMatch(l)
 	m.state.DeletePartialMatch(l)
 	m.upToDate.DeletePartialMatch(l)
+	m.syncs.DeletePartialMatch(l)
 }

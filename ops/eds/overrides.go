@@ -35,6 +35,9 @@ func (c *Controller) overrides(ctx context.Context, r *round) map[string]overrid
 		o := override{containers: map[string]corev1.ResourceRequirements{}}
 		var winner *v1.ExtendedDaemonsetSetting
 		for _, s := range settings {
+			if c.undecodable.get(s.UID) != nil {
+				continue
+			}
 			sel, err := metav1.LabelSelectorAsSelector(&s.Spec.NodeSelector)
 			if err != nil || !sel.Matches(labels.Set(n.Labels)) {
 				continue
@@ -102,12 +105,18 @@ func (c *Controller) markSettings(ctx context.Context, settings []*v1.ExtendedDa
 		if msg, bad := conflicts[s]; bad {
 			want = v1.ExtendedDaemonsetSettingStatus{Status: v1.SettingStatusError, Error: msg}
 		}
+		if err := c.undecodable.get(s.UID); err != nil {
+			want = v1.ExtendedDaemonsetSettingStatus{Status: v1.SettingStatusError,
+				Error: fmt.Sprintf("the controller cannot read this setting (%v): it applies nowhere until it is fixed", err)}
+		}
 		if s.Status == want {
 			continue
 		}
-		cp := s.DeepCopy()
-		cp.Status = want
-		if _, err := c.eds.ExtendedDaemonsetSettings(s.Namespace).UpdateStatus(ctx, cp, metav1.UpdateOptions{}); err != nil {
+		patch, err := statusPatch(want) // not decoded back: an unreadable setting gets its status too
+		if err == nil {
+			err = c.patchStatus(ctx, "extendeddaemonsetsettings", s.Namespace, s.Name, patch)
+		}
+		if err != nil {
 			c.log.Warn("update setting status", "setting", s.Namespace+"/"+s.Name, "err", err)
 			continue
 		}

@@ -88,7 +88,7 @@ func (c *Controller) nodeStates(r *round, hashes map[string]string) ([]plan.Node
 		for _, p := range byNode[n.Name] {
 			pp := plan.Pod{Name: p.Name, Available: plan.Available(p, 0, r.now) && p.Status.Phase == corev1.PodRunning,
 				Terminating:  p.DeletionTimestamp != nil || c.expected(key, "delete/"+p.Name),
-				Unresponsive: p.Spec.NodeName == "" && r.now.Sub(p.CreationTimestamp.Time) > v1.UnresponsiveAfter}
+				Unresponsive: (p.Spec.NodeName == "" && r.now.Sub(p.CreationTimestamp.Time) > v1.UnresponsiveAfter) || stuckTerminating(p, r.now)}
 			failed := p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
 			if failed && !pp.Terminating {
 				c.noteFailure(key, n.Name, p.UID)
@@ -109,6 +109,20 @@ func (c *Controller) nodeStates(r *round, hashes map[string]string) ([]plan.Node
 		states = append(states, s)
 	}
 	return states, stray
+}
+
+// stuckTerminating says whether pod is still there past its deletion
+// time plus its grace period (DataDog's rule): its kubelet, if any, is
+// not answering.
+func stuckTerminating(pod *corev1.Pod, now time.Time) bool {
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	var grace time.Duration
+	if pod.DeletionGracePeriodSeconds != nil {
+		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	}
+	return pod.DeletionTimestamp.Add(grace).Before(now)
 }
 
 // leavingStates are the planner's view of the nodes the EDS leaves: their

@@ -2,6 +2,7 @@ package eds
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -12,8 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/eds/plan"
 )
 
 // Issue 24 item 3: an ERS whose owner label was removed
@@ -237,5 +240,89 @@ func TestRefusedPodsDoNotFreezeTheStatus(t *testing.T) {
 	h.eventually(10*time.Second, "ReconcileError cleared", func() (bool, string) {
 		cond := meta.FindStatusCondition(h.get("agent").Status.Conditions, v1.ConditionReconcileError)
 		return cond != nil && cond.Status == metav1.ConditionFalse, fmt.Sprintf("%+v", cond)
+	})
+}
+
+// Issue 24 item 2: an ExtendedDaemonSet the API server accepts but the
+// controller cannot decode (a duration past Go's range passes the schema's
+// pattern) is marked on that object alone, condition Invalid reason
+// Undecodable and an Event, while another ExtendedDaemonSet rolls out; it
+// was there before the controller started (a failed list stopped the
+// start), and once fixed it rolls out too.
+func TestUndecodableObjectIsMarkedAlone(t *testing.T) {
+	t.Parallel()
+	h := newBareHarness(t)
+	ctx := context.Background()
+	rc := h.eds.EdsV1alpha1().RESTClient()
+	bad := []byte(`{"apiVersion":"eds.slipway.dev/v1alpha1","kind":"ExtendedDaemonSet","metadata":{"name":"bad"},"spec":{"strategy":{"reconcileFrequency":"9999999999999999h"},` +
+		`"template":{"metadata":{"labels":{"app":"bad"}},"spec":{"containers":[{"name":"daemon","image":"agent:v1"}]}}}}`)
+	if err := rc.Post().Namespace(h.ns).Resource("extendeddaemonsets").Body(bad).SetHeader("Content-Type", "application/json").Do(ctx).Error(); err != nil {
+		t.Fatal(err)
+	}
+	h.startController(Options{Config: env.Config})
+	h.create(daemon("good", "agent:v1"))
+	h.rolledOut("good", "agent:v1", clusterNodes)
+	h.eventually(30*time.Second, "bad marked Invalid/Undecodable with an Event", func() (bool, string) {
+		raw, err := rc.Get().Namespace(h.ns).Resource("extendeddaemonsets").Name("bad").Do(ctx).Raw()
+		if err != nil {
+			return false, err.Error()
+		}
+		var got struct {
+			Status struct{ Conditions []metav1.Condition } `json:"status"`
+		}
+		if err := json.Unmarshal(raw, &got); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionInvalid)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "Undecodable" || !strings.Contains(c.Message, `spec.strategy: time: invalid duration "9999999999999999h"`) {
+			return false, fmt.Sprintf("conditions %+v", got.Status.Conditions)
+		}
+		return h.events("bad")[EventUndecodable] > 0, fmt.Sprint(h.events("bad"))
+	})
+	if n := len(h.pods("bad")); n != 0 {
+		t.Fatalf("%d pods of the undecodable ExtendedDaemonSet", n)
+	}
+	fix := []byte(`{"spec":{"strategy":{"reconcileFrequency":"10s"}}}`)
+	if _, err := h.eds.EdsV1alpha1().ExtendedDaemonSets(h.ns).Patch(ctx, "bad", types.MergePatchType, fix, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.rolledOut("bad", "agent:v1", clusterNodes)
+}
+
+// Issue 24 item 13: a pod stuck Terminating (its node's kubelet gone: a
+// finalizer plays it here) counts under maxPodSchedulerFailure once its
+// grace period is over, as DataDog's; it used to hold maxUnavailable and
+// stall the rollout on every other node.
+func TestPodStuckTerminatingDoesNotStallTheRollout(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	e := daemon("agent", "agent:v1")
+	one := intstr.FromInt32(1)
+	e.Spec.Strategy.RollingUpdate.MaxUnavailable, e.Spec.Strategy.RollingUpdate.MaxPodSchedulerFailure = &one, &one
+	h.create(e)
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	ctx := context.Background()
+	stuck := h.pods("agent")[0]
+	hold := []byte(`{"metadata":{"finalizers":["test.slipway.dev/dead-kubelet"]}}`)
+	if _, err := h.kube.CoreV1().Pods(h.ns).Patch(ctx, stuck.Name, types.MergePatchType, hold, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		release := []byte(`{"metadata":{"finalizers":null}}`)
+		_, _ = h.kube.CoreV1().Pods(h.ns).Patch(context.Background(), stuck.Name, types.MergePatchType, release, metav1.PatchOptions{})
+	})
+	zero := int64(0)
+	if err := h.kube.CoreV1().Pods(h.ns).Delete(ctx, stuck.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	h.setImage("agent", "agent:v2")
+	h.eventually(60*time.Second, "agent:v2 Ready on every node but the dead one", func() (bool, string) {
+		n := 0
+		for _, p := range h.pods("agent") {
+			if p.Spec.Containers[0].Image == "agent:v2" && p.DeletionTimestamp == nil && p.Spec.NodeName != stuck.Spec.NodeName && plan.Available(&p, 0, time.Now()) {
+				n++
+			}
+		}
+		return n == clusterNodes-1, fmt.Sprintf("%d of %d; status %+v", n, clusterNodes-1, h.get("agent").Status)
 	})
 }

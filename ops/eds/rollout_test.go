@@ -236,8 +236,16 @@ func (h *harness) rivalSettingLoses(setting *v1.ExtendedDaemonsetSetting, memory
 func TestInvalidSpecGetsAConditionAndAnEvent(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
+	// No containers is refused at admission (the template's real schema)...
+	empty := daemon("empty", "agent:v1")
+	empty.Spec.Template.Spec.Containers = nil
+	if _, err := h.eds.EdsV1alpha1().ExtendedDaemonSets(h.ns).Create(context.Background(), empty, metav1.CreateOptions{}); err == nil ||
+		!strings.Contains(err.Error(), "spec.template.spec.containers: Required value") {
+		t.Errorf("an ExtendedDaemonSet without containers: %v, want the schema's refusal", err)
+	}
+	// ... a selector operator the schema does not enumerate reaches the controller.
 	e := daemon("agent", "agent:v1")
-	e.Spec.Template.Spec.Containers = nil
+	e.Spec.Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "k", Operator: "Bogus"}}}
 	h.create(e)
 	h.eventually(20*time.Second, "the Invalid condition", func() (bool, string) {
 		got := h.get("agent")

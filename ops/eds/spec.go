@@ -82,6 +82,15 @@ func (r rolling) limits(nodes int, elapsed time.Duration) (plan.Limits, error) {
 	return l, nil
 }
 
+// Default canaryTimeout (DataDog has none: a canary whose pods never
+// become Ready stayed in Canary forever): in auto mode one hour past the
+// earliest validation (duration + noRestartsDuration: 1h15m at the
+// defaults), in manual mode a day.
+const (
+	defaultCanaryTimeoutMargin = time.Hour
+	defaultManualCanaryTimeout = 24 * time.Hour
+)
+
 // canaryPolicy is a canary's policy with defaults applied.
 func canaryPolicy(c *v1.ExtendedDaemonSetSpecStrategyCanary) plan.CanaryPolicy {
 	p := plan.CanaryPolicy{Manual: c.ValidationMode == v1.ValidationModeManual,
@@ -114,6 +123,12 @@ func canaryPolicy(c *v1.ExtendedDaemonSetSpecStrategyCanary) plan.CanaryPolicy {
 		}
 		if a.CanaryTimeout != nil {
 			p.CanaryTimeout = a.CanaryTimeout.Duration
+		}
+	}
+	if c.AutoFail == nil || c.AutoFail.CanaryTimeout == nil {
+		p.CanaryTimeout = p.Duration + p.NoRestartsDuration + defaultCanaryTimeoutMargin
+		if p.Manual {
+			p.CanaryTimeout = defaultManualCanaryTimeout
 		}
 	}
 	return p

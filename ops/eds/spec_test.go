@@ -63,6 +63,27 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// Issue 24 item 9: canaryTimeout has a default, so a canary whose pods
+// never become Ready ends (TimeoutExceeded).
+func TestCanaryTimeoutDefault(t *testing.T) {
+	manual := &v1.ExtendedDaemonSetSpecStrategyCanary{ValidationMode: v1.ValidationModeManual}
+	long := &v1.ExtendedDaemonSetSpecStrategyCanary{Duration: &metav1.Duration{Duration: 24 * time.Hour}}
+	set := &v1.ExtendedDaemonSetSpecStrategyCanary{AutoFail: &v1.ExtendedDaemonSetSpecStrategyCanaryAutoFail{CanaryTimeout: &metav1.Duration{Duration: 3 * time.Hour}}}
+	for name, tt := range map[string]struct {
+		c    *v1.ExtendedDaemonSetSpecStrategyCanary
+		want time.Duration
+	}{
+		"auto, defaults":       {&v1.ExtendedDaemonSetSpecStrategyCanary{}, time.Hour + 15*time.Minute},
+		"auto, duration 24h":   {long, 25*time.Hour + 5*time.Minute},
+		"manual":               {manual, 24 * time.Hour},
+		"set: kept as written": {set, 3 * time.Hour},
+	} {
+		if got := canaryPolicy(tt.c).CanaryTimeout; got != tt.want {
+			t.Errorf("%s: canaryTimeout %v, want %v", name, got, tt.want)
+		}
+	}
+}
+
 func TestTemplateHashIsStable(t *testing.T) {
 	a, b := daemon("a", "x:1"), daemon("a", "x:1")
 	if TemplateHash(&a.Spec.Template) != TemplateHash(&b.Spec.Template) {

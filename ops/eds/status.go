@@ -182,15 +182,19 @@ func (c *Controller) announce(old, next *v1.ExtendedDaemonSet) {
 
 // markInvalid records a spec the controller cannot act on: condition
 // Invalid and a Warning Event, once per distinct message; no retry until it changes.
-func (c *Controller) markInvalid(ctx context.Context, e *v1.ExtendedDaemonSet, problem error) error {
+func (c *Controller) markInvalid(ctx context.Context, e *v1.ExtendedDaemonSet, reason string, problem error) error {
 	next := e.DeepCopy()
-	setCond(&next.Status.Conditions, v1.ConditionInvalid, true, "InvalidSpec", problem.Error())
+	setCond(&next.Status.Conditions, v1.ConditionInvalid, true, reason, problem.Error())
 	next.Status.ObservedGeneration = e.Generation
 	wrote, _, err := c.putEDSStatus(ctx, e, next.Status)
 	if !wrote {
 		return err
 	}
-	c.recorder.Eventf(e, corev1.EventTypeWarning, EventInvalid, "%v; fix the spec (kubectl edit eds %s)", problem, e.Name)
+	event := EventInvalid
+	if reason == "Undecodable" {
+		event = EventUndecodable
+	}
+	c.recorder.Eventf(e, corev1.EventTypeWarning, event, "%v; fix the spec (kubectl edit eds %s)", problem, e.Name)
 	return nil
 }
 

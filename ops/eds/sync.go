@@ -45,6 +45,9 @@ type round struct {
 func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
 	ns, name, _ := strings.Cut(key, "/")
 	cached, err := c.sets.ExtendedDaemonSets(ns).Get(name)
+	if err == nil {
+		c.metrics.syncs.WithLabelValues(ns, name).Inc()
+	}
 	if apierrors.IsNotFound(err) {
 		c.forget(ns, name)
 		return 0, nil // its ERSs and pods go with it (owner references)
@@ -53,8 +56,11 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return 0, err
 	}
 	e := c.freshEDS(cached).DeepCopy()
+	if err := c.undecodable.get(e.UID); err != nil {
+		return 0, c.markInvalid(ctx, e, "Undecodable", fmt.Errorf("the controller cannot read this ExtendedDaemonSet (%w): nothing is done for it until it is fixed", err))
+	}
 	if err := validate(e); err != nil {
-		return 0, c.markInvalid(ctx, e, err)
+		return 0, c.markInvalid(ctx, e, "InvalidSpec", err)
 	}
 	r := &round{e: e, now: c.opts.Now()}
 	after, err := c.reconcile(ctx, r)
@@ -87,7 +93,7 @@ func (c *Controller) reconcile(ctx context.Context, r *round) (time.Duration, er
 	}
 	// A failed creation or deletion (a quota, an admission webhook) does
 	// not stop the status and the cleanup: the status says ReconcileError.
-	r.failure = c.rollout(ctx, r)
+	r.failure = errors.Join(c.rollout(ctx, r), c.ensurePodTemplate(ctx, r))
 	if err := c.cleanup(ctx, r); err != nil {
 		return 0, errors.Join(r.failure, err)
 	}
@@ -199,6 +205,10 @@ func (c *Controller) loadERSs(ctx context.Context, r *round) error {
 		ours := ref != nil && ref.UID == e.UID
 		if !ours && (ref != nil || s.Labels[v1.LabelEDSOwner] != e.Name) {
 			continue
+		}
+		if err := c.undecodable.get(s.UID); err != nil {
+			c.recorder.Eventf(s, corev1.EventTypeWarning, EventUndecodable, "the controller cannot read this ERS: %v; delete it (the controller recreates it from the spec)", err)
+			return fmt.Errorf("ERS %s cannot be read (%w): nothing is done for %s until it is deleted or fixed", s.Name, err, e.Name)
 		}
 		if ours && s.Labels[v1.LabelEDSOwner] != e.Name {
 			if s, err = c.relabelERS(ctx, s, e.Name); err != nil {

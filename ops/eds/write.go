@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
@@ -37,7 +36,7 @@ func (c *Controller) putEDSStatus(ctx context.Context, e *v1.ExtendedDaemonSet, 
 	}
 	patch, err := statusPatch(st)
 	if err == nil {
-		_, err = c.eds.ExtendedDaemonSets(e.Namespace).Patch(ctx, e.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, "status")
+		err = c.patchStatus(ctx, "extendeddaemonsets", e.Namespace, e.Name, patch)
 	}
 	if err != nil {
 		return false, 0, fmt.Errorf("update the status of ExtendedDaemonSet %s/%s: %w", e.Namespace, e.Name, err)
@@ -64,13 +63,21 @@ func (c *Controller) putERSStatus(ctx context.Context, s *v1.ExtendedDaemonSetRe
 	}
 	patch, err := statusPatch(st)
 	if err == nil {
-		_, err = c.eds.ExtendedDaemonSetReplicaSets(s.Namespace).Patch(ctx, s.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, "status")
+		err = c.patchStatus(ctx, "extendeddaemonsetreplicasets", s.Namespace, s.Name, patch)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("update the status of ERS %s: %w", s.Name, err)
 	}
 	c.remember(key, st)
 	return 0, nil
+}
+
+// patchStatus applies a JSON patch to the status of an object of the group
+// without decoding the answer: an object the controller cannot decode
+// (decode.go) still gets its condition.
+func (c *Controller) patchStatus(ctx context.Context, resource, ns, name string, patch []byte) error {
+	return c.eds.RESTClient().Patch(types.JSONPatchType).Namespace(ns).Resource(resource).Name(name).
+		SubResource("status").Body(patch).Do(ctx).Error()
 }
 
 // edsCountsOnly says whether two statuses differ in their counts only.

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"fmt"
+	"slices"
+
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/kube-openapi/pkg/common"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
@@ -13,9 +18,9 @@ const edsModel = "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1."
 
 // edsCRDs are the CRDs of eds.slipway.dev: ExtendedDaemonSet,
 // ExtendedDaemonSetReplicaSet and ExtendedDaemonsetSetting. The core types
-// they embed (a pod template, resource requirements) are kept whole
-// (x-kubernetes-preserve-unknown-fields): the API server validates them
-// when the controller creates the pods, and the CRDs stay small.
+// they embed (a pod template, resource requirements) have their real
+// schemas without descriptions: a field of the wrong type is refused at
+// admission, not stored where the controller cannot decode it.
 func edsCRDs() []crdSpec {
 	gv := edsv1.SchemeGroupVersion
 	return []crdSpec{{
@@ -35,7 +40,10 @@ func edsCRDs() []crdSpec {
 			{Name: "Canary RS", Type: "string", JSONPath: ".status.canary.replicaSet", Description: "The ERS of the canary, if any."},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 		},
-		edit: canaryRules,
+		edit: func(root *apiextv1.JSONSchemaProps) {
+			canaryRules(root)
+			coreTypes(root, []string{"spec", "template"})
+		},
 	}, {
 		model: edsModel + "ExtendedDaemonSetReplicaSet", group: gv.Group, version: gv.Version,
 		kind: "ExtendedDaemonSetReplicaSet", plural: "extendeddaemonsetreplicasets", singular: "extendeddaemonsetreplicaset",
@@ -49,6 +57,7 @@ func edsCRDs() []crdSpec {
 			{Name: "Node Selector", Type: "string", JSONPath: ".spec.selector.matchLabels"},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 		},
+		edit: func(root *apiextv1.JSONSchemaProps) { coreTypes(root, []string{"spec", "template"}) },
 	}, {
 		model: edsModel + "ExtendedDaemonsetSetting", group: gv.Group, version: gv.Version,
 		kind: "ExtendedDaemonsetSetting", plural: "extendeddaemonsetsettings", singular: "extendeddaemonsetsetting",
@@ -59,26 +68,104 @@ func edsCRDs() []crdSpec {
 			{Name: "Error", Type: "string", JSONPath: ".status.error"},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 		},
+		edit: func(root *apiextv1.JSONSchemaProps) {
+			coreTypes(root, []string{"spec", "containers", "[]", "resources"})
+		},
 	}}
 }
 
-// edsDefinitions are the generated definitions plus the external types
-// the group references: IntOrString, and core types kept whole.
+// edsDefinitions are the generated definitions, the core types included
+// (a pod template, resource requirements: their real schemas, so that
+// `containerPort: "8080"` or `cpu: "1 core"` is refused at admission), with
+// IntOrString and Quantity written as a CRD spells them.
 func edsDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	defs := openapi.GetOpenAPIDefinitions(ref)
-	whole := spec.Schema{SchemaProps: spec.SchemaProps{Type: []string{"object"}},
-		VendorExtensible: spec.VendorExtensible{Extensions: spec.Extensions{"x-kubernetes-preserve-unknown-fields": true}}}
-	for _, name := range []string{"k8s.io/api/core/v1.PodTemplateSpec", "k8s.io/api/core/v1.ResourceRequirements"} {
-		defs[name] = common.OpenAPIDefinition{Schema: whole}
+	intOrString := func(pattern string) common.OpenAPIDefinition {
+		return common.OpenAPIDefinition{Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{Pattern: pattern, AnyOf: []spec.Schema{
+				{SchemaProps: spec.SchemaProps{Type: []string{"integer"}}},
+				{SchemaProps: spec.SchemaProps{Type: []string{"string"}}},
+			}},
+			VendorExtensible: spec.VendorExtensible{Extensions: spec.Extensions{"x-kubernetes-int-or-string": true}},
+		}}
 	}
-	defs["k8s.io/apimachinery/pkg/util/intstr.IntOrString"] = common.OpenAPIDefinition{Schema: spec.Schema{
-		SchemaProps: spec.SchemaProps{AnyOf: []spec.Schema{
-			{SchemaProps: spec.SchemaProps{Type: []string{"integer"}}},
-			{SchemaProps: spec.SchemaProps{Type: []string{"string"}}},
-		}},
-		VendorExtensible: spec.VendorExtensible{Extensions: spec.Extensions{"x-kubernetes-int-or-string": true}},
-	}}
+	defs[intstr.IntOrString{}.OpenAPIModelName()] = intOrString("")
+	defs[resource.Quantity{}.OpenAPIModelName()] = intOrString(quantityPattern)
 	return defs
+}
+
+// quantityPattern is what resource.ParseQuantity reads ("100m", "1Gi", "2").
+const quantityPattern = `^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`
+
+// coreTypes trims the embedded core schemas of a kind: no descriptions
+// (kubectl explain pod.spec has them; the CRDs stay a fraction of the
+// size) and the template's metadata as the API server stores a pod
+// template's: labels and annotations checked, the rest kept as written.
+func coreTypes(root *apiextv1.JSONSchemaProps, paths ...[]string) {
+	for _, path := range paths {
+		err := editProperty(root, path, func(p *apiextv1.JSONSchemaProps) {
+			desc := p.Description
+			dropDescriptions(p)
+			listMapKeyDefaults(p)
+			p.Description = desc
+			if _, ok := p.Properties["metadata"]; ok && path[len(path)-1] == "template" {
+				strings := apiextv1.JSONSchemaProps{Type: "object", AdditionalProperties: &apiextv1.JSONSchemaPropsOrBool{
+					Allows: true, Schema: &apiextv1.JSONSchemaProps{Type: "string"}}}
+				preserve := true
+				p.Properties["metadata"] = apiextv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &preserve,
+					Properties: map[string]apiextv1.JSONSchemaProps{"labels": strings, "annotations": strings}}
+			}
+		})
+		if err != nil {
+			panic(fmt.Sprintf("crdgen: core type at %v: %v", path, err))
+		}
+	}
+}
+
+// listMapKeyDefaults gives back the `default: ""` pruneDefaults took from
+// the string keys of list maps (imagePullSecrets[].name, say): the API
+// server wants each key required or defaulted, as in the core schemas.
+func listMapKeyDefaults(p *apiextv1.JSONSchemaProps) {
+	if p.Items != nil && p.Items.Schema != nil {
+		item := p.Items.Schema
+		for _, key := range p.XListMapKeys {
+			prop, ok := item.Properties[key]
+			if !ok || prop.Default != nil || slices.Contains(item.Required, key) {
+				continue
+			}
+			if prop.Type != "string" {
+				panic(fmt.Sprintf("crdgen: list map key %s is neither required nor a string", key))
+			}
+			prop.Default = &apiextv1.JSON{Raw: []byte(`""`)}
+			item.Properties[key] = prop
+		}
+		listMapKeyDefaults(item)
+	}
+	for k, c := range p.Properties {
+		listMapKeyDefaults(&c)
+		p.Properties[k] = c
+	}
+	if p.AdditionalProperties != nil && p.AdditionalProperties.Schema != nil {
+		listMapKeyDefaults(p.AdditionalProperties.Schema)
+	}
+}
+
+// dropDescriptions removes every description below p.
+func dropDescriptions(p *apiextv1.JSONSchemaProps) {
+	p.Description = ""
+	for k, c := range p.Properties {
+		dropDescriptions(&c)
+		p.Properties[k] = c
+	}
+	if p.Items != nil && p.Items.Schema != nil {
+		dropDescriptions(p.Items.Schema)
+	}
+	if p.AdditionalProperties != nil && p.AdditionalProperties.Schema != nil {
+		dropDescriptions(p.AdditionalProperties.Schema)
+	}
+	for i := range p.AnyOf {
+		dropDescriptions(&p.AnyOf[i])
+	}
 }
 
 // canaryRules adds what the generated schema cannot say about a canary:

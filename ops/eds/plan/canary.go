@@ -97,7 +97,7 @@ type CanaryPolicy struct {
 	AutoFail             bool
 	FailMaxRestarts      int32
 	MaxRestartsDuration  time.Duration // 0: no limit
-	CanaryTimeout        time.Duration // 0: no limit
+	CanaryTimeout        time.Duration // 0: no limit (the controller sets a default)
 }
 
 // CanaryState is what is known of a running canary.
@@ -107,8 +107,14 @@ type CanaryState struct {
 	// Pods are the canary pods' health; Expected how many canary nodes there are.
 	Pods     []Health
 	Expected int
+	// NoEligibleNode: the ExtendedDaemonSet has nodes, but none admits the
+	// canary's template (a nodeSelector typo, a dropped toleration).
+	NoEligibleNode bool
 	// CannotStartSince is when a canary pod was first seen unable to start (zero if none is).
 	CannotStartSince time.Time
+	// CreatingSince is the creation of the oldest canary pod still in
+	// ContainerCreating (zero if none is).
+	CreatingSince time.Time
 	// RestartingSince is when canary restarts were first seen (zero if none).
 	RestartingSince time.Time
 	// Annotations set on the ExtendedDaemonSet for this canary.

@@ -74,6 +74,24 @@ func TestCanaryVerdict(t *testing.T) {
 			CanaryState{Now: at(3 * time.Minute), Start: t0, Pods: []Health{{CannotStart: "ErrImagePull"}}, Expected: 1}, Fail, ReasonTimeoutExceeded, 0},
 		{"restarting too long: fail", CanaryPolicy{Duration: time.Hour, AutoFail: true, FailMaxRestarts: 5, MaxRestartsDuration: time.Minute},
 			CanaryState{Now: at(3 * time.Minute), Start: t0, Pods: []Health{restarting(1, at(3*time.Minute))}, Expected: 1, RestartingSince: at(time.Minute)}, Fail, ReasonRestartsTimeoutExceeded, 0},
+		// Issue 24 item 9: a canary no node admits fails at once.
+		{"no eligible node: fail", auto, CanaryState{Now: at(time.Second), Start: t0, NoEligibleNode: true}, Fail, ReasonNoEligibleNode, 0},
+		{"no eligible node, autoFail off: wait", CanaryPolicy{Duration: time.Minute}, CanaryState{Now: at(time.Second), Start: t0, NoEligibleNode: true}, Continue, "", 59 * time.Second},
+		{"no eligible node, manual mode: a person decides", CanaryPolicy{Manual: true, AutoFail: true, CanaryTimeout: time.Hour}, CanaryState{Now: at(time.Second), Start: t0, NoEligibleNode: true}, Continue, "", time.Hour - time.Second + time.Millisecond},
+		{"never Ready until the timeout: fail", CanaryPolicy{Duration: time.Minute, AutoFail: true, FailMaxRestarts: 5, CanaryTimeout: time.Hour},
+			CanaryState{Now: at(time.Hour + time.Second), Start: t0, Pods: []Health{{}}, Expected: 1}, Fail, ReasonTimeoutExceeded, 0},
+		// Issue 24 item 7: maxRestartsDuration is a window from the first
+		// restart to the latest, not a clock from the first restart.
+		{"one early restart, healthy since: continue", CanaryPolicy{Duration: time.Hour, AutoFail: true, FailMaxRestarts: 5, MaxRestartsDuration: time.Minute},
+			CanaryState{Now: at(30 * time.Minute), Start: t0, Pods: []Health{{Ready: true, Restarts: 1, LastRestart: at(time.Minute)}}, Expected: 1, RestartingSince: at(time.Minute)}, Continue, "", 30 * time.Minute},
+		// Issue 24 item 8: ContainerCreating (DataDog's missing-volume
+		// example) is bounded by maxSlowStartDuration when it is set.
+		{"creating beyond maxSlowStartDuration: pause", CanaryPolicy{AutoPause: true, PauseMaxRestarts: 2, MaxSlowStartDuration: 2 * time.Minute, Duration: time.Hour},
+			CanaryState{Now: at(3 * time.Minute), Start: t0, Pods: []Health{{Creating: true}}, Expected: 1, CreatingSince: at(30 * time.Second)}, Pause, ReasonSlowStartTimeoutExceeded, 0},
+		{"creating within maxSlowStartDuration", CanaryPolicy{AutoPause: true, PauseMaxRestarts: 2, MaxSlowStartDuration: 2 * time.Minute, Duration: time.Hour},
+			CanaryState{Now: at(time.Minute), Start: t0, Pods: []Health{{Creating: true}}, Expected: 1, CreatingSince: at(30 * time.Second)}, Continue, "", 90 * time.Second},
+		{"creating, no maxSlowStartDuration: wait", CanaryPolicy{AutoPause: true, PauseMaxRestarts: 2, Duration: time.Hour},
+			CanaryState{Now: at(time.Minute), Start: t0, Pods: []Health{{Creating: true}}, Expected: 1, CreatingSince: at(30 * time.Second)}, Continue, "", 59 * time.Minute},
 		{"manual mode waits", CanaryPolicy{Manual: true, AutoPause: true, PauseMaxRestarts: 2}, CanaryState{Now: at(time.Hour), Start: t0, Pods: []Health{ready}, Expected: 1}, Continue, "", 0},
 		{"manual validate", CanaryPolicy{Manual: true}, CanaryState{Now: at(time.Minute), Start: t0, Validated: true}, Validate, ReasonManuallyValidated, 0},
 		{"manual fail wins", auto, CanaryState{Now: at(time.Minute), Start: t0, Validated: true, ManuallyFailed: true}, Fail, ReasonManuallyFailed, 0},
@@ -108,6 +126,18 @@ func TestPodHealth(t *testing.T) {
 		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled"}}}}}}
 	if got := PodHealth(oom); got.RestartReason != "OOMKilled" || got.Ready {
 		t.Errorf("PodHealth(oom) = %+v, want OOMKilled, not ready", got)
+	}
+	// Issue 24 item 8: DataDog's cannot-start reasons, and ContainerCreating.
+	for _, reason := range []string{"ImageInspectError", "RegistryUnavailable", "PreStartHookError", "PostStartHookError", "PreCreateHookError",
+		"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError"} {
+		p := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}}}}
+		if got := PodHealth(p); got.CannotStart != reason {
+			t.Errorf("PodHealth(waiting %s).CannotStart = %q", reason, got.CannotStart)
+		}
+	}
+	creating := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}}}
+	if got := PodHealth(creating); !got.Creating || got.CannotStart != "" {
+		t.Errorf("PodHealth(ContainerCreating) = %+v, want Creating and no cannot-start reason", got)
 	}
 }
 

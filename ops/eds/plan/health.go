@@ -18,14 +18,20 @@ type Health struct {
 	// CannotStart is the waiting reason of a container that cannot start
 	// (ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...), "" if none.
 	CannotStart string
+	// Creating: a container waits in ContainerCreating (a missing volume,
+	// say), which may resolve by itself; maxSlowStartDuration bounds it.
+	Creating bool
 	// Ready is the pod's Ready condition.
 	Ready bool
 }
 
-// cannotStart are the waiting reasons of a container that will not start by itself.
+// cannotStart are the waiting reasons of a container that will not start
+// by itself: DataDog's list, and RunContainerError.
 var cannotStart = map[string]bool{
 	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true, "ErrImageNeverPull": true,
+	"ImageInspectError": true, "RegistryUnavailable": true,
 	"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true,
+	"PreStartHookError": true, "PostStartHookError": true, "PreCreateHookError": true,
 }
 
 // PodHealth reads a pod's container statuses (init containers included).
@@ -40,6 +46,9 @@ func PodHealth(pod *corev1.Pod) Health {
 	for _, cs := range statuses {
 		if w := cs.State.Waiting; w != nil && cannotStart[w.Reason] && h.CannotStart == "" {
 			h.CannotStart = w.Reason
+		}
+		if w := cs.State.Waiting; w != nil && w.Reason == "ContainerCreating" {
+			h.Creating = true
 		}
 		if t := cs.LastTerminationState.Terminated; t != nil && t.FinishedAt.Time.After(h.LastRestart) {
 			h.LastRestart = t.FinishedAt.Time

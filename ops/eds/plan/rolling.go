@@ -13,8 +13,10 @@ type Pod struct {
 	Name        string
 	Available   bool
 	Terminating bool
-	// Unresponsive: the pod has stayed unscheduled too long (its node counts
-	// towards maxPodSchedulerFailure instead of maxUnavailable).
+	// Unresponsive: the pod has stayed unscheduled too long, or stays
+	// Terminating past its grace period (a dead node's kubelet never
+	// confirms it; DataDog's rule): its node counts towards
+	// maxPodSchedulerFailure instead of maxUnavailable.
 	Unresponsive bool
 }
 
@@ -116,7 +118,15 @@ func nodeAvailable(n NodeState) bool {
 }
 
 func nodeUnresponsive(n NodeState) bool {
-	return n.Current != nil && n.Current.Unresponsive
+	if n.Current != nil && n.Current.Unresponsive {
+		return true
+	}
+	for _, o := range n.Old {
+		if o.Unresponsive {
+			return true
+		}
+	}
+	return false
 }
 
 func liveOld(pods []Pod) []Pod {

@@ -57,6 +57,10 @@ func TestRollout(t *testing.T) {
 		{"unresponsive nodes ignored up to maxPodSchedulerFailure",
 			append(outdated(2), NodeState{Node: "u1", Current: &Pod{Name: "x", Unresponsive: true}}, NodeState{Node: "u2", Current: &Pod{Name: "y", Unresponsive: true}}),
 			Limits{MaxUnavailable: 1, MaxPodSchedulerFailure: 1, MaxCreation: 9}, Plan{Unavailable: 2, Ignored: 1}},
+		// Issue 24 item 13: a pod stuck Terminating on a dead node.
+		{"a pod stuck terminating is covered by maxPodSchedulerFailure",
+			append(outdated(2), NodeState{Node: "dead", Old: []Pod{{Name: "t", Terminating: true, Unresponsive: true}}}),
+			Limits{MaxUnavailable: 1, MaxPodSchedulerFailure: 1, MaxCreation: 9}, Plan{Delete: []string{"p000"}, Unavailable: 1, Ignored: 1}},
 		{"unresponsive nodes ignored: budget left",
 			append(outdated(2), NodeState{Node: "u1", Current: &Pod{Name: "x", Unresponsive: true}}),
 			Limits{MaxUnavailable: 1, MaxPodSchedulerFailure: 1, MaxCreation: 9}, Plan{Delete: []string{"p000"}, Unavailable: 1, Ignored: 1}},

@@ -8,15 +8,22 @@ const (
 	ReasonManuallyPaused          = "ManuallyPaused"
 	ReasonRestartsTimeoutExceeded = "RestartsTimeoutExceeded"
 	ReasonTimeoutExceeded         = "TimeoutExceeded"
-	ReasonValidated               = "Validated"
-	ReasonManuallyValidated       = "ManuallyValidated"
+	ReasonNoEligibleNode          = "NoEligibleNode"
+	// ReasonSlowStartTimeoutExceeded: a canary container stayed in
+	// ContainerCreating longer than maxSlowStartDuration (DataDog's reason).
+	ReasonSlowStartTimeoutExceeded = "SlowStartTimeoutExceeded"
+	ReasonValidated                = "Validated"
+	ReasonManuallyValidated        = "ManuallyValidated"
 )
 
 // CanaryVerdict decides a canary's next step. Manual decisions come first
 // (fail, then validate); then auto-fail (restarts above its maximum,
-// restarting for longer than maxRestartsDuration, older than canaryTimeout);
-// then a manual pause, then auto-pause (restarts above its maximum, a
-// container unable to start for longer than maxSlowStartDuration) unless
+// restarts spread over more than maxRestartsDuration, from the first seen
+// to the latest: one early restart does not fail a canary healthy since, older than canaryTimeout,
+// in auto mode no node the canary's template admits while the
+// ExtendedDaemonSet has nodes); then a manual pause, then auto-pause (restarts above its maximum, a
+// container unable to start, or still being created, for longer than
+// maxSlowStartDuration) unless
 // manually unpaused; last, in auto mode, validation once duration has passed
 // since the start and noRestartsDuration since the last restart, with every
 // canary pod Ready.
@@ -31,10 +38,12 @@ func CanaryVerdict(p CanaryPolicy, s CanaryState) Verdict {
 	case p.AutoFail && restarts > p.FailMaxRestarts:
 		return Verdict{Action: Fail, Reason: reason}
 	case p.AutoFail && p.MaxRestartsDuration > 0 && restarts > 0 && !s.RestartingSince.IsZero() &&
-		s.Now.Sub(s.RestartingSince) > p.MaxRestartsDuration:
+		last.Sub(s.RestartingSince) > p.MaxRestartsDuration: // restarts went on that long (a window, as DataDog's)
 		return Verdict{Action: Fail, Reason: ReasonRestartsTimeoutExceeded}
 	case p.AutoFail && p.CanaryTimeout > 0 && age > p.CanaryTimeout:
 		return Verdict{Action: Fail, Reason: ReasonTimeoutExceeded}
+	case p.AutoFail && !p.Manual && s.NoEligibleNode: // manual: a person decides, within canaryTimeout
+		return Verdict{Action: Fail, Reason: ReasonNoEligibleNode}
 	case s.ManuallyPaused:
 		r := s.PausedReason
 		if r == "" {
@@ -46,10 +55,15 @@ func CanaryVerdict(p CanaryPolicy, s CanaryState) Verdict {
 	case p.AutoPause && !s.ManuallyUnpaused && cannot != "" && !s.CannotStartSince.IsZero() &&
 		s.Now.Sub(s.CannotStartSince) >= p.MaxSlowStartDuration:
 		return Verdict{Action: Pause, Reason: cannot, RecheckAfter: failDeadline(p, s)}
+	case slowStart(p, s) && s.Now.Sub(s.CreatingSince) >= p.MaxSlowStartDuration:
+		return Verdict{Action: Pause, Reason: ReasonSlowStartTimeoutExceeded, RecheckAfter: failDeadline(p, s)}
 	}
 	recheck := failDeadline(p, s)
 	if cannot != "" && p.AutoPause && !s.ManuallyUnpaused && !s.CannotStartSince.IsZero() {
 		recheck = earliest(recheck, s.CannotStartSince.Add(p.MaxSlowStartDuration).Sub(s.Now))
+	}
+	if slowStart(p, s) {
+		recheck = earliest(recheck, s.CreatingSince.Add(p.MaxSlowStartDuration).Sub(s.Now))
 	}
 	if p.Manual {
 		return Verdict{Action: Continue, RecheckAfter: recheck}
@@ -65,6 +79,13 @@ func CanaryVerdict(p CanaryPolicy, s CanaryState) Verdict {
 		recheck = earliest(recheck, wait)
 	}
 	return Verdict{Action: Continue, RecheckAfter: recheck}
+}
+
+// slowStart says whether a canary pod in ContainerCreating is bounded by
+// maxSlowStartDuration: only when that is set (as DataDog's: every pod
+// passes through ContainerCreating), with auto-pause on and not unpaused.
+func slowStart(p CanaryPolicy, s CanaryState) bool {
+	return p.AutoPause && !s.ManuallyUnpaused && p.MaxSlowStartDuration > 0 && !s.CreatingSince.IsZero()
 }
 
 // summarize is the highest restart count and its reason, the latest
@@ -99,7 +120,9 @@ func allReady(pods []Health, expected int) bool {
 	return true
 }
 
-// failDeadline is how long until a time-based auto-fail can trigger (0: none pending).
+// failDeadline is how long until a time-based auto-fail can trigger (0:
+// none pending). maxRestartsDuration is not one: only a new restart,
+// which updates a pod, can trigger it.
 func failDeadline(p CanaryPolicy, s CanaryState) time.Duration {
 	if !p.AutoFail {
 		return 0
@@ -107,9 +130,6 @@ func failDeadline(p CanaryPolicy, s CanaryState) time.Duration {
 	var d time.Duration
 	if p.CanaryTimeout > 0 {
 		d = earliest(d, s.Start.Add(p.CanaryTimeout).Sub(s.Now)+time.Millisecond)
-	}
-	if p.MaxRestartsDuration > 0 && !s.RestartingSince.IsZero() {
-		d = earliest(d, s.RestartingSince.Add(p.MaxRestartsDuration).Sub(s.Now)+time.Millisecond)
 	}
 	return d
 }
