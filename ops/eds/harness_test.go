@@ -186,10 +186,12 @@ func (h *harness) rolledOut(name, image string, nodes int) {
 	h.rolledOutState(name, image, nodes, v1.StateRunning)
 }
 
-// rolledOutState waits until every node runs one available pod of image in the given state.
+// rolledOutState waits until every node runs one available pod of image in
+// the given state (2 minutes: a loaded machine slows kwok's pod status, and
+// the package's tests run in parallel on one simulated cluster).
 func (h *harness) rolledOutState(name, image string, nodes int, state v1.ExtendedDaemonSetStatusState) {
 	h.t.Helper()
-	h.eventually(60*time.Second, name+" rolled out with "+image, func() (bool, string) {
+	h.eventually(2*time.Minute, name+" rolled out with "+image, func() (bool, string) {
 		e := h.get(name)
 		n := 0
 		for _, p := range h.pods(name) {
