@@ -9,13 +9,13 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/swarm/assign"
-	"slipway.dev/slipway/ops/swarm/config"
 	"slipway.dev/slipway/ops/swarm/member"
 	"slipway.dev/slipway/ops/swarm/plan"
 )
@@ -40,10 +40,11 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return 0, fmt.Errorf("read Swarm %s: %w", key, err)
 	}
 	now := time.Now()
-	in, cm, bad := c.inputs(sw, now)
+	g, bad := c.inputs(sw, now)
 	if bad != nil {
 		return 0, c.markInvalid(ctx, sw, bad)
 	}
+	in := g.in
 	d, err := plan.Decide(in)
 	var ae *assign.Error
 	if errors.As(err, &ae) {
@@ -56,14 +57,19 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		if err := c.fenceWorkers(ctx, sw.Namespace, d.Fence, d.Config.Version); err != nil {
 			return 0, err
 		}
-		if err := c.writeConfig(ctx, sw, cm, d.Config); err != nil {
+	}
+	if rec := (stored{cfg: d.Config, valid: g.spec}); d.Changed || !g.spec.equal(g.rec.valid) {
+		if err := c.writeConfig(ctx, sw, g.cm, rec); err != nil {
 			return 0, err
 		}
+	}
+	if d.Changed {
 		c.announce(sw, in, d)
 	}
+	c.degraded(sw, d)
 	// The status, which marks the workers to restart, is written first: its
 	// resourceVersion guards against acting on a stale cache twice.
-	if err := c.writeStatus(ctx, sw, in, d); err != nil {
+	if err := c.writeStatus(ctx, sw, g, d); err != nil {
 		return 0, err
 	}
 	if err := c.restart(ctx, sw, d.Restart, in.Pods); err != nil {
@@ -71,6 +77,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	c.handedOver(sw, d.Awaiting, now)
 	c.metrics.observe(sw.Name, in, d)
+	if g.bad != nil {
+		c.metrics.invalid.WithLabelValues(sw.Name).Set(1)
+	}
 	if !d.Converged || !in.Settled {
 		return recheck, nil
 	}
@@ -105,16 +114,14 @@ func (c *Controller) current(ctx context.Context, ns, name string) (*swarmv1.Swa
 }
 
 // writeConfig creates or updates the workers' ConfigMap, owned by the Swarm.
-func (c *Controller) writeConfig(ctx context.Context, sw *swarmv1.Swarm, cm *corev1.ConfigMap, cfg config.Config) error {
-	text, err := cfg.Render()
-	if err != nil {
-		return err
-	}
+func (c *Controller) writeConfig(ctx context.Context, sw *swarmv1.Swarm, cm *corev1.ConfigMap, rec stored) error {
 	api := c.kube.CoreV1().ConfigMaps(sw.Namespace)
 	if cm == nil {
 		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: configMapName(sw), Namespace: sw.Namespace}}
 		c.own(sw, cm)
-		cm.Data = map[string]string{swarmv1.ConfigMapKey: text}
+		if err := rec.fill(cm); err != nil {
+			return err
+		}
 		if _, err := api.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create the workers' ConfigMap %s: %w", cm.Name, err)
 		}
@@ -122,10 +129,9 @@ func (c *Controller) writeConfig(ctx context.Context, sw *swarmv1.Swarm, cm *cor
 	}
 	cm = cm.DeepCopy()
 	c.own(sw, cm)
-	if cm.Data == nil {
-		cm.Data = map[string]string{}
+	if err := rec.fill(cm); err != nil {
+		return err
 	}
-	cm.Data[swarmv1.ConfigMapKey] = text
 	if _, err := api.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("update the workers' ConfigMap %s: %w", cm.Name, err)
 	}
@@ -196,6 +202,17 @@ func (c *Controller) restart(ctx context.Context, sw *swarmv1.Swarm, names []str
 		c.recorder.Eventf(sw, corev1.EventTypeNormal, "WorkerRestarted", "restarted worker %s: its jobs changed", name)
 	}
 	return nil
+}
+
+// degraded records, with a Warning Event, a change of the dedicated jobs
+// left out for want of workers (the Balanced condition says it too).
+func (c *Controller) degraded(sw *swarmv1.Swarm, d plan.Decision) {
+	old := meta.FindStatusCondition(sw.Status.Conditions, swarmv1.ConditionBalanced)
+	if len(d.LeftOut) == 0 || (old != nil && old.Reason == ReasonDegraded && old.Message == degradedMessage(d)) {
+		return
+	}
+	c.recorder.Event(sw, corev1.EventTypeWarning, ReasonDegraded, degradedMessage(d))
+	c.log.Warn("degraded assignment", "swarm", sw.Name, "leftOut", len(d.LeftOut))
 }
 
 // announce records a new version: an Event and a log line.
