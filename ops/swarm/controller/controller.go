@@ -60,6 +60,7 @@ type Controller struct {
 	unsettled map[string]time.Time // Swarm key: since when its workloads are not at their desired Ready pods
 	forced    map[string]bool      // Swarm key: reassigning though unsettled, until the handover is done
 	written   map[string]string    // Swarm key: resourceVersion of this replica's last status write the cache has not shown yet
+	refused   map[string]*tooLarge // Swarm key: the config whose writes the API server refused as too large
 }
 
 // Run runs a controller until ctx ends.
@@ -78,7 +79,7 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{opts: opts, log: opts.Log.With("controller", "swarm", "namespace", opts.Namespace),
-		metrics: newMetrics(), unsettled: map[string]time.Time{}, forced: map[string]bool{}, written: map[string]string{}, members: member.NewObserver()}
+		metrics: newMetrics(), unsettled: map[string]time.Time{}, forced: map[string]bool{}, written: map[string]string{}, refused: map[string]*tooLarge{}, members: member.NewObserver()}
 	if c.elector, err = kube.NewForConfig(rest.CopyConfig(opts.Config)); err != nil {
 		return nil, fmt.Errorf("build the Lease client: %w", err)
 	}

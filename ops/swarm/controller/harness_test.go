@@ -30,8 +30,8 @@ import (
 
 // pool is a namespace with an in-process controller and the test's stand-in
 // for the worker sidecars: kwok runs the pods without running anything in
-// them, so the test reads the workers' ConfigMap and annotates each Ready
-// pod with the version of its share, as `slipway swarm worker` does. In
+// them, so the test reads each Ready pod's share annotation and annotates
+// the pod with the version of its share, as `slipway swarm worker` does. In
 // restart mode a pod applies its share once, when it starts (a change comes
 // by restart); in reload mode it applies every change.
 type pool struct {
@@ -122,19 +122,16 @@ func (p *pool) applyOnce(ctx context.Context) {
 		p.maxRestarting = max(p.maxRestarting, n)
 		p.mu.Unlock()
 	}
-	cm, err := p.kube.CoreV1().ConfigMaps(p.ns).Get(ctx, "work"+swarmv1.ConfigMapSuffix, metav1.GetOptions{})
-	if err != nil {
-		return
-	}
-	cfg, err := config.Parse(cm.Data[swarmv1.ConfigMapKey])
-	if err != nil {
-		return
-	}
 	pods, err := p.kube.CoreV1().Pods(p.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return
 	}
 	for _, pod := range pods.Items {
+		// The worker reads its pod's share annotation (a downwardAPI volume).
+		cfg, err := config.Parse(pod.Annotations[config.ShareAnnotation])
+		if err != nil {
+			continue
+		}
 		share, ok := cfg.Workloads[pod.Name]
 		if !ok || pod.DeletionTimestamp != nil || !podReady(&pod) {
 			continue
@@ -310,18 +307,19 @@ func (p *pool) readyPods() int {
 	return n
 }
 
-// config reads the workers' ConfigMap.
+// config reads the assignment the controller recorded in the workers'
+// ConfigMap.
 func (p *pool) config() (config.Config, string) {
 	p.t.Helper()
 	cm, err := p.kube.CoreV1().ConfigMaps(p.ns).Get(context.Background(), "work"+swarmv1.ConfigMapSuffix, metav1.GetOptions{})
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	cfg, err := config.Parse(cm.Data[swarmv1.ConfigMapKey])
-	if err != nil {
-		p.t.Fatal(err)
+	rec := readRecord(cm)
+	if rec.parseErr != nil {
+		p.t.Fatal(rec.parseErr)
 	}
-	return cfg, cm.ResourceVersion
+	return rec.cfg, cm.ResourceVersion
 }
 
 // podUIDs maps the pods' names to their UIDs.

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
-	"slipway.dev/slipway/ops/swarm/config"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -74,8 +73,8 @@ func (c *Controller) serveAssignments(w http.ResponseWriter, _ *http.Request) {
 			v.Converged = v.Converged || (cond.Type == swarmv1.ConditionConverged && cond.Status == "True")
 		}
 		if obj, ok, _ := c.configMaps.GetByKey(sw.Namespace + "/" + configMapName(sw)); ok {
-			if cfg, err := config.Parse(obj.(*corev1.ConfigMap).Data[swarmv1.ConfigMapKey]); err == nil {
-				v.Version, v.Assignments = cfg.Version, cfg.Assignments()
+			if rec := readRecord(obj.(*corev1.ConfigMap)); rec.parseErr == nil {
+				v.Version, v.Assignments = rec.cfg.Version, rec.cfg.Assignments()
 			}
 		}
 		out[sw.Name] = v

@@ -21,6 +21,16 @@ import (
 // leaves the last valid assignment whole.
 const LastValidKey = "last-valid.json.gz"
 
+// ConfigGzKey holds the whole config, gzip-compressed, when config.yml
+// would make the ConfigMap larger than InlineLimit; config.yml then holds a
+// stub without any share (a worker of an earlier version that still mounts
+// it drops its jobs rather than run a stale share).
+const ConfigGzKey = swarmv1.ConfigMapKey + ".gz"
+
+// InlineLimit is the most config.yml may weigh in the ConfigMap (whose
+// whole data the API server caps at 1 MiB).
+const InlineLimit = 768 << 10
+
 // validSpec is what of a Swarm's spec the assignment reads, once checked.
 type validSpec struct {
 	Jobs      []string             `json:"jobs"`
@@ -48,7 +58,15 @@ func readRecord(cm *corev1.ConfigMap) stored {
 	if cm == nil {
 		return rec
 	}
-	if cfg, err := config.Parse(cm.Data[swarmv1.ConfigMapKey]); err != nil {
+	text := cm.Data[swarmv1.ConfigMapKey]
+	if b, ok := cm.BinaryData[ConfigGzKey]; ok {
+		var err error
+		if text, err = gunzip(b); err != nil {
+			rec.parseErr = fmt.Errorf("read %s: %w", ConfigGzKey, err)
+			return rec
+		}
+	}
+	if cfg, err := config.Parse(text); err != nil {
 		rec.parseErr = err
 	} else {
 		rec.cfg = cfg
@@ -71,7 +89,18 @@ func (rec stored) fill(cm *corev1.ConfigMap) error {
 	if cm.Data == nil {
 		cm.Data = map[string]string{}
 	}
+	if cm.BinaryData == nil {
+		cm.BinaryData = map[string][]byte{}
+	}
+	delete(cm.BinaryData, ConfigGzKey)
 	cm.Data[swarmv1.ConfigMapKey] = text
+	if len(text) > InlineLimit {
+		cm.Data[swarmv1.ConfigMapKey] = fmt.Sprintf("# the assignment is in %s; each worker reads its share from its pod's %s annotation\nversion: %d\nworkloads: {}\n",
+			ConfigGzKey, config.ShareAnnotation, rec.cfg.Version)
+		if cm.BinaryData[ConfigGzKey], err = gzipBytes([]byte(text)); err != nil {
+			return fmt.Errorf("compress the workers' config: %w", err)
+		}
+	}
 	if rec.valid == nil {
 		return nil
 	}
@@ -79,17 +108,22 @@ func (rec stored) fill(cm *corev1.ConfigMap) error {
 	if err != nil {
 		return fmt.Errorf("record the last valid spec: %w", err)
 	}
-	if cm.BinaryData == nil {
-		cm.BinaryData = map[string][]byte{}
-	}
 	cm.BinaryData[LastValidKey] = b
 	return nil
 }
 
 func gzipJSON(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return gzipBytes(b)
+}
+
+func gzipBytes(b []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(v); err != nil {
+	if _, err := zw.Write(b); err != nil {
 		return nil, err
 	}
 	if err := zw.Close(); err != nil {
@@ -98,15 +132,20 @@ func gzipJSON(v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func gunzipJSON(b []byte, v any) error {
+func gunzip(b []byte) (string, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(b))
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer zr.Close()
 	data, err := io.ReadAll(zr)
+	return string(data), err
+}
+
+func gunzipJSON(b []byte, v any) error {
+	text, err := gunzip(b)
 	if err != nil {
 		return err
 	}
-	return json.Unmarshal(data, v)
+	return json.Unmarshal([]byte(text), v)
 }

@@ -58,10 +58,12 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 			return 0, err
 		}
 	}
-	if rec := (stored{cfg: d.Config, valid: g.spec}); d.Changed || !g.spec.equal(g.rec.valid) {
-		if err := c.writeConfig(ctx, sw, g.cm, rec); err != nil {
-			return 0, err
+	if err := c.write(ctx, sw, g, d); err != nil {
+		var big *tooLarge
+		if errors.As(err, &big) {
+			return 0, c.markTooLarge(ctx, sw, big)
 		}
+		return 0, err
 	}
 	if d.Changed {
 		c.announce(sw, in, d)
@@ -89,6 +91,40 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return next + 100*time.Millisecond, nil
 	}
 	return 0, nil
+}
+
+// write writes the record (the workers' ConfigMap) when it changed, then
+// each worker's share on its pod. A write the API server refuses as too
+// large is returned as a *tooLarge, and not tried again while the config
+// stays the same.
+func (c *Controller) write(ctx context.Context, sw *swarmv1.Swarm, g gathered, d plan.Decision) error {
+	key := sw.Namespace + "/" + sw.Name
+	text, err := d.Config.Render()
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	refused, again := c.refused[key]
+	c.mu.Unlock()
+	if again && refused.text == text {
+		return refused
+	}
+	err = nil
+	if d.Changed || !g.spec.equal(g.rec.valid) {
+		err = c.writeConfig(ctx, sw, g.cm, stored{cfg: d.Config, valid: g.spec})
+	}
+	if err == nil {
+		err = c.writeShares(ctx, sw, d.Config, g.in.Pods)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.refused, key)
+	if isTooLarge(err) {
+		big := &tooLarge{text: text, err: err}
+		c.refused[key] = big
+		return big
+	}
+	return err
 }
 
 // current is the Swarm from the cache, or from the API server while the

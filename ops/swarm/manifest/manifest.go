@@ -114,7 +114,7 @@ func ControllerRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"swarm.slipway.dev"}, Resources: []string{"swarms"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"swarm.slipway.dev"}, Resources: []string{"swarms/status"}, Verbs: []string{"update"}},
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "patch", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch", "create", "update"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
