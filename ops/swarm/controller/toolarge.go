@@ -59,7 +59,7 @@ func (c *Controller) markTooLarge(ctx context.Context, sw *swarmv1.Swarm, big *t
 	st.ObservedGeneration = sw.Generation
 	cond := metav1.Condition{Type: swarmv1.ConditionConverged, Status: metav1.ConditionFalse, Reason: ReasonTooLarge,
 		ObservedGeneration: sw.Generation,
-		Message: fmt.Sprintf("the API server refused the assignment as too large: %v: add workers (smaller shares) or shorten the job names", big.err)}
+		Message:            fmt.Sprintf("the API server refused the assignment as too large: %v: add workers (smaller shares) or shorten the job names", big.err)}
 	old := meta.FindStatusCondition(sw.Status.Conditions, swarmv1.ConditionConverged)
 	if old == nil || old.Reason != cond.Reason || old.Message != cond.Message {
 		c.recorder.Event(sw, corev1.EventTypeWarning, ReasonTooLarge, cond.Message)
