@@ -84,12 +84,18 @@ func newPoolWith(t *testing.T, reload, fake bool) *pool {
 // manifest's ServiceAccount, until the returned stop is called.
 func (p *pool) startController(identity string) (*Controller, func()) {
 	p.t.Helper()
+	return p.startControllerSettling(identity, 30*time.Second)
+}
+
+// startControllerSettling is startController with the settle timeout given.
+func (p *pool) startControllerSettling(identity string, settle time.Duration) (*Controller, func()) {
+	p.t.Helper()
 	var log io.Writer = io.Discard
 	if testing.Verbose() {
 		log = os.Stderr
 	}
 	c, err := New(Options{Config: p.as(env.Config, manifest.ControllerName), Namespace: p.ns, Identity: identity, HTTPAddr: "127.0.0.1:0",
-		Log: slog.New(slog.NewTextHandler(log, nil)).With("identity", identity), SettleTimeout: 30 * time.Second, LeaseDuration: 6 * time.Second})
+		Log: slog.New(slog.NewTextHandler(log, nil)).With("identity", identity), SettleTimeout: settle, LeaseDuration: 6 * time.Second})
 	if err != nil {
 		p.t.Fatal(err)
 	}

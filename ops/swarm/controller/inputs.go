@@ -160,7 +160,9 @@ func (c *Controller) lapsed(ns string, pods []plan.Pod, now time.Time) time.Dura
 
 // foreignPods are the pods that hold a share of c without being pods of the
 // selected workloads (their labels changed, say): they may still run it, so
-// their jobs are handed over like any leaving worker's.
+// their jobs are handed over like any leaving worker's. A pod Failed or
+// Succeeded (evicted, say) runs nothing any more: its containers ended, so
+// it counts as gone and its jobs move at once.
 func (c *Controller) foreignPods(ns string, pods []plan.Pod, cfg config.Config) []plan.Pod {
 	seen := make(map[string]bool, len(pods))
 	for _, p := range pods {
@@ -171,7 +173,7 @@ func (c *Controller) foreignPods(ns string, pods []plan.Pod, cfg config.Config) 
 		if seen[name] {
 			continue
 		}
-		if obj, ok, _ := c.pods.GetByKey(ns + "/" + name); ok {
+		if obj, ok, _ := c.pods.GetByKey(ns + "/" + name); ok && !terminated(obj.(*corev1.Pod)) {
 			p := toPlanPod(obj.(*corev1.Pod))
 			p.Foreign, p.Ready = true, false
 			out = append(out, p)
@@ -266,8 +268,7 @@ func (c *Controller) workerPods(wls []workload) (pods []plan.Pod, settled, stabl
 		var total, ready int32
 		for _, o := range c.inNamespace(c.pods, c.opts.Namespace) {
 			p := o.(*corev1.Pod)
-			if !wl.selector.Matches(labels.Set(p.Labels)) || !wl.owns(p) ||
-				p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			if !wl.selector.Matches(labels.Set(p.Labels)) || !wl.owns(p) || terminated(p) {
 				continue
 			}
 			pp := toPlanPod(p)
@@ -283,6 +284,11 @@ func (c *Controller) workerPods(wls []workload) (pods []plan.Pod, settled, stabl
 		settled = settled && total == wl.replicas && ready == wl.replicas
 	}
 	return pods, settled, stable
+}
+
+// terminated tells whether every container of p ended for good.
+func terminated(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
 }
 
 func toPlanPod(p *corev1.Pod) plan.Pod {
