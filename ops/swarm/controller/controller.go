@@ -85,6 +85,11 @@ func New(opts Options) (*Controller, error) {
 	}
 	fenced := rest.CopyConfig(opts.Config)
 	fenced.Wrap(c.tenure.WrapTransport)
+	if fenced.QPS == 0 && fenced.RateLimiter == nil {
+		// A share per worker: a full reassignment of 1,000 workers is 1,000
+		// pod patches, over 3 minutes at client-go's default 5/s.
+		fenced.QPS, fenced.Burst = 50, 100
+	}
 	if c.kube, err = kube.NewForConfig(fenced); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}
