@@ -42,6 +42,8 @@ type pool struct {
 	ctrl     *Controller
 	stopCtrl func()
 	reload   bool
+	// stall is the controllers' StallAfter (0: the default).
+	stall time.Duration
 	// maxRestarting is the most workers the status showed Restarting at once.
 	maxRestarting int
 
@@ -95,7 +97,7 @@ func (p *pool) startControllerSettling(identity string, settle time.Duration) (*
 		log = os.Stderr
 	}
 	c, err := New(Options{Config: p.as(env.Config, manifest.ControllerName), Namespace: p.ns, Identity: identity, HTTPAddr: "127.0.0.1:0",
-		Log: slog.New(slog.NewTextHandler(log, nil)).With("identity", identity), SettleTimeout: settle, LeaseDuration: 6 * time.Second})
+		Log: slog.New(slog.NewTextHandler(log, nil)).With("identity", identity), SettleTimeout: settle, LeaseDuration: 6 * time.Second, StallAfter: p.stall})
 	if err != nil {
 		p.t.Fatal(err)
 	}

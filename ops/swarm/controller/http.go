@@ -27,7 +27,7 @@ type View struct {
 }
 
 // serveHTTP listens on HTTPAddr and serves /assignments (JSON, keyed by
-// Swarm name), /metrics and /healthz until ctx ends.
+// Swarm name), /metrics, /healthz and /readyz until ctx ends.
 func (c *Controller) serveHTTP(ctx context.Context) error {
 	ln, err := net.Listen("tcp", c.opts.HTTPAddr)
 	if err != nil {
@@ -36,13 +36,7 @@ func (c *Controller) serveHTTP(ctx context.Context) error {
 	c.addr.Store(ln.Addr().String())
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(c.metrics.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !c.synced.Load() {
-			http.Error(w, "caches not filled yet", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
+	c.probe.Install(mux) // /healthz: the work loop turns; /readyz: the caches are filled
 	mux.HandleFunc("/assignments", c.serveAssignments)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -56,7 +50,7 @@ func (c *Controller) serveHTTP(ctx context.Context) error {
 			c.log.Error("HTTP server stopped", "err", err)
 		}
 	}()
-	c.log.Info("serving /assignments, /metrics and /healthz", "addr", ln.Addr().String())
+	c.log.Info("serving /assignments, /metrics, /healthz and /readyz", "addr", ln.Addr().String())
 	return nil
 }
 
