@@ -30,7 +30,7 @@ Examples:
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "namespace", Usage: "namespace of the Swarms, their workers and the Lease", EnvVars: envs("NAMESPACE"), Required: true},
 			&cli.StringFlag{Name: "identity", Usage: "this replica's name in the Lease (default: host name)", EnvVars: envs("IDENTITY")},
-			&cli.StringFlag{Name: "http", Value: swarmDefaults.HTTPAddr, Usage: "serve /assignments, /metrics and /healthz here (\"\" = off)", EnvVars: envs("SWARM_HTTP")},
+			&cli.StringFlag{Name: "http", Value: swarmDefaults.HTTPAddr, Usage: "serve /assignments, /metrics, /healthz and /readyz here (\"\" = off)", EnvVars: envs("SWARM_HTTP")},
 			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster config)", EnvVars: []string{"KUBECONFIG", "SLIPWAY_KUBECONFIG"}},
 			&cli.DurationFlag{Name: "lease-duration", Value: swarmDefaults.LeaseDuration, Usage: "how long a dead leader keeps the Lease", EnvVars: envs("LEASE_DURATION")},
 			&cli.DurationFlag{Name: "settle-timeout", Value: swarmDefaults.SettleTimeout, Usage: "longest wait for a workload to reach its desired Ready pods before reassigning anyway", EnvVars: envs("SETTLE_TIMEOUT")},

@@ -225,3 +225,44 @@ func TestPropertiesLarge(t *testing.T) {
 		jobs, workers, prev = in.Jobs, in.Workers, res.Assignments
 	}
 }
+
+// TestFit: too few workers for the dedicated jobs place the most jobs that
+// fit instead of refusing; the dedicated jobs already running stay.
+func TestFit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   Input
+		out  []string // left out
+	}{
+		{"enough workers", Input{Jobs: []string{"a", "b", "c"}, Workers: []string{"w", "v"}, Dedicated: []string{"a"}}, nil},
+		{"only dedicated jobs, as many as workers", Input{Jobs: []string{"a", "b"}, Workers: []string{"w", "v"}, Dedicated: []string{"a", "b"}}, nil},
+		{"a worker kept for the others", Input{Jobs: []string{"a", "b", "c"}, Workers: []string{"w", "v"}, Dedicated: []string{"a", "b"}}, []string{"b"}},
+		{"the running one stays", Input{Jobs: []string{"a", "b", "c"}, Workers: []string{"w", "v"}, Dedicated: []string{"a", "b"},
+			Previous: map[string][]string{"v": {"b"}, "gone": {"a"}}}, []string{"a"}},
+		{"one worker: the others run", Input{Jobs: []string{"a", "b", "c"}, Workers: []string{"w"}, Dedicated: []string{"a", "b"}}, []string{"a", "b"}},
+		{"no worker", Input{Jobs: []string{"a"}, Dedicated: []string{"a"}}, []string{"a"}},
+		{"more dedicated than workers", Input{Jobs: []string{"a", "b", "c"}, Workers: []string{"w", "v"}, Dedicated: []string{"a", "b", "c"}}, []string{"c"}},
+		{"bad input is left to Assign", Input{Jobs: []string{"a", "a"}, Workers: []string{"w"}, Dedicated: []string{"a"}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fit, out := Fit(tc.in)
+			if !slices.Equal(out, tc.out) {
+				t.Fatalf("left out %v, want %v", out, tc.out)
+			}
+			if tc.out == nil {
+				return
+			}
+			res, err := Assign(fit)
+			if err != nil {
+				t.Fatalf("the fitted input is refused: %v", err)
+			}
+			placed := 0
+			for _, js := range res.Assignments {
+				placed += len(js)
+			}
+			if placed != len(tc.in.Jobs)-len(tc.out) {
+				t.Errorf("placed %d jobs, want %d", placed, len(tc.in.Jobs)-len(tc.out))
+			}
+		})
+	}
+}

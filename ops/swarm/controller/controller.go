@@ -26,6 +26,7 @@ import (
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
 	swarmclient "slipway.dev/slipway/ops/generated/swarm/clientset/versioned/typed/swarm.slipway.dev/v1alpha1"
 	swarmlisters "slipway.dev/slipway/ops/generated/swarm/listers/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/health"
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/lease"
 	"slipway.dev/slipway/ops/swarm/member"
@@ -50,7 +51,11 @@ type Controller struct {
 	metrics  *metrics
 	leading  atomic.Bool
 	synced   atomic.Bool
-	addr     atomic.Value // the HTTP server's address, once listening
+	// probe serves /healthz (the work loop turns) and /readyz (caches
+	// filled); beat marks a turn of the work loop.
+	probe *health.Probe
+	beat  func()
+	addr  atomic.Value // the HTTP server's address, once listening
 
 	configMaps, statefulSets, deployments, leases cache.Indexer
 	// members judges the workers' Leases on this replica's clock.
@@ -60,6 +65,7 @@ type Controller struct {
 	unsettled map[string]time.Time // Swarm key: since when its workloads are not at their desired Ready pods
 	forced    map[string]bool      // Swarm key: reassigning though unsettled, until the handover is done
 	written   map[string]string    // Swarm key: resourceVersion of this replica's last status write the cache has not shown yet
+	refused   map[string]*tooLarge // Swarm key: the config whose writes the API server refused as too large
 }
 
 // Run runs a controller until ctx ends.
@@ -77,13 +83,20 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{opts: opts, log: opts.Log.With("controller", "swarm", "namespace", opts.Namespace),
-		metrics: newMetrics(), unsettled: map[string]time.Time{}, forced: map[string]bool{}, written: map[string]string{}, members: member.NewObserver()}
+	c := &Controller{opts: opts, log: opts.Log.With("controller", "swarm", "namespace", opts.Namespace), probe: health.New(),
+		metrics: newMetrics(), unsettled: map[string]time.Time{}, forced: map[string]bool{}, written: map[string]string{}, refused: map[string]*tooLarge{}, members: member.NewObserver()}
+	c.beat = c.probe.Loop("work", opts.StallAfter)
+	c.probe.ReadyWhen("caches", c.synced.Load)
 	if c.elector, err = kube.NewForConfig(rest.CopyConfig(opts.Config)); err != nil {
 		return nil, fmt.Errorf("build the Lease client: %w", err)
 	}
 	fenced := rest.CopyConfig(opts.Config)
 	fenced.Wrap(c.tenure.WrapTransport)
+	if fenced.QPS == 0 && fenced.RateLimiter == nil {
+		// A share per worker: a full reassignment of 1,000 workers is 1,000
+		// pod patches, over 3 minutes at client-go's default 5/s.
+		fenced.QPS, fenced.Burst = 50, 100
+	}
 	if c.kube, err = kube.NewForConfig(fenced); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}
@@ -118,9 +131,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	c.log.Info("swarm controller started", "identity", c.opts.Identity)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); c.elect(ctx) }()
 	go func() { defer wg.Done(); c.work(ctx) }()
+	go func() { defer wg.Done(); c.tick(ctx) }()
 	<-ctx.Done()
 	c.queue.ShutDown()
 	wg.Wait()
@@ -150,13 +164,37 @@ func (c *Controller) elect(ctx context.Context) {
 	}
 }
 
+// tickKey is queued every few seconds so that the work loop turns, and
+// beats, when it has nothing to do: a loop wedged in a sync misses it.
+const tickKey = "\x00tick"
+
+// tick queues tickKey until ctx ends.
+func (c *Controller) tick(ctx context.Context) {
+	every := max(c.opts.StallAfter/6, 100*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.queue.Add(tickKey)
+		}
+	}
+}
+
 // work syncs queued Swarms while leading; keys queued meanwhile are
-// dropped (taking the Lease queues them all again).
+// dropped (taking the Lease queues them all again). Each turn beats.
 func (c *Controller) work(ctx context.Context) {
 	for {
 		key, shutdown := c.queue.Get()
 		if shutdown {
 			return
+		}
+		c.beat()
+		if key == tickKey {
+			c.queue.Done(key)
+			continue
 		}
 		if !c.leading.Load() {
 			c.queue.Forget(key)

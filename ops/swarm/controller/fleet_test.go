@@ -23,6 +23,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/swarm/config"
 	"slipway.dev/slipway/ops/swarm/manifest"
 	"slipway.dev/slipway/ops/testenv"
 )
@@ -63,7 +64,7 @@ func slipwayBinary(t *testing.T) string {
 }
 
 // fleet plays the kubelet for the worker pods kwok runs: for each scheduled
-// pod it mounts the workers' ConfigMap in a directory of its own (updated
+// pod it mounts the pod's share annotation in a directory of its own (updated
 // through a ..data symlink swap, each pod after a lag of its own, as kubelet
 // volume syncs are), starts a real `slipway swarm worker` process with the
 // pod's own bound token, and, once the pod is being deleted, stops the
@@ -75,9 +76,9 @@ type fleet struct {
 	once bool
 	dir  string
 
-	config atomic.Pointer[string] // the ConfigMap's config.yml, as the API server has it
 	mu     sync.Mutex
 	procs  map[types.UID]*proc
+	shares map[types.UID]string // each pod's share annotation, as the API server has it
 	wg     sync.WaitGroup
 }
 
@@ -95,7 +96,7 @@ type proc struct {
 
 func newFleet(t *testing.T, p *pool, once bool) *fleet {
 	f := &fleet{t: t, p: p, bin: slipwayBinary(t), once: once, dir: t.TempDir(),
-		procs: map[types.UID]*proc{}}
+		procs: map[types.UID]*proc{}, shares: map[types.UID]string{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.wg.Add(1)
 	go func() { defer f.wg.Done(); f.run(ctx) }()
@@ -131,13 +132,9 @@ func (f *fleet) run(ctx context.Context) {
 	}
 }
 
-// syncPods reads the ConfigMap and the pods, starts the workers of new
-// scheduled pods and stops those of pods being deleted.
+// syncPods reads the pods (and their share annotations), starts the
+// workers of new scheduled pods and stops those of pods being deleted.
 func (f *fleet) syncPods(ctx context.Context) {
-	if cm, err := f.p.kube.CoreV1().ConfigMaps(f.p.ns).Get(ctx, "work"+swarmv1.ConfigMapSuffix, metav1.GetOptions{}); err == nil {
-		text := cm.Data[swarmv1.ConfigMapKey]
-		f.config.Store(&text)
-	}
 	pods, err := f.p.kube.CoreV1().Pods(f.p.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return
@@ -145,6 +142,7 @@ func (f *fleet) syncPods(ctx context.Context) {
 	for _, pod := range pods.Items {
 		f.mu.Lock()
 		pr := f.procs[pod.UID]
+		f.shares[pod.UID] = pod.Annotations[config.ShareAnnotation]
 		f.mu.Unlock()
 		switch {
 		case pod.DeletionTimestamp != nil && pr != nil && !pr.stopping.Swap(true):
@@ -175,10 +173,8 @@ func (f *fleet) start(ctx context.Context, name string, uid types.UID) (*proc, e
 	if err := os.MkdirAll(pr.mount, 0o755); err != nil {
 		return nil, err
 	}
-	if text := f.config.Load(); text != nil {
-		if err := mountText(pr.mount, *text); err != nil {
-			return nil, err
-		}
+	if err := mountText(pr.mount, f.share(uid)); err != nil {
+		return nil, err
 	}
 	cfg, err := testenv.PodToken(ctx, env.Config, f.p.ns, name)
 	if err != nil {
@@ -220,9 +216,17 @@ func volumeLag(pod string) time.Duration {
 	return 300*time.Millisecond + time.Duration(4-n%5)*500*time.Millisecond
 }
 
-// kubelet updates the pod's mount with the ConfigMap, lag after each look.
+// share is the pod's share annotation, as the API server has it.
+func (f *fleet) share(uid types.UID) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.shares[uid]
+}
+
+// kubelet updates the pod's mount with its share annotation (as the
+// downwardAPI volume is), lag after each look.
 func (f *fleet) kubelet(ctx context.Context, pr *proc) {
-	last := ""
+	last := f.share(pr.uid)
 	for ctx.Err() == nil && !pr.stopping.Load() {
 		select {
 		case <-ctx.Done():
@@ -232,9 +236,9 @@ func (f *fleet) kubelet(ctx context.Context, pr *proc) {
 		if pr.link.cut.Load() {
 			continue // the node is cut off: its kubelet cannot sync the volume either
 		}
-		if text := f.config.Load(); text != nil && *text != last {
-			if err := mountText(pr.mount, *text); err == nil {
-				last = *text
+		if text := f.share(pr.uid); text != last {
+			if err := mountText(pr.mount, text); err == nil {
+				last = text
 			}
 		}
 	}

@@ -30,8 +30,8 @@ import (
 
 // pool is a namespace with an in-process controller and the test's stand-in
 // for the worker sidecars: kwok runs the pods without running anything in
-// them, so the test reads the workers' ConfigMap and annotates each Ready
-// pod with the version of its share, as `slipway swarm worker` does. In
+// them, so the test reads each Ready pod's share annotation and annotates
+// the pod with the version of its share, as `slipway swarm worker` does. In
 // restart mode a pod applies its share once, when it starts (a change comes
 // by restart); in reload mode it applies every change.
 type pool struct {
@@ -42,6 +42,8 @@ type pool struct {
 	ctrl     *Controller
 	stopCtrl func()
 	reload   bool
+	// stall is the controllers' StallAfter (0: the default).
+	stall time.Duration
 	// maxRestarting is the most workers the status showed Restarting at once.
 	maxRestarting int
 
@@ -84,12 +86,18 @@ func newPoolWith(t *testing.T, reload, fake bool) *pool {
 // manifest's ServiceAccount, until the returned stop is called.
 func (p *pool) startController(identity string) (*Controller, func()) {
 	p.t.Helper()
+	return p.startControllerSettling(identity, 30*time.Second)
+}
+
+// startControllerSettling is startController with the settle timeout given.
+func (p *pool) startControllerSettling(identity string, settle time.Duration) (*Controller, func()) {
+	p.t.Helper()
 	var log io.Writer = io.Discard
 	if testing.Verbose() {
 		log = os.Stderr
 	}
 	c, err := New(Options{Config: p.as(env.Config, manifest.ControllerName), Namespace: p.ns, Identity: identity, HTTPAddr: "127.0.0.1:0",
-		Log: slog.New(slog.NewTextHandler(log, nil)).With("identity", identity), SettleTimeout: 30 * time.Second, LeaseDuration: 6 * time.Second})
+		Log: slog.New(slog.NewTextHandler(log, nil)).With("identity", identity), SettleTimeout: settle, LeaseDuration: 6 * time.Second, StallAfter: p.stall})
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -122,19 +130,16 @@ func (p *pool) applyOnce(ctx context.Context) {
 		p.maxRestarting = max(p.maxRestarting, n)
 		p.mu.Unlock()
 	}
-	cm, err := p.kube.CoreV1().ConfigMaps(p.ns).Get(ctx, "work"+swarmv1.ConfigMapSuffix, metav1.GetOptions{})
-	if err != nil {
-		return
-	}
-	cfg, err := config.Parse(cm.Data[swarmv1.ConfigMapKey])
-	if err != nil {
-		return
-	}
 	pods, err := p.kube.CoreV1().Pods(p.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return
 	}
 	for _, pod := range pods.Items {
+		// The worker reads its pod's share annotation (a downwardAPI volume).
+		cfg, err := config.Parse(pod.Annotations[config.ShareAnnotation])
+		if err != nil {
+			continue
+		}
 		share, ok := cfg.Workloads[pod.Name]
 		if !ok || pod.DeletionTimestamp != nil || !podReady(&pod) {
 			continue
@@ -310,18 +315,19 @@ func (p *pool) readyPods() int {
 	return n
 }
 
-// config reads the workers' ConfigMap.
+// config reads the assignment the controller recorded in the workers'
+// ConfigMap.
 func (p *pool) config() (config.Config, string) {
 	p.t.Helper()
 	cm, err := p.kube.CoreV1().ConfigMaps(p.ns).Get(context.Background(), "work"+swarmv1.ConfigMapSuffix, metav1.GetOptions{})
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	cfg, err := config.Parse(cm.Data[swarmv1.ConfigMapKey])
-	if err != nil {
-		p.t.Fatal(err)
+	rec := readRecord(cm)
+	if rec.parseErr != nil {
+		p.t.Fatal(rec.parseErr)
 	}
-	return cfg, cm.ResourceVersion
+	return rec.cfg, cm.ResourceVersion
 }
 
 // podUIDs maps the pods' names to their UIDs.

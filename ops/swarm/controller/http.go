@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
-	"slipway.dev/slipway/ops/swarm/config"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -28,7 +27,7 @@ type View struct {
 }
 
 // serveHTTP listens on HTTPAddr and serves /assignments (JSON, keyed by
-// Swarm name), /metrics and /healthz until ctx ends.
+// Swarm name), /metrics, /healthz and /readyz until ctx ends.
 func (c *Controller) serveHTTP(ctx context.Context) error {
 	ln, err := net.Listen("tcp", c.opts.HTTPAddr)
 	if err != nil {
@@ -37,13 +36,7 @@ func (c *Controller) serveHTTP(ctx context.Context) error {
 	c.addr.Store(ln.Addr().String())
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(c.metrics.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !c.synced.Load() {
-			http.Error(w, "caches not filled yet", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
+	c.probe.Install(mux) // /healthz: the work loop turns; /readyz: the caches are filled
 	mux.HandleFunc("/assignments", c.serveAssignments)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -57,7 +50,7 @@ func (c *Controller) serveHTTP(ctx context.Context) error {
 			c.log.Error("HTTP server stopped", "err", err)
 		}
 	}()
-	c.log.Info("serving /assignments, /metrics and /healthz", "addr", ln.Addr().String())
+	c.log.Info("serving /assignments, /metrics, /healthz and /readyz", "addr", ln.Addr().String())
 	return nil
 }
 
@@ -74,8 +67,8 @@ func (c *Controller) serveAssignments(w http.ResponseWriter, _ *http.Request) {
 			v.Converged = v.Converged || (cond.Type == swarmv1.ConditionConverged && cond.Status == "True")
 		}
 		if obj, ok, _ := c.configMaps.GetByKey(sw.Namespace + "/" + configMapName(sw)); ok {
-			if cfg, err := config.Parse(obj.(*corev1.ConfigMap).Data[swarmv1.ConfigMapKey]); err == nil {
-				v.Version, v.Assignments = cfg.Version, cfg.Assignments()
+			if rec := readRecord(obj.(*corev1.ConfigMap)); rec.parseErr == nil {
+				v.Version, v.Assignments = rec.cfg.Version, rec.cfg.Assignments()
 			}
 		}
 		out[sw.Name] = v

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/swarm/assign"
 	"slipway.dev/slipway/ops/swarm/config"
 	"slipway.dev/slipway/ops/swarm/member"
 	"slipway.dev/slipway/ops/swarm/plan"
@@ -61,43 +63,74 @@ func (w workload) owns(pod *corev1.Pod) bool {
 	return ref.Kind == "ReplicaSet" && strings.HasPrefix(ref.Name, w.name+"-")
 }
 
-// inputs gathers a Swarm's decision input from the caches.
-func (c *Controller) inputs(sw *swarmv1.Swarm, now time.Time) (plan.Input, *corev1.ConfigMap, *invalid) {
-	in := plan.Input{Status: sw.Status, Refresh: sw.Spec.Refresh, MaxUnavailable: int(sw.Spec.MaxUnavailable),
-		RestartTimeout: c.opts.RestartTimeout, Now: now, Dedicated: sw.Spec.Dedicated}
+// gathered is a Swarm's decision input and what it was read from.
+type gathered struct {
+	in  plan.Input
+	cm  *corev1.ConfigMap
+	rec stored
+	// spec is the spec acted on: the Swarm's own, or while that is
+	// invalid (bad says why) the last valid one.
+	spec *validSpec
+	bad  *invalid
+}
+
+// inputs gathers a Swarm's decision input from the caches. An invalid spec
+// is acted on as the last valid one recorded (g.bad says why), so a handover
+// in flight completes; only with none recorded, or a ConfigMap the Swarm
+// cannot own, is the invalid returned, and nothing moves.
+func (c *Controller) inputs(sw *swarmv1.Swarm, now time.Time) (gathered, *invalid) {
+	g := gathered{in: plan.Input{Status: sw.Status, Refresh: sw.Spec.Refresh, MaxUnavailable: int(sw.Spec.MaxUnavailable),
+		RestartTimeout: c.opts.RestartTimeout, Now: now}}
+	in := &g.in
 	if in.Refresh == "" {
 		in.Refresh = swarmv1.RefreshRestart
 	}
 	if in.MaxUnavailable < 1 {
 		in.MaxUnavailable = swarmv1.DefaultMaxUnavailable
 	}
-	jobs, bad := c.jobs(sw)
-	if bad != nil {
-		return in, nil, bad
-	}
-	in.Jobs = jobs
-	wls, bad := c.workloads(sw)
-	if bad != nil {
-		return in, nil, bad
-	}
-	in.Pods, in.Settled, in.StableNames = c.workerPods(wls)
-	in.Settled = c.settled(sw, in.Settled, now)
 	cm, bad := c.workersConfigMap(sw)
 	if bad != nil {
-		return in, nil, bad
+		return g, bad
 	}
-	in.Previous = config.Config{Workloads: map[string]config.Workload{}}
-	if cm != nil {
-		prev, err := config.Parse(cm.Data[swarmv1.ConfigMapKey])
-		if err != nil {
-			c.recorder.Eventf(sw, corev1.EventTypeWarning, "ConfigRebuilt", "%v: rebuilding it from the job list", err)
-		} else {
-			in.Previous = prev
+	g.cm, g.rec = cm, readRecord(cm)
+	if g.rec.parseErr != nil {
+		c.recorder.Eventf(sw, corev1.EventTypeWarning, "ConfigRebuilt", "%v: rebuilding it from the job list", g.rec.parseErr)
+	}
+	spec, wls, bad := c.specOf(sw)
+	if bad != nil {
+		if g.rec.valid == nil {
+			return g, bad
+		}
+		g.bad, spec = bad, g.rec.valid
+		if wls, bad = c.workloads(sw.Namespace, spec.Workers); bad != nil {
+			return g, g.bad
 		}
 	}
+	g.spec, in.Jobs, in.Dedicated = spec, spec.Jobs, spec.Dedicated
+	in.Pods, in.Settled, in.StableNames = c.workerPods(wls)
+	in.Settled = c.settled(sw, in.Settled, now)
+	in.Previous = g.rec.cfg
 	in.Pods = append(in.Pods, c.foreignPods(sw.Namespace, in.Pods, in.Previous)...)
 	c.lapsed(sw.Namespace, in.Pods, now)
-	return in, cm, nil
+	return g, nil
+}
+
+// specOf checks the Swarm's own spec: its job list, dedicated jobs and
+// workloads.
+func (c *Controller) specOf(sw *swarmv1.Swarm) (*validSpec, []workload, *invalid) {
+	jobs, bad := c.jobs(sw)
+	if bad != nil {
+		return nil, nil, bad
+	}
+	wls, bad := c.workloads(sw.Namespace, sw.Spec.Workers)
+	if bad != nil {
+		return nil, nil, bad
+	}
+	var ae *assign.Error
+	if err := assign.Check(jobs, sw.Spec.Dedicated); errors.As(err, &ae) {
+		return nil, nil, &invalid{reason: ae.Reason, message: ae.Message}
+	}
+	return &validSpec{Jobs: jobs, Dedicated: sw.Spec.Dedicated, Workers: sw.Spec.Workers}, wls, nil
 }
 
 // lapsed marks the pods whose worker's Lease lapsed, and returns how soon
@@ -127,7 +160,9 @@ func (c *Controller) lapsed(ns string, pods []plan.Pod, now time.Time) time.Dura
 
 // foreignPods are the pods that hold a share of c without being pods of the
 // selected workloads (their labels changed, say): they may still run it, so
-// their jobs are handed over like any leaving worker's.
+// their jobs are handed over like any leaving worker's. A pod Failed or
+// Succeeded (evicted, say) runs nothing any more: its containers ended, so
+// it counts as gone and its jobs move at once.
 func (c *Controller) foreignPods(ns string, pods []plan.Pod, cfg config.Config) []plan.Pod {
 	seen := make(map[string]bool, len(pods))
 	for _, p := range pods {
@@ -138,7 +173,7 @@ func (c *Controller) foreignPods(ns string, pods []plan.Pod, cfg config.Config) 
 		if seen[name] {
 			continue
 		}
-		if obj, ok, _ := c.pods.GetByKey(ns + "/" + name); ok {
+		if obj, ok, _ := c.pods.GetByKey(ns + "/" + name); ok && !terminated(obj.(*corev1.Pod)) {
 			p := toPlanPod(obj.(*corev1.Pod))
 			p.Foreign, p.Ready = true, false
 			out = append(out, p)
@@ -176,8 +211,8 @@ func (c *Controller) jobs(sw *swarmv1.Swarm) ([]string, *invalid) {
 }
 
 // workloads are the StatefulSets and Deployments spec.workers selects.
-func (c *Controller) workloads(sw *swarmv1.Swarm) ([]workload, *invalid) {
-	sel, err := metav1.LabelSelectorAsSelector(&sw.Spec.Workers)
+func (c *Controller) workloads(ns string, workers metav1.LabelSelector) ([]workload, *invalid) {
+	sel, err := metav1.LabelSelectorAsSelector(&workers)
 	if err != nil {
 		return nil, invalidf(ReasonBadSelector, "spec.workers: %v", err)
 	}
@@ -200,16 +235,16 @@ func (c *Controller) workloads(sw *swarmv1.Swarm) ([]workload, *invalid) {
 		}
 		out = append(out, workload{selector: ps, replicas: n, stable: stable, name: meta.Name, uid: meta.UID})
 	}
-	for _, o := range c.inNamespace(c.statefulSets, sw.Namespace) {
+	for _, o := range c.inNamespace(c.statefulSets, ns) {
 		s := o.(*appsv1.StatefulSet)
 		add(s.ObjectMeta, s.Spec.Selector, s.Spec.Replicas, true)
 	}
-	for _, o := range c.inNamespace(c.deployments, sw.Namespace) {
+	for _, o := range c.inNamespace(c.deployments, ns) {
 		d := o.(*appsv1.Deployment)
 		add(d.ObjectMeta, d.Spec.Selector, d.Spec.Replicas, false)
 	}
 	if len(out) == 0 {
-		return nil, invalidf(ReasonNoWorkload, "spec.workers (%s) matches no StatefulSet or Deployment in namespace %s: label the workers' workload or fix the selector", sel, sw.Namespace)
+		return nil, invalidf(ReasonNoWorkload, "spec.workers (%s) matches no StatefulSet or Deployment in namespace %s: label the workers' workload or fix the selector", sel, ns)
 	}
 	return out, nil
 }
@@ -233,8 +268,7 @@ func (c *Controller) workerPods(wls []workload) (pods []plan.Pod, settled, stabl
 		var total, ready int32
 		for _, o := range c.inNamespace(c.pods, c.opts.Namespace) {
 			p := o.(*corev1.Pod)
-			if !wl.selector.Matches(labels.Set(p.Labels)) || !wl.owns(p) ||
-				p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			if !wl.selector.Matches(labels.Set(p.Labels)) || !wl.owns(p) || terminated(p) {
 				continue
 			}
 			pp := toPlanPod(p)
@@ -250,6 +284,11 @@ func (c *Controller) workerPods(wls []workload) (pods []plan.Pod, settled, stabl
 		settled = settled && total == wl.replicas && ready == wl.replicas
 	}
 	return pods, settled, stable
+}
+
+// terminated tells whether every container of p ended for good.
+func terminated(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
 }
 
 func toPlanPod(p *corev1.Pod) plan.Pod {

@@ -18,7 +18,7 @@ type Options struct {
 	Namespace string
 	// Identity is this replica's name in the Lease (default: the host name).
 	Identity string
-	// HTTPAddr serves /assignments, /metrics and /healthz ("" = off).
+	// HTTPAddr serves /assignments, /metrics, /healthz and /readyz ("" = off).
 	HTTPAddr string
 	// LeaseName is the Lease the replicas compete for.
 	LeaseName string
@@ -32,14 +32,18 @@ type Options struct {
 	// RestartTimeout is how long a restarted worker keeps its share while
 	// its pod is away.
 	RestartTimeout time.Duration
-	Log            *slog.Logger
+	// StallAfter is how long the work loop may go without a turn before
+	// /healthz fails (the loop turns at least every few seconds, idle or
+	// not, leader or not).
+	StallAfter time.Duration
+	Log        *slog.Logger
 }
 
 // Defaults are the options' defaults.
 func Defaults() Options {
 	return Options{
 		LeaseName: "slipway-swarm-controller", LeaseDuration: 15 * time.Second, Resync: 5 * time.Minute,
-		SettleTimeout: time.Minute, RestartTimeout: 5 * time.Minute, HTTPAddr: ":9480",
+		SettleTimeout: time.Minute, RestartTimeout: 5 * time.Minute, HTTPAddr: ":9480", StallAfter: 3 * time.Minute,
 	}
 }
 
@@ -63,7 +67,7 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	for _, f := range []struct{ v, d *time.Duration }{
 		{&o.LeaseDuration, &d.LeaseDuration}, {&o.Resync, &d.Resync},
-		{&o.SettleTimeout, &d.SettleTimeout}, {&o.RestartTimeout, &d.RestartTimeout},
+		{&o.SettleTimeout, &d.SettleTimeout}, {&o.RestartTimeout, &d.RestartTimeout}, {&o.StallAfter, &d.StallAfter},
 	} {
 		if *f.v <= 0 {
 			*f.v = *f.d

@@ -2,9 +2,11 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,4 +69,63 @@ func TestUnownedPodIsNoWorker(t *testing.T) {
 
 func (p *pool) jobsEdited(jobs []string) {
 	p.editSwarm(func(s *swarmv1.SwarmSpec) { s.Jobs = jobs })
+}
+
+// TestEvictedPodIsNoWorker: a Deployment's pod evicted (phase Failed, as
+// the kubelet leaves it) stays in the API until collected, and its
+// ReplicaSet starts a replacement. The evicted pod is no worker and does not
+// count toward the pool: the pool settles at once on its three pods and the
+// evicted pod's jobs move to the replacement, with a settle timeout far
+// longer than the test (counting it, the pool would never settle).
+func TestEvictedPodIsNoWorker(t *testing.T) {
+	p := newPool(t, true)
+	p.stopCtrl()
+	p.ctrl, p.stopCtrl = p.startControllerSettling("patient", time.Hour)
+	labels := map[string]string{"app": "dep-worker"}
+	three := int32(3)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: p.ns, Labels: map[string]string{"swarm": "work"}},
+		Spec:       appsv1.DeploymentSpec{Replicas: &three, Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: podTemplate(labels)},
+	}
+	if _, err := p.kube.AppsV1().Deployments(p.ns).Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	jobs := jobNames(0, 9)
+	p.createSwarm(swarmv1.SwarmSpec{Jobs: jobs, Refresh: swarmv1.RefreshReload})
+	p.converged(3)
+	before, _ := p.config()
+	var victim string
+	for w := range before.Workloads {
+		victim = w
+	}
+	pod, err := p.kube.CoreV1().Pods(p.ns).Get(context.Background(), victim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Phase, pod.Status.Reason, pod.Status.Message = corev1.PodFailed, "Evicted", "The node was low on resource: memory."
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.PodReady {
+			pod.Status.Conditions[i].Status = corev1.ConditionFalse
+		}
+	}
+	if _, err := p.kube.CoreV1().Pods(p.ns).UpdateStatus(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor("the evicted pod's jobs on its replacement", func(sw *swarmv1.Swarm) bool {
+		cfg, _ := p.config()
+		_, old := cfg.Workloads[victim]
+		return !old && len(cfg.Workloads) == 3 && sw.Status.Unassigned == 0 &&
+			meta.IsStatusConditionTrue(sw.Status.Conditions, swarmv1.ConditionConverged)
+	})
+	cfg, _ := p.config()
+	var all []string
+	for _, share := range cfg.Workloads {
+		all = append(all, share.Jobs...)
+	}
+	if slices.Sort(all); !slices.Equal(all, jobs) {
+		t.Errorf("jobs assigned %v, want each of %v once", all, jobs)
+	}
+	if pod, err := p.kube.CoreV1().Pods(p.ns).Get(context.Background(), victim, metav1.GetOptions{}); err != nil || pod.Status.Phase != corev1.PodFailed {
+		t.Errorf("the evicted pod should still exist, Failed: %v %v", err, pod.Status.Phase)
+	}
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -14,7 +15,8 @@ import (
 )
 
 // writeStatus records the decision in the Swarm's status, when it differs.
-func (c *Controller) writeStatus(ctx context.Context, sw *swarmv1.Swarm, in plan.Input, d plan.Decision) error {
+func (c *Controller) writeStatus(ctx context.Context, sw *swarmv1.Swarm, g gathered, d plan.Decision) error {
+	in := g.in
 	st := sw.Status.DeepCopy()
 	st.ObservedGeneration = sw.Generation
 	st.Version = d.Config.Version
@@ -25,8 +27,12 @@ func (c *Controller) writeStatus(ctx context.Context, sw *swarmv1.Swarm, in plan
 		st.Moved = int32(d.Moved)
 	}
 	st.Workers = d.Workers
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: swarmv1.ConditionInvalid, Status: metav1.ConditionFalse,
-		Reason: "Valid", Message: "the spec and the job list can be assigned", ObservedGeneration: sw.Generation})
+	valid := metav1.Condition{Type: swarmv1.ConditionInvalid, Status: metav1.ConditionFalse,
+		Reason: "Valid", Message: "the spec and the job list can be assigned", ObservedGeneration: sw.Generation}
+	if g.bad != nil {
+		valid = c.invalidCondition(sw, g.bad, fmt.Sprintf("the last valid spec (%d jobs) stays in force", len(g.spec.Jobs)))
+	}
+	meta.SetStatusCondition(&st.Conditions, valid)
 	meta.SetStatusCondition(&st.Conditions, balanced(in, d, sw.Generation))
 	meta.SetStatusCondition(&st.Conditions, converged(d, sw.Generation))
 	return c.updateStatus(ctx, sw, st)
@@ -38,6 +44,8 @@ func balanced(in plan.Input, d plan.Decision, gen int64) metav1.Condition {
 	case d.Unassigned > 0 && len(d.Config.Workloads) == 0:
 		cond.Status, cond.Reason = metav1.ConditionFalse, "NoWorkers"
 		cond.Message = fmt.Sprintf("no Ready worker: %d jobs wait for one", d.Unassigned)
+	case len(d.LeftOut) > 0:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonDegraded, degradedMessage(d)
 	case d.Awaiting > 0:
 		cond.Status, cond.Reason = metav1.ConditionFalse, "HandingOver"
 		cond.Message = fmt.Sprintf("%d jobs are moving: each starts on its new worker once its old worker reports it stopped", d.Awaiting)
@@ -91,16 +99,31 @@ func converged(d plan.Decision, gen int64) metav1.Condition {
 func (c *Controller) markInvalid(ctx context.Context, sw *swarmv1.Swarm, bad *invalid) error {
 	st := sw.Status.DeepCopy()
 	st.ObservedGeneration = sw.Generation
+	meta.SetStatusCondition(&st.Conditions, c.invalidCondition(sw, bad, "the previous assignment stays in force"))
+	return c.updateStatus(ctx, sw, st)
+}
+
+// invalidCondition is the Invalid condition for bad, with a Warning Event
+// and a log line when it is new; then says what the controller acts on.
+func (c *Controller) invalidCondition(sw *swarmv1.Swarm, bad *invalid, then string) metav1.Condition {
 	cond := metav1.Condition{Type: swarmv1.ConditionInvalid, Status: metav1.ConditionTrue,
-		Reason: bad.reason, Message: bad.message + " (the previous assignment stays in force)", ObservedGeneration: sw.Generation}
+		Reason: bad.reason, Message: bad.message + " (" + then + ")", ObservedGeneration: sw.Generation}
 	old := meta.FindStatusCondition(sw.Status.Conditions, swarmv1.ConditionInvalid)
 	if old == nil || old.Status != cond.Status || old.Message != cond.Message {
 		c.recorder.Event(sw, corev1.EventTypeWarning, bad.reason, bad.message)
-		c.log.Warn("Swarm cannot be assigned", "swarm", sw.Name, "reason", bad.reason, "err", bad.message)
+		c.log.Warn("Swarm cannot be assigned", "swarm", sw.Name, "reason", bad.reason, "err", bad.message, "then", then)
 	}
-	meta.SetStatusCondition(&st.Conditions, cond)
 	c.metrics.invalid.WithLabelValues(sw.Name).Set(1)
-	return c.updateStatus(ctx, sw, st)
+	return cond
+}
+
+// ReasonDegraded is the Balanced condition's reason (and the Warning
+// Event's) while the Ready workers are too few for the dedicated jobs.
+const ReasonDegraded = "Degraded"
+
+func degradedMessage(d plan.Decision) string {
+	return fmt.Sprintf("too few Ready workers for the dedicated jobs: %d wait for a worker of their own (%s), every other job is placed: add workers or dedicate fewer jobs",
+		len(d.LeftOut), strings.Join(d.LeftOut[:min(len(d.LeftOut), 10)], ", "))
 }
 
 func (c *Controller) updateStatus(ctx context.Context, sw *swarmv1.Swarm, st *swarmv1.SwarmStatus) error {

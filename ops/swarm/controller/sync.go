@@ -9,13 +9,13 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/swarm/assign"
-	"slipway.dev/slipway/ops/swarm/config"
 	"slipway.dev/slipway/ops/swarm/member"
 	"slipway.dev/slipway/ops/swarm/plan"
 )
@@ -40,10 +40,11 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return 0, fmt.Errorf("read Swarm %s: %w", key, err)
 	}
 	now := time.Now()
-	in, cm, bad := c.inputs(sw, now)
+	g, bad := c.inputs(sw, now)
 	if bad != nil {
 		return 0, c.markInvalid(ctx, sw, bad)
 	}
+	in := g.in
 	d, err := plan.Decide(in)
 	var ae *assign.Error
 	if errors.As(err, &ae) {
@@ -56,14 +57,21 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		if err := c.fenceWorkers(ctx, sw.Namespace, d.Fence, d.Config.Version); err != nil {
 			return 0, err
 		}
-		if err := c.writeConfig(ctx, sw, cm, d.Config); err != nil {
-			return 0, err
+	}
+	if err := c.write(ctx, sw, g, d); err != nil {
+		var big *tooLarge
+		if errors.As(err, &big) {
+			return 0, c.markTooLarge(ctx, sw, big)
 		}
+		return 0, err
+	}
+	if d.Changed {
 		c.announce(sw, in, d)
 	}
+	c.degraded(sw, d)
 	// The status, which marks the workers to restart, is written first: its
 	// resourceVersion guards against acting on a stale cache twice.
-	if err := c.writeStatus(ctx, sw, in, d); err != nil {
+	if err := c.writeStatus(ctx, sw, g, d); err != nil {
 		return 0, err
 	}
 	if err := c.restart(ctx, sw, d.Restart, in.Pods); err != nil {
@@ -71,6 +79,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	c.handedOver(sw, d.Awaiting, now)
 	c.metrics.observe(sw.Name, in, d)
+	if g.bad != nil {
+		c.metrics.invalid.WithLabelValues(sw.Name).Set(1)
+	}
 	if !d.Converged || !in.Settled {
 		return recheck, nil
 	}
@@ -80,6 +91,40 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return next + 100*time.Millisecond, nil
 	}
 	return 0, nil
+}
+
+// write writes the record (the workers' ConfigMap) when it changed, then
+// each worker's share on its pod. A write the API server refuses as too
+// large is returned as a *tooLarge, and not tried again while the config
+// stays the same.
+func (c *Controller) write(ctx context.Context, sw *swarmv1.Swarm, g gathered, d plan.Decision) error {
+	key := sw.Namespace + "/" + sw.Name
+	text, err := d.Config.Render()
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	refused, again := c.refused[key]
+	c.mu.Unlock()
+	if again && refused.text == text {
+		return refused
+	}
+	err = nil
+	if d.Changed || !g.spec.equal(g.rec.valid) {
+		err = c.writeConfig(ctx, sw, g.cm, stored{cfg: d.Config, valid: g.spec})
+	}
+	if err == nil {
+		err = c.writeShares(ctx, sw, d.Config, g.in.Pods)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.refused, key)
+	if isTooLarge(err) {
+		big := &tooLarge{text: text, err: err}
+		c.refused[key] = big
+		return big
+	}
+	return err
 }
 
 // current is the Swarm from the cache, or from the API server while the
@@ -105,16 +150,14 @@ func (c *Controller) current(ctx context.Context, ns, name string) (*swarmv1.Swa
 }
 
 // writeConfig creates or updates the workers' ConfigMap, owned by the Swarm.
-func (c *Controller) writeConfig(ctx context.Context, sw *swarmv1.Swarm, cm *corev1.ConfigMap, cfg config.Config) error {
-	text, err := cfg.Render()
-	if err != nil {
-		return err
-	}
+func (c *Controller) writeConfig(ctx context.Context, sw *swarmv1.Swarm, cm *corev1.ConfigMap, rec stored) error {
 	api := c.kube.CoreV1().ConfigMaps(sw.Namespace)
 	if cm == nil {
 		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: configMapName(sw), Namespace: sw.Namespace}}
 		c.own(sw, cm)
-		cm.Data = map[string]string{swarmv1.ConfigMapKey: text}
+		if err := rec.fill(cm); err != nil {
+			return err
+		}
 		if _, err := api.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create the workers' ConfigMap %s: %w", cm.Name, err)
 		}
@@ -122,10 +165,9 @@ func (c *Controller) writeConfig(ctx context.Context, sw *swarmv1.Swarm, cm *cor
 	}
 	cm = cm.DeepCopy()
 	c.own(sw, cm)
-	if cm.Data == nil {
-		cm.Data = map[string]string{}
+	if err := rec.fill(cm); err != nil {
+		return err
 	}
-	cm.Data[swarmv1.ConfigMapKey] = text
 	if _, err := api.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("update the workers' ConfigMap %s: %w", cm.Name, err)
 	}
@@ -196,6 +238,17 @@ func (c *Controller) restart(ctx context.Context, sw *swarmv1.Swarm, names []str
 		c.recorder.Eventf(sw, corev1.EventTypeNormal, "WorkerRestarted", "restarted worker %s: its jobs changed", name)
 	}
 	return nil
+}
+
+// degraded records, with a Warning Event, a change of the dedicated jobs
+// left out for want of workers (the Balanced condition says it too).
+func (c *Controller) degraded(sw *swarmv1.Swarm, d plan.Decision) {
+	old := meta.FindStatusCondition(sw.Status.Conditions, swarmv1.ConditionBalanced)
+	if len(d.LeftOut) == 0 || (old != nil && old.Reason == ReasonDegraded && old.Message == degradedMessage(d)) {
+		return
+	}
+	c.recorder.Event(sw, corev1.EventTypeWarning, ReasonDegraded, degradedMessage(d))
+	c.log.Warn("degraded assignment", "swarm", sw.Name, "leftOut", len(d.LeftOut))
 }
 
 // announce records a new version: an Event and a log line.

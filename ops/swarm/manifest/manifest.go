@@ -27,7 +27,7 @@ import (
 const (
 	ControllerName = "slipway-swarm-controller"
 	WorkerName     = "slipway-swarm-worker"
-	// HTTPPort serves /assignments, /metrics and /healthz.
+	// HTTPPort serves /assignments, /metrics, /healthz and /readyz.
 	HTTPPort = 9480
 )
 
@@ -114,7 +114,7 @@ func ControllerRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"swarm.slipway.dev"}, Resources: []string{"swarms"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"swarm.slipway.dev"}, Resources: []string{"swarms/status"}, Verbs: []string{"update"}},
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "patch", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch", "create", "update"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
@@ -155,7 +155,9 @@ func RBAC(namespace string) []any {
 // deployment runs the controller, non-root on a read-only root.
 func deployment(o Options) *appsv1.Deployment {
 	lbl := map[string]string{"app.kubernetes.io/name": ControllerName}
-	probe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(HTTPPort)}}}
+	probe := func(path string) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(HTTPPort)}}}
+	}
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{Name: ControllerName, Namespace: o.Namespace, Labels: labels("controller")},
@@ -175,7 +177,7 @@ func deployment(o Options) *appsv1.Deployment {
 							{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 						},
 						Ports:          []corev1.ContainerPort{{Name: "http", ContainerPort: HTTPPort}},
-						ReadinessProbe: probe, LivenessProbe: probe,
+						ReadinessProbe: probe("/readyz"), LivenessProbe: probe("/healthz"),
 						SecurityContext: &corev1.SecurityContext{
 							ReadOnlyRootFilesystem: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
 							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},

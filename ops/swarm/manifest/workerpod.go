@@ -5,18 +5,20 @@ import (
 	"k8s.io/utils/ptr"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/swarm/config"
 )
 
 // TokenPath is where in-cluster clients read their ServiceAccount token.
 const TokenPath = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 // WorkerPodSpec is the pod spec of a worker: app, and beside it the
-// `slipway swarm worker` sidecar (image) with the Swarm's ConfigMap mounted
-// and the jobs written to /shared/jobs.txt. Only the sidecar gets the
+// `slipway swarm worker` sidecar (image) reading its share from its pod's
+// annotation (a downwardAPI volume: no right to read anything, no other
+// worker's share) and writing the jobs to /shared/jobs.txt. Only the sidecar gets the
 // ServiceAccount token (a projected, pod-bound one): the pod does not
 // automount it, so the application container has no token unless the
 // caller gives it one.
-func WorkerPodSpec(app corev1.Container, configMap, image string) corev1.PodSpec {
+func WorkerPodSpec(app corev1.Container, image string) corev1.PodSpec {
 	shared := corev1.VolumeMount{Name: "shared", MountPath: "/shared"}
 	app.VolumeMounts = append(app.VolumeMounts, shared)
 	sidecar := corev1.Container{
@@ -36,7 +38,8 @@ func WorkerPodSpec(app corev1.Container, configMap, image string) corev1.PodSpec
 		AutomountServiceAccountToken: ptr.To(false),
 		Containers:                   []corev1.Container{app, sidecar},
 		Volumes: []corev1.Volume{
-			{Name: "swarm", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: configMap}}}},
+			{Name: "swarm", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+				{Path: swarmv1.ConfigMapKey, FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + config.ShareAnnotation + "']"}}}}}},
 			{Name: "shared", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			{Name: "swarm-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},

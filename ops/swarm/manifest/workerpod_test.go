@@ -11,7 +11,7 @@ import (
 // the pod does not automount it, and only the sidecar mounts the projected
 // one; the ConfigMap is mounted for the sidecar only.
 func TestWorkerPodSpecGivesTheAppNoToken(t *testing.T) {
-	spec := WorkerPodSpec(corev1.Container{Name: "app", Image: "example/app"}, "cameras-worker-config", "slipway:test")
+	spec := WorkerPodSpec(corev1.Container{Name: "app", Image: "example/app"}, "slipway:test")
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 		t.Fatal("the pod automounts the ServiceAccount token into every container")
 	}

@@ -85,10 +85,14 @@ type Decision struct {
 	Workers []swarmv1.WorkerStatus
 	// Converged is true when every worker runs its share.
 	Converged bool
+	// LeftOut are the dedicated jobs the Ready workers are too few to run
+	// alone (assign.Fit): the assignment is degraded, the rest placed.
+	LeftOut []string
 }
 
 // Decide computes the decision. An *assign.Error means the input cannot be
-// assigned: the previous config stays in force.
+// assigned: the previous config stays in force. Too few workers for the
+// dedicated jobs is no error: the assignment is degraded (Decision.LeftOut).
 func Decide(in Input) (Decision, error) {
 	pods := make(map[string]Pod, len(in.Pods))
 	for _, p := range in.Pods {
@@ -99,13 +103,14 @@ func Decide(in Input) (Decision, error) {
 	var target map[string][]string
 	d := Decision{}
 	if in.Settled {
-		res, err := assign.Assign(assign.Input{
+		fit, out := assign.Fit(assign.Input{
 			Jobs: in.Jobs, Workers: workers(in, pods, restarting), Previous: in.Previous.Owners(), Dedicated: in.Dedicated,
 		})
+		res, err := assign.Assign(fit)
 		if err != nil {
 			return Decision{}, err
 		}
-		target = res.Assignments
+		target, d.LeftOut = res.Assignments, out
 	}
 	st := handover(in.Previous.Workloads, target, stateOf(in.Previous, pods), in.Refresh == swarmv1.RefreshRestart)
 	d.Config, d.Changed = nextConfig(in, st.shares)

@@ -248,3 +248,45 @@ func TestLapsedWorkerHandsOverAtOnce(t *testing.T) {
 		t.Fatalf("not Ready worker: %+v, %v", d, err)
 	}
 }
+
+// TestLosingWorkersDegrades: with two dedicated jobs over three workers, a
+// worker lost leaves two, too few: the decision is a degraded assignment
+// (one dedicated job left out, everything else placed, the lost worker's
+// jobs included), not a refusal that would freeze the pool.
+func TestLosingWorkersDegrades(t *testing.T) {
+	in := Input{
+		Jobs: jobs(12), Dedicated: []string{"cam-00", "cam-01"},
+		Pods:    []Pod{ready("w-0", NoneApplied), ready("w-1", NoneApplied), ready("w-2", NoneApplied)},
+		Settled: true, StableNames: true, Refresh: swarmv1.RefreshReload, MaxUnavailable: 1, RestartTimeout: time.Minute, Now: now,
+	}
+	d, err := Decide(in)
+	if err != nil || len(d.LeftOut) != 0 {
+		t.Fatalf("three workers: %+v, %v", d, err)
+	}
+	var lost string
+	for w, s := range d.Config.Workloads {
+		if slices.Contains(s.Jobs, "cam-01") {
+			lost = w
+		}
+	}
+	in.Previous, in.Status = d.Config, swarmv1.SwarmStatus{Version: d.Config.Version, Workers: d.Workers}
+	in.Pods = nil
+	for _, w := range []string{"w-0", "w-1", "w-2"} {
+		if w != lost {
+			in.Pods = append(in.Pods, ready(w, d.Config.Version))
+		}
+	}
+	d, err = Decide(in)
+	if err != nil {
+		t.Fatalf("a worker lost: %v", err)
+	}
+	if !slices.Equal(d.LeftOut, []string{"cam-01"}) {
+		t.Errorf("left out %v, want the lost worker's dedicated cam-01 (cam-00 runs and stays)", d.LeftOut)
+	}
+	if d.Unassigned != 1 || d.Awaiting != 0 || !d.Changed {
+		t.Errorf("want every job but cam-01 placed at once: %+v", d)
+	}
+	if _, ok := d.Config.Workloads[lost]; ok {
+		t.Errorf("the lost worker %s kept a share", lost)
+	}
+}
