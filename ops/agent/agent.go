@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -28,6 +29,7 @@ import (
 	opsclient "slipway.dev/slipway/ops/generated/clientset/versioned/typed/ops.slipway.dev/v1"
 	opslisters "slipway.dev/slipway/ops/generated/listers/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/kube"
+	"slipway.dev/slipway/ops/lease"
 )
 
 // Agent is one running agent. Handlers only enqueue; the syncs are keyed by
@@ -49,15 +51,22 @@ type Agent struct {
 	recorder  record.EventRecorder
 	metrics   *metrics
 
+	// controller: this is `slipway ops controller`, which does the fleet
+	// view (controller.go) and nothing of a node's; its writes are fenced
+	// by tenure, its elector renews through leaseKube.
+	controller bool
+	tenure     *lease.Tenure
+	leaseKube  *kube.Clientset
+	elected    atomic.Bool
+
 	mu              sync.Mutex
-	elections       map[string]*election
-	fleet           map[string]*fleetCache
-	rebooting       bool      // a reboot was requested by this process and has not failed
-	rebootAt        time.Time // when this process last requested the reboot
-	wroteRebootFrom string    // the boot ID this process recorded on its Node before Rebooting
-	drained         string    // what this process's drain did, for the Rebooting Event
-	rolledBack      bool      // this process created a rollback Job; publish when it is done
-	notReadyAt      time.Time // when this process first saw its node not Ready after a reboot
+	fleet           map[string]*fleetCache // the controller's, by channel
+	rebooting       bool                   // a reboot was requested by this process and has not failed
+	rebootAt        time.Time              // when this process last requested the reboot
+	wroteRebootFrom string                 // the boot ID this process recorded on its Node before Rebooting
+	drained         string                 // what this process's drain did, for the Rebooting Event
+	rolledBack      bool                   // this process created a rollback Job; publish when it is done
+	notReadyAt      time.Time              // when this process first saw its node not Ready after a reboot
 	waitSince       map[string]time.Time
 	wrote           map[types.UID]v1.Slot // per channel UID: this node's slot as this agent last wrote it
 	created         map[string]time.Time  // Jobs this process created that its cache may not show yet
@@ -80,7 +89,7 @@ type role int
 
 const (
 	roleNode    role = iota // drive this node's own slot
-	roleFleet               // the fleet view, when this agent holds the channel's Lease
+	roleFleet               // the fleet view of a channel (the controller only, while it holds its Lease)
 	rolePublish             // label the node with its versions again if it lacks them (no channel)
 	roleIdle                // uncordon this node if slipway cordoned it and no channel holds it (no channel)
 )
@@ -101,7 +110,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{opts: opts, log: opts.Log.With("node", opts.NodeName), metrics: newMetrics(),
-		elections: map[string]*election{}, fleet: map[string]*fleetCache{}, waitSince: map[string]time.Time{}, wrote: map[types.UID]v1.Slot{}, created: map[string]time.Time{}}
+		waitSince: map[string]time.Time{}, wrote: map[types.UID]v1.Slot{}, created: map[string]time.Time{}}
 	if a.kube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}
@@ -144,7 +153,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[key](),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "slipway-agent"})
 	defer a.queue.ShutDown()
-	go a.heartbeat(ctx) // before the informers: the fleet view skips nodes whose agent never reported
+	go a.heartbeat(ctx) // before the informers: the controller's fleet view skips nodes whose agent never reported
 	if err := a.startInformers(ctx); err != nil {
 		return err
 	}
@@ -154,13 +163,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("agent started", "namespace", a.opts.Namespace, "systemDir", a.opts.SystemDir)
 	var wg sync.WaitGroup
-	for range 3 { // node and fleet work of a channel run side by side; a key never runs twice at once
+	for range 2 { // a key never runs twice at once
 		wg.Add(1)
 		go func() { defer wg.Done(); a.work(ctx) }()
 	}
 	<-ctx.Done()
 	a.queue.ShutDown()
-	a.stopElections()
 	wg.Wait()
 	return nil
 }
@@ -263,9 +271,7 @@ func (a *Agent) channelChanged(o any) {
 	if !ok {
 		return
 	}
-	a.ensureElection(ch.Name)
 	a.queue.Add(key{roleNode, ch.Name})
-	a.queue.Add(key{roleFleet, ch.Name})
 }
 
 func (a *Agent) channelDeleted(o any) {
@@ -274,7 +280,6 @@ func (a *Agent) channelDeleted(o any) {
 	}
 	if ch, ok := o.(*v1.UpdateChannel); ok {
 		a.forgetSlot(ch.UID)
-		a.stopElection(ch.Name)
 		a.queue.Add(key{roleNode, ch.Name}) // uncordon if this node was in its slots
 	}
 }

@@ -81,12 +81,8 @@ const (
 	LabelManagedBy      = "app.kubernetes.io/managed-by"
 	LabelManagedByAgent = "slipway-agent"
 
-	// LeasePrefix names the coordination.k8s.io Lease per channel that elects
-	// the agent doing the fleet-view work: <LeasePrefix><channel>.
-	LeasePrefix = "slipway-upchan-"
-
 	// AgentLeasePrefix names the Lease each agent renews as its heartbeat
-	// (written by that node's agent, read by the channels' Lease holders):
+	// (written by that node's agent, read by the controller):
 	// <AgentLeasePrefix><node>.
 	AgentLeasePrefix = "slipway-agent-"
 

@@ -50,9 +50,10 @@ func TestChannelOf(t *testing.T) {
 }
 
 // TestLeaseNamesMatchTheManifest: the admission policy admits the Leases
-// by the names the agent writes.
+// by the names the agent and the controller write.
 func TestLeaseNamesMatchTheManifest(t *testing.T) {
-	if LeasePrefix != manifest.ChannelLeasePrefix || AgentLeasePrefix != manifest.HeartbeatLeasePrefix {
-		t.Errorf("lease prefixes %q %q, the manifest admits %q %q", LeasePrefix, AgentLeasePrefix, manifest.ChannelLeasePrefix, manifest.HeartbeatLeasePrefix)
+	if AgentLeasePrefix != manifest.HeartbeatLeasePrefix || ServerSlotLease != manifest.ServerSlotLease || ControllerLease != manifest.ControllerLease {
+		t.Errorf("leases %q %q %q, the manifest admits %q %q %q", AgentLeasePrefix, ServerSlotLease, ControllerLease,
+			manifest.HeartbeatLeasePrefix, manifest.ServerSlotLease, manifest.ControllerLease)
 	}
 }

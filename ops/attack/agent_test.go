@@ -237,35 +237,6 @@ func TestResolvedSourcePinnedToTheChannelsRepository(t *testing.T) {
 	}
 }
 
-// TestAgentReadsOnlyTheTokenSecret (issue 22, "read a Secret it has no use
-// for"): the agent reads the channels' token Secret by name and no other.
-func TestAgentReadsOnlyTheTokenSecret(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	_, asAgent := agentOnA(ctx, t)
-	admin := kubernetes.NewForConfigOrDie(env.Config)
-	for _, name := range []string{"gh-token", "other"} {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: agentOpts.Namespace}, StringData: map[string]string{"token": "t"}}
-		if _, err := admin.CoreV1().Secrets(agentOpts.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	secrets := asAgent.CoreV1().Secrets(agentOpts.Namespace)
-	if _, err := secrets.Get(ctx, "gh-token", metav1.GetOptions{}); err != nil {
-		t.Errorf("the agent cannot read the token Secret: %v", err)
-	}
-	for name, err := range map[string]error{
-		"read another Secret":            second(secrets.Get(ctx, "other", metav1.GetOptions{})),
-		"list the Secrets":               second(secrets.List(ctx, metav1.ListOptions{})),
-		"read a Secret of kube-system":   second(asAgent.CoreV1().Secrets("kube-system").Get(ctx, "gh-token", metav1.GetOptions{})),
-		"watch the token Secret's peers": second(secrets.Watch(ctx, metav1.ListOptions{})),
-	} {
-		if why := refused(err, ""); why != "" {
-			t.Errorf("%s: %s", name, why)
-		}
-	}
-}
-
 // TestAgentPatchesOnlyItsOwnNode (issue 22, "patch another node"): with
 // its real token, the agent cordons its own Node and no other.
 func TestAgentPatchesOnlyItsOwnNode(t *testing.T) {

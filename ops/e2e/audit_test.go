@@ -19,7 +19,7 @@ import (
 // own heartbeat Leases are shown apart too: they are renewed with time,
 // rollout or not, so per node upgraded they grow with the rollout's length.
 const (
-	writerSlipway   = "slipway agents"
+	writerSlipway   = "slipway agents and controller"
 	writerHeartbeat = "slipway agents' heartbeat Leases (renewed with time, rollout or not)"
 	writerJobs      = "its Jobs (job controller, kubelet pod status)"
 	writerNode      = "node reboots (kubelet node status, heartbeats, node controller)"
@@ -32,7 +32,7 @@ func writerOf(ev testenv.AuditEvent) string {
 	switch {
 	case strings.HasPrefix(ua, "slipway-agent/") && ev.Resource == "leases" && strings.HasPrefix(ev.Name, agent.AgentLeasePrefix):
 		return writerHeartbeat
-	case strings.HasPrefix(ua, "slipway-agent/"):
+	case strings.HasPrefix(ua, "slipway-agent/"), strings.HasPrefix(ua, "slipway-controller/"):
 		return writerSlipway
 	case strings.HasPrefix(ua, "kube-controller-manager/") && (strings.HasSuffix(ua, "/job-controller") || strings.HasSuffix(ua, "/ttl-after-finished-controller")):
 		return writerJobs
