@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
+	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/crds"
 	opsclient "slipway.dev/slipway/ops/generated/clientset/versioned/typed/ops.slipway.dev/v1"
@@ -58,6 +59,7 @@ type Agent struct {
 	tenure     *lease.Tenure
 	leaseKube  *kube.Clientset
 	elected    atomic.Bool
+	nodeMeta   cache.Store // the controller's: every Node's metadata (fold.go)
 
 	mu              sync.Mutex
 	fleet           map[string]*fleetCache // the controller's, by channel
@@ -70,6 +72,7 @@ type Agent struct {
 	waitSince       map[string]time.Time
 	wrote           map[types.UID]v1.Slot // per channel UID: this node's slot as this agent last wrote it
 	created         map[string]time.Time  // Jobs this process created that its cache may not show yet
+	reported        plan.Reports          // the reports this process last wrote on its Node (report.go)
 	known           Versions              // the versions this agent published for its node's boot
 	knownBoot       string                // the boot ID known belongs to
 	hasKnown        bool

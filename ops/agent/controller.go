@@ -152,9 +152,14 @@ func (a *Agent) runController(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	nodeInf, err := a.reportInformer()
+	if err != nil {
+		return err
+	}
 	go chInf.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), chInf.HasSynced) {
-		return fmt.Errorf("the channel informer did not sync: is the API server reachable and the CRD installed (--install-crds)?")
+	go nodeInf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), chInf.HasSynced, nodeInf.HasSynced) {
+		return fmt.Errorf("the channel and node informers did not sync: is the API server reachable and the CRD installed (--install-crds)?")
 	}
 	if a.opts.MetricsAddr != "" {
 		go a.serveMetrics(ctx)

@@ -203,23 +203,28 @@ func TestAgentWritesOnlyItsOwnHeartbeat(t *testing.T) {
 func second[T any](_ T, err error) error { return err }
 
 // TestResolvedSourcePinnedToTheChannelsRepository (issue 22, right 2): no
-// status writer (the agent included) can point a github-releases://
-// channel's Jobs at another repository or host; its own repository's
-// download address goes through.
+// status writer (the controller, the only one) can point a
+// github-releases:// channel's Jobs at another repository or host; its
+// own repository's download address goes through.
 func TestResolvedSourcePinnedToTheChannelsRepository(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg, _ := agentOnA(ctx, t)
+	agentOnA(ctx, t)
+	cfg := podOn(ctx, t, agentOpts.Namespace, manifest.ControllerName, "node-cp")
 	admin := versioned.NewForConfigOrDie(env.Config).OpsV1().UpdateChannels(agentOpts.Namespace)
 	ch, err := admin.Create(ctx, &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "pinned", Namespace: agentOpts.Namespace},
 		Spec: v1.UpdateChannelSpec{URL: "github-releases://o/r/", Version: "v2", Paused: true}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	asAgent := versioned.NewForConfigOrDie(cfg).OpsV1().UpdateChannels(agentOpts.Namespace)
+	asController := versioned.NewForConfigOrDie(cfg).OpsV1().UpdateChannels(agentOpts.Namespace)
 	write := func(source string) error {
-		patch := `{"status":{"resolved":{"version":"v2","source":"` + source + `","at":"2026-01-01T00:00:00Z"}}}`
-		_, err := asAgent.Patch(ctx, ch.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		c, err := asController.Get(ctx, ch.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c.Status.Resolved = &v1.ResolvedRelease{Version: "v2", Source: source, At: metav1.Now()}
+		_, err = asController.UpdateStatus(ctx, c, metav1.UpdateOptions{})
 		return err
 	}
 	const msg = "own repository's download address"

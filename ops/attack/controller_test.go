@@ -17,6 +17,7 @@ import (
 
 	"slipway.dev/slipway/ops/agent"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/generated/clientset/versioned"
 	"slipway.dev/slipway/ops/manifest"
 )
 
@@ -165,6 +166,51 @@ func TestControllerTouchesNoNodeOrPod(t *testing.T) {
 	} {
 		if why := refused(err, ""); why != "" {
 			t.Errorf("the controller could %s: %s", name, why)
+		}
+	}
+}
+
+// TestAgentWritesNoChannelStatus (the split's (a)): the agent on node-a
+// cannot write a channel's status (other nodes' slots, permits,
+// latestVersion, failures), by update or patch; it reports its own slot on
+// its own Node, and not on another's; the controller writes the status.
+func TestAgentWritesNoChannelStatus(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	agentCfg, asAgent := agentOnA(ctx, t)
+	ctrlCfg := podOn(ctx, t, agentOpts.Namespace, manifest.ControllerName, "node-cp")
+	admin := versioned.NewForConfigOrDie(env.Config).OpsV1().UpdateChannels(agentOpts.Namespace)
+	ch, err := admin.Create(ctx, &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "status", Namespace: agentOpts.Namespace},
+		Spec: v1.UpdateChannelSpec{URL: "file:///srv/mirror", Version: "v2"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch.Status.Updating = []v1.Slot{{Node: "node-b", Version: "v2", Attempt: 1, Since: metav1.Now()}}
+	if ch, err = versioned.NewForConfigOrDie(ctrlCfg).OpsV1().UpdateChannels(ch.Namespace).UpdateStatus(ctx, ch, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("the controller cannot write the channel's status: %v", err)
+	}
+	report := func(node string) error {
+		patch := `{"metadata":{"annotations":{"` + agent.AnnotationSlotReport + `":"{}"}}}`
+		_, err := asAgent.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}
+	waitPolicy(t, "only the Node it runs on", func() error { return report("node-b") })
+	if err := report("node-a"); err != nil {
+		t.Errorf("the agent cannot report on its own Node: %v", err)
+	}
+	channels := versioned.NewForConfigOrDie(agentCfg).OpsV1().UpdateChannels(ch.Namespace)
+	taken := ch.DeepCopy()
+	taken.Status.Updating = []v1.Slot{{Node: "node-a", Version: "v2", Attempt: 1, Since: metav1.Now()}}
+	for name, err := range map[string]error{
+		"take node-b's slot":      second(channels.UpdateStatus(ctx, taken, metav1.UpdateOptions{})),
+		"free node-b's slot":      second(channels.Patch(ctx, ch.Name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/status/updating/0"}]`), metav1.PatchOptions{}, "status")),
+		"set the latest version":  second(channels.Patch(ctx, ch.Name, types.MergePatchType, []byte(`{"status":{"latestVersion":"v0"}}`), metav1.PatchOptions{}, "status")),
+		"give itself a permit":    second(channels.Patch(ctx, ch.Name, types.MergePatchType, []byte(`{"status":{"staging":[{"node":"node-a","version":"v2"}]}}`), metav1.PatchOptions{}, "status")),
+		"write the channel spec":  second(channels.Patch(ctx, ch.Name, types.MergePatchType, []byte(`{"spec":{"version":"v0"}}`), metav1.PatchOptions{})),
+		"record node-b as failed": second(channels.Patch(ctx, ch.Name, types.MergePatchType, []byte(`{"status":{"failed":[{"node":"node-b","version":"v2","reason":"x","attempts":9}]}}`), metav1.PatchOptions{}, "status")),
+	} {
+		if why := refused(err, ""); why != "" {
+			t.Errorf("the agent could %s: %s", name, why)
 		}
 	}
 }

@@ -143,6 +143,7 @@ func nodeSteps(events []testenv.AuditEvent, node string) []time.Time {
 	at := make([]time.Time, len(steps))
 	agent := "node/" + node
 	jobPrefix := "upgrade-" + node + "-"
+	freeing := 0
 	for _, ev := range events {
 		if ev.Code >= 300 {
 			continue
@@ -162,8 +163,11 @@ func nodeSteps(events []testenv.AuditEvent, node string) []time.Time {
 			at[4] = ev.Time
 		case strings.HasPrefix(ev.UserAgent, "slipway-testenv/supervisor") && ev.Name == node && ev.Resource == "nodes/status" && !at[4].IsZero():
 			at[5] = ev.Time
-		case mine && ev.Resource == "updatechannels/status" && !at[5].IsZero():
-			at[6] = ev.Time
+		case mine && ev.Resource == "nodes" && !at[5].IsZero() && at[6].IsZero():
+			// the uncordon, then the report that frees the slot: the second write after the boot
+			if freeing++; freeing == 2 {
+				at[6] = ev.Time
+			}
 		}
 	}
 	return at

@@ -63,10 +63,8 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		{Verb: "create", Resource: "pods", Subresource: "eviction", Namespace: "default"},
 		{Verb: "list", Resource: "pods"},
 		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: "slipway-test"},
-		{Verb: "update", Group: "ops.slipway.dev", Resource: "updatechannels", Subresource: "status", Namespace: "slipway-test"},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
 		{Verb: "create", Resource: "events", Namespace: "default"},
-		{Verb: "patch", Group: "ops.slipway.dev", Resource: "updatechannels", Subresource: "status", Namespace: "slipway-test"},
 		{Verb: "watch", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
 		{Verb: "delete", Resource: "pods", Namespace: "default"},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
@@ -75,6 +73,9 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 	denied := []authv1.ResourceAttributes{
 		{Verb: "get", Resource: "secrets", Namespace: "slipway-test"},
 		{Verb: "get", Resource: "secrets", Name: DefaultTokenSecret, Namespace: "slipway-test"},
+		// The controller writes channel status; the agent reports on its own Node.
+		{Verb: "update", Group: "ops.slipway.dev", Resource: "updatechannels", Subresource: "status", Namespace: "slipway-test"},
+		{Verb: "patch", Group: "ops.slipway.dev", Resource: "updatechannels", Subresource: "status", Namespace: "slipway-test"},
 		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: "default"},
 		{Verb: "delete", Resource: "nodes"},
 		{Verb: "delete", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
@@ -106,7 +107,7 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		{Verb: "list", Resource: "secrets", Namespace: "slipway-test"},
 		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: "slipway-test"},
 		{Verb: "update", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
-		{Verb: "watch", Resource: "nodes"},
+		{Verb: "patch", Group: "ops.slipway.dev", Resource: "updatechannels", Subresource: "status", Namespace: "slipway-test"},
 	})
 	checkRestricted(ctx, t, kube)
 }

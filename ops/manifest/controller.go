@@ -35,11 +35,12 @@ func ControllerUser(namespace string) string {
 }
 
 // controllerClusterRules are exactly what the controller calls across the
-// cluster: the channel's nodes (listed as metadata, a slot's or a
-// candidate's Node read by name) and Events on the channels.
+// cluster: the channel's nodes (listed and watched as metadata: the nodes
+// report their slots on their own Node; a slot's or a candidate's Node read
+// by name) and Events on the channels.
 func controllerClusterRules(Options) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 }

@@ -47,7 +47,8 @@ func ownNodePolicy(o Options) admission.NodeAgentPolicy {
 }
 
 // namespacedRules are exactly what the agent calls in its own namespace: the
-// channels (watched; only their status is written), the upgrade Jobs of its
+// channels (watched, never written: the agent reports its slot on its own
+// Node, and the controller writes the status), the upgrade Jobs of its
 // node (watched, created; finished Jobs are kept as the record of an
 // attempt; jobPolicy admits only slipway's shape on its own node) and their
 // pods (watched), and the Leases (its own heartbeat and the server slot;
@@ -56,7 +57,6 @@ func ownNodePolicy(o Options) admission.NodeAgentPolicy {
 func namespacedRules(o Options) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels/status"}, Verbs: []string{"update", "patch"}},
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"list", "watch", "create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}, // the Jobs' pods: done a second before the Job
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
