@@ -207,7 +207,7 @@ func TestAgentWritesNoChannelStatus(t *testing.T) {
 		"set the latest version":  second(channels.Patch(ctx, ch.Name, types.MergePatchType, []byte(`{"status":{"latestVersion":"v0"}}`), metav1.PatchOptions{}, "status")),
 		"give itself a permit":    second(channels.Patch(ctx, ch.Name, types.MergePatchType, []byte(`{"status":{"staging":[{"node":"node-a","version":"v2"}]}}`), metav1.PatchOptions{}, "status")),
 		"write the channel spec":  second(channels.Patch(ctx, ch.Name, types.MergePatchType, []byte(`{"spec":{"version":"v0"}}`), metav1.PatchOptions{})),
-		"record node-b as failed": second(channels.Patch(ctx, ch.Name, types.MergePatchType, []byte(`{"status":{"failed":[{"node":"node-b","version":"v2","reason":"x","attempts":9}]}}`), metav1.PatchOptions{}, "status")),
+		"record node-b as failed": second(channels.Patch(ctx, ch.Name, types.MergePatchType, []byte(`{"status":{"failed":[{"node":"node-b","version":"v2","reason":"x","at":"2026-01-01T00:00:00Z","attempts":9}]}}`), metav1.PatchOptions{}, "status")),
 	} {
 		if why := refused(err, ""); why != "" {
 			t.Errorf("the agent could %s: %s", name, why)
