@@ -76,7 +76,6 @@ type Agent struct {
 	known           Versions              // the versions this agent published for its node's boot
 	knownBoot       string                // the boot ID known belongs to
 	hasKnown        bool
-	serverSlot      string // the server-slot Lease holder this process wrote (servers.go)
 
 	// rollbackFailed: failed rollback Jobs this process reported (rollback.go).
 	rollbackFailed map[string]bool

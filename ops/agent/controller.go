@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -167,14 +166,11 @@ func (a *Agent) runController(ctx context.Context) error {
 	elected := make(chan struct{})
 	go func() { defer close(elected); a.elect(ctx) }()
 	a.log.Info("controller started", "namespace", a.opts.Namespace)
-	var wg sync.WaitGroup
-	for range 2 { // channels side by side; a key never runs twice at once
-		wg.Add(1)
-		go func() { defer wg.Done(); a.work(ctx) }()
-	}
+	worked := make(chan struct{}) // one worker: one channel at a time, the server slot is decided across channels (servers.go)
+	go func() { defer close(worked); a.work(ctx) }()
 	<-ctx.Done()
 	a.queue.ShutDown()
-	wg.Wait()
+	<-worked
 	<-elected // the Lease released: another replica takes over at once
 	return nil
 }

@@ -52,8 +52,7 @@ func TestChannelOf(t *testing.T) {
 // TestLeaseNamesMatchTheManifest: the admission policy admits the Leases
 // by the names the agent and the controller write.
 func TestLeaseNamesMatchTheManifest(t *testing.T) {
-	if AgentLeasePrefix != manifest.HeartbeatLeasePrefix || ServerSlotLease != manifest.ServerSlotLease || ControllerLease != manifest.ControllerLease {
-		t.Errorf("leases %q %q %q, the manifest admits %q %q %q", AgentLeasePrefix, ServerSlotLease, ControllerLease,
-			manifest.HeartbeatLeasePrefix, manifest.ServerSlotLease, manifest.ControllerLease)
+	if AgentLeasePrefix != manifest.HeartbeatLeasePrefix || ControllerLease != manifest.ControllerLease {
+		t.Errorf("leases %q %q, the manifest admits %q %q", AgentLeasePrefix, ControllerLease, manifest.HeartbeatLeasePrefix, manifest.ControllerLease)
 	}
 }

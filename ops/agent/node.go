@@ -51,9 +51,6 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 	s, bad := plan.Resolve(ch.Spec)
 	if seen == nil {
 		a.forgetSlot(ch.UID) // the slot ended: so does this process's memory of it
-		if err := a.releaseServerSlot(ctx, ch); err != nil {
-			return 0, err
-		}
 		if bad == nil {
 			if err := a.syncStage(ctx, ch, s, false); err != nil {
 				return 0, err
@@ -149,10 +146,6 @@ func (a *Agent) do(ctx context.Context, step plan.Step, sc *stepCtx) (after time
 		return 0, false, a.deferToWindow(ctx, sc.ch, sc.slot, sc.why)
 	case plan.StepDrain:
 		err := a.stepDrain(ctx, sc)
-		if errors.Is(err, errServerBusy) {
-			a.log.Info("waiting for the server slot: another server node is down", "channel", sc.ch.Name, "why", err)
-			return serverWait, false, nil
-		}
 		return 0, err == nil, err
 	case plan.StepReboot:
 		return 0, false, a.stepReboot(ctx, sc)

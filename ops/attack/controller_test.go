@@ -214,3 +214,37 @@ func TestAgentWritesNoChannelStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentTakesNoServerSlot (the split's (b)): the server slot is the
+// controller's decision, in channel status; the agent on node-a cannot
+// create or overwrite the Lease that once held it (slipway-server-slot),
+// nor any Lease but its heartbeat.
+func TestAgentTakesNoServerSlot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, asAgent := agentOnA(ctx, t)
+	ns := agentOpts.Namespace
+	admin := kubernetes.NewForConfigOrDie(env.Config)
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "slipway-server-slot", Namespace: ns},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("main/uid/node-b/1")}}
+	held, err := admin.CoordinationV1().Leases(ns).Create(ctx, l, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	const msg = "own node's heartbeat Lease"
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	waitPolicy(t, msg, func() error {
+		return second(asAgent.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}}, dry))
+	})
+	if held != nil {
+		taken := held.DeepCopy()
+		taken.Spec.HolderIdentity = ptr.To("main/uid/node-a/2")
+		if why := refused(second(asAgent.CoordinationV1().Leases(ns).Update(ctx, taken, metav1.UpdateOptions{})), msg); why != "" {
+			t.Errorf("the agent could take the server slot over: %s", why)
+		}
+	}
+	fresh := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "slipway-server-slot-x", Namespace: ns}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-a")}}
+	if why := refused(second(asAgent.CoordinationV1().Leases(ns).Create(ctx, fresh, dry)), msg); why != "" {
+		t.Errorf("the agent could create a server-slot Lease: %s", why)
+	}
+}

@@ -16,14 +16,9 @@ import (
 // refuses; the attack suite (ops/attack) tries each with an agent's own
 // bound token.
 
-// Names of the Leases the agent writes (ops/agent's AgentLeasePrefix and
-// ServerSlotLease; a test in ops/agent keeps them equal).
-const (
-	HeartbeatLeasePrefix = "slipway-agent-"
-	// ServerSlotLease is the Lease that lets one server node (control
-	// plane, etcd) at a time be down across all channels.
-	ServerSlotLease = "slipway-server-slot"
-)
+// HeartbeatLeasePrefix names the Lease the agent writes, its heartbeat
+// (ops/agent's AgentLeasePrefix; a test in ops/agent keeps them equal).
+const HeartbeatLeasePrefix = "slipway-agent-"
 
 // JobCapabilities are the capabilities an upgrade Job may add (see ops/agent's buildJob).
 var JobCapabilities = []string{"SYS_ADMIN", "CHOWN", "FOWNER", "DAC_OVERRIDE"}
@@ -95,18 +90,17 @@ func jobPolicy(o Options) admission.UserPolicy {
 }
 
 // leasePolicy lets the agent write only its own heartbeat Lease (named
-// after its node, held by its node) and the server slot: no other node's
-// heartbeat, no election Lease, no foreign Lease.
+// after its node, held by its node): no other node's heartbeat, no
+// election Lease, no foreign Lease.
 func leasePolicy(o Options) admission.UserPolicy {
 	return admission.UserPolicy{
 		Name: AgentName + "-leases-" + o.Namespace, Labels: labels("agent"), Users: []string{AgentUser(o.Namespace)}, Namespace: o.Namespace,
 		Group: "coordination.k8s.io", Version: "v1", Resource: "leases", Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 		Variables: []admissionv1.Variable{{Name: "node", Expression: admission.RequesterNode}},
 		Validations: []admissionv1.Validation{{
-			Expression: fmt.Sprintf("object.metadata.name == %q || "+
-				"variables.node != '' && object.metadata.name == %q + variables.node && object.spec.?holderIdentity.orValue('') == variables.node",
-				ServerSlotLease, HeartbeatLeasePrefix),
-			Message: "the slipway agent may write only its own node's heartbeat Lease (" + HeartbeatLeasePrefix + "<its node>, held by its node) and the server slot " + ServerSlotLease,
+			Expression: fmt.Sprintf("variables.node != '' && object.metadata.name == %q + variables.node && object.spec.?holderIdentity.orValue('') == variables.node",
+				HeartbeatLeasePrefix),
+			Message: "the slipway agent may write only its own node's heartbeat Lease (" + HeartbeatLeasePrefix + "<its node>, held by its node)",
 		}},
 	}
 }
