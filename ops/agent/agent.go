@@ -29,6 +29,7 @@ import (
 	"slipway.dev/slipway/ops/crds"
 	opsclient "slipway.dev/slipway/ops/generated/clientset/versioned/typed/ops.slipway.dev/v1"
 	opslisters "slipway.dev/slipway/ops/generated/listers/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/health"
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/lease"
 )
@@ -60,6 +61,9 @@ type Agent struct {
 	leaseKube  *kube.Clientset
 	elected    atomic.Bool
 	nodeMeta   cache.Store // the controller's: every Node's metadata (fold.go)
+
+	probe       *health.Probe // /healthz and /readyz (probe.go)
+	workersBeat func()
 
 	mu              sync.Mutex
 	fleet           map[string]*fleetCache // the controller's, by channel
@@ -111,7 +115,7 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: opts, log: opts.Log.With("node", opts.NodeName), metrics: newMetrics(),
+	a := &Agent{opts: opts, log: opts.Log.With("node", opts.NodeName), metrics: newMetrics(), probe: health.New(),
 		waitSince: map[string]time.Time{}, wrote: map[types.UID]v1.Slot{}, created: map[string]time.Time{}}
 	if a.kube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
@@ -155,6 +159,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[key](),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "slipway-agent"})
 	defer a.queue.ShutDown()
+	a.startProbe(ctx)
 	go a.heartbeat(ctx) // before the informers: the controller's fleet view skips nodes whose agent never reported
 	if err := a.startInformers(ctx); err != nil {
 		return err
@@ -214,6 +219,7 @@ func (a *Agent) startInformers(ctx context.Context) error {
 		return err
 	}
 	informers := []cache.SharedIndexInformer{chInf, nodeInf, jobInf, podInf}
+	a.readyWhen(informers...)
 	for _, inf := range informers {
 		go inf.RunWithContext(ctx)
 	}
@@ -305,6 +311,8 @@ func (a *Agent) work(ctx context.Context) {
 		var after time.Duration
 		var err error
 		switch k.role {
+		case rolePulse:
+			a.workersBeat()
 		case rolePublish:
 			err = a.republish(ctx)
 		case roleIdle:
@@ -332,6 +340,7 @@ func (a *Agent) work(ctx context.Context) {
 func (a *Agent) serveMetrics(ctx context.Context) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
+	a.probe.Install(mux)
 	srv := &http.Server{Addr: a.opts.MetricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -17,6 +17,7 @@ import (
 	"slipway.dev/slipway/ops/crds"
 	opsclient "slipway.dev/slipway/ops/generated/clientset/versioned/typed/ops.slipway.dev/v1"
 	opslisters "slipway.dev/slipway/ops/generated/listers/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/health"
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/lease"
 	"slipway.dev/slipway/version"
@@ -59,6 +60,9 @@ type ControllerOptions struct {
 	// HeartbeatInterval is the agents' (default 1m): a node whose agent
 	// missed three renewals gets no slot.
 	HeartbeatInterval time.Duration
+	// LoopAllowance is how long the worker may go without a pulse before
+	// /healthz fails (default 2m).
+	LoopAllowance time.Duration
 	// Log receives structured logs (default slog.Default()).
 	Log *slog.Logger
 }
@@ -93,11 +97,11 @@ func newController(o ControllerOptions) (*Agent, error) {
 	}
 	opts, err := Options{NodeName: o.Identity, Namespace: o.Namespace, Config: cfg, InstallCRDs: o.InstallCRDs, MetricsAddr: o.MetricsAddr,
 		GitHubToken: o.GitHubToken, GitHubBaseURL: o.GitHubBaseURL, Retry: o.Retry, Resync: o.Resync, LeaseDuration: o.LeaseDuration,
-		HeartbeatInterval: o.HeartbeatInterval, Log: o.Log, Rebooter: noReboot{}}.withDefaults()
+		HeartbeatInterval: o.HeartbeatInterval, LoopAllowance: o.LoopAllowance, Log: o.Log, Rebooter: noReboot{}}.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: opts, log: opts.Log.With("controller", o.Identity), metrics: newMetrics(), controller: true, tenure: &lease.Tenure{},
+	a := &Agent{opts: opts, log: opts.Log.With("controller", o.Identity), metrics: newMetrics(), probe: health.New(), controller: true, tenure: &lease.Tenure{},
 		fleet: map[string]*fleetCache{}, waitSince: map[string]time.Time{}}
 	if a.leaseKube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Lease client: %w", err)
@@ -139,6 +143,7 @@ func (a *Agent) runController(ctx context.Context) error {
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[key](),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "slipway-controller"})
 	defer a.queue.ShutDown()
+	a.startProbe(ctx)
 	chInf := a.channelInformer()
 	a.channels = opslisters.NewUpdateChannelLister(chInf.GetIndexer())
 	changed := func(o any) {
@@ -155,6 +160,7 @@ func (a *Agent) runController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.readyWhen(chInf, nodeInf)
 	go chInf.RunWithContext(ctx)
 	go nodeInf.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), chInf.HasSynced, nodeInf.HasSynced) {

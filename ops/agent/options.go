@@ -73,6 +73,10 @@ type Options struct {
 	// HeartbeatInterval is how often the agent renews its heartbeat Lease
 	// (default 1m); a node whose agent missed three is skipped.
 	HeartbeatInterval time.Duration
+	// LoopAllowance is how long the workers may go without taking a pulse
+	// before /healthz fails (default 2m; a drain runs in one worker while
+	// the other takes the pulses).
+	LoopAllowance time.Duration
 	// Log receives structured logs (default slog.Default()).
 	Log *slog.Logger
 }
@@ -125,6 +129,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
+	}
+	if o.LoopAllowance <= 0 {
+		o.LoopAllowance = 2 * time.Minute
 	}
 	o.Config = rest.CopyConfig(o.Config)
 	if o.Config.UserAgent == "" {

@@ -122,10 +122,11 @@ var controllerRarelyCalled = map[string]string{
 	"namespace ops.slipway.dev/updatechannels list": "an informer lists when the API server cannot stream its initial list (watch-list)",
 	"namespace ops.slipway.dev/updatechannels watch": "the audit log records a watch when it ends, and the controller's lasts the whole run " +
 		"(TestMain stops the API server before the controller; ops/agent's rollouts run the controller as its ServiceAccount)",
-	"cluster /nodes watch":     "the audit log records a watch when it ends, and the controller's (the nodes' reports) lasts the whole run",
-	"cluster /events patch":    "client-go's recorder folds a repeated Event into a patch of the first",
-	"namespace /secrets get":   "a github-releases:// channel with spec.tokenSecretRef: the controller reads its token",
-	"namespace batch/jobs get": "a slot held past the resync: the controller reads its Job to tell it stale",
+	"namespace ops.slipway.dev/updatechannels get": "a status write refused for a stale resourceVersion (another writer: a user) is retried on a fresh GET; the controller is the only status writer",
+	"cluster /nodes watch":                         "the audit log records a watch when it ends, and the controller's (the nodes' reports) lasts the whole run",
+	"cluster /events patch":                        "client-go's recorder folds a repeated Event into a patch of the first",
+	"namespace /secrets get":                       "a github-releases:// channel with spec.tokenSecretRef: the controller reads its token",
+	"namespace batch/jobs get":                     "a slot held past the resync: the controller reads its Job to tell it stale",
 }
 
 // accessProblems lists user's refused calls and its grants never called but those in rarely.

@@ -124,8 +124,9 @@ func deployment(o Options) *appsv1.Deployment {
 					Containers: []corev1.Container{{
 						Name: "controller", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
 						Command: []string{"slipway"}, Args: []string{"ops", "controller"},
-						Env:   []corev1.EnvVar{fieldEnv(EnvPodName, "metadata.name"), fieldEnv(EnvNamespace, "metadata.namespace")},
-						Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}},
+						Env:           []corev1.EnvVar{fieldEnv(EnvPodName, "metadata.name"), fieldEnv(EnvNamespace, "metadata.namespace")},
+						Ports:         []corev1.ContainerPort{{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}},
+						LivenessProbe: probe("/healthz"), ReadinessProbe: probe("/readyz"),
 						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 							RunAsNonRoot: ptr.To(true), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
 						Resources: corev1.ResourceRequirements{

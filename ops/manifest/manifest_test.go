@@ -144,6 +144,9 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, ns, image string) {
 	if strings.Join(append(c.Command, c.Args...), " ") != "slipway ops controller" {
 		t.Errorf("command = %v %v", c.Command, c.Args)
 	}
+	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("controller probes %+v %+v, want /healthz and /readyz", c.LivenessProbe, c.ReadinessProbe)
+	}
 	if len(c.Env) == 0 || c.Env[0].Name != EnvPodName || c.Env[0].ValueFrom.FieldRef.FieldPath != "metadata.name" {
 		t.Errorf("env = %+v, want POD_NAME from metadata.name (its Lease identity)", c.Env)
 	}
