@@ -16,9 +16,9 @@ import (
 	"slipway.dev/slipway/upgrade/reboot"
 )
 
-// clusterCommands returns the cluster-side commands of `slipway ops`: agent.
+// clusterCommands returns the cluster-side commands of `slipway ops`: agent and controller.
 func clusterCommands() []*cli.Command {
-	return []*cli.Command{agentCommand()}
+	return []*cli.Command{agentCommand(), controllerCommand()}
 }
 
 func agentCommand() *cli.Command {
@@ -44,8 +44,8 @@ func agentCommand() *cli.Command {
 			&cli.BoolFlag{Name: "boot-id-from-node", Usage: "read the boot ID from the Node's status (simulated nodes) instead of --boot-id-file", EnvVars: envs("BOOT_ID_FROM_NODE")},
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9479", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: envs("METRICS_ADDR")},
 			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster config)", EnvVars: []string{"KUBECONFIG", "SLIPWAY_KUBECONFIG"}},
-			&cli.DurationFlag{Name: "resync", Value: agentDefaults.Resync, Usage: "re-read the fleet view at least this often", EnvVars: envs("RESYNC")},
-			&cli.DurationFlag{Name: "lease-duration", Value: agentDefaults.LeaseDuration, Usage: "duration of a channel's Lease; a dead holder is replaced after it", EnvVars: envs("LEASE_DURATION")},
+			&cli.DurationFlag{Name: "resync", Value: agentDefaults.Resync, Usage: "resync the informers at least this often", EnvVars: envs("RESYNC")},
+			&cli.DurationFlag{Name: "lease-duration", Value: agentDefaults.LeaseDuration, Usage: "unused: the controller holds the election Lease (slipway ops controller); kept so that older DaemonSets start", EnvVars: envs("LEASE_DURATION")},
 			&cli.DurationFlag{Name: "retry-backoff", Value: agentDefaults.Retry.Base, Usage: "wait after a node's first failure, doubled after each next one (at most --retry-backoff-max)", EnvVars: envs("RETRY_BACKOFF")},
 			&cli.DurationFlag{Name: "retry-backoff-max", Value: agentDefaults.Retry.Max, Usage: "longest wait between retries of a failed node", EnvVars: envs("RETRY_BACKOFF_MAX")},
 		},

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"slipway.dev/slipway/images/build"
+	"slipway.dev/slipway/ops/manifest"
 )
 
 // mirrorAddr is where pods on the VM find the release mirror (loopfwd on
@@ -159,12 +160,14 @@ func (n *node) applyManifest(ctx context.Context, flags ...string) error {
 	return err
 }
 
-// agentRunning waits for the agent DaemonSet's pod on the VM to be Running.
+// agentRunning waits for the agent DaemonSet's pod on the VM to be Running
+// (the controller Deployment's pods run there too: the VM is the only node).
 func (n *node) agentRunning(ctx context.Context, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	last := ""
 	for time.Now().Before(deadline) {
-		pods, err := n.cs.CoreV1().Pods("slipway-system").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + vmNodeName})
+		pods, err := n.cs.CoreV1().Pods("slipway-system").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + vmNodeName,
+			LabelSelector: "app.kubernetes.io/name=" + manifest.AgentName})
 		if err == nil {
 			last = ""
 			for _, p := range pods.Items {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -23,11 +24,14 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
+	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/crds"
 	opsclient "slipway.dev/slipway/ops/generated/clientset/versioned/typed/ops.slipway.dev/v1"
 	opslisters "slipway.dev/slipway/ops/generated/listers/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/health"
 	"slipway.dev/slipway/ops/kube"
+	"slipway.dev/slipway/ops/lease"
 )
 
 // Agent is one running agent. Handlers only enqueue; the syncs are keyed by
@@ -49,22 +53,33 @@ type Agent struct {
 	recorder  record.EventRecorder
 	metrics   *metrics
 
+	// controller: this is `slipway ops controller`, which does the fleet
+	// view (controller.go) and nothing of a node's; its writes are fenced
+	// by tenure, its elector renews through leaseKube.
+	controller bool
+	tenure     *lease.Tenure
+	leaseKube  *kube.Clientset
+	elected    atomic.Bool
+	nodeMeta   cache.Store // the controller's: every Node's metadata (fold.go)
+
+	probe       *health.Probe // /healthz and /readyz (probe.go)
+	workersBeat func()
+
 	mu              sync.Mutex
-	elections       map[string]*election
-	fleet           map[string]*fleetCache
-	rebooting       bool      // a reboot was requested by this process and has not failed
-	rebootAt        time.Time // when this process last requested the reboot
-	wroteRebootFrom string    // the boot ID this process recorded on its Node before Rebooting
-	drained         string    // what this process's drain did, for the Rebooting Event
-	rolledBack      bool      // this process created a rollback Job; publish when it is done
-	notReadyAt      time.Time // when this process first saw its node not Ready after a reboot
+	fleet           map[string]*fleetCache // the controller's, by channel
+	rebooting       bool                   // a reboot was requested by this process and has not failed
+	rebootAt        time.Time              // when this process last requested the reboot
+	wroteRebootFrom string                 // the boot ID this process recorded on its Node before Rebooting
+	drained         string                 // what this process's drain did, for the Rebooting Event
+	rolledBack      bool                   // this process created a rollback Job; publish when it is done
+	notReadyAt      time.Time              // when this process first saw its node not Ready after a reboot
 	waitSince       map[string]time.Time
 	wrote           map[types.UID]v1.Slot // per channel UID: this node's slot as this agent last wrote it
 	created         map[string]time.Time  // Jobs this process created that its cache may not show yet
+	reported        plan.Reports          // the reports this process last wrote on its Node (report.go)
 	known           Versions              // the versions this agent published for its node's boot
 	knownBoot       string                // the boot ID known belongs to
 	hasKnown        bool
-	serverSlot      string // the server-slot Lease holder this process wrote (servers.go)
 
 	// rollbackFailed: failed rollback Jobs this process reported (rollback.go).
 	rollbackFailed map[string]bool
@@ -80,7 +95,7 @@ type role int
 
 const (
 	roleNode    role = iota // drive this node's own slot
-	roleFleet               // the fleet view, when this agent holds the channel's Lease
+	roleFleet               // the fleet view of a channel (the controller only, while it holds its Lease)
 	rolePublish             // label the node with its versions again if it lacks them (no channel)
 	roleIdle                // uncordon this node if slipway cordoned it and no channel holds it (no channel)
 )
@@ -100,8 +115,8 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: opts, log: opts.Log.With("node", opts.NodeName), metrics: newMetrics(),
-		elections: map[string]*election{}, fleet: map[string]*fleetCache{}, waitSince: map[string]time.Time{}, wrote: map[types.UID]v1.Slot{}, created: map[string]time.Time{}}
+	a := &Agent{opts: opts, log: opts.Log.With("node", opts.NodeName), metrics: newMetrics(), probe: health.New(),
+		waitSince: map[string]time.Time{}, wrote: map[types.UID]v1.Slot{}, created: map[string]time.Time{}}
 	if a.kube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}
@@ -144,7 +159,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[key](),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "slipway-agent"})
 	defer a.queue.ShutDown()
-	go a.heartbeat(ctx) // before the informers: the fleet view skips nodes whose agent never reported
+	a.startProbe(ctx)
+	go a.heartbeat(ctx) // before the informers: the controller's fleet view skips nodes whose agent never reported
 	if err := a.startInformers(ctx); err != nil {
 		return err
 	}
@@ -154,13 +170,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("agent started", "namespace", a.opts.Namespace, "systemDir", a.opts.SystemDir)
 	var wg sync.WaitGroup
-	for range 3 { // node and fleet work of a channel run side by side; a key never runs twice at once
+	for range 2 { // a key never runs twice at once
 		wg.Add(1)
 		go func() { defer wg.Done(); a.work(ctx) }()
 	}
 	<-ctx.Done()
 	a.queue.ShutDown()
-	a.stopElections()
 	wg.Wait()
 	return nil
 }
@@ -204,6 +219,7 @@ func (a *Agent) startInformers(ctx context.Context) error {
 		return err
 	}
 	informers := []cache.SharedIndexInformer{chInf, nodeInf, jobInf, podInf}
+	a.readyWhen(informers...)
 	for _, inf := range informers {
 		go inf.RunWithContext(ctx)
 	}
@@ -263,9 +279,7 @@ func (a *Agent) channelChanged(o any) {
 	if !ok {
 		return
 	}
-	a.ensureElection(ch.Name)
 	a.queue.Add(key{roleNode, ch.Name})
-	a.queue.Add(key{roleFleet, ch.Name})
 }
 
 func (a *Agent) channelDeleted(o any) {
@@ -274,7 +288,6 @@ func (a *Agent) channelDeleted(o any) {
 	}
 	if ch, ok := o.(*v1.UpdateChannel); ok {
 		a.forgetSlot(ch.UID)
-		a.stopElection(ch.Name)
 		a.queue.Add(key{roleNode, ch.Name}) // uncordon if this node was in its slots
 	}
 }
@@ -298,6 +311,8 @@ func (a *Agent) work(ctx context.Context) {
 		var after time.Duration
 		var err error
 		switch k.role {
+		case rolePulse:
+			a.workersBeat()
 		case rolePublish:
 			err = a.republish(ctx)
 		case roleIdle:
@@ -325,6 +340,7 @@ func (a *Agent) work(ctx context.Context) {
 func (a *Agent) serveMetrics(ctx context.Context) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
+	a.probe.Install(mux)
 	srv := &http.Server{Addr: a.opts.MetricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -15,7 +15,8 @@ import (
 
 // confirmSlot asks the API server (not the informer) whether this node
 // still holds slot in channel ch (the same channel: its UID; the same
-// grant: plan.Holds), and returns errSlotGone when it does not. Nothing
+// grant: plan.Holds) and has not reported it ended, and returns
+// errSlotGone when it does not. Nothing
 // cordons, drains, evicts or reboots on a slot it has not confirmed.
 func (a *Agent) confirmSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot) error {
 	cur, err := a.ops.UpdateChannels(a.opts.Namespace).Get(ctx, ch.Name, metav1.GetOptions{})
@@ -26,6 +27,8 @@ func (a *Agent) confirmSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.S
 		return fmt.Errorf("confirm the slot of node %s in channel %s: %w", a.opts.NodeName, ch.Name, err)
 	case cur.UID != ch.UID || !plan.Holds(cur.Status, a.opts.NodeName, slot):
 		return errSlotGone
+	case a.reportedEnded(cur, slot):
+		return errSlotGone // this node ended it; the controller has not freed it yet
 	}
 	return nil
 }

@@ -2,82 +2,42 @@ package agent
 
 import (
 	"context"
-	"sync/atomic"
 
 	"slipway.dev/slipway/ops/lease"
 )
 
-// election is this agent's candidacy for one channel's Lease.
-type election struct {
-	cancel  context.CancelFunc
-	done    chan struct{}
-	leading atomic.Bool
-}
-
-// ensureElection starts competing for channel's Lease unless already doing so.
-func (a *Agent) ensureElection(channel string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, ok := a.elections[channel]; ok {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	e := &election{cancel: cancel, done: make(chan struct{})}
-	a.elections[channel] = e
-	go a.runElection(ctx, channel, e)
-}
-
-func (a *Agent) runElection(ctx context.Context, channel string, e *election) {
-	defer close(e.done)
+// elect competes for the controller's Lease until ctx ends and releases it
+// then, so another replica takes over at once. Every write of the
+// controller's clients is fenced by the Lease's tenure (lease.Tenure): a
+// replica stalled past its tenure sends none, so two replicas never write
+// the fleet's decisions at once. The elector has a client of its own,
+// unfenced, to renew.
+func (a *Agent) elect(ctx context.Context) {
 	d := a.opts.LeaseDuration
 	err := lease.Run(ctx, lease.Config{
-		Client: a.kube.CoordinationV1().Leases(a.opts.Namespace), Name: LeasePrefix + channel, Identity: a.opts.NodeName,
-		Duration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d / 5,
-		Log: a.log.With("channel", channel),
+		Client: a.leaseKube.CoordinationV1().Leases(a.opts.Namespace), Name: ControllerLease, Identity: a.opts.NodeName,
+		Duration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d / 5, Tenure: a.tenure,
+		Log: a.log,
 		OnStartedLeading: func() {
-			e.leading.Store(true)
-			a.log.Info("took the channel's fleet view", "channel", channel)
-			a.queue.Add(key{roleFleet, channel})
+			a.elected.Store(true)
+			a.log.Info("took the fleet view of every channel")
+			a.enqueueAll(roleFleet)
 		},
 		OnStoppedLeading: func() {
-			e.leading.Store(false)
-			a.log.Info("handed over the channel's fleet view", "channel", channel)
+			a.elected.Store(false)
+			a.mu.Lock()
+			a.fleet = map[string]*fleetCache{} // the next tenure lists afresh
+			a.mu.Unlock()
+			a.log.Info("handed over the fleet view")
 		},
 	})
 	if err != nil {
-		a.log.Error("cannot compete for the channel's lease", "channel", channel, "err", err)
+		a.log.Error("cannot compete for the controller's lease", "lease", ControllerLease, "err", err)
 	}
 }
 
-// leading reports whether this agent holds channel's Lease.
-func (a *Agent) leading(channel string) bool {
-	a.mu.Lock()
-	e := a.elections[channel]
-	a.mu.Unlock()
-	return e != nil && e.leading.Load()
-}
-
-func (a *Agent) stopElection(channel string) {
-	a.mu.Lock()
-	e := a.elections[channel]
-	delete(a.elections, channel)
-	delete(a.fleet, channel)
-	a.mu.Unlock()
-	if e != nil {
-		e.cancel()
-		<-e.done
-	}
-}
-
-// stopElections releases every Lease this agent holds, so another agent takes over at once.
-func (a *Agent) stopElections() {
-	a.mu.Lock()
-	var names []string
-	for n := range a.elections {
-		names = append(names, n)
-	}
-	a.mu.Unlock()
-	for _, n := range names {
-		a.stopElection(n)
-	}
+// leading reports whether this process does the fleet view of channel:
+// only the controller, and only while it holds its Lease.
+func (a *Agent) leading(string) bool {
+	return a.controller && a.elected.Load()
 }

@@ -82,7 +82,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	p := fleetPass{s: s, generation: generation, retry: a.opts.Retry, now: now, listedSlots: fc.slots, resolved: resolved, stale: stale, mine: mine, others: others,
 		checks: a.checkBehind(ctx, fc, ch.Status, plan.Behind(ch.Status, mine, target), startable(s, ch.Status, mine, target, a.opts.Retry, now),
 			plan.FreeSlots(s, ch.Status), target),
-		serverElsewhere: a.serverBusyElsewhere(ctx, name)}
+		serverElsewhere: a.serverBusyElsewhere(ctx, name), reports: a.reportsFor(ch)}
 	var r fleetResult
 	ch, err = a.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
 		r = p.apply(c)
@@ -91,7 +91,13 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	if err != nil {
 		return 0, err
 	}
-	fc.permitted = permitSet(ch) // as written (or as read, when nothing changed)
+	fc.permitted = permitSet(ch)         // as written (or as read, when nothing changed)
+	for _, n := range r.folded.Permits { // given back: the next list shows its staging
+		if fc.gaveBack == nil {
+			fc.gaveBack = map[string]bool{}
+		}
+		fc.gaveBack[n] = true
+	}
 	a.fleetEvents(ch, r)
 	a.recordVersions(name, mine)
 	a.metrics.fleet.recordSkipped(name, skippedReasons(ch))

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -27,6 +28,8 @@ type fleetPass struct {
 	checks      map[string]*v1.SkippedNode
 	// serverElsewhere: a server node of another channel holds a slot.
 	serverElsewhere bool
+	// reports are the nodes' reports (plan.Fold), of the nodes holding a slot or a permit.
+	reports map[string]plan.Reports
 }
 
 // apply updates c's status for this pass and says what changed.
@@ -44,13 +47,15 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 	if p.resolved != nil && target == p.resolved.Version {
 		st.Resolved = p.resolved
 	}
+	r.folded = plan.Fold(st, c.UID, p.reports)
+	mine := stagingDone(p.mine, r.folded.Permits)
 	r.recover(st, p.stale, p.now)
-	plan.Prune(st, p.mine, target)
+	plan.Prune(st, mine, target)
 	// Permits before slots: a node that takes a slot in this pass stages
 	// under its permit first, so its slot's Job only activates.
-	r.staging = plan.GrantStaging(p.s, st, p.mine, target, p.now)
+	r.staging = plan.GrantStaging(p.s, st, mine, target, p.now)
 	if slotHolders(c) == p.listedSlots {
-		r.added = plan.AssignBeside(p.s, st, p.mine, p.others, p.checks, target, p.retry, p.now, p.serverElsewhere)
+		r.added = plan.AssignBeside(p.s, st, mine, p.others, p.checks, target, p.retry, p.now, p.serverElsewhere)
 		startUpgrading(c.UID, st, r.added)
 	} else {
 		// A slot changed hands since the nodes were listed (a conflict
@@ -58,7 +63,7 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 		// finished at its old version. Claim after listing again.
 		r.relist = true
 		skipped := st.Counts.Skipped
-		st.Counts = plan.Counts(p.mine, *st, target)
+		st.Counts = plan.Counts(mine, *st, target)
 		st.Counts.Skipped = skipped
 	}
 	r.conflict = plan.SetConflict(st, p.others, c.Generation)
@@ -76,6 +81,7 @@ type fleetResult struct {
 	released  []string     // slots taken away without a failure: "node: why"
 	conflict  bool         // the Conflict condition turned True or changed
 	relist    bool
+	folded    plan.Folded // the nodes' reports folded in
 }
 
 // recover takes the stale slots away: a node gone before its reboot loses
@@ -105,4 +111,20 @@ func startUpgrading(uid types.UID, st *v1.UpdateChannelStatus, added []string) {
 			sl.Phase, sl.Job = plan.PhaseUpgrading, SlotJobName(uid, *sl)
 		}
 	}
+}
+
+// stagingDone marks the nodes that just gave their staging permit back
+// (their report folded in this pass) as done staging, so that no permit
+// goes to them again before the next list shows what they staged.
+func stagingDone(nodes []plan.Node, gaveBack []string) []plan.Node {
+	if len(gaveBack) == 0 {
+		return nodes
+	}
+	out := slices.Clone(nodes)
+	for i := range out {
+		if slices.Contains(gaveBack, out[i].Name) {
+			out[i].StagingDone = true
+		}
+	}
+	return out
 }

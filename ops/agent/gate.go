@@ -18,13 +18,7 @@ func (a *Agent) deferToWindow(ctx context.Context, ch *v1.UpdateChannel, slot v1
 	if err := a.uncordonAndPublish(ctx, a.readableVersions()); err != nil {
 		return err
 	}
-	if _, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
-		if _, err := a.mySlot(c, slot); err != nil {
-			return err
-		}
-		plan.Release(&c.Status, a.opts.NodeName)
-		return nil
-	}); err != nil {
+	if err := a.reportSlot(ctx, ch, slot, slot.Phase, slot.Job, plan.OutcomeReleased, reason); err != nil {
 		return err
 	}
 	a.log.Info("slot given back: the window leaves no room", "channel", ch.Name, "why", reason)

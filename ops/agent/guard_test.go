@@ -17,10 +17,12 @@ import (
 )
 
 // slotFor gives node a slot in the fleet's channel (written as the
-// Lease holder would) and returns the channel and the slot as written.
+// controller would: the fleet's own controller is stopped, so that the
+// test alone decides the slot) and returns the channel and the slot as written.
 func (f *fleet) slotFor(t *testing.T, node string, spec v1.UpdateChannelSpec) (*v1.UpdateChannel, v1.Slot) {
 	t.Helper()
-	spec.Paused = true // no Lease holder grants it again once the test frees it
+	f.stopController()
+	spec.Paused = true
 	f.channel(spec)
 	ch := f.get()
 	slot := v1.Slot{Node: node, Version: "v2", Attempt: 1, Phase: plan.PhaseUpgrading, Since: metav1.Now()}

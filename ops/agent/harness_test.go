@@ -56,6 +56,9 @@ type fleet struct {
 	opts                    func(*Options)
 	// configs are the agents' API configs by node (asServiceAccount); none: the administrator's.
 	configs map[string]*rest.Config
+	// ctrl is the fleet's controller, run as ctrlConfig (nil: the administrator).
+	ctrl       *runningAgent
+	ctrlConfig *rest.Config
 }
 
 type runningAgent struct {
@@ -85,9 +88,11 @@ func newFleet(t *testing.T, nodes int, edit func(*Options)) *fleet {
 	jctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(func() {
 		f.stopAll()
+		f.stopController()
 		cancel()
 	})
 	go f.runJobs(jctx)
+	f.startController()
 	return f
 }
 

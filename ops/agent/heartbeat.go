@@ -33,10 +33,12 @@ func (a *Agent) agentTTL() time.Duration { return 3 * a.opts.HeartbeatInterval }
 func (a *Agent) heartbeat(ctx context.Context) {
 	t := time.NewTicker(a.opts.HeartbeatInterval)
 	defer t.Stop()
+	alive := a.probe.Loop("heartbeat", 3*a.opts.HeartbeatInterval)
 	for {
 		if err := a.beat(ctx); err != nil && ctx.Err() == nil {
 			a.log.Warn("could not renew this agent's heartbeat; retrying at the next interval", "err", err)
 		}
+		alive() // a failed renewal is the API's, not a wedged loop
 		select {
 		case <-ctx.Done():
 			return

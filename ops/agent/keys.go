@@ -49,6 +49,12 @@ const (
 	AnnotationPrestagedVersion      = "ops.slipway.dev/prestaged-version"
 	AnnotationPrestageFailedVersion = "ops.slipway.dev/prestage-failed-version"
 
+	// AnnotationSlotReport: on each Node, written by its agent, read by the
+	// controller: the node's slot progress and outcome and the staging
+	// permit it gave back, by channel UID (plan.Reports as JSON). The agent
+	// writes nothing into channel status; the controller folds these.
+	AnnotationSlotReport = "ops.slipway.dev/slot-report"
+
 	// AnnotationRebootFrom is written on its Node by the agent before it
 	// records the Rebooting phase: the boot ID it reboots from. After the
 	// agent restarts in that phase, a different boot ID proves the reboot
@@ -81,12 +87,8 @@ const (
 	LabelManagedBy      = "app.kubernetes.io/managed-by"
 	LabelManagedByAgent = "slipway-agent"
 
-	// LeasePrefix names the coordination.k8s.io Lease per channel that elects
-	// the agent doing the fleet-view work: <LeasePrefix><channel>.
-	LeasePrefix = "slipway-upchan-"
-
 	// AgentLeasePrefix names the Lease each agent renews as its heartbeat
-	// (written by that node's agent, read by the channels' Lease holders):
+	// (written by that node's agent, read by the controller):
 	// <AgentLeasePrefix><node>.
 	AgentLeasePrefix = "slipway-agent-"
 

@@ -50,9 +50,9 @@ func TestChannelOf(t *testing.T) {
 }
 
 // TestLeaseNamesMatchTheManifest: the admission policy admits the Leases
-// by the names the agent writes.
+// by the names the agent and the controller write.
 func TestLeaseNamesMatchTheManifest(t *testing.T) {
-	if LeasePrefix != manifest.ChannelLeasePrefix || AgentLeasePrefix != manifest.HeartbeatLeasePrefix {
-		t.Errorf("lease prefixes %q %q, the manifest admits %q %q", LeasePrefix, AgentLeasePrefix, manifest.ChannelLeasePrefix, manifest.HeartbeatLeasePrefix)
+	if AgentLeasePrefix != manifest.HeartbeatLeasePrefix || ControllerLease != manifest.ControllerLease {
+		t.Errorf("leases %q %q, the manifest admits %q %q", AgentLeasePrefix, ControllerLease, manifest.HeartbeatLeasePrefix, manifest.ControllerLease)
 	}
 }

@@ -45,12 +45,12 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 		return 0, err
 	}
 	seen, _ := a.mySlot(ch, v1.Slot{})
+	if seen != nil && a.reportedEnded(ch, *seen) {
+		seen = nil // reported ended; the controller frees it
+	}
 	s, bad := plan.Resolve(ch.Spec)
 	if seen == nil {
 		a.forgetSlot(ch.UID) // the slot ended: so does this process's memory of it
-		if err := a.releaseServerSlot(ctx, ch); err != nil {
-			return 0, err
-		}
 		if bad == nil {
 			if err := a.syncStage(ctx, ch, s, false); err != nil {
 				return 0, err
@@ -63,12 +63,15 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 	if bad != nil {
 		return 0, nil // the fleet view marks it Invalid; the slot times out if it stays so
 	}
-	sc := &stepCtx{ch: ch, s: s, slot: plan.Newest(*seen, a.lastWrote(ch.UID))}
+	sc := &stepCtx{ch: ch, s: s, slot: a.slotNow(ch, *seen)}
 	if err := a.syncStage(ctx, ch, s, a.slotUnderWay(sc)); err != nil {
 		return 0, err
 	}
 	for range maxSteps {
-		sc.slot = plan.Newest(*seen, a.lastWrote(ch.UID))
+		if a.reportedEnded(ch, *seen) { // a step just ended it (a failure, a deferral)
+			return 0, a.idle(ctx, ch)
+		}
+		sc.slot = a.slotNow(ch, *seen)
 		o, ok, err := a.observe(sc)
 		if err != nil || !ok {
 			return 0, err
@@ -86,6 +89,14 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 		}
 	}
 	return 0, nil
+}
+
+// slotNow is the node's slot as seen in the channel, at the latest phase
+// this node reported (on its Node, or by this process, whose Node the cache
+// may not show yet).
+func (a *Agent) slotNow(ch *v1.UpdateChannel, seen v1.Slot) v1.Slot {
+	reported, _ := a.reportOf(ch.UID).Of(seen)
+	return plan.Newest(reported, a.lastWrote(ch.UID))
 }
 
 // observe gathers what plan.Next decides from; ok false when the node's
@@ -135,10 +146,6 @@ func (a *Agent) do(ctx context.Context, step plan.Step, sc *stepCtx) (after time
 		return 0, false, a.deferToWindow(ctx, sc.ch, sc.slot, sc.why)
 	case plan.StepDrain:
 		err := a.stepDrain(ctx, sc)
-		if errors.Is(err, errServerBusy) {
-			a.log.Info("waiting for the server slot: another server node is down", "channel", sc.ch.Name, "why", err)
-			return serverWait, false, nil
-		}
 		return 0, err == nil, err
 	case plan.StepReboot:
 		return 0, false, a.stepReboot(ctx, sc)
@@ -248,19 +255,12 @@ func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, st
 	if err := a.uncordonAndPublish(ctx, a.readableVersions()); err != nil {
 		return err
 	}
-	var f v1.Failure
-	if _, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
-		if _, err := a.mySlot(c, slot); err != nil {
-			return err
-		}
-		f = plan.Fail(&c.Status, a.opts.NodeName, slot.Version, reason, time.Now())
-		return nil
-	}); err != nil {
+	if err := a.reportSlot(ctx, ch, slot, slot.Phase, slot.Job, plan.OutcomeFailed, reason); err != nil {
 		return err
 	}
 	a.metrics.failures.WithLabelValues(ch.Name, step).Inc()
-	a.log.Warn("upgrade failed", "channel", ch.Name, "version", slot.Version, "attempts", f.Attempts, "reason", reason)
-	a.recorder.Eventf(ch, corev1.EventTypeWarning, "UpgradeFailed", "node %s (attempt %d): %s", a.opts.NodeName, f.Attempts, reason)
+	a.log.Warn("upgrade failed", "channel", ch.Name, "version", slot.Version, "attempt", slot.Attempt, "reason", reason)
+	a.recorder.Eventf(ch, corev1.EventTypeWarning, "UpgradeFailed", "node %s (attempt %d): %s", a.opts.NodeName, max(slot.Attempt, 1), reason)
 	if step != "boot" {
 		return a.undoSwap(ctx, ch)
 	}

@@ -1,12 +1,15 @@
-// Package agent is the UpdateChannel agent, `slipway ops agent`: one runs on
-// every node (a DaemonSet). Each agent watches its own Node, its own upgrade
-// Jobs and the UpdateChannels of its namespace; it labels its node with the
+// Package agent is the UpdateChannel agent, `slipway ops agent`, and the
+// UpdateChannel controller, `slipway ops controller`. One agent runs on
+// every node (a DaemonSet): it watches its own Node, its own upgrade Jobs
+// and the UpdateChannels of its namespace; it labels its node with the
 // versions in the system directory, and when its node holds a slot it runs
 // the upgrade Job, cordons, drains, reboots, and after the reboot waits for
-// Ready, uncordons and frees the slot. The work that needs the fleet's view
-// (polling, ordering candidates, assigning and recovering slots) is done by
-// one agent per channel at a time, the holder of the channel's Lease.
-// Decisions live in ops/agent/plan; this package wires them to the API.
+// Ready and uncordons, reporting each step on its own Node. The work that
+// needs the fleet's view (polling, resolving releases, ordering
+// candidates, assigning and recovering slots, folding the nodes' reports
+// into the channel's status) is done by the controller (controller.go), an
+// elected Deployment. Decisions live in ops/agent/plan; this package wires
+// them to the API.
 package agent
 
 import (
@@ -73,6 +76,10 @@ type Options struct {
 	// HeartbeatInterval is how often the agent renews its heartbeat Lease
 	// (default 1m); a node whose agent missed three is skipped.
 	HeartbeatInterval time.Duration
+	// LoopAllowance is how long the workers may go without taking a pulse
+	// before /healthz fails (default 2m; a drain runs in one worker while
+	// the other takes the pulses).
+	LoopAllowance time.Duration
 	// Log receives structured logs (default slog.Default()).
 	Log *slog.Logger
 }
@@ -125,6 +132,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
+	}
+	if o.LoopAllowance <= 0 {
+		o.LoopAllowance = 2 * time.Minute
 	}
 	o.Config = rest.CopyConfig(o.Config)
 	if o.Config.UserAgent == "" {

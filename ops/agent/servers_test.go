@@ -66,6 +66,7 @@ func TestServersOneAtATimeFirst(t *testing.T) {
 	for i := range 5 {
 		f.start(n(i))
 	}
+	f.agentsUp(n(0), n(1), n(2), n(3), n(4))
 	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 4, RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)})
 	f.waitFor("all five at v2", 2*time.Minute, done(5))
 	cancel()

@@ -22,7 +22,7 @@ import (
 
 // asServiceAccount makes the fleet's agents run as the manifest's
 // ServiceAccount, each with the bound token of a pod on its own node
-// (testenv.PodToken), under the manifest's RBAC and admission policies
+// (testenv.PodToken), and its controller as the controller's, under the manifest's RBAC and admission policies
 // rendered with mo for the fleet's namespace: a call the shipped manifest
 // does not allow fails the test's rollout as it would a real one's.
 func (f *fleet) asServiceAccount(mo manifest.Options) {
@@ -60,6 +60,17 @@ func (f *fleet) asServiceAccount(mo manifest.Options) {
 	if len(nodes.Items) > 0 {
 		policiesInForce(t, f.configs[nodes.Items[0].Name], f.ns, nodes.Items[0].Name)
 	}
+	// The controller's pod, on no fleet node (a drain would evict it).
+	ctrl := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: manifest.ControllerName, Namespace: f.ns},
+		Spec: corev1.PodSpec{ServiceAccountName: manifest.ControllerName, Containers: []corev1.Container{{Name: "controller", Image: mo.Image}}}}
+	if _, err := f.kube.CoreV1().Pods(f.ns).Create(ctx, ctrl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := testenv.PodToken(ctx, env.Config, f.ns, ctrl.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.controllerAs(cfg)
 }
 
 // policiesInForce waits until the API server enforces the admission

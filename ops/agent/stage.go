@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -12,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -88,6 +86,9 @@ func (a *Agent) permitOf(ch *v1.UpdateChannel) *v1.StagePermit {
 	if i < 0 || ch.Status.Staging[i].Version != plan.Target(mustResolve(ch), ch.Status) {
 		return nil
 	}
+	if done := a.reportOf(ch.UID).PermitDone; done != nil && done.Unix() == ch.Status.Staging[i].Since.Unix() {
+		return nil // given back; the controller takes it away
+	}
 	p := ch.Status.Staging[i]
 	return &p
 }
@@ -134,35 +135,16 @@ func (a *Agent) stepStagePublish(ctx context.Context, o plan.StageObserved) erro
 	return a.patchNode(ctx, nil, map[string]any{AnnotationPrestagedVersion: nilIfEmpty(staged), AnnotationPrestageFailedVersion: nilIfEmpty(failed)})
 }
 
-// releasePermit removes this node's staging permit with a JSON patch that
-// first tests the entry at its index is still its own (no resourceVersion:
-// the other nodes' writes do not make it conflict). Permits come and go
-// together, so an index from the cache is often stale: then the entry is
-// looked up again in a fresh read, a few times, before an optimistic update.
+// releasePermit reports on the Node that this node gave its staging permit
+// back (the permit's claim time); the controller takes the permit away
+// and gives none again to the node for that target.
 func (a *Agent) releasePermit(ctx context.Context, ch *v1.UpdateChannel) error {
-	api, name := a.ops.UpdateChannels(a.opts.Namespace), ch.Name
-	for range 3 {
-		i := plan.FindPermit(ch.Status, a.opts.NodeName)
-		if i < 0 {
-			return nil
-		}
-		p := fmt.Sprintf("/status/staging/%d", i)
-		data, err := json.Marshal([]map[string]any{{"op": "test", "path": p + "/node", "value": a.opts.NodeName}, {"op": "remove", "path": p}})
-		if err != nil {
-			return err
-		}
-		if _, err = api.Patch(ctx, name, types.JSONPatchType, data, metav1.PatchOptions{}, "status"); err == nil || ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if ch, err = api.Get(ctx, name, metav1.GetOptions{}); err != nil {
-			return fmt.Errorf("read channel %s to give the staging permit back: %w", name, err)
-		}
-	}
-	_, err := a.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
-		plan.ReleasePermit(&c.Status, a.opts.NodeName)
+	i := plan.FindPermit(ch.Status, a.opts.NodeName)
+	if i < 0 {
 		return nil
-	})
-	return err
+	}
+	since := ch.Status.Staging[i].Since
+	return a.report(ctx, ch, func(r *plan.Report) { r.PermitDone = &since })
 }
 
 // createdLag bounds how long a Job this process created counts as running

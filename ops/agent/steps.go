@@ -59,11 +59,6 @@ func (a *Agent) stepDrain(ctx context.Context, sc *stepCtx) error {
 	if err := a.confirmSlot(ctx, sc.ch, sc.slot); err != nil {
 		return err
 	}
-	if a.isServer() { // one server down at a time across all channels (servers.go)
-		if err := a.takeServerSlot(ctx, sc.ch, sc.slot); err != nil {
-			return err
-		}
-	}
 	boot, err := a.bootID()
 	if err != nil {
 		return err

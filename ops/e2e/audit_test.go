@@ -19,7 +19,7 @@ import (
 // own heartbeat Leases are shown apart too: they are renewed with time,
 // rollout or not, so per node upgraded they grow with the rollout's length.
 const (
-	writerSlipway   = "slipway agents"
+	writerSlipway   = "slipway agents and controller"
 	writerHeartbeat = "slipway agents' heartbeat Leases (renewed with time, rollout or not)"
 	writerJobs      = "its Jobs (job controller, kubelet pod status)"
 	writerNode      = "node reboots (kubelet node status, heartbeats, node controller)"
@@ -32,7 +32,7 @@ func writerOf(ev testenv.AuditEvent) string {
 	switch {
 	case strings.HasPrefix(ua, "slipway-agent/") && ev.Resource == "leases" && strings.HasPrefix(ev.Name, agent.AgentLeasePrefix):
 		return writerHeartbeat
-	case strings.HasPrefix(ua, "slipway-agent/"):
+	case strings.HasPrefix(ua, "slipway-agent/"), strings.HasPrefix(ua, "slipway-controller/"):
 		return writerSlipway
 	case strings.HasPrefix(ua, "kube-controller-manager/") && (strings.HasSuffix(ua, "/job-controller") || strings.HasSuffix(ua, "/ttl-after-finished-controller")):
 		return writerJobs
@@ -143,6 +143,7 @@ func nodeSteps(events []testenv.AuditEvent, node string) []time.Time {
 	at := make([]time.Time, len(steps))
 	agent := "node/" + node
 	jobPrefix := "upgrade-" + node + "-"
+	freeing := 0
 	for _, ev := range events {
 		if ev.Code >= 300 {
 			continue
@@ -162,8 +163,11 @@ func nodeSteps(events []testenv.AuditEvent, node string) []time.Time {
 			at[4] = ev.Time
 		case strings.HasPrefix(ev.UserAgent, "slipway-testenv/supervisor") && ev.Name == node && ev.Resource == "nodes/status" && !at[4].IsZero():
 			at[5] = ev.Time
-		case mine && ev.Resource == "updatechannels/status" && !at[5].IsZero():
-			at[6] = ev.Time
+		case mine && ev.Resource == "nodes" && !at[5].IsZero() && at[6].IsZero():
+			// the uncordon, then the report that frees the slot: the second write after the boot
+			if freeing++; freeing == 2 {
+				at[6] = ev.Time
+			}
 		}
 	}
 	return at

@@ -2,7 +2,8 @@
 // cluster (ops/testenv with Cluster): fake nodes, one `slipway ops agent`
 // process per node started by the node supervisor, each on its own system
 // directory installed at v1 by `slipway ops upgrade` from a local mirror,
-// upgrade Jobs run for real by the node executor, reboots simulated.
+// one `slipway ops controller` process, upgrade Jobs run for real by the
+// node executor, reboots simulated.
 package e2e
 
 import (
@@ -15,6 +16,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
 
 	"slipway.dev/slipway/ops/crds"
 	"slipway.dev/slipway/ops/testenv"
@@ -78,9 +81,16 @@ func run(m *testing.M) int {
 		NodeEnv: []string{"SLIPWAY_E2E_MIRROR=" + mirror, "SLIPWAY_E2E_REBOOT=" + simReboot.String(),
 			"SLIPWAY_E2E_LEASE=" + lease, "SLIPWAY_E2E_UPGRADE_COMMAND=" + upgradeCommand},
 		AuditLog: auditLog, AuditReads: !bench,
-		NodeIdentity: agentIdentity, Setup: grantAgentAccess,
+		NodeIdentity: agentIdentity,
+		Setup: func(ctx context.Context, cfg *rest.Config) error {
+			if err := grantAgentAccess(ctx, cfg); err != nil {
+				return err
+			}
+			return startController(cfg, bin, dir)
+		},
 	}, &env)
-	// A whole run's audit log holds every call the agents make in a rollout.
+	stopController()
+	// A whole run's audit log holds every call the agents and the controller make in a rollout.
 	if code == 0 && !bench && flag.Lookup("test.run").Value.String() == "" {
 		if err := checkAgentAccess(auditLog); err != nil {
 			fmt.Fprintln(os.Stderr, "FAIL: TestMain:", err)

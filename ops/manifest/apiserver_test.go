@@ -63,10 +63,8 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		{Verb: "create", Resource: "pods", Subresource: "eviction", Namespace: "default"},
 		{Verb: "list", Resource: "pods"},
 		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: "slipway-test"},
-		{Verb: "update", Group: "ops.slipway.dev", Resource: "updatechannels", Subresource: "status", Namespace: "slipway-test"},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
 		{Verb: "create", Resource: "events", Namespace: "default"},
-		{Verb: "patch", Group: "ops.slipway.dev", Resource: "updatechannels", Subresource: "status", Namespace: "slipway-test"},
 		{Verb: "watch", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
 		{Verb: "delete", Resource: "pods", Namespace: "default"},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
@@ -74,6 +72,10 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 	}
 	denied := []authv1.ResourceAttributes{
 		{Verb: "get", Resource: "secrets", Namespace: "slipway-test"},
+		{Verb: "get", Resource: "secrets", Name: DefaultTokenSecret, Namespace: "slipway-test"},
+		// The controller writes channel status; the agent reports on its own Node.
+		{Verb: "update", Group: "ops.slipway.dev", Resource: "updatechannels", Subresource: "status", Namespace: "slipway-test"},
+		{Verb: "patch", Group: "ops.slipway.dev", Resource: "updatechannels", Subresource: "status", Namespace: "slipway-test"},
 		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: "default"},
 		{Verb: "delete", Resource: "nodes"},
 		{Verb: "delete", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
@@ -88,21 +90,74 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		{Verb: "create", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"},
 		{Verb: "update", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"},
 	}
+	checkAccess(ctx, t, kube, sa, allowed, denied)
+	ctrl := ControllerUser("slipway-test")
+	checkAccess(ctx, t, kube, ctrl, []authv1.ResourceAttributes{
+		{Verb: "list", Resource: "nodes"},
+		{Verb: "get", Resource: "nodes"},
+		{Verb: "update", Group: "ops.slipway.dev", Resource: "updatechannels", Subresource: "status", Namespace: "slipway-test"},
+		{Verb: "watch", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
+		{Verb: "get", Resource: "secrets", Name: DefaultTokenSecret, Namespace: "slipway-test"},
+		{Verb: "get", Group: "batch", Resource: "jobs", Namespace: "slipway-test"},
+		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
+		{Verb: "create", Resource: "events", Namespace: "slipway-test"},
+	}, []authv1.ResourceAttributes{
+		{Verb: "patch", Resource: "nodes"},
+		{Verb: "get", Resource: "secrets", Name: "other", Namespace: "slipway-test"},
+		{Verb: "list", Resource: "secrets", Namespace: "slipway-test"},
+		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: "slipway-test"},
+		{Verb: "update", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
+		{Verb: "patch", Group: "ops.slipway.dev", Resource: "updatechannels", Subresource: "status", Namespace: "slipway-test"},
+	})
+	checkRestricted(ctx, t, kube)
+}
+
+// checkAccess asks the API server whether user may do each of allowed and none of denied.
+func checkAccess(ctx context.Context, t *testing.T, kube kubernetes.Interface, user string, allowed, denied []authv1.ResourceAttributes) {
+	t.Helper()
 	for _, want := range []struct {
 		attrs []authv1.ResourceAttributes
 		ok    bool
 	}{{allowed, true}, {denied, false}} {
 		for _, a := range want.attrs {
 			review, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authv1.SubjectAccessReview{
-				Spec: authv1.SubjectAccessReviewSpec{User: sa, ResourceAttributes: &a},
+				Spec: authv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &a},
 			}, metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if review.Status.Allowed != want.ok {
-				t.Errorf("%s %s/%s/%s in %q: allowed = %v, want %v", a.Verb, a.Group, a.Resource, a.Subresource, a.Namespace, review.Status.Allowed, want.ok)
+				t.Errorf("%s: %s %s/%s/%s %s in %q: allowed = %v, want %v", user, a.Verb, a.Group, a.Resource, a.Subresource, a.Name, a.Namespace, review.Status.Allowed, want.ok)
 			}
 		}
+	}
+}
+
+// checkRestricted: the controller's pod is admitted in a namespace that
+// enforces Pod Security's restricted level (a dry run).
+func checkRestricted(ctx context.Context, t *testing.T, kube kubernetes.Interface) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "slipway-restricted", Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns.Name}}
+	if _, err := kube.CoreV1().ServiceAccounts(ns.Name).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Namespace: ns.Name}.WithDefaults()
+	dryRun := func(spec corev1.PodSpec) error {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns.Name}, Spec: spec}
+		pod.Spec.ServiceAccountName = "default"
+		_, err := kube.CoreV1().Pods(ns.Name).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	if err := dryRun(daemonSet(o).Spec.Template.Spec); err == nil {
+		t.Errorf("the agent's pod passed Pod Security restricted: the namespace does not enforce it")
+	}
+	if err := dryRun(deployment(o).Spec.Template.Spec); err != nil {
+		t.Errorf("the controller's pod in a namespace at Pod Security restricted: %v", err)
 	}
 }
 

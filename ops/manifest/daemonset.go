@@ -82,6 +82,8 @@ func agentContainer(o Options) corev1.Container {
 		},
 		Ports:           []corev1.ContainerPort{{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}},
 		SecurityContext: agentSecurityContext(),
+		LivenessProbe:   probe("/healthz"),
+		ReadinessProbe:  probe("/readyz"),
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{
 				corev1.ResourceCPU:    resource.MustParse("10m"),
@@ -174,6 +176,13 @@ func priorityClass() *schedulingv1.PriorityClass {
 		Description:      "slipway's node agent: it reboots its node onto a working release",
 		PreemptionPolicy: ptr.To(corev1.PreemptLowerPriority),
 	}
+}
+
+// probe asks path on the metrics port (ops/health: /healthz fails when a
+// loop stopped beating, /readyz until the informers synced).
+func probe(path string) *corev1.Probe {
+	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("metrics")}},
+		PeriodSeconds: 20, TimeoutSeconds: 5, FailureThreshold: 3}
 }
 
 func fieldEnv(name, path string) corev1.EnvVar {

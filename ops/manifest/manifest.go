@@ -1,6 +1,7 @@
 // Package manifest builds the objects that deploy slipway's operator into a
 // cluster: the namespace, the UpdateChannel CRD, least-privilege RBAC, the
-// `slipway ops agent` DaemonSet and a default UpdateChannel. `slipway ops
+// `slipway ops agent` DaemonSet, the `slipway ops controller` Deployment and
+// a default UpdateChannel. `slipway ops
 // manifest` prints them, `slipway config apply` writes them where k3s
 // auto-deploys manifests from, and scripts/generate writes them into overlay/.
 package manifest
@@ -156,7 +157,7 @@ func Objects(o Options) ([]any, error) {
 	}
 	objs = append(objs, rbac(o)...)
 	objs = append(objs, policies(o)...)
-	objs = append(objs, priorityClass(), daemonSet(o), channel(o))
+	objs = append(objs, priorityClass(), daemonSet(o), deployment(o), channel(o))
 	return objs, nil
 }
 

@@ -63,8 +63,9 @@ func TestRenderParsesIntoTheObjects(t *testing.T) {
 	for _, o := range objs {
 		kinds = append(kinds, o.GetObjectKind().GroupVersionKind().Kind)
 	}
-	vap := strings.Repeat("ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding,", 4) // own Node, Jobs, Leases, resolved source
-	want := "Namespace,CustomResourceDefinition,ServiceAccount,ClusterRole,ClusterRoleBinding,Role,RoleBinding," + vap + "PriorityClass,DaemonSet,UpdateChannel"
+	vap := strings.Repeat("ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding,", 5)      // own Node, Jobs, Leases, the controller's Lease, resolved source
+	rbac := strings.Repeat("ServiceAccount,ClusterRole,ClusterRoleBinding,Role,RoleBinding,", 2) // the agent's, the controller's
+	want := "Namespace,CustomResourceDefinition," + rbac + vap + "PriorityClass,DaemonSet,Deployment,UpdateChannel"
 	if got := strings.Join(kinds, ","); got != want {
 		t.Fatalf("kinds = %s\nwant %s", got, want)
 	}
@@ -76,8 +77,9 @@ func TestRenderParsesIntoTheObjects(t *testing.T) {
 	if ch.Namespace != "ops" || ch.Name != "default" || ch.Spec.URL != "file:///mirror" || ch.Spec.Version != "v2" || ch.Spec.Concurrency != 3 || ch.Spec.Paused {
 		t.Errorf("channel = %+v", ch)
 	}
-	ds := objs[len(objs)-2].(*appsv1.DaemonSet)
+	ds := objs[len(objs)-3].(*appsv1.DaemonSet)
 	checkDaemonSet(t, ds, "ops", "registry.example/slipway:v9")
+	checkDeployment(t, objs[len(objs)-2].(*appsv1.Deployment), "ops", "registry.example/slipway:v9")
 	if rb := objs[6].(*rbacv1.RoleBinding); rb.Subjects[0].Namespace != "ops" || rb.Namespace != "ops" {
 		t.Errorf("role binding = %+v", rb)
 	}
@@ -127,6 +129,32 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, ns, image string) {
 	}
 	for k, v := range ds.Spec.Selector.MatchLabels {
 		if ds.Spec.Template.Labels[k] != v {
+			t.Errorf("selector %s=%s does not match the template", k, v)
+		}
+	}
+}
+
+func checkDeployment(t *testing.T, d *appsv1.Deployment, ns, image string) {
+	t.Helper()
+	pod := d.Spec.Template.Spec
+	c := pod.Containers[0]
+	if d.Namespace != ns || c.Image != image || pod.ServiceAccountName != ControllerName || *d.Spec.Replicas != 2 {
+		t.Errorf("deployment ns %s image %s sa %s replicas %d", d.Namespace, c.Image, pod.ServiceAccountName, *d.Spec.Replicas)
+	}
+	if strings.Join(append(c.Command, c.Args...), " ") != "slipway ops controller" {
+		t.Errorf("command = %v %v", c.Command, c.Args)
+	}
+	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("controller probes %+v %+v, want /healthz and /readyz", c.LivenessProbe, c.ReadinessProbe)
+	}
+	if len(c.Env) == 0 || c.Env[0].Name != EnvPodName || c.Env[0].ValueFrom.FieldRef.FieldPath != "metadata.name" {
+		t.Errorf("env = %+v, want POD_NAME from metadata.name (its Lease identity)", c.Env)
+	}
+	if pod.HostPID || pod.HostNetwork || len(pod.Volumes) != 0 || len(c.SecurityContext.Capabilities.Add) != 0 {
+		t.Errorf("controller pod holds host namespaces, host paths or capabilities: %+v", pod)
+	}
+	for k, v := range d.Spec.Selector.MatchLabels {
+		if d.Spec.Template.Labels[k] != v {
 			t.Errorf("selector %s=%s does not match the template", k, v)
 		}
 	}

@@ -16,15 +16,9 @@ import (
 // refuses; the attack suite (ops/attack) tries each with an agent's own
 // bound token.
 
-// Names of the Leases the agent writes (ops/agent's LeasePrefix and
-// AgentLeasePrefix; a test in ops/agent keeps them equal).
-const (
-	ChannelLeasePrefix   = "slipway-upchan-"
-	HeartbeatLeasePrefix = "slipway-agent-"
-	// ServerSlotLease is the Lease that lets one server node (control
-	// plane, etcd) at a time be down across all channels.
-	ServerSlotLease = "slipway-server-slot"
-)
+// HeartbeatLeasePrefix names the Lease the agent writes, its heartbeat
+// (ops/agent's AgentLeasePrefix; a test in ops/agent keeps them equal).
+const HeartbeatLeasePrefix = "slipway-agent-"
 
 // JobCapabilities are the capabilities an upgrade Job may add (see ops/agent's buildJob).
 var JobCapabilities = []string{"SYS_ADMIN", "CHOWN", "FOWNER", "DAC_OVERRIDE"}
@@ -32,11 +26,13 @@ var JobCapabilities = []string{"SYS_ADMIN", "CHOWN", "FOWNER", "DAC_OVERRIDE"}
 // JobCommands are the slipway commands an agent's Job may run.
 var JobCommands = []string{"upgrade", "rollback", "prune"}
 
-// policies are the agent's admission policies: its own Node, its Jobs'
-// shape and node, its Leases, the channels' resolved source.
+// policies are the admission policies: the agent's own Node, its Jobs'
+// shape and node, its Leases, the controller's Lease, the channels'
+// resolved source.
 func policies(o Options) []any {
 	var out []any
-	for _, objs := range [][]any{ownNodePolicy(o).Objects(), jobPolicy(o).Objects(), leasePolicy(o).Objects(), sourcePolicy(o).Objects()} {
+	for _, objs := range [][]any{ownNodePolicy(o).Objects(), jobPolicy(o).Objects(), leasePolicy(o).Objects(), controllerLeasePolicy(o).Objects(),
+		sourcePolicy(o).Objects()} {
 		out = append(out, objs...)
 	}
 	return out
@@ -94,18 +90,17 @@ func jobPolicy(o Options) admission.UserPolicy {
 }
 
 // leasePolicy lets the agent write only its own heartbeat Lease (named
-// after its node, held by its node) and the Leases slipway's fleet
-// election uses: no other node's heartbeat, no foreign Lease.
+// after its node, held by its node): no other node's heartbeat, no
+// election Lease, no foreign Lease.
 func leasePolicy(o Options) admission.UserPolicy {
 	return admission.UserPolicy{
 		Name: AgentName + "-leases-" + o.Namespace, Labels: labels("agent"), Users: []string{AgentUser(o.Namespace)}, Namespace: o.Namespace,
 		Group: "coordination.k8s.io", Version: "v1", Resource: "leases", Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 		Variables: []admissionv1.Variable{{Name: "node", Expression: admission.RequesterNode}},
 		Validations: []admissionv1.Validation{{
-			Expression: fmt.Sprintf("object.metadata.name.startsWith(%q) || object.metadata.name == %q || "+
-				"variables.node != '' && object.metadata.name == %q + variables.node && object.spec.?holderIdentity.orValue('') == variables.node",
-				ChannelLeasePrefix, ServerSlotLease, HeartbeatLeasePrefix),
-			Message: "the slipway agent may write only its own node's heartbeat Lease (" + HeartbeatLeasePrefix + "<its node>, held by its node) and the channel election Leases",
+			Expression: fmt.Sprintf("variables.node != '' && object.metadata.name == %q + variables.node && object.spec.?holderIdentity.orValue('') == variables.node",
+				HeartbeatLeasePrefix),
+			Message: "the slipway agent may write only its own node's heartbeat Lease (" + HeartbeatLeasePrefix + "<its node>, held by its node)",
 		}},
 	}
 }

@@ -14,6 +14,7 @@ import (
 // metadata), the pods it drains from any namespace (listed, evicted,
 // deleted under drain.force), Events (client-go's recorder, core group),
 // and, only with InstallCRDs, the CRD.
+// The controller (controller.go), not the agent, lists the fleet's nodes.
 func clusterRules(o Options) []rbacv1.PolicyRule {
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
@@ -46,61 +47,66 @@ func ownNodePolicy(o Options) admission.NodeAgentPolicy {
 }
 
 // namespacedRules are exactly what the agent calls in its own namespace: the
-// channels (watched; only their status is written), the upgrade Jobs of its
+// channels (watched, never written: the agent reports its slot on its own
+// Node, and the controller writes the status), the upgrade Jobs of its
 // node (watched, created; finished Jobs are kept as the record of an
 // attempt; jobPolicy admits only slipway's shape on its own node) and their
-// pods (watched), the Leases (the per-channel election, its own heartbeat
-// and the server slot; leasePolicy admits no other), and the token Secrets
-// by name only (the channel's Lease holder resolves a GitHub release with
-// it).
+// pods (watched), and the Leases (its own heartbeat and the server slot;
+// leasePolicy admits no other). No Secret: the controller resolves the
+// releases.
 func namespacedRules(o Options) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: o.tokenSecrets()},
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels/status"}, Verbs: []string{"update", "patch"}},
-		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get", "list", "watch", "create"}},
+		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"list", "watch", "create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}, // the Jobs' pods: done a second before the Job
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 	}
 }
 
-// rbac returns the agent's ServiceAccount, roles and bindings.
+// rbac returns the agent's and the controller's ServiceAccounts, roles and bindings.
 func rbac(o Options) []any {
-	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: AgentName, Namespace: o.Namespace}}
-	clusterName := AgentName + "-" + o.Namespace // one per installation
+	return append(roleObjects(AgentName, o.Namespace, labels("agent"), clusterRules(o), namespacedRules(o)), controllerRBAC(o)...)
+}
+
+// roleObjects are a ServiceAccount name in namespace with cluster and
+// namespaced rules: a ClusterRole (one per installation: name-namespace),
+// a Role, and their bindings.
+func roleObjects(name, namespace string, lbl map[string]string, cluster, namespaced []rbacv1.PolicyRule) []any {
+	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}}
+	clusterName := name + "-" + namespace
 	return []any{
 		&corev1.ServiceAccount{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
-			ObjectMeta: metav1.ObjectMeta{Name: AgentName, Namespace: o.Namespace, Labels: labels("agent")},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: lbl},
 		},
 		&rbacv1.ClusterRole{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
-			ObjectMeta: metav1.ObjectMeta{Name: clusterName, Labels: labels("agent")},
-			Rules:      clusterRules(o),
+			ObjectMeta: metav1.ObjectMeta{Name: clusterName, Labels: lbl},
+			Rules:      cluster,
 		},
 		&rbacv1.ClusterRoleBinding{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
-			ObjectMeta: metav1.ObjectMeta{Name: clusterName, Labels: labels("agent")},
+			ObjectMeta: metav1.ObjectMeta{Name: clusterName, Labels: lbl},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterName},
 			Subjects:   subject,
 		},
 		&rbacv1.Role{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
-			ObjectMeta: metav1.ObjectMeta{Name: AgentName, Namespace: o.Namespace, Labels: labels("agent")},
-			Rules:      namespacedRules(o),
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: lbl},
+			Rules:      namespaced,
 		},
 		&rbacv1.RoleBinding{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
-			ObjectMeta: metav1.ObjectMeta{Name: AgentName, Namespace: o.Namespace, Labels: labels("agent")},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: AgentName},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: lbl},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
 			Subjects:   subject,
 		},
 	}
 }
 
-// AccessObjects are the manifest's objects that say what the agent may do:
-// its namespace, ServiceAccount, RBAC and admission policies. Tests run
-// agents under exactly these.
+// AccessObjects are the manifest's objects that say what the agent and the
+// controller may do: the namespace, ServiceAccounts, RBAC and admission
+// policies. Tests run agents and the controller under exactly these.
 func AccessObjects(o Options) []any {
 	o = o.WithDefaults()
 	return append(append([]any{namespace(o)}, rbac(o)...), policies(o)...)

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"slipway.dev/slipway/ops/agent"
+)
+
+// controllerCommand is `slipway ops controller`: the UpdateChannel fleet
+// view (slots, staging permits, polls, release resolution, channel status),
+// elected among its replicas (the slipway-controller Deployment).
+func controllerCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "controller",
+		Usage: "run the UpdateChannel controller (the slipway-controller Deployment): grants slots and staging permits, resolves releases, writes channel status",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "identity", Usage: "this replica's name in the election Lease", EnvVars: []string{"POD_NAME", "SLIPWAY_IDENTITY"}},
+			&cli.StringFlag{Name: "namespace", Value: "slipway-system", Usage: "namespace of the UpdateChannels, Leases and Events", EnvVars: envs("NAMESPACE")},
+			&cli.BoolFlag{Name: "install-crds", Usage: "create or update the UpdateChannel CRD at start", EnvVars: envs("INSTALL_CRDS")},
+			&cli.StringFlag{Name: "metrics-addr", Value: ":9479", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: envs("METRICS_ADDR")},
+			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster config)", EnvVars: []string{"KUBECONFIG", "SLIPWAY_KUBECONFIG"}},
+			&cli.DurationFlag{Name: "resync", Value: agentDefaults.Resync, Usage: "re-read the fleet view at least this often", EnvVars: envs("RESYNC")},
+			&cli.DurationFlag{Name: "lease-duration", Value: agentDefaults.LeaseDuration, Usage: "duration of the controller's Lease; a dead holder is replaced after it", EnvVars: envs("LEASE_DURATION")},
+			&cli.DurationFlag{Name: "retry-backoff", Value: agentDefaults.Retry.Base, Usage: "wait after a node's first failure, doubled after each next one (at most --retry-backoff-max)", EnvVars: envs("RETRY_BACKOFF")},
+			&cli.DurationFlag{Name: "retry-backoff-max", Value: agentDefaults.Retry.Max, Usage: "longest wait between retries of a failed node", EnvVars: envs("RETRY_BACKOFF_MAX")},
+		},
+		Action: func(c *cli.Context) error {
+			cfg, err := kubeConfig(c.String("kubeconfig"))
+			if err != nil {
+				return err
+			}
+			o := agent.ControllerOptions{Identity: c.String("identity"), Namespace: c.String("namespace"), Config: cfg,
+				InstallCRDs: c.Bool("install-crds"), MetricsAddr: c.String("metrics-addr"), Resync: c.Duration("resync"),
+				LeaseDuration: c.Duration("lease-duration"), GitHubToken: os.Getenv("GITHUB_TOKEN"),
+				Log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+			o.Retry.Base, o.Retry.Max = c.Duration("retry-backoff"), c.Duration("retry-backoff-max")
+			return agent.RunController(c.Context, o)
+		},
+	}
+}

@@ -1,0 +1,47 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// TestControllerHandover: the controller stops mid-rollout; the node in
+// its slot finishes and reports its success on its own Node, and the slot
+// stays in the channel's status (no agent writes it); a controller started
+// again folds the report in from what the API holds and finishes the
+// rollout.
+func TestControllerHandover(t *testing.T) {
+	f := newFleet(t, 3, nil)
+	for i := range 3 {
+		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
+	}
+	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)})
+	ch := f.waitFor("a slot granted", time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 1 })
+	f.stopController()
+	slot := ch.Status.Updating[0]
+	deadline := time.Now().Add(time.Minute)
+	for {
+		n, err := f.kube.CoreV1().Nodes().Get(context.Background(), slot.Node, metav1.GetOptions{})
+		if err == nil && strings.Contains(n.Annotations[AnnotationSlotReport], `"outcome":"`+plan.OutcomeSucceeded+`"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s did not report its success on its Node without the controller", slot.Node)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ch := f.get(); plan.FindSlot(ch.Status, slot.Node) < 0 {
+		t.Fatalf("the slot of %s left the status with no controller running: %+v", slot.Node, ch.Status.Updating)
+	}
+	f.startController()
+	f.waitFor("every node at v2 after the handover", 2*time.Minute, done(3))
+	f.assertAllAt("v2")
+}

@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// The node's reports (plan.Report): its slot's phase and outcome and the
+// staging permit it gave back, written on its own Node
+// (AnnotationSlotReport) instead of the channel's status, which only the
+// controller writes. This process is the annotation's only writer, so what
+// it last wrote is the truth; at start it reads it from its Node.
+
+// reportsNow returns the node's reports: this process's last write, or its Node's.
+func (a *Agent) reportsNow() plan.Reports {
+	a.mu.Lock()
+	r := a.reported
+	a.mu.Unlock()
+	if r != nil {
+		return r
+	}
+	n := a.ownNode()
+	if n == nil {
+		return plan.Reports{}
+	}
+	r, err := plan.ParseReports(n.Annotations[AnnotationSlotReport])
+	if err != nil {
+		a.log.Warn("ignoring the slot report on this node; the next report replaces it", "err", err)
+	}
+	return r
+}
+
+// reportOf is the node's report for the channel of UID uid.
+func (a *Agent) reportOf(uid types.UID) plan.Report { return a.reportsNow()[uid] }
+
+// report edits the node's report for ch and writes the reports on its Node
+// (those of channels gone are dropped).
+func (a *Agent) report(ctx context.Context, ch *v1.UpdateChannel, edit func(*plan.Report)) error {
+	old := a.reportsNow()
+	next := plan.Reports{}
+	if list, err := a.channels.UpdateChannels(a.opts.Namespace).List(labels.Everything()); err == nil {
+		for _, c := range list {
+			if r, ok := old[c.UID]; ok {
+				next[c.UID] = r
+			}
+		}
+	}
+	r := next[ch.UID]
+	edit(&r)
+	next[ch.UID] = r
+	if err := a.patchNode(ctx, nil, map[string]any{AnnotationSlotReport: next.String()}); err != nil {
+		return fmt.Errorf("report on node %s for channel %s: %w", a.opts.NodeName, ch.Name, err)
+	}
+	a.mu.Lock()
+	a.reported = next
+	a.mu.Unlock()
+	return nil
+}
+
+// reportSlot reports slot of ch at phase with job, or ended with outcome and reason.
+func (a *Agent) reportSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, phase, job, outcome, reason string) error {
+	return a.report(ctx, ch, func(r *plan.Report) {
+		permit := r.PermitDone
+		*r = plan.Report{Since: slot.Since, Attempt: slot.Attempt, Version: slot.Version, Phase: phase, Job: job,
+			Outcome: outcome, Reason: reason, PermitDone: permit}
+		if outcome != "" {
+			r.At = metav1.NewTime(time.Now())
+		}
+	})
+}
+
+// reportedEnded tells whether this node reported slot of ch ended (the
+// controller has not folded it yet): the slot is no longer the node's to act on.
+func (a *Agent) reportedEnded(ch *v1.UpdateChannel, slot v1.Slot) bool {
+	_, outcome := a.reportOf(ch.UID).Of(slot)
+	return outcome != ""
+}

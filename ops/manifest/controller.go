@@ -1,0 +1,143 @@
+package manifest
+
+import (
+	"fmt"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"slipway.dev/slipway/ops/admission"
+)
+
+// The controller, `slipway ops controller`: a Deployment of two replicas
+// that elect one holder of ControllerLease, which does the fleet view of
+// every channel (polls, resolves releases, grants slots and staging
+// permits, writes channel status). No node's agent does any of that.
+
+// ControllerName names the Deployment, its ServiceAccount and its RBAC objects.
+const ControllerName = "slipway-controller"
+
+// ControllerLease is the Lease the controller's replicas compete for
+// (ops/agent's ControllerLease; a test keeps them equal).
+const ControllerLease = "slipway-channel-controller"
+
+// EnvPodName is the controller pod's name (downward API): its Lease identity.
+const EnvPodName = "POD_NAME"
+
+// ControllerUser is the user name the controller's service account acts as.
+func ControllerUser(namespace string) string {
+	return "system:serviceaccount:" + namespace + ":" + ControllerName
+}
+
+// controllerClusterRules are exactly what the controller calls across the
+// cluster: the channel's nodes (listed and watched as metadata: the nodes
+// report their slots on their own Node; a slot's or a candidate's Node read
+// by name) and Events on the channels.
+func controllerClusterRules(Options) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+}
+
+// controllerNamespacedRules are exactly what the controller calls in the
+// namespace: the channels (watched, their status written), the Leases
+// (its own, controllerLeasePolicy admits no other write; the agents'
+// heartbeats and the server slot read), a slot's Job read by name, and the
+// token Secrets by name only (a GitHub channel's release is resolved with
+// its token).
+func controllerNamespacedRules(o Options) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: o.tokenSecrets()},
+		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels/status"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+	}
+}
+
+// ControllerRules are the controller's RBAC rules: across the cluster and in its namespace.
+func ControllerRules(o Options) (cluster, namespaced []rbacv1.PolicyRule) {
+	o = o.WithDefaults()
+	return controllerClusterRules(o), controllerNamespacedRules(o)
+}
+
+// controllerRBAC returns the controller's ServiceAccount, roles and bindings.
+func controllerRBAC(o Options) []any {
+	return roleObjects(ControllerName, o.Namespace, labels("controller"), controllerClusterRules(o), controllerNamespacedRules(o))
+}
+
+// controllerLeasePolicy lets the controller write only its own Lease.
+func controllerLeasePolicy(o Options) admission.UserPolicy {
+	return admission.UserPolicy{
+		Name: ControllerName + "-leases-" + o.Namespace, Labels: labels("controller"), Users: []string{ControllerUser(o.Namespace)}, Namespace: o.Namespace,
+		Group: "coordination.k8s.io", Version: "v1", Resource: "leases", Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+		Validations: []admissionv1.Validation{{
+			Expression: fmt.Sprintf("object.metadata.name == %q", ControllerLease),
+			Message:    "the slipway controller may write only its own election Lease " + ControllerLease,
+		}},
+	}
+}
+
+// deployment runs two replicas of `slipway ops controller`, preferring
+// control-plane nodes (no workload's node goes down under it as often).
+// The pod meets Pod Security's `restricted` level: not root, no
+// capabilities, read-only root filesystem, the runtime's seccomp profile;
+// the only host paths are the mirror directories of file:// channels (it
+// resolves `latest` there), read-only.
+func deployment(o Options) *appsv1.Deployment {
+	lbl := labels("controller")
+	lbl["app.kubernetes.io/name"] = ControllerName
+	selector := map[string]string{"app.kubernetes.io/name": ControllerName}
+	var vols []corev1.Volume
+	var mounts []corev1.VolumeMount
+	for i, dir := range o.MirrorDirs {
+		vols = append(vols, hostPathVolume(fmt.Sprintf("mirror-%d", i), dir, corev1.HostPathDirectory))
+		mounts = append(mounts, corev1.VolumeMount{Name: fmt.Sprintf("mirror-%d", i), MountPath: dir, ReadOnly: true})
+	}
+	controlPlane := corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
+		{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.NodeSelectorOpExists}}}
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: ControllerName, Namespace: o.Namespace, Labels: lbl},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: selector},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: lbl},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: ControllerName,
+					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{
+						{Weight: 100, Preference: controlPlane}}}},
+					Tolerations: []corev1.Toleration{
+						{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+						{Key: "node-role.kubernetes.io/master", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+					},
+					TerminationGracePeriodSeconds: ptr.To[int64](30),
+					Containers: []corev1.Container{{
+						Name: "controller", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
+						Command: []string{"slipway"}, Args: []string{"ops", "controller"},
+						Env:           []corev1.EnvVar{fieldEnv(EnvPodName, "metadata.name"), fieldEnv(EnvNamespace, "metadata.namespace")},
+						Ports:         []corev1.ContainerPort{{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}},
+						LivenessProbe: probe("/healthz"), ReadinessProbe: probe("/readyz"),
+						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+							RunAsNonRoot: ptr.To(true), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+						Resources: corev1.ResourceRequirements{
+							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+							Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+						},
+						VolumeMounts: mounts,
+					}},
+					Volumes: vols,
+				},
+			},
+		},
+	}
+}
