@@ -26,7 +26,6 @@ import (
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
-	"slipway.dev/slipway/ops/crds"
 	opsclient "slipway.dev/slipway/ops/generated/clientset/versioned/typed/ops.slipway.dev/v1"
 	opslisters "slipway.dev/slipway/ops/generated/listers/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/health"
@@ -138,13 +137,8 @@ func New(opts Options) (*Agent, error) {
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := a.waitForSupportedServer(ctx); err != nil {
+	if err := a.prepareServer(ctx); err != nil {
 		return err
-	}
-	if a.opts.InstallCRDs {
-		if err := crds.Apply(ctx, a.opts.Config, v1.SchemeGroupVersion.Group); err != nil {
-			return fmt.Errorf("install the CRDs (--install-crds): %w", err)
-		}
 	}
 	if err := a.publishVersions(ctx); err != nil {
 		return err

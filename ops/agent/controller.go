@@ -14,7 +14,6 @@ import (
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
-	"slipway.dev/slipway/ops/crds"
 	opsclient "slipway.dev/slipway/ops/generated/clientset/versioned/typed/ops.slipway.dev/v1"
 	opslisters "slipway.dev/slipway/ops/generated/listers/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/health"
@@ -125,13 +124,8 @@ func newController(o ControllerOptions) (*Agent, error) {
 func (a *Agent) runController(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := a.waitForSupportedServer(ctx); err != nil {
+	if err := a.prepareServer(ctx); err != nil {
 		return err
-	}
-	if a.opts.InstallCRDs {
-		if err := crds.Apply(ctx, a.opts.Config, v1.SchemeGroupVersion.Group); err != nil {
-			return fmt.Errorf("install the CRDs (--install-crds): %w", err)
-		}
 	}
 	recorder, stopEvents, err := kube.Recorder{Namespace: a.opts.Namespace, Component: "slipway-controller", Host: a.opts.NodeName,
 		AddToScheme: []func(*runtime.Scheme) error{v1.AddToScheme}}.Start(a.kube)

@@ -9,6 +9,9 @@ import (
 
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	apiversion "k8s.io/apimachinery/pkg/version"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/crds"
 )
 
 // MinKubernetes is the oldest API server the agent and its manifest work
@@ -54,6 +57,22 @@ func (a *Agent) serverVersion(ctx context.Context) (apiversion.Info, error) {
 		return info, fmt.Errorf("read the API server's version: %w", err)
 	}
 	return info, nil
+}
+
+// prepareServer is what both the agent and the controller do before their
+// informers start: wait for a supported API server, then install the CRDs
+// when asked (--install-crds).
+func (a *Agent) prepareServer(ctx context.Context) error {
+	if err := a.waitForSupportedServer(ctx); err != nil {
+		return err
+	}
+	if !a.opts.InstallCRDs {
+		return nil
+	}
+	if err := crds.Apply(ctx, a.opts.Config, v1.SchemeGroupVersion.Group); err != nil {
+		return fmt.Errorf("install the CRDs (--install-crds): %w", err)
+	}
+	return nil
 }
 
 // waitForSupportedServer returns once the API server runs MinKubernetes or
