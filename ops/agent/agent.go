@@ -60,6 +60,10 @@ type Agent struct {
 	leaseKube  *kube.Clientset
 	elected    atomic.Bool
 	nodeMeta   cache.Store // the controller's: every Node's metadata (fold.go)
+	// views are the nodes' views the controller wants, by channel UID and
+	// node (views.go); viewQueue the nodes whose views it writes.
+	views     map[types.UID]map[string]string
+	viewQueue workqueue.TypedRateLimitingInterface[string]
 
 	probe       *health.Probe // /healthz and /readyz (probe.go)
 	workersBeat func()
@@ -174,24 +178,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// startInformers starts the caches of the namespace's UpdateChannels, of
-// this agent's own Node and of its node's upgrade Jobs, and waits until
-// they are filled.
+// startInformers starts the caches of this agent's own Node (where the
+// controller writes what the node needs of each channel: no agent watches
+// the channels) and of its node's upgrade Jobs, and waits until they are
+// filled.
 func (a *Agent) startInformers(ctx context.Context) error {
-	chInf := a.channelInformer()
-	a.channels = opslisters.NewUpdateChannelLister(chInf.GetIndexer())
-	_, err := chInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { a.channelChanged(o) },
-		UpdateFunc: func(_, o any) { a.channelChanged(o) },
-		DeleteFunc: func(o any) { a.channelDeleted(o) },
-	})
-	if err != nil {
-		return err
-	}
 	nodeInf, jobInf := a.nodeInformer(), a.jobInformer()
 	a.nodes, a.jobs = nodeInf.GetIndexer(), jobInf.GetIndexer()
 	all := func(any) { a.enqueueAll(roleNode); a.queue.Add(key{role: rolePublish}) }
-	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(_, o any) { all(o) }}); err != nil {
+	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(old, cur any) {
+		a.viewsGone(old, cur)
+		all(cur)
+	}}); err != nil {
 		return err
 	}
 	jobChanged := func(o any) {
@@ -212,7 +210,7 @@ func (a *Agent) startInformers(ctx context.Context) error {
 	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: podChanged, UpdateFunc: func(_, o any) { podChanged(o) }}); err != nil {
 		return err
 	}
-	informers := []cache.SharedIndexInformer{chInf, nodeInf, jobInf, podInf}
+	informers := []cache.SharedIndexInformer{nodeInf, jobInf, podInf}
 	a.readyWhen(informers...)
 	for _, inf := range informers {
 		go inf.RunWithContext(ctx)
@@ -268,26 +266,27 @@ func newInformer[L runtime.Object](api listWatcher[L], example runtime.Object, r
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 }
 
-func (a *Agent) channelChanged(o any) {
-	ch, ok := o.(*v1.UpdateChannel)
-	if !ok {
+// viewsGone ends this process's memory of the slots of the channels whose
+// view left its Node (the channel deleted or made invalid, or the node no
+// longer concerned), and syncs them: the node uncordons if it was in
+// their slots.
+func (a *Agent) viewsGone(old, cur any) {
+	o, ok1 := old.(*corev1.Node)
+	n, ok2 := cur.(*corev1.Node)
+	if !ok1 || !ok2 {
 		return
 	}
-	a.queue.Add(key{roleNode, ch.Name})
-}
-
-func (a *Agent) channelDeleted(o any) {
-	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-		o = d.Obj
-	}
-	if ch, ok := o.(*v1.UpdateChannel); ok {
-		a.forgetSlot(ch.UID)
-		a.queue.Add(key{roleNode, ch.Name}) // uncordon if this node was in its slots
+	now := a.viewsOf(n.Annotations)
+	for uid, v := range a.viewsOf(o.Annotations) {
+		if _, still := now[uid]; !still {
+			a.forgetSlot(uid)
+			a.queue.Add(key{roleNode, v.Name})
+		}
 	}
 }
 
 func (a *Agent) enqueueAll(r role) {
-	list, err := a.channels.UpdateChannels(a.opts.Namespace).List(labels.Everything())
+	list, err := a.listChannels()
 	if err != nil {
 		return
 	}

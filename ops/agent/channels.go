@@ -1,7 +1,12 @@
 package agent
 
 import (
+	"sort"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -9,15 +14,19 @@ import (
 
 // A node follows one channel: the earliest (creationTimestamp, then name)
 // of the namespace's valid channels whose selector matches it.
+//
+// Where the channels come from: the controller watches them; an agent
+// reads none, only the views the controller wrote on its own Node
+// (plan.View, views.go), each a channel as far as it concerns this node.
 
 func (a *Agent) channelRef(ch *v1.UpdateChannel, s plan.Settings) plan.ChannelRef {
 	return plan.ChannelRef{Name: ch.Name, Created: ch.CreationTimestamp.Time, Selector: s.Selector}
 }
 
-// channelRefs are the valid channels of the namespace, from the informer's
-// cache. An invalid channel drives no node, so it holds none.
+// channelRefs are the valid channels of the namespace (for an agent: those
+// its Node's views name). An invalid channel drives no node, so it holds none.
 func (a *Agent) channelRefs() []plan.ChannelRef {
-	list, err := a.channels.UpdateChannels(a.opts.Namespace).List(labels.Everything())
+	list, err := a.listChannels()
 	if err != nil {
 		return nil
 	}
@@ -28,6 +37,64 @@ func (a *Agent) channelRefs() []plan.ChannelRef {
 		}
 		if s, bad := plan.Resolve(ch.Spec); bad == nil {
 			out = append(out, a.channelRef(ch, s))
+		}
+	}
+	return out
+}
+
+// listChannels lists the channels: the controller's from its informer, an
+// agent's from its own Node's views.
+func (a *Agent) listChannels() ([]*v1.UpdateChannel, error) {
+	if a.controller {
+		return a.channels.UpdateChannels(a.opts.Namespace).List(labels.Everything())
+	}
+	views := a.viewsNow()
+	out := make([]*v1.UpdateChannel, 0, len(views))
+	for uid, v := range views {
+		out = append(out, v.Channel(uid))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// getChannel returns channel name (a NotFound error when there is none).
+func (a *Agent) getChannel(name string) (*v1.UpdateChannel, error) {
+	if a.controller {
+		return a.channels.UpdateChannels(a.opts.Namespace).Get(name)
+	}
+	for uid, v := range a.viewsNow() {
+		if v.Name == name {
+			return v.Channel(uid), nil
+		}
+	}
+	return nil, apierrors.NewNotFound(v1.Resource("updatechannels"), name)
+}
+
+// viewsNow are the views on this agent's Node as its informer has them.
+func (a *Agent) viewsNow() map[types.UID]plan.View {
+	n := a.ownNode()
+	if n == nil {
+		return nil
+	}
+	return a.viewsOf(n.Annotations)
+}
+
+// viewsOf reads the views of this namespace's channels from a Node's
+// annotations. A view that does not parse is logged and skipped: the
+// controller writes it again.
+func (a *Agent) viewsOf(annotations map[string]string) map[types.UID]plan.View {
+	out := map[types.UID]plan.View{}
+	for k, val := range annotations {
+		if !strings.HasPrefix(k, AnnotationChannelViewPrefix) {
+			continue
+		}
+		v, err := plan.ParseView(val)
+		if err != nil {
+			a.log.Warn("ignoring a channel view on this node", "annotation", k, "err", err)
+			continue
+		}
+		if v.Namespace == a.opts.Namespace {
+			out[types.UID(strings.TrimPrefix(k, AnnotationChannelViewPrefix))] = v
 		}
 	}
 	return out

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -15,22 +15,33 @@ import (
 
 // confirmSlot asks the API server (not the informer) whether this node
 // still holds slot in channel ch (the same channel: its UID; the same
-// grant: plan.Holds) and has not reported it ended, and returns
-// errSlotGone when it does not. Nothing
-// cordons, drains, evicts or reboots on a slot it has not confirmed.
+// grant: plan.Holds), as the controller's view of ch on this node's Node
+// says, and has not reported it ended, and returns errSlotGone when it
+// does not. Nothing cordons, drains, evicts or reboots on a slot it has
+// not confirmed.
 func (a *Agent) confirmSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot) error {
-	cur, err := a.ops.UpdateChannels(a.opts.Namespace).Get(ctx, ch.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return errSlotGone
-	case err != nil:
+	views, err := a.viewsFromServer(ctx)
+	if err != nil {
 		return fmt.Errorf("confirm the slot of node %s in channel %s: %w", a.opts.NodeName, ch.Name, err)
-	case cur.UID != ch.UID || !plan.Holds(cur.Status, a.opts.NodeName, slot):
+	}
+	v, ok := views[ch.UID]
+	switch {
+	case !ok || !plan.Holds(v.Channel(ch.UID).Status, a.opts.NodeName, slot):
 		return errSlotGone
-	case a.reportedEnded(cur, slot):
+	case a.reportedEnded(ch, slot):
 		return errSlotGone // this node ended it; the controller has not freed it yet
 	}
 	return nil
+}
+
+// viewsFromServer reads the channel views on this agent's Node from the
+// API server (not the informer).
+func (a *Agent) viewsFromServer(ctx context.Context) (map[types.UID]plan.View, error) {
+	n, err := a.kube.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("read node %s: %w", a.opts.NodeName, err)
+	}
+	return a.viewsOf(n.Annotations), nil
 }
 
 // lastDrainPass is the least time a resumed drain gets (an agent restarted

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -33,6 +35,13 @@ import (
 
 // ControllerLease names the Lease the controller's replicas compete for.
 const ControllerLease = "slipway-channel-controller"
+
+// The controller's client rate unless its kubeconfig sets one: it writes
+// every node's channel view when a channel's spec or target changes.
+const (
+	controllerQPS   = 50
+	controllerBurst = 100
+)
 
 // ControllerOptions configure the controller.
 type ControllerOptions struct {
@@ -94,6 +103,9 @@ func newController(o ControllerOptions) (*Agent, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = fmt.Sprintf("slipway-controller/%s pod/%s", version.Version, o.Identity)
 	}
+	if cfg.QPS == 0 && cfg.RateLimiter == nil { // client-go's 5/s would make a spec change of 1000 nodes' views take minutes
+		cfg.QPS, cfg.Burst = controllerQPS, controllerBurst
+	}
 	opts, err := Options{NodeName: o.Identity, Namespace: o.Namespace, Config: cfg, InstallCRDs: o.InstallCRDs, MetricsAddr: o.MetricsAddr,
 		GitHubToken: o.GitHubToken, GitHubBaseURL: o.GitHubBaseURL, Retry: o.Retry, Resync: o.Resync, LeaseDuration: o.LeaseDuration,
 		HeartbeatInterval: o.HeartbeatInterval, LoopAllowance: o.LoopAllowance, Log: o.Log, Rebooter: noReboot{}}.withDefaults()
@@ -101,7 +113,7 @@ func newController(o ControllerOptions) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{opts: opts, log: opts.Log.With("controller", o.Identity), metrics: newMetrics(), probe: health.New(), controller: true, tenure: &lease.Tenure{},
-		fleet: map[string]*fleetCache{}, waitSince: map[string]time.Time{}}
+		fleet: map[string]*fleetCache{}, waitSince: map[string]time.Time{}, views: map[types.UID]map[string]string{}}
 	if a.leaseKube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Lease client: %w", err)
 	}
@@ -137,6 +149,9 @@ func (a *Agent) runController(ctx context.Context) error {
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[key](),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "slipway-controller"})
 	defer a.queue.ShutDown()
+	a.viewQueue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "slipway-controller-views"})
+	defer a.viewQueue.ShutDown()
 	a.startProbe(ctx)
 	chInf := a.channelInformer()
 	a.channels = opslisters.NewUpdateChannelLister(chInf.GetIndexer())
@@ -168,9 +183,16 @@ func (a *Agent) runController(ctx context.Context) error {
 	a.log.Info("controller started", "namespace", a.opts.Namespace)
 	worked := make(chan struct{}) // one worker: one channel at a time, the server slot is decided across channels (servers.go)
 	go func() { defer close(worked); a.work(ctx) }()
+	var viewsDone sync.WaitGroup
+	for range viewWorkers {
+		viewsDone.Add(1)
+		go func() { defer viewsDone.Done(); a.workViews(ctx) }()
+	}
 	<-ctx.Done()
 	a.queue.ShutDown()
+	a.viewQueue.ShutDown()
 	<-worked
+	viewsDone.Wait()
 	<-elected // the Lease released: another replica takes over at once
 	return nil
 }
@@ -184,5 +206,6 @@ func (a *Agent) forgetChannel(o any) {
 		a.mu.Lock()
 		delete(a.fleet, ch.Name)
 		a.mu.Unlock()
+		a.dropViews(ch.UID) // its nodes' agents see it gone, and uncordon
 	}
 }

@@ -7,14 +7,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 )
 
-// TestControllerHandover: the controller stops mid-rollout; the node in
-// its slot finishes and reports its success on its own Node, and the slot
+// TestControllerHandover: the controller stops mid-rollout (after the
+// node in its slot was shown the slot on its Node); that node finishes and reports its success on its own Node, and the slot
 // stays in the channel's status (no agent writes it); a controller started
 // again folds the report in from what the API holds and finishes the
 // rollout.
@@ -25,8 +26,12 @@ func TestControllerHandover(t *testing.T) {
 	}
 	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)})
 	ch := f.waitFor("a slot granted", time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 1 })
-	f.stopController()
 	slot := ch.Status.Updating[0]
+	f.waitNode(t, slot.Node, "its slot shown on its Node (its channel view)", func(n *corev1.Node) bool {
+		v, err := plan.ParseView(n.Annotations[viewKey(ch.UID)])
+		return err == nil && v.Slot != nil && plan.SameSlot(*v.Slot, slot)
+	})
+	f.stopController()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		n, err := f.kube.CoreV1().Nodes().Get(context.Background(), slot.Node, metav1.GetOptions{})

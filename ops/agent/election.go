@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"slipway.dev/slipway/ops/lease"
 )
 
@@ -22,11 +24,13 @@ func (a *Agent) elect(ctx context.Context) {
 			a.elected.Store(true)
 			a.log.Info("took the fleet view of every channel")
 			a.enqueueAll(roleFleet)
+			a.queueAllViews() // views of channels deleted meanwhile go
 		},
 		OnStoppedLeading: func() {
 			a.elected.Store(false)
 			a.mu.Lock()
 			a.fleet = map[string]*fleetCache{} // the next tenure lists afresh
+			a.views = map[types.UID]map[string]string{}
 			a.mu.Unlock()
 			a.log.Info("handed over the fleet view")
 		},

@@ -91,6 +91,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	if err != nil {
 		return 0, err
 	}
+	a.setViews(ch, mine)                 // what each node acts on: written on its Node (views.go)
 	fc.permitted = permitSet(ch)         // as written (or as read, when nothing changed)
 	for _, n := range r.folded.Permits { // given back: the next list shows its staging
 		if fc.gaveBack == nil {
@@ -152,7 +153,7 @@ var errSpecChanged = errors.New("the channel's spec changed")
 func (a *Agent) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan.Invalid) error {
 	changed := false
 	var freed []v1.Slot
-	_, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+	written, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
 		changed, freed = false, nil
 		if c.Generation != ch.Generation {
 			return errSpecChanged // judged on an older spec: judge the new one
@@ -168,6 +169,7 @@ func (a *Agent) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan
 	} else if err != nil {
 		return err
 	}
+	a.setViews(written, nil) // no node follows an invalid channel; its slots are gone
 	if changed {
 		a.log.Warn("channel spec is invalid; doing nothing for it", "channel", ch.Name, "reason", bad.Reason, "message", bad.Message)
 		a.recorder.Event(ch, corev1.EventTypeWarning, "Invalid", bad.Message)

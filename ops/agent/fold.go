@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
@@ -23,13 +25,32 @@ func (a *Agent) reportInformer() (cache.SharedIndexInformer, error) {
 		UpdateFunc: func(old, cur any) {
 			o, ok1 := old.(*metav1.PartialObjectMetadata)
 			n, ok2 := cur.(*metav1.PartialObjectMetadata)
-			if ok1 && ok2 && o.Annotations[AnnotationSlotReport] != n.Annotations[AnnotationSlotReport] && a.elected.Load() {
+			if !ok1 || !ok2 || !a.elected.Load() {
+				return
+			}
+			if o.Annotations[AnnotationSlotReport] != n.Annotations[AnnotationSlotReport] {
 				a.enqueueAll(roleFleet)
+			}
+			if viewsChanged(o.Annotations, n.Annotations) {
+				a.viewQueue.Add(n.Name) // written by another hand, or removed: write them again
 			}
 		},
 	})
 	a.nodeMeta = inf.GetStore()
 	return inf, err
+}
+
+// viewsChanged reports whether a Node's view annotations changed.
+func viewsChanged(old, cur map[string]string) bool {
+	differ := func(x, y map[string]string) bool {
+		for k, v := range x {
+			if w, ok := y[k]; strings.HasPrefix(k, AnnotationChannelViewPrefix) && (!ok || w != v) {
+				return true
+			}
+		}
+		return false
+	}
+	return differ(old, cur) || differ(cur, old)
 }
 
 // reportsFor reads the reports of the nodes that hold a slot or a permit in ch.

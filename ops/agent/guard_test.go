@@ -31,6 +31,7 @@ func (f *fleet) slotFor(t *testing.T, node string, spec v1.UpdateChannelSpec) (*
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.showViews(t, ch)
 	return ch, ch.Status.Updating[0]
 }
 
@@ -39,9 +40,11 @@ func (f *fleet) freeSlots(t *testing.T) {
 	t.Helper()
 	ch := f.get()
 	ch.Status.Updating = nil
-	if _, err := f.ops.OpsV1().UpdateChannels(f.ns).UpdateStatus(context.Background(), ch, metav1.UpdateOptions{}); err != nil {
+	ch, err := f.ops.OpsV1().UpdateChannels(f.ns).UpdateStatus(context.Background(), ch, metav1.UpdateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	f.showViews(t, ch)
 }
 
 // TestLostSlotStopsTheDrain (issue 21 item 5): a drain under way whose

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"k8s.io/apimachinery/pkg/labels"
-
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
@@ -21,7 +19,7 @@ func (a *Agent) cleanupIdle(ctx context.Context) error {
 	if node == nil || drain.CordonedBy(node.Annotations) != CordonOwner {
 		return nil
 	}
-	list, err := a.channels.UpdateChannels(a.opts.Namespace).List(labels.Everything())
+	list, err := a.listChannels()
 	if err != nil {
 		return err
 	}

@@ -55,6 +55,14 @@ const (
 	// writes nothing into channel status; the controller folds these.
 	AnnotationSlotReport = "ops.slipway.dev/slot-report"
 
+	// AnnotationChannelViewPrefix + <channel UID>: on each Node, written by
+	// the controller only (the agent's own-Node policy refuses it: it is
+	// not under ops.slipway.dev/), read by that node's agent: what the node
+	// needs of that channel (plan.View as JSON: its spec, target, resolved
+	// release, the node's slot and staging permit). No agent reads the
+	// channels.
+	AnnotationChannelViewPrefix = "channel.ops.slipway.dev/"
+
 	// AnnotationRebootFrom is written on its Node by the agent before it
 	// records the Rebooting phase: the boot ID it reboots from. After the
 	// agent restarts in that phase, a different boot ID proves the reboot

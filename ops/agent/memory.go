@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"k8s.io/apimachinery/pkg/labels"
-
 	"slipway.dev/slipway/ops/agentmem"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 )
@@ -35,7 +33,7 @@ func (a *Agent) noteMemory(k key) {
 // busyWithRollout tells whether any channel gives this agent rollout work
 // now (rolloutWork).
 func (a *Agent) busyWithRollout() bool {
-	list, err := a.channels.UpdateChannels(a.opts.Namespace).List(labels.Everything())
+	list, err := a.listChannels()
 	if err != nil {
 		return true // cannot tell: unmap on the periodic schedule only
 	}

@@ -7,19 +7,20 @@ import (
 
 // metrics are the agent's Prometheus metrics, on its own registry.
 type metrics struct {
-	registry  *prometheus.Registry
-	nodes     *prometheus.GaugeVec   // by channel and version; set by the fleet-view holder
-	slotWait  prometheus.Histogram   // behind the target until a slot was held
-	upgrade   prometheus.Histogram   // slot taken until freed after success
-	drain     prometheus.Histogram   // one drain
-	failures  *prometheus.CounterVec // by channel and step
-	claimed   prometheus.Counter     // slots this agent assigned
-	conflicts prometheus.Counter     // status writes that hit a resourceVersion conflict
-	polls     *prometheus.CounterVec // by result
-	stalls    prometheus.Counter     // reboots refused or not happened, requested again
-	rollbacks prometheus.Counter     // rollback Jobs created for swaps left staged
-	rbFailed  prometheus.Counter     // rollback Jobs that failed (retried after a backoff)
-	fleet     *fleetMetrics          // the fleet view's own (fleet_metrics.go)
+	registry   *prometheus.Registry
+	nodes      *prometheus.GaugeVec   // by channel and version; set by the fleet-view holder
+	slotWait   prometheus.Histogram   // behind the target until a slot was held
+	upgrade    prometheus.Histogram   // slot taken until freed after success
+	drain      prometheus.Histogram   // one drain
+	failures   *prometheus.CounterVec // by channel and step
+	claimed    prometheus.Counter     // slots this agent assigned
+	conflicts  prometheus.Counter     // status writes that hit a resourceVersion conflict
+	polls      *prometheus.CounterVec // by result
+	stalls     prometheus.Counter     // reboots refused or not happened, requested again
+	rollbacks  prometheus.Counter     // rollback Jobs created for swaps left staged
+	rbFailed   prometheus.Counter     // rollback Jobs that failed (retried after a backoff)
+	viewWrites prometheus.Counter     // Node writes of the nodes' channel views (the controller's)
+	fleet      *fleetMetrics          // the fleet view's own (fleet_metrics.go)
 }
 
 func newMetrics() *metrics {
@@ -48,8 +49,10 @@ func newMetrics() *metrics {
 			Help: "Rollback Jobs this agent created for a swap its rollout left staged without the reboot."}),
 		rbFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "slipway_agent_rollback_failures_total",
 			Help: "Rollback Jobs of this node that failed; each is retried after a backoff (--retry-backoff)."}),
+		viewWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "slipway_controller_view_writes_total",
+			Help: "Node patches by the controller writing the nodes' channel views (their slots, permits, targets and settings)."}),
 	}
-	m.registry.MustRegister(m.nodes, m.slotWait, m.upgrade, m.drain, m.failures, m.claimed, m.conflicts, m.polls, m.stalls, m.rollbacks, m.rbFailed,
+	m.registry.MustRegister(m.nodes, m.slotWait, m.upgrade, m.drain, m.failures, m.claimed, m.conflicts, m.polls, m.stalls, m.rollbacks, m.rbFailed, m.viewWrites,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.fleet = newFleetMetrics(m.registry)
 	return m

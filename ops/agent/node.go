@@ -38,7 +38,7 @@ type stepCtx struct {
 // the step that needs it (the slot's phase, the Job, the cordon and boot
 // ID on the Node), so a restarted agent carries on where the last stopped.
 func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error) {
-	ch, err := a.channels.UpdateChannels(a.opts.Namespace).Get(name)
+	ch, err := a.getChannel(name)
 	if apierrors.IsNotFound(err) {
 		return 0, a.idle(ctx, nil)
 	} else if err != nil {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"slipway.dev/slipway/ops/agent/plan"
@@ -46,7 +45,7 @@ func (a *Agent) reportOf(uid types.UID) plan.Report { return a.reportsNow()[uid]
 func (a *Agent) report(ctx context.Context, ch *v1.UpdateChannel, edit func(*plan.Report)) error {
 	old := a.reportsNow()
 	next := plan.Reports{}
-	if list, err := a.channels.UpdateChannels(a.opts.Namespace).List(labels.Everything()); err == nil {
+	if list, err := a.listChannels(); err == nil {
 		for _, c := range list {
 			if r, ok := old[c.UID]; ok {
 				next[c.UID] = r

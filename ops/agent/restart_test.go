@@ -31,6 +31,7 @@ import (
 // moment ago), must neither cordon nor drain.
 func TestNoCordonOnAStaleSlot(t *testing.T) {
 	f := newFleet(t, 1, nil)
+	f.stopController() // the test alone decides the slot
 	node := f.ns + "-n0"
 	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
@@ -42,11 +43,13 @@ func TestNoCordonOnAStaleSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.showViews(t, stale)
 	freed := stale.DeepCopy()
 	plan.Fail(&freed.Status, node, "v2", "drain failed", time.Now())
 	if _, err := f.ops.OpsV1().UpdateChannels(f.ns).UpdateStatus(ctx, freed, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	f.showViews(t, freed)
 	if plan.FindSlot(freed.Status, node) >= 0 {
 		t.Fatal("plan.Fail left the slot in place: the test would not test a freed slot")
 	}

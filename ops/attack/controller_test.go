@@ -153,8 +153,11 @@ func TestControllerTouchesNoNodeOrPod(t *testing.T) {
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	job := legitJob(t, channelOf(v1.UpdateChannelSpec{URL: "file:///srv/mirror", Version: "v2"}))
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns}, Spec: job.Spec.Template.Spec}
+	waitPolicy(t, "the slipway controller may", func() error {
+		return second(asController.CoreV1().Nodes().Patch(ctx, "node-b", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}))
+	})
 	for name, err := range map[string]error{
-		"cordon a Node": second(asController.CoreV1().Nodes().Patch(ctx, "node-a", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})),
+		"cordon a Node": second(asController.CoreV1().Nodes().Patch(ctx, "node-b", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})),
 		"label a Node": second(asController.CoreV1().Nodes().Patch(ctx, "node-a", types.MergePatchType,
 			[]byte(`{"metadata":{"labels":{"ops.slipway.dev/rootfs-version":"v9"}}}`), metav1.PatchOptions{})),
 		"create an upgrade Job": second(asController.BatchV1().Jobs(ns).Create(ctx, job.DeepCopy(), dry)),

@@ -78,11 +78,10 @@ func create(ctx context.Context, c kubernetes.Interface, obj any) error {
 // rarelyCalled are grants the package's rollouts do not exercise, each
 // with the condition under which the agent calls it.
 var rarelyCalled = map[string]string{
-	"cluster /pods delete":                          "drain.force: pods left when the drain times out are deleted",
-	"namespace ops.slipway.dev/updatechannels list": "an informer lists when the API server cannot stream its initial list (watch-list)",
-	"namespace batch/jobs list":                     "an informer lists when the API server cannot stream its initial list (watch-list)",
-	"cluster /nodes list":                           "its own Node's informer lists when the API server cannot stream its initial list (watch-list)",
-	"cluster /events patch":                         "client-go's recorder folds a repeated Event into a patch of the first",
+	"cluster /pods delete":      "drain.force: pods left when the drain times out are deleted",
+	"namespace batch/jobs list": "an informer lists when the API server cannot stream its initial list (watch-list)",
+	"cluster /nodes list":       "its own Node's informer lists when the API server cannot stream its initial list (watch-list)",
+	"cluster /events patch":     "client-go's recorder folds a repeated Event into a patch of the first",
 }
 
 // checkAgentAccess compares what the agents and the controller called (the

@@ -65,7 +65,6 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: "slipway-test"},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
 		{Verb: "create", Resource: "events", Namespace: "default"},
-		{Verb: "watch", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
 		{Verb: "delete", Resource: "pods", Namespace: "default"},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
 		{Verb: "watch", Resource: "pods", Namespace: "slipway-test"},
@@ -79,6 +78,10 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: "default"},
 		{Verb: "delete", Resource: "nodes"},
 		{Verb: "delete", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
+		// No channel at all: the controller writes what a node needs on its Node.
+		{Verb: "get", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
+		{Verb: "list", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
+		{Verb: "watch", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
 		// Least privilege: verbs the agent never calls are not granted.
 		{Verb: "update", Resource: "nodes"},
 		{Verb: "watch", Resource: "pods"},
@@ -101,8 +104,9 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		{Verb: "get", Group: "batch", Resource: "jobs", Namespace: "slipway-test"},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
 		{Verb: "create", Resource: "events", Namespace: "slipway-test"},
+		{Verb: "patch", Resource: "nodes"}, // the channel views; controllerNodePolicy admits nothing else
 	}, []authv1.ResourceAttributes{
-		{Verb: "patch", Resource: "nodes"},
+		{Verb: "update", Resource: "nodes"},
 		{Verb: "get", Resource: "secrets", Name: "other", Namespace: "slipway-test"},
 		{Verb: "list", Resource: "secrets", Namespace: "slipway-test"},
 		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: "slipway-test"},

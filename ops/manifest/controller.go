@@ -37,10 +37,12 @@ func ControllerUser(namespace string) string {
 // controllerClusterRules are exactly what the controller calls across the
 // cluster: the channel's nodes (listed and watched as metadata: the nodes
 // report their slots on their own Node; a slot's or a candidate's Node read
-// by name) and Events on the channels.
+// by name; each node's channel views written on it, which
+// controllerNodePolicy holds to those annotations) and Events on the
+// channels.
 func controllerClusterRules(Options) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 }
@@ -81,6 +83,26 @@ func controllerLeasePolicy(o Options) admission.UserPolicy {
 			Expression: fmt.Sprintf("object.metadata.name == %q", ControllerLease),
 			Message:    "the slipway controller may write only its own election Lease " + ControllerLease,
 		}},
+	}
+}
+
+// ChannelViewPrefix is the annotation prefix of the nodes' channel views,
+// which only the controller writes (ops/agent's AnnotationChannelViewPrefix;
+// a test in ops/agent keeps them equal).
+const ChannelViewPrefix = "channel.ops.slipway.dev/"
+
+// controllerNodePolicy lets the controller change, on any Node, only the
+// channel views: no label, no other annotation, nothing of the spec.
+func controllerNodePolicy(o Options) admission.UserPolicy {
+	return admission.UserPolicy{
+		Name: ControllerName + "-nodes-" + o.Namespace, Labels: labels("controller"), Users: []string{ControllerUser(o.Namespace)},
+		Group: "", Version: "v1", Resource: "nodes", Operations: []admissionv1.OperationType{admissionv1.Update},
+		Validations: []admissionv1.Validation{
+			{Expression: "object.spec == oldObject.spec", Message: "the slipway controller may not change a Node's spec"},
+			{Expression: admission.OnlyKeysChanged("labels"), Message: "the slipway controller may not change a Node's labels"},
+			{Expression: admission.OnlyKeysChanged("annotations", ChannelViewPrefix),
+				Message: "the slipway controller may change only the channel views (" + ChannelViewPrefix + "<channel UID>) of a Node's annotations"},
+		},
 	}
 }
 

@@ -27,12 +27,12 @@ var JobCapabilities = []string{"SYS_ADMIN", "CHOWN", "FOWNER", "DAC_OVERRIDE"}
 var JobCommands = []string{"upgrade", "rollback", "prune"}
 
 // policies are the admission policies: the agent's own Node, its Jobs'
-// shape and node, its Leases, the controller's Lease, the channels'
-// resolved source.
+// shape and node, its Leases, the controller's Lease and Node writes, the
+// channels' resolved source.
 func policies(o Options) []any {
 	var out []any
 	for _, objs := range [][]any{ownNodePolicy(o).Objects(), jobPolicy(o).Objects(), leasePolicy(o).Objects(), controllerLeasePolicy(o).Objects(),
-		sourcePolicy(o).Objects()} {
+		controllerNodePolicy(o).Objects(), sourcePolicy(o).Objects()} {
 		out = append(out, objs...)
 	}
 	return out

@@ -46,17 +46,15 @@ func ownNodePolicy(o Options) admission.NodeAgentPolicy {
 	}
 }
 
-// namespacedRules are exactly what the agent calls in its own namespace: the
-// channels (watched, never written: the agent reports its slot on its own
-// Node, and the controller writes the status), the upgrade Jobs of its
-// node (watched, created; finished Jobs are kept as the record of an
-// attempt; jobPolicy admits only slipway's shape on its own node) and their
-// pods (watched), and the Leases (its own heartbeat and the server slot;
-// leasePolicy admits no other). No Secret: the controller resolves the
-// releases.
+// namespacedRules are exactly what the agent calls in its own namespace:
+// the upgrade Jobs of its node (watched, created; finished Jobs are kept
+// as the record of an attempt; jobPolicy admits only slipway's shape on
+// its own node) and their pods (watched), and its heartbeat Lease
+// (leasePolicy admits no other). No channel: the controller writes what
+// the node needs of each on its Node (its view), and the node reports on
+// its Node. No Secret: the controller resolves the releases.
 func namespacedRules(o Options) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"list", "watch", "create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}, // the Jobs' pods: done a second before the Job
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},

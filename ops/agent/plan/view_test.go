@@ -1,0 +1,80 @@
+package plan
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+func TestViewOf(t *testing.T) {
+	since := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "u1", CreationTimestamp: since},
+		Spec: v1.UpdateChannelSpec{URL: "github-releases://o/r"},
+		Status: v1.UpdateChannelStatus{LatestVersion: "v2", Resolved: &v1.ResolvedRelease{Version: "v2", Source: "https://x/v2"},
+			Updating: []v1.Slot{{Node: "a", Version: "v2", Attempt: 1, Since: since, Phase: PhaseRebooting, Job: "j-a"}, {Node: "b", Version: "v2", Attempt: 1, Since: since, Phase: PhaseUpgrading, Job: "j-b"}},
+			Staging:  []v1.StagePermit{{Node: "c", Version: "v2", Since: since}},
+			Failed:   []v1.Failure{{Node: "d", Version: "v2", Reason: "x"}},
+			Counts:   v1.NodeCounts{Nodes: 9}}}
+	old := ch.DeepCopy()
+	old.Status.Resolved.Version = "v1"
+	cases := []struct {
+		name     string
+		ch       *v1.UpdateChannel
+		node     string
+		follows  bool
+		ok       bool
+		slot     *v1.Slot
+		permit   bool
+		resolved bool
+	}{
+		{"a follower without slot or permit", ch, "d", true, true, nil, false, true},
+		{"a node that neither follows nor holds anything", ch, "d", false, false, nil, false, true},
+		{"a slot past Upgrading shows as granted", ch, "a", true, true, &v1.Slot{Node: "a", Version: "v2", Attempt: 1, Since: since, Phase: PhaseUpgrading, Job: "j-a"}, false, true},
+		{"a slot in a channel it no longer follows", ch, "b", false, true, &ch.Status.Updating[1], false, true},
+		{"a permit", ch, "c", false, true, nil, true, true},
+		{"a release resolved for another target is left out", old, "d", true, true, nil, false, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v, ok := ViewOf(c.ch, c.node, c.follows)
+			if ok != c.ok {
+				t.Fatalf("concerns the node: %v, want %v", ok, c.ok)
+			}
+			if !reflect.DeepEqual(v.Slot, c.slot) {
+				t.Errorf("slot %+v, want %+v", v.Slot, c.slot)
+			}
+			if (v.Permit != nil) != c.permit || (v.Resolved != nil) != c.resolved {
+				t.Errorf("permit %v, resolved %v", v.Permit, v.Resolved)
+			}
+			back, err := ParseView(v.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := back.Channel(c.ch.UID)
+			if got.Name != "c" || got.Namespace != "ns" || got.UID != "u1" || !got.CreationTimestamp.Equal(&since) || got.Spec.URL != ch.Spec.URL {
+				t.Errorf("channel identity lost: %+v", got.ObjectMeta)
+			}
+			if Target(Settings{}, got.Status) != "v2" || len(got.Status.Failed) != 0 || got.Status.Counts.Nodes != 0 {
+				t.Errorf("the node's channel holds more or less than its own: %+v", got.Status)
+			}
+			if c.slot != nil && (len(got.Status.Updating) != 1 || !SameSlot(got.Status.Updating[0], *c.slot) || !Holds(got.Status, c.node, *c.slot)) {
+				t.Errorf("the node's slot did not survive the annotation: %+v", got.Status.Updating)
+			}
+			if c.permit && FindPermit(got.Status, c.node) != 0 {
+				t.Errorf("the node's permit did not survive the annotation: %+v", got.Status.Staging)
+			}
+		})
+	}
+}
+
+func TestParseViewRefusesGarbage(t *testing.T) {
+	for _, s := range []string{"", "{", "{}", `{"name":""}`} {
+		if _, err := ParseView(s); err == nil {
+			t.Errorf("ParseView(%q) accepted", s)
+		}
+	}
+}

@@ -1,0 +1,242 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
+
+// The controller's side of the nodes' instructions (plan.View): after each
+// pass over a channel it knows which nodes the channel concerns (the ones
+// that follow it, and the holders of its slots and permits) and what each
+// must see; a queue of nodes, worked apart from the passes, writes each
+// Node's view annotations where they differ, so a pass over a thousand
+// nodes waits for none of their writes. A node's view of a channel changes
+// only when the channel's spec, target or resolved release changes, or its
+// slot or permit does: the folds of its phase reports write nothing.
+
+// viewWorkers write the views of that many nodes at once.
+const viewWorkers = 2
+
+// viewKey is the annotation holding the view of the channel of UID uid.
+func viewKey(uid types.UID) string { return AnnotationChannelViewPrefix + string(uid) }
+
+// setViews records the views ch's nodes must hold after a pass (follows:
+// the nodes that follow ch) and queues the nodes whose Node shows another.
+// Slot and permit holders are queued first.
+func (a *Agent) setViews(ch *v1.UpdateChannel, follows []plan.Node) {
+	follow := map[string]bool{}
+	for _, n := range follows {
+		follow[n.Name] = true
+	}
+	want := map[string]string{}
+	var first []string
+	base, _ := plan.ViewOf(ch, "", true)
+	common := base.String() // a follower's without slot or permit: one string shared by all
+	consider := func(node string) {
+		if _, done := want[node]; done {
+			return
+		}
+		v, ok := plan.ViewOf(ch, node, follow[node])
+		switch {
+		case !ok:
+		case v.Slot != nil || v.Permit != nil:
+			want[node] = v.String()
+			first = append(first, node)
+		default:
+			want[node] = common
+		}
+	}
+	for _, s := range ch.Status.Updating {
+		consider(s.Node)
+	}
+	for _, p := range ch.Status.Staging {
+		consider(p.Node)
+	}
+	for _, n := range follows {
+		consider(n.Name)
+	}
+	a.mu.Lock()
+	a.views[ch.UID] = want
+	a.mu.Unlock()
+	key := viewKey(ch.UID)
+	for _, n := range first {
+		if a.nodeAnnotation(n, key) != want[n] {
+			a.viewQueue.Add(n)
+		}
+	}
+	for n, w := range want {
+		if a.nodeAnnotation(n, key) != w {
+			a.viewQueue.Add(n)
+		}
+	}
+	a.queueNodesWith(key, want)
+}
+
+// queueNodesWith queues the nodes whose Node holds the view key and
+// should not (not in want).
+func (a *Agent) queueNodesWith(key string, want map[string]string) {
+	for _, o := range a.nodeMeta.List() {
+		m, ok := o.(*metav1.PartialObjectMetadata)
+		if !ok {
+			continue
+		}
+		if _, has := m.Annotations[key]; has {
+			if _, wanted := want[m.Name]; !wanted {
+				a.viewQueue.Add(m.Name)
+			}
+		}
+	}
+}
+
+// dropViews forgets the views of a deleted channel and queues the nodes
+// that hold one.
+func (a *Agent) dropViews(uid types.UID) {
+	a.mu.Lock()
+	delete(a.views, uid)
+	a.mu.Unlock()
+	a.queueNodesWith(viewKey(uid), nil)
+}
+
+// nodeAnnotation is annotation key of node as the controller's cache has it.
+func (a *Agent) nodeAnnotation(node, key string) string {
+	if m := a.nodeMetaOf(node); m != nil {
+		return m.Annotations[key]
+	}
+	return ""
+}
+
+func (a *Agent) nodeMetaOf(node string) *metav1.PartialObjectMetadata {
+	o, ok, _ := a.nodeMeta.GetByKey(node)
+	if !ok {
+		return nil
+	}
+	m, _ := o.(*metav1.PartialObjectMetadata)
+	return m
+}
+
+// workViews writes the nodes' views until the queue shuts down.
+func (a *Agent) workViews(ctx context.Context) {
+	for {
+		node, quit := a.viewQueue.Get()
+		if quit {
+			return
+		}
+		err := a.syncViews(ctx, node)
+		if err != nil && ctx.Err() == nil {
+			a.log.Warn("writing a node's channel views failed; retrying", "node", node, "err", err)
+			a.viewQueue.AddRateLimited(node)
+		} else {
+			a.viewQueue.Forget(node)
+		}
+		a.viewQueue.Done(node)
+	}
+}
+
+// syncViews writes on node the views it should hold and removes those of
+// channels it no longer concerns, in one patch. A view of a channel the
+// controller has made no pass over yet (it just took the Lease) stays;
+// one of a channel of this namespace that is gone (asked of the API
+// server) goes.
+func (a *Agent) syncViews(ctx context.Context, node string) error {
+	if !a.elected.Load() {
+		return nil // the next holder writes them
+	}
+	have := map[string]string{}
+	if m := a.nodeMetaOf(node); m != nil {
+		have = m.Annotations
+	}
+	patch := map[string]any{}
+	a.mu.Lock()
+	for uid, want := range a.views {
+		key := viewKey(uid)
+		w, ok := want[node]
+		cur, has := have[key]
+		switch {
+		case ok && cur != w:
+			patch[key] = w
+		case !ok && has:
+			patch[key] = nil
+		}
+	}
+	a.mu.Unlock()
+	for key, val := range have {
+		if !strings.HasPrefix(key, AnnotationChannelViewPrefix) {
+			continue
+		}
+		uid := types.UID(strings.TrimPrefix(key, AnnotationChannelViewPrefix))
+		if a.knowsViews(uid) {
+			continue
+		}
+		gone, err := a.viewGone(ctx, uid, val)
+		if err != nil {
+			return err
+		}
+		if gone {
+			patch[key] = nil
+		}
+	}
+	if len(patch) == 0 {
+		return nil
+	}
+	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": patch}})
+	if err != nil {
+		return err
+	}
+	_, err = a.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("write the channel views of node %s: %w", node, err)
+	}
+	a.metrics.viewWrites.Inc()
+	return nil
+}
+
+func (a *Agent) knowsViews(uid types.UID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.views[uid]
+	return ok
+}
+
+// viewGone reports whether a view of the channel of UID uid (value val)
+// belongs to a channel of this namespace that no longer exists: not in
+// the cache, and not found by name (or found with another UID) by the API
+// server. Views of another namespace's channels are another controller's.
+func (a *Agent) viewGone(ctx context.Context, uid types.UID, val string) (bool, error) {
+	v, err := plan.ParseView(val)
+	if err != nil {
+		return true, nil // not a view: nobody can act on it
+	}
+	if v.Namespace != a.opts.Namespace {
+		return false, nil
+	}
+	if c, err := a.channels.UpdateChannels(a.opts.Namespace).Get(v.Name); err == nil && c.UID == uid {
+		return false, nil
+	}
+	cur, err := a.ops.UpdateChannels(a.opts.Namespace).Get(ctx, v.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("read channel %s before removing its views: %w", v.Name, err)
+	}
+	return cur.UID != uid, nil
+}
+
+// queueAllViews queues every node (the controller just took the Lease:
+// views of channels deleted meanwhile go).
+func (a *Agent) queueAllViews() {
+	for _, name := range a.nodeMeta.ListKeys() {
+		a.viewQueue.Add(name)
+	}
+}
