@@ -28,6 +28,12 @@ type RollbackOptions struct {
 	LockFile    string
 	Command     string
 	DryRun      bool
+	// From, when set, makes the rollback idempotent: a component rolls
+	// back only while its current is From[c]; one already rolled back
+	// (current elsewhere, previous From[c]) is left as it is, and any
+	// other state fails the rollback before a link changes. A Job's pod
+	// may be started twice; the second start then changes nothing.
+	From map[layout.Component]string
 }
 
 // Rollback swaps current and previous of each chosen component, under the
@@ -69,13 +75,13 @@ func rollback(o RollbackOptions) (*Result, error) {
 	l := layout.New(o.SystemDir)
 	res := &Result{SystemDir: o.SystemDir, DryRun: o.DryRun}
 	for _, c := range o.Components {
-		cur, prev, err := rollbackPair(l, c)
+		cr, err := rollbackStep(l, c, o.From[c])
 		if err != nil {
 			return nil, err
 		}
-		res.Components = append(res.Components, ComponentResult{Component: c, From: cur, To: prev, Action: ActionRollback})
+		res.Components = append(res.Components, cr)
 	}
-	if o.DryRun {
+	if o.DryRun || !anyRollback(res.Components) {
 		return res, nil
 	}
 	restore, err := writable(o.SystemDir, o.Remount)
@@ -83,6 +89,10 @@ func rollback(o RollbackOptions) (*Result, error) {
 		return nil, err
 	}
 	for _, cr := range res.Components {
+		if cr.Action != ActionRollback {
+			slog.Info("already rolled back", "component", cr.Component, "current", cr.From)
+			continue
+		}
 		if err = swapLinks(l, cr.Component, cr.From, cr.To); err != nil {
 			break
 		}
@@ -95,6 +105,43 @@ func rollback(o RollbackOptions) (*Result, error) {
 		syncAll()
 	}
 	return res, err
+}
+
+// rollbackStep is what rolling c back does: exchange current and previous
+// (ActionRollback), or nothing when from is set and the rollback from it
+// is already done (ActionCurrent: current elsewhere, previous from).
+func rollbackStep(l layout.Layout, c layout.Component, from string) (ComponentResult, error) {
+	if from != "" {
+		cur, _ := l.Current(c)
+		prev, _ := l.Previous(c)
+		if cur != from {
+			if prev == from && cur != "" {
+				return ComponentResult{Component: c, From: cur, To: cur, Action: ActionCurrent}, nil
+			}
+			return ComponentResult{}, fmt.Errorf("%w: %s current is %s, previous %s, not the expected current %s: the links changed since the rollback was asked for; check `slipway ops status`", ErrNoRollback, c, orNone(cur), orNone(prev), from)
+		}
+	}
+	cur, prev, err := rollbackPair(l, c)
+	if err != nil {
+		return ComponentResult{}, err
+	}
+	return ComponentResult{Component: c, From: cur, To: prev, Action: ActionRollback}, nil
+}
+
+func anyRollback(crs []ComponentResult) bool {
+	for _, cr := range crs {
+		if cr.Action == ActionRollback {
+			return true
+		}
+	}
+	return false
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // rollbackPair returns current and previous of c, checking previous exists.

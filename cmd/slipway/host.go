@@ -134,16 +134,28 @@ and the kernel and k3s when their current version came from the same release (a 
 release kept stays). A component with no previous version fails the rollback before any link
 changes (exit code 8).
 
+With --from COMPONENT=VERSION the rollback is idempotent: it rolls that component back only
+while its current is VERSION, and succeeds doing nothing when it is already rolled back
+(current elsewhere, previous VERSION), so a second run (a Job's pod started twice) does not
+swap the links back again. Any other state fails before a link changes (exit code 8).
+
 Examples:
   slipway ops rollback --reboot=false
-  slipway ops rollback --rootfs --k3s --reboot-delay 1m`,
-		Flags:  append(append([]cli.Flag{systemDirFlag()}, componentFlags()...), swapFlags()...),
+  slipway ops rollback --rootfs --k3s --reboot-delay 1m
+  slipway ops rollback --rootfs --from rootfs=v1.2.0 --reboot=false`,
+		Flags: append(append(append([]cli.Flag{systemDirFlag()}, componentFlags()...), swapFlags()...),
+			&cli.StringSliceFlag{Name: "from", Usage: "`COMPONENT=VERSION`: roll the component back only while its current is VERSION; already rolled back is success (repeatable)"}),
 		Action: rollbackAction,
 	}
 }
 
 func rollbackAction(c *cli.Context) error {
+	from, err := rollbackFrom(c.StringSlice("from"))
+	if err != nil {
+		return exit(err, upgrade.ExitUsage)
+	}
 	res, err := upgrade.Rollback(c.Context, upgrade.RollbackOptions{
+		From:      from,
 		SystemDir: c.String("system-dir"), Components: chosenComponents(c),
 		Remount: c.Bool("remount"), Sync: c.Bool("sync"), Reboot: rebootWanted(c),
 		RebootDelay: c.Duration("reboot-delay"), Rebooter: rebooter(c.String("reboot-command")),
@@ -155,6 +167,20 @@ func rollbackAction(c *cli.Context) error {
 		}
 	}
 	return exit(err, upgrade.ExitCode(err))
+}
+
+// rollbackFrom parses --from's COMPONENT=VERSION pairs.
+func rollbackFrom(pairs []string) (map[layout.Component]string, error) {
+	from := map[layout.Component]string{}
+	for _, p := range pairs {
+		name, v, ok := strings.Cut(p, "=")
+		c, known := map[string]layout.Component{"rootfs": layout.Rootfs, "kernel": layout.Kernel, "k3s": layout.K3s}[name]
+		if !ok || !known || v == "" {
+			return nil, fmt.Errorf("--from %q: want COMPONENT=VERSION with COMPONENT rootfs, kernel or k3s, e.g. --from rootfs=v1.2.0", p)
+		}
+		from[c] = v
+	}
+	return from, nil
 }
 
 func statusCommand() *cli.Command {

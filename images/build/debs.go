@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // KernelMetaPackage is the Debian package that names the current cloud
@@ -45,10 +47,8 @@ func fetchDebian(ctx context.Context, cache, kernelPkg string) (*debian, error) 
 		kernelPkg = pkg
 	}
 	root := filepath.Join(cache, "root-"+kernelPkg)
-	if _, err := os.Stat(filepath.Join(root, ".done")); err != nil {
-		if err := unpack(ctx, cache, root, kernelPkg, "busybox-static"); err != nil {
-			return nil, err
-		}
+	if err := unpackOnce(ctx, cache, root, kernelPkg, "busybox-static"); err != nil {
+		return nil, err
 	}
 	d := &debian{root: root, busybox: filepath.Join(root, "bin", "busybox"), modules: map[string]string{}}
 	vm, err := filepath.Glob(filepath.Join(root, "boot", "vmlinuz-*"))
@@ -137,6 +137,30 @@ func previousInSeries(cur string, names []string) (string, error) {
 }
 
 // unpack downloads pkgs into cache and extracts them into root.
+// unpackOnce unpacks pkgs into root unless a finished unpack is there
+// (its .done file), under the cache's lock: two builds at once (two test
+// processes) never download into, or unpack over, the same folder.
+func unpackOnce(ctx context.Context, cache, root string, pkgs ...string) error {
+	if _, err := os.Stat(filepath.Join(root, ".done")); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return fmt.Errorf("package cache: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(cache, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("package cache lock: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	if _, err := os.Stat(filepath.Join(root, ".done")); err == nil {
+		return nil // unpacked by the build that held the lock
+	}
+	return unpack(ctx, cache, root, pkgs...)
+}
+
 func unpack(ctx context.Context, cache, root string, pkgs ...string) error {
 	debs := filepath.Join(cache, "debs")
 	if err := os.MkdirAll(debs, 0o755); err != nil {

@@ -94,10 +94,8 @@ func BuildNode(ctx context.Context, o NodeOptions) error {
 func nodeRoot(ctx context.Context, o NodeOptions, dst string) error {
 	// Cached per package list: a list changed unpacks anew.
 	root := filepath.Join(o.Cache, "root-node-"+fmt.Sprintf("%x", sha256.Sum256([]byte(strings.Join(NodePackages, " "))))[:12])
-	if _, err := os.Stat(filepath.Join(root, ".done")); err != nil {
-		if err := unpack(ctx, o.Cache, root, NodePackages...); err != nil {
-			return err
-		}
+	if err := unpackOnce(ctx, o.Cache, root, NodePackages...); err != nil {
+		return err
 	}
 	return copyTree(root, dst)
 }

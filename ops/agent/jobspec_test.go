@@ -22,7 +22,7 @@ func TestJobSpecCanRemount(t *testing.T) {
 	slot := v1.Slot{Node: "n1", Version: "v2", Attempt: 1, Since: metav1.NewTime(time.Unix(1e9, 0))}
 	for name, j := range map[string]*corev1.PodSpec{
 		"upgrade":  &a.buildJob(ch, s, slot).Spec.Template.Spec,
-		"rollback": &a.buildRollbackJob(ch, "rollback-n1", "v2", "boot-1", 1, []layout.Component{layout.Rootfs, layout.Kernel}).Spec.Template.Spec,
+		"rollback": &a.buildRollbackJob(ch, "rollback-n1", vs("v2", "v2", ""), "boot-1", 1, []layout.Component{layout.Rootfs, layout.Kernel}).Spec.Template.Spec,
 		"stage":    &a.buildStageJob(ch, s, v1.StagePermit{Node: "n1", Version: "v2", Since: slot.Since}, 1).Spec.Template.Spec,
 		"prune":    &a.buildPruneJob(ch, s, "prune-n1", "v2").Spec.Template.Spec,
 	} {
@@ -42,7 +42,7 @@ func TestJobSpecCanRemount(t *testing.T) {
 			}
 		}
 	}
-	if args := a.buildRollbackJob(ch, "rollback-n1", "v2", "boot-1", 1, []layout.Component{layout.Rootfs, layout.Kernel}).Spec.Template.Spec.Containers[0].Args; args[1] != "rollback" || slices.Contains(args, "--version") {
+	if args := a.buildRollbackJob(ch, "rollback-n1", vs("v2", "v2", ""), "boot-1", 1, []layout.Component{layout.Rootfs, layout.Kernel}).Spec.Template.Spec.Containers[0].Args; args[1] != "rollback" || slices.Contains(args, "--version") {
 		t.Errorf("rollback args %v", args)
 	}
 }

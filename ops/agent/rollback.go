@@ -132,6 +132,11 @@ func (a *Agent) idle(ctx context.Context, ch *v1.UpdateChannel) error {
 // runs. A failed rollback Job is reported (Event RollbackFailed, metric)
 // and retried after the agent's retry backoff, under a new name.
 func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
+	// The Jobs are read before the system directory: a Job seen finished
+	// here has its swap on disk already. Read the other way round, a
+	// rollback finishing between the two reads looks like a swap still to
+	// undo, and a second rollback Job swaps it back in.
+	jobs := a.nodeJobs()
 	running, current := a.readableVersions(), a.currentVersions()
 	if running == nil || current == nil {
 		return nil
@@ -142,7 +147,7 @@ func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
 		}
 		return nil
 	}
-	ourJob, busy := a.upgradeJobAt(current.Rootfs)
+	ourJob, busy := upgradeJobAt(jobs, current.Rootfs)
 	if busy {
 		return nil // the Job informer calls again when it finishes
 	}
@@ -155,7 +160,7 @@ func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
 		return err
 	}
 	boot := a.knownBootID()
-	h := rollbackHistoryOf(a.rollbackJobs(current.Rootfs, boot))
+	h := rollbackHistoryOf(rollbackJobs(jobs, current.Rootfs, boot))
 	if h.running {
 		return nil // the Job informer calls again when it finishes
 	}
@@ -168,7 +173,7 @@ func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
 	if a.job(name) != nil {
 		return nil // made already: its cache entry tells the rest
 	}
-	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, a.buildRollbackJob(ch, name, current.Rootfs, boot, h.next, d.Components), metav1.CreateOptions{})
+	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, a.buildRollbackJob(ch, name, *current, boot, h.next, d.Components), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	} else if err != nil {
@@ -183,18 +188,37 @@ func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
 	return nil
 }
 
+// nodeJob is one of this node's Jobs as the caches show it at one moment:
+// the Job, and whether its pod already succeeded (before the Job
+// controller says so).
+type nodeJob struct {
+	job          *batchv1.Job
+	podSucceeded bool
+}
+
+// nodeJobs reads this node's Jobs and their pods' outcome, once.
+func (a *Agent) nodeJobs() []nodeJob {
+	var out []nodeJob
+	for _, o := range a.jobs.List() {
+		if j, ok := o.(*batchv1.Job); ok && j.Annotations[AnnotationJobNode] == a.opts.NodeName {
+			out = append(out, nodeJob{job: j, podSucceeded: a.podSucceeded(j)})
+		}
+	}
+	return out
+}
+
 // upgradeJobAt reports whether an upgrade Job of this node to version
 // exists and has finished (ours), or still runs (busy).
-func (a *Agent) upgradeJobAt(version string) (ours, busy bool) {
-	for _, o := range a.jobs.List() {
-		j, ok := o.(*batchv1.Job)
-		if !ok || j.Annotations[AnnotationJobNode] != a.opts.NodeName || j.Annotations[AnnotationJobAction] != "" {
+func upgradeJobAt(jobs []nodeJob, version string) (ours, busy bool) {
+	for _, nj := range jobs {
+		j := nj.job
+		if j.Annotations[AnnotationJobAction] != "" {
 			continue
 		}
 		if v := j.Annotations[AnnotationJobVersion]; v != version && (v != "" || jobArg(j, "--version") != version) {
 			continue
 		}
-		if done, _, _, _ := jobOutcome(j); done || a.podSucceeded(j) {
+		if done, _, _, _ := jobOutcome(j); done || nj.podSucceeded {
 			ours = true
 		} else {
 			busy = true
@@ -220,7 +244,7 @@ func (a *Agent) holdsAnySlot(ctx context.Context) (bool, error) {
 
 // buildRollbackJob is the upgrade Job's pod running `ops rollback` of
 // components instead: the same node binding, mounts and capabilities.
-func (a *Agent) buildRollbackJob(ch *v1.UpdateChannel, name, staged, boot string, attempt int, components []layout.Component) *batchv1.Job {
+func (a *Agent) buildRollbackJob(ch *v1.UpdateChannel, name string, staged Versions, boot string, attempt int, components []layout.Component) *batchv1.Job {
 	s := plan.Settings{UpgradeTimeout: rollbackTimeout}
 	if ch == nil {
 		ch = &v1.UpdateChannel{}
@@ -228,7 +252,7 @@ func (a *Agent) buildRollbackJob(ch *v1.UpdateChannel, name, staged, boot string
 		s = mustResolve(ch)
 		s.UpgradeTimeout = rollbackTimeout
 	}
-	j := a.buildJob(ch, s, v1.Slot{Node: a.opts.NodeName, Version: staged})
+	j := a.buildJob(ch, s, v1.Slot{Node: a.opts.NodeName, Version: staged.Rootfs})
 	j.Name = name
 	for _, m := range []map[string]string{j.Annotations, j.Spec.Template.Annotations} {
 		m[AnnotationJobAction] = "rollback"
@@ -236,14 +260,15 @@ func (a *Agent) buildRollbackJob(ch *v1.UpdateChannel, name, staged, boot string
 		m[AnnotationRollbackAttempt] = strconv.Itoa(attempt)
 	}
 	c := &j.Spec.Template.Spec.Containers[0]
-	c.Name, c.Args = "rollback", rollbackArgs(c.Args, components)
+	c.Name, c.Args = "rollback", rollbackArgs(c.Args, components, staged)
 	return j
 }
 
 // rollbackArgs turns the upgrade Job's arguments into `ops rollback` of
 // exactly components, with the same system directory, lock and mount
-// handling.
-func rollbackArgs(upgrade []string, components []layout.Component) []string {
+// handling, each from its staged version (`--from`: a pod started twice
+// does not swap the links back again).
+func rollbackArgs(upgrade []string, components []layout.Component, staged Versions) []string {
 	args := []string{"ops", "rollback", "--reboot=false"}
 	for _, flag := range []string{"--system-dir", "--lock-file"} {
 		if v := argAfterFlag(upgrade, flag); v != "" {
@@ -257,6 +282,9 @@ func rollbackArgs(upgrade []string, components []layout.Component) []string {
 	}
 	for _, c := range layout.Components {
 		args = append(args, fmt.Sprintf("--%s=%t", componentFlag[c], slices.Contains(components, c)))
+	}
+	for _, c := range components {
+		args = append(args, "--from", componentFlag[c]+"="+versionOf(staged, c))
 	}
 	return args
 }

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"slipway.dev/slipway/ops/agent/plan"
@@ -65,20 +64,19 @@ func (h rollbackHistory) wait(r plan.Retry, now time.Time) time.Duration {
 	return max(0, h.lastFail.Add(r.Backoff(h.failures)).Sub(now))
 }
 
-// rollbackJobs lists this node's rollback Jobs of the swap to staged made
-// on boot, from the cache.
-func (a *Agent) rollbackJobs(staged, boot string) []rollbackRun {
+// rollbackJobs picks this node's rollback Jobs of the swap to staged made
+// on boot from jobs.
+func rollbackJobs(jobs []nodeJob, staged, boot string) []rollbackRun {
 	var runs []rollbackRun
-	for _, o := range a.jobs.List() {
-		j, ok := o.(*batchv1.Job)
-		if !ok || j.Annotations[AnnotationJobAction] != "rollback" || j.Annotations[AnnotationJobNode] != a.opts.NodeName ||
-			j.Annotations[AnnotationJobVersion] != staged || j.Annotations[AnnotationRollbackBoot] != boot {
+	for _, nj := range jobs {
+		j := nj.job
+		if j.Annotations[AnnotationJobAction] != "rollback" || j.Annotations[AnnotationJobVersion] != staged || j.Annotations[AnnotationRollbackBoot] != boot {
 			continue
 		}
 		r := rollbackRun{Name: j.Name}
 		r.Attempt, _ = strconv.Atoi(j.Annotations[AnnotationRollbackAttempt])
 		r.Done, r.Failed, r.Reason, r.At = jobOutcome(j)
-		if !r.Done && a.podSucceeded(j) {
+		if !r.Done && nj.podSucceeded {
 			r.Done = true
 		}
 		runs = append(runs, r)

@@ -42,6 +42,12 @@ func TestFailedDrainRollsTheSwapBack(t *testing.T) {
 	if n := f.eventsWithin("RollingBack", 1, 10*time.Second); n != 1 {
 		t.Errorf("%d RollingBack events, want 1", n)
 	}
+	// The rollback Job's pod started a second time, as a Job's pod may be:
+	// the links stay as the first run left them.
+	f.startRollbackAgain(t, node)
+	if cur := f.current(node); cur != "v1" {
+		t.Errorf("the rollback run twice left current %s, want v1", cur)
+	}
 	// The failure stays counted: nothing prunes it as "already at target".
 	f.holds("the failure counted", 6*time.Second, func(ch *v1.UpdateChannel) bool {
 		return plan.FindFailure(ch.Status, node) >= 0 && ch.Status.Counts.UpToDate == 0
@@ -49,11 +55,34 @@ func TestFailedDrainRollsTheSwapBack(t *testing.T) {
 	if !isTrue(f.get(), v1.ConditionDegraded) {
 		t.Errorf("not Degraded at maxFailures 1: %+v", f.get().Status.Conditions)
 	}
+	if n := f.eventsWithin("RollingBack", 2, 2*time.Second); n != 1 {
+		t.Errorf("%d RollingBack events after the second start, want 1", n)
+	}
 	// An unplanned reboot now starts v1, the version it ran.
 	f.restart(node, func() { _ = os.WriteFile(f.bootFile(node), []byte("boot-unplanned"), 0o644) })
 	f.waitNode(t, node, "v1 after an unplanned reboot", func(n *corev1.Node) bool {
 		return n.Labels[LabelRootfsVersion] == "v1" && n.Annotations[AnnotationBootedBootID] == "boot-unplanned"
 	})
+}
+
+// startRollbackAgain runs the command of node's finished rollback Job a
+// second time on the node (as Kubernetes may start a Job's pod twice) and
+// wants it to succeed.
+func (f *fleet) startRollbackAgain(t *testing.T, node string) {
+	t.Helper()
+	jobs, err := f.kube.BatchV1().Jobs(f.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs.Items {
+		if j.Annotations[AnnotationJobAction] == "rollback" && j.Annotations[AnnotationJobNode] == node && j.Status.Succeeded > 0 {
+			if !f.runRollback(node, j.Spec.Template.Spec.Containers[0].Args) {
+				t.Fatalf("rollback Job %s started again failed", j.Name)
+			}
+			return
+		}
+	}
+	t.Fatalf("no finished rollback Job of %s", node)
 }
 
 // TestDeletedChannelRollsTheSwapBack: the channel deleted while its node
@@ -115,13 +144,14 @@ func vs(rootfs, kernel, k3s string) Versions {
 }
 
 // TestRollbackJobArgs: the Job names every component, true or false, so
-// `ops rollback` undoes exactly those (its default is rootfs and kernel).
+// `ops rollback` undoes exactly those (its default is rootfs and kernel),
+// each only from its staged version (a pod started twice changes nothing).
 func TestRollbackJobArgs(t *testing.T) {
 	a, ch, _ := jobTestAgent(t)
-	j := a.buildRollbackJob(ch, "rb", "v2", "boot-7", 3, []layout.Component{layout.Rootfs, layout.K3s})
+	j := a.buildRollbackJob(ch, "rb", vs("v2", "6.1.0-56", "v1.31.2-k3s1"), "boot-7", 3, []layout.Component{layout.Rootfs, layout.K3s})
 	args := j.Spec.Template.Spec.Containers[0].Args
 	want := []string{"ops", "rollback", "--reboot=false", "--system-dir", jobSystemDir, "--lock-file", jobLockDir + "/upgrade.lock", "--remount",
-		"--rootfs=true", "--kernel=false", "--k3s=true"}
+		"--rootfs=true", "--kernel=false", "--k3s=true", "--from", "rootfs=v2", "--from", "k3s=v1.31.2-k3s1"}
 	if !slices.Equal(args, want) {
 		t.Errorf("args %v\nwant %v", args, want)
 	}
@@ -188,8 +218,19 @@ func (f *fleet) runRollback(node string, args []string) bool {
 		f.t.Errorf("rollback Job of %s names no component: %v", node, args)
 		return false
 	}
+	from := map[layout.Component]string{}
+	for i, a := range args {
+		if a == "--from" && i+1 < len(args) {
+			name, v, _ := strings.Cut(args[i+1], "=")
+			for c, flag := range componentFlag {
+				if flag == name {
+					from[c] = v
+				}
+			}
+		}
+	}
 	_, err := upgrade.Rollback(context.Background(), upgrade.RollbackOptions{SystemDir: f.systemDir(node), Components: comps,
-		LockFile: filepath.Join(f.root, node, "lock")})
+		LockFile: filepath.Join(f.root, node, "lock"), From: from})
 	if err != nil {
 		f.t.Errorf("rollback of %s: %v", node, err)
 	}
