@@ -42,7 +42,7 @@ type Agent struct {
 	// drainKube evicts; it and the Rebooter confirm the slot with guard first.
 	drainKube *kube.Clientset
 	guard     *slotGuard
-	ops       opsclient.OpsV1Interface
+	ops       opsclient.OpsV1Interface // the controller's; no agent reads a channel
 	meta      metadata.Interface
 	channels  opslisters.UpdateChannelLister
 	nodes     cache.Indexer // this agent's own Node only
@@ -127,9 +127,6 @@ func New(opts Options) (*Agent, error) {
 	a.opts.Rebooter = &guardedRebooter{g: a.guard, next: opts.Rebooter}
 	if a.drainKube, err = a.drainClient(); err != nil {
 		return nil, fmt.Errorf("build the drain's client: %w", err)
-	}
-	if a.ops, err = opsclient.NewForConfig(opts.Config); err != nil {
-		return nil, fmt.Errorf("build the UpdateChannel client: %w", err)
 	}
 	if a.meta, err = metadata.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the metadata client: %w", err)

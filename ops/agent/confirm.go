@@ -34,6 +34,21 @@ func (a *Agent) confirmSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.S
 	return nil
 }
 
+// holdsAnySlot asks the API server whether a channel holds a slot for this
+// node (the channel views on its Node, not the cache).
+func (a *Agent) holdsAnySlot(ctx context.Context) (bool, error) {
+	views, err := a.viewsFromServer(ctx)
+	if err != nil {
+		return false, fmt.Errorf("read the node's channel views before a rollback: %w", err)
+	}
+	for _, v := range views {
+		if v.Slot != nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // viewsFromServer reads the channel views on this agent's Node from the
 // API server (not the informer).
 func (a *Agent) viewsFromServer(ctx context.Context) (map[types.UID]plan.View, error) {

@@ -227,21 +227,6 @@ func upgradeJobAt(jobs []nodeJob, version string) (ours, busy bool) {
 	return ours, busy
 }
 
-// holdsAnySlot asks the API server whether a channel of the namespace
-// holds a slot for this node.
-func (a *Agent) holdsAnySlot(ctx context.Context) (bool, error) {
-	l, err := a.ops.UpdateChannels(a.opts.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return false, fmt.Errorf("list the channels before a rollback: %w", err)
-	}
-	for _, c := range l.Items {
-		if plan.FindSlot(c.Status, a.opts.NodeName) >= 0 {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
 // buildRollbackJob is the upgrade Job's pod running `ops rollback` of
 // components instead: the same node binding, mounts and capabilities.
 func (a *Agent) buildRollbackJob(ch *v1.UpdateChannel, name string, staged Versions, boot string, attempt int, components []layout.Component) *batchv1.Job {
