@@ -39,7 +39,8 @@ type Agent struct {
 	opts Options
 	log  *slog.Logger
 	kube *kube.Clientset
-	// drainKube evicts; it and the Rebooter confirm the slot with guard first.
+	// drainKube is the controller's: it evicts, each eviction confirming
+	// its slot (guard.go); the Rebooter confirms the node's slot with guard.
 	drainKube *kube.Clientset
 	guard     *slotGuard
 	ops       opsclient.OpsV1Interface // the controller's; no agent reads a channel
@@ -64,6 +65,11 @@ type Agent struct {
 	// node (views.go); viewQueue the nodes whose views it writes.
 	views     map[types.UID]map[string]string
 	viewQueue workqueue.TypedRateLimitingInterface[string]
+	// drains are the controller's drains under way, by node (ctrldrain.go);
+	// leaderCtx ends when it loses the Lease (nil while it does not hold it).
+	drains     map[string]*drainRun
+	leaderCtx  context.Context
+	leaderStop context.CancelFunc
 
 	probe       *health.Probe // /healthz and /readyz (probe.go)
 	workersBeat func()
@@ -101,6 +107,7 @@ const (
 	roleFleet               // the fleet view of a channel (the controller only, while it holds its Lease)
 	rolePublish             // label the node with its versions again if it lacks them (no channel)
 	roleIdle                // uncordon this node if slipway cordoned it and no channel holds it (no channel)
+	roleSweep               // the controller: uncordon the nodes it cordoned for slots no channel holds (no channel)
 )
 
 // Run runs an agent until ctx ends.
@@ -125,9 +132,6 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.guard = &slotGuard{a: a}
 	a.opts.Rebooter = &guardedRebooter{g: a.guard, next: opts.Rebooter}
-	if a.drainKube, err = a.drainClient(); err != nil {
-		return nil, fmt.Errorf("build the drain's client: %w", err)
-	}
 	if a.meta, err = metadata.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the metadata client: %w", err)
 	}
@@ -309,6 +313,8 @@ func (a *Agent) work(ctx context.Context) {
 			err = a.cleanupIdle(ctx)
 		case roleFleet:
 			after, err = a.syncFleet(ctx, k.channel)
+		case roleSweep:
+			after, err = a.sweep(ctx)
 		default:
 			after, err = a.syncNode(ctx, k.channel)
 		}

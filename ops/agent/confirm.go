@@ -59,17 +59,18 @@ func (a *Agent) viewsFromServer(ctx context.Context) (map[types.UID]plan.View, e
 	return a.viewsOf(n.Annotations), nil
 }
 
-// lastDrainPass is the least time a resumed drain gets (an agent restarted
-// late in its drain, or after its timeout): one more pass, then the policy.
+// lastDrainPass is the least time a resumed drain gets (a controller taking
+// it over late, or after its timeout): one more pass, then the policy.
 const lastDrainPass = time.Second
 
-// drainBudget returns the drain options with the timeout left, counted from
-// when this slot's drain began (the annotation written with slipway's
-// cordon, read from the API server), and that start (now for a new drain).
-func (a *Agent) drainBudget(ctx context.Context, o drain.Options) (drain.Options, time.Time, error) {
-	n, err := a.kube.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
+// drainBudget returns the drain options of node with the timeout left,
+// counted from when this slot's drain began (the annotation written with
+// slipway's cordon, read from the API server), and that start (now for a
+// new drain).
+func (a *Agent) drainBudget(ctx context.Context, node string, o drain.Options) (drain.Options, time.Time, error) {
+	n, err := a.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
-		return o, time.Time{}, fmt.Errorf("read node %s before its drain: %w", a.opts.NodeName, err)
+		return o, time.Time{}, fmt.Errorf("read node %s before its drain: %w", node, err)
 	}
 	var began time.Time
 	recorded := false
@@ -86,7 +87,7 @@ func (a *Agent) drainBudget(ctx context.Context, o drain.Options) (drain.Options
 		left = lastDrainPass // at least one real pass before the policy applies
 	}
 	if left != o.Timeout {
-		a.log.Info("drain resumed", "began", began, "timeout", o.Timeout, "left", left)
+		a.log.Info("drain resumed", "node", node, "began", began, "timeout", o.Timeout, "left", left)
 	}
 	o.Timeout = left
 	return o, began, nil

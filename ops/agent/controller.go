@@ -113,7 +113,7 @@ func newController(o ControllerOptions) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{opts: opts, log: opts.Log.With("controller", o.Identity), metrics: newMetrics(), probe: health.New(), controller: true, tenure: &lease.Tenure{},
-		fleet: map[string]*fleetCache{}, waitSince: map[string]time.Time{}, views: map[types.UID]map[string]string{}}
+		fleet: map[string]*fleetCache{}, waitSince: map[string]time.Time{}, views: map[types.UID]map[string]string{}, drains: map[string]*drainRun{}}
 	if a.leaseKube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Lease client: %w", err)
 	}
@@ -121,6 +121,9 @@ func newController(o ControllerOptions) (*Agent, error) {
 	fenced.Wrap(a.tenure.WrapTransport)
 	if a.kube, err = kube.NewForConfig(fenced); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
+	}
+	if a.drainKube, err = drainClient(fenced); err != nil {
+		return nil, fmt.Errorf("build the drain's client: %w", err)
 	}
 	if a.ops, err = opsclient.NewForConfig(fenced); err != nil {
 		return nil, fmt.Errorf("build the UpdateChannel client: %w", err)
@@ -207,5 +210,8 @@ func (a *Agent) forgetChannel(o any) {
 		delete(a.fleet, ch.Name)
 		a.mu.Unlock()
 		a.dropViews(ch.UID) // its nodes' agents see it gone, and uncordon
+		if a.elected.Load() {
+			a.queue.Add(key{role: roleSweep}) // what it cordoned for that channel
+		}
 	}
 }

@@ -14,7 +14,11 @@ import (
 // asServiceAccount) as the manifest's controller ServiceAccount.
 
 // startController runs the controller until stopController or the test's end.
-func (f *fleet) startController() {
+func (f *fleet) startController() { f.startReplica("") }
+
+// startReplica runs the controller as replica id (its Lease identity)
+// until stopController or the test's end.
+func (f *fleet) startReplica(id string) {
 	f.stopController()
 	ctx, cancel := context.WithCancel(context.Background())
 	ra := &runningAgent{cancel: cancel, done: make(chan struct{})}
@@ -29,7 +33,7 @@ func (f *fleet) startController() {
 	if f.opts != nil {
 		f.opts(&o)
 	}
-	co := ControllerOptions{Identity: "controller-" + f.ns, Namespace: f.ns, Config: cfg, Retry: o.Retry, Resync: o.Resync,
+	co := ControllerOptions{Identity: "controller-" + f.ns + id, Namespace: f.ns, Config: cfg, Retry: o.Retry, Resync: o.Resync,
 		LeaseDuration: o.LeaseDuration, HeartbeatInterval: o.HeartbeatInterval, GitHubToken: o.GitHubToken, GitHubBaseURL: o.GitHubBaseURL,
 		Log: slog.New(slog.NewTextHandler(f.logFile(), &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	go func() {

@@ -15,7 +15,8 @@ import (
 )
 
 // TestControllerHandover: the controller stops mid-rollout (after the
-// node in its slot was shown the slot on its Node); that node finishes and reports its success on its own Node, and the slot
+// node in its slot was shown the slot on its Node; drain disabled, which
+// would need the controller); that node finishes and reports its success on its own Node, and the slot
 // stays in the channel's status (no agent writes it); a controller started
 // again folds the report in from what the API holds and finishes the
 // rollout.
@@ -24,7 +25,9 @@ func TestControllerHandover(t *testing.T) {
 	for i := range 3 {
 		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
 	}
-	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)})
+	off := false // the drain is the controller's: without one the node goes on alone
+	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: zeroDelay(), NodeSelector: selectFleet(f),
+		Drain: &v1.DrainSpec{Enabled: &off}})
 	ch := f.waitFor("a slot granted", time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 1 })
 	slot := ch.Status.Updating[0]
 	f.waitNode(t, slot.Node, "its slot shown on its Node (its channel view)", func(n *corev1.Node) bool {

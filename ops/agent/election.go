@@ -21,16 +21,24 @@ func (a *Agent) elect(ctx context.Context) {
 		Duration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d / 5, Tenure: a.tenure,
 		Log: a.log,
 		OnStartedLeading: func() {
+			a.mu.Lock()
+			a.leaderCtx, a.leaderStop = context.WithCancel(ctx) // the drains end with the tenure
+			a.mu.Unlock()
 			a.elected.Store(true)
 			a.log.Info("took the fleet view of every channel")
 			a.enqueueAll(roleFleet)
-			a.queueAllViews() // views of channels deleted meanwhile go
+			a.queueAllViews()                 // views of channels deleted meanwhile go
+			a.queue.Add(key{role: roleSweep}) // cordons a former holder left for slots gone
 		},
 		OnStoppedLeading: func() {
 			a.elected.Store(false)
 			a.mu.Lock()
 			a.fleet = map[string]*fleetCache{} // the next tenure lists afresh
 			a.views = map[types.UID]map[string]string{}
+			if a.leaderStop != nil {
+				a.leaderStop() // the next holder resumes the drains under way
+			}
+			a.leaderCtx, a.leaderStop = nil, nil
 			a.mu.Unlock()
 			a.log.Info("handed over the fleet view")
 		},

@@ -92,6 +92,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 		return 0, err
 	}
 	a.setViews(ch, mine)                 // what each node acts on: written on its Node (views.go)
+	a.startDrains(ch, s)                 // the nodes that asked for their drain (ctrldrain.go)
 	fc.permitted = permitSet(ch)         // as written (or as read, when nothing changed)
 	for _, n := range r.folded.Permits { // given back: the next list shows its staging
 		if fc.gaveBack == nil {

@@ -20,11 +20,11 @@ import (
 // confirms at that moment. A drain runs for minutes and the reboot waits
 // rebootDelay; the slot can be taken away meanwhile (a stale slot
 // recovered, a channel deleted or made invalid, a window deferral). The
-// drain's client and the Rebooter go through the guard, which GETs the
-// channel before each eviction, each pod deletion and the reboot itself,
-// and refuses them (errSlotGone) once the slot is gone.
+// controller's drain client GETs the channel before each eviction and each
+// pod deletion, the node's Rebooter its Node (its channel views) before
+// the reboot, and they refuse (errSlotGone) once the slot is gone.
 
-// slotGuard holds the slot the drain or the reboot under way acts for.
+// slotGuard holds the slot the node's reboot under way acts for.
 type slotGuard struct {
 	a    *Agent
 	mu   sync.Mutex
@@ -32,7 +32,7 @@ type slotGuard struct {
 	slot v1.Slot
 }
 
-// hold sets the slot the next evictions and the reboot need (nil ch: none).
+// hold sets the slot the reboot needs (nil ch: none).
 func (g *slotGuard) hold(ch *v1.UpdateChannel, slot v1.Slot) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -53,32 +53,45 @@ func (g *slotGuard) confirm(ctx context.Context, what string) error {
 	return nil
 }
 
-// disruptive tells the requests the guard confirms: an eviction, a pod deletion.
+// disruptive tells the requests a drain's client confirms: an eviction, a pod deletion.
 func disruptive(r *http.Request) bool {
 	p := r.URL.Path
 	return r.Method == http.MethodPost && strings.HasSuffix(p, "/eviction") ||
 		r.Method == http.MethodDelete && strings.Contains(p, "/pods/")
 }
 
-type guardTransport struct {
-	g    *slotGuard
-	next http.RoundTripper
+// confirmKey carries, in a request's context, how the controller's drain
+// client confirms the slot a drain acts for (withConfirm).
+type confirmKey struct{}
+
+// withConfirm makes the evictions and pod deletions sent with ctx confirm
+// their slot with confirm first.
+func withConfirm(ctx context.Context, confirm func(context.Context) error) context.Context {
+	return context.WithValue(ctx, confirmKey{}, confirm)
 }
+
+type guardTransport struct{ next http.RoundTripper }
 
 func (t *guardTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if disruptive(r) {
-		if err := t.g.confirm(r.Context(), "evict "+r.URL.Path); err != nil {
-			return nil, err
+		confirm, _ := r.Context().Value(confirmKey{}).(func(context.Context) error)
+		if confirm == nil {
+			return nil, fmt.Errorf("%s %s: no slot to confirm it for: %w", r.Method, r.URL.Path, errSlotGone)
+		}
+		if err := confirm(r.Context()); err != nil {
+			return nil, fmt.Errorf("evict %s: %w", r.URL.Path, err)
 		}
 	}
 	return t.next.RoundTrip(r)
 }
 
-// drainClient is the client the drain evicts through: every eviction and
-// pod deletion confirms the slot first.
-func (a *Agent) drainClient() (*kube.Clientset, error) {
-	cfg := rest.CopyConfig(a.opts.Config)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &guardTransport{g: a.guard, next: rt} })
+// drainClient is the client the controller's drains evict through (cfg
+// fenced by its Lease's tenure): every eviction and pod deletion confirms
+// its slot with the API server first (withConfirm), and one sent without
+// a slot to confirm is not sent.
+func drainClient(cfg *rest.Config) (*kube.Clientset, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &guardTransport{next: rt} })
 	return kube.NewForConfig(cfg)
 }
 

@@ -70,11 +70,18 @@ const (
 	// crash at any point never makes the agent lose track of the reboot.
 	AnnotationRebootFrom = "ops.slipway.dev/reboot-from-boot-id"
 
-	// AnnotationDrainStarted is written on its Node by the agent in the
-	// same write as slipway's cordon: when the drain began (RFC 3339). An
-	// agent restarted mid-drain counts drain.timeout from it, so restarts
-	// do not extend the drain. Removed with the uncordon.
-	AnnotationDrainStarted = "ops.slipway.dev/drain-started"
+	// AnnotationDrainStarted is written on a Node by the controller in the
+	// same write as slipway's cordon: when the drain began (RFC 3339). A
+	// controller that takes a drain over (a restart, another replica)
+	// counts drain.timeout from it, so handovers do not extend the drain.
+	// Removed with the uncordon.
+	AnnotationDrainStarted = "drain.slipway.dev/drain-started"
+
+	// AnnotationCordonedFor is written by the controller with its cordon:
+	// the namespace and channel (<namespace>/<channel>) it drains the node
+	// for. It uncordons a node cordoned for a slot no channel of its
+	// namespace holds any more (plan.LeftCordoned). Removed with the uncordon.
+	AnnotationCordonedFor = "drain.slipway.dev/cordoned-for"
 
 	// LabelJobNode and LabelJobChannel are on every upgrade Job and its pod,
 	// written by the agent that creates the Job: the node's name (sanitized)

@@ -145,8 +145,8 @@ func (a *Agent) do(ctx context.Context, step plan.Step, sc *stepCtx) (after time
 	case plan.StepDeferToWindow:
 		return 0, false, a.deferToWindow(ctx, sc.ch, sc.slot, sc.why)
 	case plan.StepDrain:
-		err := a.stepDrain(ctx, sc)
-		return 0, err == nil, err
+		again, err := a.stepDrain(ctx, sc)
+		return 0, again, err
 	case plan.StepReboot:
 		return 0, false, a.stepReboot(ctx, sc)
 	case plan.StepFailFellBack:

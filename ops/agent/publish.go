@@ -129,7 +129,7 @@ func (a *Agent) uncordonAndPublish(ctx context.Context, v *Versions) error {
 	if published {
 		labels, annotations = nil, nil
 	}
-	also := map[string]any{AnnotationDrainStarted: nil} // the drain's record goes with the cordon
+	also := map[string]any{AnnotationDrainStarted: nil, AnnotationCordonedFor: nil} // the drain's record goes with the cordon
 	maps.Copy(also, annotations)
 	uncordoned, err := drain.Uncordon(ctx, a.kube, a.opts.NodeName, CordonOwner, drain.Meta{Labels: labels, Annotations: also})
 	if err == nil && !uncordoned && !published {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,6 +44,11 @@ func (a *Agent) reportOf(uid types.UID) plan.Report { return a.reportsNow()[uid]
 // report edits the node's report for ch and writes the reports on its Node
 // (those of channels gone are dropped).
 func (a *Agent) report(ctx context.Context, ch *v1.UpdateChannel, edit func(*plan.Report)) error {
+	return a.reportWith(ctx, ch, edit, nil)
+}
+
+// reportWith is report writing the annotations extra too, in the same write.
+func (a *Agent) reportWith(ctx context.Context, ch *v1.UpdateChannel, edit func(*plan.Report), extra map[string]any) error {
 	old := a.reportsNow()
 	next := plan.Reports{}
 	if list, err := a.listChannels(); err == nil {
@@ -55,7 +61,9 @@ func (a *Agent) report(ctx context.Context, ch *v1.UpdateChannel, edit func(*pla
 	r := next[ch.UID]
 	edit(&r)
 	next[ch.UID] = r
-	if err := a.patchNode(ctx, nil, map[string]any{AnnotationSlotReport: next.String()}); err != nil {
+	annotations := map[string]any{AnnotationSlotReport: next.String()}
+	maps.Copy(annotations, extra)
+	if err := a.patchNode(ctx, nil, annotations); err != nil {
 		return fmt.Errorf("report on node %s for channel %s: %w", a.opts.NodeName, ch.Name, err)
 	}
 	a.mu.Lock()
@@ -66,14 +74,26 @@ func (a *Agent) report(ctx context.Context, ch *v1.UpdateChannel, edit func(*pla
 
 // reportSlot reports slot of ch at phase with job, or ended with outcome and reason.
 func (a *Agent) reportSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, phase, job, outcome, reason string) error {
-	return a.report(ctx, ch, func(r *plan.Report) {
+	return a.reportWith(ctx, ch, slotReport(slot, phase, job, outcome, reason), nil)
+}
+
+// reportSlotWith reports slot of ch at phase with job, and writes the
+// annotations extra in the same write.
+func (a *Agent) reportSlotWith(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, phase, job string, extra map[string]any) error {
+	return a.reportWith(ctx, ch, slotReport(slot, phase, job, "", ""), extra)
+}
+
+// slotReport edits a report into slot's at phase with job (ended with
+// outcome and reason, when given), keeping the permit given back.
+func slotReport(slot v1.Slot, phase, job, outcome, reason string) func(*plan.Report) {
+	return func(r *plan.Report) {
 		permit := r.PermitDone
 		*r = plan.Report{Since: slot.Since, Attempt: slot.Attempt, Version: slot.Version, Phase: phase, Job: job,
 			Outcome: outcome, Reason: reason, PermitDone: permit}
 		if outcome != "" {
 			r.At = metav1.NewTime(time.Now())
 		}
-	})
+	}
 }
 
 // reportedEnded tells whether this node reported slot of ch ended (the

@@ -58,7 +58,7 @@ func TestNoCordonOnAStaleSlot(t *testing.T) {
 	if bad != nil {
 		t.Fatal(bad)
 	}
-	err = a.stepDrain(ctx, &stepCtx{ch: stale, s: s, slot: slot})
+	_, err = a.stepDrain(ctx, &stepCtx{ch: stale, s: s, slot: slot})
 	if !errors.Is(err, errSlotGone) {
 		t.Errorf("the drain step on a freed slot: %v, want errSlotGone", err)
 	}
@@ -98,8 +98,9 @@ func (r *stuckReboot) String() string               { return "a reboot that neve
 func (r *stuckReboot) Reboot(context.Context) error { r.calls.Add(1); return nil }
 
 // TestDrainTimeoutSurvivesRestarts: a drain a PodDisruptionBudget blocks
-// fails after drain.timeout counted from when it began, although the agent
-// is restarted more often than that timeout.
+// fails after drain.timeout counted from when it began, although the
+// controller draining it (and the node's agent) is restarted more often
+// than that timeout.
 func TestDrainTimeoutSurvivesRestarts(t *testing.T) {
 	f := newFleet(t, 1, nil)
 	node := f.ns + "-n0"
@@ -108,17 +109,15 @@ func TestDrainTimeoutSurvivesRestarts(t *testing.T) {
 	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
 		Drain:        &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 6 * time.Second}},
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
-	f.waitFor("the drain to begin", time.Minute, func(*v1.UpdateChannel) bool {
-		n, err := f.kube.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-		return err == nil && drain.CordonedBy(n.Annotations) == CordonOwner
-	})
+	f.waitNode(t, node, "the drain to begin", func(n *corev1.Node) bool { return drain.CordonedBy(n.Annotations) == CordonOwner })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { // restart the agent every 2 s: each restart drains anew
+	go func() { // restart the controller and the agent every 2 s: each new controller resumes the drain
 		for ctx.Err() == nil {
 			select {
 			case <-ctx.Done():
 			case <-time.After(2 * time.Second):
+				f.startController()
 				f.restart(node, nil)
 			}
 		}
@@ -244,6 +243,12 @@ func TestOneRebootingEventPerReboot(t *testing.T) {
 		i := plan.FindSlot(ch.Status, node)
 		return i >= 0 && ch.Status.Updating[i].Phase == plan.PhaseRebooting
 	})
+	// The controller marks the slot Rebooting once drained; the agent then asks for its reboot.
+	for deadline := time.Now().Add(20 * time.Second); r.calls.Load() == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent did not ask for its reboot after its drain")
+		}
+	}
 	for i := range 5 {
 		before := r.calls.Load()
 		f.restart(node, nil)

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -51,97 +50,46 @@ func (a *Agent) stepCreateJob(ctx context.Context, sc *stepCtx) error {
 	return err
 }
 
-// stepDrain confirms the slot with the API server (a cached channel may
-// still show a slot freed a moment ago), records the boot it reboots from
-// and what is staged, cordons and drains the node (per spec.drain), and
-// marks the slot Rebooting. A failed drain records the failure.
-func (a *Agent) stepDrain(ctx context.Context, sc *stepCtx) error {
-	if err := a.confirmSlot(ctx, sc.ch, sc.slot); err != nil {
-		return err
-	}
+// stepDrain asks the controller to drain the node (the drain is the
+// controller's: no agent may evict a pod): with the slot confirmed by the
+// API server, it records on its Node the boot it reboots from and what is
+// staged, and reports the slot Draining, in one write. The controller
+// cordons, drains and marks the slot Rebooting in the node's view; a
+// failed drain frees the slot with the failure. With drain disabled the
+// node reports Rebooting at once. again says the reboot may follow now.
+func (a *Agent) stepDrain(ctx context.Context, sc *stepCtx) (again bool, err error) {
 	boot, err := a.bootID()
 	if err != nil {
-		return err
+		return false, err
 	}
-	rebootFrom := map[string]string{AnnotationRebootFrom: boot}
+	if sc.slot.Phase == plan.PhaseDraining && a.rebootFromOf(a.ownNode()) == boot {
+		return false, nil // asked already: its view says when the controller is done
+	}
+	if err := a.confirmSlot(ctx, sc.ch, sc.slot); err != nil {
+		return false, err
+	}
+	extra := map[string]any{AnnotationRebootFrom: boot}
 	if running, current := a.readableVersions(), a.currentVersions(); running != nil && current != nil {
-		maps.Copy(rebootFrom, stagedAnnotations(*running, *current)) // what the reboot starts rides on the cordon
+		maps.Copy(extra, anyMap(stagedAnnotations(*running, *current))) // what the reboot starts
 	}
-	drained := "drain disabled"
-	if sc.s.Drain.Enabled {
-		if drained, err = a.cordonAndDrain(ctx, sc, rebootFrom); err != nil || drained == "" {
-			return err
-		}
-	} else if err := a.patchNode(ctx, nil, anyMap(rebootFrom)); err != nil {
-		return err
+	phase, how := plan.PhaseDraining, "drained by the controller"
+	if !sc.s.Drain.Enabled {
+		phase, how = plan.PhaseRebooting, "drain disabled"
 	}
-	a.noteRebootFrom(boot, drained)
 	if sc.slot.Job == "" {
 		sc.slot.Job = SlotJobName(sc.ch.UID, sc.slot)
 	}
-	written, err := a.setPhase(ctx, sc.ch, sc.slot, plan.PhaseRebooting, sc.slot.Job)
-	if written != nil {
-		sc.ch = written
+	if err := a.reportSlotWith(ctx, sc.ch, sc.slot, phase, sc.slot.Job, extra); err != nil {
+		return false, err
 	}
-	return err
-}
-
-// cordonAndDrain cordons (the boot ID, the staged versions and the drain's
-// start ride on the cordon's write) and drains within what is left of
-// drain.timeout. It returns what it did for the Rebooting Event, or ""
-// after recording the drain's failure.
-func (a *Agent) cordonAndDrain(ctx context.Context, sc *stepCtx, meta map[string]string) (string, error) {
-	start := time.Now()
-	opts, began, err := a.drainBudget(ctx, drainOptions(sc.s.Drain))
-	if err != nil {
-		return "", err
-	}
-	meta[AnnotationDrainStarted] = began.UTC().Format(time.RFC3339Nano)
-	if err := drain.Cordon(ctx, a.kube, a.opts.NodeName, CordonOwner, meta); err != nil {
-		return "", err
-	}
-	stop := a.markIfSlow(ctx, sc, plan.PhaseDraining)
-	a.guard.hold(sc.ch, sc.slot) // every eviction confirms the slot first (guard.go)
-	res, err := drain.Drain(ctx, a.drainKube, a.opts.NodeName, withLog(opts, a.log))
-	a.guard.hold(nil, v1.Slot{})
-	stop()
-	if err != nil {
-		if ctx.Err() != nil {
-			return "", ctx.Err()
-		}
-		if errors.Is(err, errSlotGone) || errors.Is(a.confirmSlot(ctx, sc.ch, sc.slot), errSlotGone) {
-			return "", errSlotGone // no failure of a slot no longer held: the agent uncordons
-		}
-		return "", a.fail(ctx, sc.ch, sc.slot, "drain", fmt.Sprintf("drain failed, node uncordoned: %v (drain began %s; drain.timeout %s counts from then)",
-			err, began.UTC().Format(time.RFC3339), sc.s.Drain.Timeout))
-	}
-	a.metrics.drain.Observe(time.Since(start).Seconds())
-	return fmt.Sprintf("cordoned and drained in %s (%d pods evicted, %d deleted)",
-		time.Since(start).Round(time.Millisecond), len(res.Evicted), len(res.Deleted)), nil
+	a.noteWrote(sc.ch.UID, sc.slot, phase, sc.slot.Job)
+	a.noteRebootFrom(boot, how)
+	return phase == plan.PhaseRebooting, nil
 }
 
 // slowStep is how long a step may take before its phase is written to the
-// slot: a quick drain costs no status write, a slow one shows in status.
+// slot: a node Ready quickly after its reboot writes no WaitingReady.
 const slowStep = 2 * time.Second
-
-// markIfSlow writes phase to this node's slot once slowStep passed, unless
-// the returned stop is called first; stop waits for a write in flight.
-func (a *Agent) markIfSlow(ctx context.Context, sc *stepCtx, phase string) (stop func()) {
-	done, finished := make(chan struct{}), make(chan struct{})
-	ch, slot := sc.ch, sc.slot
-	go func() {
-		defer close(finished)
-		select {
-		case <-done:
-			return
-		case <-time.After(slowStep):
-		}
-		if _, err := a.setPhase(ctx, ch, slot, phase, slot.Job); err != nil {
-			a.log.Debug("could not record the slot's phase", "phase", phase, "err", err)
-		}
-	}()
-	return func() { close(done); <-finished }
-}
 
 // stepReboot requests the reboot: right after this process drained (with
 // the Rebooting Event), or after a restart on the same boot or a stalled

@@ -67,10 +67,11 @@ func TestAgentReadsNoChannel(t *testing.T) {
 	}
 }
 
-// TestControllerWritesOnlyChannelViews: the controller writes the channel
-// views on any Node, and nothing else there: no label, no other
-// annotation (a node's reports, slipway's cordon record), no taint.
-func TestControllerWritesOnlyChannelViews(t *testing.T) {
+// TestControllerWritesOnlyViewsAndCordons: the controller writes the
+// channel views and its cordon (for its drains) on any Node, and nothing
+// else there: no label, no other annotation (a node's reports or
+// versions), no taint.
+func TestControllerWritesOnlyViewsAndCordons(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	agentOnA(ctx, t)
@@ -84,12 +85,15 @@ func TestControllerWritesOnlyChannelViews(t *testing.T) {
 	if err := patch(`{"metadata":{"annotations":{"` + manifest.ChannelViewPrefix + `uid-1":"{}"}}}`); err != nil {
 		t.Errorf("the controller cannot write a node's channel view: %v", err)
 	}
+	if err := patch(`{"spec":{"unschedulable":true},"metadata":{"annotations":{"drain.slipway.dev/cordoned-by":"slipway-agent"}}}`); err != nil {
+		t.Errorf("the controller cannot cordon a node for its drain: %v", err)
+	}
 	for name, p := range map[string]string{
-		"label a Node":               `{"metadata":{"labels":{"ops.slipway.dev/rootfs-version":"v9"}}}`,
-		"forge a node's report":      `{"metadata":{"annotations":{"` + agent.AnnotationSlotReport + `":"{\"forged\":{}}"}}}`,
-		"write another annotation":   `{"metadata":{"annotations":{"example.com/x":"y"}}}`,
-		"taint a Node":               `{"spec":{"taints":[{"key":"x","effect":"NoSchedule"}]}}`,
-		"record a cordon of its own": `{"metadata":{"annotations":{"drain.slipway.dev/cordoned-by":"slipway-agent"}}}`,
+		"label a Node":             `{"metadata":{"labels":{"ops.slipway.dev/rootfs-version":"v9"}}}`,
+		"forge a node's report":    `{"metadata":{"annotations":{"` + agent.AnnotationSlotReport + `":"{\"forged\":{}}"}}}`,
+		"write another annotation": `{"metadata":{"annotations":{"example.com/x":"y"}}}`,
+		"taint a Node":             `{"spec":{"taints":[{"key":"x","effect":"NoSchedule"}]}}`,
+		"write a node's versions":  `{"metadata":{"annotations":{"ops.slipway.dev/rootfs-version":"v0"}}}`,
 	} {
 		if why := refused(patch(p), msg); why != "" {
 			t.Errorf("the controller could %s: %s", name, why)

@@ -78,7 +78,6 @@ func create(ctx context.Context, c kubernetes.Interface, obj any) error {
 // rarelyCalled are grants the package's rollouts do not exercise, each
 // with the condition under which the agent calls it.
 var rarelyCalled = map[string]string{
-	"cluster /pods delete":      "drain.force: pods left when the drain times out are deleted",
 	"namespace batch/jobs list": "an informer lists when the API server cannot stream its initial list (watch-list)",
 	"cluster /nodes list":       "its own Node's informer lists when the API server cannot stream its initial list (watch-list)",
 	"cluster /events patch":     "client-go's recorder folds a repeated Event into a patch of the first",
@@ -126,6 +125,7 @@ var controllerRarelyCalled = map[string]string{
 	"cluster /events patch":                        "client-go's recorder folds a repeated Event into a patch of the first",
 	"namespace /secrets get":                       "a github-releases:// channel with spec.tokenSecretRef: the controller reads its token",
 	"namespace batch/jobs get":                     "a slot held past the resync: the controller reads its Job to tell it stale",
+	"cluster /pods delete":                         "drain.force: pods left when the drain times out are deleted",
 }
 
 // accessProblems lists user's refused calls and its grants never called but those in rarely.

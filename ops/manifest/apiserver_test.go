@@ -60,12 +60,9 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 	sa := AgentUser("slipway-test")
 	allowed := []authv1.ResourceAttributes{
 		{Verb: "patch", Resource: "nodes"},
-		{Verb: "create", Resource: "pods", Subresource: "eviction", Namespace: "default"},
-		{Verb: "list", Resource: "pods"},
 		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: "slipway-test"},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
 		{Verb: "create", Resource: "events", Namespace: "default"},
-		{Verb: "delete", Resource: "pods", Namespace: "default"},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
 		{Verb: "watch", Resource: "pods", Namespace: "slipway-test"},
 	}
@@ -78,6 +75,10 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: "default"},
 		{Verb: "delete", Resource: "nodes"},
 		{Verb: "delete", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
+		// No pod of the cluster: the controller drains.
+		{Verb: "create", Resource: "pods", Subresource: "eviction", Namespace: "default"},
+		{Verb: "list", Resource: "pods"},
+		{Verb: "delete", Resource: "pods", Namespace: "default"},
 		// No channel at all: the controller writes what a node needs on its Node.
 		{Verb: "get", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
 		{Verb: "list", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
@@ -104,7 +105,10 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		{Verb: "get", Group: "batch", Resource: "jobs", Namespace: "slipway-test"},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
 		{Verb: "create", Resource: "events", Namespace: "slipway-test"},
-		{Verb: "patch", Resource: "nodes"}, // the channel views; controllerNodePolicy admits nothing else
+		{Verb: "patch", Resource: "nodes"}, // the channel views and its cordon; controllerNodePolicy admits nothing else
+		{Verb: "create", Resource: "pods", Subresource: "eviction", Namespace: "default"},
+		{Verb: "list", Resource: "pods"},
+		{Verb: "delete", Resource: "pods", Namespace: "default"},
 	}, []authv1.ResourceAttributes{
 		{Verb: "update", Resource: "nodes"},
 		{Verb: "get", Resource: "secrets", Name: "other", Namespace: "slipway-test"},

@@ -37,12 +37,15 @@ func ControllerUser(namespace string) string {
 // controllerClusterRules are exactly what the controller calls across the
 // cluster: the channel's nodes (listed and watched as metadata: the nodes
 // report their slots on their own Node; a slot's or a candidate's Node read
-// by name; each node's channel views written on it, which
-// controllerNodePolicy holds to those annotations) and Events on the
-// channels.
+// by name; each node's channel views written on it, and the cordon of the
+// nodes it drains, which controllerNodePolicy holds to those), the pods it
+// drains from any namespace (listed, evicted, deleted under drain.force)
+// and Events on the channels.
 func controllerClusterRules(Options) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 }
@@ -91,17 +94,23 @@ func controllerLeasePolicy(o Options) admission.UserPolicy {
 // a test in ops/agent keeps them equal).
 const ChannelViewPrefix = "channel.ops.slipway.dev/"
 
+// DrainAnnotationPrefix is the prefix of the annotations of slipway's
+// cordon and drain (ops/drain's and ops/agent's drain record).
+const DrainAnnotationPrefix = "drain.slipway.dev/"
+
 // controllerNodePolicy lets the controller change, on any Node, only the
-// channel views: no label, no other annotation, nothing of the spec.
+// channel views and its cordon (spec.unschedulable and the drain's record
+// under drain.slipway.dev/): no label, no other annotation, nothing else
+// of the spec.
 func controllerNodePolicy(o Options) admission.UserPolicy {
 	return admission.UserPolicy{
 		Name: ControllerName + "-nodes-" + o.Namespace, Labels: labels("controller"), Users: []string{ControllerUser(o.Namespace)},
 		Group: "", Version: "v1", Resource: "nodes", Operations: []admissionv1.OperationType{admissionv1.Update},
 		Validations: []admissionv1.Validation{
-			{Expression: "object.spec == oldObject.spec", Message: "the slipway controller may not change a Node's spec"},
+			{Expression: admission.SpecUnchangedButUnschedulable, Message: "the slipway controller may change only spec.unschedulable (the cordon) of a Node's spec"},
 			{Expression: admission.OnlyKeysChanged("labels"), Message: "the slipway controller may not change a Node's labels"},
-			{Expression: admission.OnlyKeysChanged("annotations", ChannelViewPrefix),
-				Message: "the slipway controller may change only the channel views (" + ChannelViewPrefix + "<channel UID>) of a Node's annotations"},
+			{Expression: admission.OnlyKeysChanged("annotations", ChannelViewPrefix, DrainAnnotationPrefix),
+				Message: "the slipway controller may change only the channel views (" + ChannelViewPrefix + "<channel UID>) and the drain's record (" + DrainAnnotationPrefix + ") of a Node's annotations"},
 		},
 	}
 }

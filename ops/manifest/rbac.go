@@ -9,17 +9,14 @@ import (
 )
 
 // clusterRules are exactly what the agent calls across the cluster: Nodes
-// (its own watched, labelled, cordoned: the ValidatingAdmissionPolicy of
-// ownNodePolicy refuses a patch of any other; the Lease holder lists node
-// metadata), the pods it drains from any namespace (listed, evicted,
-// deleted under drain.force), Events (client-go's recorder, core group),
-// and, only with InstallCRDs, the CRD.
-// The controller (controller.go), not the agent, lists the fleet's nodes.
+// (its own watched, labelled, uncordoned: the ValidatingAdmissionPolicy of
+// ownNodePolicy refuses a patch of any other), Events (client-go's
+// recorder, core group), and, only with InstallCRDs, the CRD. No pod: the
+// controller (controller.go) drains, since RBAC cannot say "pods on my
+// node"; it also lists the fleet's nodes.
 func clusterRules(o Options) []rbacv1.PolicyRule {
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "delete"}},
-		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	if o.InstallCRDs {

@@ -28,9 +28,10 @@ type View struct {
 	LatestVersion string `json:"latestVersion,omitempty"`
 	// Resolved is the channel's resolved release, when it is of the target.
 	Resolved *v1.ResolvedRelease `json:"resolved,omitempty"`
-	// Slot is the node's slot as granted: its phase goes no further than
-	// Upgrading (the node's own reports carry it on), so the controller's
-	// folds of the node's reports do not write the view again.
+	// Slot is the node's slot with the phases the controller decides:
+	// Upgrading (granted) or Rebooting (drained, or the node went on to its
+	// reboot); the node's own reports carry the others, so the controller's
+	// folds of them do not write the view again.
 	Slot *v1.Slot `json:"slot,omitempty"`
 	// Permit is the node's staging permit.
 	Permit *v1.StagePermit `json:"permit,omitempty"`
@@ -50,7 +51,10 @@ func ViewOf(ch *v1.UpdateChannel, node string, follows bool) (View, bool) {
 	}
 	if i := FindSlot(ch.Status, node); i >= 0 {
 		sl := ch.Status.Updating[i]
-		if phaseOrder[sl.Phase] > phaseOrder[PhaseUpgrading] {
+		switch {
+		case phaseOrder[sl.Phase] >= phaseOrder[PhaseRebooting]:
+			sl.Phase = PhaseRebooting
+		case phaseOrder[sl.Phase] > phaseOrder[PhaseUpgrading]:
 			sl.Phase = PhaseUpgrading
 		}
 		v.Slot = &sl

@@ -1,0 +1,223 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/drain"
+)
+
+// The controller's drains (plan.DrainsDue): a node's agent reports its slot
+// Draining once its Job staged the swap; the controller cordons the node
+// (recording whose cordon it is, for which channel, and when the drain
+// began), evicts its pods through the Eviction API within what is left of
+// drain.timeout, and marks the slot Rebooting, which the node reads in its
+// view and reboots. A failed drain uncordons and records the failure; a
+// slot taken away mid-drain (every eviction confirms it with the API
+// server first) uncordons and records nothing. A drain cut short by the
+// controller's end or the Lease's loss is resumed by the next holder (the
+// start recorded on the Node, so no extra time); what it cordoned for a
+// slot no longer held, it uncordons (sweepCordons).
+
+// drainRun is one drain under way.
+type drainRun struct {
+	uid  types.UID
+	slot v1.Slot
+}
+
+// startDrains starts, for every slot of ch whose node asked for its drain,
+// the drain unless one runs for that slot already.
+func (a *Agent) startDrains(ch *v1.UpdateChannel, s plan.Settings) {
+	for _, sl := range plan.DrainsDue(s, ch.Status) {
+		a.mu.Lock()
+		run, busy := a.drains[sl.Node]
+		if busy && run.uid == ch.UID && plan.SameSlot(run.slot, sl) || a.leaderCtx == nil {
+			a.mu.Unlock()
+			continue
+		}
+		ctx := a.leaderCtx
+		a.drains[sl.Node] = &drainRun{uid: ch.UID, slot: sl}
+		a.mu.Unlock()
+		go a.runDrain(ctx, ch.DeepCopy(), s, sl)
+	}
+}
+
+// draining is the set of nodes a drain of this process works on.
+func (a *Agent) draining() map[string]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]bool{}
+	for n := range a.drains {
+		out[n] = true
+	}
+	return out
+}
+
+// runDrain drains the node of slot and records the outcome.
+func (a *Agent) runDrain(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) {
+	defer func() {
+		a.mu.Lock()
+		if r := a.drains[slot.Node]; r != nil && plan.SameSlot(r.slot, slot) {
+			delete(a.drains, slot.Node)
+		}
+		a.mu.Unlock()
+		a.queue.Add(key{roleFleet, ch.Name})
+	}()
+	res, began, err := a.drainSlot(ctx, ch, s, slot)
+	switch {
+	case ctx.Err() != nil:
+		return // the next holder resumes it, or uncordons
+	case errors.Is(err, errSlotGone):
+		a.log.Info("the slot was taken away mid-drain; uncordoning", "node", slot.Node, "channel", ch.Name)
+		a.uncordon(ctx, slot.Node)
+	case err != nil:
+		a.failDrain(ctx, ch, slot, err)
+	default:
+		a.metrics.drain.Observe(time.Since(began).Seconds())
+		a.markDrained(ctx, ch, slot, fmt.Sprintf("cordoned and drained in %s (%d pods evicted, %d deleted)",
+			time.Since(began).Round(time.Millisecond), len(res.Evicted), len(res.Deleted)))
+	}
+}
+
+// drainSlot cordons and drains slot's node within what is left of its
+// drain.timeout; every eviction confirms the slot first.
+func (a *Agent) drainSlot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) (*drain.Result, time.Time, error) {
+	confirm := func(ctx context.Context) error { return a.holdsSlot(ctx, ch, slot) }
+	if err := confirm(ctx); err != nil {
+		return nil, time.Now(), err
+	}
+	opts, began, err := a.drainBudget(ctx, slot.Node, drainOptions(s.Drain))
+	if err != nil {
+		return nil, began, err
+	}
+	meta := map[string]string{AnnotationDrainStarted: began.UTC().Format(time.RFC3339Nano), AnnotationCordonedFor: a.opts.Namespace + "/" + ch.Name}
+	if err := drain.Cordon(ctx, a.kube, slot.Node, CordonOwner, meta); err != nil {
+		return nil, began, err
+	}
+	a.log.Info("draining", "node", slot.Node, "channel", ch.Name, "timeout", opts.Timeout)
+	res, err := drain.Drain(withConfirm(ctx, confirm), a.drainKube, slot.Node, withLog(opts, a.log))
+	if err != nil && !errors.Is(err, errSlotGone) && ctx.Err() == nil && errors.Is(a.holdsSlot(ctx, ch, slot), errSlotGone) {
+		err = errSlotGone
+	}
+	return res, began, err
+}
+
+// holdsSlot asks the API server whether ch (the same UID) still holds slot.
+func (a *Agent) holdsSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot) error {
+	cur, err := a.ops.UpdateChannels(a.opts.Namespace).Get(ctx, ch.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return errSlotGone
+	case err != nil:
+		return fmt.Errorf("confirm the slot of node %s in channel %s: %w", slot.Node, ch.Name, err)
+	case cur.UID != ch.UID || !plan.Holds(cur.Status, slot.Node, slot):
+		return errSlotGone
+	}
+	return nil
+}
+
+// markDrained marks slot Rebooting: its node reads that in its view and reboots.
+func (a *Agent) markDrained(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, how string) {
+	_, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+		i := plan.FindSlot(c.Status, slot.Node)
+		if c.UID != ch.UID || i < 0 || !plan.SameSlot(c.Status.Updating[i], slot) {
+			return errSlotGone
+		}
+		c.Status.Updating[i].Phase = plan.PhaseRebooting
+		return nil
+	})
+	switch {
+	case errors.Is(err, errSlotGone):
+		a.uncordon(ctx, slot.Node)
+		return
+	case err != nil:
+		a.log.Warn("could not mark a drained slot Rebooting; the next pass drains again", "node", slot.Node, "err", err)
+		return
+	}
+	a.recorder.Eventf(ch, corev1.EventTypeNormal, "Drained", "node %s %s; its agent reboots it", slot.Node, how)
+}
+
+// failDrain uncordons slot's node and records the drain's failure.
+func (a *Agent) failDrain(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, cause error) {
+	if !a.uncordon(ctx, slot.Node) {
+		return // the next pass tries again
+	}
+	reason := fmt.Sprintf("drain failed, node uncordoned: %v", cause)
+	_, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+		i := plan.FindSlot(c.Status, slot.Node)
+		if c.UID != ch.UID || i < 0 || !plan.SameSlot(c.Status.Updating[i], slot) {
+			return errSlotGone
+		}
+		plan.Fail(&c.Status, slot.Node, slot.Version, reason, time.Now())
+		return nil
+	})
+	if err != nil {
+		if !errors.Is(err, errSlotGone) {
+			a.log.Warn("could not record a drain's failure; the next pass drains again", "node", slot.Node, "err", err)
+		}
+		return
+	}
+	a.metrics.failures.WithLabelValues(ch.Name, "drain").Inc()
+	a.log.Warn("drain failed", "node", slot.Node, "channel", ch.Name, "err", cause)
+	a.recorder.Eventf(ch, corev1.EventTypeWarning, "UpgradeFailed", "node %s (attempt %d): %s", slot.Node, max(slot.Attempt, 1), reason)
+}
+
+// uncordon lifts slipway's cordon from node (and the drain's record);
+// false when it could not.
+func (a *Agent) uncordon(ctx context.Context, node string) bool {
+	_, err := drain.Uncordon(ctx, a.kube, node, CordonOwner, drain.Meta{Annotations: map[string]any{AnnotationDrainStarted: nil, AnnotationCordonedFor: nil}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		a.log.Warn("could not uncordon; retrying at the next pass", "node", node, "err", err)
+		return false
+	}
+	return true
+}
+
+// sweepCordons uncordons the nodes this controller cordoned for a slot no
+// channel of its namespace holds any more and no drain of its works on
+// (plan.LeftCordoned), asked of the API server before it writes.
+func (a *Agent) sweepCordons(ctx context.Context) error {
+	var cordons []plan.Cordon
+	for _, o := range a.nodeMeta.List() {
+		if m, ok := o.(*metav1.PartialObjectMetadata); ok && drain.CordonedBy(m.Annotations) == CordonOwner {
+			cordons = append(cordons, plan.Cordon{Node: m.Name, Owner: CordonOwner, For: m.Annotations[AnnotationCordonedFor]})
+		}
+	}
+	if len(plan.LeftCordoned(cordons, CordonOwner, a.opts.Namespace, nil, a.draining())) == 0 {
+		return nil
+	}
+	list, err := a.ops.UpdateChannels(a.opts.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list the channels before uncordoning: %w", err)
+	}
+	held := map[string]bool{}
+	for _, c := range list.Items {
+		for _, sl := range c.Status.Updating {
+			held[sl.Node] = true
+		}
+	}
+	for _, node := range plan.LeftCordoned(cordons, CordonOwner, a.opts.Namespace, held, a.draining()) {
+		if a.uncordon(ctx, node) {
+			a.log.Info("uncordoned a node cordoned for a slot no channel holds any more", "node", node)
+		}
+	}
+	return nil
+}
+
+// sweep runs sweepCordons while this controller holds the Lease, again
+// after the resync.
+func (a *Agent) sweep(ctx context.Context) (time.Duration, error) {
+	if !a.elected.Load() {
+		return 0, nil
+	}
+	return a.opts.Resync, a.sweepCordons(ctx)
+}

@@ -1,0 +1,88 @@
+package agent
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/drain"
+)
+
+// TestControllerKilledMidDrain (issue 22 item 2): the drain is the
+// controller's, and no node stays cordoned by it whatever stops when. A
+// controller stopped mid-drain leaves the cordon; the next replica to take
+// the Lease finishes the drain (the node then reboots and upgrades), or,
+// when the slot went meanwhile and the node's agent is gone too, uncordons
+// the node.
+func TestControllerKilledMidDrain(t *testing.T) {
+	spec := func(f *fleet) v1.UpdateChannelSpec {
+		return v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
+			Drain: &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 2 * time.Minute}}, NodeSelector: selectFleet(f)}
+	}
+	cordoned := func(n *corev1.Node) bool {
+		return n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == CordonOwner
+	}
+	t.Run("the next replica finishes the drain", func(t *testing.T) {
+		f := newFleet(t, 1, nil)
+		node := f.ns + "-n0"
+		f.blockEviction(t, node)
+		f.start(node)
+		f.channel(spec(f))
+		f.waitNode(t, node, "cordoned by the controller's drain", cordoned)
+		f.stopController()
+		f.startReplica("replica-2")
+		if err := f.kube.PolicyV1().PodDisruptionBudgets(f.ns).Delete(context.Background(), "guarded", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.podGoesWhenEvicted(t, "guarded")
+		f.waitFor("the node upgraded", 2*time.Minute, func(ch *v1.UpdateChannel) bool {
+			return ch.Status.Counts.UpToDate == 1 && len(ch.Status.Updating) == 0
+		})
+		f.waitNode(t, node, "uncordoned at v2", func(n *corev1.Node) bool {
+			return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Labels[LabelRootfsVersion] == "v2"
+		})
+	})
+	t.Run("the next replica uncordons a node whose slot went", func(t *testing.T) {
+		f := newFleet(t, 1, nil)
+		node := f.ns + "-n0"
+		f.blockEviction(t, node)
+		f.start(node)
+		f.channel(spec(f))
+		f.waitNode(t, node, "cordoned by the controller's drain", cordoned)
+		f.stopController()
+		f.stop(node) // no agent either: only the controller can lift its cordon
+		if err := f.ops.OpsV1().UpdateChannels(f.ns).Delete(context.Background(), "default", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.startReplica("replica-2")
+		f.waitNode(t, node, "uncordoned by the next replica", func(n *corev1.Node) bool {
+			return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Annotations[AnnotationDrainStarted] == ""
+		})
+	})
+}
+
+// podGoesWhenEvicted waits for pod's eviction and removes it, as its
+// kubelet would once its containers stopped (no kubelet runs here).
+func (f *fleet) podGoesWhenEvicted(t *testing.T, pod string) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		p, err := f.kube.CoreV1().Pods(f.ns).Get(ctx, pod, metav1.GetOptions{})
+		if err == nil && p.DeletionTimestamp != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s was not evicted within a minute (err %v)", pod, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	zero := int64(0)
+	if err := f.kube.CoreV1().Pods(f.ns).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+}
