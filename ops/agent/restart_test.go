@@ -14,6 +14,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -167,7 +168,18 @@ func (f *fleet) blockEviction(t *testing.T, node string) {
 		t.Fatal(err)
 	}
 	// No disruption controller runs here: the budget's status stays
-	// unprocessed, and the Eviction API refuses (429) every eviction.
+	// unprocessed, and the Eviction API refuses (429) every eviction, once
+	// it sees the budget: wait for that, so that no drain comes first.
+	dry := &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := f.kube.PolicyV1().Evictions(f.ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: f.ns}, DeleteOptions: dry})
+		if apierrors.IsTooManyRequests(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Eviction API does not refuse the guarded pod's eviction: %v", err)
+		}
+	}
 	t.Cleanup(func() {
 		zero := int64(0)
 		_ = f.kube.CoreV1().Pods(f.ns).Delete(context.Background(), "guarded", metav1.DeleteOptions{GracePeriodSeconds: &zero})
