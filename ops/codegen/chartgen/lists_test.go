@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/manifest"
+	swarmmanifest "slipway.dev/slipway/ops/swarm/manifest"
 )
 
 // TestAgentChartTakesTheListFlags: the agent chart's mirrorDirs,
@@ -131,5 +134,42 @@ func TestGuardInsertions(t *testing.T) {
 		case got != tc.want:
 			t.Errorf("%q:\n got %s\nwant %s", tc.on, got, tc.want)
 		}
+	}
+}
+
+// TestChartsTakeTheCommandsNumbers: the settings the generic values carry
+// (the channel's spec, a component's replicas) render what the manifest
+// commands render with the same flags: `slipway ops manifest
+// --channel-version latest --concurrency 3` and `slipway swarm manifest
+// --replicas 3`.
+func TestChartsTakeTheCommandsNumbers(t *testing.T) {
+	var swarm bytes.Buffer
+	if err := swarmmanifest.Write(&swarm, swarmmanifest.Options{Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	agent, err := manifest.Render(manifest.Options{Channel: opsv1.UpdateChannelSpec{Version: "latest", Concurrency: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		c    Chart
+		set  []string
+		want []byte
+	}{
+		// paused=null drops the key, as the manifest's unpaused channel
+		// leaves it out (paused=false is the same to the API server).
+		{c: agentChart(), set: []string{"--set", "channel.version=latest", "--set", "channel.paused=null", "--set", "channel.concurrency=3"}, want: agent},
+		{c: swarmChart(), set: []string{"--set", "controller.replicas=3"}, want: swarm.Bytes()},
+	} {
+		args := append([]string{"template", "rel", filepath.Join(chartsDir, tc.c.Name), "--include-crds", "--namespace", tc.c.DefaultNamespace}, tc.set...)
+		got, err := ParseDocs(helm(t, args...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ParseDocs(tc.want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareObjects(t, tc.c.Name+" "+strings.Join(tc.set, " "), got, want)
 	}
 }
