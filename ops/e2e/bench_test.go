@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,8 +122,16 @@ func benchAgentEnv() []string { return strings.Fields(os.Getenv("SLIPWAY_BENCH_A
 // and its PSS is its RSS (docs/agent.md, Memory).
 func splitSummary() string {
 	var anon, pss []int
-	for _, pid := range env.Pids() {
-		s, err := agentmem.ReadSplit(strconv.Itoa(pid))
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cmd, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil {
+			continue
+		}
+		if _, ok := ourAgent(strings.Split(string(cmd), "\x00")); !ok {
+			continue
+		}
+		s, err := agentmem.ReadSplit(filepath.Base(d))
 		if err != nil {
 			continue
 		}
