@@ -111,8 +111,8 @@ func BenchmarkRollout(b *testing.B) {
 }
 
 // benchAgentEnv is SLIPWAY_BENCH_AGENT_ENV (space-separated NAME=VALUE) for
-// the agents' environment: e.g. "SLIPWAY_KEEP_STARTUP_PAGES=1 GOGC=100
-// GOMAXPROCS=2" runs them without what ops/agentmem does, to measure it.
+// the agents' environment: e.g. "GOMAXPROCS=4" or "GOGC=50", to measure
+// what a runtime setting does to their memory.
 func benchAgentEnv() []string { return strings.Fields(os.Getenv("SLIPWAY_BENCH_AGENT_ENV")) }
 
 // splitSummary is the agents' anonymous memory and PSS (median and
@@ -148,8 +148,7 @@ func splitSummary() string {
 }
 
 // benchSettle is how long after the rollout the agents' memory is read
-// again: long enough for ops/agentmem to let go of what the rollout mapped
-// (20 s after an agent's work, at least a minute after its last unmapping).
+// again: settled, every agent idle for at least this long.
 var benchSettle = envDuration("SLIPWAY_BENCH_SETTLE", 75*time.Second)
 
 // benchChannel creates the benchmark's channel (at v1, concurrency 10,
