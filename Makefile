@@ -23,7 +23,6 @@ bench: ## benchmarks: staging vs the k3os pipeline, the 100-node rollouts, slipw
 	@scripts/bench-rollout-staged
 	@scripts/bench-suc
 	@scripts/bench-update-operator
-	@scripts/bench-agent-memory
 	@scripts/bench-swarm
 
 lint: ## gofmt, go vet and staticcheck (installed from the Go module proxy)
