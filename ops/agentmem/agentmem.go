@@ -69,12 +69,6 @@ func Start(_ context.Context, o Options) {
 	agentHeap.enable(o)
 }
 
-// SetBusy does nothing: it fed the unmapping of the binary's pages, which
-// is gone.
-//
-// Deprecated: remove the call (ops/agent/memory.go).
-func SetBusy(bool) {}
-
 // procs is the GOMAXPROCS an agent sets (ok) given the GOMAXPROCS
 // environment variable and the runtime's current value: max at most, and
 // nothing when the environment chose.
