@@ -31,7 +31,7 @@ Examples:
 			&cli.StringFlag{Name: "namespace", Usage: "namespace of the Swarms, their workers and the Lease", EnvVars: envs("NAMESPACE"), Required: true},
 			&cli.StringFlag{Name: "identity", Usage: "this replica's name in the Lease (default: host name)", EnvVars: envs("IDENTITY")},
 			&cli.StringFlag{Name: "http", Value: swarmDefaults.HTTPAddr, Usage: "serve /assignments, /metrics, /healthz and /readyz here (\"\" = off)", EnvVars: envs("SWARM_HTTP")},
-			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster config)", EnvVars: []string{"KUBECONFIG", "SLIPWAY_KUBECONFIG"}},
+			kubeconfigFlag(),
 			&cli.DurationFlag{Name: "lease-duration", Value: swarmDefaults.LeaseDuration, Usage: "how long a dead leader keeps the Lease", EnvVars: envs("LEASE_DURATION")},
 			&cli.DurationFlag{Name: "settle-timeout", Value: swarmDefaults.SettleTimeout, Usage: "longest wait for a workload to reach its desired Ready pods before reassigning anyway", EnvVars: envs("SETTLE_TIMEOUT")},
 			&cli.DurationFlag{Name: "restart-timeout", Value: swarmDefaults.RestartTimeout, Usage: "how long a restarted worker keeps its share while its pod is away", EnvVars: envs("RESTART_TIMEOUT")},
@@ -78,7 +78,7 @@ Examples (in the worker pod; POD_NAME and POD_NAMESPACE from the downward API):
 			&cli.BoolFlag{Name: "no-report", Usage: "do not annotate the pod nor hold a Lease (outside a cluster)"},
 			&cli.StringFlag{Name: "http", Value: worker.DefaultHTTPAddr, Usage: "serve /healthz (the worker's loop turns) and /readyz (its config read, its version reported, its Lease held) here (\"\" = off)", EnvVars: envs("SWARM_WORKER_HTTP")},
 			&cli.DurationFlag{Name: "lease-duration", Value: member.DefaultDuration, Usage: "the worker's Lease: jobs stop after 2/3 of it without a renewal, and move after all of it", EnvVars: envs("SWARM_LEASE_DURATION")},
-			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster config)", EnvVars: []string{"KUBECONFIG", "SLIPWAY_KUBECONFIG"}},
+			kubeconfigFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			opts := worker.Options{

@@ -2,11 +2,9 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"time"
 
 	"slipway.dev/slipway/ops/health"
 )
@@ -49,18 +47,7 @@ func (w *worker) serveProbes(ctx context.Context) error {
 	}
 	mux := http.NewServeMux()
 	w.probe.Install(mux)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shut)
-	}()
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			w.log.Error("probe server stopped", "err", err)
-		}
-	}()
+	health.Serve(ctx, ln, mux, w.log)
 	w.log.Info("serving /healthz and /readyz", "addr", ln.Addr().String())
 	return nil
 }
