@@ -26,12 +26,9 @@ func TestWedgedControllerFailsHealthz(t *testing.T) {
 	var wedged atomic.Bool
 	release := make(chan struct{})
 	const leaseName, allowance = "probes-update-operator", 3 * time.Second
-	// A long Lease: under load a short one may lapse while the leader is
-	// wedged, and a replica that no longer leads is rightly healthy.
-	const leaseDuration = 15 * time.Second
 	leaderAddr, otherAddr := freeLoopback(t), freeLoopback(t)
 	stopLeader := f.controller(func(o *ControllerOptions) {
-		o.LeaseName, o.Identity, o.LeaseDuration = leaseName, "probes-leader", leaseDuration
+		o.LeaseName, o.Identity, o.LeaseDuration = leaseName, "probes-leader", 3*time.Second
 		o.HealthAddr, o.HealthAllowance, o.Resync = leaderAddr, allowance, 200*time.Millisecond
 		cfg := rest.CopyConfig(o.Config)
 		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
@@ -54,7 +51,7 @@ func TestWedgedControllerFailsHealthz(t *testing.T) {
 		return *l.Spec.HolderIdentity == "probes-leader", "held by " + *l.Spec.HolderIdentity
 	})
 	stopOther := f.controller(func(o *ControllerOptions) {
-		o.LeaseName, o.Identity, o.LeaseDuration = leaseName, "probes-other", leaseDuration
+		o.LeaseName, o.Identity, o.LeaseDuration = leaseName, "probes-other", 3*time.Second
 		o.HealthAddr, o.HealthAllowance, o.Resync = otherAddr, allowance, 200*time.Millisecond
 	})
 	defer stopOther()
