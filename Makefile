@@ -17,13 +17,12 @@ test: ## the whole test suite: installs what it needs, then unit, host, control-
 test-unit: ## only the tests that need no control plane or VM (go test -short)
 	@go test -short ./...
 
-bench: ## benchmarks: staging vs the k3os pipeline, the 100-node rollouts, slipway vs system-upgrade-controller, the agents' memory, eds vs the DaemonSet controller, swarm's assign
+bench: ## benchmarks: staging vs the k3os pipeline, the 100-node rollouts, slipway vs system-upgrade-controller, the agents' memory, eds vs the DaemonSet controller, swarm's assign and a 1,000-worker pool end to end
 	@scripts/bench
 	@scripts/bench-rollout
 	@scripts/bench-rollout-staged
 	@scripts/bench-suc
 	@scripts/bench-update-operator
-	@scripts/bench-agent-memory
 	@scripts/bench-swarm
 
 lint: ## gofmt, go vet and staticcheck (installed from the Go module proxy)

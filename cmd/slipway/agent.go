@@ -25,7 +25,7 @@ func agentCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "agent",
 		Usage: "run the UpdateChannel agent on this node (the slipway DaemonSet)",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "node-name", Usage: "this node's name", EnvVars: []string{"NODE_NAME", "SLIPWAY_NODE_NAME"}},
 			&cli.StringFlag{Name: "namespace", Value: "slipway-system", Usage: "namespace of the UpdateChannels, Jobs, Leases and Events", EnvVars: envs("NAMESPACE")},
 			&cli.StringFlag{Name: "system-dir", Value: "/k3os/system", Usage: "where this process reads the node's system directory", EnvVars: envs("SYSTEM_DIR")},
@@ -43,12 +43,10 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "cmdline-file", Value: "/proc/cmdline", Usage: "the kernel command line, where slipway's loader names the rootfs it booted (slipway.rootfs=)", EnvVars: envs("CMDLINE_FILE")},
 			&cli.BoolFlag{Name: "boot-id-from-node", Usage: "read the boot ID from the Node's status (simulated nodes) instead of --boot-id-file", EnvVars: envs("BOOT_ID_FROM_NODE")},
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9479", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: envs("METRICS_ADDR")},
-			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster config)", EnvVars: []string{"KUBECONFIG", "SLIPWAY_KUBECONFIG"}},
+			kubeconfigFlag(),
 			&cli.DurationFlag{Name: "resync", Value: agentDefaults.Resync, Usage: "resync the informers at least this often", EnvVars: envs("RESYNC")},
 			&cli.DurationFlag{Name: "lease-duration", Value: agentDefaults.LeaseDuration, Usage: "unused: the controller holds the election Lease (slipway ops controller); kept so that older DaemonSets start", EnvVars: envs("LEASE_DURATION")},
-			&cli.DurationFlag{Name: "retry-backoff", Value: agentDefaults.Retry.Base, Usage: "wait after a node's first failure, doubled after each next one (at most --retry-backoff-max)", EnvVars: envs("RETRY_BACKOFF")},
-			&cli.DurationFlag{Name: "retry-backoff-max", Value: agentDefaults.Retry.Max, Usage: "longest wait between retries of a failed node", EnvVars: envs("RETRY_BACKOFF_MAX")},
-		},
+		}, retryFlags()...),
 		Action: func(c *cli.Context) error {
 			// One P: its upgrades and staging run in Jobs, nothing of its own in parallel.
 			agentmem.Start(c.Context, agentmem.Options{MaxProcs: 1})

@@ -16,17 +16,15 @@ func controllerCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "controller",
 		Usage: "run the UpdateChannel controller (the slipway-controller Deployment): grants slots and staging permits, resolves releases, writes channel status",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "identity", Usage: "this replica's name in the election Lease", EnvVars: []string{"POD_NAME", "SLIPWAY_IDENTITY"}},
 			&cli.StringFlag{Name: "namespace", Value: "slipway-system", Usage: "namespace of the UpdateChannels, Leases and Events", EnvVars: envs("NAMESPACE")},
 			&cli.BoolFlag{Name: "install-crds", Usage: "create or update the UpdateChannel CRD at start", EnvVars: envs("INSTALL_CRDS")},
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9479", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: envs("METRICS_ADDR")},
-			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster config)", EnvVars: []string{"KUBECONFIG", "SLIPWAY_KUBECONFIG"}},
+			kubeconfigFlag(),
 			&cli.DurationFlag{Name: "resync", Value: agentDefaults.Resync, Usage: "re-read the fleet view at least this often", EnvVars: envs("RESYNC")},
 			&cli.DurationFlag{Name: "lease-duration", Value: agentDefaults.LeaseDuration, Usage: "duration of the controller's Lease; a dead holder is replaced after it", EnvVars: envs("LEASE_DURATION")},
-			&cli.DurationFlag{Name: "retry-backoff", Value: agentDefaults.Retry.Base, Usage: "wait after a node's first failure, doubled after each next one (at most --retry-backoff-max)", EnvVars: envs("RETRY_BACKOFF")},
-			&cli.DurationFlag{Name: "retry-backoff-max", Value: agentDefaults.Retry.Max, Usage: "longest wait between retries of a failed node", EnvVars: envs("RETRY_BACKOFF_MAX")},
-		},
+		}, retryFlags()...),
 		Action: func(c *cli.Context) error {
 			cfg, err := kubeConfig(c.String("kubeconfig"))
 			if err != nil {
@@ -39,5 +37,14 @@ func controllerCommand() *cli.Command {
 			o.Retry.Base, o.Retry.Max = c.Duration("retry-backoff"), c.Duration("retry-backoff-max")
 			return agent.RunController(c.Context, o)
 		},
+	}
+}
+
+// retryFlags are the retry backoff of failed nodes, which the agent (its
+// rollback Jobs) and the controller (slots) both take.
+func retryFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.DurationFlag{Name: "retry-backoff", Value: agentDefaults.Retry.Base, Usage: "wait after a node's first failure, doubled after each next one (at most --retry-backoff-max)", EnvVars: envs("RETRY_BACKOFF")},
+		&cli.DurationFlag{Name: "retry-backoff-max", Value: agentDefaults.Retry.Max, Usage: "longest wait between retries of a failed node", EnvVars: envs("RETRY_BACKOFF_MAX")},
 	}
 }

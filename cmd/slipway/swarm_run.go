@@ -31,7 +31,7 @@ Examples:
 			&cli.StringFlag{Name: "namespace", Usage: "namespace of the Swarms, their workers and the Lease", EnvVars: envs("NAMESPACE"), Required: true},
 			&cli.StringFlag{Name: "identity", Usage: "this replica's name in the Lease (default: host name)", EnvVars: envs("IDENTITY")},
 			&cli.StringFlag{Name: "http", Value: swarmDefaults.HTTPAddr, Usage: "serve /assignments, /metrics, /healthz and /readyz here (\"\" = off)", EnvVars: envs("SWARM_HTTP")},
-			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster config)", EnvVars: []string{"KUBECONFIG", "SLIPWAY_KUBECONFIG"}},
+			kubeconfigFlag(),
 			&cli.DurationFlag{Name: "lease-duration", Value: swarmDefaults.LeaseDuration, Usage: "how long a dead leader keeps the Lease", EnvVars: envs("LEASE_DURATION")},
 			&cli.DurationFlag{Name: "settle-timeout", Value: swarmDefaults.SettleTimeout, Usage: "longest wait for a workload to reach its desired Ready pods before reassigning anyway", EnvVars: envs("SETTLE_TIMEOUT")},
 			&cli.DurationFlag{Name: "restart-timeout", Value: swarmDefaults.RestartTimeout, Usage: "how long a restarted worker keeps its share while its pod is away", EnvVars: envs("RESTART_TIMEOUT")},
@@ -60,7 +60,9 @@ func swarmWorkerCommand() *cli.Command {
 until it exists, then writes the jobs to --out (one per line, replaced atomically) or runs
 --exec CMD with the jobs as its last arguments (and in SWARM_JOBS, SWARM_VERSION),
 restarting it when the share changes. It annotates its pod with the version applied
-(swarm.slipway.dev/applied-version), which the controller waits for.
+(swarm.slipway.dev/applied-version), which the controller waits for. It serves
+/healthz (its loop turns) and /readyz (config read, version reported, Lease held) on
+--http, for the pod's liveness and readiness probes.
 
 Examples (in the worker pod; POD_NAME and POD_NAMESPACE from the downward API):
   slipway swarm worker --config /etc/swarm/config.yml --out /shared/jobs.txt
@@ -74,14 +76,16 @@ Examples (in the worker pod; POD_NAME and POD_NAMESPACE from the downward API):
 			&cli.StringFlag{Name: "exec", Usage: "run this command with the jobs as arguments (split on spaces)", EnvVars: envs("SWARM_EXEC")},
 			&cli.BoolFlag{Name: "once", Usage: "apply the first share only (the Swarm's refresh is restart)", EnvVars: envs("SWARM_ONCE")},
 			&cli.BoolFlag{Name: "no-report", Usage: "do not annotate the pod nor hold a Lease (outside a cluster)"},
+			&cli.StringFlag{Name: "http", Value: worker.DefaultHTTPAddr, Usage: "serve /healthz (the worker's loop turns) and /readyz (its config read, its version reported, its Lease held) here (\"\" = off)", EnvVars: envs("SWARM_WORKER_HTTP")},
 			&cli.DurationFlag{Name: "lease-duration", Value: member.DefaultDuration, Usage: "the worker's Lease: jobs stop after 2/3 of it without a renewal, and move after all of it", EnvVars: envs("SWARM_LEASE_DURATION")},
-			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster config)", EnvVars: []string{"KUBECONFIG", "SLIPWAY_KUBECONFIG"}},
+			kubeconfigFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			opts := worker.Options{
 				ConfigFile: c.String("config"), PodName: c.String("pod-name"), Namespace: c.String("namespace"),
 				Out: c.String("out"), Exec: strings.Fields(c.String("exec")), Once: c.Bool("once"), LeaseDuration: c.Duration("lease-duration"),
-				Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+				HTTPAddr: c.String("http"),
+				Log:      slog.New(slog.NewTextHandler(os.Stderr, nil)),
 			}
 			if err := opts.Check(); err != nil {
 				return exit(err, 2)

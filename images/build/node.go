@@ -44,8 +44,11 @@ type NodeOptions struct {
 	Out     string // the node disk image to write
 	Cache   string // Debian package cache (as Options.Cache)
 	Kubelet string // the kubelet binary
-	Slipway string // the static slipway binary, packed as SlipwayImage
-	Pause   string // the static pause binary, packed as PauseImage
+	// SlipwayArchive is slipway's container image as `make image-oci`
+	// writes it (scripts/image-oci with IMAGE=SlipwayImage): the
+	// multi-arch OCI archive the charts' image is, imported as it is.
+	SlipwayArchive string
+	Pause          string // the static pause binary, packed as PauseImage
 	// Forwarder is the static loopfwd binary (images/cmd/loopfwd): the
 	// Service addresses pods reach without kube-proxy.
 	Forwarder string
@@ -62,7 +65,7 @@ type NodeOptions struct {
 //	root/      the unpacked Debian packages (containerd, runc, CNI plugins, libc)
 //	bin/       the kubelet and loopfwd
 //	modules/<uname -r>/   NodeModules of each kernel, with load.order
-//	images/    pause.tar and slipway.tar, OCI archives for `ctr images import`
+//	images/    pause.tar and slipway.tar (o.SlipwayArchive), OCI archives for `ctr images import`
 //	etc/       the contents of o.Config
 //
 // The guest mounts it read-only at /opt/node (images/node/overlay).
@@ -144,18 +147,23 @@ func nodeImages(o NodeOptions, dst string) error {
 	if err != nil {
 		return fmt.Errorf("pause image: %w", err)
 	}
-	slipway, err := os.ReadFile(o.Slipway)
-	if err != nil {
-		return fmt.Errorf("slipway image: %w", err)
-	}
 	err = oci.WriteFile(filepath.Join(dst, "pause.tar"), oci.Image{Name: PauseImage, Entrypoint: []string{"/pause"},
 		Files: []oci.File{{Path: "pause", Mode: 0o755, Data: pause}}})
 	if err != nil {
 		return err
 	}
-	// As the Dockerfile's image: the binary in /usr/bin, its entrypoint.
-	return oci.WriteFile(filepath.Join(dst, "slipway.tar"), oci.Image{Name: SlipwayImage, Entrypoint: []string{"/usr/bin/slipway"},
-		Files: []oci.File{{Path: "usr/bin/slipway", Mode: 0o755, Data: slipway}}})
+	slipway, err := os.ReadFile(o.SlipwayArchive)
+	if err != nil {
+		return fmt.Errorf("slipway's image (make image-oci): %w", err)
+	}
+	plats, err := oci.Verify(slipway)
+	if err != nil {
+		return fmt.Errorf("slipway's image %s: %w", o.SlipwayArchive, err)
+	}
+	if plats["amd64"] == nil {
+		return fmt.Errorf("slipway's image %s has no linux/amd64 image, the node's platform", o.SlipwayArchive)
+	}
+	return os.WriteFile(filepath.Join(dst, "slipway.tar"), slipway, 0o644)
 }
 
 // copyTree copies folder src to dst (created), keeping symlinks and modes.

@@ -74,9 +74,9 @@ func startNode(t *testing.T, s *stepTimer, ctx context.Context, forward string, 
 	}
 	forward = "10.96.0.1:443=" + hostFromGuest + ":" + u.Port() + " " + forward
 	n.g = &guest{t: t, ctx: ctx, k: n.img.KernelVersions}
-	if fl == systemdNode { // busybox's banner: the console shell's unit started
-		n.g.ready = []*regexp.Regexp{regexp.MustCompile(`built-in shell \(ash\)`)}
-	}
+	// busybox's banner: the console shell started (after OpenRC's default
+	// runlevel on the k3os-like node, after its unit on the systemd node).
+	n.g.ready = []*regexp.Regexp{regexp.MustCompile(`built-in shell \(ash\)`)}
 	sock := filepath.Join(n.dir, "monitor.sock")
 	n.mon = NewMonitor(sock)
 	n.g.c = startVM(t, ctx, root, n.dir, accel, "--memory", "2048", "--",

@@ -60,6 +60,21 @@ func kubeletBinary(root string) (string, error) {
 	return filepath.Join(lines[len(lines)-1], "kubelet"), nil
 }
 
+// slipwayArchive writes slipway's container image the way `make image-oci`
+// does (scripts/image-oci: both architectures, the multi-call links, the CA
+// roots), named build.SlipwayImage: the image the node runs is the one the
+// charts and manifests deploy.
+func slipwayArchive(root, dir string) (string, error) {
+	out := filepath.Join(dir, "slipway-oci.tar")
+	cmd := exec.Command(filepath.Join(root, "scripts", "image-oci"))
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "IMAGE="+build.SlipwayImage, "OUT="+out, "WORK="+filepath.Join(dir, "oci"), "VERSION=vmtest")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("scripts/image-oci: %w: %s", err, b)
+	}
+	return out, nil
+}
+
 // nodeImages builds the releases (their initrds carry the node overlay) and
 // the node disk.
 func nodeImages(root, dir, bin, kubelet string, fl flavour) (*build.Result, string, error) {
@@ -73,6 +88,10 @@ func nodeImages(root, dir, bin, kubelet string, fl flavour) (*build.Result, stri
 		return nil, "", err
 	}
 	if err := buildStatic(root, "./images/cmd/loopfwd", fwd); err != nil {
+		return nil, "", err
+	}
+	archive, err := slipwayArchive(root, dir)
+	if err != nil {
 		return nil, "", err
 	}
 	extra := filepath.Join(root, "images", "node", "overlay")
@@ -96,7 +115,7 @@ func nodeImages(root, dir, bin, kubelet string, fl flavour) (*build.Result, stri
 	}
 	disk := filepath.Join(dir, "node.img")
 	err = build.BuildNode(context.Background(), build.NodeOptions{Out: disk, Cache: cache, Kubelet: kubelet,
-		Slipway: bin, Pause: pause, Forwarder: fwd, Config: filepath.Join(root, "images", "node", "etc"),
+		SlipwayArchive: archive, Pause: pause, Forwarder: fwd, Config: filepath.Join(root, "images", "node", "etc"),
 		KernelPackages: []string{older, ""}})
 	return img, disk, err
 }

@@ -64,8 +64,10 @@ type guest struct {
 	k   map[string]string // release -> kernel version
 	// ready is what the console shows once the shell the test types into
 	// holds the console after a boot: input typed before is lost on the
-	// systemd node (the shell's unit takes the terminal when it starts),
-	// while busybox init's shell reads what was typed ahead.
+	// systemd node (the shell's unit takes the terminal when it starts);
+	// busybox init's shell reads what was typed ahead, but only once the
+	// boot's services have started, which under load outlasts a command's
+	// timeout (the k3os-like node's OpenRC default runlevel).
 	ready []*regexp.Regexp
 }
 

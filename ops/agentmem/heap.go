@@ -32,8 +32,8 @@ var agentHeap = &heapReleaser{free: debug.FreeOSMemory, after: func(d time.Durat
 // ReleaseHeap asks for the heap's free pages to be handed back to the OS
 // soon (Options.ReleaseDelay later, at most once per Options.ReleaseGap):
 // the agent calls it after a burst of allocations whose garbage it will not
-// need. It is cheap and safe for concurrent use. Without Start, or with
-// EnvKeepPages set, it does nothing.
+// need. It is cheap and safe for concurrent use. Without Start it does
+// nothing.
 func ReleaseHeap() { agentHeap.request(time.Now()) }
 
 // enable turns the releaser on with o's timings.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"maps"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -35,14 +36,44 @@ const (
 // was unschedulable already stays so after Uncordon. extra annotations, if
 // any, are written in the same request (saving the caller a write).
 func Cordon(ctx context.Context, c *kube.Clientset, node, owner string, extra ...map[string]string) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return cordonOnce(ctx, c, node, owner, extra) })
+	_, err := CordonSeen(ctx, c, node, nil, owner, extra...)
+	return err
 }
 
-func cordonOnce(ctx context.Context, c *kube.Clientset, node, owner string, extra []map[string]string) error {
-	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("cordon %s: read the node: %w", node, err)
-	}
+// CordonSeen is Cordon deciding from seen, the caller's copy of the Node
+// (an informer's), instead of a GET: the write carries seen's resource
+// version, so a copy that is not the latest fails it with a conflict and
+// the retry reads the Node. A copy by which nothing is to be written is
+// checked with a GET (a stale one must not skip the cordon). It returns
+// the Node as written, nil when nothing was written. seen nil: Cordon.
+func CordonSeen(ctx context.Context, c *kube.Clientset, node string, seen *corev1.Node, owner string, extra ...map[string]string) (written *corev1.Node, err error) {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := seen
+		seen = nil // a retry reads the Node
+		if n != nil && cordonPatch(n, owner, extra) == nil {
+			n = nil
+		}
+		if n == nil {
+			if n, err = c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil {
+				return fmt.Errorf("cordon %s: read the node: %w", node, err)
+			}
+		}
+		patch := cordonPatch(n, owner, extra)
+		if patch == nil {
+			written = nil
+			return nil
+		}
+		if written, err = mergePatch(ctx, c, node, patch); err != nil {
+			return fmt.Errorf("cordon %s: %w", node, err)
+		}
+		return nil
+	})
+	return written, err
+}
+
+// cordonPatch is the merge patch that cordons n for owner with extra
+// annotations, conditional on n's resource version; nil when n is so already.
+func cordonPatch(n *corev1.Node, owner string, extra []map[string]string) map[string]any {
 	annotations := map[string]string{}
 	for _, e := range extra {
 		for k, v := range e {
@@ -62,17 +93,13 @@ func cordonOnce(ctx context.Context, c *kube.Clientset, node, owner string, extr
 		before = n.Annotations[AnnotationSchedulableBefore]
 	}
 	annotations[AnnotationCordonedBy], annotations[AnnotationSchedulableBefore] = owner, before
-	patch := map[string]any{
+	return map[string]any{
 		"metadata": map[string]any{
 			"resourceVersion": n.ResourceVersion, // fail on a concurrent change rather than lose it
 			"annotations":     annotations,
 		},
 		"spec": map[string]any{"unschedulable": true},
 	}
-	if err := mergePatch(ctx, c, node, patch); err != nil {
-		return fmt.Errorf("cordon %s: %w", node, err)
-	}
-	return nil
 }
 
 // Meta is node metadata a caller writes in the same request as an
@@ -86,21 +113,41 @@ type Meta struct {
 // also in the same request. It reports whether it changed the node; calling
 // it again changes nothing (and writes nothing, also included).
 func Uncordon(ctx context.Context, c *kube.Clientset, node, owner string, also ...Meta) (changed bool, err error) {
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		changed, err = uncordonOnce(ctx, c, node, owner, also)
-		return err
-	})
-	return changed, err
+	written, err := UncordonSeen(ctx, c, node, nil, owner, also...)
+	return written != nil, err
 }
 
-func uncordonOnce(ctx context.Context, c *kube.Clientset, node, owner string, also []Meta) (bool, error) {
-	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return false, fmt.Errorf("uncordon %s: read the node: %w", node, err)
-	}
-	if n.Annotations[AnnotationCordonedBy] != owner {
-		return false, nil
-	}
+// UncordonSeen is Uncordon deciding from seen, the caller's copy of the
+// Node, instead of a GET, as CordonSeen does (a conflict, or a copy by
+// which there is nothing to lift, reads the Node). It returns the Node as
+// written, nil when nothing was written. seen nil: Uncordon.
+func UncordonSeen(ctx context.Context, c *kube.Clientset, node string, seen *corev1.Node, owner string, also ...Meta) (written *corev1.Node, err error) {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := seen
+		seen = nil // a retry reads the Node
+		if n != nil && n.Annotations[AnnotationCordonedBy] != owner {
+			n = nil
+		}
+		if n == nil {
+			if n, err = c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil {
+				return fmt.Errorf("uncordon %s: read the node: %w", node, err)
+			}
+		}
+		if n.Annotations[AnnotationCordonedBy] != owner {
+			written = nil
+			return nil
+		}
+		if written, err = mergePatch(ctx, c, node, uncordonPatch(n, also)); err != nil {
+			return fmt.Errorf("uncordon %s: %w", node, err)
+		}
+		return nil
+	})
+	return written, err
+}
+
+// uncordonPatch lifts owner's cordon of n and writes also, conditional on
+// n's resource version.
+func uncordonPatch(n *corev1.Node, also []Meta) map[string]any {
 	spec := map[string]any{}
 	if n.Annotations[AnnotationSchedulableBefore] != "false" {
 		spec["unschedulable"] = nil
@@ -115,21 +162,16 @@ func uncordonOnce(ctx context.Context, c *kube.Clientset, node, owner string, al
 	if len(labels) > 0 {
 		metadata["labels"] = labels
 	}
-	patch := map[string]any{"metadata": metadata, "spec": spec}
-	if err := mergePatch(ctx, c, node, patch); err != nil {
-		return false, fmt.Errorf("uncordon %s: %w", node, err)
-	}
-	return true, nil
+	return map[string]any{"metadata": metadata, "spec": spec}
 }
 
 // CordonedBy returns who cordoned the node according to its annotation ("" = not slipway).
 func CordonedBy(annotations map[string]string) string { return annotations[AnnotationCordonedBy] }
 
-func mergePatch(ctx context.Context, c *kube.Clientset, node string, patch map[string]any) error {
+func mergePatch(ctx context.Context, c *kube.Clientset, node string, patch map[string]any) (*corev1.Node, error) {
 	data, err := json.Marshal(patch)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{})
-	return err
+	return c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"slipway.dev/slipway/ops/agentmem"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/testenv"
 )
@@ -52,7 +54,7 @@ func BenchmarkRollout(b *testing.B) {
 	ctx := context.Background()
 	get := benchChannel(b, c, "bench", v1.UpdateChannelSpec{URL: "file://" + mirror,
 		Prestage: &v1.PrestageSpec{Concurrency: new(0)}}) // the slot-bound path; BenchmarkRolloutStaged measures staging ahead
-	idleRSS := agentRSS()
+	idleRSS, idleSplit := agentRSS(), splitSummary()
 	before, err := scrapeWrites(ctx, c.kube)
 	if err != nil {
 		b.Fatal(err)
@@ -100,17 +102,53 @@ func BenchmarkRollout(b *testing.B) {
 		b.Log(timelineLine(timeline(events, env.Nodes)))
 	}
 	b.Logf("Events per node by reason: %s", eventReasons(ctx, b, c.kube, nodes))
-	b.Logf("agent RSS before the rollout: %s", rssSummary(idleRSS))
-	b.Logf("agent RSS after the rollout:  %s", rssSummary(agentRSS()))
+	b.Logf("agent RSS before the rollout: %s; %s", rssSummary(idleRSS), idleSplit)
+	b.Logf("agent RSS after the rollout:  %s; %s", rssSummary(agentRSS()), splitSummary())
 	if benchSettle > 0 {
 		time.Sleep(benchSettle)
-		b.Logf("agent RSS %s after it:      %s", benchSettle, rssSummary(agentRSS()))
+		b.Logf("agent RSS %s after it:      %s; %s", benchSettle, rssSummary(agentRSS()), splitSummary())
 	}
 }
 
+// benchAgentEnv is SLIPWAY_BENCH_AGENT_ENV (space-separated NAME=VALUE) for
+// the agents' environment: e.g. "GOMAXPROCS=4" or "GOGC=50", to measure
+// what a runtime setting does to their memory.
+func benchAgentEnv() []string { return strings.Fields(os.Getenv("SLIPWAY_BENCH_AGENT_ENV")) }
+
+// splitSummary is the agents' anonymous memory and PSS (median and
+// largest, MiB) from /proc/PID/smaps_rollup, with the agents' environment
+// as set. The agents share one binary here, so the file part of their PSS
+// is divided among them; on a node the agent is the binary's only user
+// and its PSS is its RSS (docs/agent.md, Memory).
+func splitSummary() string {
+	var anon, pss []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cmd, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil {
+			continue
+		}
+		if _, ok := ourAgent(strings.Split(string(cmd), "\x00")); !ok {
+			continue
+		}
+		s, err := agentmem.ReadSplit(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		anon, pss = append(anon, s.Anon), append(pss, s.PSS)
+	}
+	if len(anon) == 0 {
+		return "no agent's memory read"
+	}
+	slices.Sort(anon)
+	slices.Sort(pss)
+	mib := func(k int) float64 { return float64(k) / 1024 }
+	return fmt.Sprintf("anonymous median %.1f max %.1f MiB, PSS median %.1f max %.1f MiB (agent env %q)",
+		mib(anon[len(anon)/2]), mib(anon[len(anon)-1]), mib(pss[len(pss)/2]), mib(pss[len(pss)-1]), strings.Join(benchAgentEnv(), " "))
+}
+
 // benchSettle is how long after the rollout the agents' memory is read
-// again: long enough for ops/agentmem to let go of what the rollout mapped
-// (20 s after an agent's work, at least a minute after its last unmapping).
+// again: settled, every agent idle for at least this long.
 var benchSettle = envDuration("SLIPWAY_BENCH_SETTLE", 75*time.Second)
 
 // benchChannel creates the benchmark's channel (at v1, concurrency 10,

@@ -78,8 +78,8 @@ func run(m *testing.M) int {
 		Cluster: true, Nodes: nodes, CRDs: crds.Must(), Timeout: 10 * time.Minute,
 		ExecPath:    bin + ":/usr/local/bin:/usr/bin:/bin",
 		NodeCommand: []string{"/bin/sh", "-c", nodeScript},
-		NodeEnv: []string{"SLIPWAY_E2E_MIRROR=" + mirror, "SLIPWAY_E2E_REBOOT=" + simReboot.String(),
-			"SLIPWAY_E2E_LEASE=" + lease, "SLIPWAY_E2E_UPGRADE_COMMAND=" + upgradeCommand},
+		NodeEnv: append([]string{"SLIPWAY_E2E_MIRROR=" + mirror, "SLIPWAY_E2E_REBOOT=" + simReboot.String(),
+			"SLIPWAY_E2E_LEASE=" + lease, "SLIPWAY_E2E_UPGRADE_COMMAND=" + upgradeCommand}, benchAgentEnv()...),
 		AuditLog: auditLog, AuditReads: !bench,
 		NodeIdentity: agentIdentity,
 		Setup: func(ctx context.Context, cfg *rest.Config) error {

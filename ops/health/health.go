@@ -10,8 +10,11 @@
 package health
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"sort"
 	"sync"
@@ -125,6 +128,24 @@ func Stalled(loops map[string]Beat, now time.Time) error {
 func (p *Probe) Install(mux *http.ServeMux) {
 	mux.HandleFunc("/healthz", serve(p.Live))
 	mux.HandleFunc("/readyz", serve(p.Ready))
+}
+
+// Serve serves h on ln until ctx ends, then shuts the server down (2 s
+// for requests in flight); it returns at once. A server that stops on its
+// own is logged.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shut)
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("HTTP server stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
 }
 
 func serve(check func() error) http.HandlerFunc {

@@ -50,9 +50,10 @@ type agent struct {
 	ev        events
 	m         *metrics
 	poke      chan struct{}
-	booted    bool      // a first reconcile ran in this process
-	lastCheck time.Time // of the resting stabilize check
-	lastError string    // the last bad-input error reported
+	moved     chan struct{} // every informer event: readNode waits on it for its own write
+	booted    bool          // a first reconcile ran in this process
+	lastCheck time.Time     // of the resting stabilize check
+	lastError string        // the last bad-input error reported
 	// store is the informer's cache of this Node; written the resource
 	// version of the agent's own last write (a turn reads the cache only
 	// once it holds that write: readNode).
@@ -74,7 +75,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	defer a.ev.flush()
 	inf := nodeInformer(a.kube, o.NodeName)
 	probe.ReadyWhen("the Node informer synced", inf.HasSynced)
-	poke := func(any) { a.trigger() }
+	poke := func(any) { a.trigger(); signal(a.moved) }
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, n any) { poke(n) }}); err != nil {
 		return err
 	}
@@ -134,16 +135,11 @@ func newAgent(o AgentOptions) (*agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &agent{o: o, keys: keys, kube: c, m: newMetrics(), poke: make(chan struct{}, 1),
+	return &agent{o: o, keys: keys, kube: c, m: newMetrics(), poke: make(chan struct{}, 1), moved: make(chan struct{}, 1),
 		ev: newEvents(c, componentAgent, o.NodeName, o.Log)}, nil
 }
 
-func (a *agent) trigger() {
-	select {
-	case a.poke <- struct{}{}:
-	default:
-	}
-}
+func (a *agent) trigger() { signal(a.poke) }
 
 // reconcile reads the Node and carries out the intent it names, if it is
 // not carried out yet.
@@ -215,12 +211,18 @@ func (a *agent) carryOut(ctx context.Context, n *corev1.Node, i Intent) error {
 		return a.reboot(ctx, n)
 	}
 	// perform-update (an atomic swap, idempotent) is acknowledged with its
-	// result in one write; a longer intent reports busy first. An agent
-	// stopped before its write carries the intent out again when it starts.
+	// result in one write; a longer intent reports busy, the host call
+	// starting while that write is on its way (prepare and reset are
+	// idempotent and not disruptive; the result is written only after the
+	// acknowledgement). An agent stopped before its write carries the
+	// intent out again when it starts.
+	acked := make(chan error, 1)
 	if i != IntentPerform {
-		if err := a.report(ctx, map[string]any{a.keys.Active(): string(i), a.keys.State(): string(StateBusy), a.keys.Key(KeyReason): nil}); err != nil {
-			return err
-		}
+		go func() {
+			acked <- a.report(ctx, map[string]any{a.keys.Active(): string(i), a.keys.State(): string(StateBusy), a.keys.Key(KeyReason): nil})
+		}()
+	} else {
+		acked <- nil
 	}
 	var more map[string]any
 	err := a.bounded(ctx, string(i), a.o.StepTimeout, "--step-timeout", func(ctx context.Context) error {
@@ -237,6 +239,9 @@ func (a *agent) carryOut(ctx context.Context, n *corev1.Node, i Intent) error {
 		}
 		return nil
 	})
+	if aerr := <-acked; aerr != nil {
+		return aerr // not acknowledged: the next turn carries it out again
+	}
 	return a.done(ctx, i, err, more)
 }
 

@@ -42,19 +42,6 @@ func (c *controller) wrote(node, rv string) {
 	}
 }
 
-// wroteThrough records a write whose result was not returned (a cordon or
-// an uncordon of ops/drain): the Node is read once (a quorum GET) for its
-// resource version.
-func (c *controller) wroteThrough(ctx context.Context, node string) {
-	n, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	c.m.reads.WithLabelValues("get").Inc()
-	if err != nil {
-		c.wrote(node, "") // unknown: the next turn lists
-		return
-	}
-	c.wrote(node, n.ResourceVersion)
-}
-
 // CaughtUp reports whether a cache holding the resource versions have
 // (node -> version; absent: not in the cache) holds each of want (node ->
 // the version of the controller's write; negative: not comparable). It
@@ -81,17 +68,22 @@ func CaughtUp(have map[string]string, want map[string]int64) (ok bool, done []st
 // controller's own writes, else a quorum LIST.
 func (c *controller) readNodes(ctx context.Context) ([]corev1.Node, error) {
 	if c.store != nil {
-		deadline := time.Now().Add(cacheWait)
+		timeout := time.NewTimer(cacheWait)
+		defer timeout.Stop()
+	wait:
 		for {
 			nodes, ok := c.fromCache()
 			if ok {
 				c.m.reads.WithLabelValues("cache").Inc()
 				return nodes, nil
 			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				break
+			select { // the informer's next event, not a poll
+			case <-c.moved:
+			case <-timeout.C:
+				break wait
+			case <-ctx.Done():
+				break wait
 			}
-			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	list, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -128,15 +120,24 @@ func (c *controller) fromCache() ([]corev1.Node, bool) {
 
 // readNode returns the agent's Node: the informer's copy once it holds the
 // agent's own last write (a copy older than it would carry an intent out
-// twice), else a GET. The first turn of a process always GETs.
+// twice; the write's own watch event is waited for, at most cacheWait),
+// else a GET. The first turn of a process always GETs.
 func (a *agent) readNode(ctx context.Context) (*corev1.Node, error) {
 	if a.booted && a.store != nil {
-		if o, ok, _ := a.store.GetByKey(a.o.NodeName); ok {
-			if n, ok := o.(*corev1.Node); ok {
-				if fresh, _ := CaughtUp(map[string]string{n.Name: n.ResourceVersion}, map[string]int64{n.Name: a.written}); fresh {
-					a.m.reads.WithLabelValues("cache").Inc()
-					return n.DeepCopy(), nil
-				}
+		timeout := time.NewTimer(cacheWait)
+		defer timeout.Stop()
+	wait:
+		for {
+			if n := a.fromCache(); n != nil {
+				a.m.reads.WithLabelValues("cache").Inc()
+				return n, nil
+			}
+			select {
+			case <-a.moved:
+			case <-timeout.C:
+				break wait
+			case <-ctx.Done():
+				return nil, ctx.Err()
 			}
 		}
 	}
@@ -148,11 +149,28 @@ func (a *agent) readNode(ctx context.Context) (*corev1.Node, error) {
 	return n, nil
 }
 
+// fromCache is a copy of the informer's Node if it holds the agent's own
+// last write, else nil.
+func (a *agent) fromCache() *corev1.Node {
+	o, ok, _ := a.store.GetByKey(a.o.NodeName)
+	if !ok {
+		return nil
+	}
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return nil
+	}
+	if fresh, _ := CaughtUp(map[string]string{n.Name: n.ResourceVersion}, map[string]int64{n.Name: a.written}); !fresh {
+		return nil
+	}
+	return n.DeepCopy()
+}
+
 // patch writes the agent's Node and records the resource version it left.
 func (a *agent) patch(ctx context.Context, labels, annotations map[string]any) error {
-	rv, err := patchNodeRV(ctx, a.kube, a.o.NodeName, labels, annotations)
-	if err == nil && rv != "" {
-		v, perr := strconv.ParseInt(rv, 10, 64)
+	n, err := patchNodeRV(ctx, a.kube, a.o.NodeName, labels, annotations)
+	if err == nil && n != nil {
+		v, perr := strconv.ParseInt(n.ResourceVersion, 10, 64)
 		if perr != nil {
 			v = -1 // not comparable: every next turn GETs
 		}

@@ -131,10 +131,15 @@ type controller struct {
 	// other replica may lead and act on the nodes as it sees them, or more
 	// than max-concurrent would be disrupted. The elector writes the Lease
 	// through leases, which is not fenced. Both nil without election.
-	tenure   *lease.Tenure
-	leases   *kube.Clientset
+	tenure *lease.Tenure
+	leases *kube.Clientset
+	// moved is signalled on every event of the Node informer: a turn
+	// waiting for its cache to hold the controller's own writes (cache.go)
+	// looks again then, instead of polling.
+	moved    chan struct{}
 	mu       sync.Mutex
 	draining map[string]bool
+	justDone map[string]*corev1.Node // this turn's, as written (sync.go: freed)
 	// store is the informer's cache of the Nodes (nil: every turn lists);
 	// written the resource version each Node written last was left at.
 	store   cache.Store
@@ -170,7 +175,7 @@ func newController(o ControllerOptions) (*controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &controller{o: o, keys: keys, m: newMetrics(), poke: make(chan struct{}, 1), draining: map[string]bool{}, written: map[string]int64{},
+	c := &controller{o: o, keys: keys, m: newMetrics(), poke: make(chan struct{}, 1), moved: make(chan struct{}, 1), draining: map[string]bool{}, justDone: map[string]*corev1.Node{}, written: map[string]int64{},
 		probe: health.New()}
 	c.beat = c.probe.Loop("decide", o.HealthAllowance)
 	c.probe.ReadyWhen("the Node informer synced (while leading)", func() bool { return !c.leading.Load() || c.synced.Load() })
@@ -231,15 +236,15 @@ func (c *controller) elect(ctx context.Context) error {
 	})
 }
 
-// lead watches the Nodes and re-decides on every change (debounced) and
-// every Resync.
+// lead watches the Nodes and re-decides on every change and every Resync.
+// Turns do not overlap: the changes seen during one make one next turn.
 func (c *controller) lead(ctx context.Context) error {
 	c.o.Log.Info("leading the node updates", "prefix", c.keys.Prefix, "maxConcurrent", c.o.Policy.MaxConcurrent)
 	c.beat()
 	c.leading.Store(true)
 	defer func() { c.leading.Store(false); c.synced.Store(false) }()
 	inf := nodeInformer(c.kube, "")
-	pokeAll := func(any) { c.trigger() }
+	pokeAll := func(any) { c.trigger(); signal(c.moved) }
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: pokeAll,
 		UpdateFunc: func(_, o any) { pokeAll(o) }, DeleteFunc: pokeAll}); err != nil {
 		return err
@@ -265,20 +270,16 @@ func (c *controller) lead(ctx context.Context) error {
 		case <-c.poke:
 		case <-tick.C:
 		}
-		time.Sleep(debounce)
 	}
 }
 
-// debounce is how long the controller waits after a change before it
-// re-decides, so that the writes of one burst (an agent's acknowledgement
-// and its result, a drain's cordon and intent) are read in one listing. It
-// is kept short: every step of a node waits for one such turn, so it adds
-// to each node's update about six times.
-const debounce = 20 * time.Millisecond
+func (c *controller) trigger() { signal(c.poke) }
 
-func (c *controller) trigger() {
+// signal sends on a channel of capacity 1 without waiting: a signal
+// pending already stands for this one.
+func signal(ch chan struct{}) {
 	select {
-	case c.poke <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }

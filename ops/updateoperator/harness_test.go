@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/testenv"
@@ -56,7 +58,9 @@ type fleet struct {
 	boots   map[string]string // each host's boot ID, as its kernel says it
 	// stepTimeout is the agents' --step-timeout (0: the default).
 	stepTimeout time.Duration
-	closed      bool
+	// agentWrap, when set, wraps the agents' transport (to count their calls).
+	agentWrap func(http.RoundTripper) http.RoundTripper
+	closed    bool
 }
 
 type run struct {
@@ -153,9 +157,14 @@ func (f *fleet) startAgent(node string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &run{cancel: cancel, done: make(chan struct{})}
 	f.agents[node] = r
+	cfg := f.env.Config
+	if f.agentWrap != nil {
+		cfg = rest.CopyConfig(cfg)
+		cfg.Wrap(f.agentWrap)
+	}
 	go func() {
 		defer close(r.done)
-		err := RunAgent(ctx, AgentOptions{Config: f.env.Config, Prefix: f.prefix, NodeName: node, Platform: f.plats[node],
+		err := RunAgent(ctx, AgentOptions{Config: cfg, Prefix: f.prefix, NodeName: node, Platform: f.plats[node],
 			CheckInterval: 2 * time.Second, Resync: time.Second, StepTimeout: f.stepTimeout, Log: f.log.With("agent", node)})
 		if err != nil {
 			f.t.Errorf("agent %s: %v", node, err)

@@ -3,8 +3,6 @@ package updateoperator
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -46,6 +44,7 @@ func (c *controller) sync(ctx context.Context) error {
 			c.o.Log.Error("step", "node", v.Name, "err", err)
 		}
 	})
+	c.freed(nodes, views)
 	if err := c.markBlocked(ctx, views); err != nil {
 		return err
 	}
@@ -174,9 +173,11 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		if s.Reason != "" {
 			ann[c.keys.Key(KeyReason)] = s.Reason
 		}
-		if err := c.patch(ctx, v.Name, nil, ann); err != nil {
+		written, err := c.patchNode(ctx, v.Name, nil, ann)
+		if err != nil {
 			return err
 		}
+		c.finishedNow(written)
 		if v.AfterHook {
 			if err := c.clearHook(ctx, v.Name, KeyAfterReboot, c.o.AfterRebootChecks); err != nil {
 				return err
@@ -188,7 +189,7 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonSucceeded, "updated to %s", n.Annotations[c.keys.Key(KeyCurrentVersion)])
 	case StepFail:
-		return c.fail(ctx, v, s.Reason)
+		return c.fail(ctx, n, v, s.Reason)
 	case StepStuck:
 		if n.Annotations[c.keys.Key(KeyReason)] == s.Reason {
 			return nil // said already
@@ -219,32 +220,39 @@ func (c *controller) uncordon(ctx context.Context, n *corev1.Node, v NodeView, n
 	if finish {
 		ann = c.finished(now)
 	}
-	if _, err := drain.Uncordon(ctx, c.kube, v.Name, CordonOwner, drain.Meta{Annotations: ann}); err != nil {
+	written, err := drain.UncordonSeen(ctx, c.kube, v.Name, n, CordonOwner, drain.Meta{Annotations: ann})
+	if err != nil {
 		return err
 	}
-	c.wroteThrough(ctx, v.Name)
+	if written != nil {
+		c.wrote(v.Name, written.ResourceVersion)
+	}
 	version := n.Annotations[c.keys.Key(KeyCurrentVersion)]
-	c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonUncordoned, "back at %s; lifted the operator's cordon", version)
-	if finish {
+	if finish && written != nil { // one write, one Event
+		c.finishedNow(written)
 		c.m.transitions.WithLabelValues(string(StepFinish)).Inc()
-		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonSucceeded, "updated to %s", version)
+		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonSucceeded, "updated to %s: back, the operator's cordon lifted", version)
 		return nil
 	}
+	c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonUncordoned, "back at %s; lifted the operator's cordon", version)
 	if back {
-		return c.afterUncordon(ctx, v.Name)
+		return c.afterUncordon(ctx, v.Name, written)
 	}
 	return nil
 }
 
 // afterUncordon takes the step that follows the uncordon of a node back
 // from its reboot at once, when it can (no workload to wait for), instead
-// of a listing later: the node is read again (a quorum read, so it sees the
-// uncordon) and decided on alone.
-func (c *controller) afterUncordon(ctx context.Context, node string) error {
-	n, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	c.m.reads.WithLabelValues("get").Inc()
-	if err != nil {
-		return fmt.Errorf("read node %s after its uncordon: %w", node, err)
+// of a listing later: the node as the uncordon wrote it (else read again,
+// a quorum read that sees the uncordon) is decided on alone.
+func (c *controller) afterUncordon(ctx context.Context, node string, n *corev1.Node) error {
+	if n == nil {
+		var err error
+		n, err = c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		c.m.reads.WithLabelValues("get").Inc()
+		if err != nil {
+			return fmt.Errorf("read node %s after its uncordon: %w", node, err)
+		}
 	}
 	v := c.keys.View(n, c.o.NodeName)
 	c.hookState(&v, n)
@@ -275,66 +283,6 @@ func (c *controller) want(ctx context.Context, node string, i Intent, why string
 	return nil
 }
 
-// fail counts a failure, lifts the operator's cordon and tells the agent
-// to reset its host (reset-state), in one write.
-func (c *controller) fail(ctx context.Context, v NodeView, reason string) error {
-	now := stamp(time.Now())
-	ann := map[string]any{c.keys.Wanted(): string(IntentReset), c.keys.Key(KeyTransition): now,
-		c.keys.Key(KeyFailures): strconv.Itoa(v.Failures + 1), c.keys.Key(KeyLastFailure): now,
-		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyAhead): nil,
-		c.keys.Key(KeyTargetVersion): nil}
-	if v.CordonedByUs {
-		if _, err := drain.Uncordon(ctx, c.kube, v.Name, CordonOwner, drain.Meta{Annotations: ann}); err != nil {
-			return err
-		}
-		c.wroteThrough(ctx, v.Name)
-	} else if err := c.patch(ctx, v.Name, nil, ann); err != nil {
-		return err
-	}
-	c.m.failures.WithLabelValues(v.Name).Inc()
-	c.ev.emit(ctx, v.Name, corev1.EventTypeWarning, ReasonFailed, "update failed (failure %d): %s", v.Failures+1, reason)
-	return nil
-}
-
-// drainThenReboot cordons and drains the node, recording the workloads it
-// takes pods from, then wants reboot-update; a failed drain is a failure.
-func (c *controller) drainThenReboot(ctx context.Context, n *corev1.Node) {
-	node := n.Name
-	defer func() {
-		c.mu.Lock()
-		delete(c.draining, node)
-		c.mu.Unlock()
-		c.trigger()
-	}()
-	summary, err := c.drain(ctx, n)
-	if ctx.Err() != nil {
-		return // the next leader takes it from here: the node's annotations say where it is
-	}
-	if err != nil {
-		n, gerr := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if gerr != nil {
-			c.o.Log.Error("read node after a failed drain", "node", node, "err", gerr)
-			return
-		}
-		if ferr := c.fail(ctx, c.keys.View(n, c.o.NodeName), err.Error()); ferr != nil {
-			c.o.Log.Error("record a failed drain", "node", node, "err", ferr)
-		}
-		return
-	}
-	if len(c.o.BeforeRebootChecks) > 0 {
-		if err := c.patch(ctx, node, map[string]any{c.keys.Key(KeyBeforeReboot): "true"}, nil); err != nil {
-			c.o.Log.Error("label for the before-reboot hooks", "node", node, "err", err)
-			return
-		}
-		c.ev.emit(ctx, node, corev1.EventTypeNormal, ReasonHooks, "%s; waiting for the before-reboot hooks: %s", summary, strings.Join(c.o.BeforeRebootChecks, ", "))
-		return
-	}
-	// One Event says both (a write saved per node): drained, and the intent.
-	if err := c.want(ctx, node, IntentReboot, summary); err != nil {
-		c.o.Log.Error("want reboot-update", "node", node, "err", err)
-	}
-}
-
 // hookState reads the hooks' label and annotations of n into v.
 func (c *controller) hookState(v *NodeView, n *corev1.Node) {
 	v.BeforeHook, v.AfterHook = n.Labels[c.keys.Key(KeyBeforeReboot)] == "true", n.Labels[c.keys.Key(KeyAfterReboot)] == "true"
@@ -359,50 +307,32 @@ func (c *controller) clearHook(ctx context.Context, node, label string, checks [
 	return c.patch(ctx, node, map[string]any{c.keys.Key(label): nil}, ann)
 }
 
-// drain cordons and drains n, recording the workloads it takes pods from,
-// and returns what it did in words. n is the Node as the turn that decided
-// the drain read it (the cache holding the controller's own writes): a
-// drain resumed after a restart finds the first one's record there.
-func (c *controller) drain(ctx context.Context, n *corev1.Node) (string, error) {
-	node := n.Name
-	workloads, failing, err := drainedWorkloads(ctx, c.kube, node)
-	if err != nil {
-		return "", err
+// finishedNow records a Node this turn finished, as written: the turn's
+// starts count its slot free (freed) instead of waiting a turn for the
+// cache to show the write.
+func (c *controller) finishedNow(n *corev1.Node) {
+	if n == nil {
+		return
 	}
-	if len(failing) > 0 {
-		c.o.Log.Info("not waiting after the reboot for workloads failing before the drain", "node", node, "workloads", failing)
-	}
-	started := time.Now()
-	workloads = union(workloads, c.keys.Workloads(n)) // a drain resumed after a restart keeps the first one's
-	if t, err := time.Parse(time.RFC3339, n.Annotations[c.keys.Key(KeyDrainStarted)]); err == nil && t.Before(started) {
-		started = t // and its deadline
-	}
-	extra := map[string]string{c.keys.Key(KeyWorkloads): strings.Join(workloads, ","), c.keys.Key(KeyDrainStarted): stamp(started)}
-	if err := drain.Cordon(ctx, c.kube, node, CordonOwner, extra); err != nil {
-		return "", err
-	}
-	opts := c.o.Drain
-	opts.Timeout = DrainBudget(opts.Timeout, started, time.Now())
-	res, err := drain.Drain(ctx, c.kube, node, opts)
-	if err != nil {
-		return "", fmt.Errorf("drain: %w", err)
-	}
-	msg := fmt.Sprintf("cordoned and drained (%d pods evicted; %d workloads to be ready again after the reboot", len(res.Evicted), len(workloads))
-	if len(failing) > 0 {
-		msg += fmt.Sprintf("; not waited for, failing before the drain: %s", strings.Join(failing, ", "))
-	}
-	return msg + ")", nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.justDone[n.Name] = n
 }
 
-func union(a, b []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, s := range append(a, b...) {
-		if s != "" && !seen[s] {
-			seen[s] = true
-			out = append(out, s)
+// freed puts the Nodes this turn finished, as written, into its nodes and
+// views, so that the turn's starts fill their slots.
+func (c *controller) freed(nodes map[string]*corev1.Node, views []NodeView) {
+	c.mu.Lock()
+	done := c.justDone
+	c.justDone = map[string]*corev1.Node{}
+	c.mu.Unlock()
+	for i := range views {
+		n := done[views[i].Name]
+		if n == nil {
+			continue
 		}
+		v := c.keys.View(n, c.o.NodeName)
+		c.hookState(&v, n)
+		nodes[n.Name], views[i] = n, v
 	}
-	sort.Strings(out)
-	return out
 }

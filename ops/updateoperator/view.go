@@ -93,17 +93,23 @@ func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 // patch is patchNodeRV for the controller: the write's resource version is
 // recorded, so no turn decides on an older Node (cache.go).
 func (c *controller) patch(ctx context.Context, node string, labels, annotations map[string]any) error {
-	rv, err := patchNodeRV(ctx, c.kube, node, labels, annotations)
-	if err == nil && rv != "" {
-		c.wrote(node, rv)
-	}
+	_, err := c.patchNode(ctx, node, labels, annotations)
 	return err
 }
 
+// patchNode is patch returning the Node as written (nil when nothing was).
+func (c *controller) patchNode(ctx context.Context, node string, labels, annotations map[string]any) (*corev1.Node, error) {
+	n, err := patchNodeRV(ctx, c.kube, node, labels, annotations)
+	if err == nil && n != nil {
+		c.wrote(node, n.ResourceVersion)
+	}
+	return n, err
+}
+
 // patchNodeRV writes labels and annotations of a node in one merge patch
-// (nil values remove keys) and returns the resource version it left (""
-// when nothing was written).
-func patchNodeRV(ctx context.Context, c *kube.Clientset, node string, labels, annotations map[string]any) (string, error) {
+// (nil values remove keys) and returns the Node as written (its resource
+// version; nil when nothing was written).
+func patchNodeRV(ctx context.Context, c *kube.Clientset, node string, labels, annotations map[string]any) (*corev1.Node, error) {
 	meta := map[string]any{}
 	if len(labels) > 0 {
 		meta["labels"] = labels
@@ -112,15 +118,15 @@ func patchNodeRV(ctx context.Context, c *kube.Clientset, node string, labels, an
 		meta["annotations"] = annotations
 	}
 	if len(meta) == 0 {
-		return "", nil
+		return nil, nil
 	}
 	data, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	n, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{})
 	if err != nil {
-		return "", fmt.Errorf("patch node %s: %w", node, err)
+		return nil, fmt.Errorf("patch node %s: %w", node, err)
 	}
-	return n.ResourceVersion, nil
+	return n, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strconv"
 
 	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -21,6 +22,9 @@ const (
 	sentinelPrefix     = "zzsentprefix.invalid"
 	sentinelAgentArg   = "--zzsentagentarg"
 	sentinelCtrlArg    = "--zzsentcontrollerarg"
+	sentinelMirrorDir  = "/zzsentmirror"
+	sentinelSecret     = "zzsentsecret"
+	sentinelJobImage   = "zzsent.invalid/zzsentjobimage:zzsentjobtag"
 	sentinelMark       = "zzsent"
 )
 
@@ -33,6 +37,8 @@ const imageExpr = `{{ .Values.image.repository }}:{{ .Values.image.tag | default
 type Render struct {
 	Sentinel bool
 	Variant  string
+	// On are the Toggles set.
+	On []string
 }
 
 // Chart describes one chart: how to render its manifest and which settings
@@ -51,6 +57,8 @@ type Chart struct {
 	Objects []ObjectValue
 	// Variant is a switch whose values render different objects (nil: none).
 	Variant *Variant
+	// Toggles are boolean settings that only add lines.
+	Toggles []Toggle
 }
 
 // StringValue: Sentinel, wherever it appears, becomes {{ .Values.<Key> }}.
@@ -58,10 +66,6 @@ type StringValue struct {
 	Sentinel, Key, Comment string
 	Default                any
 }
-
-// ListValue: a list item equal to Sentinel becomes one item per element of
-// .Values.<Key> (default empty).
-type ListValue struct{ Sentinel, Key, Comment string }
 
 // ObjectValue: the field Path of the object of kind Kind comes from
 // .Values.<Key>; its default is what the default render has there.
@@ -101,14 +105,29 @@ func agentChart() Chart {
 		Render: func(r Render) ([]byte, error) {
 			o := manifest.Options{}
 			if r.Sentinel {
-				o = manifest.Options{Namespace: sentinelNamespace, Image: sentinelImage, Channel: opsv1.UpdateChannelSpec{URL: sentinelChannelURL}}
+				o = manifest.Options{Namespace: sentinelNamespace, Image: sentinelImage, Channel: opsv1.UpdateChannelSpec{URL: sentinelChannelURL},
+					MirrorDirs: []string{sentinelMirrorDir}, TokenSecrets: []string{sentinelSecret}, JobImages: []string{sentinelJobImage}}
 			}
 			o.SystemdHosts, _ = strconv.ParseBool(variantOr(r, "false"))
+			o.InstallCRDs = slices.Contains(r.On, "installCRDs")
 			return manifest.Render(o)
 		},
 		Objects: []ObjectValue{{Kind: "UpdateChannel", Path: []string{"spec"}, Key: "channel",
 			Comment: "The default UpdateChannel's spec (docs/updatechannel.md): url, version, concurrency, window, paused, ...\n" +
 				"It stays paused until it has a version, so installing the chart starts no rollout by itself."}},
+		ListItems: []ListValue{
+			{Sentinel: sentinelMirrorDir, Key: "mirrorDirs", Index: "mirror-",
+				Comment: "Host directories file:// channels read from (--mirror-dir): mounted read-only into the agents\n" +
+					"and the controller, and the only host paths besides the system and lock directories an upgrade Job may mount."},
+			{Sentinel: sentinelSecret, Key: "tokenSecrets", Default: []string{manifest.DefaultTokenSecret},
+				Comment: "Secrets (in the release's namespace) a channel's tokenSecretRef may name (--token-secret): the\n" +
+					"controller may read them and the upgrade Jobs take GITHUB_TOKEN from them; empty: the default."},
+			{Sentinel: sentinelJobImage, Key: "jobImages",
+				Comment: "Images a channel's spec.image may run its upgrade Jobs with, besides the chart's image (--job-image)."},
+		},
+		Toggles: []Toggle{{Key: "installCRDs",
+			Comment: "Run the agents with --install-crds: they create the UpdateChannel CRD and update it to their version's\n" +
+				"(Helm installs crds/ once and never upgrades them), and may write CRDs for that (docs/install.md)."}},
 		Variant: &Variant{Key: "systemdHosts", Values: []string{"false", "true"}, Bool: true,
 			Comment: "Mount the host's D-Bus socket into the agents (hosts whose init is systemd reboot through logind); false for k3os."},
 	}

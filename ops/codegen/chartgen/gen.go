@@ -118,6 +118,12 @@ func Build(c Chart) (map[string][]byte, error) {
 		}
 	}
 	ts.write(c, variants, files)
+	for name, body := range files {
+		if strings.HasPrefix(name, "templates/") && c.usesHelpers(string(body)) {
+			files["templates/_helpers.tpl"] = c.helpersFile()
+			break
+		}
+	}
 	if err := c.addValues(vals, def); err != nil {
 		return nil, err
 	}
@@ -188,6 +194,10 @@ func (c Chart) templateVariant(v string, first bool, def []Object, files map[str
 	if err != nil {
 		return nil, err
 	}
+	on, err := c.toggleRenders(v, docs)
+	if err != nil {
+		return nil, err
+	}
 	names := map[string]bool{}
 	for _, o := range docs {
 		switch o["kind"] {
@@ -204,6 +214,9 @@ func (c Chart) templateVariant(v string, first bool, def []Object, files map[str
 			return nil, fmt.Errorf("%s: no object of that kind and name in the default render", Key(o))
 		}
 		text, err := c.template(o, dflt, vals, first)
+		if err == nil {
+			text, err = c.toggled(text, o, on, vals)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", Key(o), err)
 		}

@@ -57,6 +57,14 @@ func registeredMetrics(t *testing.T) map[string]bool {
 
 var metricName = regexp.MustCompile(`\bslipway_[a-z0-9_]+`)
 
+// kubeStateAlerts are the alerts that rest on kube-state-metrics' series
+// alone, for want of a slipway series, and what that series would be. A
+// label such as annotation_ops_slipway_dev_drain_started is no slipway metric.
+var kubeStateAlerts = map[string]string{
+	"SlipwayNodeCordonedTooLong": "no slipway series says since when slipway has cordoned a node, nor how long the channel's slot may last: " +
+		"kube_node_spec_unschedulable and kube_node_annotations stand in, with a fixed 45m",
+}
+
 // TestDashboardAndAlertMetricsExist: every slipway_* metric a dashboard
 // panel or an alert names is one the code registers.
 func TestDashboardAndAlertMetricsExist(t *testing.T) {
@@ -89,8 +97,12 @@ func TestDashboardAndAlertMetricsExist(t *testing.T) {
 		for _, g := range rules.Groups {
 			for _, r := range g.Rules {
 				check(chart+" alert "+r.Alert, r.Expr)
-				if !strings.Contains(r.Expr, "slipway_") {
+				names := metricName.MatchString(r.Expr)
+				switch why, excepted := kubeStateAlerts[r.Alert]; {
+				case !names && !excepted:
 					t.Errorf("%s alert %s names no slipway metric", chart, r.Alert)
+				case names && excepted:
+					t.Errorf("%s alert %s names a slipway metric now: drop it from kubeStateAlerts (%s)", chart, r.Alert, why)
 				}
 			}
 		}

@@ -118,30 +118,49 @@ func TestChartsRenderTheManifests(t *testing.T) {
 			variants = c.Variant.Values
 		}
 		for _, v := range variants {
-			for _, sentinel := range []bool{false, true} {
-				args := []string{"template", "rel", filepath.Join(chartsDir, c.Name), "--include-crds", "--namespace", c.DefaultNamespace}
-				if v != "" {
-					args = append(args, "--set", c.Variant.Key+"="+v)
+			for _, on := range toggleSets(c) {
+				for _, sentinel := range []bool{false, true} {
+					args := []string{"template", "rel", filepath.Join(chartsDir, c.Name), "--include-crds", "--namespace", c.DefaultNamespace}
+					if v != "" {
+						args = append(args, "--set", c.Variant.Key+"="+v)
+					}
+					for _, k := range on {
+						args = append(args, "--set", k+"=true")
+					}
+					if sentinel {
+						args = append(args, sentinelArgs(c)...)
+					}
+					got, err := ParseDocs(helm(t, args...))
+					if err != nil {
+						t.Fatal(err)
+					}
+					body, err := c.Render(Render{Sentinel: sentinel, Variant: v, On: on})
+					if err != nil {
+						t.Fatal(err)
+					}
+					want, err := ParseDocs(body)
+					if err != nil {
+						t.Fatal(err)
+					}
+					compareObjects(t, c.Name+" "+strings.Join(args[6:], " "), got, want)
 				}
-				if sentinel {
-					args = append(args, sentinelArgs(c)...)
-				}
-				got, err := ParseDocs(helm(t, args...))
-				if err != nil {
-					t.Fatal(err)
-				}
-				body, err := c.Render(Render{Sentinel: sentinel, Variant: v})
-				if err != nil {
-					t.Fatal(err)
-				}
-				want, err := ParseDocs(body)
-				if err != nil {
-					t.Fatal(err)
-				}
-				compareObjects(t, c.Name+" "+strings.Join(args[6:], " "), got, want)
 			}
 		}
 	}
+}
+
+// toggleSets are the chart's toggles to set: none, each alone, and all.
+func toggleSets(c Chart) [][]string {
+	sets := [][]string{nil}
+	var all []string
+	for _, tg := range c.Toggles {
+		sets = append(sets, []string{tg.Key})
+		all = append(all, tg.Key)
+	}
+	if len(all) > 1 {
+		sets = append(sets, all)
+	}
+	return sets
 }
 
 // sentinelArgs are the helm flags whose values reproduce the sentinel render.

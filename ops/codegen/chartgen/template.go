@@ -22,7 +22,9 @@ type token struct {
 	always bool   // emitted even when the value is empty
 }
 
-var tokenLine = regexp.MustCompile(`(?m)^( *)([A-Za-z0-9_.-]+): zzhelmtok(\d+)$`)
+// tokenLine is a placeholder's line; the key may be the first of a list
+// item's map (only a scalar token that is always emitted may be there).
+var tokenLine = regexp.MustCompile(`(?m)^( *(?:- )?)([A-Za-z0-9_.-]+): zzhelmtok(\d+)$`)
 
 // template turns one object of the sentinel render into template text,
 // recording the defaults of its values (from dflt, the default render's
@@ -58,15 +60,25 @@ func (c Chart) template(o, dflt Object, vals *values, first bool) (string, error
 		}
 		put(parent, ov.Path[len(ov.Path)-1], token{expr: ".Values." + ov.Key})
 	}
+	if err := c.listStrings(o, put); err != nil {
+		return "", err
+	}
 	body, err := yaml.Marshal(o)
 	if err != nil {
 		return "", err
 	}
+	var lineErr error
 	text := tokenLine.ReplaceAllStringFunc(string(body), func(line string) string {
 		m := tokenLine.FindStringSubmatch(line)
 		i, _ := strconv.Atoi(m[3])
+		if strings.HasSuffix(m[1], "- ") && !(toks[i].scalar && toks[i].always) {
+			lineErr = fmt.Errorf("the value %s is the first field of a list item: chartgen cannot guard it there", toks[i].expr)
+		}
 		return toks[i].lines(m[1], m[2])
 	})
+	if lineErr != nil {
+		return "", lineErr
+	}
 	return c.substitute(text, vals, first)
 }
 
@@ -90,10 +102,12 @@ func (t token) lines(indent, key string) string {
 // placeholder left over.
 func (c Chart) substitute(text string, vals *values, first bool) (string, error) {
 	for _, l := range c.ListItems {
-		re := regexp.MustCompile(`(?m)^( *)- ` + regexp.QuoteMeta(l.Sentinel) + `$`)
-		text = re.ReplaceAllString(text, fmt.Sprintf("$1{{- range .Values.%s }}\n$1- {{ toJson . }}\n$1{{- end }}", l.Key))
+		var err error
+		if text, err = c.rangeItems(text, l); err != nil {
+			return "", err
+		}
 		if first {
-			vals.set(l.Key, []any{}, l.Comment)
+			vals.set(l.Key, l.defaultValue(), l.Comment)
 		}
 	}
 	repl := []string{sentinelNamespace, "{{ .Release.Namespace }}", sentinelImage, imageExpr}

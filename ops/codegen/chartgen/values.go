@@ -60,6 +60,9 @@ func (c Chart) addValues(v *values, _ []Object) error {
 		}
 		v.set(c.Variant.Key, d, c.Variant.Comment)
 	}
+	for _, t := range c.Toggles {
+		v.set(t.Key, false, t.Comment)
+	}
 	for _, k := range v.order {
 		if _, ok := v.comments[k]; ok {
 			continue

@@ -43,7 +43,7 @@ var (
 )
 
 // slipwayBinary builds the slipway binary once for the package's tests.
-func slipwayBinary(t *testing.T) string {
+func slipwayBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "swarm-bin-")
@@ -70,11 +70,18 @@ func slipwayBinary(t *testing.T) string {
 // pod's own bound token, and, once the pod is being deleted, stops the
 // process before it lets the pod object go.
 type fleet struct {
-	t    *testing.T
+	t    testing.TB
 	p    *pool
 	bin  string
 	once bool
 	dir  string
+	// only, when set, picks the pods that run a worker process (the others
+	// are left alone); pods, when set, lists the pods instead of the API
+	// server (an informer's store, for large pools); lease is the worker
+	// processes' Lease duration (default workerLease).
+	only  func(pod string) bool
+	pods  func() []*corev1.Pod
+	lease time.Duration
 
 	mu     sync.Mutex
 	procs  map[types.UID]*proc
@@ -94,9 +101,17 @@ type proc struct {
 	stopping   atomic.Bool
 }
 
-func newFleet(t *testing.T, p *pool, once bool) *fleet {
-	f := &fleet{t: t, p: p, bin: slipwayBinary(t), once: once, dir: t.TempDir(),
-		procs: map[types.UID]*proc{}, shares: map[types.UID]string{}}
+func newFleet(t testing.TB, p *pool, once bool) *fleet {
+	return startFleet(&fleet{t: t, p: p, once: once})
+}
+
+// startFleet fills in and starts f.
+func startFleet(f *fleet) *fleet {
+	t := f.t
+	f.bin, f.dir, f.procs, f.shares = slipwayBinary(t), t.TempDir(), map[types.UID]*proc{}, map[types.UID]string{}
+	if f.lease == 0 {
+		f.lease = workerLease
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.wg.Add(1)
 	go func() { defer f.wg.Done(); f.run(ctx) }()
@@ -135,11 +150,10 @@ func (f *fleet) run(ctx context.Context) {
 // syncPods reads the pods (and their share annotations), starts the
 // workers of new scheduled pods and stops those of pods being deleted.
 func (f *fleet) syncPods(ctx context.Context) {
-	pods, err := f.p.kube.CoreV1().Pods(f.p.ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return
-	}
-	for _, pod := range pods.Items {
+	for _, pod := range f.list(ctx) {
+		if f.only != nil && !f.only(pod.Name) {
+			continue
+		}
 		f.mu.Lock()
 		pr := f.procs[pod.UID]
 		f.shares[pod.UID] = pod.Annotations[config.ShareAnnotation]
@@ -162,6 +176,22 @@ func (f *fleet) syncPods(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// list is the pods of the pool, from f.pods or the API server.
+func (f *fleet) list(ctx context.Context) []*corev1.Pod {
+	if f.pods != nil {
+		return f.pods()
+	}
+	pods, err := f.p.kube.CoreV1().Pods(f.p.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil
+	}
+	out := make([]*corev1.Pod, len(pods.Items))
+	for i := range pods.Items {
+		out[i] = &pods.Items[i]
+	}
+	return out
 }
 
 // start mounts the config for the pod and starts its worker process with
@@ -188,7 +218,8 @@ func (f *fleet) start(ctx context.Context, name string, uid types.UID) (*proc, e
 		return nil, err
 	}
 	args := []string{"swarm", "worker", "--config", filepath.Join(pr.mount, swarmv1.ConfigMapKey), "--out", pr.out,
-		"--pod-name", name, "--namespace", f.p.ns, "--kubeconfig", kc, "--lease-duration", workerLease.String()}
+		"--pod-name", name, "--namespace", f.p.ns, "--kubeconfig", kc, "--lease-duration", f.lease.String(),
+		"--http", "127.0.0.1:0"}
 	if f.once {
 		args = append(args, "--once")
 	}

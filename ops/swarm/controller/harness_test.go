@@ -35,7 +35,7 @@ import (
 // restart mode a pod applies its share once, when it starts (a change comes
 // by restart); in reload mode it applies every change.
 type pool struct {
-	t        *testing.T
+	t        testing.TB
 	ns       string
 	kube     kubernetes.Interface
 	swarm    versioned.Interface
@@ -51,14 +51,14 @@ type pool struct {
 	applied map[types.UID]int64 // pod UID -> version annotated
 }
 
-func newPool(t *testing.T, reload bool) *pool {
+func newPool(t testing.TB, reload bool) *pool {
 	t.Helper()
 	return newPoolWith(t, reload, true)
 }
 
 // newPoolWith is newPool; fake false leaves the workers to the test (real
 // worker processes, see fleet).
-func newPoolWith(t *testing.T, reload, fake bool) *pool {
+func newPoolWith(t testing.TB, reload, fake bool) *pool {
 	t.Helper()
 	e := testenv.Need(t, env)
 	p := &pool{t: t, reload: reload, applied: map[types.UID]int64{}}

@@ -3,15 +3,14 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/health"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -38,18 +37,7 @@ func (c *Controller) serveHTTP(ctx context.Context) error {
 	mux.Handle("/metrics", promhttp.HandlerFor(c.metrics.reg, promhttp.HandlerOpts{}))
 	c.probe.Install(mux) // /healthz: the work loop turns; /readyz: the caches are filled
 	mux.HandleFunc("/assignments", c.serveAssignments)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shut)
-	}()
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			c.log.Error("HTTP server stopped", "err", err)
-		}
-	}()
+	health.Serve(ctx, ln, mux, c.log)
 	c.log.Info("serving /assignments, /metrics, /healthz and /readyz", "addr", ln.Addr().String())
 	return nil
 }

@@ -2,6 +2,7 @@ package manifest
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
@@ -11,13 +12,23 @@ import (
 // TokenPath is where in-cluster clients read their ServiceAccount token.
 const TokenPath = "/var/run/secrets/kubernetes.io/serviceaccount"
 
+// WorkerHTTPPort is where the worker sidecar serves /healthz and /readyz
+// (its --http default).
+const WorkerHTTPPort = 9481
+
+func workerProbe(path string) *corev1.Probe {
+	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(WorkerHTTPPort)}}}
+}
+
 // WorkerPodSpec is the pod spec of a worker: app, and beside it the
 // `slipway swarm worker` sidecar (image) reading its share from its pod's
 // annotation (a downwardAPI volume: no right to read anything, no other
 // worker's share) and writing the jobs to /shared/jobs.txt. Only the sidecar gets the
 // ServiceAccount token (a projected, pod-bound one): the pod does not
 // automount it, so the application container has no token unless the
-// caller gives it one.
+// caller gives it one. The sidecar's /healthz is its liveness probe (its
+// loop turns) and /readyz its readiness probe (config read, version
+// reported, Lease held).
 func WorkerPodSpec(app corev1.Container, image string) corev1.PodSpec {
 	shared := corev1.VolumeMount{Name: "shared", MountPath: "/shared"}
 	app.VolumeMounts = append(app.VolumeMounts, shared)
@@ -32,6 +43,9 @@ func WorkerPodSpec(app corev1.Container, image string) corev1.PodSpec {
 			{Name: "swarm", MountPath: "/etc/swarm", ReadOnly: true}, shared,
 			{Name: "swarm-token", MountPath: TokenPath, ReadOnly: true},
 		},
+		Ports:          []corev1.ContainerPort{{Name: "swarm-probes", ContainerPort: WorkerHTTPPort}},
+		LivenessProbe:  workerProbe("/healthz"),
+		ReadinessProbe: workerProbe("/readyz"),
 	}
 	return corev1.PodSpec{
 		ServiceAccountName:           WorkerName,

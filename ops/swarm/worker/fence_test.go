@@ -127,3 +127,59 @@ func TestWorkerStopsBeforeItsJobsMayMove(t *testing.T) {
 	cut.Store(false)
 	waitUntil(t, "the jobs running again once the Lease is renewed", func() bool { return read(out) == "cam-1\ncam-2\n" })
 }
+
+// holeTransport black-holes every request while hole is set: it hangs
+// until its context ends, as a request does over a partition that drops
+// packets (no error comes back).
+type holeTransport struct {
+	hole *atomic.Bool
+	next http.RoundTripper
+}
+
+func (h holeTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if h.hole.Load() {
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	}
+	return h.next.RoundTrip(r)
+}
+
+// A worker whose report hangs (the partition drops packets: no error comes
+// back) still stops its jobs when its tenure ends, before the Lease may
+// lapse for the controller (Duration after the last renewal it saw, which
+// came at most a RetryPeriod before the cut): the report is bounded by the
+// tenure, so the loop is free to fence.
+func TestWorkerStopsWhileAReportHangs(t *testing.T) {
+	e := testenv.Need(t, env)
+	kc := kubernetes.NewForConfigOrDie(e.Config)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ns := fmt.Sprintf("hole-%d", time.Now().UnixNano()%1e9)
+	createPodNamespace(ctx, t, kc, ns)
+	const d = 9 * time.Second
+	timing := member.TimingOf(d)
+	var hole atomic.Bool
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return holeTransport{hole: &hole, next: rt} })
+	dir, out := t.TempDir(), filepath.Join(t.TempDir(), "jobs")
+	mount(t, dir, shareOf([]string{"cam-1", "cam-2"}, 1))
+	done := make(chan error, 1)
+	wctx, stop := context.WithCancel(ctx)
+	go func() {
+		done <- Run(wctx, Options{ConfigFile: filepath.Join(dir, swarmv1.ConfigMapKey), PodName: "w-0", Namespace: ns,
+			Out: out, Config: cfg, LeaseDuration: d, Poll: time.Hour})
+	}()
+	defer func() { hole.Store(false); stop(); <-done }()
+	waitUntil(t, "version 1 running and reported", func() bool { return read(out) == "cam-1\ncam-2\n" && annotation(ctx, kc, ns) == "1" })
+
+	hole.Store(true)
+	cutAt := time.Now()
+	mount(t, dir, shareOf([]string{"cam-3"}, 2)) // applied, then its report hangs
+	waitUntil(t, "version 2 running", func() bool { return read(out) == "cam-3\n" })
+	waitUntil(t, "the jobs stopped", func() bool { return read(out) == "" })
+	stopped := time.Since(cutAt)
+	t.Logf("partitioned at 0 (requests hang); jobs stopped at %.2f s; the Lease may lapse from %.2f s", stopped.Seconds(), (timing.Duration - timing.Retry).Seconds())
+	if stopped >= timing.Duration-timing.Retry {
+		t.Fatalf("the jobs stopped %s after the partition: the controller may have given them away already", stopped)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/health"
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/lease"
 	"slipway.dev/slipway/ops/swarm/config"
@@ -32,11 +33,20 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	w := &worker{opts: opts, log: opts.Log.With("pod", opts.PodName), applied: -1, reported: -1, stopGrace: 10 * time.Second}
+	if opts.Config != nil {
+		w.tenure = &lease.Tenure{}
+		if w.kube, err = kube.NewForConfig(opts.Config); err != nil {
+			return fmt.Errorf("build the Kubernetes client: %w", err)
+		}
+	}
+	w.newProbe()
+	pctx, stopProbes := context.WithCancel(ctx)
+	defer stopProbes()
+	if err := w.serveProbes(pctx); err != nil {
+		return err
+	}
 	if opts.Config == nil {
 		return w.loop(ctx)
-	}
-	if w.kube, err = kube.NewForConfig(opts.Config); err != nil {
-		return fmt.Errorf("build the Kubernetes client: %w", err)
 	}
 	return w.member(ctx)
 }
@@ -46,7 +56,7 @@ func Run(ctx context.Context, opts Options) error {
 // Lease is released (its jobs may move at once).
 func (w *worker) member(ctx context.Context) error {
 	t := member.TimingOf(w.opts.LeaseDuration)
-	w.tenure, w.wake, w.stopGrace = &lease.Tenure{}, make(chan struct{}, 1), t.StopGrace
+	w.wake, w.stopGrace = make(chan struct{}, 1), t.StopGrace
 	wake := func() {
 		select {
 		case w.wake <- struct{}{}:
@@ -109,6 +119,12 @@ type worker struct {
 	// read from it again before any share runs.
 	revalidate atomic.Bool
 	minVersion int64
+	// probe serves /healthz (beat: the loop turns) and /readyz
+	// (configRead, unreported and the tenure).
+	probe      *health.Probe
+	beat       func()
+	configRead atomic.Bool
+	unreported atomic.Bool
 }
 
 // loop reads the share at start, on every change of the file's directory
@@ -127,6 +143,7 @@ func (w *worker) loop(ctx context.Context) error {
 	}
 	defer w.stopChild()
 	for {
+		w.beat()
 		if err := w.step(ctx); err != nil {
 			w.log.Warn("cannot apply the share", "err", err)
 		}
@@ -168,6 +185,7 @@ func (w *worker) step(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	w.configRead.Store(found || removed)
 	if version < w.minVersion {
 		w.log.Info("the mounted config is older than the Lease allows; waiting for it to catch up", "version", version, "min", w.minVersion)
 		return nil
@@ -192,6 +210,7 @@ func (w *worker) step(ctx context.Context) error {
 		w.applied, w.jobs = s.Version, s.Jobs
 		w.log.Info("applied share", "version", s.Version, "jobs", len(s.Jobs))
 	}
+	w.unreported.Store(w.reported != w.applied)
 	if w.reported == w.applied {
 		return nil
 	}
@@ -199,6 +218,7 @@ func (w *worker) step(ctx context.Context) error {
 		return err
 	}
 	w.reported = w.applied
+	w.unreported.Store(false)
 	return nil
 }
 
@@ -208,6 +228,8 @@ func (w *worker) readMinVersion(ctx context.Context) error {
 	if !w.revalidate.Load() {
 		return nil
 	}
+	ctx, cancel := w.tenure.Fence(ctx) // see report
+	defer cancel()
 	l, err := w.kube.CoordinationV1().Leases(w.opts.Namespace).Get(ctx, member.LeaseName(w.opts.PodName), metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("read the worker's Lease: %w", err)
@@ -265,11 +287,16 @@ func (w *worker) stopChild() {
 	w.child, w.exited = nil, nil
 }
 
-// report annotates the pod with the version applied.
+// report annotates the pod with the version applied. The call ends with the
+// tenure: one that would outlast it (a partition that drops packets leaves
+// it hanging) is abandoned, so that the loop is free to stop the jobs when
+// the tenure ends, before the controller may give them away.
 func (w *worker) report(ctx context.Context, version int64) error {
 	if w.kube == nil {
 		return nil
 	}
+	ctx, cancel := w.tenure.Fence(ctx)
+	defer cancel()
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, swarmv1.AppliedVersionAnnotation, strconv.FormatInt(version, 10))
 	_, err := w.kube.CoreV1().Pods(w.opts.Namespace).Patch(ctx, w.opts.PodName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	if err != nil {

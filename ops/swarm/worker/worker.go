@@ -49,7 +49,16 @@ type Options struct {
 	LeaseDuration time.Duration
 	// Poll is how often the file is read besides change notifications.
 	Poll time.Duration
-	Log  *slog.Logger
+	// HTTPAddr serves /healthz and /readyz ("" = off).
+	HTTPAddr string
+	// StallAfter is how long the loop may go without a turn before /healthz
+	// fails (default the larger of a minute and three Polls; the loop turns
+	// at least every Poll).
+	StallAfter time.Duration
+	Log        *slog.Logger
+
+	// listening, when set, is told the address the probes are served on.
+	listening func(addr string)
 }
 
 // Check reports what is missing from o, before anything starts.
@@ -73,6 +82,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Poll <= 0 {
 		o.Poll = 10 * time.Second
+	}
+	if o.StallAfter <= 0 {
+		o.StallAfter = max(time.Minute, 3*o.Poll)
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()

@@ -53,13 +53,23 @@ func BenchmarkUpdateOperator(b *testing.B) {
 	stop()
 	b.Logf("agent RSS idle: %s", rss("agent"))
 	b.ResetTimer()
+	var results []result
+	release := 1
 	for i, r := range specs {
-		round(b, e, c, r, fmt.Sprintf("v%d", i+2))
+		for _, ct := range order(i) {
+			if len(contenders()) > 1 {
+				switchTo(b, c, ct)
+			}
+			release++
+			res := round(b, e, c, r, fmt.Sprintf("v%d", release), ct.name)
+			results = append(results, res)
+		}
 	}
+	summarize(b, results)
 }
 
 // round publishes release with the host times of r and times its rollout.
-func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release string) {
+func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release, contender string) result {
 	hostTime, downTime = r.prepare, r.down
 	if err := writeScripts(shared, release); err != nil {
 		b.Fatal(err)
@@ -68,7 +78,7 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release
 	waitAll(b, c, 2*time.Minute, "every agent sees "+release, func(n *corev1.Node) bool {
 		return n.Labels[keys.Exclude()] == "true" || n.Annotations[keys.State()] == string(uo.StateUpdateAvailable)
 	})
-	start := time.Now()
+	start, loadBefore := time.Now(), loadAvg()
 	stop, metricsAddr := startController(b, e, r, release)
 	maxCordoned := 0
 	waitAll(b, c, 60*time.Minute, "every node at "+release, func(n *corev1.Node) bool {
@@ -84,6 +94,7 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release
 		maxCordoned = max(maxCordoned, cordoned)
 	})
 	wall := time.Since(start)
+	load := loadBefore + "–" + loadAvg()
 	ctrlRSS := rss("controller")
 	turns, err := scrape(metricsAddr, "slipway_update_operator_node_reads_total")
 	if err != nil {
@@ -95,9 +106,9 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release
 	tag := r.tag()
 	b.ReportMetric(wall.Seconds(), "wall-s"+tag)
 	b.ReportMetric(wall.Seconds()/plain.Seconds(), "wall/ideal"+tag)
-	b.Logf("%s: %d nodes, max-concurrent %d, prepare %s + reboot %s, prepare-ahead %v: wall %s; ideal %s (x%.2f), with prepare overlapped %s (x%.2f); at most %d cordoned at once",
-		tag[1:], n, r.conc, r.prepare, r.down, r.ahead, wall.Round(100*time.Millisecond), plain, wall.Seconds()/plain.Seconds(),
-		overlapped, wall.Seconds()/overlapped.Seconds(), maxCordoned)
+	b.Logf("%s (%s): %d nodes, max-concurrent %d, prepare %s + reboot %s, prepare-ahead %v: wall %s; ideal %s (x%.2f), with prepare overlapped %s (x%.2f); at most %d cordoned at once; load average %s",
+		tag[1:], contender, n, r.conc, r.prepare, r.down, r.ahead, wall.Round(100*time.Millisecond), plain, wall.Seconds()/plain.Seconds(),
+		overlapped, wall.Seconds()/overlapped.Seconds(), maxCordoned, load)
 	if maxCordoned > r.conc {
 		b.Errorf("%d nodes cordoned at once, max-concurrent %d", maxCordoned, r.conc)
 	}
@@ -129,9 +140,14 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release
 	b.Logf("controller API calls per node (%d nodes in the cluster, %d updated; watches apart): %s; its Node reads by turn: %s",
 		len(env.Nodes), n, ctl.perNode(n), turnsSaid(turns))
 	b.Logf("agent API calls per node: %s", agt.perNode(n))
+	own, sim := ownOverhead(events, start, wall, r.prepare)
+	trips := float64(ctl.total()+agt.total()) / float64(n)
+	b.ReportMetric(own.Seconds(), "own-overhead-s/node"+tag)
 	b.Logf("operator overhead per node: one node's update spans %.2f s median for %s of host time: %.2f s; %.1f round trips per node (controller %.1f, agent %.1f)",
-		span.Seconds(), r.prepare+r.down, (span - r.prepare - r.down).Seconds(), float64(ctl.total()+agt.total())/float64(n),
+		span.Seconds(), r.prepare+r.down, (span - r.prepare - r.down).Seconds(), trips,
 		float64(ctl.total())/float64(n), float64(agt.total())/float64(n))
+	b.Logf("the operator's own time per node (median): %.2f s, once the simulated reboot is taken as the simulator took it (median %.2f s for %s of downtime: the agent stopped, NotReady, the downtime, Ready, a new boot ID)",
+		own.Seconds(), sim.Seconds(), r.down)
 	if lists := ctl["list nodes"]; lists > 2+n/10 {
 		b.Errorf("the controller listed the Nodes %d times for %d nodes: node events are not served from its cache", lists, n)
 	}
@@ -142,6 +158,7 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release
 	b.Logf("API writes per node: controller %.1f, agents %.1f (operator total %.1f); others: %s",
 		per(by["controller"]), per(by["agent"]), per(ours), others(by, per))
 	b.Logf("controller RSS %s; agents RSS %s", ctrlRSS, rss("agent"))
+	return result{contender: contender, tag: tag, wall: wall.Seconds(), overhead: (span - r.prepare - r.down).Seconds(), own: own.Seconds(), trips: trips, load: load}
 }
 
 func writer(ua string) string {
@@ -190,7 +207,7 @@ func startController(b testing.TB, e *testenv.Env, r roundSpec, name string) (st
 	if r.ahead {
 		args = append(args, "--prepare-ahead")
 	}
-	cmd := exec.Command(filepath.Join(bin, "slipway"), args...)
+	cmd := exec.Command(controllerBin, args...)
 	logf, err := os.Create(filepath.Join(e.Dir, fmt.Sprintf("controller-%s.log", name)))
 	if err != nil {
 		b.Fatal(err)

@@ -86,6 +86,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if err := useBin(contenders()[0].bin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return testenv.RunMain(m, testenv.Options{
 		Cluster: true, Nodes: nodes, Timeout: 10 * time.Minute,
 		ExecPath:    bin + ":/usr/local/bin:/usr/bin:/bin",
@@ -96,17 +100,23 @@ func run(m *testing.M) int {
 }
 
 // agentCommand is each fake node's agent on the command platform (on the
-// first agents nodes, node-1 on; the others, by the number that ends their name, sleep).
+// first agents nodes, node-1 on; the others, by the number that ends their
+// name, sleep). With contenders to compare (ab_test.go), the binary is the
+// one named in shared/agent-bin when the agent starts.
 func agentCommand() []string {
 	sh := func(s string) string { return "/bin/sh " + filepath.Join(shared, s) }
-	agent := []string{filepath.Join(bin, "slipway"), "update-operator", "agent", "--platform", "command",
+	slipway := filepath.Join(bin, "slipway")
+	if len(contenders()) > 1 {
+		slipway = "$(cat " + filepath.Join(shared, "agent-bin") + ")"
+	}
+	agent := []string{slipway, "update-operator", "agent", "--platform", "command",
 		"--check-command", sh("check.sh"), "--prepare-command", sh("prepare.sh"), "--apply-command", sh("apply.sh"),
 		"--reboot-command", sh("reboot.sh"), "--version-command", sh("version.sh"), "--check-interval", "2s", "--health-addr", ""}
-	if agents >= nodes {
+	if agents >= nodes && len(contenders()) < 2 {
 		return agent
 	}
-	script := fmt.Sprintf(`i=${NODE_NAME##*[!0-9]}; if [ "$i" -gt %d ]; then exec sleep 1000000; fi; exec "$@"`, agents)
-	return append([]string{"/bin/sh", "-c", script, "agent-or-idle"}, agent...)
+	script := fmt.Sprintf(`i=${NODE_NAME##*[!0-9]}; if [ "$i" -gt %d ]; then exec sleep 1000000; fi; exec %s "$@"`, agents, agent[0])
+	return append([]string{"/bin/sh", "-c", script, "agent-or-idle"}, agent[1:]...)
 }
 
 // writeScripts writes the host's commands: the node's version lives in

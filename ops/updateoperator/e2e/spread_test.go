@@ -47,3 +47,62 @@ func spread(events []testenv.AuditEvent, start time.Time, wall time.Duration) (s
 		s(starts[0]), s(starts[len(starts)-1]), s(spans[len(spans)/2]), s(spans[len(spans)-1]),
 		s(last[names[0]]), s(last[names[len(names)/2]]), s(last[slowest]), slowest), slowest, spans[len(spans)/2]
 }
+
+// ownOverhead is the operator's own time per node (median): one node's
+// update span (its first to last operator write) minus the prepare's
+// fixed time and minus the simulated reboot as the simulator took it, from
+// the agent's last write before the supervisor's first (rebooting) to the
+// supervisor's last write to the node (its new boot ID: the agent starts
+// right after). What is left is the operator's turns, round trips and
+// process start, plus the host commands' own start (a shell each). sim is
+// the simulated reboot's median.
+func ownOverhead(events []testenv.AuditEvent, start time.Time, wall, prepare time.Duration) (own, sim time.Duration) {
+	type node struct {
+		first, last, agentBefore, supFirst, supLast time.Duration
+		seen, sup                                   bool
+	}
+	events = append([]testenv.AuditEvent(nil), events...)
+	sort.SliceStable(events, func(i, j int) bool { return events[i].Time.Before(events[j].Time) })
+	by := map[string]*node{}
+	for _, ev := range events {
+		if !strings.HasPrefix(ev.Resource, "nodes") || ev.Time.Before(start) || ev.Time.After(start.Add(wall)) {
+			continue
+		}
+		at, w := ev.Time.Sub(start), writer(ev.UserAgent)
+		n := by[ev.Name]
+		if n == nil {
+			n = &node{}
+			by[ev.Name] = n
+		}
+		switch {
+		case w == "controller" || w == "agent":
+			if !n.seen || at < n.first {
+				n.first = at
+			}
+			n.seen, n.last = true, max(n.last, at)
+			if w == "agent" && !n.sup {
+				n.agentBefore = max(n.agentBefore, at)
+			}
+		case strings.HasPrefix(w, "supervisor"):
+			if !n.sup {
+				n.supFirst = at
+			}
+			n.sup, n.supLast = true, max(n.supLast, at)
+		}
+	}
+	var owns, sims []time.Duration
+	for _, n := range by {
+		if !n.seen || !n.sup {
+			continue
+		}
+		s := n.supLast - n.agentBefore
+		sims = append(sims, s)
+		owns = append(owns, n.last-n.first-prepare-s)
+	}
+	if len(owns) == 0 {
+		return 0, 0
+	}
+	sort.Slice(owns, func(i, j int) bool { return owns[i] < owns[j] })
+	sort.Slice(sims, func(i, j int) bool { return sims[i] < sims[j] })
+	return owns[len(owns)/2], sims[len(sims)/2]
+}
