@@ -28,6 +28,21 @@ import (
 // start recorded on the Node, so no extra time); what it cordoned for a
 // slot no longer held, it uncordons (sweepCordons).
 
+// ControllerApp is the app.kubernetes.io/name label of the controller's
+// pods (the manifest's ControllerName; a test keeps them equal).
+const ControllerApp = "slipway-controller"
+
+// ownPods are the pods the controller's drains leave in place: its own
+// replicas, in its namespace. A drain of the node a replica runs on must not
+// evict it: on a one-node cluster its replacement could not schedule on the
+// cordoned node, and the node would stay cordoned with nobody to finish the
+// slot. Like DaemonSet pods they stay until the reboot ends them; after it
+// the replica (or, on a bigger cluster, another one, once the Lease passes)
+// finishes the slot and uncordons.
+func (a *Agent) ownPods() []drain.PodSet {
+	return []drain.PodSet{{Namespace: a.opts.Namespace, Labels: map[string]string{"app.kubernetes.io/name": ControllerApp}}}
+}
+
 // drainRun is one drain under way.
 type drainRun struct {
 	uid  types.UID
@@ -99,6 +114,7 @@ func (a *Agent) drainSlot(ctx context.Context, ch *v1.UpdateChannel, s plan.Sett
 	if err != nil {
 		return nil, began, err
 	}
+	opts.Keep = a.ownPods()
 	meta := map[string]string{AnnotationDrainStarted: began.UTC().Format(time.RFC3339Nano), AnnotationCordonedFor: a.opts.Namespace + "/" + ch.Name}
 	if err := drain.Cordon(ctx, a.kube, slot.Node, CordonOwner, meta); err != nil {
 		return nil, began, err

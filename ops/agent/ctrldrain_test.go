@@ -6,7 +6,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
@@ -63,6 +65,65 @@ func TestControllerKilledMidDrain(t *testing.T) {
 			return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Annotations[AnnotationDrainStarted] == ""
 		})
 	})
+}
+
+// TestDrainLeavesTheController (issue 22 stage 3, one-node clusters): the
+// controller drains the node it runs on without evicting itself (its
+// replacement could not schedule on the cordoned node: the node would stay
+// cordoned with nobody to finish); the node's other pods it evicts, and the
+// slot ends with the node upgraded and uncordoned.
+func TestDrainLeavesTheController(t *testing.T) {
+	f := newFleet(t, 1, nil)
+	node := f.ns + "-n0"
+	ctl := f.runningPod(t, node, "slipway-controller-7d4b9-x2x9z", map[string]string{"app.kubernetes.io/name": ControllerApp})
+	f.runningPod(t, node, "web-5c6f8-abcde", map[string]string{"app": "web"})
+	f.start(node)
+	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
+		Drain: &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 2 * time.Minute}}, NodeSelector: selectFleet(f)})
+	kept := func() {
+		p, err := f.kube.CoreV1().Pods(f.ns).Get(context.Background(), ctl, metav1.GetOptions{})
+		if err != nil || p.DeletionTimestamp != nil {
+			t.Fatalf("the drain evicted the controller's own pod %s (err %v)", ctl, err)
+		}
+	}
+	f.podGoesWhenEvicted(t, "web-5c6f8-abcde")
+	kept()
+	f.waitFor("the node upgraded", 2*time.Minute, func(ch *v1.UpdateChannel) bool {
+		kept()
+		return ch.Status.Counts.UpToDate == 1 && len(ch.Status.Updating) == 0
+	})
+	f.waitNode(t, node, "uncordoned at v2", func(n *corev1.Node) bool {
+		return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Labels[LabelRootfsVersion] == "v2"
+	})
+	kept()
+}
+
+// runningPod creates a running pod of a ReplicaSet on node (as a kubelet
+// would report it) and returns its name.
+func (f *fleet) runningPod(t *testing.T, node, name string, labels map[string]string) string {
+	t.Helper()
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: f.ns}}
+	if _, err := f.kube.CoreV1().ServiceAccounts(f.ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err) // no controller-manager creates it here
+	}
+	yes := true
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Labels: labels,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name, UID: types.UID("replicaset-of-" + name), Controller: &yes}}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/fake"}}}}
+	p, err := f.kube.CoreV1().Pods(f.ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodRunning
+	if _, err := f.kube.CoreV1().Pods(f.ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = f.kube.CoreV1().Pods(f.ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
+	return name
 }
 
 // podGoesWhenEvicted waits for pod's eviction and removes it, as its

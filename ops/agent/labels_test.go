@@ -56,3 +56,11 @@ func TestLeaseNamesMatchTheManifest(t *testing.T) {
 		t.Errorf("leases %q %q, the manifest admits %q %q", AgentLeasePrefix, ControllerLease, manifest.HeartbeatLeasePrefix, manifest.ControllerLease)
 	}
 }
+
+// TestControllerAppMatchesTheManifest: the drain leaves the controller's
+// pods by the label the manifest gives them.
+func TestControllerAppMatchesTheManifest(t *testing.T) {
+	if ControllerApp != manifest.ControllerName {
+		t.Errorf("the drain keeps pods named %q, the manifest labels the controller's %q", ControllerApp, manifest.ControllerName)
+	}
+}

@@ -41,11 +41,35 @@ type Options struct {
 	Flags Flags
 	// PodSelector, a label selector, limits the drain to matching pods.
 	PodSelector string
+	// Keep are pods the drain leaves in place whatever the policy, as it
+	// leaves mirror pods: the caller's own (a controller draining the node
+	// it runs on, whose replacement could not schedule on the cordoned node
+	// of a one-node cluster). The node's reboot ends them.
+	Keep []PodSet
 	// RetryInterval is how often refused evictions are retried and the node's
 	// pods re-listed (default 2s).
 	RetryInterval time.Duration
 	// Log receives progress (default slog.Default()).
 	Log *slog.Logger
+}
+
+// PodSet is the pods of one namespace whose labels match Labels (all of them).
+type PodSet struct {
+	Namespace string
+	Labels    map[string]string
+}
+
+// Has tells whether p is one of s's pods.
+func (s PodSet) Has(p corev1.Pod) bool {
+	if p.Namespace != s.Namespace || len(s.Labels) == 0 {
+		return false
+	}
+	for k, v := range s.Labels {
+		if got, ok := p.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Flags are the names of the settings a caller exposes for Options, as its

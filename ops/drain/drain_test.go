@@ -264,6 +264,14 @@ func TestVerdict(t *testing.T) {
 	done := owned("Job")
 	done.Status.Phase = corev1.PodSucceeded
 	bareEmptyDir := corev1.Pod{Spec: emptyDir.Spec}
+	own := owned("ReplicaSet")
+	own.Namespace, own.Labels = "sys", map[string]string{"app": "ctl", "tier": "x"}
+	ownBare := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "sys", Labels: own.Labels}, Spec: emptyDir.Spec}
+	keep := []PodSet{{Namespace: "sys", Labels: map[string]string{"app": "ctl"}}}
+	elsewhere := own
+	elsewhere.Namespace = "apps"
+	otherApp := own
+	otherApp.Labels = map[string]string{"app": "web"}
 	for i, tc := range []struct {
 		pod  corev1.Pod
 		opts Options
@@ -281,6 +289,14 @@ func TestVerdict(t *testing.T) {
 		{emptyDir, Options{DeleteEmptyDirData: true}, evictIt},
 		{done, Options{}, skip},
 		{corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{mirrorAnnotation: ""}}}, Options{}, skip},
+		// The caller's own pods stay, whatever the policy would do with them.
+		{own, Options{Keep: keep}, skip},
+		{ownBare, Options{Keep: keep}, skip},
+		{own, Options{}, evictIt},
+		{elsewhere, Options{Keep: keep}, evictIt},                                    // the same labels in another namespace
+		{otherApp, Options{Keep: keep}, evictIt},                                     // another app in the caller's namespace
+		{own, Options{Keep: []PodSet{{Namespace: "sys"}}}, evictIt},                  // no labels: no pods
+		{own, Options{Keep: []PodSet{{Namespace: "sys", Labels: own.Labels}}}, skip}, // every label matched
 	} {
 		if got := verdict(tc.pod, tc.opts); got != tc.want {
 			t.Errorf("case %d: verdict = %d, want %d", i, got, tc.want)

@@ -16,10 +16,16 @@ const (
 // mirrorAnnotation marks static pods the kubelet mirrors into the API.
 const mirrorAnnotation = "kubernetes.io/config.mirror"
 
-// verdict decides what the drain does with one pod, as kubectl drain does.
+// verdict decides what the drain does with one pod, as kubectl drain does,
+// but for the caller's own pods (opts.Keep), which it leaves in place.
 func verdict(p corev1.Pod, opts Options) podVerdict {
 	if _, ok := p.Annotations[mirrorAnnotation]; ok {
 		return skip
+	}
+	for _, k := range opts.Keep {
+		if k.Has(p) {
+			return skip
+		}
 	}
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return skip
