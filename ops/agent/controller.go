@@ -114,6 +114,7 @@ func newController(o ControllerOptions) (*Agent, error) {
 	}
 	a := &Agent{opts: opts, log: opts.Log.With("controller", o.Identity), metrics: newMetrics(), probe: health.New(), controller: true, tenure: &lease.Tenure{},
 		fleet: map[string]*fleetCache{}, waitSince: map[string]time.Time{}, views: map[types.UID]map[string]string{}, drains: map[string]*drainRun{}}
+	a.metrics.registry.MustRegister(newCordonMetrics(a))
 	if a.leaseKube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Lease client: %w", err)
 	}

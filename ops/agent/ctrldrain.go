@@ -202,12 +202,7 @@ func (a *Agent) uncordon(ctx context.Context, node string) bool {
 // channel of its namespace holds any more and no drain of its works on
 // (plan.LeftCordoned), asked of the API server before it writes.
 func (a *Agent) sweepCordons(ctx context.Context) error {
-	var cordons []plan.Cordon
-	for _, o := range a.nodeMeta.List() {
-		if m, ok := o.(*metav1.PartialObjectMetadata); ok && drain.CordonedBy(m.Annotations) == CordonOwner {
-			cordons = append(cordons, plan.Cordon{Node: m.Name, Owner: CordonOwner, For: m.Annotations[AnnotationCordonedFor]})
-		}
-	}
+	cordons := a.cordons()
 	if len(plan.LeftCordoned(cordons, CordonOwner, a.opts.Namespace, nil, a.draining())) == 0 {
 		return nil
 	}

@@ -34,6 +34,9 @@ type Cordon struct {
 	// Owner is drain.slipway.dev/cordoned-by; For the namespace/channel the
 	// controller cordoned it for (drain.slipway.dev/cordoned-for).
 	Owner, For string
+	// Since is when the drain that cordoned it began, as written
+	// (drain.slipway.dev/drain-started, RFC 3339).
+	Since string
 }
 
 // LeftCordoned names the nodes the controller of namespace cordoned (owner,

@@ -60,10 +60,10 @@ var metricName = regexp.MustCompile(`\bslipway_[a-z0-9_]+`)
 // kubeStateAlerts are the alerts that rest on kube-state-metrics' series
 // alone, for want of a slipway series, and what that series would be. A
 // label such as annotation_ops_slipway_dev_drain_started is no slipway metric.
-var kubeStateAlerts = map[string]string{
-	"SlipwayNodeCordonedTooLong": "no slipway series says since when slipway has cordoned a node, nor how long the channel's slot may last: " +
-		"kube_node_spec_unschedulable and kube_node_annotations stand in, with a fixed 45m",
-}
+// None today: SlipwayNodeCordonedTooLong, the last one, reads the
+// controller's slipway_channel_node_cordoned_since_timestamp_seconds and
+// slipway_channel_slot_limit_seconds.
+var kubeStateAlerts = map[string]string{}
 
 // TestDashboardAndAlertMetricsExist: every slipway_* metric a dashboard
 // panel or an alert names is one the code registers.
