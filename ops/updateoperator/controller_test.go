@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,27 +55,35 @@ func TestLabelsExclusionAndAdminCordon(t *testing.T) {
 }
 
 func TestStatusTableAndMetrics(t *testing.T) {
-	f := newFleet(t, "st", 1)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	f := newFleet(t, "st", 0)
+	addr := freeLoopback(t)
+	var agentAddr atomic.Value // each start of the agent (a reboot restarts it) serves on an address of its own
+	f.agentEdit = func(_ string, o *AgentOptions) { o.MetricsAddr = freeLoopback(t); agentAddr.Store(o.MetricsAddr) }
+	f.addNode("st-0", false)
 	stop := f.controller(func(o *ControllerOptions) { o.MetricsAddr = addr })
 	defer stop()
 	eventually(t, time.Minute, "updated", f.done)
-	eventually(t, 10*time.Second, "metrics", func() (bool, string) {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			return false, err.Error()
+	metricsSay := func(addr string, want ...string) func() (bool, string) {
+		return func() (bool, string) {
+			resp, err := http.Get("http://" + addr + "/metrics")
+			if err != nil {
+				return false, err.Error()
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			for _, w := range want {
+				if !strings.Contains(string(body), w) {
+					return false, "no " + w + " in " + addr + "/metrics"
+				}
+			}
+			return true, ""
 		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		want := `slipway_update_operator_steps_total{step="finish"} 1`
-		return strings.Contains(string(body), want) && strings.Contains(string(body), `slipway_update_operator_nodes{state="up-to-date",version="v2"}`),
-			"no " + want + " in /metrics"
-	})
+	}
+	eventually(t, 10*time.Second, "the controller's metrics", metricsSay(addr,
+		`slipway_update_operator_steps_total{step="finish"} 1`, `slipway_update_operator_nodes{state="up-to-date",version="v2"}`))
+	// The agent that came back after the reboot: it checked for updates.
+	eventually(t, 10*time.Second, "the agent's metrics", metricsSay(agentAddr.Load().(string),
+		`slipway_update_operator_agent_intents_total{intent="stabilize",result="ok"}`))
 	var out bytes.Buffer
 	if err := Status(context.Background(), StatusOptions{Config: f.env.Config, Prefix: f.prefix, JSON: true, Out: &out}); err != nil {
 		t.Fatal(err)
