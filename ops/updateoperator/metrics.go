@@ -2,14 +2,14 @@ package updateoperator
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"slipway.dev/slipway/ops/health"
 )
 
 // metrics are the operator's Prometheus metrics, on their own registry.
@@ -45,17 +45,8 @@ func newMetrics() *metrics {
 }
 
 // serve serves /metrics on addr until ctx ends ("" = off).
-func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger) {
-	if addr == "" {
-		return
-	}
+func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { <-ctx.Done(); _ = srv.Close() }()
-	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "addr", addr, "err", err)
-		}
-	}()
+	return health.ListenAndServe(ctx, addr, mux, log)
 }
