@@ -38,6 +38,10 @@ var (
 	upgradeCommand = "slipway"
 )
 
+// binDir is on every simulated node's PATH (slipway, slipway-sim); workDir
+// holds it and the controller's files.
+var binDir, workDir string
+
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
@@ -62,6 +66,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "bin")
+	binDir, workDir = bin, dir
 	mirror = filepath.Join(dir, "mirror")
 	auditLog = filepath.Join(dir, "audit.log")
 	if err := build(bin); err != nil {

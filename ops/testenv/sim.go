@@ -101,6 +101,17 @@ func (e *Env) Reboot(ctx context.Context, node string, delay time.Duration) erro
 	return e.Supervisor.Reboot(ctx, node, delay)
 }
 
+// Replace ends node's command (its agent) as a DaemonSet update does
+// (SIGTERM, SIGKILL after grace) and starts it again from the node's PATH
+// (see supervisor.Supervisor.Replace); false when the node was rebooting
+// or ran no command.
+func (e *Env) Replace(node string, grace time.Duration) (bool, error) {
+	if e.Supervisor == nil {
+		return false, fmt.Errorf("replace %s: the Env has no simulated cluster (Options.Cluster)", node)
+	}
+	return e.Supervisor.Replace(node, grace)
+}
+
 // Crash kills node's command (its agent) with SIGKILL and starts it again
 // on the same boot (see supervisor.Supervisor.Crash); false when the node
 // was rebooting or ran no command.

@@ -270,6 +270,27 @@ func (s *Supervisor) podsReadyAfterBoot(node string) {
 // false, doing nothing, when the node is rebooting or runs no command; a
 // reboot requested meanwhile is refused (the restarted command asks again).
 func (s *Supervisor) Crash(node string) (bool, error) {
+	return s.restart(node, "killed", func(pid int, _ <-chan struct{}) { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+}
+
+// Replace ends node's command as the kubelet ends a pod's container when
+// its DaemonSet is updated (SIGTERM, then SIGKILL after grace) and starts
+// it again: started from the node's PATH, it runs whatever binary is there
+// now. Same boot, same boot ID; false, doing nothing, as for Crash.
+func (s *Supervisor) Replace(node string, grace time.Duration) (bool, error) {
+	return s.restart(node, "replaced", func(pid int, exited <-chan struct{}) {
+		_ = syscall.Kill(-pid, syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(grace):
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	})
+}
+
+// restart ends node's command with end (given its pid and a channel
+// closed at its exit) and starts it again on the same boot.
+func (s *Supervisor) restart(node, how string, end func(pid int, exited <-chan struct{})) (bool, error) {
 	s.mu.Lock()
 	p, ok := s.nodes[node]
 	if !ok || s.stopped || p.rebooting || p.cmd == nil {
@@ -280,9 +301,9 @@ func (s *Supervisor) Crash(node string) (bool, error) {
 	p.cmd, p.rebooting = nil, true
 	s.mu.Unlock()
 	defer func() { s.mu.Lock(); p.rebooting = false; s.mu.Unlock() }()
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	end(cmd.Process.Pid, exited)
 	<-exited
-	s.opts.Log.Info("node command killed", "node", node, "pid", cmd.Process.Pid)
+	s.opts.Log.Info("node command "+how, "node", node, "pid", cmd.Process.Pid)
 	return true, s.startNode(node, false)
 }
 
