@@ -2,6 +2,7 @@ package upgrade_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"slipway.dev/slipway/upgrade"
+	"slipway.dev/slipway/upgrade/boot"
 	"slipway.dev/slipway/upgrade/layout"
 	"slipway.dev/slipway/upgrade/release"
 )
@@ -180,4 +182,85 @@ func waitForLine(t *testing.T, r interface{ Read([]byte) (int, error) }, want st
 		seen = append(seen, sc.Text())
 	}
 	t.Fatalf("process ended before printing %q:\n%s", want, strings.Join(seen, "\n"))
+}
+
+// A power loss between the swap's links (killed after each of them) never
+// boots a rootfs and a kernel of two releases: the loader finishes the
+// swap the journal names, then tries that release; a re-run of the same
+// upgrade then has nothing left to do but confirm the links.
+func TestPowerLossMidSwapBootsOneRelease(t *testing.T) {
+	kernelOf := map[string]string{"v1": "5.15.0-v1", "v2": "5.15.0-v2"}
+	for _, step := range []string{"previous:k3os", "current:k3os", "previous:kernel", "current:kernel", "previous:k3s"} {
+		t.Run(step, func(t *testing.T) {
+			e := newEnv(t)
+			all := []string{"--rootfs", "--kernel", "--k3s"}
+			if out, err := e.cmd(append(all, "--version", "v1")...).CombinedOutput(); err != nil {
+				t.Fatalf("install v1: %v\n%s", err, out)
+			}
+			if out, err := e.cmd(append(all, "--version", "v2", "--test-crash-at", step)...).CombinedOutput(); err == nil {
+				t.Fatalf("the run was not killed at %s\n%s", step, out)
+			}
+			var console strings.Builder
+			p, err := boot.Loader(context.Background(), boot.Options{SystemDir: e.sys, NoKexec: true, Out: &console, Cmdline: "console=ttyS0"})
+			if err != nil {
+				t.Fatalf("the loader after a power loss at %s: %v\n%s", step, err, console.String())
+			}
+			if kernelOf[p.Boot.Rootfs] != p.Boot.Kernel {
+				t.Fatalf("power loss at %s: the loader boots rootfs %s with kernel %s, not one release\n%s", step, p.Boot.Rootfs, p.Boot.Kernel, console.String())
+			}
+			if p.Boot.Rootfs != "v2" {
+				t.Errorf("power loss at %s: the loader boots %s; the swap was begun, so v2 (tried)", step, p.Boot)
+			}
+			if pending, err := layout.New(e.sys).PendingSwap(); err != nil || pending != nil {
+				t.Errorf("a swap journal left after the boot: %v %v", pending, err)
+			}
+			if out, err := e.cmd(append(all, "--version", "v2")...).CombinedOutput(); err != nil {
+				t.Fatalf("re-run after the boot: %v\n%s", err, out)
+			}
+			checkBootable(t, e.sys)
+			if cur, prev := link(t, e.sys, layout.Kernel, "current"), link(t, e.sys, layout.Kernel, "previous"); cur != "5.15.0-v2" || prev != "5.15.0-v1" {
+				t.Errorf("kernel current/previous = %s/%s, want 5.15.0-v2/5.15.0-v1", cur, prev)
+			}
+		})
+	}
+}
+
+// A rollback cut short between its links is finished by the next run that
+// changes links, before its own change: here an upgrade of k3s alone, whose
+// own swap would otherwise replace the journal and leave the rootfs and the
+// kernel of two releases for good.
+func TestCutSwapFinishedBeforeTheNextChange(t *testing.T) {
+	e := newEnv(t)
+	all := []string{"--rootfs", "--kernel", "--k3s"}
+	for _, v := range []string{"v1", "v2"} {
+		if out, err := e.cmd(append(all, "--version", v)...).CombinedOutput(); err != nil {
+			t.Fatalf("install %s: %v\n%s", v, err, out)
+		}
+	}
+	l := layout.New(e.sys)
+	// What a rollback of rootfs and kernel sets, cut after the rootfs's current link.
+	changes := []layout.LinkChange{{Component: layout.Rootfs, Link: layout.PreviousLink, Version: "v2"}, {Component: layout.Rootfs, Link: layout.CurrentLink, Version: "v1"},
+		{Component: layout.Kernel, Link: layout.PreviousLink, Version: "5.15.0-v2"}, {Component: layout.Kernel, Link: layout.CurrentLink, Version: "5.15.0-v1"}}
+	func() {
+		defer func() { _ = recover() }()
+		_ = l.SetLinks(changes, func(ch layout.LinkChange) {
+			if ch.Link == layout.CurrentLink && ch.Component == layout.Rootfs {
+				panic("power loss")
+			}
+		})
+	}()
+	if cur := link(t, e.sys, layout.Kernel, "current"); cur != "5.15.0-v2" {
+		t.Fatalf("the cut rollback moved the kernel already: %s", cur)
+	}
+	if out, err := e.cmd("--k3s", "--version", "v1").CombinedOutput(); err != nil {
+		t.Fatalf("upgrade of k3s after the cut rollback: %v\n%s", err, out)
+	}
+	for c, want := range map[layout.Component]string{layout.Rootfs: "v1", layout.Kernel: "5.15.0-v1", layout.K3s: "v1-k3s1"} {
+		if cur := link(t, e.sys, c, "current"); cur != want {
+			t.Errorf("%s current = %s, want %s (the rollback finished, then k3s upgraded)", c, cur, want)
+		}
+	}
+	if pending, _ := l.PendingSwap(); pending != nil {
+		t.Errorf("a journal outlived the upgrade: %v", pending)
+	}
 }

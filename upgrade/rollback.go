@@ -2,14 +2,10 @@ package upgrade
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"slipway.dev/slipway/upgrade/layout"
 	"slipway.dev/slipway/upgrade/lock"
@@ -73,6 +69,11 @@ func Rollback(ctx context.Context, o RollbackOptions) (*Result, error) {
 
 func rollback(o RollbackOptions) (*Result, error) {
 	l := layout.New(o.SystemDir)
+	if !o.DryRun {
+		if err := finishSwap(o.SystemDir, o.Remount); err != nil {
+			return nil, err
+		}
+	}
 	res := &Result{SystemDir: o.SystemDir, DryRun: o.DryRun}
 	for _, c := range o.Components {
 		cr, err := rollbackStep(l, c, o.From[c])
@@ -88,15 +89,14 @@ func rollback(o RollbackOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	err = l.SetLinks(rollbackLinks(res.Components), nil)
 	for _, cr := range res.Components {
-		if cr.Action != ActionRollback {
+		switch {
+		case cr.Action != ActionRollback:
 			slog.Info("already rolled back", "component", cr.Component, "current", cr.From)
-			continue
+		case err == nil:
+			slog.Info("rolled back", "component", cr.Component, "from", cr.From, "to", cr.To)
 		}
-		if err = swapLinks(l, cr.Component, cr.From, cr.To); err != nil {
-			break
-		}
-		slog.Info("rolled back", "component", cr.Component, "from", cr.From, "to", cr.To)
 	}
 	if rerr := restore(); err == nil {
 		err = rerr
@@ -161,23 +161,21 @@ func rollbackPair(l layout.Layout, c layout.Component) (cur, prev string, err er
 	return cur, prev, nil
 }
 
-// swapLinks exchanges current and previous in one renameat2(RENAME_EXCHANGE);
-// where the filesystem lacks it, previous is moved first, then current.
-func swapLinks(l layout.Layout, c layout.Component, cur, prev string) error {
-	dir := l.Dir(c)
-	err := unix.Renameat2(unix.AT_FDCWD, filepath.Join(dir, layout.CurrentLink), unix.AT_FDCWD, filepath.Join(dir, layout.PreviousLink), unix.RENAME_EXCHANGE)
-	if err == nil {
-		return layout.SyncDir(dir)
-	}
-	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) {
-		return fmt.Errorf("swap %s current and previous: %w", c, err)
-	}
-	if cur != "" {
-		if err := l.SetLink(c, layout.PreviousLink, cur); err != nil {
-			return err
+// rollbackLinks are the links a rollback sets, as one swap: for each
+// component rolled back, previous at its current and current at its
+// previous (a crash between two is finished at the next boot or run).
+func rollbackLinks(crs []ComponentResult) []layout.LinkChange {
+	var out []layout.LinkChange
+	for _, cr := range crs {
+		if cr.Action != ActionRollback {
+			continue
 		}
+		if cr.From != "" {
+			out = append(out, layout.LinkChange{Component: cr.Component, Link: layout.PreviousLink, Version: cr.From})
+		}
+		out = append(out, layout.LinkChange{Component: cr.Component, Link: layout.CurrentLink, Version: cr.To})
 	}
-	return l.SetLink(c, layout.CurrentLink, prev)
+	return out
 }
 
 // LastSwapped is what `ops rollback` undoes when no component is chosen:

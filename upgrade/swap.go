@@ -58,14 +58,23 @@ func (p *plan) stageAll(ctx context.Context) error {
 	return nil
 }
 
-// relinkAll moves the previous and current links of every component.
+// relinkAll moves the previous and current links of every component as
+// one swap (layout.SetLinks: a crash between two links is finished at the
+// next boot, never booted half done).
 func (p *plan) relinkAll() error {
+	var changes []layout.LinkChange
 	for _, cp := range p.comps {
-		if err := p.relink(cp); err != nil {
-			return err
-		}
+		changes = append(changes, cp.linkChanges()...)
 	}
-	return nil
+	if len(changes) == 0 {
+		return nil
+	}
+	return p.l.SetLinks(changes, func(ch layout.LinkChange) {
+		if ch.Link == layout.CurrentLink && !p.setsPrevious(ch.Component) {
+			p.o.Hook("previous:" + string(ch.Component))
+		}
+		p.o.Hook(ch.Link + ":" + string(ch.Component))
+	})
 }
 
 // stage writes every staged component under stage, then its markers, then
@@ -138,23 +147,29 @@ func moveInto(src, dst string) error {
 	return err
 }
 
-// relink points previous at the old current, then current at the new
-// version; each link is replaced atomically.
-func (p *plan) relink(cp *compPlan) error {
+// linkChanges are the links a component's swap sets: previous at the old
+// current, then current at the new version.
+func (cp *compPlan) linkChanges() []layout.LinkChange {
 	if cp.action == ActionCurrent {
 		return nil
 	}
-	if cp.from != "" && cp.from != cp.to {
-		if err := p.l.SetLink(cp.c, layout.PreviousLink, cp.from); err != nil {
-			return err
+	var out []layout.LinkChange
+	if cp.setsPrevious() {
+		out = append(out, layout.LinkChange{Component: cp.c, Link: layout.PreviousLink, Version: cp.from})
+	}
+	return append(out, layout.LinkChange{Component: cp.c, Link: layout.CurrentLink, Version: cp.to})
+}
+
+func (cp *compPlan) setsPrevious() bool { return cp.from != "" && cp.from != cp.to }
+
+// setsPrevious says whether the swap moves c's previous link.
+func (p *plan) setsPrevious(c layout.Component) bool {
+	for _, cp := range p.comps {
+		if cp.c == c {
+			return cp.action != ActionCurrent && cp.setsPrevious()
 		}
 	}
-	p.o.Hook("previous:" + string(cp.c))
-	if err := p.l.SetLink(cp.c, layout.CurrentLink, cp.to); err != nil {
-		return err
-	}
-	p.o.Hook("current:" + string(cp.c))
-	return nil
+	return false
 }
 
 // removeLeftovers deletes staging folders of runs that crashed.

@@ -127,6 +127,11 @@ func (o *Options) defaults() error {
 
 // upgrade runs the steps between the lock and the reboot.
 func upgrade(ctx context.Context, o *Options) (*Result, error) {
+	if !o.DryRun {
+		if err := finishSwap(o.SystemDir, o.Remount); err != nil {
+			return nil, err
+		}
+	}
 	p, err := newPlan(ctx, o)
 	if err != nil {
 		return nil, err
@@ -158,6 +163,30 @@ func upgrade(ctx context.Context, o *Options) (*Result, error) {
 		syncAll()
 	}
 	return p.result(), nil
+}
+
+// finishSwap completes a swap a crash cut short (layout.FinishSwap) before
+// anything reads the links: the plan then starts from one release, and no
+// stale journal outlives this run's own change of links.
+func finishSwap(dir string, allowRemount bool) error {
+	l := layout.New(dir)
+	pending, err := l.PendingSwap()
+	if err != nil || pending == nil {
+		return err
+	}
+	restore, err := writable(dir, allowRemount)
+	if err != nil {
+		return err
+	}
+	_, err = l.FinishSwap()
+	if rerr := restore(); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return err
+	}
+	slog.Warn("finished a swap an earlier run did not (a crash or power loss between its links)", "links", pending)
+	return nil
 }
 
 // writable makes sure the system directory can be changed, remounting its

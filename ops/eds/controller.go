@@ -153,8 +153,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.startInformers(ctx); err != nil {
 		return err
 	}
-	if c.opts.MetricsAddr != "" {
-		go c.serveMetrics(ctx)
+	if err := c.serveMetrics(ctx); err != nil {
+		return err
 	}
 	if !c.opts.LeaderElect {
 		c.runWorkers(ctx)
@@ -379,13 +379,14 @@ func newTolerantInformer(lw cache.ListerWatcher, example runtime.Object) cache.S
 	return cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 }
 
-func (c *Controller) serveMetrics(ctx context.Context) {
+// serveMetrics serves /metrics, /healthz and /readyz on --metrics-addr
+// until ctx ends ("" = off).
+func (c *Controller) serveMetrics(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(c.metrics.registry, promhttp.HandlerOpts{}))
 	c.probe.Install(mux) // /healthz and /readyz
-	srv := &http.Server{Addr: c.opts.MetricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { <-ctx.Done(); _ = srv.Close() }()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		c.log.Error("metrics server stopped", "addr", c.opts.MetricsAddr, "err", err)
+	if err := health.ListenAndServe(ctx, c.opts.MetricsAddr, mux, c.log); err != nil {
+		return fmt.Errorf("--metrics-addr: %w", err)
 	}
+	return nil
 }

@@ -130,6 +130,21 @@ func (p *Probe) Install(mux *http.ServeMux) {
 	mux.HandleFunc("/readyz", serve(p.Ready))
 }
 
+// ListenAndServe listens on addr ("" = off: nothing is served) and serves
+// h there until ctx ends (Serve). An address that cannot be listened on is
+// an error at once, not a log line once the component runs unobserved.
+func ListenAndServe(ctx context.Context, addr string, h http.Handler, log *slog.Logger) error {
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s (change the address flag, or free the port): %w", addr, err)
+	}
+	Serve(ctx, ln, h, log)
+	return nil
+}
+
 // Serve serves h on ln until ctx ends, then shuts the server down (2 s
 // for requests in flight); it returns at once. A server that stops on its
 // own is logged.

@@ -1,7 +1,9 @@
 package health
 
 import (
+	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -84,5 +86,23 @@ func TestWedgedLoopTurnsHealthzRed(t *testing.T) {
 	beat()
 	if code, _ := get("/healthz"); code != http.StatusOK {
 		t.Fatalf("after a beat: /healthz %d", code)
+	}
+}
+
+// An address already taken is an error at start, naming it; "" serves nothing.
+func TestListenAndServeRefusesATakenAddress(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err = ListenAndServe(ctx, taken.Addr().String(), http.NewServeMux(), nil)
+	if err == nil || !strings.Contains(err.Error(), taken.Addr().String()) {
+		t.Errorf("serving on a taken address: %v, want an error naming it", err)
+	}
+	if err := ListenAndServe(ctx, "", http.NewServeMux(), nil); err != nil {
+		t.Errorf(`serving on "": %v`, err)
 	}
 }

@@ -68,10 +68,14 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	if err != nil {
 		return err
 	}
-	a.m.serve(ctx, a.o.MetricsAddr, a.o.Log)
+	if err := a.m.serve(ctx, a.o.MetricsAddr, a.o.Log); err != nil {
+		return fmt.Errorf("--metrics-addr: %w", err)
+	}
 	probe := health.New()
 	beat := probe.Loop("reconcile", a.o.HealthAllowance)
-	serveProbes(ctx, a.o.HealthAddr, probe, a.o.Log)
+	if err := serveProbes(ctx, a.o.HealthAddr, probe, a.o.Log); err != nil {
+		return fmt.Errorf("--health-addr: %w", err)
+	}
 	defer a.ev.flush()
 	inf := nodeInformer(a.kube, o.NodeName)
 	probe.ReadyWhen("the Node informer synced", inf.HasSynced)

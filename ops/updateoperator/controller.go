@@ -161,8 +161,12 @@ func RunController(ctx context.Context, o ControllerOptions) error {
 	if err != nil {
 		return err
 	}
-	c.m.serve(ctx, o.MetricsAddr, o.Log)
-	serveProbes(ctx, o.HealthAddr, c.probe, o.Log)
+	if err := c.m.serve(ctx, o.MetricsAddr, o.Log); err != nil {
+		return fmt.Errorf("--metrics-addr: %w", err)
+	}
+	if err := serveProbes(ctx, o.HealthAddr, c.probe, o.Log); err != nil {
+		return fmt.Errorf("--health-addr: %w", err)
+	}
 	defer c.ev.flush()
 	if o.LeaseName == "" {
 		return c.lead(ctx)

@@ -6,9 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,27 +56,19 @@ func TestLabelsExclusionAndAdminCordon(t *testing.T) {
 }
 
 func TestStatusTableAndMetrics(t *testing.T) {
-	f := newFleet(t, "st", 1)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	f := newFleet(t, "st", 0)
+	addr := freeLoopback(t)
+	var agentAddr atomic.Value // each start of the agent (a reboot restarts it) serves on an address of its own
+	f.agentEdit = func(_ string, o *AgentOptions) { o.MetricsAddr = freeLoopback(t); agentAddr.Store(o.MetricsAddr) }
+	f.addNode("st-0", false)
 	stop := f.controller(func(o *ControllerOptions) { o.MetricsAddr = addr })
 	defer stop()
 	eventually(t, time.Minute, "updated", f.done)
-	eventually(t, 10*time.Second, "metrics", func() (bool, string) {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			return false, err.Error()
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		want := `slipway_update_operator_steps_total{step="finish"} 1`
-		return strings.Contains(string(body), want) && strings.Contains(string(body), `slipway_update_operator_nodes{state="up-to-date",version="v2"}`),
-			"no " + want + " in /metrics"
-	})
+	eventually(t, 10*time.Second, "the controller's metrics", metricsSay(addr,
+		`slipway_update_operator_steps_total{step="finish"} 1`, `slipway_update_operator_nodes{state="up-to-date",version="v2"}`))
+	// The agent that came back after the reboot: it checked for updates.
+	eventually(t, 10*time.Second, "the agent's metrics", metricsSay(agentAddr.Load().(string),
+		`slipway_update_operator_agent_intents_total{intent="stabilize",result="ok"}`))
 	var out bytes.Buffer
 	if err := Status(context.Background(), StatusOptions{Config: f.env.Config, Prefix: f.prefix, JSON: true, Out: &out}); err != nil {
 		t.Fatal(err)
@@ -104,6 +97,47 @@ func TestStatusTableAndMetrics(t *testing.T) {
 	}
 }
 
+// metricsSay: addr's /metrics holds each of want.
+func metricsSay(addr string, want ...string) func() (bool, string) {
+	return func() (bool, string) {
+		body, err := scrape(addr)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				return false, "no " + w + " in " + addr + "/metrics"
+			}
+		}
+		return true, ""
+	}
+}
+
+// metricValue is the value of one series (name and labels as exposed) on addr's /metrics.
+func metricValue(addr, series string) (float64, bool) {
+	body, err := scrape(addr)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+func scrape(addr string) (string, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
+}
+
 // FLUO-style hooks: the node is labelled before-reboot once drained and
 // reboots only after the hook's annotation says true; after the reboot it
 // is labelled after-reboot and finishes only after that hook says true.
@@ -112,13 +146,25 @@ func TestBeforeAndAfterRebootHooks(t *testing.T) {
 	f := newFleet(t, "hook", 1)
 	node := f.nodes[0]
 	const before, after = "hooks.example.com/before-ok", "hooks.example.com/after-ok"
+	addr := freeLoopback(t)
 	stop := f.controller(func(o *ControllerOptions) {
 		o.BeforeRebootChecks, o.AfterRebootChecks = []string{before}, []string{after}
+		o.MetricsAddr = addr
+		o.Drain.Timeout, o.Policy.Timeouts.Reboot = 7*time.Minute, 11*time.Minute
 	})
 	defer stop()
 	eventually(t, time.Minute, "labelled for the before-reboot hooks", func() (bool, string) {
 		n := f.node(node)
 		return n.Labels[f.keys.Key(KeyBeforeReboot)] == "true", "not yet"
+	})
+	// Held cordoned by the operator: the alert's series say since when, and for how long at most.
+	cordoned := `slipway_update_operator_node_cordoned_since_timestamp_seconds{node="` + node + `"}`
+	eventually(t, 10*time.Second, "the cordon's metrics", func() (bool, string) {
+		want, err := time.Parse(time.RFC3339, f.node(node).Annotations[f.keys.Key(KeyDrainStarted)])
+		since, ok := metricValue(addr, cordoned)
+		limit, _ := metricValue(addr, "slipway_update_operator_cordon_limit_seconds")
+		return err == nil && ok && since == float64(want.Unix()) && limit == (18*time.Minute).Seconds(),
+			fmt.Sprintf("%s %v (%v), want the drain's start %s; limit %vs, want 1080", cordoned, since, ok, want, limit)
 	})
 	time.Sleep(2 * time.Second) // the controller resyncs every second: it must keep waiting
 	f.mu.Lock()
@@ -137,6 +183,10 @@ func TestBeforeAndAfterRebootHooks(t *testing.T) {
 	}
 	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{after: "true"}}})
 	eventually(t, time.Minute, "finished", f.done)
+	eventually(t, 10*time.Second, "no cordon series once lifted", func() (bool, string) {
+		_, held := metricValue(addr, cordoned)
+		return !held, cordoned + " still exposed"
+	})
 	n := f.node(node)
 	for _, k := range []string{f.keys.Key(KeyBeforeReboot), f.keys.Key(KeyAfterReboot)} {
 		if _, ok := n.Labels[k]; ok {

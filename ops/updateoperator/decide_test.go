@@ -270,3 +270,30 @@ func TestAdoptOldCordons(t *testing.T) {
 		t.Error("adopted without AdoptOldCordons")
 	}
 }
+
+func TestCordonedSince(t *testing.T) {
+	k, _ := NewKeys(DefaultPrefix)
+	at := time.Date(2026, 11, 26, 5, 0, 0, 0, time.UTC)
+	later := at.Add(time.Minute)
+	for _, tc := range []struct {
+		name string
+		ours bool
+		ann  map[string]string
+		want time.Time
+		ok   bool
+	}{
+		{"cordoned by the operator: the drain's start", true, map[string]string{k.Key(KeyDrainStarted): stamp(at), k.Key(KeyTransition): stamp(later)}, at, true},
+		{"an old cordon without a drain start: the last transition", true, map[string]string{k.Key(KeyTransition): stamp(later)}, later, true},
+		{"a garbled drain start: the last transition", true, map[string]string{k.Key(KeyDrainStarted): "soon", k.Key(KeyTransition): stamp(later)}, later, true},
+		{"cordoned by someone else", false, map[string]string{k.Key(KeyDrainStarted): stamp(at)}, time.Time{}, false},
+		{"ours, no time at all", true, map[string]string{}, time.Time{}, false},
+	} {
+		got, ok := k.CordonedSince(NodeView{CordonedByUs: tc.ours}, tc.ann)
+		if ok != tc.ok || !got.Equal(tc.want) {
+			t.Errorf("%s: %v %v, want %v %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+	if got := CordonLimit(10*time.Minute, Timeouts{Reboot: 30 * time.Minute, Prepare: time.Hour}); got != 40*time.Minute {
+		t.Errorf("CordonLimit = %s, want 40m (drain + reboot)", got)
+	}
+}

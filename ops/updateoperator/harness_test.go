@@ -60,6 +60,8 @@ type fleet struct {
 	stepTimeout time.Duration
 	// agentWrap, when set, wraps the agents' transport (to count their calls).
 	agentWrap func(http.RoundTripper) http.RoundTripper
+	// agentEdit, when set, edits each agent's options as it starts.
+	agentEdit func(node string, o *AgentOptions)
 	closed    bool
 }
 
@@ -162,10 +164,14 @@ func (f *fleet) startAgent(node string) {
 		cfg = rest.CopyConfig(cfg)
 		cfg.Wrap(f.agentWrap)
 	}
+	o := AgentOptions{Config: cfg, Prefix: f.prefix, NodeName: node, Platform: f.plats[node],
+		CheckInterval: 2 * time.Second, Resync: time.Second, StepTimeout: f.stepTimeout, Log: f.log.With("agent", node)}
+	if f.agentEdit != nil {
+		f.agentEdit(node, &o)
+	}
 	go func() {
 		defer close(r.done)
-		err := RunAgent(ctx, AgentOptions{Config: cfg, Prefix: f.prefix, NodeName: node, Platform: f.plats[node],
-			CheckInterval: 2 * time.Second, Resync: time.Second, StepTimeout: f.stepTimeout, Log: f.log.With("agent", node)})
+		err := RunAgent(ctx, o)
 		if err != nil {
 			f.t.Errorf("agent %s: %v", node, err)
 		}

@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	authv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -205,5 +207,37 @@ func TestSlipwayAgentSeesTheHostsInit(t *testing.T) {
 					platform, pod.HostPID, mounted, named, bus, want)
 			}
 		}
+	}
+}
+
+// Both components serve /metrics where their pods declare it: the agent's
+// DaemonSet names the port and turns its metrics on there (the agent's
+// --metrics-addr is off by default, for runs by hand on a node).
+func TestManifestServesMetricsOfBoth(t *testing.T) {
+	objs, err := ManifestObjects(ManifestOptions{Platform: "slipway"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, o := range objs {
+		var c corev1.Container
+		switch w := o.(type) {
+		case *appsv1.DaemonSet:
+			c = w.Spec.Template.Spec.Containers[0]
+			if args := strings.Join(c.Args, " "); !strings.Contains(args, "--metrics-addr :9480") {
+				t.Errorf("the agent does not serve metrics on its port: %s", args)
+			}
+		case *appsv1.Deployment:
+			c = w.Spec.Template.Spec.Containers[0]
+		default:
+			continue
+		}
+		seen++
+		if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" && p.ContainerPort == 9480 }) {
+			t.Errorf("%s declares no metrics port 9480: %+v", c.Name, c.Ports)
+		}
+	}
+	if seen != 2 {
+		t.Errorf("found %d workloads, want the controller and the agent", seen)
 	}
 }

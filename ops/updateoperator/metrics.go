@@ -2,14 +2,14 @@ package updateoperator
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"slipway.dev/slipway/ops/health"
 )
 
 // metrics are the operator's Prometheus metrics, on their own registry.
@@ -21,6 +21,10 @@ type metrics struct {
 	transitions *prometheus.CounterVec // steps taken, by kind (controller)
 	intents     *prometheus.CounterVec // intents carried out, by intent and result (agent)
 	reads       *prometheus.CounterVec // how the controller read Nodes: cache, list, get
+	// cordonedSince is when the operator cordoned each node it holds
+	// cordoned; cordonLimit how long a cordon of its may last (controller).
+	cordonedSince *prometheus.GaugeVec
+	cordonLimit   prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -38,24 +42,19 @@ func newMetrics() *metrics {
 			Help: "Intents this agent carried out, by intent and result."}, []string{"intent", "result"}),
 		reads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_update_operator_node_reads_total",
 			Help: "How the controller read Nodes: a turn from its cache, a quorum LIST (the cache lagged its own writes), a GET."}, []string{"how"}),
+		cordonedSince: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_update_operator_node_cordoned_since_timestamp_seconds",
+			Help: "When the operator cordoned the node for its update (drain-started), for each node it holds cordoned."}, []string{"node"}),
+		cordonLimit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "slipway_update_operator_cordon_limit_seconds",
+			Help: "How long a cordon of the operator may last: the drain's timeout and the reboot's (--drain-timeout + --state-timeout)."}),
 	}
-	m.registry.MustRegister(m.nodes, m.inFlight, m.failures, m.transitions, m.intents, m.reads,
+	m.registry.MustRegister(m.nodes, m.inFlight, m.failures, m.transitions, m.intents, m.reads, m.cordonedSince, m.cordonLimit,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 // serve serves /metrics on addr until ctx ends ("" = off).
-func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger) {
-	if addr == "" {
-		return
-	}
+func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { <-ctx.Done(); _ = srv.Close() }()
-	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "addr", addr, "err", err)
-		}
-	}()
+	return health.ListenAndServe(ctx, addr, mux, log)
 }

@@ -2,7 +2,6 @@ package updateoperator
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -42,19 +41,10 @@ func agentAllowance(o AgentOptions) time.Duration {
 }
 
 // serveProbes serves p's /healthz and /readyz on addr until ctx ends ("" = off).
-func serveProbes(ctx context.Context, addr string, p *health.Probe, log *slog.Logger) {
-	if addr == "" {
-		return
-	}
+func serveProbes(ctx context.Context, addr string, p *health.Probe, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	p.Install(mux)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { <-ctx.Done(); _ = srv.Close() }()
-	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("probe server stopped", "addr", addr, "err", err)
-		}
-	}()
+	return health.ListenAndServe(ctx, addr, mux, log)
 }
 
 // beatingLeases is the elector's Lease client: each call beats the elector

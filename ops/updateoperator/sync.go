@@ -125,11 +125,16 @@ func (c *controller) isDraining(node string) bool {
 // report sets the node gauges.
 func (c *controller) report(nodes []corev1.Node, views []NodeView) {
 	c.m.nodes.Reset()
+	c.m.cordonedSince.Reset()
+	c.m.cordonLimit.Set(CordonLimit(c.o.Drain.Timeout, c.o.Policy.Timeouts).Seconds())
 	inflight := 0
 	for i, v := range views {
 		c.m.nodes.WithLabelValues(string(v.State), nodes[i].Annotations[c.keys.Key(KeyCurrentVersion)]).Inc()
 		if InFlight(v) {
 			inflight++
+		}
+		if since, ok := c.keys.CordonedSince(v, nodes[i].Annotations); ok {
+			c.m.cordonedSince.WithLabelValues(v.Name).Set(float64(since.Unix()))
 		}
 	}
 	c.m.inFlight.Set(float64(inflight))

@@ -130,3 +130,25 @@ func patchNodeRV(ctx context.Context, c *kube.Clientset, node string, labels, an
 	}
 	return n, nil
 }
+
+// CordonedSince is when the operator cordoned a node it holds cordoned: the
+// drain's start, written with the cordon (the last transition for a cordon
+// written without one). ok is false for a node the operator did not cordon,
+// whoever else did.
+func (k Keys) CordonedSince(v NodeView, a map[string]string) (since time.Time, ok bool) {
+	if !v.CordonedByUs {
+		return time.Time{}, false
+	}
+	if t, err := time.Parse(time.RFC3339, a[k.Key(KeyDrainStarted)]); err == nil {
+		return t, true
+	}
+	if t, err := time.Parse(time.RFC3339, a[k.Key(KeyTransition)]); err == nil {
+		return t, true
+	}
+	return time.Time{}, false
+}
+
+// CordonLimit is how long a cordon of the operator may last: the drain's
+// timeout, then the reboot's (reboot-update until back Ready), after which
+// the controller fails the update and lifts the cordon.
+func CordonLimit(drain time.Duration, t Timeouts) time.Duration { return drain + t.Reboot }

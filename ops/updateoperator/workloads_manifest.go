@@ -1,6 +1,8 @@
 package updateoperator
 
 import (
+	"fmt"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -39,7 +41,7 @@ func controllerDeployment(o ManifestOptions, keys Keys) *appsv1.Deployment {
 					Containers: []corev1.Container{{
 						Name: "controller", Image: o.Image, Args: args,
 						Env:            []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
-						Ports:          []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9480}, healthPort()},
+						Ports:          []corev1.ContainerPort{metricsPort(), healthPort()},
 						LivenessProbe:  liveness(),
 						ReadinessProbe: readiness(),
 						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
@@ -63,7 +65,8 @@ const HostRunDir = "/host/run"
 // label, with the host paths its platform needs.
 func agentDaemonSet(o ManifestOptions, keys Keys) *appsv1.DaemonSet {
 	labels := appLabels(AgentName)
-	args := append([]string{"update-operator", "agent", "--prefix", keys.Prefix, "--platform", o.Platform}, o.AgentArgs...)
+	args := append([]string{"update-operator", "agent", "--prefix", keys.Prefix, "--platform", o.Platform,
+		"--metrics-addr", fmt.Sprintf(":%d", metricsPort().ContainerPort)}, o.AgentArgs...)
 	hostPath := func(name, path string, t corev1.HostPathType) corev1.Volume {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &t}}}
 	}
@@ -100,7 +103,7 @@ func agentDaemonSet(o ManifestOptions, keys Keys) *appsv1.DaemonSet {
 						Name: "agent", Image: o.Image, Args: args,
 						Env:            env,
 						VolumeMounts:   mounts,
-						Ports:          []corev1.ContainerPort{healthPort()},
+						Ports:          []corev1.ContainerPort{metricsPort(), healthPort()},
 						LivenessProbe:  liveness(),
 						ReadinessProbe: readiness(),
 						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
@@ -127,6 +130,12 @@ func agentSecurity(platform string) *corev1.SecurityContext {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// metricsPort is where both components serve /metrics (the controller's
+// --metrics-addr default; the agent's is off, so its DaemonSet passes it).
+func metricsPort() corev1.ContainerPort {
+	return corev1.ContainerPort{Name: "metrics", ContainerPort: 9480}
+}
 
 // healthPort is where both components serve /healthz and /readyz (DefaultHealthAddr).
 func healthPort() corev1.ContainerPort {

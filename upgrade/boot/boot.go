@@ -87,6 +87,11 @@ func Loader(ctx context.Context, o Options) (*Plan, error) {
 		b, _ := os.ReadFile("/proc/cmdline")
 		o.Cmdline = string(b)
 	}
+	if !o.DryRun {
+		if err := finishSwap(o); err != nil {
+			return nil, err
+		}
+	}
 	p, err := Decide(o)
 	if err != nil {
 		return nil, err
@@ -102,6 +107,21 @@ func Loader(ctx context.Context, o Options) (*Plan, error) {
 		return p, nil
 	}
 	return p, kexec(o, p, mounted)
+}
+
+// finishSwap completes a swap a power loss cut short between two links
+// (layout.FinishSwap), so that the links name one release before the
+// try-once rule reads them: the new one, whose every file was synced
+// before the swap began; it is then tried like any new version.
+func finishSwap(o Options) error {
+	done, err := layout.New(o.SystemDir).FinishSwap()
+	if err != nil {
+		return err
+	}
+	if done {
+		fmt.Fprintln(o.Out, "slipway boot: finished a swap cut short (the links name one release again)")
+	}
+	return nil
 }
 
 // Decide reads the system directory and returns the plan; it changes nothing.
@@ -152,19 +172,18 @@ func Apply(systemDir string, p *Plan) error {
 	if p.Relink {
 		l := layout.New(systemDir)
 		a, _ := p.State.LastAbandoned()
+		var changes []layout.LinkChange
 		for _, x := range []struct {
 			c        layout.Component
 			to, from string
 		}{{layout.Rootfs, p.Boot.Rootfs, a.Rootfs}, {layout.Kernel, p.Boot.Kernel, a.Kernel}} {
-			if x.to == x.from {
-				continue
+			if x.to != x.from {
+				changes = append(changes, layout.LinkChange{Component: x.c, Link: layout.CurrentLink, Version: x.to},
+					layout.LinkChange{Component: x.c, Link: layout.PreviousLink, Version: x.from})
 			}
-			if err := l.SetLink(x.c, layout.CurrentLink, x.to); err != nil {
-				return fmt.Errorf("fall back to %s %s: %w", x.c, x.to, err)
-			}
-			if err := l.SetLink(x.c, layout.PreviousLink, x.from); err != nil {
-				return fmt.Errorf("record abandoned %s %s as previous: %w", x.c, x.from, err)
-			}
+		}
+		if err := l.SetLinks(changes, nil); err != nil {
+			return fmt.Errorf("fall back to %s, %s as previous: %w", p.Boot, a.Versions, err)
 		}
 		slog.Warn("fell back", "abandoned", a.Versions.String(), "booting", p.Boot.String(), "reason", a.Reason)
 	}
