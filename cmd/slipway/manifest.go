@@ -25,6 +25,7 @@ manifest never starts a rollout by itself:
 			&cli.IntFlag{Name: "concurrency", Usage: "nodes upgrading at once on the default UpdateChannel (0: the CRD default, 1)", EnvVars: envs("CONCURRENCY")},
 			&cli.BoolFlag{Name: "systemd-hosts", Usage: "mount the host's D-Bus socket into the agents (hosts whose init is systemd reboot through logind); off for k3os", EnvVars: envs("MANIFEST_SYSTEMD_HOSTS")},
 			&cli.StringSliceFlag{Name: "mirror-dir", Usage: "a host `DIR` file:// channels read from: mounted read-only into the agents and allowed to the upgrade Jobs (repeatable)", EnvVars: envs("MANIFEST_MIRROR_DIRS")},
+			&cli.StringSliceFlag{Name: "release-source", Usage: "a channel `URL` the upgrade Jobs may download from (github-releases://owner/repo also admits its repository's download address; repeatable; default the channel's --channel-url); the admission policy refuses any other --source", EnvVars: envs("MANIFEST_RELEASE_SOURCES")},
 			&cli.StringSliceFlag{Name: "token-secret", Usage: "a Secret `NAME` a channel's tokenSecretRef may name (repeatable; default " + manifest.DefaultTokenSecret + ")", EnvVars: envs("MANIFEST_TOKEN_SECRETS")},
 			&cli.StringSliceFlag{Name: "job-image", Usage: "an `IMAGE` a channel's spec.image may name for its Jobs, besides --image (repeatable)", EnvVars: envs("MANIFEST_JOB_IMAGES")},
 		},
@@ -34,7 +35,7 @@ manifest never starts a rollout by itself:
 				Image:        c.String("image"),
 				InstallCRDs:  c.Bool("install-crds"),
 				SystemdHosts: c.Bool("systemd-hosts"), MirrorDirs: c.StringSlice("mirror-dir"),
-				TokenSecrets: c.StringSlice("token-secret"), JobImages: c.StringSlice("job-image"),
+				TokenSecrets: c.StringSlice("token-secret"), JobImages: c.StringSlice("job-image"), ReleaseSources: c.StringSlice("release-source"),
 				Channel: opsv1.UpdateChannelSpec{
 					URL:         c.String("channel-url"),
 					Version:     c.String("channel-version"),

@@ -86,12 +86,14 @@ func newFleet(t *testing.T, nodes int, edit func(*Options)) *fleet {
 		f.addNode(fmt.Sprintf("%s-n%d", f.ns, i))
 	}
 	jctx, cancel := context.WithCancel(ctx)
+	jobsDone := make(chan struct{})
 	t.Cleanup(func() {
 		f.stopAll()
 		f.stopController()
 		cancel()
+		<-jobsDone // a Job still running must not meet its node's directory removed
 	})
-	go f.runJobs(jctx)
+	go func() { defer close(jobsDone); f.runJobs(jctx) }()
 	f.startController()
 	return f
 }
@@ -250,6 +252,8 @@ func (f *fleet) runJobs(ctx context.Context) {
 		return
 	}
 	defer w.Stop()
+	var staging sync.WaitGroup
+	defer staging.Wait()
 	for ev := range w.ResultChan() {
 		j, ok := ev.Object.(*batchv1.Job)
 		if !ok || ev.Type != watch.Added {
@@ -259,7 +263,9 @@ func (f *fleet) runJobs(ctx context.Context) {
 		fail, wait := f.failOn[j.Annotations[AnnotationJobNode]], f.stageTime
 		f.mu.Unlock()
 		if argAfter(j.Spec.Template.Spec.Containers[0].Args, "--phase") == "stage" && wait > 0 {
+			staging.Add(1)
 			go func() {
+				defer staging.Done()
 				f.countStaging(+1)
 				defer f.countStaging(-1)
 				select {

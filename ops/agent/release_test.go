@@ -128,7 +128,7 @@ func TestReleaseResolvedOncePerRollout(t *testing.T) {
 	}
 	// Issue 21 item 6: as the shipped manifest's ServiceAccount, the token
 	// Secret named by the manifest is readable (and no other).
-	f.asServiceAccount(manifest.Options{TokenSecrets: []string{"gh"}, GitHubDownloadBase: "https://github.example/"})
+	f.asServiceAccount(manifest.Options{TokenSecrets: []string{"gh"}, GitHubDownloadBase: "https://github.example/", ReleaseSources: []string{"github-releases://o/r"}})
 	for i := range 3 {
 		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
 	}

@@ -2,6 +2,7 @@ package attack
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -23,7 +24,7 @@ import (
 
 // The UpdateChannel agent's installation the attacks run against.
 var agentOpts = manifest.Options{Namespace: "slipway-attack", Image: "slipway:attack", MirrorDirs: []string{"/srv/mirror"},
-	TokenSecrets: []string{"gh-token"}, GitHubDownloadBase: "https://github.example/"}
+	TokenSecrets: []string{"gh-token"}, GitHubDownloadBase: "https://github.example/", ReleaseSources: []string{"github-releases://o/r"}}
 
 // agentOnA installs the manifest's access objects and returns the
 // clients of the agent pod on node-a (node-b exists beside it).
@@ -68,7 +69,10 @@ func TestAgentCreatesOnlyItsOwnNodesUpgradeJobs(t *testing.T) {
 		_, err := jobs.Create(ctx, j, dry)
 		return err
 	})
-	for name, j := range map[string]*batchv1.Job{"mirror channel": mirror, "github channel with its token": github} {
+	resolved := channelOf(v1.UpdateChannelSpec{URL: "github-releases://o/r", Version: "v2"})
+	resolved.Status.Resolved = &v1.ResolvedRelease{Version: "v2", Source: "https://github.example/o/r/releases", At: metav1.Now()}
+	for name, j := range map[string]*batchv1.Job{"mirror channel": mirror, "github channel with its token": github,
+		"github channel from its repository's download address": legitJob(t, resolved)} {
 		if _, err := jobs.Create(ctx, j, dry); err != nil {
 			t.Errorf("the agent's own %s Job is refused: %v", name, err)
 		}
@@ -106,6 +110,21 @@ func TestAgentCreatesOnlyItsOwnNodesUpgradeJobs(t *testing.T) {
 			c(j).Env = []corev1.EnvVar{{Name: "GITHUB_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: "other"}, Key: "token"}}}}
 		},
+		// The release source (whoever wrote the node's channel view, a
+		// compromised controller included, cannot choose it).
+		"downloading from another host":         func(j *batchv1.Job) { setSource(j, "https://evil.example/o/r/releases") },
+		"downloading another GitHub repository": func(j *batchv1.Job) { setSource(j, "https://github.example/evil/r/releases") },
+		"downloading another github channel":    func(j *batchv1.Job) { setSource(j, "github-releases://evil/r") },
+		"escaping the mirror":                   func(j *batchv1.Job) { setSource(j, "file:///srv/mirror/../../etc") },
+		"naming a second source": func(j *batchv1.Job) {
+			c(j).Args = append(c(j).Args, "--source", "https://evil.example/releases")
+		},
+		"naming its source as --source=": func(j *batchv1.Job) { c(j).Args = append(c(j).Args, "--source=https://evil.example/releases") },
+		"naming its source as -source":   func(j *batchv1.Job) { c(j).Args = append(c(j).Args, "-source", "https://evil.example/releases") },
+		"upgrading from the default source": func(j *batchv1.Job) {
+			i := slices.Index(c(j).Args, "--source")
+			c(j).Args = slices.Delete(c(j).Args, i, i+2)
+		},
 		"with an init container": func(j *batchv1.Job) {
 			j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "i", Image: agentOpts.Image}}
 		},
@@ -127,6 +146,11 @@ func TestAgentCreatesOnlyItsOwnNodesUpgradeJobs(t *testing.T) {
 }
 
 func c(j *batchv1.Job) *corev1.Container { return &j.Spec.Template.Spec.Containers[0] }
+
+// setSource sets the value after the Job's --source.
+func setSource(j *batchv1.Job, source string) {
+	c(j).Args[slices.Index(c(j).Args, "--source")+1] = source
+}
 
 func add(ct *corev1.Container, cp corev1.Capability) {
 	ct.SecurityContext.Capabilities.Add = append(ct.SecurityContext.Capabilities.Add, cp)

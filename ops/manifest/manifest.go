@@ -69,6 +69,14 @@ type Options struct {
 	// TokenSecrets are the Secrets (in Namespace) a channel's
 	// tokenSecretRef may name (default DefaultTokenSecret).
 	TokenSecrets []string
+	// ReleaseSources are the release sources the upgrade Jobs may download
+	// from besides the mirror directories: channel URLs
+	// (github-releases://owner/repo, which also admits its repository's
+	// download address, http(s)://…). Default: the default channel's URL.
+	// The Job policy refuses any other `--source`, so that whoever writes
+	// the nodes' instructions (the controller, through the channel views)
+	// cannot point a node's upgrade at another release.
+	ReleaseSources []string
 	// GitHubDownloadBase is where the resolved release of a
 	// github-releases://owner/repo channel must point: <base>owner/repo/releases.
 	GitHubDownloadBase string

@@ -46,10 +46,7 @@ func policies(o Options) []any {
 // directory the manifest names.
 func jobPolicy(o Options) admission.UserPolicy {
 	images := append([]string{o.Image}, o.JobImages...)
-	mirrors := o.MirrorDirs
-	if mirrors == nil {
-		mirrors = []string{}
-	}
+	mirrors := o.mirrorDirs()
 	m := func(format string, a ...any) string {
 		return "the slipway agent may create only slipway's upgrade Jobs: " + fmt.Sprintf(format, a...)
 	}
@@ -60,6 +57,9 @@ func jobPolicy(o Options) admission.UserPolicy {
 			{Name: "node", Expression: admission.RequesterNode},
 			{Name: "pod", Expression: "object.spec.template.spec"},
 			{Name: "c", Expression: "object.spec.template.spec.containers[0]"},
+			{Name: "args", Expression: "variables.c.?args.orValue([])"},
+			{Name: "si", Expression: "variables.args.indexOf('--source')"},
+			{Name: "source", Expression: "variables.si >= 0 && variables.si + 1 < size(variables.args) ? variables.args[variables.si + 1] : ''"},
 		},
 		Validations: []admissionv1.Validation{
 			{Expression: "variables.node != '' && variables.pod.?nodeName.orValue('') == variables.node",
@@ -70,6 +70,11 @@ func jobPolicy(o Options) admission.UserPolicy {
 			{Expression: fmt.Sprintf("variables.c.?command.orValue([]) == %s && size(variables.c.?args.orValue([])) >= 2 && variables.c.args[0] == 'ops' && variables.c.args[1] in %s",
 				admission.CELList(o.jobCommand()), admission.CELList(JobCommands)),
 				Message: m("command %v ops %v", o.jobCommand(), JobCommands)},
+			{Expression: "!variables.args.exists(a, a.matches('^--?source(=.*)?$') && a != '--source') && variables.si == variables.args.lastIndexOf('--source')",
+				Message: m("one release source at most, written `--source URL`")},
+			{Expression: o.sourceAllowed(), Message: m("an upgrade's --source one of %v, their GitHub repositories' download addresses (%s<owner>/<repo>/releases), "+
+				"or under a mirror directory %v; to allow another, add it to the manifest (`slipway ops manifest --release-source URL`, the chart's releaseSources)",
+				o.releaseSources(), o.GitHubDownloadBase, o.mirrorDirs())},
 			{Expression: "!variables.pod.?hostPID.orValue(false) && !variables.pod.?hostNetwork.orValue(false) && !variables.pod.?hostIPC.orValue(false)",
 				Message: m("no host PID, network or IPC namespace")},
 			{Expression: "variables.pod.?automountServiceAccountToken.orValue(true) == false && variables.pod.?serviceAccountName.orValue('default') == 'default' && variables.pod.?serviceAccount.orValue('default') == 'default'",
@@ -124,6 +129,39 @@ func sourcePolicy(o Options) admission.UserPolicy {
 			Message:    "status.resolved.source of a github-releases:// channel must be its own repository's download address (" + base + "<owner>/<repo>/releases) or the channel URL",
 		}},
 	}
+}
+
+// sourceAllowed is the CEL test of a Job's release source (variables.source,
+// after its only --source): none for a rollback or a prune; for an
+// upgrade, one of the release sources, the download address of a
+// github-releases:// one's repository, or a path under a mirror
+// directory (file:// or bare), never with "..".
+func (o Options) sourceAllowed() string {
+	sources := admission.CELList(o.releaseSources())
+	return fmt.Sprintf("variables.si < 0 ? !(size(variables.args) >= 2 && variables.args[1] == 'upgrade') : "+
+		"!variables.source.contains('..') && (variables.source in %[1]s || "+
+		"%[1]s.exists(u, u.startsWith('github-releases://') && variables.source == %[2]q + (u.endsWith('/') ? u.substring(18, size(u) - 1) : u.substring(18)) + '/releases') || "+
+		"%[3]s.exists(d, [d, 'file://' + d].exists(p, variables.source == p || variables.source.startsWith(p + '/'))))",
+		sources, o.GitHubDownloadBase, admission.CELList(o.mirrorDirs()))
+}
+
+// releaseSources are the sources an upgrade Job may name (ReleaseSources,
+// or the default channel's URL).
+func (o Options) releaseSources() []string {
+	if len(o.ReleaseSources) > 0 {
+		return slices.Clone(o.ReleaseSources)
+	}
+	if o.Channel.URL != "" {
+		return []string{o.Channel.URL}
+	}
+	return []string{DefaultChannelURL}
+}
+
+func (o Options) mirrorDirs() []string {
+	if o.MirrorDirs == nil {
+		return []string{}
+	}
+	return o.MirrorDirs
 }
 
 // tokenSecrets are the Secrets a Job may read its GitHub token from.

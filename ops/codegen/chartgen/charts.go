@@ -25,6 +25,7 @@ const (
 	sentinelMirrorDir  = "/zzsentmirror"
 	sentinelSecret     = "zzsentsecret"
 	sentinelJobImage   = "zzsent.invalid/zzsentjobimage:zzsentjobtag"
+	sentinelSource     = "https://zzsentsource.invalid/releases"
 	sentinelMark       = "zzsent"
 )
 
@@ -106,7 +107,8 @@ func agentChart() Chart {
 			o := manifest.Options{}
 			if r.Sentinel {
 				o = manifest.Options{Namespace: sentinelNamespace, Image: sentinelImage, Channel: opsv1.UpdateChannelSpec{URL: sentinelChannelURL},
-					MirrorDirs: []string{sentinelMirrorDir}, TokenSecrets: []string{sentinelSecret}, JobImages: []string{sentinelJobImage}}
+					MirrorDirs: []string{sentinelMirrorDir}, TokenSecrets: []string{sentinelSecret}, JobImages: []string{sentinelJobImage},
+					ReleaseSources: []string{sentinelSource}}
 			}
 			o.SystemdHosts, _ = strconv.ParseBool(variantOr(r, "false"))
 			o.InstallCRDs = slices.Contains(r.On, "installCRDs")
@@ -122,6 +124,10 @@ func agentChart() Chart {
 			{Sentinel: sentinelSecret, Key: "tokenSecrets", Default: []string{manifest.DefaultTokenSecret},
 				Comment: "Secrets (in the release's namespace) a channel's tokenSecretRef may name (--token-secret): the\n" +
 					"controller may read them and the upgrade Jobs take GITHUB_TOKEN from them; empty: the default."},
+			{Sentinel: sentinelSource, Key: "releaseSources", Default: []string{manifest.DefaultChannelURL},
+				Comment: "Release sources (channel URLs) the upgrade Jobs may download from besides the mirror directories\n" +
+					"(--release-source): a github-releases://owner/repo source also admits its repository's download address.\n" +
+					"Add your channel's url here when you change it: the admission policy refuses a Job with any other --source."},
 			{Sentinel: sentinelJobImage, Key: "jobImages",
 				Comment: "Images a channel's spec.image may run its upgrade Jobs with, besides the chart's image (--job-image)."},
 		},

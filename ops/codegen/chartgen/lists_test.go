@@ -12,8 +12,8 @@ import (
 )
 
 // TestAgentChartTakesTheListFlags: the agent chart's mirrorDirs,
-// tokenSecrets and jobImages render what `slipway ops manifest` renders
-// with the same --mirror-dir, --token-secret and --job-image flags: two of
+// tokenSecrets, jobImages and releaseSources render what `slipway ops manifest` renders
+// with the same --mirror-dir, --token-secret, --job-image and --release-source flags: two of
 // each (a path with a space; with installCRDs and systemdHosts too), one of
 // each, and none (the manifest's defaults).
 func TestAgentChartTakesTheListFlags(t *testing.T) {
@@ -26,16 +26,20 @@ func TestAgentChartTakesTheListFlags(t *testing.T) {
 			set: []string{"--set-json", `mirrorDirs=["/var/lib/slipway/mirror","/srv/os releases"]`,
 				"--set-json", `tokenSecrets=["github-a","github-b"]`,
 				"--set-json", `jobImages=["registry.example/slipway:v2","registry.example/tools/slipway@sha256:0123"]`,
+				"--set-json", `releaseSources=["github-releases://acme/os","https://mirror.example/os releases"]`,
 				"--set", "systemdHosts=true", "--set", "installCRDs=true"},
 			o: manifest.Options{MirrorDirs: []string{"/var/lib/slipway/mirror", "/srv/os releases"}, TokenSecrets: []string{"github-a", "github-b"},
-				JobImages: []string{"registry.example/slipway:v2", "registry.example/tools/slipway@sha256:0123"}, SystemdHosts: true, InstallCRDs: true},
+				JobImages: []string{"registry.example/slipway:v2", "registry.example/tools/slipway@sha256:0123"}, SystemdHosts: true, InstallCRDs: true,
+				ReleaseSources: []string{"github-releases://acme/os", "https://mirror.example/os releases"}},
 		},
 		"one of each": {
-			set: []string{"--set-json", `mirrorDirs=["/mirror"]`, "--set-json", `tokenSecrets=["token"]`, "--set-json", `jobImages=["x.example/y:1"]`},
-			o:   manifest.Options{MirrorDirs: []string{"/mirror"}, TokenSecrets: []string{"token"}, JobImages: []string{"x.example/y:1"}},
+			set: []string{"--set-json", `mirrorDirs=["/mirror"]`, "--set-json", `tokenSecrets=["token"]`, "--set-json", `jobImages=["x.example/y:1"]`,
+				"--set-json", `releaseSources=["http://mirror.example/releases"]`},
+			o: manifest.Options{MirrorDirs: []string{"/mirror"}, TokenSecrets: []string{"token"}, JobImages: []string{"x.example/y:1"},
+				ReleaseSources: []string{"http://mirror.example/releases"}},
 		},
 		"none": {
-			set: []string{"--set-json", "mirrorDirs=[]", "--set-json", "tokenSecrets=[]", "--set-json", "jobImages=[]"},
+			set: []string{"--set-json", "mirrorDirs=[]", "--set-json", "tokenSecrets=[]", "--set-json", "jobImages=[]", "--set-json", "releaseSources=[]"},
 		},
 	} {
 		args := append([]string{"template", "rel", filepath.Join(chartsDir, c.Name), "--include-crds", "--namespace", c.DefaultNamespace}, tc.set...)
