@@ -51,13 +51,15 @@ var sideKeys = map[string]string{writerSlipway: "slipway", writerHeartbeat: "sli
 	writerJobs: "jobs", writerNode: "node", writerOther: "other"}
 
 // sideMeasure patches the channel to v2, waits until every node runs it
-// and reports the result line, with the agents' CPU and memory sampled
-// while the rollout runs.
+// and reports the result line, with the CPU and memory of slipway's
+// processes (the agents and the controller, which holds the fleet duties)
+// sampled while the rollout runs.
 func sideMeasure(b *testing.B, c clients, get func() *v1.UpdateChannel, shape, settings string) {
 	ctx := context.Background()
 	pids := env.Pids()
-	agents := benchside.Track(func() []int {
-		return benchside.Pids(func(argv []string) bool { _, ok := ourAgent(argv); return ok })
+	ctrl := controllerPids()
+	agents := benchside.Track(func() []int { // slipway's processes: the agents and the controller
+		return append(benchside.Pids(func(argv []string) bool { _, ok := ourAgent(argv); return ok }), ctrl...)
 	}, 500*time.Millisecond)
 	kcm := benchside.Track(func() []int { return []int{pids["kube-controller-manager"]} }, time.Second)
 	api := benchside.Track(func() []int { return []int{pids["kube-apiserver"]} }, time.Second)
@@ -108,4 +110,14 @@ func sideMeasure(b *testing.B, c clients, get func() *v1.UpdateChannel, shape, s
 		b.Log(l)
 	}
 	fmt.Println(r.Line())
+}
+
+// controllerPids is the running controller's process id, if any.
+func controllerPids() []int {
+	controllerProc.Lock()
+	defer controllerProc.Unlock()
+	if controllerProc.cmd == nil || controllerProc.cmd.Process == nil {
+		return nil
+	}
+	return []int{controllerProc.cmd.Process.Pid}
 }

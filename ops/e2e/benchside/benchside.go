@@ -1,5 +1,5 @@
 // Package benchside holds what the side-by-side rollout benchmark measures
-// the same way for every contender (slipway's agents in ops/e2e,
+// the same way for every contender (slipway's agents and controller in ops/e2e,
 // system-upgrade-controller in ops/e2e/suc): the CPU seconds and resident
 // memory of a set of processes read from /proc while a rollout runs, the
 // load average, and one result line per run in a fixed key=value form that

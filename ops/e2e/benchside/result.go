@@ -22,8 +22,8 @@ type Result struct {
 	Own    float64
 	Writes map[string]float64
 	// Controller is the contender's own processes (SUC's controller, or
-	// slipway's agents), Jobs the processes its Jobs ran; KCM and APIServer
-	// the control plane's share of the work.
+	// slipway's agents and its controller), Jobs the processes its Jobs
+	// ran; KCM and APIServer the control plane's share of the work.
 	Controller, KCM, APIServer Usage
 	// Watch is what the apiserver sent on watches during the rollout.
 	Watch    WatchTraffic
