@@ -142,7 +142,10 @@ func (k *edsChaos) run(ctx context.Context, t *testing.T) {
 		case !k.added && time.Since(begun) > k.lateAt:
 			k.addNode(ctx, t)
 		case !k.handover && time.Since(begun) > 4*time.Second && k.allRunning():
-			if k.handover = k.stopController(ctx, t, false, 4*time.Second, true); k.handover {
+			// Down long enough for the other replica to take the Lease under
+			// load: back within 4 s, the stopped leader sometimes took its own
+			// Lease again first, leaving the handover unproven.
+			if k.handover = k.stopController(ctx, t, false, 12*time.Second, true); k.handover {
 				k.awaitHandover(ctx)
 			}
 		case r < 4:
@@ -162,11 +165,11 @@ func (k *edsChaos) run(ctx context.Context, t *testing.T) {
 	}
 }
 
-// awaitHandover holds the chaos (up to 10 s) until the sampler has seen a
+// awaitHandover holds the chaos (up to 15 s) until the sampler has seen a
 // second replica hold the Lease: a stop of the new leader at once, before
 // a poll saw it, would leave the handover unproven.
 func (k *edsChaos) awaitHandover(ctx context.Context) {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for distinct(k.leaders()) < 2 && time.Now().Before(deadline) && ctx.Err() == nil {
 		if holder, _, err := k.h.leaseHolder(ctx); err == nil && holder != "" {
 			k.noteHolder(holder) // the Lease read directly: a slow poll may miss a short tenure

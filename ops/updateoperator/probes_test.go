@@ -51,6 +51,9 @@ func TestWedgedControllerFailsHealthz(t *testing.T) {
 		}
 		return *l.Spec.HolderIdentity == "probes-leader", "held by " + *l.Spec.HolderIdentity
 	})
+	// The node's update over first: a wedge during it could hang a write of
+	// the drain's goroutine instead of the decide loop's turn.
+	eventually(t, 2*time.Minute, "the node updated", f.done)
 	eventually(t, time.Minute, leaderAddr+" ok", func() (bool, string) { return probeSays(leaderAddr, "/healthz") })
 	eventually(t, time.Minute, leaderAddr+" ready", func() (bool, string) { return probeSays(leaderAddr, "/readyz") })
 
