@@ -132,12 +132,20 @@ exec slipway ops agent --cmdline-file "$SLIPWAY_NODE_DIR/cmdline" --node-name "$
 // a release (static, stripped), so the agents' memory is what a node sees.
 func build(bin string) error {
 	for pkg, name := range map[string]string{"../../cmd/slipway": "slipway", "../testenv/cmd/slipway-sim": "slipway-sim"} {
-		cmd := exec.CommandContext(context.Background(), "go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-ldflags", "-s -w", "-o", filepath.Join(bin, name), pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("build %s: %w", name, err)
+		if err := goBuild(pkg, filepath.Join(bin, name), "-s -w"); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// goBuild builds the static binary of pkg into out with ldflags.
+func goBuild(pkg, out, ldflags string) error {
+	cmd := exec.CommandContext(context.Background(), "go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-ldflags", ldflags, "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("build %s: %w", filepath.Base(out), err)
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -158,11 +157,5 @@ func checkWroteAs(t *testing.T, v string) {
 
 // buildSlipway builds slipway into dir, reporting version.
 func buildSlipway(dir, version string) error {
-	cmd := exec.CommandContext(context.Background(), "go", "build", "-trimpath", "-tags", "urfave_cli_no_docs",
-		"-ldflags", "-s -w -X slipway.dev/slipway/version.Version="+version, "-o", filepath.Join(dir, "slipway"), "../../cmd/slipway")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build slipway %s: %w\n%s", version, err, out)
-	}
-	return nil
+	return goBuild("../../cmd/slipway", filepath.Join(dir, "slipway"), "-s -w -X slipway.dev/slipway/version.Version="+version)
 }
