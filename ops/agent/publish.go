@@ -134,7 +134,10 @@ func (a *Agent) uncordonAndPublish(ctx context.Context, v *Versions, extra map[s
 	also := map[string]any{AnnotationDrainStarted: nil, AnnotationCordonedFor: nil} // the drain's record goes with the cordon
 	maps.Copy(also, annotations)
 	maps.Copy(also, extra)
-	uncordoned, err := drain.Uncordon(ctx, a.kube, a.opts.NodeName, CordonOwner, drain.Meta{Labels: labels, Annotations: also})
+	// From the cache's copy of the Node: the write is conditional on it, and
+	// a stale copy costs a conflict and a read, a fresh one saves the read.
+	written, err := drain.UncordonSeen(ctx, a.kube, a.opts.NodeName, n, CordonOwner, drain.Meta{Labels: labels, Annotations: also})
+	uncordoned := written != nil
 	if err == nil && !uncordoned && (!published || len(extra) > 0) {
 		write := map[string]any{}
 		maps.Copy(write, annotations)
