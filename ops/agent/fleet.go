@@ -67,7 +67,8 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 		}
 	}
 	resolved := a.resolveOnce(ctx, ch, s)
-	nodes := a.fleetNodes(s, fc)
+	snap := a.nodeSnapshot() // the nodes and their reports, read at one moment
+	nodes := a.fleetNodes(s, fc, snap)
 	mine, others := plan.Split(a.channelRef(ch, s), a.channelRefs(), fc.markGaveBack(ch, nodes))
 	var stale map[string]staleSlot
 	if now.Sub(fc.staleChecked) >= a.opts.Resync { // slots go stale in minutes: no GETs on every change
@@ -75,7 +76,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	}
 	a.forgetChecks(fc)
 	target := plan.Target(s, ch.Status)
-	reports := a.reportsFor(ch)
+	reports := a.reportsFor(ch, snap)
 	folded := ch.Status.DeepCopy() // the slots this pass frees count as free for the checks
 	plan.Fold(folded, ch.UID, reports)
 	p := fleetPass{s: s, generation: generation, retry: a.opts.Retry, now: now, listedSlots: slotHolders(ch), resolved: resolved, stale: stale, mine: mine, others: others,
@@ -206,22 +207,21 @@ func (a *Agent) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan
 	return nil
 }
 
-// fleetNodes reads the channel's nodes from the controller's cache of
-// every Node's metadata (the report informer, fold.go), not from a list:
-// the cache is at least as new as the reports this pass folds, and an
-// agent publishes its new versions before (or with) the report that ends
-// its slot, so a node whose slot the fold frees shows its new version in
-// the same read and the pass may hand its slot on at once. The nodes that
-// gave their staging permit back are forgotten every resync (by then the
-// cache shows what they staged).
-func (a *Agent) fleetNodes(s plan.Settings, fc *fleetCache) []plan.Node {
+// fleetNodes reads the channel's nodes from snap, the controller's cache of
+// every Node's metadata at one moment (nodeSnapshot), not from a list: the
+// cache is at least as new as the reports this pass folds (read from the
+// same snapshot), and an agent publishes its new versions in the write that
+// reports its slot's end, so a node whose slot the fold frees shows its new
+// version in the same read and the pass may hand its slot on at once. The
+// nodes that gave their staging permit back are forgotten every resync (by
+// then the cache shows what they staged).
+func (a *Agent) fleetNodes(s plan.Settings, fc *fleetCache, snap map[string]*metav1.PartialObjectMetadata) []plan.Node {
 	if time.Since(fc.listedAt) >= a.opts.Resync {
 		fc.listedAt, fc.gaveBack = time.Now(), nil
 	}
 	var out []plan.Node
-	for _, o := range a.nodeMeta.List() {
-		n, ok := o.(*metav1.PartialObjectMetadata)
-		if !ok || !s.Selector.Matches(labels.Set(n.Labels)) {
+	for _, n := range snap {
+		if !s.Selector.Matches(labels.Set(n.Labels)) {
 			continue
 		}
 		out = append(out, plan.Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Version: n.Annotations[AnnotationRootfsVersion],
