@@ -16,19 +16,23 @@ import (
 	"slipway.dev/slipway/ops/drain"
 )
 
-// The controller's drains (plan.DrainsDue): a node's agent reports its slot
-// Draining once its Job staged the swap; the controller cordons the node
-// (recording whose cordon it is, for which channel, and when the drain
-// began), evicts its pods through the Eviction API within what is left of
-// drain.timeout, and the next pass over the channel marks the slot
-// Rebooting with what the drain did, in the status write it makes anyway
-// (several drains ending together make one write, and no drain's write
-// conflicts with the pass's); the node reads that in its view and reboots. A failed drain uncordons and records the failure; a
-// slot taken away mid-drain (every eviction confirms it with the API
-// server first) uncordons and records nothing. A drain cut short by the
-// controller's end or the Lease's loss is resumed by the next holder (the
-// start recorded on the Node, so no extra time); what it cordoned for a
-// slot no longer held, it uncordons (sweepCordons).
+// The controller's drains: a node's agent reports its slot Draining once
+// its Job staged the swap; the pass that folds that report starts the
+// drain. The controller cordons the node (recording whose cordon it is,
+// for which channel, and when the drain began), evicts its pods through
+// the Eviction API within what is left of drain.timeout, and the next pass
+// over the channel marks the slot Rebooting with what the drain did, in the
+// status write it makes anyway (several drains ending together make one
+// write, and no drain's write conflicts with the pass's); the node reads
+// that in its view and reboots. Status shows a slot Draining only once its
+// drain has run for slowStep (plan.HoldBackDraining): a quick drain costs
+// no status write of its own. A failed drain uncordons and records the
+// failure; a slot taken away mid-drain (every eviction confirms it with the
+// API server first) uncordons and records nothing. A drain cut short by the
+// controller's end or the Lease's loss is resumed by the next holder, which
+// folds the node's report again (the start recorded on the Node, so no
+// extra time); what it cordoned for a slot no longer held, it uncordons
+// (sweepCordons).
 
 // ControllerApp is the app.kubernetes.io/name label of the controller's
 // pods (the manifest's ControllerName; a test keeps them equal).
@@ -50,12 +54,17 @@ type drainRun struct {
 	uid  types.UID
 	slot v1.Slot
 	how  string
+	slow bool // it has run for longer than slowStep: status shows it Draining
 }
 
-// startDrains starts, for every slot of ch whose node asked for its drain,
-// the drain unless one runs for that slot already.
-func (a *Agent) startDrains(ch *v1.UpdateChannel, s plan.Settings) {
-	for _, sl := range plan.DrainsDue(s, ch.Status) {
+// startDrains starts, for every slot of ch whose node asked for its drain
+// (asked: the fold's, whether or not status shows it yet), the drain
+// unless one runs or ran for that slot already.
+func (a *Agent) startDrains(ch *v1.UpdateChannel, s plan.Settings, asked []v1.Slot) {
+	if !s.Drain.Enabled {
+		return
+	}
+	for _, sl := range asked {
 		a.mu.Lock()
 		run, busy := a.drains[sl.Node]
 		done, ended := a.drainsDone[sl.Node]
@@ -68,6 +77,31 @@ func (a *Agent) startDrains(ch *v1.UpdateChannel, s plan.Settings) {
 		a.mu.Unlock()
 		go a.runDrain(ctx, ch.DeepCopy(), s, sl)
 	}
+}
+
+// slowDrains are the nodes whose drain by this process has run for longer
+// than slowStep: their Draining phase shows in status.
+func (a *Agent) slowDrains() map[string]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]bool{}
+	for n, d := range a.drains {
+		if d.slow {
+			out[n] = true
+		}
+	}
+	return out
+}
+
+// markSlow notes that slot's drain runs for longer than slowStep and wakes
+// a pass to show it.
+func (a *Agent) markSlow(channel string, slot v1.Slot) {
+	a.mu.Lock()
+	if d := a.drains[slot.Node]; d != nil && plan.SameSlot(d.slot, slot) {
+		d.slow = true
+	}
+	a.mu.Unlock()
+	a.queue.Add(key{roleFleet, channel})
 }
 
 // draining is the set of nodes a drain of this process works on.
@@ -83,7 +117,9 @@ func (a *Agent) draining() map[string]bool {
 
 // runDrain drains the node of slot and records the outcome.
 func (a *Agent) runDrain(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) {
+	slow := time.AfterFunc(slowStep, func() { a.markSlow(ch.Name, slot) })
 	defer func() {
+		slow.Stop()
 		a.mu.Lock()
 		if r := a.drains[slot.Node]; r != nil && plan.SameSlot(r.slot, slot) {
 			delete(a.drains, slot.Node)
@@ -141,7 +177,7 @@ func markDrained(st *v1.UpdateChannelStatus, done []drainRun) (marked, gone []dr
 			gone = append(gone, d)
 			continue
 		}
-		if sl := &st.Updating[i]; sl.Phase == plan.PhaseDraining {
+		if sl := &st.Updating[i]; sl.Phase == plan.PhaseDraining || sl.Phase == plan.PhaseUpgrading { // Upgrading: a quick drain's phase never written (plan.HoldBackDraining)
 			sl.Phase, sl.Message = plan.PhaseRebooting, d.how
 		}
 		marked = append(marked, d)

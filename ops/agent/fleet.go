@@ -83,7 +83,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 		checks: a.checkBehind(ctx, fc, *folded, plan.Behind(*folded, mine, target), startable(s, *folded, mine, target, a.opts.Retry, now),
 			plan.FreeSlots(s, *folded), target),
 		serverElsewhere: serverWaits(ch.Status, mine, target) && a.serverBusyElsewhere(ctx, name), reports: reports, drained: a.drainsDoneIn(ch.UID),
-		claims: a.lastClaims()}
+		claims: a.lastClaims(), slowDrains: a.slowDrains()}
 	var r fleetResult
 	ch, err = a.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
 		r = p.apply(c)
@@ -95,7 +95,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	a.endDrains(ctx, r.drained, r.drainGone)
 	a.noteClaims(ch, r.added)
 	a.setViews(ch, mine)                 // what each node acts on: written on its Node (views.go)
-	a.startDrains(ch, s)                 // the nodes that asked for their drain (ctrldrain.go)
+	a.startDrains(ch, s, r.drainsAsked)  // the nodes that asked for their drain (ctrldrain.go)
 	fc.permitted = permitSet(ch)         // as written (or as read, when nothing changed)
 	for _, n := range r.folded.Permits { // given back: the next list shows its staging
 		if fc.gaveBack == nil {

@@ -34,6 +34,8 @@ type fleetPass struct {
 	drained []drainRun
 	// claims are the claim times of the slots this controller granted last, by node.
 	claims map[string]time.Time
+	// slowDrains are the nodes whose drain runs slowly: their Draining phase is written.
+	slowDrains map[string]bool
 }
 
 // apply updates c's status for this pass and says what changed.
@@ -52,7 +54,9 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 	if p.resolved != nil && target == p.resolved.Version {
 		st.Resolved = p.resolved
 	}
+	before := *st.DeepCopy()
 	r.folded = plan.Fold(st, c.UID, p.reports)
+	r.drainsAsked = plan.HoldBackDraining(st, before, p.slowDrains)
 	r.drained, r.drainGone = markDrained(st, p.drained)
 	mine := stagingDone(p.mine, r.folded.Permits)
 	r.recover(st, p.stale, p.now)
@@ -93,6 +97,8 @@ type fleetResult struct {
 	// drained are the drains whose slots this pass marked Rebooting;
 	// drainGone those whose slot went before.
 	drained, drainGone []drainRun
+	// drainsAsked are the slots whose node asked for its drain.
+	drainsAsked []v1.Slot
 }
 
 // recover takes the stale slots away: a node gone before its reboot loses

@@ -24,7 +24,7 @@ func (a *Agent) cleanupIdle(ctx context.Context) error {
 		return err
 	}
 	for _, ch := range list {
-		if s, _ := a.mySlot(ch, v1.Slot{}); s != nil {
+		if s, _ := a.mySlot(ch, v1.Slot{}); s != nil && !a.reportedEnded(ch, *s) {
 			return nil
 		}
 	}

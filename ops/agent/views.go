@@ -70,12 +70,12 @@ func (a *Agent) setViews(ch *v1.UpdateChannel, follows []plan.Node) {
 	a.mu.Unlock()
 	key := viewKey(ch.UID)
 	for _, n := range first {
-		if a.nodeAnnotation(n, key) != want[n] {
+		if a.viewDue(n, ch.UID, want[n]) {
 			a.viewQueue.Add(n)
 		}
 	}
 	for n, w := range want {
-		if a.nodeAnnotation(n, key) != w {
+		if a.viewDue(n, ch.UID, w) {
 			a.viewQueue.Add(n)
 		}
 	}
@@ -107,12 +107,26 @@ func (a *Agent) dropViews(uid types.UID) {
 	a.queueNodesWith(viewKey(uid), nil)
 }
 
-// nodeAnnotation is annotation key of node as the controller's cache has it.
-func (a *Agent) nodeAnnotation(node, key string) string {
-	if m := a.nodeMetaOf(node); m != nil {
-		return m.Annotations[key]
+// viewDue reports whether node's view of the channel of UID uid must be
+// written: the cache shows another than want, and not only a slot the
+// node reported ended (plan.EndedSlotOnly).
+func (a *Agent) viewDue(node string, uid types.UID, want string) bool {
+	m := a.nodeMetaOf(node)
+	if m == nil {
+		return true
 	}
-	return ""
+	cur := m.Annotations[viewKey(uid)]
+	return cur != want && !endedSlotOnly(m.Annotations, uid, cur, want)
+}
+
+// endedSlotOnly is plan.EndedSlotOnly with the node's report of the
+// channel of UID uid read from its annotations.
+func endedSlotOnly(annotations map[string]string, uid types.UID, cur, want string) bool {
+	if cur == "" {
+		return false
+	}
+	r, err := plan.ParseReports(annotations[AnnotationSlotReport])
+	return err == nil && plan.EndedSlotOnly(cur, want, r[uid])
 }
 
 func (a *Agent) nodeMetaOf(node string) *metav1.PartialObjectMetadata {
@@ -159,7 +173,7 @@ func (a *Agent) syncViews(ctx context.Context, node string) error {
 		w, ok := want[node]
 		cur, has := have[key]
 		switch {
-		case ok && cur != w:
+		case ok && cur != w && !endedSlotOnly(have, uid, cur, w):
 			patch[key] = w
 		case !ok && has:
 			patch[key] = nil

@@ -238,6 +238,7 @@ func TestRollout(t *testing.T) {
 		}
 	}
 	assertActsOnPodSuccess(t)
+	assertOneSlotPerNode(ctx, t, c)
 	rss := agentRSS()
 	t.Logf("agent resident memory at %d nodes: %s", nodes, rssSummary(rss))
 	o.mu.Lock()
@@ -252,6 +253,21 @@ func TestRollout(t *testing.T) {
 	}
 	if o.minAvailable < minAvail {
 		t.Errorf("the web Deployment fell to %d available pods, below its PDB's %d", o.minAvailable, minAvail)
+	}
+}
+
+// assertOneSlotPerNode fails when a node that had just finished its slot
+// was given another one (its agent then reports AlreadyUpToDate): the
+// controller read the node at its old version beside the report that
+// ended its slot.
+func assertOneSlotPerNode(ctx context.Context, t *testing.T, c clients) {
+	t.Helper()
+	list, err := c.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=AlreadyUpToDate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		t.Errorf("a node was given a second slot after its upgrade: %s", e.Message)
 	}
 }
 

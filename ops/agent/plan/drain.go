@@ -12,20 +12,26 @@ import (
 // marks the slot Rebooting, which the node reads in its view and reboots.
 // No agent may evict or delete a pod: RBAC cannot say "pods on my node".
 
-// DrainsDue are the slots of st the controller must drain (or go on
-// draining: a drain its former holder left half done resumes): those whose
-// node asked for the drain, when the channel drains at all.
-func DrainsDue(s Settings, st v1.UpdateChannelStatus) []v1.Slot {
-	if !s.Drain.Enabled {
-		return nil
-	}
-	var out []v1.Slot
-	for _, sl := range st.Updating {
-		if sl.Phase == PhaseDraining {
-			out = append(out, sl)
+// HoldBackDraining keeps out of st the Draining phase that this pass's
+// fold brought in (before: the status before the fold) for the slots
+// whose drain is not slow (shown: the nodes whose drain has run for a
+// while): a quick drain goes from Upgrading to Rebooting in status with no
+// write of its own, a slow one shows. It returns the slots whose node asked
+// for its drain, held back or not: the drains to start.
+func HoldBackDraining(st *v1.UpdateChannelStatus, before v1.UpdateChannelStatus, shown map[string]bool) (asked []v1.Slot) {
+	for i := range st.Updating {
+		sl := &st.Updating[i]
+		if sl.Phase != PhaseDraining {
+			continue
 		}
+		asked = append(asked, *sl)
+		j := FindSlot(before, sl.Node)
+		if j < 0 || !SameSlot(before.Updating[j], *sl) || before.Updating[j].Phase == PhaseDraining || shown[sl.Node] {
+			continue
+		}
+		sl.Phase, sl.Job = before.Updating[j].Phase, before.Updating[j].Job
 	}
-	return out
+	return asked
 }
 
 // Cordon is what a Node says of slipway's cordon on it.

@@ -7,14 +7,28 @@ import (
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 )
 
-func TestDrainsDue(t *testing.T) {
-	st := v1.UpdateChannelStatus{Updating: []v1.Slot{{Node: "a", Phase: PhaseUpgrading}, {Node: "b", Phase: PhaseDraining},
-		{Node: "c", Phase: PhaseRebooting}, {Node: "d", Phase: PhaseDraining}}}
-	if got := DrainsDue(Settings{Drain: Drain{Enabled: true}}, st); len(got) != 2 || got[0].Node != "b" || got[1].Node != "d" {
-		t.Errorf("drains due %+v, want b and d", got)
+func TestHoldBackDraining(t *testing.T) {
+	slot := func(node, phase string) v1.Slot {
+		return v1.Slot{Node: node, Version: "v2", Attempt: 1, Phase: phase, Job: "job-" + node}
 	}
-	if got := DrainsDue(Settings{}, st); got != nil {
-		t.Errorf("drain disabled: drains due %+v, want none", got)
+	before := v1.UpdateChannelStatus{Updating: []v1.Slot{slot("quick", PhaseUpgrading), slot("slow", PhaseUpgrading),
+		slot("shown", PhaseDraining), slot("rebooting", PhaseRebooting)}}
+	after := v1.UpdateChannelStatus{Updating: []v1.Slot{slot("quick", PhaseDraining), slot("slow", PhaseDraining),
+		slot("shown", PhaseDraining), slot("rebooting", PhaseRebooting), slot("new", PhaseDraining)}}
+	asked := HoldBackDraining(&after, before, map[string]bool{"slow": true})
+	var names []string
+	for _, sl := range asked {
+		names = append(names, sl.Node)
+	}
+	if want := []string{"quick", "slow", "shown", "new"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("drains asked for %v, want %v", names, want)
+	}
+	want := map[string]string{"quick": PhaseUpgrading, "slow": PhaseDraining, "shown": PhaseDraining, "rebooting": PhaseRebooting,
+		"new": PhaseDraining} // new: no slot before to go back to
+	for _, sl := range after.Updating {
+		if sl.Phase != want[sl.Node] {
+			t.Errorf("%s: phase %s, want %s", sl.Node, sl.Phase, want[sl.Node])
+		}
 	}
 }
 

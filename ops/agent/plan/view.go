@@ -66,6 +66,27 @@ func ViewOf(ch *v1.UpdateChannel, node string, follows bool) (View, bool) {
 	return v, follows || v.Slot != nil || v.Permit != nil
 }
 
+// EndedSlotOnly reports whether the view cur differs from want only by a
+// slot the node's report r says ended (the node reported its success,
+// failure or deferral). Such a view stays until the node's view changes
+// for another reason: the node acts on its report, not on a slot it ended,
+// and the controller saves a write per node and slot.
+func EndedSlotOnly(cur, want string, r Report) bool {
+	c, err := ParseView(cur)
+	if err != nil || c.Slot == nil {
+		return false
+	}
+	w, err := ParseView(want)
+	if err != nil || w.Slot != nil {
+		return false
+	}
+	if _, outcome := r.Of(*c.Slot); outcome == "" {
+		return false
+	}
+	c.Slot = nil
+	return c.String() == w.String()
+}
+
 // String is the annotation's value.
 func (v View) String() string {
 	b, _ := json.Marshal(v) // plain structs: cannot fail

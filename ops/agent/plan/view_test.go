@@ -82,3 +82,43 @@ func TestParseViewRefusesGarbage(t *testing.T) {
 		}
 	}
 }
+
+func TestEndedSlotOnly(t *testing.T) {
+	since := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "u1", CreationTimestamp: since},
+		Spec:   v1.UpdateChannelSpec{URL: "file:///m", Version: "v2"},
+		Status: v1.UpdateChannelStatus{Updating: []v1.Slot{{Node: "a", Version: "v2", Attempt: 1, Since: since, Phase: PhaseRebooting, Job: "j-a"}}}}
+	held, _ := ViewOf(ch, "a", true)
+	freed := ch.DeepCopy()
+	freed.Status.Updating = nil
+	none, _ := ViewOf(freed, "a", true)
+	respec := freed.DeepCopy()
+	respec.Spec.Version = "v3"
+	next, _ := ViewOf(respec, "a", true)
+	slot := ch.Status.Updating[0]
+	ended := Report{Since: slot.Since, Attempt: 1, Version: "v2", Phase: PhaseRebooting, Outcome: OutcomeSucceeded}
+	running := ended
+	running.Outcome = ""
+	other := ended
+	other.Since = metav1.NewTime(since.Add(time.Minute))
+	for _, tc := range []struct {
+		name      string
+		cur, want string
+		report    Report
+		ok        bool
+	}{
+		{"the slot the node reported ended: left", held.String(), none.String(), ended, true},
+		{"the slot still under way: written", held.String(), none.String(), running, false},
+		{"another slot ended: written", held.String(), none.String(), other, false},
+		{"the spec changed too: written", held.String(), next.String(), ended, false},
+		{"no slot in the view: nothing to leave", none.String(), next.String(), ended, false},
+		{"a slot wanted: written", none.String(), held.String(), ended, false},
+		{"not a view: written", "garbage", none.String(), ended, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := EndedSlotOnly(tc.cur, tc.want, tc.report); got != tc.ok {
+				t.Errorf("EndedSlotOnly = %v, want %v", got, tc.ok)
+			}
+		})
+	}
+}
