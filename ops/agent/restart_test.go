@@ -169,10 +169,13 @@ func (f *fleet) blockEviction(t *testing.T, node string) {
 	}
 	// No disruption controller runs here: the budget's status stays
 	// unprocessed, and the Eviction API refuses (429) every eviction, once
-	// it sees the budget: wait for that, so that no drain comes first.
+	// it sees the budget: wait for that, so that no drain comes first. The
+	// probe asks once per call: client-go would retry a 429 after its
+	// Retry-After (10 s) up to 10 times, 100 s before it answers.
 	dry := &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		err := f.kube.PolicyV1().Evictions(f.ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: f.ns}, DeleteOptions: dry})
+		err := f.kube.CoreV1().RESTClient().Post().Namespace(f.ns).Resource("pods").Name("guarded").SubResource("eviction").MaxRetries(0).
+			Body(&policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: f.ns}, DeleteOptions: dry}).Do(ctx).Error()
 		if apierrors.IsTooManyRequests(err) {
 			break
 		}
