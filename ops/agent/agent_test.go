@@ -165,6 +165,7 @@ func (f *fleet) events(reason string, want int) int {
 // TestRacingAgentsNeverExceedConcurrency: 20 agents race for 3 slots while
 // agents are killed and restarted at random moments.
 func TestRacingAgentsNeverExceedConcurrency(t *testing.T) {
+	t.Parallel()
 	const nodes, concurrency = 20, 3
 	f := newFleet(t, nodes, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -199,6 +200,7 @@ func TestRacingAgentsNeverExceedConcurrency(t *testing.T) {
 }
 
 func TestPollsLatestAndRollsOut(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 3, nil)
 	mirror := t.TempDir()
 	if err := os.WriteFile(filepath.Join(mirror, "latest"), []byte("v2\n"), 0o644); err != nil {
@@ -261,6 +263,7 @@ func TestInvalidSpecIsReportedAndIgnored(t *testing.T) {
 }
 
 func TestFailedJobStopsTheRollout(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 3, func(o *Options) { o.Retry = plan.Retry{Base: time.Hour, Max: time.Hour} })
 	for i := range 3 {
 		node := fmt.Sprintf("%s-n%d", f.ns, i)
@@ -292,6 +295,7 @@ func TestFailedJobStopsTheRollout(t *testing.T) {
 }
 
 func TestStaleSlotOfDeletedNodeIsRecovered(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 2, nil)
 	alive, ghost := f.ns+"-n0", f.ns+"-n1"
 	f.install(alive, "v2")
@@ -338,6 +342,7 @@ func (f *fleet) patchNodeAnnotation(node, k, v string) error {
 // window is closed, starts no node through two resyncs of the fleet view;
 // opening the window rolls the upgrade out.
 func TestPausedAndClosedWindowStartNothing(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 2, nil)
 	for i := range 2 {
 		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
