@@ -65,9 +65,14 @@ type Agent struct {
 	// node (views.go); viewQueue the nodes whose views it writes.
 	views     map[types.UID]map[string]string
 	viewQueue workqueue.TypedRateLimitingInterface[string]
+	// viewWrites are the controller's last view write on each Node (views.go).
+	viewWrites map[string]viewsWritten
 	// drains are the controller's drains under way, by node (ctrldrain.go);
 	// leaderCtx ends when it loses the Lease (nil while it does not hold it).
-	drains     map[string]*drainRun
+	drains map[string]*drainRun
+	// drainsDone are the drains done whose slots the next pass marks
+	// Rebooting, by node (ctrldrain.go).
+	drainsDone map[string]drainRun
 	leaderCtx  context.Context
 	leaderStop context.CancelFunc
 
@@ -75,13 +80,15 @@ type Agent struct {
 	workersBeat func()
 
 	mu              sync.Mutex
-	fleet           map[string]*fleetCache // the controller's, by channel
-	rebooting       bool                   // a reboot was requested by this process and has not failed
-	rebootAt        time.Time              // when this process last requested the reboot
-	wroteRebootFrom string                 // the boot ID this process recorded on its Node before Rebooting
-	drained         string                 // what this process's drain did, for the Rebooting Event
-	rolledBack      bool                   // this process created a rollback Job; publish when it is done
-	notReadyAt      time.Time              // when this process first saw its node not Ready after a reboot
+	fleet           map[string]*fleetCache       // the controller's, by channel
+	claims          map[string]time.Time         // the controller's: the claim time of the last slot it granted each node (plan.SpaceClaims)
+	lastWritten     map[string]*v1.UpdateChannel // the controller's: each channel as its last status write returned it (status.go)
+	rebooting       bool                         // a reboot was requested by this process and has not failed
+	rebootAt        time.Time                    // when this process last requested the reboot
+	wroteRebootFrom string                       // the boot ID this process recorded on its Node before Rebooting
+	drained         string                       // what this process's drain did, for the Rebooting Event
+	rolledBack      bool                         // this process created a rollback Job; publish when it is done
+	notReadyAt      time.Time                    // when this process first saw its node not Ready after a reboot
 	waitSince       map[string]time.Time
 	wrote           map[types.UID]v1.Slot // per channel UID: this node's slot as this agent last wrote it
 	created         map[string]time.Time  // Jobs this process created that its cache may not show yet

@@ -77,21 +77,6 @@ func bootMeta(running, current Versions, bootID string) (labels, annotations map
 	return labels, annotations
 }
 
-// stagedAnnotations are the staged versions of current beyond running, as
-// the annotations that ride on slipway's cordon.
-func stagedAnnotations(running, current Versions) map[string]string {
-	staged := plan.Staged(running, current)
-	out := map[string]string{}
-	for _, kv := range []struct{ key, value string }{
-		{AnnotationStagedRootfsVersion, staged.Rootfs}, {AnnotationStagedKernelVersion, staged.Kernel}, {AnnotationStagedK3sVersion, staged.K3s},
-	} {
-		if kv.value != "" {
-			out[kv.key] = kv.value
-		}
-	}
-	return out
-}
-
 func nilIfEmpty(s string) any {
 	if s == "" {
 		return nil
@@ -108,12 +93,4 @@ func (a *Agent) currentVersions() *Versions {
 		return nil
 	}
 	return &v
-}
-
-func anyMap(m map[string]string) map[string]any {
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -66,11 +67,11 @@ const lastDrainPass = time.Second
 // drainBudget returns the drain options of node with the timeout left,
 // counted from when this slot's drain began (the annotation written with
 // slipway's cordon, read from the API server), and that start (now for a
-// new drain).
-func (a *Agent) drainBudget(ctx context.Context, node string, o drain.Options) (drain.Options, time.Time, error) {
+// new drain), and the Node as read.
+func (a *Agent) drainBudget(ctx context.Context, node string, o drain.Options) (drain.Options, time.Time, *corev1.Node, error) {
 	n, err := a.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
-		return o, time.Time{}, fmt.Errorf("read node %s before its drain: %w", node, err)
+		return o, time.Time{}, nil, fmt.Errorf("read node %s before its drain: %w", node, err)
 	}
 	var began time.Time
 	recorded := false
@@ -90,5 +91,5 @@ func (a *Agent) drainBudget(ctx context.Context, node string, o drain.Options) (
 		a.log.Info("drain resumed", "node", node, "began", began, "timeout", o.Timeout, "left", left)
 	}
 	o.Timeout = left
-	return o, began, nil
+	return o, began, n, nil
 }

@@ -209,6 +209,7 @@ func (a *Agent) forgetChannel(o any) {
 	if ch, ok := o.(*v1.UpdateChannel); ok {
 		a.mu.Lock()
 		delete(a.fleet, ch.Name)
+		delete(a.lastWritten, ch.Name)
 		a.mu.Unlock()
 		a.dropViews(ch.UID) // its nodes' agents see it gone, and uncordon
 		if a.elected.Load() {

@@ -20,8 +20,10 @@ import (
 // Draining once its Job staged the swap; the controller cordons the node
 // (recording whose cordon it is, for which channel, and when the drain
 // began), evicts its pods through the Eviction API within what is left of
-// drain.timeout, and marks the slot Rebooting, which the node reads in its
-// view and reboots. A failed drain uncordons and records the failure; a
+// drain.timeout, and the next pass over the channel marks the slot
+// Rebooting with what the drain did, in the status write it makes anyway
+// (several drains ending together make one write, and no drain's write
+// conflicts with the pass's); the node reads that in its view and reboots. A failed drain uncordons and records the failure; a
 // slot taken away mid-drain (every eviction confirms it with the API
 // server first) uncordons and records nothing. A drain cut short by the
 // controller's end or the Lease's loss is resumed by the next holder (the
@@ -43,10 +45,11 @@ func (a *Agent) ownPods() []drain.PodSet {
 	return []drain.PodSet{{Namespace: a.opts.Namespace, Labels: map[string]string{"app.kubernetes.io/name": ControllerApp}}}
 }
 
-// drainRun is one drain under way.
+// drainRun is one drain under way, or done (how says what it did).
 type drainRun struct {
 	uid  types.UID
 	slot v1.Slot
+	how  string
 }
 
 // startDrains starts, for every slot of ch whose node asked for its drain,
@@ -55,7 +58,8 @@ func (a *Agent) startDrains(ch *v1.UpdateChannel, s plan.Settings) {
 	for _, sl := range plan.DrainsDue(s, ch.Status) {
 		a.mu.Lock()
 		run, busy := a.drains[sl.Node]
-		if busy && run.uid == ch.UID && plan.SameSlot(run.slot, sl) || a.leaderCtx == nil {
+		done, ended := a.drainsDone[sl.Node]
+		if busy && run.uid == ch.UID && plan.SameSlot(run.slot, sl) || ended && done.uid == ch.UID && plan.SameSlot(done.slot, sl) || a.leaderCtx == nil {
 			a.mu.Unlock()
 			continue
 		}
@@ -98,8 +102,67 @@ func (a *Agent) runDrain(ctx context.Context, ch *v1.UpdateChannel, s plan.Setti
 		a.failDrain(ctx, ch, slot, err)
 	default:
 		a.metrics.drain.Observe(time.Since(began).Seconds())
-		a.markDrained(ctx, ch, slot, fmt.Sprintf("cordoned and drained in %s (%d pods evicted, %d deleted)",
-			time.Since(began).Round(time.Millisecond), len(res.Evicted), len(res.Deleted)))
+		a.noteDrained(drainRun{uid: ch.UID, slot: slot, how: fmt.Sprintf("cordoned and drained by the controller in %s (%d pods evicted, %d deleted)",
+			time.Since(began).Round(time.Millisecond), len(res.Evicted), len(res.Deleted))})
+	}
+}
+
+// noteDrained keeps a drain done for the next pass (the deferred queueing
+// of runDrain starts it).
+func (a *Agent) noteDrained(d drainRun) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.drainsDone == nil {
+		a.drainsDone = map[string]drainRun{}
+	}
+	a.drainsDone[d.slot.Node] = d
+}
+
+// drainsDoneIn are the drains done of the channel of UID uid.
+func (a *Agent) drainsDoneIn(uid types.UID) []drainRun {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []drainRun
+	for _, d := range a.drainsDone {
+		if d.uid == uid {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// markDrained marks the slots of the drains done Rebooting, with what
+// each drain did as the slot's message; it returns the drains it is done
+// with: marked (or found further on), and those whose slot is gone.
+func markDrained(st *v1.UpdateChannelStatus, done []drainRun) (marked, gone []drainRun) {
+	for _, d := range done {
+		i := plan.FindSlot(*st, d.slot.Node)
+		if i < 0 || !plan.SameSlot(st.Updating[i], d.slot) {
+			gone = append(gone, d)
+			continue
+		}
+		if sl := &st.Updating[i]; sl.Phase == plan.PhaseDraining {
+			sl.Phase, sl.Message = plan.PhaseRebooting, d.how
+		}
+		marked = append(marked, d)
+	}
+	return marked, gone
+}
+
+// endDrains forgets the drains a pass wrote (marked), and uncordons the
+// nodes of those whose slot went meanwhile (gone): taken away mid-drain,
+// nobody else lifts that cordon.
+func (a *Agent) endDrains(ctx context.Context, marked, gone []drainRun) {
+	a.mu.Lock()
+	for _, d := range append(marked, gone...) {
+		if cur, ok := a.drainsDone[d.slot.Node]; ok && cur.uid == d.uid && plan.SameSlot(cur.slot, d.slot) {
+			delete(a.drainsDone, d.slot.Node)
+		}
+	}
+	a.mu.Unlock()
+	for _, d := range gone {
+		a.log.Info("the slot was taken away as its drain ended; uncordoning", "node", d.slot.Node)
+		a.uncordon(ctx, d.slot.Node)
 	}
 }
 
@@ -110,13 +173,13 @@ func (a *Agent) drainSlot(ctx context.Context, ch *v1.UpdateChannel, s plan.Sett
 	if err := confirm(ctx); err != nil {
 		return nil, time.Now(), err
 	}
-	opts, began, err := a.drainBudget(ctx, slot.Node, drainOptions(s.Drain))
+	opts, began, seen, err := a.drainBudget(ctx, slot.Node, drainOptions(s.Drain))
 	if err != nil {
 		return nil, began, err
 	}
 	opts.Keep = a.ownPods()
 	meta := map[string]string{AnnotationDrainStarted: began.UTC().Format(time.RFC3339Nano), AnnotationCordonedFor: a.opts.Namespace + "/" + ch.Name}
-	if err := drain.Cordon(ctx, a.kube, slot.Node, CordonOwner, meta); err != nil {
+	if _, err := drain.CordonSeen(ctx, a.kube, slot.Node, seen, CordonOwner, meta); err != nil { // seen: the Node just read
 		return nil, began, err
 	}
 	a.log.Info("draining", "node", slot.Node, "channel", ch.Name, "timeout", opts.Timeout)
@@ -139,27 +202,6 @@ func (a *Agent) holdsSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slo
 		return errSlotGone
 	}
 	return nil
-}
-
-// markDrained marks slot Rebooting: its node reads that in its view and reboots.
-func (a *Agent) markDrained(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, how string) {
-	_, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
-		i := plan.FindSlot(c.Status, slot.Node)
-		if c.UID != ch.UID || i < 0 || !plan.SameSlot(c.Status.Updating[i], slot) {
-			return errSlotGone
-		}
-		c.Status.Updating[i].Phase = plan.PhaseRebooting
-		return nil
-	})
-	switch {
-	case errors.Is(err, errSlotGone):
-		a.uncordon(ctx, slot.Node)
-		return
-	case err != nil:
-		a.log.Warn("could not mark a drained slot Rebooting; the next pass drains again", "node", slot.Node, "err", err)
-		return
-	}
-	a.recorder.Eventf(ch, corev1.EventTypeNormal, "Drained", "node %s %s; its agent reboots it", slot.Node, how)
 }
 
 // failDrain uncordons slot's node and records the drain's failure.

@@ -35,6 +35,8 @@ func (a *Agent) elect(ctx context.Context) {
 			a.mu.Lock()
 			a.fleet = map[string]*fleetCache{} // the next tenure lists afresh
 			a.views = map[types.UID]map[string]string{}
+			a.drainsDone = nil // the next holder drains those slots again (nothing is left to evict)
+			a.lastWritten = nil
 			if a.leaderStop != nil {
 				a.leaderStop() // the next holder resumes the drains under way
 			}

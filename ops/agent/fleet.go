@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -13,7 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -22,10 +23,8 @@ import (
 
 // fleetCache is what the Lease holder remembers of a channel between syncs.
 type fleetCache struct {
-	nodes      []plan.Node
-	listedAt   time.Time
-	generation int64
-	slots      string // the slot holders when listed
+	// listedAt is when gaveBack was last forgotten (fleetNodes).
+	listedAt time.Time
 	// permitted are the staging permit holders at the last pass; gaveBack
 	// the nodes whose permit went away since the nodes were listed (a node
 	// gives its permit back after it reported its staging on its Node,
@@ -48,7 +47,7 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	if !a.leading(name) {
 		return 0, nil
 	}
-	ch, err := a.channels.UpdateChannels(a.opts.Namespace).Get(name)
+	ch, err := a.channelNow(name)
 	if apierrors.IsNotFound(err) {
 		return 0, nil
 	} else if err != nil {
@@ -68,10 +67,8 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 		}
 	}
 	resolved := a.resolveOnce(ctx, ch, s)
-	nodes, err := a.fleetNodes(ctx, ch, s, fc)
-	if err != nil {
-		return 0, err
-	}
+	snap := a.nodeSnapshot() // the nodes and their reports, read at one moment
+	nodes := a.fleetNodes(s, fc, snap)
 	mine, others := plan.Split(a.channelRef(ch, s), a.channelRefs(), fc.markGaveBack(ch, nodes))
 	var stale map[string]staleSlot
 	if now.Sub(fc.staleChecked) >= a.opts.Resync { // slots go stale in minutes: no GETs on every change
@@ -79,10 +76,14 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	}
 	a.forgetChecks(fc)
 	target := plan.Target(s, ch.Status)
-	p := fleetPass{s: s, generation: generation, retry: a.opts.Retry, now: now, listedSlots: fc.slots, resolved: resolved, stale: stale, mine: mine, others: others,
-		checks: a.checkBehind(ctx, fc, ch.Status, plan.Behind(ch.Status, mine, target), startable(s, ch.Status, mine, target, a.opts.Retry, now),
-			plan.FreeSlots(s, ch.Status), target),
-		serverElsewhere: a.serverBusyElsewhere(ctx, name), reports: a.reportsFor(ch)}
+	reports := a.reportsFor(ch, snap)
+	folded := ch.Status.DeepCopy() // the slots this pass frees count as free for the checks
+	plan.Fold(folded, ch.UID, reports)
+	p := fleetPass{s: s, generation: generation, retry: a.opts.Retry, now: now, listedSlots: slotHolders(ch), resolved: resolved, stale: stale, mine: mine, others: others,
+		checks: a.checkBehind(ctx, fc, *folded, plan.Behind(*folded, mine, target), startable(s, *folded, mine, target, a.opts.Retry, now),
+			plan.FreeSlots(s, *folded), target),
+		serverElsewhere: serverWaits(ch.Status, mine, target) && a.serverBusyElsewhere(ctx, name), reports: reports, drained: a.drainsDoneIn(ch.UID),
+		claims: a.lastClaims()}
 	var r fleetResult
 	ch, err = a.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
 		r = p.apply(c)
@@ -91,6 +92,8 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	if err != nil {
 		return 0, err
 	}
+	a.endDrains(ctx, r.drained, r.drainGone)
+	a.noteClaims(ch, r.added)
 	a.setViews(ch, mine)                 // what each node acts on: written on its Node (views.go)
 	a.startDrains(ch, s)                 // the nodes that asked for their drain (ctrldrain.go)
 	fc.permitted = permitSet(ch)         // as written (or as read, when nothing changed)
@@ -107,6 +110,28 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 		return time.Millisecond, nil
 	}
 	return a.nextFleetSync(s, ch, now), nil
+}
+
+// lastClaims are the claim times of the last slot this controller granted
+// each node (plan.SpaceClaims).
+func (a *Agent) lastClaims() map[string]time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.claims)
+}
+
+// noteClaims remembers the claim times of the slots just granted.
+func (a *Agent) noteClaims(ch *v1.UpdateChannel, added []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.claims == nil {
+		a.claims = map[string]time.Time{}
+	}
+	for _, n := range added {
+		if i := plan.FindSlot(ch.Status, n); i >= 0 {
+			a.claims[n] = ch.Status.Updating[i].Since.Time
+		}
+	}
 }
 
 func (a *Agent) fleetEvents(ch *v1.UpdateChannel, r fleetResult) {
@@ -182,32 +207,29 @@ func (a *Agent) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan
 	return nil
 }
 
-// fleetNodes lists the nodes as metadata only, in pages, when the channel's
-// spec or slot holders changed or the resync period passed; else it reuses the last list.
-func (a *Agent) fleetNodes(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, fc *fleetCache) ([]plan.Node, error) {
-	holders := slotHolders(ch)
-	if fc.nodes != nil && fc.generation == ch.Generation && fc.slots == holders && time.Since(fc.listedAt) < a.opts.Resync {
-		return fc.nodes, nil
+// fleetNodes reads the channel's nodes from snap, the controller's cache of
+// every Node's metadata at one moment (nodeSnapshot), not from a list: the
+// cache is at least as new as the reports this pass folds (read from the
+// same snapshot), and an agent publishes its new versions in the write that
+// reports its slot's end, so a node whose slot the fold frees shows its new
+// version in the same read and the pass may hand its slot on at once. The
+// nodes that gave their staging permit back are forgotten every resync (by
+// then the cache shows what they staged).
+func (a *Agent) fleetNodes(s plan.Settings, fc *fleetCache, snap map[string]*metav1.PartialObjectMetadata) []plan.Node {
+	if time.Since(fc.listedAt) >= a.opts.Resync {
+		fc.listedAt, fc.gaveBack = time.Now(), nil
 	}
-	gvr := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 	var out []plan.Node
-	opts := metav1.ListOptions{LabelSelector: s.Selector.String(), Limit: 500}
-	for {
-		list, err := a.meta.Resource(gvr).List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("list the nodes of channel %s: %w", ch.Name, err)
+	for _, n := range snap {
+		if !s.Selector.Matches(labels.Set(n.Labels)) {
+			continue
 		}
-		for _, n := range list.Items {
-			out = append(out, plan.Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Version: n.Annotations[AnnotationRootfsVersion],
-				CordonedBy: drain.CordonedBy(n.Annotations), Prestaged: n.Annotations[AnnotationPrestagedVersion],
-				PrestageFailed: n.Annotations[AnnotationPrestageFailedVersion]})
-		}
-		if opts.Continue = list.Continue; opts.Continue == "" {
-			break
-		}
+		out = append(out, plan.Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Version: n.Annotations[AnnotationRootfsVersion],
+			CordonedBy: drain.CordonedBy(n.Annotations), Prestaged: n.Annotations[AnnotationPrestagedVersion],
+			PrestageFailed: n.Annotations[AnnotationPrestageFailedVersion]})
 	}
-	fc.nodes, fc.listedAt, fc.generation, fc.slots, fc.gaveBack = out, time.Now(), ch.Generation, holders, nil
-	return out, nil
+	slices.SortFunc(out, func(x, y plan.Node) int { return strings.Compare(x.Name, y.Name) })
+	return out
 }
 
 func slotHolders(ch *v1.UpdateChannel) string {

@@ -20,7 +20,7 @@ type fleetPass struct {
 	generation  int64 // the spec generation s was resolved from
 	retry       plan.Retry
 	now         time.Time
-	listedSlots string // the slot holders when the nodes were listed
+	listedSlots string // the slot holders of the channel the nodes were read beside
 	resolved    *v1.ResolvedRelease
 	stale       map[string]staleSlot
 	mine        []plan.Node
@@ -30,6 +30,10 @@ type fleetPass struct {
 	serverElsewhere bool
 	// reports are the nodes' reports (plan.Fold), of the nodes holding a slot or a permit.
 	reports map[string]plan.Reports
+	// drained are this controller's drains done, whose slots become Rebooting.
+	drained []drainRun
+	// claims are the claim times of the slots this controller granted last, by node.
+	claims map[string]time.Time
 }
 
 // apply updates c's status for this pass and says what changed.
@@ -43,24 +47,28 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 		return r
 	}
 	st := &c.Status
+	holders := slotHolders(c) // before the fold: the slots the nodes were read beside
 	target := plan.Target(p.s, *st)
 	if p.resolved != nil && target == p.resolved.Version {
 		st.Resolved = p.resolved
 	}
 	r.folded = plan.Fold(st, c.UID, p.reports)
+	r.drained, r.drainGone = markDrained(st, p.drained)
 	mine := stagingDone(p.mine, r.folded.Permits)
 	r.recover(st, p.stale, p.now)
 	plan.Prune(st, mine, target)
 	// Permits before slots: a node that takes a slot in this pass stages
 	// under its permit first, so its slot's Job only activates.
 	r.staging = plan.GrantStaging(p.s, st, mine, target, p.now)
-	if slotHolders(c) == p.listedSlots {
+	if holders == p.listedSlots {
 		r.added = plan.AssignBeside(p.s, st, mine, p.others, p.checks, target, p.retry, p.now, p.serverElsewhere)
+		plan.SpaceClaims(st, r.added, p.claims)
 		startUpgrading(c.UID, st, r.added)
 	} else {
-		// A slot changed hands since the nodes were listed (a conflict
-		// brought a newer status): the list may show a node that just
-		// finished at its old version. Claim after listing again.
+		// A slot changed hands since the nodes were read (a conflict
+		// brought a status newer than the pass's, written by another
+		// replica): the nodes read may show one that just finished at its
+		// old version. Claim after reading them again.
 		r.relist = true
 		skipped := st.Counts.Skipped
 		st.Counts = plan.Counts(mine, *st, target)
@@ -82,6 +90,9 @@ type fleetResult struct {
 	conflict  bool         // the Conflict condition turned True or changed
 	relist    bool
 	folded    plan.Folded // the nodes' reports folded in
+	// drained are the drains whose slots this pass marked Rebooting;
+	// drainGone those whose slot went before.
+	drained, drainGone []drainRun
 }
 
 // recover takes the stale slots away: a node gone before its reboot loses

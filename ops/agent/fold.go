@@ -40,6 +40,25 @@ func (a *Agent) reportInformer() (cache.SharedIndexInformer, error) {
 	return inf, err
 }
 
+// nodeSnapshot is the controller's cache of Node metadata at one moment,
+// by name. A pass reads a node's versions and its report from the same
+// object: the agent writes its new versions and the report that ends its
+// slot in one write, so a pass that folds a slot's end never reads that
+// node at its old version (a later report read beside an earlier version
+// would give the node that just finished its slot again).
+func (a *Agent) nodeSnapshot() map[string]*metav1.PartialObjectMetadata {
+	out := map[string]*metav1.PartialObjectMetadata{}
+	if a.nodeMeta == nil {
+		return out
+	}
+	for _, o := range a.nodeMeta.List() {
+		if m, ok := o.(*metav1.PartialObjectMetadata); ok {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
+
 // viewsChanged reports whether a Node's view annotations changed.
 func viewsChanged(old, cur map[string]string) bool {
 	differ := func(x, y map[string]string) bool {
@@ -53,19 +72,13 @@ func viewsChanged(old, cur map[string]string) bool {
 	return differ(old, cur) || differ(cur, old)
 }
 
-// reportsFor reads the reports of the nodes that hold a slot or a permit in ch.
-func (a *Agent) reportsFor(ch *v1.UpdateChannel) map[string]plan.Reports {
+// reportsFor reads the reports of the nodes that hold a slot or a permit
+// in ch, from snap (nodeSnapshot).
+func (a *Agent) reportsFor(ch *v1.UpdateChannel, snap map[string]*metav1.PartialObjectMetadata) map[string]plan.Reports {
 	out := map[string]plan.Reports{}
 	read := func(node string) {
-		if _, done := out[node]; done || a.nodeMeta == nil {
-			return
-		}
-		o, ok, _ := a.nodeMeta.GetByKey(node)
-		if !ok {
-			return
-		}
-		m, _ := o.(*metav1.PartialObjectMetadata)
-		if m == nil {
+		m := snap[node]
+		if _, done := out[node]; done || m == nil {
 			return
 		}
 		r, err := plan.ParseReports(m.Annotations[AnnotationSlotReport])

@@ -15,10 +15,7 @@ import (
 // recorded stay), and the swap rolled back; the node starts again in the
 // window's next opening.
 func (a *Agent) deferToWindow(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, reason string) error {
-	if err := a.uncordonAndPublish(ctx, a.readableVersions()); err != nil {
-		return err
-	}
-	if err := a.reportSlot(ctx, ch, slot, slot.Phase, slot.Job, plan.OutcomeReleased, reason); err != nil {
+	if err := a.endSlot(ctx, ch, slot, a.readableVersions(), plan.OutcomeReleased, reason); err != nil {
 		return err
 	}
 	a.log.Info("slot given back: the window leaves no room", "channel", ch.Name, "why", reason)

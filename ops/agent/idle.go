@@ -28,7 +28,7 @@ func (a *Agent) cleanupIdle(ctx context.Context) error {
 			return nil
 		}
 	}
-	if err := a.uncordonAndPublish(ctx, a.readableVersions()); err != nil {
+	if err := a.uncordonAndPublish(ctx, a.readableVersions(), nil); err != nil {
 		return err
 	}
 	a.log.Info("uncordoned: this node holds no slot any more")

@@ -233,11 +233,8 @@ func (a *Agent) job(name string) *batchv1.Job {
 }
 
 func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, v Versions) error {
-	// versions first: the fleet view must not see the old one once the slot is free
-	if err := a.uncordonAndPublish(ctx, &v); err != nil {
-		return err
-	}
-	if err := a.freeSlot(ctx, ch, slot); err != nil {
+	// the versions with the report: the fleet view must not see the old one once the slot is free
+	if err := a.endSlot(ctx, ch, slot, &v, plan.OutcomeSucceeded, ""); err != nil {
 		return err
 	}
 	a.metrics.upgrade.Observe(time.Since(slot.Since.Time).Seconds())
@@ -252,10 +249,7 @@ func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, st
 	// The node is labelled with what this boot runs, whatever its system
 	// directory holds (a drain that failed after the swap), so its failure
 	// stays counted; the swap is undone below.
-	if err := a.uncordonAndPublish(ctx, a.readableVersions()); err != nil {
-		return err
-	}
-	if err := a.reportSlot(ctx, ch, slot, slot.Phase, slot.Job, plan.OutcomeFailed, reason); err != nil {
+	if err := a.endSlot(ctx, ch, slot, a.readableVersions(), plan.OutcomeFailed, reason); err != nil {
 		return err
 	}
 	a.metrics.failures.WithLabelValues(ch.Name, step).Inc()

@@ -118,8 +118,10 @@ func (a *Agent) getKnown() (Versions, bool) {
 }
 
 // uncordonAndPublish uncordons the node if slipway cordoned it and labels
-// it with versions v (unless nil), in one write when both are due.
-func (a *Agent) uncordonAndPublish(ctx context.Context, v *Versions) error {
+// it with versions v (unless nil), in one write when both are due; the
+// annotations extra (a slot's report) go in that write, or in one of their
+// own when nothing else is due.
+func (a *Agent) uncordonAndPublish(ctx context.Context, v *Versions, extra map[string]any) error {
 	var labels, annotations map[string]any
 	if v != nil {
 		labels, annotations = a.versionMeta(*v)
@@ -131,9 +133,16 @@ func (a *Agent) uncordonAndPublish(ctx context.Context, v *Versions) error {
 	}
 	also := map[string]any{AnnotationDrainStarted: nil, AnnotationCordonedFor: nil} // the drain's record goes with the cordon
 	maps.Copy(also, annotations)
-	uncordoned, err := drain.Uncordon(ctx, a.kube, a.opts.NodeName, CordonOwner, drain.Meta{Labels: labels, Annotations: also})
-	if err == nil && !uncordoned && !published {
-		err = a.patchNode(ctx, labels, annotations)
+	maps.Copy(also, extra)
+	// From the cache's copy of the Node: the write is conditional on it, and
+	// a stale copy costs a conflict and a read, a fresh one saves the read.
+	written, err := drain.UncordonSeen(ctx, a.kube, a.opts.NodeName, n, CordonOwner, drain.Meta{Labels: labels, Annotations: also})
+	uncordoned := written != nil
+	if err == nil && !uncordoned && (!published || len(extra) > 0) {
+		write := map[string]any{}
+		maps.Copy(write, annotations)
+		maps.Copy(write, extra)
+		err = a.patchNode(ctx, labels, write)
 	}
 	return err
 }

@@ -44,11 +44,23 @@ func (a *Agent) reportOf(uid types.UID) plan.Report { return a.reportsNow()[uid]
 // report edits the node's report for ch and writes the reports on its Node
 // (those of channels gone are dropped).
 func (a *Agent) report(ctx context.Context, ch *v1.UpdateChannel, edit func(*plan.Report)) error {
-	return a.reportWith(ctx, ch, edit, nil)
+	return a.reportWith(ctx, ch, edit, nil, nil)
 }
 
-// reportWith is report writing the annotations extra too, in the same write.
-func (a *Agent) reportWith(ctx context.Context, ch *v1.UpdateChannel, edit func(*plan.Report), extra map[string]any) error {
+// reportWith is report writing the labels and annotations extra too, in the same write.
+func (a *Agent) reportWith(ctx context.Context, ch *v1.UpdateChannel, edit func(*plan.Report), labels, extra map[string]any) error {
+	next, annotations := a.nextReports(ch, edit)
+	maps.Copy(annotations, extra)
+	if err := a.patchNode(ctx, labels, annotations); err != nil {
+		return fmt.Errorf("report on node %s for channel %s: %w", a.opts.NodeName, ch.Name, err)
+	}
+	a.noteReported(next)
+	return nil
+}
+
+// nextReports is the node's reports with edit applied to ch's (those of
+// channels gone dropped), and the annotation that writes them.
+func (a *Agent) nextReports(ch *v1.UpdateChannel, edit func(*plan.Report)) (plan.Reports, map[string]any) {
 	old := a.reportsNow()
 	next := plan.Reports{}
 	if list, err := a.listChannels(); err == nil {
@@ -61,26 +73,38 @@ func (a *Agent) reportWith(ctx context.Context, ch *v1.UpdateChannel, edit func(
 	r := next[ch.UID]
 	edit(&r)
 	next[ch.UID] = r
-	annotations := map[string]any{AnnotationSlotReport: next.String()}
-	maps.Copy(annotations, extra)
-	if err := a.patchNode(ctx, nil, annotations); err != nil {
-		return fmt.Errorf("report on node %s for channel %s: %w", a.opts.NodeName, ch.Name, err)
-	}
+	return next, map[string]any{AnnotationSlotReport: next.String()}
+}
+
+// noteReported remembers the reports as written on the Node.
+func (a *Agent) noteReported(next plan.Reports) {
 	a.mu.Lock()
 	a.reported = next
 	a.mu.Unlock()
+}
+
+// endSlot reports slot of ch ended with outcome (and reason) in the same
+// write that uncordons the node if slipway cordoned it and labels it with
+// versions v (unless nil): the controller, freeing the slot, sees the
+// node's new versions and no cordon of ours in the same change.
+func (a *Agent) endSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, v *Versions, outcome, reason string) error {
+	next, report := a.nextReports(ch, slotReport(slot, slot.Phase, slot.Job, outcome, reason))
+	if err := a.uncordonAndPublish(ctx, v, report); err != nil {
+		return fmt.Errorf("report on node %s for channel %s: %w", a.opts.NodeName, ch.Name, err)
+	}
+	a.noteReported(next)
 	return nil
 }
 
 // reportSlot reports slot of ch at phase with job, or ended with outcome and reason.
 func (a *Agent) reportSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, phase, job, outcome, reason string) error {
-	return a.reportWith(ctx, ch, slotReport(slot, phase, job, outcome, reason), nil)
+	return a.reportWith(ctx, ch, slotReport(slot, phase, job, outcome, reason), nil, nil)
 }
 
 // reportSlotWith reports slot of ch at phase with job, and writes the
-// annotations extra in the same write.
-func (a *Agent) reportSlotWith(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, phase, job string, extra map[string]any) error {
-	return a.reportWith(ctx, ch, slotReport(slot, phase, job, "", ""), extra)
+// labels and annotations extra in the same write.
+func (a *Agent) reportSlotWith(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, phase, job string, labels, extra map[string]any) error {
+	return a.reportWith(ctx, ch, slotReport(slot, phase, job, "", ""), labels, extra)
 }
 
 // slotReport edits a report into slot's at phase with job (ended with

@@ -6,6 +6,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"slipway.dev/slipway/ops/agent/plan"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 )
 
 // One server down at a time across every channel. Servers-first and the
@@ -35,6 +36,18 @@ func (a *Agent) serverBusyElsewhere(ctx context.Context, name string) bool {
 			if a.isServerNode(ctx, sl.Node) {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// serverWaits tells whether a server node of the channel holds a slot or
+// is behind target: only then can another channel's server slot change
+// what a pass grants (plan.AssignBeside), and only then is it asked for.
+func serverWaits(st v1.UpdateChannelStatus, mine []plan.Node, target string) bool {
+	for _, n := range mine {
+		if plan.Server(n) && (plan.FindSlot(st, n.Name) >= 0 || n.Version != "" && n.Version != target) {
+			return true
 		}
 	}
 	return false

@@ -5,7 +5,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 )
 
@@ -51,10 +50,4 @@ func (a *Agent) forgetSlot(uid types.UID) {
 	}
 	delete(a.wrote, uid)
 	a.rebooting, a.wroteRebootFrom, a.drained = false, "", ""
-}
-
-// freeSlot reports this node's slot done after a success: the controller
-// frees it (and drops the node's failure entry).
-func (a *Agent) freeSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot) error {
-	return a.reportSlot(ctx, ch, slot, slot.Phase, slot.Job, plan.OutcomeSucceeded, "")
 }

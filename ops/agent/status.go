@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,9 +23,9 @@ var errSlotGone = errors.New("the slot is no longer held")
 // returns an error to abort (nothing is written). It returns the channel as
 // written (or as read, when mutate changed nothing).
 func (a *Agent) updateStatus(ctx context.Context, name string, mutate func(*v1.UpdateChannel) error) (*v1.UpdateChannel, error) {
-	cur, err := a.channels.UpdateChannels(a.opts.Namespace).Get(name)
+	cur, err := a.channelNow(name)
 	if err != nil {
-		return nil, fmt.Errorf("read channel %s: %w", name, err)
+		return nil, err
 	}
 	api := a.ops.UpdateChannels(a.opts.Namespace)
 	for attempt := 0; ; attempt++ {
@@ -37,6 +38,7 @@ func (a *Agent) updateStatus(ctx context.Context, name string, mutate func(*v1.U
 		}
 		written, err := api.UpdateStatus(ctx, next, metav1.UpdateOptions{})
 		if err == nil {
+			a.noteWritten(written)
 			return written, nil
 		}
 		if !apierrors.IsConflict(err) || attempt >= 20 {
@@ -47,6 +49,44 @@ func (a *Agent) updateStatus(ctx context.Context, name string, mutate func(*v1.U
 			return nil, fmt.Errorf("re-read channel %s after a conflict: %w", name, err)
 		}
 	}
+}
+
+// channelNow is the channel as the cache has it, or as this process last
+// wrote it when the cache does not show that write yet: passes that follow
+// each other faster than the watch would otherwise decide on a status
+// older than their own last write (a conflict, a retry, and views written
+// from the older status).
+func (a *Agent) channelNow(name string) (*v1.UpdateChannel, error) {
+	cur, err := a.channels.UpdateChannels(a.opts.Namespace).Get(name)
+	if err != nil {
+		return nil, fmt.Errorf("read channel %s: %w", name, err)
+	}
+	a.mu.Lock()
+	mine := a.lastWritten[name]
+	a.mu.Unlock()
+	if mine != nil && mine.UID == cur.UID && olderThan(cur.ResourceVersion, mine.ResourceVersion) {
+		return mine, nil
+	}
+	return cur, nil
+}
+
+// noteWritten remembers ch as this process wrote it (channelNow).
+func (a *Agent) noteWritten(ch *v1.UpdateChannel) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lastWritten == nil {
+		a.lastWritten = map[string]*v1.UpdateChannel{}
+	}
+	a.lastWritten[ch.Name] = ch
+}
+
+// olderThan reports whether resource version rv is older than than. The
+// API server's resource versions are etcd revisions, integers that only
+// grow; one that does not parse is never called older (the cache wins).
+func olderThan(rv, than string) bool {
+	x, err1 := strconv.ParseUint(rv, 10, 64)
+	y, err2 := strconv.ParseUint(than, 10, 64)
+	return err1 == nil && err2 == nil && x < y
 }
 
 // mySlot returns this agent's slot in ch and errSlotGone when it holds none

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -68,10 +67,12 @@ func (a *Agent) stepDrain(ctx context.Context, sc *stepCtx) (again bool, err err
 	if err := a.confirmSlot(ctx, sc.ch, sc.slot); err != nil {
 		return false, err
 	}
-	extra := map[string]any{AnnotationRebootFrom: boot}
-	if running, current := a.readableVersions(), a.currentVersions(); running != nil && current != nil {
-		maps.Copy(extra, anyMap(stagedAnnotations(*running, *current))) // what the reboot starts
+	var labels map[string]any
+	extra := map[string]any{}
+	if running := a.readableVersions(); running != nil {
+		labels, extra = a.versionMeta(*running) // what runs and what the reboot starts, as a publish would write them
 	}
+	extra[AnnotationRebootFrom] = boot
 	phase, how := plan.PhaseDraining, "drained by the controller"
 	if !sc.s.Drain.Enabled {
 		phase, how = plan.PhaseRebooting, "drain disabled"
@@ -79,7 +80,7 @@ func (a *Agent) stepDrain(ctx context.Context, sc *stepCtx) (again bool, err err
 	if sc.slot.Job == "" {
 		sc.slot.Job = SlotJobName(sc.ch.UID, sc.slot)
 	}
-	if err := a.reportSlotWith(ctx, sc.ch, sc.slot, phase, sc.slot.Job, extra); err != nil {
+	if err := a.reportSlotWith(ctx, sc.ch, sc.slot, phase, sc.slot.Job, labels, extra); err != nil {
 		return false, err
 	}
 	a.noteWrote(sc.ch.UID, sc.slot, phase, sc.slot.Job)
@@ -96,6 +97,9 @@ const slowStep = 2 * time.Second
 // reboot (the slot confirmed with the API server first).
 func (a *Agent) stepReboot(ctx context.Context, sc *stepCtx) error {
 	how := a.drainedHow()
+	if how != "" && sc.slot.Message != "" {
+		how = sc.slot.Message // what the controller's drain did
+	}
 	if how == "" {
 		if err := a.confirmSlot(ctx, sc.ch, sc.slot); err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -150,10 +151,7 @@ func (a *Agent) syncViews(ctx context.Context, node string) error {
 	if !a.elected.Load() {
 		return nil // the next holder writes them
 	}
-	have := map[string]string{}
-	if m := a.nodeMetaOf(node); m != nil {
-		have = m.Annotations
-	}
+	have := a.viewsSeen(node)
 	patch := map[string]any{}
 	a.mu.Lock()
 	for uid, want := range a.views {
@@ -191,14 +189,62 @@ func (a *Agent) syncViews(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	_, err = a.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{})
+	written, err := a.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("write the channel views of node %s: %w", node, err)
 	}
+	a.noteViewsWritten(node, written.ResourceVersion, patch)
 	a.metrics.viewWrites.Inc()
 	return nil
+}
+
+// viewsWritten is what the controller last wrote of a Node's views: the
+// Node's resource version after the write, and the annotations written
+// (nil: removed).
+type viewsWritten struct {
+	rv     string
+	values map[string]any
+}
+
+// viewsSeen is node's annotations as the cache has them, with this
+// process's last view write laid over them while the cache does not show
+// it yet: a pass that follows the write faster than the watch must not
+// write the same views again.
+func (a *Agent) viewsSeen(node string) map[string]string {
+	have := map[string]string{}
+	rv := ""
+	if m := a.nodeMetaOf(node); m != nil {
+		have, rv = m.Annotations, m.ResourceVersion
+	}
+	a.mu.Lock()
+	w, ok := a.viewWrites[node]
+	a.mu.Unlock()
+	if !ok || !olderThan(rv, w.rv) {
+		return have
+	}
+	out := maps.Clone(have)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for k, v := range w.values {
+		if s, isString := v.(string); isString {
+			out[k] = s
+		} else {
+			delete(out, k)
+		}
+	}
+	return out
+}
+
+func (a *Agent) noteViewsWritten(node, rv string, values map[string]any) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.viewWrites == nil {
+		a.viewWrites = map[string]viewsWritten{}
+	}
+	a.viewWrites[node] = viewsWritten{rv: rv, values: values}
 }
 
 func (a *Agent) knowsViews(uid types.UID) bool {

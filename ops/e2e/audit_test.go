@@ -102,7 +102,7 @@ func (r writeReport) lines(nodes int) []string {
 }
 
 // step names the moments of one node's upgrade seen in the audit log.
-var steps = []string{"job created", "pod done", "job complete", "cordoned", "reboot", "back up", "slot freed"}
+var steps = []string{"job created", "pod done", "job complete", "drain asked", "reboot", "back up", "slot freed"}
 
 // timeline returns, per step, the median time since the node's Job was
 // created, over every node, and the median handover: from a slot freed to
@@ -143,7 +143,6 @@ func nodeSteps(events []testenv.AuditEvent, node string) []time.Time {
 	at := make([]time.Time, len(steps))
 	agent := "node/" + node
 	jobPrefix := "upgrade-" + node + "-"
-	freeing := 0
 	for _, ev := range events {
 		if ev.Code >= 300 {
 			continue
@@ -164,10 +163,8 @@ func nodeSteps(events []testenv.AuditEvent, node string) []time.Time {
 		case strings.HasPrefix(ev.UserAgent, "slipway-testenv/supervisor") && ev.Name == node && ev.Resource == "nodes/status" && !at[4].IsZero():
 			at[5] = ev.Time
 		case mine && ev.Resource == "nodes" && !at[5].IsZero() && at[6].IsZero():
-			// the uncordon, then the report that frees the slot: the second write after the boot
-			if freeing++; freeing == 2 {
-				at[6] = ev.Time
-			}
+			// the uncordon with the report that frees the slot: its first write after the boot
+			at[6] = ev.Time
 		}
 	}
 	return at

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -93,6 +94,7 @@ func sideMeasure(b *testing.B, c clients, get func() *v1.UpdateChannel, shape, s
 	if err != nil {
 		b.Fatal(err)
 	}
+	keepAudit(b, start)
 	report := countWrites(events, start, start.Add(wall))
 	r.Writes = map[string]float64{}
 	for w, k := range sideKeys {
@@ -110,6 +112,24 @@ func sideMeasure(b *testing.B, c clients, get func() *v1.UpdateChannel, shape, s
 		b.Log(l)
 	}
 	fmt.Println(r.Line())
+}
+
+// keepAudit copies the run's audit log to $SLIPWAY_BENCH_KEEP_AUDIT, when
+// set, for a closer look at a rollout than the timeline gives; the
+// rollout started at start.
+func keepAudit(b *testing.B, start time.Time) {
+	to := os.Getenv("SLIPWAY_BENCH_KEEP_AUDIT")
+	if to == "" {
+		return
+	}
+	data, err := os.ReadFile(auditLog)
+	if err == nil {
+		err = os.WriteFile(to, data, 0o644)
+	}
+	if err != nil {
+		b.Fatalf("keep the audit log: %v", err)
+	}
+	b.Logf("audit log kept in %s; the rollout started at %s", to, start.UTC().Format(time.RFC3339Nano))
 }
 
 // controllerPids is the running controller's process id, if any.

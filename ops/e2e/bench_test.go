@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"slipway.dev/slipway/ops/agent"
 	"slipway.dev/slipway/ops/agentmem"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/testenv"
@@ -172,6 +173,22 @@ func benchChannel(b *testing.B, c clients, name string, spec v1.UpdateChannelSpe
 	waitUntil(b, 5*time.Minute, "every agent to report v1", func() (bool, error) {
 		ch := get()
 		return ch.Status.Counts.Nodes == nodes && ch.Status.Counts.UpToDate == nodes, nil
+	})
+	// The channel's views of v1 belong to its creation, not to the
+	// rollout measured next: wait until the controller has written them all.
+	uid := get().UID
+	waitUntil(b, 5*time.Minute, "every node to carry the channel's view", func() (bool, error) {
+		list, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		with := 0
+		for _, n := range list.Items {
+			if _, ok := n.Annotations[agent.AnnotationChannelViewPrefix+string(uid)]; ok {
+				with++
+			}
+		}
+		return with >= nodes, nil
 	})
 	return get
 }

@@ -85,7 +85,7 @@ func run(m *testing.M) int {
 		NodeCommand: []string{"/bin/sh", "-c", nodeScript},
 		NodeEnv: append([]string{"SLIPWAY_E2E_MIRROR=" + mirror, "SLIPWAY_E2E_REBOOT=" + simReboot.String(),
 			"SLIPWAY_E2E_LEASE=" + lease, "SLIPWAY_E2E_UPGRADE_COMMAND=" + upgradeCommand}, benchAgentEnv()...),
-		AuditLog: auditLog, AuditReads: !bench,
+		AuditLog: auditLog, AuditReads: !bench || os.Getenv("SLIPWAY_BENCH_AUDIT_READS") != "", // reads too: a closer look at one run (SLIPWAY_BENCH_KEEP_AUDIT)
 		NodeIdentity: agentIdentity,
 		Setup: func(ctx context.Context, cfg *rest.Config) error {
 			if err := grantAgentAccess(ctx, cfg); err != nil {

@@ -199,6 +199,27 @@ func Claim(s Settings, st *v1.UpdateChannelStatus, candidates []Node, target str
 	return added
 }
 
+// SpaceClaims moves the claim time of each slot just added (added) past
+// the node's previous claim (earlier, by node) when they fall in the same
+// second. Claim times travel at a second's precision (metav1.Time), and a
+// slot's identity (SameSlot) and its Job's name rest on them: two slots of
+// one node at one version and attempt (a rollout there and back again, a
+// slot given back and granted again, within one second) must not share one,
+// or the second would take the first's Complete Job for its own.
+func SpaceClaims(st *v1.UpdateChannelStatus, added []string, earlier map[string]time.Time) {
+	for _, n := range added {
+		i := FindSlot(*st, n)
+		if i < 0 {
+			continue
+		}
+		since := st.Updating[i].Since.Time.Truncate(time.Second)
+		if prev, ok := earlier[n]; ok && !since.After(prev) {
+			since = prev.Truncate(time.Second).Add(time.Second)
+		}
+		st.Updating[i].Since = metav1.NewTime(since)
+	}
+}
+
 // Release removes node's slot (exact match) and reports whether it held one.
 func Release(st *v1.UpdateChannelStatus, node string) bool {
 	i := FindSlot(*st, node)

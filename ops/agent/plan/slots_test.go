@@ -287,3 +287,39 @@ func TestConditions(t *testing.T) {
 		t.Errorf("Invalid = %+v", c)
 	}
 }
+
+func TestSpaceClaims(t *testing.T) {
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		name         string
+		now, earlier string // "" earlier: no slot before
+		want         string
+	}{
+		{"first slot of the node: the claim time, to the second", "2026-11-26T08:00:00.7Z", "", "2026-11-26T08:00:00Z"},
+		{"an earlier second: kept", "2026-11-26T08:00:05.2Z", "2026-11-26T08:00:04Z", "2026-11-26T08:00:05Z"},
+		{"the same second as the last slot: the next one", "2026-11-26T08:00:04.9Z", "2026-11-26T08:00:04Z", "2026-11-26T08:00:05Z"},
+		{"the last slot was moved ahead already: after it", "2026-11-26T08:00:04.1Z", "2026-11-26T08:00:05Z", "2026-11-26T08:00:06Z"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := v1.UpdateChannelStatus{Updating: []v1.Slot{{Node: "n1", Version: "v2", Attempt: 1, Since: metav1.NewTime(at(tc.now))},
+				{Node: "n2", Version: "v2", Attempt: 1, Since: metav1.NewTime(at(tc.now))}}}
+			earlier := map[string]time.Time{}
+			if tc.earlier != "" {
+				earlier["n1"] = at(tc.earlier)
+			}
+			SpaceClaims(&st, []string{"n1"}, earlier)
+			if got := st.Updating[0].Since.Time; !got.Equal(at(tc.want)) {
+				t.Errorf("claim time %s, want %s", got.Format(time.RFC3339Nano), tc.want)
+			}
+			if got := st.Updating[1].Since.Time; !got.Equal(at(tc.now)) {
+				t.Errorf("a slot not just added moved to %s", got.Format(time.RFC3339Nano))
+			}
+		})
+	}
+}

@@ -3166,6 +3166,13 @@ func schema_ops_apis_opsslipwaydev_v1_Slot(ref common.ReferenceCallback) common.
 							Format:      "",
 						},
 					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says what the slot's last step did: the drain's outcome (how long it took, the pods evicted) once the slot is Rebooting.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"attempt": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Attempt counts the tries of this node at this version, starting at 1.",

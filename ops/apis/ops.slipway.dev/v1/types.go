@@ -296,6 +296,10 @@ type Slot struct {
 	// Phase is the step the node is at (for example Upgrading, Draining, Rebooting, WaitingReady).
 	// +optional
 	Phase string `json:"phase,omitempty"`
+	// Message says what the slot's last step did: the drain's outcome
+	// (how long it took, the pods evicted) once the slot is Rebooting.
+	// +optional
+	Message string `json:"message,omitempty"`
 	// Attempt counts the tries of this node at this version, starting at 1.
 	// +optional
 	Attempt int `json:"attempt,omitempty"`
