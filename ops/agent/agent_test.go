@@ -165,6 +165,7 @@ func (f *fleet) events(reason string, want int) int {
 // TestRacingAgentsNeverExceedConcurrency: 20 agents race for 3 slots while
 // agents are killed and restarted at random moments.
 func TestRacingAgentsNeverExceedConcurrency(t *testing.T) {
+	t.Parallel()
 	const nodes, concurrency = 20, 3
 	f := newFleet(t, nodes, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -199,6 +200,7 @@ func TestRacingAgentsNeverExceedConcurrency(t *testing.T) {
 }
 
 func TestPollsLatestAndRollsOut(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 3, nil)
 	mirror := t.TempDir()
 	if err := os.WriteFile(filepath.Join(mirror, "latest"), []byte("v2\n"), 0o644); err != nil {
@@ -261,7 +263,8 @@ func TestInvalidSpecIsReportedAndIgnored(t *testing.T) {
 }
 
 func TestFailedJobStopsTheRollout(t *testing.T) {
-	f := newFleet(t, 3, func(o *Options) { o.Retry = plan.Retry{Base: time.Hour, Max: time.Hour} })
+	t.Parallel()
+	f := newFleet(t, 3, func(o *Options) { o.Retry, o.Resync = plan.Retry{Base: time.Hour, Max: time.Hour}, resyncSoon })
 	for i := range 3 {
 		node := fmt.Sprintf("%s-n%d", f.ns, i)
 		f.failOn[node] = true
@@ -278,7 +281,7 @@ func TestFailedJobStopsTheRollout(t *testing.T) {
 		t.Errorf("Degraded must say which node failed and why: %q", c.Message)
 	}
 	// Nothing else starts: watch every change through two resyncs of the fleet view.
-	f.holds("no slot after maxFailures", 12*time.Second, func(c *v1.UpdateChannel) bool {
+	f.holds("no slot after maxFailures", twoResyncs, func(c *v1.UpdateChannel) bool {
 		return len(c.Status.Updating) == 0 && c.Status.Counts.UpToDate == 0
 	})
 	if n := f.events("UpgradeFailed", 1); n < 1 {
@@ -292,6 +295,7 @@ func TestFailedJobStopsTheRollout(t *testing.T) {
 }
 
 func TestStaleSlotOfDeletedNodeIsRecovered(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 2, nil)
 	alive, ghost := f.ns+"-n0", f.ns+"-n1"
 	f.install(alive, "v2")
@@ -338,7 +342,8 @@ func (f *fleet) patchNodeAnnotation(node, k, v string) error {
 // window is closed, starts no node through two resyncs of the fleet view;
 // opening the window rolls the upgrade out.
 func TestPausedAndClosedWindowStartNothing(t *testing.T) {
-	f := newFleet(t, 2, nil)
+	t.Parallel()
+	f := newFleet(t, 2, func(o *Options) { o.Resync = resyncSoon })
 	for i := range 2 {
 		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
 	}
@@ -349,7 +354,7 @@ func TestPausedAndClosedWindowStartNothing(t *testing.T) {
 		return ch.Status.Counts.Nodes == 2 && c != nil && c.Reason == "Paused"
 	})
 	none := func(c *v1.UpdateChannel) bool { return len(c.Status.Updating) == 0 && c.Status.Counts.UpToDate == 0 }
-	f.holds("no slot while paused", 12*time.Second, none)
+	f.holds("no slot while paused", twoResyncs, none)
 
 	now := time.Now().UTC()
 	hhmm := func(d time.Duration) string { return now.Add(d).Format("15:04") }
@@ -357,12 +362,19 @@ func TestPausedAndClosedWindowStartNothing(t *testing.T) {
 	f.waitFor("the fleet view to see the unpaused spec", time.Minute, func(ch *v1.UpdateChannel) bool {
 		return ch.Status.ObservedGeneration == ch.Generation
 	})
-	f.holds("no slot outside the window", 12*time.Second, none)
+	f.holds("no slot outside the window", twoResyncs, none)
 
 	f.patch(fmt.Sprintf(`{"spec":{"window":{"start":%q,"end":%q}}}`, hhmm(-time.Hour), hhmm(time.Hour)))
 	f.waitFor("both nodes at v2 once the window is open", 2*time.Minute, done(2))
 	f.assertAllAt("v2")
 }
+
+// resyncSoon is the Resync of fleets whose tests watch that nothing
+// happens through twoResyncs of the fleet view (the harness's is 5 s).
+const (
+	resyncSoon = 2 * time.Second
+	twoResyncs = 2*resyncSoon + time.Second
+)
 
 func (f *fleet) patch(mergePatch string) {
 	f.t.Helper()

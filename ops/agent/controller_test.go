@@ -21,6 +21,7 @@ import (
 // again folds the report in from what the API holds and finishes the
 // rollout.
 func TestControllerHandover(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 3, nil)
 	for i := range 3 {
 		f.start(fmt.Sprintf("%s-n%d", f.ns, i))

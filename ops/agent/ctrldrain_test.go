@@ -21,6 +21,7 @@ import (
 // when the slot went meanwhile and the node's agent is gone too, uncordons
 // the node.
 func TestControllerKilledMidDrain(t *testing.T) {
+	t.Parallel()
 	spec := func(f *fleet) v1.UpdateChannelSpec {
 		return v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
 			Drain: &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 2 * time.Minute}}, NodeSelector: selectFleet(f)}
@@ -29,6 +30,7 @@ func TestControllerKilledMidDrain(t *testing.T) {
 		return n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == CordonOwner
 	}
 	t.Run("the next replica finishes the drain", func(t *testing.T) {
+		t.Parallel()
 		f := newFleet(t, 1, nil)
 		node := f.ns + "-n0"
 		f.blockEviction(t, node)
@@ -49,6 +51,7 @@ func TestControllerKilledMidDrain(t *testing.T) {
 		})
 	})
 	t.Run("the next replica uncordons a node whose slot went", func(t *testing.T) {
+		t.Parallel()
 		f := newFleet(t, 1, nil)
 		node := f.ns + "-n0"
 		f.blockEviction(t, node)
@@ -73,6 +76,7 @@ func TestControllerKilledMidDrain(t *testing.T) {
 // cordoned with nobody to finish); the node's other pods it evicts, and the
 // slot ends with the node upgraded and uncordoned.
 func TestDrainLeavesTheController(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil)
 	node := f.ns + "-n0"
 	ctl := f.runningPod(t, node, "slipway-controller-7d4b9-x2x9z", map[string]string{"app.kubernetes.io/name": ControllerApp})

@@ -79,6 +79,7 @@ func selectFleet(f *fleet) *metav1.LabelSelector {
 // the channel Degraded (maxFailures 1); the others upgrade. Once the
 // NotReady node is Ready again it upgrades too.
 func TestSkippedNodesDoNotStopTheRollout(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 5, nil)
 	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.ns, i) }
 	f.setReady(n(0), false)
@@ -136,6 +137,7 @@ func cordonedAwaitingReboot(t *testing.T) (*fleet, string) {
 // is cordoned, its reboot asked for but not happening, frees the slot; the
 // node's agent uncordons; Invalid condition and Events say why.
 func TestInvalidSpecMidRolloutUncordons(t *testing.T) {
+	t.Parallel()
 	f, node := cordonedAwaitingReboot(t)
 	f.patch(`{"spec":{"pollInterval":"500ms"}}`) // the schema takes it; only the agents refuse it
 	ch := f.waitFor("the slot freed", time.Minute, func(ch *v1.UpdateChannel) bool {
@@ -156,6 +158,7 @@ func TestInvalidSpecMidRolloutUncordons(t *testing.T) {
 // the node, cordoned for its upgrade, reboots with its agent down; the
 // agent that starts after the reboot finds no channel and uncordons.
 func TestChannelDeletedWhileAgentAwayUncordons(t *testing.T) {
+	t.Parallel()
 	f, node := cordonedAwaitingReboot(t)
 	f.stop(node)
 	if err := f.ops.OpsV1().UpdateChannels(f.ns).Delete(context.Background(), "default", metav1.DeleteOptions{}); err != nil {
@@ -189,6 +192,7 @@ func TestChannelDeletedWhileAgentAwayUncordons(t *testing.T) {
 // conflict (condition and Event), lists the node as skipped and never
 // drives it; the default channel, the earlier one, upgrades all nodes.
 func TestCanaryBesideDefault(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 3, nil)
 	canaryNode := f.ns + "-n2"
 	if _, err := f.kube.CoreV1().Nodes().Patch(context.Background(), canaryNode, "application/merge-patch+json",
@@ -247,6 +251,7 @@ func boolPtr(b bool) *bool { return &b }
 // failed node first, counted it toward the free slot and checked no other
 // node, so nothing started until the backoff ended.
 func TestFailedNodeInBackoffDoesNotHoldTheSlots(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 3, func(o *Options) { o.Retry = plan.Retry{Base: time.Hour, Max: time.Hour} })
 	bad := f.ns + "-n0"
 	f.failOn[bad] = true

@@ -18,6 +18,7 @@ import (
 // its slot back without a failure, uncordoned and not rebooted, its swap
 // rolled back; and no slot is claimed again in that opening.
 func TestWindowTooShortForTheDrain(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 2, nil)
 	leader, node := f.ns+"-n0", f.ns+"-n1"
 	if err := f.patchNodeLabel(node, "pick", "yes"); err != nil {

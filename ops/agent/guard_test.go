@@ -52,6 +52,7 @@ func (f *fleet) freeSlots(t *testing.T) {
 // although the pods it waited for become evictable, and the controller
 // lifts its cordon (the node's agent is stopped: only the controller can).
 func TestLostSlotStopsTheDrain(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil)
 	node := f.ns + "-n0"
 	f.blockEviction(t, node)
@@ -82,6 +83,7 @@ func TestLostSlotStopsTheDrain(t *testing.T) {
 // after this process drained (no confirmation on the way), still asks the
 // API server for the slot at that moment and does not reboot without it.
 func TestNoRebootWithoutAConfirmedSlot(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil)
 	node := f.ns + "-n0"
 	ch, slot := f.slotFor(t, node, v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)})

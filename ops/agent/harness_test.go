@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,13 @@ import (
 )
 
 var env *testenv.Env
+
+// fleetBase and fleetSeq name each fleet's namespace (and so its nodes)
+// apart from every other fleet of this process, parallel tests' too.
+var (
+	fleetBase = time.Now().UnixNano() % 1e9 / 1000 * 1000
+	fleetSeq  atomic.Int64
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(testenv.RunMain(m, testenv.Options{CRDs: crds.Must()}, &env))
@@ -77,7 +85,7 @@ func newFleet(t *testing.T, nodes int, edit func(*Options)) *fleet {
 	if f.ops, err = versioned.NewForConfig(e.Config); err != nil {
 		t.Fatal(err)
 	}
-	f.ns = fmt.Sprintf("agent-%d", time.Now().UnixNano()%1e9)
+	f.ns = fmt.Sprintf("agent-%d", fleetBase+fleetSeq.Add(1)) // fleets of parallel tests share the control plane
 	ctx := context.Background()
 	if _, err := f.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -264,14 +272,19 @@ func (f *fleet) runJobs(ctx context.Context) {
 		f.mu.Unlock()
 		if argAfter(j.Spec.Template.Spec.Containers[0].Args, "--phase") == "stage" && wait > 0 {
 			staging.Add(1)
+			f.countStaging(+1)
 			go func() {
 				defer staging.Done()
-				f.countStaging(+1)
-				defer f.countStaging(-1)
 				select {
 				case <-ctx.Done():
+					f.countStaging(-1)
 				case <-time.After(wait):
-					finishJob(ctx, f.kube, j, !f.runJob(j, fail))
+					ok := f.runJob(j, fail)
+					// Uncounted before its end is written: a Job that
+					// starts once this one is seen over is not counted
+					// beside it, however late this goroutine runs on.
+					f.countStaging(-1)
+					finishJob(ctx, f.kube, j, !ok)
 				}
 			}()
 			continue

@@ -81,6 +81,10 @@ func (f *fleet) jobsByAction() (slots, stages, prunes map[string][]batchv1.Job) 
 // (sampled from the staging Jobs running and from the permits in status),
 // status.counts.staged counts them on the way, and the channel completes
 // with nothing staged left.
+//
+// Not parallel: run beside the other fleet tests it saw, twice in three
+// runs, all six nodes' staging Jobs at once (its permits in status never
+// above four); alone it never did. Until that is understood it runs alone.
 func TestStagesAheadOfTheSlot(t *testing.T) {
 	const n = 6
 	f := newFleet(t, n, nil)
@@ -146,6 +150,7 @@ func (f *fleet) assertNoPrestageAnnotations() {
 // as before staging ahead existed: no permit, no staging Job, slot Jobs
 // that run the whole upgrade.
 func TestPrestageOffIsTheSlotsUpgrade(t *testing.T) {
+	t.Parallel()
 	const n = 3
 	f := newFleet(t, n, nil)
 	for i := range n {
@@ -177,6 +182,7 @@ func TestPrestageOffIsTheSlotsUpgrade(t *testing.T) {
 // nothing); the target changes from v2 to v3 while they stage: each node
 // removes v2 (a pruning Job), stages v3, and what boots stays v1.
 func TestTargetChangedMidStagingRemovesTheStaleStage(t *testing.T) {
+	t.Parallel()
 	const n = 3
 	f := newFleet(t, n, nil)
 	f.stageTime = 1500 * time.Millisecond

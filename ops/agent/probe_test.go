@@ -18,6 +18,7 @@ import (
 // pulses; a worker wedged in a sync turns /healthz red within the
 // allowance, and green again once it goes on.
 func TestWedgedControllerFailsHealthz(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil)
 	f.stopController() // this test runs its own
 	a, err := newController(ControllerOptions{Identity: "probe-" + f.ns, Namespace: f.ns, Config: env.Config, LoopAllowance: 2 * time.Second,

@@ -37,9 +37,11 @@ func (r *refusesOnce) Reboot(ctx context.Context) error {
 // after --reboot-stall-timeout) or was refused is reported with a
 // RebootStalled Event and requested again; the node then upgrades.
 func TestRefusedRebootIsRetried(t *testing.T) {
+	t.Parallel()
 	for _, silent := range []bool{true, false} {
 		name := map[bool]string{true: "silent", false: "error"}[silent]
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			var r *refusesOnce
 			f := newFleet(t, 1, nil)
 			f.opts = func(o *Options) {

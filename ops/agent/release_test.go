@@ -117,6 +117,7 @@ func (g *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // is in no Job spec, channel or log. The agents run as the manifest's
 // ServiceAccount.
 func TestReleaseResolvedOncePerRollout(t *testing.T) {
+	t.Parallel()
 	api := &fakeGitHub{}
 	srv := httptest.NewServer(api)
 	defer srv.Close()

@@ -31,6 +31,7 @@ import (
 // shows its slot, which the API server already freed (its drain failed a
 // moment ago), must neither cordon nor drain.
 func TestNoCordonOnAStaleSlot(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil)
 	f.stopController() // the test alone decides the slot
 	node := f.ns + "-n0"
@@ -103,6 +104,7 @@ func (r *stuckReboot) Reboot(context.Context) error { r.calls.Add(1); return nil
 // controller draining it (and the node's agent) is restarted more often
 // than that timeout.
 func TestDrainTimeoutSurvivesRestarts(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil)
 	node := f.ns + "-n0"
 	f.blockEviction(t, node)
@@ -169,10 +171,13 @@ func (f *fleet) blockEviction(t *testing.T, node string) {
 	}
 	// No disruption controller runs here: the budget's status stays
 	// unprocessed, and the Eviction API refuses (429) every eviction, once
-	// it sees the budget: wait for that, so that no drain comes first.
+	// it sees the budget: wait for that, so that no drain comes first. The
+	// probe asks once per call: client-go would retry a 429 after its
+	// Retry-After (10 s) up to 10 times, 100 s before it answers.
 	dry := &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		err := f.kube.PolicyV1().Evictions(f.ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: f.ns}, DeleteOptions: dry})
+		err := f.kube.CoreV1().RESTClient().Post().Namespace(f.ns).Resource("pods").Name("guarded").SubResource("eviction").MaxRetries(0).
+			Body(&policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: f.ns}, DeleteOptions: dry}).Do(ctx).Error()
 		if apierrors.IsTooManyRequests(err) {
 			break
 		}
@@ -190,6 +195,7 @@ func (f *fleet) blockEviction(t *testing.T, node string) {
 // again (kubectl delete node; the kubelet comes back) is labelled with its
 // versions again by its running agent.
 func TestReregisteredNodeGetsItsVersionsAgain(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil)
 	node := f.ns + "-n0"
 	f.start(node)
@@ -245,6 +251,7 @@ func (f *fleet) waitNode(t *testing.T, node, what string, cond func(*corev1.Node
 // TestOneRebootingEventPerReboot: an agent restarted again and again while
 // its reboot does not happen records one Rebooting Event, not one per restart.
 func TestOneRebootingEventPerReboot(t *testing.T) {
+	t.Parallel()
 	r := &stuckReboot{}
 	f := newFleet(t, 1, func(o *Options) { o.Rebooter = r })
 	node := f.ns + "-n0"
@@ -308,6 +315,7 @@ func testLog(f *fleet) *slog.Logger {
 // runs (its failure stays counted; the swap is rolled back), and the retry
 // upgrades and reboots it instead of declaring it already up to date.
 func TestRetryAfterFailedDrainReboots(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, func(o *Options) { o.Retry = plan.Retry{Base: 2 * time.Second, Max: 2 * time.Second} })
 	node := f.ns + "-n0"
 	f.blockEviction(t, node)
@@ -344,6 +352,7 @@ func TestRetryAfterFailedDrainReboots(t *testing.T) {
 // its upgrade Job swapped the system directory, but before it cordoned,
 // does not label the node with the version it has not booted.
 func TestRestartBeforeCordonKeepsTheRunningVersions(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil)
 	node := f.ns + "-n0"
 	f.start(node)

@@ -24,6 +24,7 @@ import (
 // labelled with what it runs, rolls the swap back so the next boot starts
 // that version, and keeps the failure counted (Degraded at maxFailures 1).
 func TestFailedDrainRollsTheSwapBack(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, func(o *Options) { o.Retry = plan.Retry{Base: time.Hour, Max: time.Hour} })
 	node := f.ns + "-n0"
 	f.blockEviction(t, node)
@@ -88,6 +89,7 @@ func (f *fleet) startRollbackAgain(t *testing.T, node string) {
 // TestDeletedChannelRollsTheSwapBack: the channel deleted while its node
 // drains (after the swap): the swap is undone and the cordon lifted.
 func TestDeletedChannelRollsTheSwapBack(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil)
 	node := f.ns + "-n0"
 	f.blockEviction(t, node)
@@ -243,6 +245,7 @@ func (f *fleet) runRollback(node string, args []string) bool {
 // the node's upgrade back after its failed drain: later rollbacks may
 // follow, each of them succeeding.)
 func TestFailedRollbackIsReportedAndRetried(t *testing.T) {
+	t.Parallel()
 	const backoff = 3 * time.Second
 	f := newFleet(t, 1, func(o *Options) { o.Retry = plan.Retry{Base: backoff, Max: backoff} })
 	node := f.ns + "-n0"

@@ -23,6 +23,7 @@ func doneSince(n int, gen int64) func(*v1.UpdateChannel) bool {
 // its own: the second v2 must not take the first v2's Complete Jobs for its
 // own, reboot without a swap and report "the boot fell back".
 func TestBackAndForthRollouts(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 2, nil)
 	for i := range 2 {
 		f.start(fmt.Sprintf("%s-n%d", f.ns, i))

@@ -18,6 +18,7 @@ import (
 // nodes (one labelled etcd) upgrade one at a time, each alone, before any
 // of the three others starts; the others then go together.
 func TestServersOneAtATimeFirst(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 5, nil)
 	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.ns, i) }
 	servers := map[string]bool{n(3): true, n(4): true}
@@ -88,6 +89,7 @@ func TestServersOneAtATimeFirst(t *testing.T) {
 // beside the default one, each with a server node, both rolling out at
 // once: at no instant are two server nodes cordoned by slipway.
 func TestOneServerDownAcrossChannels(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 4, nil)
 	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.ns, i) }
 	servers := map[string]bool{n(0): true, n(1): true}

@@ -57,7 +57,9 @@ func TestAgentWaitsForASupportedServer(t *testing.T) {
 	defer func(d time.Duration) { serverRecheck = d }(serverRecheck)
 	serverRecheck = 100 * time.Millisecond
 	var logs bytes.Buffer
-	a, err := New(Options{NodeName: "n", Config: &rest.Config{Host: old.URL}, Rebooter: fakeRebooterNone{}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	// Ten rechecks a second: client-go's default rate (5/s, burst 10) would
+	// refuse the last one as "would exceed context deadline" instead.
+	a, err := New(Options{NodeName: "n", Config: &rest.Config{Host: old.URL, QPS: 100, Burst: 100}, Rebooter: fakeRebooterNone{}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -144,6 +144,7 @@ func (f *fleet) create(ctx context.Context, obj any) error {
 // the agent says so in a Warning Event on the channel rather than only in
 // its log.
 func TestRefusedJobIsReported(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, 1, nil)
 	f.asServiceAccount(manifest.Options{})
 	f.start(f.ns + "-n0")
