@@ -147,9 +147,13 @@ type Pods struct {
 
 // EvictV1 asks the API server to evict a pod (POST to its eviction
 // subresource), which it refuses while a PodDisruptionBudget forbids it.
+// A refusal comes back at once: client-go would wait out its Retry-After
+// (10 s while the budget is not computed) and ask again itself, up to ten
+// times, where the caller's drain decides when to ask again and when to
+// give up.
 func (p Pods) EvictV1(ctx context.Context, eviction *policyv1.Eviction) error {
 	return p.GetClient().Post().Namespace(p.GetNamespace()).Resource("pods").Name(eviction.Name).
-		SubResource("eviction").Body(eviction).Do(ctx).Error()
+		SubResource("eviction").Body(eviction).MaxRetries(0).Do(ctx).Error()
 }
 
 // BatchV1 is the batch/v1 API group.
