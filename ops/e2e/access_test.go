@@ -122,6 +122,7 @@ var controllerRarelyCalled = map[string]string{
 		"(TestMain stops the API server before the controller; ops/agent's rollouts run the controller as its ServiceAccount)",
 	"namespace ops.slipway.dev/updatechannels get": "a status write refused for a stale resourceVersion (another writer: a user) is retried on a fresh GET; the controller is the only status writer",
 	"cluster /nodes watch":                         "the audit log records a watch when it ends, and the controller's (the nodes' reports) lasts the whole run",
+	"cluster /nodes list":                          "its informer of Node metadata lists when the API server cannot stream its initial list (watch-list); a pass reads the nodes from that cache",
 	"cluster /events patch":                        "client-go's recorder folds a repeated Event into a patch of the first",
 	"namespace /secrets get":                       "a github-releases:// channel with spec.tokenSecretRef: the controller reads its token",
 	"namespace batch/jobs get":                     "a slot held past the resync: the controller reads its Job to tell it stale",
