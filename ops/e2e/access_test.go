@@ -32,7 +32,8 @@ var agentIdentity = &testenv.Identity{
 // Jobs run the e2e image and command and read the local mirror, and the
 // admission policies hold them to exactly that.
 func accessOptions() manifest.Options {
-	return manifest.Options{Namespace: ns, Image: "slipway:e2e", JobCommand: strings.Fields(upgradeCommand), MirrorDirs: []string{mirror}}
+	return manifest.Options{Namespace: ns, Image: "slipway:e2e", JobCommand: strings.Fields(upgradeCommand), MirrorDirs: []string{mirror},
+		ReleaseSources: []string{manifest.DefaultChannelURL, slowMirrorURL}}
 }
 
 // grantAgentAccess creates the manifest's access objects before the agents start.

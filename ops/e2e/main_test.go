@@ -27,6 +27,8 @@ import (
 var (
 	env    *testenv.Env
 	mirror string
+	// slowMirrorURL is where the slow mirror serves, reserved before the cluster starts (slowmirror_test.go).
+	slowMirrorURL string
 	// auditLog is the apiserver's log of every write: who wrote what, when.
 	auditLog string
 	nodes    = 10 // 100 when benchmarks run (SLIPWAY_BENCH_NODES overrides)
@@ -69,6 +71,10 @@ func run(m *testing.M) int {
 	binDir, workDir = bin, dir
 	mirror = filepath.Join(dir, "mirror")
 	auditLog = filepath.Join(dir, "audit.log")
+	if slowMirrorURL, err = reserveSlowMirror(); err != nil {
+		fmt.Fprintln(os.Stderr, "reserve the slow mirror's address:", err)
+		return 1
+	}
 	if err := build(bin); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -24,14 +25,46 @@ type slowMirror struct {
 }
 
 func startSlowMirror(dir string, perDownload time.Duration) (*slowMirror, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+	ln := takeSlowMirrorListener()
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
 	}
 	m := &slowMirror{dir: dir, perDownload: perDownload, url: "http://" + ln.Addr().String() + "/releases/latest"}
 	m.srv = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = m.srv.Serve(ln) }()
 	return m, nil
+}
+
+// slowMirrorLn is the slow mirror's address, taken before the cluster
+// starts: the Job policy admits an upgrade's --source only when it is one
+// of the manifest's release sources, so the package's access objects name
+// it (accessOptions). The first slow mirror serves on it.
+var slowMirrorLn struct {
+	sync.Mutex
+	ln net.Listener
+}
+
+// reserveSlowMirror listens on the slow mirror's address and returns its URL.
+func reserveSlowMirror() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	slowMirrorLn.Lock()
+	defer slowMirrorLn.Unlock()
+	slowMirrorLn.ln = ln
+	return "http://" + ln.Addr().String() + "/releases/latest", nil
+}
+
+func takeSlowMirrorListener() net.Listener {
+	slowMirrorLn.Lock()
+	defer slowMirrorLn.Unlock()
+	ln := slowMirrorLn.ln
+	slowMirrorLn.ln = nil
+	return ln
 }
 
 func (m *slowMirror) close() { _ = m.srv.Close() }
