@@ -225,7 +225,12 @@ func (g *guest) watchAgentReboot(fl flavour) error {
 	if m == nil || !slices.Equal(m[1:], want) {
 		return fmt.Errorf("the guest's PID 1 and /run are not the %q node's (pid1 fifos openrc systemd bus = %v):\n%s", fl, want, out)
 	}
-	_, err = g.run("(tail -n +1 -F /var/log/pods/slipway-system_slipway-agent-*/agent/*.log | grep msg=rebooting) & true", time.Minute)
+	// The agent's log files are looked for again every second: a glob taken
+	// once would miss the log of an agent container restarted (or a pod
+	// replaced) before the reboot. The agent logs the line rebootDelay (5 s)
+	// before it reboots.
+	_, err = g.run(`(while :; do for f in /var/log/pods/slipway-system_slipway-agent-*/agent/*.log; do `+
+		`grep -h msg=rebooting "$f" 2>/dev/null && exit 0; done; sleep 1; done) & true`, time.Minute)
 	return err
 }
 
