@@ -23,8 +23,8 @@ import (
 
 // fleetCache is what the Lease holder remembers of a channel between syncs.
 type fleetCache struct {
-	// listedAt is when gaveBack was last forgotten (fleetNodes).
-	listedAt time.Time
+	// gaveBackSince is when gaveBack was last forgotten (fleetNodes).
+	gaveBackSince time.Time
 	// permitted are the staging permit holders at the last pass; gaveBack
 	// the nodes whose permit went away since the nodes were listed (a node
 	// gives its permit back after it reported its staging on its Node,
@@ -216,8 +216,8 @@ func (a *Agent) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan
 // nodes that gave their staging permit back are forgotten every resync (by
 // then the cache shows what they staged).
 func (a *Agent) fleetNodes(s plan.Settings, fc *fleetCache, snap map[string]*metav1.PartialObjectMetadata) []plan.Node {
-	if time.Since(fc.listedAt) >= a.opts.Resync {
-		fc.listedAt, fc.gaveBack = time.Now(), nil
+	if time.Since(fc.gaveBackSince) >= a.opts.Resync {
+		fc.gaveBackSince, fc.gaveBack = time.Now(), nil
 	}
 	var out []plan.Node
 	for _, n := range snap {
