@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -183,6 +184,21 @@ func markDrained(st *v1.UpdateChannelStatus, done []drainRun) (marked, gone []dr
 		marked = append(marked, d)
 	}
 	return marked, gone
+}
+
+// notDrained are the slots of asked whose drain is not among drained: the
+// pass that marks a drain's slot Rebooting folded that node's Draining
+// report too, and its drain, forgotten once marked, must not start again
+// (it would evict the pods the node runs after its reboot, while the slot
+// is still held).
+func notDrained(asked []v1.Slot, drained []drainRun) []v1.Slot {
+	var out []v1.Slot
+	for _, sl := range asked {
+		if !slices.ContainsFunc(drained, func(d drainRun) bool { return plan.SameSlot(d.slot, sl) }) {
+			out = append(out, sl)
+		}
+	}
+	return out
 }
 
 // endDrains forgets the drains a pass wrote (marked), and uncordons the

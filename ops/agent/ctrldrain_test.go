@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,4 +153,42 @@ func (f *fleet) podGoesWhenEvicted(t *testing.T, pod string) {
 	if err := f.kube.CoreV1().Pods(f.ns).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestEachSlotDrainedOnce: the pass that marks a drained slot Rebooting
+// folds that node's Draining report again; the drain it ends must not start
+// once more (a second cordon check, pod list and slot confirmation for
+// nothing, while the node reboots).
+func TestEachSlotDrainedOnce(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 3, nil)
+	nodes := []string{f.ns + "-n0", f.ns + "-n1", f.ns + "-n2"}
+	for _, n := range nodes {
+		f.start(n)
+	}
+	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 3, RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)})
+	f.waitFor("all nodes at v2", 2*time.Minute, done(3))
+	f.assertAllAt("v2")
+	time.Sleep(time.Second) // a drain started again by the last marking pass would log by now
+	for _, n := range nodes {
+		if got := f.drainsLogged(n); got != 1 {
+			t.Errorf("node %s: the controller drained it %d times for one slot, want 1", n, got)
+		}
+	}
+}
+
+// drainsLogged counts the drains the controller began on node (its
+// "draining" log lines).
+func (f *fleet) drainsLogged(node string) int {
+	b, err := os.ReadFile(filepath.Join(f.root, "agents.log"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "msg=draining ") && strings.Contains(line, " node="+node+" ") {
+			n++
+		}
+	}
+	return n
 }

@@ -56,8 +56,9 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 	}
 	before := *st.DeepCopy()
 	r.folded = plan.Fold(st, c.UID, p.reports)
-	r.drainsAsked = plan.HoldBackDraining(st, before, p.slowDrains)
+	asked := plan.HoldBackDraining(st, before, p.slowDrains)
 	r.drained, r.drainGone = markDrained(st, p.drained)
+	r.drainsAsked = notDrained(asked, r.drained) // a drain this pass marks done is not started again
 	mine := stagingDone(p.mine, r.folded.Permits)
 	r.recover(st, p.stale, p.now)
 	plan.Prune(st, mine, target)
