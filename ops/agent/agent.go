@@ -73,6 +73,8 @@ type Agent struct {
 	// drainsDone are the drains done whose slots the next pass marks
 	// Rebooting, by node (ctrldrain.go).
 	drainsDone map[string]drainRun
+	// ahead are the checks of the nodes next in line, made in the background (health.go).
+	ahead      checksAhead
 	leaderCtx  context.Context
 	leaderStop context.CancelFunc
 

@@ -186,6 +186,17 @@ func markDrained(st *v1.UpdateChannelStatus, done []drainRun) (marked, gone []dr
 	return marked, gone
 }
 
+// draining are the slots of st whose node asked for its drain.
+func draining(st v1.UpdateChannelStatus) []v1.Slot {
+	var out []v1.Slot
+	for _, sl := range st.Updating {
+		if sl.Phase == plan.PhaseDraining {
+			out = append(out, sl)
+		}
+	}
+	return out
+}
+
 // notDrained are the slots of asked whose drain is not among drained: the
 // pass that marks a drain's slot Rebooting folded that node's Draining
 // report too, and its drain, forgotten once marked, must not start again

@@ -74,14 +74,16 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	if now.Sub(fc.staleChecked) >= a.opts.Resync { // slots go stale in minutes: no GETs on every change
 		stale, fc.staleChecked = a.staleSlots(ctx, s, ch), now
 	}
+	a.takeChecksAhead(fc, name)
 	a.forgetChecks(fc)
 	target := plan.Target(s, ch.Status)
 	reports := a.reportsFor(ch, snap)
 	folded := ch.Status.DeepCopy() // the slots this pass frees count as free for the checks
 	plan.Fold(folded, ch.UID, reports)
+	a.startDrains(ch, s, draining(*folded)) // now: a drain waits for no check and no write of this pass
 	p := fleetPass{s: s, generation: generation, retry: a.opts.Retry, now: now, listedSlots: slotHolders(ch), resolved: resolved, stale: stale, mine: mine, others: others,
-		checks: a.checkBehind(ctx, fc, *folded, plan.Behind(*folded, mine, target), startable(s, *folded, mine, target, a.opts.Retry, now),
-			plan.FreeSlots(s, *folded), target),
+		checks: a.checkBehind(ctx, fc, name, *folded, plan.Behind(*folded, mine, target), startable(s, *folded, mine, target, a.opts.Retry, now),
+			plan.FreeSlots(s, *folded), s.Concurrency, target),
 		serverElsewhere: serverWaits(ch.Status, mine, target) && a.serverBusyElsewhere(ctx, name), reports: reports, drained: a.drainsDoneIn(ch.UID),
 		claims: a.lastClaims(), slowDrains: a.slowDrains()}
 	var r fleetResult

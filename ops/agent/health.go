@@ -19,10 +19,24 @@ import (
 // every server and failed node, which decide whether others may start),
 // each at most once per resync.
 
+// The nodes next in line are checked ahead, in the background: a pass
+// that frees a slot then finds its next node's check in the cache and
+// grants the slot with no GET on its way (the drains' outcomes and the
+// folded reports it writes wait on no check).
+
 // checked is one check's result: nil skip means the node may take a slot.
 type checked struct {
 	at   time.Time
 	skip *v1.SkippedNode
+}
+
+// checksAhead are the checks made ahead of need: under way (by node) and
+// done, by channel, until the channel's next pass takes them.
+type checksAhead struct {
+	mu       sync.Mutex
+	underWay map[string]bool
+	done     map[string]map[string]checked
+	slots    chan struct{} // checkConcurrency at once
 }
 
 // checkBehind checks the nodes behind (in plan.Behind's order) until free
@@ -30,9 +44,10 @@ type checked struct {
 // node in its backoff does not use up a free slot's check) are found, plus
 // every node plan.MustCheck names, and returns the results by node (nil:
 // eligible). A node that cannot be checked now is left out: it takes no
-// slot this time.
-func (a *Agent) checkBehind(ctx context.Context, fc *fleetCache, st v1.UpdateChannelStatus, behind []plan.Node, startable map[string]bool,
-	free int, target string) map[string]*v1.SkippedNode {
+// slot this time. The ahead nodes next in line are then checked in the
+// background (checkAhead).
+func (a *Agent) checkBehind(ctx context.Context, fc *fleetCache, channel string, st v1.UpdateChannelStatus, behind []plan.Node, startable map[string]bool,
+	free, ahead int, target string) map[string]*v1.SkippedNode {
 	out := map[string]*v1.SkippedNode{}
 	found := 0
 	for i := 0; i < len(behind); {
@@ -61,7 +76,77 @@ func (a *Agent) checkBehind(ctx context.Context, fc *fleetCache, st v1.UpdateCha
 			}
 		}
 	}
+	a.checkAhead(ctx, fc, channel, nextInLine(behind, out, startable, ahead))
 	return out
+}
+
+// nextInLine are the first ahead nodes of behind that may start and were
+// not checked by this pass: the ones the slots freed next go to.
+func nextInLine(behind []plan.Node, checked map[string]*v1.SkippedNode, startable map[string]bool, ahead int) []string {
+	var out []string
+	for _, n := range behind {
+		if len(out) >= ahead {
+			break
+		}
+		if _, ok := checked[n.Name]; !ok && startable[n.Name] {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// checkAhead checks, in the background, the nodes of channel whose check
+// is missing or older than half the resync period (so that it is still
+// fresh when their slot comes); the channel's next pass takes the results
+// (takeChecksAhead).
+func (a *Agent) checkAhead(ctx context.Context, fc *fleetCache, channel string, nodes []string) {
+	now := time.Now()
+	ca := &a.ahead
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	for _, n := range nodes {
+		if c, hit := fc.checks[n]; hit && now.Sub(c.at) < a.opts.Resync/2 || ca.underWay[n] {
+			continue
+		}
+		if ca.underWay == nil {
+			ca.underWay, ca.done, ca.slots = map[string]bool{}, map[string]map[string]checked{}, make(chan struct{}, checkConcurrency)
+		}
+		ca.underWay[n] = true
+		go func() {
+			ca.slots <- struct{}{}
+			c := a.check(ctx, n)
+			<-ca.slots
+			ca.mu.Lock()
+			defer ca.mu.Unlock()
+			delete(ca.underWay, n)
+			if c == nil {
+				return // not readable now: checked when its slot comes
+			}
+			if ca.done[channel] == nil {
+				ca.done[channel] = map[string]checked{}
+			}
+			ca.done[channel][n] = *c
+		}()
+	}
+}
+
+// takeChecksAhead puts the checks made ahead for channel into fc.
+func (a *Agent) takeChecksAhead(fc *fleetCache, channel string) {
+	ca := &a.ahead
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	if len(ca.done[channel]) == 0 {
+		return
+	}
+	if fc.checks == nil {
+		fc.checks = map[string]checked{}
+	}
+	for n, c := range ca.done[channel] {
+		if old, ok := fc.checks[n]; !ok || c.at.After(old.at) {
+			fc.checks[n] = c
+		}
+	}
+	delete(ca.done, channel)
 }
 
 // checkConcurrency bounds the checks a pass makes at once (two GETs each).
