@@ -233,10 +233,12 @@ func (a *Agent) endDrains(ctx context.Context, marked, gone []drainRun) {
 // drain.timeout; every eviction confirms the slot first.
 func (a *Agent) drainSlot(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) (*drain.Result, time.Time, error) {
 	confirm := func(ctx context.Context) error { return a.holdsSlot(ctx, ch, slot) }
-	if err := confirm(ctx); err != nil {
+	held := make(chan error, 1)
+	go func() { held <- confirm(ctx) }() // beside the Node's read: two reads, one round trip's wait
+	opts, began, seen, err := a.drainBudget(ctx, slot.Node, drainOptions(s.Drain))
+	if err := <-held; err != nil { // nothing is written before the slot is confirmed
 		return nil, time.Now(), err
 	}
-	opts, began, seen, err := a.drainBudget(ctx, slot.Node, drainOptions(s.Drain))
 	if err != nil {
 		return nil, began, err
 	}
