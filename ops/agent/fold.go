@@ -35,9 +35,27 @@ func (a *Agent) reportInformer() (cache.SharedIndexInformer, error) {
 				a.viewQueue.Add(n.Name) // written by another hand, or removed: write them again
 			}
 		},
+		DeleteFunc: a.forgetNode,
 	})
 	a.nodeMeta = inf.GetStore()
 	return inf, err
+}
+
+// forgetNode drops what the controller remembers of a deleted Node (its
+// last view write, its last slot's claim time): kept, they would grow with
+// every node the cluster ever had.
+func (a *Agent) forgetNode(o any) {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	m, ok := o.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.viewWrites, m.Name)
+	delete(a.claims, m.Name)
 }
 
 // nodeSnapshot is the controller's cache of Node metadata at one moment,
