@@ -65,6 +65,8 @@ type Agent struct {
 	// node (views.go); viewQueue the nodes whose views it writes.
 	views     map[types.UID]map[string]string
 	viewQueue workqueue.TypedRateLimitingInterface[string]
+	// slotNodes are the nodes holding a slot: their views are written first (viewqueue.go).
+	slotNodes slotHolderSet
 	// viewWrites are the controller's last view write on each Node (views.go).
 	viewWrites map[string]viewsWritten
 	// drains are the controller's drains under way, by node (ctrldrain.go);

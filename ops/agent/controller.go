@@ -153,8 +153,7 @@ func (a *Agent) runController(ctx context.Context) error {
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[key](),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "slipway-controller"})
 	defer a.queue.ShutDown()
-	a.viewQueue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "slipway-controller-views"})
+	a.viewQueue = newViewQueue(a.slotNodes.holds)
 	defer a.viewQueue.ShutDown()
 	a.startProbe(ctx)
 	chInf := a.channelInformer()

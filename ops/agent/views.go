@@ -32,7 +32,8 @@ func viewKey(uid types.UID) string { return AnnotationChannelViewPrefix + string
 
 // setViews records the views ch's nodes must hold after a pass (follows:
 // the nodes that follow ch) and queues the nodes whose Node shows another.
-// Slot and permit holders are queued first.
+// Slot and permit holders are queued first, and the view queue pops the
+// slot holders before every other node (viewqueue.go).
 func (a *Agent) setViews(ch *v1.UpdateChannel, follows []plan.Node) {
 	follow := map[string]bool{}
 	for _, n := range follows {
@@ -68,6 +69,7 @@ func (a *Agent) setViews(ch *v1.UpdateChannel, follows []plan.Node) {
 	a.mu.Lock()
 	a.views[ch.UID] = want
 	a.mu.Unlock()
+	a.slotNodes.set(ch.UID, slotNodesOf(ch)) // before queueing: their views go first
 	key := viewKey(ch.UID)
 	for _, n := range first {
 		if a.viewDue(n, ch.UID, want[n]) {
@@ -80,6 +82,15 @@ func (a *Agent) setViews(ch *v1.UpdateChannel, follows []plan.Node) {
 		}
 	}
 	a.queueNodesWith(key, want)
+}
+
+// slotNodesOf are the nodes holding a slot of ch.
+func slotNodesOf(ch *v1.UpdateChannel) []string {
+	out := make([]string, 0, len(ch.Status.Updating))
+	for _, s := range ch.Status.Updating {
+		out = append(out, s.Node)
+	}
+	return out
 }
 
 // queueNodesWith queues the nodes whose Node holds the view key and
@@ -104,6 +115,7 @@ func (a *Agent) dropViews(uid types.UID) {
 	a.mu.Lock()
 	delete(a.views, uid)
 	a.mu.Unlock()
+	a.slotNodes.drop(uid)
 	a.queueNodesWith(viewKey(uid), nil)
 }
 
