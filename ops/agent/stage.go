@@ -61,7 +61,7 @@ func (a *Agent) syncStage(ctx context.Context, ch *v1.UpdateChannel, s plan.Sett
 	case plan.StagePrune:
 		return a.stepStagePrune(ctx, ch, s, o)
 	case plan.StagePublish:
-		return a.stepStagePublish(ctx, o)
+		return a.stepStagePublish(ctx, ch, o)
 	case plan.StageRelease:
 		return a.releasePermit(ctx, ch)
 	case plan.StageCreate:
@@ -129,22 +129,36 @@ func (a *Agent) stepStagePrune(ctx context.Context, ch *v1.UpdateChannel, s plan
 	return nil
 }
 
-// stepStagePublish writes what is staged (or that staging gave up) on the Node.
-func (a *Agent) stepStagePublish(ctx context.Context, o plan.StageObserved) error {
+// stepStagePublish writes what is staged (or that staging gave up) on the
+// Node; when that ends staging, the permit goes back in the same write.
+func (a *Agent) stepStagePublish(ctx context.Context, ch *v1.UpdateChannel, o plan.StageObserved) error {
 	staged, failed := plan.StageReport(o)
-	return a.patchNode(ctx, nil, map[string]any{AnnotationPrestagedVersion: nilIfEmpty(staged), AnnotationPrestageFailedVersion: nilIfEmpty(failed)})
+	published := map[string]any{AnnotationPrestagedVersion: nilIfEmpty(staged), AnnotationPrestageFailedVersion: nilIfEmpty(failed)}
+	if plan.PublishEndsStaging(o) {
+		return a.releasePermitWith(ctx, ch, published)
+	}
+	return a.patchNode(ctx, nil, published)
 }
 
 // releasePermit reports on the Node that this node gave its staging permit
 // back (the permit's claim time); the controller takes the permit away
 // and gives none again to the node for that target.
 func (a *Agent) releasePermit(ctx context.Context, ch *v1.UpdateChannel) error {
+	return a.releasePermitWith(ctx, ch, nil)
+}
+
+// releasePermitWith is releasePermit writing the annotations extra too, in
+// the same write (extra alone when the node holds no permit).
+func (a *Agent) releasePermitWith(ctx context.Context, ch *v1.UpdateChannel, extra map[string]any) error {
 	i := plan.FindPermit(ch.Status, a.opts.NodeName)
 	if i < 0 {
-		return nil
+		if len(extra) == 0 {
+			return nil
+		}
+		return a.patchNode(ctx, nil, extra)
 	}
 	since := ch.Status.Staging[i].Since
-	return a.report(ctx, ch, func(r *plan.Report) { r.PermitDone = &since })
+	return a.reportWith(ctx, ch, func(r *plan.Report) { r.PermitDone = &since }, nil, extra)
 }
 
 // createdLag bounds how long a Job this process created counts as running

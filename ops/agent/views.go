@@ -121,24 +121,24 @@ func (a *Agent) dropViews(uid types.UID) {
 
 // viewDue reports whether node's view of the channel of UID uid must be
 // written: the cache shows another than want, and not only a slot the
-// node reported ended (plan.EndedSlotOnly).
+// node reported ended or a permit it gave back (plan.EndedOnly).
 func (a *Agent) viewDue(node string, uid types.UID, want string) bool {
 	m := a.nodeMetaOf(node)
 	if m == nil {
 		return true
 	}
 	cur := m.Annotations[viewKey(uid)]
-	return cur != want && !endedSlotOnly(m.Annotations, uid, cur, want)
+	return cur != want && !endedOnly(m.Annotations, uid, cur, want)
 }
 
-// endedSlotOnly is plan.EndedSlotOnly with the node's report of the
+// endedOnly is plan.EndedOnly with the node's report of the
 // channel of UID uid read from its annotations.
-func endedSlotOnly(annotations map[string]string, uid types.UID, cur, want string) bool {
+func endedOnly(annotations map[string]string, uid types.UID, cur, want string) bool {
 	if cur == "" {
 		return false
 	}
 	r, err := plan.ParseReports(annotations[AnnotationSlotReport])
-	return err == nil && plan.EndedSlotOnly(cur, want, r[uid])
+	return err == nil && plan.EndedOnly(cur, want, r[uid])
 }
 
 func (a *Agent) nodeMetaOf(node string) *metav1.PartialObjectMetadata {
@@ -185,7 +185,7 @@ func (a *Agent) syncViews(ctx context.Context, node string) error {
 		w, ok := want[node]
 		cur, has := have[key]
 		switch {
-		case ok && cur != w && !endedSlotOnly(have, uid, cur, w):
+		case ok && cur != w && !endedOnly(have, uid, cur, w):
 			patch[key] = w
 		case !ok && has:
 			patch[key] = nil

@@ -172,3 +172,27 @@ func TestNextStage(t *testing.T) {
 		}
 	}
 }
+
+func TestPublishEndsStaging(t *testing.T) {
+	base := func(edit func(*StageObserved)) StageObserved {
+		o := StageObserved{Target: "v2", Running: "v1", Permit: true}
+		edit(&o)
+		return o
+	}
+	for _, c := range []struct {
+		name string
+		o    StageObserved
+		want bool
+	}{
+		{"staged under the permit: the permit goes back with the publish", base(func(o *StageObserved) { o.OnDisk = []string{"v2"} }), true},
+		{"gave up under the permit: back with the publish", base(func(o *StageObserved) { o.Failures = MaxStageAttempts }), true},
+		{"staged, no permit held: the publish alone", base(func(o *StageObserved) { o.OnDisk, o.Permit = []string{"v2"}, false }), false},
+		{"a stale report cleared: the publish alone", base(func(o *StageObserved) { o.Permit, o.Published = false, "v3" }), false},
+		{"nothing staged yet, a stale report cleared under the permit: staging goes on", base(func(o *StageObserved) { o.Published = "v3" }), false},
+		{"no target: the publish alone", base(func(o *StageObserved) { o.Target, o.Permit, o.Published = "", false, "v2" }), false},
+	} {
+		if got := PublishEndsStaging(c.o); got != c.want {
+			t.Errorf("%s: PublishEndsStaging = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

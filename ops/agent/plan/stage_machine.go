@@ -67,6 +67,15 @@ func NextStage(o StageObserved) (StageStep, string) {
 	return StageCreate, "the permit is held and " + o.Target + " is not staged"
 }
 
+// PublishEndsStaging reports whether the publish o calls for (StagePublish)
+// ends staging: the step after it would give the permit back
+// (StageRelease), so the agent gives it back in the same write.
+func PublishEndsStaging(o StageObserved) bool {
+	o.Published, o.PublishedFailed = StageReport(o)
+	step, _ := NextStage(o)
+	return step == StageRelease
+}
+
 // StageReport is what the Node reports: the target when it is staged and
 // not running yet, and the target when staging gave up on it.
 func StageReport(o StageObserved) (staged, failed string) {

@@ -66,25 +66,31 @@ func ViewOf(ch *v1.UpdateChannel, node string, follows bool) (View, bool) {
 	return v, follows || v.Slot != nil || v.Permit != nil
 }
 
-// EndedSlotOnly reports whether the view cur differs from want only by a
-// slot the node's report r says ended (the node reported its success,
-// failure or deferral). Such a view stays until the node's view changes
-// for another reason: the node acts on its report, not on a slot it ended,
-// and the controller saves a write per node and slot.
-func EndedSlotOnly(cur, want string, r Report) bool {
+// EndedOnly reports whether the view cur differs from want only by what
+// the node's report r says is over: a slot it reported ended (its success,
+// failure or deferral) and a staging permit it gave back. Such a view stays
+// until the node's view changes for another reason: the node acts on its
+// report, not on a slot it ended or a permit it gave back, and the
+// controller saves a write per node and slot, and per node and permit.
+func EndedOnly(cur, want string, r Report) bool {
 	c, err := ParseView(cur)
-	if err != nil || c.Slot == nil {
+	if err != nil {
 		return false
 	}
 	w, err := ParseView(want)
-	if err != nil || w.Slot != nil {
+	if err != nil {
 		return false
 	}
-	if _, outcome := r.Of(*c.Slot); outcome == "" {
-		return false
+	over := false
+	if c.Slot != nil && w.Slot == nil {
+		if _, outcome := r.Of(*c.Slot); outcome != "" {
+			c.Slot, over = nil, true
+		}
 	}
-	c.Slot = nil
-	return c.String() == w.String()
+	if c.Permit != nil && w.Permit == nil && r.PermitDone != nil && r.PermitDone.Unix() == c.Permit.Since.Unix() {
+		c.Permit, over = nil, true
+	}
+	return over && c.String() == w.String()
 }
 
 // String is the annotation's value.

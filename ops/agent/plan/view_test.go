@@ -83,7 +83,7 @@ func TestParseViewRefusesGarbage(t *testing.T) {
 	}
 }
 
-func TestEndedSlotOnly(t *testing.T) {
+func TestEndedOnly(t *testing.T) {
 	since := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "u1", CreationTimestamp: since},
 		Spec:   v1.UpdateChannelSpec{URL: "file:///m", Version: "v2"},
@@ -101,6 +101,17 @@ func TestEndedSlotOnly(t *testing.T) {
 	running.Outcome = ""
 	other := ended
 	other.Since = metav1.NewTime(since.Add(time.Minute))
+	permitted := freed.DeepCopy()
+	permitted.Status.Staging = []v1.StagePermit{{Node: "a", Version: "v2", Since: since}}
+	withPermit, _ := ViewOf(permitted, "a", true)
+	both := ch.DeepCopy()
+	both.Status.Staging = permitted.Status.Staging
+	withBoth, _ := ViewOf(both, "a", true)
+	permitBack := Report{PermitDone: &since}
+	laterPermit := metav1.NewTime(since.Add(time.Minute))
+	otherPermitBack := Report{PermitDone: &laterPermit}
+	endedAndBack := ended
+	endedAndBack.PermitDone = &since
 	for _, tc := range []struct {
 		name      string
 		cur, want string
@@ -114,10 +125,17 @@ func TestEndedSlotOnly(t *testing.T) {
 		{"no slot in the view: nothing to leave", none.String(), next.String(), ended, false},
 		{"a slot wanted: written", none.String(), held.String(), ended, false},
 		{"not a view: written", "garbage", none.String(), ended, false},
+		{"the permit the node gave back: left", withPermit.String(), none.String(), permitBack, true},
+		{"a permit not given back: written", withPermit.String(), none.String(), running, false},
+		{"an earlier permit given back: written", withPermit.String(), none.String(), otherPermitBack, false},
+		{"a permit wanted: written", none.String(), withPermit.String(), permitBack, false},
+		{"the permit given back, the slot granted: written", withPermit.String(), held.String(), permitBack, false},
+		{"both over: left", withBoth.String(), none.String(), endedAndBack, true},
+		{"the slot over, the permit not given back: written", withBoth.String(), none.String(), ended, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := EndedSlotOnly(tc.cur, tc.want, tc.report); got != tc.ok {
-				t.Errorf("EndedSlotOnly = %v, want %v", got, tc.ok)
+			if got := EndedOnly(tc.cur, tc.want, tc.report); got != tc.ok {
+				t.Errorf("EndedOnly = %v, want %v", got, tc.ok)
 			}
 		})
 	}
