@@ -137,34 +137,36 @@ func TestCountsStaged(t *testing.T) {
 	}
 }
 
+// stageObserved is a node at v1 holding a permit to stage v2, edited.
+func stageObserved(edit func(*StageObserved)) StageObserved {
+	o := StageObserved{Target: "v2", Running: "v1", Permit: true}
+	edit(&o)
+	return o
+}
+
 func TestNextStage(t *testing.T) {
-	base := func(edit func(*StageObserved)) StageObserved {
-		o := StageObserved{Target: "v2", Running: "v1", Permit: true}
-		edit(&o)
-		return o
-	}
 	for _, c := range []struct {
 		name string
 		o    StageObserved
 		want StageStep
 	}{
-		{"permit, nothing staged: stage", base(func(*StageObserved) {}), StageCreate},
-		{"no permit: wait", base(func(o *StageObserved) { o.Permit = false }), StageWait},
-		{"a Job writes the system directory: wait", base(func(o *StageObserved) { o.Busy = true }), StageWait},
-		{"the slot's Job owns the directory: wait", base(func(o *StageObserved) { o.InSlot, o.OnDisk = true, []string{"v3"} }), StageWait},
-		{"staged, not reported: publish", base(func(o *StageObserved) { o.OnDisk = []string{"v2"} }), StagePublish},
-		{"staged and reported: release", base(func(o *StageObserved) { o.OnDisk, o.Published = []string{"v2"}, "v2" }), StageRelease},
-		{"staged and reported, no permit: wait", base(func(o *StageObserved) { o.OnDisk, o.Published, o.Permit = []string{"v2"}, "v2", false }), StageWait},
-		{"failed once: stage again", base(func(o *StageObserved) { o.Failures = 1 }), StageCreate},
-		{"failed twice: report it", base(func(o *StageObserved) { o.Failures = MaxStageAttempts }), StagePublish},
-		{"failed twice and reported: release", base(func(o *StageObserved) { o.Failures, o.PublishedFailed = MaxStageAttempts, "v2" }), StageRelease},
-		{"a stale stage (the target changed): prune", base(func(o *StageObserved) { o.OnDisk = []string{"v2", "v3"} }), StagePrune},
-		{"a stale stage without a permit: prune", base(func(o *StageObserved) { o.OnDisk, o.Permit = []string{"v3"}, false }), StagePrune},
-		{"no target: prune what is staged", base(func(o *StageObserved) { o.Target, o.Permit, o.OnDisk = "", false, []string{"v2"} }), StagePrune},
-		{"a stale report: clear it", base(func(o *StageObserved) { o.Permit, o.Published = false, "v3" }), StagePublish},
-		{"a report of the release that runs now: clear it", base(func(o *StageObserved) { o.Running, o.Permit, o.Published = "v2", false, "v2" }), StagePublish},
-		{"in the slot, reported, permit held: release", base(func(o *StageObserved) { o.InSlot, o.Published = true, "v2" }), StageRelease},
-		{"runs the target with a permit: release", base(func(o *StageObserved) { o.Running = "v2" }), StageRelease},
+		{"permit, nothing staged: stage", stageObserved(func(*StageObserved) {}), StageCreate},
+		{"no permit: wait", stageObserved(func(o *StageObserved) { o.Permit = false }), StageWait},
+		{"a Job writes the system directory: wait", stageObserved(func(o *StageObserved) { o.Busy = true }), StageWait},
+		{"the slot's Job owns the directory: wait", stageObserved(func(o *StageObserved) { o.InSlot, o.OnDisk = true, []string{"v3"} }), StageWait},
+		{"staged, not reported: publish", stageObserved(func(o *StageObserved) { o.OnDisk = []string{"v2"} }), StagePublish},
+		{"staged and reported: release", stageObserved(func(o *StageObserved) { o.OnDisk, o.Published = []string{"v2"}, "v2" }), StageRelease},
+		{"staged and reported, no permit: wait", stageObserved(func(o *StageObserved) { o.OnDisk, o.Published, o.Permit = []string{"v2"}, "v2", false }), StageWait},
+		{"failed once: stage again", stageObserved(func(o *StageObserved) { o.Failures = 1 }), StageCreate},
+		{"failed twice: report it", stageObserved(func(o *StageObserved) { o.Failures = MaxStageAttempts }), StagePublish},
+		{"failed twice and reported: release", stageObserved(func(o *StageObserved) { o.Failures, o.PublishedFailed = MaxStageAttempts, "v2" }), StageRelease},
+		{"a stale stage (the target changed): prune", stageObserved(func(o *StageObserved) { o.OnDisk = []string{"v2", "v3"} }), StagePrune},
+		{"a stale stage without a permit: prune", stageObserved(func(o *StageObserved) { o.OnDisk, o.Permit = []string{"v3"}, false }), StagePrune},
+		{"no target: prune what is staged", stageObserved(func(o *StageObserved) { o.Target, o.Permit, o.OnDisk = "", false, []string{"v2"} }), StagePrune},
+		{"a stale report: clear it", stageObserved(func(o *StageObserved) { o.Permit, o.Published = false, "v3" }), StagePublish},
+		{"a report of the release that runs now: clear it", stageObserved(func(o *StageObserved) { o.Running, o.Permit, o.Published = "v2", false, "v2" }), StagePublish},
+		{"in the slot, reported, permit held: release", stageObserved(func(o *StageObserved) { o.InSlot, o.Published = true, "v2" }), StageRelease},
+		{"runs the target with a permit: release", stageObserved(func(o *StageObserved) { o.Running = "v2" }), StageRelease},
 	} {
 		got, why := NextStage(c.o)
 		if got != c.want || why == "" {
@@ -174,22 +176,17 @@ func TestNextStage(t *testing.T) {
 }
 
 func TestPublishEndsStaging(t *testing.T) {
-	base := func(edit func(*StageObserved)) StageObserved {
-		o := StageObserved{Target: "v2", Running: "v1", Permit: true}
-		edit(&o)
-		return o
-	}
 	for _, c := range []struct {
 		name string
 		o    StageObserved
 		want bool
 	}{
-		{"staged under the permit: the permit goes back with the publish", base(func(o *StageObserved) { o.OnDisk = []string{"v2"} }), true},
-		{"gave up under the permit: back with the publish", base(func(o *StageObserved) { o.Failures = MaxStageAttempts }), true},
-		{"staged, no permit held: the publish alone", base(func(o *StageObserved) { o.OnDisk, o.Permit = []string{"v2"}, false }), false},
-		{"a stale report cleared: the publish alone", base(func(o *StageObserved) { o.Permit, o.Published = false, "v3" }), false},
-		{"nothing staged yet, a stale report cleared under the permit: staging goes on", base(func(o *StageObserved) { o.Published = "v3" }), false},
-		{"no target: the publish alone", base(func(o *StageObserved) { o.Target, o.Permit, o.Published = "", false, "v2" }), false},
+		{"staged under the permit: the permit goes back with the publish", stageObserved(func(o *StageObserved) { o.OnDisk = []string{"v2"} }), true},
+		{"gave up under the permit: back with the publish", stageObserved(func(o *StageObserved) { o.Failures = MaxStageAttempts }), true},
+		{"staged, no permit held: the publish alone", stageObserved(func(o *StageObserved) { o.OnDisk, o.Permit = []string{"v2"}, false }), false},
+		{"a stale report cleared: the publish alone", stageObserved(func(o *StageObserved) { o.Permit, o.Published = false, "v3" }), false},
+		{"nothing staged yet, a stale report cleared under the permit: staging goes on", stageObserved(func(o *StageObserved) { o.Published = "v3" }), false},
+		{"no target: the publish alone", stageObserved(func(o *StageObserved) { o.Target, o.Permit, o.Published = "", false, "v2" }), false},
 	} {
 		if got := PublishEndsStaging(c.o); got != c.want {
 			t.Errorf("%s: PublishEndsStaging = %v, want %v", c.name, got, c.want)
