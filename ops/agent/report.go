@@ -41,13 +41,9 @@ func (a *Agent) reportsNow() plan.Reports {
 // reportOf is the node's report for the channel of UID uid.
 func (a *Agent) reportOf(uid types.UID) plan.Report { return a.reportsNow()[uid] }
 
-// report edits the node's report for ch and writes the reports on its Node
-// (those of channels gone are dropped).
-func (a *Agent) report(ctx context.Context, ch *v1.UpdateChannel, edit func(*plan.Report)) error {
-	return a.reportWith(ctx, ch, edit, nil, nil)
-}
-
-// reportWith is report writing the labels and annotations extra too, in the same write.
+// reportWith edits the node's report for ch and writes the reports on its
+// Node (those of channels gone are dropped), with the labels and
+// annotations extra in the same write.
 func (a *Agent) reportWith(ctx context.Context, ch *v1.UpdateChannel, edit func(*plan.Report), labels, extra map[string]any) error {
 	next, annotations := a.nextReports(ch, edit)
 	maps.Copy(annotations, extra)
