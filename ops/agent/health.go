@@ -108,6 +108,9 @@ func (a *Agent) checkAhead(ctx context.Context, fc *fleetCache, channel string, 
 		if c, hit := fc.checks[n]; hit && now.Sub(c.at) < a.opts.Resync/2 || ca.underWay[n] {
 			continue
 		}
+		if _, waiting := ca.done[channel][n]; waiting { // done, not taken yet by a pass
+			continue
+		}
 		if ca.underWay == nil {
 			ca.underWay, ca.done, ca.slots = map[string]bool{}, map[string]map[string]checked{}, make(chan struct{}, checkConcurrency)
 		}
