@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -10,8 +11,10 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/upgrade"
 	"slipway.dev/slipway/upgrade/layout"
@@ -44,6 +47,44 @@ func (f *fleet) watchPermits() *permitWatch {
 		}
 	}()
 	return pw
+}
+
+// watchStagedWithoutPermitBack records the nodes of the fleet seen with
+// version staged published and no permit given back in their report: a
+// node gives its permit back in the write that publishes what it staged,
+// so no Node the API server serves shows the one without the other.
+func (f *fleet) watchStagedWithoutPermitBack(version string) func() []string {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.t.Cleanup(cancel)
+	w, err := f.kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: "fleet=" + f.ns})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	go func() {
+		for ev := range w.ResultChan() {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok || n.Annotations[AnnotationPrestagedVersion] != version {
+				continue
+			}
+			reports, _ := plan.ParseReports(n.Annotations[AnnotationSlotReport])
+			back := false
+			for _, r := range reports {
+				back = back || r.PermitDone != nil
+			}
+			if !back {
+				mu.Lock()
+				seen[n.Name] = true
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Sorted(maps.Keys(seen))
+	}
 }
 
 func (pw *permitWatch) get() (int, bool) {
@@ -93,6 +134,7 @@ func TestStagesAheadOfTheSlot(t *testing.T) {
 		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
 	}
 	pw := f.watchPermits()
+	apart := f.watchStagedWithoutPermitBack("v2")
 	f.channel(v1.UpdateChannelSpec{URL: "file:///m", Version: "v2", Concurrency: 1, RebootDelay: zeroDelay(),
 		NodeSelector: selectFleet(f), Prestage: &v1.PrestageSpec{Concurrency: new(4)}})
 	f.waitFor("a node counted as staged", time.Minute, func(ch *v1.UpdateChannel) bool { return ch.Status.Counts.Staged > 0 })
@@ -124,6 +166,9 @@ func TestStagesAheadOfTheSlot(t *testing.T) {
 		if staged, _ := upgrade.Prestaged(f.systemDir(node)); len(staged) != 0 {
 			t.Errorf("%s: still staged after its upgrade: %v", node, staged)
 		}
+	}
+	if nodes := apart(); len(nodes) > 0 {
+		t.Errorf("nodes %v published v2 staged in a write of its own, then gave the permit back: want one write", nodes)
 	}
 	if len(ch.Status.Staging) != 0 || ch.Status.Counts.Staged != 0 {
 		t.Errorf("after the rollout: permits %v, counts.staged %d; want none", ch.Status.Staging, ch.Status.Counts.Staged)
