@@ -210,6 +210,7 @@ func (a *Agent) forgetChannel(o any) {
 		delete(a.fleet, ch.Name)
 		delete(a.lastWritten, ch.Name)
 		a.mu.Unlock()
+		a.ahead.forget(ch.Name)
 		a.dropViews(ch.UID) // its nodes' agents see it gone, and uncordon
 		if a.elected.Load() {
 			a.queue.Add(key{role: roleSweep}) // what it cordoned for that channel

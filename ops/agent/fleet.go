@@ -235,10 +235,7 @@ func (a *Agent) fleetNodes(s plan.Settings, fc *fleetCache, snap map[string]*met
 }
 
 func slotHolders(ch *v1.UpdateChannel) string {
-	var names []string
-	for _, s := range ch.Status.Updating {
-		names = append(names, s.Node)
-	}
+	names := slotNodesOf(ch)
 	sort.Strings(names)
 	return strings.Join(names, ",")
 }

@@ -133,6 +133,13 @@ func (a *Agent) checkAhead(ctx context.Context, fc *fleetCache, channel string, 
 	}
 }
 
+// forget drops the checks made ahead for a deleted channel.
+func (ca *checksAhead) forget(channel string) {
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	delete(ca.done, channel)
+}
+
 // takeChecksAhead puts the checks made ahead for channel into fc.
 func (a *Agent) takeChecksAhead(fc *fleetCache, channel string) {
 	ca := &a.ahead
