@@ -54,6 +54,7 @@ type agent struct {
 	booted    bool          // a first reconcile ran in this process
 	lastCheck time.Time     // of the resting stabilize check
 	lastError string        // the last bad-input error reported
+	reported  string        // the last reason this agent wrote (its own error)
 	// store is the informer's cache of this Node; written the resource
 	// version of the agent's own last write (a turn reads the cache only
 	// once it holds that write: readNode).
@@ -198,7 +199,7 @@ func (a *agent) badInput(ctx context.Context, err error) error {
 	if err.Error() == a.lastError {
 		return nil
 	}
-	a.lastError = err.Error()
+	a.lastError, a.reported = err.Error(), err.Error()
 	a.o.Log.Error("cannot act on my node's annotations", "err", err)
 	a.ev.emit(ctx, a.o.NodeName, corev1.EventTypeWarning, ReasonAgentError, "%v", err)
 	return a.patch(ctx, nil, map[string]any{a.keys.Key(KeyReason): err.Error()})
@@ -221,9 +222,10 @@ func (a *agent) carryOut(ctx context.Context, n *corev1.Node, i Intent) error {
 	// acknowledgement). An agent stopped before its write carries the
 	// intent out again when it starts.
 	acked := make(chan error, 1)
+	mine := a.ownReason(n)
 	if i != IntentPerform {
 		go func() {
-			acked <- a.report(ctx, map[string]any{a.keys.Active(): string(i), a.keys.State(): string(StateBusy), a.keys.Key(KeyReason): nil})
+			acked <- a.report(ctx, a.clearing(mine, map[string]any{a.keys.Active(): string(i), a.keys.State(): string(StateBusy)}))
 		}()
 	} else {
 		acked <- nil
@@ -246,7 +248,7 @@ func (a *agent) carryOut(ctx context.Context, n *corev1.Node, i Intent) error {
 	if aerr := <-acked; aerr != nil {
 		return aerr // not acknowledged: the next turn carries it out again
 	}
-	return a.done(ctx, i, err, more)
+	return a.done(ctx, i, err, a.clearing(mine, more))
 }
 
 // bounded runs one host call under a deadline of timeout; a call still
@@ -263,22 +265,50 @@ func (a *agent) bounded(ctx context.Context, what string, timeout time.Duration,
 	return err
 }
 
+// ownReason reports whether the reason on n is the agent's own, an error
+// it reported (this process wrote it, or the node still shows it beside
+// the failed intent, not yet answered): the agent's next write removes it.
+// Any other reason is the controller's (a failure counted, a hold, a
+// rollout that moved on past --health-timeout) and stays until the
+// controller ends it: it says why the node is where it is.
+func (a *agent) ownReason(n *corev1.Node) bool {
+	r := n.Annotations[a.keys.Key(KeyReason)]
+	if r == "" {
+		return false
+	}
+	failed := n.Annotations[a.keys.State()] == string(StateError) && n.Annotations[a.keys.Active()] == n.Annotations[a.keys.Wanted()]
+	return r == a.reported || failed
+}
+
+// clearing adds the reason's removal to ann when the reason is the agent's own.
+func (a *agent) clearing(mine bool, ann map[string]any) map[string]any {
+	if !mine {
+		return ann
+	}
+	if ann == nil {
+		ann = map[string]any{}
+	}
+	ann[a.keys.Key(KeyReason)] = nil
+	return ann
+}
+
 // done reports the end of an intent: ready (with more annotations), or
 // error with the reason and an Event.
 func (a *agent) done(ctx context.Context, i Intent, err error, more map[string]any) error {
 	if ctx.Err() != nil {
 		return ctx.Err() // stopped: the next start carries it out again
 	}
-	ann := map[string]any{a.keys.Active(): string(i), a.keys.State(): string(StateReady), a.keys.Key(KeyReason): nil}
+	ann := map[string]any{a.keys.Active(): string(i), a.keys.State(): string(StateReady)}
+	for k, v := range more {
+		ann[k] = v
+	}
 	result := "ok"
 	if err != nil {
 		result = "error"
 		a.o.Log.Error("intent failed", "intent", i, "err", err)
 		ann[a.keys.State()], ann[a.keys.Key(KeyReason)] = string(StateError), err.Error()
+		a.reported = err.Error()
 		a.ev.emit(ctx, a.o.NodeName, corev1.EventTypeWarning, ReasonAgentError, "%s failed: %v", i, err)
-	}
-	for k, v := range more {
-		ann[k] = v
 	}
 	a.m.intents.WithLabelValues(string(i), result).Inc()
 	return a.report(ctx, ann)
@@ -300,13 +330,14 @@ func (a *agent) check(ctx context.Context, n *corev1.Node, ack bool) error {
 	if err != nil {
 		return a.done(ctx, IntentStabilize, fmt.Errorf("check for updates: %w", err), nil)
 	}
+	mine := a.ownReason(n)
 	state, avail := StateUpToDate, "false"
 	if st.Available != "" {
 		state, avail = StateUpdateAvailable, "true"
 	}
 	ann := map[string]any{a.keys.Active(): string(IntentStabilize), a.keys.State(): string(state), a.keys.UpdateAvailable(): avail,
-		a.keys.Key(KeyCurrentVersion): st.Current, a.keys.Key(KeyAvailableVersion): st.Available, a.keys.Key(KeyStagedVersion): st.Staged,
-		a.keys.Key(KeyReason): nil}
+		a.keys.Key(KeyCurrentVersion): st.Current, a.keys.Key(KeyAvailableVersion): st.Available, a.keys.Key(KeyStagedVersion): st.Staged}
+	a.clearing(mine, ann)
 	changed := ack || n.Labels[a.keys.UpdateAvailable()] != avail
 	for k, v := range ann {
 		if s, _ := v.(string); n.Annotations[k] != s {
@@ -327,8 +358,8 @@ func (a *agent) check(ctx context.Context, n *corev1.Node, ack bool) error {
 
 // reboot records the boot ID, reports rebooting, and asks for the reboot.
 func (a *agent) reboot(ctx context.Context, n *corev1.Node) error {
-	err := a.report(ctx, map[string]any{a.keys.Active(): string(IntentReboot), a.keys.State(): string(StateRebooting),
-		a.keys.Key(KeyRebootBootID): n.Status.NodeInfo.BootID, a.keys.Key(KeyReason): nil})
+	err := a.report(ctx, a.clearing(a.ownReason(n), map[string]any{a.keys.Active(): string(IntentReboot), a.keys.State(): string(StateRebooting),
+		a.keys.Key(KeyRebootBootID): n.Status.NodeInfo.BootID}))
 	if err != nil {
 		return err
 	}

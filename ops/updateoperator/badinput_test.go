@@ -78,6 +78,9 @@ func TestBadInputLeavesTheRestRolling(t *testing.T) {
 		got := f.version(garbled)
 		return got == "v2" && v.Wanted == IntentStabilize && v.State == StateUpToDate, fmt.Sprintf("%s %s %s", got, v.Wanted, v.State)
 	})
+	if r := f.node(garbled).Annotations[f.keys.Key(KeyReason)]; r != "" {
+		t.Errorf("reason %q left on the held node after its update", r)
+	}
 }
 
 // A garbled action-state on a node told reboot-update never reboots it:

@@ -45,6 +45,9 @@ type NodeView struct {
 	UnmarkedCordon bool
 	// Invalid, when set, says which annotation could not be read.
 	Invalid string
+	// Reason is the reason annotation: the agent's error while its state
+	// is error, else the controller's last failure or hold.
+	Reason string
 }
 
 // Timeouts bound every state a node can stick in.
@@ -119,7 +122,7 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 	if n.Invalid != "" {
 		// Never a failure (its uncordon and reset-state could hit a node
 		// mid-reboot): held as it is, said once, until the value is fixed.
-		return Step{Kind: StepStuck, Reason: "held: " + n.Invalid}
+		return Step{Kind: StepStuck, Reason: HeldPrefix + n.Invalid}
 	}
 	done := n.Active == n.Wanted && n.State == StateReady
 	failed := n.Active == n.Wanted && n.State == StateError
@@ -160,11 +163,24 @@ func progress(done, failed bool, n NodeView, age, timeout time.Duration, next St
 	case done:
 		return next
 	case failed:
-		return Step{Kind: StepFail, Reason: fmt.Sprintf("%s failed on the host", n.Wanted)}
+		return Step{Kind: StepFail, Reason: hostFailure(n)}
 	case timedOut(age, timeout):
 		return Step{Kind: StepFail, Reason: fmt.Sprintf("%s not done after %s (agent state %s)", n.Wanted, timeout, n.State)}
 	}
 	return Step{}
+}
+
+// HeldPrefix begins the reason of a node held for an unreadable annotation.
+const HeldPrefix = "held: "
+
+// hostFailure is the reason of an intent the agent reported failed: the
+// agent's own words kept in it (the failure's write replaces them).
+func hostFailure(n NodeView) string {
+	r := fmt.Sprintf("%s failed on the host", n.Wanted)
+	if n.Reason != "" {
+		r += ": " + n.Reason
+	}
+	return r
 }
 
 // rebooted is the step of a node told to reboot: wait for it to come back
@@ -172,7 +188,7 @@ func progress(done, failed bool, n NodeView, age, timeout time.Duration, next St
 func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 	switch {
 	case failed:
-		return Step{Kind: StepFail, Reason: "reboot-update failed on the host"}
+		return Step{Kind: StepFail, Reason: hostFailure(n)}
 	case done && n.Target != "" && n.Current != n.Target:
 		return Step{Kind: StepFail, Reason: fmt.Sprintf("came back running %s, not the chosen %s: the host booted its previous version (a fallback boot)", n.Current, n.Target)}
 	case done && n.Ready && n.CordonedByUs:

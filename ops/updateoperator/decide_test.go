@@ -297,3 +297,23 @@ func TestCordonedSince(t *testing.T) {
 		t.Errorf("CordonLimit = %s, want 40m (drain + reboot)", got)
 	}
 }
+
+// A failure the agent reported keeps the agent's words in the reason the
+// controller writes over them.
+func TestHostFailureKeepsTheAgentsWords(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		reason string
+		want   string
+	}{
+		{"agent's words", "disk full", "perform-update failed on the host: disk full"},
+		{"none given", "", "perform-update failed on the host"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := NodeView{Name: "a", Wanted: IntentPerform, Active: IntentPerform, State: StateError, Reason: c.reason}
+			if s := Next(n, Policy{}, t0); s.Kind != StepFail || s.Reason != c.want {
+				t.Errorf("Next = %s %q, want fail %q", s.Kind, s.Reason, c.want)
+			}
+		})
+	}
+}

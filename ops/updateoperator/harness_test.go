@@ -295,7 +295,13 @@ func (f *fleet) controller(edit func(*ControllerOptions)) (stop func()) {
 			f.t.Errorf("controller: %v", err)
 		}
 	}()
-	return func() { cancel(); <-done }
+	stop = func() { cancel(); <-done }
+	// A test that fails before its own stop must not leave its controller
+	// running into the next test: it manages every Node, and the cordon
+	// record is the operator's, whatever the prefix (it lifted the next
+	// test's cordons, which then failed too).
+	f.t.Cleanup(stop)
+	return stop
 }
 
 // controllerOptions are the tests' controller settings, edited.

@@ -57,8 +57,10 @@ const (
 	// KeyAvailableVersion (annotation, W: agent) is the version an update
 	// would bring ("" when up to date).
 	KeyAvailableVersion = "available-version"
-	// KeyReason (annotation, W: agent on error, controller on a timeout or
-	// a stuck rollout) says why the last step failed or waits.
+	// KeyReason (annotation, W: agent on error, controller on a failure, a
+	// timeout or a hold) says why the last step failed or waits. The agent
+	// removes only its own; the controller's stays until the update ends
+	// (a failure's, through the reset and the backoff) or the hold does.
 	KeyReason = "reason"
 	// KeyFailures (annotation, W: controller) counts the node's failed
 	// updates since its last success; nodes with fewer go first, and each

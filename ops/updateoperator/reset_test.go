@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -66,10 +67,18 @@ func TestFailedUpdateIsResetThenRetried(t *testing.T) {
 	f.plats[name] = host
 	f.startAgent(name)
 	seen := f.record(name)
+	reasons := f.recordWith(name, f.keys.Key(KeyReason))
 	stop := f.controller(nil)
 	defer stop()
 	eventually(t, 90*time.Second, "the node at v2 after a failure and a reset", f.done)
 	steps := seen()
+	// While it waits out its backoff, the node says why it failed, in the
+	// host's words: neither the reset's acknowledgement nor the check after
+	// it removes the controller's reason (both did, within milliseconds).
+	const waiting = "stabilize/stabilize/update-available: perform-update failed on the host: the boot loader refused the new entry (planted failure)"
+	if r := reasons(); !slices.Contains(r, waiting) {
+		t.Errorf("the node went %q;\nwant it to rest at %q", r, waiting)
+	}
 	want := []string{"perform-update/perform-update/error", "reset-state/reset-state/busy", "reset-state/reset-state/ready",
 		"stabilize/stabilize/update-available", "prepare-update/prepare-update/ready", "reboot-update/reboot-update/ready", "stabilize/stabilize/up-to-date"}
 	if !inOrder(steps, want) {
@@ -94,6 +103,12 @@ func TestFailedUpdateIsResetThenRetried(t *testing.T) {
 // record watches node and keeps its distinct wanted/active/state steps, in
 // order (a watch sees every write); the returned func stops and gives them.
 func (f *fleet) record(node string) func() []string {
+	return f.recordWith(node, "")
+}
+
+// recordWith is record with the value of the annotation key (when not "")
+// after each step: "wanted/active/state: value".
+func (f *fleet) recordWith(node, key string) func() []string {
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := f.kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
 	if err != nil {
@@ -109,7 +124,11 @@ func (f *fleet) record(node string) func() []string {
 				continue
 			}
 			v := f.keys.View(n, "")
-			if s := fmt.Sprintf("%s/%s/%s", v.Wanted, v.Active, v.State); len(steps) == 0 || steps[len(steps)-1] != s {
+			s := fmt.Sprintf("%s/%s/%s", v.Wanted, v.Active, v.State)
+			if key != "" {
+				s += ": " + n.Annotations[key]
+			}
+			if len(steps) == 0 || steps[len(steps)-1] != s {
 				steps = append(steps, s)
 			}
 		}

@@ -147,6 +147,11 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 	}
 	c.m.transitions.WithLabelValues(string(s.Kind)).Inc()
 	now := stamp(time.Now())
+	if s.Kind != StepStuck && strings.HasPrefix(v.Reason, HeldPrefix) { // the hold is over: its reason goes
+		if err := c.patch(ctx, v.Name, nil, map[string]any{c.keys.Key(KeyReason): nil}); err != nil {
+			return err
+		}
+	}
 	switch s.Kind {
 	case StepWant:
 		if s.Wanted == IntentReboot && v.BeforeHook { // the before-reboot hooks said yes

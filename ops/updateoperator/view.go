@@ -35,6 +35,7 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 		Ahead:           a[k.Key(KeyAhead)] == "true",
 		Current:         a[k.Key(KeyCurrentVersion)],
 		Target:          a[k.Key(KeyTargetVersion)],
+		Reason:          a[k.Key(KeyReason)],
 	}
 	var errs []string
 	note := func(key string, err error) {
