@@ -24,7 +24,7 @@ func (c *controller) fail(ctx context.Context, n *corev1.Node, v NodeView, reaso
 		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyAhead): nil,
 		c.keys.Key(KeyTargetVersion): nil}
 	if v.CordonedByUs {
-		written, err := drain.UncordonSeen(ctx, c.kube, v.Name, n, CordonOwner, drain.Meta{Annotations: ann})
+		written, err := drain.UncordonSeen(ctx, c.kube, v.Name, n, c.keys.ownerOn(n), drain.Meta{Annotations: ann})
 		if err != nil {
 			return err
 		}
@@ -110,7 +110,7 @@ func (c *controller) drain(ctx context.Context, n *corev1.Node) (string, error) 
 		started = t // and its deadline
 	}
 	extra := map[string]string{c.keys.Key(KeyWorkloads): strings.Join(workloads, ","), c.keys.Key(KeyDrainStarted): stamp(started)}
-	written, err := drain.CordonSeen(ctx, c.kube, node, n, CordonOwner, extra)
+	written, err := drain.CordonSeen(ctx, c.kube, node, n, c.keys.ownerOn(n), extra)
 	if err != nil {
 		return "", err
 	}

@@ -40,7 +40,7 @@ func (f *fleet) watch(ns, deploy string) *watcher {
 			ctx := context.Background()
 			cordoned := 0
 			for _, name := range f.nodes {
-				if n, err := f.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err == nil && drain.CordonedBy(n.Annotations) == CordonOwner {
+				if n, err := f.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err == nil && drain.CordonedBy(n.Annotations) == f.keys.CordonOwner() {
 					cordoned++
 				}
 			}

@@ -173,7 +173,7 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 	case StepUncordon:
 		return c.uncordon(ctx, n, v, now)
 	case StepAdopt:
-		if err := c.patch(ctx, v.Name, nil, map[string]any{drain.AnnotationCordonedBy: CordonOwner, drain.AnnotationSchedulableBefore: "true",
+		if err := c.patch(ctx, v.Name, nil, map[string]any{drain.AnnotationCordonedBy: c.keys.CordonOwner(), drain.AnnotationSchedulableBefore: "true",
 			c.keys.Key(KeyTransition): now}); err != nil {
 			return err
 		}
@@ -230,7 +230,7 @@ func (c *controller) uncordon(ctx context.Context, n *corev1.Node, v NodeView, n
 	if finish {
 		ann = c.finished(now)
 	}
-	written, err := drain.UncordonSeen(ctx, c.kube, v.Name, n, CordonOwner, drain.Meta{Annotations: ann})
+	written, err := drain.UncordonSeen(ctx, c.kube, v.Name, n, c.keys.ownerOn(n), drain.Meta{Annotations: ann})
 	if err != nil {
 		return err
 	}

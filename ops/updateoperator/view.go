@@ -17,8 +17,39 @@ import (
 )
 
 // CordonOwner is the owner the operator's cordons are recorded under
-// (drain.AnnotationCordonedBy): only these cordons are ever lifted.
+// (drain.AnnotationCordonedBy) with the default prefix; Keys.CordonOwner
+// gives each prefix's. Only the controller's own cordons are ever lifted.
 const CordonOwner = "slipway-update-operator"
+
+// CordonOwner is the owner of the cordons of a controller speaking k's
+// prefix. Each prefix has its own: a controller manages every Node, so two
+// operators of different prefixes in one cluster (one per OS family) would
+// otherwise lift each other's cordons mid-drain.
+func (k Keys) CordonOwner() string {
+	if k.Prefix == DefaultPrefix {
+		return CordonOwner
+	}
+	return CordonOwner + "." + k.Prefix
+}
+
+// cordonedByUs reports whether the cordon record on a is this prefix's:
+// its own owner, or the shared owner older versions recorded for every
+// prefix, on a node whose drain this prefix's controller started.
+func (k Keys) cordonedByUs(a map[string]string) bool {
+	by := drain.CordonedBy(a)
+	return by == k.CordonOwner() || by == CordonOwner && a[k.Key(KeyDrainStarted)] != ""
+}
+
+// ownerOn is the owner this prefix's cordon of n is recorded under: the
+// record's own when it is this prefix's (an older version's shared owner,
+// too: a drain resumed or an uncordon after an upgrade of the operator),
+// else this prefix's.
+func (k Keys) ownerOn(n *corev1.Node) string {
+	if n != nil && k.cordonedByUs(n.Annotations) {
+		return drain.CordonedBy(n.Annotations)
+	}
+	return k.CordonOwner()
+}
 
 // View reads a Node's protocol annotations under k. A value that cannot be
 // read sets Invalid, naming the key and what is allowed.
@@ -28,7 +59,7 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 		Name:            n.Name,
 		UpdateAvailable: a[k.UpdateAvailable()] == "true",
 		Ready:           nodeReady(n),
-		CordonedByUs:    drain.CordonedBy(a) == CordonOwner,
+		CordonedByUs:    k.cordonedByUs(a),
 		UnmarkedCordon:  n.Spec.Unschedulable && drain.CordonedBy(a) == "",
 		Excluded:        n.Labels[k.Exclude()] == "true",
 		Own:             own != "" && n.Name == own,
