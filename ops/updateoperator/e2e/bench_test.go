@@ -87,7 +87,7 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release
 	}, func(list []corev1.Node) {
 		cordoned := 0
 		for _, n := range list {
-			if drain.CordonedBy(n.Annotations) == uo.CordonOwner {
+			if drain.CordonedBy(n.Annotations) == keys.CordonOwner() {
 				cordoned++
 			}
 		}

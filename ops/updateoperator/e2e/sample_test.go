@@ -59,7 +59,7 @@ func (s *fleetSampler) take() {
 	}
 	var down []string
 	for _, n := range list.Items {
-		if drain.CordonedBy(n.Annotations) == uo.CordonOwner || n.Annotations[keys.State()] == string(uo.StateRebooting) ||
+		if drain.CordonedBy(n.Annotations) == keys.CordonOwner() || n.Annotations[keys.State()] == string(uo.StateRebooting) ||
 			n.Annotations[testenv.DownAnnotation] == "true" {
 			// What made it count, to tell the controller's breach from a
 			// node it let go of while still down.
