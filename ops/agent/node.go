@@ -173,8 +173,11 @@ func (a *Agent) slotUnderWay(sc *stepCtx) bool {
 
 // jobState is what plan.Next needs to know of the slot's own upgrade Job.
 func (a *Agent) jobState(sc *stepCtx) plan.JobState {
-	j := a.job(SlotJobName(sc.ch.UID, sc.slot))
+	name := SlotJobName(sc.ch.UID, sc.slot)
+	j := a.job(name)
 	switch {
+	case j == nil && a.createdMoment(name): // its create returned; the cache shows it a moment later
+		return plan.JobRunning
 	case j == nil:
 		return plan.JobNone
 	case !isOwned(jobOwnedBy(j, sc.ch.UID, sc.slot)):

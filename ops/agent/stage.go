@@ -172,6 +172,16 @@ func (a *Agent) noteCreated(name string) {
 	a.created[name] = time.Now()
 }
 
+// createdMoment reports whether this process created Job name (or found
+// it existing) less than createdLag ago: then its absence from the cache
+// is the cache's lag, not a Job gone.
+func (a *Agent) createdMoment(name string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at, ok := a.created[name]
+	return ok && time.Since(at) <= createdLag
+}
+
 // createdUnseen reports whether a Job this process created a moment ago
 // is not in its cache yet (then it counts as running).
 func (a *Agent) createdUnseen() bool {
