@@ -103,3 +103,25 @@ func TestGarbledStateNeverReboots(t *testing.T) {
 		t.Errorf("the agent rebooted a node whose state it could not read (%d reboots)", f.reboots[name])
 	}
 }
+
+// A hold's reason goes when the hold ends, even on a node with nothing to
+// do next (excluded here): the reason says why a node waits, and it no
+// longer does.
+func TestHeldReasonGoesWithTheHold(t *testing.T) {
+	f := newFleet(t, "heldgone", 1)
+	name := f.nodes[0]
+	f.patch(name, map[string]any{"metadata": map[string]any{
+		"labels":      map[string]any{f.keys.Exclude(): "true"},
+		"annotations": map[string]any{f.keys.Key(KeyFailures): "-1"}}})
+	stop := f.controller(nil)
+	defer stop()
+	eventually(t, 30*time.Second, "the node held with a reason", func() (bool, string) {
+		r := f.node(name).Annotations[f.keys.Key(KeyReason)]
+		return strings.HasPrefix(r, HeldPrefix) && strings.Contains(r, "failures"), fmt.Sprintf("reason %q", r)
+	})
+	f.patch(name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{f.keys.Key(KeyFailures): nil}}})
+	eventually(t, 30*time.Second, "the hold's reason gone", func() (bool, string) {
+		r := f.node(name).Annotations[f.keys.Key(KeyReason)]
+		return r == "", fmt.Sprintf("reason %q", r)
+	})
+}

@@ -142,16 +142,16 @@ func (c *controller) report(nodes []corev1.Node, views []NodeView) {
 
 // do carries out one step on one node.
 func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step) error {
+	if v.Invalid == "" && strings.HasPrefix(v.Reason, HeldPrefix) { // the hold is over: its reason goes
+		if err := c.patch(ctx, v.Name, nil, map[string]any{c.keys.Key(KeyReason): nil}); err != nil {
+			return err
+		}
+	}
 	if s.Kind == StepNone {
 		return nil
 	}
 	c.m.transitions.WithLabelValues(string(s.Kind)).Inc()
 	now := stamp(time.Now())
-	if s.Kind != StepStuck && strings.HasPrefix(v.Reason, HeldPrefix) { // the hold is over: its reason goes
-		if err := c.patch(ctx, v.Name, nil, map[string]any{c.keys.Key(KeyReason): nil}); err != nil {
-			return err
-		}
-	}
 	switch s.Kind {
 	case StepWant:
 		if s.Wanted == IntentReboot && v.BeforeHook { // the before-reboot hooks said yes
