@@ -9,6 +9,7 @@ package drain
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 
@@ -31,10 +32,17 @@ const (
 	AnnotationSchedulableBefore = "drain.slipway.dev/schedulable-before"
 )
 
+// ErrCordonedByOther is wrapped by Cordon's error when another of
+// slipway's owners holds the node's cordon: its drain and its uncordon are
+// that owner's, and a takeover would let one lift the cordon while the
+// other still needs it.
+var ErrCordonedByOther = errors.New("cordoned by another owner")
+
 // Cordon marks node unschedulable and records owner as the one who did. It
 // is idempotent: a node owner cordoned already is left alone. A node that
-// was unschedulable already stays so after Uncordon. extra annotations, if
-// any, are written in the same request (saving the caller a write).
+// was unschedulable already stays so after Uncordon. A node another owner
+// cordoned is refused (ErrCordonedByOther). extra annotations, if any, are
+// written in the same request (saving the caller a write).
 func Cordon(ctx context.Context, c *kube.Clientset, node, owner string, extra ...map[string]string) error {
 	_, err := CordonSeen(ctx, c, node, nil, owner, extra...)
 	return err
@@ -50,13 +58,16 @@ func CordonSeen(ctx context.Context, c *kube.Clientset, node string, seen *corev
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n := seen
 		seen = nil // a retry reads the Node
-		if n != nil && cordonPatch(n, owner, extra) == nil {
-			n = nil
+		if n != nil && (cordonPatch(n, owner, extra) == nil || otherOwner(n, owner) != "") {
+			n = nil // nothing to write, or a refusal: decided from a fresh read, not a copy
 		}
 		if n == nil {
 			if n, err = c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil {
 				return fmt.Errorf("cordon %s: read the node: %w", node, err)
 			}
+		}
+		if by := otherOwner(n, owner); by != "" {
+			return fmt.Errorf("cordon %s: %w, %q: its update holds the node; wait for it to end, or uncordon the node if it was left behind", node, ErrCordonedByOther, by)
 		}
 		patch := cordonPatch(n, owner, extra)
 		if patch == nil {
@@ -69,6 +80,14 @@ func CordonSeen(ctx context.Context, c *kube.Clientset, node string, seen *corev
 		return nil
 	})
 	return written, err
+}
+
+// otherOwner is the owner of n's cordon record when it is not owner, else "".
+func otherOwner(n *corev1.Node, owner string) string {
+	if by := n.Annotations[AnnotationCordonedBy]; by != owner {
+		return by
+	}
+	return ""
 }
 
 // cordonPatch is the merge patch that cordons n for owner with extra

@@ -347,3 +347,30 @@ func TestDrainStoppedIsNotTimedOut(t *testing.T) {
 		t.Fatalf("a stopped drain deleted pods: deleted %v, left %v", res.Deleted, podNames(t, c, ns))
 	}
 }
+
+// A node another owner cordoned is not taken over: Cordon refuses it,
+// naming that owner, and the record and the cordon stay that owner's (a
+// takeover recorded the node as schedulable before, and the second
+// owner's uncordon lifted the first one's cordon mid-update).
+func TestCordonRefusesAnotherOwnersCordon(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	makeNode(t, c, "cordon-other", false)
+	if err := Cordon(ctx, slim(t), "cordon-other", "slipway-agent"); err != nil {
+		t.Fatal(err)
+	}
+	seen := getNode(t, c, "cordon-other")
+	for _, s := range []*corev1.Node{nil, seen} {
+		_, err := CordonSeen(ctx, slim(t), "cordon-other", s, "slipway-update-operator", map[string]string{"x.example/started": "now"})
+		if !errors.Is(err, ErrCordonedByOther) || !strings.Contains(err.Error(), `"slipway-agent"`) {
+			t.Fatalf("Cordon by another owner: %v, want ErrCordonedByOther naming slipway-agent", err)
+		}
+	}
+	n := getNode(t, c, "cordon-other")
+	if !n.Spec.Unschedulable || n.Annotations[AnnotationCordonedBy] != "slipway-agent" || n.Annotations["x.example/started"] != "" {
+		t.Fatalf("after the refusal: unschedulable=%v annotations=%v", n.Spec.Unschedulable, n.Annotations)
+	}
+	if changed, err := Uncordon(ctx, slim(t), "cordon-other", "slipway-update-operator"); err != nil || changed {
+		t.Fatalf("the refused owner's Uncordon changed=%v err=%v", changed, err)
+	}
+}
