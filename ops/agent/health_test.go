@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -29,5 +31,27 @@ func TestNextInLine(t *testing.T) {
 				t.Errorf("nextInLine = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A check made ahead that no pass has taken yet is not made again (each
+// pass asks for the nodes next in line until one frees a slot), and a
+// deleted channel's checks are dropped with the rest of its memory.
+func TestChecksAheadNotRepeatedAndForgotten(t *testing.T) {
+	a := &Agent{opts: Options{Resync: time.Minute}}
+	ca := &a.ahead
+	ca.underWay, ca.slots = map[string]bool{}, make(chan struct{}, 1)
+	ca.done = map[string]map[string]checked{"c": {"n1": {at: time.Now()}}}
+	ca.slots <- struct{}{} // a check started anyway waits here, never reaching the API
+	a.checkAhead(context.Background(), &fleetCache{}, "c", []string{"n1", "n2"})
+	ca.mu.Lock()
+	again, other := ca.underWay["n1"], ca.underWay["n2"]
+	ca.mu.Unlock()
+	if again || !other {
+		t.Errorf("under way: n1 %v (done, not taken: want false), n2 %v (want true)", again, other)
+	}
+	ca.forget("c")
+	if _, kept := ca.done["c"]; kept {
+		t.Errorf("checks of a deleted channel kept: %v", ca.done)
 	}
 }
