@@ -35,15 +35,14 @@ func (a *Agent) stepCreateJob(ctx context.Context, sc *stepCtx) error {
 	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, j, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsAlreadyExists(err):
-		a.noteCreated(name)
 	case err != nil:
 		a.jobRefused(sc.ch, name, err)
 		return fmt.Errorf("create upgrade job %s: %w", name, err)
 	default:
-		a.noteCreated(name) // the turns before the cache shows it see it running, not missing
 		a.log.Info("upgrade job created", "channel", sc.ch.Name, "job", name, "version", sc.slot.Version, "attempt", sc.slot.Attempt)
 		a.recorder.Eventf(sc.ch, corev1.EventTypeNormal, "Upgrading", "node %s took a slot: job %s upgrades it to %s (attempt %d)", a.opts.NodeName, name, sc.slot.Version, sc.slot.Attempt)
 	}
+	a.noteCreated(name) // the turns before the cache shows it see it running, not missing
 	if sc.slot.Phase == plan.PhaseUpgrading && sc.slot.Job == name {
 		return nil // the Job informer calls again when it finishes
 	}

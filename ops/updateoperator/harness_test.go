@@ -297,9 +297,8 @@ func (f *fleet) controller(edit func(*ControllerOptions)) (stop func()) {
 	}()
 	stop = func() { cancel(); <-done }
 	// A test that fails before its own stop must not leave its controller
-	// running into the next test: it manages every Node, and the cordon
-	// record is the operator's, whatever the prefix (it lifted the next
-	// test's cordons, which then failed too).
+	// running into the next test: it manages every Node (one left running
+	// lifted the next tests' cordons when every prefix shared one owner).
 	f.t.Cleanup(stop)
 	return stop
 }
