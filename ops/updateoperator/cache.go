@@ -118,6 +118,27 @@ func (c *controller) fromCache() ([]corev1.Node, bool) {
 	return nodes, ok
 }
 
+// latest is n, or the informer's copy of it when that is newer: a write
+// conditional on the copy's resource version (the cordon) then conflicts
+// only with a change made after the informer showed it (the agent's
+// acknowledgement of the intent the controller wrote just before).
+func (c *controller) latest(n *corev1.Node) *corev1.Node {
+	if c.store == nil {
+		return n
+	}
+	o, ok, _ := c.store.GetByKey(n.Name)
+	cached, isNode := o.(*corev1.Node)
+	if !ok || !isNode {
+		return n
+	}
+	have, err1 := strconv.ParseInt(n.ResourceVersion, 10, 64)
+	newer, err2 := strconv.ParseInt(cached.ResourceVersion, 10, 64)
+	if err1 != nil || err2 != nil || newer <= have {
+		return n
+	}
+	return cached.DeepCopy()
+}
+
 // readNode returns the agent's Node: the informer's copy once it holds the
 // agent's own last write (a copy older than it would carry an intent out
 // twice; the write's own watch event is waited for, at most cacheWait),

@@ -136,9 +136,12 @@ type controller struct {
 	// moved is signalled on every event of the Node informer: a turn
 	// waiting for its cache to hold the controller's own writes (cache.go)
 	// looks again then, instead of polling.
-	moved    chan struct{}
-	mu       sync.Mutex
-	draining map[string]bool
+	moved chan struct{}
+	mu    sync.Mutex
+	// draining holds the drains under way (each one's cancel), drained the
+	// drains this process finished for a node's perform-update (drains.go).
+	draining map[string]context.CancelFunc
+	drained  map[string]drainDone
 	justDone map[string]*corev1.Node // this turn's, as written (sync.go: freed)
 	// store is the informer's cache of the Nodes (nil: every turn lists);
 	// written the resource version each Node written last was left at.
@@ -179,7 +182,7 @@ func newController(o ControllerOptions) (*controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &controller{o: o, keys: keys, m: newMetrics(), poke: make(chan struct{}, 1), moved: make(chan struct{}, 1), draining: map[string]bool{}, justDone: map[string]*corev1.Node{}, written: map[string]int64{},
+	c := &controller{o: o, keys: keys, m: newMetrics(), poke: make(chan struct{}, 1), moved: make(chan struct{}, 1), draining: map[string]context.CancelFunc{}, drained: map[string]drainDone{}, justDone: map[string]*corev1.Node{}, written: map[string]int64{},
 		probe: health.New()}
 	c.beat = c.probe.Loop("decide", o.HealthAllowance)
 	c.probe.ReadyWhen("the Node informer synced (while leading)", func() bool { return !c.leading.Load() || c.synced.Load() })

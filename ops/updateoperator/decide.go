@@ -45,6 +45,10 @@ type NodeView struct {
 	UnmarkedCordon bool
 	// Invalid, when set, says which annotation could not be read.
 	Invalid string
+	// Drained: the controller's drain for this perform-update ended (in
+	// this process: a restarted controller drains again, finding nothing
+	// left).
+	Drained bool
 	// Reason is the reason annotation: the agent's error while its state
 	// is error, else the controller's last failure or hold.
 	Reason string
@@ -212,20 +216,33 @@ func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 	return Step{}
 }
 
-// performed is the step of a node whose next boot is the update: drain it
-// (the drain labels it for the before-reboot hooks when there are some),
-// then, once the hooks said yes, reboot it.
+// performed is the step of a node told perform-update. Its drain runs
+// beside the host's perform (both can be undone: the uncordon, reset-state;
+// the drain labels it for the before-reboot hooks when there are some);
+// once the host performed, the drain ended and the hooks said yes, it
+// reboots.
 func performed(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
-	if !done || !n.CordonedByUs || !n.BeforeHook {
-		return progress(done, failed, n, age, p.Timeouts.Perform, Step{Kind: StepDrain})
-	}
-	if n.BeforeDone {
+	switch {
+	case failed:
+		return Step{Kind: StepFail, Reason: hostFailure(n)}
+	case !done && timedOut(age, p.Timeouts.Perform):
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("%s not done after %s (agent state %s)", n.Wanted, p.Timeouts.Perform, n.State)}
+	case !n.Drained || !n.CordonedByUs || !n.BeforeDone && !n.BeforeHook:
+		return Step{Kind: StepDrain}
+	case !done:
+		return Step{}
+	case n.BeforeDone:
 		return Step{Kind: StepWant, Wanted: IntentReboot}
-	}
-	if timedOut(age, p.Timeouts.Perform) {
+	case timedOut(age, p.Timeouts.Perform):
 		return Step{Kind: StepFail, Reason: fmt.Sprintf("before-reboot hooks not done after %s", p.Timeouts.Perform)}
 	}
 	return Step{}
+}
+
+// StopDrain reports whether the drain under way on n is to be stopped:
+// the perform-update it clears the node for failed, so no reboot follows.
+func StopDrain(n NodeView) bool {
+	return n.Wanted == IntentPerform && n.Active == IntentPerform && n.State == StateError
 }
 
 // reset is the step of a node told to discard a failed update: back to

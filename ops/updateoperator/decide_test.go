@@ -30,6 +30,7 @@ func TestNext(t *testing.T) {
 	healthy := func(n NodeView) NodeView { n.WorkloadsReady = true; return n }
 	notReady := func(n NodeView) NodeView { n.Ready = false; return n }
 	ahead := func(n NodeView) NodeView { n.Ahead = true; return n }
+	drained := func(n NodeView) NodeView { n.CordonedByUs, n.Drained = true, true; return n }
 	hooks := func(n NodeView, before, beforeDone, after, afterDone bool) NodeView {
 		n.BeforeHook, n.BeforeDone, n.AfterHook, n.AfterDone = before, beforeDone, after, afterDone
 		return n
@@ -51,8 +52,21 @@ func TestNext(t *testing.T) {
 		{"prepare error: fail", node("a", IntentPrepare, IntentPrepare, StateError), at(time.Minute), StepFail, ""},
 		{"stale error of an older intent is not this one's", node("a", IntentPrepare, IntentStabilize, StateError), at(time.Minute), StepNone, ""},
 		{"prepare past its timeout: fail", node("a", IntentPrepare, IntentPrepare, StateBusy), at(11 * time.Minute), StepFail, ""},
-		{"perform done: drain", node("a", IntentPerform, IntentPerform, StateReady), at(time.Minute), StepDrain, ""},
+		{"perform wanted, not yet acknowledged: the drain runs beside it", node("a", IntentPerform, IntentPrepare, StateReady), at(0), StepDrain, ""},
+		{"performing: the drain runs beside it", node("a", IntentPerform, IntentPerform, StateBusy), at(time.Minute), StepDrain, ""},
+		{"performing, drained: wait for the host", drained(node("a", IntentPerform, IntentPerform, StateBusy)), at(time.Minute), StepNone, ""},
+		{"perform done, not drained: drain", node("a", IntentPerform, IntentPerform, StateReady), at(time.Minute), StepDrain, ""},
+		{"perform done, drained: reboot", drained(node("a", IntentPerform, IntentPerform, StateReady)), at(time.Minute), StepWant, IntentReboot},
+		{"perform done, drained, the cordon lifted meanwhile: drain again", func() NodeView {
+			n := drained(node("a", IntentPerform, IntentPerform, StateReady))
+			n.CordonedByUs = false
+			return n
+		}(), at(time.Minute), StepDrain, ""},
+		{"perform done, cordoned but not drained by this process (a restart): drain again", cordoned(node("a", IntentPerform, IntentPerform, StateReady)), at(time.Minute), StepDrain, ""},
 		{"perform error: fail", node("a", IntentPerform, IntentPerform, StateError), at(time.Minute), StepFail, ""},
+		{"perform error after the drain: fail", drained(node("a", IntentPerform, IntentPerform, StateError)), at(time.Minute), StepFail, ""},
+		{"perform past its timeout, drained: fail", drained(node("a", IntentPerform, IntentPerform, StateBusy)), at(11 * time.Minute), StepFail, ""},
+		{"perform past its timeout, not drained: fail, no drain", node("a", IntentPerform, IntentPerform, StateBusy), at(11 * time.Minute), StepFail, ""},
 		{"rebooting: wait", cordoned(node("a", IntentReboot, IntentReboot, StateRebooting)), at(time.Minute), StepNone, ""},
 		{"never back, cordon lifted by an admin: fails at the reboot timeout all the same", node("a", IntentReboot, IntentReboot, StateRebooting), at(11 * time.Minute), StepFail, ""},
 		{"never back, still cordoned: fails at the reboot timeout", cordoned(node("a", IntentReboot, IntentReboot, StateRebooting)), at(11 * time.Minute), StepFail, ""},
@@ -70,9 +84,11 @@ func TestNext(t *testing.T) {
 		{"after-reboot hooks never done: finished with a reason", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, true, false), at(11 * time.Minute), StepFinish, IntentStabilize},
 		{"reboot never back: fail", cordoned(node("a", IntentReboot, IntentReboot, StateRebooting)), at(11 * time.Minute), StepFail, ""},
 		{"reboot error: fail", cordoned(node("a", IntentReboot, IntentReboot, StateError)), at(time.Minute), StepFail, ""},
-		{"drained, before-reboot hooks pending: wait", hooks(cordoned(node("a", IntentPerform, IntentPerform, StateReady)), true, false, false, false), at(time.Minute), StepNone, ""},
-		{"drained, before-reboot hooks done: reboot", hooks(cordoned(node("a", IntentPerform, IntentPerform, StateReady)), true, true, false, true), at(time.Minute), StepWant, IntentReboot},
-		{"before-reboot hooks never done: fail", hooks(cordoned(node("a", IntentPerform, IntentPerform, StateReady)), true, false, false, false), at(11 * time.Minute), StepFail, ""},
+		{"drained, before-reboot hooks pending: wait", hooks(drained(node("a", IntentPerform, IntentPerform, StateReady)), true, false, false, false), at(time.Minute), StepNone, ""},
+		{"drained, before-reboot hooks done: reboot", hooks(drained(node("a", IntentPerform, IntentPerform, StateReady)), true, true, false, true), at(time.Minute), StepWant, IntentReboot},
+		{"drained, hooks done, perform still running: wait", hooks(drained(node("a", IntentPerform, IntentPerform, StateBusy)), true, true, false, true), at(time.Minute), StepNone, ""},
+		{"drained, hooks configured but the label gone: drain again (it labels)", hooks(drained(node("a", IntentPerform, IntentPerform, StateReady)), false, false, false, true), at(time.Minute), StepDrain, ""},
+		{"before-reboot hooks never done: fail", hooks(drained(node("a", IntentPerform, IntentPerform, StateReady)), true, false, false, false), at(11 * time.Minute), StepFail, ""},
 		{"healthy, after-reboot hooks configured: label", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, false, false), at(time.Minute), StepAfter, ""},
 		{"healthy, after-reboot hooks pending: wait", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, true, false), at(time.Minute), StepNone, ""},
 		{"healthy, after-reboot hooks done: finish", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, true, true), at(time.Minute), StepFinish, IntentStabilize},
@@ -102,6 +118,24 @@ func TestNext(t *testing.T) {
 				t.Error("a node finished past --health-timeout must say why")
 			}
 		})
+	}
+}
+
+func TestStopDrain(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    NodeView
+		want bool
+	}{
+		{"perform failed on the host", node("a", IntentPerform, IntentPerform, StateError), true},
+		{"performing", node("a", IntentPerform, IntentPerform, StateBusy), false},
+		{"performed", node("a", IntentPerform, IntentPerform, StateReady), false},
+		{"an older intent's error, perform not yet acknowledged", node("a", IntentPerform, IntentPrepare, StateError), false},
+		{"reboot wanted", node("a", IntentReboot, IntentPerform, StateError), false},
+	} {
+		if got := StopDrain(tc.n); got != tc.want {
+			t.Errorf("%s: StopDrain = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
 
@@ -295,6 +329,9 @@ func TestCordonedSince(t *testing.T) {
 	}
 	if got := CordonLimit(10*time.Minute, Timeouts{Reboot: 30 * time.Minute, Prepare: time.Hour}); got != 40*time.Minute {
 		t.Errorf("CordonLimit = %s, want 40m (drain + reboot)", got)
+	}
+	if got := CordonLimit(10*time.Minute, Timeouts{Perform: 15 * time.Minute, Reboot: 30 * time.Minute}); got != 45*time.Minute {
+		t.Errorf("CordonLimit = %s, want 45m (perform, the longer of the two beside each other, + reboot)", got)
 	}
 }
 

@@ -52,29 +52,23 @@ func (c *controller) failed(ctx context.Context, v NodeView, reason string) erro
 	return nil
 }
 
-// drainThenReboot cordons and drains the node, recording the workloads it
-// takes pods from, then wants reboot-update; a failed drain is a failure.
-func (c *controller) drainThenReboot(ctx context.Context, n *corev1.Node) {
+// drainForReboot cordons and drains the node (under dctx, which a failed
+// perform-update cancels), recording the workloads it takes pods from;
+// the turn after it ends wants reboot-update once the host has performed
+// the update (drains.go). A failed drain is a failure; a stopped one is
+// left to the turn, which fails the update on the agent's error.
+func (c *controller) drainForReboot(ctx, dctx context.Context, n *corev1.Node) {
 	node := n.Name
-	defer func() {
-		c.mu.Lock()
-		delete(c.draining, node)
-		c.mu.Unlock()
-		c.trigger()
-	}()
-	summary, err := c.drain(ctx, n)
-	if ctx.Err() != nil {
+	var done *drainDone
+	defer func() { c.endDrain(node, done) }()
+	summary, err := c.drain(dctx, n)
+	switch {
+	case ctx.Err() != nil:
 		return // the next leader takes it from here: the node's annotations say where it is
-	}
-	if err != nil {
-		n, gerr := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if gerr != nil {
-			c.o.Log.Error("read node after a failed drain", "node", node, "err", gerr)
-			return
-		}
-		if ferr := c.fail(ctx, n, c.keys.View(n, c.o.NodeName), err.Error()); ferr != nil {
-			c.o.Log.Error("record a failed drain", "node", node, "err", ferr)
-		}
+	case dctx.Err() != nil:
+		return // stopped: the update failed on the host
+	case err != nil:
+		c.drainFailed(ctx, node, err)
 		return
 	}
 	if len(c.o.BeforeRebootChecks) > 0 {
@@ -83,11 +77,20 @@ func (c *controller) drainThenReboot(ctx context.Context, n *corev1.Node) {
 			return
 		}
 		c.ev.emit(ctx, node, corev1.EventTypeNormal, ReasonHooks, "%s; waiting for the before-reboot hooks: %s", summary, strings.Join(c.o.BeforeRebootChecks, ", "))
+	}
+	done = &drainDone{transition: n.Annotations[c.keys.Key(KeyTransition)], summary: summary}
+}
+
+// drainFailed records a failed drain as the update's failure, on the Node
+// read again (the drain's cordon is on it).
+func (c *controller) drainFailed(ctx context.Context, node string, err error) {
+	n, gerr := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if gerr != nil {
+		c.o.Log.Error("read node after a failed drain", "node", node, "err", gerr)
 		return
 	}
-	// One Event says both (a write saved per node): drained, and the intent.
-	if err := c.want(ctx, node, IntentReboot, summary); err != nil {
-		c.o.Log.Error("want reboot-update", "node", node, "err", err)
+	if ferr := c.fail(ctx, n, c.keys.View(n, c.o.NodeName), err.Error()); ferr != nil {
+		c.o.Log.Error("record a failed drain", "node", node, "err", ferr)
 	}
 }
 
@@ -104,6 +107,7 @@ func (c *controller) drain(ctx context.Context, n *corev1.Node) (string, error) 
 	if len(failing) > 0 {
 		c.o.Log.Info("not waiting after the reboot for workloads failing before the drain", "node", node, "workloads", failing)
 	}
+	n = c.latest(n) // the agent acknowledges perform-update meanwhile
 	started := time.Now()
 	workloads = union(workloads, c.keys.Workloads(n)) // a drain resumed after a restart keeps the first one's
 	if t, err := time.Parse(time.RFC3339, n.Annotations[c.keys.Key(KeyDrainStarted)]); err == nil && t.Before(started) {

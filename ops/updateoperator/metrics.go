@@ -45,7 +45,7 @@ func newMetrics() *metrics {
 		cordonedSince: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_update_operator_node_cordoned_since_timestamp_seconds",
 			Help: "When the operator cordoned the node for its update (drain-started), for each node it holds cordoned."}, []string{"node"}),
 		cordonLimit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "slipway_update_operator_cordon_limit_seconds",
-			Help: "How long a cordon of the operator may last: the drain's timeout and the reboot's (--drain-timeout + --state-timeout)."}),
+			Help: "How long a cordon of the operator may last: the drain beside perform-update, the longer of their timeouts, then the reboot's (max(--drain-timeout, --state-timeout) + --state-timeout)."}),
 	}
 	m.registry.MustRegister(m.nodes, m.inFlight, m.failures, m.transitions, m.intents, m.reads, m.cordonedSince, m.cordonLimit,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

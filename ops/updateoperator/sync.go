@@ -27,17 +27,20 @@ func (c *controller) sync(ctx context.Context) error {
 		nodes[n.Name] = n
 		c.ev.remember(n)
 		c.label(ctx, n)
-		v := c.keys.View(n, c.o.NodeName)
-		c.hookState(&v, n)
+		v := c.view(n)
 		if c.needsHealth(v) {
 			v.WorkloadsReady = c.healthy(ctx, n)
 		}
 		views = append(views, v)
 	}
 	c.report(items, views)
+	c.forgetDrains(nodes)
 	// Each node's step touches only that node: a wave's steps go out at once.
 	parallel(views, func(v NodeView) {
 		if c.isDraining(v.Name) {
+			if StopDrain(v) {
+				c.stopDrain(v.Name)
+			}
 			return
 		}
 		if err := c.do(ctx, nodes[v.Name], v, Next(v, c.o.Policy, now)); err != nil {
@@ -116,12 +119,6 @@ func (c *controller) markBlocked(ctx context.Context, views []NodeView) error {
 	return nil
 }
 
-func (c *controller) isDraining(node string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.draining[node]
-}
-
 // report sets the node gauges.
 func (c *controller) report(nodes []corev1.Node, views []NodeView) {
 	c.m.nodes.Reset()
@@ -159,17 +156,18 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 				return err
 			}
 		}
-		return c.want(ctx, v.Name, s.Wanted, "")
+		why := ""
+		if s.Wanted == IntentReboot && !v.BeforeHook { // the drain's Event and the intent's, in one
+			why = c.drainSummary(v.Name)
+		}
+		return c.want(ctx, v.Name, s.Wanted, why)
 	case StepAfter:
 		if err := c.patch(ctx, v.Name, map[string]any{c.keys.Key(KeyAfterReboot): "true"}, nil); err != nil {
 			return err
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonHooks, "waiting for the after-reboot hooks: %s", strings.Join(c.o.AfterRebootChecks, ", "))
 	case StepDrain:
-		c.mu.Lock()
-		c.draining[v.Name] = true
-		c.mu.Unlock()
-		go c.drainThenReboot(ctx, n)
+		go c.drainForReboot(ctx, c.startDrain(ctx, v.Name), n)
 	case StepUncordon:
 		return c.uncordon(ctx, n, v, now)
 	case StepAdopt:
@@ -293,6 +291,15 @@ func (c *controller) want(ctx context.Context, node string, i Intent, why string
 	return nil
 }
 
+// view is what the decisions read of n: its annotations, its hooks' state
+// and whether this process drained it for its perform-update.
+func (c *controller) view(n *corev1.Node) NodeView {
+	v := c.keys.View(n, c.o.NodeName)
+	c.hookState(&v, n)
+	v.Drained = c.drainedFor(n, v)
+	return v
+}
+
 // hookState reads the hooks' label and annotations of n into v.
 func (c *controller) hookState(v *NodeView, n *corev1.Node) {
 	v.BeforeHook, v.AfterHook = n.Labels[c.keys.Key(KeyBeforeReboot)] == "true", n.Labels[c.keys.Key(KeyAfterReboot)] == "true"
@@ -341,8 +348,6 @@ func (c *controller) freed(nodes map[string]*corev1.Node, views []NodeView) {
 		if n == nil {
 			continue
 		}
-		v := c.keys.View(n, c.o.NodeName)
-		c.hookState(&v, n)
-		nodes[n.Name], views[i] = n, v
+		nodes[n.Name], views[i] = n, c.view(n)
 	}
 }

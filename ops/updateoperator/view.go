@@ -180,7 +180,11 @@ func (k Keys) CordonedSince(v NodeView, a map[string]string) (since time.Time, o
 	return time.Time{}, false
 }
 
-// CordonLimit is how long a cordon of the operator may last: the drain's
-// timeout, then the reboot's (reboot-update until back Ready), after which
-// the controller fails the update and lifts the cordon.
-func CordonLimit(drain time.Duration, t Timeouts) time.Duration { return drain + t.Reboot }
+// CordonLimit is how long a cordon of the operator may last: the drain
+// runs beside perform-update, and the reboot is wanted within the longer
+// of the drain's timeout and perform-update's (which bounds the
+// before-reboot hooks too); then the reboot's (reboot-update until back
+// Ready), after which the controller fails the update and lifts the cordon.
+func CordonLimit(drain time.Duration, t Timeouts) time.Duration {
+	return max(drain, t.Perform) + t.Reboot
+}
