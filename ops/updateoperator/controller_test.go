@@ -199,3 +199,31 @@ func TestBeforeAndAfterRebootHooks(t *testing.T) {
 		}
 	}
 }
+
+// A failed attempt ends its hooks: the before-reboot label goes, and so
+// does an answer one hook gave, so that the next attempt's hooks answer
+// anew (a "true" left from the failed attempt would let the retry reboot
+// on an answer given for another moment).
+func TestFailedUpdateClearsItsHooks(t *testing.T) {
+	f := newFleet(t, "hookfail", 1)
+	node := f.nodes[0]
+	const a, b = "hooks.example.com/a-ok", "hooks.example.com/b-ok"
+	stop := f.controller(func(o *ControllerOptions) {
+		o.BeforeRebootChecks = []string{a, b}
+		o.Policy.Timeouts.Perform = 3 * time.Second
+		o.Policy.Backoff, o.Policy.BackoffMax = 10*time.Minute, 10*time.Minute // one attempt in this test
+	})
+	defer stop()
+	eventually(t, time.Minute, "labelled for the before-reboot hooks", func() (bool, string) {
+		return f.node(node).Labels[f.keys.Key(KeyBeforeReboot)] == "true", "not yet"
+	})
+	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{a: "true"}}}) // b never answers
+	eventually(t, time.Minute, "the attempt failed, its hooks ended", func() (bool, string) {
+		n := f.node(node)
+		v := f.keys.View(n, "")
+		_, labelled := n.Labels[f.keys.Key(KeyBeforeReboot)]
+		_, answered := n.Annotations[a]
+		return v.Failures == 1 && !labelled && !answered && !n.Spec.Unschedulable,
+			fmt.Sprintf("failures %d, label left %v, %s left %v, unschedulable %v", v.Failures, labelled, a, answered, n.Spec.Unschedulable)
+	})
+}

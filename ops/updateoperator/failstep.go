@@ -23,23 +23,34 @@ func (c *controller) fail(ctx context.Context, n *corev1.Node, v NodeView, reaso
 		c.keys.Key(KeyFailures): strconv.Itoa(v.Failures + 1), c.keys.Key(KeyLastFailure): now,
 		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyAhead): nil,
 		c.keys.Key(KeyTargetVersion): nil}
+	labels := c.hooksOff(ann) // the next attempt's hooks answer anew
 	if v.CordonedByUs {
-		written, err := drain.UncordonSeen(ctx, c.kube, v.Name, n, c.keys.ownerOn(n), drain.Meta{Annotations: ann})
+		written, err := drain.UncordonSeen(ctx, c.kube, v.Name, n, c.keys.ownerOn(n), drain.Meta{Labels: labels, Annotations: ann})
 		if err != nil {
 			return err
 		}
 		if written == nil { // not the operator's cordon after all: the failure is still recorded
-			return c.failWrite(ctx, v, ann, reason)
+			return c.failWrite(ctx, v, labels, ann, reason)
 		}
 		c.wrote(v.Name, written.ResourceVersion)
 		return c.failed(ctx, v, reason)
 	}
-	return c.failWrite(ctx, v, ann, reason)
+	return c.failWrite(ctx, v, labels, ann, reason)
 }
 
-// failWrite writes a failure's annotations without an uncordon.
-func (c *controller) failWrite(ctx context.Context, v NodeView, ann map[string]any, reason string) error {
-	if err := c.patch(ctx, v.Name, nil, ann); err != nil {
+// hooksOff adds to ann the removal of every hook's answer and returns the
+// removal of the hooks' labels: a failed attempt's hooks stop, and a
+// "true" one of them said stays no answer for the next attempt.
+func (c *controller) hooksOff(ann map[string]any) (labels map[string]any) {
+	for _, k := range append(append([]string{}, c.o.BeforeRebootChecks...), c.o.AfterRebootChecks...) {
+		ann[k] = nil
+	}
+	return map[string]any{c.keys.Key(KeyBeforeReboot): nil, c.keys.Key(KeyAfterReboot): nil}
+}
+
+// failWrite writes a failure's labels and annotations without an uncordon.
+func (c *controller) failWrite(ctx context.Context, v NodeView, labels, ann map[string]any, reason string) error {
+	if err := c.patch(ctx, v.Name, labels, ann); err != nil {
 		return err
 	}
 	return c.failed(ctx, v, reason)
