@@ -70,7 +70,7 @@ func BenchmarkUpdateOperator(b *testing.B) {
 
 // round publishes release with the host times of r and times its rollout.
 func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release, contender string) result {
-	hostTime, downTime = r.prepare, r.down
+	hostTime, downTime, applyTime = r.prepare, r.down, r.apply
 	if err := writeScripts(shared, release); err != nil {
 		b.Fatal(err)
 	}
@@ -106,8 +106,8 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release
 	tag := r.tag()
 	b.ReportMetric(wall.Seconds(), "wall-s"+tag)
 	b.ReportMetric(wall.Seconds()/plain.Seconds(), "wall/ideal"+tag)
-	b.Logf("%s (%s): %d nodes, max-concurrent %d, prepare %s + reboot %s, prepare-ahead %v: wall %s; ideal %s (x%.2f), with prepare overlapped %s (x%.2f); at most %d cordoned at once; load average %s",
-		tag[1:], contender, n, r.conc, r.prepare, r.down, r.ahead, wall.Round(100*time.Millisecond), plain, wall.Seconds()/plain.Seconds(),
+	b.Logf("%s (%s): %d nodes, max-concurrent %d, prepare %s + perform %s + reboot %s, prepare-ahead %v: wall %s; ideal %s (x%.2f), with prepare overlapped %s (x%.2f); at most %d cordoned at once; load average %s",
+		tag[1:], contender, n, r.conc, r.prepare, r.apply, r.down, r.ahead, wall.Round(100*time.Millisecond), plain, wall.Seconds()/plain.Seconds(),
 		overlapped, wall.Seconds()/overlapped.Seconds(), maxCordoned, load)
 	if maxCordoned > r.conc {
 		b.Errorf("%d nodes cordoned at once, max-concurrent %d", maxCordoned, r.conc)
@@ -136,15 +136,15 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release
 	ctl, agt := reqs["controller"], reqs["agent"]
 	b.ReportMetric(float64(ctl.reads())/float64(n), "controller-reads/node"+tag)
 	b.ReportMetric(float64(ctl.total()+agt.total())/float64(n), "round-trips/node"+tag)
-	b.ReportMetric((span - r.prepare - r.down).Seconds(), "overhead-s/node"+tag)
+	b.ReportMetric((span - r.host()).Seconds(), "overhead-s/node"+tag)
 	b.Logf("controller API calls per node (%d nodes in the cluster, %d updated; watches apart): %s; its Node reads by turn: %s",
 		len(env.Nodes), n, ctl.perNode(n), turnsSaid(turns))
 	b.Logf("agent API calls per node: %s", agt.perNode(n))
-	own, sim := ownOverhead(events, start, wall, r.prepare)
+	own, sim := ownOverhead(events, start, wall, r.prepare+r.apply)
 	trips := float64(ctl.total()+agt.total()) / float64(n)
 	b.ReportMetric(own.Seconds(), "own-overhead-s/node"+tag)
 	b.Logf("operator overhead per node: one node's update spans %.2f s median for %s of host time: %.2f s; %.1f round trips per node (controller %.1f, agent %.1f)",
-		span.Seconds(), r.prepare+r.down, (span - r.prepare - r.down).Seconds(), trips,
+		span.Seconds(), r.host(), (span - r.host()).Seconds(), trips,
 		float64(ctl.total())/float64(n), float64(agt.total())/float64(n))
 	b.Logf("the operator's own time per node (median): %.2f s, once the simulated reboot is taken as the simulator took it (median %.2f s for %s of downtime: the agent stopped, NotReady, the downtime, Ready, a new boot ID)",
 		own.Seconds(), sim.Seconds(), r.down)
@@ -158,7 +158,7 @@ func round(b *testing.B, e *testenv.Env, c *kube.Clientset, r roundSpec, release
 	b.Logf("API writes per node: controller %.1f, agents %.1f (operator total %.1f); others: %s",
 		per(by["controller"]), per(by["agent"]), per(ours), others(by, per))
 	b.Logf("controller RSS %s; agents RSS %s", ctrlRSS, rss("agent"))
-	return result{contender: contender, tag: tag, wall: wall.Seconds(), overhead: (span - r.prepare - r.down).Seconds(), own: own.Seconds(), trips: trips, load: load}
+	return result{contender: contender, tag: tag, wall: wall.Seconds(), overhead: (span - r.host()).Seconds(), own: own.Seconds(), trips: trips, load: load}
 }
 
 func writer(ua string) string {

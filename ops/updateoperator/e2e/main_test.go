@@ -28,15 +28,16 @@ const (
 )
 
 var (
-	mode     string
-	env      *testenv.Env
-	bin      string // holds slipway and slipway-sim
-	shared   string // the scripts and the release file every node reads
-	auditLog string
-	nodes    = 10
-	agents   int                                                        // the first this many nodes run an agent; the others idle, labelled exclude=true (all by default)
-	hostTime = envDuration("SLIPWAY_UO_BENCH_HOST_TIME", 2*time.Second) // prepare's fixed time
-	downTime = envDuration("SLIPWAY_UO_BENCH_REBOOT", 3*time.Second)    // a reboot's downtime
+	mode      string
+	env       *testenv.Env
+	bin       string // holds slipway and slipway-sim
+	shared    string // the scripts and the release file every node reads
+	auditLog  string
+	nodes     = 10
+	agents    int                                                        // the first this many nodes run an agent; the others idle, labelled exclude=true (all by default)
+	hostTime  = envDuration("SLIPWAY_UO_BENCH_HOST_TIME", 2*time.Second) // prepare's fixed time
+	downTime  = envDuration("SLIPWAY_UO_BENCH_REBOOT", 3*time.Second)    // a reboot's downtime
+	applyTime time.Duration                                              // perform-update's fixed time (a round's apply=D)
 )
 
 func envDuration(name string, def time.Duration) time.Duration {
@@ -129,7 +130,7 @@ func writeScripts(dir, release string) error {
 		"version.sh": `cat version 2>/dev/null || echo v1`,
 		"check.sh":   `cat ` + filepath.Join(dir, "release"),
 		"prepare.sh": fmt.Sprintf(`sleep %g; cat %s > staged`, hostTime.Seconds(), filepath.Join(dir, "release")),
-		"apply.sh":   `cp staged version`,
+		"apply.sh":   fmt.Sprintf(`sleep %g; cp staged version`, applyTime.Seconds()),
 		"reboot.sh":  fmt.Sprintf(`exec slipway-sim reboot --delay %s`, downTime),
 	}
 	for name, body := range scripts {

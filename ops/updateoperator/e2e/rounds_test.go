@@ -20,6 +20,7 @@ import (
 type roundSpec struct {
 	conc          int
 	prepare, down time.Duration // the host's fixed prepare time, a reboot's downtime
+	apply         time.Duration // the host's fixed perform-update time (0: a file copy)
 	ahead         bool          // --prepare-ahead
 	nodes         int           // update only the first this many (0: all); the others are excluded
 }
@@ -32,7 +33,8 @@ type roundSpec struct {
 const defaultRounds = "10/2s/3s,10/2s/3s/ahead,10/5s/15s,10/5s/15s/ahead,1/2s/3s/n=10"
 
 // rounds reads SLIPWAY_UO_BENCH_ROUNDS (comma-separated
-// conc/prepare/reboot[/ahead][/n=N]); without it, SLIPWAY_UO_BENCH_CONCURRENCY
+// conc/prepare/reboot[/ahead][/n=N][/apply=D]; apply=D gives perform-update a
+// fixed time of its own, as a host's activation takes); without it, SLIPWAY_UO_BENCH_CONCURRENCY
 // (a list of max-concurrents) with SLIPWAY_UO_BENCH_HOST_TIME and _REBOOT
 // gives plain rounds, as before; without either, defaultRounds.
 func rounds() ([]roundSpec, error) {
@@ -60,7 +62,7 @@ func rounds() ([]roundSpec, error) {
 
 func parseRound(s string) (roundSpec, error) {
 	f := strings.Split(s, "/")
-	bad := fmt.Errorf("round %q: want conc/prepare/reboot[/ahead][/n=N], e.g. 10/2s/3s/ahead", s)
+	bad := fmt.Errorf("round %q: want conc/prepare/reboot[/ahead][/n=N][/apply=D], e.g. 10/2s/3s/ahead", s)
 	if len(f) < 3 {
 		return roundSpec{}, bad
 	}
@@ -79,6 +81,10 @@ func parseRound(s string) (roundSpec, error) {
 		switch {
 		case opt == "ahead":
 			r.ahead = true
+		case strings.HasPrefix(opt, "apply="):
+			if r.apply, err = time.ParseDuration(opt[6:]); err != nil || r.apply < 0 {
+				return roundSpec{}, bad
+			}
 		case strings.HasPrefix(opt, "n="):
 			if r.nodes, err = strconv.Atoi(opt[2:]); err != nil || r.nodes < 1 {
 				return roundSpec{}, bad
@@ -91,7 +97,10 @@ func parseRound(s string) (roundSpec, error) {
 }
 
 func (r roundSpec) tag() string {
-	t := fmt.Sprintf("-c%d-%gs", r.conc, (r.prepare + r.down).Seconds())
+	t := fmt.Sprintf("-c%d-%gs", r.conc, r.host().Seconds())
+	if r.apply > 0 {
+		t += fmt.Sprintf("-apply%gs", r.apply.Seconds())
+	}
 	if r.ahead {
 		t += "-ahead"
 	}
@@ -106,8 +115,11 @@ func (r roundSpec) tag() string {
 // on the path (the others prepare while the wave before them reboots).
 func (r roundSpec) ideals(n int) (plain, overlapped time.Duration) {
 	waves := time.Duration((n + r.conc - 1) / r.conc)
-	return waves * (r.prepare + r.down), r.prepare + waves*r.down
+	return waves * r.host(), r.prepare + waves*(r.apply+r.down)
 }
+
+// host is one node's host time: prepare, perform-update, the reboot's downtime.
+func (r roundSpec) host() time.Duration { return r.prepare + r.apply + r.down }
 
 // exclude labels every node past the round's first r.nodes exclude=true,
 // and returns how many nodes the round updates.
@@ -151,7 +163,14 @@ func TestParseRounds(t *testing.T) {
 	if plain, over := r.ideals(100); plain != 200*time.Second || over != 155*time.Second {
 		t.Errorf("ideals(100) = %s, %s; want 200s, 155s", plain, over)
 	}
-	for _, bad := range []string{"", "10", "0/1s/1s", "10/x/1s", "10/1s/1s/later", "10/1s/1s/n=0"} {
+	r, err = parseRound("10/2s/3s/apply=1s")
+	if err != nil || r.apply != time.Second || r.tag() != "-c10-6s-apply1s" {
+		t.Errorf("parseRound = %+v (tag %s), %v", r, r.tag(), err)
+	}
+	if plain, over := r.ideals(100); plain != 60*time.Second || over != 42*time.Second {
+		t.Errorf("ideals(100) = %s, %s; want 60s, 42s (perform is in every wave)", plain, over)
+	}
+	for _, bad := range []string{"", "10", "0/1s/1s", "10/x/1s", "10/1s/1s/later", "10/1s/1s/n=0", "10/1s/1s/apply=x"} {
 		if _, err := parseRound(bad); err == nil {
 			t.Errorf("parseRound(%q): no error", bad)
 		}
