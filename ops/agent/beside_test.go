@@ -144,21 +144,29 @@ func (f *fleet) failedAndUncordoned(node, boot string) {
 	}
 }
 
-// TestSwapPublishedWhileTheDrainWaits: the activation Job swaps at once,
-// the drain asked beside it is blocked: the node shows v2 staged (its
-// drain request, written before the swap, could not), its agent is killed
-// and started again between the Job's success and the reboot, and once the
-// drain can finish the node reboots and ends at v2.
+// TestSwapPublishedWhileTheDrainWaits: the drain asked beside the
+// activation is blocked; the Job swaps after the drain request was
+// written (which could not say so): the node shows v2 staged all the same,
+// its agent is killed and started again between the Job's success and
+// the reboot, and once the drain can finish the node reboots and ends at v2.
 func TestSwapPublishedWhileTheDrainWaits(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
 	node := f.ns + "-n0"
+	release := f.holdJobs(node)
 	f.blockEviction(t, node)
 	f.start(node)
 	spec := stagedSpec(f)
 	spec.Drain = &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}}
 	f.channel(spec)
-	f.waitNode(t, node, "cordoned, v2 swapped in and shown staged", func(n *corev1.Node) bool {
+	f.waitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
+		return drain.CordonedBy(n.Annotations) == CordonOwner
+	})
+	if v := f.node(node).Annotations[AnnotationStagedRootfsVersion]; v != "" {
+		t.Fatalf("%s shown staged before the Job swapped", v)
+	}
+	release(true)
+	f.waitNode(t, node, "v2 swapped in and shown staged, still cordoned", func(n *corev1.Node) bool {
 		return drain.CordonedBy(n.Annotations) == CordonOwner && n.Annotations[AnnotationStagedRootfsVersion] == "v2" &&
 			n.Labels[LabelRootfsVersion] == "v1"
 	})
