@@ -24,7 +24,7 @@ import (
 // and, where it matters, whether `current` names the target (Swapped) and
 // whether the Node shows what the system directory stages (PublishDue).
 func (a *Agent) observeBeside(sc *stepCtx, node *corev1.Node, o *plan.Observed) {
-	o.DrainBeside = sc.s.Drain.Enabled && a.activates(sc)
+	o.DrainBeside = o.Job == plan.JobRunning && sc.s.Drain.Enabled && a.activates(sc) // it matters only then
 	afterAsk := o.Phase == plan.PhaseDraining || o.Phase == plan.PhaseRebooting || o.Phase == plan.PhaseWaitingReady
 	if afterAsk && o.Job == plan.JobNone {
 		if cur := a.currentVersions(); cur != nil {
