@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
@@ -277,4 +278,60 @@ func (f *fleet) neverCordoned(node string, window time.Duration) {
 			return
 		}
 	}
+}
+
+// TestDrainLeavesTheActivationPod: the drain asked beside an activation
+// runs while the Job's pod does; it must not evict that pod (the Job would
+// fail, and with it the upgrade the drain is for). A PodDisruptionBudget
+// holds the drain until the Job's pod is on the node, then lets it end.
+func TestDrainLeavesTheActivationPod(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 1, nil)
+	node := f.ns + "-n0"
+	release := f.holdJobs(node)
+	f.blockEviction(t, node)
+	f.start(node)
+	f.channel(stagedSpec(f))
+	f.waitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
+		return drain.CordonedBy(n.Annotations) == CordonOwner
+	})
+	slots, _, _ := f.jobsByAction()
+	if len(slots[node]) != 1 {
+		t.Fatalf("slot Jobs of %s: %d, want 1", node, len(slots[node]))
+	}
+	pod := f.jobPod(t, node, slots[node][0])
+	zero := int64(0)
+	if err := f.kube.CoreV1().Pods(f.ns).Delete(context.Background(), "guarded", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	f.slotPhase(node, plan.PhaseRebooting)
+	p, err := f.kube.CoreV1().Pods(f.ns).Get(context.Background(), pod, metav1.GetOptions{})
+	if err != nil || p.DeletionTimestamp != nil {
+		t.Fatalf("the activation Job's pod was evicted by the drain (%v)", err)
+	}
+	release(true)
+	f.waitFor("the node at v2", time.Minute, done(1))
+}
+
+// jobPod creates a running pod of Job j on node, as the Job controller and
+// the kubelet would, and returns its name.
+func (f *fleet) jobPod(t *testing.T, node string, j batchv1.Job) string {
+	t.Helper()
+	yes := true
+	labels := map[string]string{}
+	for k, v := range j.Spec.Template.Labels {
+		labels[k] = v
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-pod", Namespace: f.ns, Labels: labels,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: &yes}}},
+		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/fake"}}}}
+	created, err := f.kube.CoreV1().Pods(f.ns).Create(context.Background(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status.Phase = corev1.PodRunning
+	if _, err := f.kube.CoreV1().Pods(f.ns).UpdateStatus(context.Background(), created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return created.Name
 }
