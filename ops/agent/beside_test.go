@@ -335,3 +335,61 @@ func (f *fleet) jobPod(t *testing.T, node string, j batchv1.Job) string {
 	}
 	return created.Name
 }
+
+// TestNoRepublishBeforeTheCordon: the activation swaps after the drain
+// request and before any cordon (here no controller runs to cordon), and
+// the Node changes: the agent does not publish the swap on that change (a
+// write per slot the staged benchmark counted on a third of its nodes);
+// it publishes it once the drain has been slow for slowStep.
+func TestNoRepublishBeforeTheCordon(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 1, nil)
+	node := f.ns + "-n0"
+	release := f.holdJobs(node)
+	f.start(node)
+	spec := stagedSpec(f)
+	spec.Window = &v1.Window{Start: time.Now().UTC().Add(2 * time.Hour).Format("15:04"), End: time.Now().UTC().Add(3 * time.Hour).Format("15:04")}
+	f.channel(spec)
+	f.waitFor("v2 staged ahead", time.Minute, func(ch *v1.UpdateChannel) bool { return ch.Status.Counts.Staged == 1 })
+	f.stop(node)
+	f.patch(`{"spec":{"window":null}}`)
+	f.slotPhase(node, plan.PhaseUpgrading)
+	f.waitNode(t, node, "shown its slot", func(n *corev1.Node) bool {
+		for k, v := range n.Annotations {
+			if strings.HasPrefix(k, AnnotationChannelViewPrefix) && strings.Contains(v, `"slot":`) {
+				return true
+			}
+		}
+		return false
+	})
+	f.stopController() // the slot granted and shown; no drain from here on: no cordon, no Rebooting
+	f.start(node)
+	f.waitNode(t, node, "asked for its drain", func(n *corev1.Node) bool {
+		r, _ := plan.ParseReports(n.Annotations[AnnotationSlotReport])
+		for _, rep := range r {
+			if rep.Phase == plan.PhaseDraining {
+				return true
+			}
+		}
+		return false
+	})
+	release(true)
+	for deadline := time.Now().Add(10 * time.Second); f.current(node) != "v2"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the activation did not swap")
+		}
+	}
+	swapped := time.Now()
+	if err := f.patchNodeLabel(node, "poke", "1"); err != nil { // a change of the Node: the agent's republish runs
+		t.Fatal(err)
+	}
+	for time.Since(swapped) < 1500*time.Millisecond {
+		if n := f.node(node); n.Annotations[AnnotationStagedRootfsVersion] != "" && !n.Spec.Unschedulable {
+			t.Fatalf("the swap published on the next change of the Node, %s after it, before any cordon", time.Since(swapped).Round(time.Millisecond))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	f.waitNode(t, node, "the swap published once the drain was slow", func(n *corev1.Node) bool {
+		return n.Annotations[AnnotationStagedRootfsVersion] == "v2"
+	})
+}
