@@ -93,6 +93,7 @@ type Agent struct {
 	drained         string                       // what this process's drain did, for the Rebooting Event
 	rolledBack      bool                         // this process created a rollback Job; publish when it is done
 	notReadyAt      time.Time                    // when this process first saw its node not Ready after a reboot
+	swappedAt       time.Time                    // when this process first saw its activation swapped while the drain went on (beside.go)
 	waitSince       map[string]time.Time
 	wrote           map[types.UID]v1.Slot // per channel UID: this node's slot as this agent last wrote it
 	created         map[string]time.Time  // Jobs this process created that its cache may not show yet

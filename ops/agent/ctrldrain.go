@@ -45,9 +45,13 @@ const ControllerApp = "slipway-controller"
 // cordoned node, and the node would stay cordoned with nobody to finish the
 // slot. Like DaemonSet pods they stay until the reboot ends them; after it
 // the replica (or, on a bigger cluster, another one, once the Lease passes)
-// finishes the slot and uncordons.
+// finishes the slot and uncordons. The agents' Job pods stay too: a drain
+// asked beside an activation (beside.go) runs while the slot's own Job does,
+// and evicting its pod would fail the very upgrade the drain is for (the
+// node reboots only once that Job succeeded, so none outlives the drain).
 func (a *Agent) ownPods() []drain.PodSet {
-	return []drain.PodSet{{Namespace: a.opts.Namespace, Labels: map[string]string{"app.kubernetes.io/name": ControllerApp}}}
+	return []drain.PodSet{{Namespace: a.opts.Namespace, Labels: map[string]string{LabelAppName: ControllerApp}},
+		{Namespace: a.opts.Namespace, Labels: map[string]string{LabelAppName: LabelAppNameUpgrade}}}
 }
 
 // drainRun is one drain under way, or done (how says what it did).

@@ -55,6 +55,9 @@ type fleet struct {
 	agents map[string]*runningAgent
 	locks  sync.Map        // node -> *sync.Mutex: one start or stop of a node at a time
 	failOn map[string]bool // nodes whose upgrade Job fails
+	// held: nodes whose slot Jobs (upgrade or activation) wait for the
+	// test's word (holdJobs): true runs the Job, false fails it.
+	held map[string]chan bool
 	// stageTime is how long a staging Job takes (others finish at once);
 	// stagingNow and stagingMost count the staging Jobs running, now and at most.
 	stageTime               time.Duration
@@ -270,6 +273,18 @@ func (f *fleet) runJobs(ctx context.Context) {
 		f.mu.Lock()
 		fail, wait := f.failOn[j.Annotations[AnnotationJobNode]], f.stageTime
 		f.mu.Unlock()
+		if gate := f.gateOf(j); gate != nil {
+			staging.Add(1)
+			go func() {
+				defer staging.Done()
+				select {
+				case <-ctx.Done():
+				case ok := <-gate:
+					finishJob(ctx, f.kube, j, !ok || !f.runJob(j, fail))
+				}
+			}()
+			continue
+		}
 		if argAfter(j.Spec.Template.Spec.Containers[0].Args, "--phase") == "stage" && wait > 0 {
 			staging.Add(1)
 			f.countStaging(+1)
@@ -291,6 +306,29 @@ func (f *fleet) runJobs(ctx context.Context) {
 		}
 		finishJob(ctx, f.kube, j, !f.runJob(j, fail))
 	}
+}
+
+// holdJobs holds node's slot Jobs (not staging, pruning or rollback Jobs)
+// until the returned function is called: true runs the Job, false fails it.
+func (f *fleet) holdJobs(node string) func(ok bool) {
+	gate := make(chan bool, 1)
+	f.mu.Lock()
+	if f.held == nil {
+		f.held = map[string]chan bool{}
+	}
+	f.held[node] = gate
+	f.mu.Unlock()
+	return func(ok bool) { gate <- ok }
+}
+
+// gateOf is the gate j waits at: a slot Job of a held node.
+func (f *fleet) gateOf(j *batchv1.Job) chan bool {
+	if j.Annotations[AnnotationJobAction] != "" {
+		return nil // staging, pruning, rollback
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.held[j.Annotations[AnnotationJobNode]]
 }
 
 func (f *fleet) countStaging(d int) {

@@ -117,6 +117,7 @@ func (a *Agent) observe(sc *stepCtx) (plan.Observed, bool, error) {
 	if r := a.readableVersions(); r != nil {
 		o.Running = r.Rootfs
 	}
+	a.observeBeside(sc, node, &o)
 	now := time.Now()
 	if ok, why := plan.MayStart(sc.s, now); !ok {
 		o.DrainBlocked = why
@@ -134,7 +135,14 @@ func (a *Agent) do(ctx context.Context, step plan.Step, sc *stepCtx) (after time
 	case plan.StepAlreadyThere:
 		return 0, false, a.stepAlreadyThere(ctx, sc)
 	case plan.StepCreateJob:
-		return 0, false, a.stepCreateJob(ctx, sc)
+		err := a.stepCreateJob(ctx, sc)
+		return 0, err == nil && sc.s.Drain.Enabled, err // an activation's drain is asked at once (beside.go)
+	case plan.StepFailJobGone:
+		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("upgrade job %s is gone before it swapped %s in; the node is retried",
+			SlotJobName(sc.ch.UID, sc.slot), sc.slot.Version))
+	case plan.StepPublishSwap:
+		after, err := a.stepPublishSwap(ctx, sc)
+		return after, false, err
 	case plan.StepFailJob:
 		name := SlotJobName(sc.ch.UID, sc.slot)
 		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("upgrade job %s failed (%s)%s", name, a.jobReason(name), a.podMessage(ctx, name)))

@@ -56,11 +56,27 @@ func (a *Agent) republish(ctx context.Context) error {
 	}
 	labels, annotations := a.versionMeta(v)
 	due := versionsDue(n, labels, annotations)
-	if !due {
+	if !due || a.drainAsked() {
 		return nil
 	}
 	a.log.Info("the node lacks or disagrees with its versions; publishing them again", "rootfs", v.Rootfs)
 	return a.patchNode(ctx, labels, annotations)
+}
+
+// drainAsked reports whether this process asked for its node's drain for
+// a slot it still holds: mid-upgrade, as when slipway's cordon is on (which
+// follows in a moment), the versions ride on the slot's end write, and an
+// activation's swap seen before the cordon is published only when the drain
+// is slow (stepPublishSwap), not on the next change of the Node.
+func (a *Agent) drainAsked() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, s := range a.wrote {
+		if s.Phase == plan.PhaseDraining {
+			return true
+		}
+	}
+	return false
 }
 
 // versionsDue reports whether n needs labels and annotations: it lacks or disagrees with one of them, and it is not

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -49,5 +50,5 @@ func (a *Agent) forgetSlot(uid types.UID) {
 		return
 	}
 	delete(a.wrote, uid)
-	a.rebooting, a.wroteRebootFrom, a.drained = false, "", ""
+	a.rebooting, a.wroteRebootFrom, a.drained, a.swappedAt = false, "", "", time.Time{}
 }

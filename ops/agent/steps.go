@@ -51,9 +51,12 @@ func (a *Agent) stepCreateJob(ctx context.Context, sc *stepCtx) error {
 }
 
 // stepDrain asks the controller to drain the node (the drain is the
-// controller's: no agent may evict a pod): with the slot confirmed by the
-// API server, it records on its Node the boot it reboots from and what is
-// staged, and reports the slot Draining, in one write. The controller
+// controller's: no agent may evict a pod), once its Job staged the swap, or
+// as soon as the Job exists when it only activates (beside.go): with the
+// slot confirmed by the API server, it records on its Node the boot it
+// reboots from and what the system directory stages now (before an
+// activation's swap: nothing; stepPublishSwap says it later when the drain
+// is slow), and reports the slot Draining, in one write. The controller
 // cordons, drains and marks the slot Rebooting in the node's view; a
 // failed drain frees the slot with the failure. With drain disabled the
 // node reports Rebooting at once. again says the reboot may follow now.

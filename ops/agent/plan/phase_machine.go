@@ -44,6 +44,18 @@ type Observed struct {
 	// DrainBlocked and RebootBlocked say why the window allows no drain
 	// (MayStart) or no reboot (MayReboot) now; "" when it does.
 	DrainBlocked, RebootBlocked string
+	// DrainBeside: the slot's Job only activates (its release was staged
+	// ahead) and the channel drains: the node asks for its drain as the Job
+	// runs, and reboots once both are done. A Job that downloads runs
+	// first (a drain asked then would hold the node cordoned through the
+	// download), and so does any Job when the drain is off.
+	DrainBeside bool
+	// Swapped: the system directory's `current` names the target (what
+	// the next boot starts); read only when the slot's Job is not there.
+	Swapped bool
+	// PublishDue: the Node does not show what the system directory stages
+	// (its Job swapped after the drain was asked); read only then.
+	PublishDue bool
 }
 
 // Step is what the node's agent does next.
@@ -56,6 +68,8 @@ const (
 	StepCreateJob     Step = "CreateJob"      // create the upgrade Job, mark the slot Upgrading
 	StepFailJob       Step = "FailJob"        // the upgrade Job failed: record it, free the slot
 	StepFailForeign   Step = "FailForeignJob" // the Job's name is taken by another slot's Job
+	StepFailJobGone   Step = "FailJobGone"    // the Job went before it swapped, after the drain was asked
+	StepPublishSwap   Step = "PublishSwap"    // swapped while the drain goes on: publish what boots next, when slow
 	StepDeferToWindow Step = "DeferToWindow"  // no room in the window: give the slot back, unfailed
 	StepDrain         Step = "Drain"          // cordon and drain (or resume), then mark Rebooting
 	StepReboot        Step = "Reboot"         // request the reboot (again, when it stalled)
@@ -93,6 +107,9 @@ func nextUpgrading(o Observed) (Step, string) {
 	case JobForeign:
 		return StepFailForeign, "the Job's name belongs to another rollout"
 	case JobRunning:
+		if o.DrainBeside && o.DrainBlocked == "" {
+			return StepDrain, "the Job only activates: the drain is asked beside it"
+		}
 		return StepWait, "the upgrade Job runs"
 	case JobFailed:
 		return StepFailJob, "the upgrade Job failed"
@@ -100,15 +117,50 @@ func nextUpgrading(o Observed) (Step, string) {
 	return nextDrain(o)
 }
 
+// jobBeforeReboot is what the slot's Job says once the drain was asked (it
+// may have been asked beside the Job): a Job failed, foreign, or gone before
+// it swapped ends the slot (the failure lifts slipway's cordon); ok false
+// when the Job has succeeded or still runs.
+func jobBeforeReboot(o Observed) (Step, string, bool) {
+	switch o.Job {
+	case JobForeign:
+		return StepFailForeign, "the Job's name belongs to another rollout", true
+	case JobFailed:
+		return StepFailJob, "the upgrade Job failed", true
+	case JobNone:
+		if !o.Swapped {
+			return StepFailJobGone, "the upgrade Job is gone and the next boot would not start " + o.Target, true
+		}
+	}
+	return "", "", false
+}
+
 func nextDrain(o Observed) (Step, string) {
+	if step, why, ok := jobBeforeReboot(o); ok {
+		return step, why
+	}
 	if !o.Cordoned && o.DrainBlocked != "" { // a drain begun goes on: its start was allowed
 		return StepDeferToWindow, o.DrainBlocked
+	}
+	if o.Phase == PhaseDraining && o.RebootFrom == o.BootID { // asked on this boot
+		if o.Job == JobSucceeded && o.PublishDue {
+			return StepPublishSwap, "the Job swapped while the controller drains"
+		}
+		return StepWait, "the drain was asked; the controller drains"
+	}
+	if o.Job == JobRunning {
+		return StepDrain, "the Job only activates: the drain is asked beside it"
 	}
 	return StepDrain, "the swap is staged"
 }
 
 func nextReboot(o Observed) (Step, string) {
+	if step, why, ok := jobBeforeReboot(o); ok {
+		return step, why
+	}
 	switch {
+	case o.Job == JobRunning:
+		return StepWait, "drained; the upgrade Job still runs"
 	case o.Reboot == RebootRequested:
 		return StepWait, "the reboot was requested"
 	case o.RebootBlocked != "":

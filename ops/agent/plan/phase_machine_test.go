@@ -9,6 +9,10 @@ func TestNext(t *testing.T) {
 		edit(&o)
 		return o
 	}
+	// swapped: the slot's Job succeeded (it swapped): the drain's and the reboot's rows.
+	swapped := func(edit func(*Observed)) Observed {
+		return base(func(o *Observed) { o.Job = JobSucceeded; edit(o) })
+	}
 	closed := "outside the maintenance window"
 	for _, c := range []struct {
 		name string
@@ -30,17 +34,17 @@ func TestNext(t *testing.T) {
 		{"Job succeeded: drain", base(func(o *Observed) { o.Job = JobSucceeded }), StepDrain},
 		{"Job succeeded, window closing: give the slot back", base(func(o *Observed) { o.Job, o.DrainBlocked = JobSucceeded, closed }), StepDeferToWindow},
 		// Draining
-		{"draining: drain", base(func(o *Observed) { o.Phase = PhaseDraining }), StepDrain},
-		{"draining resumed after a restart, window closed since: the drain goes on", base(func(o *Observed) {
+		{"draining: drain", swapped(func(o *Observed) { o.Phase = PhaseDraining }), StepDrain},
+		{"draining resumed after a restart, window closed since: the drain goes on", swapped(func(o *Observed) {
 			o.Phase, o.Cordoned, o.DrainBlocked = PhaseDraining, true, closed
 		}), StepDrain},
-		{"draining not begun, window closed", base(func(o *Observed) { o.Phase, o.DrainBlocked = PhaseDraining, closed }), StepDeferToWindow},
+		{"draining not begun, window closed", swapped(func(o *Observed) { o.Phase, o.DrainBlocked = PhaseDraining, closed }), StepDeferToWindow},
 		// Rebooting, same boot
-		{"rebooting, same boot, not requested by this process: reboot", base(func(o *Observed) { o.Phase, o.RebootFrom = PhaseRebooting, "b1" }), StepReboot},
-		{"rebooting, requested: wait", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Reboot = PhaseRebooting, "b1", RebootRequested }), StepWait},
-		{"rebooting, stalled: reboot again", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Reboot = PhaseRebooting, "b1", RebootStalled }), StepReboot},
-		{"rebooting, window closed: give the slot back", base(func(o *Observed) { o.Phase, o.RebootFrom, o.RebootBlocked = PhaseRebooting, "b1", closed }), StepDeferToWindow},
-		{"rebooting, requested, window closed: the request stands", base(func(o *Observed) {
+		{"rebooting, same boot, not requested by this process: reboot", swapped(func(o *Observed) { o.Phase, o.RebootFrom = PhaseRebooting, "b1" }), StepReboot},
+		{"rebooting, requested: wait", swapped(func(o *Observed) { o.Phase, o.RebootFrom, o.Reboot = PhaseRebooting, "b1", RebootRequested }), StepWait},
+		{"rebooting, stalled: reboot again", swapped(func(o *Observed) { o.Phase, o.RebootFrom, o.Reboot = PhaseRebooting, "b1", RebootStalled }), StepReboot},
+		{"rebooting, window closed: give the slot back", swapped(func(o *Observed) { o.Phase, o.RebootFrom, o.RebootBlocked = PhaseRebooting, "b1", closed }), StepDeferToWindow},
+		{"rebooting, requested, window closed: the request stands", swapped(func(o *Observed) {
 			o.Phase, o.RebootFrom, o.Reboot, o.RebootBlocked = PhaseRebooting, "b1", RebootRequested, closed
 		}), StepWait},
 		// After the reboot
@@ -49,6 +53,37 @@ func TestNext(t *testing.T) {
 		{"waiting ready, turns Ready", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Running = PhaseWaitingReady, "b0", "v2" }), StepSucceed},
 		{"new boot at the old version: fell back", base(func(o *Observed) { o.Phase, o.RebootFrom = PhaseRebooting, "b0" }), StepFailFellBack},
 		{"new boot, running not known: wait", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Running = PhaseRebooting, "b0", "" }), StepWait},
+		// The drain beside an activation (the release staged ahead)
+		{"activation runs: ask for the drain beside it", base(func(o *Observed) { o.Job, o.DrainBeside = JobRunning, true }), StepDrain},
+		{"activation runs, window allows no drain: wait for the Job", base(func(o *Observed) {
+			o.Job, o.DrainBeside, o.DrainBlocked = JobRunning, true, closed
+		}), StepWait},
+		{"a Job that downloads runs: no drain beside it", base(func(o *Observed) { o.Job, o.DrainBeside = JobRunning, false }), StepWait},
+		{"drain asked, activation runs: wait", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Job = PhaseDraining, "b1", JobRunning }), StepWait},
+		{"drain asked, activation failed: fail (lifts the cordon)", base(func(o *Observed) {
+			o.Phase, o.RebootFrom, o.Job, o.Cordoned = PhaseDraining, "b1", JobFailed, true
+		}), StepFailJob},
+		{"drain asked, activation's name taken: fail", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Job = PhaseDraining, "b1", JobForeign }), StepFailForeign},
+		{"drain asked, Job gone before it swapped: fail", base(func(o *Observed) { o.Phase, o.RebootFrom = PhaseDraining, "b1" }), StepFailJobGone},
+		{"drain asked, Job gone after it swapped: wait for the drain", base(func(o *Observed) {
+			o.Phase, o.RebootFrom, o.Swapped = PhaseDraining, "b1", true
+		}), StepWait},
+		{"drain asked, swapped, not published: publish", swapped(func(o *Observed) {
+			o.Phase, o.RebootFrom, o.PublishDue = PhaseDraining, "b1", true
+		}), StepPublishSwap},
+		{"drain asked, swapped and published: wait for the drain", swapped(func(o *Observed) { o.Phase, o.RebootFrom = PhaseDraining, "b1" }), StepWait},
+		{"drain asked on an earlier boot, activation runs: ask again", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Job = PhaseDraining, "b0", JobRunning }), StepDrain},
+		{"drained, activation runs: no reboot yet", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Job = PhaseRebooting, "b1", JobRunning }), StepWait},
+		{"drained, activation runs, an earlier reboot request stalled: still no reboot", base(func(o *Observed) {
+			o.Phase, o.RebootFrom, o.Job, o.Reboot = PhaseRebooting, "b1", JobRunning, RebootStalled
+		}), StepWait},
+		{"drained, activation failed: fail, no reboot", base(func(o *Observed) {
+			o.Phase, o.RebootFrom, o.Job, o.Cordoned = PhaseRebooting, "b1", JobFailed, true
+		}), StepFailJob},
+		{"drained, activation's name taken: fail, no reboot", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Job = PhaseRebooting, "b1", JobForeign }), StepFailForeign},
+		{"drained, Job gone before it swapped: fail, no reboot", base(func(o *Observed) { o.Phase, o.RebootFrom = PhaseRebooting, "b1" }), StepFailJobGone},
+		{"drained, Job gone after it swapped: reboot", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Swapped = PhaseRebooting, "b1", true }), StepReboot},
+		{"drained, activation succeeded: reboot", swapped(func(o *Observed) { o.Phase, o.RebootFrom = PhaseRebooting, "b1" }), StepReboot},
 		{"unknown phase: wait", base(func(o *Observed) { o.Phase = "Exploding" }), StepWait},
 	} {
 		got, why := Next(c.o)
