@@ -44,8 +44,7 @@ func (a *Agent) observeBeside(sc *stepCtx, node *corev1.Node, o *plan.Observed) 
 // slot's version staged ahead, a first attempt).
 func (a *Agent) activates(sc *stepCtx) bool {
 	if j := a.job(SlotJobName(sc.ch.UID, sc.slot)); j != nil {
-		cs := j.Spec.Template.Spec.Containers
-		return len(cs) > 0 && flagValue(cs[0].Args, "--phase") == "activate"
+		return jobArg(j, phaseFlag) == phaseActivate
 	}
 	return a.activateOnly(sc.slot)
 }
@@ -56,7 +55,7 @@ func (a *Agent) activates(sc *stepCtx) bool {
 // slowStep of the swap costs no write: the reboot follows, and the node's
 // end write publishes what it then runs.
 func (a *Agent) stepPublishSwap(ctx context.Context, sc *stepCtx) (time.Duration, error) {
-	if wait := slowStep - time.Since(a.swappedSince()); wait > 0 {
+	if wait := slowStep - time.Since(a.firstSeen(&a.swappedAt)); wait > 0 {
 		return wait, nil
 	}
 	running := a.readableVersions()
@@ -66,25 +65,4 @@ func (a *Agent) stepPublishSwap(ctx context.Context, sc *stepCtx) (time.Duration
 	labels, annotations := a.versionMeta(*running)
 	a.log.Info("the activation swapped while the drain goes on; publishing what the next boot starts", "channel", sc.ch.Name, "version", sc.slot.Version)
 	return 0, a.patchNode(ctx, labels, annotations)
-}
-
-// swappedSince is when this process first saw its activation swapped while
-// the drain went on.
-func (a *Agent) swappedSince() time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.swappedAt.IsZero() {
-		a.swappedAt = time.Now()
-	}
-	return a.swappedAt
-}
-
-// flagValue is the value given to flag in args ("" when none).
-func flagValue(args []string, flag string) string {
-	for i, s := range args {
-		if s == flag && i+1 < len(args) {
-			return args[i+1]
-		}
-	}
-	return ""
 }

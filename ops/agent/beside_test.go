@@ -27,6 +27,30 @@ func stagedSpec(f *fleet) v1.UpdateChannelSpec {
 	return v1.UpdateChannelSpec{URL: "file:///m", Version: "v2", RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)}
 }
 
+// closedWindow is a maintenance window that opens in two hours.
+func closedWindow() *v1.Window {
+	return &v1.Window{Start: time.Now().UTC().Add(2 * time.Hour).Format("15:04"), End: time.Now().UTC().Add(3 * time.Hour).Format("15:04")}
+}
+
+// slottedWithAgentStopped has node stage v2 ahead (its slot's Job then
+// only activates) under a window that allows no slot, stops its agent,
+// opens the window, and waits until the controller gives the node its slot
+// (Upgrading), no Job created yet. It returns the release of the node's
+// held slot Jobs (holdJobs).
+func (f *fleet) slottedWithAgentStopped(node string) func(bool) {
+	f.t.Helper()
+	release := f.holdJobs(node)
+	f.start(node)
+	spec := stagedSpec(f)
+	spec.Window = closedWindow()
+	f.channel(spec)
+	f.waitFor("v2 staged ahead", time.Minute, func(ch *v1.UpdateChannel) bool { return ch.Status.Counts.Staged == 1 })
+	f.stop(node)
+	f.patch(`{"spec":{"window":null}}`)
+	f.slotPhase(node, plan.PhaseUpgrading)
+	return release
+}
+
 // slotPhase waits until node's slot shows phase in the channel's status.
 func (f *fleet) slotPhase(node, phase string) {
 	f.t.Helper()
@@ -187,15 +211,7 @@ func TestDrainAskedAfterARestartBesideTheJob(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
 	node := f.ns + "-n0"
-	release := f.holdJobs(node)
-	f.start(node)
-	spec := stagedSpec(f)
-	spec.Window = &v1.Window{Start: time.Now().UTC().Add(2 * time.Hour).Format("15:04"), End: time.Now().UTC().Add(3 * time.Hour).Format("15:04")}
-	f.channel(spec)
-	f.waitFor("v2 staged ahead", time.Minute, func(ch *v1.UpdateChannel) bool { return ch.Status.Counts.Staged == 1 })
-	f.stop(node)
-	f.patch(`{"spec":{"window":null}}`)
-	f.slotPhase(node, plan.PhaseUpgrading)
+	release := f.slottedWithAgentStopped(node)
 	a := f.inertAgent(t, node) // the agent up to its Job's create, then killed
 	a.recorder = &record.FakeRecorder{}
 	var sc *stepCtx
@@ -345,15 +361,7 @@ func TestNoRepublishBeforeTheCordon(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
 	node := f.ns + "-n0"
-	release := f.holdJobs(node)
-	f.start(node)
-	spec := stagedSpec(f)
-	spec.Window = &v1.Window{Start: time.Now().UTC().Add(2 * time.Hour).Format("15:04"), End: time.Now().UTC().Add(3 * time.Hour).Format("15:04")}
-	f.channel(spec)
-	f.waitFor("v2 staged ahead", time.Minute, func(ch *v1.UpdateChannel) bool { return ch.Status.Counts.Staged == 1 })
-	f.stop(node)
-	f.patch(`{"spec":{"window":null}}`)
-	f.slotPhase(node, plan.PhaseUpgrading)
+	release := f.slottedWithAgentStopped(node)
 	f.waitNode(t, node, "shown its slot", func(n *corev1.Node) bool {
 		for k, v := range n.Annotations {
 			if strings.HasPrefix(k, AnnotationChannelViewPrefix) && strings.Contains(v, `"slot":`) {

@@ -234,7 +234,7 @@ func TestTargetChangedMidStagingRemovesTheStaleStage(t *testing.T) {
 	for i := range n {
 		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
 	}
-	closed := &v1.Window{Start: time.Now().UTC().Add(2 * time.Hour).Format("15:04"), End: time.Now().UTC().Add(3 * time.Hour).Format("15:04")}
+	closed := closedWindow()
 	f.channel(v1.UpdateChannelSpec{URL: "file:///m", Version: "v2", Concurrency: 1, RebootDelay: zeroDelay(),
 		NodeSelector: selectFleet(f), Window: closed, Prestage: &v1.PrestageSpec{Concurrency: new(n)}})
 	f.waitFor("staging permits", time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Staging) > 0 })

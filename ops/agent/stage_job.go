@@ -22,6 +22,14 @@ func StageJobName(channelUID string, p v1.StagePermit, attempt int) string {
 	return DNSLabel(fmt.Sprintf("stage-%s-%s-%s-%d", p.Node, p.Version, permit, attempt))
 }
 
+// The upgrade Job's phases (`slipway ops upgrade --phase`): a staging Job
+// stages, a slot's Job whose release was staged ahead only activates.
+const (
+	phaseFlag     = "--phase"
+	phaseStage    = "stage"
+	phaseActivate = "activate"
+)
+
 // buildStageJob is the Job that stages p.Version: `ops upgrade --phase stage`.
 func (a *Agent) buildStageJob(ch *v1.UpdateChannel, s plan.Settings, p v1.StagePermit, attempt int) *batchv1.Job {
 	j := a.buildJob(ch, s, v1.Slot{Node: a.opts.NodeName, Version: p.Version, Attempt: attempt, Since: p.Since})
@@ -29,7 +37,7 @@ func (a *Agent) buildStageJob(ch *v1.UpdateChannel, s plan.Settings, p v1.StageP
 	setJobAnnotations(j, map[string]string{AnnotationJobAction: jobActionStage, AnnotationJobPermitSince: permitSince(p),
 		AnnotationJobAttempt: strconv.Itoa(attempt)})
 	c := &j.Spec.Template.Spec.Containers[0]
-	c.Name, c.Args = "stage", append(c.Args, "--phase", "stage")
+	c.Name, c.Args = "stage", append(c.Args, phaseFlag, phaseStage)
 	return j
 }
 

@@ -30,7 +30,7 @@ func (a *Agent) stepCreateJob(ctx context.Context, sc *stepCtx) error {
 	j := a.buildJob(sc.ch, sc.s, sc.slot)
 	if a.activateOnly(sc.slot) { // staged ahead: the slot only swaps
 		c := &j.Spec.Template.Spec.Containers[0]
-		c.Args = append(c.Args, "--phase", "activate")
+		c.Args = append(c.Args, phaseFlag, phaseActivate)
 	}
 	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, j, metav1.CreateOptions{})
 	switch {
@@ -121,21 +121,23 @@ func (a *Agent) stepWaitReady(ctx context.Context, sc *stepCtx) (time.Duration, 
 	if sc.slot.Phase == plan.PhaseWaitingReady {
 		return 0, nil // the node informer calls again when it turns Ready
 	}
-	if wait := slowStep - time.Since(a.notReadySince()); wait > 0 {
+	if wait := slowStep - time.Since(a.firstSeen(&a.notReadyAt)); wait > 0 {
 		return wait, nil
 	}
 	_, err := a.setPhase(ctx, sc.ch, sc.slot, plan.PhaseWaitingReady, sc.slot.Job)
 	return 0, err
 }
 
-// notReadySince is when this process first saw its node not Ready after a reboot.
-func (a *Agent) notReadySince() time.Time {
+// firstSeen is when this process first saw what *at records (its node not
+// Ready after a reboot, its activation swapped while the drain went on):
+// set to now the first time it is asked for.
+func (a *Agent) firstSeen(at *time.Time) time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.notReadyAt.IsZero() {
-		a.notReadyAt = time.Now()
+	if at.IsZero() {
+		*at = time.Now()
 	}
-	return a.notReadyAt
+	return *at
 }
 
 // drainOptions is the channel's drain policy as ops/drain takes it.
