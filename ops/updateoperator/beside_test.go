@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -74,6 +76,50 @@ func TestDrainRunsBesidePerform(t *testing.T) {
 	}
 	close(gate.release)
 	eventually(t, 90*time.Second, "the node updated", f.done)
+}
+
+// perform-update is wanted in the write that cordons the node: no version
+// of the Node asks its host to perform while the node still takes pods,
+// and the drain starts with the intent, not a turn after it.
+func TestPerformWantedInTheCordonsWrite(t *testing.T) {
+	f := newFleet(t, "cordonwrite", 1)
+	name := f.nodes[0]
+	first := f.firstWith(name, func(n *corev1.Node) bool { return f.keys.View(n, "").Wanted == IntentPerform })
+	f.controller(nil)
+	eventually(t, 90*time.Second, "the node updated", f.done)
+	n := first()
+	if n == nil {
+		t.Fatal("no version of the Node wanted perform-update")
+	}
+	if v := f.keys.View(n, ""); !n.Spec.Unschedulable || !v.CordonedByUs {
+		t.Errorf("perform-update wanted at resource version %s with the node unschedulable %v, cordoned by us %v: the cordon rides on that write",
+			n.ResourceVersion, n.Spec.Unschedulable, v.CordonedByUs)
+	}
+}
+
+// firstWith watches node and returns the first version of it that match
+// accepts (nil so far when none did).
+func (f *fleet) firstWith(node string, match func(*corev1.Node) bool) func() *corev1.Node {
+	ctx, cancel := context.WithCancel(context.Background())
+	f.t.Cleanup(cancel)
+	w, err := f.kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var first *corev1.Node
+	go func() {
+		for ev := range w.ResultChan() {
+			if n, ok := ev.Object.(*corev1.Node); ok && match(n) {
+				mu.Lock()
+				if first == nil {
+					first = n
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() *corev1.Node { mu.Lock(); defer mu.Unlock(); return first }
 }
 
 // A perform-update that fails while its drain is blocked (a budget allows

@@ -89,6 +89,7 @@ type StepKind string
 const (
 	StepNone     StepKind = ""         // nothing to do now
 	StepWant     StepKind = "want"     // write Step.Wanted as action-wanted
+	StepPerform  StepKind = "perform"  // want perform-update in the write that cordons, and drain beside it
 	StepDrain    StepKind = "drain"    // cordon, drain, then want reboot-update
 	StepUncordon StepKind = "uncordon" // lift the operator's cordon (the node is back)
 	StepFinish   StepKind = "finish"   // the update is done: want stabilize, record it (with Reason: past --health-timeout, said)
@@ -148,7 +149,7 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 		if n.Ahead && done {
 			return Step{} // prepared ahead: waits for a slot (Starts)
 		}
-		return progress(done, failed, n, age, p.Timeouts.Prepare, Step{Kind: StepWant, Wanted: IntentPerform})
+		return progress(done, failed, n, age, p.Timeouts.Prepare, Step{Kind: StepPerform, Wanted: IntentPerform})
 	case IntentPerform:
 		return performed(n, p, age, done, failed)
 	case IntentReboot:

@@ -48,7 +48,7 @@ func TestNext(t *testing.T) {
 		{"stable node cordoned by us: uncordon", cordoned(node("a", IntentStabilize, IntentStabilize, StateUpToDate)), at(0), StepUncordon, ""},
 		{"prepare acknowledged, busy: wait", node("a", IntentPrepare, IntentPrepare, StateBusy), at(time.Minute), StepNone, ""},
 		{"prepare not yet acknowledged: wait", node("a", IntentPrepare, IntentStabilize, StateUpdateAvailable), at(time.Minute), StepNone, ""},
-		{"prepare done: perform", node("a", IntentPrepare, IntentPrepare, StateReady), at(time.Minute), StepWant, IntentPerform},
+		{"prepare done: perform, in the cordon's write", node("a", IntentPrepare, IntentPrepare, StateReady), at(time.Minute), StepPerform, IntentPerform},
 		{"prepare error: fail", node("a", IntentPrepare, IntentPrepare, StateError), at(time.Minute), StepFail, ""},
 		{"stale error of an older intent is not this one's", node("a", IntentPrepare, IntentStabilize, StateError), at(time.Minute), StepNone, ""},
 		{"prepare past its timeout: fail", node("a", IntentPrepare, IntentPrepare, StateBusy), at(11 * time.Minute), StepFail, ""},

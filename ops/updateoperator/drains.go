@@ -8,13 +8,16 @@ import (
 
 // A node's drain runs beside the host's perform-update: both can be undone
 // (the uncordon; reset-state), neither stops a workload for good, and the
-// reboot waits for both. The drain runs outside the turns, so a drain of
-// minutes holds no other node back; the turns skip a node while it is
-// drained. A drain that ended is remembered for the perform-update it was
-// for (the node's transition-time then), so that the turn that sees the
-// host performed wants the reboot at once. Nothing of it is written: a
-// controller restarted (or a new leader) drains again, which resumes the
-// first drain's record and deadline and finds nothing left to evict.
+// reboot waits for both. perform-update is wanted in the very write that
+// cordons the node (StepPerform), so the drain starts with the intent. The
+// drain runs outside the turns, so a drain of minutes holds no other node
+// back; the turns skip a node while it is drained. A drain that ended is
+// remembered for the perform-update it was for (the node's transition-time
+// then): when the host performed already, the drain's own goroutine wants
+// the reboot; else the turn that sees the host performed does. Nothing of
+// it is written: a controller restarted (or a new leader) drains again,
+// which resumes the first drain's record and deadline and finds nothing
+// left to evict.
 
 // drainDone is a drain this process finished.
 type drainDone struct {
@@ -45,6 +48,14 @@ func (c *controller) endDrain(node string, done *drainDone) {
 	}
 	c.mu.Unlock()
 	c.trigger()
+}
+
+// noteDrained records that node's drain is done, before its end: the
+// drain's own goroutine then decides from it (rebootIfPerformed).
+func (c *controller) noteDrained(node string, done drainDone) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drained[node] = done
 }
 
 // stopDrain cancels node's drain under way.

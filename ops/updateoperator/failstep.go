@@ -3,6 +3,7 @@ package updateoperator
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -65,14 +66,17 @@ func (c *controller) failed(ctx context.Context, v NodeView, reason string) erro
 
 // drainForReboot cordons and drains the node (under dctx, which a failed
 // perform-update cancels), recording the workloads it takes pods from;
-// the turn after it ends wants reboot-update once the host has performed
-// the update (drains.go). A failed drain is a failure; a stopped one is
-// left to the turn, which fails the update on the agent's error.
-func (c *controller) drainForReboot(ctx, dctx context.Context, n *corev1.Node) {
+// perform, when not nil, are the annotations that want perform-update,
+// written in the cordon's own request (performBesideDrain). Once the drain
+// ended, the reboot is wanted at once when the host has performed already
+// (rebootIfPerformed), else by the turn that sees it perform (drains.go).
+// A failed drain is a failure; a stopped one is left to the turn, which
+// fails the update on the agent's error.
+func (c *controller) drainForReboot(ctx, dctx context.Context, n *corev1.Node, perform map[string]string) {
 	node := n.Name
 	var done *drainDone
 	defer func() { c.endDrain(node, done) }()
-	summary, err := c.drain(dctx, n)
+	summary, cordoned, err := c.drain(dctx, n, perform)
 	switch {
 	case ctx.Err() != nil:
 		return // the next leader takes it from here: the node's annotations say where it is
@@ -89,7 +93,33 @@ func (c *controller) drainForReboot(ctx, dctx context.Context, n *corev1.Node) {
 		}
 		c.ev.emit(ctx, node, corev1.EventTypeNormal, ReasonHooks, "%s; waiting for the before-reboot hooks: %s", summary, strings.Join(c.o.BeforeRebootChecks, ", "))
 	}
-	done = &drainDone{transition: n.Annotations[c.keys.Key(KeyTransition)], summary: summary}
+	done = &drainDone{transition: cordoned.Annotations[c.keys.Key(KeyTransition)], summary: summary}
+	c.noteDrained(node, *done)
+	if err := c.rebootIfPerformed(ctx, cordoned); err != nil {
+		c.o.Log.Error("want reboot-update after the drain", "node", node, "err", err)
+	}
+}
+
+// performBesideDrain wants perform-update on n in the write that cordons
+// it, and drains it while the host performs: one write, and the drain
+// starts with the intent instead of a turn later.
+func (c *controller) performBesideDrain(ctx, dctx context.Context, n *corev1.Node) {
+	c.drainForReboot(ctx, dctx, n, map[string]string{c.keys.Wanted(): string(IntentPerform), c.keys.Key(KeyTransition): stamp(time.Now())})
+}
+
+// rebootIfPerformed takes the step after a drain that ended when the
+// host has performed already: it wants reboot-update from the drain's own
+// goroutine (the turns skip the node while it drains), one turn sooner
+// than the turn its end wakes. Any other step is left to that turn.
+// cordoned is the Node as the drain's cordon wrote (or found) it.
+func (c *controller) rebootIfPerformed(ctx context.Context, cordoned *corev1.Node) error {
+	n := c.latest(cordoned) // the cache's copy once it is newer: the host's report
+	v := c.view(n)
+	s := Next(v, c.o.Policy, time.Now())
+	if s.Kind != StepWant || s.Wanted != IntentReboot {
+		return nil
+	}
+	return c.do(ctx, n, v, s)
 }
 
 // drainFailed records a failed drain as the update's failure, on the Node
@@ -105,44 +135,73 @@ func (c *controller) drainFailed(ctx context.Context, node string, err error) {
 	}
 }
 
-// drain cordons and drains n, recording the workloads it takes pods from,
-// and returns what it did in words. n is the Node as the turn that decided
-// the drain read it (the cache holding the controller's own writes): a
-// drain resumed after a restart finds the first one's record there.
-func (c *controller) drain(ctx context.Context, n *corev1.Node) (string, error) {
+// drain cordons and drains n (writing also in the cordon's request),
+// records the workloads it takes pods from, and returns what it did in
+// words and the Node as its writes left it. The cordon comes first, so
+// the pods listed after it are all the drain will take (none schedules
+// there meanwhile) and a perform-update wanted with it goes out at once;
+// the workloads are written before any eviction, in a write of their own
+// when there are some. n is the Node as the turn that decided the drain
+// read it (the cache holding the controller's own writes): a drain resumed
+// after a restart finds the first one's record there.
+func (c *controller) drain(ctx context.Context, n *corev1.Node, also map[string]string) (summary string, cordoned *corev1.Node, err error) {
 	node := n.Name
+	if cordoned, err = c.cordon(ctx, c.latest(n), also); err != nil {
+		return "", nil, err
+	}
+	started, err := time.Parse(time.RFC3339, cordoned.Annotations[c.keys.Key(KeyDrainStarted)])
+	if err != nil {
+		started = time.Now()
+	}
 	workloads, failing, err := drainedWorkloads(ctx, c.kube, node)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if len(failing) > 0 {
 		c.o.Log.Info("not waiting after the reboot for workloads failing before the drain", "node", node, "workloads", failing)
 	}
-	n = c.latest(n) // the agent acknowledges perform-update meanwhile
-	started := time.Now()
-	workloads = union(workloads, c.keys.Workloads(n)) // a drain resumed after a restart keeps the first one's
-	if t, err := time.Parse(time.RFC3339, n.Annotations[c.keys.Key(KeyDrainStarted)]); err == nil && t.Before(started) {
-		started = t // and its deadline
-	}
-	extra := map[string]string{c.keys.Key(KeyWorkloads): strings.Join(workloads, ","), c.keys.Key(KeyDrainStarted): stamp(started)}
-	written, err := drain.CordonSeen(ctx, c.kube, node, n, c.keys.ownerOn(n), extra)
-	if err != nil {
-		return "", err
-	}
-	if written != nil {
-		c.wrote(node, written.ResourceVersion)
+	workloads = union(workloads, c.keys.Workloads(cordoned)) // a drain resumed after a restart keeps the first one's
+	if list := strings.Join(workloads, ","); list != cordoned.Annotations[c.keys.Key(KeyWorkloads)] {
+		if cordoned, err = c.patchNode(ctx, node, nil, map[string]any{c.keys.Key(KeyWorkloads): list}); err != nil {
+			return "", nil, fmt.Errorf("record the workloads drained off %s: %w", node, err)
+		}
 	}
 	opts := c.o.Drain
 	opts.Timeout = DrainBudget(opts.Timeout, started, time.Now())
 	res, err := drain.Drain(ctx, c.kube, node, opts)
 	if err != nil {
-		return "", fmt.Errorf("drain: %w", err)
+		return "", nil, fmt.Errorf("drain: %w", err)
 	}
-	msg := fmt.Sprintf("cordoned and drained (%d pods evicted; %d workloads to be ready again after the reboot", len(res.Evicted), len(workloads))
+	summary = fmt.Sprintf("cordoned and drained (%d pods evicted; %d workloads to be ready again after the reboot", len(res.Evicted), len(workloads))
 	if len(failing) > 0 {
-		msg += fmt.Sprintf("; not waited for, failing before the drain: %s", strings.Join(failing, ", "))
+		summary += fmt.Sprintf("; not waited for, failing before the drain: %s", strings.Join(failing, ", "))
 	}
-	return msg + ")", nil
+	return summary + ")", cordoned, nil
+}
+
+// cordon cordons n as the drain's first step, recording when the drain
+// began (a drain resumed after a restart keeps the first one's start, and
+// so its deadline) and writing also in the same request; it returns the
+// Node as written, or n when it was cordoned so already.
+func (c *controller) cordon(ctx context.Context, n *corev1.Node, also map[string]string) (*corev1.Node, error) {
+	started := time.Now()
+	if t, err := time.Parse(time.RFC3339, n.Annotations[c.keys.Key(KeyDrainStarted)]); err == nil && t.Before(started) {
+		started = t
+	}
+	extra := map[string]string{c.keys.Key(KeyDrainStarted): stamp(started)}
+	maps.Copy(extra, also)
+	written, err := drain.CordonSeen(ctx, c.kube, n.Name, n, c.keys.ownerOn(n), extra)
+	if err != nil {
+		return nil, err
+	}
+	if i := also[c.keys.Wanted()]; i != "" {
+		c.ev.emit(ctx, n.Name, corev1.EventTypeNormal, ReasonIntent, "intent %s; cordoned, the drain runs beside it", i)
+	}
+	if written == nil {
+		return n, nil
+	}
+	c.wrote(n.Name, written.ResourceVersion)
+	return written, nil
 }
 
 func union(a, b []string) []string {

@@ -150,6 +150,8 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 	c.m.transitions.WithLabelValues(string(s.Kind)).Inc()
 	now := stamp(time.Now())
 	switch s.Kind {
+	case StepPerform:
+		go c.performBesideDrain(ctx, c.startDrain(ctx, v.Name), n)
 	case StepWant:
 		if s.Wanted == IntentReboot && v.BeforeHook { // the before-reboot hooks said yes
 			if err := c.clearHook(ctx, v.Name, KeyBeforeReboot, c.o.BeforeRebootChecks); err != nil {
@@ -167,7 +169,7 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonHooks, "waiting for the after-reboot hooks: %s", strings.Join(c.o.AfterRebootChecks, ", "))
 	case StepDrain:
-		go c.drainForReboot(ctx, c.startDrain(ctx, v.Name), n)
+		go c.drainForReboot(ctx, c.startDrain(ctx, v.Name), n, nil)
 	case StepUncordon:
 		return c.uncordon(ctx, n, v, now)
 	case StepAdopt:
