@@ -100,25 +100,15 @@ func TestPerformWantedInTheCordonsWrite(t *testing.T) {
 // firstWith watches node and returns the first version of it that match
 // accepts (nil so far when none did).
 func (f *fleet) firstWith(node string, match func(*corev1.Node) bool) func() *corev1.Node {
-	ctx, cancel := context.WithCancel(context.Background())
-	f.t.Cleanup(cancel)
-	w, err := f.kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
-	if err != nil {
-		f.t.Fatal(err)
-	}
 	var mu sync.Mutex
 	var first *corev1.Node
-	go func() {
-		for ev := range w.ResultChan() {
-			if n, ok := ev.Object.(*corev1.Node); ok && match(n) {
-				mu.Lock()
-				if first == nil {
-					first = n
-				}
-				mu.Unlock()
-			}
+	f.watchNode(node, func(n *corev1.Node) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil && match(n) {
+			first = n
 		}
-	}()
+	})
 	return func() *corev1.Node { mu.Lock(); defer mu.Unlock(); return first }
 }
 

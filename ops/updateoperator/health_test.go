@@ -115,24 +115,32 @@ func TestHealthTimeoutMovesOn(t *testing.T) {
 // seen watches node and keeps the distinct values annotation key took;
 // the returned func gives them so far.
 func (f *fleet) seen(node, key string) func() []string {
+	var mu sync.Mutex
+	var vals []string
+	f.watchNode(node, func(n *corev1.Node) {
+		mu.Lock()
+		defer mu.Unlock()
+		if v := n.Annotations[key]; v != "" && !slices.Contains(vals, v) {
+			vals = append(vals, v)
+		}
+	})
+	return func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(vals) }
+}
+
+// watchNode calls each with every version of node seen from now on, until
+// the test ends.
+func (f *fleet) watchNode(node string, each func(*corev1.Node)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	f.t.Cleanup(cancel)
 	w, err := f.kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var vals []string
 	go func() {
 		for ev := range w.ResultChan() {
 			if n, ok := ev.Object.(*corev1.Node); ok {
-				mu.Lock()
-				if v := n.Annotations[key]; v != "" && !slices.Contains(vals, v) {
-					vals = append(vals, v)
-				}
-				mu.Unlock()
+				each(n)
 			}
 		}
 	}()
-	return func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(vals) }
 }
