@@ -119,9 +119,10 @@ func (c *controller) fromCache() ([]corev1.Node, bool) {
 }
 
 // latest is n, or the informer's copy of it when that is newer: a write
-// conditional on the copy's resource version (the cordon) then conflicts
-// only with a change made after the informer showed it (the agent's
-// acknowledgement of the intent the controller wrote just before).
+// conditional on the copy's resource version (the cordon of a drain
+// resumed after a restart) then conflicts only with a change made after
+// the informer showed it, and a decision made on it (rebootIfPerformed)
+// sees the agent's latest report.
 func (c *controller) latest(n *corev1.Node) *corev1.Node {
 	if c.store == nil {
 		return n

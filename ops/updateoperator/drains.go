@@ -21,7 +21,7 @@ import (
 
 // drainDone is a drain this process finished.
 type drainDone struct {
-	transition string // the node's transition-time when its drain was decided
+	transition string // the node's transition-time of the perform-update it drained for
 	summary    string // what the drain did, said in the reboot intent's Event
 }
 
@@ -35,23 +35,21 @@ func (c *controller) startDrain(ctx context.Context, node string) context.Contex
 	return dctx
 }
 
-// endDrain records that node's drain is over (done: what it did, nil when
-// it failed or was stopped) and wakes a turn to take the next step.
-func (c *controller) endDrain(node string, done *drainDone) {
+// endDrain records that node's drain is over (done, failed or stopped)
+// and wakes a turn to take the next step.
+func (c *controller) endDrain(node string) {
 	c.mu.Lock()
 	if cancel := c.draining[node]; cancel != nil {
 		cancel()
 	}
 	delete(c.draining, node)
-	if done != nil {
-		c.drained[node] = *done
-	}
 	c.mu.Unlock()
 	c.trigger()
 }
 
-// noteDrained records that node's drain is done, before its end: the
-// drain's own goroutine then decides from it (rebootIfPerformed).
+// noteDrained records what node's finished drain did, before its end: the
+// drain's own goroutine decides from it first (rebootIfPerformed), then
+// the turns do.
 func (c *controller) noteDrained(node string, done drainDone) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

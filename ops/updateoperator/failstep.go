@@ -74,8 +74,7 @@ func (c *controller) failed(ctx context.Context, v NodeView, reason string) erro
 // fails the update on the agent's error.
 func (c *controller) drainForReboot(ctx, dctx context.Context, n *corev1.Node, perform map[string]string) {
 	node := n.Name
-	var done *drainDone
-	defer func() { c.endDrain(node, done) }()
+	defer c.endDrain(node)
 	summary, cordoned, err := c.drain(dctx, n, perform)
 	switch {
 	case ctx.Err() != nil:
@@ -93,8 +92,7 @@ func (c *controller) drainForReboot(ctx, dctx context.Context, n *corev1.Node, p
 		}
 		c.ev.emit(ctx, node, corev1.EventTypeNormal, ReasonHooks, "%s; waiting for the before-reboot hooks: %s", summary, strings.Join(c.o.BeforeRebootChecks, ", "))
 	}
-	done = &drainDone{transition: cordoned.Annotations[c.keys.Key(KeyTransition)], summary: summary}
-	c.noteDrained(node, *done)
+	c.noteDrained(node, drainDone{transition: cordoned.Annotations[c.keys.Key(KeyTransition)], summary: summary})
 	if err := c.rebootIfPerformed(ctx, cordoned); err != nil {
 		c.o.Log.Error("want reboot-update after the drain", "node", node, "err", err)
 	}
@@ -146,12 +144,9 @@ func (c *controller) drainFailed(ctx context.Context, node string, err error) {
 // after a restart finds the first one's record there.
 func (c *controller) drain(ctx context.Context, n *corev1.Node, also map[string]string) (summary string, cordoned *corev1.Node, err error) {
 	node := n.Name
-	if cordoned, err = c.cordon(ctx, c.latest(n), also); err != nil {
-		return "", nil, err
-	}
-	started, err := time.Parse(time.RFC3339, cordoned.Annotations[c.keys.Key(KeyDrainStarted)])
+	cordoned, started, err := c.cordon(ctx, c.latest(n), also)
 	if err != nil {
-		started = time.Now()
+		return "", nil, err
 	}
 	workloads, failing, err := drainedWorkloads(ctx, c.kube, node)
 	if err != nil {
@@ -182,8 +177,9 @@ func (c *controller) drain(ctx context.Context, n *corev1.Node, also map[string]
 // cordon cordons n as the drain's first step, recording when the drain
 // began (a drain resumed after a restart keeps the first one's start, and
 // so its deadline) and writing also in the same request; it returns the
-// Node as written, or n when it was cordoned so already.
-func (c *controller) cordon(ctx context.Context, n *corev1.Node, also map[string]string) (*corev1.Node, error) {
+// Node as written (n when it was cordoned so already) and the drain's
+// start.
+func (c *controller) cordon(ctx context.Context, n *corev1.Node, also map[string]string) (*corev1.Node, time.Time, error) {
 	started := time.Now()
 	if t, err := time.Parse(time.RFC3339, n.Annotations[c.keys.Key(KeyDrainStarted)]); err == nil && t.Before(started) {
 		started = t
@@ -192,16 +188,16 @@ func (c *controller) cordon(ctx context.Context, n *corev1.Node, also map[string
 	maps.Copy(extra, also)
 	written, err := drain.CordonSeen(ctx, c.kube, n.Name, n, c.keys.ownerOn(n), extra)
 	if err != nil {
-		return nil, err
+		return nil, started, err
 	}
 	if i := also[c.keys.Wanted()]; i != "" {
 		c.ev.emit(ctx, n.Name, corev1.EventTypeNormal, ReasonIntent, "intent %s; cordoned, the drain runs beside it", i)
 	}
 	if written == nil {
-		return n, nil
+		return n, started, nil
 	}
 	c.wrote(n.Name, written.ResourceVersion)
-	return written, nil
+	return written, started, nil
 }
 
 func union(a, b []string) []string {
