@@ -3,7 +3,9 @@ package eds
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -234,10 +236,17 @@ func (c *Controller) updateERSStatus(ctx context.Context, r *round, s, next *v1.
 	return err
 }
 
+// errSpecChanged says the spec changed before the active template was
+// restored: the user's new template wins and its update event brings the
+// next sync, which decides again.
+var errSpecChanged = errors.New("the spec changed before the active template was restored")
+
 // restoreTemplate puts the active ERS's template back into the spec after
 // a failed canary. The JSON patch tests the generation first: a spec changed
-// meanwhile (a user's new template) wins, and the next sync decides again;
-// status writes do not stand in its way as a resourceVersion would.
+// meanwhile (a user's new template) wins (errSpecChanged); status writes do
+// not stand in its way as a resourceVersion would. Any other refusal (an
+// admission policy the active template no longer passes, a webhook down)
+// is an error: the sync backs off and says why in ReconcileError.
 func (c *Controller) restoreTemplate(ctx context.Context, r *round) error {
 	patch, err := json.Marshal([]map[string]any{
 		{"op": "test", "path": "/metadata/generation", "value": r.e.Generation},
@@ -246,12 +255,26 @@ func (c *Controller) restoreTemplate(ctx context.Context, r *round) error {
 	if err == nil {
 		_, err = c.eds.ExtendedDaemonSets(r.e.Namespace).Patch(ctx, r.e.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
 	}
-	if apierrors.IsInvalid(err) { // the generation test failed: the spec changed, and its update event brings the next sync
+	if generationTestFailed(err) {
 		c.log.Debug("spec changed before the active template was restored; deciding again", "eds", r.e.Namespace+"/"+r.e.Name)
-		return nil
+		return errSpecChanged
 	}
 	if err != nil {
-		return fmt.Errorf("restore the active template (ERS %s) after the failed canary: %w", r.active.Name, err)
+		return fmt.Errorf("restore the active template (ERS %s) after the failed canary %s: %w; the spec still holds the failed template: "+
+			"let the API server accept the active template again, or apply a template it accepts", r.active.Name, r.canary.Name, err)
 	}
 	return nil
+}
+
+// generationTestFailed says whether err is the API server's answer to a
+// JSON patch whose test of /metadata/generation failed (a 422 like an
+// admission refusal, told apart by its message: no cause, no kind).
+func generationTestFailed(err error) bool {
+	var st apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &st) {
+		return false
+	}
+	s := st.Status()
+	return (s.Details == nil || (s.Details.Kind == "" && len(s.Details.Causes) == 0)) &&
+		strings.Contains(s.Message, "testing value /metadata/generation failed")
 }

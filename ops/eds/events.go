@@ -15,4 +15,5 @@ const (
 	EventCreateFailed    = "FailedCreate"
 	EventSettingInvalid  = "SettingInvalid"
 	EventMigrating       = "Migrating"
+	EventReconcileError  = "ReconcileError"
 )

@@ -204,8 +204,12 @@ func (c *Controller) markInvalid(ctx context.Context, e *v1.ExtendedDaemonSet, r
 func (c *Controller) markReconcileError(ctx context.Context, e *v1.ExtendedDaemonSet, problem error) {
 	next := e.DeepCopy()
 	setCond(&next.Status.Conditions, v1.ConditionReconcileError, true, "ReconcileError", problem.Error())
-	if _, _, err := c.putEDSStatus(ctx, e, next.Status); err != nil {
+	wrote, _, err := c.putEDSStatus(ctx, e, next.Status)
+	if err != nil {
 		c.log.Debug("could not record the reconcile error", "eds", e.Namespace+"/"+e.Name, "err", err)
+	}
+	if wrote { // once per distinct error, not once per retry
+		c.recorder.Eventf(e, corev1.EventTypeWarning, EventReconcileError, "%v", problem)
 	}
 }
 

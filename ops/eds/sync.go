@@ -83,12 +83,12 @@ func (c *Controller) reconcile(ctx context.Context, r *round) (time.Duration, er
 		if st := e.Status.Canary; st != nil && st.ReplicaSet == r.canary.Name {
 			r.canaryNodes = st.Nodes
 		}
-		return time.Millisecond, c.finishFailure(ctx, r, failedReason(r.canary)) // failed, but the spec still holds its template
+		return ended(c.finishFailure(ctx, r, failedReason(r.canary))) // failed, but the spec still holds its template
 	}
 	if r.canary != nil {
 		done, err := c.runCanary(ctx, r)
 		if err != nil || done {
-			return time.Millisecond, err // the spec or the active ERS changed: start over
+			return ended(err) // the spec or the active ERS changed: start over
 		}
 	}
 	// A failed creation or deletion (a quota, an admission webhook) does
@@ -109,6 +109,21 @@ func (c *Controller) reconcile(ctx context.Context, r *round) (time.Duration, er
 		after = r.recheck
 	}
 	return after, nil
+}
+
+// ended is what a sync returns once its canary ended (or failed to):
+// start over at once after a validation or a restored template; nothing
+// when the spec changed meanwhile (its update event brings the next sync);
+// an error otherwise, so that the retries back off through the queue's
+// rate limiter instead of looping at full speed.
+func ended(err error) (time.Duration, error) {
+	switch {
+	case errors.Is(err, errSpecChanged):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	return time.Millisecond, nil
 }
 
 func reconcileFrequency(e *v1.ExtendedDaemonSet) time.Duration {
