@@ -88,7 +88,7 @@ func (c *Controller) canaryState(r *round) plan.CanaryState {
 		}
 	}
 	r.history = mergeRestarts(r.canary.Status.CanaryRestarts, ours)
-	s.Pods = withHistory(s.Pods, current, r.history)
+	s.Pods, s.Past = withHistory(s.Pods, current, r.canaryNodes, r.history)
 	if cond := meta.FindStatusCondition(r.canary.Status.Conditions, v1.ConditionPodRestarting); cond != nil && cond.Status == metav1.ConditionTrue {
 		s.RestartingSince = cond.LastTransitionTime.Time
 	}

@@ -68,8 +68,15 @@ func nodeRestarts(history []v1.CanaryPodRestarts) map[string]plan.Health {
 
 // withHistory gives each canary node's health the restarts of the canary
 // pods it ran before (current maps nodes to the index of their pod's health
-// in pods); a node whose pod is gone still counts, as not Ready.
-func withHistory(pods []plan.Health, current map[string]int, history []v1.CanaryPodRestarts) []plan.Health {
+// in pods). The history of nodes that are no canary node any more (the node
+// left) is returned apart, as past: its restarts count, its readiness does
+// not (a canary must not wait for a node that is gone). A canary node whose
+// pod is gone counts as not Ready through the expected count.
+func withHistory(pods []plan.Health, current map[string]int, canaryNodes []string, history []v1.CanaryPodRestarts) (_ []plan.Health, past []plan.Health) {
+	onCanary := map[string]bool{}
+	for _, n := range canaryNodes {
+		onCanary[n] = true
+	}
 	byNode := nodeRestarts(history)
 	nodes := make([]string, 0, len(byNode))
 	for n := range byNode {
@@ -77,19 +84,23 @@ func withHistory(pods []plan.Health, current map[string]int, history []v1.Canary
 	}
 	sort.Strings(nodes)
 	for _, n := range nodes {
-		past := byNode[n]
+		prev := byNode[n]
 		i, ok := current[n]
 		if !ok {
-			pods = append(pods, past)
+			if onCanary[n] {
+				pods = append(pods, prev) // not Ready: its pod is gone
+			} else {
+				past = append(past, prev)
+			}
 			continue
 		}
 		h := &pods[i]
-		if past.Restarts > h.Restarts {
-			h.Restarts, h.RestartReason = past.Restarts, past.RestartReason
+		if prev.Restarts > h.Restarts {
+			h.Restarts, h.RestartReason = prev.Restarts, prev.RestartReason
 		}
-		if past.LastRestart.After(h.LastRestart) {
-			h.LastRestart = past.LastRestart
+		if prev.LastRestart.After(h.LastRestart) {
+			h.LastRestart = prev.LastRestart
 		}
 	}
-	return pods
+	return pods, past
 }

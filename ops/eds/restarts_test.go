@@ -24,20 +24,24 @@ func TestCanaryRestartHistory(t *testing.T) {
 		history []v1.CanaryPodRestarts
 		pods    []*corev1.Pod
 		current map[string]int // node -> index in health
+		canary  []string       // the current canary nodes
 		health  []plan.Health
 		want    []int32 // restarts per health entry after withHistory
+		past    []int32 // restarts per past entry (nodes no longer canary nodes)
 		kept    int     // entries in the merged history
 	}{
-		{"nothing restarted", nil, []*corev1.Pod{restartedPod("a", "n1", 0)}, map[string]int{"n1": 0}, []plan.Health{{Ready: true}}, []int32{0}, 0},
-		{"a pod's count is kept", nil, []*corev1.Pod{restartedPod("a", "n1", 3)}, map[string]int{"n1": 0}, []plan.Health{{Restarts: 3}}, []int32{3}, 1},
+		{"nothing restarted", nil, []*corev1.Pod{restartedPod("a", "n1", 0)}, map[string]int{"n1": 0}, []string{"n1"}, []plan.Health{{Ready: true}}, []int32{0}, nil, 0},
+		{"a pod's count is kept", nil, []*corev1.Pod{restartedPod("a", "n1", 3)}, map[string]int{"n1": 0}, []string{"n1"}, []plan.Health{{Restarts: 3}}, []int32{3}, nil, 1},
 		{"the pod is gone, its restarts stay, as not Ready", []v1.CanaryPodRestarts{{Pod: "a", Node: "n1", Restarts: 3, Reason: "OOMKilled", LastRestart: at}},
-			nil, map[string]int{}, nil, []int32{3}, 1},
+			nil, map[string]int{}, []string{"n1"}, nil, []int32{3}, nil, 1},
 		{"a replacement adds to its node", []v1.CanaryPodRestarts{{Pod: "a", Node: "n1", Restarts: 3}},
-			[]*corev1.Pod{restartedPod("b", "n1", 3)}, map[string]int{"n1": 0}, []plan.Health{{Restarts: 3}}, []int32{6}, 2},
+			[]*corev1.Pod{restartedPod("b", "n1", 3)}, map[string]int{"n1": 0}, []string{"n1"}, []plan.Health{{Restarts: 3}}, []int32{6}, nil, 2},
 		{"a count never shrinks", []v1.CanaryPodRestarts{{Pod: "a", Node: "n1", Restarts: 4}},
-			[]*corev1.Pod{restartedPod("a", "n1", 1)}, map[string]int{"n1": 0}, []plan.Health{{Restarts: 1}}, []int32{4}, 1},
+			[]*corev1.Pod{restartedPod("a", "n1", 1)}, map[string]int{"n1": 0}, []string{"n1"}, []plan.Health{{Restarts: 1}}, []int32{4}, nil, 1},
 		{"nodes apart", []v1.CanaryPodRestarts{{Pod: "a", Node: "n1", Restarts: 2}},
-			[]*corev1.Pod{restartedPod("b", "n2", 1)}, map[string]int{"n2": 0}, []plan.Health{{Restarts: 1}}, []int32{1, 2}, 2},
+			[]*corev1.Pod{restartedPod("b", "n2", 1)}, map[string]int{"n2": 0}, []string{"n1", "n2"}, []plan.Health{{Restarts: 1}}, []int32{1, 2}, nil, 2},
+		{"a canary node that left: restarts in the past, readiness not judged", []v1.CanaryPodRestarts{{Pod: "a", Node: "gone", Restarts: 1}},
+			[]*corev1.Pod{restartedPod("b", "n2", 0)}, map[string]int{"n2": 0}, []string{"n2"}, []plan.Health{{Ready: true}}, []int32{0}, []int32{1}, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,7 +49,15 @@ func TestCanaryRestartHistory(t *testing.T) {
 			if len(merged) != tc.kept {
 				t.Errorf("history %+v: want %d entries", merged, tc.kept)
 			}
-			got := withHistory(tc.health, tc.current, merged)
+			got, past := withHistory(tc.health, tc.current, tc.canary, merged)
+			if len(past) != len(tc.past) {
+				t.Errorf("past %+v, want restarts %v", past, tc.past)
+			}
+			for i := range min(len(past), len(tc.past)) {
+				if past[i].Restarts != tc.past[i] {
+					t.Errorf("past entry %d: %d restarts, want %d", i, past[i].Restarts, tc.past[i])
+				}
+			}
 			if len(got) != len(tc.want) {
 				t.Fatalf("health %+v, want restarts %v", got, tc.want)
 			}

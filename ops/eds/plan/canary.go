@@ -104,9 +104,14 @@ type CanaryPolicy struct {
 type CanaryState struct {
 	Now   time.Time
 	Start time.Time // when the canary's ERS was created
-	// Pods are the canary pods' health; Expected how many canary nodes there are.
+	// Pods are the canary pods' health on the current canary nodes;
+	// Expected how many canary nodes there are.
 	Pods     []Health
 	Expected int
+	// Past is the restart history of canary nodes that are canary nodes no
+	// more (the node left, or stopped matching): their restarts count, their
+	// readiness does not.
+	Past []Health
 	// NoEligibleNode: the ExtendedDaemonSet has nodes, but none admits the
 	// canary's template (a nodeSelector typo, a dropped toleration).
 	NoEligibleNode bool

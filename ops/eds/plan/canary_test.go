@@ -74,6 +74,9 @@ func TestCanaryVerdict(t *testing.T) {
 			CanaryState{Now: at(3 * time.Minute), Start: t0, Pods: []Health{{CannotStart: "ErrImagePull"}}, Expected: 1}, Fail, ReasonTimeoutExceeded, 0},
 		{"restarting too long: fail", CanaryPolicy{Duration: time.Hour, AutoFail: true, FailMaxRestarts: 5, MaxRestartsDuration: time.Minute},
 			CanaryState{Now: at(3 * time.Minute), Start: t0, Pods: []Health{restarting(1, at(3*time.Minute))}, Expected: 1, RestartingSince: at(time.Minute)}, Fail, ReasonRestartsTimeoutExceeded, 0},
+		// A canary node that left: its restarts count (Past), its readiness does not.
+		{"a left node's restarts over autoFail: fail", auto, CanaryState{Now: at(time.Minute), Start: t0, Pods: []Health{ready}, Past: []Health{restarting(6, at(time.Minute))}, Expected: 1}, Fail, "CrashLoopBackOff", 0},
+		{"a left node does not hold validation", auto, CanaryState{Now: at(11 * time.Minute), Start: t0, Pods: []Health{ready}, Past: []Health{restarting(1, at(time.Minute))}, Expected: 1}, Validate, ReasonValidated, 0},
 		// Issue 24 item 9: a canary no node admits fails at once.
 		{"no eligible node: fail", auto, CanaryState{Now: at(time.Second), Start: t0, NoEligibleNode: true}, Fail, ReasonNoEligibleNode, 0},
 		{"no eligible node, autoFail off: wait", CanaryPolicy{Duration: time.Minute}, CanaryState{Now: at(time.Second), Start: t0, NoEligibleNode: true}, Continue, "", 59 * time.Second},

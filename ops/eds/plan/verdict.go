@@ -26,9 +26,10 @@ const (
 // maxSlowStartDuration) unless
 // manually unpaused; last, in auto mode, validation once duration has passed
 // since the start and noRestartsDuration since the last restart, with every
-// canary pod Ready.
+// canary pod Ready. Restarts count over the canary's whole history (Past
+// included); readiness only on the current canary nodes.
 func CanaryVerdict(p CanaryPolicy, s CanaryState) Verdict {
-	restarts, reason, last, cannot := summarize(s.Pods)
+	restarts, reason, last, cannot := summarize(append(append([]Health(nil), s.Pods...), s.Past...))
 	age := s.Now.Sub(s.Start)
 	switch {
 	case s.ManuallyFailed:
