@@ -25,6 +25,7 @@ func (c *Controller) runCanary(ctx context.Context, r *round) (done bool, err er
 	e, cs := r.e, r.e.Spec.Strategy.Canary
 	sel, _ := plan.Selector(cs.NodeSelector) // validated
 	n, _ := plan.Scaled(cs.Replicas, len(r.nodes), 1)
+	r.canaryWanted = n
 	restarts := map[string]int32{}
 	for _, p := range r.pods {
 		if h := plan.PodHealth(p); h.Restarts > restarts[nodeOf(p)] {
@@ -61,8 +62,10 @@ func (c *Controller) runCanary(ctx context.Context, r *round) (done bool, err er
 // conditions and the ExtendedDaemonSet's annotations.
 func (c *Controller) canaryState(r *round) plan.CanaryState {
 	e, name := r.e, r.canary.Name
+	// replicas 0 ("0%") wants no node: a timed hold, validated by time as
+	// DataDog's; NoEligibleNode is a canary that wants nodes and finds none.
 	s := plan.CanaryState{Now: r.now, Start: r.canary.CreationTimestamp.Time, Expected: len(r.canaryNodes),
-		NoEligibleNode: len(r.canaryNodes) == 0 && len(r.nodes) > 0}
+		NoEligibleNode: len(r.canaryNodes) == 0 && len(r.nodes) > 0 && r.canaryWanted > 0}
 	onCanary := map[string]bool{}
 	for _, n := range r.canaryNodes {
 		onCanary[n] = true

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
 )
@@ -47,3 +48,36 @@ func TestCanaryNodeThatLeavesIsNotWaitedFor(t *testing.T) {
 	}
 }
 
+// Defect: canary.replicas 0 (or "0%") failed every template change at
+// once with NoEligibleNode. As DataDog's, it is a canary on no node: a
+// timed hold, validated by time, then the rolling update.
+func TestCanaryOfZeroReplicasIsATimedHold(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, s := range []string{"a", "b"} {
+		h.addNode(s)
+	}
+	e := withCanary(h.ownDaemon("agent", "agent:v1"), 4*time.Second)
+	zero := intstr.FromString("0%")
+	e.Spec.Strategy.Canary.Replicas = &zero
+	h.create(e)
+	h.rolledOut("agent", "agent:v1", 2)
+	h.setImage("agent", "agent:v2")
+	held := h.waitState("agent", v1.StateCanary, 20*time.Second)
+	if held.Status.Canary == nil || len(held.Status.Canary.Nodes) != 0 {
+		t.Errorf("canary %+v, want one on no node", held.Status.Canary)
+	}
+	time.Sleep(2 * time.Second) // within the hold: nothing replaced
+	for _, p := range h.pods("agent") {
+		if p.Spec.Containers[0].Image != "agent:v1" {
+			t.Errorf("pod %s runs %s during the hold", p.Name, p.Spec.Containers[0].Image)
+		}
+	}
+	if s := h.get("agent").Status; s.State != v1.StateCanary {
+		t.Errorf("state %s (%s) during the hold, want Canary", s.State, s.Reason)
+	}
+	h.rolledOut("agent", "agent:v2", 2)
+	if n := h.events("agent")[EventCanaryValidated]; n == 0 {
+		t.Errorf("no %s Event after the hold", EventCanaryValidated)
+	}
+}

@@ -22,23 +22,24 @@ import (
 
 // round is one sync of one ExtendedDaemonSet: the snapshot it acts on.
 type round struct {
-	e           *v1.ExtendedDaemonSet
-	now         time.Time
-	ersList     []*v1.ExtendedDaemonSetReplicaSet
-	target      *v1.ExtendedDaemonSetReplicaSet // ERS of spec.template
-	active      *v1.ExtendedDaemonSetReplicaSet // ERS of the validated template
-	canary      *v1.ExtendedDaemonSetReplicaSet // target while it is a canary, else nil
-	nodes       []*corev1.Node                  // eligible nodes, by name
-	pods        []*corev1.Pod                   // the EDS's pods (and the old DaemonSet's)
-	targets     map[string]string               // node -> ERS its pod should be of
-	canaryNodes []string
-	history     []v1.CanaryPodRestarts // the canary pods' restarts, kept on the canary ERS
-	selector    labels.Selector        // spec.selector
-	failure     error                  // what the rollout step could not do
-	recorded    bool                   // failure is in the status written
-	verdict     plan.Verdict
-	plan        plan.Plan
-	recheck     time.Duration
+	e            *v1.ExtendedDaemonSet
+	now          time.Time
+	ersList      []*v1.ExtendedDaemonSetReplicaSet
+	target       *v1.ExtendedDaemonSetReplicaSet // ERS of spec.template
+	active       *v1.ExtendedDaemonSetReplicaSet // ERS of the validated template
+	canary       *v1.ExtendedDaemonSetReplicaSet // target while it is a canary, else nil
+	nodes        []*corev1.Node                  // eligible nodes, by name
+	pods         []*corev1.Pod                   // the EDS's pods (and the old DaemonSet's)
+	targets      map[string]string               // node -> ERS its pod should be of
+	canaryNodes  []string
+	canaryWanted int                    // canary nodes the spec asks for (0: a timed hold on no node)
+	history      []v1.CanaryPodRestarts // the canary pods' restarts, kept on the canary ERS
+	selector     labels.Selector        // spec.selector
+	failure      error                  // what the rollout step could not do
+	recorded     bool                   // failure is in the status written
+	verdict      plan.Verdict
+	plan         plan.Plan
+	recheck      time.Duration
 }
 
 // sync reconciles one ExtendedDaemonSet and returns when to look again.

@@ -77,6 +77,10 @@ func TestCanaryVerdict(t *testing.T) {
 		// A canary node that left: its restarts count (Past), its readiness does not.
 		{"a left node's restarts over autoFail: fail", auto, CanaryState{Now: at(time.Minute), Start: t0, Pods: []Health{ready}, Past: []Health{restarting(6, at(time.Minute))}, Expected: 1}, Fail, "CrashLoopBackOff", 0},
 		{"a left node does not hold validation", auto, CanaryState{Now: at(11 * time.Minute), Start: t0, Pods: []Health{ready}, Past: []Health{restarting(1, at(time.Minute))}, Expected: 1}, Validate, ReasonValidated, 0},
+		// canary.replicas 0 ("0%"): a timed hold on no node, validated by time.
+		{"a canary of no node waits for its duration", auto, CanaryState{Now: at(time.Minute), Start: t0}, Continue, "", 9 * time.Minute},
+		{"a canary of no node is validated by time", auto, CanaryState{Now: at(10 * time.Minute), Start: t0}, Validate, ReasonValidated, 0},
+		{"a canary of no node, manual: a person decides", CanaryPolicy{Manual: true}, CanaryState{Now: at(10 * time.Hour), Start: t0}, Continue, "", 0},
 		// Issue 24 item 9: a canary no node admits fails at once.
 		{"no eligible node: fail", auto, CanaryState{Now: at(time.Second), Start: t0, NoEligibleNode: true}, Fail, ReasonNoEligibleNode, 0},
 		{"no eligible node, autoFail off: wait", CanaryPolicy{Duration: time.Minute}, CanaryState{Now: at(time.Second), Start: t0, NoEligibleNode: true}, Continue, "", 59 * time.Second},

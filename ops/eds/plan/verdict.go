@@ -109,8 +109,10 @@ func summarize(pods []Health) (restarts int32, reason string, last time.Time, ca
 	return restarts, reason, last, cannot
 }
 
+// allReady says whether every expected canary pod is there and Ready; a
+// canary of no node (replicas 0: a timed hold) has nothing to wait for.
 func allReady(pods []Health, expected int) bool {
-	if len(pods) < expected || len(pods) == 0 {
+	if len(pods) < expected {
 		return false
 	}
 	for _, h := range pods {
