@@ -44,7 +44,9 @@ func kubectlFlags() []cli.Flag {
 		return &cli.StringFlag{Name: name, Aliases: aliases, Usage: usage}
 	}
 	return []cli.Flag{
-		&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster)", EnvVars: []string{"KUBECONFIG"}},
+		// Not bound to KUBECONFIG: that may list several files, which
+		// clientcmd's loading rules merge (the flag names one file).
+		str("kubeconfig", "kubeconfig file (default: the files KUBECONFIG lists, merged; else ~/.kube/config, or in-cluster)"),
 		str("namespace", "namespace (default: the kubeconfig context's)", "n"),
 		str("context", "the kubeconfig context to use"),
 		str("cluster", "the kubeconfig cluster to use"),
@@ -54,6 +56,11 @@ func kubectlFlags() []cli.Flag {
 		str("as", "user to impersonate"),
 		&cli.StringSliceFlag{Name: "as-group", Usage: "group to impersonate (repeat for several)"},
 		str("as-uid", "UID to impersonate"),
+		&cli.StringSliceFlag{Name: "as-user-extra", Usage: "extra field of the impersonated user, KEY=VALUE (repeat for several)"},
+		str("username", "username for basic authentication to the API server"),
+		str("password", "password for basic authentication to the API server"),
+		str("cache-dir", "kubectl's discovery cache directory (accepted for kubectl's sake; kubectl-eds does no discovery)"),
+		&cli.BoolFlag{Name: "disable-compression", Usage: "do not ask the API server to compress its answers"},
 		str("certificate-authority", "CA certificate file"),
 		str("client-certificate", "client certificate file"),
 		str("client-key", "client key file"),
@@ -66,7 +73,7 @@ func kubectlFlags() []cli.Flag {
 }
 
 // boolFlags are the kubectl-eds flags that take no value.
-var boolFlags = map[string]bool{"A": true, "all-namespaces": true, "insecure-skip-tls-verify": true}
+var boolFlags = map[string]bool{"A": true, "all-namespaces": true, "insecure-skip-tls-verify": true, "disable-compression": true}
 
 // withKubectlFlags adds kubectlFlags to every command with an action, at any depth.
 func withKubectlFlags(cmds []*cli.Command) []*cli.Command {
@@ -129,11 +136,14 @@ func edsManifestCommand() *cli.Command {
 }
 
 // edsKubeConfig loads the client configuration the way kubectl does, from
-// kubectl's connection flags (client-go's clientcmd loading rules and
-// overrides, what cli-runtime's genericclioptions wraps; that package links
-// client-go's every-group scheme, which every slipway agent would pay for in
-// memory), and returns it with the namespace to use (-n, else the context's,
-// else default).
+// kubectl's connection flags, and returns it with the namespace to use (-n,
+// else the context's, else default). It fills client-go's clientcmd loading
+// rules and overrides flag by flag as cli-runtime's
+// genericclioptions.ConfigFlags.ToRawKubeConfigLoader does: KUBECONFIG's
+// files merged, --kubeconfig one explicit file. ConfigFlags itself is not
+// used: it links client-go's discovery client and with it the every-group
+// scheme, which every slipway agent (the same binary) would pay for in
+// memory (TestBinaryDoesNotLinkClientGoScheme).
 func edsKubeConfig(c *cli.Context) (*rest.Config, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if v, ok := lookupSet(c, "kubeconfig"); ok {
@@ -146,6 +156,7 @@ func edsKubeConfig(c *cli.Context) (*rest.Config, string, error) {
 		"token": &o.AuthInfo.Token, "as": &o.AuthInfo.Impersonate, "as-uid": &o.AuthInfo.ImpersonateUID,
 		"certificate-authority": &o.ClusterInfo.CertificateAuthority, "client-certificate": &o.AuthInfo.ClientCertificate,
 		"client-key": &o.AuthInfo.ClientKey, "tls-server-name": &o.ClusterInfo.TLSServerName, "request-timeout": &o.Timeout,
+		"username": &o.AuthInfo.Username, "password": &o.AuthInfo.Password,
 	} {
 		if v, ok := lookupSet(c, name); ok {
 			*field = v
@@ -153,6 +164,17 @@ func edsKubeConfig(c *cli.Context) (*rest.Config, string, error) {
 	}
 	o.AuthInfo.ImpersonateGroups = lookupSlice(c, "as-group")
 	o.ClusterInfo.InsecureSkipTLSVerify = lookupBool(c, "insecure-skip-tls-verify")
+	o.ClusterInfo.DisableCompression = lookupBool(c, "disable-compression")
+	for _, kv := range lookupSlice(c, "as-user-extra") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, "", fmt.Errorf("--as-user-extra %q: want KEY=VALUE", kv)
+		}
+		if o.AuthInfo.ImpersonateUserExtra == nil {
+			o.AuthInfo.ImpersonateUserExtra = map[string][]string{}
+		}
+		o.AuthInfo.ImpersonateUserExtra[k] = append(o.AuthInfo.ImpersonateUserExtra[k], v)
+	}
 	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, o)
 	cfg, err := loader.ClientConfig()
 	if err != nil {
