@@ -57,7 +57,9 @@ func (h *harness) withdraw(image string) (unbind func()) {
 	if _, err := h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
 		h.t.Fatal(err)
 	}
-	h.t.Cleanup(func() { _ = h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}) })
+	h.t.Cleanup(func() {
+		_ = h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
+	})
 	binding := &admissionv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
 			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
@@ -66,7 +68,9 @@ func (h *harness) withdraw(image string) (unbind func()) {
 	if _, err := h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		h.t.Fatal(err)
 	}
-	unbind = func() { _ = h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}) }
+	unbind = func() {
+		_ = h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
+	}
 	h.t.Cleanup(unbind)
 	return unbind
 }

@@ -326,3 +326,40 @@ func TestPodStuckTerminatingDoesNotStallTheRollout(t *testing.T) {
 		return n == clusterNodes-1, fmt.Sprintf("%d of %d; status %+v", n, clusterNodes-1, h.get("agent").Status)
 	})
 }
+
+// Defect: kubectl eds get failed for a whole namespace when one
+// ExtendedDaemonSet in it could not be decoded; the controller copes, the
+// plugin prints that one as invalid, with why, beside the others.
+func TestKubectlEDSGetShowsAnUndecodableOneAsInvalid(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	rc := h.eds.EdsV1alpha1().RESTClient()
+	bad := []byte(`{"apiVersion":"eds.slipway.dev/v1alpha1","kind":"ExtendedDaemonSet","metadata":{"name":"bad"},"spec":{"strategy":{"reconcileFrequency":"9999999999999999h"},` +
+		`"template":{"metadata":{"labels":{"app":"bad"}},"spec":{"containers":[{"name":"daemon","image":"agent:v1"}]}}}}`)
+	if err := rc.Post().Namespace(h.ns).Resource("extendeddaemonsets").Body(bad).SetHeader("Content-Type", "application/json").Do(ctx).Error(); err != nil {
+		t.Fatal(err)
+	}
+	h.create(daemon("good", "agent:v1"))
+	cl, out := h.kubectlEDS("")
+	if err := cl.Get(ctx, ""); err != nil {
+		t.Fatalf("get of the namespace: %v", err)
+	}
+	var badRow, goodRow bool
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		badRow = badRow || (len(f) > 8 && f[0] == "bad" && f[7] == "Invalid" && f[8] == "Undecodable")
+		goodRow = goodRow || (len(f) > 0 && f[0] == "good")
+	}
+	if !badRow || !goodRow || !strings.Contains(out.String(), `cannot be read`) || !strings.Contains(out.String(), `invalid duration "9999999999999999h"`) {
+		t.Errorf("get table: want good, and bad as Invalid/Undecodable with why:\n%s", out.String())
+	}
+	out.Reset()
+	if err := cl.Get(ctx, "bad"); err != nil || !strings.Contains(out.String(), "Undecodable") {
+		t.Errorf("get bad: %v\n%s", err, out.String())
+	}
+	js, jout := h.kubectlEDS("json")
+	if err := js.Get(ctx, ""); err != nil || !strings.Contains(jout.String(), "9999999999999999h") {
+		t.Errorf("get -o json: %v\n%s", err, jout.String())
+	}
+}

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -9,9 +11,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/duration"
+	kjson "sigs.k8s.io/json"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/eds/plan"
@@ -51,27 +55,80 @@ func (c *Client) table(header []string, rows [][]string, namespaces []string) er
 	return w.Flush()
 }
 
-// Get prints one ExtendedDaemonSet (name) or all of the namespace.
-func (c *Client) Get(ctx context.Context, name string) error {
-	var items []v1.ExtendedDaemonSet
+// listed is one ExtendedDaemonSet as the API server holds it: decoded, or
+// (problem set) only its metadata and why the rest cannot be read.
+type listed struct {
+	e       v1.ExtendedDaemonSet
+	raw     json.RawMessage
+	problem error
+}
+
+// listEDS reads one ExtendedDaemonSet (name) or those of the namespace,
+// decoding each on its own: one that cannot be decoded (the API server
+// accepted what this version cannot read) is returned with the reason
+// instead of failing the whole list, as the controller copes with it.
+func (c *Client) listEDS(ctx context.Context, name string) ([]listed, error) {
+	var raws []json.RawMessage
 	if name != "" {
-		e, err := c.get(ctx, name)
-		if err != nil {
-			return err
+		if c.Namespace == "" {
+			return nil, errors.New("name the namespace of the ExtendedDaemonSet (-n)")
 		}
-		items = []v1.ExtendedDaemonSet{*e}
+		raw, err := c.EDS.RESTClient().Get().Resource("extendeddaemonsets").Namespace(c.Namespace).Name(name).Do(ctx).Raw()
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("no ExtendedDaemonSet %q in namespace %q (list them with kubectl eds get; -n picks the namespace)", name, c.Namespace)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read ExtendedDaemonSet %s/%s: %w", c.Namespace, name, err)
+		}
+		raws = []json.RawMessage{raw}
 	} else {
-		list, err := c.EDS.ExtendedDaemonSets(c.ns()).List(ctx, metav1.ListOptions{})
+		raw, err := c.EDS.RESTClient().Get().Resource("extendeddaemonsets").Namespace(c.ns()).Do(ctx).Raw()
 		if err != nil {
-			return fmt.Errorf("list ExtendedDaemonSets: %w", err)
+			return nil, fmt.Errorf("list ExtendedDaemonSets: %w", err)
 		}
-		items = list.Items
+		var list struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, fmt.Errorf("list ExtendedDaemonSets: %w", err)
+		}
+		raws = list.Items
+	}
+	out := make([]listed, 0, len(raws))
+	for _, raw := range raws {
+		var l listed
+		l.raw = raw
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &l.e); err != nil {
+			var head struct {
+				Metadata metav1.ObjectMeta `json:"metadata"`
+			}
+			_ = json.Unmarshal(raw, &head)
+			l.e = v1.ExtendedDaemonSet{ObjectMeta: head.Metadata}
+			l.problem = err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// Get prints one ExtendedDaemonSet (name) or all of the namespace. One
+// that cannot be decoded is printed as such (STATUS Invalid, REASON
+// Undecodable, and why below the table; as the API server holds it with
+// -o json|yaml), not an error for the whole namespace.
+func (c *Client) Get(ctx context.Context, name string) error {
+	items, err := c.listEDS(ctx, name)
+	if err != nil {
+		return err
 	}
 	if c.Output == "json" || c.Output == "yaml" {
 		objs := make([]any, len(items))
-		for i := range items {
-			items[i].TypeMeta = metav1.TypeMeta{APIVersion: v1.SchemeGroupVersion.String(), Kind: "ExtendedDaemonSet"}
-			objs[i] = items[i]
+		for i, l := range items {
+			if l.problem != nil {
+				objs[i] = l.raw // as stored: what cannot be decoded is shown, not dropped
+				continue
+			}
+			l.e.TypeMeta = metav1.TypeMeta{APIVersion: v1.SchemeGroupVersion.String(), Kind: "ExtendedDaemonSet"}
+			objs[i] = l.e
 		}
 		return c.printObjects(objs, name != "")
 	}
@@ -81,8 +138,19 @@ func (c *Client) Get(ctx context.Context, name string) error {
 		header = append(header, "CANARY NODES", "NODE SELECTOR")
 	}
 	var rows [][]string
-	var nss []string
-	for _, e := range items {
+	var nss, why []string
+	for _, l := range items {
+		e := l.e
+		if l.problem != nil {
+			row := []string{e.Name, "-", "-", "-", "-", "-", "-", "Invalid", "Undecodable", "-", "-", age(e.CreationTimestamp)}
+			if wide {
+				row = append(row, "-", "-")
+			}
+			rows = append(rows, row)
+			nss = append(nss, e.Namespace)
+			why = append(why, fmt.Sprintf("ExtendedDaemonSet %s/%s cannot be read: %v; fix its spec (kubectl edit eds %s -n %s)", e.Namespace, e.Name, l.problem, e.Name, e.Namespace))
+			continue
+		}
 		s := e.Status
 		canary, nodes := "", ""
 		if s.Canary != nil {
@@ -97,7 +165,15 @@ func (c *Client) Get(ctx context.Context, name string) error {
 		rows = append(rows, row)
 		nss = append(nss, e.Namespace)
 	}
-	return c.table(header, rows, nss)
+	if err := c.table(header, rows, nss); err != nil {
+		return err
+	}
+	for _, w := range why {
+		if _, err := fmt.Fprintln(c.Out, w); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // GetERS prints the ERSs of one ExtendedDaemonSet (name) or of the namespace.
