@@ -16,4 +16,5 @@ const (
 	EventSettingInvalid  = "SettingInvalid"
 	EventMigrating       = "Migrating"
 	EventReconcileError  = "ReconcileError"
+	EventAdopted         = "Adopted"
 )

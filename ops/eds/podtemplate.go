@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/gentype"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
@@ -38,13 +39,18 @@ func (c *Controller) ensurePodTemplate(ctx context.Context, r *round) error {
 	maps.Copy(want.Labels, e.Labels)
 	want.Labels[v1.AnnotationAutoscalerDaemonSetPod] = "true"
 	got, err := api.Get(ctx, e.Name, metav1.GetOptions{})
+	if err == nil && metav1.GetControllerOf(got) == nil && got.DeletionTimestamp == nil { // orphaned (--cascade=orphan): adopt it
+		if err = c.canAdopt(ctx, r); err == nil {
+			got, err = api.Patch(ctx, got.Name, types.MergePatchType, ownerPatch(e, got.UID, got.OwnerReferences), metav1.PatchOptions{})
+		}
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		_, err = api.Create(ctx, want, metav1.CreateOptions{})
 	case err != nil:
-	case got.Annotations[v1.AnnotationTemplateHash] == hash:
 	case !metav1.IsControlledBy(got, e):
 		err = fmt.Errorf("the PodTemplate %s/%s is not this ExtendedDaemonSet's: delete it, the controller writes its own for cluster-autoscaler", e.Namespace, e.Name)
+	case got.Annotations[v1.AnnotationTemplateHash] == hash:
 	default:
 		want.ResourceVersion = got.ResourceVersion
 		_, err = api.Update(ctx, want, metav1.UpdateOptions{})

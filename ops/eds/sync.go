@@ -32,6 +32,7 @@ type round struct {
 	pods         []*corev1.Pod                   // the EDS's pods (and the old DaemonSet's)
 	targets      map[string]string               // node -> ERS its pod should be of
 	canaryNodes  []string
+	adoptable    *error                 // canAdopt's answer, once per sync
 	canaryWanted int                    // canary nodes the spec asks for (0: a timed hold on no node)
 	history      []v1.CanaryPodRestarts // the canary pods' restarts, kept on the canary ERS
 	selector     labels.Selector        // spec.selector
@@ -231,6 +232,14 @@ func (c *Controller) loadERSs(ctx context.Context, r *round) error {
 				return err
 			}
 		}
+		if ref == nil { // an orphan with our label (the EDS deleted with --cascade=orphan, then applied again)
+			if s.DeletionTimestamp != nil {
+				continue
+			}
+			if s, err = c.adoptERS(ctx, r, s); err != nil {
+				return err
+			}
+		}
 		r.ersList = append(r.ersList, c.freshERS(s))
 	}
 	return nil
@@ -253,8 +262,17 @@ func (c *Controller) existingERS(ctx context.Context, r *round, name string) (*v
 	if err != nil {
 		return nil, fmt.Errorf("read the existing ERS %s: %w", name, err)
 	}
-	if ref := metav1.GetControllerOf(s); ref == nil || ref.UID != r.e.UID {
-		return nil, fmt.Errorf("ERS %s exists but is not controlled by ExtendedDaemonSet %s (uid %s): delete it so that the controller can create its own", name, r.e.Name, r.e.UID)
+	ref := metav1.GetControllerOf(s)
+	if ref == nil && s.DeletionTimestamp == nil { // an orphan of this very name: this template's ERS
+		if s, err = c.adoptERS(ctx, r, s); err != nil {
+			return nil, err
+		}
+		ref = metav1.GetControllerOf(s)
+	}
+	if ref == nil || ref.UID != r.e.UID {
+		return nil, fmt.Errorf("ERS %s exists but is controlled by %s: its pods are that owner's. Do not delete it with its pods: "+
+			"rename the ExtendedDaemonSet, or, if that owner should not have it, delete the ERS with --cascade=orphan (its pods stay) "+
+			"and the controller replaces them under the rolling limits", name, describeRef(ref))
 	}
 	if s.Labels[v1.LabelEDSOwner] != r.e.Name {
 		if s, err = c.relabelERS(ctx, s, r.e.Name); err != nil {
@@ -263,6 +281,60 @@ func (c *Controller) existingERS(ctx context.Context, r *round, name string) (*v
 	}
 	r.ersList = append(r.ersList, s)
 	return s, nil
+}
+
+func describeRef(ref *metav1.OwnerReference) string {
+	if ref == nil {
+		return "nothing (being deleted)"
+	}
+	return fmt.Sprintf("%s %s (uid %s)", ref.Kind, ref.Name, ref.UID)
+}
+
+// canAdopt says whether r's ExtendedDaemonSet may adopt orphans, as the
+// DaemonSet controller's ControllerRefManager decides: read live (not
+// from the cache), it is the same object (UID) and not being deleted. Read
+// once per sync.
+func (c *Controller) canAdopt(ctx context.Context, r *round) error {
+	if r.adoptable != nil {
+		return *r.adoptable
+	}
+	var err error
+	live, getErr := c.eds.ExtendedDaemonSets(r.e.Namespace).Get(ctx, r.e.Name, metav1.GetOptions{})
+	switch {
+	case getErr != nil:
+		err = fmt.Errorf("read ExtendedDaemonSet %s live before adopting orphans: %w", r.e.Name, getErr)
+	case live.UID != r.e.UID:
+		err = fmt.Errorf("ExtendedDaemonSet %s was replaced (uid %s, cached %s): not adopting for the old one", r.e.Name, live.UID, r.e.UID)
+	case live.DeletionTimestamp != nil:
+		err = fmt.Errorf("ExtendedDaemonSet %s is being deleted: not adopting orphans", r.e.Name)
+	}
+	r.adoptable = &err
+	return err
+}
+
+// ownerPatch is a merge patch giving an object (of UID uid, checked by the
+// API server: the patch fails if the object was replaced meanwhile) the
+// ExtendedDaemonSet as controller, beside its other owners.
+func ownerPatch(e *v1.ExtendedDaemonSet, uid types.UID, others []metav1.OwnerReference) []byte {
+	refs := append([]metav1.OwnerReference{}, others...)
+	refs = append(refs, *metav1.NewControllerRef(e, v1.SchemeGroupVersion.WithKind("ExtendedDaemonSet")))
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": uid, "ownerReferences": refs}})
+	return patch
+}
+
+// adoptERS makes r's ExtendedDaemonSet the controller of an orphaned ERS
+// (no controller, not being deleted): its pods (owned by the ERS) follow,
+// and deleting the ExtendedDaemonSet deletes them again.
+func (c *Controller) adoptERS(ctx context.Context, r *round, s *v1.ExtendedDaemonSetReplicaSet) (*v1.ExtendedDaemonSetReplicaSet, error) {
+	if err := c.canAdopt(ctx, r); err != nil {
+		return nil, err
+	}
+	out, err := c.eds.ExtendedDaemonSetReplicaSets(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, ownerPatch(r.e, s.UID, s.OwnerReferences), metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("adopt the orphaned ERS %s: %w", s.Name, err)
+	}
+	c.recorder.Eventf(r.e, corev1.EventTypeNormal, EventAdopted, "adopted the orphaned ERS %s and its pods", s.Name)
+	return out, nil
 }
 
 // failedAt is the ExtendedDaemonSet generation at which ERS s failed its canary.
