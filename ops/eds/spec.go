@@ -85,11 +85,9 @@ func (r rolling) limits(nodes int, elapsed time.Duration) (plan.Limits, error) {
 // Default canaryTimeout (DataDog has none: a canary whose pods never
 // become Ready stayed in Canary forever): in auto mode one hour past the
 // earliest validation (duration + noRestartsDuration: 1h15m at the
-// defaults), in manual mode a day.
-const (
-	defaultCanaryTimeoutMargin = time.Hour
-	defaultManualCanaryTimeout = 24 * time.Hour
-)
+// defaults). In manual mode none: a release left for a person's approval
+// waits for it (a weekend included); autoFail.canaryTimeout opts in.
+const defaultCanaryTimeoutMargin = time.Hour
 
 // canaryPolicy is a canary's policy with defaults applied.
 func canaryPolicy(c *v1.ExtendedDaemonSetSpecStrategyCanary) plan.CanaryPolicy {
@@ -125,11 +123,8 @@ func canaryPolicy(c *v1.ExtendedDaemonSetSpecStrategyCanary) plan.CanaryPolicy {
 			p.CanaryTimeout = a.CanaryTimeout.Duration
 		}
 	}
-	if c.AutoFail == nil || c.AutoFail.CanaryTimeout == nil {
+	if (c.AutoFail == nil || c.AutoFail.CanaryTimeout == nil) && !p.Manual {
 		p.CanaryTimeout = p.Duration + p.NoRestartsDuration + defaultCanaryTimeoutMargin
-		if p.Manual {
-			p.CanaryTimeout = defaultManualCanaryTimeout
-		}
 	}
 	return p
 }

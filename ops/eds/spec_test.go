@@ -68,6 +68,8 @@ func TestValidate(t *testing.T) {
 func TestCanaryTimeoutDefault(t *testing.T) {
 	manual := &v1.ExtendedDaemonSetSpecStrategyCanary{ValidationMode: v1.ValidationModeManual}
 	long := &v1.ExtendedDaemonSetSpecStrategyCanary{Duration: &metav1.Duration{Duration: 24 * time.Hour}}
+	manualWithTimeout := &v1.ExtendedDaemonSetSpecStrategyCanary{ValidationMode: v1.ValidationModeManual,
+		AutoFail: &v1.ExtendedDaemonSetSpecStrategyCanaryAutoFail{CanaryTimeout: &metav1.Duration{Duration: 48 * time.Hour}}}
 	set := &v1.ExtendedDaemonSetSpecStrategyCanary{AutoFail: &v1.ExtendedDaemonSetSpecStrategyCanaryAutoFail{CanaryTimeout: &metav1.Duration{Duration: 3 * time.Hour}}}
 	for name, tt := range map[string]struct {
 		c    *v1.ExtendedDaemonSetSpecStrategyCanary
@@ -75,7 +77,8 @@ func TestCanaryTimeoutDefault(t *testing.T) {
 	}{
 		"auto, defaults":       {&v1.ExtendedDaemonSetSpecStrategyCanary{}, time.Hour + 15*time.Minute},
 		"auto, duration 24h":   {long, 25*time.Hour + 5*time.Minute},
-		"manual":               {manual, 24 * time.Hour},
+		"manual: none":         {manual, 0},
+		"manual, opted in":     {manualWithTimeout, 48 * time.Hour},
 		"set: kept as written": {set, 3 * time.Hour},
 	} {
 		if got := canaryPolicy(tt.c).CanaryTimeout; got != tt.want {
