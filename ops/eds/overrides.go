@@ -26,30 +26,22 @@ type override struct {
 // ExtendedDaemonsetSetting of e that selects the node, then the node's
 // resources.<group>/<namespace>.<eds>.<container> annotations (ours, or
 // DataDog's), which win. A setting that loses to an older one on some node
-// is marked Error, with an Event.
+// is marked Error, with an Event, and applies nowhere (as DataDog's: a
+// setting in error is not half applied).
 func (c *Controller) overrides(ctx context.Context, r *round) map[string]override {
 	settings := c.settingsOf(r.e)
+	conflicts := settingConflicts(r.nodes, settings, func(s *v1.ExtendedDaemonsetSetting) bool { return c.undecodable.get(s.UID) == nil })
 	out := make(map[string]override, len(r.nodes))
-	conflicts := map[*v1.ExtendedDaemonsetSetting]string{}
 	for _, n := range r.nodes {
 		o := override{containers: map[string]corev1.ResourceRequirements{}}
-		var winner *v1.ExtendedDaemonsetSetting
 		for _, s := range settings {
-			if c.undecodable.get(s.UID) != nil {
+			if _, bad := conflicts[s]; bad || c.undecodable.get(s.UID) != nil || !selects(s, n) {
 				continue
 			}
-			sel, err := metav1.LabelSelectorAsSelector(&s.Spec.NodeSelector)
-			if err != nil || !sel.Matches(labels.Set(n.Labels)) {
-				continue
-			}
-			if winner != nil {
-				conflicts[s] = fmt.Sprintf("node %s is also selected by the older setting %s, which applies there; make the node selectors disjoint", n.Name, winner.Name)
-				continue
-			}
-			winner = s
 			for _, ct := range s.Spec.Containers {
 				o.containers[ct.Name] = ct.Resources
 			}
+			break // one setting per node (there is no other: conflicts)
 		}
 		for _, ct := range r.e.Spec.Template.Spec.Containers {
 			suffix := r.e.Namespace + "." + r.e.Name + "." + ct.Name
@@ -75,6 +67,34 @@ func (c *Controller) overrides(ctx context.Context, r *round) map[string]overrid
 	}
 	c.markSettings(ctx, settings, conflicts)
 	return out
+}
+
+// selects says whether setting s selects node n.
+func selects(s *v1.ExtendedDaemonsetSetting, n *corev1.Node) bool {
+	sel, err := metav1.LabelSelectorAsSelector(&s.Spec.NodeSelector)
+	return err == nil && sel.Matches(labels.Set(n.Labels))
+}
+
+// settingConflicts are the settings (of settings, oldest first, those
+// readable) that select a node an older one selects too, with why.
+func settingConflicts(nodes []*corev1.Node, settings []*v1.ExtendedDaemonsetSetting, readable func(*v1.ExtendedDaemonsetSetting) bool) map[*v1.ExtendedDaemonsetSetting]string {
+	conflicts := map[*v1.ExtendedDaemonsetSetting]string{}
+	for _, n := range nodes {
+		var first *v1.ExtendedDaemonsetSetting
+		for _, s := range settings {
+			if !readable(s) || !selects(s, n) {
+				continue
+			}
+			if first == nil {
+				first = s
+				continue
+			}
+			if _, seen := conflicts[s]; !seen {
+				conflicts[s] = fmt.Sprintf("node %s is also selected by the older setting %s; this one applies nowhere until the node selectors are disjoint", n.Name, first.Name)
+			}
+		}
+	}
+	return conflicts
 }
 
 // settingsOf are the settings that reference e, oldest first.
