@@ -189,17 +189,26 @@ func (c *Controller) finishFailure(ctx context.Context, r *round, reason string)
 	}
 	e := r.e.DeepCopy()
 	e.Status.State, e.Status.Reason, e.Status.Canary = v1.StateCanaryFailed, reason, nil
-	setCond(&e.Status.Conditions, v1.ConditionCanaryFailed, true, reason, "ERS "+r.canary.Name+": failed on nodes "+fmt.Sprint(r.canaryNodes))
+	setCond(&e.Status.Conditions, v1.ConditionCanaryFailed, true, reason, failedMessage(r.canary.Name, r.canaryNodes))
 	setCond(&e.Status.Conditions, v1.ConditionCanary, false, reason, "ERS "+r.canary.Name+": failed")
 	wrote, _, err := c.putEDSStatus(ctx, r.e, e.Status)
 	if err != nil {
 		return fmt.Errorf("record the failed canary %s: %w", r.canary.Name, err)
 	}
 	if wrote {
-		c.recorder.Eventf(e, corev1.EventTypeWarning, EventCanaryFailed, "canary ERS %s failed (%s) on nodes %v; restored the template of ERS %s",
-			r.canary.Name, reason, r.canaryNodes, r.active.Name)
+		c.recorder.Eventf(e, corev1.EventTypeWarning, EventCanaryFailed, "%s (%s); restored the template of ERS %s",
+			failedMessage(r.canary.Name, r.canaryNodes), reason, r.active.Name)
 	}
 	return nil
+}
+
+// failedMessage says which canary failed, and where when that is known (a
+// sync that finishes a failure recorded before may not know the nodes).
+func failedMessage(ers string, nodes []string) string {
+	if len(nodes) == 0 {
+		return "ERS " + ers + ": failed"
+	}
+	return "ERS " + ers + ": failed on nodes " + strings.Join(nodes, ", ")
 }
 
 // endManualDecisions removes the manual canary annotations once their

@@ -52,3 +52,12 @@ func TestSettingInErrorAppliesNowhere(t *testing.T) {
 		t.Errorf("memory requests %v: want 100Mi on %s (the older setting) and none on %s (the younger one is in error)", memory, a, b)
 	}
 }
+
+func TestFailedMessage(t *testing.T) {
+	if got := failedMessage("agent-1", nil); got != "ERS agent-1: failed" {
+		t.Errorf("no nodes known: %q", got)
+	}
+	if got := failedMessage("agent-1", []string{"n1", "n2"}); got != "ERS agent-1: failed on nodes n1, n2" {
+		t.Errorf("nodes known: %q", got)
+	}
+}
