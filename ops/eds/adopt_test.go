@@ -118,3 +118,39 @@ func containsAll(s string, parts ...string) bool {
 	}
 	return true
 }
+
+// Defect: what the controller last wrote for an ExtendedDaemonSet
+// (written["eds/<uid>"]) and its ERSs stayed in memory after they were
+// deleted: a slow leak over the controller's life.
+func TestWrittenStatusGoesWithItsObject(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	e := h.create(daemon("agent", "agent:v1"))
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	ers, err := h.eds.EdsV1alpha1().ExtendedDaemonSetReplicaSets(h.ns).List(ctx, metav1.ListOptions{})
+	if err != nil || len(ers.Items) != 1 {
+		t.Fatal(err, ers)
+	}
+	remembered := func() []string {
+		h.ctrl.mu.Lock()
+		defer h.ctrl.mu.Unlock()
+		var out []string
+		for k := range h.ctrl.written {
+			if strings.HasSuffix(k, string(e.UID)) || strings.HasSuffix(k, string(ers.Items[0].UID)) {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	if len(remembered()) == 0 {
+		t.Fatal("nothing remembered for the ExtendedDaemonSet: the test sees nothing")
+	}
+	if err := h.eds.EdsV1alpha1().ExtendedDaemonSets(h.ns).Delete(ctx, "agent", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(60*time.Second, "what was written forgotten", func() (bool, string) {
+		left := remembered()
+		return len(left) == 0, fmt.Sprint(left)
+	})
+}

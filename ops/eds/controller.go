@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -281,6 +282,20 @@ func (c *Controller) startInformers(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	// What the controller remembers of an object (written, writtenAt) goes with it.
+	for _, h := range []struct {
+		inf      cache.SharedIndexInformer
+		prefixes []string
+	}{{edsInf, []string{"eds/", "podtemplate/"}}, {ersInf, []string{"ers/"}}} {
+		prefixes := h.prefixes
+		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(o any) {
+			if m, ok := metaOf(o); ok {
+				c.forgetWritten(m.GetUID(), prefixes...)
+			}
+		}}); err != nil {
+			return err
+		}
+	}
 	for _, h := range handlers {
 		fn := h.fn
 		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: fn,
@@ -306,6 +321,16 @@ func (c *Controller) startInformers(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// forgetWritten drops what was last written for the object of uid.
+func (c *Controller) forgetWritten(uid types.UID, prefixes ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range prefixes {
+		delete(c.written, p+string(uid))
+		delete(c.writtenAt, p+string(uid))
+	}
 }
 
 func metaOf(o any) (metav1.Object, bool) {
