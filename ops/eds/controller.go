@@ -79,8 +79,11 @@ const defaultLoopAllowance = 2 * time.Minute
 // maxRetryDelay is the longest wait before a failed sync is retried.
 const maxRetryDelay = 30 * time.Second
 
-// indexByEDS indexes pods by "<namespace>/<ExtendedDaemonSet>".
-const indexByEDS = "eds"
+// indexByEDS indexes pods by "<namespace>/<ExtendedDaemonSet>", indexByNode by their node.
+const (
+	indexByEDS  = "eds"
+	indexByNode = "node"
+)
 
 // Run runs a controller until ctx ends.
 func Run(ctx context.Context, opts Options) error {
@@ -259,6 +262,11 @@ func (c *Controller) startInformers(ctx context.Context) error {
 	if err := podInf.AddIndexers(cache.Indexers{indexByEDS: func(o any) ([]string, error) {
 		p := o.(*corev1.Pod)
 		return []string{p.Namespace + "/" + p.Labels[v1.LabelName]}, nil
+	}, indexByNode: func(o any) ([]string, error) {
+		if n := nodeOf(o.(*corev1.Pod)); n != "" {
+			return []string{n}, nil
+		}
+		return nil, nil
 	}}); err != nil {
 		return err
 	}

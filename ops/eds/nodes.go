@@ -52,19 +52,35 @@ func (c *Controller) onNode(old, cur *corev1.Node) {
 	if old != nil && cur != nil && !placementChanged(old, cur) {
 		return
 	}
+	// The EDSs with a pod there, through the pods' node index (not a scan
+	// of every pod of every EDS per Node event).
+	queued := map[string]bool{}
+	for _, n := range []*corev1.Node{old, cur} {
+		if n == nil {
+			continue
+		}
+		pods, _ := c.pods.ByIndex(indexByNode, n.Name)
+		for _, o := range pods {
+			p := o.(*corev1.Pod)
+			if key := p.Namespace + "/" + p.Labels[v1.LabelName]; !queued[key] {
+				queued[key] = true
+				c.queue.Add(key)
+			}
+		}
+	}
 	list, err := c.sets.List(labels.Everything())
 	if err != nil {
 		return
 	}
 	for _, e := range list {
-		if c.concerns(e, old, cur) {
-			c.queue.Add(e.Namespace + "/" + e.Name)
+		if key := e.Namespace + "/" + e.Name; !queued[key] && c.concerns(e, old, cur) {
+			c.queue.Add(key)
 		}
 	}
 }
 
-// concerns says whether e has a pod on one of nodes or admits one of them
-// under its spec's template or its active ERS's.
+// concerns says whether e admits one of nodes under its spec's template or
+// its active ERS's (onNode finds those with a pod there by the index).
 func (c *Controller) concerns(e *v1.ExtendedDaemonSet, nodes ...*corev1.Node) bool {
 	sel, err := plan.Selector(e.Spec.Selector)
 	if err != nil {
@@ -74,15 +90,9 @@ func (c *Controller) concerns(e *v1.ExtendedDaemonSet, nodes ...*corev1.Node) bo
 	if s, err := c.ers.ExtendedDaemonSetReplicaSets(e.Namespace).Get(e.Status.ActiveReplicaSet); err == nil {
 		specs = append(specs, &s.Spec.Template.Spec)
 	}
-	pods, _ := c.pods.ByIndex(indexByEDS, e.Namespace+"/"+e.Name)
 	for _, n := range nodes {
 		if n == nil {
 			continue
-		}
-		for _, o := range pods {
-			if nodeOf(o.(*corev1.Pod)) == n.Name {
-				return true
-			}
 		}
 		for _, spec := range specs {
 			if plan.MayStay(n, sel, spec) {

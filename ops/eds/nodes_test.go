@@ -10,8 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
+	edslisters "slipway.dev/slipway/ops/generated/eds/listers/eds.slipway.dev/v1alpha1"
 )
 
 func TestPlacementChanged(t *testing.T) {
@@ -91,5 +94,59 @@ func TestNodeChangeResyncsOnlyItsEDSs(t *testing.T) {
 	}
 	if after := syncs("elsewhere"); after != before {
 		t.Errorf("elsewhere synced %v times on changes of a node it does not concern", after-before)
+	}
+}
+
+// countingIndexer counts the pods its ByIndex hands out.
+type countingIndexer struct {
+	cache.Indexer
+	handed int
+}
+
+func (c *countingIndexer) ByIndex(name, value string) ([]any, error) {
+	out, err := c.Indexer.ByIndex(name, value)
+	c.handed += len(out)
+	return out, err
+}
+
+// Defect: each Node event looked at every pod of every ExtendedDaemonSet
+// to find those with a pod on the node (O(nodes^2 x EDSs) at start, when
+// every node is added). The pods are indexed by node: a Node event reads
+// the pods on that node only.
+func TestNodeEventReadsOnlyThePodsOfItsNode(t *testing.T) {
+	const sets, nodes = 20, 50
+	c := &Controller{queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
+	defer c.queue.ShutDown()
+	edsIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	ersIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	pods := &countingIndexer{Indexer: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{
+		indexByEDS: func(o any) ([]string, error) {
+			p := o.(*corev1.Pod)
+			return []string{p.Namespace + "/" + p.Labels[v1.LabelName]}, nil
+		},
+		indexByNode: func(o any) ([]string, error) { return []string{nodeOf(o.(*corev1.Pod))}, nil },
+	})}
+	c.sets, c.ers, c.pods = edslisters.NewExtendedDaemonSetLister(edsIdx), edslisters.NewExtendedDaemonSetReplicaSetLister(ersIdx), pods
+	for i := range sets {
+		e := daemon(fmt.Sprintf("eds-%d", i), "agent:v1")
+		e.Namespace = "ns"
+		e.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"nowhere": "x"}} // admits no node: only its pods concern it
+		if err := edsIdx.Add(e); err != nil {
+			t.Fatal(err)
+		}
+		for n := range nodes {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("eds-%d-%d", i, n), Labels: map[string]string{v1.LabelName: e.Name}},
+				Spec: corev1.PodSpec{NodeName: fmt.Sprintf("node-%d", n)}}
+			if err := pods.Add(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c.onNode(nil, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-7"}})
+	if pods.handed > sets {
+		t.Errorf("a Node event read %d pods; the node has %d", pods.handed, sets)
+	}
+	if c.queue.Len() != sets {
+		t.Errorf("%d ExtendedDaemonSets queued, want the %d with a pod on the node", c.queue.Len(), sets)
 	}
 }
