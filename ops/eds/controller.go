@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,7 @@ type Controller struct {
 	writtenAt map[string]time.Time            // and when
 	pending   map[string]map[string]time.Time // per EDS: "create/<node>" and "delete/<pod>" not yet seen in the cache
 	failed    map[string]*failures            // "<ns>/<eds>/<node>" -> pods failed there in a row
+	oldGone   map[string]time.Time            // "<eds uid>/<daemonset>" -> when the old DaemonSet was found gone
 
 	undecodable decodeErrors // the group's cached objects that did not decode whole
 
@@ -108,7 +110,7 @@ func New(opts Options) (*Controller, error) {
 		cfg.UserAgent = "slipway-eds-controller/" + version.Version
 	}
 	opts.Config = &cfg
-	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}, written: map[string]any{}, writtenAt: map[string]time.Time{}, failed: map[string]*failures{},
+	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}, written: map[string]any{}, writtenAt: map[string]time.Time{}, failed: map[string]*failures{}, oldGone: map[string]time.Time{},
 		probe: health.New(), loopAllowance: defaultLoopAllowance}
 	clients := opts.Config // the CRDs' install (before leading) uses opts.Config as is
 	if opts.LeaderElect {
@@ -338,6 +340,11 @@ func (c *Controller) forgetWritten(uid types.UID, prefixes ...string) {
 	for _, p := range prefixes {
 		delete(c.written, p+string(uid))
 		delete(c.writtenAt, p+string(uid))
+	}
+	for k := range c.oldGone {
+		if strings.HasPrefix(k, string(uid)+"/") {
+			delete(c.oldGone, k)
+		}
 	}
 }
 

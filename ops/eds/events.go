@@ -17,4 +17,5 @@ const (
 	EventMigrating       = "Migrating"
 	EventReconcileError  = "ReconcileError"
 	EventAdopted         = "Adopted"
+	EventMigrated        = "Migrated"
 )

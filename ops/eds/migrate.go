@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,17 +15,36 @@ import (
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
 )
 
+// oldGoneRecheck is how long an old DaemonSet found gone is taken as gone.
+const oldGoneRecheck = 10 * time.Minute
+
 // oldDaemonSetPods are the pods of the DaemonSet named by e's old-daemonset
 // annotation: they count as the previous version on their nodes and are
 // replaced under the rolling limits. None when the annotation or the
-// DaemonSet is missing.
+// DaemonSet is missing. A DaemonSet found gone (the migration's end: the
+// user deletes it) is not read again for oldGoneRecheck while the
+// annotation stays: the annotation alone no longer costs a GET and a LIST
+// per sync.
 func (c *Controller) oldDaemonSetPods(ctx context.Context, e *v1.ExtendedDaemonSet) ([]*corev1.Pod, error) {
 	name, ok := annotation(e.Annotations, v1.AnnotationOldDaemonSet)
 	if !ok || name == "" {
 		return nil, nil
 	}
+	key := string(e.UID) + "/" + name
+	c.mu.Lock()
+	gone, seen := c.oldGone[key]
+	c.mu.Unlock()
+	if seen && time.Since(gone) < oldGoneRecheck {
+		return nil, nil
+	}
 	ds, err := c.kube.AppsV1().DaemonSets(e.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		c.mu.Lock()
+		c.oldGone[key] = time.Now()
+		c.mu.Unlock()
+		if !seen {
+			c.recorder.Eventf(e, corev1.EventTypeNormal, EventMigrated, "the old DaemonSet %s is gone: the migration is over; the annotation old-daemonset can be removed", name)
+		}
 		return nil, nil
 	}
 	if err != nil {

@@ -135,3 +135,42 @@ func TestRefusedRestoreBacksOffAndSaysWhy(t *testing.T) {
 		t.Errorf("ReconcileError still True after the restore: %+v", cond)
 	}
 }
+
+// daemonSetReads counts the GETs and LISTs of DaemonSets and of all pods
+// (the old DaemonSet's) a client sends.
+type daemonSetReads struct {
+	next http.RoundTripper
+	n    atomic.Int32
+}
+
+func (s *daemonSetReads) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/daemonsets") {
+		s.n.Add(1)
+	}
+	return s.next.RoundTrip(req)
+}
+
+// Defect: while the old-daemonset annotation stayed after the migration
+// (the DaemonSet deleted), every sync read the DaemonSet again (and listed
+// its pods when it was there). A DaemonSet found gone is taken as gone.
+func TestOldDaemonSetGoneIsNotReadEverySync(t *testing.T) {
+	t.Parallel()
+	h := newBareHarness(t)
+	counter := &daemonSetReads{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	h.startController(Options{Config: cfg})
+	e := daemon("agent", "agent:v1")
+	e.Annotations = map[string]string{v1.AnnotationOldDaemonSet: "deleted-long-ago"}
+	e.Spec.Strategy.ReconcileFrequency = &metav1.Duration{Duration: 100 * time.Millisecond}
+	h.create(e)
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	before := counter.n.Load()
+	time.Sleep(3 * time.Second) // about 30 periodic syncs
+	if n := counter.n.Load() - before; n > 1 {
+		t.Errorf("%d reads of the old DaemonSet in 3 s of syncs; it is gone", n)
+	}
+	if h.events("agent")[EventMigrated] == 0 {
+		t.Errorf("no %s Event saying the migration is over", EventMigrated)
+	}
+}

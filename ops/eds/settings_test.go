@@ -33,7 +33,7 @@ func TestSettingInErrorAppliesNowhere(t *testing.T) {
 	if _, err := h.eds.EdsV1alpha1().ExtendedDaemonsetSettings(h.ns).Create(ctx, older, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // creation timestamps have second precision
+	time.Sleep(time.Second)                                                                                              // creation timestamps have second precision
 	younger := memorySetting("younger", "200Mi", metav1.LabelSelector{MatchLabels: map[string]string{"eds-test": h.ns}}) // a and b
 	if _, err := h.eds.EdsV1alpha1().ExtendedDaemonsetSettings(h.ns).Create(ctx, younger, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
