@@ -112,17 +112,37 @@ func (c *Controller) markCanaryERS(ctx context.Context, r *round, s plan.CanaryS
 	cp.Status.Status = v1.ReplicaSetStatusCanary
 	cp.Status.CanaryRestarts = r.history
 	var restarts int32
-	var cannot string
 	for _, h := range s.Pods {
 		restarts = max(restarts, h.Restarts)
-		if cannot == "" {
-			cannot = h.CannotStart
-		}
 	}
+	cannot, msg := cannotStartPod(r)
 	setCond(&cp.Status.Conditions, v1.ConditionPodRestarting, restarts > 0, "Restarts", fmt.Sprintf("a canary pod restarted %d times", restarts))
-	setCond(&cp.Status.Conditions, v1.ConditionPodCannotStart, cannot != "", nonEmpty(cannot, "Started"), "a canary container cannot start: "+cannot)
+	setCond(&cp.Status.Conditions, v1.ConditionPodCannotStart, cannot != "", nonEmpty(cannot, "Started"), msg)
 	setCond(&cp.Status.Conditions, v1.ConditionCanaryPaused, r.verdict.Action == plan.Pause, nonEmpty(r.verdict.Reason, "Running"), "")
 	return c.updateERSStatus(ctx, r, r.canary, cp)
+}
+
+// cannotStartPod is the first canary pod (by name) with a container that
+// cannot start: the reason, and DataDog's message "Pod <name> cannot start
+// with reason: <reason>" ("" when none).
+func cannotStartPod(r *round) (reason, msg string) {
+	onCanary := map[string]bool{}
+	for _, n := range r.canaryNodes {
+		onCanary[n] = true
+	}
+	var name string
+	for _, p := range r.pods {
+		if p.Labels[v1.LabelReplicaSet] != r.canary.Name || !onCanary[nodeOf(p)] || p.DeletionTimestamp != nil {
+			continue
+		}
+		if h := plan.PodHealth(p); h.CannotStart != "" && (name == "" || p.Name < name) {
+			name, reason = p.Name, h.CannotStart
+		}
+	}
+	if name == "" {
+		return "", ""
+	}
+	return reason, fmt.Sprintf("Pod %s cannot start with reason: %s", name, reason)
 }
 
 func nonEmpty(s, def string) string {

@@ -91,8 +91,8 @@ func TestCanaryAutoPausesThenFailsOnRestarts(t *testing.T) {
 	h.crash(p.Name, 3) // over autoPause.maxRestarts (2)
 	e = h.waitState("agent", v1.StateCanaryPaused, 10*time.Second)
 	t.Logf("restarts over maxRestarts to CanaryPaused: %v", time.Since(start))
-	if e.Status.Reason != "CrashLoopBackOff" {
-		t.Errorf("paused reason %q, want CrashLoopBackOff", e.Status.Reason)
+	if e.Status.Reason != "Error" {
+		t.Errorf("paused reason %q, want Error (the termination reason, as DataDog's)", e.Status.Reason)
 	}
 	seen := h.watchEDS("agent", failedOnlyWithTheTemplateRestored("agent:v1"))
 	h.crash(p.Name, 6) // over autoFail.maxRestarts (5)

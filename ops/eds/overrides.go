@@ -20,6 +20,7 @@ import (
 type override struct {
 	containers map[string]corev1.ResourceRequirements
 	hash       string
+	setting    string // the setting that applies on the node ("" if none)
 }
 
 // overrides computes every eligible node's overrides: the oldest
@@ -41,6 +42,7 @@ func (c *Controller) overrides(ctx context.Context, r *round) map[string]overrid
 			for _, ct := range s.Spec.Containers {
 				o.containers[ct.Name] = ct.Resources
 			}
+			o.setting = s.Name
 			break // one setting per node (there is no other: conflicts)
 		}
 		for _, ct := range r.e.Spec.Template.Spec.Containers {
@@ -58,7 +60,7 @@ func (c *Controller) overrides(ctx context.Context, r *round) map[string]overrid
 				o.containers[ct.Name] = res
 			}
 		}
-		if len(o.containers) > 0 {
+		if len(o.containers) > 0 { // the setting's name is not hashed: an upgrade replaces no pod for the labels it adds
 			raw, _ := json.Marshal(o.containers) // map keys marshal sorted
 			sum := sha256.Sum256(raw)
 			o.hash = hex.EncodeToString(sum[:])[:10]

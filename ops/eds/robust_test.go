@@ -121,8 +121,8 @@ func TestManualDecisionsEndWithTheirCanary(t *testing.T) {
 	e = h.waitState("agent", v1.StateCanary, 20*time.Second)
 	p := h.canaryPod("agent", e.Status.Canary.ReplicaSet)
 	h.crash(p.Name, 3) // over autoPause.maxRestarts (2)
-	if e = h.waitState("agent", v1.StateCanaryPaused, 10*time.Second); e.Status.Reason != "CrashLoopBackOff" {
-		t.Errorf("paused reason %q, want CrashLoopBackOff", e.Status.Reason)
+	if e = h.waitState("agent", v1.StateCanaryPaused, 10*time.Second); e.Status.Reason != "Error" {
+		t.Errorf("paused reason %q, want Error (the termination reason, as DataDog's)", e.Status.Reason)
 	}
 }
 
@@ -155,8 +155,8 @@ func TestCanaryRestartsOutliveItsPods(t *testing.T) {
 		t.Fatalf("state %s (%s) once the crashing canary pod was replaced, want CanaryPaused", st.State, st.Reason)
 	}
 	h.crash(next.Name, 3)
-	if got := h.waitState("agent", v1.StateCanaryFailed, 10*time.Second); got.Status.Reason != "CrashLoopBackOff" {
-		t.Errorf("failed reason %q, want CrashLoopBackOff", got.Status.Reason)
+	if got := h.waitState("agent", v1.StateCanaryFailed, 10*time.Second); got.Status.Reason != "Error" {
+		t.Errorf("failed reason %q, want Error (the termination reason, as DataDog's)", got.Status.Reason)
 	}
 }
 

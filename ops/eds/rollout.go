@@ -111,6 +111,9 @@ func buildPod(e *v1.ExtendedDaemonSet, s *v1.ExtendedDaemonSetReplicaSet, node s
 	if canary {
 		pod.Labels[v1.LabelCanary], pod.Labels[v1.DataDogLabelCanary] = "true", "true"
 	}
+	if o.setting != "" { // DataDog's labels naming the setting whose resources the pod got
+		pod.Labels[v1.DataDogLabelSettingName], pod.Labels[v1.DataDogLabelSettingNamespace] = o.setting, e.Namespace
+	}
 	pod.Annotations[v1.AnnotationAutoscalerDaemonSetPod] = "true"
 	pod.Annotations[v1.AnnotationTemplateHash] = s.Spec.TemplateGeneration
 	pod.Annotations[v1.AnnotationNodeHash] = o.hash

@@ -193,7 +193,7 @@ func (c *Controller) ensureERS(ctx context.Context, r *round) (*v1.ExtendedDaemo
 	}
 	ers := &v1.ExtendedDaemonSetReplicaSet{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.Namespace,
-			Labels:          map[string]string{v1.LabelEDSOwner: e.Name},
+			Labels:          map[string]string{v1.LabelEDSOwner: e.Name, v1.DataDogLabelName: e.Name}, // DataDog's label too, as their tools select ERSs by it
 			Annotations:     map[string]string{v1.AnnotationTemplateHash: hash},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(e, v1.SchemeGroupVersion.WithKind("ExtendedDaemonSet"))}},
 		Spec: v1.ExtendedDaemonSetReplicaSetSpec{Selector: e.Spec.Selector, Template: *e.Spec.Template.DeepCopy(), TemplateGeneration: hash},
@@ -247,7 +247,7 @@ func (c *Controller) loadERSs(ctx context.Context, r *round) error {
 
 // relabelERS puts back the owner label of an ERS e controls.
 func (c *Controller) relabelERS(ctx context.Context, s *v1.ExtendedDaemonSetReplicaSet, owner string) (*v1.ExtendedDaemonSetReplicaSet, error) {
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{v1.LabelEDSOwner: owner}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{v1.LabelEDSOwner: owner, v1.DataDogLabelName: owner}}})
 	out, err := c.eds.ExtendedDaemonSetReplicaSets(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("give ERS %s back its label %s=%s: %w", s.Name, v1.LabelEDSOwner, owner, err)

@@ -125,7 +125,7 @@ func TestPodHealth(t *testing.T) {
 			{Name: "c", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}}},
 		},
 	}}
-	want := Health{Restarts: 4, RestartReason: "CrashLoopBackOff", LastRestart: t0.Time, CannotStart: "ImagePullBackOff", Ready: true}
+	want := Health{Restarts: 4, RestartReason: "OOMKilled", LastRestart: t0.Time, CannotStart: "ImagePullBackOff", Ready: true}
 	if got := PodHealth(pod); !reflect.DeepEqual(got, want) {
 		t.Errorf("PodHealth() = %+v, want %+v", got, want)
 	}

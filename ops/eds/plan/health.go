@@ -57,11 +57,11 @@ func PodHealth(pod *corev1.Pod) Health {
 			continue
 		}
 		h.Restarts = cs.RestartCount
-		switch {
-		case cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff":
-			h.RestartReason = "CrashLoopBackOff"
+		switch { // as DataDog's: why the container last ended (StartError, OOMKilled, Error), else the back-off
 		case cs.LastTerminationState.Terminated != nil && cs.LastTerminationState.Terminated.Reason != "":
 			h.RestartReason = cs.LastTerminationState.Terminated.Reason
+		case cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff":
+			h.RestartReason = "CrashLoopBackOff"
 		default:
 			h.RestartReason = "Restarting"
 		}

@@ -22,6 +22,11 @@ const (
 	DataDogLabelName       = DataDogPrefix + "/name"
 	DataDogLabelReplicaSet = "extendeddaemonsetreplicaset.datadoghq.com/name"
 	DataDogLabelCanary     = "extendeddaemonsetreplicaset.datadoghq.com/canary"
+	// DataDogLabelSettingName and DataDogLabelSettingNamespace (pods;
+	// controller) name the ExtendedDaemonsetSetting whose resources the pod
+	// got, as DataDog's controller labels them.
+	DataDogLabelSettingName      = "extendeddaemonsetsetting.datadoghq.com/name"
+	DataDogLabelSettingNamespace = "extendeddaemonsetsetting.datadoghq.com/namespace"
 	// AnnotationAutoscalerDaemonSetPod (pods; controller) = "true" tells the
 	// cluster autoscaler the pod is a daemon's: it does not keep a node up.
 	AnnotationAutoscalerDaemonSetPod = "cluster-autoscaler.kubernetes.io/daemonset-pod"
