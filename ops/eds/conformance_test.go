@@ -227,4 +227,3 @@ func (h *harness) cannotStart(t *testing.T, reason string) {
 		t.Errorf("PodCannotStart message %q, want DataDog's \"Pod <name> cannot start with reason: %s\"", msg, reason)
 	}
 }
-
