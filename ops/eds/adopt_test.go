@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
 )
@@ -152,5 +153,39 @@ func TestWrittenStatusGoesWithItsObject(t *testing.T) {
 	h.eventually(60*time.Second, "what was written forgotten", func() (bool, string) {
 		left := remembered()
 		return len(left) == 0, fmt.Sprint(left)
+	})
+}
+
+// Adoption works with the manifest's RBAC (the controller's real rights):
+// its live read is a list by name and the PodTemplate's an update.
+func TestAdoptionWithTheManifestRBAC(t *testing.T) {
+	t.Parallel()
+	h := newBareHarness(t)
+	h.installManifestRBAC()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + h.ns + ":" + controllerName}
+	h.startController(Options{Config: cfg})
+	ctx := context.Background()
+	h.create(daemon("agent", "agent:v1"))
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	orphan := metav1.DeletePropagationOrphan
+	if err := h.eds.EdsV1alpha1().ExtendedDaemonSets(h.ns).Delete(ctx, "agent", metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(60*time.Second, "the EDS gone", func() (bool, string) {
+		_, err := h.eds.EdsV1alpha1().ExtendedDaemonSets(h.ns).Get(ctx, "agent", metav1.GetOptions{})
+		return err != nil, fmt.Sprint(err)
+	})
+	e := h.create(daemon("agent", "agent:v1"))
+	h.eventually(30*time.Second, "the ERS and the PodTemplate adopted", func() (bool, string) {
+		list, err := h.eds.EdsV1alpha1().ExtendedDaemonSetReplicaSets(h.ns).List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			return false, fmt.Sprint(err, list)
+		}
+		pt, err := h.kube.CoreV1().PodTemplates(h.ns).Get(ctx, "agent", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return metav1.IsControlledBy(&list.Items[0], e) && metav1.IsControlledBy(pt, e), fmt.Sprint(list.Items[0].OwnerReferences, pt.OwnerReferences)
 	})
 }

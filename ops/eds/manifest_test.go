@@ -43,7 +43,7 @@ func TestControllerRunsWithTheManifestRBAC(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + h.ns + ":" + controllerName}
 	h.startController(Options{Config: cfg, LeaderElect: true, LeaseNamespace: h.ns})
-	h.create(withCanary(daemon("agent", "agent:v1"), time.Second))
+	h.create(withCanary(daemon("agent", "agent:v1"), 3*time.Second)) // long enough for the state Canary to be seen on a loaded machine
 	h.rolledOut("agent", "agent:v1", clusterNodes)
 	h.setImage("agent", "agent:v2")
 	h.rolledOut("agent", "agent:v2", clusterNodes)

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/gentype"
 
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
@@ -40,8 +39,9 @@ func (c *Controller) ensurePodTemplate(ctx context.Context, r *round) error {
 	want.Labels[v1.AnnotationAutoscalerDaemonSetPod] = "true"
 	got, err := api.Get(ctx, e.Name, metav1.GetOptions{})
 	if err == nil && metav1.GetControllerOf(got) == nil && got.DeletionTimestamp == nil { // orphaned (--cascade=orphan): adopt it
-		if err = c.canAdopt(ctx, r); err == nil {
-			got, err = api.Patch(ctx, got.Name, types.MergePatchType, ownerPatch(e, got.UID, got.OwnerReferences), metav1.PatchOptions{})
+		if err = c.canAdopt(ctx, r); err == nil { // an update: the resourceVersion pins the object read (the manifest grants no patch)
+			got.OwnerReferences = append(got.OwnerReferences, *metav1.NewControllerRef(e, v1.SchemeGroupVersion.WithKind("ExtendedDaemonSet")))
+			got, err = api.Update(ctx, got, metav1.UpdateOptions{})
 		}
 	}
 	switch {

@@ -341,6 +341,7 @@ func TestKubectlEDSGetShowsAnUndecodableOneAsInvalid(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.create(daemon("good", "agent:v1"))
+	h.rolledOut("good", "agent:v1", clusterNodes) // the controller copes too
 	cl, out := h.kubectlEDS("")
 	if err := cl.Get(ctx, ""); err != nil {
 		t.Fatalf("get of the namespace: %v", err)

@@ -299,10 +299,17 @@ func (c *Controller) canAdopt(ctx context.Context, r *round) error {
 		return *r.adoptable
 	}
 	var err error
-	live, getErr := c.eds.ExtendedDaemonSets(r.e.Namespace).Get(ctx, r.e.Name, metav1.GetOptions{})
+	// A list by name: the manifest grants list, not get (the same read).
+	list, getErr := c.eds.ExtendedDaemonSets(r.e.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + r.e.Name})
+	live := &v1.ExtendedDaemonSet{}
+	if getErr == nil && len(list.Items) == 1 {
+		live = &list.Items[0]
+	}
 	switch {
 	case getErr != nil:
 		err = fmt.Errorf("read ExtendedDaemonSet %s live before adopting orphans: %w", r.e.Name, getErr)
+	case len(list.Items) != 1:
+		err = fmt.Errorf("ExtendedDaemonSet %s is gone: not adopting orphans for it", r.e.Name)
 	case live.UID != r.e.UID:
 		err = fmt.Errorf("ExtendedDaemonSet %s was replaced (uid %s, cached %s): not adopting for the old one", r.e.Name, live.UID, r.e.UID)
 	case live.DeletionTimestamp != nil:
