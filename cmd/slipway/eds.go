@@ -335,7 +335,7 @@ func edsUserCommands() []*cli.Command {
 				})},
 		}},
 		{Name: "migrate-from-datadog", Aliases: []string{"migrate"}, ArgsUsage: "NAME",
-			Usage: "hand DataDog's ExtendedDaemonSet NAME (datadoghq.com/v1alpha1), its pods and settings to slipway, restarting no pod",
+			Usage:  "hand DataDog's ExtendedDaemonSet NAME (datadoghq.com/v1alpha1), its pods and settings to slipway, restarting no pod",
 			Action: named(func(c *cli.Context, cl *edscli.Client, n string) error { return cl.MigrateFromDataDog(c.Context, n) })},
 		flagCommand("pause-rollout", "stop deleting outdated pods (new nodes still get theirs)", v1.AnnotationRollingUpdatePaused, true, "rolling update paused", "pause-rolling-update"),
 		flagCommand("unpause-rollout", "resume the rolling update", v1.AnnotationRollingUpdatePaused, false, "rolling update resumed", "unpause-rolling-update"),

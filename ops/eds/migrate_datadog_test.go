@@ -96,7 +96,7 @@ func TestMigrateFromDataDogKeepsEveryPod(t *testing.T) {
 	before := map[types.UID]string{}
 	for _, node := range []string{nodeA, nodeB} {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: ersName + "-",
-			Labels: map[string]string{"app": "agent", v1.DataDogLabelName: "agent", v1.DataDogLabelReplicaSet: ersName},
+			Labels:      map[string]string{"app": "agent", v1.DataDogLabelName: "agent", v1.DataDogLabelReplicaSet: ersName},
 			Annotations: map[string]string{v1.DataDog(v1.AnnotationTemplateHash): "ddhash"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "datadoghq.com/v1alpha1", Kind: "ExtendedDaemonSetReplicaSet", Name: ersName,
 				UID: ersMeta.Metadata.UID, Controller: &yes}}},
