@@ -143,3 +143,41 @@ func TestMetricTablesMatchTheCode(t *testing.T) {
 		t.Errorf("metric %s is registered by the code but listed in no docs/*/reference.md", m)
 	}
 }
+
+// TestDocumentedEventsExist fails when the Events table of a reference page
+// names a reason no Go source of ops/ spells (an Event renamed or removed).
+func TestDocumentedEventsExist(t *testing.T) {
+	src := goSources(t, "ops")
+	cellName := regexp.MustCompile("`([A-Za-z]+)`")
+	n := 0
+	for _, f := range markdownFiles(t, "..") {
+		if filepath.Base(f) != "reference.md" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("..", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inEvents := false
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "## ") {
+				inEvents = line == "## Events"
+				continue
+			}
+			if !inEvents || !strings.HasPrefix(line, "| `") {
+				continue
+			}
+			cell := strings.SplitN(strings.TrimPrefix(line, "| "), " |", 2)[0]
+			for _, m := range cellName.FindAllStringSubmatch(cell, -1) {
+				n++
+				if !strings.Contains(src, `"`+m[1]+`"`) {
+					t.Errorf("%s lists Event %s, which no code in ops/ records", f, m[1])
+				}
+			}
+		}
+	}
+	if n < 40 {
+		t.Fatalf("found only %d Events in the reference pages: the pattern is broken", n)
+	}
+	t.Logf("%d documented Event reasons checked", n)
+}
