@@ -110,7 +110,10 @@ func TestRefusedRestoreBacksOffAndSaysWhy(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	patches := counter.n.Load() - before
 	t.Logf("spec PATCHes in the 5 s after the failure: %d", patches)
-	if patches > 20 {
+	// The rate limiter alone allows about 11 in 5 s (5 ms doubling); pod
+	// and ERS events of a loaded machine add a few immediate syncs. The
+	// loop without backoff sent hundreds.
+	if patches > 40 {
 		t.Errorf("%d spec PATCHes in 5 s: the refused restore is retried without backing off", patches)
 	}
 	e := h.get("agent")
