@@ -143,6 +143,50 @@ var conformanceRows = []conformanceRow{
 			t.Errorf("manual canary: state %s, active %s", e.Status.State, e.Status.ActiveReplicaSet)
 		}
 	}},
+	{"rollout not blocked by pods failing before it", "every node gets a pod of the first template, none ready (a corrupted image); a new template goes through its canary to Running, the new ERS active and available on every node",
+		"L785-L895", "a first deployment whose pods never become available is paced by slow start (one more pod in flight per slowStartIntervalDuration; DataDog creates more at each sync without counting the pods in flight), so only some nodes have a first-template pod when the new template comes; the rest of the row holds", func(t *testing.T, h *harness) {
+			stop := h.waitsIn("agent:corrupted", "ErrImagePull")
+			defer stop()
+			h.create(withCanary(daemon("agent", "agent:corrupted"), 2*time.Second))
+			time.Sleep(2 * time.Second) // the paced first deployment's pods are in flight
+			h.eventually(60*time.Second, "the first ERS active, its pods current and none ready", func() (bool, string) {
+				e := h.get("agent")
+				if e.Status.ActiveReplicaSet == "" {
+					return false, "no active ERS"
+				}
+				s := h.ers(e.Status.ActiveReplicaSet)
+				return s.Status.Status == v1.ReplicaSetStatusActive && s.Status.Current >= 1 && s.Status.Ready == 0, fmt.Sprintf("%+v", s.Status)
+			})
+			h.setImage("agent", "agent:v2")
+			h.waitState("agent", v1.StateCanary, 20*time.Second)
+			h.rolledOut("agent", "agent:v2", clusterNodes)
+			if s := h.ers(h.get("agent").Status.ActiveReplicaSet); s.Status.Status != v1.ReplicaSetStatusActive || s.Status.Available != clusterNodes {
+				t.Errorf("new active ERS %q, available %d", s.Status.Status, s.Status.Available)
+			}
+		}},
+	{"cannot start within maxSlowStartDuration", "with autoPause.maxSlowStartDuration 30m, a canary whose containers wait in CreateContainerConfigError is not paused",
+		"L898-L1110", "", func(t *testing.T, h *harness) {
+			e := withCanary(daemon("agent", "agent:v1"), time.Hour)
+			e.Spec.Strategy.Canary.AutoPause = &v1.ExtendedDaemonSetSpecStrategyCanaryAutoPause{MaxSlowStartDuration: &metav1.Duration{Duration: 30 * time.Minute}}
+			h.create(e)
+			h.rolledOut("agent", "agent:v1", clusterNodes)
+			stop := h.waitsIn("agent:broken", "CreateContainerConfigError")
+			defer stop()
+			h.setImage("agent", "agent:broken")
+			ers := h.waitState("agent", v1.StateCanary, 20*time.Second).Status.Canary.ReplicaSet
+			h.eventually(30*time.Second, "the canary pod unable to start", func() (bool, string) {
+				for _, p := range h.pods("agent") {
+					if p.Labels[v1.LabelReplicaSet] == ers && waiting(&p, "CreateContainerConfigError") {
+						return true, ""
+					}
+				}
+				return false, "not yet"
+			})
+			time.Sleep(2 * time.Second)
+			if st := h.get("agent").Status; st.State != v1.StateCanary {
+				t.Errorf("state %s (%s), want Canary: within maxSlowStartDuration", st.State, st.Reason)
+			}
+		}},
 	{"ERS label", "ERSs carry extendeddaemonset.datadoghq.com/name=<eds> (their cleanup and tools select them by it)", "L306-L310 (ERS list by the EDS's name label)", "", func(t *testing.T, h *harness) {
 		h.create(daemon("agent", "agent:v1"))
 		h.rolledOut("agent", "agent:v1", clusterNodes)

@@ -84,7 +84,7 @@ func (c *Controller) nodeStates(r *round, hashes map[string]string) ([]plan.Node
 	}
 	states := leavingStates(leaving, c.expected, key, r.now)
 	for _, n := range r.nodes {
-		s := plan.NodeState{Node: n.Name}
+		s := plan.NodeState{Node: n.Name, Template: r.targets[n.Name]}
 		for _, p := range byNode[n.Name] {
 			pp := plan.Pod{Name: p.Name, Available: plan.Available(p, 0, r.now) && p.Status.Phase == corev1.PodRunning,
 				Terminating:  p.DeletionTimestamp != nil || c.expected(key, "delete/"+p.Name),

@@ -29,14 +29,18 @@ type NodeState struct {
 	// Leave: the node no longer admits the active template; its pods go
 	// under the same budget as outdated ones, and none is created there.
 	Leave bool
+	// Template is the ERS the node's pod should be of: the creation
+	// budget is per template, so pods of the active template failing
+	// since before do not hold a canary's (or a new template's) creations.
+	Template string
 }
 
 // Limits bound one step of a rollout.
 type Limits struct {
 	MaxUnavailable         int
 	MaxPodSchedulerFailure int
-	// MaxCreation is the most pods of the current template not yet
-	// available at once (maxParallelPodCreation under slow start).
+	// MaxCreation is the most pods of one template not yet available at
+	// once (maxParallelPodCreation under slow start).
 	MaxCreation int
 	// Paused stops deletions of outdated pods; Frozen stops creations too.
 	Paused, Frozen bool
@@ -62,8 +66,8 @@ func Rollout(nodes []NodeState, l Limits) Plan {
 	sorted := append([]NodeState{}, nodes...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Node < sorted[j].Node })
 	var p Plan
-	unresponsive, inFlight := 0, 0
-	var needPod []string
+	unresponsive, inFlight := 0, map[string]int{}
+	var needPod []NodeState
 	var freeOld, availableOld []string
 	for _, n := range sorted {
 		if !nodeAvailable(n) {
@@ -73,12 +77,12 @@ func Rollout(nodes []NodeState, l Limits) Plan {
 			}
 		}
 		if n.Current != nil && !n.Current.Available && !n.Current.Terminating && !n.Current.Unresponsive {
-			inFlight++
+			inFlight[n.Template]++
 		}
 		live := liveOld(n.Old)
 		switch {
 		case n.Current == nil && len(n.Old) == 0 && !n.Leave:
-			needPod = append(needPod, n.Node)
+			needPod = append(needPod, n)
 		case n.Current != nil && n.Current.Available:
 			freeOld = append(freeOld, podNames(live, func(Pod) bool { return true })...)
 		default:
@@ -92,8 +96,11 @@ func Rollout(nodes []NodeState, l Limits) Plan {
 	if l.Frozen {
 		return p
 	}
-	if budget := l.MaxCreation - inFlight; budget > 0 {
-		p.Create = needPod[:min(budget, len(needPod))]
+	for _, n := range needPod { // in node order, each template within its own budget
+		if inFlight[n.Template] < l.MaxCreation {
+			inFlight[n.Template]++
+			p.Create = append(p.Create, n.Node)
+		}
 	}
 	if l.Paused {
 		return p
