@@ -24,13 +24,13 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	opsclient "slipway.dev/slipway/ops/generated/clientset/versioned/typed/ops.slipway.dev/v1"
 	opslisters "slipway.dev/slipway/ops/generated/listers/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/health"
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/lease"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // Agent is one running agent. Handlers only enqueue; the syncs are keyed by
@@ -97,7 +97,7 @@ type Agent struct {
 	waitSince       map[string]time.Time
 	wrote           map[types.UID]v1.Slot // per channel UID: this node's slot as this agent last wrote it
 	created         map[string]time.Time  // Jobs this process created that its cache may not show yet
-	reported        plan.Reports          // the reports this process last wrote on its Node (report.go)
+	reported        protocol.Reports      // the reports this process last wrote on its Node (report.go)
 	known           Versions              // the versions this agent published for its node's boot
 	knownBoot       string                // the boot ID known belongs to
 	hasKnown        bool
@@ -251,7 +251,7 @@ func (a *Agent) nodeInformer() cache.SharedIndexInformer {
 // jobInformer watches the upgrade Jobs of this agent's node.
 func (a *Agent) jobInformer() cache.SharedIndexInformer {
 	return newInformer(a.kube.BatchV1().Jobs(a.opts.Namespace), &batchv1.Job{}, a.opts.Resync, func(o *metav1.ListOptions) {
-		o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelJobNode: LabelValue(a.opts.NodeName)}).String()
+		o.LabelSelector = labels.SelectorFromSet(labels.Set{protocol.LabelJobNode: protocol.LabelValue(a.opts.NodeName)}).String()
 	})
 }
 

@@ -16,10 +16,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/manifest"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 func zeroDelay() *metav1.Duration { return &metav1.Duration{} }
@@ -121,8 +122,8 @@ func (f *fleet) assertAllAt(version string) {
 		if n.Spec.Unschedulable || n.Annotations[drain.AnnotationCordonedBy] != "" {
 			f.t.Errorf("node %s left cordoned", n.Name)
 		}
-		if n.Labels[LabelRootfsVersion] != version {
-			f.t.Errorf("node %s: label %s=%q, want %s", n.Name, LabelRootfsVersion, n.Labels[LabelRootfsVersion], version)
+		if n.Labels[protocol.LabelRootfsVersion] != version {
+			f.t.Errorf("node %s: label %s=%q, want %s", n.Name, protocol.LabelRootfsVersion, n.Labels[protocol.LabelRootfsVersion], version)
 		}
 	}
 }
@@ -300,7 +301,7 @@ func TestStaleSlotOfDeletedNodeIsRecovered(t *testing.T) {
 	alive, ghost := f.ns+"-n0", f.ns+"-n1"
 	f.install(alive, "v2")
 	// The ghost node looks like a node with an agent at v1, but none runs there.
-	if err := f.patchNodeAnnotation(ghost, AnnotationRootfsVersion, "v1"); err != nil {
+	if err := f.patchNodeAnnotation(ghost, protocol.AnnotationRootfsVersion, "v1"); err != nil {
 		t.Fatal(err)
 	}
 	f.heartbeat(ghost) // its agent reported a moment ago

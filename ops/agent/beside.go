@@ -6,7 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // The drain beside the activation. When the slot's Job only activates (its
@@ -43,7 +44,7 @@ func (a *Agent) observeBeside(sc *stepCtx, node *corev1.Node, o *plan.Observed) 
 // command once it is in the cache, else what stepCreateJob builds (the
 // slot's version staged ahead, a first attempt).
 func (a *Agent) activates(sc *stepCtx) bool {
-	if j := a.job(SlotJobName(sc.ch.UID, sc.slot)); j != nil {
+	if j := a.job(protocol.SlotJobName(sc.ch.UID, sc.slot)); j != nil {
 		return jobArg(j, phaseFlag) == phaseActivate
 	}
 	return a.activateOnly(sc.slot)

@@ -12,9 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // Tests of the drain asked beside an activation Job (beside.go): the node
@@ -78,7 +79,7 @@ func (f *fleet) noReboot(node, boot string, window time.Duration) {
 			f.t.Fatalf("node %s rebooted (boot %s) while its activation Job still ran", node, b)
 		}
 		n := f.node(node)
-		if v := n.Annotations[AnnotationStagedRootfsVersion]; v != "" {
+		if v := n.Annotations[protocol.AnnotationStagedRootfsVersion]; v != "" {
 			f.t.Fatalf("node %s shows %s staged before its Job swapped anything", node, v)
 		}
 	}
@@ -97,7 +98,7 @@ func TestActivationBesideTheDrain(t *testing.T) {
 	f.start(node)
 	f.channel(stagedSpec(f))
 	f.waitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
-		return drain.CordonedBy(n.Annotations) == CordonOwner
+		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
 	f.slotPhase(node, plan.PhaseRebooting)
 	boot := f.bootOf(node)
@@ -144,7 +145,7 @@ func TestFailedActivationMidDrain(t *testing.T) {
 	spec.Drain = &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}}
 	f.channel(spec)
 	f.waitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
-		return drain.CordonedBy(n.Annotations) == CordonOwner
+		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
 	boot := f.bootOf(node)
 	release(false)
@@ -162,7 +163,7 @@ func (f *fleet) failedAndUncordoned(node, boot string) {
 		f.t.Errorf("failure %q, want the upgrade Job's", r)
 	}
 	f.waitNode(f.t, node, "uncordoned", func(n *corev1.Node) bool {
-		return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Annotations[AnnotationDrainStarted] == ""
+		return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Annotations[protocol.AnnotationDrainStarted] == ""
 	})
 	if b := f.bootOf(node); b != boot {
 		f.t.Errorf("node rebooted (boot %s) after its activation failed", b)
@@ -185,15 +186,15 @@ func TestSwapPublishedWhileTheDrainWaits(t *testing.T) {
 	spec.Drain = &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}}
 	f.channel(spec)
 	f.waitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
-		return drain.CordonedBy(n.Annotations) == CordonOwner
+		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
-	if v := f.node(node).Annotations[AnnotationStagedRootfsVersion]; v != "" {
+	if v := f.node(node).Annotations[protocol.AnnotationStagedRootfsVersion]; v != "" {
 		t.Fatalf("%s shown staged before the Job swapped", v)
 	}
 	release(true)
 	f.waitNode(t, node, "v2 swapped in and shown staged, still cordoned", func(n *corev1.Node) bool {
-		return drain.CordonedBy(n.Annotations) == CordonOwner && n.Annotations[AnnotationStagedRootfsVersion] == "v2" &&
-			n.Labels[LabelRootfsVersion] == "v1"
+		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner && n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2" &&
+			n.Labels[protocol.LabelRootfsVersion] == "v1"
 	})
 	f.restart(node, nil) // killed between the Job's success and the reboot
 	zero := int64(0)
@@ -237,7 +238,7 @@ func TestDrainAskedAfterARestartBesideTheJob(t *testing.T) {
 	}
 	f.start(node)
 	f.waitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
-		return drain.CordonedBy(n.Annotations) == CordonOwner
+		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
 	release(true)
 	f.waitFor("the node at v2", time.Minute, done(1))
@@ -309,7 +310,7 @@ func TestDrainLeavesTheActivationPod(t *testing.T) {
 	f.start(node)
 	f.channel(stagedSpec(f))
 	f.waitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
-		return drain.CordonedBy(n.Annotations) == CordonOwner
+		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
 	slots, _, _ := f.jobsByAction()
 	if len(slots[node]) != 1 {
@@ -364,7 +365,7 @@ func TestNoRepublishBeforeTheCordon(t *testing.T) {
 	release := f.slottedWithAgentStopped(node)
 	f.waitNode(t, node, "shown its slot", func(n *corev1.Node) bool {
 		for k, v := range n.Annotations {
-			if strings.HasPrefix(k, AnnotationChannelViewPrefix) && strings.Contains(v, `"slot":`) {
+			if strings.HasPrefix(k, protocol.AnnotationChannelViewPrefix) && strings.Contains(v, `"slot":`) {
 				return true
 			}
 		}
@@ -373,7 +374,7 @@ func TestNoRepublishBeforeTheCordon(t *testing.T) {
 	f.stopController() // the slot granted and shown; no drain from here on: no cordon, no Rebooting
 	f.start(node)
 	f.waitNode(t, node, "asked for its drain", func(n *corev1.Node) bool {
-		r, _ := plan.ParseReports(n.Annotations[AnnotationSlotReport])
+		r, _ := protocol.ParseReports(n.Annotations[protocol.AnnotationSlotReport])
 		for _, rep := range r {
 			if rep.Phase == plan.PhaseDraining {
 				return true
@@ -392,12 +393,12 @@ func TestNoRepublishBeforeTheCordon(t *testing.T) {
 		t.Fatal(err)
 	}
 	for time.Since(swapped) < 1500*time.Millisecond {
-		if n := f.node(node); n.Annotations[AnnotationStagedRootfsVersion] != "" && !n.Spec.Unschedulable {
+		if n := f.node(node); n.Annotations[protocol.AnnotationStagedRootfsVersion] != "" && !n.Spec.Unschedulable {
 			t.Fatalf("the swap published on the next change of the Node, %s after it, before any cordon", time.Since(swapped).Round(time.Millisecond))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	f.waitNode(t, node, "the swap published once the drain was slow", func(n *corev1.Node) bool {
-		return n.Annotations[AnnotationStagedRootfsVersion] == "v2"
+		return n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2"
 	})
 }

@@ -8,8 +8,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // A node follows one channel: the earliest (creationTimestamp, then name)
@@ -17,7 +18,7 @@ import (
 //
 // Where the channels come from: the controller watches them; an agent
 // reads none, only the views the controller wrote on its own Node
-// (plan.View, views.go), each a channel as far as it concerns this node.
+// (protocol.View, views.go), each a channel as far as it concerns this node.
 
 func (a *Agent) channelRef(ch *v1.UpdateChannel, s plan.Settings) plan.ChannelRef {
 	return plan.ChannelRef{Name: ch.Name, Created: ch.CreationTimestamp.Time, Selector: s.Selector}
@@ -71,7 +72,7 @@ func (a *Agent) getChannel(name string) (*v1.UpdateChannel, error) {
 }
 
 // viewsNow are the views on this agent's Node as its informer has them.
-func (a *Agent) viewsNow() map[types.UID]plan.View {
+func (a *Agent) viewsNow() map[types.UID]protocol.View {
 	n := a.ownNode()
 	if n == nil {
 		return nil
@@ -82,19 +83,19 @@ func (a *Agent) viewsNow() map[types.UID]plan.View {
 // viewsOf reads the views of this namespace's channels from a Node's
 // annotations. A view that does not parse is logged and skipped: the
 // controller writes it again.
-func (a *Agent) viewsOf(annotations map[string]string) map[types.UID]plan.View {
-	out := map[types.UID]plan.View{}
+func (a *Agent) viewsOf(annotations map[string]string) map[types.UID]protocol.View {
+	out := map[types.UID]protocol.View{}
 	for k, val := range annotations {
-		if !strings.HasPrefix(k, AnnotationChannelViewPrefix) {
+		if !strings.HasPrefix(k, protocol.AnnotationChannelViewPrefix) {
 			continue
 		}
-		v, err := plan.ParseView(val)
+		v, err := protocol.ParseView(val)
 		if err != nil {
 			a.log.Warn("ignoring a channel view on this node", "annotation", k, "err", err)
 			continue
 		}
 		if v.Namespace == a.opts.Namespace {
-			out[types.UID(strings.TrimPrefix(k, AnnotationChannelViewPrefix))] = v
+			out[types.UID(strings.TrimPrefix(k, protocol.AnnotationChannelViewPrefix))] = v
 		}
 	}
 	return out

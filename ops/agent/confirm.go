@@ -9,9 +9,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // confirmSlot asks the API server (not the informer) whether this node
@@ -52,7 +53,7 @@ func (a *Agent) holdsAnySlot(ctx context.Context) (bool, error) {
 
 // viewsFromServer reads the channel views on this agent's Node from the
 // API server (not the informer).
-func (a *Agent) viewsFromServer(ctx context.Context) (map[types.UID]plan.View, error) {
+func (a *Agent) viewsFromServer(ctx context.Context) (map[types.UID]protocol.View, error) {
 	n, err := a.kube.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("read node %s: %w", a.opts.NodeName, err)
@@ -75,8 +76,8 @@ func (a *Agent) drainBudget(ctx context.Context, node string, o drain.Options) (
 	}
 	var began time.Time
 	recorded := false
-	if drain.CordonedBy(n.Annotations) == CordonOwner {
-		began, err = time.Parse(time.RFC3339Nano, n.Annotations[AnnotationDrainStarted])
+	if drain.CordonedBy(n.Annotations) == protocol.CordonOwner {
+		began, err = time.Parse(time.RFC3339Nano, n.Annotations[protocol.AnnotationDrainStarted])
 		recorded = err == nil
 	}
 	now := time.Now()

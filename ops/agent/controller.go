@@ -14,27 +14,24 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	opsclient "slipway.dev/slipway/ops/generated/clientset/versioned/typed/ops.slipway.dev/v1"
 	opslisters "slipway.dev/slipway/ops/generated/listers/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/health"
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/lease"
+	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/version"
 )
 
 // The controller, `slipway ops controller` (a Deployment): the fleet view
 // of every channel of its namespace, which no node's agent does any more.
-// Its replicas compete for one Lease (ControllerLease); the holder
+// Its replicas compete for one Lease (protocol.ControllerLease); the holder
 // validates the channels, polls `latest`, resolves GitHub releases (the
 // only reader of the token Secret), recovers stale slots, grants slots and
 // staging permits and writes the channels' status. It watches the
 // channels only; it reads Nodes as metadata lists and single GETs, the
 // agents' heartbeat Leases and the slots' Jobs by name.
-
-// ControllerLease names the Lease the controller's replicas compete for.
-const ControllerLease = "slipway-channel-controller"
 
 // The controller's client rate unless its kubeconfig sets one: it writes
 // every node's channel view when a channel's spec or target changes.

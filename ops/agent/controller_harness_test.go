@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // The fleet's controller: one in-process `slipway ops controller` for the
@@ -73,9 +74,9 @@ func (f *fleet) agentsUp(nodes ...string) {
 	deadline := time.Now().Add(time.Minute)
 	for _, n := range nodes {
 		for {
-			l, lerr := f.kube.CoordinationV1().Leases(f.ns).Get(context.Background(), AgentLeaseName(n), metav1.GetOptions{})
+			l, lerr := f.kube.CoordinationV1().Leases(f.ns).Get(context.Background(), protocol.AgentLeaseName(n), metav1.GetOptions{})
 			node, nerr := f.kube.CoreV1().Nodes().Get(context.Background(), n, metav1.GetOptions{})
-			if lerr == nil && nerr == nil && l.Spec.RenewTime != nil && node.Annotations[AnnotationRootfsVersion] != "" {
+			if lerr == nil && nerr == nil && l.Spec.RenewTime != nil && node.Annotations[protocol.AnnotationRootfsVersion] != "" {
 				break
 			}
 			if time.Now().After(deadline) {

@@ -10,8 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // TestControllerHandover: the controller stops mid-rollout (after the
@@ -32,14 +33,14 @@ func TestControllerHandover(t *testing.T) {
 	ch := f.waitFor("a slot granted", time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 1 })
 	slot := ch.Status.Updating[0]
 	f.waitNode(t, slot.Node, "its slot shown on its Node (its channel view)", func(n *corev1.Node) bool {
-		v, err := plan.ParseView(n.Annotations[viewKey(ch.UID)])
+		v, err := protocol.ParseView(n.Annotations[protocol.ViewKey(ch.UID)])
 		return err == nil && v.Slot != nil && plan.SameSlot(*v.Slot, slot)
 	})
 	f.stopController()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		n, err := f.kube.CoreV1().Nodes().Get(context.Background(), slot.Node, metav1.GetOptions{})
-		if err == nil && strings.Contains(n.Annotations[AnnotationSlotReport], `"outcome":"`+plan.OutcomeSucceeded+`"`) {
+		if err == nil && strings.Contains(n.Annotations[protocol.AnnotationSlotReport], `"outcome":"`+protocol.OutcomeSucceeded+`"`) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -7,8 +7,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // cordonMetrics are the controller's gauges of the cordons it holds, read
@@ -48,7 +49,7 @@ func (m *cordonMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.since.Reset()
 	m.slotLimit.Reset()
 	if m.a.elected.Load() { // the caches are synced before the metrics are served
-		for _, h := range plan.HeldCordons(m.a.cordons(), CordonOwner, m.a.opts.Namespace) {
+		for _, h := range plan.HeldCordons(m.a.cordons(), protocol.CordonOwner, m.a.opts.Namespace) {
 			m.since.WithLabelValues(h.Channel, h.Node).Set(float64(h.Since.UnixNano()) / 1e9)
 		}
 		list, _ := m.a.channels.UpdateChannels(m.a.opts.Namespace).List(labels.Everything()) // a cache: no error
@@ -68,7 +69,7 @@ func (a *Agent) cordons() []plan.Cordon {
 	for _, o := range a.nodeMeta.List() {
 		if m, ok := o.(*metav1.PartialObjectMetadata); ok && drain.CordonedBy(m.Annotations) != "" {
 			out = append(out, plan.Cordon{Node: m.Name, Owner: drain.CordonedBy(m.Annotations),
-				For: m.Annotations[AnnotationCordonedFor], Since: m.Annotations[AnnotationDrainStarted]})
+				For: m.Annotations[protocol.AnnotationCordonedFor], Since: m.Annotations[protocol.AnnotationDrainStarted]})
 		}
 	}
 	return out

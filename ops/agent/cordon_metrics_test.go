@@ -12,6 +12,7 @@ import (
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
 	opslisters "slipway.dev/slipway/ops/generated/listers/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // TestCordonMetrics: the controller holding the Lease reports, from its
@@ -24,8 +25,8 @@ func TestCordonMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	node("held", map[string]string{drain.AnnotationCordonedBy: CordonOwner, AnnotationCordonedFor: "ns/default", AnnotationDrainStarted: "2026-01-02T03:04:05.5Z"})
-	node("by-hand", map[string]string{drain.AnnotationCordonedBy: "kubectl", AnnotationCordonedFor: "ns/default", AnnotationDrainStarted: "2026-01-02T03:04:05Z"})
+	node("held", map[string]string{drain.AnnotationCordonedBy: protocol.CordonOwner, protocol.AnnotationCordonedFor: "ns/default", protocol.AnnotationDrainStarted: "2026-01-02T03:04:05.5Z"})
+	node("by-hand", map[string]string{drain.AnnotationCordonedBy: "kubectl", protocol.AnnotationCordonedFor: "ns/default", protocol.AnnotationDrainStarted: "2026-01-02T03:04:05Z"})
 	node("free", nil)
 	channels := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	minute := func(m int) *metav1.Duration { return &metav1.Duration{Duration: time.Duration(m) * time.Minute} }

@@ -12,9 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // The controller's drains: a node's agent reports its slot Draining once
@@ -35,10 +36,6 @@ import (
 // extra time); what it cordoned for a slot no longer held, it uncordons
 // (sweepCordons).
 
-// ControllerApp is the app.kubernetes.io/name label of the controller's
-// pods (the manifest's ControllerName; a test keeps them equal).
-const ControllerApp = "slipway-controller"
-
 // ownPods are the pods the controller's drains leave in place: its own
 // replicas, in its namespace. A drain of the node a replica runs on must not
 // evict it: on a one-node cluster its replacement could not schedule on the
@@ -50,8 +47,8 @@ const ControllerApp = "slipway-controller"
 // and evicting its pod would fail the very upgrade the drain is for (the
 // node reboots only once that Job succeeded, so none outlives the drain).
 func (a *Agent) ownPods() []drain.PodSet {
-	return []drain.PodSet{{Namespace: a.opts.Namespace, Labels: map[string]string{LabelAppName: ControllerApp}},
-		{Namespace: a.opts.Namespace, Labels: map[string]string{LabelAppName: LabelAppNameUpgrade}}}
+	return []drain.PodSet{{Namespace: a.opts.Namespace, Labels: map[string]string{protocol.LabelAppName: protocol.ControllerApp}},
+		{Namespace: a.opts.Namespace, Labels: map[string]string{protocol.LabelAppName: protocol.LabelAppNameUpgrade}}}
 }
 
 // drainRun is one drain under way, or done (how says what it did).
@@ -247,8 +244,8 @@ func (a *Agent) drainSlot(ctx context.Context, ch *v1.UpdateChannel, s plan.Sett
 		return nil, began, err
 	}
 	opts.Keep = a.ownPods()
-	meta := map[string]string{AnnotationDrainStarted: began.UTC().Format(time.RFC3339Nano), AnnotationCordonedFor: a.opts.Namespace + "/" + ch.Name}
-	if _, err := drain.CordonSeen(ctx, a.kube, slot.Node, seen, CordonOwner, meta); err != nil { // seen: the Node just read
+	meta := map[string]string{protocol.AnnotationDrainStarted: began.UTC().Format(time.RFC3339Nano), protocol.AnnotationCordonedFor: a.opts.Namespace + "/" + ch.Name}
+	if _, err := drain.CordonSeen(ctx, a.kube, slot.Node, seen, protocol.CordonOwner, meta); err != nil { // seen: the Node just read
 		return nil, began, err
 	}
 	a.log.Info("draining", "node", slot.Node, "channel", ch.Name, "timeout", opts.Timeout)
@@ -301,7 +298,7 @@ func (a *Agent) failDrain(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slo
 // uncordon lifts slipway's cordon from node (and the drain's record);
 // false when it could not.
 func (a *Agent) uncordon(ctx context.Context, node string) bool {
-	_, err := drain.Uncordon(ctx, a.kube, node, CordonOwner, drain.Meta{Annotations: map[string]any{AnnotationDrainStarted: nil, AnnotationCordonedFor: nil}})
+	_, err := drain.Uncordon(ctx, a.kube, node, protocol.CordonOwner, drain.Meta{Annotations: map[string]any{protocol.AnnotationDrainStarted: nil, protocol.AnnotationCordonedFor: nil}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		a.log.Warn("could not uncordon; retrying at the next pass", "node", node, "err", err)
 		return false
@@ -314,7 +311,7 @@ func (a *Agent) uncordon(ctx context.Context, node string) bool {
 // (plan.LeftCordoned), asked of the API server before it writes.
 func (a *Agent) sweepCordons(ctx context.Context) error {
 	cordons := a.cordons()
-	if len(plan.LeftCordoned(cordons, CordonOwner, a.opts.Namespace, nil, a.draining())) == 0 {
+	if len(plan.LeftCordoned(cordons, protocol.CordonOwner, a.opts.Namespace, nil, a.draining())) == 0 {
 		return nil
 	}
 	list, err := a.ops.UpdateChannels(a.opts.Namespace).List(ctx, metav1.ListOptions{})
@@ -327,7 +324,7 @@ func (a *Agent) sweepCordons(ctx context.Context) error {
 			held[sl.Node] = true
 		}
 	}
-	for _, node := range plan.LeftCordoned(cordons, CordonOwner, a.opts.Namespace, held, a.draining()) {
+	for _, node := range plan.LeftCordoned(cordons, protocol.CordonOwner, a.opts.Namespace, held, a.draining()) {
 		if a.uncordon(ctx, node) {
 			a.log.Info("uncordoned a node cordoned for a slot no channel holds any more", "node", node)
 		}

@@ -15,6 +15,7 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // TestControllerKilledMidDrain (issue 22 item 2): the drain is the
@@ -30,7 +31,7 @@ func TestControllerKilledMidDrain(t *testing.T) {
 			Drain: &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 2 * time.Minute}}, NodeSelector: selectFleet(f)}
 	}
 	cordoned := func(n *corev1.Node) bool {
-		return n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == CordonOwner
+		return n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	}
 	t.Run("the next replica finishes the drain", func(t *testing.T) {
 		t.Parallel()
@@ -50,7 +51,7 @@ func TestControllerKilledMidDrain(t *testing.T) {
 			return ch.Status.Counts.UpToDate == 1 && len(ch.Status.Updating) == 0
 		})
 		f.waitNode(t, node, "uncordoned at v2", func(n *corev1.Node) bool {
-			return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Labels[LabelRootfsVersion] == "v2"
+			return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Labels[protocol.LabelRootfsVersion] == "v2"
 		})
 	})
 	t.Run("the next replica uncordons a node whose slot went", func(t *testing.T) {
@@ -68,7 +69,7 @@ func TestControllerKilledMidDrain(t *testing.T) {
 		}
 		f.startReplica("replica-2")
 		f.waitNode(t, node, "uncordoned by the next replica", func(n *corev1.Node) bool {
-			return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Annotations[AnnotationDrainStarted] == ""
+			return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Annotations[protocol.AnnotationDrainStarted] == ""
 		})
 	})
 }
@@ -82,7 +83,7 @@ func TestDrainLeavesTheController(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
 	node := f.ns + "-n0"
-	ctl := f.runningPod(t, node, "slipway-controller-7d4b9-x2x9z", map[string]string{"app.kubernetes.io/name": ControllerApp})
+	ctl := f.runningPod(t, node, "slipway-controller-7d4b9-x2x9z", map[string]string{"app.kubernetes.io/name": protocol.ControllerApp})
 	f.runningPod(t, node, "web-5c6f8-abcde", map[string]string{"app": "web"})
 	f.start(node)
 	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
@@ -100,7 +101,7 @@ func TestDrainLeavesTheController(t *testing.T) {
 		return ch.Status.Counts.UpToDate == 1 && len(ch.Status.Updating) == 0
 	})
 	f.waitNode(t, node, "uncordoned at v2", func(n *corev1.Node) bool {
-		return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Labels[LabelRootfsVersion] == "v2"
+		return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Labels[protocol.LabelRootfsVersion] == "v2"
 	})
 	kept()
 }

@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"slipway.dev/slipway/ops/lease"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // elect competes for the controller's Lease until ctx ends and releases it
@@ -17,7 +18,7 @@ import (
 func (a *Agent) elect(ctx context.Context) {
 	d := a.opts.LeaseDuration
 	err := lease.Run(ctx, lease.Config{
-		Client: a.leaseKube.CoordinationV1().Leases(a.opts.Namespace), Name: ControllerLease, Identity: a.opts.NodeName,
+		Client: a.leaseKube.CoordinationV1().Leases(a.opts.Namespace), Name: protocol.ControllerLease, Identity: a.opts.NodeName,
 		Duration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d / 5, Tenure: a.tenure,
 		Log: a.log,
 		OnStartedLeading: func() {
@@ -46,7 +47,7 @@ func (a *Agent) elect(ctx context.Context) {
 		},
 	})
 	if err != nil {
-		a.log.Error("cannot compete for the controller's lease", "lease", ControllerLease, "err", err)
+		a.log.Error("cannot compete for the controller's lease", "lease", protocol.ControllerLease, "err", err)
 	}
 }
 

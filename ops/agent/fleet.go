@@ -16,9 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // fleetCache is what the Lease holder remembers of a channel between syncs.
@@ -226,9 +227,9 @@ func (a *Agent) fleetNodes(s plan.Settings, fc *fleetCache, snap map[string]*met
 		if !s.Selector.Matches(labels.Set(n.Labels)) {
 			continue
 		}
-		out = append(out, plan.Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Version: n.Annotations[AnnotationRootfsVersion],
-			CordonedBy: drain.CordonedBy(n.Annotations), Prestaged: n.Annotations[AnnotationPrestagedVersion],
-			PrestageFailed: n.Annotations[AnnotationPrestageFailedVersion]})
+		out = append(out, plan.Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Version: n.Annotations[protocol.AnnotationRootfsVersion],
+			CordonedBy: drain.CordonedBy(n.Annotations), Prestaged: n.Annotations[protocol.AnnotationPrestagedVersion],
+			PrestageFailed: n.Annotations[protocol.AnnotationPrestageFailedVersion]})
 	}
 	slices.SortFunc(out, func(x, y plan.Node) int { return strings.Compare(x.Name, y.Name) })
 	return out
@@ -301,7 +302,7 @@ func (a *Agent) staleSlots(ctx context.Context, s plan.Settings, ch *v1.UpdateCh
 			j, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Get(ctx, sl.Job, metav1.GetOptions{})
 			if err == nil {
 				sj.Exists = true
-				_, sj.Failed, sj.Reason, sj.FinishedAt = jobOutcome(j)
+				_, sj.Failed, sj.Reason, sj.FinishedAt = protocol.JobOutcome(j)
 			}
 		}
 		key := sl.Node + "/" + fmt.Sprint(sl.Attempt)

@@ -1,6 +1,8 @@
 package agent
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // fleetMetrics are what the fleet view reports beside the agent's metrics.
 type fleetMetrics struct {

@@ -14,9 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // Tests of the fleet view: which nodes take slots, and which are skipped.
@@ -25,7 +26,7 @@ import (
 func (f *fleet) heartbeat(node string) {
 	f.t.Helper()
 	now, secs := metav1.NewMicroTime(time.Now()), int32(180)
-	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: AgentLeaseName(node), Namespace: f.ns},
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: protocol.AgentLeaseName(node), Namespace: f.ns},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &node, LeaseDurationSeconds: &secs, RenewTime: &now}}
 	if _, err := f.kube.CoordinationV1().Leases(f.ns).Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
 		f.t.Fatal(err)
@@ -88,7 +89,7 @@ func TestSkippedNodesDoNotStopTheRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	// n2 has no agent; it looks like a node whose agent once reported v1.
-	if err := f.patchNodeAnnotation(n(2), AnnotationRootfsVersion, "v1"); err != nil {
+	if err := f.patchNodeAnnotation(n(2), protocol.AnnotationRootfsVersion, "v1"); err != nil {
 		t.Fatal(err)
 	}
 	for _, i := range []int{0, 1, 3, 4} {
@@ -128,7 +129,7 @@ func cordonedAwaitingReboot(t *testing.T) (*fleet, string) {
 	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)})
 	f.waitFor("the node cordoned, rebooting", time.Minute, func(ch *v1.UpdateChannel) bool {
 		i := plan.FindSlot(ch.Status, node)
-		return i >= 0 && ch.Status.Updating[i].Phase == plan.PhaseRebooting && drain.CordonedBy(f.node(node).Annotations) == CordonOwner
+		return i >= 0 && ch.Status.Updating[i].Phase == plan.PhaseRebooting && drain.CordonedBy(f.node(node).Annotations) == protocol.CordonOwner
 	})
 	return f, node
 }
@@ -147,7 +148,7 @@ func TestInvalidSpecMidRolloutUncordons(t *testing.T) {
 		t.Errorf("an invalid spec is not the node's failure: %+v", ch.Status.Failed)
 	}
 	f.waitNode(t, node, "uncordoned", func(n *corev1.Node) bool {
-		return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Annotations[AnnotationDrainStarted] == ""
+		return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Annotations[protocol.AnnotationDrainStarted] == ""
 	})
 	if f.events("Invalid", 1) < 1 || f.events("SlotReleased", 1) < 1 {
 		t.Error("want an Invalid and a SlotReleased Event")

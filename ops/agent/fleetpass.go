@@ -7,8 +7,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // fleetPass is one pass of the fleet view over a channel's status: what
@@ -29,7 +30,7 @@ type fleetPass struct {
 	// serverElsewhere: a server node of another channel holds a slot.
 	serverElsewhere bool
 	// reports are the nodes' reports (plan.Fold), of the nodes holding a slot or a permit.
-	reports map[string]plan.Reports
+	reports map[string]protocol.Reports
 	// drained are this controller's drains done, whose slots become Rebooting.
 	drained []drainRun
 	// claims are the claim times of the slots this controller granted last, by node.
@@ -126,7 +127,7 @@ func startUpgrading(uid types.UID, st *v1.UpdateChannelStatus, added []string) {
 	for _, n := range added {
 		if i := plan.FindSlot(*st, n); i >= 0 {
 			sl := &st.Updating[i]
-			sl.Phase, sl.Job = plan.PhaseUpgrading, SlotJobName(uid, *sl)
+			sl.Phase, sl.Job = plan.PhaseUpgrading, protocol.SlotJobName(uid, *sl)
 		}
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // The controller's side of the nodes' reports (report.go): it watches the
@@ -28,7 +28,7 @@ func (a *Agent) reportInformer() (cache.SharedIndexInformer, error) {
 			if !ok1 || !ok2 || !a.elected.Load() {
 				return
 			}
-			if o.Annotations[AnnotationSlotReport] != n.Annotations[AnnotationSlotReport] {
+			if o.Annotations[protocol.AnnotationSlotReport] != n.Annotations[protocol.AnnotationSlotReport] {
 				a.enqueueAll(roleFleet)
 			}
 			if viewsChanged(o.Annotations, n.Annotations) {
@@ -81,7 +81,7 @@ func (a *Agent) nodeSnapshot() map[string]*metav1.PartialObjectMetadata {
 func viewsChanged(old, cur map[string]string) bool {
 	differ := func(x, y map[string]string) bool {
 		for k, v := range x {
-			if w, ok := y[k]; strings.HasPrefix(k, AnnotationChannelViewPrefix) && (!ok || w != v) {
+			if w, ok := y[k]; strings.HasPrefix(k, protocol.AnnotationChannelViewPrefix) && (!ok || w != v) {
 				return true
 			}
 		}
@@ -92,14 +92,14 @@ func viewsChanged(old, cur map[string]string) bool {
 
 // reportsFor reads the reports of the nodes that hold a slot or a permit
 // in ch, from snap (nodeSnapshot).
-func (a *Agent) reportsFor(ch *v1.UpdateChannel, snap map[string]*metav1.PartialObjectMetadata) map[string]plan.Reports {
-	out := map[string]plan.Reports{}
+func (a *Agent) reportsFor(ch *v1.UpdateChannel, snap map[string]*metav1.PartialObjectMetadata) map[string]protocol.Reports {
+	out := map[string]protocol.Reports{}
 	read := func(node string) {
 		m := snap[node]
 		if _, done := out[node]; done || m == nil {
 			return
 		}
-		r, err := plan.ParseReports(m.Annotations[AnnotationSlotReport])
+		r, err := protocol.ParseReports(m.Annotations[protocol.AnnotationSlotReport])
 		if err != nil {
 			a.log.Warn("ignoring a node's slot report", "node", node, "err", err)
 			return

@@ -9,8 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // TestWindowTooShortForTheDrain: a node whose slot was claimed while the
@@ -26,7 +27,7 @@ func TestWindowTooShortForTheDrain(t *testing.T) {
 	}
 	f.start(leader)
 	f.start(node)
-	f.waitNode(t, node, "labelled v1", func(n *corev1.Node) bool { return n.Labels[LabelRootfsVersion] == "v1" })
+	f.waitNode(t, node, "labelled v1", func(n *corev1.Node) bool { return n.Labels[protocol.LabelRootfsVersion] == "v1" })
 	f.stop(node) // its slot is claimed while its agent is away
 	now := time.Now().UTC()
 	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
@@ -41,7 +42,7 @@ func TestWindowTooShortForTheDrain(t *testing.T) {
 		t.Errorf("%d WaitingForWindow events, want 1", n)
 	}
 	f.waitNode(t, node, "uncordoned, v1 running and current", func(n *corev1.Node) bool {
-		return !n.Spec.Unschedulable && n.Labels[LabelRootfsVersion] == "v1" && f.current(node) == "v1"
+		return !n.Spec.Unschedulable && n.Labels[protocol.LabelRootfsVersion] == "v1" && f.current(node) == "v1"
 	})
 	f.holds("no new slot, no failure in this opening", 5*time.Second, func(ch *v1.UpdateChannel) bool {
 		return len(ch.Status.Updating) == 0 && len(ch.Status.Failed) == 0

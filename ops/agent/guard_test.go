@@ -11,9 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // slotFor gives node a slot in the fleet's channel (written as the
@@ -59,7 +60,7 @@ func TestLostSlotStopsTheDrain(t *testing.T) {
 	f.start(node)
 	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
 		Drain: &v1.DrainSpec{Timeout: &metav1.Duration{Duration: time.Minute}}, NodeSelector: selectFleet(f)})
-	f.waitNode(t, node, "cordoned for the drain", func(n *corev1.Node) bool { return drain.CordonedBy(n.Annotations) == CordonOwner })
+	f.waitNode(t, node, "cordoned for the drain", func(n *corev1.Node) bool { return drain.CordonedBy(n.Annotations) == protocol.CordonOwner })
 	f.stop(node)
 	ctx := context.Background()
 	if err := f.ops.OpsV1().UpdateChannels(f.ns).Delete(ctx, "default", metav1.DeleteOptions{}); err != nil {

@@ -24,6 +24,7 @@ import (
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/crds"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/upgrade"
 	"slipway.dev/slipway/upgrade/layout"
@@ -271,7 +272,7 @@ func (f *fleet) runJobs(ctx context.Context) {
 			continue
 		}
 		f.mu.Lock()
-		fail, wait := f.failOn[j.Annotations[AnnotationJobNode]], f.stageTime
+		fail, wait := f.failOn[j.Annotations[protocol.AnnotationJobNode]], f.stageTime
 		f.mu.Unlock()
 		if gate := f.gateOf(j); gate != nil {
 			staging.Add(1)
@@ -323,12 +324,12 @@ func (f *fleet) holdJobs(node string) func(ok bool) {
 
 // gateOf is the gate j waits at: a slot Job of a held node.
 func (f *fleet) gateOf(j *batchv1.Job) chan bool {
-	if j.Annotations[AnnotationJobAction] != "" {
+	if j.Annotations[protocol.AnnotationJobAction] != "" {
 		return nil // staging, pruning, rollback
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.held[j.Annotations[AnnotationJobNode]]
+	return f.held[j.Annotations[protocol.AnnotationJobNode]]
 }
 
 func (f *fleet) countStaging(d int) {
@@ -341,7 +342,7 @@ func (f *fleet) countStaging(d int) {
 // runJob does what Job j's command does to its node's system directory
 // and reports whether it succeeded.
 func (f *fleet) runJob(j *batchv1.Job, fail bool) bool {
-	node := j.Annotations[AnnotationJobNode]
+	node := j.Annotations[protocol.AnnotationJobNode]
 	args := j.Spec.Template.Spec.Containers[0].Args
 	version := argAfter(args, "--version")
 	switch {

@@ -7,9 +7,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // The fleet view's checks of nodes behind the target: their Node (Ready,
@@ -215,7 +216,7 @@ func (a *Agent) check(ctx context.Context, node string) *checked {
 	ready, _ := nodeReady(n)
 	now := time.Now()
 	skip := plan.Skip(node, plan.Health{Ready: ready, Unschedulable: n.Spec.Unschedulable, CordonedBy: drain.CordonedBy(n.Annotations),
-		AgentRenewed: renewed, AgentTTL: a.agentTTL()}, CordonOwner, now)
+		AgentRenewed: renewed, AgentTTL: a.agentTTL()}, protocol.CordonOwner, now)
 	return &checked{at: now, skip: skip}
 }
 

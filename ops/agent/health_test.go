@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
 )
 
 func TestNextInLine(t *testing.T) {

@@ -8,8 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade/layout"
 )
 
@@ -56,11 +57,11 @@ func TestStagingJobs(t *testing.T) {
 	if args := stage.Spec.Template.Spec.Containers[0].Args; argAfterFlag(args, "--phase") != "stage" || argAfterFlag(args, "--version") != "v2" {
 		t.Errorf("staging args %v", args)
 	}
-	if stage.Annotations[AnnotationJobAction] != jobActionStage || stage.Annotations[AnnotationJobPermitSince] != permitSince(p) ||
-		stage.Spec.Template.Annotations[AnnotationJobAction] != jobActionStage {
+	if stage.Annotations[protocol.AnnotationJobAction] != jobActionStage || stage.Annotations[protocol.AnnotationJobPermitSince] != permitSince(p) ||
+		stage.Spec.Template.Annotations[protocol.AnnotationJobAction] != jobActionStage {
 		t.Errorf("staging Job annotations %v", stage.Annotations)
 	}
-	if stage.Name == StageJobName("u1", p, 1) || stage.Name == SlotJobName("u1", v1.Slot{Node: "n1", Version: "v2", Attempt: 2, Since: p.Since}) {
+	if stage.Name == StageJobName("u1", p, 1) || stage.Name == protocol.SlotJobName("u1", v1.Slot{Node: "n1", Version: "v2", Attempt: 2, Since: p.Since}) {
 		t.Errorf("staging Job name %s is not its own", stage.Name)
 	}
 	want := []string{"ops", "prune", "--system-dir", jobSystemDir, "--lock-file", jobLockDir + "/upgrade.lock", "--remount", "--keep", "v2"}

@@ -19,7 +19,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"slipway.dev/slipway/ops/agent/plan"
+	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/upgrade/reboot"
 	"slipway.dev/slipway/version"
 )

@@ -14,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade"
 	"slipway.dev/slipway/upgrade/layout"
 )
@@ -65,10 +65,10 @@ func (f *fleet) watchStagedWithoutPermitBack(version string) func() []string {
 	go func() {
 		for ev := range w.ResultChan() {
 			n, ok := ev.Object.(*corev1.Node)
-			if !ok || n.Annotations[AnnotationPrestagedVersion] != version {
+			if !ok || n.Annotations[protocol.AnnotationPrestagedVersion] != version {
 				continue
 			}
-			reports, _ := plan.ParseReports(n.Annotations[AnnotationSlotReport])
+			reports, _ := protocol.ParseReports(n.Annotations[protocol.AnnotationSlotReport])
 			back := false
 			for _, r := range reports {
 				back = back || r.PermitDone != nil
@@ -103,8 +103,8 @@ func (f *fleet) jobsByAction() (slots, stages, prunes map[string][]batchv1.Job) 
 	}
 	slots, stages, prunes = map[string][]batchv1.Job{}, map[string][]batchv1.Job{}, map[string][]batchv1.Job{}
 	for _, j := range list.Items {
-		node := j.Annotations[AnnotationJobNode]
-		switch j.Annotations[AnnotationJobAction] {
+		node := j.Annotations[protocol.AnnotationJobNode]
+		switch j.Annotations[protocol.AnnotationJobAction] {
 		case jobActionStage:
 			stages[node] = append(stages[node], j)
 		case jobActionPrune:
@@ -183,7 +183,7 @@ func (f *fleet) assertNoPrestageAnnotations() {
 		f.t.Fatal(err)
 	}
 	for _, n := range nodes.Items {
-		for _, k := range []string{AnnotationPrestagedVersion, AnnotationPrestageFailedVersion} {
+		for _, k := range []string{protocol.AnnotationPrestagedVersion, protocol.AnnotationPrestageFailedVersion} {
 			if v, ok := n.Annotations[k]; ok {
 				f.t.Errorf("node %s still has %s=%s", n.Name, k, v)
 			}

@@ -20,9 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/workqueue"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // Tests of an agent that survives its own restarts and stale caches.
@@ -112,7 +113,7 @@ func TestDrainTimeoutSurvivesRestarts(t *testing.T) {
 	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
 		Drain:        &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 6 * time.Second}},
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
-	f.waitNode(t, node, "the drain to begin", func(n *corev1.Node) bool { return drain.CordonedBy(n.Annotations) == CordonOwner })
+	f.waitNode(t, node, "the drain to begin", func(n *corev1.Node) bool { return drain.CordonedBy(n.Annotations) == protocol.CordonOwner })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { // restart the controller and the agent every 2 s: each new controller resumes the drain
@@ -137,7 +138,7 @@ func TestDrainTimeoutSurvivesRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Spec.Unschedulable || n.Annotations[AnnotationDrainStarted] != "" || drain.CordonedBy(n.Annotations) != "" {
+	if n.Spec.Unschedulable || n.Annotations[protocol.AnnotationDrainStarted] != "" || drain.CordonedBy(n.Annotations) != "" {
 		t.Errorf("node left cordoned or with its drain record after the failure: %v", n.Annotations)
 	}
 }
@@ -199,7 +200,7 @@ func TestReregisteredNodeGetsItsVersionsAgain(t *testing.T) {
 	f := newFleet(t, 1, nil)
 	node := f.ns + "-n0"
 	f.start(node)
-	hasVersion := func(n *corev1.Node) bool { return n.Labels[LabelRootfsVersion] == "v1" }
+	hasVersion := func(n *corev1.Node) bool { return n.Labels[protocol.LabelRootfsVersion] == "v1" }
 	f.waitNode(t, node, "labelled at start", hasVersion)
 	ctx := context.Background()
 	if err := f.kube.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
@@ -331,7 +332,7 @@ func TestRetryAfterFailedDrainReboots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := n.Labels[LabelRootfsVersion]; got != "v1" {
+	if got := n.Labels[protocol.LabelRootfsVersion]; got != "v1" {
 		t.Errorf("after the failed drain the node is labelled %s; it has not rebooted and still runs v1", got)
 	}
 	if ch.Status.Counts.UpToDate != 0 {
@@ -356,11 +357,11 @@ func TestRestartBeforeCordonKeepsTheRunningVersions(t *testing.T) {
 	f := newFleet(t, 1, nil)
 	node := f.ns + "-n0"
 	f.start(node)
-	f.waitNode(t, node, "labelled v1 at start", func(n *corev1.Node) bool { return n.Labels[LabelRootfsVersion] == "v1" })
+	f.waitNode(t, node, "labelled v1 at start", func(n *corev1.Node) bool { return n.Labels[protocol.LabelRootfsVersion] == "v1" })
 	f.stop(node)
 	f.install(node, "v2") // the Job's swap
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "upgrade-" + node + "-v2-manual", Namespace: f.ns,
-		Labels: map[string]string{LabelJobNode: LabelValue(node)}, Annotations: map[string]string{AnnotationJobNode: node}},
+		Labels: map[string]string{protocol.LabelJobNode: protocol.LabelValue(node)}, Annotations: map[string]string{protocol.AnnotationJobNode: node}},
 		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{Name: "upgrade", Image: "slipway:test", Args: []string{"ops", "upgrade", "--version", "v2"}}}}}}}
 	if _, err := f.kube.BatchV1().Jobs(f.ns).Create(context.Background(), job, metav1.CreateOptions{}); err != nil {
@@ -372,7 +373,7 @@ func TestRestartBeforeCordonKeepsTheRunningVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := n.Labels[LabelRootfsVersion]; got != "v1" {
+	if got := n.Labels[protocol.LabelRootfsVersion]; got != "v1" {
 		t.Errorf("node labelled %s after a restart before its reboot; it still runs v1", got)
 	}
 }

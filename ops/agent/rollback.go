@@ -14,8 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade/layout"
 )
 
@@ -25,9 +26,6 @@ import (
 // the new version with no drain, no window and no slot. The agent undoes
 // such a swap with a rollback Job (`slipway ops rollback --reboot=false`,
 // current and previous swapped back), so the next boot starts what runs.
-
-// AnnotationJobAction is "rollback" on the rollback Jobs the agent creates.
-const AnnotationJobAction = "ops.slipway.dev/action"
 
 // AnnotationRollbackBoot is the boot ID a rollback Job's swap was staged
 // on, AnnotationRollbackAttempt its attempt (1, 2, ...): the Jobs of one
@@ -200,7 +198,7 @@ type nodeJob struct {
 func (a *Agent) nodeJobs() []nodeJob {
 	var out []nodeJob
 	for _, o := range a.jobs.List() {
-		if j, ok := o.(*batchv1.Job); ok && j.Annotations[AnnotationJobNode] == a.opts.NodeName {
+		if j, ok := o.(*batchv1.Job); ok && j.Annotations[protocol.AnnotationJobNode] == a.opts.NodeName {
 			out = append(out, nodeJob{job: j, podSucceeded: a.podSucceeded(j)})
 		}
 	}
@@ -212,13 +210,13 @@ func (a *Agent) nodeJobs() []nodeJob {
 func upgradeJobAt(jobs []nodeJob, version string) (ours, busy bool) {
 	for _, nj := range jobs {
 		j := nj.job
-		if j.Annotations[AnnotationJobAction] != "" {
+		if j.Annotations[protocol.AnnotationJobAction] != "" {
 			continue
 		}
-		if v := j.Annotations[AnnotationJobVersion]; v != version && (v != "" || jobArg(j, "--version") != version) {
+		if v := j.Annotations[protocol.AnnotationJobVersion]; v != version && (v != "" || jobArg(j, "--version") != version) {
 			continue
 		}
-		if done, _, _, _ := jobOutcome(j); done || nj.podSucceeded {
+		if done, _, _, _ := protocol.JobOutcome(j); done || nj.podSucceeded {
 			ours = true
 		} else {
 			busy = true
@@ -240,7 +238,7 @@ func (a *Agent) buildRollbackJob(ch *v1.UpdateChannel, name string, staged Versi
 	j := a.buildJob(ch, s, v1.Slot{Node: a.opts.NodeName, Version: staged.Rootfs})
 	j.Name = name
 	for _, m := range []map[string]string{j.Annotations, j.Spec.Template.Annotations} {
-		m[AnnotationJobAction] = "rollback"
+		m[protocol.AnnotationJobAction] = "rollback"
 		m[AnnotationRollbackBoot] = boot
 		m[AnnotationRollbackAttempt] = strconv.Itoa(attempt)
 	}

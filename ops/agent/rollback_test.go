@@ -13,8 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade"
 	"slipway.dev/slipway/upgrade/layout"
 )
@@ -33,12 +34,12 @@ func TestFailedDrainRollsTheSwapBack(t *testing.T) {
 		Drain:        &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 3 * time.Second}},
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
 	f.waitNode(t, node, "the swap staged v2 (on the cordon)", func(n *corev1.Node) bool {
-		return n.Annotations[AnnotationStagedRootfsVersion] == "v2" && n.Labels[LabelRootfsVersion] == "v1"
+		return n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2" && n.Labels[protocol.LabelRootfsVersion] == "v1"
 	})
 	f.waitFor("the drain to fail", time.Minute, func(ch *v1.UpdateChannel) bool { return plan.FindFailure(ch.Status, node) >= 0 })
 	f.waitNode(t, node, "rolled back: v1 runs, nothing staged", func(n *corev1.Node) bool {
-		return f.current(node) == "v1" && n.Labels[LabelRootfsVersion] == "v1" &&
-			n.Labels[LabelStagedRootfsVersion] == "" && n.Annotations[AnnotationStagedRootfsVersion] == "" && !n.Spec.Unschedulable
+		return f.current(node) == "v1" && n.Labels[protocol.LabelRootfsVersion] == "v1" &&
+			n.Labels[protocol.LabelStagedRootfsVersion] == "" && n.Annotations[protocol.AnnotationStagedRootfsVersion] == "" && !n.Spec.Unschedulable
 	})
 	if n := f.eventsWithin("RollingBack", 1, 10*time.Second); n != 1 {
 		t.Errorf("%d RollingBack events, want 1", n)
@@ -62,7 +63,7 @@ func TestFailedDrainRollsTheSwapBack(t *testing.T) {
 	// An unplanned reboot now starts v1, the version it ran.
 	f.restart(node, func() { _ = os.WriteFile(f.bootFile(node), []byte("boot-unplanned"), 0o644) })
 	f.waitNode(t, node, "v1 after an unplanned reboot", func(n *corev1.Node) bool {
-		return n.Labels[LabelRootfsVersion] == "v1" && n.Annotations[AnnotationBootedBootID] == "boot-unplanned"
+		return n.Labels[protocol.LabelRootfsVersion] == "v1" && n.Annotations[protocol.AnnotationBootedBootID] == "boot-unplanned"
 	})
 }
 
@@ -76,7 +77,7 @@ func (f *fleet) startRollbackAgain(t *testing.T, node string) {
 		t.Fatal(err)
 	}
 	for _, j := range jobs.Items {
-		if j.Annotations[AnnotationJobAction] == "rollback" && j.Annotations[AnnotationJobNode] == node && j.Status.Succeeded > 0 {
+		if j.Annotations[protocol.AnnotationJobAction] == "rollback" && j.Annotations[protocol.AnnotationJobNode] == node && j.Status.Succeeded > 0 {
 			if !f.runRollback(node, j.Spec.Template.Spec.Containers[0].Args) {
 				t.Fatalf("rollback Job %s started again failed", j.Name)
 			}
@@ -98,14 +99,14 @@ func TestDeletedChannelRollsTheSwapBack(t *testing.T) {
 		Drain:        &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 4 * time.Second}},
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
 	f.waitNode(t, node, "cordoned with v2 staged", func(n *corev1.Node) bool {
-		return n.Spec.Unschedulable && n.Annotations[AnnotationStagedRootfsVersion] == "v2"
+		return n.Spec.Unschedulable && n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2"
 	})
 	if err := f.ops.OpsV1().UpdateChannels(f.ns).Delete(context.Background(), "default", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitNode(t, node, "rolled back and uncordoned", func(n *corev1.Node) bool {
-		return f.current(node) == "v1" && !n.Spec.Unschedulable && n.Labels[LabelRootfsVersion] == "v1" &&
-			n.Annotations[AnnotationStagedRootfsVersion] == ""
+		return f.current(node) == "v1" && !n.Spec.Unschedulable && n.Labels[protocol.LabelRootfsVersion] == "v1" &&
+			n.Annotations[protocol.AnnotationStagedRootfsVersion] == ""
 	})
 }
 
@@ -157,7 +158,7 @@ func TestRollbackJobArgs(t *testing.T) {
 	if !slices.Equal(args, want) {
 		t.Errorf("args %v\nwant %v", args, want)
 	}
-	if j.Annotations[AnnotationRollbackBoot] != "boot-7" || j.Annotations[AnnotationRollbackAttempt] != "3" || j.Annotations[AnnotationJobAction] != "rollback" {
+	if j.Annotations[AnnotationRollbackBoot] != "boot-7" || j.Annotations[AnnotationRollbackAttempt] != "3" || j.Annotations[protocol.AnnotationJobAction] != "rollback" {
 		t.Errorf("annotations %v", j.Annotations)
 	}
 	if a, b := rollbackJobName("n1", "v2", "boot-7", 1), rollbackJobName("n1", "v2", "boot-7", 2); a == b || !strings.HasPrefix(a, "rollback-n1-v2-") {
@@ -256,10 +257,10 @@ func TestFailedRollbackIsReportedAndRetried(t *testing.T) {
 		Drain:        &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 3 * time.Second}},
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
 	f.waitNode(t, node, "the swap staged v2 (on the cordon)", func(n *corev1.Node) bool {
-		return n.Annotations[AnnotationStagedRootfsVersion] == "v2"
+		return n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2"
 	})
 	f.waitNode(t, node, "rolled back on the second attempt: v1 runs, nothing staged", func(n *corev1.Node) bool {
-		return f.current(node) == "v1" && n.Annotations[AnnotationStagedRootfsVersion] == "" && !n.Spec.Unschedulable
+		return f.current(node) == "v1" && n.Annotations[protocol.AnnotationStagedRootfsVersion] == "" && !n.Spec.Unschedulable
 	})
 	if n := f.eventsWithin("RollbackFailed", 1, 5*time.Second); n != 1 {
 		t.Errorf("%d RollbackFailed events, want 1", n)
@@ -270,12 +271,12 @@ func TestFailedRollbackIsReportedAndRetried(t *testing.T) {
 	}
 	var failedAt, retriedAt time.Time
 	for _, j := range jobs.Items {
-		if j.Annotations[AnnotationJobAction] != "rollback" {
+		if j.Annotations[protocol.AnnotationJobAction] != "rollback" {
 			continue
 		}
 		switch j.Annotations[AnnotationRollbackAttempt] {
 		case "1":
-			_, bad, _, at := jobOutcome(&j)
+			_, bad, _, at := protocol.JobOutcome(&j)
 			if !bad {
 				t.Errorf("attempt 1 (%s) did not fail", j.Name)
 			}

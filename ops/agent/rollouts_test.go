@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // doneSince is done(n) for the spec of generation gen or later: a status
@@ -52,7 +53,7 @@ func TestBackAndForthRollouts(t *testing.T) {
 	}
 	var names []string
 	for _, j := range jobs.Items {
-		if j.Annotations[AnnotationJobAction] == "" { // not the staging Jobs ahead of the slots
+		if j.Annotations[protocol.AnnotationJobAction] == "" { // not the staging Jobs ahead of the slots
 			names = append(names, j.Name)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // TestServersOneAtATimeFirst: with concurrency 4, the two control-plane
@@ -118,7 +119,7 @@ func TestOneServerDownAcrossChannels(t *testing.T) {
 				continue
 			}
 			mu.Lock()
-			down[node.Name] = drain.CordonedBy(node.Annotations) == CordonOwner
+			down[node.Name] = drain.CordonedBy(node.Annotations) == protocol.CordonOwner
 			count := 0
 			for _, d := range down {
 				if d {

@@ -9,9 +9,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // The steps plan.Next chooses, one short function each.
@@ -26,7 +27,7 @@ func (a *Agent) stepAlreadyThere(ctx context.Context, sc *stepCtx) error {
 // stepCreateJob creates the slot's upgrade Job (Event Upgrading) and marks
 // the slot Upgrading with its name unless the fleet view did already.
 func (a *Agent) stepCreateJob(ctx context.Context, sc *stepCtx) error {
-	name := SlotJobName(sc.ch.UID, sc.slot)
+	name := protocol.SlotJobName(sc.ch.UID, sc.slot)
 	j := a.buildJob(sc.ch, sc.s, sc.slot)
 	if a.activateOnly(sc.slot) { // staged ahead: the slot only swaps
 		c := &j.Spec.Template.Spec.Containers[0]
@@ -76,13 +77,13 @@ func (a *Agent) stepDrain(ctx context.Context, sc *stepCtx) (again bool, err err
 	if running := a.readableVersions(); running != nil {
 		labels, extra = a.versionMeta(*running) // what runs and what the reboot starts, as a publish would write them
 	}
-	extra[AnnotationRebootFrom] = boot
+	extra[protocol.AnnotationRebootFrom] = boot
 	phase, how := plan.PhaseDraining, "drained by the controller"
 	if !sc.s.Drain.Enabled {
 		phase, how = plan.PhaseRebooting, "drain disabled"
 	}
 	if sc.slot.Job == "" {
-		sc.slot.Job = SlotJobName(sc.ch.UID, sc.slot)
+		sc.slot.Job = protocol.SlotJobName(sc.ch.UID, sc.slot)
 	}
 	if err := a.reportSlotWith(ctx, sc.ch, sc.slot, phase, sc.slot.Job, labels, extra); err != nil {
 		return false, err

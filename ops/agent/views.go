@@ -11,11 +11,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
-// The controller's side of the nodes' instructions (plan.View): after each
+// The controller's side of the nodes' instructions (protocol.View): after each
 // pass over a channel it knows which nodes the channel concerns (the ones
 // that follow it, and the holders of its slots and permits) and what each
 // must see; a queue of nodes, worked apart from the passes, writes each
@@ -26,9 +27,6 @@ import (
 
 // viewWorkers write the views of that many nodes at once.
 const viewWorkers = 2
-
-// viewKey is the annotation holding the view of the channel of UID uid.
-func viewKey(uid types.UID) string { return AnnotationChannelViewPrefix + string(uid) }
 
 // setViews records the views ch's nodes must hold after a pass (follows:
 // the nodes that follow ch) and queues the nodes whose Node shows another.
@@ -70,7 +68,7 @@ func (a *Agent) setViews(ch *v1.UpdateChannel, follows []plan.Node) {
 	a.views[ch.UID] = want
 	a.mu.Unlock()
 	a.slotNodes.set(ch.UID, slotNodesOf(ch)) // before queueing: their views go first
-	key := viewKey(ch.UID)
+	key := protocol.ViewKey(ch.UID)
 	for _, n := range first {
 		if a.viewDue(n, ch.UID, want[n]) {
 			a.viewQueue.Add(n)
@@ -116,7 +114,7 @@ func (a *Agent) dropViews(uid types.UID) {
 	delete(a.views, uid)
 	a.mu.Unlock()
 	a.slotNodes.drop(uid)
-	a.queueNodesWith(viewKey(uid), nil)
+	a.queueNodesWith(protocol.ViewKey(uid), nil)
 }
 
 // viewDue reports whether node's view of the channel of UID uid must be
@@ -127,7 +125,7 @@ func (a *Agent) viewDue(node string, uid types.UID, want string) bool {
 	if m == nil {
 		return true
 	}
-	cur := m.Annotations[viewKey(uid)]
+	cur := m.Annotations[protocol.ViewKey(uid)]
 	return cur != want && !endedOnly(m.Annotations, uid, cur, want)
 }
 
@@ -137,7 +135,7 @@ func endedOnly(annotations map[string]string, uid types.UID, cur, want string) b
 	if cur == "" {
 		return false
 	}
-	r, err := plan.ParseReports(annotations[AnnotationSlotReport])
+	r, err := protocol.ParseReports(annotations[protocol.AnnotationSlotReport])
 	return err == nil && plan.EndedOnly(cur, want, r[uid])
 }
 
@@ -181,7 +179,7 @@ func (a *Agent) syncViews(ctx context.Context, node string) error {
 	patch := map[string]any{}
 	a.mu.Lock()
 	for uid, want := range a.views {
-		key := viewKey(uid)
+		key := protocol.ViewKey(uid)
 		w, ok := want[node]
 		cur, has := have[key]
 		switch {
@@ -193,10 +191,10 @@ func (a *Agent) syncViews(ctx context.Context, node string) error {
 	}
 	a.mu.Unlock()
 	for key, val := range have {
-		if !strings.HasPrefix(key, AnnotationChannelViewPrefix) {
+		if !strings.HasPrefix(key, protocol.AnnotationChannelViewPrefix) {
 			continue
 		}
-		uid := types.UID(strings.TrimPrefix(key, AnnotationChannelViewPrefix))
+		uid := types.UID(strings.TrimPrefix(key, protocol.AnnotationChannelViewPrefix))
 		if a.knowsViews(uid) {
 			continue
 		}
@@ -285,7 +283,7 @@ func (a *Agent) knowsViews(uid types.UID) bool {
 // the cache, and not found by name (or found with another UID) by the API
 // server. Views of another namespace's channels are another controller's.
 func (a *Agent) viewGone(ctx context.Context, uid types.UID, val string) (bool, error) {
-	v, err := plan.ParseView(val)
+	v, err := protocol.ParseView(val)
 	if err != nil {
 		return true, nil // not a view: nobody can act on it
 	}

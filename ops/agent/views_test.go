@@ -8,9 +8,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/manifest"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // showViews writes on each of the fleet's nodes its view of ch, as the
@@ -28,7 +29,7 @@ func (f *fleet) showViews(t *testing.T, ch *v1.UpdateChannel) {
 		if v, ok := plan.ViewOf(ch, n.Name, true); ok {
 			val = v.String()
 		}
-		data, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{viewKey(ch.UID): val}}})
+		data, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{protocol.ViewKey(ch.UID): val}}})
 		if _, err := f.kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +39,7 @@ func (f *fleet) showViews(t *testing.T, ch *v1.UpdateChannel) {
 // TestViewPrefixMatchesTheManifest: the controller's Node policy admits
 // exactly the annotations the controller writes.
 func TestViewPrefixMatchesTheManifest(t *testing.T) {
-	if AnnotationChannelViewPrefix != manifest.ChannelViewPrefix {
-		t.Errorf("ops/agent writes views under %q, the manifest admits %q", AnnotationChannelViewPrefix, manifest.ChannelViewPrefix)
+	if protocol.AnnotationChannelViewPrefix != manifest.ChannelViewPrefix {
+		t.Errorf("ops/agent writes views under %q, the manifest admits %q", protocol.AnnotationChannelViewPrefix, manifest.ChannelViewPrefix)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 func TestViewOf(t *testing.T) {
@@ -54,7 +55,7 @@ func TestViewOf(t *testing.T) {
 			if (v.Permit != nil) != c.permit || (v.Resolved != nil) != c.resolved {
 				t.Errorf("permit %v, resolved %v", v.Permit, v.Resolved)
 			}
-			back, err := ParseView(v.String())
+			back, err := protocol.ParseView(v.String())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,8 +78,8 @@ func TestViewOf(t *testing.T) {
 
 func TestParseViewRefusesGarbage(t *testing.T) {
 	for _, s := range []string{"", "{", "{}", `{"name":""}`} {
-		if _, err := ParseView(s); err == nil {
-			t.Errorf("ParseView(%q) accepted", s)
+		if _, err := protocol.ParseView(s); err == nil {
+			t.Errorf("protocol.ParseView(%q) accepted", s)
 		}
 	}
 }
@@ -96,7 +97,7 @@ func TestEndedOnly(t *testing.T) {
 	respec.Spec.Version = "v3"
 	next, _ := ViewOf(respec, "a", true)
 	slot := ch.Status.Updating[0]
-	ended := Report{Since: slot.Since, Attempt: 1, Version: "v2", Phase: PhaseRebooting, Outcome: OutcomeSucceeded}
+	ended := protocol.Report{Since: slot.Since, Attempt: 1, Version: "v2", Phase: PhaseRebooting, Outcome: protocol.OutcomeSucceeded}
 	running := ended
 	running.Outcome = ""
 	other := ended
@@ -107,15 +108,15 @@ func TestEndedOnly(t *testing.T) {
 	both := ch.DeepCopy()
 	both.Status.Staging = permitted.Status.Staging
 	withBoth, _ := ViewOf(both, "a", true)
-	permitBack := Report{PermitDone: &since}
+	permitBack := protocol.Report{PermitDone: &since}
 	laterPermit := metav1.NewTime(since.Add(time.Minute))
-	otherPermitBack := Report{PermitDone: &laterPermit}
+	otherPermitBack := protocol.Report{PermitDone: &laterPermit}
 	endedAndBack := ended
 	endedAndBack.PermitDone = &since
 	for _, tc := range []struct {
 		name      string
 		cur, want string
-		report    Report
+		report    protocol.Report
 		ok        bool
 	}{
 		{"the slot the node reported ended: left", held.String(), none.String(), ended, true},

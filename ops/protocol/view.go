@@ -1,8 +1,9 @@
-package plan
+package protocol
 
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,62 +36,6 @@ type View struct {
 	Slot *v1.Slot `json:"slot,omitempty"`
 	// Permit is the node's staging permit.
 	Permit *v1.StagePermit `json:"permit,omitempty"`
-}
-
-// ViewOf is node's view of ch, and false when ch does not concern node:
-// node neither follows ch nor holds a slot or a staging permit in it.
-func ViewOf(ch *v1.UpdateChannel, node string, follows bool) (View, bool) {
-	v := View{Namespace: ch.Namespace, Name: ch.Name, Created: ch.CreationTimestamp, Spec: ch.Spec}
-	s, _ := Resolve(ch.Spec)
-	if Following(s) { // a pinned channel's views do not change with its polls
-		v.LatestVersion = ch.Status.LatestVersion
-	}
-	if r := ch.Status.Resolved; r != nil && r.Version != "" && r.Version == Target(s, ch.Status) {
-		rr := *r
-		v.Resolved = &rr
-	}
-	if i := FindSlot(ch.Status, node); i >= 0 {
-		sl := ch.Status.Updating[i]
-		switch {
-		case phaseOrder[sl.Phase] >= phaseOrder[PhaseRebooting]:
-			sl.Phase = PhaseRebooting
-		case phaseOrder[sl.Phase] > phaseOrder[PhaseUpgrading]:
-			sl.Phase = PhaseUpgrading
-		}
-		v.Slot = &sl
-	}
-	if i := FindPermit(ch.Status, node); i >= 0 {
-		p := ch.Status.Staging[i]
-		v.Permit = &p
-	}
-	return v, follows || v.Slot != nil || v.Permit != nil
-}
-
-// EndedOnly reports whether the view cur differs from want only by what
-// the node's report r says is over: a slot it reported ended (its success,
-// failure or deferral) and a staging permit it gave back. Such a view stays
-// until the node's view changes for another reason: the node acts on its
-// report, not on a slot it ended or a permit it gave back, and the
-// controller saves a write per node and slot, and per node and permit.
-func EndedOnly(cur, want string, r Report) bool {
-	c, err := ParseView(cur)
-	if err != nil {
-		return false
-	}
-	w, err := ParseView(want)
-	if err != nil {
-		return false
-	}
-	over := false
-	if c.Slot != nil && w.Slot == nil {
-		if _, outcome := r.Of(*c.Slot); outcome != "" {
-			c.Slot, over = nil, true
-		}
-	}
-	if c.Permit != nil && w.Permit == nil && r.PermitDone != nil && r.PermitDone.Unix() == c.Permit.Since.Unix() {
-		c.Permit, over = nil, true
-	}
-	return over && c.String() == w.String()
 }
 
 // String is the annotation's value.
@@ -127,4 +72,28 @@ func (v View) Channel(uid types.UID) *v1.UpdateChannel {
 		ch.Status.Staging = []v1.StagePermit{*v.Permit}
 	}
 	return ch
+}
+
+// ViewKey is the annotation holding the view of the channel of UID uid.
+func ViewKey(uid types.UID) string { return AnnotationChannelViewPrefix + string(uid) }
+
+// ViewsOf reads the views of namespace's channels from a Node's
+// annotations, by channel UID. A view that does not parse is left out and
+// handed to skipped (the controller writes it again).
+func ViewsOf(annotations map[string]string, namespace string, skipped func(key string, err error)) map[types.UID]View {
+	out := map[types.UID]View{}
+	for k, val := range annotations {
+		if !strings.HasPrefix(k, AnnotationChannelViewPrefix) {
+			continue
+		}
+		v, err := ParseView(val)
+		if err != nil {
+			skipped(k, err)
+			continue
+		}
+		if v.Namespace == namespace {
+			out[types.UID(strings.TrimPrefix(k, AnnotationChannelViewPrefix))] = v
+		}
+	}
+	return out
 }

@@ -16,7 +16,7 @@ func TestDecisionsOnly(t *testing.T) {
 	}
 	for _, dep := range strings.Fields(string(out)) {
 		if strings.HasPrefix(dep, "k8s.io/client-go/") || strings.HasPrefix(dep, "github.com/google/go-github/") {
-			t.Errorf("ops/agent/plan depends on %s", dep)
+			t.Errorf("ops/plan depends on %s", dep)
 		}
 	}
 }

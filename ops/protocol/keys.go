@@ -1,6 +1,15 @@
-package agent
+// Package protocol is what the controller and the node agents say to each
+// other, and how it is written: the controller writes each node a channel
+// view (View) on its own Node; the node's agent writes back its slot report
+// (Reports) on the same Node, and its versions, staged releases and
+// heartbeat Lease; the slot's Job carries the name the controller chose.
+// It holds their label and annotation keys, their encodings and the names
+// both sides derive. It decides nothing (ops/plan does) and talks to no
+// API server.
+package protocol
 
-// Every label and annotation the agent reads or writes, and who writes it.
+// Every label and annotation the agent and the controller read or write,
+// and who writes it.
 // The drain package documents its own (drain.AnnotationCordonedBy,
 // drain.AnnotationSchedulableBefore: written by Cordon on the agent's own
 // node, removed by Uncordon). The upgrade Job's pod label
@@ -109,4 +118,36 @@ const (
 
 	// CordonOwner is the owner recorded by drain.Cordon on the agent's node.
 	CordonOwner = "slipway-agent"
+
+	// ControllerLease names the Lease the controller's replicas compete for.
+	ControllerLease = "slipway-channel-controller"
+
+	// ControllerApp is the app.kubernetes.io/name label of the controller's
+	// pods (the manifest's ControllerName; a test keeps them equal).
+	ControllerApp = "slipway-controller"
+)
+
+// Annotations on an upgrade Job (and its pod) that name the one rollout it
+// belongs to, written by the agent that creates it. A Job's result is
+// believed only when they match the slot at hand: a Job of an earlier
+// rollout to the same version (v1 -> v2 -> v1 -> v2), of a deleted and
+// recreated channel, or of another channel says nothing about this one.
+const (
+	// AnnotationJobChannelUID is the UID of the channel whose slot made the Job.
+	AnnotationJobChannelUID = "ops.slipway.dev/channel-uid"
+	// AnnotationJobSlotSince is when that slot was claimed (RFC 3339, seconds):
+	// with the node, version and attempt it tells one slot from every other.
+	AnnotationJobSlotSince = "ops.slipway.dev/slot-since"
+	// AnnotationJobVersion is the version the Job installs.
+	AnnotationJobVersion = "ops.slipway.dev/version"
+	// AnnotationJobAttempt is the slot's attempt.
+	AnnotationJobAttempt = "ops.slipway.dev/attempt"
+
+	// AnnotationJobAction is "stage", "prune" or "rollback" on the Jobs the
+	// agent creates beside the slots' upgrade Jobs (none on those).
+	AnnotationJobAction = "ops.slipway.dev/action"
+
+	// AnnotationJobPermitSince ties a staging Job to its permit (the permit's
+	// since, RFC 3339): a Job of an earlier permit says nothing about this one.
+	AnnotationJobPermitSince = "ops.slipway.dev/permit-since"
 )
