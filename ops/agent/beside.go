@@ -53,10 +53,10 @@ func (a *Agent) activates(sc *stepCtx) bool {
 // stepPublishSwap publishes what the next boot starts once the activation
 // swapped while the controller still drains: the drain's request was
 // written before the swap, so it could not say so. A drain done within
-// slowStep of the swap costs no write: the reboot follows, and the node's
+// plan.SlowStep of the swap costs no write: the reboot follows, and the node's
 // end write publishes what it then runs.
 func (a *Agent) stepPublishSwap(ctx context.Context, sc *stepCtx) (time.Duration, error) {
-	if wait := slowStep - time.Since(a.firstSeen(&a.swappedAt)); wait > 0 {
+	if wait := plan.SlowStep - time.Since(a.firstSeen(&a.swappedAt)); wait > 0 {
 		return wait, nil
 	}
 	running := a.readableVersions()

@@ -357,7 +357,7 @@ func (f *fleet) jobPod(t *testing.T, node string, j batchv1.Job) string {
 // request and before any cordon (here no controller runs to cordon), and
 // the Node changes: the agent does not publish the swap on that change (a
 // write per slot the staged benchmark counted on a third of its nodes);
-// it publishes it once the drain has been slow for slowStep.
+// it publishes it once the drain has been slow for plan.SlowStep.
 func TestNoRepublishBeforeTheCordon(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)

@@ -18,10 +18,6 @@ import (
 // the former take slots. A Lease, not a Node annotation: its writes reach
 // no Node watcher in the cluster.
 
-// agentTTL is how long a heartbeat counts: three intervals, so that one
-// late or lost renewal does not make a node agent-less.
-func (a *Agent) agentTTL() time.Duration { return 3 * a.opts.HeartbeatInterval }
-
 // heartbeat renews this agent's Lease now and then every HeartbeatInterval until ctx ends.
 func (a *Agent) heartbeat(ctx context.Context) {
 	t := time.NewTicker(a.opts.HeartbeatInterval)
@@ -63,17 +59,6 @@ func (a *Agent) beat(ctx context.Context) error {
 	return nil
 }
 
-// agentRenewed reads node's heartbeat: when its agent last reported (zero
-// when it never did), or an error when that cannot be told.
-func (a *Agent) agentRenewed(ctx context.Context, node string) (time.Time, error) {
-	l, err := a.kube.CoordinationV1().Leases(a.opts.Namespace).Get(ctx, protocol.AgentLeaseName(node), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return time.Time{}, nil
-	case err != nil:
-		return time.Time{}, fmt.Errorf("read the heartbeat of node %s's agent: %w", node, err)
-	case l.Spec.RenewTime == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != node:
-		return time.Time{}, nil // only a Lease its node holds is its heartbeat
-	}
-	return l.Spec.RenewTime.Time, nil
-}
+// agentTTL is how long a heartbeat counts (the Lease's duration): three
+// intervals, so that one late or lost renewal does not make a node agent-less.
+func (a *Agent) agentTTL() time.Duration { return 3 * a.opts.HeartbeatInterval }

@@ -62,3 +62,8 @@ func (a *Agent) noteSlot(channel string) {
 
 // bootID is the running boot's ID (bootIDOf, from the Node as the informer has it).
 func (a *Agent) bootID() (string, error) { return a.bootIDOf(a.ownNode()) }
+
+func mustResolve(ch *v1.UpdateChannel) plan.Settings {
+	s, _ := plan.Resolve(ch.Spec)
+	return s
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/protocol"
 )
 
@@ -114,7 +114,7 @@ func (a *Agent) observe(sc *stepCtx) (plan.Observed, bool, error) {
 	o := plan.Observed{Phase: sc.slot.Phase, Target: sc.slot.Version, Job: a.jobState(sc),
 		Cordoned: drain.CordonedBy(node.Annotations) == protocol.CordonOwner, BootID: boot,
 		RebootFrom: a.rebootFromOf(node), Reboot: a.rebootState(), Staging: a.stagingBusy()}
-	o.Ready, _ = nodeReady(node)
+	o.Ready, _ = process.NodeReady(node)
 	if r := a.readableVersions(); r != nil {
 		o.Running = r.Rootfs
 	}
@@ -271,10 +271,4 @@ func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, st
 		return a.undoSwap(ctx, ch)
 	}
 	return nil
-}
-
-// withLog is the drain policy o logging to log.
-func withLog(o drain.Options, log *slog.Logger) drain.Options {
-	o.Log = log
-	return o
 }

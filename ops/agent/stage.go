@@ -73,7 +73,7 @@ func (a *Agent) followsChannel(ch *v1.UpdateChannel, s plan.Settings, node *core
 	if !s.Selector.Matches(labels.Set(node.Labels)) {
 		return false
 	}
-	mine, _ := plan.Split(a.channelRef(ch, s), a.channelRefs(), []plan.Node{{Name: node.Name, Labels: node.Labels}})
+	mine, _ := plan.Split(plan.Ref(ch, s), a.channelRefs(), []plan.Node{{Name: node.Name, Labels: node.Labels}})
 	return len(mine) == 1
 }
 

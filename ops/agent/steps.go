@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
-	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
 )
@@ -93,10 +92,6 @@ func (a *Agent) stepDrain(ctx context.Context, sc *stepCtx) (again bool, err err
 	return phase == plan.PhaseRebooting, nil
 }
 
-// slowStep is how long a step may take before its phase is written to the
-// slot: a node Ready quickly after its reboot writes no WaitingReady.
-const slowStep = 2 * time.Second
-
 // stepReboot requests the reboot: right after this process drained (with
 // the Rebooting Event), or after a restart on the same boot or a stalled
 // reboot (the slot confirmed with the API server first).
@@ -116,13 +111,13 @@ func (a *Agent) stepReboot(ctx context.Context, sc *stepCtx) error {
 }
 
 // stepWaitReady waits for a node back at the target to turn Ready: a node
-// Ready within slowStep costs no status write, a slower one shows
+// Ready within plan.SlowStep costs no status write, a slower one shows
 // WaitingReady.
 func (a *Agent) stepWaitReady(ctx context.Context, sc *stepCtx) (time.Duration, error) {
 	if sc.slot.Phase == plan.PhaseWaitingReady {
 		return 0, nil // the node informer calls again when it turns Ready
 	}
-	if wait := slowStep - time.Since(a.firstSeen(&a.notReadyAt)); wait > 0 {
+	if wait := plan.SlowStep - time.Since(a.firstSeen(&a.notReadyAt)); wait > 0 {
 		return wait, nil
 	}
 	_, err := a.setPhase(ctx, sc.ch, sc.slot, plan.PhaseWaitingReady, sc.slot.Job)
@@ -139,10 +134,4 @@ func (a *Agent) firstSeen(at *time.Time) time.Time {
 		*at = time.Now()
 	}
 	return *at
-}
-
-// drainOptions is the channel's drain policy as ops/drain takes it.
-func drainOptions(d plan.Drain) drain.Options {
-	return drain.Options{Timeout: d.Timeout, GracePeriodSeconds: d.GracePeriodSeconds, DeleteEmptyDirData: d.DeleteEmptyDirData,
-		IgnoreDaemonSets: d.IgnoreDaemonSets, Force: d.Force, PodSelector: d.PodSelector}
 }

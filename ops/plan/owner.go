@@ -24,6 +24,26 @@ type ChannelRef struct {
 	Selector labels.Selector
 }
 
+// Ref is channel ch, with its resolved settings s, as Split orders it.
+func Ref(ch *v1.UpdateChannel, s Settings) ChannelRef {
+	return ChannelRef{Name: ch.Name, Created: ch.CreationTimestamp.Time, Selector: s.Selector}
+}
+
+// Refs are the valid channels of list: an invalid channel, or one being
+// deleted, drives no node, so it holds none.
+func Refs(list []*v1.UpdateChannel) []ChannelRef {
+	var out []ChannelRef
+	for _, ch := range list {
+		if ch.DeletionTimestamp != nil {
+			continue
+		}
+		if s, bad := Resolve(ch.Spec); bad == nil {
+			out = append(out, Ref(ch, s))
+		}
+	}
+	return out
+}
+
 // Earlier reports whether a comes before b: the older creationTimestamp,
 // then the smaller name. Every agent orders channels the same way.
 func Earlier(a, b ChannelRef) bool {

@@ -1,6 +1,10 @@
 package plan
 
-import v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+import (
+	"time"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+)
 
 // phaseOrder ranks the phases in the order a node goes through them.
 var phaseOrder = map[string]int{"": 0, PhasePending: 0, PhaseUpgrading: 1, PhaseDraining: 2, PhaseRebooting: 3, PhaseWaitingReady: 4}
@@ -19,3 +23,8 @@ func Newest(seen, wrote v1.Slot) v1.Slot {
 	}
 	return seen
 }
+
+// SlowStep is how long a step may take before its phase is written to the
+// slot: a node Ready quickly after its reboot writes no WaitingReady, and a
+// drain done within it shows no Draining (HoldBackDraining).
+const SlowStep = 2 * time.Second

@@ -8,6 +8,9 @@ package plan
 
 import (
 	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -218,4 +221,31 @@ func orBool(v *bool, def bool) bool {
 		return def
 	}
 	return *v
+}
+
+// MirrorDir is the directory of a mirror channel (file:///dir or an
+// absolute path), "" for other channels.
+func MirrorDir(source string) string {
+	switch {
+	case strings.HasPrefix(source, "file://"):
+		u, err := url.Parse(source)
+		if err != nil || u.Path == "" || (u.Host != "" && u.Host != "localhost") {
+			return ""
+		}
+		return filepath.Clean(u.Path)
+	case filepath.IsAbs(source):
+		return filepath.Clean(source)
+	}
+	return ""
+}
+
+// GitHubScheme starts the URL of a channel of GitHub releases.
+const GitHubScheme = "github-releases://"
+
+// SecretKey is the key of the token in the Secret ref names (default "token").
+func SecretKey(ref *v1.SecretKeyRef) string {
+	if ref.Key == "" {
+		return "token"
+	}
+	return ref.Key
 }

@@ -1,4 +1,4 @@
-package agent
+package controller
 
 import (
 	"context"
@@ -32,7 +32,7 @@ const viewWorkers = 2
 // the nodes that follow ch) and queues the nodes whose Node shows another.
 // Slot and permit holders are queued first, and the view queue pops the
 // slot holders before every other node (viewqueue.go).
-func (a *Agent) setViews(ch *v1.UpdateChannel, follows []plan.Node) {
+func (ctl *Controller) setViews(ch *v1.UpdateChannel, follows []plan.Node) {
 	follow := map[string]bool{}
 	for _, n := range follows {
 		follow[n.Name] = true
@@ -64,22 +64,22 @@ func (a *Agent) setViews(ch *v1.UpdateChannel, follows []plan.Node) {
 	for _, n := range follows {
 		consider(n.Name)
 	}
-	a.mu.Lock()
-	a.views[ch.UID] = want
-	a.mu.Unlock()
-	a.slotNodes.set(ch.UID, slotNodesOf(ch)) // before queueing: their views go first
+	ctl.mu.Lock()
+	ctl.views[ch.UID] = want
+	ctl.mu.Unlock()
+	ctl.slotNodes.set(ch.UID, slotNodesOf(ch)) // before queueing: their views go first
 	key := protocol.ViewKey(ch.UID)
 	for _, n := range first {
-		if a.viewDue(n, ch.UID, want[n]) {
-			a.viewQueue.Add(n)
+		if ctl.viewDue(n, ch.UID, want[n]) {
+			ctl.viewQueue.Add(n)
 		}
 	}
 	for n, w := range want {
-		if a.viewDue(n, ch.UID, w) {
-			a.viewQueue.Add(n)
+		if ctl.viewDue(n, ch.UID, w) {
+			ctl.viewQueue.Add(n)
 		}
 	}
-	a.queueNodesWith(key, want)
+	ctl.queueNodesWith(key, want)
 }
 
 // slotNodesOf are the nodes holding a slot of ch.
@@ -93,15 +93,15 @@ func slotNodesOf(ch *v1.UpdateChannel) []string {
 
 // queueNodesWith queues the nodes whose Node holds the view key and
 // should not (not in want).
-func (a *Agent) queueNodesWith(key string, want map[string]string) {
-	for _, o := range a.nodeMeta.List() {
+func (ctl *Controller) queueNodesWith(key string, want map[string]string) {
+	for _, o := range ctl.nodeMeta.List() {
 		m, ok := o.(*metav1.PartialObjectMetadata)
 		if !ok {
 			continue
 		}
 		if _, has := m.Annotations[key]; has {
 			if _, wanted := want[m.Name]; !wanted {
-				a.viewQueue.Add(m.Name)
+				ctl.viewQueue.Add(m.Name)
 			}
 		}
 	}
@@ -109,19 +109,19 @@ func (a *Agent) queueNodesWith(key string, want map[string]string) {
 
 // dropViews forgets the views of a deleted channel and queues the nodes
 // that hold one.
-func (a *Agent) dropViews(uid types.UID) {
-	a.mu.Lock()
-	delete(a.views, uid)
-	a.mu.Unlock()
-	a.slotNodes.drop(uid)
-	a.queueNodesWith(protocol.ViewKey(uid), nil)
+func (ctl *Controller) dropViews(uid types.UID) {
+	ctl.mu.Lock()
+	delete(ctl.views, uid)
+	ctl.mu.Unlock()
+	ctl.slotNodes.drop(uid)
+	ctl.queueNodesWith(protocol.ViewKey(uid), nil)
 }
 
 // viewDue reports whether node's view of the channel of UID uid must be
 // written: the cache shows another than want, and not only a slot the
 // node reported ended or a permit it gave back (plan.EndedOnly).
-func (a *Agent) viewDue(node string, uid types.UID, want string) bool {
-	m := a.nodeMetaOf(node)
+func (ctl *Controller) viewDue(node string, uid types.UID, want string) bool {
+	m := ctl.nodeMetaOf(node)
 	if m == nil {
 		return true
 	}
@@ -139,8 +139,8 @@ func endedOnly(annotations map[string]string, uid types.UID, cur, want string) b
 	return err == nil && plan.EndedOnly(cur, want, r[uid])
 }
 
-func (a *Agent) nodeMetaOf(node string) *metav1.PartialObjectMetadata {
-	o, ok, _ := a.nodeMeta.GetByKey(node)
+func (ctl *Controller) nodeMetaOf(node string) *metav1.PartialObjectMetadata {
+	o, ok, _ := ctl.nodeMeta.GetByKey(node)
 	if !ok {
 		return nil
 	}
@@ -149,20 +149,20 @@ func (a *Agent) nodeMetaOf(node string) *metav1.PartialObjectMetadata {
 }
 
 // workViews writes the nodes' views until the queue shuts down.
-func (a *Agent) workViews(ctx context.Context) {
+func (ctl *Controller) workViews(ctx context.Context) {
 	for {
-		node, quit := a.viewQueue.Get()
+		node, quit := ctl.viewQueue.Get()
 		if quit {
 			return
 		}
-		err := a.syncViews(ctx, node)
+		err := ctl.syncViews(ctx, node)
 		if err != nil && ctx.Err() == nil {
-			a.log.Warn("writing a node's channel views failed; retrying", "node", node, "err", err)
-			a.viewQueue.AddRateLimited(node)
+			ctl.log.Warn("writing a node's channel views failed; retrying", "node", node, "err", err)
+			ctl.viewQueue.AddRateLimited(node)
 		} else {
-			a.viewQueue.Forget(node)
+			ctl.viewQueue.Forget(node)
 		}
-		a.viewQueue.Done(node)
+		ctl.viewQueue.Done(node)
 	}
 }
 
@@ -171,14 +171,14 @@ func (a *Agent) workViews(ctx context.Context) {
 // controller has made no pass over yet (it just took the Lease) stays;
 // one of a channel of this namespace that is gone (asked of the API
 // server) goes.
-func (a *Agent) syncViews(ctx context.Context, node string) error {
-	if !a.elected.Load() {
+func (ctl *Controller) syncViews(ctx context.Context, node string) error {
+	if !ctl.elected.Load() {
 		return nil // the next holder writes them
 	}
-	have := a.viewsSeen(node)
+	have := ctl.viewsSeen(node)
 	patch := map[string]any{}
-	a.mu.Lock()
-	for uid, want := range a.views {
+	ctl.mu.Lock()
+	for uid, want := range ctl.views {
 		key := protocol.ViewKey(uid)
 		w, ok := want[node]
 		cur, has := have[key]
@@ -189,16 +189,16 @@ func (a *Agent) syncViews(ctx context.Context, node string) error {
 			patch[key] = nil
 		}
 	}
-	a.mu.Unlock()
+	ctl.mu.Unlock()
 	for key, val := range have {
 		if !strings.HasPrefix(key, protocol.AnnotationChannelViewPrefix) {
 			continue
 		}
 		uid := types.UID(strings.TrimPrefix(key, protocol.AnnotationChannelViewPrefix))
-		if a.knowsViews(uid) {
+		if ctl.knowsViews(uid) {
 			continue
 		}
-		gone, err := a.viewGone(ctx, uid, val)
+		gone, err := ctl.viewGone(ctx, uid, val)
 		if err != nil {
 			return err
 		}
@@ -213,14 +213,14 @@ func (a *Agent) syncViews(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	written, err := a.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{})
+	written, err := ctl.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("write the channel views of node %s: %w", node, err)
 	}
-	a.noteViewsWritten(node, written.ResourceVersion, patch)
-	a.metrics.viewWrites.Inc()
+	ctl.noteViewsWritten(node, written.ResourceVersion, patch)
+	ctl.metrics.viewWrites.Inc()
 	return nil
 }
 
@@ -236,15 +236,15 @@ type viewsWritten struct {
 // process's last view write laid over them while the cache does not show
 // it yet: a pass that follows the write faster than the watch must not
 // write the same views again.
-func (a *Agent) viewsSeen(node string) map[string]string {
+func (ctl *Controller) viewsSeen(node string) map[string]string {
 	have := map[string]string{}
 	rv := ""
-	if m := a.nodeMetaOf(node); m != nil {
+	if m := ctl.nodeMetaOf(node); m != nil {
 		have, rv = m.Annotations, m.ResourceVersion
 	}
-	a.mu.Lock()
-	w, ok := a.viewWrites[node]
-	a.mu.Unlock()
+	ctl.mu.Lock()
+	w, ok := ctl.viewWrites[node]
+	ctl.mu.Unlock()
 	if !ok || !olderThan(rv, w.rv) {
 		return have
 	}
@@ -262,19 +262,19 @@ func (a *Agent) viewsSeen(node string) map[string]string {
 	return out
 }
 
-func (a *Agent) noteViewsWritten(node, rv string, values map[string]any) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.viewWrites == nil {
-		a.viewWrites = map[string]viewsWritten{}
+func (ctl *Controller) noteViewsWritten(node, rv string, values map[string]any) {
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	if ctl.viewWrites == nil {
+		ctl.viewWrites = map[string]viewsWritten{}
 	}
-	a.viewWrites[node] = viewsWritten{rv: rv, values: values}
+	ctl.viewWrites[node] = viewsWritten{rv: rv, values: values}
 }
 
-func (a *Agent) knowsViews(uid types.UID) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	_, ok := a.views[uid]
+func (ctl *Controller) knowsViews(uid types.UID) bool {
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	_, ok := ctl.views[uid]
 	return ok
 }
 
@@ -282,18 +282,18 @@ func (a *Agent) knowsViews(uid types.UID) bool {
 // belongs to a channel of this namespace that no longer exists: not in
 // the cache, and not found by name (or found with another UID) by the API
 // server. Views of another namespace's channels are another controller's.
-func (a *Agent) viewGone(ctx context.Context, uid types.UID, val string) (bool, error) {
+func (ctl *Controller) viewGone(ctx context.Context, uid types.UID, val string) (bool, error) {
 	v, err := protocol.ParseView(val)
 	if err != nil {
 		return true, nil // not a view: nobody can act on it
 	}
-	if v.Namespace != a.opts.Namespace {
+	if v.Namespace != ctl.opts.Namespace {
 		return false, nil
 	}
-	if c, err := a.channels.UpdateChannels(a.opts.Namespace).Get(v.Name); err == nil && c.UID == uid {
+	if c, err := ctl.channels.UpdateChannels(ctl.opts.Namespace).Get(v.Name); err == nil && c.UID == uid {
 		return false, nil
 	}
-	cur, err := a.ops.UpdateChannels(a.opts.Namespace).Get(ctx, v.Name, metav1.GetOptions{})
+	cur, err := ctl.ops.UpdateChannels(ctl.opts.Namespace).Get(ctx, v.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return true, nil
@@ -305,8 +305,8 @@ func (a *Agent) viewGone(ctx context.Context, uid types.UID, val string) (bool, 
 
 // queueAllViews queues every node (the controller just took the Lease:
 // views of channels deleted meanwhile go).
-func (a *Agent) queueAllViews() {
-	for _, name := range a.nodeMeta.ListKeys() {
-		a.viewQueue.Add(name)
+func (ctl *Controller) queueAllViews() {
+	for _, name := range ctl.nodeMeta.ListKeys() {
+		ctl.viewQueue.Add(name)
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package controller
 
 import (
 	"strings"
@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/protocol"
 )
 
@@ -18,33 +19,33 @@ import (
 
 // reportInformer watches every Node's metadata; a changed report wakes the
 // fleet view of every channel.
-func (a *Agent) reportInformer() (cache.SharedIndexInformer, error) {
+func (ctl *Controller) reportInformer() (cache.SharedIndexInformer, error) {
 	gvr := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
-	inf := newInformer(a.meta.Resource(gvr), &metav1.PartialObjectMetadata{}, a.opts.Resync, func(*metav1.ListOptions) {})
+	inf := process.NewInformer(ctl.meta.Resource(gvr), &metav1.PartialObjectMetadata{}, ctl.opts.Resync, func(*metav1.ListOptions) {})
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, cur any) {
 			o, ok1 := old.(*metav1.PartialObjectMetadata)
 			n, ok2 := cur.(*metav1.PartialObjectMetadata)
-			if !ok1 || !ok2 || !a.elected.Load() {
+			if !ok1 || !ok2 || !ctl.elected.Load() {
 				return
 			}
 			if o.Annotations[protocol.AnnotationSlotReport] != n.Annotations[protocol.AnnotationSlotReport] {
-				a.enqueueAll(roleFleet)
+				ctl.enqueueAll()
 			}
 			if viewsChanged(o.Annotations, n.Annotations) {
-				a.viewQueue.Add(n.Name) // written by another hand, or removed: write them again
+				ctl.viewQueue.Add(n.Name) // written by another hand, or removed: write them again
 			}
 		},
-		DeleteFunc: a.forgetNode,
+		DeleteFunc: ctl.forgetNode,
 	})
-	a.nodeMeta = inf.GetStore()
+	ctl.nodeMeta = inf.GetStore()
 	return inf, err
 }
 
 // forgetNode drops what the controller remembers of a deleted Node (its
 // last view write, its last slot's claim time): kept, they would grow with
 // every node the cluster ever had.
-func (a *Agent) forgetNode(o any) {
+func (ctl *Controller) forgetNode(o any) {
 	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		o = d.Obj
 	}
@@ -52,10 +53,10 @@ func (a *Agent) forgetNode(o any) {
 	if !ok {
 		return
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.viewWrites, m.Name)
-	delete(a.claims, m.Name)
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	delete(ctl.viewWrites, m.Name)
+	delete(ctl.claims, m.Name)
 }
 
 // nodeSnapshot is the controller's cache of Node metadata at one moment,
@@ -64,12 +65,12 @@ func (a *Agent) forgetNode(o any) {
 // slot in one write, so a pass that folds a slot's end never reads that
 // node at its old version (a later report read beside an earlier version
 // would give the node that just finished its slot again).
-func (a *Agent) nodeSnapshot() map[string]*metav1.PartialObjectMetadata {
+func (ctl *Controller) nodeSnapshot() map[string]*metav1.PartialObjectMetadata {
 	out := map[string]*metav1.PartialObjectMetadata{}
-	if a.nodeMeta == nil {
+	if ctl.nodeMeta == nil {
 		return out
 	}
-	for _, o := range a.nodeMeta.List() {
+	for _, o := range ctl.nodeMeta.List() {
 		if m, ok := o.(*metav1.PartialObjectMetadata); ok {
 			out[m.Name] = m
 		}
@@ -92,7 +93,7 @@ func viewsChanged(old, cur map[string]string) bool {
 
 // reportsFor reads the reports of the nodes that hold a slot or a permit
 // in ch, from snap (nodeSnapshot).
-func (a *Agent) reportsFor(ch *v1.UpdateChannel, snap map[string]*metav1.PartialObjectMetadata) map[string]protocol.Reports {
+func (ctl *Controller) reportsFor(ch *v1.UpdateChannel, snap map[string]*metav1.PartialObjectMetadata) map[string]protocol.Reports {
 	out := map[string]protocol.Reports{}
 	read := func(node string) {
 		m := snap[node]
@@ -101,7 +102,7 @@ func (a *Agent) reportsFor(ch *v1.UpdateChannel, snap map[string]*metav1.Partial
 		}
 		r, err := protocol.ParseReports(m.Annotations[protocol.AnnotationSlotReport])
 		if err != nil {
-			a.log.Warn("ignoring a node's slot report", "node", node, "err", err)
+			ctl.log.Warn("ignoring a node's slot report", "node", node, "err", err)
 			return
 		}
 		out[node] = r

@@ -1,4 +1,4 @@
-package agent
+package controller
 
 import (
 	"sync"
@@ -19,14 +19,14 @@ import (
 // (plan.MaxSlotAge, past which the controller takes the slot away and lifts
 // the cordon). The alert SlipwayNodeCordonedTooLong compares the two.
 type cordonMetrics struct {
-	a         *Agent
+	ctl       *Controller
 	mu        sync.Mutex // one scrape at a time refills the gauges
 	since     *prometheus.GaugeVec
 	slotLimit *prometheus.GaugeVec
 }
 
-func newCordonMetrics(a *Agent) *cordonMetrics {
-	return &cordonMetrics{a: a,
+func newCordonMetrics(ctl *Controller) *cordonMetrics {
+	return &cordonMetrics{ctl: ctl,
 		since: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_channel_node_cordoned_since_timestamp_seconds",
 			Help: "When the drain that cordoned a node for a slot of the channel began (Unix seconds), while slipway holds that cordon (reported by the controller holding the Lease)."},
 			[]string{"channel", "node"}),
@@ -48,11 +48,11 @@ func (m *cordonMetrics) Collect(ch chan<- prometheus.Metric) {
 	defer m.mu.Unlock()
 	m.since.Reset()
 	m.slotLimit.Reset()
-	if m.a.elected.Load() { // the caches are synced before the metrics are served
-		for _, h := range plan.HeldCordons(m.a.cordons(), protocol.CordonOwner, m.a.opts.Namespace) {
+	if m.ctl.elected.Load() { // the caches are synced before the metrics are served
+		for _, h := range plan.HeldCordons(m.ctl.cordons(), protocol.CordonOwner, m.ctl.opts.Namespace) {
 			m.since.WithLabelValues(h.Channel, h.Node).Set(float64(h.Since.UnixNano()) / 1e9)
 		}
-		list, _ := m.a.channels.UpdateChannels(m.a.opts.Namespace).List(labels.Everything()) // a cache: no error
+		list, _ := m.ctl.channels.UpdateChannels(m.ctl.opts.Namespace).List(labels.Everything()) // a cache: no error
 		for _, c := range list {
 			if s, invalid := plan.Resolve(c.Spec); invalid == nil {
 				m.slotLimit.WithLabelValues(c.Name).Set(plan.MaxSlotAge(s).Seconds())
@@ -64,9 +64,9 @@ func (m *cordonMetrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 // cordons is what the controller's Node cache says of slipway's cordons.
-func (a *Agent) cordons() []plan.Cordon {
+func (ctl *Controller) cordons() []plan.Cordon {
 	var out []plan.Cordon
-	for _, o := range a.nodeMeta.List() {
+	for _, o := range ctl.nodeMeta.List() {
 		if m, ok := o.(*metav1.PartialObjectMetadata); ok && drain.CordonedBy(m.Annotations) != "" {
 			out = append(out, plan.Cordon{Node: m.Name, Owner: drain.CordonedBy(m.Annotations),
 				For: m.Annotations[protocol.AnnotationCordonedFor], Since: m.Annotations[protocol.AnnotationDrainStarted]})

@@ -1,4 +1,4 @@
-package agent
+package controller
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/protocol"
 )
 
@@ -41,14 +42,14 @@ type fleetCache struct {
 // pollRetry is the least time between two poll attempts (after a failure).
 const pollRetry = 30 * time.Second
 
-// syncFleet does the fleet-view work of a channel when this agent holds its
+// syncFleet does the fleet-view work of a channel when this controller holds its
 // Lease: validate, poll, recover stale slots, check the nodes behind,
 // assign free slots, count. It returns when it wants to run again.
-func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, error) {
-	if !a.leading(name) {
+func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duration, error) {
+	if !ctl.leading(name) {
 		return 0, nil
 	}
-	ch, err := a.channelNow(name)
+	ch, err := ctl.channelNow(name)
 	if apierrors.IsNotFound(err) {
 		return 0, nil
 	} else if err != nil {
@@ -56,118 +57,113 @@ func (a *Agent) syncFleet(ctx context.Context, name string) (time.Duration, erro
 	}
 	s, bad := plan.Resolve(ch.Spec)
 	if bad != nil {
-		return 0, a.markInvalid(ctx, ch, bad)
+		return 0, ctl.markInvalid(ctx, ch, bad)
 	}
 	generation := ch.Generation
-	fc := a.fleetCacheOf(name)
+	fc := ctl.fleetCacheOf(name)
 	now := time.Now()
 	if plan.PollDue(s, ch.Status, now) && now.Sub(fc.pollTried) >= pollRetry {
 		fc.pollTried = now
-		if ch, err = a.poll(ctx, ch, s); err != nil {
+		if ch, err = ctl.poll(ctx, ch, s); err != nil {
 			return 0, err
 		}
 	}
-	resolved := a.resolveOnce(ctx, ch, s)
-	snap := a.nodeSnapshot() // the nodes and their reports, read at one moment
-	nodes := a.fleetNodes(s, fc, snap)
-	mine, others := plan.Split(a.channelRef(ch, s), a.channelRefs(), fc.markGaveBack(ch, nodes))
+	resolved := ctl.resolveOnce(ctx, ch, s)
+	snap := ctl.nodeSnapshot() // the nodes and their reports, read at one moment
+	nodes := ctl.fleetNodes(s, fc, snap)
+	mine, others := plan.Split(plan.Ref(ch, s), ctl.channelRefs(), fc.markGaveBack(ch, nodes))
 	var stale map[string]staleSlot
-	if now.Sub(fc.staleChecked) >= a.opts.Resync { // slots go stale in minutes: no GETs on every change
-		stale, fc.staleChecked = a.staleSlots(ctx, s, ch), now
+	if now.Sub(fc.staleChecked) >= ctl.opts.Resync { // slots go stale in minutes: no GETs on every change
+		stale, fc.staleChecked = ctl.staleSlots(ctx, s, ch), now
 	}
-	a.takeChecksAhead(fc, name)
-	a.forgetChecks(fc)
+	ctl.takeChecksAhead(fc, name)
+	ctl.forgetChecks(fc)
 	target := plan.Target(s, ch.Status)
-	reports := a.reportsFor(ch, snap)
+	reports := ctl.reportsFor(ch, snap)
 	folded := ch.Status.DeepCopy() // the slots this pass frees count as free for the checks
 	plan.Fold(folded, ch.UID, reports)
-	a.startDrains(ch, s, draining(*folded)) // now: a drain waits for no check and no write of this pass
-	p := fleetPass{s: s, generation: generation, retry: a.opts.Retry, now: now, listedSlots: slotHolders(ch), resolved: resolved, stale: stale, mine: mine, others: others,
-		checks: a.checkBehind(ctx, fc, name, *folded, plan.Behind(*folded, mine, target), startable(s, *folded, mine, target, a.opts.Retry, now),
+	ctl.startDrains(ch, s, draining(*folded)) // now: a drain waits for no check and no write of this pass
+	p := fleetPass{s: s, generation: generation, retry: ctl.opts.Retry, now: now, listedSlots: slotHolders(ch), resolved: resolved, stale: stale, mine: mine, others: others,
+		checks: ctl.checkBehind(ctx, fc, name, *folded, plan.Behind(*folded, mine, target), startable(s, *folded, mine, target, ctl.opts.Retry, now),
 			plan.FreeSlots(s, *folded), s.Concurrency, target),
-		serverElsewhere: serverWaits(ch.Status, mine, target) && a.serverBusyElsewhere(ctx, name), reports: reports, drained: a.drainsDoneIn(ch.UID),
-		claims: a.lastClaims(), slowDrains: a.slowDrains()}
+		serverElsewhere: serverWaits(ch.Status, mine, target) && ctl.serverBusyElsewhere(ctx, name), reports: reports, drained: ctl.drainsDoneIn(ch.UID),
+		claims: ctl.lastClaims(), slowDrains: ctl.slowDrains()}
 	var r fleetResult
-	ch, err = a.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
+	ch, err = ctl.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
 		r = p.apply(c)
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
-	a.endDrains(ctx, r.drained, r.drainGone)
-	a.noteClaims(ch, r.added)
-	a.setViews(ch, mine)                 // what each node acts on: written on its Node (views.go)
-	a.startDrains(ch, s, r.drainsAsked)  // the nodes that asked for their drain (ctrldrain.go)
-	fc.permitted = permitSet(ch)         // as written (or as read, when nothing changed)
-	for _, n := range r.folded.Permits { // given back: the next list shows its staging
+	ctl.endDrains(ctx, r.drained, r.drainGone)
+	ctl.noteClaims(ch, r.added)
+	ctl.setViews(ch, mine)                // what each node acts on: written on its Node (views.go)
+	ctl.startDrains(ch, s, r.drainsAsked) // the nodes that asked for their drain (ctrldrain.go)
+	fc.permitted = permitSet(ch)          // as written (or as read, when nothing changed)
+	for _, n := range r.folded.Permits {  // given back: the next list shows its staging
 		if fc.gaveBack == nil {
 			fc.gaveBack = map[string]bool{}
 		}
 		fc.gaveBack[n] = true
 	}
-	a.fleetEvents(ch, r)
-	a.recordVersions(name, mine)
-	a.metrics.fleet.recordSkipped(name, skippedReasons(ch))
+	ctl.fleetEvents(ch, r)
+	ctl.recordVersions(name, mine)
+	ctl.metrics.fleet.recordSkipped(name, skippedReasons(ch))
 	if r.relist {
 		return time.Millisecond, nil
 	}
-	return a.nextFleetSync(s, ch, now), nil
+	return ctl.nextFleetSync(s, ch, now), nil
 }
 
 // lastClaims are the claim times of the last slot this controller granted
 // each node (plan.SpaceClaims).
-func (a *Agent) lastClaims() map[string]time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return maps.Clone(a.claims)
+func (ctl *Controller) lastClaims() map[string]time.Time {
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	return maps.Clone(ctl.claims)
 }
 
 // noteClaims remembers the claim times of the slots just granted.
-func (a *Agent) noteClaims(ch *v1.UpdateChannel, added []string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.claims == nil {
-		a.claims = map[string]time.Time{}
+func (ctl *Controller) noteClaims(ch *v1.UpdateChannel, added []string) {
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	if ctl.claims == nil {
+		ctl.claims = map[string]time.Time{}
 	}
 	for _, n := range added {
 		if i := plan.FindSlot(ch.Status, n); i >= 0 {
-			a.claims[n] = ch.Status.Updating[i].Since.Time
+			ctl.claims[n] = ch.Status.Updating[i].Since.Time
 		}
 	}
 }
 
-func (a *Agent) fleetEvents(ch *v1.UpdateChannel, r fleetResult) {
+func (ctl *Controller) fleetEvents(ch *v1.UpdateChannel, r fleetResult) {
 	// An assigned slot has no Event of its own: the node's agent records
 	// "Upgrading" as soon as it starts (a write saved per node).
-	a.metrics.claimed.Add(float64(len(r.added)))
+	ctl.metrics.claimed.Add(float64(len(r.added)))
 	for _, f := range r.recovered {
-		a.metrics.failures.WithLabelValues(ch.Name, "stale").Inc()
-		a.recorder.Eventf(ch, corev1.EventTypeWarning, "SlotRecovered", "freed the slot of node %s: %s", f.Node, f.Reason)
+		ctl.metrics.failures.WithLabelValues(ch.Name, "stale").Inc()
+		ctl.recorder.Eventf(ch, corev1.EventTypeWarning, "SlotRecovered", "freed the slot of node %s: %s", f.Node, f.Reason)
 	}
 	for _, why := range r.released {
-		a.recorder.Event(ch, corev1.EventTypeWarning, "SlotReleased", why)
+		ctl.recorder.Event(ch, corev1.EventTypeWarning, "SlotReleased", why)
 	}
 	if r.conflict {
 		if c := meta.FindStatusCondition(ch.Status.Conditions, plan.ConditionConflict); c != nil {
-			a.log.Warn("nodes of this channel follow an earlier channel", "channel", ch.Name, "message", c.Message)
-			a.recorder.Event(ch, corev1.EventTypeWarning, "Conflict", c.Message)
+			ctl.log.Warn("nodes of this channel follow an earlier channel", "channel", ch.Name, "message", c.Message)
+			ctl.recorder.Event(ch, corev1.EventTypeWarning, "Conflict", c.Message)
 		}
 	}
 }
 
-func mustResolve(ch *v1.UpdateChannel) plan.Settings {
-	s, _ := plan.Resolve(ch.Spec)
-	return s
-}
-
-func (a *Agent) fleetCacheOf(name string) *fleetCache {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	fc := a.fleet[name]
+func (ctl *Controller) fleetCacheOf(name string) *fleetCache {
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	fc := ctl.fleet[name]
 	if fc == nil {
 		fc = &fleetCache{}
-		a.fleet[name] = fc
+		ctl.fleet[name] = fc
 	}
 	return fc
 }
@@ -179,10 +175,10 @@ func (a *Agent) fleetCacheOf(name string) *fleetCache {
 // the channel now has.
 var errSpecChanged = errors.New("the channel's spec changed")
 
-func (a *Agent) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan.Invalid) error {
+func (ctl *Controller) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan.Invalid) error {
 	changed := false
 	var freed []v1.Slot
-	written, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+	written, err := ctl.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
 		changed, freed = false, nil
 		if c.Generation != ch.Generation {
 			return errSpecChanged // judged on an older spec: judge the new one
@@ -198,13 +194,13 @@ func (a *Agent) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan
 	} else if err != nil {
 		return err
 	}
-	a.setViews(written, nil) // no node follows an invalid channel; its slots are gone
+	ctl.setViews(written, nil) // no node follows an invalid channel; its slots are gone
 	if changed {
-		a.log.Warn("channel spec is invalid; doing nothing for it", "channel", ch.Name, "reason", bad.Reason, "message", bad.Message)
-		a.recorder.Event(ch, corev1.EventTypeWarning, "Invalid", bad.Message)
+		ctl.log.Warn("channel spec is invalid; doing nothing for it", "channel", ch.Name, "reason", bad.Reason, "message", bad.Message)
+		ctl.recorder.Event(ch, corev1.EventTypeWarning, "Invalid", bad.Message)
 	}
 	for _, sl := range freed {
-		a.recorder.Eventf(ch, corev1.EventTypeWarning, "SlotReleased", "freed the slot of node %s (at %s, phase %s): the spec is invalid (%s); its agent uncordons it",
+		ctl.recorder.Eventf(ch, corev1.EventTypeWarning, "SlotReleased", "freed the slot of node %s (at %s, phase %s): the spec is invalid (%s); its agent uncordons it",
 			sl.Node, sl.Version, sl.Phase, bad.Reason)
 	}
 	return nil
@@ -218,8 +214,8 @@ func (a *Agent) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan
 // version in the same read and the pass may hand its slot on at once. The
 // nodes that gave their staging permit back are forgotten every resync (by
 // then the cache shows what they staged).
-func (a *Agent) fleetNodes(s plan.Settings, fc *fleetCache, snap map[string]*metav1.PartialObjectMetadata) []plan.Node {
-	if time.Since(fc.gaveBackSince) >= a.opts.Resync {
+func (ctl *Controller) fleetNodes(s plan.Settings, fc *fleetCache, snap map[string]*metav1.PartialObjectMetadata) []plan.Node {
+	if time.Since(fc.gaveBackSince) >= ctl.opts.Resync {
 		fc.gaveBackSince, fc.gaveBack = time.Now(), nil
 	}
 	var out []plan.Node
@@ -242,7 +238,7 @@ func slotHolders(ch *v1.UpdateChannel) string {
 }
 
 // markGaveBack notes the nodes whose staging permit went away since this
-// agent's last pass wrote the permits (their agents gave them back) and
+// controller's last pass wrote the permits (their agents gave them back) and
 // returns nodes with StagingDone set for those noted since the nodes were listed.
 func (fc *fleetCache) markGaveBack(ch *v1.UpdateChannel, nodes []plan.Node) []plan.Node {
 	now := permitSet(ch)
@@ -280,33 +276,33 @@ type staleSlot struct {
 
 // staleSlots GETs the node, its agent's heartbeat and the Job of every slot
 // and returns, keyed by node/attempt, the slots that must be taken away.
-func (a *Agent) staleSlots(ctx context.Context, s plan.Settings, ch *v1.UpdateChannel) map[string]staleSlot {
+func (ctl *Controller) staleSlots(ctx context.Context, s plan.Settings, ch *v1.UpdateChannel) map[string]staleSlot {
 	out := map[string]staleSlot{}
 	now := time.Now()
 	for _, sl := range ch.Status.Updating {
 		var sn plan.SlotNode
-		n, err := a.kube.CoreV1().Nodes().Get(ctx, sl.Node, metav1.GetOptions{})
+		n, err := ctl.kube.CoreV1().Nodes().Get(ctx, sl.Node, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			continue // cannot tell; look again next time
 		default:
 			sn = plan.SlotNode{Exists: true}
-			sn.Ready, sn.ReadySince = nodeReady(n)
-			if renewed, err := a.agentRenewed(ctx, sl.Node); err == nil {
+			sn.Ready, sn.ReadySince = process.NodeReady(n)
+			if renewed, err := ctl.agentRenewed(ctx, sl.Node); err == nil {
 				sn.AgentKnown, sn.AgentRenewed = true, renewed
 			}
 		}
 		var sj plan.SlotJob
 		if sl.Job != "" {
-			j, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Get(ctx, sl.Job, metav1.GetOptions{})
+			j, err := ctl.kube.BatchV1().Jobs(ctl.opts.Namespace).Get(ctx, sl.Job, metav1.GetOptions{})
 			if err == nil {
 				sj.Exists = true
 				_, sj.Failed, sj.Reason, sj.FinishedAt = protocol.JobOutcome(j)
 			}
 		}
 		key := sl.Node + "/" + fmt.Sprint(sl.Attempt)
-		if gone, why := plan.Abandoned(sl, sn, a.agentTTL(), now); gone {
+		if gone, why := plan.Abandoned(sl, sn, ctl.agentTTL(), now); gone {
 			out[key] = staleSlot{release: true, why: why}
 		} else if stale, why := plan.Stale(s, sl, sn, sj, now); stale {
 			out[key] = staleSlot{why: why}
@@ -315,31 +311,21 @@ func (a *Agent) staleSlots(ctx context.Context, s plan.Settings, ch *v1.UpdateCh
 	return out
 }
 
-// nodeReady reads the Ready condition: whether it is True and since when it is what it is.
-func nodeReady(n *corev1.Node) (bool, time.Time) {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
-		}
-	}
-	return false, n.CreationTimestamp.Time
-}
-
-func (a *Agent) recordVersions(channel string, nodes []plan.Node) {
+func (ctl *Controller) recordVersions(channel string, nodes []plan.Node) {
 	counts := map[string]int{}
 	for _, n := range nodes {
 		counts[n.Version]++
 	}
-	a.metrics.nodes.DeletePartialMatch(map[string]string{"channel": channel})
+	ctl.metrics.nodes.DeletePartialMatch(map[string]string{"channel": channel})
 	for v, c := range counts {
-		a.metrics.nodes.WithLabelValues(channel, v).Set(float64(c))
+		ctl.metrics.nodes.WithLabelValues(channel, v).Set(float64(c))
 	}
 }
 
 // nextFleetSync is when the fleet view must look again without any event:
 // the next poll, the window opening, a backoff ending, or the resync.
-func (a *Agent) nextFleetSync(s plan.Settings, ch *v1.UpdateChannel, now time.Time) time.Duration {
-	next := a.opts.Resync
+func (ctl *Controller) nextFleetSync(s plan.Settings, ch *v1.UpdateChannel, now time.Time) time.Duration {
+	next := ctl.opts.Resync
 	consider := func(t time.Time) {
 		if d := t.Sub(now); !t.IsZero() && d > 0 && d < next {
 			next = d
@@ -348,7 +334,7 @@ func (a *Agent) nextFleetSync(s plan.Settings, ch *v1.UpdateChannel, now time.Ti
 	consider(plan.NextPoll(s, ch.Status, now).Add(time.Millisecond))
 	consider(s.Window.Next(now))
 	for _, f := range ch.Status.Failed {
-		consider(f.At.Add(a.opts.Retry.Backoff(f.Attempts)))
+		consider(f.At.Add(ctl.opts.Retry.Backoff(f.Attempts)))
 	}
 	return next
 }

@@ -1,4 +1,4 @@
-package agent
+package controller
 
 import (
 	"context"
@@ -20,20 +20,20 @@ const pollTimeout = time.Minute
 
 // poll takes status.polling, resolves the channel's latest version, records
 // it (or why it failed) and lets go of status.polling.
-func (a *Agent) poll(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings) (*v1.UpdateChannel, error) {
+func (ctl *Controller) poll(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings) (*v1.UpdateChannel, error) {
 	since := metav1.Now()
-	ch, err := a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
-		c.Status.Polling = &v1.Poller{Node: a.opts.NodeName, Since: since} // replaces a poller that vanished
+	ch, err := ctl.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+		c.Status.Polling = &v1.Poller{Node: ctl.opts.Identity, Since: since} // replaces a poller that vanished
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	latest, perr := a.resolveLatest(ctx, ch, s)
+	latest, perr := ctl.resolveLatest(ctx, ch, s)
 	old := ch.Status.LatestVersion
-	ch, err = a.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
+	ch, err = ctl.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
 		st := &c.Status
-		if st.Polling != nil && st.Polling.Node == a.opts.NodeName {
+		if st.Polling != nil && st.Polling.Node == ctl.opts.Identity {
 			st.Polling = nil
 		}
 		cond := metav1.Condition{Type: v1.ConditionPolled, Status: metav1.ConditionTrue, Reason: "Polled",
@@ -52,15 +52,15 @@ func (a *Agent) poll(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings)
 	}
 	switch {
 	case perr != nil:
-		a.metrics.polls.WithLabelValues("error").Inc()
-		a.log.Warn("polling the channel failed", "channel", ch.Name, "err", perr)
-		a.recorder.Eventf(ch, corev1.EventTypeWarning, "PollFailed", "could not resolve the latest release: %v", perr)
+		ctl.metrics.polls.WithLabelValues("error").Inc()
+		ctl.log.Warn("polling the channel failed", "channel", ch.Name, "err", perr)
+		ctl.recorder.Eventf(ch, corev1.EventTypeWarning, "PollFailed", "could not resolve the latest release: %v", perr)
 	case latest != old:
-		a.metrics.polls.WithLabelValues("new").Inc()
-		a.log.Info("new release", "channel", ch.Name, "version", latest, "previous", old)
-		a.recorder.Eventf(ch, corev1.EventTypeNormal, "NewRelease", "the newest release is %s (was %q)", latest, old)
+		ctl.metrics.polls.WithLabelValues("new").Inc()
+		ctl.log.Info("new release", "channel", ch.Name, "version", latest, "previous", old)
+		ctl.recorder.Eventf(ch, corev1.EventTypeNormal, "NewRelease", "the newest release is %s (was %q)", latest, old)
 	default:
-		a.metrics.polls.WithLabelValues("same").Inc()
+		ctl.metrics.polls.WithLabelValues("same").Inc()
 	}
 	return ch, nil
 }
@@ -68,14 +68,14 @@ func (a *Agent) poll(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings)
 // resolveLatest asks the channel for its latest release, with the
 // channel's own token (spec.tokenSecretRef) when it names one. A mirror
 // directory this process cannot see is the manifest's to mount.
-func (a *Agent) resolveLatest(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings) (string, error) {
+func (ctl *Controller) resolveLatest(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
-	token, err := a.channelToken(ctx, ch)
+	token, err := ctl.channelToken(ctx, ch)
 	if err != nil {
 		return "", err
 	}
-	if dir := mirrorDir(s.URL); dir != "" {
+	if dir := plan.MirrorDir(s.URL); dir != "" {
 		if _, err := os.Stat(dir); err != nil {
 			return "", fmt.Errorf("the agent's pod does not see the mirror directory %s (render the manifest with --mirror-dir %s to mount it): %w", dir, dir, err)
 		}

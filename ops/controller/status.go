@@ -1,4 +1,4 @@
-package agent
+package controller
 
 import (
 	"context"
@@ -11,10 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
-	"slipway.dev/slipway/ops/plan"
 )
 
-// errSlotGone: the slot this agent works on was freed or replaced meanwhile.
+// errSlotGone: the slot a drain works for was freed or replaced meanwhile.
 var errSlotGone = errors.New("the slot is no longer held")
 
 // updateStatus applies mutate to the channel's status and writes it with
@@ -22,12 +21,12 @@ var errSlotGone = errors.New("the slot is no longer held")
 // mutate again, so every write is decided on the latest state. mutate
 // returns an error to abort (nothing is written). It returns the channel as
 // written (or as read, when mutate changed nothing).
-func (a *Agent) updateStatus(ctx context.Context, name string, mutate func(*v1.UpdateChannel) error) (*v1.UpdateChannel, error) {
-	cur, err := a.channelNow(name)
+func (ctl *Controller) updateStatus(ctx context.Context, name string, mutate func(*v1.UpdateChannel) error) (*v1.UpdateChannel, error) {
+	cur, err := ctl.channelNow(name)
 	if err != nil {
 		return nil, err
 	}
-	api := a.ops.UpdateChannels(a.opts.Namespace)
+	api := ctl.ops.UpdateChannels(ctl.opts.Namespace)
 	for attempt := 0; ; attempt++ {
 		next := cur.DeepCopy()
 		if err := mutate(next); err != nil {
@@ -38,13 +37,13 @@ func (a *Agent) updateStatus(ctx context.Context, name string, mutate func(*v1.U
 		}
 		written, err := api.UpdateStatus(ctx, next, metav1.UpdateOptions{})
 		if err == nil {
-			a.noteWritten(written)
+			ctl.noteWritten(written)
 			return written, nil
 		}
 		if !apierrors.IsConflict(err) || attempt >= 20 {
 			return nil, fmt.Errorf("write the status of channel %s: %w", name, err)
 		}
-		a.metrics.conflicts.Inc()
+		ctl.metrics.conflicts.Inc()
 		if cur, err = api.Get(ctx, name, metav1.GetOptions{}); err != nil {
 			return nil, fmt.Errorf("re-read channel %s after a conflict: %w", name, err)
 		}
@@ -56,14 +55,14 @@ func (a *Agent) updateStatus(ctx context.Context, name string, mutate func(*v1.U
 // each other faster than the watch would otherwise decide on a status
 // older than their own last write (a conflict, a retry, and views written
 // from the older status).
-func (a *Agent) channelNow(name string) (*v1.UpdateChannel, error) {
-	cur, err := a.channels.UpdateChannels(a.opts.Namespace).Get(name)
+func (ctl *Controller) channelNow(name string) (*v1.UpdateChannel, error) {
+	cur, err := ctl.channels.UpdateChannels(ctl.opts.Namespace).Get(name)
 	if err != nil {
 		return nil, fmt.Errorf("read channel %s: %w", name, err)
 	}
-	a.mu.Lock()
-	mine := a.lastWritten[name]
-	a.mu.Unlock()
+	ctl.mu.Lock()
+	mine := ctl.lastWritten[name]
+	ctl.mu.Unlock()
 	if mine != nil && mine.UID == cur.UID && olderThan(cur.ResourceVersion, mine.ResourceVersion) {
 		return mine, nil
 	}
@@ -71,13 +70,13 @@ func (a *Agent) channelNow(name string) (*v1.UpdateChannel, error) {
 }
 
 // noteWritten remembers ch as this process wrote it (channelNow).
-func (a *Agent) noteWritten(ch *v1.UpdateChannel) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.lastWritten == nil {
-		a.lastWritten = map[string]*v1.UpdateChannel{}
+func (ctl *Controller) noteWritten(ch *v1.UpdateChannel) {
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	if ctl.lastWritten == nil {
+		ctl.lastWritten = map[string]*v1.UpdateChannel{}
 	}
-	a.lastWritten[ch.Name] = ch
+	ctl.lastWritten[ch.Name] = ch
 }
 
 // olderThan reports whether resource version rv is older than than. The
@@ -87,16 +86,4 @@ func olderThan(rv, than string) bool {
 	x, err1 := strconv.ParseUint(rv, 10, 64)
 	y, err2 := strconv.ParseUint(than, 10, 64)
 	return err1 == nil && err2 == nil && x < y
-}
-
-// mySlot returns this agent's slot in ch and errSlotGone when it holds none
-// or holds another slot than want (plan.SameSlot; want.Attempt 0 accepts any).
-func (a *Agent) mySlot(ch *v1.UpdateChannel, want v1.Slot) (*v1.Slot, error) {
-	for i := range ch.Status.Updating {
-		s := &ch.Status.Updating[i]
-		if s.Node == a.opts.NodeName && (want.Attempt == 0 || plan.SameSlot(*s, want)) {
-			return s, nil
-		}
-	}
-	return nil, errSlotGone
 }

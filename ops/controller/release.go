@@ -1,4 +1,4 @@
-package agent
+package controller
 
 import (
 	"context"
@@ -22,33 +22,31 @@ import (
 // release's download URLs, which are not API calls, so a fleet behind one
 // address does not exhaust the API's rate limit a few nodes in.
 
-const githubScheme = "github-releases://"
-
 // resolveRelease returns the release of target for a GitHub channel: the
 // one status.resolved already holds, or a new resolution. nil for other
 // channels, or when target is not known yet.
-func (a *Agent) resolveRelease(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, target string) (*v1.ResolvedRelease, error) {
-	if target == "" || !strings.HasPrefix(s.URL, githubScheme) {
+func (ctl *Controller) resolveRelease(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, target string) (*v1.ResolvedRelease, error) {
+	if target == "" || !strings.HasPrefix(s.URL, plan.GitHubScheme) {
 		return nil, nil
 	}
 	if r := ch.Status.Resolved; r != nil && r.Version == target {
 		return r, nil
 	}
-	owner, repo, ok := strings.Cut(strings.Trim(strings.TrimPrefix(s.URL, githubScheme), "/"), "/")
+	owner, repo, ok := strings.Cut(strings.Trim(strings.TrimPrefix(s.URL, plan.GitHubScheme), "/"), "/")
 	if !ok {
 		return nil, fmt.Errorf("channel URL %s is not github-releases://owner/repo", s.URL)
 	}
-	token, err := a.channelToken(ctx, ch)
+	token, err := ctl.channelToken(ctx, ch)
 	if err != nil {
 		return nil, err
 	}
-	api, err := a.githubClient(token)
+	api, err := ctl.githubClient(token)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
-	a.metrics.fleet.resolves.Inc()
+	ctl.metrics.fleet.resolves.Inc()
 	rel, _, err := api.Repositories.GetReleaseByTag(ctx, owner, repo, target)
 	if err != nil {
 		return nil, fmt.Errorf("resolve release %s of %s: %w", target, s.URL, err)
@@ -83,16 +81,16 @@ func downloadBase(rel *github.RepositoryRelease, tag string) (string, error) {
 
 // githubClient is a GitHub API client with token (if any), at
 // Options.GitHubBaseURL when set.
-func (a *Agent) githubClient(token string) (*github.Client, error) {
+func (ctl *Controller) githubClient(token string) (*github.Client, error) {
 	api := github.NewClient(&http.Client{Timeout: pollTimeout})
 	if token != "" {
 		api = api.WithAuthToken(token)
 	}
 	api.UserAgent = "slipway-agent"
-	if a.opts.GitHubBaseURL != "" {
-		base, err := url.Parse(strings.TrimSuffix(a.opts.GitHubBaseURL, "/") + "/")
+	if ctl.opts.GitHubBaseURL != "" {
+		base, err := url.Parse(strings.TrimSuffix(ctl.opts.GitHubBaseURL, "/") + "/")
 		if err != nil || base.Host == "" {
-			return nil, fmt.Errorf("GitHub API base URL %q: want http(s)://host/path/", a.opts.GitHubBaseURL)
+			return nil, fmt.Errorf("GitHub API base URL %q: want http(s)://host/path/", ctl.opts.GitHubBaseURL)
 		}
 		api.BaseURL = base
 	}
@@ -100,44 +98,37 @@ func (a *Agent) githubClient(token string) (*github.Client, error) {
 }
 
 // channelToken reads the token of ch's spec.tokenSecretRef ("" when it
-// names none; else the agent's own --github-token, if any).
-func (a *Agent) channelToken(ctx context.Context, ch *v1.UpdateChannel) (string, error) {
+// names none; else the controller's own --github-token, if any).
+func (ctl *Controller) channelToken(ctx context.Context, ch *v1.UpdateChannel) (string, error) {
 	ref := ch.Spec.TokenSecretRef
 	if ref == nil {
-		return a.opts.GitHubToken, nil
+		return ctl.opts.GitHubToken, nil
 	}
-	sec, err := a.kube.CoreV1().Secrets(a.opts.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	sec, err := ctl.kube.CoreV1().Secrets(ctl.opts.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	if apierrors.IsForbidden(err) {
 		return "", fmt.Errorf("the agent may read only the token Secrets the manifest names, not %s of channel %s (name it slipway-github-token, or render the manifest with --token-secret %s): %w",
 			ref.Name, ch.Name, ref.Name, err)
 	}
 	if err != nil {
 		return "", fmt.Errorf("read the token Secret %s named by spec.tokenSecretRef of channel %s (create it: kubectl -n %s create secret generic %s --from-literal=%s=<token>): %w",
-			ref.Name, ch.Name, a.opts.Namespace, ref.Name, secretKey(ref), err)
+			ref.Name, ch.Name, ctl.opts.Namespace, ref.Name, plan.SecretKey(ref), err)
 	}
-	tok, ok := sec.Data[secretKey(ref)]
+	tok, ok := sec.Data[plan.SecretKey(ref)]
 	if !ok {
-		return "", fmt.Errorf("the token Secret %s of channel %s has no key %q: add it or set spec.tokenSecretRef.key", ref.Name, ch.Name, secretKey(ref))
+		return "", fmt.Errorf("the token Secret %s of channel %s has no key %q: add it or set spec.tokenSecretRef.key", ref.Name, ch.Name, plan.SecretKey(ref))
 	}
 	return strings.TrimSpace(string(tok)), nil
-}
-
-func secretKey(ref *v1.SecretKeyRef) string {
-	if ref.Key == "" {
-		return "token"
-	}
-	return ref.Key
 }
 
 // resolveOnce resolves the target release of ch if it is a GitHub channel
 // not resolved for target yet; a failure is logged and recorded as an
 // Event, and the Jobs then ask the API themselves.
-func (a *Agent) resolveOnce(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings) *v1.ResolvedRelease {
+func (ctl *Controller) resolveOnce(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings) *v1.ResolvedRelease {
 	target := plan.Target(s, ch.Status)
-	rel, err := a.resolveRelease(ctx, ch, s, target)
+	rel, err := ctl.resolveRelease(ctx, ch, s, target)
 	if err != nil {
-		a.log.Warn("could not resolve the release once for the rollout; its Jobs ask the API themselves", "channel", ch.Name, "err", err)
-		a.recorder.Eventf(ch, "Warning", "ResolveFailed", "could not resolve release %s once for the rollout (its Jobs ask the API themselves): %v", target, err)
+		ctl.log.Warn("could not resolve the release once for the rollout; its Jobs ask the API themselves", "channel", ch.Name, "err", err)
+		ctl.recorder.Eventf(ch, "Warning", "ResolveFailed", "could not resolve release %s once for the rollout (its Jobs ask the API themselves): %v", target, err)
 		return nil
 	}
 	return rel

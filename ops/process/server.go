@@ -1,17 +1,20 @@
-package agent
+package process
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	apiversion "k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/rest"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/crds"
+	"slipway.dev/slipway/ops/kube"
 )
 
 // MinKubernetes is the oldest API server the agent and its manifest work
@@ -22,9 +25,10 @@ import (
 // profile).
 const MinKubernetes = "1.30.0"
 
-// serverRecheck is how often an agent facing an older API server asks
+// ServerRecheck is how often an agent facing an older API server asks
 // again: it waits for the control plane's upgrade rather than crash-loop.
-var serverRecheck = 5 * time.Minute
+// (A variable: tests ask again sooner.)
+var ServerRecheck = 5 * time.Minute
 
 // supportedServer decides from the API server's /version whether the agent
 // may run, and says why not in words for the operator.
@@ -41,15 +45,15 @@ func supportedServer(info apiversion.Info) (bool, string) {
 		return false, fmt.Sprintf("the API server runs Kubernetes %s; slipway's agent needs %s or newer "+
 			"(ValidatingAdmissionPolicy v1, the node-name claim in bound service-account tokens, the Job's appArmorProfile field, "+
 			"which older servers silently drop): upgrade the control plane; the agent checks again every %s and does nothing until then",
-			orVersion(info.GitVersion, v), MinKubernetes, serverRecheck)
+			orVersion(info.GitVersion, v), MinKubernetes, ServerRecheck)
 	}
 	return true, ""
 }
 
 // serverVersion reads the API server's /version.
-func (a *Agent) serverVersion(ctx context.Context) (apiversion.Info, error) {
+func serverVersion(ctx context.Context, kube *kube.Clientset) (apiversion.Info, error) {
 	var info apiversion.Info
-	raw, err := a.kube.CoreV1().RESTClient().Get().AbsPath("/version").Do(ctx).Raw()
+	raw, err := kube.CoreV1().RESTClient().Get().AbsPath("/version").Do(ctx).Raw()
 	if err != nil {
 		return info, fmt.Errorf("read the API server's version: %w", err)
 	}
@@ -59,29 +63,29 @@ func (a *Agent) serverVersion(ctx context.Context) (apiversion.Info, error) {
 	return info, nil
 }
 
-// prepareServer is what both the agent and the controller do before their
+// Prepare is what both the agent and the controller do before their
 // informers start: wait for a supported API server, then install the CRDs
-// when asked (--install-crds).
-func (a *Agent) prepareServer(ctx context.Context) error {
-	if err := a.waitForSupportedServer(ctx); err != nil {
+// when asked (installCRDs: --install-crds) with cfg.
+func Prepare(ctx context.Context, kube *kube.Clientset, cfg *rest.Config, installCRDs bool, log *slog.Logger) error {
+	if err := WaitForSupportedServer(ctx, kube, log); err != nil {
 		return err
 	}
-	if !a.opts.InstallCRDs {
+	if !installCRDs {
 		return nil
 	}
-	if err := crds.Apply(ctx, a.opts.Config, v1.SchemeGroupVersion.Group); err != nil {
+	if err := crds.Apply(ctx, cfg, v1.SchemeGroupVersion.Group); err != nil {
 		return fmt.Errorf("install the CRDs (--install-crds): %w", err)
 	}
 	return nil
 }
 
-// waitForSupportedServer returns once the API server runs MinKubernetes or
+// WaitForSupportedServer returns once the API server runs MinKubernetes or
 // newer. Against an older one it logs why, does nothing else, and asks
-// again every serverRecheck: a DaemonSet in a crash loop would say less.
-func (a *Agent) waitForSupportedServer(ctx context.Context) error {
+// again every ServerRecheck: a DaemonSet in a crash loop would say less.
+func WaitForSupportedServer(ctx context.Context, kube *kube.Clientset, log *slog.Logger) error {
 	var why string // the last refusal: what the operator needs to read when the agent stops
 	for {
-		info, err := a.serverVersion(ctx)
+		info, err := serverVersion(ctx, kube)
 		if err != nil && why != "" && ctx.Err() != nil { // stopped while waiting to ask again
 			return fmt.Errorf("%s: %w", why, ctx.Err())
 		}
@@ -91,14 +95,14 @@ func (a *Agent) waitForSupportedServer(ctx context.Context) error {
 		var ok bool
 		ok, why = supportedServer(info)
 		if ok {
-			a.log.Info("API server supported", "version", info.GitVersion, "minimum", MinKubernetes)
+			log.Info("API server supported", "version", info.GitVersion, "minimum", MinKubernetes)
 			return nil
 		}
-		a.log.Error("unsupported Kubernetes version", "why", why)
+		log.Error("unsupported Kubernetes version", "why", why)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s: %w", why, ctx.Err())
-		case <-time.After(serverRecheck):
+		case <-time.After(ServerRecheck):
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package controller
 
 import (
 	"context"
@@ -23,8 +23,8 @@ import (
 // serverBusyElsewhere tells the fleet view of channel name whether a
 // server node (its labels, from the controller's Node metadata) holds a
 // slot in another channel; true when that cannot be told.
-func (a *Agent) serverBusyElsewhere(ctx context.Context, name string) bool {
-	list, err := a.ops.UpdateChannels(a.opts.Namespace).List(ctx, metav1.ListOptions{})
+func (ctl *Controller) serverBusyElsewhere(ctx context.Context, name string) bool {
+	list, err := ctl.ops.UpdateChannels(ctl.opts.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return true // cannot tell: no server starts
 	}
@@ -33,7 +33,7 @@ func (a *Agent) serverBusyElsewhere(ctx context.Context, name string) bool {
 			continue
 		}
 		for _, sl := range ch.Status.Updating {
-			if a.isServerNode(ctx, sl.Node) {
+			if ctl.isServerNode(ctx, sl.Node) {
 				return true
 			}
 		}
@@ -55,14 +55,14 @@ func serverWaits(st v1.UpdateChannelStatus, mine []plan.Node, target string) boo
 
 // isServerNode tells whether node is a control-plane or etcd node, from
 // the controller's Node metadata (a GET when its cache lacks it).
-func (a *Agent) isServerNode(ctx context.Context, node string) bool {
-	if a.nodeMeta != nil {
-		if o, ok, _ := a.nodeMeta.GetByKey(node); ok {
+func (ctl *Controller) isServerNode(ctx context.Context, node string) bool {
+	if ctl.nodeMeta != nil {
+		if o, ok, _ := ctl.nodeMeta.GetByKey(node); ok {
 			if m, ok := o.(*metav1.PartialObjectMetadata); ok {
 				return plan.Server(plan.Node{Labels: m.Labels})
 			}
 		}
 	}
-	n, err := a.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	n, err := ctl.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	return err == nil && plan.Server(plan.Node{Labels: n.Labels})
 }

@@ -1,4 +1,4 @@
-package agent
+package controller
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/protocol"
 )
 
@@ -47,7 +48,7 @@ type checksAhead struct {
 // eligible). A node that cannot be checked now is left out: it takes no
 // slot this time. The ahead nodes next in line are then checked in the
 // background (checkAhead).
-func (a *Agent) checkBehind(ctx context.Context, fc *fleetCache, channel string, st v1.UpdateChannelStatus, behind []plan.Node, startable map[string]bool,
+func (ctl *Controller) checkBehind(ctx context.Context, fc *fleetCache, channel string, st v1.UpdateChannelStatus, behind []plan.Node, startable map[string]bool,
 	free, ahead int, target string) map[string]*v1.SkippedNode {
 	out := map[string]*v1.SkippedNode{}
 	found := 0
@@ -70,14 +71,14 @@ func (a *Agent) checkBehind(ctx context.Context, fc *fleetCache, channel string,
 				budget--
 			}
 		}
-		for name, skip := range a.checkAll(ctx, fc, batch) {
+		for name, skip := range ctl.checkAll(ctx, fc, batch) {
 			out[name] = skip
 			if skip == nil && startable[name] {
 				found++
 			}
 		}
 	}
-	a.checkAhead(ctx, fc, channel, nextInLine(behind, out, startable, ahead))
+	ctl.checkAhead(ctx, fc, channel, nextInLine(behind, out, startable, ahead))
 	return out
 }
 
@@ -100,13 +101,13 @@ func nextInLine(behind []plan.Node, checked map[string]*v1.SkippedNode, startabl
 // is missing or older than half the resync period (so that it is still
 // fresh when their slot comes); the channel's next pass takes the results
 // (takeChecksAhead).
-func (a *Agent) checkAhead(ctx context.Context, fc *fleetCache, channel string, nodes []string) {
+func (ctl *Controller) checkAhead(ctx context.Context, fc *fleetCache, channel string, nodes []string) {
 	now := time.Now()
-	ca := &a.ahead
+	ca := &ctl.ahead
 	ca.mu.Lock()
 	defer ca.mu.Unlock()
 	for _, n := range nodes {
-		if c, hit := fc.checks[n]; hit && now.Sub(c.at) < a.opts.Resync/2 || ca.underWay[n] {
+		if c, hit := fc.checks[n]; hit && now.Sub(c.at) < ctl.opts.Resync/2 || ca.underWay[n] {
 			continue
 		}
 		if _, waiting := ca.done[channel][n]; waiting { // done, not taken yet by a pass
@@ -118,7 +119,7 @@ func (a *Agent) checkAhead(ctx context.Context, fc *fleetCache, channel string, 
 		ca.underWay[n] = true
 		go func() {
 			ca.slots <- struct{}{}
-			c := a.check(ctx, n)
+			c := ctl.check(ctx, n)
 			<-ca.slots
 			ca.mu.Lock()
 			defer ca.mu.Unlock()
@@ -142,8 +143,8 @@ func (ca *checksAhead) forget(channel string) {
 }
 
 // takeChecksAhead puts the checks made ahead for channel into fc.
-func (a *Agent) takeChecksAhead(fc *fleetCache, channel string) {
-	ca := &a.ahead
+func (ctl *Controller) takeChecksAhead(fc *fleetCache, channel string) {
+	ca := &ctl.ahead
 	ca.mu.Lock()
 	defer ca.mu.Unlock()
 	if len(ca.done[channel]) == 0 {
@@ -166,12 +167,12 @@ const checkConcurrency = 8
 // checkAll returns the checks of nodes: from the cache when younger than
 // the resync period, else read now, several at once. A node that cannot be
 // read is left out: it takes no slot this time.
-func (a *Agent) checkAll(ctx context.Context, fc *fleetCache, nodes []string) map[string]*v1.SkippedNode {
+func (ctl *Controller) checkAll(ctx context.Context, fc *fleetCache, nodes []string) map[string]*v1.SkippedNode {
 	out := map[string]*v1.SkippedNode{}
 	now := time.Now()
 	var stale []string
 	for _, n := range nodes {
-		if c, hit := fc.checks[n]; hit && now.Sub(c.at) < a.opts.Resync {
+		if c, hit := fc.checks[n]; hit && now.Sub(c.at) < ctl.opts.Resync {
 			out[n] = c.skip
 		} else {
 			stale = append(stale, n)
@@ -185,7 +186,7 @@ func (a *Agent) checkAll(ctx context.Context, fc *fleetCache, nodes []string) ma
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			results[i] = a.check(ctx, n)
+			results[i] = ctl.check(ctx, n)
 		}()
 	}
 	wg.Wait()
@@ -202,29 +203,29 @@ func (a *Agent) checkAll(ctx context.Context, fc *fleetCache, nodes []string) ma
 }
 
 // check reads node's Node and its agent's heartbeat; nil when either cannot be read.
-func (a *Agent) check(ctx context.Context, node string) *checked {
-	n, err := a.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+func (ctl *Controller) check(ctx context.Context, node string) *checked {
+	n, err := ctl.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
-		a.log.Debug("cannot check node; it takes no slot this time", "node", node, "err", err)
+		ctl.log.Debug("cannot check node; it takes no slot this time", "node", node, "err", err)
 		return nil
 	}
-	renewed, err := a.agentRenewed(ctx, node)
+	renewed, err := ctl.agentRenewed(ctx, node)
 	if err != nil {
-		a.log.Debug("cannot read the node's agent heartbeat; it takes no slot this time", "node", node, "err", err)
+		ctl.log.Debug("cannot read the node's agent heartbeat; it takes no slot this time", "node", node, "err", err)
 		return nil
 	}
-	ready, _ := nodeReady(n)
+	ready, _ := process.NodeReady(n)
 	now := time.Now()
 	skip := plan.Skip(node, plan.Health{Ready: ready, Unschedulable: n.Spec.Unschedulable, CordonedBy: drain.CordonedBy(n.Annotations),
-		AgentRenewed: renewed, AgentTTL: a.agentTTL()}, protocol.CordonOwner, now)
+		AgentRenewed: renewed, AgentTTL: ctl.agentTTL()}, protocol.CordonOwner, now)
 	return &checked{at: now, skip: skip}
 }
 
 // forgetChecks drops the cached checks older than the resync period.
-func (a *Agent) forgetChecks(fc *fleetCache) {
+func (ctl *Controller) forgetChecks(fc *fleetCache) {
 	now := time.Now()
 	for n, c := range fc.checks {
-		if now.Sub(c.at) >= a.opts.Resync {
+		if now.Sub(c.at) >= ctl.opts.Resync {
 			delete(fc.checks, n)
 		}
 	}
