@@ -45,7 +45,7 @@ func (a *Agent) observeBeside(sc *stepCtx, node *corev1.Node, o *plan.Observed) 
 // slot's version staged ahead, a first attempt).
 func (a *Agent) activates(sc *stepCtx) bool {
 	if j := a.job(protocol.SlotJobName(sc.ch.UID, sc.slot)); j != nil {
-		return jobArg(j, phaseFlag) == phaseActivate
+		return protocol.JobArg(j, phaseFlag) == phaseActivate
 	}
 	return a.activateOnly(sc.slot)
 }

@@ -7,6 +7,7 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // How the upgrade Job reaches its channel: a GitHub channel's Job reads
@@ -25,7 +26,7 @@ func jobSource(ch *v1.UpdateChannel, version string, spec *corev1.PodSpec) {
 		return
 	}
 	c := &spec.Containers[0]
-	source := argAfterFlag(c.Args, "--source")
+	source := protocol.ArgAfterFlag(c.Args, "--source")
 	if r := ch.Status.Resolved; r != nil && r.Version == version && strings.HasPrefix(source, plan.GitHubScheme) && r.Source != "" {
 		setArg(c.Args, "--source", r.Source)
 	}

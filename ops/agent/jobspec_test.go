@@ -54,11 +54,11 @@ func TestStagingJobs(t *testing.T) {
 	a, ch, s := jobTestAgent(t)
 	p := v1.StagePermit{Node: "n1", Version: "v2", Since: metav1.NewTime(time.Unix(1e9, 0))}
 	stage := a.buildStageJob(ch, s, p, 2)
-	if args := stage.Spec.Template.Spec.Containers[0].Args; argAfterFlag(args, "--phase") != "stage" || argAfterFlag(args, "--version") != "v2" {
+	if args := stage.Spec.Template.Spec.Containers[0].Args; protocol.ArgAfterFlag(args, "--phase") != "stage" || protocol.ArgAfterFlag(args, "--version") != "v2" {
 		t.Errorf("staging args %v", args)
 	}
-	if stage.Annotations[protocol.AnnotationJobAction] != jobActionStage || stage.Annotations[protocol.AnnotationJobPermitSince] != permitSince(p) ||
-		stage.Spec.Template.Annotations[protocol.AnnotationJobAction] != jobActionStage {
+	if stage.Annotations[protocol.AnnotationJobAction] != protocol.JobActionStage || stage.Annotations[protocol.AnnotationJobPermitSince] != permitSince(p) ||
+		stage.Spec.Template.Annotations[protocol.AnnotationJobAction] != protocol.JobActionStage {
 		t.Errorf("staging Job annotations %v", stage.Annotations)
 	}
 	if stage.Name == StageJobName("u1", p, 1) || stage.Name == protocol.SlotJobName("u1", v1.Slot{Node: "n1", Version: "v2", Attempt: 2, Since: p.Since}) {

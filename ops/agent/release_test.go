@@ -17,7 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/fleettest"
 	"slipway.dev/slipway/ops/manifest"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // TestJobSourceSpec: what the upgrade Job carries for each kind of channel.
@@ -44,7 +46,7 @@ func TestJobSourceSpec(t *testing.T) {
 				Spec: v1.UpdateChannelSpec{URL: tc.url, Version: "v2", TokenSecretRef: tc.token}, Status: v1.UpdateChannelStatus{Resolved: tc.resolved}}
 			j := a.buildJob(ch, mustResolve(ch), v1.Slot{Node: "n1", Version: "v2", Attempt: 1})
 			c := j.Spec.Template.Spec.Containers[0]
-			if got := argAfterFlag(c.Args, "--source"); got != tc.wantSource {
+			if got := protocol.ArgAfterFlag(c.Args, "--source"); got != tc.wantSource {
 				t.Errorf("--source %q, want %q", got, tc.wantSource)
 			}
 			var env *corev1.EnvVar
@@ -123,20 +125,20 @@ func TestReleaseResolvedOncePerRollout(t *testing.T) {
 	defer srv.Close()
 	const token = "s3cr3t-token-for-test"
 	f := newFleet(t, 3, func(o *Options) { o.GitHubBaseURL = srv.URL + "/" })
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gh", Namespace: f.ns}, Data: map[string][]byte{"token": []byte(token)}}
-	if _, err := f.kube.CoreV1().Secrets(f.ns).Create(context.Background(), sec, metav1.CreateOptions{}); err != nil {
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gh", Namespace: f.NS}, Data: map[string][]byte{"token": []byte(token)}}
+	if _, err := f.Kube.CoreV1().Secrets(f.NS).Create(context.Background(), sec, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Issue 21 item 6: as the shipped manifest's ServiceAccount, the token
 	// Secret named by the manifest is readable (and no other).
-	f.asServiceAccount(manifest.Options{TokenSecrets: []string{"gh"}, GitHubDownloadBase: "https://github.example/", ReleaseSources: []string{"github-releases://o/r"}})
+	f.AsServiceAccount(manifest.Options{TokenSecrets: []string{"gh"}, GitHubDownloadBase: "https://github.example/", ReleaseSources: []string{"github-releases://o/r"}})
 	for i := range 3 {
-		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
+		f.Start(fmt.Sprintf("%s-n%d", f.NS, i))
 	}
-	f.channel(v1.UpdateChannelSpec{URL: "github-releases://o/r", Version: "v2", Concurrency: 2, RebootDelay: zeroDelay(),
-		NodeSelector: selectFleet(f), TokenSecretRef: &v1.SecretKeyRef{Name: "gh"}})
-	ch := f.waitFor("all nodes at v2", 2*time.Minute, done(3))
-	f.assertAllAt("v2")
+	f.Channel(v1.UpdateChannelSpec{URL: "github-releases://o/r", Version: "v2", Concurrency: 2, RebootDelay: fleettest.ZeroDelay(),
+		NodeSelector: f.Selector(), TokenSecretRef: &v1.SecretKeyRef{Name: "gh"}})
+	ch := f.WaitFor("all nodes at v2", 2*time.Minute, fleettest.Done(3))
+	f.AssertAllAt("v2")
 	api.mu.Lock()
 	releases, auth := api.releases, api.auth
 	api.mu.Unlock()
@@ -146,13 +148,13 @@ func TestReleaseResolvedOncePerRollout(t *testing.T) {
 	if r := ch.Status.Resolved; r == nil || r.Version != "v2" || r.Source != "https://github.example/o/r/releases" {
 		t.Errorf("status.resolved = %+v", r)
 	}
-	jobs, err := f.kube.BatchV1().Jobs(f.ns).List(context.Background(), metav1.ListOptions{})
+	jobs, err := f.Kube.BatchV1().Jobs(f.NS).List(context.Background(), metav1.ListOptions{})
 	if err != nil || len(jobs.Items) < 3 { // the upgrade Jobs, and the staging Jobs before them
 		t.Fatalf("jobs: %v, %d", err, len(jobs.Items))
 	}
 	for _, j := range jobs.Items {
 		c := j.Spec.Template.Spec.Containers[0]
-		if got := argAfterFlag(c.Args, "--source"); got != "https://github.example/o/r/releases" {
+		if got := protocol.ArgAfterFlag(c.Args, "--source"); got != "https://github.example/o/r/releases" {
 			t.Errorf("job %s reads %s, not the resolved release", j.Name, got)
 		}
 		if len(c.Env) != 1 || c.Env[0].ValueFrom == nil || c.Env[0].ValueFrom.SecretKeyRef.Name != "gh" {
@@ -162,10 +164,10 @@ func TestReleaseResolvedOncePerRollout(t *testing.T) {
 			t.Errorf("job %s holds the token", j.Name)
 		}
 	}
-	if b, _ := json.Marshal(f.get()); strings.Contains(string(b), token) {
+	if b, _ := json.Marshal(f.Get()); strings.Contains(string(b), token) {
 		t.Error("the channel holds the token")
 	}
-	if b, _ := os.ReadFile(filepath.Join(f.root, "agents.log")); strings.Contains(string(b), token) || len(b) == 0 {
+	if b, _ := os.ReadFile(filepath.Join(f.Root, "agents.log")); strings.Contains(string(b), token) || len(b) == 0 {
 		t.Errorf("the agents' log holds the token (or is empty: %d bytes)", len(b))
 	}
 }

@@ -27,12 +27,6 @@ import (
 // no longer the target is removed by a pruning Job (`ops prune`).
 // plan.NextStage decides; one short function per step.
 
-// Job actions (protocol.AnnotationJobAction) of the staging and pruning Jobs.
-const (
-	jobActionStage = "stage"
-	jobActionPrune = "prune"
-)
-
 // syncStage carries out the next staging step for channel ch, which this
 // node follows; inSlot says the slot's upgrade owns the system directory.
 func (a *Agent) syncStage(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, inSlot bool) error {
@@ -217,7 +211,7 @@ func (a *Agent) stagingBusy() bool {
 	}
 	for _, o := range a.jobs.List() {
 		j, ok := o.(*batchv1.Job)
-		if ok && j.Annotations[protocol.AnnotationJobNode] == a.opts.NodeName && slices.Contains([]string{jobActionStage, jobActionPrune}, j.Annotations[protocol.AnnotationJobAction]) && !a.jobDone(j) {
+		if ok && j.Annotations[protocol.AnnotationJobNode] == a.opts.NodeName && slices.Contains([]string{protocol.JobActionStage, protocol.JobActionPrune}, j.Annotations[protocol.AnnotationJobAction]) && !a.jobDone(j) {
 			return true
 		}
 	}
@@ -234,7 +228,7 @@ func (a *Agent) stageFailures(p v1.StagePermit) int {
 	n := 0
 	for _, o := range a.jobs.List() {
 		j, ok := o.(*batchv1.Job)
-		if !ok || j.Annotations[protocol.AnnotationJobAction] != jobActionStage || j.Annotations[protocol.AnnotationJobNode] != a.opts.NodeName ||
+		if !ok || j.Annotations[protocol.AnnotationJobAction] != protocol.JobActionStage || j.Annotations[protocol.AnnotationJobNode] != a.opts.NodeName ||
 			j.Annotations[protocol.AnnotationJobPermitSince] != permitSince(p) || j.Annotations[protocol.AnnotationJobVersion] != p.Version {
 			continue
 		}

@@ -35,7 +35,7 @@ const (
 func (a *Agent) buildStageJob(ch *v1.UpdateChannel, s plan.Settings, p v1.StagePermit, attempt int) *batchv1.Job {
 	j := a.buildJob(ch, s, v1.Slot{Node: a.opts.NodeName, Version: p.Version, Attempt: attempt, Since: p.Since})
 	j.Name = StageJobName(string(ch.UID), p, attempt)
-	setJobAnnotations(j, map[string]string{protocol.AnnotationJobAction: jobActionStage, protocol.AnnotationJobPermitSince: permitSince(p),
+	setJobAnnotations(j, map[string]string{protocol.AnnotationJobAction: protocol.JobActionStage, protocol.AnnotationJobPermitSince: permitSince(p),
 		protocol.AnnotationJobAttempt: strconv.Itoa(attempt)})
 	c := &j.Spec.Template.Spec.Containers[0]
 	c.Name, c.Args = "stage", append(c.Args, phaseFlag, phaseStage)
@@ -48,7 +48,7 @@ func (a *Agent) buildPruneJob(ch *v1.UpdateChannel, s plan.Settings, name, keep 
 	s.UpgradeTimeout = rollbackTimeout
 	j := a.buildJob(ch, s, v1.Slot{Node: a.opts.NodeName, Version: keep})
 	j.Name = name
-	setJobAnnotations(j, map[string]string{protocol.AnnotationJobAction: jobActionPrune})
+	setJobAnnotations(j, map[string]string{protocol.AnnotationJobAction: protocol.JobActionPrune})
 	c := &j.Spec.Template.Spec.Containers[0]
 	c.Name, c.Args = "prune", pruneArgs(c.Args, keep)
 	return j
@@ -59,7 +59,7 @@ func (a *Agent) buildPruneJob(ch *v1.UpdateChannel, s plan.Settings, name, keep 
 func pruneArgs(upgradeArgs []string, keep string) []string {
 	args := []string{"ops", "prune"}
 	for _, flag := range []string{"--system-dir", "--lock-file"} {
-		if v := argAfterFlag(upgradeArgs, flag); v != "" {
+		if v := protocol.ArgAfterFlag(upgradeArgs, flag); v != "" {
 			args = append(args, flag, v)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/fleettest"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
 )
@@ -25,21 +26,21 @@ func TestControllerHandover(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 3, nil)
 	for i := range 3 {
-		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
+		f.Start(fmt.Sprintf("%s-n%d", f.NS, i))
 	}
 	off := false // the drain is the controller's: without one the node goes on alone
-	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: zeroDelay(), NodeSelector: selectFleet(f),
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector(),
 		Drain: &v1.DrainSpec{Enabled: &off}})
-	ch := f.waitFor("a slot granted", time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 1 })
+	ch := f.WaitFor("a slot granted", time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 1 })
 	slot := ch.Status.Updating[0]
-	f.waitNode(t, slot.Node, "its slot shown on its Node (its channel view)", func(n *corev1.Node) bool {
+	f.WaitNode(t, slot.Node, "its slot shown on its Node (its channel view)", func(n *corev1.Node) bool {
 		v, err := protocol.ParseView(n.Annotations[protocol.ViewKey(ch.UID)])
 		return err == nil && v.Slot != nil && plan.SameSlot(*v.Slot, slot)
 	})
-	f.stopController()
+	f.StopController()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		n, err := f.kube.CoreV1().Nodes().Get(context.Background(), slot.Node, metav1.GetOptions{})
+		n, err := f.Kube.CoreV1().Nodes().Get(context.Background(), slot.Node, metav1.GetOptions{})
 		if err == nil && strings.Contains(n.Annotations[protocol.AnnotationSlotReport], `"outcome":"`+protocol.OutcomeSucceeded+`"`) {
 			break
 		}
@@ -48,10 +49,10 @@ func TestControllerHandover(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if ch := f.get(); plan.FindSlot(ch.Status, slot.Node) < 0 {
+	if ch := f.Get(); plan.FindSlot(ch.Status, slot.Node) < 0 {
 		t.Fatalf("the slot of %s left the status with no controller running: %+v", slot.Node, ch.Status.Updating)
 	}
-	f.startController()
-	f.waitFor("every node at v2 after the handover", 2*time.Minute, done(3))
-	f.assertAllAt("v2")
+	f.StartController()
+	f.WaitFor("every node at v2 after the handover", 2*time.Minute, fleettest.Done(3))
+	f.AssertAllAt("v2")
 }

@@ -39,7 +39,7 @@ func TestCordonMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a := &Agent{opts: Options{Namespace: "ns"}, nodeMeta: nodes, channels: opslisters.NewUpdateChannelLister(channels)}
+	a := &Controller{opts: Options{Namespace: "ns"}, nodeMeta: nodes, channels: opslisters.NewUpdateChannelLister(channels)}
 	m := newCordonMetrics(a)
 	if n := testutil.CollectAndCount(m); n != 0 {
 		t.Errorf("a replica without the Lease reports %d series, want none", n)

@@ -15,6 +15,7 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/internal/fleettest"
 	"slipway.dev/slipway/ops/protocol"
 )
 
@@ -27,8 +28,8 @@ import (
 func TestControllerKilledMidDrain(t *testing.T) {
 	t.Parallel()
 	spec := func(f *fleet) v1.UpdateChannelSpec {
-		return v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
-			Drain: &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 2 * time.Minute}}, NodeSelector: selectFleet(f)}
+		return v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
+			Drain: &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 2 * time.Minute}}, NodeSelector: f.Selector()}
 	}
 	cordoned := func(n *corev1.Node) bool {
 		return n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == protocol.CordonOwner
@@ -36,39 +37,39 @@ func TestControllerKilledMidDrain(t *testing.T) {
 	t.Run("the next replica finishes the drain", func(t *testing.T) {
 		t.Parallel()
 		f := newFleet(t, 1, nil)
-		node := f.ns + "-n0"
-		f.blockEviction(t, node)
-		f.start(node)
-		f.channel(spec(f))
-		f.waitNode(t, node, "cordoned by the controller's drain", cordoned)
-		f.stopController()
-		f.startReplica("replica-2")
-		if err := f.kube.PolicyV1().PodDisruptionBudgets(f.ns).Delete(context.Background(), "guarded", metav1.DeleteOptions{}); err != nil {
+		node := f.NS + "-n0"
+		f.BlockEviction(t, node)
+		f.Start(node)
+		f.Channel(spec(f))
+		f.WaitNode(t, node, "cordoned by the controller's drain", cordoned)
+		f.StopController()
+		f.StartReplica("replica-2")
+		if err := f.Kube.PolicyV1().PodDisruptionBudgets(f.NS).Delete(context.Background(), "guarded", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		f.podGoesWhenEvicted(t, "guarded")
-		f.waitFor("the node upgraded", 2*time.Minute, func(ch *v1.UpdateChannel) bool {
+		f.WaitFor("the node upgraded", 2*time.Minute, func(ch *v1.UpdateChannel) bool {
 			return ch.Status.Counts.UpToDate == 1 && len(ch.Status.Updating) == 0
 		})
-		f.waitNode(t, node, "uncordoned at v2", func(n *corev1.Node) bool {
+		f.WaitNode(t, node, "uncordoned at v2", func(n *corev1.Node) bool {
 			return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Labels[protocol.LabelRootfsVersion] == "v2"
 		})
 	})
 	t.Run("the next replica uncordons a node whose slot went", func(t *testing.T) {
 		t.Parallel()
 		f := newFleet(t, 1, nil)
-		node := f.ns + "-n0"
-		f.blockEviction(t, node)
-		f.start(node)
-		f.channel(spec(f))
-		f.waitNode(t, node, "cordoned by the controller's drain", cordoned)
-		f.stopController()
-		f.stop(node) // no agent either: only the controller can lift its cordon
-		if err := f.ops.OpsV1().UpdateChannels(f.ns).Delete(context.Background(), "default", metav1.DeleteOptions{}); err != nil {
+		node := f.NS + "-n0"
+		f.BlockEviction(t, node)
+		f.Start(node)
+		f.Channel(spec(f))
+		f.WaitNode(t, node, "cordoned by the controller's drain", cordoned)
+		f.StopController()
+		f.Stop(node) // no agent either: only the controller can lift its cordon
+		if err := f.Ops.OpsV1().UpdateChannels(f.NS).Delete(context.Background(), "default", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		f.startReplica("replica-2")
-		f.waitNode(t, node, "uncordoned by the next replica", func(n *corev1.Node) bool {
+		f.StartReplica("replica-2")
+		f.WaitNode(t, node, "uncordoned by the next replica", func(n *corev1.Node) bool {
 			return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Annotations[protocol.AnnotationDrainStarted] == ""
 		})
 	})
@@ -82,25 +83,25 @@ func TestControllerKilledMidDrain(t *testing.T) {
 func TestDrainLeavesTheController(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
-	node := f.ns + "-n0"
+	node := f.NS + "-n0"
 	ctl := f.runningPod(t, node, "slipway-controller-7d4b9-x2x9z", map[string]string{"app.kubernetes.io/name": protocol.ControllerApp})
 	f.runningPod(t, node, "web-5c6f8-abcde", map[string]string{"app": "web"})
-	f.start(node)
-	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
-		Drain: &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 2 * time.Minute}}, NodeSelector: selectFleet(f)})
+	f.Start(node)
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
+		Drain: &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 2 * time.Minute}}, NodeSelector: f.Selector()})
 	kept := func() {
-		p, err := f.kube.CoreV1().Pods(f.ns).Get(context.Background(), ctl, metav1.GetOptions{})
+		p, err := f.Kube.CoreV1().Pods(f.NS).Get(context.Background(), ctl, metav1.GetOptions{})
 		if err != nil || p.DeletionTimestamp != nil {
 			t.Fatalf("the drain evicted the controller's own pod %s (err %v)", ctl, err)
 		}
 	}
 	f.podGoesWhenEvicted(t, "web-5c6f8-abcde")
 	kept()
-	f.waitFor("the node upgraded", 2*time.Minute, func(ch *v1.UpdateChannel) bool {
+	f.WaitFor("the node upgraded", 2*time.Minute, func(ch *v1.UpdateChannel) bool {
 		kept()
 		return ch.Status.Counts.UpToDate == 1 && len(ch.Status.Updating) == 0
 	})
-	f.waitNode(t, node, "uncordoned at v2", func(n *corev1.Node) bool {
+	f.WaitNode(t, node, "uncordoned at v2", func(n *corev1.Node) bool {
 		return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Labels[protocol.LabelRootfsVersion] == "v2"
 	})
 	kept()
@@ -111,25 +112,25 @@ func TestDrainLeavesTheController(t *testing.T) {
 func (f *fleet) runningPod(t *testing.T, node, name string, labels map[string]string) string {
 	t.Helper()
 	ctx := context.Background()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: f.ns}}
-	if _, err := f.kube.CoreV1().ServiceAccounts(f.ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: f.NS}}
+	if _, err := f.Kube.CoreV1().ServiceAccounts(f.NS).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err) // no controller-manager creates it here
 	}
 	yes := true
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Labels: labels,
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.NS, Labels: labels,
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name, UID: types.UID("replicaset-of-" + name), Controller: &yes}}},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/fake"}}}}
-	p, err := f.kube.CoreV1().Pods(f.ns).Create(ctx, pod, metav1.CreateOptions{})
+	p, err := f.Kube.CoreV1().Pods(f.NS).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Status.Phase = corev1.PodRunning
-	if _, err := f.kube.CoreV1().Pods(f.ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+	if _, err := f.Kube.CoreV1().Pods(f.NS).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		zero := int64(0)
-		_ = f.kube.CoreV1().Pods(f.ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		_ = f.Kube.CoreV1().Pods(f.NS).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	})
 	return name
 }
@@ -141,7 +142,7 @@ func (f *fleet) podGoesWhenEvicted(t *testing.T, pod string) {
 	ctx := context.Background()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		p, err := f.kube.CoreV1().Pods(f.ns).Get(ctx, pod, metav1.GetOptions{})
+		p, err := f.Kube.CoreV1().Pods(f.NS).Get(ctx, pod, metav1.GetOptions{})
 		if err == nil && p.DeletionTimestamp != nil {
 			break
 		}
@@ -151,7 +152,7 @@ func (f *fleet) podGoesWhenEvicted(t *testing.T, pod string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	zero := int64(0)
-	if err := f.kube.CoreV1().Pods(f.ns).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+	if err := f.Kube.CoreV1().Pods(f.NS).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -163,13 +164,13 @@ func (f *fleet) podGoesWhenEvicted(t *testing.T, pod string) {
 func TestEachSlotDrainedOnce(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 3, nil)
-	nodes := []string{f.ns + "-n0", f.ns + "-n1", f.ns + "-n2"}
+	nodes := []string{f.NS + "-n0", f.NS + "-n1", f.NS + "-n2"}
 	for _, n := range nodes {
-		f.start(n)
+		f.Start(n)
 	}
-	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 3, RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)})
-	f.waitFor("all nodes at v2", 2*time.Minute, done(3))
-	f.assertAllAt("v2")
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 3, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
+	f.WaitFor("all nodes at v2", 2*time.Minute, fleettest.Done(3))
+	f.AssertAllAt("v2")
 	time.Sleep(time.Second) // a drain started again by the last marking pass would log by now
 	for _, n := range nodes {
 		if got := f.drainsLogged(n); got != 1 {
@@ -181,9 +182,9 @@ func TestEachSlotDrainedOnce(t *testing.T) {
 // drainsLogged counts the drains the controller began on node (its
 // "draining" log lines).
 func (f *fleet) drainsLogged(node string) int {
-	b, err := os.ReadFile(filepath.Join(f.root, "agents.log"))
+	b, err := os.ReadFile(filepath.Join(f.Root, "agents.log"))
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	n := 0
 	for _, line := range strings.Split(string(b), "\n") {

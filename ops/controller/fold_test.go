@@ -9,7 +9,7 @@ import (
 )
 
 func TestForgetNode(t *testing.T) {
-	a := &Agent{viewWrites: map[string]viewsWritten{"gone": {rv: "7"}, "late": {rv: "8"}, "stays": {rv: "9"}},
+	a := &Controller{viewWrites: map[string]viewsWritten{"gone": {rv: "7"}, "late": {rv: "8"}, "stays": {rv: "9"}},
 		claims: map[string]time.Time{"gone": time.Now(), "late": time.Now(), "stays": time.Now()}}
 	a.forgetNode(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "gone"}})
 	a.forgetNode(cache.DeletedFinalStateUnknown{Key: "late", Obj: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "late"}}}) // a delete the watch missed

@@ -38,7 +38,7 @@ func TestNextInLine(t *testing.T) {
 // pass asks for the nodes next in line until one frees a slot), and a
 // deleted channel's checks are dropped with the rest of its memory.
 func TestChecksAheadNotRepeatedAndForgotten(t *testing.T) {
-	a := &Agent{opts: Options{Resync: time.Minute}}
+	a := &Controller{opts: Options{Resync: time.Minute}}
 	ca := &a.ahead
 	ca.underWay, ca.slots = map[string]bool{}, make(chan struct{}, 1)
 	ca.done = map[string]map[string]checked{"c": {"n1": {at: time.Now()}}}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/fleettest"
 )
 
 // memoryRecorder keeps every agent's reports to ops/agentmem, by node.
@@ -45,10 +46,10 @@ func TestLeaseHolderReleasesTheHeap(t *testing.T) {
 	rec := recordMemoryReports(t)
 	f := newFleet(t, nodes, nil)
 	for i := range nodes {
-		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
+		f.Start(fmt.Sprintf("%s-n%d", f.NS, i))
 	}
-	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)})
-	f.waitFor("every node at v2", 2*time.Minute, done(nodes))
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
+	f.WaitFor("every node at v2", 2*time.Minute, fleettest.Done(nodes))
 	if rec.totalBursts() == 0 {
 		t.Errorf("the Lease holder never asked for the heap to be handed back after its fleet view's work")
 	}

@@ -20,15 +20,15 @@ import (
 func TestWedgedControllerFailsHealthz(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
-	f.stopController() // this test runs its own
-	a, err := newController(ControllerOptions{Identity: "probe-" + f.ns, Namespace: f.ns, Config: env.Config, LoopAllowance: 2 * time.Second,
-		LeaseDuration: 3 * time.Second, Log: slog.New(slog.NewTextHandler(f.logFile(), nil))})
+	f.StopController() // this test runs its own
+	a, err := newController(Options{Identity: "probe-" + f.NS, Namespace: f.NS, Config: env.Config, LoopAllowance: 2 * time.Second,
+		LeaseDuration: 3 * time.Second, Log: slog.New(slog.NewTextHandler(f.LogFile(), nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- a.runController(ctx) }()
+	go func() { done <- a.run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	var srv *httptest.Server
 	status := func(path string) int {
@@ -62,7 +62,7 @@ func TestWedgedControllerFailsHealthz(t *testing.T) {
 	a.mu.Lock() // the next sync of a channel's fleet view blocks on it: the worker is wedged
 	unwedge := sync.OnceFunc(a.mu.Unlock)
 	t.Cleanup(unwedge) // before the controller stops (cleanups run last first)
-	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", NodeSelector: selectFleet(f)})
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", NodeSelector: f.Selector()})
 	wait("wedged", "/healthz", http.StatusServiceUnavailable)
 	if got := status("/readyz"); got != http.StatusOK {
 		t.Errorf("/readyz of a wedged controller %d, want 200: its informers are synced", got)

@@ -12,6 +12,7 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/internal/fleettest"
 	"slipway.dev/slipway/ops/protocol"
 )
 
@@ -21,17 +22,17 @@ import (
 func TestServersOneAtATimeFirst(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 5, nil)
-	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.ns, i) }
+	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.NS, i) }
 	servers := map[string]bool{n(3): true, n(4): true}
 	for node, role := range map[string]string{n(3): "node-role.kubernetes.io/control-plane", n(4): "node-role.kubernetes.io/etcd"} {
 		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, role)
-		if _, err := f.kube.CoreV1().Nodes().Patch(context.Background(), node, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+		if _, err := f.Kube.CoreV1().Nodes().Patch(context.Background(), node, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w, err := f.ops.OpsV1().UpdateChannels(f.ns).Watch(ctx, metav1.ListOptions{})
+	w, err := f.Ops.OpsV1().UpdateChannels(f.NS).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,11 +67,11 @@ func TestServersOneAtATimeFirst(t *testing.T) {
 		}
 	}()
 	for i := range 5 {
-		f.start(n(i))
+		f.Start(n(i))
 	}
-	f.agentsUp(n(0), n(1), n(2), n(3), n(4))
-	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 4, RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)})
-	f.waitFor("all five at v2", 2*time.Minute, done(5))
+	f.AgentsUp(n(0), n(1), n(2), n(3), n(4))
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 4, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
+	f.WaitFor("all five at v2", 2*time.Minute, fleettest.Done(5))
 	cancel()
 	mu.Lock()
 	defer mu.Unlock()
@@ -83,7 +84,7 @@ func TestServersOneAtATimeFirst(t *testing.T) {
 	if maxWorkers < 2 {
 		t.Errorf("the other nodes never upgraded side by side (most at once %d): concurrency 4 must apply to them", maxWorkers)
 	}
-	f.assertAllAt("v2")
+	f.AssertAllAt("v2")
 }
 
 // TestOneServerDownAcrossChannels (issue 21 item 7): a canary channel
@@ -92,21 +93,21 @@ func TestServersOneAtATimeFirst(t *testing.T) {
 func TestOneServerDownAcrossChannels(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 4, nil)
-	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.ns, i) }
+	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.NS, i) }
 	servers := map[string]bool{n(0): true, n(1): true}
 	for i, ch := range []string{"main", "canary", "main", "canary"} {
 		labels := fmt.Sprintf(`"slipway.dev/channel":%q`, ch)
 		if servers[n(i)] {
 			labels += `,"node-role.kubernetes.io/control-plane":"true"`
 		}
-		if _, err := f.kube.CoreV1().Nodes().Patch(context.Background(), n(i), "application/merge-patch+json",
+		if _, err := f.Kube.CoreV1().Nodes().Patch(context.Background(), n(i), "application/merge-patch+json",
 			[]byte(`{"metadata":{"labels":{`+labels+`}}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w, err := f.kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: "fleet=" + f.ns})
+	w, err := f.Kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: "fleet=" + f.NS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,22 +132,22 @@ func TestOneServerDownAcrossChannels(t *testing.T) {
 		}
 	}()
 	for i := range 4 {
-		f.start(n(i))
+		f.Start(n(i))
 	}
 	spec := func(channel string) v1.UpdateChannelSpec {
 		return v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: &metav1.Duration{Duration: 2 * time.Second},
-			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns, "slipway.dev/channel": channel}}}
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS, "slipway.dev/channel": channel}}}
 	}
-	f.channel(spec("main"))
-	canary := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "canary", Namespace: f.ns}, Spec: spec("canary")}
-	if _, err := f.ops.OpsV1().UpdateChannels(f.ns).Create(context.Background(), canary, metav1.CreateOptions{}); err != nil {
+	f.Channel(spec("main"))
+	canary := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "canary", Namespace: f.NS}, Spec: spec("canary")}
+	if _, err := f.Ops.OpsV1().UpdateChannels(f.NS).Create(context.Background(), canary, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor("the main channel's two nodes at v2", 2*time.Minute, done(2))
+	f.WaitFor("the main channel's two nodes at v2", 2*time.Minute, fleettest.Done(2))
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		c, err := f.ops.OpsV1().UpdateChannels(f.ns).Get(context.Background(), "canary", metav1.GetOptions{})
-		if err == nil && done(2)(c) {
+		c, err := f.Ops.OpsV1().UpdateChannels(f.NS).Get(context.Background(), "canary", metav1.GetOptions{})
+		if err == nil && fleettest.Done(2)(c) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -160,5 +161,5 @@ func TestOneServerDownAcrossChannels(t *testing.T) {
 	if most != 1 {
 		t.Errorf("at most %d server nodes were cordoned at once across the two channels, want 1", most)
 	}
-	f.assertAllAt("v2")
+	f.AssertAllAt("v2")
 }

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -75,20 +73,4 @@ func SlotSince(s v1.Slot) string {
 func SlotJobName(channelUID types.UID, s v1.Slot) string {
 	rollout := ShortHash(string(channelUID) + "/" + SlotSince(s))[:6]
 	return DNSLabel(fmt.Sprintf("upgrade-%s-%s-%s-%d", s.Node, s.Version, rollout, s.Attempt))
-}
-
-// JobOutcome reads a Job's conditions: done, and if it failed, why and when.
-func JobOutcome(j *batchv1.Job) (done, failed bool, reason string, at time.Time) {
-	for _, c := range j.Status.Conditions {
-		if c.Status != corev1.ConditionTrue {
-			continue
-		}
-		switch c.Type {
-		case batchv1.JobComplete:
-			return true, false, "", c.LastTransitionTime.Time
-		case batchv1.JobFailed:
-			return true, true, c.Reason + ": " + c.Message, c.LastTransitionTime.Time
-		}
-	}
-	return false, false, "", time.Time{}
 }
