@@ -239,35 +239,23 @@ func (a *Agent) enqueueAll() {
 }
 
 func (a *Agent) work(ctx context.Context) {
-	for {
-		k, quit := a.queue.Get()
-		if quit {
-			return
-		}
-		var after time.Duration
-		var err error
-		switch k.role {
-		case rolePulse:
-			a.workersBeat()
-		case rolePublish:
-			err = a.republish(ctx)
-		case roleIdle:
-			err = a.cleanupIdle(ctx)
-		default:
-			after, err = a.syncNode(ctx, k.channel)
-		}
-		switch {
-		case err != nil && ctx.Err() == nil:
-			a.log.Warn("sync failed; retrying", "channel", k.channel, "role", k.role, "err", err)
-			a.queue.AddRateLimited(k)
-		default:
-			a.queue.Forget(k)
-			if after > 0 {
-				a.queue.AddAfter(k, after)
-			}
-		}
-		a.queue.Done(k)
+	process.Work(ctx, a.queue, a.sync, func(k key, err error) {
+		a.log.Warn("sync failed; retrying", "channel", k.channel, "role", k.role, "err", err)
+	})
+}
+
+// sync does one unit of work.
+func (a *Agent) sync(ctx context.Context, k key) (time.Duration, error) {
+	switch k.role {
+	case rolePulse:
+		a.workersBeat()
+		return 0, nil
+	case rolePublish:
+		return 0, a.republish(ctx)
+	case roleIdle:
+		return 0, a.cleanupIdle(ctx)
 	}
+	return a.syncNode(ctx, k.channel)
 }
 
 // ownNode returns this agent's Node from its informer (nil when not seen).

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/upgrade/reboot"
 	"slipway.dev/slipway/version"
 )
@@ -122,26 +123,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Retry.Base <= 0 {
 		o.Retry = plan.DefaultRetry
 	}
-	if o.Resync <= 0 {
-		o.Resync = 30 * time.Second
-	}
-	if o.LeaseDuration <= 0 {
-		o.LeaseDuration = 15 * time.Second
-	}
-	if o.HeartbeatInterval <= 0 {
-		o.HeartbeatInterval = time.Minute
-	}
+	process.Timings(&o.Resync, &o.LeaseDuration, &o.HeartbeatInterval, &o.LoopAllowance)
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	if o.LoopAllowance <= 0 {
-		o.LoopAllowance = 2 * time.Minute
-	}
-	o.Config = rest.CopyConfig(o.Config)
-	if o.Config.UserAgent == "" {
-		// Names the node in the API server's audit log: which agent wrote what.
-		o.Config.UserAgent = fmt.Sprintf("slipway-agent/%s node/%s", version.Version, o.NodeName)
-	}
+	// Names the node in the API server's audit log: which agent wrote what.
+	o.Config = process.ClientConfig(o.Config, fmt.Sprintf("slipway-agent/%s node/%s", version.Version, o.NodeName))
 	return o, nil
 }
 

@@ -95,25 +95,11 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Retry.Base <= 0 {
 		o.Retry = plan.DefaultRetry
 	}
-	if o.Resync <= 0 {
-		o.Resync = 30 * time.Second
-	}
-	if o.LeaseDuration <= 0 {
-		o.LeaseDuration = 15 * time.Second
-	}
-	if o.HeartbeatInterval <= 0 {
-		o.HeartbeatInterval = time.Minute
-	}
+	process.Timings(&o.Resync, &o.LeaseDuration, &o.HeartbeatInterval, &o.LoopAllowance)
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	if o.LoopAllowance <= 0 {
-		o.LoopAllowance = 2 * time.Minute
-	}
-	o.Config = rest.CopyConfig(o.Config)
-	if o.Config.UserAgent == "" {
-		o.Config.UserAgent = fmt.Sprintf("slipway-controller/%s pod/%s", version.Version, o.Identity)
-	}
+	o.Config = process.ClientConfig(o.Config, fmt.Sprintf("slipway-controller/%s pod/%s", version.Version, o.Identity))
 	if o.Config.QPS == 0 && o.Config.RateLimiter == nil { // client-go's 5/s would make a spec change of 1000 nodes' views take minutes
 		o.Config.QPS, o.Config.Burst = controllerQPS, controllerBurst
 	}
@@ -288,34 +274,22 @@ func (ctl *Controller) run(ctx context.Context) error {
 }
 
 func (ctl *Controller) work(ctx context.Context) {
-	for {
-		k, quit := ctl.queue.Get()
-		if quit {
-			return
-		}
-		var after time.Duration
-		var err error
-		switch k.role {
-		case rolePulse:
-			ctl.workersBeat()
-		case roleSweep:
-			after, err = ctl.sweep(ctx)
-		default:
-			after, err = ctl.syncFleet(ctx, k.channel)
-		}
-		switch {
-		case err != nil && ctx.Err() == nil:
-			ctl.log.Warn("sync failed; retrying", "channel", k.channel, "role", k.role, "err", err)
-			ctl.queue.AddRateLimited(k)
-		default:
-			ctl.queue.Forget(k)
-			if after > 0 {
-				ctl.queue.AddAfter(k, after)
-			}
-		}
-		ctl.queue.Done(k)
-		ctl.noteMemory(k)
+	process.Work(ctx, ctl.queue, ctl.sync, func(k key, err error) {
+		ctl.log.Warn("sync failed; retrying", "channel", k.channel, "role", k.role, "err", err)
+	})
+}
+
+// sync does one unit of work.
+func (ctl *Controller) sync(ctx context.Context, k key) (time.Duration, error) {
+	defer ctl.noteMemory(k)
+	switch k.role {
+	case rolePulse:
+		ctl.workersBeat()
+		return 0, nil
+	case roleSweep:
+		return ctl.sweep(ctx)
 	}
+	return ctl.syncFleet(ctx, k.channel)
 }
 
 // forgetChannel drops what the fleet view remembers of a deleted channel.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +14,7 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/protocol"
 )
 
@@ -150,20 +152,10 @@ func (ctl *Controller) nodeMetaOf(node string) *metav1.PartialObjectMetadata {
 
 // workViews writes the nodes' views until the queue shuts down.
 func (ctl *Controller) workViews(ctx context.Context) {
-	for {
-		node, quit := ctl.viewQueue.Get()
-		if quit {
-			return
-		}
-		err := ctl.syncViews(ctx, node)
-		if err != nil && ctx.Err() == nil {
+	process.Work(ctx, ctl.viewQueue, func(ctx context.Context, node string) (time.Duration, error) { return 0, ctl.syncViews(ctx, node) },
+		func(node string, err error) {
 			ctl.log.Warn("writing a node's channel views failed; retrying", "node", node, "err", err)
-			ctl.viewQueue.AddRateLimited(node)
-		} else {
-			ctl.viewQueue.Forget(node)
-		}
-		ctl.viewQueue.Done(node)
-	}
+		})
 }
 
 // syncViews writes on node the views it should hold and removes those of

@@ -19,7 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 
 	"slipway.dev/slipway/ops/health"
 )
@@ -108,4 +110,53 @@ func NodeReady(n *corev1.Node) (bool, time.Time) {
 		}
 	}
 	return false, n.CreationTimestamp.Time
+}
+
+// Work takes keys from queue until it shuts down: sync does one and says
+// when it wants to run again (0: not unless asked); a sync that failed
+// (while ctx goes on) is told to failed and retried with the queue's
+// backoff. A key never runs twice at once.
+func Work[K comparable](ctx context.Context, queue workqueue.TypedRateLimitingInterface[K], sync func(context.Context, K) (time.Duration, error), failed func(K, error)) {
+	for {
+		k, quit := queue.Get()
+		if quit {
+			return
+		}
+		after, err := sync(ctx, k)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			failed(k, err)
+			queue.AddRateLimited(k)
+		default:
+			queue.Forget(k)
+			if after > 0 {
+				queue.AddAfter(k, after)
+			}
+		}
+		queue.Done(k)
+	}
+}
+
+// Timings sets the durations both programs take to their defaults where
+// they are zero or less: the resync (30s), the Lease's duration (15s), the
+// agents' heartbeat interval (1m) and the workers' loop allowance (2m).
+func Timings(resync, lease, heartbeat, loop *time.Duration) {
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{resync, 30 * time.Second}, {lease, 15 * time.Second}, {heartbeat, time.Minute}, {loop, 2 * time.Minute}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+}
+
+// ClientConfig is a copy of cfg with userAgent unless cfg names one: it
+// names the writer in the API server's audit log.
+func ClientConfig(cfg *rest.Config, userAgent string) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = userAgent
+	}
+	return cfg
 }
