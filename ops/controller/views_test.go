@@ -11,6 +11,6 @@ import (
 // exactly the annotations the controller writes.
 func TestViewPrefixMatchesTheManifest(t *testing.T) {
 	if protocol.AnnotationChannelViewPrefix != manifest.ChannelViewPrefix {
-		t.Errorf("ops/agent writes views under %q, the manifest admits %q", protocol.AnnotationChannelViewPrefix, manifest.ChannelViewPrefix)
+		t.Errorf("the controller writes views under %q, the manifest admits %q", protocol.AnnotationChannelViewPrefix, manifest.ChannelViewPrefix)
 	}
 }

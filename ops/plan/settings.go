@@ -1,9 +1,11 @@
-// Package plan holds the agent's decisions as pure functions: whether a
+// Package plan holds the decisions of the node agent (ops/agent) and the
+// controller (ops/controller) as pure functions: whether a
 // channel's spec can be acted on and with which defaults, which version is
 // the target, which nodes may take a slot and in which order, whether a poll
 // is due, which slot is stale, and how long a failed node waits before its
-// retry. Nothing here talks to the API server or reads the clock; the
-// handlers in ops/agent pass the state and the time in.
+// retry, which step a node takes next. Nothing here talks to the API server
+// or reads the clock; the handlers of both programs pass the state and the
+// time in.
 package plan
 
 import (
