@@ -335,11 +335,6 @@ func (ctl *Controller) channelRefs() []plan.ChannelRef {
 	return plan.Refs(list)
 }
 
-func mustResolve(ch *v1.UpdateChannel) plan.Settings {
-	s, _ := plan.Resolve(ch.Spec)
-	return s
-}
-
 // Defaults returns the Options defaults that have no natural zero value
 // (Resync, LeaseDuration, Retry), for flag help.
 func Defaults() Options {
