@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
@@ -92,6 +93,9 @@ func TestMigrateFromDataDogKeepsEveryPod(t *testing.T) {
 	}
 	var ersMeta struct{ Metadata metav1.ObjectMeta }
 	_ = yaml.Unmarshal(ers, &ersMeta)
+	// A DataDog setting gives nodeA's pod more memory: DataDog made it so.
+	post("extendeddaemonsetsettings", `{"apiVersion":"datadoghq.com/v1alpha1","kind":"ExtendedDaemonsetSetting","metadata":{"name":"big"},"spec":{"reference":{"kind":"ExtendedDaemonSet","name":"agent"},`+
+		`"nodeSelector":{"matchLabels":{"kubernetes.io/hostname":"`+nodeA+`"}},"containers":[{"name":"daemon","resources":{"requests":{"memory":"123Mi"}}}]}}`)
 	yes := true
 	before := map[types.UID]string{}
 	for _, node := range []string{nodeA, nodeB} {
@@ -102,6 +106,9 @@ func TestMigrateFromDataDogKeepsEveryPod(t *testing.T) {
 				UID: ersMeta.Metadata.UID, Controller: &yes}}},
 			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "daemon", Image: "agent:v1"}},
 				Tolerations: []corev1.Toleration{{Key: "eds-test", Operator: corev1.TolerationOpEqual, Value: h.ns, Effect: corev1.TaintEffectNoSchedule}}}}
+		if node == nodeA {
+			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("123Mi")}
+		}
 		out, err := h.kube.CoreV1().Pods(h.ns).Create(ctx, p, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -133,6 +140,9 @@ func TestMigrateFromDataDogKeepsEveryPod(t *testing.T) {
 		if before[p.UID] == "" || p.DeletionTimestamp != nil {
 			t.Errorf("pod %s (uid %s) is not one of DataDog's %v: the migration replaced a pod", p.Name, p.UID, before)
 		}
+	}
+	if _, err := h.eds.EdsV1alpha1().ExtendedDaemonsetSettings(h.ns).Get(ctx, "big", metav1.GetOptions{}); err != nil {
+		t.Errorf("DataDog's setting not copied: %v", err)
 	}
 	if err := rc.Get().AbsPath(dd("extendeddaemonsets") + "/agent").Do(ctx).Error(); err == nil {
 		t.Error("DataDog's ExtendedDaemonSet is still there")

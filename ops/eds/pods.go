@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,6 +36,24 @@ func (c *Controller) podsOf(ctx context.Context, e *v1.ExtendedDaemonSet) ([]*co
 	return append(out, old...), err
 }
 
+// overridesHeld says whether pod p has node's resource overrides: its
+// nodehash annotation is theirs, or, for a pod that has none (one handed
+// over from DataDog's controller, which hashes differently), its
+// containers' resources are what the overrides give (the controller may
+// not write the annotation: it has no right to update pods).
+func overridesHeld(p *corev1.Pod, o override) bool {
+	h, ok := p.Annotations[v1.AnnotationNodeHash]
+	if ok || len(o.containers) == 0 {
+		return h == o.hash
+	}
+	for _, ct := range p.Spec.Containers {
+		if want, set := o.containers[ct.Name]; set && !equality.Semantic.DeepEqual(ct.Resources, want) {
+			return false
+		}
+	}
+	return true
+}
+
 // nodeOf is the node a pod is bound or pinned to.
 func nodeOf(p *corev1.Pod) string {
 	if p.Spec.NodeName != "" {
@@ -56,7 +75,7 @@ func nodeOf(p *corev1.Pod) string {
 // pods on nodes that exist but no longer admit the active template leave
 // through the rolling budget (states with Leave); those on nodes gone are
 // returned apart, to be deleted at once.
-func (c *Controller) nodeStates(r *round, hashes map[string]string) ([]plan.NodeState, []*corev1.Pod) {
+func (c *Controller) nodeStates(r *round, overrides map[string]override) ([]plan.NodeState, []*corev1.Pod) {
 	key := r.e.Namespace + "/" + r.e.Name
 	byNode := map[string][]*corev1.Pod{}
 	leaving := map[string][]*corev1.Pod{}
@@ -94,7 +113,7 @@ func (c *Controller) nodeStates(r *round, hashes map[string]string) ([]plan.Node
 				c.noteFailure(key, n.Name, p.UID)
 			}
 			if s.Current == nil && !failed && !pp.Terminating && p.Labels[v1.LabelReplicaSet] == r.targets[n.Name] &&
-				p.Annotations[v1.AnnotationNodeHash] == hashes[n.Name] {
+				overridesHeld(p, overrides[n.Name]) {
 				s.Current = &pp
 				continue
 			}

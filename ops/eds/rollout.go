@@ -18,11 +18,7 @@ func (c *Controller) rollout(ctx context.Context, r *round) error {
 	key := r.e.Namespace + "/" + r.e.Name
 	c.observe(key, r.pods)
 	overrides := c.overrides(ctx, r)
-	hashes := map[string]string{}
-	for node, o := range overrides {
-		hashes[node] = o.hash
-	}
-	states, stray := c.nodeStates(r, hashes)
+	states, stray := c.nodeStates(r, overrides)
 	limits, err := rollingOf(&r.e.Spec.Strategy.RollingUpdate).limits(len(r.nodes), r.now.Sub(r.active.CreationTimestamp.Time))
 	if err != nil {
 		return err
