@@ -21,6 +21,8 @@ RUN cd /out/bin && for n in kubectl-eds dogswatch bottlerocket-update-operator; 
 FROM scratch
 # CA roots for https and github-releases:// channels.
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+# slipway's license (Apache-2.0), where ocipack's image carries it too.
+COPY LICENSE /usr/share/doc/slipway/LICENSE
 # A directory copy keeps the symlinks as symlinks.
 COPY --from=build /out/bin/ /usr/bin/
 ENTRYPOINT ["/usr/bin/slipway"]

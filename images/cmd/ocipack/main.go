@@ -1,7 +1,8 @@
 // Command ocipack writes slipway's container image as a multi-arch OCI
 // image-layout archive, without a container engine: per architecture, the
 // static binary at /usr/bin/slipway, its multi-call names as symlinks, and
-// the CA roots; the same image as the Dockerfile. scripts/image-oci cross-
+// the CA roots and the license at /usr/share/doc/slipway/LICENSE; the same
+// image as the Dockerfile. scripts/image-oci cross-
 // builds the binaries and runs it; it verifies what it wrote (oci.Verify).
 //
 //	ocipack -name docker.io/slipway/slipway:v1.2.3 -out build/slipway-oci.tar \
@@ -23,24 +24,36 @@ import (
 // Dockerfile's): the kubectl plugin and the old update operator's names.
 var Links = []string{"kubectl-eds", "dogswatch", "bottlerocket-update-operator"}
 
+// LicensePath is where the image carries slipway's license (Apache-2.0),
+// where Debian-style images keep a package's: /usr/share/doc/<package>/.
+const LicensePath = "usr/share/doc/slipway/LICENSE"
+
 func main() {
 	name := flag.String("name", "", "image reference, with a tag")
 	out := flag.String("out", "", "archive to write")
 	ca := flag.String("ca", "/etc/ssl/certs/ca-certificates.crt", "CA roots bundle to include")
+	license := flag.String("license", "LICENSE", "slipway's license, shipped at /"+LicensePath)
 	flag.Parse()
-	if err := run(*name, *out, *ca, flag.Args()); err != nil {
+	if err := run(*name, *out, *ca, *license, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "ocipack:", err)
 		os.Exit(1)
 	}
 }
 
-func run(name, out, ca string, bins []string) error {
+func run(name, out, ca, license string, bins []string) error {
 	if name == "" || out == "" || len(bins) == 0 {
-		return fmt.Errorf("usage: ocipack -name REF -out FILE [-ca FILE] ARCH=BINARY, one per architecture")
+		return fmt.Errorf("usage: ocipack -name REF -out FILE [-ca FILE] [-license FILE] ARCH=BINARY, one per architecture")
 	}
 	roots, err := os.ReadFile(ca)
 	if err != nil {
 		return fmt.Errorf("read the CA roots (install ca-certificates or pass -ca): %w", err)
+	}
+	lic, err := os.ReadFile(license)
+	if err != nil {
+		return fmt.Errorf("read the license (run from the repository's root or pass -license): %w", err)
+	}
+	if len(bytes.TrimSpace(lic)) == 0 {
+		return fmt.Errorf("the license %s is empty", license)
 	}
 	var imgs []oci.Image
 	for _, b := range bins {
@@ -52,7 +65,7 @@ func run(name, out, ca string, bins []string) error {
 		if err != nil {
 			return err
 		}
-		imgs = append(imgs, Image(name, arch, bin, roots))
+		imgs = append(imgs, Image(name, arch, bin, roots, lic))
 	}
 	var buf bytes.Buffer
 	if err := oci.WriteIndex(&buf, name, imgs); err != nil {
@@ -61,6 +74,11 @@ func run(name, out, ca string, bins []string) error {
 	plats, err := oci.Verify(buf.Bytes())
 	if err != nil {
 		return fmt.Errorf("the archive written does not verify: %w", err)
+	}
+	for arch, files := range plats {
+		if _, ok := files[LicensePath]; !ok {
+			return fmt.Errorf("the %s image holds no /%s", arch, LicensePath)
+		}
 	}
 	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
 		return err
@@ -75,10 +93,11 @@ func run(name, out, ca string, bins []string) error {
 }
 
 // Image is slipway's image for one architecture.
-func Image(name, arch string, bin, roots []byte) oci.Image {
+func Image(name, arch string, bin, roots, license []byte) oci.Image {
 	files := []oci.File{
 		{Path: "usr/bin/slipway", Mode: 0o755, Data: bin},
 		{Path: "etc/ssl/certs/ca-certificates.crt", Mode: 0o644, Data: roots},
+		{Path: LicensePath, Mode: 0o644, Data: license},
 	}
 	for _, l := range Links {
 		files = append(files, oci.File{Path: "usr/bin/" + l, Link: "slipway"})

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"debug/elf"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"slipway.dev/slipway/images/oci"
 )
 
 // TestLinksAreTheDockerfiles: the image without Docker carries the same
@@ -15,5 +20,52 @@ func TestLinksAreTheDockerfiles(t *testing.T) {
 	}
 	if want := "for n in " + strings.Join(Links, " ") + ";"; !strings.Contains(string(b), want) {
 		t.Errorf("the Dockerfile does not link %q: keep ocipack.Links and the Dockerfile's names together", want)
+	}
+}
+
+// TestImageShipsTheLicense: every architecture's image carries the
+// repository's LICENSE (Apache-2.0) at LicensePath, as does the Dockerfile's.
+func TestImageShipsTheLicense(t *testing.T) {
+	lic, err := os.ReadFile("../../../LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(lic), "Apache License\n                           Version 2.0, January 2004") {
+		t.Fatal("LICENSE is not the Apache License 2.0")
+	}
+	dir := t.TempDir()
+	ca, archive := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "slipway-oci.tar")
+	os.WriteFile(ca, []byte("roots"), 0o644)
+	var bins []string
+	for arch, m := range map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64} {
+		p := filepath.Join(dir, arch)
+		os.WriteFile(p, elfHeader(m), 0o755)
+		bins = append(bins, arch+"="+p)
+	}
+	if err := run("localhost/slipway:test", archive, ca, "../../../LICENSE", bins); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plats, err := oci.Verify(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, arch := range []string{"amd64", "arm64"} {
+		if got, want := plats[arch][LicensePath], fmt.Sprintf("%d bytes", len(lic)); got != want {
+			t.Errorf("%s image: /%s is %q, want the LICENSE's %s", arch, LicensePath, got, want)
+		}
+	}
+	if err := run("localhost/slipway:test", archive, ca, filepath.Join(dir, "none"), bins); err == nil {
+		t.Error("ocipack wrote an image without a license")
+	}
+	docker, err := os.ReadFile("../../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(docker), "COPY LICENSE /"+LicensePath+"\n") {
+		t.Errorf("the Dockerfile does not COPY LICENSE /%s", LicensePath)
 	}
 }
