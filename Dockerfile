@@ -25,4 +25,7 @@ COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certifica
 COPY LICENSE /usr/share/doc/slipway/LICENSE
 # A directory copy keeps the symlinks as symlinks.
 COPY --from=build /out/bin/ /usr/bin/
+# Not root by default (ocipack's User): the node agents and upgrade Jobs,
+# which need root, say runAsUser: 0 in their own securityContext.
+USER 65532:65532
 ENTRYPOINT ["/usr/bin/slipway"]

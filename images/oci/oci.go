@@ -53,6 +53,9 @@ type Image struct {
 	Entrypoint []string
 	Cmd        []string
 	Env        []string
+	// User the image runs as unless a pod says otherwise ("uid:gid";
+	// empty: root).
+	User string
 }
 
 // Descriptor points at a blob.
@@ -91,6 +94,7 @@ type Config struct {
 	OS           string    `json:"os"`
 	Created      time.Time `json:"created"`
 	Config       struct {
+		User       string   `json:"User,omitempty"`
 		Entrypoint []string `json:"Entrypoint,omitempty"`
 		Cmd        []string `json:"Cmd,omitempty"`
 		Env        []string `json:"Env,omitempty"`
@@ -214,7 +218,7 @@ func manifestOf(img Image, compress bool) ([][]byte, Descriptor, error) {
 	var cfg Config
 	cfg.Architecture, cfg.OS = arch, "linux"
 	cfg.Created = time.Unix(0, 0).UTC()
-	cfg.Config.Entrypoint, cfg.Config.Cmd, cfg.Config.Env = img.Entrypoint, img.Cmd, img.Env
+	cfg.Config.Entrypoint, cfg.Config.Cmd, cfg.Config.Env, cfg.Config.User = img.Entrypoint, img.Cmd, img.Env, img.User
 	cfg.RootFS.Type = "layers"
 	cfg.RootFS.DiffIDs = []string{digest(layer)}
 	cfgJSON, err := json.Marshal(cfg)

@@ -28,6 +28,12 @@ var Links = []string{"kubectl-eds", "dogswatch", "bottlerocket-update-operator"}
 // where Debian-style images keep a package's: /usr/share/doc/<package>/.
 const LicensePath = "usr/share/doc/slipway/LICENSE"
 
+// User is the image's default user, uid:gid 65532 ("nonroot" of the
+// distroless images): a pod with runAsNonRoot and no runAsUser starts, and
+// the kubelet refuses nothing. The node agents and upgrade Jobs, which need
+// root, set runAsUser: 0 in their own securityContext.
+const User = "65532:65532"
+
 func main() {
 	name := flag.String("name", "", "image reference, with a tag")
 	out := flag.String("out", "", "archive to write")
@@ -102,6 +108,6 @@ func Image(name, arch string, bin, roots, license []byte) oci.Image {
 	for _, l := range Links {
 		files = append(files, oci.File{Path: "usr/bin/" + l, Link: "slipway"})
 	}
-	return oci.Image{Name: name, Arch: arch, Files: files, Entrypoint: []string{"/usr/bin/slipway"},
+	return oci.Image{Name: name, Arch: arch, Files: files, Entrypoint: []string{"/usr/bin/slipway"}, User: User,
 		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"}}
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"archive/tar"
 	"debug/elf"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,5 +70,55 @@ func TestImageShipsTheLicense(t *testing.T) {
 	}
 	if !strings.Contains(string(docker), "COPY LICENSE /"+LicensePath+"\n") {
 		t.Errorf("the Dockerfile does not COPY LICENSE /%s", LicensePath)
+	}
+}
+
+// TestImageRunsAsNonRoot: every architecture's image config names the
+// non-root User, so a pod with runAsNonRoot and no runAsUser starts (the
+// kubelet refuses one whose image would run as root), and the Dockerfile's
+// image says the same.
+func TestImageRunsAsNonRoot(t *testing.T) {
+	dir := t.TempDir()
+	ca, archive := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "slipway-oci.tar")
+	os.WriteFile(ca, []byte("roots"), 0o644)
+	amd := filepath.Join(dir, "amd64")
+	os.WriteFile(amd, elfHeader(elf.EM_X86_64), 0o755)
+	if err := run("localhost/slipway:test", archive, ca, "../../../LICENSE", []string{"amd64=" + amd}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var configs int
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		var cfg oci.Config
+		if !strings.HasPrefix(h.Name, "blobs/") || json.Unmarshal(b, &cfg) != nil || cfg.RootFS.Type != "layers" {
+			continue
+		}
+		configs++
+		if cfg.Config.User != "65532:65532" {
+			t.Errorf("the %s image's config has User %q, want 65532:65532", cfg.Architecture, cfg.Config.User)
+		}
+	}
+	if configs != 1 {
+		t.Errorf("found %d image configs, want 1", configs)
+	}
+	docker, err := os.ReadFile("../../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(docker), "\nUSER "+User+"\n") {
+		t.Errorf("the Dockerfile's image does not run as USER %s", User)
 	}
 }
