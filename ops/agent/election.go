@@ -30,24 +30,32 @@ func (a *Agent) elect(ctx context.Context) {
 			a.queueAllViews()                 // views of channels deleted meanwhile go
 			a.queue.Add(key{role: roleSweep}) // cordons a former holder left for slots gone
 		},
-		OnStoppedLeading: func() {
-			a.elected.Store(false)
-			a.mu.Lock()
-			a.fleet = map[string]*fleetCache{} // the next tenure lists afresh
-			a.views = map[types.UID]map[string]string{}
-			a.drainsDone = nil // the next holder drains those slots again (nothing is left to evict)
-			a.lastWritten = nil
-			if a.leaderStop != nil {
-				a.leaderStop() // the next holder resumes the drains under way
-			}
-			a.leaderCtx, a.leaderStop = nil, nil
-			a.mu.Unlock()
-			a.log.Info("handed over the fleet view")
-		},
+		OnStoppedLeading: a.handOver,
 	})
 	if err != nil {
 		a.log.Error("cannot compete for the controller's lease", "lease", ControllerLease, "err", err)
 	}
+}
+
+// handOver ends this process's tenure of the fleet view: the next holder
+// lists afresh, resumes the drains under way, and alone reports the fleet
+// view's series (a former holder's last values would otherwise linger,
+// and alerts would read a finished rollout as stalled).
+func (a *Agent) handOver() {
+	a.elected.Store(false)
+	a.mu.Lock()
+	a.fleet = map[string]*fleetCache{} // the next tenure lists afresh
+	a.views = map[types.UID]map[string]string{}
+	a.drainsDone = nil // the next holder drains those slots again (nothing is left to evict)
+	a.lastWritten = nil
+	if a.leaderStop != nil {
+		a.leaderStop() // the next holder resumes the drains under way
+	}
+	a.leaderCtx, a.leaderStop = nil, nil
+	a.mu.Unlock()
+	a.metrics.nodes.Reset()
+	a.metrics.fleet.skipped.Reset()
+	a.log.Info("handed over the fleet view")
 }
 
 // leading reports whether this process does the fleet view of channel:
