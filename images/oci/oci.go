@@ -56,6 +56,8 @@ type Image struct {
 	// User the image runs as unless a pod says otherwise ("uid:gid";
 	// empty: root).
 	User string
+	// Labels of the image config (org.opencontainers.image.*, ...).
+	Labels map[string]string
 }
 
 // Descriptor points at a blob.
@@ -94,10 +96,11 @@ type Config struct {
 	OS           string    `json:"os"`
 	Created      time.Time `json:"created"`
 	Config       struct {
-		User       string   `json:"User,omitempty"`
-		Entrypoint []string `json:"Entrypoint,omitempty"`
-		Cmd        []string `json:"Cmd,omitempty"`
-		Env        []string `json:"Env,omitempty"`
+		User       string            `json:"User,omitempty"`
+		Labels     map[string]string `json:"Labels,omitempty"`
+		Entrypoint []string          `json:"Entrypoint,omitempty"`
+		Cmd        []string          `json:"Cmd,omitempty"`
+		Env        []string          `json:"Env,omitempty"`
 	} `json:"config"`
 	RootFS struct {
 		Type    string   `json:"type"`
@@ -219,6 +222,7 @@ func manifestOf(img Image, compress bool) ([][]byte, Descriptor, error) {
 	cfg.Architecture, cfg.OS = arch, "linux"
 	cfg.Created = time.Unix(0, 0).UTC()
 	cfg.Config.Entrypoint, cfg.Config.Cmd, cfg.Config.Env, cfg.Config.User = img.Entrypoint, img.Cmd, img.Env, img.User
+	cfg.Config.Labels = img.Labels
 	cfg.RootFS.Type = "layers"
 	cfg.RootFS.DiffIDs = []string{digest(layer)}
 	cfgJSON, err := json.Marshal(cfg)

@@ -24,6 +24,26 @@ import (
 // Dockerfile's): the kubectl plugin and the old update operator's names.
 var Links = []string{"kubectl-eds", "dogswatch", "bottlerocket-update-operator"}
 
+// imageLabels are the -label flags: the image config's labels.
+var imageLabels map[string]string
+
+// labelFlags collects repeated -label KEY=VALUE flags.
+type labelFlags map[string]string
+
+func (l *labelFlags) String() string { return fmt.Sprint(map[string]string(*l)) }
+
+func (l *labelFlags) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("label %q: want KEY=VALUE", s)
+	}
+	if *l == nil {
+		*l = labelFlags{}
+	}
+	(*l)[k] = v
+	return nil
+}
+
 // LicensePath is where the image carries slipway's license (Apache-2.0),
 // where Debian-style images keep a package's: /usr/share/doc/<package>/.
 const LicensePath = "usr/share/doc/slipway/LICENSE"
@@ -39,7 +59,10 @@ func main() {
 	out := flag.String("out", "", "archive to write")
 	ca := flag.String("ca", "/etc/ssl/certs/ca-certificates.crt", "CA roots bundle to include")
 	license := flag.String("license", "LICENSE", "slipway's license, shipped at /"+LicensePath)
+	var labels labelFlags
+	flag.Var(&labels, "label", "KEY=VALUE label of the image config (repeat), e.g. org.opencontainers.image.version=v1.2.3")
 	flag.Parse()
+	imageLabels = labels
 	if err := run(*name, *out, *ca, *license, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "ocipack:", err)
 		os.Exit(1)
@@ -71,7 +94,9 @@ func run(name, out, ca, license string, bins []string) error {
 		if err != nil {
 			return err
 		}
-		imgs = append(imgs, Image(name, arch, bin, roots, lic))
+		img := Image(name, arch, bin, roots, lic)
+		img.Labels = imageLabels
+		imgs = append(imgs, img)
 	}
 	var buf bytes.Buffer
 	if err := oci.WriteIndex(&buf, name, imgs); err != nil {

@@ -122,3 +122,20 @@ func TestImageRunsAsNonRoot(t *testing.T) {
 		t.Errorf("the Dockerfile's image does not run as USER %s", User)
 	}
 }
+
+// TestLabelFlags: -label KEY=VALUE flags become the image config's labels;
+// a flag without = is refused.
+func TestLabelFlags(t *testing.T) {
+	var l labelFlags
+	for _, s := range []string{"org.opencontainers.image.version=v1.2.3", "org.opencontainers.image.licenses=Apache-2.0"} {
+		if err := l.Set(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l["org.opencontainers.image.version"] != "v1.2.3" || len(l) != 2 {
+		t.Errorf("labels %v", l)
+	}
+	if err := l.Set("novalue"); err == nil {
+		t.Error("a label without = was taken")
+	}
+}
