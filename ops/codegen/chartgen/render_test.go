@@ -221,3 +221,38 @@ func TestHelmLint(t *testing.T) {
 		helm(t, "lint", "--strict", filepath.Join(chartsDir, c.Name))
 	}
 }
+
+// TestReleaseChartsAreReproducible runs scripts/release-charts twice for
+// one version: the packaged charts carry the release's version and
+// appVersion (`helm package --version --app-version`), and the two runs
+// give the same bytes (the archives are repacked with the source's date).
+func TestReleaseChartsAreReproducible(t *testing.T) {
+	helmBin(t) // the script uses the pinned helm
+	var outs [2]string
+	for i := range outs {
+		outs[i] = t.TempDir()
+		cmd := exec.Command("../../../scripts/release-charts")
+		cmd.Env = append(os.Environ(), "VERSION=v1.2.3", "OUT="+outs[i], "SOURCE_DATE_EPOCH=1700000000")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("scripts/release-charts: %v\n%s", err, out)
+		}
+	}
+	for _, c := range Charts() {
+		name := c.Name + "-1.2.3.tgz"
+		a, err := os.ReadFile(filepath.Join(outs[0], name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(outs[1], name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s differs between two releases of one commit", name)
+		}
+		meta := string(helm(t, "show", "chart", filepath.Join(outs[0], name)))
+		if !strings.Contains(meta, "\nversion: 1.2.3\n") || !strings.Contains(meta, "appVersion: v1.2.3\n") {
+			t.Errorf("%s: Chart.yaml\n%s", name, meta)
+		}
+	}
+}
