@@ -160,6 +160,7 @@ func runsAsRoot(spec corev1.PodSpec) bool {
 func TestPodsMeetPodSecurity(t *testing.T) {
 	var controllers int
 	for _, c := range Charts() {
+		privileged := false
 		renders := []Render{{}}
 		if c.Variant != nil {
 			renders = nil
@@ -200,10 +201,16 @@ func TestPodsMeetPodSecurity(t *testing.T) {
 				}
 				// The manifest's own namespace admits every pod it runs: a pod
 				// above baseline needs the namespace labelled privileged.
+				if len(violations(t, psaapi.LevelBaseline, p.Meta, p.Spec)) > 0 {
+					privileged = true
+				}
 				if v := violations(t, psaapi.LevelBaseline, p.Meta, p.Spec); len(v) > 0 && nsLevel != "privileged" {
 					t.Errorf("%s needs Pod Security privileged (%s) but the manifest's Namespace enforces %q", where, v[0], nsLevel)
 				}
 			}
+		}
+		if privileged != c.NeedsPrivileged {
+			t.Errorf("%s: NeedsPrivileged is %v, its pods say %v (NOTES.txt tells users to label the namespace from it)", c.Name, c.NeedsPrivileged, privileged)
 		}
 	}
 	if controllers < 4 {

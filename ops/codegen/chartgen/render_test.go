@@ -256,3 +256,29 @@ func TestReleaseChartsAreReproducible(t *testing.T) {
 		}
 	}
 }
+
+// TestValuesSchemaRefusesWrongTypes: each chart's values.schema.json makes
+// helm refuse a value of the wrong type, a switch outside its values and a
+// misspelt top-level key, with the value's path in the error.
+func TestValuesSchemaRefusesWrongTypes(t *testing.T) {
+	for _, tc := range []struct {
+		chart string
+		set   []string
+		want  string
+	}{
+		{"slipway-swarm", []string{"--set", "controller.replicas=two"}, "/controller/replicas"},
+		{"slipway-agent", []string{"--set", "installCRDs=maybe"}, "/installCRDs"},
+		{"slipway-update-operator", []string{"--set", "platform=windows"}, "/platform"},
+		{"slipway-eds", []string{"--set", "imagePullSecret=x"}, "imagePullSecret"},
+		{"slipway-eds", []string{"--set", "metrics.serviceMonitor.enabled=yes"}, "/metrics/serviceMonitor/enabled"},
+	} {
+		cmd := exec.Command(helmBin(t), append([]string{"template", "rel", filepath.Join(chartsDir, tc.chart)}, tc.set...)...)
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "schema") || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s %v: want a schema error naming %s, got %v\n%s", tc.chart, tc.set, tc.want, err, out)
+		}
+	}
+	// The types the defaults have are taken.
+	helm(t, "template", "rel", filepath.Join(chartsDir, "slipway-swarm"), "--set", "controller.replicas=3", "--set", "image.tag=v1.2.3")
+}
