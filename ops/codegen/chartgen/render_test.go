@@ -193,6 +193,25 @@ func compareObjects(t *testing.T, what string, chart, manifest []Object) {
 		}
 		return m
 	}
+	// The chart's own labels (Helm's conventions) are checked, then left
+	// out of the comparison with the manifest.
+	for _, o := range chart {
+		if o["kind"] == "CustomResourceDefinition" {
+			continue
+		}
+		md, _ := o["metadata"].(map[string]any)
+		l, _ := md["labels"].(map[string]any)
+		if l["app.kubernetes.io/instance"] != "rel" || l["app.kubernetes.io/managed-by"] != "Helm" || !strings.HasPrefix(fmt.Sprint(l["helm.sh/chart"]), "slipway-") {
+			t.Errorf("%s: %s lacks Helm's labels: %v", what, Key(o), l)
+			continue
+		}
+		for _, k := range HelmLabels {
+			delete(l, k)
+		}
+		if len(l) == 0 {
+			delete(md, "labels")
+		}
+	}
 	got, want := byKey(chart), byKey(manifest)
 	for k, w := range want {
 		g, ok := got[k]
