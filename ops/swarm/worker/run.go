@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -22,6 +24,7 @@ import (
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/lease"
 	"slipway.dev/slipway/ops/swarm/config"
+	"slipway.dev/slipway/ops/swarm/jobsfile"
 	"slipway.dev/slipway/ops/swarm/member"
 )
 
@@ -66,23 +69,86 @@ func (w *worker) member(ctx context.Context) error {
 	started := func() { w.revalidate.Store(true); wake() }
 	if _, err := os.Stat(w.opts.Out); err == nil {
 		w.stopJobs() // a previous worker's jobs file is not this tenure's
+		w.gave = true
 	}
+	leases := &abandonable{Client: w.kube.CoordinationV1().Leases(w.opts.Namespace)}
 	lctx, stopLease := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
 	go func() {
 		done <- lease.Run(lctx, lease.Config{
-			Client: w.kube.CoordinationV1().Leases(w.opts.Namespace), Name: member.LeaseName(w.opts.PodName), Identity: w.opts.PodName,
+			Client: leases, Name: member.LeaseName(w.opts.PodName), Identity: w.opts.PodName,
 			Duration: t.Duration, RenewDeadline: t.RenewDeadline, RetryPeriod: t.Retry, Tenure: w.tenure,
 			OnStartedLeading: started, OnStoppedLeading: wake, Log: w.log,
 		})
 	}()
 	err := w.loop(ctx)
 	w.stopJobs()
+	if w.gave && !w.waitAck(0, w.opts.AckTimeout) {
+		// Releasing the Lease would let the controller hand the jobs out
+		// while the application may still run them: let it lapse instead.
+		w.log.Warn("the application did not acknowledge that it stopped its jobs: exiting without releasing the Lease (its jobs move once it lapses)", "waited", w.opts.AckTimeout, "ack", w.opts.Ack)
+		leases.abandoned.Store(true)
+	}
 	stopLease()
 	if lerr := <-done; lerr != nil && err == nil {
 		err = fmt.Errorf("hold the worker's Lease: %w", lerr)
 	}
 	return err
+}
+
+// abandonable is the worker's Lease client, which writes nothing once
+// abandoned: the Lease is then left to lapse, not released.
+type abandonable struct {
+	lease.Client
+	abandoned atomic.Bool
+}
+
+var errAbandoned = errors.New("the Lease is abandoned: it lapses, unreleased")
+
+func (a *abandonable) Create(ctx context.Context, l *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error) {
+	if a.abandoned.Load() {
+		return nil, errAbandoned
+	}
+	return a.Client.Create(ctx, l, opts)
+}
+
+func (a *abandonable) Update(ctx context.Context, l *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if a.abandoned.Load() {
+		return nil, errAbandoned
+	}
+	return a.Client.Update(ctx, l, opts)
+}
+
+// acked tells whether the application acknowledged that it runs no job
+// outside the jobs file of version (always, without --ack).
+func (w *worker) acked(version int64) bool {
+	if w.opts.Ack == "" {
+		return true
+	}
+	n, ok := jobsfile.ReadAck(w.opts.Ack)
+	return ok && jobsfile.Confirms(n, version)
+}
+
+// waitAck waits up to d for the application to acknowledge version.
+func (w *worker) waitAck(version int64, d time.Duration) bool {
+	for deadline := time.Now().Add(d); !w.acked(version); time.Sleep(ackPoll) {
+		if !time.Now().Before(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
+// ackPoll is how often the acknowledgement file is read while awaited.
+const ackPoll = 50 * time.Millisecond
+
+// ackTimer fires while a share applied awaits the application's
+// acknowledgement before it is reported.
+func (w *worker) ackTimer() <-chan time.Time {
+	if w.opts.Ack == "" || w.applied < 0 || w.reported == w.applied {
+		return nil
+	}
+	return time.After(ackPoll)
 }
 
 // fenced tells whether the worker may not run jobs now: it has a Lease and
@@ -94,7 +160,7 @@ func (w *worker) fenced() bool {
 // stopJobs stops whatever runs: an empty jobs file, no command.
 func (w *worker) stopJobs() {
 	if w.opts.Out != "" {
-		if err := writeJobs(w.opts.Out, nil); err != nil {
+		if err := writeJobs(w.opts.Out, 0, nil); err != nil {
 			w.log.Warn("cannot empty the jobs file", "err", err)
 		}
 	}
@@ -110,6 +176,10 @@ type worker struct {
 	jobs              []string
 	child             *exec.Cmd
 	exited            chan error
+	// gave is set once a jobs file was written by this worker or found
+	// from a previous one: on the way out the application's stop is
+	// awaited.
+	gave bool
 	// tenure is the worker's Lease tenure (nil without one); wake is
 	// signalled when the Lease is taken or lost.
 	tenure    *lease.Tenure
@@ -161,6 +231,7 @@ func (w *worker) loop(ctx context.Context) error {
 			sleep(ctx, 50*time.Millisecond) // let the swap finish
 		case <-w.wake:
 		case <-w.fenceTimer():
+		case <-w.ackTimer():
 		case <-time.After(w.opts.Poll):
 		}
 	}
@@ -210,6 +281,11 @@ func (w *worker) step(ctx context.Context) error {
 		w.applied, w.jobs = s.Version, s.Jobs
 		w.log.Info("applied share", "version", s.Version, "jobs", len(s.Jobs))
 	}
+	if !w.acked(w.applied) {
+		// The application still runs jobs the share took away: no report
+		// yet, and no failing one either (readiness stays as it was).
+		return nil
+	}
 	w.unreported.Store(w.reported != w.applied)
 	if w.reported == w.applied {
 		return nil
@@ -250,9 +326,10 @@ func (w *worker) fenceTimer() <-chan time.Time {
 // apply hands the jobs to the application.
 func (w *worker) apply(ctx context.Context, jobs []string, version int64) error {
 	if w.opts.Out != "" {
-		if err := writeJobs(w.opts.Out, jobs); err != nil {
+		if err := writeJobs(w.opts.Out, version, jobs); err != nil {
 			return err
 		}
+		w.gave = w.gave || len(jobs) > 0
 	}
 	if len(w.opts.Exec) == 0 {
 		return nil

@@ -1,0 +1,114 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+)
+
+// The schedules below are fault schedules run against real worker
+// processes and application stand-ins (package appcheck) on the simulated
+// cluster. Each samples what the applications themselves report they run
+// and fails on any job in two applications' hands at once
+// (appcheck.DoubleHeld).
+
+// schedule is one named fault schedule: its steps, each waited for until
+// the Swarm converged over n workers and the applications run every job
+// once.
+type schedule struct {
+	refresh string
+	app     appMode
+	workers int32
+	jobs    []string
+	steps   []step
+}
+
+type step struct {
+	name string
+	do   func(p *pool, f *fleet)
+	n    int
+}
+
+// run plays s and reports every double and gap.
+func (s schedule) run(t *testing.T) {
+	p := newPoolWith(t, s.refresh == swarmv1.RefreshReload, false)
+	p.applyAdmission(context.Background())
+	app := s.app
+	f := startFleet(&fleet{t: t, p: p, once: s.refresh == swarmv1.RefreshRestart, app: &app})
+	p.statefulSetOf(s.workers, workerTemplate())
+	p.createSwarm(swarmv1.SwarmSpec{Jobs: s.jobs, Refresh: s.refresh})
+	smp := newSampler(f, s.jobs)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); smp.run(ctx) }()
+	defer func() { cancel(); wg.Wait(); smp.report(t) }()
+	f.runsAll(p, int(s.workers), s.jobs)
+	for _, st := range s.steps {
+		smp.setJobs(st.name, s.jobs)
+		st.do(p, f)
+		f.runsAll(p, st.n, s.jobs)
+		t.Logf("%s: converged", st.name)
+	}
+}
+
+// TestSchedule_SlowApplicationStop: faults: an application that takes 2 s
+// to stop a job (it runs the job meanwhile), with
+//
+//   - an ordinary sidecar (the worker and the application stopped together)
+//     and the application acknowledging (--ack), in both refresh modes,
+//     through a revocation between live workers (scale 3 -> 4), a rolling
+//     update of every pod and a scale down (4 -> 2): the worker confirms a
+//     share, and releases its Lease, only once the application
+//     acknowledged it stopped what was taken away.
+//
+// Only reload mode tells the fix apart (without the acknowledgement it
+// fails at the revocation); restart mode is run for coverage: its
+// revocations are pod restarts, which the settle wait and the pod's own
+// lifetime already order.
+func TestSchedule_SlowApplicationStop(t *testing.T) {
+	withAck := []step{
+		{"scale 3 -> 4 (revocation)", func(p *pool, _ *fleet) { p.scale(4) }, 4},
+		{"rolling update", func(p *pool, _ *fleet) { p.rollOut() }, 4},
+		{"scale 4 -> 2", func(p *pool, _ *fleet) { p.scale(2) }, 2},
+	}
+	slow := 2 * time.Second
+	for _, tc := range []struct {
+		name string
+		s    schedule
+	}{
+		{"ack, reload", schedule{refresh: swarmv1.RefreshReload, workers: 3, steps: withAck, app: appMode{stop: slow, ack: true}}},
+		{"ack, restart", schedule{refresh: swarmv1.RefreshRestart, workers: 3, steps: withAck, app: appMode{stop: slow, ack: true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.s.jobs = jobNames(0, 12)
+			tc.s.run(t)
+		})
+	}
+}
+
+// rollOut changes the workers' pod template and waits until the
+// StatefulSet replaced every pod.
+func (p *pool) rollOut() {
+	p.t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"test.slipway.dev/rollout":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
+	api := p.kube.AppsV1().StatefulSets(p.ns)
+	if _, err := api.Patch(context.Background(), "swarm-worker", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		p.t.Fatal(err)
+	}
+	p.waitFor("every pod replaced by the rolling update", func(*swarmv1.Swarm) bool {
+		sts, err := api.Get(context.Background(), "swarm-worker", metav1.GetOptions{})
+		if err != nil || sts.Status.ObservedGeneration != sts.Generation {
+			return false
+		}
+		return sts.Status.UpdateRevision != "" && sts.Status.CurrentRevision == sts.Status.UpdateRevision &&
+			sts.Status.UpdatedReplicas == *sts.Spec.Replicas && sts.Status.ReadyReplicas == *sts.Spec.Replicas
+	})
+}
