@@ -58,9 +58,12 @@ func swarmWorkerCommand() *cli.Command {
 		UsageText: "slipway swarm worker --config /etc/swarm/config.yml (--out FILE [--ack FILE] | --exec CMD) [--once]",
 		Description: `Reads this pod's share (POD_NAME) of the workers' ConfigMap mounted at --config, waits
 until it exists, then writes the jobs to --out (one per line after a "# swarm-version: N"
-header, replaced atomically) or runs
---exec CMD with the jobs as its last arguments (and in SWARM_JOBS, SWARM_VERSION),
-restarting it when the share changes. It annotates its pod with the version applied
+and a "# swarm-valid-until: TIME" header, replaced atomically, the deadline refreshed on
+every Lease renewal: an application stops every job once it passed) or runs --exec CMD
+with the jobs as its last arguments (and in SWARM_JOBS, SWARM_VERSION, SWARM_VALID_UNTIL,
+SWARM_JOBS_FILE with --out), in a process group of its own, restarting it when the share
+changes. SWARM_VERSION (and swarm-version) is a fencing token: it grows each time a job
+changes hands, so a store that keeps the highest seen per job can refuse a stale writer. It annotates its pod with the version applied
 (swarm.slipway.dev/applied-version), which the controller waits for. It serves
 /healthz (its loop turns) and /readyz (config read, version reported, Lease held) on
 --http, for the pod's liveness and readiness probes.

@@ -13,7 +13,7 @@ import (
 // StandIn is an application stand-in: it follows a worker's jobs file as
 // an application of the jobsfile protocol does and reports, in Report, what
 // it runs at every instant (the jobs it started and has not finished
-// stopping).
+// stopping). Past the file's swarm-valid-until it stops every job.
 type StandIn struct {
 	// Jobs is the worker's jobs file (its --out).
 	Jobs string
@@ -26,6 +26,9 @@ type StandIn struct {
 	StopDelay time.Duration
 	// Poll is how often the jobs file is read (default 50 ms).
 	Poll time.Duration
+	// IgnoreDeadline runs the jobs past the file's swarm-valid-until (an
+	// application that does not check it).
+	IgnoreDeadline bool
 }
 
 // Run follows the jobs file until ctx ends, then stops every job (taking
@@ -44,6 +47,9 @@ func (s StandIn) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		f, err := jobsfile.Read(s.Jobs)
 		if err == nil {
+			if !s.IgnoreDeadline && !f.Valid(time.Now()) {
+				f.Jobs = nil // the worker did not renew in time: stop everything
+			}
 			// Stop what the file dropped, acknowledge it, start what it adds.
 			var kept []string
 			for _, j := range running {

@@ -102,6 +102,8 @@ type proc struct {
 	mount, out string
 	lag        time.Duration
 	link       *link
+	bin        string
+	args       []string
 	cmd        *exec.Cmd
 	exited     chan struct{}
 	stopping   atomic.Bool
@@ -269,18 +271,76 @@ func (f *fleet) start(ctx context.Context, name string, uid types.UID) (*proc, e
 			return nil, err
 		}
 	}
-	log, err := os.Create(filepath.Join(dir, "worker.log"))
-	if err != nil {
+	pr.bin, pr.args = f.bin, args
+	if err := pr.startWorker(); err != nil {
 		return nil, err
 	}
-	pr.cmd = exec.Command(f.bin, args...)
-	pr.cmd.Stdout, pr.cmd.Stderr = log, log
-	if err := pr.cmd.Start(); err != nil {
-		log.Close()
-		return nil, err
-	}
-	go func() { _ = pr.cmd.Wait(); log.Close(); close(pr.exited) }()
 	return pr, nil
+}
+
+// startWorker starts the pod's worker process (again, after a crash).
+func (pr *proc) startWorker() error {
+	log, err := os.OpenFile(filepath.Join(filepath.Dir(pr.out), "worker.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd, exited := exec.Command(pr.bin, pr.args...), make(chan struct{})
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return err
+	}
+	pr.cmd, pr.exited = cmd, exited
+	go func() { _ = cmd.Wait(); log.Close(); close(exited) }()
+	return nil
+}
+
+// proc is the live process of the pod named, nil when none.
+func (f *fleet) proc(pod string) *proc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, pr := range f.procs {
+		if pr.name == pod && !pr.stopping.Load() {
+			return pr
+		}
+	}
+	return nil
+}
+
+// signal sends sig to the worker process of pod (not to its application).
+func (f *fleet) signal(pod string, sig syscall.Signal) {
+	f.t.Helper()
+	pr := f.proc(pod)
+	if pr == nil {
+		f.t.Fatalf("no worker process for %s", pod)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := pr.cmd.Process.Signal(sig); err != nil {
+		f.t.Fatalf("signal the worker of %s: %v", pod, err)
+	}
+}
+
+// crash kills the worker process of pod (SIGKILL: no clean-up) and starts
+// it again after backoff, as the kubelet restarts a crashed container,
+// its application left running.
+func (f *fleet) crash(pod string, backoff time.Duration) {
+	f.t.Helper()
+	pr := f.proc(pod)
+	if pr == nil {
+		f.t.Fatalf("no worker process for %s", pod)
+	}
+	f.mu.Lock()
+	cmd, exited := pr.cmd, pr.exited
+	f.mu.Unlock()
+	_ = cmd.Process.Kill()
+	<-exited
+	time.Sleep(backoff)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := pr.startWorker(); err != nil {
+		f.t.Fatalf("restart the worker of %s: %v", pod, err)
+	}
 }
 
 // volumeLag is how late the kubelet of a pod updates its ConfigMap volume:

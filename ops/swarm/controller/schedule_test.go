@@ -3,7 +3,9 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/swarm/appcheck"
 )
 
 // The schedules below are fault schedules run against real worker
@@ -28,12 +31,30 @@ type schedule struct {
 	workers int32
 	jobs    []string
 	steps   []step
+	// lease is the workers' Lease duration (default workerLease).
+	lease time.Duration
 }
 
+// step is one fault or change; then the schedule waits until the Swarm
+// converged over n workers and the applications run every job once (n 0:
+// only the applications, the Swarm may not converge with a worker paused).
 type step struct {
 	name string
 	do   func(p *pool, f *fleet)
 	n    int
+}
+
+// appsRunOnce waits until the applications run every job of jobs exactly
+// once, whatever the Swarm's status says.
+func (f *fleet) appsRunOnce(jobs []string) {
+	f.t.Helper()
+	want := slices.Sorted(slices.Values(jobs))
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if slices.Equal(appcheck.Running(f.runs()), want) {
+			return
+		}
+	}
+	f.t.Fatalf("timed out waiting for the applications to run every job once; they run %v", f.runs())
 }
 
 // run plays s and reports every double and gap.
@@ -41,7 +62,7 @@ func (s schedule) run(t *testing.T) {
 	p := newPoolWith(t, s.refresh == swarmv1.RefreshReload, false)
 	p.applyAdmission(context.Background())
 	app := s.app
-	f := startFleet(&fleet{t: t, p: p, once: s.refresh == swarmv1.RefreshRestart, app: &app})
+	f := startFleet(&fleet{t: t, p: p, once: s.refresh == swarmv1.RefreshRestart, app: &app, lease: s.lease})
 	p.statefulSetOf(s.workers, workerTemplate())
 	p.createSwarm(swarmv1.SwarmSpec{Jobs: s.jobs, Refresh: s.refresh})
 	smp := newSampler(f, s.jobs)
@@ -54,8 +75,12 @@ func (s schedule) run(t *testing.T) {
 	for _, st := range s.steps {
 		smp.setJobs(st.name, s.jobs)
 		st.do(p, f)
-		f.runsAll(p, st.n, s.jobs)
-		t.Logf("%s: converged", st.name)
+		if st.n > 0 {
+			f.runsAll(p, st.n, s.jobs)
+		} else {
+			f.appsRunOnce(s.jobs)
+		}
+		t.Logf("%s: done", st.name)
 	}
 }
 
@@ -92,6 +117,30 @@ func TestSchedule_SlowApplicationStop(t *testing.T) {
 			tc.s.run(t)
 		})
 	}
+}
+
+// TestSchedule_SIGSTOPPastLease: faults: a worker paused (SIGSTOP) past
+// its Lease while the pool scales 3 -> 4, then resumed (SIGCONT); a worker
+// crash-looping (killed with SIGKILL, restarted after a back-off longer
+// than its Lease, twice). The application (1 s to stop a job, a 6 s
+// Lease) stops its jobs by itself once the jobs file's swarm-valid-until
+// passed unrenewed, before the controller hands them out.
+func TestSchedule_SIGSTOPPastLease(t *testing.T) {
+	s := schedule{refresh: swarmv1.RefreshReload, workers: 3, jobs: jobNames(0, 12), lease: 6 * time.Second,
+		app: appMode{stop: time.Second, ack: true}, steps: []step{
+			{"swarm-worker-1 paused (SIGSTOP), scale 3 -> 4", func(p *pool, f *fleet) {
+				f.signal("swarm-worker-1", syscall.SIGSTOP)
+				p.scale(4)
+			}, 0},
+			{"swarm-worker-1 paused past its Lease", func(*pool, *fleet) { time.Sleep(8 * time.Second) }, 0},
+			{"swarm-worker-1 resumed (SIGCONT)", func(_ *pool, f *fleet) { f.signal("swarm-worker-1", syscall.SIGCONT) }, 4},
+			{"swarm-worker-2 crash-looping", func(_ *pool, f *fleet) {
+				f.crash("swarm-worker-2", 9*time.Second)
+				time.Sleep(time.Second)
+				f.crash("swarm-worker-2", 9*time.Second)
+			}, 4},
+		}}
+	s.run(t)
 }
 
 // rollOut changes the workers' pod template and waits until the

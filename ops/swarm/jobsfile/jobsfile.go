@@ -5,12 +5,23 @@
 // The jobs file holds one job per line after a header of `#` lines:
 //
 //	# swarm-version: 9
+//	# swarm-valid-until: 2026-11-28T03:25:41.52Z
 //	cam-02
 //	cam-05
 //
 // swarm-version is the version of the share the jobs come from (0 when the
-// worker stopped every job: no share runs). An application that reads
-// the file skips lines starting with `#` (as the Swarm's own job lists do).
+// worker stopped every job: no share runs). It grows each time a job
+// changes hands, so it is a fencing token: a store that records, per job,
+// the highest version it saw can refuse a write carrying a lower one (it
+// comes from a worker the job was taken from). swarm-valid-until is when
+// the worker's tenure ends unless it renews its Lease (the worker rewrites
+// the file with the new deadline after each renewal): an application that
+// finds it past stops every job by itself, so a worker that is paused
+// (SIGSTOP), crash-looping or cut off cannot leave jobs running after the
+// controller may have handed them out; the controller does so no sooner
+// than a third of the Lease duration after that deadline, the time the
+// application has to stop. An application that reads the file skips lines
+// starting with `#` (as the Swarm's own job lists do).
 //
 // The acknowledgement file (`--ack`) holds one number: the swarm-version of
 // the jobs file whose jobs bound what the application runs now, that is, it
@@ -30,6 +41,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // VersionKey names the header line of the share version.
@@ -39,13 +51,25 @@ const VersionKey = "swarm-version"
 type File struct {
 	// Version is the share's version, 0 when no share runs.
 	Version int64
-	Jobs    []string
+	// ValidUntil is when the jobs must stop unless a newer file says
+	// otherwise (zero: no deadline, a worker without a Lease).
+	ValidUntil time.Time
+	Jobs       []string
 }
+
+// ValidUntilKey names the header line of the validity deadline.
+const ValidUntilKey = "swarm-valid-until"
+
+// Valid tells whether the jobs may run at now.
+func (f File) Valid(now time.Time) bool { return f.ValidUntil.IsZero() || now.Before(f.ValidUntil) }
 
 // Render is f as the file's text.
 func (f File) Render() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %s: %d\n", VersionKey, f.Version)
+	if !f.ValidUntil.IsZero() {
+		fmt.Fprintf(&b, "# %s: %s\n", ValidUntilKey, f.ValidUntil.UTC().Format(time.RFC3339Nano))
+	}
 	for _, j := range f.Jobs {
 		b.WriteString(j)
 		b.WriteByte('\n')
@@ -68,12 +92,19 @@ func Parse(text string) (File, error) {
 				continue
 			}
 			v = strings.TrimSpace(v)
-			if strings.TrimSpace(k) == VersionKey {
+			switch strings.TrimSpace(k) {
+			case VersionKey:
 				n, err := strconv.ParseInt(v, 10, 64)
 				if err != nil || n < 0 {
 					return File{}, fmt.Errorf("jobs file: %s %q is not a version", VersionKey, v)
 				}
 				f.Version = n
+			case ValidUntilKey:
+				at, err := time.Parse(time.RFC3339Nano, v)
+				if err != nil {
+					return File{}, fmt.Errorf("jobs file: %s %q is not an RFC 3339 time", ValidUntilKey, v)
+				}
+				f.ValidUntil = at
 			}
 		default:
 			f.Jobs = append(f.Jobs, l)

@@ -59,7 +59,7 @@ func Run(ctx context.Context, opts Options) error {
 // Lease is released (its jobs may move at once).
 func (w *worker) member(ctx context.Context) error {
 	t := member.TimingOf(w.opts.LeaseDuration)
-	w.wake, w.stopGrace = make(chan struct{}, 1), t.StopGrace
+	w.wake, w.stopGrace, w.retry = make(chan struct{}, 1), t.StopGrace, t.Retry
 	wake := func() {
 		select {
 		case w.wake <- struct{}{}:
@@ -151,6 +151,24 @@ func (w *worker) ackTimer() <-chan time.Time {
 	return time.After(ackPoll)
 }
 
+// renewTimer fires every renewal period while a jobs file with a deadline
+// is in force, to write the deadline the last renewal set.
+func (w *worker) renewTimer() <-chan time.Time {
+	if w.tenure == nil || w.opts.Out == "" || w.applied < 0 || w.retry <= 0 {
+		return nil
+	}
+	return time.After(w.retry)
+}
+
+// validUntil is the deadline of the jobs running now: the tenure's end
+// (zero without a Lease).
+func (w *worker) validUntil() time.Time {
+	if w.tenure == nil {
+		return time.Time{}
+	}
+	return w.tenure.Until()
+}
+
 // fenced tells whether the worker may not run jobs now: it has a Lease and
 // its tenure ended (or never began).
 func (w *worker) fenced() bool {
@@ -160,7 +178,7 @@ func (w *worker) fenced() bool {
 // stopJobs stops whatever runs: an empty jobs file, no command.
 func (w *worker) stopJobs() {
 	if w.opts.Out != "" {
-		if err := writeJobs(w.opts.Out, 0, nil); err != nil {
+		if err := writeJobs(w.opts.Out, 0, time.Time{}, nil); err != nil {
 			w.log.Warn("cannot empty the jobs file", "err", err)
 		}
 	}
@@ -180,6 +198,10 @@ type worker struct {
 	// from a previous one: on the way out the application's stop is
 	// awaited.
 	gave bool
+	// written is the validity deadline in the jobs file; retry is how
+	// often the Lease is renewed (the file's deadline refreshed).
+	written time.Time
+	retry   time.Duration
 	// tenure is the worker's Lease tenure (nil without one); wake is
 	// signalled when the Lease is taken or lost.
 	tenure    *lease.Tenure
@@ -221,7 +243,9 @@ func (w *worker) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case err := <-w.exited:
-			// Waited for: the deferred stopChild has nothing left to stop.
+			// Waited for: the deferred stopChild has nothing left to stop
+			// but what the command left behind in its group.
+			_ = signalGroup(w.child, syscall.SIGKILL)
 			w.child, w.exited = nil, nil
 			if ctx.Err() != nil {
 				return nil // stopped with ctx (CommandContext's SIGTERM), not by itself
@@ -232,6 +256,7 @@ func (w *worker) loop(ctx context.Context) error {
 		case <-w.wake:
 		case <-w.fenceTimer():
 		case <-w.ackTimer():
+		case <-w.renewTimer():
 		case <-time.After(w.opts.Poll):
 		}
 	}
@@ -280,6 +305,11 @@ func (w *worker) step(ctx context.Context) error {
 		}
 		w.applied, w.jobs = s.Version, s.Jobs
 		w.log.Info("applied share", "version", s.Version, "jobs", len(s.Jobs))
+	} else if w.opts.Out != "" && w.applied >= 0 && !w.validUntil().Equal(w.written) {
+		// Renewed: the application may run the jobs until the new deadline.
+		if err := w.writeOut(w.applied, w.jobs); err != nil {
+			return err
+		}
 	}
 	if !w.acked(w.applied) {
 		// The application still runs jobs the share took away: no report
@@ -326,7 +356,7 @@ func (w *worker) fenceTimer() <-chan time.Time {
 // apply hands the jobs to the application.
 func (w *worker) apply(ctx context.Context, jobs []string, version int64) error {
 	if w.opts.Out != "" {
-		if err := writeJobs(w.opts.Out, version, jobs); err != nil {
+		if err := w.writeOut(version, jobs); err != nil {
 			return err
 		}
 		w.gave = w.gave || len(jobs) > 0
@@ -338,7 +368,16 @@ func (w *worker) apply(ctx context.Context, jobs []string, version int64) error 
 	cmd := exec.CommandContext(ctx, w.opts.Exec[0], append(w.opts.Exec[1:], jobs...)...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), "SWARM_JOBS="+strings.Join(jobs, "\n"), "SWARM_VERSION="+strconv.FormatInt(version, 10))
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	if until := w.validUntil(); !until.IsZero() {
+		cmd.Env = append(cmd.Env, "SWARM_VALID_UNTIL="+until.UTC().Format(time.RFC3339Nano))
+	}
+	if w.opts.Out != "" {
+		cmd.Env = append(cmd.Env, "SWARM_JOBS_FILE="+w.opts.Out)
+	}
+	// The command leads a process group of its own: stopping it stops
+	// whatever it started too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return signalGroup(cmd, syscall.SIGTERM) }
 	cmd.WaitDelay = w.stopGrace
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", w.opts.Exec[0], err)
@@ -349,19 +388,40 @@ func (w *worker) apply(ctx context.Context, jobs []string, version int64) error 
 	return nil
 }
 
-// stopChild ends the running command, if any, and waits for it.
+// writeOut writes the jobs file with the deadline in force.
+func (w *worker) writeOut(version int64, jobs []string) error {
+	until := w.validUntil()
+	if err := writeJobs(w.opts.Out, version, until, jobs); err != nil {
+		return err
+	}
+	w.written = until
+	return nil
+}
+
+// stopChild ends the running command and every process of its group, if
+// any, and waits for it.
 func (w *worker) stopChild() {
 	if w.child == nil {
 		return
 	}
-	_ = w.child.Process.Signal(syscall.SIGTERM)
+	_ = signalGroup(w.child, syscall.SIGTERM)
 	select {
 	case <-w.exited:
 	case <-time.After(w.stopGrace):
-		_ = w.child.Process.Kill()
+		_ = signalGroup(w.child, syscall.SIGKILL)
 		<-w.exited
 	}
+	// What the command started and left behind goes too.
+	_ = signalGroup(w.child, syscall.SIGKILL)
 	w.child, w.exited = nil, nil
+}
+
+// signalGroup sends sig to cmd's process group (it leads one).
+func signalGroup(cmd *exec.Cmd, sig syscall.Signal) error {
+	if cmd.Process == nil {
+		return nil
+	}
+	return syscall.Kill(-cmd.Process.Pid, sig)
 }
 
 // report annotates the pod with the version applied. The call ends with the

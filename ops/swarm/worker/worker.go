@@ -132,9 +132,9 @@ func share(path, pod string) (w config.Workload, version int64, found, removed b
 const DefaultAckTimeout = 30 * time.Second
 
 // writeJobs replaces path with the jobs of the share version (0: none
-// runs), atomically.
-func writeJobs(path string, version int64, jobs []string) error {
-	return jobsfile.Write(path, jobsfile.File{Version: version, Jobs: jobs}.Render())
+// runs), valid until the deadline (zero: none), atomically.
+func writeJobs(path string, version int64, until time.Time, jobs []string) error {
+	return jobsfile.Write(path, jobsfile.File{Version: version, ValidUntil: until, Jobs: jobs}.Render())
 }
 
 // sleep waits d or until ctx ends.
