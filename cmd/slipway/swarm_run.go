@@ -83,6 +83,7 @@ Examples (in the worker pod; POD_NAME and POD_NAMESPACE from the downward API):
 			&cli.StringFlag{Name: "config", Value: "/etc/swarm/config.yml", Usage: "the mounted config.yml of the workers' ConfigMap", EnvVars: envs("SWARM_CONFIG")},
 			&cli.StringFlag{Name: "pod-name", Usage: "this pod's name", EnvVars: []string{"POD_NAME"}},
 			&cli.StringFlag{Name: "namespace", Usage: "this pod's namespace", EnvVars: []string{"POD_NAMESPACE"}},
+			&cli.StringFlag{Name: "pod-uid", Usage: "this pod's UID (fieldRef metadata.uid): the worker's identity in its Lease, one per pod incarnation", EnvVars: []string{"POD_UID"}},
 			&cli.StringFlag{Name: "out", Usage: "write the jobs to this file, one per line", EnvVars: envs("SWARM_OUT")},
 			&cli.StringFlag{Name: "exec", Usage: "run this command with the jobs as arguments (split on spaces)", EnvVars: envs("SWARM_EXEC")},
 			&cli.StringFlag{Name: "ack", Usage: "with --out: the application's acknowledgement file (it writes the swarm-version of the jobs file it runs within, 0 when stopped); shares are confirmed, and the Lease released on the way out, only once it did", EnvVars: envs("SWARM_ACK")},
@@ -95,7 +96,7 @@ Examples (in the worker pod; POD_NAME and POD_NAMESPACE from the downward API):
 		},
 		Action: func(c *cli.Context) error {
 			opts := worker.Options{
-				ConfigFile: c.String("config"), PodName: c.String("pod-name"), Namespace: c.String("namespace"),
+				ConfigFile: c.String("config"), PodName: c.String("pod-name"), PodUID: c.String("pod-uid"), Namespace: c.String("namespace"),
 				Out: c.String("out"), Ack: c.String("ack"), AckTimeout: c.Duration("ack-timeout"), Exec: strings.Fields(c.String("exec")), Once: c.Bool("once"), LeaseDuration: c.Duration("lease-duration"),
 				HTTPAddr: c.String("http"),
 				Log:      slog.New(slog.NewTextHandler(os.Stderr, nil)),

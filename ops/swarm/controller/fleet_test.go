@@ -107,6 +107,9 @@ type proc struct {
 	cmd        *exec.Cmd
 	exited     chan struct{}
 	stopping   atomic.Bool
+	// orphan marks processes left running when their pod is deleted (a
+	// force delete of a pod on an unreachable node).
+	orphan atomic.Bool
 	// the application stand-in beside the worker (fleet.app).
 	appCmd      *exec.Cmd
 	appExited   chan struct{}
@@ -197,6 +200,8 @@ func (f *fleet) syncPods(ctx context.Context) {
 		f.shares[pod.UID] = pod.Annotations[config.ShareAnnotation]
 		f.mu.Unlock()
 		switch {
+		case pod.DeletionTimestamp != nil && pr != nil && pr.orphan.Load():
+			f.release(ctx, pod.Name, pod.UID) // its node is gone from the API's view, not its processes
 		case pod.DeletionTimestamp != nil && pr != nil && !pr.stopping.Swap(true):
 			f.wg.Add(1)
 			go func() { defer f.wg.Done(); pr.stop(); f.release(ctx, pod.Name, pod.UID) }()
@@ -256,7 +261,7 @@ func (f *fleet) start(ctx context.Context, name string, uid types.UID) (*proc, e
 		return nil, err
 	}
 	args := []string{"swarm", "worker", "--config", filepath.Join(pr.mount, swarmv1.ConfigMapKey), "--out", pr.out,
-		"--pod-name", name, "--namespace", f.p.ns, "--kubeconfig", kc, "--lease-duration", f.lease.String(),
+		"--pod-name", name, "--pod-uid", string(uid), "--namespace", f.p.ns, "--kubeconfig", kc, "--lease-duration", f.lease.String(),
 		"--http", "127.0.0.1:0"}
 	if f.once {
 		args = append(args, "--once")
@@ -318,6 +323,21 @@ func (f *fleet) signal(pod string, sig syscall.Signal) {
 	defer f.mu.Unlock()
 	if err := pr.cmd.Process.Signal(sig); err != nil {
 		f.t.Fatalf("signal the worker of %s: %v", pod, err)
+	}
+}
+
+// forceDelete deletes pod at once (grace 0) while its processes go on
+// running, as a force delete of a pod on an unreachable node leaves them.
+func (f *fleet) forceDelete(pod string) {
+	f.t.Helper()
+	pr := f.proc(pod)
+	if pr == nil {
+		f.t.Fatalf("no worker process for %s", pod)
+	}
+	pr.orphan.Store(true)
+	err := f.p.kube.CoreV1().Pods(f.p.ns).Delete(context.Background(), pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	if err != nil {
+		f.t.Fatal(err)
 	}
 }
 

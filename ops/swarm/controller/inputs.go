@@ -162,7 +162,10 @@ func (c *Controller) lapsed(ns string, pods []plan.Pod, now time.Time) time.Dura
 // selected workloads (their labels changed, say): they may still run it, so
 // their jobs are handed over like any leaving worker's. A pod Failed or
 // Succeeded (evicted, say) runs nothing any more: its containers ended, so
-// it counts as gone and its jobs move at once.
+// it counts as gone and its jobs move at once. A pod gone from the API
+// whose worker's Lease is still held (force-deleted, its node unreachable:
+// its worker may still run) counts as foreign too, until its Lease is
+// released or lapses.
 func (c *Controller) foreignPods(ns string, pods []plan.Pod, cfg config.Config) []plan.Pod {
 	seen := make(map[string]bool, len(pods))
 	for _, p := range pods {
@@ -173,13 +176,23 @@ func (c *Controller) foreignPods(ns string, pods []plan.Pod, cfg config.Config) 
 		if seen[name] {
 			continue
 		}
-		if obj, ok, _ := c.pods.GetByKey(ns + "/" + name); ok && !terminated(obj.(*corev1.Pod)) {
+		obj, ok, _ := c.pods.GetByKey(ns + "/" + name)
+		switch {
+		case ok && !terminated(obj.(*corev1.Pod)):
 			p := toPlanPod(obj.(*corev1.Pod))
 			p.Foreign, p.Ready = true, false
 			out = append(out, p)
+		case !ok && c.leaseHeld(ns, name):
+			out = append(out, plan.Pod{Name: name, Applied: plan.NoneApplied, Foreign: true})
 		}
 	}
 	return out
+}
+
+// leaseHeld tells whether the Lease of the worker of pod has a holder.
+func (c *Controller) leaseHeld(ns, pod string) bool {
+	obj, ok, _ := c.leases.GetByKey(ns + "/" + member.LeaseName(pod))
+	return ok && !member.Released(obj.(*coordinationv1.Lease))
 }
 
 // jobs reads the job list from the spec or its ConfigMap key.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -33,6 +35,8 @@ type schedule struct {
 	steps   []step
 	// lease is the workers' Lease duration (default workerLease).
 	lease time.Duration
+	// deployment runs the workers as a Deployment (default a StatefulSet).
+	deployment bool
 }
 
 // step is one fault or change; then the schedule waits until the Swarm
@@ -63,7 +67,11 @@ func (s schedule) run(t *testing.T) {
 	p.applyAdmission(context.Background())
 	app := s.app
 	f := startFleet(&fleet{t: t, p: p, once: s.refresh == swarmv1.RefreshRestart, app: &app, lease: s.lease})
-	p.statefulSetOf(s.workers, workerTemplate())
+	if s.deployment {
+		p.deploymentOf(s.workers, workerTemplate())
+	} else {
+		p.statefulSetOf(s.workers, workerTemplate())
+	}
 	p.createSwarm(swarmv1.SwarmSpec{Jobs: s.jobs, Refresh: s.refresh})
 	smp := newSampler(f, s.jobs)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -141,6 +149,55 @@ func TestSchedule_SIGSTOPPastLease(t *testing.T) {
 			}, 4},
 		}}
 	s.run(t)
+}
+
+// TestSchedule_ForceDeleteWhileRunning: faults: a worker pod force-deleted
+// (grace 0) while its worker and application go on running, as on a node
+// the API server cannot reach.
+//
+//   - StatefulSet: the pod is created again under the same name at once.
+//     The replacement's worker holds its Lease as its own pod's UID, so it
+//     waits until the old incarnation's Lease lapsed (its bound token died
+//     with its pod: it can renew no more and stops its jobs) instead of
+//     renewing it as its own and running the same share beside it.
+//   - Deployment: the replacement has a new name. The gone pod's jobs move
+//     only once its Lease is released or lapsed, not when its pod object
+//     is gone.
+func TestSchedule_ForceDeleteWhileRunning(t *testing.T) {
+	t.Run("statefulset", func(t *testing.T) {
+		s := schedule{refresh: swarmv1.RefreshReload, workers: 3, jobs: jobNames(0, 12), lease: 6 * time.Second,
+			app: appMode{stop: time.Second, ack: true}, steps: []step{
+				{"swarm-worker-1 force-deleted, its processes running", func(_ *pool, f *fleet) { f.forceDelete("swarm-worker-1") }, 0},
+				{"the replacement's Lease wait", func(*pool, *fleet) { time.Sleep(10 * time.Second) }, 3},
+			}}
+		s.run(t)
+	})
+	t.Run("deployment", func(t *testing.T) {
+		s := schedule{refresh: swarmv1.RefreshReload, workers: 3, jobs: jobNames(0, 12), lease: 6 * time.Second, deployment: true,
+			app: appMode{stop: time.Second, ack: true}, steps: []step{
+				{"a worker pod force-deleted, its processes running", func(p *pool, f *fleet) {
+					var victim string
+					for name := range p.podUIDs() {
+						victim = name
+					}
+					f.forceDelete(victim)
+				}, 0},
+				{"the gone pod's Lease lapses", func(*pool, *fleet) { time.Sleep(10 * time.Second) }, 3},
+			}}
+		s.run(t)
+	})
+}
+
+// deploymentOf creates the workers' Deployment, labelled for the Swarm.
+func (p *pool) deploymentOf(replicas int32, tmpl corev1.PodTemplateSpec) {
+	p.t.Helper()
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "swarm-worker", Namespace: p.ns, Labels: map[string]string{"swarm": "work"}},
+		Spec:       appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}, Template: tmpl},
+	}
+	if _, err := p.kube.AppsV1().Deployments(p.ns).Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
+		p.t.Fatal(err)
+	}
 }
 
 // rollOut changes the workers' pod template and waits until the

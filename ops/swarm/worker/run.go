@@ -76,7 +76,7 @@ func (w *worker) member(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() {
 		done <- lease.Run(lctx, lease.Config{
-			Client: leases, Name: member.LeaseName(w.opts.PodName), Identity: w.opts.PodName,
+			Client: leases, Name: member.LeaseName(w.opts.PodName), Identity: w.identity(),
 			Duration: t.Duration, RenewDeadline: t.RenewDeadline, RetryPeriod: t.Retry, Tenure: w.tenure,
 			OnStartedLeading: started, OnStoppedLeading: wake, Log: w.log,
 		})
@@ -94,6 +94,16 @@ func (w *worker) member(ctx context.Context) error {
 		err = fmt.Errorf("hold the worker's Lease: %w", lerr)
 	}
 	return err
+}
+
+// identity is the worker's name as its Lease's holder: its pod's UID (one
+// identity per pod incarnation), or its name when the UID is not given.
+func (w *worker) identity() string {
+	if w.opts.PodUID != "" {
+		return w.opts.PodUID
+	}
+	w.log.Warn("no pod UID (set POD_UID from the downward API, fieldRef metadata.uid): the Lease is held under the pod's name, so a replacement pod of the same name could take it over while this one still runs")
+	return w.opts.PodName
 }
 
 // abandonable is the worker's Lease client, which writes nothing once

@@ -27,6 +27,12 @@ type Options struct {
 	ConfigFile string
 	// PodName is this worker's pod (the key of its share).
 	PodName string
+	// PodUID is this worker's pod's UID: its identity as the holder of its
+	// Lease, so that a pod replaced under the same name (a StatefulSet pod
+	// force-deleted while its worker still runs) cannot take over the
+	// Lease of the incarnation before it, but waits for it to be released
+	// or to lapse. Empty: the pod name (one identity for every incarnation).
+	PodUID string
 	// Namespace is the pod's namespace.
 	Namespace string
 	// Out, when set, is the file the jobs are written to, one per line
