@@ -71,7 +71,11 @@ func (w *worker) member(ctx context.Context) error {
 		w.stopJobs() // a previous worker's jobs file is not this tenure's
 		w.gave = true
 	}
-	leases := &abandonable{Client: w.kube.CoordinationV1().Leases(w.opts.Namespace)}
+	leases := &abandonable{Client: w.kube.CoordinationV1().Leases(w.opts.Namespace), seen: func(l *coordinationv1.Lease) {
+		if w.fence(l) {
+			wake()
+		}
+	}}
 	lctx, stopLease := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
 	go func() {
@@ -106,11 +110,36 @@ func (w *worker) identity() string {
 	return w.opts.PodName
 }
 
+// fence raises minVersion to l's fence, telling whether it rose.
+func (w *worker) fence(l *coordinationv1.Lease) bool {
+	v := member.MinVersion(l)
+	for {
+		old := w.minVersion.Load()
+		if v <= old {
+			return false
+		}
+		if w.minVersion.CompareAndSwap(old, v) {
+			return true
+		}
+	}
+}
+
 // abandonable is the worker's Lease client, which writes nothing once
-// abandoned: the Lease is then left to lapse, not released.
+// abandoned: the Lease is then left to lapse, not released. Every Lease
+// it reads or writes is shown to seen: each renewal carries the
+// controller's fence (member.MinVersionAnnotation) at no extra request.
 type abandonable struct {
 	lease.Client
 	abandoned atomic.Bool
+	seen      func(*coordinationv1.Lease)
+}
+
+func (a *abandonable) Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordinationv1.Lease, error) {
+	l, err := a.Client.Get(ctx, name, opts)
+	if err == nil && a.seen != nil {
+		a.seen(l)
+	}
+	return l, err
 }
 
 var errAbandoned = errors.New("the Lease is abandoned: it lapses, unreleased")
@@ -126,7 +155,11 @@ func (a *abandonable) Update(ctx context.Context, l *coordinationv1.Lease, opts 
 	if a.abandoned.Load() {
 		return nil, errAbandoned
 	}
-	return a.Client.Update(ctx, l, opts)
+	l, err := a.Client.Update(ctx, l, opts)
+	if err == nil && a.seen != nil {
+		a.seen(l)
+	}
+	return l, err
 }
 
 // acked tells whether the application acknowledged that it runs no job
@@ -218,9 +251,10 @@ type worker struct {
 	wake      chan struct{}
 	stopGrace time.Duration
 	// revalidate is set when the Lease is (re)taken: minVersion is then
-	// read from it again before any share runs.
+	// read from it again before any share runs. minVersion also follows
+	// every read and renewal of the Lease (the fence is checked on each).
 	revalidate atomic.Bool
-	minVersion int64
+	minVersion atomic.Int64
 	// probe serves /healthz (beat: the loop turns) and /readyz
 	// (configRead, unreported and the tenure).
 	probe      *health.Probe
@@ -292,8 +326,15 @@ func (w *worker) step(ctx context.Context) error {
 		return err
 	}
 	w.configRead.Store(found || removed)
-	if version < w.minVersion {
-		w.log.Info("the mounted config is older than the Lease allows; waiting for it to catch up", "version", version, "min", w.minVersion)
+	if min := w.minVersion.Load(); version < min {
+		if w.applied >= 0 || w.child != nil {
+			// The controller gave this share's jobs (some of them at least)
+			// to others from version min on: the stale mount must not run.
+			w.stopJobs()
+			w.log.Warn("the mounted config is older than the Lease's fence: jobs stopped until it catches up", "version", version, "min", min)
+			return nil
+		}
+		w.log.Info("the mounted config is older than the Lease allows; waiting for it to catch up", "version", version, "min", min)
 		return nil
 	}
 	if removed && w.applied >= 0 && len(w.jobs) > 0 {
@@ -350,7 +391,7 @@ func (w *worker) readMinVersion(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read the worker's Lease: %w", err)
 	}
-	w.minVersion = max(w.minVersion, member.MinVersion(l))
+	w.fence(l)
 	w.revalidate.Store(false)
 	return nil
 }
