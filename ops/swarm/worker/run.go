@@ -234,6 +234,8 @@ type worker struct {
 	log               *slog.Logger
 	kube              *kube.Clientset
 	applied, reported int64
+	// highest is the highest share version applied: a lower one is refused.
+	highest int64
 	jobs              []string
 	child             *exec.Cmd
 	exited            chan error
@@ -348,13 +350,20 @@ func (w *worker) step(ctx context.Context) error {
 	if !found {
 		return nil
 	}
+	if s.Version < w.highest {
+		// A share older than one already applied: a mount gone backwards
+		// (a stale volume, a hand-restored file) must not bring back jobs
+		// handed out since.
+		w.log.Warn("refusing a share older than one already applied", "version", s.Version, "highest", w.highest)
+		return nil
+	}
 	same := w.applied == s.Version && config.SameJobs(s.Jobs, w.jobs)
 	holding := w.applied >= 0 && len(w.jobs) > 0 // Once keeps a share it holds, not an empty one
 	if !same && !(holding && w.opts.Once) {
 		if err := w.apply(ctx, s.Jobs, s.Version); err != nil {
 			return err
 		}
-		w.applied, w.jobs = s.Version, s.Jobs
+		w.applied, w.jobs, w.highest = s.Version, s.Jobs, max(w.highest, s.Version)
 		w.log.Info("applied share", "version", s.Version, "jobs", len(s.Jobs))
 	} else if w.opts.Out != "" && w.applied >= 0 && !w.validUntil().Equal(w.written) {
 		// Renewed: the application may run the jobs until the new deadline.
