@@ -236,9 +236,9 @@ type worker struct {
 	applied, reported int64
 	// highest is the highest share version applied: a lower one is refused.
 	highest int64
-	jobs              []string
-	child             *exec.Cmd
-	exited            chan error
+	jobs    []string
+	child   *exec.Cmd
+	exited  chan error
 	// gave is set once a jobs file was written by this worker or found
 	// from a previous one: on the way out the application's stop is
 	// awaited.
