@@ -19,9 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"slipway.dev/slipway/ops/agent"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/upgrade/layout"
 	"slipway.dev/slipway/upgrade/releasetest"
@@ -233,8 +233,8 @@ func TestRollout(t *testing.T) {
 		if node.Spec.Unschedulable {
 			t.Errorf("node %s left cordoned", n)
 		}
-		if got := node.Labels[agent.LabelRootfsVersion]; got != "v2" {
-			t.Errorf("node %s: label %s=%q, want v2", n, agent.LabelRootfsVersion, got)
+		if got := node.Labels[protocol.LabelRootfsVersion]; got != "v2" {
+			t.Errorf("node %s: label %s=%q, want v2", n, protocol.LabelRootfsVersion, got)
 		}
 	}
 	assertActsOnPodSuccess(t)
