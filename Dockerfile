@@ -21,6 +21,11 @@ RUN cd /out/bin && for n in kubectl-eds dogswatch bottlerocket-update-operator; 
 FROM scratch
 # CA roots for https and github-releases:// channels.
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+# slipway's license (Apache-2.0), where ocipack's image carries it too.
+COPY LICENSE /usr/share/doc/slipway/LICENSE
 # A directory copy keeps the symlinks as symlinks.
 COPY --from=build /out/bin/ /usr/bin/
+# Not root by default (ocipack's User): the node agents and upgrade Jobs,
+# which need root, say runAsUser: 0 in their own securityContext.
+USER 65532:65532
 ENTRYPOINT ["/usr/bin/slipway"]

@@ -53,6 +53,11 @@ type Image struct {
 	Entrypoint []string
 	Cmd        []string
 	Env        []string
+	// User the image runs as unless a pod says otherwise ("uid:gid";
+	// empty: root).
+	User string
+	// Labels of the image config (org.opencontainers.image.*, ...).
+	Labels map[string]string
 }
 
 // Descriptor points at a blob.
@@ -91,9 +96,11 @@ type Config struct {
 	OS           string    `json:"os"`
 	Created      time.Time `json:"created"`
 	Config       struct {
-		Entrypoint []string `json:"Entrypoint,omitempty"`
-		Cmd        []string `json:"Cmd,omitempty"`
-		Env        []string `json:"Env,omitempty"`
+		User       string            `json:"User,omitempty"`
+		Labels     map[string]string `json:"Labels,omitempty"`
+		Entrypoint []string          `json:"Entrypoint,omitempty"`
+		Cmd        []string          `json:"Cmd,omitempty"`
+		Env        []string          `json:"Env,omitempty"`
 	} `json:"config"`
 	RootFS struct {
 		Type    string   `json:"type"`
@@ -214,7 +221,8 @@ func manifestOf(img Image, compress bool) ([][]byte, Descriptor, error) {
 	var cfg Config
 	cfg.Architecture, cfg.OS = arch, "linux"
 	cfg.Created = time.Unix(0, 0).UTC()
-	cfg.Config.Entrypoint, cfg.Config.Cmd, cfg.Config.Env = img.Entrypoint, img.Cmd, img.Env
+	cfg.Config.Entrypoint, cfg.Config.Cmd, cfg.Config.Env, cfg.Config.User = img.Entrypoint, img.Cmd, img.Env, img.User
+	cfg.Config.Labels = img.Labels
 	cfg.RootFS.Type = "layers"
 	cfg.RootFS.DiffIDs = []string{digest(layer)}
 	cfgJSON, err := json.Marshal(cfg)

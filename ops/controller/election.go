@@ -31,24 +31,32 @@ func (ctl *Controller) elect(ctx context.Context) {
 			ctl.queueAllViews()                 // views of channels deleted meanwhile go
 			ctl.queue.Add(key{role: roleSweep}) // cordons a former holder left for slots gone
 		},
-		OnStoppedLeading: func() {
-			ctl.elected.Store(false)
-			ctl.mu.Lock()
-			ctl.fleet = map[string]*fleetCache{} // the next tenure lists afresh
-			ctl.views = map[types.UID]map[string]string{}
-			ctl.drainsDone = nil // the next holder drains those slots again (nothing is left to evict)
-			ctl.lastWritten = nil
-			if ctl.leaderStop != nil {
-				ctl.leaderStop() // the next holder resumes the drains under way
-			}
-			ctl.leaderCtx, ctl.leaderStop = nil, nil
-			ctl.mu.Unlock()
-			ctl.log.Info("handed over the fleet view")
-		},
+		OnStoppedLeading: ctl.handOver,
 	})
 	if err != nil {
 		ctl.log.Error("cannot compete for the controller's lease", "lease", protocol.ControllerLease, "err", err)
 	}
+}
+
+// handOver ends this replica's tenure of the fleet view: the next holder
+// lists afresh, resumes the drains under way, and alone reports the fleet
+// view's series (a former holder's last values would otherwise linger,
+// and alerts would read a finished rollout as stalled).
+func (ctl *Controller) handOver() {
+	ctl.elected.Store(false)
+	ctl.mu.Lock()
+	ctl.fleet = map[string]*fleetCache{} // the next tenure lists afresh
+	ctl.views = map[types.UID]map[string]string{}
+	ctl.drainsDone = nil // the next holder drains those slots again (nothing is left to evict)
+	ctl.lastWritten = nil
+	if ctl.leaderStop != nil {
+		ctl.leaderStop() // the next holder resumes the drains under way
+	}
+	ctl.leaderCtx, ctl.leaderStop = nil, nil
+	ctl.mu.Unlock()
+	ctl.metrics.nodes.Reset()
+	ctl.metrics.fleet.skipped.Reset()
+	ctl.log.Info("handed over the fleet view")
 }
 
 // leading reports whether this replica does the fleet view of channel:

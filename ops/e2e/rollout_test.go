@@ -211,7 +211,6 @@ func TestRollout(t *testing.T) {
 		return ch.Status.Counts.Nodes == nodes && ch.Status.Counts.UpToDate == nodes, nil
 	})
 	o := observe(ctx, t, c)
-	prog := showProgress(ctx, c)
 	start := time.Now()
 	patchChannel(t, c, `{"spec":{"version":"latest"}}`)
 	waitUntil(t, 10*time.Minute, "every node at v2", func() (bool, error) {
@@ -221,7 +220,6 @@ func TestRollout(t *testing.T) {
 			complete != nil && complete.Status == metav1.ConditionTrue && strings.HasSuffix(complete.Message, "run v2"), nil
 	})
 	t.Logf("rollout of %d nodes at concurrency %d took %s", nodes, concurrency, time.Since(start).Round(time.Second))
-	prog.summary(append([]string(nil), env.Nodes...), func(n string) string { return current(t, n) })
 	for _, n := range env.Nodes {
 		if v := current(t, n); v != "v2" {
 			t.Errorf("node %s: current -> %s, want v2", n, v)

@@ -101,21 +101,27 @@ func deployment(o ManifestOptions, meta metav1.ObjectMeta) *appsv1.Deployment {
 	replicas := int32(2)
 	sel := map[string]string{"app.kubernetes.io/name": controllerName}
 	no, yes := false, true
+	nonRoot := int64(65532)
 	return &appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}, ObjectMeta: meta,
 		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: sel},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: meta.Labels},
-				Spec: corev1.PodSpec{ServiceAccountName: controllerName, Containers: []corev1.Container{{
-					Name: "controller", Image: o.Image,
-					Args:  []string{"eds", "controller", "--leader-elect", "--lease-namespace", o.Namespace, "--metrics-addr", ":9480"},
-					Env:   []corev1.EnvVar{{Name: "SLIPWAY_EDS_IDENTITY", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
-					Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9480}},
-					// /healthz: every worker idle or within its sync's allowance
-					// (leader or not); /readyz: the informers synced.
-					LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("metrics")}},
-						InitialDelaySeconds: 10, PeriodSeconds: 20, FailureThreshold: 3},
-					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("metrics")}},
-						PeriodSeconds: 5},
-					SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes, RunAsNonRoot: &yes,
-						Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
-				}}}}}}
+				Spec: corev1.PodSpec{ServiceAccountName: controllerName,
+					// Pod Security `restricted`: a non-root uid the kubelet can check
+					// (runAsNonRoot alone needs the image's User), the runtime's seccomp profile.
+					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &nonRoot, RunAsGroup: &nonRoot,
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+					Containers: []corev1.Container{{
+						Name: "controller", Image: o.Image,
+						Args:  []string{"eds", "controller", "--leader-elect", "--lease-namespace", o.Namespace, "--metrics-addr", ":9480"},
+						Env:   []corev1.EnvVar{{Name: "SLIPWAY_EDS_IDENTITY", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+						Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9480}},
+						// /healthz: every worker idle or within its sync's allowance
+						// (leader or not); /readyz: the informers synced.
+						LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("metrics")}},
+							InitialDelaySeconds: 10, PeriodSeconds: 20, FailureThreshold: 3},
+						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("metrics")}},
+							PeriodSeconds: 5},
+						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes, RunAsNonRoot: &yes,
+							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+					}}}}}}
 }

@@ -7,7 +7,13 @@ import (
 	v1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
 )
 
-// metrics are the controller's Prometheus metrics, on its own registry.
+// metrics are the controller's Prometheus metrics, on its own registry. An
+// ExtendedDaemonSet's namespace is the label eds_namespace: Prometheus
+// gives every scraped series the target's `namespace` (the controller's), so
+// a metric label of that name would be renamed exported_namespace, or, with
+// honorLabels, would overwrite the controller's and break the joins on the
+// target's namespace and pod. slipway_eds_state's state is the status's
+// string as written (Canary Paused, ...), which the alerts match.
 type metrics struct {
 	registry   *prometheus.Registry
 	pods       *prometheus.GaugeVec   // by namespace, eds, ers and state
@@ -23,11 +29,11 @@ func newMetrics() *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		pods: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_eds_pods",
-			Help: "Pods of an ExtendedDaemonSet by ERS and state (ready, unavailable)."}, []string{"namespace", "eds", "ers", "state"}),
+			Help: "Pods of an ExtendedDaemonSet by ERS and state (ready, unavailable)."}, []string{"eds_namespace", "eds", "ers", "state"}),
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_eds_state",
-			Help: "1 for the ExtendedDaemonSet's current state (Running, Canary, CanaryPaused, CanaryFailed, RollingUpdatePaused, RolloutFrozen)."}, []string{"namespace", "eds", "state"}),
+			Help: "1 for the ExtendedDaemonSet's current state, as its status spells it (Running, Canary, Canary Paused, Canary Failed, RollingUpdate Paused, Rollout frozen)."}, []string{"eds_namespace", "eds", "state"}),
 		upToDate: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_eds_rollout_progress_ratio",
-			Help: "Up-to-date pods over desired pods of an ExtendedDaemonSet (1 when rolled out)."}, []string{"namespace", "eds"}),
+			Help: "Up-to-date pods over desired pods of an ExtendedDaemonSet (1 when rolled out)."}, []string{"eds_namespace", "eds"}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_eds_pod_actions_total",
 			Help: "Pods created and deleted by the controller."}, []string{"action"}),
 		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_eds_canary_verdicts_total",
@@ -35,7 +41,7 @@ func newMetrics() *metrics {
 		syncErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "slipway_eds_sync_errors_total",
 			Help: "Syncs that failed and were retried."}),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_eds_syncs_total",
-			Help: "Syncs of an ExtendedDaemonSet (a Node change syncs only the ExtendedDaemonSets it concerns)."}, []string{"namespace", "eds"}),
+			Help: "Syncs of an ExtendedDaemonSet (a Node change syncs only the ExtendedDaemonSets it concerns)."}, []string{"eds_namespace", "eds"}),
 	}
 	m.registry.MustRegister(m.pods, m.state, m.upToDate, m.actions, m.verdicts, m.syncErrors, m.syncs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -52,7 +58,7 @@ func (m *metrics) observe(e *v1.ExtendedDaemonSet, byERS map[string]*counts) {
 		}
 		m.state.WithLabelValues(e.Namespace, e.Name, string(s)).Set(v)
 	}
-	m.pods.DeletePartialMatch(prometheus.Labels{"namespace": e.Namespace, "eds": e.Name})
+	m.pods.DeletePartialMatch(prometheus.Labels{"eds_namespace": e.Namespace, "eds": e.Name})
 	for name, k := range byERS {
 		m.pods.WithLabelValues(e.Namespace, e.Name, name, "ready").Set(float64(k.ready))
 		m.pods.WithLabelValues(e.Namespace, e.Name, name, "unavailable").Set(float64(k.current - k.available))
@@ -66,7 +72,7 @@ func (m *metrics) observe(e *v1.ExtendedDaemonSet, byERS map[string]*counts) {
 
 // forget drops a deleted ExtendedDaemonSet's series.
 func (m *metrics) forget(ns, name string) {
-	l := prometheus.Labels{"namespace": ns, "eds": name}
+	l := prometheus.Labels{"eds_namespace": ns, "eds": name}
 	m.pods.DeletePartialMatch(l)
 	m.state.DeletePartialMatch(l)
 	m.upToDate.DeletePartialMatch(l)

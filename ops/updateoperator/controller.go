@@ -249,7 +249,7 @@ func (c *controller) lead(ctx context.Context) error {
 	c.o.Log.Info("leading the node updates", "prefix", c.keys.Prefix, "maxConcurrent", c.o.Policy.MaxConcurrent)
 	c.beat()
 	c.leading.Store(true)
-	defer func() { c.leading.Store(false); c.synced.Store(false) }()
+	defer func() { c.leading.Store(false); c.synced.Store(false); c.m.forgetLeaderView() }()
 	inf := nodeInformer(c.kube, "")
 	pokeAll := func(any) { c.trigger(); signal(c.moved) }
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: pokeAll,

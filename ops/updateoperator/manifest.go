@@ -78,7 +78,7 @@ func ManifestObjects(o ManifestOptions) ([]any, error) {
 	}
 	keys, _ := NewKeys(o.Prefix)
 	objs := []any{
-		&corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: o.Namespace, Labels: appLabels("")}},
+		&corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: o.Namespace, Labels: namespaceLabels()}},
 		&schedulingv1.PriorityClass{TypeMeta: tm("scheduling.k8s.io/v1", "PriorityClass"), ObjectMeta: metav1.ObjectMeta{Name: PriorityName, Labels: appLabels("")},
 			Value: 1000000, Description: "The slipway update operator: it must run to put updated nodes back in service."},
 	}
@@ -169,4 +169,17 @@ func agentPolicy(namespace string, keys Keys) admission.NodeAgentPolicy {
 
 func admissionObjects(o ManifestOptions, keys Keys) []any {
 	return agentPolicy(o.Namespace, keys).Objects()
+}
+
+// namespaceLabels are the namespace's: the app's, and the Pod Security level
+// its agent needs (privileged or super_t container, host paths), so a
+// cluster whose default level is baseline or restricted admits the agents;
+// audited at restricted, as `slipway ops manifest` labels its namespace.
+func namespaceLabels() map[string]string {
+	l := appLabels("")
+	l["pod-security.kubernetes.io/enforce"] = "privileged"
+	l["pod-security.kubernetes.io/enforce-version"] = "latest"
+	l["pod-security.kubernetes.io/audit"] = "restricted"
+	l["pod-security.kubernetes.io/audit-version"] = "latest"
+	return l
 }

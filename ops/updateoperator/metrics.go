@@ -27,6 +27,16 @@ type metrics struct {
 	cordonLimit   prometheus.Gauge
 }
 
+// forgetLeaderView drops the series only the leader reports (nodes by
+// state, cordons held, updates in flight) when this process stops leading:
+// the next leader reports them, and a former leader's last values would
+// otherwise keep alerts firing (a cordon alert on a node since uncordoned).
+func (m *metrics) forgetLeaderView() {
+	m.nodes.Reset()
+	m.cordonedSince.Reset()
+	m.inFlight.Set(0)
+}
+
 func newMetrics() *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),

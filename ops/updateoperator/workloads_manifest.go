@@ -36,6 +36,8 @@ func controllerDeployment(o ManifestOptions, keys Keys) *appsv1.Deployment {
 						{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 						{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 					},
+					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr(true), RunAsUser: ptr(int64(65532)), RunAsGroup: ptr(int64(65532)),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
 						Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}}}}},
 					Containers: []corev1.Container{{
@@ -120,9 +122,10 @@ func agentDaemonSet(o ManifestOptions, keys Keys) *appsv1.DaemonSet {
 // slipway writes the host's system directory (privileged); on Bottlerocket
 // the host API's socket is labelled so that only SELinux type super_t may
 // connect (an enforcing host refuses every other container), as the
-// Bottlerocket update operator's own agent runs.
+// Bottlerocket update operator's own agent runs. It runs as root, said here
+// since the image's default user is not.
 func agentSecurity(platform string) *corev1.SecurityContext {
-	sc := &corev1.SecurityContext{Privileged: ptr(platform == "slipway")}
+	sc := &corev1.SecurityContext{Privileged: ptr(platform == "slipway"), RunAsUser: ptr(int64(0))}
 	if platform == "bottlerocket-api" {
 		sc.SELinuxOptions = &corev1.SELinuxOptions{User: "system_u", Role: "system_r", Type: "super_t", Level: "s0"}
 	}

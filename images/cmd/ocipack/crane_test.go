@@ -53,7 +53,7 @@ func TestCraneAcceptsTheArchive(t *testing.T) {
 	amd, arm := filepath.Join(dir, "amd64"), filepath.Join(dir, "arm64")
 	os.WriteFile(amd, elfHeader(elf.EM_X86_64), 0o755)
 	os.WriteFile(arm, elfHeader(elf.EM_AARCH64), 0o755)
-	if err := run("localhost/slipway:test", archive, ca, []string{"amd64=" + amd, "arm64=" + arm}); err != nil {
+	if err := run("localhost/slipway:test", archive, ca, "../../../LICENSE", []string{"amd64=" + amd, "arm64=" + arm}); err != nil {
 		t.Fatal(err)
 	}
 	layout := filepath.Join(dir, "layout")
@@ -95,7 +95,8 @@ func TestCraneAcceptsTheArchive(t *testing.T) {
 	cmd := exec.Command("tar", "-tvf", "-")
 	cmd.Stdin = bytes.NewReader(out)
 	list, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(list), "usr/bin/kubectl-eds -> slipway") || !strings.Contains(string(list), "etc/ssl/certs/ca-certificates.crt") {
+	if err != nil || !strings.Contains(string(list), "usr/bin/kubectl-eds -> slipway") || !strings.Contains(string(list), "etc/ssl/certs/ca-certificates.crt") ||
+		!strings.Contains(string(list), LicensePath) {
 		t.Errorf("the arm64 image crane exports: %v\n%s", err, list)
 	}
 }

@@ -1,7 +1,8 @@
 // Command krewgen writes the krew plugin manifest of kubectl-eds (the
 // `eds` plugin) for a release, from the release's plugin archives
 // kubectl-eds_<version>_<os>_<arch>.tar.gz (each holding the slipway binary
-// as kubectl-eds: the multi-call binary runs `slipway eds` under that name):
+// as kubectl-eds: the multi-call binary runs `slipway eds` under that name,
+// and slipway's LICENSE, which krew's index validator requires installed):
 //
 //	go run ./internal/cmd/krewgen -version v1.2.3 -url https://example/releases/download/v1.2.3 -dir build/release > eds.yaml
 //
@@ -9,8 +10,11 @@
 package main
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -109,6 +113,9 @@ func Build(version, url, homepage, dir string) (*Plugin, error) {
 		if m == nil || m[1] != version {
 			continue
 		}
+		if err := checkArchive(n); err != nil {
+			return nil, err
+		}
 		sum, err := fileSHA256(n)
 		if err != nil {
 			return nil, err
@@ -117,13 +124,57 @@ func Build(version, url, homepage, dir string) (*Plugin, error) {
 		pl.Selector.MatchLabels = map[string]string{"os": m[2], "arch": m[3]}
 		pl.URI = strings.TrimSuffix(url, "/") + "/" + filepath.Base(n)
 		pl.Sha256, pl.Bin = sum, "kubectl-eds"
-		pl.Files = []FileOperation{{From: "kubectl-eds", To: "."}}
+		pl.Files = []FileOperation{{From: "kubectl-eds", To: "."}, {From: LicenseFile, To: "."}}
 		p.Spec.Platforms = append(p.Spec.Platforms, pl)
 	}
 	if len(p.Spec.Platforms) == 0 {
 		return nil, fmt.Errorf("no kubectl-eds_%s_<os>_<arch>.tar.gz in %s: run scripts/release-krew", version, dir)
 	}
 	return p, Validate(p)
+}
+
+// LicenseFile is slipway's license in each archive, installed beside the
+// plugin: krew's index validator (validate-krew-manifest) refuses a plugin
+// whose installation holds no LICENSE (or alike) file.
+const LicenseFile = "LICENSE"
+
+// licenseNames are the file names krew's validator takes as a license
+// (lowercased).
+var licenseNames = map[string]bool{"license": true, "license.txt": true, "license.md": true,
+	"licenses": true, "licenses.txt": true, "licenses.md": true, "copying": true, "copying.txt": true}
+
+// checkArchive makes sure the archive at path holds the plugin binary and
+// a non-empty LICENSE, the two files the manifest installs from it.
+func checkArchive(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	tr := tar.NewReader(zr)
+	found := map[string]bool{}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if h.Typeflag == tar.TypeReg && h.Size > 0 {
+			found[strings.TrimPrefix(h.Name, "./")] = true
+		}
+	}
+	for _, want := range []string{"kubectl-eds", LicenseFile} {
+		if !found[want] {
+			return fmt.Errorf("%s holds no %s: pack it with scripts/release-krew", path, want)
+		}
+	}
+	return nil
 }
 
 func fileSHA256(path string) (string, error) {
@@ -149,7 +200,9 @@ var (
 // manifest (krew v0.4: internal/index/validation): name, a v-prefixed
 // semantic version, a short description under 256 characters, a description,
 // at least one platform, each with a selector, an https URI, a sha256 and a
-// bin among the files it installs, no two platforms matching the same os/arch.
+// bin among the files it installs, no two platforms matching the same os/arch;
+// and, as krew's validate-krew-manifest checks by installing the plugin, a
+// license file among the files each platform installs.
 func Validate(p *Plugin) error {
 	switch {
 	case p.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || p.Kind != "Plugin":
@@ -181,8 +234,21 @@ func Validate(p *Plugin) error {
 			return fmt.Errorf("platform %s: bin %q must be a file name", key, pl.Bin)
 		case len(pl.Files) == 0:
 			return fmt.Errorf("platform %s: no files", key)
+		case !installsLicense(pl.Files):
+			return fmt.Errorf("platform %s: installs no LICENSE (krew's index validator requires one)", key)
 		}
 		seen[key] = true
 	}
 	return nil
+}
+
+// installsLicense says whether files copies a license file krew's validator
+// recognises.
+func installsLicense(files []FileOperation) bool {
+	for _, f := range files {
+		if licenseNames[strings.ToLower(filepath.Base(f.From))] {
+			return true
+		}
+	}
+	return false
 }

@@ -6,9 +6,12 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -17,17 +20,33 @@ import (
 )
 
 // writeArchive writes a plugin archive holding kubectl-eds (a script that
-// prints "eds plugin") and returns its sha256.
+// prints "eds plugin") and the repository's LICENSE, as scripts/release-krew
+// packs them, and returns its sha256.
 func writeArchive(t *testing.T, path string) string {
+	t.Helper()
+	lic, err := os.ReadFile("../../../LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writeArchiveOf(t, path, map[string][]byte{"kubectl-eds": []byte("#!/bin/sh\necho eds plugin \"$@\"\n"), LicenseFile: lic})
+}
+
+// writeArchiveOf writes a tar.gz of files at path and returns its sha256.
+func writeArchiveOf(t *testing.T, path string, files map[string][]byte) string {
 	t.Helper()
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
-	body := []byte("#!/bin/sh\necho eds plugin \"$@\"\n")
-	if err := tw.WriteHeader(&tar.Header{Name: "kubectl-eds", Mode: 0o755, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"kubectl-eds", LicenseFile} {
+		body, ok := files[name]
+		if !ok {
+			continue
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(body)
 	}
-	tw.Write(body)
 	tw.Close()
 	gz.Close()
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
@@ -62,6 +81,16 @@ func TestBuildNamesEachArchive(t *testing.T) {
 	}
 }
 
+// TestBuildRefusesAnArchiveWithoutLicense: krew's index validator refuses a
+// plugin that installs no license, so krewgen refuses such an archive first.
+func TestBuildRefusesAnArchiveWithoutLicense(t *testing.T) {
+	dir := t.TempDir()
+	writeArchiveOf(t, filepath.Join(dir, "kubectl-eds_v1.2.3_linux_amd64.tar.gz"), map[string][]byte{"kubectl-eds": []byte("x")})
+	if _, err := Build("v1.2.3", "https://example.org", "", dir); err == nil || !strings.Contains(err.Error(), "holds no LICENSE") {
+		t.Errorf("an archive without LICENSE: %v", err)
+	}
+}
+
 func TestValidateRefuses(t *testing.T) {
 	good := func() *Plugin {
 		p, err := Build("v1.0.0", "https://example.org", "", func() string {
@@ -83,6 +112,7 @@ func TestValidateRefuses(t *testing.T) {
 		"two platforms the same": func(p *Plugin) { p.Spec.Platforms = append(p.Spec.Platforms, p.Spec.Platforms[0]) },
 		"no platform":            func(p *Plugin) { p.Spec.Platforms = nil },
 		"a file:// uri":          func(p *Plugin) { p.Spec.Platforms[0].URI = "file:///tmp/x.tar.gz" },
+		"no license installed":   func(p *Plugin) { p.Spec.Platforms[0].Files = p.Spec.Platforms[0].Files[:1] },
 	} {
 		p := good()
 		mangle(p)
@@ -126,6 +156,74 @@ func TestKrewInstallsTheManifest(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "eds plugin get") {
 		t.Errorf("the installed kubectl-eds: %v\n%s", err, out)
 	}
+}
+
+// TestKrewIndexValidatorAccepts runs krew's own index validator,
+// validate-krew-manifest (built from the krew module scripts/install-tools
+// pins), on the manifest of both architectures' archives served over HTTP:
+// it checks the manifest's structure, installs each platform with krew and
+// requires a LICENSE among the installed files.
+func TestKrewIndexValidatorAccepts(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the release packs linux archives")
+	}
+	krew := toolPath(t, "krew")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	install := exec.Command("go", "install", "sigs.k8s.io/krew/cmd/validate-krew-manifest@"+krewVersion(t))
+	install.Env = append(os.Environ(), "GOBIN="+bin, "CGO_ENABLED=0")
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("build validate-krew-manifest: %v\n%s", err, out)
+	}
+	// The validator runs `kubectl krew install`: a kubectl that is krew.
+	os.WriteFile(filepath.Join(bin, "kubectl"), []byte("#!/bin/sh\n[ \"$1\" = krew ] && shift\nexec "+krew+" \"$@\"\n"), 0o755)
+	rel := filepath.Join(dir, "release")
+	os.Mkdir(rel, 0o755)
+	for _, arch := range []string{"amd64", "arm64"} {
+		writeArchive(t, filepath.Join(rel, "kubectl-eds_v1.2.3_linux_"+arch+".tar.gz"))
+	}
+	srv := httptest.NewServer(http.FileServer(http.Dir(rel)))
+	defer srv.Close()
+	p, err := Build("v1.2.3", srv.URL, "", rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	validate := func(p *Plugin) ([]byte, error) {
+		b, err := yaml.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifest := filepath.Join(dir, PluginName+".yaml") // the validator wants <name>.yaml
+		os.WriteFile(manifest, b, 0o644)
+		cmd := exec.Command(filepath.Join(bin, "validate-krew-manifest"), "-manifest", manifest)
+		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "KREW_NO_UPGRADE_CHECK=1")
+		return cmd.CombinedOutput()
+	}
+	if out, err := validate(p); err != nil {
+		t.Fatalf("validate-krew-manifest refused the manifest: %v\n%s", err, out)
+	}
+	// Without the LICENSE copied, krew's validator refuses it: the check
+	// above is the validator's, not a formality.
+	for i := range p.Spec.Platforms {
+		p.Spec.Platforms[i].Files = p.Spec.Platforms[i].Files[:1]
+	}
+	if out, err := validate(p); err == nil || !strings.Contains(string(out), "license") {
+		t.Errorf("validate-krew-manifest accepted a plugin installing no LICENSE: %v\n%s", err, out)
+	}
+}
+
+// krewVersion is the krew release scripts/install-tools pins.
+func krewVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../../scripts/install-tools")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^KREW_VERSION=(\S+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("no KREW_VERSION= in scripts/install-tools")
+	}
+	return string(m[1])
 }
 
 // toolPath is a binary of the tools directory ($SLIPWAY_TOOLS_DIR, else what

@@ -60,6 +60,9 @@ type Chart struct {
 	Variant *Variant
 	// Toggles are boolean settings that only add lines.
 	Toggles []Toggle
+	// NeedsPrivileged: some pod of the chart needs the privileged Pod
+	// Security level (its namespace must say so; NOTES.txt tells how).
+	NeedsPrivileged bool
 }
 
 // StringValue: Sentinel, wherever it appears, becomes {{ .Values.<Key> }}.
@@ -103,6 +106,7 @@ func agentChart() Chart {
 		Name:             "slipway-agent",
 		Description:      "slipway's UpdateChannel agent: rolls new OS versions through the nodes concurrency at a time (the objects of `slipway ops manifest`)",
 		DefaultNamespace: manifest.DefaultNamespace,
+		NeedsPrivileged:  true,
 		Render: func(r Render) ([]byte, error) {
 			o := manifest.Options{}
 			if r.Sentinel {
@@ -144,6 +148,7 @@ func updateOperatorChart() Chart {
 		Name:             "slipway-update-operator",
 		Description:      "slipway's node-annotation update operator: controller and per-node agent (the objects of `slipway update-operator manifest`)",
 		DefaultNamespace: uo.DefaultNamespace,
+		NeedsPrivileged:  true,
 		Render: func(r Render) ([]byte, error) {
 			o := uo.ManifestOptions{Platform: variantOr(r, "slipway")}
 			if r.Sentinel {

@@ -43,9 +43,9 @@ var Dashboards = map[string][]Panel{
 		{Title: "Agent intents by result (per 10m)", Targets: []Target{{`sum by (intent, result) (increase(slipway_update_operator_agent_intents_total[10m]))`, "{{intent}} {{result}}"}}},
 	},
 	"slipway-eds": {
-		{Title: "State of each ExtendedDaemonSet", Targets: []Target{{`max by (namespace, eds, state) (slipway_eds_state) == 1`, "{{namespace}}/{{eds}} {{state}}"}}},
-		{Title: "Rollout progress (up-to-date / desired)", Unit: "percentunit", Targets: []Target{{`max by (namespace, eds) (slipway_eds_rollout_progress_ratio)`, "{{namespace}}/{{eds}}"}}},
-		{Title: "Pods by replica set and state", Stacked: true, Targets: []Target{{`max by (namespace, eds, ers, state) (slipway_eds_pods)`, "{{eds}} {{ers}} {{state}}"}}},
+		{Title: "State of each ExtendedDaemonSet", Targets: []Target{{`max by (eds_namespace, eds, state) (slipway_eds_state) == 1`, "{{eds_namespace}}/{{eds}} {{state}}"}}},
+		{Title: "Rollout progress (up-to-date / desired)", Unit: "percentunit", Targets: []Target{{`max by (eds_namespace, eds) (slipway_eds_rollout_progress_ratio)`, "{{eds_namespace}}/{{eds}}"}}},
+		{Title: "Pods by replica set and state", Stacked: true, Targets: []Target{{`max by (eds_namespace, eds, ers, state) (slipway_eds_pods)`, "{{eds}} {{ers}} {{state}}"}}},
 		{Title: "Canary verdicts (per 30m)", Targets: []Target{{`sum by (verdict) (increase(slipway_eds_canary_verdicts_total[30m]))`, "{{verdict}}"}}},
 		{Title: "Pods created and deleted (per 10m)", Targets: []Target{{`sum by (action) (increase(slipway_eds_pod_actions_total[10m]))`, "{{action}}"}}},
 		{Title: "Sync errors (per 10m)", Targets: []Target{{`sum(increase(slipway_eds_sync_errors_total[10m]))`, "errors"}}},

@@ -131,7 +131,13 @@ func Build(c Chart) (map[string][]byte, error) {
 		return nil, err
 	}
 	files["values.yaml"] = vals.render(c)
+	schema, err := valuesSchema(c, vals)
+	if err != nil {
+		return nil, err
+	}
+	files["values.schema.json"] = schema
 	files["Chart.yaml"] = chartYAML(c)
+	files["templates/NOTES.txt"] = notesTxt(c)
 	return files, nil
 }
 
@@ -300,7 +306,35 @@ version: %s
 appVersion: %q
 kubeVersion: %q
 keywords: [kubernetes, upgrades, operator, slipway]
-`, GeneratedHeader, c.Name, c.Description, strings.TrimPrefix(version.Version, "v"), version.Version, KubeVersion))
+home: %s
+sources: [%s]
+`, GeneratedHeader, c.Name, c.Description, strings.TrimPrefix(version.Version, "v"), version.Version, KubeVersion, ProjectURL, ProjectURL))
+}
+
+// ProjectURL is the project's home and source, in Chart.yaml.
+const ProjectURL = "https://slipway.dev/slipway"
+
+// notesTxt is the chart's templates/NOTES.txt, printed by helm install and
+// upgrade: what runs where, how to see it, and for a chart whose agents need
+// the privileged Pod Security level, how to label the namespace.
+func notesTxt(c Chart) []byte {
+	var b strings.Builder
+	b.WriteString("{{/* " + strings.TrimPrefix(GeneratedHeader, "# ") + " */}}\n")
+	fmt.Fprintf(&b, "%s {{ .Chart.AppVersion }} is installed in the namespace {{ .Release.Namespace }}.\n\n", c.Name)
+	b.WriteString("Its pods:\n  kubectl -n {{ .Release.Namespace }} get pods -l app.kubernetes.io/part-of=slipway\n")
+	if c.NeedsPrivileged {
+		b.WriteString(`
+Its node agents need the privileged Pod Security level. If the namespace enforces a
+stricter one (a cluster whose default is baseline or restricted), their DaemonSet gets no
+pod (see its events); label the namespace and they start:
+  kubectl label namespace {{ .Release.Namespace }} pod-security.kubernetes.io/enforce=privileged --overwrite
+`)
+	}
+	b.WriteString(`
+Monitoring (ServiceMonitors, alerts, dashboard): the metrics.* values. Documentation:
+docs/install.md and docs/alerts.md.
+`)
+	return []byte(b.String())
 }
 
 // imageRepo is the image repository the charts default to.

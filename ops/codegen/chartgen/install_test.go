@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -112,4 +115,82 @@ func checkRuns(ctx context.Context, t *testing.T, cs kubernetes.Interface, o Obj
 
 func deploymentAvailable(d *appsv1.Deployment) bool {
 	return d.Spec.Replicas != nil && *d.Spec.Replicas > 0 && d.Status.AvailableReplicas == *d.Spec.Replicas
+}
+
+// TestAgentChartInABaselineNamespace installs the agent chart with the real
+// helm into a namespace whose Pod Security level is `baseline` (what a
+// cluster defaulting to baseline gives a namespace `helm install
+// --create-namespace` makes): the API server refuses the agent pods
+// (hostPID, host paths, SYS_BOOT) and the DaemonSet gets none, which is why
+// docs/install.md has the namespace labelled `privileged` first. Then it
+// runs that documented step (`kubectl label namespace ...
+// pod-security.kubernetes.io/enforce=privileged --overwrite`) and installs
+// again: every agent pod is admitted and Ready.
+func TestAgentChartInABaselineNamespace(t *testing.T) {
+	e := testenv.Need(t, env)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	cs := kubernetes.NewForConfigOrDie(e.Config)
+	const ns, release = "psa-baseline", "slipway-agent"
+	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	kube := []string{"--kubeconfig", e.Kubeconfig}
+	dir := filepath.Join(chartsDir, "slipway-agent")
+	objs, err := ParseDocs(helm(t, "template", release, dir, "--namespace", ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds string
+	for _, o := range objs {
+		if u := (unstructured.Unstructured{Object: o}); u.GetKind() == "DaemonSet" {
+			ds = u.GetName()
+		}
+	}
+	if ds == "" {
+		t.Fatal("the agent chart renders no DaemonSet")
+	}
+
+	// Baseline: the DaemonSet controller's pods are refused by Pod Security.
+	helm(t, append([]string{"install", release, dir, "--namespace", ns}, kube...)...)
+	refused := func(ctx context.Context) (bool, error) {
+		evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=DaemonSet,involvedObject.name=" + ds})
+		if err != nil {
+			return false, nil
+		}
+		for _, ev := range evs.Items {
+			if ev.Reason == "FailedCreate" && strings.Contains(ev.Message, `violates PodSecurity "baseline`) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, refused); err != nil {
+		t.Fatalf("no FailedCreate event for PodSecurity baseline on DaemonSet %s/%s: %v", ns, ds, err)
+	}
+	// The controller (restricted) is admitted; no agent pod is.
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if ref := metav1.GetControllerOf(&p); ref != nil && ref.Kind == "DaemonSet" {
+			t.Errorf("the baseline namespace admitted the agent pod %s", p.Name)
+		}
+	}
+	helm(t, append([]string{"uninstall", release, "--namespace", ns, "--wait", "--timeout", "2m"}, kube...)...)
+
+	// The documented step, with kubectl, then the install of docs/install.md.
+	kubectl := filepath.Join(filepath.Dir(helmBin(t)), "kubectl")
+	if out, err := exec.Command(kubectl, append([]string{"label", "namespace", ns, "pod-security.kubernetes.io/enforce=privileged", "--overwrite"}, kube...)...).CombinedOutput(); err != nil {
+		t.Fatalf("kubectl label: %v\n%s", err, out)
+	}
+	helm(t, append([]string{"install", release, dir, "--namespace", ns, "--wait", "--timeout", "3m"}, kube...)...)
+	for _, o := range objs {
+		checkRuns(ctx, t, cs, o)
+	}
+	helm(t, append([]string{"uninstall", release, "--namespace", ns, "--wait", "--timeout", "2m"}, kube...)...)
 }

@@ -10,6 +10,12 @@ import (
 // /metrics on.
 var metricsPortNames = []string{"metrics", "http"}
 
+// RunbookBaseURL is where the rule files' runbook_url annotations point
+// (docs/alerts.md, one section per alert); the chart's
+// metrics.prometheusRule.runbookBaseURL replaces it, for a site that hosts
+// the runbooks elsewhere.
+const RunbookBaseURL = "https://slipway.dev/docs/alerts.md"
+
 // metricsLabel marks the headless Service of one workload's metrics.
 const metricsLabel = "slipway.dev/metrics"
 
@@ -93,7 +99,7 @@ metadata:
     {{- toYaml . | nindent 4 }}
     {{- end }}
 spec:
-  {{- .Files.Get "rules/alerts.yaml" | nindent 2 }}
+  {{- .Files.Get "rules/alerts.yaml" | replace "%[2]s#" (printf "%%s#" .Values.metrics.prometheusRule.runbookBaseURL) | nindent 2 }}
 {{- end }}
 {{- if .Values.metrics.dashboard.enabled }}
 ---
@@ -108,7 +114,7 @@ metadata:
 data:
   %[1]s.json: {{ .Files.Get "dashboards/%[1]s.json" | toJson }}
 {{- end }}
-`, c.Name)
+`, c.Name, RunbookBaseURL)
 	files["templates/monitoring.yaml"] = []byte(b.String())
 	dash, err := DashboardJSON(c.Name)
 	if err != nil {
@@ -118,11 +124,12 @@ data:
 	files[".helmignore"] = []byte(GeneratedHeader + "\n# promtool's rule tests are not part of the chart.\nrules/*_test.yaml\n")
 	vals.set("metrics", map[string]any{
 		"serviceMonitor": map[string]any{"enabled": false, "interval": "30s", "labels": map[string]any{}},
-		"prometheusRule": map[string]any{"enabled": false, "labels": map[string]any{}},
+		"prometheusRule": map[string]any{"enabled": false, "labels": map[string]any{}, "runbookBaseURL": RunbookBaseURL},
 		"dashboard":      map[string]any{"enabled": false, "labels": map[string]any{"grafana_dashboard": "1"}},
 	}, "Monitoring with the Prometheus operator and Grafana (docs/alerts.md), all off by default:\n"+
 		"serviceMonitor: a headless Service and a ServiceMonitor per component serving /metrics;\n"+
-		"prometheusRule: the alerts of rules/alerts.yaml; dashboard: a ConfigMap with the Grafana\n"+
+		"prometheusRule: the alerts of rules/alerts.yaml (runbookBaseURL: where their runbook_url\n"+
+		"annotations point, <runbookBaseURL>#<alert name in lower case>); dashboard: a ConfigMap with the Grafana\n"+
 		"dashboard, labelled for Grafana's dashboard sidecar.")
 	return nil
 }

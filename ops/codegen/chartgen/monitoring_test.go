@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,6 +66,10 @@ var metricName = regexp.MustCompile(`\bslipway_[a-z0-9_]+`)
 // slipway_channel_slot_limit_seconds.
 var kubeStateAlerts = map[string]string{}
 
+// absentAlert is the shape of the "absent" alerts: Prometheus's own up
+// series of one job of the chart's ServiceMonitors, and no slipway metric.
+var absentAlert = regexp.MustCompile(`^absent\(up\{job="[a-z0-9-]+-metrics"\} == 1\)$`)
+
 // TestDashboardAndAlertMetricsExist: every slipway_* metric a dashboard
 // panel or an alert names is one the code registers.
 func TestDashboardAndAlertMetricsExist(t *testing.T) {
@@ -97,6 +102,9 @@ func TestDashboardAndAlertMetricsExist(t *testing.T) {
 		for _, g := range rules.Groups {
 			for _, r := range g.Rules {
 				check(chart+" alert "+r.Alert, r.Expr)
+				if absentAlert.MatchString(r.Expr) {
+					continue // Prometheus's own up of the chart's ServiceMonitor job
+				}
 				names := metricName.MatchString(r.Expr)
 				switch why, excepted := kubeStateAlerts[r.Alert]; {
 				case !names && !excepted:
@@ -134,6 +142,61 @@ func TestAlertRules(t *testing.T) {
 				t.Errorf("docs/alerts.md has no runbook section \"### %s\"", m[1])
 			}
 		}
+		// Every alert links its runbook by URL: its section's anchor.
+		var rules struct {
+			Groups []struct {
+				Rules []struct {
+					Alert       string            `json:"alert"`
+					Annotations map[string]string `json:"annotations"`
+				} `json:"rules"`
+			} `json:"groups"`
+		}
+		if err := yaml.Unmarshal(b, &rules); err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range rules.Groups {
+			for _, r := range g.Rules {
+				if want := RunbookBaseURL + "#" + strings.ToLower(r.Alert); r.Alert != "" && r.Annotations["runbook_url"] != want {
+					t.Errorf("%s alert %s: runbook_url %q, want %q", c.Name, r.Alert, r.Annotations["runbook_url"], want)
+				}
+			}
+		}
+	}
+}
+
+// TestRunbookBaseURLValue: the chart's runbookBaseURL value replaces the
+// base of every alert's runbook_url in the PrometheusRule it renders.
+func TestRunbookBaseURLValue(t *testing.T) {
+	for _, c := range Charts() {
+		out := helm(t, "template", "rel", filepath.Join(chartsDir, c.Name), "--namespace", c.DefaultNamespace,
+			"--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.prometheusRule.runbookBaseURL=https://wiki.example.org/slipway")
+		objs, err := ParseDocs(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, o := range objs {
+			if o["kind"] != "PrometheusRule" {
+				continue
+			}
+			for _, g := range o["spec"].(map[string]any)["groups"].([]any) {
+				for _, r := range g.(map[string]any)["rules"].([]any) {
+					rule := r.(map[string]any)
+					name, _ := rule["alert"].(string)
+					if name == "" {
+						continue
+					}
+					n++
+					url := rule["annotations"].(map[string]any)["runbook_url"]
+					if want := "https://wiki.example.org/slipway#" + strings.ToLower(name); url != want {
+						t.Errorf("%s alert %s: runbook_url %v, want %s", c.Name, name, url, want)
+					}
+				}
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s: no alert rendered", c.Name)
+		}
 	}
 }
 
@@ -148,8 +211,12 @@ func TestMonitoringRenders(t *testing.T) {
 			t.Fatal(err)
 		}
 		kinds := map[string]int{}
+		services := map[string]bool{}
 		for _, o := range objs {
 			kinds[o["kind"].(string)]++
+			if o["kind"] == "Service" {
+				services[fmt.Sprint(o["metadata"].(map[string]any)["name"])] = true
+			}
 			switch o["kind"] {
 			case "PrometheusRule":
 				groups, _ := o["spec"].(map[string]any)["groups"].([]any)
@@ -162,6 +229,21 @@ func TestMonitoringRenders(t *testing.T) {
 						t.Errorf("%s: ConfigMap key %s is not JSON", c.Name, k)
 					}
 				}
+			}
+		}
+		// Each "absent" alert watches the job of a ServiceMonitor the chart
+		// renders (Prometheus names the job after the Service).
+		rules, err := os.ReadFile(filepath.Join(chartsDir, c.Name, "rules", "alerts.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs := regexp.MustCompile(`absent\(up\{job="([^"]+)"\}`).FindAllStringSubmatch(string(rules), -1)
+		if len(jobs) == 0 {
+			t.Errorf("%s: no absent alert", c.Name)
+		}
+		for _, j := range jobs {
+			if !services[j[1]] {
+				t.Errorf("%s: an absent alert watches job %s, but the chart's metrics Services are %v", c.Name, j[1], services)
 			}
 		}
 		if kinds["ServiceMonitor"] == 0 || kinds["Service"] != kinds["ServiceMonitor"] || kinds["PrometheusRule"] != 1 || kinds["ConfigMap"] != 1 {

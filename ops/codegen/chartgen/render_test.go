@@ -193,6 +193,25 @@ func compareObjects(t *testing.T, what string, chart, manifest []Object) {
 		}
 		return m
 	}
+	// The chart's own labels (Helm's conventions) are checked, then left
+	// out of the comparison with the manifest.
+	for _, o := range chart {
+		if o["kind"] == "CustomResourceDefinition" {
+			continue
+		}
+		md, _ := o["metadata"].(map[string]any)
+		l, _ := md["labels"].(map[string]any)
+		if l["app.kubernetes.io/instance"] != "rel" || l["app.kubernetes.io/managed-by"] != "Helm" || !strings.HasPrefix(fmt.Sprint(l["helm.sh/chart"]), "slipway-") {
+			t.Errorf("%s: %s lacks Helm's labels: %v", what, Key(o), l)
+			continue
+		}
+		for _, k := range HelmLabels {
+			delete(l, k)
+		}
+		if len(l) == 0 {
+			delete(md, "labels")
+		}
+	}
 	got, want := byKey(chart), byKey(manifest)
 	for k, w := range want {
 		g, ok := got[k]
@@ -220,4 +239,65 @@ func TestHelmLint(t *testing.T) {
 	for _, c := range Charts() {
 		helm(t, "lint", "--strict", filepath.Join(chartsDir, c.Name))
 	}
+}
+
+// TestReleaseChartsAreReproducible runs scripts/release-charts twice for
+// one version: the packaged charts carry the release's version and
+// appVersion (`helm package --version --app-version`), and the two runs
+// give the same bytes (the archives are repacked with the source's date).
+func TestReleaseChartsAreReproducible(t *testing.T) {
+	helmBin(t) // the script uses the pinned helm
+	var outs [2]string
+	for i := range outs {
+		outs[i] = t.TempDir()
+		cmd := exec.Command("../../../scripts/release-charts")
+		cmd.Env = append(os.Environ(), "VERSION=v1.2.3", "OUT="+outs[i], "SOURCE_DATE_EPOCH=1700000000")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("scripts/release-charts: %v\n%s", err, out)
+		}
+	}
+	for _, c := range Charts() {
+		name := c.Name + "-1.2.3.tgz"
+		a, err := os.ReadFile(filepath.Join(outs[0], name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(outs[1], name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s differs between two releases of one commit", name)
+		}
+		meta := string(helm(t, "show", "chart", filepath.Join(outs[0], name)))
+		if !strings.Contains(meta, "\nversion: 1.2.3\n") || !strings.Contains(meta, "appVersion: v1.2.3\n") {
+			t.Errorf("%s: Chart.yaml\n%s", name, meta)
+		}
+	}
+}
+
+// TestValuesSchemaRefusesWrongTypes: each chart's values.schema.json makes
+// helm refuse a value of the wrong type, a switch outside its values and a
+// misspelt top-level key, with the value's path in the error.
+func TestValuesSchemaRefusesWrongTypes(t *testing.T) {
+	for _, tc := range []struct {
+		chart string
+		set   []string
+		want  string
+	}{
+		{"slipway-swarm", []string{"--set", "controller.replicas=two"}, "/controller/replicas"},
+		{"slipway-agent", []string{"--set", "installCRDs=maybe"}, "/installCRDs"},
+		{"slipway-update-operator", []string{"--set", "platform=windows"}, "/platform"},
+		{"slipway-eds", []string{"--set", "imagePullSecret=x"}, "imagePullSecret"},
+		{"slipway-eds", []string{"--set", "metrics.serviceMonitor.enabled=yes"}, "/metrics/serviceMonitor/enabled"},
+	} {
+		cmd := exec.Command(helmBin(t), append([]string{"template", "rel", filepath.Join(chartsDir, tc.chart)}, tc.set...)...)
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "schema") || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s %v: want a schema error naming %s, got %v\n%s", tc.chart, tc.set, tc.want, err, out)
+		}
+	}
+	// The types the defaults have are taken.
+	helm(t, "template", "rel", filepath.Join(chartsDir, "slipway-swarm"), "--set", "controller.replicas=3", "--set", "image.tag=v1.2.3")
 }

@@ -31,6 +31,7 @@ var tokenLine = regexp.MustCompile(`(?m)^( *(?:- )?)([A-Za-z0-9_.-]+): zzhelmtok
 // object) when first is set.
 func (c Chart) template(o, dflt Object, vals *values, first bool) (string, error) {
 	o = deepCopy(o)
+	addHelmLabels(o)
 	var toks []token
 	put := func(m map[string]any, field string, t token) {
 		// A field the renderer writes (even empty) stays in the object
@@ -110,7 +111,9 @@ func (c Chart) substitute(text string, vals *values, first bool) (string, error)
 			vals.set(l.Key, l.defaultValue(), l.Comment)
 		}
 	}
-	repl := []string{sentinelNamespace, "{{ .Release.Namespace }}", sentinelImage, imageExpr}
+	repl := []string{sentinelNamespace, "{{ .Release.Namespace }}", sentinelImage, imageExpr,
+		sentinelInstance, "{{ .Release.Name | quote }}", sentinelManagedBy, "{{ .Release.Service | quote }}",
+		sentinelChart, `{{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | quote }}`}
 	for _, s := range c.Strings {
 		repl = append(repl, s.Sentinel, "{{ .Values."+s.Key+" }}")
 		if first {
@@ -239,4 +242,34 @@ func deepCopy(o Object) Object {
 		panic(err)
 	}
 	return out
+}
+
+// Sentinels of the labels Helm's conventions put on every object a chart
+// installs (not on selectors or pod templates, which the manifest's
+// objects keep as they are: a selector is immutable).
+const (
+	sentinelInstance  = "zzsentinstance"
+	sentinelManagedBy = "zzsentmanagedby"
+	sentinelChart     = "zzsentchart"
+)
+
+// HelmLabels are the labels the chart adds to every object's metadata
+// beside the manifest's: the release (app.kubernetes.io/instance), Helm as
+// manager and the chart and version (helm.sh/chart).
+var HelmLabels = []string{"app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "helm.sh/chart"}
+
+// addHelmLabels sets HelmLabels' sentinels on o's metadata.labels.
+func addHelmLabels(o Object) {
+	md, ok := o["metadata"].(map[string]any)
+	if !ok {
+		return
+	}
+	l, _ := md["labels"].(map[string]any)
+	if l == nil {
+		l = map[string]any{}
+		md["labels"] = l
+	}
+	for i, v := range []string{sentinelInstance, sentinelManagedBy, sentinelChart} {
+		l[HelmLabels[i]] = v
+	}
 }

@@ -80,7 +80,11 @@ func componentFields(m map[string]any) []string { return sortedKeys(m) }
 func (v *values) render(c Chart) []byte {
 	var b strings.Builder
 	b.WriteString(GeneratedHeader + "\n")
-	fmt.Fprintf(&b, "# Values of the %s chart. With the defaults the chart installs the objects of\n# the manifest command named in Chart.yaml's description (without its Namespace:\n# helm install --namespace %s --create-namespace). docs/install.md lists them.\n", c.Name, c.DefaultNamespace)
+	ns := "helm install --namespace " + c.DefaultNamespace + " --create-namespace"
+	if c.NeedsPrivileged {
+		ns = "create it and label it pod-security.kubernetes.io/enforce=privileged, then\n# helm install --namespace " + c.DefaultNamespace
+	}
+	fmt.Fprintf(&b, "# Values of the %s chart. With the defaults the chart installs the objects of\n# the manifest command named in Chart.yaml's description (without its Namespace:\n# %s). docs/install.md lists them.\n", c.Name, ns)
 	for _, k := range v.order {
 		body, err := yaml.Marshal(map[string]any{k: v.m[k]})
 		if err != nil {

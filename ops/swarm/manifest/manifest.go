@@ -169,7 +169,8 @@ func deployment(o Options) *appsv1.Deployment {
 				ObjectMeta: metav1.ObjectMeta{Labels: lbl},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: ControllerName,
-					SecurityContext:    &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534)},
+					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534), RunAsGroup: ptr.To[int64](65534),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 					Containers: []corev1.Container{{
 						Name: "controller", Image: o.Image,
 						Args: []string{"swarm", "controller", "--namespace=$(POD_NAMESPACE)", "--identity=$(POD_NAME)", fmt.Sprintf("--http=:%d", HTTPPort)},

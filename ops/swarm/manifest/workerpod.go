@@ -47,6 +47,10 @@ func WorkerPodSpec(app corev1.Container, image string) corev1.PodSpec {
 		Ports:          []corev1.ContainerPort{{Name: "swarm-probes", ContainerPort: WorkerHTTPPort}},
 		LivenessProbe:  workerProbe("/healthz"),
 		ReadinessProbe: workerProbe("/readyz"),
+		// The sidecar meets Pod Security `restricted` whatever the app does.
+		SecurityContext: &corev1.SecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532),
+			AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 	}
 	return corev1.PodSpec{
 		ServiceAccountName:           WorkerName,
