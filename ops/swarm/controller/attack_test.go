@@ -49,8 +49,9 @@ func (p *pool) applyAdmission(ctx context.Context) {
 // mounts (bound to swarm-worker-0, its pod-name claim): the API server lets
 // it write its own report (its pod's applied-version annotation, its own
 // Lease) and refuses everything else the workers' Role would otherwise
-// allow: another pod, its own pod's labels or image, the controller's
-// Lease, another worker's Lease, the controller's fence on its own Lease.
+// allow: another pod, its own pod's labels, image, finalizers or
+// ownerReferences, the controller's Lease, another worker's Lease, the
+// controller's fence on its own Lease.
 func TestWorkerTokenIsConfined(t *testing.T) {
 	p := newPool(t, true)
 	ctx := context.Background()
@@ -98,6 +99,8 @@ func TestWorkerTokenIsConfined(t *testing.T) {
 		"label its own pod":             patch("swarm-worker-0", `{"metadata":{"labels":{"app":"other"}}}`),
 		"change its own pod's image":    patch("swarm-worker-0", `{"spec":{"containers":[{"name":"worker","image":"evil:latest"}]}}`),
 		"annotate its pod otherwise":    patch("swarm-worker-0", `{"metadata":{"annotations":{"x":"y"}}}`),
+		"add a finalizer to its pod":    patch("swarm-worker-0", `{"metadata":{"finalizers":["example.com/hold"]}}`),
+		"drop its pod's owner":          errOf(pods.Patch(ctx, "swarm-worker-0", types.MergePatchType, []byte(`{"metadata":{"ownerReferences":null}}`), metav1.PatchOptions{})),
 		"delete a pod":                  pods.Delete(ctx, "swarm-worker-1", metav1.DeleteOptions{}),
 		"take the controller's Lease":   errOf(leases.Create(ctx, lease(manifest.ControllerName), metav1.CreateOptions{})),
 		"take another worker's Lease":   errOf(leases.Create(ctx, lease(member.LeaseName("swarm-worker-1")), metav1.CreateOptions{})),

@@ -57,7 +57,7 @@ type Controller struct {
 	beat  func()
 	addr  atomic.Value // the HTTP server's address, once listening
 
-	configMaps, statefulSets, deployments, leases cache.Indexer
+	configMaps, statefulSets, deployments, replicaSets, leases cache.Indexer
 	// members judges the workers' Leases on this replica's clock.
 	members *member.Observer
 

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/swarm/appcheck"
 )
 
 // sampler reads what each real worker process runs every 0.2 s and records
@@ -82,14 +83,12 @@ func (s *sampler) sample() {
 			on[j] = append(on[j], w)
 		}
 	}
+	double := appcheck.DoubleHeld(runs)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.samples++
-	for _, j := range slices.Sorted(maps.Keys(on)) {
-		if ws := on[j]; len(ws) > 1 {
-			slices.Sort(ws)
-			s.doubles = append(s.doubles, fmt.Sprintf("%.1fs (%s): %s runs on %s", now.Sub(s.start).Seconds(), s.step, j, strings.Join(ws, " and ")))
-		}
+	for _, j := range slices.Sorted(maps.Keys(double)) {
+		s.doubles = append(s.doubles, fmt.Sprintf("%.1fs (%s): %s runs on %s", now.Sub(s.start).Seconds(), s.step, j, strings.Join(double[j], " and ")))
 	}
 	for j := range s.jobs {
 		_, running := on[j]

@@ -23,7 +23,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/swarm/appcheck"
 	"slipway.dev/slipway/ops/swarm/config"
+	"slipway.dev/slipway/ops/swarm/jobsfile"
 	"slipway.dev/slipway/ops/swarm/manifest"
 	"slipway.dev/slipway/ops/testenv"
 )
@@ -82,6 +84,10 @@ type fleet struct {
 	only  func(pod string) bool
 	pods  func() []*corev1.Pod
 	lease time.Duration
+	// app, when set, runs an application stand-in (package appcheck) beside
+	// each worker, taking app.stop to stop a job; what runs is then what
+	// the stand-ins report, not the workers' jobs files.
+	app *appMode
 
 	mu     sync.Mutex
 	procs  map[types.UID]*proc
@@ -96,10 +102,42 @@ type proc struct {
 	mount, out string
 	lag        time.Duration
 	link       *link
+	bin        string
+	args       []string
 	cmd        *exec.Cmd
 	exited     chan struct{}
 	stopping   atomic.Bool
+	// orphan marks processes left running when their pod is deleted (a
+	// force delete of a pod on an unreachable node).
+	orphan atomic.Bool
+	// the application stand-in beside the worker (fleet.app).
+	appCmd      *exec.Cmd
+	appExited   chan struct{}
+	report, ack string
+	// order is how the pod's containers are stopped (fleet.app).
+	order stopOrder
 }
+
+// appMode is how the fleet runs the applications beside the workers.
+type appMode struct {
+	// stop is how long an application takes to stop a job.
+	stop time.Duration
+	// ack gives the worker --ack and the application its file.
+	ack bool
+	// order is how the kubelet stops a pod's containers.
+	order stopOrder
+}
+
+// stopOrder is how a pod's containers are stopped on its deletion.
+type stopOrder int
+
+const (
+	// together: both receive SIGTERM at once (an ordinary sidecar).
+	together stopOrder = iota
+	// appFirst: the worker receives SIGTERM once the application exited
+	// (a native sidecar: an init container with restartPolicy Always).
+	appFirst
+)
 
 func newFleet(t testing.TB, p *pool, once bool) *fleet {
 	return startFleet(&fleet{t: t, p: p, once: once})
@@ -109,6 +147,9 @@ func newFleet(t testing.TB, p *pool, once bool) *fleet {
 func startFleet(f *fleet) *fleet {
 	t := f.t
 	f.bin, f.dir, f.procs, f.shares = slipwayBinary(t), t.TempDir(), map[types.UID]*proc{}, map[types.UID]string{}
+	if f.app != nil {
+		standInBinary(t)
+	}
 	if f.lease == 0 {
 		f.lease = workerLease
 	}
@@ -159,6 +200,8 @@ func (f *fleet) syncPods(ctx context.Context) {
 		f.shares[pod.UID] = pod.Annotations[config.ShareAnnotation]
 		f.mu.Unlock()
 		switch {
+		case pod.DeletionTimestamp != nil && pr != nil && pr.orphan.Load():
+			f.release(ctx, pod.Name, pod.UID) // its node is gone from the API's view, not its processes
 		case pod.DeletionTimestamp != nil && pr != nil && !pr.stopping.Swap(true):
 			f.wg.Add(1)
 			go func() { defer f.wg.Done(); pr.stop(); f.release(ctx, pod.Name, pod.UID) }()
@@ -218,23 +261,106 @@ func (f *fleet) start(ctx context.Context, name string, uid types.UID) (*proc, e
 		return nil, err
 	}
 	args := []string{"swarm", "worker", "--config", filepath.Join(pr.mount, swarmv1.ConfigMapKey), "--out", pr.out,
-		"--pod-name", name, "--namespace", f.p.ns, "--kubeconfig", kc, "--lease-duration", f.lease.String(),
+		"--pod-name", name, "--pod-uid", string(uid), "--namespace", f.p.ns, "--kubeconfig", kc, "--lease-duration", f.lease.String(),
 		"--http", "127.0.0.1:0"}
 	if f.once {
 		args = append(args, "--once")
 	}
-	log, err := os.Create(filepath.Join(dir, "worker.log"))
-	if err != nil {
+	if f.app != nil {
+		pr.report, pr.order = filepath.Join(dir, "app-runs"), f.app.order
+		if f.app.ack {
+			pr.ack = filepath.Join(dir, "jobs.ack")
+			args = append(args, "--ack", pr.ack, "--ack-timeout", "20s")
+		}
+		if err := pr.startApp(f.app.stop); err != nil {
+			return nil, err
+		}
+	}
+	pr.bin, pr.args = f.bin, args
+	if err := pr.startWorker(); err != nil {
 		return nil, err
 	}
-	pr.cmd = exec.Command(f.bin, args...)
-	pr.cmd.Stdout, pr.cmd.Stderr = log, log
-	if err := pr.cmd.Start(); err != nil {
-		log.Close()
-		return nil, err
-	}
-	go func() { _ = pr.cmd.Wait(); log.Close(); close(pr.exited) }()
 	return pr, nil
+}
+
+// startWorker starts the pod's worker process (again, after a crash).
+func (pr *proc) startWorker() error {
+	log, err := os.OpenFile(filepath.Join(filepath.Dir(pr.out), "worker.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd, exited := exec.Command(pr.bin, pr.args...), make(chan struct{})
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return err
+	}
+	pr.cmd, pr.exited = cmd, exited
+	go func() { _ = cmd.Wait(); log.Close(); close(exited) }()
+	return nil
+}
+
+// proc is the live process of the pod named, nil when none.
+func (f *fleet) proc(pod string) *proc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, pr := range f.procs {
+		if pr.name == pod && !pr.stopping.Load() {
+			return pr
+		}
+	}
+	return nil
+}
+
+// signal sends sig to the worker process of pod (not to its application).
+func (f *fleet) signal(pod string, sig syscall.Signal) {
+	f.t.Helper()
+	pr := f.proc(pod)
+	if pr == nil {
+		f.t.Fatalf("no worker process for %s", pod)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := pr.cmd.Process.Signal(sig); err != nil {
+		f.t.Fatalf("signal the worker of %s: %v", pod, err)
+	}
+}
+
+// forceDelete deletes pod at once (grace 0) while its processes go on
+// running, as a force delete of a pod on an unreachable node leaves them.
+func (f *fleet) forceDelete(pod string) {
+	f.t.Helper()
+	pr := f.proc(pod)
+	if pr == nil {
+		f.t.Fatalf("no worker process for %s", pod)
+	}
+	pr.orphan.Store(true)
+	err := f.p.kube.CoreV1().Pods(f.p.ns).Delete(context.Background(), pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// crash kills the worker process of pod (SIGKILL: no clean-up) and starts
+// it again after backoff, as the kubelet restarts a crashed container,
+// its application left running.
+func (f *fleet) crash(pod string, backoff time.Duration) {
+	f.t.Helper()
+	pr := f.proc(pod)
+	if pr == nil {
+		f.t.Fatalf("no worker process for %s", pod)
+	}
+	f.mu.Lock()
+	cmd, exited := pr.cmd, pr.exited
+	f.mu.Unlock()
+	_ = cmd.Process.Kill()
+	<-exited
+	time.Sleep(backoff)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := pr.startWorker(); err != nil {
+		f.t.Fatalf("restart the worker of %s: %v", pod, err)
+	}
 }
 
 // volumeLag is how late the kubelet of a pod updates its ConfigMap volume:
@@ -275,20 +401,90 @@ func (f *fleet) kubelet(ctx context.Context, pr *proc) {
 	}
 }
 
-// stop ends the worker process and waits for it.
+// stop ends the pod's processes, in the pod's order, and waits for them.
 func (pr *proc) stop() {
 	if pr.link != nil {
 		defer pr.link.close()
 	}
+	if pr.appCmd != nil && pr.order == appFirst {
+		terminate(pr.appCmd, pr.appExited, 30*time.Second)
+	}
+	if pr.appCmd != nil && pr.order == together {
+		_ = pr.appCmd.Process.Signal(syscall.SIGTERM)
+		defer terminate(pr.appCmd, pr.appExited, 30*time.Second)
+	}
 	if pr.cmd == nil || pr.cmd.Process == nil {
 		return
 	}
-	_ = pr.cmd.Process.Signal(syscall.SIGTERM)
+	terminate(pr.cmd, pr.exited, 30*time.Second)
+}
+
+// terminate sends cmd SIGTERM and waits for it to exit, killing it after
+// grace, as the kubelet does.
+func terminate(cmd *exec.Cmd, exited chan struct{}, grace time.Duration) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-pr.exited:
-	case <-time.After(10 * time.Second):
-		_ = pr.cmd.Process.Kill()
-		<-pr.exited
+	case <-exited:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+var (
+	standInOnce sync.Once
+	standInPath string
+	standInErr  error
+)
+
+// standInBinary builds the application stand-in once for the package.
+func standInBinary(t testing.TB) string {
+	t.Helper()
+	standInOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "swarm-app-")
+		if err != nil {
+			standInErr = err
+			return
+		}
+		standInPath = filepath.Join(dir, "swarm-app-standin")
+		out, err := exec.Command("go", "build", "-trimpath", "-o", standInPath, "slipway.dev/slipway/ops/swarm/appcheck/cmd/swarm-app-standin").CombinedOutput()
+		if err != nil {
+			standInErr = fmt.Errorf("build the application stand-in: %v\n%s", err, out)
+		}
+	})
+	if standInErr != nil {
+		t.Fatal(standInErr)
+	}
+	return standInPath
+}
+
+// startApp starts the application stand-in beside the pod's worker.
+func (pr *proc) startApp(stop time.Duration) error {
+	args := []string{"--jobs", pr.out, "--report", pr.report, "--stop-delay", stop.String()}
+	if pr.ack != "" {
+		args = append(args, "--ack", pr.ack)
+	}
+	log, err := os.Create(filepath.Join(filepath.Dir(pr.out), "app.log"))
+	if err != nil {
+		return err
+	}
+	pr.appCmd, pr.appExited = exec.Command(standInPath, args...), make(chan struct{})
+	pr.appCmd.Stdout, pr.appCmd.Stderr = log, log
+	if err := pr.appCmd.Start(); err != nil {
+		log.Close()
+		return err
+	}
+	go func() { _ = pr.appCmd.Wait(); log.Close(); close(pr.appExited) }()
+	return nil
+}
+
+// appRunning reports whether the pod's application stand-in still runs.
+func (pr *proc) appRunning() bool {
+	select {
+	case <-pr.appExited:
+		return false
+	default:
+		return true
 	}
 }
 
@@ -366,7 +562,12 @@ func writeKubeconfig(path, host, token string, ca []byte, caFile string) error {
 // jobs file, which the application reads): every file is read, then
 // checked unchanged (same inode) after all were read, so the contents held
 // together at one instant; a round that saw a file change is taken again.
+// With application stand-ins (f.app) it is what the applications report
+// they run instead, from every stand-in still running.
 func (f *fleet) runs() map[string][]string {
+	if f.app != nil {
+		return f.appRuns()
+	}
 	f.mu.Lock()
 	var live []*proc
 	for _, pr := range f.procs {
@@ -381,8 +582,8 @@ func (f *fleet) runs() map[string][]string {
 		for _, pr := range live {
 			b, ino := readWithInode(pr.out)
 			inodes[pr] = ino
-			if jobs := strings.Fields(string(b)); len(jobs) > 0 {
-				out[pr.name+"/"+string(pr.uid)[:8]] = jobs
+			if jf, _ := jobsfile.Parse(string(b)); len(jf.Jobs) > 0 {
+				out[pr.name+"/"+string(pr.uid)[:8]] = jf.Jobs
 			}
 		}
 		stable := true
@@ -395,6 +596,20 @@ func (f *fleet) runs() map[string][]string {
 			return out
 		}
 	}
+}
+
+// appRuns is what each running application stand-in reports it runs, read
+// at one instant.
+func (f *fleet) appRuns() map[string][]string {
+	f.mu.Lock()
+	paths := map[string]string{}
+	for _, pr := range f.procs {
+		if pr.appCmd != nil && pr.appRunning() {
+			paths[pr.name+"/"+string(pr.uid)[:8]] = pr.report
+		}
+	}
+	f.mu.Unlock()
+	return appcheck.ReadReports(paths)
 }
 
 func readWithInode(path string) ([]byte, uint64) {

@@ -38,7 +38,8 @@ func newInformer[L runtime.Object](api listWatcher[L], example runtime.Object, r
 }
 
 // startInformers watches the namespace's Swarms, pods, ConfigMaps,
-// StatefulSets and Deployments; a Swarm's change enqueues it, any other
+// StatefulSets, Deployments and ReplicaSets (whose controller tells a
+// Deployment's pods); a Swarm's change enqueues it, any other
 // change enqueues every Swarm (a namespace holds few), whose sync finds out
 // whether it matters.
 func (c *Controller) startInformers(ctx context.Context) error {
@@ -48,6 +49,8 @@ func (c *Controller) startInformers(ctx context.Context) error {
 	cmInf := newInformer(c.kube.CoreV1().ConfigMaps(ns), &corev1.ConfigMap{}, 0)
 	stsInf := newInformer(c.kube.AppsV1().StatefulSets(ns), &appsv1.StatefulSet{}, 0)
 	depInf := newInformer(c.kube.AppsV1().Deployments(ns), &appsv1.Deployment{}, 0)
+	rsInf := newInformer(c.kube.AppsV1().ReplicaSets(ns), &appsv1.ReplicaSet{}, 0)
+	c.replicaSets = rsInf.GetIndexer()
 	leaseInf := newInformer(c.kube.CoordinationV1().Leases(ns), &coordinationv1.Lease{}, 0)
 	c.leases = leaseInf.GetIndexer()
 	c.swarms = swarmlisters.NewSwarmLister(swarmInf.GetIndexer())
@@ -63,7 +66,7 @@ func (c *Controller) startInformers(ctx context.Context) error {
 	handlers := []struct {
 		inf cache.SharedIndexInformer
 		fn  func(any)
-	}{{swarmInf, one}, {podInf, all}, {cmInf, all}, {stsInf, all}, {depInf, all}, {leaseInf, member}}
+	}{{swarmInf, one}, {podInf, all}, {cmInf, all}, {stsInf, all}, {depInf, all}, {rsInf, all}, {leaseInf, member}}
 	for _, h := range handlers {
 		fn := h.fn
 		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{

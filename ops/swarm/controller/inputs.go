@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -50,17 +49,40 @@ type workload struct {
 	uid      types.UID
 }
 
-// owns tells whether pod is one of w's: a StatefulSet's controls it; a
-// Deployment's pods are controlled by one of its ReplicaSets, named after it.
-func (w workload) owns(pod *corev1.Pod) bool {
+// owns tells whether pod is one of w's, by controller UIDs: a
+// StatefulSet's controls it; a Deployment's pods are controlled by one of
+// its ReplicaSets, which it controls (rsOwner: a ReplicaSet's controller
+// UID, by the ReplicaSet's name and UID). Names are not compared: a
+// Deployment "web" does not own the pods of "web-eu"'s ReplicaSets.
+func (w workload) owns(pod *corev1.Pod, rsOwner func(name string, uid types.UID) (types.UID, bool)) bool {
 	ref := metav1.GetControllerOf(pod)
 	switch {
 	case ref == nil:
 		return false
 	case w.stable:
 		return ref.UID == w.uid
+	case ref.Kind != "ReplicaSet":
+		return false
 	}
-	return ref.Kind == "ReplicaSet" && strings.HasPrefix(ref.Name, w.name+"-")
+	owner, ok := rsOwner(ref.Name, ref.UID)
+	return ok && owner == w.uid
+}
+
+// replicaSetOwner is the UID of the controller of the ReplicaSet name of
+// the namespace, if that ReplicaSet (of that UID) is known and controlled.
+func (c *Controller) replicaSetOwner(ns string) func(string, types.UID) (types.UID, bool) {
+	return func(name string, uid types.UID) (types.UID, bool) {
+		obj, ok, _ := c.replicaSets.GetByKey(ns + "/" + name)
+		if !ok {
+			return "", false
+		}
+		rs := obj.(*appsv1.ReplicaSet)
+		ref := metav1.GetControllerOf(rs)
+		if rs.UID != uid || ref == nil {
+			return "", false
+		}
+		return ref.UID, true
+	}
 }
 
 // gathered is a Swarm's decision input and what it was read from.
@@ -162,7 +184,10 @@ func (c *Controller) lapsed(ns string, pods []plan.Pod, now time.Time) time.Dura
 // selected workloads (their labels changed, say): they may still run it, so
 // their jobs are handed over like any leaving worker's. A pod Failed or
 // Succeeded (evicted, say) runs nothing any more: its containers ended, so
-// it counts as gone and its jobs move at once.
+// it counts as gone and its jobs move at once. A pod gone from the API
+// whose worker's Lease is still held (force-deleted, its node unreachable:
+// its worker may still run) counts as foreign too, until its Lease is
+// released or lapses.
 func (c *Controller) foreignPods(ns string, pods []plan.Pod, cfg config.Config) []plan.Pod {
 	seen := make(map[string]bool, len(pods))
 	for _, p := range pods {
@@ -173,13 +198,23 @@ func (c *Controller) foreignPods(ns string, pods []plan.Pod, cfg config.Config) 
 		if seen[name] {
 			continue
 		}
-		if obj, ok, _ := c.pods.GetByKey(ns + "/" + name); ok && !terminated(obj.(*corev1.Pod)) {
+		obj, ok, _ := c.pods.GetByKey(ns + "/" + name)
+		switch {
+		case ok && !terminated(obj.(*corev1.Pod)):
 			p := toPlanPod(obj.(*corev1.Pod))
 			p.Foreign, p.Ready = true, false
 			out = append(out, p)
+		case !ok && c.leaseHeld(ns, name):
+			out = append(out, plan.Pod{Name: name, Applied: plan.NoneApplied, Foreign: true})
 		}
 	}
 	return out
+}
+
+// leaseHeld tells whether the Lease of the worker of pod has a holder.
+func (c *Controller) leaseHeld(ns, pod string) bool {
+	obj, ok, _ := c.leases.GetByKey(ns + "/" + member.LeaseName(pod))
+	return ok && !member.Released(obj.(*coordinationv1.Lease))
 }
 
 // jobs reads the job list from the spec or its ConfigMap key.
@@ -287,7 +322,7 @@ func (c *Controller) workerPods(wls []workload) (pods []plan.Pod, settled, stabl
 		var total, ready int32
 		for _, o := range c.inNamespace(c.pods, c.opts.Namespace) {
 			p := o.(*corev1.Pod)
-			if !wl.selector.Matches(labels.Set(p.Labels)) || !wl.owns(p) || terminated(p) {
+			if !wl.selector.Matches(labels.Set(p.Labels)) || !wl.owns(p, c.replicaSetOwner(c.opts.Namespace)) || terminated(p) {
 				continue
 			}
 			pp := toPlanPod(p)

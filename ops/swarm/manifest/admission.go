@@ -23,7 +23,8 @@ func WorkerPolicyName(namespace string) string { return WorkerName + "." + names
 // a worker's token to its own report: RBAC grants "patch pods" and "update
 // leases" in the whole namespace; the policy, keyed on the pod-name claim
 // of the worker's bound token, lets it change only its own pod's
-// applied-version annotation and only its own Lease (member.LeaseName),
+// applied-version annotation (no finalizer, no ownerReference, no label,
+// no spec) and only its own Lease (member.LeaseName),
 // never the controller's min-config-version on it. A token without a
 // pod-name claim (a legacy Secret token) may write nothing.
 func WorkerAdmission(namespace string) []any {
@@ -57,6 +58,11 @@ func WorkerAdmission(namespace string) []any {
 				{Expression: "request.resource.resource != 'pods' || (object.spec == oldObject.spec && " + admission.OnlyKeysChanged("labels") +
 					" && " + admission.OnlyKeysChanged("annotations", swarmv1.AppliedVersionAnnotation) + ")",
 					Message: "a swarm worker may change only the " + swarmv1.AppliedVersionAnnotation + " annotation of its pod"},
+				// A finalizer would keep its pod (and its share) from going; dropped
+				// ownerReferences would take it out of its workload's count.
+				{Expression: "request.resource.resource != 'pods' || (object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([]) && " +
+					"object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([]))",
+					Message: "a swarm worker may not change the finalizers or ownerReferences of its pod"},
 				{Expression: fmt.Sprintf("request.resource.resource != 'leases' || request.operation == 'CREATE' || "+
 					"object.metadata.?annotations[%[1]q].orValue('') == oldObject.metadata.?annotations[%[1]q].orValue('')", member.MinVersionAnnotation),
 					Message: "a swarm worker may not change " + member.MinVersionAnnotation + " (the controller's fence)"},

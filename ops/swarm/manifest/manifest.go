@@ -109,14 +109,15 @@ func labels(component string) map[string]string {
 // ControllerRules are exactly what the controller calls in its namespace:
 // Swarms watched and their status written; worker pods watched and deleted
 // (restart refresh); ConfigMaps watched, the workers' one created and
-// updated; StatefulSets and Deployments watched; Events; its Lease.
+// updated; StatefulSets, Deployments and their ReplicaSets watched; Events;
+// its Lease.
 func ControllerRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"swarm.slipway.dev"}, Resources: []string{"swarms"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"swarm.slipway.dev"}, Resources: []string{"swarms/status"}, Verbs: []string{"update"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "patch", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch", "create", "update"}},
-		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "replicasets"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
 	}

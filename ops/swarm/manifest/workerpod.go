@@ -38,6 +38,7 @@ func WorkerPodSpec(app corev1.Container, image string) corev1.PodSpec {
 		Env: []corev1.EnvVar{
 			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+			{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
 		},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: "swarm", MountPath: "/etc/swarm", ReadOnly: true}, shared,

@@ -13,13 +13,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
 
 	"slipway.dev/slipway/ops/swarm/config"
+	"slipway.dev/slipway/ops/swarm/jobsfile"
 )
 
 // Options configure a worker.
@@ -28,11 +27,28 @@ type Options struct {
 	ConfigFile string
 	// PodName is this worker's pod (the key of its share).
 	PodName string
+	// PodUID is this worker's pod's UID: its identity as the holder of its
+	// Lease, so that a pod replaced under the same name (a StatefulSet pod
+	// force-deleted while its worker still runs) cannot take over the
+	// Lease of the incarnation before it, but waits for it to be released
+	// or to lapse. Empty: the pod name (one identity for every incarnation).
+	PodUID string
 	// Namespace is the pod's namespace.
 	Namespace string
 	// Out, when set, is the file the jobs are written to, one per line
-	// (replaced atomically).
+	// after a `# swarm-version: N` header (replaced atomically; package
+	// jobsfile).
 	Out string
+	// Ack, with Out, is the application's acknowledgement file (package
+	// jobsfile): the worker confirms a share to the controller, and
+	// releases its Lease on the way out, only once the application wrote
+	// that it runs no job outside it. Without it the worker's own file
+	// write counts as the application's stop.
+	Ack string
+	// AckTimeout is the longest wait on the way out for the application
+	// to acknowledge that it stopped (default DefaultAckTimeout); past it
+	// the worker exits without releasing its Lease, which then lapses.
+	AckTimeout time.Duration
 	// Exec, when set, is the command run with the jobs as its last
 	// arguments (and in SWARM_JOBS, one per line); it is restarted when
 	// the share changes, and its exit ends the worker with its status.
@@ -77,6 +93,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Out == "" && len(o.Exec) == 0 {
 		return o, errors.New("swarm worker: pass --out FILE or --exec CMD: where the jobs go")
 	}
+	if o.Ack != "" && o.Out == "" {
+		return o, errors.New("swarm worker: --ack needs --out: the application acknowledges the jobs file it reads (with --exec the worker sees the command stop itself)")
+	}
+	if o.AckTimeout <= 0 {
+		o.AckTimeout = DefaultAckTimeout
+	}
 	if o.Config != nil && o.Namespace == "" {
 		return o, errors.New("swarm worker: no namespace: set POD_NAMESPACE from the downward API or pass --namespace")
 	}
@@ -111,29 +133,14 @@ func share(path, pod string) (w config.Workload, version int64, found, removed b
 	return w, cfg.Version, found, !found, nil
 }
 
-// writeJobs replaces path with the jobs, one per line, atomically.
-func writeJobs(path string, jobs []string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".jobs-*")
-	if err != nil {
-		return fmt.Errorf("write the jobs file: %w", err)
-	}
-	body := strings.Join(jobs, "\n")
-	if len(jobs) > 0 {
-		body += "\n"
-	}
-	if _, err := tmp.WriteString(body); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write the jobs file: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write the jobs file: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("replace %s: %w", path, err)
-	}
-	return nil
+// DefaultAckTimeout is how long a stopping worker waits for its
+// application's acknowledgement by default: a pod's default grace period.
+const DefaultAckTimeout = 30 * time.Second
+
+// writeJobs replaces path with the jobs of the share version (0: none
+// runs), valid until the deadline (zero: none), atomically.
+func writeJobs(path string, version int64, until time.Time, jobs []string) error {
+	return jobsfile.Write(path, jobsfile.File{Version: version, ValidUntil: until, Jobs: jobs}.Render())
 }
 
 // sleep waits d or until ctx ends.

@@ -127,9 +127,17 @@ func TestWorkerFollowsItsShare(t *testing.T) {
 	}
 }
 
+// read is the jobs a file lists, one per line (its # header skipped; an
+// --exec command's output as it is).
 func read(path string) string {
 	b, _ := os.ReadFile(path)
-	return string(b)
+	var out strings.Builder
+	for _, l := range strings.SplitAfter(string(b), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			out.WriteString(l)
+		}
+	}
+	return out.String()
 }
 
 func annotation(ctx context.Context, kc kubernetes.Interface, ns string) string {
