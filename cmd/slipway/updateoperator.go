@@ -116,7 +116,8 @@ func uoAgentCommand() *cli.Command {
 		UsageText: `slipway update-operator agent --platform slipway --source https://mirror.example/k3os/releases/latest
 slipway update-operator agent --platform bottlerocket-api --api-socket /run/api.sock
 slipway update-operator agent --platform command --check-command 'osupdate check' \
-    --prepare-command 'osupdate download' --apply-command 'osupdate apply' --reboot-command 'osupdate reboot'`,
+    --prepare-command 'osupdate download' --apply-command 'osupdate apply' --reboot-command 'osupdate reboot' \
+    --version-command 'osupdate version'`,
 		Flags: []cli.Flag{
 			prefixFlag(), kubeconfigFlag(),
 			&cli.StringFlag{Name: "node-name", Usage: "this node's name (the downward API's spec.nodeName)", EnvVars: []string{"NODE_NAME"}},
@@ -131,7 +132,7 @@ slipway update-operator agent --platform command --check-command 'osupdate check
 			&cli.StringFlag{Name: "prepare-command", Usage: "command: downloads the update", EnvVars: uoEnvs("PREPARE_COMMAND")},
 			&cli.StringFlag{Name: "apply-command", Usage: "command: makes the next boot the update", EnvVars: uoEnvs("APPLY_COMMAND")},
 			&cli.StringFlag{Name: "reboot-command", Usage: "command (and slipway with --reboot-method=command): reboots", EnvVars: uoEnvs("REBOOT_COMMAND")},
-			&cli.StringFlag{Name: "version-command", Usage: "command: prints the running version", EnvVars: uoEnvs("VERSION_COMMAND")},
+			&cli.StringFlag{Name: "version-command", Usage: "command (required): prints the running version; an update succeeds only when the host comes back running the version chosen", EnvVars: uoEnvs("VERSION_COMMAND")},
 			&cli.StringFlag{Name: "reset-command", Usage: "command: discards a prepared update after a failed one (optional; without it a reset-state does nothing on the host)", EnvVars: uoEnvs("RESET_COMMAND")},
 			&cli.DurationFlag{Name: "check-interval", Value: 30 * time.Minute, Usage: "how often a resting node checks for updates", EnvVars: uoEnvs("CHECK_INTERVAL")},
 			&cli.DurationFlag{Name: "check-timeout", Value: 10 * time.Minute, Usage: "a check for updates still running after this long is an error (a hung host call)", EnvVars: uoEnvs("CHECK_TIMEOUT")},

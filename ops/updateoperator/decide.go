@@ -194,6 +194,8 @@ func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 	switch {
 	case failed:
 		return Step{Kind: StepFail, Reason: hostFailure(n)}
+	case done && n.Target != "" && n.Current == "":
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("came back, but its agent reports no running version, so the chosen %s cannot be told from a fallback boot (the command platform needs --version-command)", n.Target)}
 	case done && n.Target != "" && n.Current != n.Target:
 		return Step{Kind: StepFail, Reason: fmt.Sprintf("came back running %s, not the chosen %s: the host booted its previous version (a fallback boot)", n.Current, n.Target)}
 	case done && n.Ready && n.CordonedByUs:

@@ -79,6 +79,7 @@ func TestNext(t *testing.T) {
 		{"back at the chosen version: uncordon", versions(cordoned(node("a", IntentReboot, IntentReboot, StateReady)), "v2", "v2"), at(time.Minute), StepUncordon, ""},
 		{"back at another version (fallback boot): fail, cordon and all", versions(cordoned(node("a", IntentReboot, IntentReboot, StateReady)), "v1", "v2"), at(time.Minute), StepFail, ""},
 		{"fallback boot, uncordoned already: fail, not finish", versions(healthy(node("a", IntentReboot, IntentReboot, StateReady)), "v1", "v2"), at(time.Minute), StepFail, ""},
+		{"back, no running version reported: fail with what to set, never a success", versions(healthy(node("a", IntentReboot, IntentReboot, StateReady)), "", "v2"), at(time.Minute), StepFail, ""},
 		{"no chosen version recorded (an older update): not compared", versions(healthy(node("a", IntentReboot, IntentReboot, StateReady)), "v1", ""), at(time.Minute), StepFinish, IntentStabilize},
 		{"workloads never ready: finished with a reason, the slot moves on", node("a", IntentReboot, IntentReboot, StateReady), at(11 * time.Minute), StepFinish, IntentStabilize},
 		{"after-reboot hooks never done: finished with a reason", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, true, false), at(11 * time.Minute), StepFinish, IntentStabilize},
