@@ -90,7 +90,11 @@ func (s *Server) Close() { _ = s.srv.Close() }
 // meanwhile show the command before it) and then to run (holding the
 // update lock: 423 to actions and status reads). Both 0: it is done
 // before its POST is answered, as the emulator once was.
-func (s *Server) Timing(spawn, run time.Duration) { s.mu.Lock(); s.spawn, s.run = spawn, run; s.mu.Unlock() }
+func (s *Server) Timing(spawn, run time.Duration) {
+	s.mu.Lock()
+	s.spawn, s.run = spawn, run
+	s.mu.Unlock()
+}
 
 // Busy423 is how many 423s were answered because a command held the lock.
 func (s *Server) Busy423() int { s.mu.Lock(); defer s.mu.Unlock(); return s.busy423 }
