@@ -13,6 +13,7 @@ import (
 
 	"slipway.dev/slipway/ops/agentmem"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/kube"
 	uo "slipway.dev/slipway/ops/updateoperator"
 	"slipway.dev/slipway/ops/updateoperator/platform"
 	"slipway.dev/slipway/ops/window"
@@ -33,7 +34,7 @@ Started as dogswatch or bottlerocket-update-operator, the binary takes the old
   slipway update-operator manifest --platform bottlerocket-api | kubectl apply -f -
   slipway update-operator status
   slipway update-operator status --json | jq '.nodes[] | select(.state=="error")'`,
-		Subcommands: []*cli.Command{uoControllerCommand(), uoAgentCommand(), uoManifestCommand(), uoStatusCommand()},
+		Subcommands: []*cli.Command{uoControllerCommand(), uoAgentCommand(), uoManifestCommand(), uoStatusCommand(), uoResumeCommand()},
 	}
 }
 
@@ -75,6 +76,7 @@ slipway update-operator controller --max-concurrent 10 --prepare-ahead --pause-b
 			&cli.DurationFlag{Name: "state-timeout", Value: 30 * time.Minute, Usage: "fail a node stuck this long in prepare, perform or reboot", EnvVars: uoEnvs("STATE_TIMEOUT")},
 			&cli.DurationFlag{Name: "health-timeout", Value: 15 * time.Minute, Usage: "mark the rollout stuck when drained workloads are not ready again after this long", EnvVars: uoEnvs("HEALTH_TIMEOUT")},
 			&cli.DurationFlag{Name: "failure-backoff", Value: 2 * time.Minute, Usage: "wait after a node's first failure, doubled per next failure", EnvVars: uoEnvs("FAILURE_BACKOFF")},
+			&cli.IntFlag{Name: "halt-after", Value: 2, Usage: "halt the rollout of a release after this many failed updates to it (the host failed, fell back or hung): no node starts it until a new release is offered or `slipway update-operator resume` (0: never halt)", EnvVars: uoEnvs("HALT_AFTER")},
 			&cli.DurationFlag{Name: "failure-backoff-max", Value: time.Hour, Usage: "longest wait between tries of a failing node", EnvVars: uoEnvs("FAILURE_BACKOFF_MAX")},
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9480", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: uoEnvs("METRICS_ADDR")},
 			uoHealthFlag("HEALTH_ADDR"),
@@ -101,7 +103,7 @@ slipway update-operator controller --max-concurrent 10 --prepare-ahead --pause-b
 				HealthAddr: c.String("health-addr"),
 				Drain:      uoDrainOptions(c),
 				Policy: uo.Policy{MaxConcurrent: c.Int("max-concurrent"), PauseBetween: c.Duration("pause-between"), Window: win, PrepareAhead: c.Bool("prepare-ahead"),
-					Backoff: c.Duration("failure-backoff"), BackoffMax: c.Duration("failure-backoff-max"),
+					Backoff: c.Duration("failure-backoff"), BackoffMax: c.Duration("failure-backoff-max"), HaltAfter: c.Int("halt-after"),
 					Timeouts: uo.Timeouts{Prepare: st, Perform: st, Reboot: st, Reset: st, Health: c.Duration("health-timeout")}},
 				Log: slog.Default(),
 			})
@@ -216,13 +218,39 @@ func uoStatusCommand() *cli.Command {
 		Usage:     "one row per node: state, intent wanted and active, current and available version, cordon, last transition, failures",
 		UsageText: "slipway update-operator status [--prefix P] [--json]",
 		Flags: []cli.Flag{prefixFlag(), kubeconfigFlag(),
+			&cli.StringFlag{Name: "namespace", Value: uo.DefaultNamespace, Usage: "namespace of the controller (its fleet state: a halted rollout)", EnvVars: uoEnvs("NAMESPACE")},
 			&cli.BoolFlag{Name: "json", Aliases: []string{"o"}, Usage: "print JSON"}},
 		Action: func(c *cli.Context) error {
 			cfg, err := kubeConfig(c.String("kubeconfig"))
 			if err != nil {
 				return err
 			}
-			return uo.Status(c.Context, uo.StatusOptions{Config: cfg, Prefix: c.String("prefix"), JSON: c.Bool("json"), Out: c.App.Writer})
+			return uo.Status(c.Context, uo.StatusOptions{Config: cfg, Prefix: c.String("prefix"), Namespace: c.String("namespace"), JSON: c.Bool("json"), Out: c.App.Writer})
+		},
+	}
+}
+
+func uoResumeCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "resume",
+		Usage:     "lift the brake: the controller forgets the failures of the releases it halted (--halt-after) and starts them again",
+		UsageText: "slipway update-operator resume [--prefix P] [--namespace NS]",
+		Flags: []cli.Flag{prefixFlag(), kubeconfigFlag(),
+			&cli.StringFlag{Name: "namespace", Value: uo.DefaultNamespace, Usage: "namespace of the controller", EnvVars: uoEnvs("NAMESPACE")}},
+		Action: func(c *cli.Context) error {
+			cfg, err := kubeConfig(c.String("kubeconfig"))
+			if err != nil {
+				return err
+			}
+			kc, err := kube.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			if err := uo.Resume(c.Context, kc, c.String("namespace"), c.String("prefix")); err != nil {
+				return err
+			}
+			fmt.Fprintln(c.App.Writer, "asked the controller to resume; it does within its --resync")
+			return nil
 		},
 	}
 }

@@ -37,6 +37,9 @@ type NodeView struct {
 	// controller chose when the update started ("" for an update started
 	// before the key existed: then it is not compared).
 	Current, Target string
+	// Available is the version an update would bring (the agent's
+	// available-version): a halted release is not started.
+	Available string
 	// WantedInvalid: action-wanted itself could not be read (the node may
 	// be anywhere in an update: it holds a slot until fixed).
 	WantedInvalid bool
@@ -80,6 +83,10 @@ type Policy struct {
 	// of the next candidates prepare (download and verify, nothing
 	// switched), so each takes its slot at perform-update.
 	PrepareAhead bool
+	// HaltAfter: after this many failed updates to one target version
+	// (the host's failures, fallback boots, timeouts), no node starts an
+	// update to it (the brake); 0: never halted.
+	HaltAfter int
 }
 
 // StepKind is what the controller does to one node.
@@ -104,6 +111,11 @@ type Step struct {
 	Kind   StepKind
 	Wanted Intent
 	Reason string
+	// Release (a StepFail): the failure is the release's on this host
+	// (the host failed an intent, fell back, or hung past a timeout),
+	// counted against its target version by the brake. A refused drain
+	// or a hook that never answered is not.
+	Release bool
 }
 
 // InFlight reports whether n takes one of the max-concurrent slots: an
@@ -168,9 +180,9 @@ func progress(done, failed bool, n NodeView, age, timeout time.Duration, next St
 	case done:
 		return next
 	case failed:
-		return Step{Kind: StepFail, Reason: hostFailure(n)}
+		return Step{Kind: StepFail, Reason: hostFailure(n), Release: true}
 	case timedOut(age, timeout):
-		return Step{Kind: StepFail, Reason: fmt.Sprintf("%s not done after %s (agent state %s)", n.Wanted, timeout, n.State)}
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("%s not done after %s (agent state %s)", n.Wanted, timeout, n.State), Release: true}
 	}
 	return Step{}
 }
@@ -193,11 +205,11 @@ func hostFailure(n NodeView) string {
 func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 	switch {
 	case failed:
-		return Step{Kind: StepFail, Reason: hostFailure(n)}
+		return Step{Kind: StepFail, Reason: hostFailure(n), Release: true}
 	case done && n.Target != "" && n.Current == "":
 		return Step{Kind: StepFail, Reason: fmt.Sprintf("came back, but its agent reports no running version, so the chosen %s cannot be told from a fallback boot (the command platform needs --version-command)", n.Target)}
 	case done && n.Target != "" && n.Current != n.Target:
-		return Step{Kind: StepFail, Reason: fmt.Sprintf("came back running %s, not the chosen %s: the host booted its previous version (a fallback boot)", n.Current, n.Target)}
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("came back running %s, not the chosen %s: the host booted its previous version (a fallback boot)", n.Current, n.Target), Release: true}
 	case done && n.Ready && n.CordonedByUs:
 		return Step{Kind: StepUncordon}
 	case done && n.Ready && n.WorkloadsReady && n.AfterDone:
@@ -214,7 +226,7 @@ func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 		}
 		return Step{}
 	case !done && timedOut(age, p.Timeouts.Reboot): // whoever lifted the cordon meanwhile
-		return Step{Kind: StepFail, Reason: fmt.Sprintf("node not back Ready at the new version %s after reboot-update (agent state %s)", p.Timeouts.Reboot, n.State)}
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("node not back Ready at the new version %s after reboot-update (agent state %s)", p.Timeouts.Reboot, n.State), Release: true}
 	}
 	return Step{}
 }
@@ -227,9 +239,9 @@ func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 func performed(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 	switch {
 	case failed:
-		return Step{Kind: StepFail, Reason: hostFailure(n)}
+		return Step{Kind: StepFail, Reason: hostFailure(n), Release: true}
 	case !done && timedOut(age, p.Timeouts.Perform):
-		return Step{Kind: StepFail, Reason: fmt.Sprintf("%s not done after %s (agent state %s)", n.Wanted, p.Timeouts.Perform, n.State)}
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("%s not done after %s (agent state %s)", n.Wanted, p.Timeouts.Perform, n.State), Release: true}
 	case !n.Drained || !n.CordonedByUs || !n.BeforeDone && !n.BeforeHook:
 		return Step{Kind: StepDrain}
 	case !done:
@@ -283,23 +295,22 @@ func BackoffUntil(n NodeView, p Policy) time.Time {
 // Starts decides which idle nodes start an update now (they get
 // prepare-update) and, when none may, why. Never more than MaxConcurrent
 // nodes are in flight; starts wait for the window and for PauseBetween after
-// the last finished update; candidates go fewest failures first, then by
-// name; the controller's own node goes last, alone.
-func Starts(nodes []NodeView, p Policy, now time.Time) (start []string, why string) {
+// the last update ended (finished or failed: f.LastDone, which only the
+// controller writes); a release the brake holds (f.Halted) is not started;
+// candidates go fewest failures first, then by name; the controller's own
+// node goes last, alone.
+func Starts(nodes []NodeView, p Policy, f Fleet, now time.Time) (start []string, why string) {
 	if p.Window != nil && !p.Window.Contains(now) {
 		return nil, "outside the maintenance window until " + p.Window.Next(now).Format(time.RFC3339)
 	}
 	inflight, preparing := 0, 0
-	var last time.Time
+	last := clampNow(f.LastDone, now)
 	for _, n := range nodes {
 		if InFlight(n) {
 			inflight++
 		}
 		if n.Ahead && n.Wanted == IntentPrepare && !preparedAhead(n) {
 			preparing++ // will want a slot: the own node does not go beside it
-		}
-		if n.Finished.After(last) {
-			last = n.Finished
 		}
 	}
 	max := max(p.MaxConcurrent, 1)
@@ -309,8 +320,11 @@ func Starts(nodes []NodeView, p Policy, now time.Time) (start []string, why stri
 	if resume := last.Add(p.PauseBetween); p.PauseBetween > 0 && now.Before(resume) {
 		return nil, "pausing between nodes until " + resume.Format(time.RFC3339)
 	}
-	cands := candidates(nodes, p, now)
+	cands := candidates(nodes, p, f, now)
 	if len(cands) == 0 {
+		if halted := f.Halted(p); len(halted) > 0 {
+			return nil, f.HaltReason(halted[0], p)
+		}
 		return nil, "no node waits for an update"
 	}
 	for _, n := range cands {
@@ -327,11 +341,17 @@ func Starts(nodes []NodeView, p Policy, now time.Time) (start []string, why stri
 
 // candidates are the idle nodes with an update available, past their
 // backoff, in the order they should go.
-func candidates(nodes []NodeView, p Policy, now time.Time) []NodeView {
+func candidates(nodes []NodeView, p Policy, f Fleet, now time.Time) []NodeView {
+	halted := map[string]bool{}
+	for _, v := range f.Halted(p) {
+		halted[v] = true
+	}
 	var out []NodeView
 	for _, n := range nodes {
+		n.LastFailure = clampNow(n.LastFailure, now) // a node's own time holds only itself, and not past now
 		idle := n.Wanted == IntentStabilize && n.Active == IntentStabilize && n.State == StateUpdateAvailable
-		if !idle && !preparedAhead(n) || n.Excluded || n.Blocked || !n.Ready || n.Invalid != "" || InFlight(n) || now.Before(BackoffUntil(n, p)) {
+		if !idle && !preparedAhead(n) || n.Excluded || n.Blocked || !n.Ready || n.Invalid != "" || InFlight(n) || now.Before(BackoffUntil(n, p)) ||
+			halted[n.Available] {
 			continue
 		}
 		out = append(out, n)

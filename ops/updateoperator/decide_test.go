@@ -157,6 +157,8 @@ func TestBackoffUntil(t *testing.T) {
 }
 
 func TestStarts(t *testing.T) {
+	var lastDone time.Time
+	var failed map[string][]string
 	avail := func(name string) NodeView { return node(name, IntentStabilize, IntentStabilize, StateUpdateAvailable) }
 	with := func(n NodeView, f func(*NodeView)) NodeView { f(&n); return n }
 	closed, err := window.Parse([]string{"sat"}, "01:00", "05:00", "UTC")
@@ -191,20 +193,31 @@ func TestStarts(t *testing.T) {
 		{"own node waits for the others", []NodeView{with(avail("a"), func(n *NodeView) { n.Own = true }), avail("b")}, func(p *Policy) { p.MaxConcurrent = 5 }, []string{"b"}, false},
 		{"own node last, alone", []NodeView{with(avail("a"), func(n *NodeView) { n.Own = true })}, nil, []string{"a"}, false},
 		{"own node not beside one in flight", []NodeView{with(avail("a"), func(n *NodeView) { n.Own = true }), node("b", IntentReboot, IntentReboot, StateRebooting)}, func(p *Policy) { p.MaxConcurrent = 5 }, nil, false},
-		{"pause after the last finished", []NodeView{avail("a"), with(node("b", IntentStabilize, IntentStabilize, StateUpToDate), func(n *NodeView) { n.Finished = t0.Add(-30 * time.Second) })},
-			func(p *Policy) { p.PauseBetween = time.Minute }, nil, true},
-		{"pause over", []NodeView{avail("a"), with(node("b", IntentStabilize, IntentStabilize, StateUpToDate), func(n *NodeView) { n.Finished = t0.Add(-2 * time.Minute) })},
-			func(p *Policy) { p.PauseBetween = time.Minute }, []string{"a"}, false},
+		{"pause after the last update ended", []NodeView{avail("a")}, func(p *Policy) { p.PauseBetween = time.Minute }, nil, true},
+		{"pause over", []NodeView{avail("a")}, func(p *Policy) { p.PauseBetween = time.Minute; lastDone = t0.Add(-2 * time.Minute) }, []string{"a"}, false},
+		{"a node's own update-finished in the future pauses nothing", []NodeView{avail("a"), with(node("b", IntentStabilize, IntentStabilize, StateUpToDate), func(n *NodeView) { n.Finished = time.Date(2999, 1, 1, 0, 0, 0, 0, time.UTC) })},
+			func(p *Policy) { p.PauseBetween = time.Minute; lastDone = time.Time{} }, []string{"a"}, false},
+		{"the state's last end in the future holds no longer than the pause from now", []NodeView{avail("a")},
+			func(p *Policy) { p.PauseBetween = time.Minute; lastDone = time.Date(2999, 1, 1, 0, 0, 0, 0, time.UTC) }, nil, true},
+		{"a halted release is not started", []NodeView{with(avail("a"), func(n *NodeView) { n.Available = "v2" })},
+			func(p *Policy) { p.HaltAfter = 2; failed = map[string][]string{"v2": {"b", "c"}} }, nil, true},
+		{"under --halt-after: started", []NodeView{with(avail("a"), func(n *NodeView) { n.Available = "v2" })},
+			func(p *Policy) { p.HaltAfter = 2; failed = map[string][]string{"v2": {"b"}} }, []string{"a"}, false},
+		{"a new release after a halted one: started", []NodeView{with(avail("a"), func(n *NodeView) { n.Available = "v3" })},
+			func(p *Policy) { p.HaltAfter = 2; failed = map[string][]string{"v2": {"b", "c"}} }, []string{"a"}, false},
+		{"a node in its backoff, its own last-failure in the future: held only until its backoff from now", []NodeView{with(avail("a"), func(n *NodeView) { n.Failures = 1; n.LastFailure = time.Date(2999, 1, 1, 0, 0, 0, 0, time.UTC) })},
+			nil, nil, true},
 		{"window closed", []NodeView{avail("a")}, func(p *Policy) { p.Window = closed }, nil, true},
 		{"window open", []NodeView{avail("a")}, func(p *Policy) { p.Window = open }, []string{"a"}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := policy()
+			lastDone, failed = t0.Add(-30*time.Second), nil
 			if tc.edit != nil {
 				tc.edit(&p)
 			}
-			got, why := Starts(tc.nodes, p, t0)
+			got, why := Starts(tc.nodes, p, Fleet{LastDone: lastDone, Failed: failed}, t0)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Starts = %v (%s), want %v", got, why, tc.want)
 			}

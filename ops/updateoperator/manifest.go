@@ -123,9 +123,12 @@ func rbacObjects(o ManifestOptions) []any {
 	events := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}}}
 	// The controller reads and renews only its election Lease (create cannot
 	// be narrowed by name: it makes the Lease the first time).
+	// Its fleet state likewise: the ConfigMap only it writes (fleet.go).
 	leases := []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "update"}, ResourceNames: []string{LeaseName}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}}}
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "patch"}, ResourceNames: []string{FleetStateName(o.Prefix)}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}}}
 	for _, sa := range []struct {
 		name    string
 		cluster []rbacv1.PolicyRule

@@ -25,6 +25,8 @@ type metrics struct {
 	// cordoned; cordonLimit how long a cordon of its may last (controller).
 	cordonedSince *prometheus.GaugeVec
 	cordonLimit   prometheus.Gauge
+	// halted is 1 for each release the brake holds (controller).
+	halted *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -46,8 +48,10 @@ func newMetrics() *metrics {
 			Help: "When the operator cordoned the node for its update (drain-started), for each node it holds cordoned."}, []string{"node"}),
 		cordonLimit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "slipway_update_operator_cordon_limit_seconds",
 			Help: "How long a cordon of the operator may last: the drain beside perform-update, the longer of their timeouts, then the reboot's (max(--drain-timeout, --state-timeout) + --state-timeout)."}),
+		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_update_operator_rollout_halted",
+			Help: "1 for each release whose rollout is halted: it failed --halt-after times; no node starts it until a new release or `slipway update-operator resume`."}, []string{"version"}),
 	}
-	m.registry.MustRegister(m.nodes, m.inFlight, m.failures, m.transitions, m.intents, m.reads, m.cordonedSince, m.cordonLimit,
+	m.registry.MustRegister(m.nodes, m.inFlight, m.failures, m.transitions, m.intents, m.reads, m.cordonedSince, m.cordonLimit, m.halted,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -66,6 +66,7 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 		Ahead:           a[k.Key(KeyAhead)] == "true",
 		Current:         a[k.Key(KeyCurrentVersion)],
 		Target:          a[k.Key(KeyTargetVersion)],
+		Available:       a[k.Key(KeyAvailableVersion)],
 		Reason:          a[k.Key(KeyReason)],
 	}
 	var errs []string
