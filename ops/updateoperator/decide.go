@@ -210,6 +210,12 @@ func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 		return Step{Kind: StepFail, Reason: fmt.Sprintf("came back, but its agent reports no running version, so the chosen %s cannot be told from a fallback boot (the command platform needs --version-command)", n.Target)}
 	case done && n.Target != "" && n.Current != n.Target:
 		return Step{Kind: StepFail, Reason: fmt.Sprintf("came back running %s, not the chosen %s: the host booted its previous version (a fallback boot)", n.Current, n.Target), Release: true}
+	case done && !n.Ready && timedOut(age, p.Timeouts.Reboot):
+		// Back at the new version, then NotReady for good: a failure of
+		// the release (counted by the brake), its cordon lifted (the
+		// not-ready taint keeps pods off) and its slot to the next node.
+		return Step{Kind: StepFail, Release: true, Reason: fmt.Sprintf("back at %s, but NotReady for %s after reboot-update (--state-timeout): failed, its slot freed, the operator's cordon lifted (the node's not-ready taint keeps pods off)",
+			orUnknown(n.Current), p.Timeouts.Reboot)}
 	case done && n.Ready && n.CordonedByUs:
 		return Step{Kind: StepUncordon}
 	case done && n.Ready && n.WorkloadsReady && n.AfterDone:
@@ -272,6 +278,13 @@ func reset(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 		return Step{Kind: StepWant, Wanted: IntentStabilize}
 	}
 	return Step{}
+}
+
+func orUnknown(v string) string {
+	if v == "" {
+		return "an unknown version"
+	}
+	return v
 }
 
 func timedOut(age, timeout time.Duration) bool { return timeout > 0 && age > timeout }

@@ -73,6 +73,8 @@ func TestNext(t *testing.T) {
 		{"rebooting, within the timeout: wait", node("a", IntentReboot, IntentReboot, StateRebooting), at(9 * time.Minute), StepNone, ""},
 		{"an unmarked cordon without AdoptOldCordons: not adopted", adoptable(NodeView{Name: "a", Wanted: IntentReboot, Active: IntentReboot, State: StateBusy, Ready: true, Transition: t0}), at(0), StepNone, ""},
 		{"back but NotReady: wait", notReady(cordoned(node("a", IntentReboot, IntentReboot, StateReady))), at(time.Minute), StepNone, ""},
+		{"back but NotReady past the reboot timeout: fail (its slot freed, its cordon lifted)", notReady(cordoned(node("a", IntentReboot, IntentReboot, StateReady))), at(11 * time.Minute), StepFail, ""},
+		{"back, uncordoned, then NotReady past the timeout: fail", notReady(node("a", IntentReboot, IntentReboot, StateReady)), at(11 * time.Minute), StepFail, ""},
 		{"back and Ready: uncordon", cordoned(node("a", IntentReboot, IntentReboot, StateReady)), at(time.Minute), StepUncordon, ""},
 		{"uncordoned, workloads not ready: wait", node("a", IntentReboot, IntentReboot, StateReady), at(time.Minute), StepNone, ""},
 		{"uncordoned, workloads ready: finish", healthy(node("a", IntentReboot, IntentReboot, StateReady)), at(time.Minute), StepFinish, IntentStabilize},

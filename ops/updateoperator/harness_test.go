@@ -55,6 +55,8 @@ type fleet struct {
 	br      map[string]*brapitest.Server
 	reboots map[string]int
 	down    map[string]bool   // a simulated reboot is under way
+	// stayDown: the node's next reboot leaves it NotReady (its agent runs).
+	stayDown map[string]bool
 	boots   map[string]string // each host's boot ID, as its kernel says it
 	// stepTimeout is the agents' --step-timeout (0: the default).
 	stepTimeout time.Duration
@@ -91,7 +93,7 @@ func newFleetOn(t *testing.T, e *testenv.Env, name string) *fleet {
 		t.Fatal(err)
 	}
 	f := &fleet{t: t, env: e, kube: c, prefix: name + ".update.slipway.dev", mirror: filepath.Join(dir, "mirror"), dir: dir,
-		agents: map[string]*run{}, plats: map[string]platform.Platform{}, br: map[string]*brapitest.Server{}, reboots: map[string]int{}, down: map[string]bool{}, boots: map[string]string{},
+		agents: map[string]*run{}, plats: map[string]platform.Platform{}, br: map[string]*brapitest.Server{}, reboots: map[string]int{}, down: map[string]bool{}, stayDown: map[string]bool{}, boots: map[string]string{},
 		log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	f.keys, _ = NewKeys(f.prefix)
 	for _, v := range []string{"v1", "v2"} {
@@ -222,6 +224,13 @@ func (f *fleet) reboot(node string) {
 	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{testenv.DownAnnotation: "true"}}})
 	f.waitReady(ctx, node, false)
 	time.Sleep(500 * time.Millisecond)
+	f.mu.Lock()
+	stay := f.stayDown[node]
+	f.mu.Unlock()
+	if stay {
+		f.setBootID(node)
+		return
+	}
 	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{testenv.DownAnnotation: nil}}})
 	f.waitReady(ctx, node, true)
 	f.setBootID(node)
