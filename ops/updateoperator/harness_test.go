@@ -54,10 +54,10 @@ type fleet struct {
 	plats   map[string]platform.Platform
 	br      map[string]*brapitest.Server
 	reboots map[string]int
-	down    map[string]bool   // a simulated reboot is under way
+	down    map[string]bool // a simulated reboot is under way
 	// stayDown: the node's next reboot leaves it NotReady (its agent runs).
 	stayDown map[string]bool
-	boots   map[string]string // each host's boot ID, as its kernel says it
+	boots    map[string]string // each host's boot ID, as its kernel says it
 	// stepTimeout is the agents' --step-timeout (0: the default).
 	stepTimeout time.Duration
 	// agentWrap, when set, wraps the agents' transport (to count their calls).
