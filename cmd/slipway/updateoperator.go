@@ -136,6 +136,7 @@ slipway update-operator agent --platform command --check-command 'osupdate check
 			&cli.StringFlag{Name: "reboot-command", Usage: "command (and slipway with --reboot-method=command): reboots", EnvVars: uoEnvs("REBOOT_COMMAND")},
 			&cli.StringFlag{Name: "version-command", Usage: "command (required): prints the running version; an update succeeds only when the host comes back running the version chosen", EnvVars: uoEnvs("VERSION_COMMAND")},
 			&cli.StringFlag{Name: "reset-command", Usage: "command: discards a prepared update after a failed one (optional; without it a reset-state does nothing on the host)", EnvVars: uoEnvs("RESET_COMMAND")},
+			&cli.StringFlag{Name: "boot-id-file", Value: platform.DefaultBootIDFile, Usage: "the host's boot ID (a new one after reboot-update is the reboot done)", EnvVars: uoEnvs("BOOT_ID_FILE")},
 			&cli.DurationFlag{Name: "check-interval", Value: 30 * time.Minute, Usage: "how often a resting node checks for updates", EnvVars: uoEnvs("CHECK_INTERVAL")},
 			&cli.DurationFlag{Name: "check-timeout", Value: 10 * time.Minute, Usage: "a check for updates still running after this long is an error (a hung host call)", EnvVars: uoEnvs("CHECK_TIMEOUT")},
 			&cli.DurationFlag{Name: "step-timeout", Value: 25 * time.Minute, Usage: "a prepare, perform, reset or reboot still running after this long is an error with the reason (keep it under the controller's --state-timeout)", EnvVars: uoEnvs("STEP_TIMEOUT")},
@@ -156,7 +157,7 @@ slipway update-operator agent --platform command --check-command 'osupdate check
 				return err
 			}
 			return uo.RunAgent(c.Context, uo.AgentOptions{Config: cfg, Prefix: c.String("prefix"), NodeName: c.String("node-name"),
-				Platform: p, CheckInterval: c.Duration("check-interval"), CheckTimeout: c.Duration("check-timeout"), StepTimeout: c.Duration("step-timeout"),
+				Platform: p, BootID: uo.BootIDFile(c.String("boot-id-file")), CheckInterval: c.Duration("check-interval"), CheckTimeout: c.Duration("check-timeout"), StepTimeout: c.Duration("step-timeout"),
 				MetricsAddr: c.String("metrics-addr"), HealthAddr: c.String("health-addr"), Log: slog.Default()})
 		},
 	}
@@ -201,13 +202,15 @@ func uoManifestCommand() *cli.Command {
 			&cli.StringFlag{Name: "platform", Value: platform.NameSlipway, Usage: "the agents' platform", EnvVars: uoEnvs("PLATFORM")},
 			&cli.StringSliceFlag{Name: "agent-arg", Usage: "an argument added to the agent's command line (repeat)"},
 			&cli.StringSliceFlag{Name: "controller-arg", Usage: "an argument added to the controller's command line (repeat)"},
+			&cli.StringFlag{Name: "os-image-pattern", Usage: "the controller's --os-image-pattern: the nodes it labels for the agent DaemonSet (default: the platform's OS, ^bottlerocket or ^k3os; both for command)", EnvVars: uoEnvs("MANIFEST_OS_IMAGE_PATTERN")},
 		},
 		Action: func(c *cli.Context) error {
 			if n := c.String("platform"); !slices.Contains([]string{platform.NameSlipway, platform.NameBottlerocket, platform.NameCommand}, n) {
 				return cli.Exit(platform.UnknownError(n).Error(), 2)
 			}
 			return uo.Manifest(c.Context, uo.ManifestOptions{Namespace: c.String("namespace"), Image: c.String("image"), Prefix: c.String("prefix"),
-				Platform: c.String("platform"), AgentArgs: c.StringSlice("agent-arg"), ControllerArgs: c.StringSlice("controller-arg"), Out: c.App.Writer})
+				Platform: c.String("platform"), AgentArgs: c.StringSlice("agent-arg"), ControllerArgs: c.StringSlice("controller-arg"),
+				OSImagePattern: c.String("os-image-pattern"), Out: c.App.Writer})
 		},
 	}
 }

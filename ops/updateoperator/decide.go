@@ -18,6 +18,9 @@ type NodeView struct {
 	Ready           bool // the NodeReady condition is True
 	CordonedByUs    bool // the operator holds a cordon on it
 	Excluded        bool // labelled <prefix>/exclude=true
+	// Labelled: the node carries the interface-version label (the agent
+	// DaemonSet lands there); Spoke: an agent reported a state on it.
+	Labelled, Spoke bool
 	Own             bool // the controller runs on it
 	Ahead           bool // told to prepare ahead of its turn (holds no slot yet)
 	Failures        int
@@ -146,7 +149,7 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 	age := now.Sub(n.Transition)
 	switch n.Wanted {
 	case IntentUnknown:
-		if n.Excluded {
+		if n.Excluded || !n.Labelled && !n.Spoke { // no agent will ever run there: nothing written
 			return Step{}
 		}
 		return Step{Kind: StepWant, Wanted: IntentStabilize}

@@ -42,7 +42,17 @@ func TestNext(t *testing.T) {
 		want StepKind
 		to   Intent
 	}{
-		{"new node gets stabilize", node("a", IntentUnknown, IntentUnknown, StateUnknown), at(0), StepWant, IntentStabilize},
+		{"new labelled node gets stabilize", func() NodeView {
+			n := node("a", IntentUnknown, IntentUnknown, StateUnknown)
+			n.Labelled = true
+			return n
+		}(), at(0), StepWant, IntentStabilize},
+		{"new node whose agent reported gets stabilize", func() NodeView {
+			n := node("a", IntentUnknown, IntentStabilize, StateUpToDate)
+			n.Spoke = true
+			return n
+		}(), at(0), StepWant, IntentStabilize},
+		{"a node without the label and without an agent: nothing written", node("a", IntentUnknown, IntentUnknown, StateUnknown), at(0), StepNone, ""},
 		{"excluded new node untouched", NodeView{Name: "a", Excluded: true}, at(0), StepNone, ""},
 		{"stable node: nothing", node("a", IntentStabilize, IntentStabilize, StateUpdateAvailable), at(time.Hour), StepNone, ""},
 		{"stable node cordoned by us: uncordon", cordoned(node("a", IntentStabilize, IntentStabilize, StateUpToDate)), at(0), StepUncordon, ""},

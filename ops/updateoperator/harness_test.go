@@ -57,7 +57,10 @@ type fleet struct {
 	down    map[string]bool // a simulated reboot is under way
 	// stayDown: the node's next reboot leaves it NotReady (its agent runs).
 	stayDown map[string]bool
-	boots    map[string]string // each host's boot ID, as its kernel says it
+	// staleStatusBootID: a reboot changes the host's boot ID only, not
+	// the Node's status (a kubelet that has not written it yet).
+	staleStatusBootID bool
+	boots             map[string]string // each host's boot ID, as its kernel says it
 	// stepTimeout is the agents' --step-timeout (0: the default).
 	stepTimeout time.Duration
 	// agentWrap, when set, wraps the agents' transport (to count their calls).
@@ -166,7 +169,7 @@ func (f *fleet) startAgent(node string) {
 		cfg = rest.CopyConfig(cfg)
 		cfg.Wrap(f.agentWrap)
 	}
-	o := AgentOptions{Config: cfg, Prefix: f.prefix, NodeName: node, Platform: f.plats[node],
+	o := AgentOptions{Config: cfg, Prefix: f.prefix, NodeName: node, Platform: f.plats[node], BootID: f.bootIDOf(node),
 		CheckInterval: 2 * time.Second, Resync: time.Second, StepTimeout: f.stepTimeout, Log: f.log.With("agent", node)}
 	if f.agentEdit != nil {
 		f.agentEdit(node, &o)
@@ -246,7 +249,11 @@ func (f *fleet) setBootID(node string) {
 	id := fmt.Sprintf("boot-%d", time.Now().UnixNano())
 	f.mu.Lock()
 	f.boots[node] = id
+	stale := f.staleStatusBootID && f.reboots[node] > 0
 	f.mu.Unlock()
+	if stale {
+		return
+	}
 	data, _ := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"bootID": id}}})
 	if _, err := f.kube.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, data, metav1.PatchOptions{}, "status"); err != nil {
 		f.t.Errorf("set the boot ID of %s: %v", node, err)

@@ -25,6 +25,10 @@ type ManifestOptions struct {
 	AgentArgs []string
 	// ControllerArgs are added to the controller's command line.
 	ControllerArgs []string
+	// OSImagePattern is the controller's --os-image-pattern: the nodes it
+	// labels, so the agent DaemonSet lands only there (default: the
+	// platform's OS, PlatformOSImagePattern).
+	OSImagePattern string
 	Out            io.Writer
 }
 
@@ -47,6 +51,9 @@ func (o *ManifestOptions) defaults() error {
 	}
 	if o.Platform == "" {
 		o.Platform = "slipway"
+	}
+	if o.OSImagePattern == "" {
+		o.OSImagePattern = PlatformOSImagePattern(o.Platform)
 	}
 	_, err := NewKeys(o.Prefix)
 	return err
@@ -86,6 +93,20 @@ func ManifestObjects(o ManifestOptions) ([]any, error) {
 	objs = append(objs, admissionObjects(o, keys)...)
 	objs = append(objs, controllerDeployment(o, keys), agentDaemonSet(o, keys))
 	return objs, nil
+}
+
+// PlatformOSImagePattern is the osImage of the nodes a platform's agent
+// serves: in a cluster of k3OS and Bottlerocket nodes, each operator's
+// DaemonSet lands only on its own OS's nodes (the controller labels only
+// those), never on the other's, where the host path it needs is missing.
+func PlatformOSImagePattern(platform string) string {
+	switch platform {
+	case "bottlerocket-api":
+		return `(?i)^bottlerocket`
+	case "slipway":
+		return `(?i)^k3os`
+	}
+	return DefaultOSImagePattern
 }
 
 func tm(apiVersion, kind string) metav1.TypeMeta {

@@ -62,6 +62,8 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 		CordonedByUs:    k.cordonedByUs(a),
 		UnmarkedCordon:  n.Spec.Unschedulable && drain.CordonedBy(a) == "",
 		Excluded:        n.Labels[k.Exclude()] == "true",
+		Labelled:        n.Labels[k.InterfaceVersion()] != "",
+		Spoke:           a[k.State()] != "",
 		Own:             own != "" && n.Name == own,
 		Ahead:           a[k.Key(KeyAhead)] == "true",
 		Current:         a[k.Key(KeyCurrentVersion)],

@@ -259,6 +259,9 @@ func (b *Bottlerocket) Check(ctx context.Context) (Status, error) {
 	if st.UpdateState != BRIdle && st.ChosenUpdate != nil && st.ChosenUpdate.Version != cur {
 		out.Available = st.ChosenUpdate.Version
 	}
+	if st.UpdateState == BRReady && st.staged() != cur { // activated, not booted: the next boot starts it
+		out.Staged = st.staged()
+	}
 	return out, nil
 }
 

@@ -149,3 +149,31 @@ func TestBottlerocketAwaitsTheHostsCommand(t *testing.T) {
 		t.Error("no status read met the lock of a running command: the polling path was not taken")
 	}
 }
+
+// A host that activated an update and has not rebooted reports it as
+// staged (the next boot starts it); once deactivated, none.
+func TestBottlerocketReportsStaged(t *testing.T) {
+	_, p := emulated(t)
+	c := ctx(t)
+	if _, err := p.Check(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Prepare(c); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.Check(c); err != nil || st.Staged != "" {
+		t.Errorf("prepared, not activated: Check = %+v, %v; want nothing staged (the next boot is unchanged)", st, err)
+	}
+	if err := p.Perform(c); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.Check(c); err != nil || st.Staged != "1.20.0" || st.Current != "1.19.0" {
+		t.Errorf("activated, not booted: Check = %+v, %v; want 1.20.0 staged, 1.19.0 running", st, err)
+	}
+	if err := p.Reset(c); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.Check(c); err != nil || st.Staged != "" {
+		t.Errorf("deactivated: Check = %+v, %v; want nothing staged", st, err)
+	}
+}
