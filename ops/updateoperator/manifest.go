@@ -178,16 +178,34 @@ func rbacObjects(o ManifestOptions) []any {
 	return out
 }
 
+// AgentAnnotations are the annotation keys the agent writes (under the
+// prefix), and AgentLabels its labels: its host's report, never the
+// controller's keys (the intent wanted, the times and counts that gate
+// the rollout, the target, the cordon's record).
+var (
+	AgentAnnotations = []string{KeyActionActive, KeyActionState, KeyUpdateAvailable, KeyCurrentVersion, KeyAvailableVersion,
+		KeyStagedVersion, KeyRebootBootID, KeyReason}
+	AgentLabels = []string{KeyUpdateAvailable}
+)
+
 // agentPolicy holds an agent to its own Node: the Node's name must be the
 // node name the API server put in the agent's bound service-account token,
-// and the agent may change only the protocol's annotations and labels (the
-// controller cordons).
+// and the agent may change only the keys it writes (AgentAnnotations,
+// AgentLabels): not the controller's, so a node taken over cannot want
+// an intent, take or hold a slot, or move a time the rollout counts from.
 func agentPolicy(namespace string, keys Keys) admission.NodeAgentPolicy {
+	full := func(suffixes []string) []string {
+		out := make([]string, len(suffixes))
+		for i, s := range suffixes {
+			out[i] = keys.Key(s)
+		}
+		return out
+	}
 	return admission.NodeAgentPolicy{
 		Name: policyName, Labels: appLabels(AgentName),
 		User:          fmt.Sprintf("system:serviceaccount:%s:%s", namespace, AgentName),
 		Agent:         "the update-operator agent",
-		LabelPrefixes: []string{keys.Prefix + "/"}, AnnotationPrefixes: []string{keys.Prefix + "/"},
+		LabelPrefixes: full(AgentLabels), AnnotationPrefixes: full(AgentAnnotations),
 	}
 }
 
