@@ -21,12 +21,16 @@ type NodeView struct {
 	// Labelled: the node carries the interface-version label (the agent
 	// DaemonSet lands there); Spoke: an agent reported a state on it.
 	Labelled, Spoke bool
-	Own             bool // the controller runs on it
-	Ahead           bool // told to prepare ahead of its turn (holds no slot yet)
-	Failures        int
-	LastFailure     time.Time
-	Transition      time.Time // action-wanted last changed
-	Finished        time.Time // its last update finished
+	// OldAgent: the node's agent is the old operator's (Go brupop /
+	// dogswatch): it answers stabilize with ready and never reports a
+	// version, which slipway's agent always does.
+	OldAgent    bool
+	Own         bool // the controller runs on it
+	Ahead       bool // told to prepare ahead of its turn (holds no slot yet)
+	Failures    int
+	LastFailure time.Time
+	Transition  time.Time // action-wanted last changed
+	Finished    time.Time // its last update finished
 	// WorkloadsReady: every workload drained off it is back to its desired
 	// ready count (looked up only for a node waiting on it).
 	WorkloadsReady bool
@@ -157,6 +161,9 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 		if n.CordonedByUs { // left over by an interrupted finish or failure
 			return Step{Kind: StepUncordon}
 		}
+		if n.OldAgent && n.UpdateAvailable {
+			return Step{Kind: StepStuck, Reason: OldAgentReason}
+		}
 		return Step{}
 	case IntentReset:
 		return reset(n, p, age, done, failed)
@@ -190,8 +197,15 @@ func progress(done, failed bool, n NodeView, age, timeout time.Duration, next St
 	return Step{}
 }
 
-// HeldPrefix begins the reason of a node held for an unreadable annotation.
+// HeldPrefix begins the reason of a node held for an unreadable annotation
+// or an agent slipway does not drive.
 const HeldPrefix = "held: "
+
+// OldAgentReason is why a node served by the old operator's agent is held.
+const OldAgentReason = HeldPrefix + "this node's agent is the old operator's (bottlerocket-update-operator / dogswatch: " +
+	"it answers stabilize with ready and reports no version), which slipway's controller does not drive; " +
+	"replace it with slipway's agent (apply `slipway update-operator manifest --platform bottlerocket-api --prefix bottlerocket.aws` " +
+	"and delete the old agent DaemonSet): the node is updated then"
 
 // hostFailure is the reason of an intent the agent reported failed: the
 // agent's own words kept in it (the failure's write replaces them).

@@ -52,6 +52,11 @@ func TestNext(t *testing.T) {
 			n.Spoke = true
 			return n
 		}(), at(0), StepWant, IntentStabilize},
+		{"the old operator's agent at rest with an update: held with what to do", func() NodeView {
+			n := node("a", IntentStabilize, IntentStabilize, StateReady)
+			n.OldAgent, n.UpdateAvailable = true, true
+			return n
+		}(), at(0), StepStuck, ""},
 		{"a node without the label and without an agent: nothing written", node("a", IntentUnknown, IntentUnknown, StateUnknown), at(0), StepNone, ""},
 		{"excluded new node untouched", NodeView{Name: "a", Excluded: true}, at(0), StepNone, ""},
 		{"stable node: nothing", node("a", IntentStabilize, IntentStabilize, StateUpdateAvailable), at(time.Hour), StepNone, ""},

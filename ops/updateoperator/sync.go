@@ -140,7 +140,7 @@ func (c *controller) report(nodes []corev1.Node, views []NodeView) {
 
 // do carries out one step on one node.
 func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step) error {
-	if v.Invalid == "" && strings.HasPrefix(v.Reason, HeldPrefix) { // the hold is over: its reason goes
+	if v.Invalid == "" && strings.HasPrefix(v.Reason, HeldPrefix) && !(s.Kind == StepStuck && s.Reason == v.Reason) { // the hold is over: its reason goes
 		if err := c.patch(ctx, v.Name, nil, map[string]any{c.keys.Key(KeyReason): nil}); err != nil {
 			return err
 		}

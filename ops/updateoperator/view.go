@@ -64,6 +64,7 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 		Excluded:        n.Labels[k.Exclude()] == "true",
 		Labelled:        n.Labels[k.InterfaceVersion()] != "",
 		Spoke:           a[k.State()] != "",
+		OldAgent:        a[k.Active()] == string(IntentStabilize) && a[k.State()] == string(StateReady) && a[k.Key(KeyCurrentVersion)] == "",
 		Own:             own != "" && n.Name == own,
 		Ahead:           a[k.Key(KeyAhead)] == "true",
 		Current:         a[k.Key(KeyCurrentVersion)],
