@@ -28,23 +28,19 @@ bench: ## benchmarks: staging vs the k3os pipeline, the 100-node rollouts, slipw
 lint: ## gofmt, go vet and staticcheck (installed from the Go module proxy)
 	@scripts/lint
 
-demo: ## the main job: a real upgrade on one node, a rollout through a simulated cluster, then each system's act
-	@scripts/demo
-	@scripts/demo-rollout
-	@scripts/demo-update-operator
-	@scripts/demo-eds
-	@scripts/demo-swarm
+demo: ## the main job: a real upgrade on one node, a rollout through a simulated cluster, then each system's act, and a summary
+	@scripts/demo-all
 
 demo-host: ## only the one-node act: install v1, upgrade to v2 from a local mirror (build/demo)
 	@scripts/demo
 
-demo-rollout: ## only the cluster act: 10 fake nodes, one agent each, rolled from v1 to v2 live
+demo-rollout: ## only the cluster act: 10 fake nodes, the manifest applied, `kubectl patch upchan` to latest, watched until all run v2
 	@scripts/demo-rollout
 
-demo-update-operator: ## only the update operator's act: 6 fake nodes rolled from v1 to v2 by the annotation protocol
+demo-update-operator: ## only the update operator's act: 6 fake nodes, the manifest applied, v2 published and rolled 2 at a time
 	@scripts/demo-update-operator
 
-demo-eds: ## only the ExtendedDaemonSet act: canary validated, then a crash-looping canary rolled back
+demo-eds: ## only the ExtendedDaemonSet act: a canary validated with kubectl eds, then a crash-looping canary rolled back
 	@scripts/demo-eds
 
 demo-swarm: ## only the swarm act: `slipway swarm assign` examples, then a StatefulSet of workers scaled live

@@ -6,7 +6,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"slipway.dev/slipway/ops/agent"
+	"slipway.dev/slipway/ops/controller"
+	"slipway.dev/slipway/ops/plan"
 )
 
 // controllerCommand is `slipway ops controller`: the UpdateChannel fleet
@@ -22,20 +23,20 @@ func controllerCommand() *cli.Command {
 			&cli.BoolFlag{Name: "install-crds", Usage: "create or update the UpdateChannel CRD at start", EnvVars: envs("INSTALL_CRDS")},
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9479", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: envs("METRICS_ADDR")},
 			kubeconfigFlag(),
-			&cli.DurationFlag{Name: "resync", Value: agentDefaults.Resync, Usage: "re-read the fleet view at least this often", EnvVars: envs("RESYNC")},
-			&cli.DurationFlag{Name: "lease-duration", Value: agentDefaults.LeaseDuration, Usage: "duration of the controller's Lease; a dead holder is replaced after it", EnvVars: envs("LEASE_DURATION")},
+			&cli.DurationFlag{Name: "resync", Value: controllerDefaults.Resync, Usage: "re-read the fleet view at least this often", EnvVars: envs("RESYNC")},
+			&cli.DurationFlag{Name: "lease-duration", Value: controllerDefaults.LeaseDuration, Usage: "duration of the controller's Lease; a dead holder is replaced after it", EnvVars: envs("LEASE_DURATION")},
 		}, retryFlags()...),
 		Action: func(c *cli.Context) error {
 			cfg, err := kubeConfig(c.String("kubeconfig"))
 			if err != nil {
 				return err
 			}
-			o := agent.ControllerOptions{Identity: c.String("identity"), Namespace: c.String("namespace"), Config: cfg,
+			o := controller.Options{Identity: c.String("identity"), Namespace: c.String("namespace"), Config: cfg,
 				InstallCRDs: c.Bool("install-crds"), MetricsAddr: c.String("metrics-addr"), Resync: c.Duration("resync"),
 				LeaseDuration: c.Duration("lease-duration"), GitHubToken: os.Getenv("GITHUB_TOKEN"),
 				Log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 			o.Retry.Base, o.Retry.Max = c.Duration("retry-backoff"), c.Duration("retry-backoff-max")
-			return agent.RunController(c.Context, o)
+			return controller.Run(c.Context, o)
 		},
 	}
 }
@@ -44,7 +45,10 @@ func controllerCommand() *cli.Command {
 // rollback Jobs) and the controller (slots) both take.
 func retryFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.DurationFlag{Name: "retry-backoff", Value: agentDefaults.Retry.Base, Usage: "wait after a node's first failure, doubled after each next one (at most --retry-backoff-max)", EnvVars: envs("RETRY_BACKOFF")},
-		&cli.DurationFlag{Name: "retry-backoff-max", Value: agentDefaults.Retry.Max, Usage: "longest wait between retries of a failed node", EnvVars: envs("RETRY_BACKOFF_MAX")},
+		&cli.DurationFlag{Name: "retry-backoff", Value: plan.DefaultRetry.Base, Usage: "wait after a node's first failure, doubled after each next one (at most --retry-backoff-max)", EnvVars: envs("RETRY_BACKOFF")},
+		&cli.DurationFlag{Name: "retry-backoff-max", Value: plan.DefaultRetry.Max, Usage: "longest wait between retries of a failed node", EnvVars: envs("RETRY_BACKOFF_MAX")},
 	}
 }
+
+// controllerDefaults documents the controller's defaults in its flags.
+var controllerDefaults = controller.Defaults()

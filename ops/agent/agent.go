@@ -2,15 +2,11 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,19 +14,16 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
-	opsclient "slipway.dev/slipway/ops/generated/clientset/versioned/typed/ops.slipway.dev/v1"
-	opslisters "slipway.dev/slipway/ops/generated/listers/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/health"
 	"slipway.dev/slipway/ops/kube"
-	"slipway.dev/slipway/ops/lease"
+	"slipway.dev/slipway/ops/process"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // Agent is one running agent. Handlers only enqueue; the syncs are keyed by
@@ -39,65 +32,31 @@ type Agent struct {
 	opts Options
 	log  *slog.Logger
 	kube *kube.Clientset
-	// drainKube is the controller's: it evicts, each eviction confirming
-	// its slot (guard.go); the Rebooter confirms the node's slot with guard.
-	drainKube *kube.Clientset
-	guard     *slotGuard
-	ops       opsclient.OpsV1Interface // the controller's; no agent reads a channel
-	meta      metadata.Interface
-	channels  opslisters.UpdateChannelLister
-	nodes     cache.Indexer // this agent's own Node only
-	jobs      cache.Indexer // this agent's node's upgrade Jobs only
-	pods      cache.Store   // their pods
-	queue     workqueue.TypedRateLimitingInterface[key]
-	recorder  record.EventRecorder
-	metrics   *metrics
+	// guard: the Rebooter confirms the node's slot with the API server (guard.go).
+	guard    *slotGuard
+	meta     metadata.Interface
+	nodes    cache.Indexer // this agent's own Node only
+	jobs     cache.Indexer // this agent's node's upgrade Jobs only
+	pods     cache.Store   // their pods
+	queue    workqueue.TypedRateLimitingInterface[key]
+	recorder record.EventRecorder
+	metrics  *metrics
 
-	// controller: this is `slipway ops controller`, which does the fleet
-	// view (controller.go) and nothing of a node's; its writes are fenced
-	// by tenure, its elector renews through leaseKube.
-	controller bool
-	tenure     *lease.Tenure
-	leaseKube  *kube.Clientset
-	elected    atomic.Bool
-	nodeMeta   cache.Store // the controller's: every Node's metadata (fold.go)
-	// views are the nodes' views the controller wants, by channel UID and
-	// node (views.go); viewQueue the nodes whose views it writes.
-	views     map[types.UID]map[string]string
-	viewQueue workqueue.TypedRateLimitingInterface[string]
-	// slotNodes are the nodes holding a slot: their views are written first (viewqueue.go).
-	slotNodes slotHolderSet
-	// viewWrites are the controller's last view write on each Node (views.go).
-	viewWrites map[string]viewsWritten
-	// drains are the controller's drains under way, by node (ctrldrain.go);
-	// leaderCtx ends when it loses the Lease (nil while it does not hold it).
-	drains map[string]*drainRun
-	// drainsDone are the drains done whose slots the next pass marks
-	// Rebooting, by node (ctrldrain.go).
-	drainsDone map[string]drainRun
-	// ahead are the checks of the nodes next in line, made in the background (health.go).
-	ahead      checksAhead
-	leaderCtx  context.Context
-	leaderStop context.CancelFunc
-
-	probe       *health.Probe // /healthz and /readyz (probe.go)
+	probe       *health.Probe // /healthz and /readyz (process.Pulse)
 	workersBeat func()
 
 	mu              sync.Mutex
-	fleet           map[string]*fleetCache       // the controller's, by channel
-	claims          map[string]time.Time         // the controller's: the claim time of the last slot it granted each node (plan.SpaceClaims)
-	lastWritten     map[string]*v1.UpdateChannel // the controller's: each channel as its last status write returned it (status.go)
-	rebooting       bool                         // a reboot was requested by this process and has not failed
-	rebootAt        time.Time                    // when this process last requested the reboot
-	wroteRebootFrom string                       // the boot ID this process recorded on its Node before Rebooting
-	drained         string                       // what this process's drain did, for the Rebooting Event
-	rolledBack      bool                         // this process created a rollback Job; publish when it is done
-	notReadyAt      time.Time                    // when this process first saw its node not Ready after a reboot
-	swappedAt       time.Time                    // when this process first saw its activation swapped while the drain went on (beside.go)
+	rebooting       bool      // a reboot was requested by this process and has not failed
+	rebootAt        time.Time // when this process last requested the reboot
+	wroteRebootFrom string    // the boot ID this process recorded on its Node before Rebooting
+	drained         string    // what this process's drain did, for the Rebooting Event
+	rolledBack      bool      // this process created a rollback Job; publish when it is done
+	notReadyAt      time.Time // when this process first saw its node not Ready after a reboot
+	swappedAt       time.Time // when this process first saw its activation swapped while the drain went on (beside.go)
 	waitSince       map[string]time.Time
 	wrote           map[types.UID]v1.Slot // per channel UID: this node's slot as this agent last wrote it
 	created         map[string]time.Time  // Jobs this process created that its cache may not show yet
-	reported        plan.Reports          // the reports this process last wrote on its Node (report.go)
+	reported        protocol.Reports      // the reports this process last wrote on its Node (report.go)
 	known           Versions              // the versions this agent published for its node's boot
 	knownBoot       string                // the boot ID known belongs to
 	hasKnown        bool
@@ -116,10 +75,9 @@ type role int
 
 const (
 	roleNode    role = iota // drive this node's own slot
-	roleFleet               // the fleet view of a channel (the controller only, while it holds its Lease)
 	rolePublish             // label the node with its versions again if it lacks them (no channel)
 	roleIdle                // uncordon this node if slipway cordoned it and no channel holds it (no channel)
-	roleSweep               // the controller: uncordon the nodes it cordoned for slots no channel holds (no channel)
+	rolePulse               // a pulse: the worker that takes it beats the workers' loop (process.Pulse)
 )
 
 // Run runs an agent until ctx ends.
@@ -154,7 +112,7 @@ func New(opts Options) (*Agent, error) {
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := a.prepareServer(ctx); err != nil {
+	if err := process.Prepare(ctx, a.kube, a.opts.Config, a.opts.InstallCRDs, a.log); err != nil {
 		return err
 	}
 	if err := a.publishVersions(ctx); err != nil {
@@ -170,14 +128,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[key](),
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "slipway-agent"})
 	defer a.queue.ShutDown()
-	a.startProbe(ctx)
+	a.workersBeat = process.Pulse(ctx, a.probe, a.opts.LoopAllowance, func() { a.queue.Add(key{role: rolePulse}) })
 	go a.heartbeat(ctx) // before the informers: the controller's fleet view skips nodes whose agent never reported
 	if err := a.startInformers(ctx); err != nil {
 		return err
 	}
 	a.queue.Add(key{role: roleIdle}) // a cordon left by a channel deleted while this agent was away
 	if a.opts.MetricsAddr != "" {
-		go a.serveMetrics(ctx)
+		go process.ServeMetrics(ctx, a.opts.MetricsAddr, a.metrics.registry, a.probe, a.log)
 	}
 	a.log.Info("agent started", "namespace", a.opts.Namespace, "systemDir", a.opts.SystemDir)
 	var wg sync.WaitGroup
@@ -198,7 +156,7 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) startInformers(ctx context.Context) error {
 	nodeInf, jobInf := a.nodeInformer(), a.jobInformer()
 	a.nodes, a.jobs = nodeInf.GetIndexer(), jobInf.GetIndexer()
-	all := func(any) { a.enqueueAll(roleNode); a.queue.Add(key{role: rolePublish}) }
+	all := func(any) { a.enqueueAll(); a.queue.Add(key{role: rolePublish}) }
 	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(old, cur any) {
 		a.viewsGone(old, cur)
 		all(cur)
@@ -224,7 +182,7 @@ func (a *Agent) startInformers(ctx context.Context) error {
 		return err
 	}
 	informers := []cache.SharedIndexInformer{nodeInf, jobInf, podInf}
-	a.readyWhen(informers...)
+	process.ReadyWhen(a.probe, informers...)
 	for _, inf := range informers {
 		go inf.RunWithContext(ctx)
 	}
@@ -236,47 +194,18 @@ func (a *Agent) startInformers(ctx context.Context) error {
 	return nil
 }
 
-// channelInformer watches the UpdateChannels of the agent's namespace.
-func (a *Agent) channelInformer() cache.SharedIndexInformer {
-	return newInformer(a.ops.UpdateChannels(a.opts.Namespace), &v1.UpdateChannel{}, a.opts.Resync, func(*metav1.ListOptions) {})
-}
-
 // nodeInformer watches this agent's own Node only.
 func (a *Agent) nodeInformer() cache.SharedIndexInformer {
-	return newInformer(a.kube.CoreV1().Nodes(), &corev1.Node{}, a.opts.Resync, func(o *metav1.ListOptions) {
+	return process.NewInformer(a.kube.CoreV1().Nodes(), &corev1.Node{}, a.opts.Resync, func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.NodeName).String()
 	})
 }
 
 // jobInformer watches the upgrade Jobs of this agent's node.
 func (a *Agent) jobInformer() cache.SharedIndexInformer {
-	return newInformer(a.kube.BatchV1().Jobs(a.opts.Namespace), &batchv1.Job{}, a.opts.Resync, func(o *metav1.ListOptions) {
-		o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelJobNode: LabelValue(a.opts.NodeName)}).String()
+	return process.NewInformer(a.kube.BatchV1().Jobs(a.opts.Namespace), &batchv1.Job{}, a.opts.Resync, func(o *metav1.ListOptions) {
+		o.LabelSelector = labels.SelectorFromSet(labels.Set{protocol.LabelJobNode: protocol.LabelValue(a.opts.NodeName)}).String()
 	})
-}
-
-// listWatcher is a typed client's List and Watch.
-type listWatcher[L runtime.Object] interface {
-	List(ctx context.Context, opts metav1.ListOptions) (L, error)
-	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
-}
-
-// newInformer is a shared informer of objects like example, listed and
-// watched through api with the options tweak sets and indexed by
-// namespace, as client-go's informer factories build them.
-func newInformer[L runtime.Object](api listWatcher[L], example runtime.Object, resync time.Duration, tweak func(*metav1.ListOptions)) cache.SharedIndexInformer {
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			tweak(&o)
-			return api.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			tweak(&o)
-			return api.Watch(ctx, o)
-		},
-	}
-	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, api), example, resync,
-		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 }
 
 // viewsGone ends this process's memory of the slots of the channels whose
@@ -298,62 +227,35 @@ func (a *Agent) viewsGone(old, cur any) {
 	}
 }
 
-func (a *Agent) enqueueAll(r role) {
+// enqueueAll queues the sync of every channel this node's views name.
+func (a *Agent) enqueueAll() {
 	list, err := a.listChannels()
 	if err != nil {
 		return
 	}
 	for _, ch := range list {
-		a.queue.Add(key{r, ch.Name})
+		a.queue.Add(key{roleNode, ch.Name})
 	}
 }
 
 func (a *Agent) work(ctx context.Context) {
-	for {
-		k, quit := a.queue.Get()
-		if quit {
-			return
-		}
-		var after time.Duration
-		var err error
-		switch k.role {
-		case rolePulse:
-			a.workersBeat()
-		case rolePublish:
-			err = a.republish(ctx)
-		case roleIdle:
-			err = a.cleanupIdle(ctx)
-		case roleFleet:
-			after, err = a.syncFleet(ctx, k.channel)
-		case roleSweep:
-			after, err = a.sweep(ctx)
-		default:
-			after, err = a.syncNode(ctx, k.channel)
-		}
-		switch {
-		case err != nil && ctx.Err() == nil:
-			a.log.Warn("sync failed; retrying", "channel", k.channel, "role", k.role, "err", err)
-			a.queue.AddRateLimited(k)
-		default:
-			a.queue.Forget(k)
-			if after > 0 {
-				a.queue.AddAfter(k, after)
-			}
-		}
-		a.queue.Done(k)
-		a.noteMemory(k)
-	}
+	process.Work(ctx, a.queue, a.sync, func(k key, err error) {
+		a.log.Warn("sync failed; retrying", "channel", k.channel, "role", k.role, "err", err)
+	})
 }
 
-func (a *Agent) serveMetrics(ctx context.Context) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
-	a.probe.Install(mux)
-	srv := &http.Server{Addr: a.opts.MetricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { <-ctx.Done(); _ = srv.Close() }()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		a.log.Error("metrics server stopped", "addr", a.opts.MetricsAddr, "err", err)
+// sync does one unit of work.
+func (a *Agent) sync(ctx context.Context, k key) (time.Duration, error) {
+	switch k.role {
+	case rolePulse:
+		a.workersBeat()
+		return 0, nil
+	case rolePublish:
+		return 0, a.republish(ctx)
+	case roleIdle:
+		return 0, a.cleanupIdle(ctx)
 	}
+	return a.syncNode(ctx, k.channel)
 }
 
 // ownNode returns this agent's Node from its informer (nil when not seen).

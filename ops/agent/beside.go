@@ -6,7 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // The drain beside the activation. When the slot's Job only activates (its
@@ -43,8 +44,8 @@ func (a *Agent) observeBeside(sc *stepCtx, node *corev1.Node, o *plan.Observed) 
 // command once it is in the cache, else what stepCreateJob builds (the
 // slot's version staged ahead, a first attempt).
 func (a *Agent) activates(sc *stepCtx) bool {
-	if j := a.job(SlotJobName(sc.ch.UID, sc.slot)); j != nil {
-		return jobArg(j, phaseFlag) == phaseActivate
+	if j := a.job(protocol.SlotJobName(sc.ch.UID, sc.slot)); j != nil {
+		return protocol.JobArg(j, phaseFlag) == phaseActivate
 	}
 	return a.activateOnly(sc.slot)
 }
@@ -52,10 +53,10 @@ func (a *Agent) activates(sc *stepCtx) bool {
 // stepPublishSwap publishes what the next boot starts once the activation
 // swapped while the controller still drains: the drain's request was
 // written before the swap, so it could not say so. A drain done within
-// slowStep of the swap costs no write: the reboot follows, and the node's
+// plan.SlowStep of the swap costs no write: the reboot follows, and the node's
 // end write publishes what it then runs.
 func (a *Agent) stepPublishSwap(ctx context.Context, sc *stepCtx) (time.Duration, error) {
-	if wait := slowStep - time.Since(a.firstSeen(&a.swappedAt)); wait > 0 {
+	if wait := plan.SlowStep - time.Since(a.firstSeen(&a.swappedAt)); wait > 0 {
 		return wait, nil
 	}
 	running := a.readableVersions()

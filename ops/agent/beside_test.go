@@ -12,9 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/internal/fleettest"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // Tests of the drain asked beside an activation Job (beside.go): the node
@@ -24,7 +26,7 @@ import (
 // stagedSpec is a one-node channel to v2 whose node stages ahead (the
 // default permit), so its slot's Job only activates.
 func stagedSpec(f *fleet) v1.UpdateChannelSpec {
-	return v1.UpdateChannelSpec{URL: "file:///m", Version: "v2", RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)}
+	return v1.UpdateChannelSpec{URL: "file:///m", Version: "v2", RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()}
 }
 
 // closedWindow is a maintenance window that opens in two hours.
@@ -38,23 +40,23 @@ func closedWindow() *v1.Window {
 // (Upgrading), no Job created yet. It returns the release of the node's
 // held slot Jobs (holdJobs).
 func (f *fleet) slottedWithAgentStopped(node string) func(bool) {
-	f.t.Helper()
-	release := f.holdJobs(node)
-	f.start(node)
+	f.T.Helper()
+	release := f.HoldJobs(node)
+	f.Start(node)
 	spec := stagedSpec(f)
 	spec.Window = closedWindow()
-	f.channel(spec)
-	f.waitFor("v2 staged ahead", time.Minute, func(ch *v1.UpdateChannel) bool { return ch.Status.Counts.Staged == 1 })
-	f.stop(node)
-	f.patch(`{"spec":{"window":null}}`)
+	f.Channel(spec)
+	f.WaitFor("v2 staged ahead", time.Minute, func(ch *v1.UpdateChannel) bool { return ch.Status.Counts.Staged == 1 })
+	f.Stop(node)
+	f.Patch(`{"spec":{"window":null}}`)
 	f.slotPhase(node, plan.PhaseUpgrading)
 	return release
 }
 
 // slotPhase waits until node's slot shows phase in the channel's status.
 func (f *fleet) slotPhase(node, phase string) {
-	f.t.Helper()
-	f.waitFor("the slot "+phase, time.Minute, func(ch *v1.UpdateChannel) bool {
+	f.T.Helper()
+	f.WaitFor("the slot "+phase, time.Minute, func(ch *v1.UpdateChannel) bool {
 		i := plan.FindSlot(ch.Status, node)
 		return i >= 0 && ch.Status.Updating[i].Phase == phase
 	})
@@ -62,9 +64,9 @@ func (f *fleet) slotPhase(node, phase string) {
 
 // bootOf is node's boot ID as its simulated host has it.
 func (f *fleet) bootOf(node string) string {
-	b, err := os.ReadFile(f.bootFile(node))
+	b, err := os.ReadFile(f.BootFile(node))
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return string(b)
 }
@@ -72,14 +74,14 @@ func (f *fleet) bootOf(node string) string {
 // noReboot fails the test when node reboots, or shows a version staged,
 // within window (its Job is held: nothing swapped, so nothing may say so).
 func (f *fleet) noReboot(node, boot string, window time.Duration) {
-	f.t.Helper()
+	f.T.Helper()
 	for deadline := time.Now().Add(window); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if b := f.bootOf(node); b != boot {
-			f.t.Fatalf("node %s rebooted (boot %s) while its activation Job still ran", node, b)
+			f.T.Fatalf("node %s rebooted (boot %s) while its activation Job still ran", node, b)
 		}
-		n := f.node(node)
-		if v := n.Annotations[AnnotationStagedRootfsVersion]; v != "" {
-			f.t.Fatalf("node %s shows %s staged before its Job swapped anything", node, v)
+		n := f.Node(node)
+		if v := n.Annotations[protocol.AnnotationStagedRootfsVersion]; v != "" {
+			f.T.Fatalf("node %s shows %s staged before its Job swapped anything", node, v)
 		}
 	}
 }
@@ -92,23 +94,23 @@ func (f *fleet) noReboot(node, boot string, window time.Duration) {
 func TestActivationBesideTheDrain(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
-	node := f.ns + "-n0"
-	release := f.holdJobs(node)
-	f.start(node)
-	f.channel(stagedSpec(f))
-	f.waitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
-		return drain.CordonedBy(n.Annotations) == CordonOwner
+	node := f.NS + "-n0"
+	release := f.HoldJobs(node)
+	f.Start(node)
+	f.Channel(stagedSpec(f))
+	f.WaitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
+		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
 	f.slotPhase(node, plan.PhaseRebooting)
 	boot := f.bootOf(node)
 	f.noReboot(node, boot, 3*time.Second)
-	f.restart(node, nil) // killed between the drain's end and the Job's
+	f.Restart(node, nil) // killed between the drain's end and the Job's
 	f.noReboot(node, boot, 2*time.Second)
 	release(true)
-	f.waitFor("the node at v2", time.Minute, done(1))
-	f.assertAllAt("v2")
-	slots, _, _ := f.jobsByAction()
-	if js := slots[node]; len(js) != 1 || argAfter(js[0].Spec.Template.Spec.Containers[0].Args, "--phase") != "activate" {
+	f.WaitFor("the node at v2", time.Minute, fleettest.Done(1))
+	f.AssertAllAt("v2")
+	slots, _, _ := f.JobsByAction()
+	if js := slots[node]; len(js) != 1 || protocol.ArgAfterFlag(js[0].Spec.Template.Spec.Containers[0].Args, "--phase") != "activate" {
 		t.Errorf("slot Jobs %d, want one that only activates", len(js))
 	}
 }
@@ -119,10 +121,10 @@ func TestActivationBesideTheDrain(t *testing.T) {
 func TestFailedActivationAfterTheDrain(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
-	node := f.ns + "-n0"
-	release := f.holdJobs(node)
-	f.start(node)
-	f.channel(stagedSpec(f))
+	node := f.NS + "-n0"
+	release := f.HoldJobs(node)
+	f.Start(node)
+	f.Channel(stagedSpec(f))
 	f.slotPhase(node, plan.PhaseRebooting)
 	boot := f.bootOf(node)
 	release(false)
@@ -136,15 +138,15 @@ func TestFailedActivationAfterTheDrain(t *testing.T) {
 func TestFailedActivationMidDrain(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
-	node := f.ns + "-n0"
-	release := f.holdJobs(node)
-	f.blockEviction(t, node)
-	f.start(node)
+	node := f.NS + "-n0"
+	release := f.HoldJobs(node)
+	f.BlockEviction(t, node)
+	f.Start(node)
 	spec := stagedSpec(f)
 	spec.Drain = &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}}
-	f.channel(spec)
-	f.waitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
-		return drain.CordonedBy(n.Annotations) == CordonOwner
+	f.Channel(spec)
+	f.WaitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
+		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
 	boot := f.bootOf(node)
 	release(false)
@@ -154,18 +156,18 @@ func TestFailedActivationMidDrain(t *testing.T) {
 // failedAndUncordoned waits for node's failure (its slot Job's) and for its
 // cordon to be lifted, and wants it not rebooted.
 func (f *fleet) failedAndUncordoned(node, boot string) {
-	f.t.Helper()
-	ch := f.waitFor("the failure recorded", 30*time.Second, func(ch *v1.UpdateChannel) bool {
+	f.T.Helper()
+	ch := f.WaitFor("the failure recorded", 30*time.Second, func(ch *v1.UpdateChannel) bool {
 		return plan.FindFailure(ch.Status, node) >= 0 && plan.FindSlot(ch.Status, node) < 0
 	})
 	if r := ch.Status.Failed[plan.FindFailure(ch.Status, node)].Reason; !strings.Contains(r, "upgrade job") {
-		f.t.Errorf("failure %q, want the upgrade Job's", r)
+		f.T.Errorf("failure %q, want the upgrade Job's", r)
 	}
-	f.waitNode(f.t, node, "uncordoned", func(n *corev1.Node) bool {
-		return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Annotations[AnnotationDrainStarted] == ""
+	f.WaitNode(f.T, node, "uncordoned", func(n *corev1.Node) bool {
+		return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Annotations[protocol.AnnotationDrainStarted] == ""
 	})
 	if b := f.bootOf(node); b != boot {
-		f.t.Errorf("node rebooted (boot %s) after its activation failed", b)
+		f.T.Errorf("node rebooted (boot %s) after its activation failed", b)
 	}
 }
 
@@ -177,31 +179,31 @@ func (f *fleet) failedAndUncordoned(node, boot string) {
 func TestSwapPublishedWhileTheDrainWaits(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
-	node := f.ns + "-n0"
-	release := f.holdJobs(node)
-	f.blockEviction(t, node)
-	f.start(node)
+	node := f.NS + "-n0"
+	release := f.HoldJobs(node)
+	f.BlockEviction(t, node)
+	f.Start(node)
 	spec := stagedSpec(f)
 	spec.Drain = &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}}
-	f.channel(spec)
-	f.waitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
-		return drain.CordonedBy(n.Annotations) == CordonOwner
+	f.Channel(spec)
+	f.WaitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
+		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
-	if v := f.node(node).Annotations[AnnotationStagedRootfsVersion]; v != "" {
+	if v := f.Node(node).Annotations[protocol.AnnotationStagedRootfsVersion]; v != "" {
 		t.Fatalf("%s shown staged before the Job swapped", v)
 	}
 	release(true)
-	f.waitNode(t, node, "v2 swapped in and shown staged, still cordoned", func(n *corev1.Node) bool {
-		return drain.CordonedBy(n.Annotations) == CordonOwner && n.Annotations[AnnotationStagedRootfsVersion] == "v2" &&
-			n.Labels[LabelRootfsVersion] == "v1"
+	f.WaitNode(t, node, "v2 swapped in and shown staged, still cordoned", func(n *corev1.Node) bool {
+		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner && n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2" &&
+			n.Labels[protocol.LabelRootfsVersion] == "v1"
 	})
-	f.restart(node, nil) // killed between the Job's success and the reboot
+	f.Restart(node, nil) // killed between the Job's success and the reboot
 	zero := int64(0)
-	if err := f.kube.CoreV1().Pods(f.ns).Delete(context.Background(), "guarded", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+	if err := f.Kube.CoreV1().Pods(f.NS).Delete(context.Background(), "guarded", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor("the node at v2", time.Minute, done(1))
-	f.assertAllAt("v2")
+	f.WaitFor("the node at v2", time.Minute, fleettest.Done(1))
+	f.AssertAllAt("v2")
 }
 
 // TestDrainAskedAfterARestartBesideTheJob: an agent killed after it
@@ -210,7 +212,7 @@ func TestSwapPublishedWhileTheDrainWaits(t *testing.T) {
 func TestDrainAskedAfterARestartBesideTheJob(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
-	node := f.ns + "-n0"
+	node := f.NS + "-n0"
 	release := f.slottedWithAgentStopped(node)
 	a := f.inertAgent(t, node) // the agent up to its Job's create, then killed
 	a.recorder = &record.FakeRecorder{}
@@ -232,15 +234,15 @@ func TestDrainAskedAfterARestartBesideTheJob(t *testing.T) {
 	if err := a.stepCreateJob(context.Background(), sc); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.node(node); drain.CordonedBy(n.Annotations) != "" {
+	if n := f.Node(node); drain.CordonedBy(n.Annotations) != "" {
 		t.Fatal("cordoned before the agent started again")
 	}
-	f.start(node)
-	f.waitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
-		return drain.CordonedBy(n.Annotations) == CordonOwner
+	f.Start(node)
+	f.WaitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
+		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
 	release(true)
-	f.waitFor("the node at v2", time.Minute, done(1))
+	f.WaitFor("the node at v2", time.Minute, fleettest.Done(1))
 }
 
 // TestNoDrainBesideADownload: a slot Job that downloads (nothing staged
@@ -252,43 +254,43 @@ func TestNoDrainBesideADownload(t *testing.T) {
 	t.Run("download", func(t *testing.T) {
 		t.Parallel()
 		f := newFleet(t, 1, nil)
-		node := f.ns + "-n0"
-		release := f.holdJobs(node)
-		f.start(node)
+		node := f.NS + "-n0"
+		release := f.HoldJobs(node)
+		f.Start(node)
 		spec := stagedSpec(f)
 		spec.Prestage = &v1.PrestageSpec{Concurrency: new(0)}
-		f.channel(spec)
+		f.Channel(spec)
 		f.slotPhase(node, plan.PhaseUpgrading)
 		f.neverCordoned(node, 3*time.Second)
 		release(true)
-		f.waitFor("the node at v2", time.Minute, done(1))
+		f.WaitFor("the node at v2", time.Minute, fleettest.Done(1))
 	})
 	t.Run("drain off", func(t *testing.T) {
 		t.Parallel()
 		f := newFleet(t, 1, nil)
-		node := f.ns + "-n0"
-		release := f.holdJobs(node)
-		f.start(node)
+		node := f.NS + "-n0"
+		release := f.HoldJobs(node)
+		f.Start(node)
 		spec := stagedSpec(f)
 		spec.Drain = &v1.DrainSpec{Enabled: new(false)}
-		f.channel(spec)
+		f.Channel(spec)
 		f.slotPhase(node, plan.PhaseUpgrading)
-		f.holds("no Rebooting while the Job runs", 3*time.Second, func(ch *v1.UpdateChannel) bool {
+		f.Holds("no Rebooting while the Job runs", 3*time.Second, func(ch *v1.UpdateChannel) bool {
 			i := plan.FindSlot(ch.Status, node)
 			return i >= 0 && ch.Status.Updating[i].Phase == plan.PhaseUpgrading
 		})
 		f.neverCordoned(node, 0)
 		release(true)
-		f.waitFor("the node at v2", time.Minute, done(1))
+		f.WaitFor("the node at v2", time.Minute, fleettest.Done(1))
 	})
 }
 
 // neverCordoned fails the test when node shows slipway's cordon within window (once when 0).
 func (f *fleet) neverCordoned(node string, window time.Duration) {
-	f.t.Helper()
+	f.T.Helper()
 	for deadline := time.Now().Add(window); ; time.Sleep(50 * time.Millisecond) {
-		if n := f.node(node); n.Spec.Unschedulable || drain.CordonedBy(n.Annotations) != "" {
-			f.t.Fatalf("node %s cordoned while its slot's Job ran", node)
+		if n := f.Node(node); n.Spec.Unschedulable || drain.CordonedBy(n.Annotations) != "" {
+			f.T.Fatalf("node %s cordoned while its slot's Job ran", node)
 		}
 		if time.Now().After(deadline) {
 			return
@@ -303,30 +305,30 @@ func (f *fleet) neverCordoned(node string, window time.Duration) {
 func TestDrainLeavesTheActivationPod(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
-	node := f.ns + "-n0"
-	release := f.holdJobs(node)
-	f.blockEviction(t, node)
-	f.start(node)
-	f.channel(stagedSpec(f))
-	f.waitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
-		return drain.CordonedBy(n.Annotations) == CordonOwner
+	node := f.NS + "-n0"
+	release := f.HoldJobs(node)
+	f.BlockEviction(t, node)
+	f.Start(node)
+	f.Channel(stagedSpec(f))
+	f.WaitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
+		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
-	slots, _, _ := f.jobsByAction()
+	slots, _, _ := f.JobsByAction()
 	if len(slots[node]) != 1 {
 		t.Fatalf("slot Jobs of %s: %d, want 1", node, len(slots[node]))
 	}
 	pod := f.jobPod(t, node, slots[node][0])
 	zero := int64(0)
-	if err := f.kube.CoreV1().Pods(f.ns).Delete(context.Background(), "guarded", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+	if err := f.Kube.CoreV1().Pods(f.NS).Delete(context.Background(), "guarded", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
 	f.slotPhase(node, plan.PhaseRebooting)
-	p, err := f.kube.CoreV1().Pods(f.ns).Get(context.Background(), pod, metav1.GetOptions{})
+	p, err := f.Kube.CoreV1().Pods(f.NS).Get(context.Background(), pod, metav1.GetOptions{})
 	if err != nil || p.DeletionTimestamp != nil {
 		t.Fatalf("the activation Job's pod was evicted by the drain (%v)", err)
 	}
 	release(true)
-	f.waitFor("the node at v2", time.Minute, done(1))
+	f.WaitFor("the node at v2", time.Minute, fleettest.Done(1))
 }
 
 // jobPod creates a running pod of Job j on node, as the Job controller and
@@ -338,15 +340,15 @@ func (f *fleet) jobPod(t *testing.T, node string, j batchv1.Job) string {
 	for k, v := range j.Spec.Template.Labels {
 		labels[k] = v
 	}
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-pod", Namespace: f.ns, Labels: labels,
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-pod", Namespace: f.NS, Labels: labels,
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: &yes}}},
 		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/fake"}}}}
-	created, err := f.kube.CoreV1().Pods(f.ns).Create(context.Background(), p, metav1.CreateOptions{})
+	created, err := f.Kube.CoreV1().Pods(f.NS).Create(context.Background(), p, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	created.Status.Phase = corev1.PodRunning
-	if _, err := f.kube.CoreV1().Pods(f.ns).UpdateStatus(context.Background(), created, metav1.UpdateOptions{}); err != nil {
+	if _, err := f.Kube.CoreV1().Pods(f.NS).UpdateStatus(context.Background(), created, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return created.Name
@@ -356,24 +358,24 @@ func (f *fleet) jobPod(t *testing.T, node string, j batchv1.Job) string {
 // request and before any cordon (here no controller runs to cordon), and
 // the Node changes: the agent does not publish the swap on that change (a
 // write per slot the staged benchmark counted on a third of its nodes);
-// it publishes it once the drain has been slow for slowStep.
+// it publishes it once the drain has been slow for plan.SlowStep.
 func TestNoRepublishBeforeTheCordon(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
-	node := f.ns + "-n0"
+	node := f.NS + "-n0"
 	release := f.slottedWithAgentStopped(node)
-	f.waitNode(t, node, "shown its slot", func(n *corev1.Node) bool {
+	f.WaitNode(t, node, "shown its slot", func(n *corev1.Node) bool {
 		for k, v := range n.Annotations {
-			if strings.HasPrefix(k, AnnotationChannelViewPrefix) && strings.Contains(v, `"slot":`) {
+			if strings.HasPrefix(k, protocol.AnnotationChannelViewPrefix) && strings.Contains(v, `"slot":`) {
 				return true
 			}
 		}
 		return false
 	})
-	f.stopController() // the slot granted and shown; no drain from here on: no cordon, no Rebooting
-	f.start(node)
-	f.waitNode(t, node, "asked for its drain", func(n *corev1.Node) bool {
-		r, _ := plan.ParseReports(n.Annotations[AnnotationSlotReport])
+	f.StopController() // the slot granted and shown; no drain from here on: no cordon, no Rebooting
+	f.Start(node)
+	f.WaitNode(t, node, "asked for its drain", func(n *corev1.Node) bool {
+		r, _ := protocol.ParseReports(n.Annotations[protocol.AnnotationSlotReport])
 		for _, rep := range r {
 			if rep.Phase == plan.PhaseDraining {
 				return true
@@ -382,22 +384,22 @@ func TestNoRepublishBeforeTheCordon(t *testing.T) {
 		return false
 	})
 	release(true)
-	for deadline := time.Now().Add(10 * time.Second); f.current(node) != "v2"; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); f.Current(node) != "v2"; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the activation did not swap")
 		}
 	}
 	swapped := time.Now()
-	if err := f.patchNodeLabel(node, "poke", "1"); err != nil { // a change of the Node: the agent's republish runs
+	if err := f.PatchNodeLabel(node, "poke", "1"); err != nil { // a change of the Node: the agent's republish runs
 		t.Fatal(err)
 	}
 	for time.Since(swapped) < 1500*time.Millisecond {
-		if n := f.node(node); n.Annotations[AnnotationStagedRootfsVersion] != "" && !n.Spec.Unschedulable {
+		if n := f.Node(node); n.Annotations[protocol.AnnotationStagedRootfsVersion] != "" && !n.Spec.Unschedulable {
 			t.Fatalf("the swap published on the next change of the Node, %s after it, before any cordon", time.Since(swapped).Round(time.Millisecond))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	f.waitNode(t, node, "the swap published once the drain was slow", func(n *corev1.Node) bool {
-		return n.Annotations[AnnotationStagedRootfsVersion] == "v2"
+	f.WaitNode(t, node, "the swap published once the drain was slow", func(n *corev1.Node) bool {
+		return n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2"
 	})
 }

@@ -7,7 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade/boot"
 )
 
@@ -30,9 +31,9 @@ func (a *Agent) bootEvidence(n *corev1.Node) (plan.BootEvidence, error) {
 		return e, err
 	}
 	if n != nil {
-		e.RecordedBoot = n.Annotations[AnnotationBootedBootID]
-		e.Recorded = Versions{Rootfs: n.Annotations[AnnotationRootfsVersion], Kernel: n.Annotations[AnnotationKernelVersion],
-			K3s: n.Annotations[AnnotationK3sVersion]}
+		e.RecordedBoot = n.Annotations[protocol.AnnotationBootedBootID]
+		e.Recorded = Versions{Rootfs: n.Annotations[protocol.AnnotationRootfsVersion], Kernel: n.Annotations[protocol.AnnotationKernelVersion],
+			K3s: n.Annotations[protocol.AnnotationK3sVersion]}
 	}
 	if b, err := os.ReadFile(a.opts.CmdlineFile); err == nil {
 		e.CmdlineRootfs = boot.CmdlineValue(strings.TrimSpace(string(b)), boot.ArgRootfs)
@@ -63,16 +64,16 @@ func (a *Agent) bootIDOf(n *corev1.Node) (string, error) {
 // boot they belong to) and what current stages beyond it.
 func bootMeta(running, current Versions, bootID string) (labels, annotations map[string]any) {
 	labels, annotations = nodeMeta(running)
-	annotations[AnnotationBootedBootID] = bootID
+	annotations[protocol.AnnotationBootedBootID] = bootID
 	staged := plan.Staged(running, current)
 	for _, kv := range []struct{ key, value string }{
-		{AnnotationStagedRootfsVersion, staged.Rootfs}, {AnnotationStagedKernelVersion, staged.Kernel}, {AnnotationStagedK3sVersion, staged.K3s},
+		{protocol.AnnotationStagedRootfsVersion, staged.Rootfs}, {protocol.AnnotationStagedKernelVersion, staged.Kernel}, {protocol.AnnotationStagedK3sVersion, staged.K3s},
 	} {
 		annotations[kv.key] = nilIfEmpty(kv.value)
 	}
-	labels[LabelStagedRootfsVersion] = nil
+	labels[protocol.LabelStagedRootfsVersion] = nil
 	if staged.Rootfs != "" {
-		labels[LabelStagedRootfsVersion] = LabelValue(staged.Rootfs)
+		labels[protocol.LabelStagedRootfsVersion] = protocol.LabelValue(staged.Rootfs)
 	}
 	return labels, annotations
 }

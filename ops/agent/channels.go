@@ -2,14 +2,13 @@ package agent
 
 import (
 	"sort"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // A node follows one channel: the earliest (creationTimestamp, then name)
@@ -17,37 +16,19 @@ import (
 //
 // Where the channels come from: the controller watches them; an agent
 // reads none, only the views the controller wrote on its own Node
-// (plan.View, views.go), each a channel as far as it concerns this node.
+// (protocol.View, views.go), each a channel as far as it concerns this node.
 
-func (a *Agent) channelRef(ch *v1.UpdateChannel, s plan.Settings) plan.ChannelRef {
-	return plan.ChannelRef{Name: ch.Name, Created: ch.CreationTimestamp.Time, Selector: s.Selector}
-}
-
-// channelRefs are the valid channels of the namespace (for an agent: those
-// its Node's views name). An invalid channel drives no node, so it holds none.
+// channelRefs are the valid channels its Node's views name (plan.Refs).
 func (a *Agent) channelRefs() []plan.ChannelRef {
 	list, err := a.listChannels()
 	if err != nil {
 		return nil
 	}
-	var out []plan.ChannelRef
-	for _, ch := range list {
-		if ch.DeletionTimestamp != nil {
-			continue
-		}
-		if s, bad := plan.Resolve(ch.Spec); bad == nil {
-			out = append(out, a.channelRef(ch, s))
-		}
-	}
-	return out
+	return plan.Refs(list)
 }
 
-// listChannels lists the channels: the controller's from its informer, an
-// agent's from its own Node's views.
+// listChannels lists the channels as its own Node's views show them.
 func (a *Agent) listChannels() ([]*v1.UpdateChannel, error) {
-	if a.controller {
-		return a.channels.UpdateChannels(a.opts.Namespace).List(labels.Everything())
-	}
 	views := a.viewsNow()
 	out := make([]*v1.UpdateChannel, 0, len(views))
 	for uid, v := range views {
@@ -59,9 +40,6 @@ func (a *Agent) listChannels() ([]*v1.UpdateChannel, error) {
 
 // getChannel returns channel name (a NotFound error when there is none).
 func (a *Agent) getChannel(name string) (*v1.UpdateChannel, error) {
-	if a.controller {
-		return a.channels.UpdateChannels(a.opts.Namespace).Get(name)
-	}
 	for uid, v := range a.viewsNow() {
 		if v.Name == name {
 			return v.Channel(uid), nil
@@ -71,7 +49,7 @@ func (a *Agent) getChannel(name string) (*v1.UpdateChannel, error) {
 }
 
 // viewsNow are the views on this agent's Node as its informer has them.
-func (a *Agent) viewsNow() map[types.UID]plan.View {
+func (a *Agent) viewsNow() map[types.UID]protocol.View {
 	n := a.ownNode()
 	if n == nil {
 		return nil
@@ -82,20 +60,8 @@ func (a *Agent) viewsNow() map[types.UID]plan.View {
 // viewsOf reads the views of this namespace's channels from a Node's
 // annotations. A view that does not parse is logged and skipped: the
 // controller writes it again.
-func (a *Agent) viewsOf(annotations map[string]string) map[types.UID]plan.View {
-	out := map[types.UID]plan.View{}
-	for k, val := range annotations {
-		if !strings.HasPrefix(k, AnnotationChannelViewPrefix) {
-			continue
-		}
-		v, err := plan.ParseView(val)
-		if err != nil {
-			a.log.Warn("ignoring a channel view on this node", "annotation", k, "err", err)
-			continue
-		}
-		if v.Namespace == a.opts.Namespace {
-			out[types.UID(strings.TrimPrefix(k, AnnotationChannelViewPrefix))] = v
-		}
-	}
-	return out
+func (a *Agent) viewsOf(annotations map[string]string) map[types.UID]protocol.View {
+	return protocol.ViewsOf(annotations, a.opts.Namespace, func(key string, err error) {
+		a.log.Warn("ignoring a channel view on this node", "annotation", key, "err", err)
+	})
 }

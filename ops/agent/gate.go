@@ -5,8 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // deferToWindow gives slot back when the maintenance window leaves no room
@@ -15,7 +15,7 @@ import (
 // recorded stay), and the swap rolled back; the node starts again in the
 // window's next opening.
 func (a *Agent) deferToWindow(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, reason string) error {
-	if err := a.endSlot(ctx, ch, slot, a.readableVersions(), plan.OutcomeReleased, reason); err != nil {
+	if err := a.endSlot(ctx, ch, slot, a.readableVersions(), protocol.OutcomeReleased, reason); err != nil {
 		return err
 	}
 	a.log.Info("slot given back: the window leaves no room", "channel", ch.Name, "why", reason)

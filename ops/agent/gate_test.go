@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"os"
 	"testing"
 	"time"
@@ -9,8 +8,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/fleettest"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // TestWindowTooShortForTheDrain: a node whose slot was claimed while the
@@ -20,39 +21,33 @@ import (
 func TestWindowTooShortForTheDrain(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 2, nil)
-	leader, node := f.ns+"-n0", f.ns+"-n1"
-	if err := f.patchNodeLabel(node, "pick", "yes"); err != nil {
+	leader, node := f.NS+"-n0", f.NS+"-n1"
+	if err := f.PatchNodeLabel(node, "pick", "yes"); err != nil {
 		t.Fatal(err)
 	}
-	f.start(leader)
-	f.start(node)
-	f.waitNode(t, node, "labelled v1", func(n *corev1.Node) bool { return n.Labels[LabelRootfsVersion] == "v1" })
-	f.stop(node) // its slot is claimed while its agent is away
+	f.Start(leader)
+	f.Start(node)
+	f.WaitNode(t, node, "labelled v1", func(n *corev1.Node) bool { return n.Labels[protocol.LabelRootfsVersion] == "v1" })
+	f.Stop(node) // its slot is claimed while its agent is away
 	now := time.Now().UTC()
-	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
 		Window:       &v1.Window{Start: now.Add(-time.Minute).Format("15:04"), End: now.Add(3 * time.Minute).Format("15:04"), TimeZone: "UTC"},
 		Drain:        &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 5 * time.Second}},
-		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns, "pick": "yes"}}})
-	f.waitFor("the slot claimed", 30*time.Second, func(ch *v1.UpdateChannel) bool { return plan.FindSlot(ch.Status, node) >= 0 })
-	f.patch(`{"spec":{"drain":{"timeout":"30m"}}}`) // now the window cannot hold the drain
-	f.start(node)
-	f.waitFor("the slot given back", 30*time.Second, func(ch *v1.UpdateChannel) bool { return plan.FindSlot(ch.Status, node) < 0 })
-	if n := f.eventsWithin("WaitingForWindow", 1, 10*time.Second); n != 1 {
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS, "pick": "yes"}}})
+	f.WaitFor("the slot claimed", 30*time.Second, func(ch *v1.UpdateChannel) bool { return plan.FindSlot(ch.Status, node) >= 0 })
+	f.Patch(`{"spec":{"drain":{"timeout":"30m"}}}`) // now the window cannot hold the drain
+	f.Start(node)
+	f.WaitFor("the slot given back", 30*time.Second, func(ch *v1.UpdateChannel) bool { return plan.FindSlot(ch.Status, node) < 0 })
+	if n := f.EventsWithin("WaitingForWindow", 1, 10*time.Second); n != 1 {
 		t.Errorf("%d WaitingForWindow events, want 1", n)
 	}
-	f.waitNode(t, node, "uncordoned, v1 running and current", func(n *corev1.Node) bool {
-		return !n.Spec.Unschedulable && n.Labels[LabelRootfsVersion] == "v1" && f.current(node) == "v1"
+	f.WaitNode(t, node, "uncordoned, v1 running and current", func(n *corev1.Node) bool {
+		return !n.Spec.Unschedulable && n.Labels[protocol.LabelRootfsVersion] == "v1" && f.Current(node) == "v1"
 	})
-	f.holds("no new slot, no failure in this opening", 5*time.Second, func(ch *v1.UpdateChannel) bool {
+	f.Holds("no new slot, no failure in this opening", 5*time.Second, func(ch *v1.UpdateChannel) bool {
 		return len(ch.Status.Updating) == 0 && len(ch.Status.Failed) == 0
 	})
-	if b, _ := os.ReadFile(f.bootFile(node)); string(b) != "boot-0" {
+	if b, _ := os.ReadFile(f.BootFile(node)); string(b) != "boot-0" {
 		t.Errorf("the node rebooted (boot %q) though the window had no room", b)
 	}
-}
-
-func (f *fleet) patchNodeLabel(node, k, v string) error {
-	_, err := f.kube.CoreV1().Nodes().Patch(context.Background(), node, "application/merge-patch+json",
-		[]byte(`{"metadata":{"labels":{"`+k+`":"`+v+`"}}}`), metav1.PatchOptions{})
-	return err
 }

@@ -11,9 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/internal/fleettest"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // slotFor gives node a slot in the fleet's channel (written as the
@@ -21,30 +23,30 @@ import (
 // test alone decides the slot) and returns the channel and the slot as written.
 func (f *fleet) slotFor(t *testing.T, node string, spec v1.UpdateChannelSpec) (*v1.UpdateChannel, v1.Slot) {
 	t.Helper()
-	f.stopController()
+	f.StopController()
 	spec.Paused = true
-	f.channel(spec)
-	ch := f.get()
+	f.Channel(spec)
+	ch := f.Get()
 	slot := v1.Slot{Node: node, Version: "v2", Attempt: 1, Phase: plan.PhaseUpgrading, Since: metav1.Now()}
 	ch.Status.Updating = []v1.Slot{slot}
-	ch, err := f.ops.OpsV1().UpdateChannels(f.ns).UpdateStatus(context.Background(), ch, metav1.UpdateOptions{})
+	ch, err := f.Ops.OpsV1().UpdateChannels(f.NS).UpdateStatus(context.Background(), ch, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.showViews(t, ch)
+	f.ShowViews(t, ch)
 	return ch, ch.Status.Updating[0]
 }
 
 // freeSlots takes every slot away, as a stale-slot recovery or an invalid spec does.
 func (f *fleet) freeSlots(t *testing.T) {
 	t.Helper()
-	ch := f.get()
+	ch := f.Get()
 	ch.Status.Updating = nil
-	ch, err := f.ops.OpsV1().UpdateChannels(f.ns).UpdateStatus(context.Background(), ch, metav1.UpdateOptions{})
+	ch, err := f.Ops.OpsV1().UpdateChannels(f.NS).UpdateStatus(context.Background(), ch, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.showViews(t, ch)
+	f.ShowViews(t, ch)
 }
 
 // TestLostSlotStopsTheDrain (issue 21 item 5): a drain under way whose
@@ -54,25 +56,25 @@ func (f *fleet) freeSlots(t *testing.T) {
 func TestLostSlotStopsTheDrain(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
-	node := f.ns + "-n0"
-	f.blockEviction(t, node)
-	f.start(node)
-	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
-		Drain: &v1.DrainSpec{Timeout: &metav1.Duration{Duration: time.Minute}}, NodeSelector: selectFleet(f)})
-	f.waitNode(t, node, "cordoned for the drain", func(n *corev1.Node) bool { return drain.CordonedBy(n.Annotations) == CordonOwner })
-	f.stop(node)
+	node := f.NS + "-n0"
+	f.BlockEviction(t, node)
+	f.Start(node)
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
+		Drain: &v1.DrainSpec{Timeout: &metav1.Duration{Duration: time.Minute}}, NodeSelector: f.Selector()})
+	f.WaitNode(t, node, "cordoned for the drain", func(n *corev1.Node) bool { return drain.CordonedBy(n.Annotations) == protocol.CordonOwner })
+	f.Stop(node)
 	ctx := context.Background()
-	if err := f.ops.OpsV1().UpdateChannels(f.ns).Delete(ctx, "default", metav1.DeleteOptions{}); err != nil {
+	if err := f.Ops.OpsV1().UpdateChannels(f.NS).Delete(ctx, "default", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitNode(t, node, "uncordoned by the controller", func(n *corev1.Node) bool {
+	f.WaitNode(t, node, "uncordoned by the controller", func(n *corev1.Node) bool {
 		return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == ""
 	})
-	if err := f.kube.PolicyV1().PodDisruptionBudgets(f.ns).Delete(ctx, "guarded", metav1.DeleteOptions{}); err != nil {
+	if err := f.Kube.PolicyV1().PodDisruptionBudgets(f.NS).Delete(ctx, "guarded", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		p, err := f.kube.CoreV1().Pods(f.ns).Get(ctx, "guarded", metav1.GetOptions{})
+		p, err := f.Kube.CoreV1().Pods(f.NS).Get(ctx, "guarded", metav1.GetOptions{})
 		if err != nil || p.DeletionTimestamp != nil {
 			t.Fatalf("the pod was evicted after the slot was taken away (err %v)", err)
 		}
@@ -85,8 +87,8 @@ func TestLostSlotStopsTheDrain(t *testing.T) {
 func TestNoRebootWithoutAConfirmedSlot(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
-	node := f.ns + "-n0"
-	ch, slot := f.slotFor(t, node, v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(), NodeSelector: selectFleet(f)})
+	node := f.NS + "-n0"
+	ch, slot := f.slotFor(t, node, v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
 	a := f.inertAgent(t, node)
 	s, bad := plan.Resolve(ch.Spec)
 	if bad != nil {

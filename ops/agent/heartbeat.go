@@ -8,6 +8,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // The agent's heartbeat: a Lease per node in the agent's namespace, renewed
@@ -16,18 +17,6 @@ import (
 // pod not scheduled there, crash-looping, or the node powered off): only
 // the former take slots. A Lease, not a Node annotation: its writes reach
 // no Node watcher in the cluster.
-
-// AgentLeaseName names the heartbeat Lease of node's agent.
-func AgentLeaseName(node string) string {
-	if name := AgentLeasePrefix + node; len(name) <= 253 {
-		return name // node names are DNS subdomains, and so is this
-	}
-	return AgentLeasePrefix + DNSLabel(node)
-}
-
-// agentTTL is how long a heartbeat counts: three intervals, so that one
-// late or lost renewal does not make a node agent-less.
-func (a *Agent) agentTTL() time.Duration { return 3 * a.opts.HeartbeatInterval }
 
 // heartbeat renews this agent's Lease now and then every HeartbeatInterval until ctx ends.
 func (a *Agent) heartbeat(ctx context.Context) {
@@ -50,14 +39,14 @@ func (a *Agent) heartbeat(ctx context.Context) {
 // beat creates or renews the heartbeat Lease.
 func (a *Agent) beat(ctx context.Context) error {
 	api := a.kube.CoordinationV1().Leases(a.opts.Namespace)
-	name := AgentLeaseName(a.opts.NodeName)
+	name := protocol.AgentLeaseName(a.opts.NodeName)
 	now := metav1.NewMicroTime(time.Now())
 	seconds := int32(a.agentTTL().Seconds())
 	l, err := api.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: a.opts.Namespace,
-			Labels:      map[string]string{LabelManagedBy: LabelManagedByAgent, LabelJobNode: LabelValue(a.opts.NodeName)},
-			Annotations: map[string]string{AnnotationJobNode: a.opts.NodeName}}}
+			Labels:      map[string]string{protocol.LabelManagedBy: protocol.LabelManagedByAgent, protocol.LabelJobNode: protocol.LabelValue(a.opts.NodeName)},
+			Annotations: map[string]string{protocol.AnnotationJobNode: a.opts.NodeName}}}
 		l.Spec = coordinationv1.LeaseSpec{HolderIdentity: &a.opts.NodeName, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now}
 		_, err = api.Create(ctx, l, metav1.CreateOptions{})
 	} else if err == nil {
@@ -70,17 +59,6 @@ func (a *Agent) beat(ctx context.Context) error {
 	return nil
 }
 
-// agentRenewed reads node's heartbeat: when its agent last reported (zero
-// when it never did), or an error when that cannot be told.
-func (a *Agent) agentRenewed(ctx context.Context, node string) (time.Time, error) {
-	l, err := a.kube.CoordinationV1().Leases(a.opts.Namespace).Get(ctx, AgentLeaseName(node), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return time.Time{}, nil
-	case err != nil:
-		return time.Time{}, fmt.Errorf("read the heartbeat of node %s's agent: %w", node, err)
-	case l.Spec.RenewTime == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != node:
-		return time.Time{}, nil // only a Lease its node holds is its heartbeat
-	}
-	return l.Spec.RenewTime.Time, nil
-}
+// agentTTL is how long a heartbeat counts (the Lease's duration): three
+// intervals, so that one late or lost renewal does not make a node agent-less.
+func (a *Agent) agentTTL() time.Duration { return 3 * a.opts.HeartbeatInterval }

@@ -4,9 +4,10 @@ import (
 	"context"
 	"time"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // The node agent's bookkeeping beside its slot: the cordon left when it
@@ -16,7 +17,7 @@ import (
 // holds it in a slot (a slot freed by the fleet view, a deleted channel).
 func (a *Agent) cleanupIdle(ctx context.Context) error {
 	node := a.ownNode()
-	if node == nil || drain.CordonedBy(node.Annotations) != CordonOwner {
+	if node == nil || drain.CordonedBy(node.Annotations) != protocol.CordonOwner {
 		return nil
 	}
 	list, err := a.listChannels()
@@ -41,7 +42,7 @@ func (a *Agent) noteWaiting(ch *v1.UpdateChannel) {
 	target := plan.Target(mustResolve(ch), ch.Status)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if node == nil || target == "" || node.Annotations[AnnotationRootfsVersion] == target {
+	if node == nil || target == "" || node.Annotations[protocol.AnnotationRootfsVersion] == target {
 		delete(a.waitSince, ch.Name)
 		return
 	}
@@ -61,3 +62,8 @@ func (a *Agent) noteSlot(channel string) {
 
 // bootID is the running boot's ID (bootIDOf, from the Node as the informer has it).
 func (a *Agent) bootID() (string, error) { return a.bootIDOf(a.ownNode()) }
+
+func mustResolve(ch *v1.UpdateChannel) plan.Settings {
+	s, _ := plan.Resolve(ch.Spec)
+	return s
+}

@@ -2,14 +2,14 @@ package agent
 
 import (
 	"fmt"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // Paths inside the upgrade Job's container.
@@ -52,11 +52,11 @@ func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *b
 		image = a.opts.Image
 	}
 	labels := map[string]string{
-		LabelAppName: LabelAppNameUpgrade, LabelManagedBy: LabelManagedByAgent,
-		LabelJobNode: LabelValue(a.opts.NodeName), LabelJobChannel: LabelValue(ch.Name),
+		protocol.LabelAppName: protocol.LabelAppNameUpgrade, protocol.LabelManagedBy: protocol.LabelManagedByAgent,
+		protocol.LabelJobNode: protocol.LabelValue(a.opts.NodeName), protocol.LabelJobChannel: protocol.LabelValue(ch.Name),
 	}
 	annotations := jobOwnerAnnotations(ch.UID, slot)
-	annotations[AnnotationJobChannel] = ch.Name
+	annotations[protocol.AnnotationJobChannel] = ch.Name
 	deadline := int64(s.UpgradeTimeout.Seconds())
 	zero, ttl := int32(0), int32(jobTTL)
 	hostDir := corev1.HostPathDirectory
@@ -64,7 +64,7 @@ func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *b
 	no := false
 	j := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: SlotJobName(ch.UID, slot), Namespace: a.opts.Namespace, Labels: labels,
+			Name: protocol.SlotJobName(ch.UID, slot), Namespace: a.opts.Namespace, Labels: labels,
 			Annotations: annotations,
 		},
 		Spec: batchv1.JobSpec{
@@ -100,22 +100,6 @@ func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *b
 	}
 	jobSource(ch, slot.Version, &j.Spec.Template.Spec) // token, resolved release, mirror mount (job_source.go)
 	return j
-}
-
-// jobOutcome reads a Job's conditions: done, and if it failed, why and when.
-func jobOutcome(j *batchv1.Job) (done, failed bool, reason string, at time.Time) {
-	for _, c := range j.Status.Conditions {
-		if c.Status != corev1.ConditionTrue {
-			continue
-		}
-		switch c.Type {
-		case batchv1.JobComplete:
-			return true, false, "", c.LastTransitionTime.Time
-		case batchv1.JobFailed:
-			return true, true, c.Reason + ": " + c.Message, c.LastTransitionTime.Time
-		}
-	}
-	return false, false, "", time.Time{}
 }
 
 // UpgradeJob is the upgrade Job an agent on opts.NodeName creates for slot

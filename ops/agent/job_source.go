@@ -1,13 +1,13 @@
 package agent
 
 import (
-	"net/url"
-	"path/filepath"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // How the upgrade Job reaches its channel: a GitHub channel's Job reads
@@ -26,36 +26,20 @@ func jobSource(ch *v1.UpdateChannel, version string, spec *corev1.PodSpec) {
 		return
 	}
 	c := &spec.Containers[0]
-	source := argAfterFlag(c.Args, "--source")
-	if r := ch.Status.Resolved; r != nil && r.Version == version && strings.HasPrefix(source, githubScheme) && r.Source != "" {
+	source := protocol.ArgAfterFlag(c.Args, "--source")
+	if r := ch.Status.Resolved; r != nil && r.Version == version && strings.HasPrefix(source, plan.GitHubScheme) && r.Source != "" {
 		setArg(c.Args, "--source", r.Source)
 	}
 	if ref := ch.Spec.TokenSecretRef; ref != nil {
 		c.Env = append(c.Env, corev1.EnvVar{Name: "GITHUB_TOKEN", ValueFrom: &corev1.EnvVarSource{
-			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: ref.Name}, Key: secretKey(ref)}}})
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: ref.Name}, Key: plan.SecretKey(ref)}}})
 	}
-	if dir := mirrorDir(source); dir != "" {
+	if dir := plan.MirrorDir(source); dir != "" {
 		hostDir := corev1.HostPathDirectory
 		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: mirrorVolume,
 			VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir, Type: &hostDir}}})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: mirrorVolume, MountPath: dir, ReadOnly: true})
 	}
-}
-
-// mirrorDir is the directory of a mirror channel (file:///dir or an
-// absolute path), "" for other channels.
-func mirrorDir(source string) string {
-	switch {
-	case strings.HasPrefix(source, "file://"):
-		u, err := url.Parse(source)
-		if err != nil || u.Path == "" || (u.Host != "" && u.Host != "localhost") {
-			return ""
-		}
-		return filepath.Clean(u.Path)
-	case filepath.IsAbs(source):
-		return filepath.Clean(source)
-	}
-	return ""
 }
 
 func setArg(args []string, flag, value string) {

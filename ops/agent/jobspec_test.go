@@ -8,8 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade/layout"
 )
 
@@ -53,14 +54,14 @@ func TestStagingJobs(t *testing.T) {
 	a, ch, s := jobTestAgent(t)
 	p := v1.StagePermit{Node: "n1", Version: "v2", Since: metav1.NewTime(time.Unix(1e9, 0))}
 	stage := a.buildStageJob(ch, s, p, 2)
-	if args := stage.Spec.Template.Spec.Containers[0].Args; argAfterFlag(args, "--phase") != "stage" || argAfterFlag(args, "--version") != "v2" {
+	if args := stage.Spec.Template.Spec.Containers[0].Args; protocol.ArgAfterFlag(args, "--phase") != "stage" || protocol.ArgAfterFlag(args, "--version") != "v2" {
 		t.Errorf("staging args %v", args)
 	}
-	if stage.Annotations[AnnotationJobAction] != jobActionStage || stage.Annotations[AnnotationJobPermitSince] != permitSince(p) ||
-		stage.Spec.Template.Annotations[AnnotationJobAction] != jobActionStage {
+	if stage.Annotations[protocol.AnnotationJobAction] != protocol.JobActionStage || stage.Annotations[protocol.AnnotationJobPermitSince] != permitSince(p) ||
+		stage.Spec.Template.Annotations[protocol.AnnotationJobAction] != protocol.JobActionStage {
 		t.Errorf("staging Job annotations %v", stage.Annotations)
 	}
-	if stage.Name == StageJobName("u1", p, 1) || stage.Name == SlotJobName("u1", v1.Slot{Node: "n1", Version: "v2", Attempt: 2, Since: p.Since}) {
+	if stage.Name == StageJobName("u1", p, 1) || stage.Name == protocol.SlotJobName("u1", v1.Slot{Node: "n1", Version: "v2", Attempt: 2, Since: p.Since}) {
 		t.Errorf("staging Job name %s is not its own", stage.Name)
 	}
 	want := []string{"ops", "prune", "--system-dir", jobSystemDir, "--lock-file", jobLockDir + "/upgrade.lock", "--remount", "--keep", "v2"}

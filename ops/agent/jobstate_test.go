@@ -7,8 +7,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // A slot's Job this process has just created is running while its cache
@@ -19,7 +20,7 @@ import (
 func TestJobJustCreatedIsRunning(t *testing.T) {
 	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "c", UID: "uid-1"}}
 	slot := v1.Slot{Node: "n1", Version: "v2", Attempt: 1, Since: metav1.NewTime(time.Unix(1700000000, 0))}
-	name := SlotJobName(ch.UID, slot)
+	name := protocol.SlotJobName(ch.UID, slot)
 	for _, c := range []struct {
 		name    string
 		created time.Duration // how long ago this process created it; 0: it did not

@@ -1,15 +1,12 @@
 package agent
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"regexp"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade/layout"
 )
 
@@ -39,58 +36,25 @@ func ReadVersions(root string) (Versions, error) {
 func nodeMeta(v Versions) (labels, annotations map[string]any) {
 	labels, annotations = map[string]any{}, map[string]any{}
 	for _, kv := range []struct{ label, annotation, value string }{
-		{LabelRootfsVersion, AnnotationRootfsVersion, v.Rootfs},
-		{LabelKernelVersion, AnnotationKernelVersion, v.Kernel},
-		{LabelK3sVersion, AnnotationK3sVersion, v.K3s},
+		{protocol.LabelRootfsVersion, protocol.AnnotationRootfsVersion, v.Rootfs},
+		{protocol.LabelKernelVersion, protocol.AnnotationKernelVersion, v.Kernel},
+		{protocol.LabelK3sVersion, protocol.AnnotationK3sVersion, v.K3s},
 	} {
 		if kv.value == "" {
 			labels[kv.label], annotations[kv.annotation] = nil, nil
 			continue
 		}
-		labels[kv.label], annotations[kv.annotation] = LabelValue(kv.value), kv.value
+		labels[kv.label], annotations[kv.annotation] = protocol.LabelValue(kv.value), kv.value
 	}
 	return labels, annotations
-}
-
-var labelBad = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
-
-// LabelValue turns s into a valid label value: characters outside
-// [A-Za-z0-9._-] become '-', it starts and ends alphanumeric, and at most 63
-// characters (a longer value keeps a hash of the whole).
-func LabelValue(s string) string {
-	v := strings.Trim(labelBad.ReplaceAllString(s, "-"), "-._")
-	if len(v) > 63 {
-		v = strings.Trim(v[:54], "-._") + "-" + shortHash(s)
-	}
-	return v
-}
-
-var dnsBad = regexp.MustCompile(`[^a-z0-9-]+`)
-
-// DNSLabel turns s into a valid DNS label (RFC 1123): lower case,
-// [a-z0-9-], at most 63 characters (a longer name keeps a hash of the whole).
-func DNSLabel(s string) string {
-	v := strings.Trim(dnsBad.ReplaceAllString(strings.ToLower(s), "-"), "-")
-	if len(v) > 63 {
-		v = strings.Trim(v[:54], "-") + "-" + shortHash(s)
-	}
-	if v == "" {
-		v = "x" + shortHash(s)
-	}
-	return v
-}
-
-func shortHash(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:4])
 }
 
 // channelOf names the channel of an upgrade Job or its pod: the exact name
 // from its annotation, else (a Job of an older agent) its label, which is
 // the name itself when it is short enough to be a label value.
 func channelOf(m metav1.ObjectMeta) string {
-	if c, ok := m.Annotations[AnnotationJobChannel]; ok {
+	if c, ok := m.Annotations[protocol.AnnotationJobChannel]; ok {
 		return c
 	}
-	return m.Labels[LabelJobChannel]
+	return m.Labels[protocol.LabelJobChannel]
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -13,9 +12,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/process"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // maxSteps bounds the steps one sync carries out (a drain, then the
@@ -95,7 +96,7 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 // this node reported (on its Node, or by this process, whose Node the cache
 // may not show yet).
 func (a *Agent) slotNow(ch *v1.UpdateChannel, seen v1.Slot) v1.Slot {
-	reported, _ := a.reportOf(ch.UID).Of(seen)
+	reported, _ := plan.Reported(a.reportOf(ch.UID), seen)
 	return plan.Newest(reported, a.lastWrote(ch.UID))
 }
 
@@ -111,9 +112,9 @@ func (a *Agent) observe(sc *stepCtx) (plan.Observed, bool, error) {
 		return plan.Observed{}, false, err
 	}
 	o := plan.Observed{Phase: sc.slot.Phase, Target: sc.slot.Version, Job: a.jobState(sc),
-		Cordoned: drain.CordonedBy(node.Annotations) == CordonOwner, BootID: boot,
+		Cordoned: drain.CordonedBy(node.Annotations) == protocol.CordonOwner, BootID: boot,
 		RebootFrom: a.rebootFromOf(node), Reboot: a.rebootState(), Staging: a.stagingBusy()}
-	o.Ready, _ = nodeReady(node)
+	o.Ready, _ = process.NodeReady(node)
 	if r := a.readableVersions(); r != nil {
 		o.Running = r.Rootfs
 	}
@@ -139,15 +140,15 @@ func (a *Agent) do(ctx context.Context, step plan.Step, sc *stepCtx) (after time
 		return 0, err == nil && sc.s.Drain.Enabled, err // an activation's drain is asked at once (beside.go)
 	case plan.StepFailJobGone:
 		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("upgrade job %s is gone before it swapped %s in; the node is retried",
-			SlotJobName(sc.ch.UID, sc.slot), sc.slot.Version))
+			protocol.SlotJobName(sc.ch.UID, sc.slot), sc.slot.Version))
 	case plan.StepPublishSwap:
 		after, err := a.stepPublishSwap(ctx, sc)
 		return after, false, err
 	case plan.StepFailJob:
-		name := SlotJobName(sc.ch.UID, sc.slot)
+		name := protocol.SlotJobName(sc.ch.UID, sc.slot)
 		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("upgrade job %s failed (%s)%s", name, a.jobReason(name), a.podMessage(ctx, name)))
 	case plan.StepFailForeign:
-		name := SlotJobName(sc.ch.UID, sc.slot)
+		name := protocol.SlotJobName(sc.ch.UID, sc.slot)
 		_, why := jobOwnedBy(a.job(name), sc.ch.UID, sc.slot)
 		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("job %s belongs to another rollout (%s): delete it and the node is retried", name, why))
 	case plan.StepDeferToWindow:
@@ -181,7 +182,7 @@ func (a *Agent) slotUnderWay(sc *stepCtx) bool {
 
 // jobState is what plan.Next needs to know of the slot's own upgrade Job.
 func (a *Agent) jobState(sc *stepCtx) plan.JobState {
-	name := SlotJobName(sc.ch.UID, sc.slot)
+	name := protocol.SlotJobName(sc.ch.UID, sc.slot)
 	j := a.job(name)
 	switch {
 	case j == nil && a.createdMoment(name): // its create returned; the cache shows it a moment later
@@ -191,7 +192,7 @@ func (a *Agent) jobState(sc *stepCtx) plan.JobState {
 	case !isOwned(jobOwnedBy(j, sc.ch.UID, sc.slot)):
 		return plan.JobForeign
 	}
-	done, failed, _, _ := jobOutcome(j)
+	done, failed, _, _ := protocol.JobOutcome(j)
 	switch {
 	case failed:
 		return plan.JobFailed
@@ -206,7 +207,7 @@ func isOwned(ok bool, _ string) bool { return ok }
 // jobReason is why Job name failed, from its condition.
 func (a *Agent) jobReason(name string) string {
 	if j := a.job(name); j != nil {
-		if _, _, reason, _ := jobOutcome(j); reason != "" {
+		if _, _, reason, _ := protocol.JobOutcome(j); reason != "" {
 			return reason
 		}
 	}
@@ -245,7 +246,7 @@ func (a *Agent) job(name string) *batchv1.Job {
 
 func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, v Versions) error {
 	// the versions with the report: the fleet view must not see the old one once the slot is free
-	if err := a.endSlot(ctx, ch, slot, &v, plan.OutcomeSucceeded, ""); err != nil {
+	if err := a.endSlot(ctx, ch, slot, &v, protocol.OutcomeSucceeded, ""); err != nil {
 		return err
 	}
 	a.metrics.upgrade.Observe(time.Since(slot.Since.Time).Seconds())
@@ -260,7 +261,7 @@ func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, st
 	// The node is labelled with what this boot runs, whatever its system
 	// directory holds (a drain that failed after the swap), so its failure
 	// stays counted; the swap is undone below.
-	if err := a.endSlot(ctx, ch, slot, a.readableVersions(), plan.OutcomeFailed, reason); err != nil {
+	if err := a.endSlot(ctx, ch, slot, a.readableVersions(), protocol.OutcomeFailed, reason); err != nil {
 		return err
 	}
 	a.metrics.failures.WithLabelValues(ch.Name, step).Inc()
@@ -270,10 +271,4 @@ func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, st
 		return a.undoSwap(ctx, ch)
 	}
 	return nil
-}
-
-// withLog is the drain policy o logging to log.
-func withLog(o drain.Options, log *slog.Logger) drain.Options {
-	o.Log = log
-	return o
 }

@@ -1,15 +1,16 @@
-// Package agent is the UpdateChannel agent, `slipway ops agent`, and the
-// UpdateChannel controller, `slipway ops controller`. One agent runs on
-// every node (a DaemonSet): it watches its own Node, its own upgrade Jobs
-// and the UpdateChannels of its namespace; it labels its node with the
-// versions in the system directory, and when its node holds a slot it runs
-// the upgrade Job, cordons, drains, reboots, and after the reboot waits for
-// Ready and uncordons, reporting each step on its own Node. The work that
-// needs the fleet's view (polling, resolving releases, ordering
-// candidates, assigning and recovering slots, folding the nodes' reports
-// into the channel's status) is done by the controller (controller.go), an
-// elected Deployment. Decisions live in ops/agent/plan; this package wires
-// them to the API.
+// Package agent is the node agent, `slipway ops agent` (a DaemonSet): one
+// runs on every node and acts on its own host only. It reads its own Node,
+// where the controller (ops/controller) writes it a view of every channel
+// that concerns it (protocol.View: the spec, the target, the node's slot
+// and staging permit); no agent reads a channel. It publishes its node's
+// versions (what the boot runs, what is staged), renews its heartbeat
+// Lease, stages ahead under a permit, and when its node holds a slot runs
+// the upgrade Job, asks the controller for the drain, reboots once its view
+// says Rebooting, waits for Ready and ends the slot, reporting each step
+// on its own Node (protocol.Reports), which the controller folds into the
+// channel's status. It rolls back a swap its rollout left staged, and
+// uncordons its node when no slot holds it. Decisions live in ops/plan;
+// this package wires them to the API and the host.
 package agent
 
 import (
@@ -19,7 +20,8 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"slipway.dev/slipway/ops/agent/plan"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/upgrade/reboot"
 	"slipway.dev/slipway/version"
 )
@@ -121,26 +123,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Retry.Base <= 0 {
 		o.Retry = plan.DefaultRetry
 	}
-	if o.Resync <= 0 {
-		o.Resync = 30 * time.Second
-	}
-	if o.LeaseDuration <= 0 {
-		o.LeaseDuration = 15 * time.Second
-	}
-	if o.HeartbeatInterval <= 0 {
-		o.HeartbeatInterval = time.Minute
-	}
+	process.Timings(&o.Resync, &o.LeaseDuration, &o.HeartbeatInterval, &o.LoopAllowance)
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	if o.LoopAllowance <= 0 {
-		o.LoopAllowance = 2 * time.Minute
-	}
-	o.Config = rest.CopyConfig(o.Config)
-	if o.Config.UserAgent == "" {
-		// Names the node in the API server's audit log: which agent wrote what.
-		o.Config.UserAgent = fmt.Sprintf("slipway-agent/%s node/%s", version.Version, o.NodeName)
-	}
+	// Names the node in the API server's audit log: which agent wrote what.
+	o.Config = process.ClientConfig(o.Config, fmt.Sprintf("slipway-agent/%s node/%s", version.Version, o.NodeName))
 	return o, nil
 }
 

@@ -6,6 +6,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
+	"slipway.dev/slipway/ops/process"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // podInformer watches the pods of this node's upgrade Jobs. The agent moves
@@ -13,8 +15,8 @@ import (
 // the Job Complete: that controller batches pod updates and writes the
 // Job's status about a second later, a second every node would wait.
 func (a *Agent) podInformer() cache.SharedIndexInformer {
-	return newInformer(a.kube.CoreV1().Pods(a.opts.Namespace), &corev1.Pod{}, a.opts.Resync, func(o *metav1.ListOptions) {
-		o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelJobNode: LabelValue(a.opts.NodeName)}).String()
+	return process.NewInformer(a.kube.CoreV1().Pods(a.opts.Namespace), &corev1.Pod{}, a.opts.Resync, func(o *metav1.ListOptions) {
+		o.LabelSelector = labels.SelectorFromSet(labels.Set{protocol.LabelJobNode: protocol.LabelValue(a.opts.NodeName)}).String()
 	})
 }
 

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/fleettest"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade"
 	"slipway.dev/slipway/upgrade/layout"
 )
@@ -31,10 +31,10 @@ type permitWatch struct {
 func (f *fleet) watchPermits() *permitWatch {
 	pw := &permitWatch{}
 	ctx, cancel := context.WithCancel(context.Background())
-	f.t.Cleanup(cancel)
-	w, err := f.ops.OpsV1().UpdateChannels(f.ns).Watch(ctx, metav1.ListOptions{})
+	f.T.Cleanup(cancel)
+	w, err := f.Ops.OpsV1().UpdateChannels(f.NS).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	go func() {
 		for ev := range w.ResultChan() {
@@ -57,18 +57,18 @@ func (f *fleet) watchStagedWithoutPermitBack(version string) func() []string {
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	ctx, cancel := context.WithCancel(context.Background())
-	f.t.Cleanup(cancel)
-	w, err := f.kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: "fleet=" + f.ns})
+	f.T.Cleanup(cancel)
+	w, err := f.Kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: "fleet=" + f.NS})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	go func() {
 		for ev := range w.ResultChan() {
 			n, ok := ev.Object.(*corev1.Node)
-			if !ok || n.Annotations[AnnotationPrestagedVersion] != version {
+			if !ok || n.Annotations[protocol.AnnotationPrestagedVersion] != version {
 				continue
 			}
-			reports, _ := plan.ParseReports(n.Annotations[AnnotationSlotReport])
+			reports, _ := protocol.ParseReports(n.Annotations[protocol.AnnotationSlotReport])
 			back := false
 			for _, r := range reports {
 				back = back || r.PermitDone != nil
@@ -93,29 +93,6 @@ func (pw *permitWatch) get() (int, bool) {
 	return pw.most, pw.seen
 }
 
-// jobsByAction lists the fleet's Jobs: slot upgrade Jobs, staging Jobs and
-// pruning Jobs, each by node.
-func (f *fleet) jobsByAction() (slots, stages, prunes map[string][]batchv1.Job) {
-	f.t.Helper()
-	list, err := f.kube.BatchV1().Jobs(f.ns).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	slots, stages, prunes = map[string][]batchv1.Job{}, map[string][]batchv1.Job{}, map[string][]batchv1.Job{}
-	for _, j := range list.Items {
-		node := j.Annotations[AnnotationJobNode]
-		switch j.Annotations[AnnotationJobAction] {
-		case jobActionStage:
-			stages[node] = append(stages[node], j)
-		case jobActionPrune:
-			prunes[node] = append(prunes[node], j)
-		case "":
-			slots[node] = append(slots[node], j)
-		}
-	}
-	return slots, stages, prunes
-}
-
 // TestStagesAheadOfTheSlot: six nodes, one slot at a time, four staging at
 // a time (each staging takes a second): every node stages before its slot,
 // its slot's Job only activates, never more than four stage at once
@@ -129,41 +106,41 @@ func (f *fleet) jobsByAction() (slots, stages, prunes map[string][]batchv1.Job) 
 func TestStagesAheadOfTheSlot(t *testing.T) {
 	const n = 6
 	f := newFleet(t, n, nil)
-	f.stageTime = time.Second
+	f.StageTime = time.Second
 	for i := range n {
-		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
+		f.Start(fmt.Sprintf("%s-n%d", f.NS, i))
 	}
 	pw := f.watchPermits()
 	apart := f.watchStagedWithoutPermitBack("v2")
-	f.channel(v1.UpdateChannelSpec{URL: "file:///m", Version: "v2", Concurrency: 1, RebootDelay: zeroDelay(),
-		NodeSelector: selectFleet(f), Prestage: &v1.PrestageSpec{Concurrency: new(4)}})
-	f.waitFor("a node counted as staged", time.Minute, func(ch *v1.UpdateChannel) bool { return ch.Status.Counts.Staged > 0 })
-	ch := f.waitFor("all nodes at v2", 2*time.Minute, done(n))
-	f.assertAllAt("v2")
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///m", Version: "v2", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(),
+		NodeSelector: f.Selector(), Prestage: &v1.PrestageSpec{Concurrency: new(4)}})
+	f.WaitFor("a node counted as staged", time.Minute, func(ch *v1.UpdateChannel) bool { return ch.Status.Counts.Staged > 0 })
+	ch := f.WaitFor("all nodes at v2", 2*time.Minute, fleettest.Done(n))
+	f.AssertAllAt("v2")
 	if most, _ := pw.get(); most > 4 || most == 0 {
 		t.Errorf("at most %d staging permits held at once, want 1 to 4", most)
 	}
-	f.mu.Lock()
-	most := f.stagingMost
-	f.mu.Unlock()
+	f.Mu.Lock()
+	most := f.StagingMost
+	f.Mu.Unlock()
 	if most > 4 || most < 2 {
 		t.Errorf("at most %d staging Jobs ran at once, want 2 to 4", most)
 	}
-	slots, stages, _ := f.jobsByAction()
+	slots, stages, _ := f.JobsByAction()
 	for i := range n {
-		node := fmt.Sprintf("%s-n%d", f.ns, i)
+		node := fmt.Sprintf("%s-n%d", f.NS, i)
 		if len(slots[node]) != 1 || len(stages[node]) != 1 {
 			t.Errorf("%s: %d slot Jobs and %d staging Jobs, want one each", node, len(slots[node]), len(stages[node]))
 			continue
 		}
 		slot, stage := slots[node][0], stages[node][0]
-		if got := argAfterFlag(slot.Spec.Template.Spec.Containers[0].Args, "--phase"); got != "activate" {
+		if got := protocol.ArgAfterFlag(slot.Spec.Template.Spec.Containers[0].Args, "--phase"); got != "activate" {
 			t.Errorf("%s: the slot's Job runs --phase %q, want activate (only the swap)", node, got)
 		}
 		if stage.Status.CompletionTime == nil || slot.CreationTimestamp.Before(stage.Status.CompletionTime) {
 			t.Errorf("%s: the slot's Job was created %s, before its staging ended (%v)", node, slot.CreationTimestamp, stage.Status.CompletionTime)
 		}
-		if staged, _ := upgrade.Prestaged(f.systemDir(node)); len(staged) != 0 {
+		if staged, _ := upgrade.Prestaged(f.SystemDir(node)); len(staged) != 0 {
 			t.Errorf("%s: still staged after its upgrade: %v", node, staged)
 		}
 	}
@@ -177,15 +154,15 @@ func TestStagesAheadOfTheSlot(t *testing.T) {
 }
 
 func (f *fleet) assertNoPrestageAnnotations() {
-	f.t.Helper()
-	nodes, err := f.kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: "fleet=" + f.ns})
+	f.T.Helper()
+	nodes, err := f.Kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: "fleet=" + f.NS})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	for _, n := range nodes.Items {
-		for _, k := range []string{AnnotationPrestagedVersion, AnnotationPrestageFailedVersion} {
+		for _, k := range []string{protocol.AnnotationPrestagedVersion, protocol.AnnotationPrestageFailedVersion} {
 			if v, ok := n.Annotations[k]; ok {
-				f.t.Errorf("node %s still has %s=%s", n.Name, k, v)
+				f.T.Errorf("node %s still has %s=%s", n.Name, k, v)
 			}
 		}
 	}
@@ -199,23 +176,23 @@ func TestPrestageOffIsTheSlotsUpgrade(t *testing.T) {
 	const n = 3
 	f := newFleet(t, n, nil)
 	for i := range n {
-		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
+		f.Start(fmt.Sprintf("%s-n%d", f.NS, i))
 	}
 	pw := f.watchPermits()
-	f.channel(v1.UpdateChannelSpec{URL: "file:///m", Version: "v2", Concurrency: 2, RebootDelay: zeroDelay(),
-		NodeSelector: selectFleet(f), Prestage: &v1.PrestageSpec{Concurrency: new(0)}})
-	f.waitFor("all nodes at v2", 2*time.Minute, done(n))
-	f.assertAllAt("v2")
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///m", Version: "v2", Concurrency: 2, RebootDelay: fleettest.ZeroDelay(),
+		NodeSelector: f.Selector(), Prestage: &v1.PrestageSpec{Concurrency: new(0)}})
+	f.WaitFor("all nodes at v2", 2*time.Minute, fleettest.Done(n))
+	f.AssertAllAt("v2")
 	if _, seen := pw.get(); seen {
 		t.Error("a staging permit was given with prestage.concurrency 0")
 	}
-	slots, stages, prunes := f.jobsByAction()
+	slots, stages, prunes := f.JobsByAction()
 	if len(stages) != 0 || len(prunes) != 0 {
 		t.Errorf("staging Jobs %v, pruning Jobs %v; want none", stages, prunes)
 	}
 	for node, js := range slots {
 		for _, j := range js {
-			if got := argAfterFlag(j.Spec.Template.Spec.Containers[0].Args, "--phase"); got != "" {
+			if got := protocol.ArgAfterFlag(j.Spec.Template.Spec.Containers[0].Args, "--phase"); got != "" {
 				t.Errorf("%s: slot Job %s runs --phase %s, want the whole upgrade", node, j.Name, got)
 			}
 		}
@@ -230,32 +207,32 @@ func TestTargetChangedMidStagingRemovesTheStaleStage(t *testing.T) {
 	t.Parallel()
 	const n = 3
 	f := newFleet(t, n, nil)
-	f.stageTime = 1500 * time.Millisecond
+	f.StageTime = 1500 * time.Millisecond
 	for i := range n {
-		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
+		f.Start(fmt.Sprintf("%s-n%d", f.NS, i))
 	}
 	closed := closedWindow()
-	f.channel(v1.UpdateChannelSpec{URL: "file:///m", Version: "v2", Concurrency: 1, RebootDelay: zeroDelay(),
-		NodeSelector: selectFleet(f), Window: closed, Prestage: &v1.PrestageSpec{Concurrency: new(n)}})
-	f.waitFor("staging permits", time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Staging) > 0 })
-	f.patch(`{"spec":{"version":"v3"}}`)
-	f.waitFor("every node staged v3", 2*time.Minute, func(ch *v1.UpdateChannel) bool {
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///m", Version: "v2", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(),
+		NodeSelector: f.Selector(), Window: closed, Prestage: &v1.PrestageSpec{Concurrency: new(n)}})
+	f.WaitFor("staging permits", time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Staging) > 0 })
+	f.Patch(`{"spec":{"version":"v3"}}`)
+	f.WaitFor("every node staged v3", 2*time.Minute, func(ch *v1.UpdateChannel) bool {
 		return ch.Status.Counts.Staged == n && len(ch.Status.Updating) == 0 && len(ch.Status.Staging) == 0
 	})
-	_, stages, prunes := f.jobsByAction()
+	_, stages, prunes := f.JobsByAction()
 	if len(prunes) == 0 {
 		t.Errorf("no pruning Job ran (staging Jobs: %d nodes): the change came after staging?", len(stages))
 	}
 	for i := range n {
-		node := fmt.Sprintf("%s-n%d", f.ns, i)
-		staged, err := upgrade.Prestaged(f.systemDir(node))
+		node := fmt.Sprintf("%s-n%d", f.NS, i)
+		staged, err := upgrade.Prestaged(f.SystemDir(node))
 		if err != nil || !slices.Equal(staged, []string{"v3"}) {
 			t.Errorf("%s: staged %v (%v), want [v3]", node, staged, err)
 		}
-		if _, err := os.Stat(layout.New(f.systemDir(node)).VersionDir(layout.Rootfs, "v2")); !os.IsNotExist(err) {
+		if _, err := os.Stat(layout.New(f.SystemDir(node)).VersionDir(layout.Rootfs, "v2")); !os.IsNotExist(err) {
 			t.Errorf("%s: the stale stage v2 is still there (%v); pruning Jobs %d", node, err, len(prunes[node]))
 		}
-		if got := f.current(node); got != "v1" {
+		if got := f.Current(node); got != "v1" {
 			t.Errorf("%s: current is %s, want v1 (staging never changes what boots)", node, got)
 		}
 	}

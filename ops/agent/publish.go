@@ -10,8 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // The node's versions as labels and annotations: published at start, with
@@ -34,7 +35,7 @@ func (a *Agent) publishVersions(ctx context.Context) error {
 	a.setKnown(running, e.BootID)
 	labels, annotations := bootMeta(running, e.Current, e.BootID)
 	due := versionsDue(n, labels, annotations)
-	if drain.CordonedBy(n.Annotations) == CordonOwner {
+	if drain.CordonedBy(n.Annotations) == protocol.CordonOwner {
 		// Mid-upgrade: the versions go with the uncordon, in one write.
 		return nil
 	}
@@ -86,7 +87,7 @@ func versionsDue(n *corev1.Node, labels, annotations map[string]any) bool {
 	if sameMeta(n.Labels, labels) && sameMeta(n.Annotations, annotations) {
 		return false
 	}
-	return drain.CordonedBy(n.Annotations) != CordonOwner
+	return drain.CordonedBy(n.Annotations) != protocol.CordonOwner
 }
 
 func sameMeta(have map[string]string, want map[string]any) bool {
@@ -118,7 +119,7 @@ func (a *Agent) versionMeta(v Versions) (labels, annotations map[string]any) {
 	a.mu.Unlock()
 	labels, annotations = bootMeta(v, current, boot)
 	if n := a.ownNode(); n != nil { // a release staged ahead that now runs is staged no more
-		for _, k := range []string{AnnotationPrestagedVersion, AnnotationPrestageFailedVersion} {
+		for _, k := range []string{protocol.AnnotationPrestagedVersion, protocol.AnnotationPrestageFailedVersion} {
 			if have, ok := n.Annotations[k]; ok && have == v.Rootfs {
 				annotations[k] = nil
 			}
@@ -147,12 +148,12 @@ func (a *Agent) uncordonAndPublish(ctx context.Context, v *Versions, extra map[s
 	if published {
 		labels, annotations = nil, nil
 	}
-	also := map[string]any{AnnotationDrainStarted: nil, AnnotationCordonedFor: nil} // the drain's record goes with the cordon
+	also := map[string]any{protocol.AnnotationDrainStarted: nil, protocol.AnnotationCordonedFor: nil} // the drain's record goes with the cordon
 	maps.Copy(also, annotations)
 	maps.Copy(also, extra)
 	// From the cache's copy of the Node: the write is conditional on it, and
 	// a stale copy costs a conflict and a read, a fresh one saves the read.
-	written, err := drain.UncordonSeen(ctx, a.kube, a.opts.NodeName, n, CordonOwner, drain.Meta{Labels: labels, Annotations: also})
+	written, err := drain.UncordonSeen(ctx, a.kube, a.opts.NodeName, n, protocol.CordonOwner, drain.Meta{Labels: labels, Annotations: also})
 	uncordoned := written != nil
 	if err == nil && !uncordoned && (!published || len(extra) > 0) {
 		write := map[string]any{}

@@ -8,8 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // refusedGrace is how long the agent outlives a failed reboot request
@@ -117,5 +118,5 @@ func (a *Agent) rebootFromOf(n *corev1.Node) string {
 	if a.wroteRebootFrom != "" {
 		return a.wroteRebootFrom
 	}
-	return n.Annotations[AnnotationRebootFrom]
+	return n.Annotations[protocol.AnnotationRebootFrom]
 }

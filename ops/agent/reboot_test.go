@@ -10,13 +10,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/fleettest"
 )
 
 // refusesOnce is a reboot method whose first request does not reboot:
 // silently (as logind does when it refuses) or with an error (a command
 // that exits non-zero). Later requests reboot (simulated).
 type refusesOnce struct {
-	fakeReboot
+	fleettest.SimReboot
 	silent bool
 	calls  atomic.Int32
 }
@@ -30,7 +31,7 @@ func (r *refusesOnce) Reboot(ctx context.Context) error {
 		}
 		return errors.New("reboot command exited 1")
 	}
-	return r.fakeReboot.Reboot(ctx)
+	return r.SimReboot.Reboot(ctx)
 }
 
 // TestRefusedRebootIsRetried: a reboot that did not happen (same boot ID
@@ -46,21 +47,21 @@ func TestRefusedRebootIsRetried(t *testing.T) {
 			f := newFleet(t, 1, nil)
 			f.opts = func(o *Options) {
 				if r == nil {
-					r = &refusesOnce{fakeReboot: fakeReboot{f: f, node: o.NodeName}, silent: silent}
+					r = &refusesOnce{SimReboot: fleettest.SimReboot{F: f.Fleet, Node: o.NodeName}, silent: silent}
 				}
 				o.Rebooter, o.RebootStall = r, 2*time.Second
 			}
-			f.start(f.ns + "-n0")
-			f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
-				NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
-			f.waitFor("the node upgraded", time.Minute, done(1))
-			if n := f.eventsWithin("RebootStalled", 1, 5*time.Second); n != 1 {
+			f.Start(f.NS + "-n0")
+			f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
+				NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}}})
+			f.WaitFor("the node upgraded", time.Minute, fleettest.Done(1))
+			if n := f.EventsWithin("RebootStalled", 1, 5*time.Second); n != 1 {
 				t.Errorf("%d RebootStalled events, want 1", n)
 			}
 			if got := r.calls.Load(); got != 2 {
 				t.Errorf("%d reboot requests, want 2", got)
 			}
-			f.assertAllAt("v2")
+			f.AssertAllAt("v2")
 		})
 	}
 }

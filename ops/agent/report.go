@@ -9,18 +9,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
-// The node's reports (plan.Report): its slot's phase and outcome and the
+// The node's reports (protocol.Report): its slot's phase and outcome and the
 // staging permit it gave back, written on its own Node
-// (AnnotationSlotReport) instead of the channel's status, which only the
+// (protocol.AnnotationSlotReport) instead of the channel's status, which only the
 // controller writes. This process is the annotation's only writer, so what
 // it last wrote is the truth; at start it reads it from its Node.
 
 // reportsNow returns the node's reports: this process's last write, or its Node's.
-func (a *Agent) reportsNow() plan.Reports {
+func (a *Agent) reportsNow() protocol.Reports {
 	a.mu.Lock()
 	r := a.reported
 	a.mu.Unlock()
@@ -29,9 +30,9 @@ func (a *Agent) reportsNow() plan.Reports {
 	}
 	n := a.ownNode()
 	if n == nil {
-		return plan.Reports{}
+		return protocol.Reports{}
 	}
-	r, err := plan.ParseReports(n.Annotations[AnnotationSlotReport])
+	r, err := protocol.ParseReports(n.Annotations[protocol.AnnotationSlotReport])
 	if err != nil {
 		a.log.Warn("ignoring the slot report on this node; the next report replaces it", "err", err)
 	}
@@ -39,12 +40,12 @@ func (a *Agent) reportsNow() plan.Reports {
 }
 
 // reportOf is the node's report for the channel of UID uid.
-func (a *Agent) reportOf(uid types.UID) plan.Report { return a.reportsNow()[uid] }
+func (a *Agent) reportOf(uid types.UID) protocol.Report { return a.reportsNow()[uid] }
 
 // reportWith edits the node's report for ch and writes the reports on its
 // Node (those of channels gone are dropped), with the labels and
 // annotations extra in the same write.
-func (a *Agent) reportWith(ctx context.Context, ch *v1.UpdateChannel, edit func(*plan.Report), labels, extra map[string]any) error {
+func (a *Agent) reportWith(ctx context.Context, ch *v1.UpdateChannel, edit func(*protocol.Report), labels, extra map[string]any) error {
 	next, annotations := a.nextReports(ch, edit)
 	maps.Copy(annotations, extra)
 	if err := a.patchNode(ctx, labels, annotations); err != nil {
@@ -56,9 +57,9 @@ func (a *Agent) reportWith(ctx context.Context, ch *v1.UpdateChannel, edit func(
 
 // nextReports is the node's reports with edit applied to ch's (those of
 // channels gone dropped), and the annotation that writes them.
-func (a *Agent) nextReports(ch *v1.UpdateChannel, edit func(*plan.Report)) (plan.Reports, map[string]any) {
+func (a *Agent) nextReports(ch *v1.UpdateChannel, edit func(*protocol.Report)) (protocol.Reports, map[string]any) {
 	old := a.reportsNow()
-	next := plan.Reports{}
+	next := protocol.Reports{}
 	if list, err := a.listChannels(); err == nil {
 		for _, c := range list {
 			if r, ok := old[c.UID]; ok {
@@ -69,11 +70,11 @@ func (a *Agent) nextReports(ch *v1.UpdateChannel, edit func(*plan.Report)) (plan
 	r := next[ch.UID]
 	edit(&r)
 	next[ch.UID] = r
-	return next, map[string]any{AnnotationSlotReport: next.String()}
+	return next, map[string]any{protocol.AnnotationSlotReport: next.String()}
 }
 
 // noteReported remembers the reports as written on the Node.
-func (a *Agent) noteReported(next plan.Reports) {
+func (a *Agent) noteReported(next protocol.Reports) {
 	a.mu.Lock()
 	a.reported = next
 	a.mu.Unlock()
@@ -105,10 +106,10 @@ func (a *Agent) reportSlotWith(ctx context.Context, ch *v1.UpdateChannel, slot v
 
 // slotReport edits a report into slot's at phase with job (ended with
 // outcome and reason, when given), keeping the permit given back.
-func slotReport(slot v1.Slot, phase, job, outcome, reason string) func(*plan.Report) {
-	return func(r *plan.Report) {
+func slotReport(slot v1.Slot, phase, job, outcome, reason string) func(*protocol.Report) {
+	return func(r *protocol.Report) {
 		permit := r.PermitDone
-		*r = plan.Report{Since: slot.Since, Attempt: slot.Attempt, Version: slot.Version, Phase: phase, Job: job,
+		*r = protocol.Report{Since: slot.Since, Attempt: slot.Attempt, Version: slot.Version, Phase: phase, Job: job,
 			Outcome: outcome, Reason: reason, PermitDone: permit}
 		if outcome != "" {
 			r.At = metav1.NewTime(time.Now())
@@ -119,6 +120,6 @@ func slotReport(slot v1.Slot, phase, job, outcome, reason string) func(*plan.Rep
 // reportedEnded tells whether this node reported slot of ch ended (the
 // controller has not folded it yet): the slot is no longer the node's to act on.
 func (a *Agent) reportedEnded(ch *v1.UpdateChannel, slot v1.Slot) bool {
-	_, outcome := a.reportOf(ch.UID).Of(slot)
+	_, outcome := plan.Reported(a.reportOf(ch.UID), slot)
 	return outcome != ""
 }

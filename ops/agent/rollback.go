@@ -14,8 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade/layout"
 )
 
@@ -25,9 +26,6 @@ import (
 // the new version with no drain, no window and no slot. The agent undoes
 // such a swap with a rollback Job (`slipway ops rollback --reboot=false`,
 // current and previous swapped back), so the next boot starts what runs.
-
-// AnnotationJobAction is "rollback" on the rollback Jobs the agent creates.
-const AnnotationJobAction = "ops.slipway.dev/action"
 
 // AnnotationRollbackBoot is the boot ID a rollback Job's swap was staged
 // on, AnnotationRollbackAttempt its attempt (1, 2, ...): the Jobs of one
@@ -39,9 +37,6 @@ const (
 
 // rollbackTimeout bounds a rollback Job: it only swaps two links.
 const rollbackTimeout = 10 * time.Minute
-
-// componentFlag is each component's switch of `ops rollback`.
-var componentFlag = map[layout.Component]string{layout.Rootfs: "rootfs", layout.Kernel: "kernel", layout.K3s: "k3s"}
 
 // undoPlan is what a rollback undoes, and why (or why not).
 type undoPlan struct {
@@ -70,7 +65,7 @@ func planUndo(running, current, previous Versions, ourJob bool) undoPlan {
 			continue
 		}
 		if prev, run := versionOf(previous, c), versionOf(running, c); prev == "" || prev != run {
-			return undoPlan{Reason: fmt.Sprintf("%s previous names %s, not the running %s: a rollback would not restore it", componentFlag[c], orNone(prev), orNone(run))}
+			return undoPlan{Reason: fmt.Sprintf("%s previous names %s, not the running %s: a rollback would not restore it", protocol.ComponentFlag[c], orNone(prev), orNone(run))}
 		}
 		comps = append(comps, c)
 	}
@@ -94,7 +89,7 @@ func describe(staged Versions) string {
 	var parts []string
 	for _, c := range layout.Components {
 		if v := versionOf(staged, c); v != "" {
-			parts = append(parts, componentFlag[c]+" "+v)
+			parts = append(parts, protocol.ComponentFlag[c]+" "+v)
 		}
 	}
 	return strings.Join(parts, ", ")
@@ -103,7 +98,7 @@ func describe(staged Versions) string {
 func componentList(cs []layout.Component) string {
 	names := make([]string, len(cs))
 	for i, c := range cs {
-		names[i] = componentFlag[c]
+		names[i] = protocol.ComponentFlag[c]
 	}
 	return strings.Join(names, " and ")
 }
@@ -200,7 +195,7 @@ type nodeJob struct {
 func (a *Agent) nodeJobs() []nodeJob {
 	var out []nodeJob
 	for _, o := range a.jobs.List() {
-		if j, ok := o.(*batchv1.Job); ok && j.Annotations[AnnotationJobNode] == a.opts.NodeName {
+		if j, ok := o.(*batchv1.Job); ok && j.Annotations[protocol.AnnotationJobNode] == a.opts.NodeName {
 			out = append(out, nodeJob{job: j, podSucceeded: a.podSucceeded(j)})
 		}
 	}
@@ -212,13 +207,13 @@ func (a *Agent) nodeJobs() []nodeJob {
 func upgradeJobAt(jobs []nodeJob, version string) (ours, busy bool) {
 	for _, nj := range jobs {
 		j := nj.job
-		if j.Annotations[AnnotationJobAction] != "" {
+		if j.Annotations[protocol.AnnotationJobAction] != "" {
 			continue
 		}
-		if v := j.Annotations[AnnotationJobVersion]; v != version && (v != "" || jobArg(j, "--version") != version) {
+		if v := j.Annotations[protocol.AnnotationJobVersion]; v != version && (v != "" || protocol.JobArg(j, "--version") != version) {
 			continue
 		}
-		if done, _, _, _ := jobOutcome(j); done || nj.podSucceeded {
+		if done, _, _, _ := protocol.JobOutcome(j); done || nj.podSucceeded {
 			ours = true
 		} else {
 			busy = true
@@ -240,7 +235,7 @@ func (a *Agent) buildRollbackJob(ch *v1.UpdateChannel, name string, staged Versi
 	j := a.buildJob(ch, s, v1.Slot{Node: a.opts.NodeName, Version: staged.Rootfs})
 	j.Name = name
 	for _, m := range []map[string]string{j.Annotations, j.Spec.Template.Annotations} {
-		m[AnnotationJobAction] = "rollback"
+		m[protocol.AnnotationJobAction] = protocol.JobActionRollback
 		m[AnnotationRollbackBoot] = boot
 		m[AnnotationRollbackAttempt] = strconv.Itoa(attempt)
 	}
@@ -256,7 +251,7 @@ func (a *Agent) buildRollbackJob(ch *v1.UpdateChannel, name string, staged Versi
 func rollbackArgs(upgrade []string, components []layout.Component, staged Versions) []string {
 	args := []string{"ops", "rollback", "--reboot=false"}
 	for _, flag := range []string{"--system-dir", "--lock-file"} {
-		if v := argAfterFlag(upgrade, flag); v != "" {
+		if v := protocol.ArgAfterFlag(upgrade, flag); v != "" {
 			args = append(args, flag, v)
 		}
 	}
@@ -266,31 +261,12 @@ func rollbackArgs(upgrade []string, components []layout.Component, staged Versio
 		}
 	}
 	for _, c := range layout.Components {
-		args = append(args, fmt.Sprintf("--%s=%t", componentFlag[c], slices.Contains(components, c)))
+		args = append(args, fmt.Sprintf("--%s=%t", protocol.ComponentFlag[c], slices.Contains(components, c)))
 	}
 	for _, c := range components {
-		args = append(args, "--from", componentFlag[c]+"="+versionOf(staged, c))
+		args = append(args, "--from", protocol.ComponentFlag[c]+"="+versionOf(staged, c))
 	}
 	return args
-}
-
-func jobArg(j *batchv1.Job, flag string) string {
-	if len(j.Spec.Template.Spec.Containers) == 0 {
-		return ""
-	}
-	return argAfterFlag(j.Spec.Template.Spec.Containers[0].Args, flag)
-}
-
-func argAfterFlag(args []string, flag string) string {
-	for i, a := range args {
-		if a == flag && i+1 < len(args) {
-			return args[i+1]
-		}
-		if v, ok := strings.CutPrefix(a, flag+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 func (a *Agent) setRolledBack() {

@@ -8,8 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade/layout"
 )
 
@@ -70,12 +71,12 @@ func rollbackJobs(jobs []nodeJob, staged, boot string) []rollbackRun {
 	var runs []rollbackRun
 	for _, nj := range jobs {
 		j := nj.job
-		if j.Annotations[AnnotationJobAction] != "rollback" || j.Annotations[AnnotationJobVersion] != staged || j.Annotations[AnnotationRollbackBoot] != boot {
+		if j.Annotations[protocol.AnnotationJobAction] != "rollback" || j.Annotations[protocol.AnnotationJobVersion] != staged || j.Annotations[AnnotationRollbackBoot] != boot {
 			continue
 		}
 		r := rollbackRun{Name: j.Name}
 		r.Attempt, _ = strconv.Atoi(j.Annotations[AnnotationRollbackAttempt])
-		r.Done, r.Failed, r.Reason, r.At = jobOutcome(j)
+		r.Done, r.Failed, r.Reason, r.At = protocol.JobOutcome(j)
 		if !r.Done && nj.podSucceeded {
 			r.Done = true
 		}
@@ -109,7 +110,7 @@ func (a *Agent) reportRollbackFailures(ch *v1.UpdateChannel, h rollbackHistory) 
 
 // rollbackJobName is unique per node, staged version, boot and attempt.
 func rollbackJobName(node, staged, boot string, attempt int) string {
-	return DNSLabel(fmt.Sprintf("rollback-%s-%s-%s-%d", node, staged, shortHash(boot)[:6], attempt))
+	return protocol.DNSLabel(fmt.Sprintf("rollback-%s-%s-%s-%d", node, staged, protocol.ShortHash(boot)[:6], attempt))
 }
 
 // previousVersions is what the system directory's `previous` links name.

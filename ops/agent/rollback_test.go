@@ -3,19 +3,18 @@ package agent
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
-	"slipway.dev/slipway/upgrade"
+	"slipway.dev/slipway/ops/internal/fleettest"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade/layout"
 )
 
@@ -26,43 +25,43 @@ import (
 func TestFailedDrainRollsTheSwapBack(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, func(o *Options) { o.Retry = plan.Retry{Base: time.Hour, Max: time.Hour} })
-	node := f.ns + "-n0"
-	f.blockEviction(t, node)
-	f.start(node)
-	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(), MaxFailures: 1,
+	node := f.NS + "-n0"
+	f.BlockEviction(t, node)
+	f.Start(node)
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(), MaxFailures: 1,
 		Drain:        &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 3 * time.Second}},
-		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
-	f.waitNode(t, node, "the swap staged v2 (on the cordon)", func(n *corev1.Node) bool {
-		return n.Annotations[AnnotationStagedRootfsVersion] == "v2" && n.Labels[LabelRootfsVersion] == "v1"
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}}})
+	f.WaitNode(t, node, "the swap staged v2 (on the cordon)", func(n *corev1.Node) bool {
+		return n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2" && n.Labels[protocol.LabelRootfsVersion] == "v1"
 	})
-	f.waitFor("the drain to fail", time.Minute, func(ch *v1.UpdateChannel) bool { return plan.FindFailure(ch.Status, node) >= 0 })
-	f.waitNode(t, node, "rolled back: v1 runs, nothing staged", func(n *corev1.Node) bool {
-		return f.current(node) == "v1" && n.Labels[LabelRootfsVersion] == "v1" &&
-			n.Labels[LabelStagedRootfsVersion] == "" && n.Annotations[AnnotationStagedRootfsVersion] == "" && !n.Spec.Unschedulable
+	f.WaitFor("the drain to fail", time.Minute, func(ch *v1.UpdateChannel) bool { return plan.FindFailure(ch.Status, node) >= 0 })
+	f.WaitNode(t, node, "rolled back: v1 runs, nothing staged", func(n *corev1.Node) bool {
+		return f.Current(node) == "v1" && n.Labels[protocol.LabelRootfsVersion] == "v1" &&
+			n.Labels[protocol.LabelStagedRootfsVersion] == "" && n.Annotations[protocol.AnnotationStagedRootfsVersion] == "" && !n.Spec.Unschedulable
 	})
-	if n := f.eventsWithin("RollingBack", 1, 10*time.Second); n != 1 {
+	if n := f.EventsWithin("RollingBack", 1, 10*time.Second); n != 1 {
 		t.Errorf("%d RollingBack events, want 1", n)
 	}
 	// The rollback Job's pod started a second time, as a Job's pod may be:
 	// the links stay as the first run left them.
 	f.startRollbackAgain(t, node)
-	if cur := f.current(node); cur != "v1" {
+	if cur := f.Current(node); cur != "v1" {
 		t.Errorf("the rollback run twice left current %s, want v1", cur)
 	}
 	// The failure stays counted: nothing prunes it as "already at target".
-	f.holds("the failure counted", 6*time.Second, func(ch *v1.UpdateChannel) bool {
+	f.Holds("the failure counted", 6*time.Second, func(ch *v1.UpdateChannel) bool {
 		return plan.FindFailure(ch.Status, node) >= 0 && ch.Status.Counts.UpToDate == 0
 	})
-	if !isTrue(f.get(), v1.ConditionDegraded) {
-		t.Errorf("not Degraded at maxFailures 1: %+v", f.get().Status.Conditions)
+	if !fleettest.IsTrue(f.Get(), v1.ConditionDegraded) {
+		t.Errorf("not Degraded at maxFailures 1: %+v", f.Get().Status.Conditions)
 	}
-	if n := f.eventsWithin("RollingBack", 2, 2*time.Second); n != 1 {
+	if n := f.EventsWithin("RollingBack", 2, 2*time.Second); n != 1 {
 		t.Errorf("%d RollingBack events after the second start, want 1", n)
 	}
 	// An unplanned reboot now starts v1, the version it ran.
-	f.restart(node, func() { _ = os.WriteFile(f.bootFile(node), []byte("boot-unplanned"), 0o644) })
-	f.waitNode(t, node, "v1 after an unplanned reboot", func(n *corev1.Node) bool {
-		return n.Labels[LabelRootfsVersion] == "v1" && n.Annotations[AnnotationBootedBootID] == "boot-unplanned"
+	f.Restart(node, func() { _ = os.WriteFile(f.BootFile(node), []byte("boot-unplanned"), 0o644) })
+	f.WaitNode(t, node, "v1 after an unplanned reboot", func(n *corev1.Node) bool {
+		return n.Labels[protocol.LabelRootfsVersion] == "v1" && n.Annotations[protocol.AnnotationBootedBootID] == "boot-unplanned"
 	})
 }
 
@@ -71,13 +70,13 @@ func TestFailedDrainRollsTheSwapBack(t *testing.T) {
 // wants it to succeed.
 func (f *fleet) startRollbackAgain(t *testing.T, node string) {
 	t.Helper()
-	jobs, err := f.kube.BatchV1().Jobs(f.ns).List(context.Background(), metav1.ListOptions{})
+	jobs, err := f.Kube.BatchV1().Jobs(f.NS).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, j := range jobs.Items {
-		if j.Annotations[AnnotationJobAction] == "rollback" && j.Annotations[AnnotationJobNode] == node && j.Status.Succeeded > 0 {
-			if !f.runRollback(node, j.Spec.Template.Spec.Containers[0].Args) {
+		if j.Annotations[protocol.AnnotationJobAction] == "rollback" && j.Annotations[protocol.AnnotationJobNode] == node && j.Status.Succeeded > 0 {
+			if !f.RunRollback(node, j.Spec.Template.Spec.Containers[0].Args) {
 				t.Fatalf("rollback Job %s started again failed", j.Name)
 			}
 			return
@@ -91,21 +90,21 @@ func (f *fleet) startRollbackAgain(t *testing.T, node string) {
 func TestDeletedChannelRollsTheSwapBack(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
-	node := f.ns + "-n0"
-	f.blockEviction(t, node)
-	f.start(node)
-	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(),
+	node := f.NS + "-n0"
+	f.BlockEviction(t, node)
+	f.Start(node)
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
 		Drain:        &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 4 * time.Second}},
-		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
-	f.waitNode(t, node, "cordoned with v2 staged", func(n *corev1.Node) bool {
-		return n.Spec.Unschedulable && n.Annotations[AnnotationStagedRootfsVersion] == "v2"
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}}})
+	f.WaitNode(t, node, "cordoned with v2 staged", func(n *corev1.Node) bool {
+		return n.Spec.Unschedulable && n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2"
 	})
-	if err := f.ops.OpsV1().UpdateChannels(f.ns).Delete(context.Background(), "default", metav1.DeleteOptions{}); err != nil {
+	if err := f.Ops.OpsV1().UpdateChannels(f.NS).Delete(context.Background(), "default", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitNode(t, node, "rolled back and uncordoned", func(n *corev1.Node) bool {
-		return f.current(node) == "v1" && !n.Spec.Unschedulable && n.Labels[LabelRootfsVersion] == "v1" &&
-			n.Annotations[AnnotationStagedRootfsVersion] == ""
+	f.WaitNode(t, node, "rolled back and uncordoned", func(n *corev1.Node) bool {
+		return f.Current(node) == "v1" && !n.Spec.Unschedulable && n.Labels[protocol.LabelRootfsVersion] == "v1" &&
+			n.Annotations[protocol.AnnotationStagedRootfsVersion] == ""
 	})
 }
 
@@ -157,7 +156,7 @@ func TestRollbackJobArgs(t *testing.T) {
 	if !slices.Equal(args, want) {
 		t.Errorf("args %v\nwant %v", args, want)
 	}
-	if j.Annotations[AnnotationRollbackBoot] != "boot-7" || j.Annotations[AnnotationRollbackAttempt] != "3" || j.Annotations[AnnotationJobAction] != "rollback" {
+	if j.Annotations[AnnotationRollbackBoot] != "boot-7" || j.Annotations[AnnotationRollbackAttempt] != "3" || j.Annotations[protocol.AnnotationJobAction] != "rollback" {
 		t.Errorf("annotations %v", j.Annotations)
 	}
 	if a, b := rollbackJobName("n1", "v2", "boot-7", 1), rollbackJobName("n1", "v2", "boot-7", 2); a == b || !strings.HasPrefix(a, "rollback-n1-v2-") {
@@ -200,45 +199,6 @@ func TestRollbackHistory(t *testing.T) {
 	}
 }
 
-// failRollbacks: node -> how many of its rollback Jobs still fail.
-var failRollbacks sync.Map
-
-// runRollback runs a rollback Job's command on node's system directory:
-// the real `ops rollback` of the components the Job names, or a failure.
-func (f *fleet) runRollback(node string, args []string) bool {
-	if n, ok := failRollbacks.Load(node); ok && n.(int) > 0 {
-		failRollbacks.Store(node, n.(int)-1)
-		return false
-	}
-	var comps []layout.Component
-	for _, c := range layout.Components {
-		if slices.Contains(args, "--"+componentFlag[c]+"=true") {
-			comps = append(comps, c)
-		}
-	}
-	if len(comps) == 0 {
-		f.t.Errorf("rollback Job of %s names no component: %v", node, args)
-		return false
-	}
-	from := map[layout.Component]string{}
-	for i, a := range args {
-		if a == "--from" && i+1 < len(args) {
-			name, v, _ := strings.Cut(args[i+1], "=")
-			for c, flag := range componentFlag {
-				if flag == name {
-					from[c] = v
-				}
-			}
-		}
-	}
-	_, err := upgrade.Rollback(context.Background(), upgrade.RollbackOptions{SystemDir: f.systemDir(node), Components: comps,
-		LockFile: filepath.Join(f.root, node, "lock"), From: from})
-	if err != nil {
-		f.t.Errorf("rollback of %s: %v", node, err)
-	}
-	return err == nil
-}
-
 // TestFailedRollbackIsReportedAndRetried: a rollback Job that fails is
 // reported (Event RollbackFailed), retried after the retry backoff under
 // a new name, and the swap is then undone. (The retry backoff also brings
@@ -248,34 +208,34 @@ func TestFailedRollbackIsReportedAndRetried(t *testing.T) {
 	t.Parallel()
 	const backoff = 3 * time.Second
 	f := newFleet(t, 1, func(o *Options) { o.Retry = plan.Retry{Base: backoff, Max: backoff} })
-	node := f.ns + "-n0"
-	failRollbacks.Store(node, 1)
-	f.blockEviction(t, node)
-	f.start(node)
-	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: zeroDelay(), MaxFailures: 1,
+	node := f.NS + "-n0"
+	fleettest.FailRollbacks.Store(node, 1)
+	f.BlockEviction(t, node)
+	f.Start(node)
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(), MaxFailures: 1,
 		Drain:        &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 3 * time.Second}},
-		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
-	f.waitNode(t, node, "the swap staged v2 (on the cordon)", func(n *corev1.Node) bool {
-		return n.Annotations[AnnotationStagedRootfsVersion] == "v2"
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}}})
+	f.WaitNode(t, node, "the swap staged v2 (on the cordon)", func(n *corev1.Node) bool {
+		return n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2"
 	})
-	f.waitNode(t, node, "rolled back on the second attempt: v1 runs, nothing staged", func(n *corev1.Node) bool {
-		return f.current(node) == "v1" && n.Annotations[AnnotationStagedRootfsVersion] == "" && !n.Spec.Unschedulable
+	f.WaitNode(t, node, "rolled back on the second attempt: v1 runs, nothing staged", func(n *corev1.Node) bool {
+		return f.Current(node) == "v1" && n.Annotations[protocol.AnnotationStagedRootfsVersion] == "" && !n.Spec.Unschedulable
 	})
-	if n := f.eventsWithin("RollbackFailed", 1, 5*time.Second); n != 1 {
+	if n := f.EventsWithin("RollbackFailed", 1, 5*time.Second); n != 1 {
 		t.Errorf("%d RollbackFailed events, want 1", n)
 	}
-	jobs, err := f.kube.BatchV1().Jobs(f.ns).List(context.Background(), metav1.ListOptions{})
+	jobs, err := f.Kube.BatchV1().Jobs(f.NS).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var failedAt, retriedAt time.Time
 	for _, j := range jobs.Items {
-		if j.Annotations[AnnotationJobAction] != "rollback" {
+		if j.Annotations[protocol.AnnotationJobAction] != "rollback" {
 			continue
 		}
 		switch j.Annotations[AnnotationRollbackAttempt] {
 		case "1":
-			_, bad, _, at := jobOutcome(&j)
+			_, bad, _, at := protocol.JobOutcome(&j)
 			if !bad {
 				t.Errorf("attempt 1 (%s) did not fail", j.Name)
 			}

@@ -9,13 +9,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/fleettest"
+	"slipway.dev/slipway/ops/protocol"
 )
 
-// doneSince is done(n) for the spec of generation gen or later: a status
+// doneSince is fleettest.Done(n) for the spec of generation gen or later: a status
 // computed for an earlier spec does not count.
 func doneSince(n int, gen int64) func(*v1.UpdateChannel) bool {
 	return func(ch *v1.UpdateChannel) bool {
-		return ch.Status.ObservedGeneration >= gen && done(n)(ch)
+		return ch.Status.ObservedGeneration >= gen && fleettest.Done(n)(ch)
 	}
 }
 
@@ -26,33 +28,33 @@ func TestBackAndForthRollouts(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 2, nil)
 	for i := range 2 {
-		f.start(fmt.Sprintf("%s-n%d", f.ns, i))
+		f.Start(fmt.Sprintf("%s-n%d", f.NS, i))
 	}
-	f.channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 2, RebootDelay: zeroDelay(),
-		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.ns}}})
-	f.waitFor("all at v2", time.Minute, done(2))
-	f.assertAllAt("v2")
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 2, RebootDelay: fleettest.ZeroDelay(),
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}}})
+	f.WaitFor("all at v2", time.Minute, fleettest.Done(2))
+	f.AssertAllAt("v2")
 	for _, version := range []string{"v1", "v2"} {
-		f.patch(fmt.Sprintf(`{"spec":{"version":%q}}`, version))
-		gen := f.get().Generation
-		ch := f.waitFor("all at "+version, time.Minute, func(ch *v1.UpdateChannel) bool {
+		f.Patch(fmt.Sprintf(`{"spec":{"version":%q}}`, version))
+		gen := f.Get().Generation
+		ch := f.WaitFor("all at "+version, time.Minute, func(ch *v1.UpdateChannel) bool {
 			return doneSince(2, gen)(ch) || len(ch.Status.Failed) > 0
 		})
 		if len(ch.Status.Failed) > 0 {
 			t.Fatalf("rollout to %s failed: %+v", version, ch.Status.Failed)
 		}
-		f.assertAllAt(version)
+		f.AssertAllAt(version)
 	}
-	if n := f.eventsWithin("UpgradeFailed", 1, time.Second); n > 0 {
+	if n := f.EventsWithin("UpgradeFailed", 1, time.Second); n > 0 {
 		t.Errorf("%d UpgradeFailed events going back and forth", n)
 	}
-	jobs, err := f.kube.BatchV1().Jobs(f.ns).List(t.Context(), metav1.ListOptions{})
+	jobs, err := f.Kube.BatchV1().Jobs(f.NS).List(t.Context(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var names []string
 	for _, j := range jobs.Items {
-		if j.Annotations[AnnotationJobAction] == "" { // not the staging Jobs ahead of the slots
+		if j.Annotations[protocol.AnnotationJobAction] == "" { // not the staging Jobs ahead of the slots
 			names = append(names, j.Name)
 		}
 	}

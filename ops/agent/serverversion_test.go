@@ -15,31 +15,9 @@ import (
 
 	apiversion "k8s.io/apimachinery/pkg/version"
 
+	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/testenv"
 )
-
-func TestSupportedServer(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		info apiversion.Info
-		ok   bool
-	}{
-		{"1.30.0", apiversion.Info{Major: "1", Minor: "30", GitVersion: "v1.30.0"}, true},
-		{"1.36 k3s", apiversion.Info{Major: "1", Minor: "36", GitVersion: "v1.36.3+k3s1"}, true},
-		{"1.29.9", apiversion.Info{Major: "1", Minor: "29", GitVersion: "v1.29.9"}, false},
-		{"1.21 (k3os's last k3s)", apiversion.Info{Major: "1", Minor: "21", GitVersion: "v1.21.14+k3s1"}, false},
-		{"EKS-style minor with +", apiversion.Info{Major: "1", Minor: "31+", GitVersion: "custom-build"}, true},
-		{"old, only major and minor", apiversion.Info{Major: "1", Minor: "28+", GitVersion: ""}, false},
-		{"nothing readable", apiversion.Info{GitVersion: "unknown"}, false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			ok, why := supportedServer(c.info)
-			if ok != c.ok || (!ok && !strings.Contains(why, MinKubernetes)) {
-				t.Errorf("supportedServer(%+v) = %v, %q", c.info, ok, why)
-			}
-		})
-	}
-}
 
 // TestAgentWaitsForASupportedServer: against an API server older than
 // 1.30 the agent does nothing and says why (in its log, each recheck);
@@ -54,8 +32,8 @@ func TestAgentWaitsForASupportedServer(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(apiversion.Info{Major: "1", Minor: "29", GitVersion: "v1.29.4"})
 	}))
 	defer old.Close()
-	defer func(d time.Duration) { serverRecheck = d }(serverRecheck)
-	serverRecheck = 100 * time.Millisecond
+	defer func(d time.Duration) { process.ServerRecheck = d }(process.ServerRecheck)
+	process.ServerRecheck = 100 * time.Millisecond
 	var logs bytes.Buffer
 	// Ten rechecks a second: client-go's default rate (5/s, burst 10) would
 	// refuse the last one as "would exceed context deadline" instead.
@@ -78,7 +56,7 @@ func TestAgentWaitsForASupportedServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.waitForSupportedServer(context.Background()); err != nil {
+	if err := process.WaitForSupportedServer(context.Background(), b.kube, b.log); err != nil {
 		t.Fatalf("the test's apiserver: %v", err)
 	}
 }

@@ -1,143 +1,12 @@
 package agent
 
 import (
-	"context"
-	"fmt"
 	"testing"
-	"time"
-
-	admissionv1 "k8s.io/api/admissionregistration/v1"
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/fleettest"
 	"slipway.dev/slipway/ops/manifest"
-	"slipway.dev/slipway/ops/testenv"
 )
-
-// asServiceAccount makes the fleet's agents run as the manifest's
-// ServiceAccount, each with the bound token of a pod on its own node
-// (testenv.PodToken), and its controller as the controller's, under the manifest's RBAC and admission policies
-// rendered with mo for the fleet's namespace: a call the shipped manifest
-// does not allow fails the test's rollout as it would a real one's.
-func (f *fleet) asServiceAccount(mo manifest.Options) {
-	t := f.t
-	t.Helper()
-	mo.Namespace = f.ns
-	if mo.Image == "" {
-		mo.Image = "slipway:test"
-	}
-	ctx := context.Background()
-	for _, obj := range manifest.AccessObjects(mo) {
-		if err := f.create(ctx, obj); err != nil {
-			t.Fatalf("create %T: %v", obj, err)
-		}
-	}
-	nodes, err := f.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "fleet=" + f.ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.configs = map[string]*rest.Config{}
-	for _, n := range nodes.Items {
-		yes := true // the DaemonSet's pod, as the drain sees it (and leaves alone)
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + n.Name, Namespace: f.ns, OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: "apps/v1", Kind: "DaemonSet", Name: manifest.AgentName, UID: "0d1e7c5e-0000-4000-8000-0000000000da", Controller: &yes}}},
-			Spec: corev1.PodSpec{ServiceAccountName: manifest.AgentName, NodeName: n.Name, Containers: []corev1.Container{{Name: "agent", Image: mo.Image}}}}
-		if _, err := f.kube.CoreV1().Pods(f.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := testenv.PodToken(ctx, env.Config, f.ns, pod.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.configs[n.Name] = cfg
-	}
-	if len(nodes.Items) > 0 {
-		policiesInForce(t, f.configs[nodes.Items[0].Name], f.ns, nodes.Items[0].Name)
-	}
-	// The controller's pod, on no fleet node (a drain would evict it).
-	ctrl := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: manifest.ControllerName, Namespace: f.ns},
-		Spec: corev1.PodSpec{ServiceAccountName: manifest.ControllerName, Containers: []corev1.Container{{Name: "controller", Image: mo.Image}}}}
-	if _, err := f.kube.CoreV1().Pods(f.ns).Create(ctx, ctrl, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := testenv.PodToken(ctx, env.Config, f.ns, ctrl.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.controllerAs(cfg)
-}
-
-// policiesInForce waits until the API server enforces the admission
-// policies just created: it loads them a moment after their creation
-// (longer on a loaded machine), and a call admitted before that would pass
-// for one the shipped manifest allows. The probe is a Job of a shape the
-// Job policy refuses (another image, no command), created as an agent in
-// dry run.
-func policiesInForce(t *testing.T, agent *rest.Config, ns, node string) {
-	t.Helper()
-	cs := kubernetes.NewForConfigOrDie(agent)
-	probe := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "policy-probe", Namespace: ns},
-		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "probe", Image: "registry.invalid/not-slipway"}}}}}}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		_, err := cs.BatchV1().Jobs(ns).Create(context.Background(), probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the Job admission policy is not enforced a minute after its creation (probe: %v)", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// create creates one of the manifest's access objects (the namespace exists);
-// cluster-scoped ones are removed at the test's end.
-func (f *fleet) create(ctx context.Context, obj any) error {
-	c, o := f.kube, metav1.CreateOptions{}
-	var err error
-	var cleanup func() error
-	bg := context.Background()
-	switch v := obj.(type) {
-	case *corev1.Namespace:
-		return nil
-	case *corev1.ServiceAccount:
-		_, err = c.CoreV1().ServiceAccounts(v.Namespace).Create(ctx, v, o)
-	case *rbacv1.Role:
-		_, err = c.RbacV1().Roles(v.Namespace).Create(ctx, v, o)
-	case *rbacv1.RoleBinding:
-		_, err = c.RbacV1().RoleBindings(v.Namespace).Create(ctx, v, o)
-	case *rbacv1.ClusterRole:
-		_, err = c.RbacV1().ClusterRoles().Create(ctx, v, o)
-		cleanup = func() error { return c.RbacV1().ClusterRoles().Delete(bg, v.Name, metav1.DeleteOptions{}) }
-	case *rbacv1.ClusterRoleBinding:
-		_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, v, o)
-		cleanup = func() error { return c.RbacV1().ClusterRoleBindings().Delete(bg, v.Name, metav1.DeleteOptions{}) }
-	case *admissionv1.ValidatingAdmissionPolicy:
-		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, v, o)
-		cleanup = func() error {
-			return c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(bg, v.Name, metav1.DeleteOptions{})
-		}
-	case *admissionv1.ValidatingAdmissionPolicyBinding:
-		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, v, o)
-		cleanup = func() error {
-			return c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(bg, v.Name, metav1.DeleteOptions{})
-		}
-	default:
-		return fmt.Errorf("no client for %T", obj)
-	}
-	if err == nil && cleanup != nil {
-		f.t.Cleanup(func() { _ = cleanup() })
-	}
-	return err
-}
 
 // TestRefusedJobIsReported: a channel whose token Secret the manifest does
 // not allow gets its Jobs refused by the API server (the Job policy), and
@@ -146,11 +15,11 @@ func (f *fleet) create(ctx context.Context, obj any) error {
 func TestRefusedJobIsReported(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
-	f.asServiceAccount(manifest.Options{})
-	f.start(f.ns + "-n0")
-	f.channel(v1.UpdateChannelSpec{URL: "github-releases://o/r", Version: "v2", RebootDelay: zeroDelay(), NodeSelector: selectFleet(f),
+	f.AsServiceAccount(manifest.Options{})
+	f.Start(f.NS + "-n0")
+	f.Channel(v1.UpdateChannelSpec{URL: "github-releases://o/r", Version: "v2", RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector(),
 		TokenSecretRef: &v1.SecretKeyRef{Name: "not-allowed"}})
-	if f.events("JobRefused", 1) < 1 {
+	if f.Events("JobRefused", 1) < 1 {
 		t.Error("no JobRefused Event for a Job the admission policy refused")
 	}
 }

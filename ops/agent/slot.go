@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
 )
 
 // The node agent's writes about its own slot: reports on its own Node
@@ -51,4 +53,19 @@ func (a *Agent) forgetSlot(uid types.UID) {
 	}
 	delete(a.wrote, uid)
 	a.rebooting, a.wroteRebootFrom, a.drained, a.swappedAt = false, "", "", time.Time{}
+}
+
+// errSlotGone: the slot this agent works on was freed or replaced meanwhile.
+var errSlotGone = errors.New("the slot is no longer held")
+
+// mySlot returns this agent's slot in ch and errSlotGone when it holds none
+// or holds another slot than want (plan.SameSlot; want.Attempt 0 accepts any).
+func (a *Agent) mySlot(ch *v1.UpdateChannel, want v1.Slot) (*v1.Slot, error) {
+	for i := range ch.Status.Updating {
+		s := &ch.Status.Updating[i]
+		if s.Node == a.opts.NodeName && (want.Attempt == 0 || plan.SameSlot(*s, want)) {
+			return s, nil
+		}
+	}
+	return nil, errSlotGone
 }

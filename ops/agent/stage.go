@@ -12,8 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade"
 )
 
@@ -25,16 +26,6 @@ import (
 // then only activates it (`--phase activate`). A release staged that is
 // no longer the target is removed by a pruning Job (`ops prune`).
 // plan.NextStage decides; one short function per step.
-
-// Job actions (AnnotationJobAction) of the staging and pruning Jobs.
-const (
-	jobActionStage = "stage"
-	jobActionPrune = "prune"
-)
-
-// AnnotationJobPermitSince ties a staging Job to its permit (the permit's
-// since, RFC 3339): a Job of an earlier permit says nothing about this one.
-const AnnotationJobPermitSince = "ops.slipway.dev/permit-since"
 
 // syncStage carries out the next staging step for channel ch, which this
 // node follows; inSlot says the slot's upgrade owns the system directory.
@@ -50,8 +41,8 @@ func (a *Agent) syncStage(ctx context.Context, ch *v1.UpdateChannel, s plan.Sett
 	}
 	permit := a.permitOf(ch)
 	o := plan.StageObserved{Target: plan.Target(s, ch.Status), Running: running.Rootfs, OnDisk: onDisk, Permit: permit != nil,
-		Busy: a.jobsBusy(), InSlot: inSlot, Published: node.Annotations[AnnotationPrestagedVersion],
-		PublishedFailed: node.Annotations[AnnotationPrestageFailedVersion]}
+		Busy: a.jobsBusy(), InSlot: inSlot, Published: node.Annotations[protocol.AnnotationPrestagedVersion],
+		PublishedFailed: node.Annotations[protocol.AnnotationPrestageFailedVersion]}
 	if permit != nil {
 		o.Failures = a.stageFailures(*permit)
 	}
@@ -76,7 +67,7 @@ func (a *Agent) followsChannel(ch *v1.UpdateChannel, s plan.Settings, node *core
 	if !s.Selector.Matches(labels.Set(node.Labels)) {
 		return false
 	}
-	mine, _ := plan.Split(a.channelRef(ch, s), a.channelRefs(), []plan.Node{{Name: node.Name, Labels: node.Labels}})
+	mine, _ := plan.Split(plan.Ref(ch, s), a.channelRefs(), []plan.Node{{Name: node.Name, Labels: node.Labels}})
 	return len(mine) == 1
 }
 
@@ -113,7 +104,7 @@ func (a *Agent) stepStageCreate(ctx context.Context, ch *v1.UpdateChannel, s pla
 // than the target; the Job informer calls again when it ends.
 func (a *Agent) stepStagePrune(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, o plan.StageObserved) error {
 	stale := plan.StaleStages(o.OnDisk, o.Target)
-	name := DNSLabel(fmt.Sprintf("prune-%s-%s", a.opts.NodeName, shortHash(fmt.Sprint(stale, o.Target, a.knownBootID(), time.Now().Unix()/60))[:8]))
+	name := protocol.DNSLabel(fmt.Sprintf("prune-%s-%s", a.opts.NodeName, protocol.ShortHash(fmt.Sprint(stale, o.Target, a.knownBootID(), time.Now().Unix()/60))[:8]))
 	if a.job(name) != nil {
 		return nil // made this minute already
 	}
@@ -133,7 +124,7 @@ func (a *Agent) stepStagePrune(ctx context.Context, ch *v1.UpdateChannel, s plan
 // Node; when that ends staging, the permit goes back in the same write.
 func (a *Agent) stepStagePublish(ctx context.Context, ch *v1.UpdateChannel, o plan.StageObserved) error {
 	staged, failed := plan.StageReport(o)
-	published := map[string]any{AnnotationPrestagedVersion: nilIfEmpty(staged), AnnotationPrestageFailedVersion: nilIfEmpty(failed)}
+	published := map[string]any{protocol.AnnotationPrestagedVersion: nilIfEmpty(staged), protocol.AnnotationPrestageFailedVersion: nilIfEmpty(failed)}
 	if plan.PublishEndsStaging(o) {
 		return a.releasePermitWith(ctx, ch, published)
 	}
@@ -158,7 +149,7 @@ func (a *Agent) releasePermitWith(ctx context.Context, ch *v1.UpdateChannel, ext
 		return a.patchNode(ctx, nil, extra)
 	}
 	since := ch.Status.Staging[i].Since
-	return a.reportWith(ctx, ch, func(r *plan.Report) { r.PermitDone = &since }, nil, extra)
+	return a.reportWith(ctx, ch, func(r *protocol.Report) { r.PermitDone = &since }, nil, extra)
 }
 
 // createdLag bounds how long a Job this process created counts as running
@@ -205,7 +196,7 @@ func (a *Agent) jobsBusy() bool {
 		return true
 	}
 	for _, o := range a.jobs.List() {
-		if j, ok := o.(*batchv1.Job); ok && j.Annotations[AnnotationJobNode] == a.opts.NodeName && !a.jobDone(j) {
+		if j, ok := o.(*batchv1.Job); ok && j.Annotations[protocol.AnnotationJobNode] == a.opts.NodeName && !a.jobDone(j) {
 			return true
 		}
 	}
@@ -220,7 +211,7 @@ func (a *Agent) stagingBusy() bool {
 	}
 	for _, o := range a.jobs.List() {
 		j, ok := o.(*batchv1.Job)
-		if ok && j.Annotations[AnnotationJobNode] == a.opts.NodeName && slices.Contains([]string{jobActionStage, jobActionPrune}, j.Annotations[AnnotationJobAction]) && !a.jobDone(j) {
+		if ok && j.Annotations[protocol.AnnotationJobNode] == a.opts.NodeName && slices.Contains([]string{protocol.JobActionStage, protocol.JobActionPrune}, j.Annotations[protocol.AnnotationJobAction]) && !a.jobDone(j) {
 			return true
 		}
 	}
@@ -228,7 +219,7 @@ func (a *Agent) stagingBusy() bool {
 }
 
 func (a *Agent) jobDone(j *batchv1.Job) bool {
-	done, _, _, _ := jobOutcome(j)
+	done, _, _, _ := protocol.JobOutcome(j)
 	return done || a.podSucceeded(j)
 }
 
@@ -237,11 +228,11 @@ func (a *Agent) stageFailures(p v1.StagePermit) int {
 	n := 0
 	for _, o := range a.jobs.List() {
 		j, ok := o.(*batchv1.Job)
-		if !ok || j.Annotations[AnnotationJobAction] != jobActionStage || j.Annotations[AnnotationJobNode] != a.opts.NodeName ||
-			j.Annotations[AnnotationJobPermitSince] != permitSince(p) || j.Annotations[AnnotationJobVersion] != p.Version {
+		if !ok || j.Annotations[protocol.AnnotationJobAction] != protocol.JobActionStage || j.Annotations[protocol.AnnotationJobNode] != a.opts.NodeName ||
+			j.Annotations[protocol.AnnotationJobPermitSince] != permitSince(p) || j.Annotations[protocol.AnnotationJobVersion] != p.Version {
 			continue
 		}
-		if _, failed, _, _ := jobOutcome(j); failed {
+		if _, failed, _, _ := protocol.JobOutcome(j); failed {
 			n++
 		}
 	}

@@ -7,8 +7,9 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade"
 )
 
@@ -18,8 +19,8 @@ import (
 // StageJobName names the staging Job of permit p, try attempt: node,
 // version, a short hash of the channel's UID and the permit's time, attempt.
 func StageJobName(channelUID string, p v1.StagePermit, attempt int) string {
-	permit := shortHash(channelUID + "/" + permitSince(p))[:6]
-	return DNSLabel(fmt.Sprintf("stage-%s-%s-%s-%d", p.Node, p.Version, permit, attempt))
+	permit := protocol.ShortHash(channelUID + "/" + permitSince(p))[:6]
+	return protocol.DNSLabel(fmt.Sprintf("stage-%s-%s-%s-%d", p.Node, p.Version, permit, attempt))
 }
 
 // The upgrade Job's phases (`slipway ops upgrade --phase`): a staging Job
@@ -34,8 +35,8 @@ const (
 func (a *Agent) buildStageJob(ch *v1.UpdateChannel, s plan.Settings, p v1.StagePermit, attempt int) *batchv1.Job {
 	j := a.buildJob(ch, s, v1.Slot{Node: a.opts.NodeName, Version: p.Version, Attempt: attempt, Since: p.Since})
 	j.Name = StageJobName(string(ch.UID), p, attempt)
-	setJobAnnotations(j, map[string]string{AnnotationJobAction: jobActionStage, AnnotationJobPermitSince: permitSince(p),
-		AnnotationJobAttempt: strconv.Itoa(attempt)})
+	setJobAnnotations(j, map[string]string{protocol.AnnotationJobAction: protocol.JobActionStage, protocol.AnnotationJobPermitSince: permitSince(p),
+		protocol.AnnotationJobAttempt: strconv.Itoa(attempt)})
 	c := &j.Spec.Template.Spec.Containers[0]
 	c.Name, c.Args = "stage", append(c.Args, phaseFlag, phaseStage)
 	return j
@@ -47,7 +48,7 @@ func (a *Agent) buildPruneJob(ch *v1.UpdateChannel, s plan.Settings, name, keep 
 	s.UpgradeTimeout = rollbackTimeout
 	j := a.buildJob(ch, s, v1.Slot{Node: a.opts.NodeName, Version: keep})
 	j.Name = name
-	setJobAnnotations(j, map[string]string{AnnotationJobAction: jobActionPrune})
+	setJobAnnotations(j, map[string]string{protocol.AnnotationJobAction: protocol.JobActionPrune})
 	c := &j.Spec.Template.Spec.Containers[0]
 	c.Name, c.Args = "prune", pruneArgs(c.Args, keep)
 	return j
@@ -58,7 +59,7 @@ func (a *Agent) buildPruneJob(ch *v1.UpdateChannel, s plan.Settings, name, keep 
 func pruneArgs(upgradeArgs []string, keep string) []string {
 	args := []string{"ops", "prune"}
 	for _, flag := range []string{"--system-dir", "--lock-file"} {
-		if v := argAfterFlag(upgradeArgs, flag); v != "" {
+		if v := protocol.ArgAfterFlag(upgradeArgs, flag); v != "" {
 			args = append(args, flag, v)
 		}
 	}

@@ -9,9 +9,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
-	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // The steps plan.Next chooses, one short function each.
@@ -26,7 +26,7 @@ func (a *Agent) stepAlreadyThere(ctx context.Context, sc *stepCtx) error {
 // stepCreateJob creates the slot's upgrade Job (Event Upgrading) and marks
 // the slot Upgrading with its name unless the fleet view did already.
 func (a *Agent) stepCreateJob(ctx context.Context, sc *stepCtx) error {
-	name := SlotJobName(sc.ch.UID, sc.slot)
+	name := protocol.SlotJobName(sc.ch.UID, sc.slot)
 	j := a.buildJob(sc.ch, sc.s, sc.slot)
 	if a.activateOnly(sc.slot) { // staged ahead: the slot only swaps
 		c := &j.Spec.Template.Spec.Containers[0]
@@ -76,13 +76,13 @@ func (a *Agent) stepDrain(ctx context.Context, sc *stepCtx) (again bool, err err
 	if running := a.readableVersions(); running != nil {
 		labels, extra = a.versionMeta(*running) // what runs and what the reboot starts, as a publish would write them
 	}
-	extra[AnnotationRebootFrom] = boot
+	extra[protocol.AnnotationRebootFrom] = boot
 	phase, how := plan.PhaseDraining, "drained by the controller"
 	if !sc.s.Drain.Enabled {
 		phase, how = plan.PhaseRebooting, "drain disabled"
 	}
 	if sc.slot.Job == "" {
-		sc.slot.Job = SlotJobName(sc.ch.UID, sc.slot)
+		sc.slot.Job = protocol.SlotJobName(sc.ch.UID, sc.slot)
 	}
 	if err := a.reportSlotWith(ctx, sc.ch, sc.slot, phase, sc.slot.Job, labels, extra); err != nil {
 		return false, err
@@ -91,10 +91,6 @@ func (a *Agent) stepDrain(ctx context.Context, sc *stepCtx) (again bool, err err
 	a.noteRebootFrom(boot, how)
 	return phase == plan.PhaseRebooting, nil
 }
-
-// slowStep is how long a step may take before its phase is written to the
-// slot: a node Ready quickly after its reboot writes no WaitingReady.
-const slowStep = 2 * time.Second
 
 // stepReboot requests the reboot: right after this process drained (with
 // the Rebooting Event), or after a restart on the same boot or a stalled
@@ -115,13 +111,13 @@ func (a *Agent) stepReboot(ctx context.Context, sc *stepCtx) error {
 }
 
 // stepWaitReady waits for a node back at the target to turn Ready: a node
-// Ready within slowStep costs no status write, a slower one shows
+// Ready within plan.SlowStep costs no status write, a slower one shows
 // WaitingReady.
 func (a *Agent) stepWaitReady(ctx context.Context, sc *stepCtx) (time.Duration, error) {
 	if sc.slot.Phase == plan.PhaseWaitingReady {
 		return 0, nil // the node informer calls again when it turns Ready
 	}
-	if wait := slowStep - time.Since(a.firstSeen(&a.notReadyAt)); wait > 0 {
+	if wait := plan.SlowStep - time.Since(a.firstSeen(&a.notReadyAt)); wait > 0 {
 		return wait, nil
 	}
 	_, err := a.setPhase(ctx, sc.ch, sc.slot, plan.PhaseWaitingReady, sc.slot.Job)
@@ -138,10 +134,4 @@ func (a *Agent) firstSeen(at *time.Time) time.Time {
 		*at = time.Now()
 	}
 	return *at
-}
-
-// drainOptions is the channel's drain policy as ops/drain takes it.
-func drainOptions(d plan.Drain) drain.Options {
-	return drain.Options{Timeout: d.Timeout, GracePeriodSeconds: d.GracePeriodSeconds, DeleteEmptyDirData: d.DeleteEmptyDirData,
-		IgnoreDaemonSets: d.IgnoreDaemonSets, Force: d.Force, PodSelector: d.PodSelector}
 }

@@ -19,6 +19,7 @@ import (
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
 	"slipway.dev/slipway/ops/manifest"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/ops/testenv"
 )
 
@@ -178,7 +179,7 @@ func TestAgentWritesOnlyItsOwnHeartbeat(t *testing.T) {
 		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](180)}}
 	}
-	bLease := agent.AgentLeaseName("node-b")
+	bLease := protocol.AgentLeaseName("node-b")
 	if _, err := admin.CoordinationV1().Leases(ns).Create(ctx, lease(bLease, "node-b"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +189,7 @@ func TestAgentWritesOnlyItsOwnHeartbeat(t *testing.T) {
 		_, err := leases.Create(ctx, lease("probe", "node-a"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	})
-	own, err := leases.Create(ctx, lease(agent.AgentLeaseName("node-a"), "node-a"), metav1.CreateOptions{})
+	own, err := leases.Create(ctx, lease(protocol.AgentLeaseName("node-a"), "node-a"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("the agent cannot create its own heartbeat: %v", err)
 	}
@@ -203,9 +204,9 @@ func TestAgentWritesOnlyItsOwnHeartbeat(t *testing.T) {
 	other.Spec.RenewTime = ptr.To(metav1.NowMicro())
 	for name, err := range map[string]error{
 		"fake another node's heartbeat": second(leases.Update(ctx, other, metav1.UpdateOptions{})),
-		"create another node's heartbeat": second(leases.Create(ctx, lease(agent.AgentLeaseName("node-c"), "node-c"),
+		"create another node's heartbeat": second(leases.Create(ctx, lease(protocol.AgentLeaseName("node-c"), "node-c"),
 			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})),
-		"hold its own heartbeat for another node": second(leases.Create(ctx, lease(agent.AgentLeaseName("node-a")+"x", "node-b"),
+		"hold its own heartbeat for another node": second(leases.Create(ctx, lease(protocol.AgentLeaseName("node-a")+"x", "node-b"),
 			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})),
 		"write a Lease that is not slipway's": second(leases.Create(ctx, lease("kube-scheduler", "node-a"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})),
 	} {

@@ -14,10 +14,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"slipway.dev/slipway/ops/agent"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
 	"slipway.dev/slipway/ops/manifest"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // The controller split: the fleet's decisions (the election, the token
@@ -105,9 +105,9 @@ func TestAgentTakesNoElectionLease(t *testing.T) {
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	const msg = "own node's heartbeat Lease"
 	waitPolicy(t, msg, func() error {
-		return second(asAgent.CoordinationV1().Leases(ns).Create(ctx, lease(agent.ControllerLease, "node-a"), dry))
+		return second(asAgent.CoordinationV1().Leases(ns).Create(ctx, lease(protocol.ControllerLease, "node-a"), dry))
 	})
-	held, err := asController.CoordinationV1().Leases(ns).Create(ctx, lease(agent.ControllerLease, "controller-0"), metav1.CreateOptions{})
+	held, err := asController.CoordinationV1().Leases(ns).Create(ctx, lease(protocol.ControllerLease, "controller-0"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("the controller cannot take its Lease: %v", err)
 	}
@@ -118,7 +118,7 @@ func TestAgentTakesNoElectionLease(t *testing.T) {
 	takeover := held.DeepCopy()
 	takeover.Spec.HolderIdentity = ptr.To("node-a")
 	for name, err := range map[string]error{
-		"create the controller's Lease":    second(asAgent.CoordinationV1().Leases(ns).Create(ctx, lease(agent.ControllerLease+"-x", "node-a"), dry)),
+		"create the controller's Lease":    second(asAgent.CoordinationV1().Leases(ns).Create(ctx, lease(protocol.ControllerLease+"-x", "node-a"), dry)),
 		"take the controller's Lease over": second(asAgent.CoordinationV1().Leases(ns).Update(ctx, takeover, metav1.UpdateOptions{})),
 		"create a channel's Lease":         second(asAgent.CoordinationV1().Leases(ns).Create(ctx, lease("slipway-upchan-default", "node-a"), dry)),
 	} {
@@ -128,7 +128,7 @@ func TestAgentTakesNoElectionLease(t *testing.T) {
 	}
 	const ctrlMsg = "its own election Lease"
 	for name, err := range map[string]error{
-		"write node-a's heartbeat": second(asController.CoordinationV1().Leases(ns).Create(ctx, lease(agent.AgentLeaseName("node-a"), "node-a"), dry)),
+		"write node-a's heartbeat": second(asController.CoordinationV1().Leases(ns).Create(ctx, lease(protocol.AgentLeaseName("node-a"), "node-a"), dry)),
 		"write another Lease":      second(asController.CoordinationV1().Leases(ns).Create(ctx, lease("kube-scheduler", "controller-0"), dry)),
 	} {
 		if why := refused(err, ctrlMsg); why != "" {
@@ -189,7 +189,7 @@ func TestAgentWritesNoChannelStatus(t *testing.T) {
 		t.Fatalf("the controller cannot write the channel's status: %v", err)
 	}
 	report := func(node string) error {
-		patch := `{"metadata":{"annotations":{"` + agent.AnnotationSlotReport + `":"{}"}}}`
+		patch := `{"metadata":{"annotations":{"` + protocol.AnnotationSlotReport + `":"{}"}}}`
 		_, err := asAgent.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		return err
 	}

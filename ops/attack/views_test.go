@@ -8,10 +8,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"slipway.dev/slipway/ops/agent"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
 	"slipway.dev/slipway/ops/manifest"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // The nodes' instructions: the controller writes on each Node what that
@@ -57,7 +57,7 @@ func TestAgentReadsNoChannel(t *testing.T) {
 		}
 	}
 	view := func(node string) error {
-		patch := `{"metadata":{"annotations":{"` + agent.AnnotationChannelViewPrefix + string(ch.UID) + `":"{\"name\":\"x\"}"}}}`
+		patch := `{"metadata":{"annotations":{"` + protocol.AnnotationChannelViewPrefix + string(ch.UID) + `":"{\"name\":\"x\"}"}}}`
 		_, err := asAgent.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		return err
 	}
@@ -90,7 +90,7 @@ func TestControllerWritesOnlyViewsAndCordons(t *testing.T) {
 	}
 	for name, p := range map[string]string{
 		"label a Node":             `{"metadata":{"labels":{"ops.slipway.dev/rootfs-version":"v9"}}}`,
-		"forge a node's report":    `{"metadata":{"annotations":{"` + agent.AnnotationSlotReport + `":"{\"forged\":{}}"}}}`,
+		"forge a node's report":    `{"metadata":{"annotations":{"` + protocol.AnnotationSlotReport + `":"{\"forged\":{}}"}}}`,
 		"write another annotation": `{"metadata":{"annotations":{"example.com/x":"y"}}}`,
 		"taint a Node":             `{"spec":{"taints":[{"key":"x","effect":"NoSchedule"}]}}`,
 		"write a node's versions":  `{"metadata":{"annotations":{"ops.slipway.dev/rootfs-version":"v0"}}}`,

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"slipway.dev/slipway/ops/agent"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/ops/testenv"
 )
 
@@ -30,7 +30,7 @@ const (
 func writerOf(ev testenv.AuditEvent) string {
 	ua := ev.UserAgent
 	switch {
-	case strings.HasPrefix(ua, "slipway-agent/") && ev.Resource == "leases" && strings.HasPrefix(ev.Name, agent.AgentLeasePrefix):
+	case strings.HasPrefix(ua, "slipway-agent/") && ev.Resource == "leases" && strings.HasPrefix(ev.Name, protocol.AgentLeasePrefix):
 		return writerHeartbeat
 	case strings.HasPrefix(ua, "slipway-agent/"), strings.HasPrefix(ua, "slipway-controller/"):
 		return writerSlipway

@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"slipway.dev/slipway/ops/agent"
 	"slipway.dev/slipway/ops/agentmem"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/ops/testenv"
 )
 
@@ -184,7 +184,7 @@ func benchChannel(b *testing.B, c clients, name string, spec v1.UpdateChannelSpe
 		}
 		with := 0
 		for _, n := range list.Items {
-			if _, ok := n.Annotations[agent.AnnotationChannelViewPrefix+string(uid)]; ok {
+			if _, ok := n.Annotations[protocol.AnnotationChannelViewPrefix+string(uid)]; ok {
 				with++
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // agentRSS returns the resident memory (KiB) of every running agent
@@ -120,12 +121,6 @@ func ourAgent(args []string) (node string, ok bool) {
 	if len(args) < 3 || filepath.Base(args[0]) != "slipway" || args[1] != "ops" || args[2] != "agent" {
 		return "", false
 	}
-	flag := func(name string) string {
-		if i := slices.Index(args, name); i > 0 && i+1 < len(args) {
-			return args[i+1]
-		}
-		return ""
-	}
-	node = flag("--node-name")
-	return node, node != "" && strings.HasPrefix(flag("--kubeconfig"), env.NodesRoot+string(filepath.Separator))
+	node = protocol.ArgAfterFlag(args[1:], "--node-name") // the agent's flags read as its Jobs' are
+	return node, node != "" && strings.HasPrefix(protocol.ArgAfterFlag(args[1:], "--kubeconfig"), env.NodesRoot+string(filepath.Separator))
 }

@@ -19,9 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"slipway.dev/slipway/ops/agent"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/upgrade/layout"
 	"slipway.dev/slipway/upgrade/releasetest"
@@ -211,7 +211,6 @@ func TestRollout(t *testing.T) {
 		return ch.Status.Counts.Nodes == nodes && ch.Status.Counts.UpToDate == nodes, nil
 	})
 	o := observe(ctx, t, c)
-	prog := showProgress(ctx, c)
 	start := time.Now()
 	patchChannel(t, c, `{"spec":{"version":"latest"}}`)
 	waitUntil(t, 10*time.Minute, "every node at v2", func() (bool, error) {
@@ -221,7 +220,6 @@ func TestRollout(t *testing.T) {
 			complete != nil && complete.Status == metav1.ConditionTrue && strings.HasSuffix(complete.Message, "run v2"), nil
 	})
 	t.Logf("rollout of %d nodes at concurrency %d took %s", nodes, concurrency, time.Since(start).Round(time.Second))
-	prog.summary(append([]string(nil), env.Nodes...), func(n string) string { return current(t, n) })
 	for _, n := range env.Nodes {
 		if v := current(t, n); v != "v2" {
 			t.Errorf("node %s: current -> %s, want v2", n, v)
@@ -233,8 +231,8 @@ func TestRollout(t *testing.T) {
 		if node.Spec.Unschedulable {
 			t.Errorf("node %s left cordoned", n)
 		}
-		if got := node.Labels[agent.LabelRootfsVersion]; got != "v2" {
-			t.Errorf("node %s: label %s=%q, want v2", n, agent.LabelRootfsVersion, got)
+		if got := node.Labels[protocol.LabelRootfsVersion]; got != "v2" {
+			t.Errorf("node %s: label %s=%q, want v2", n, protocol.LabelRootfsVersion, got)
 		}
 	}
 	assertActsOnPodSuccess(t)

@@ -9,9 +9,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // sampler reads the channel and the nodes every half second and records
@@ -55,7 +55,7 @@ func (s *sampler) take(ctx context.Context, c clients) error {
 	}
 	var cordoned []string
 	for _, n := range nl.Items {
-		if drain.CordonedBy(n.Annotations) == agent.CordonOwner {
+		if drain.CordonedBy(n.Annotations) == protocol.CordonOwner {
 			cordoned = append(cordoned, n.Name)
 		}
 	}

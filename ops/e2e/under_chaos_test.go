@@ -21,10 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"slipway.dev/slipway/ops/agent"
-	"slipway.dev/slipway/ops/agent/plan"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/upgrade/releasetest"
 )
@@ -335,7 +335,7 @@ func checkOutcome(t *testing.T, c clients, s *sampler, since time.Time, boots ma
 		if env.Supervisor.Boots(name) != boots[name] {
 			runs = current(t, name)
 		}
-		if got := n.Labels[agent.LabelRootfsVersion]; got != runs {
+		if got := n.Labels[protocol.LabelRootfsVersion]; got != runs {
 			t.Errorf("node %s runs %s but is labelled %q; its agent's log ends:\n%s", name, runs, got, logTail(name, 30))
 		}
 		if !failed[name] && runs != chaosVersion && !isCondition(ch, v1.ConditionDegraded) {

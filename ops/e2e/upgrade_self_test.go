@@ -12,9 +12,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"slipway.dev/slipway/ops/agent"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/upgrade/releasetest"
 )
@@ -100,8 +100,8 @@ func TestUpgradeSlipwayMidRollout(t *testing.T) {
 		if n.Spec.Unschedulable || drain.CordonedBy(n.Annotations) != "" {
 			t.Errorf("node %s left cordoned", name)
 		}
-		if v := current(t, name); v != upgradeTarget || n.Labels[agent.LabelRootfsVersion] != upgradeTarget {
-			t.Errorf("node %s: current %s, labelled %q; want %s", name, v, n.Labels[agent.LabelRootfsVersion], upgradeTarget)
+		if v := current(t, name); v != upgradeTarget || n.Labels[protocol.LabelRootfsVersion] != upgradeTarget {
+			t.Errorf("node %s: current %s, labelled %q; want %s", name, v, n.Labels[protocol.LabelRootfsVersion], upgradeTarget)
 		}
 	}
 	checkRebootingEvents(t, c, start, rebootsSince(boots))
@@ -119,7 +119,7 @@ func replaceAgent(t *testing.T, c clients, node string) {
 		return env.Replace(node, 10*time.Second)
 	})
 	waitUntil(t, time.Minute, "the new agent of "+node+" beating", func() (bool, error) {
-		l, err := c.kube.CoordinationV1().Leases(ns).Get(context.Background(), agent.AgentLeaseName(node), metav1.GetOptions{})
+		l, err := c.kube.CoordinationV1().Leases(ns).Get(context.Background(), protocol.AgentLeaseName(node), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}

@@ -23,7 +23,7 @@ import (
 const ControllerName = "slipway-controller"
 
 // ControllerLease is the Lease the controller's replicas compete for
-// (ops/agent's ControllerLease; a test keeps them equal).
+// (ops/protocol's ControllerLease; a test keeps them equal).
 const ControllerLease = "slipway-channel-controller"
 
 // EnvPodName is the controller pod's name (downward API): its Lease identity.
@@ -90,12 +90,12 @@ func controllerLeasePolicy(o Options) admission.UserPolicy {
 }
 
 // ChannelViewPrefix is the annotation prefix of the nodes' channel views,
-// which only the controller writes (ops/agent's AnnotationChannelViewPrefix;
-// a test in ops/agent keeps them equal).
+// which only the controller writes (ops/protocol's AnnotationChannelViewPrefix;
+// a test in ops/controller keeps them equal).
 const ChannelViewPrefix = "channel.ops.slipway.dev/"
 
 // DrainAnnotationPrefix is the prefix of the annotations of slipway's
-// cordon and drain (ops/drain's and ops/agent's drain record).
+// cordon and drain (ops/drain's and ops/protocol's drain record).
 const DrainAnnotationPrefix = "drain.slipway.dev/"
 
 // controllerNodePolicy lets the controller change, on any Node, only the

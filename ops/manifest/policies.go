@@ -17,7 +17,7 @@ import (
 // bound token.
 
 // HeartbeatLeasePrefix names the Lease the agent writes, its heartbeat
-// (ops/agent's AgentLeasePrefix; a test in ops/agent keeps them equal).
+// (ops/protocol's AgentLeasePrefix; a test in ops/protocol keeps them equal).
 const HeartbeatLeasePrefix = "slipway-agent-"
 
 // JobCapabilities are the capabilities an upgrade Job may add (see ops/agent's buildJob).

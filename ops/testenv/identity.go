@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // NodeNameExtra is the user-info extra in which the API server names the
@@ -18,6 +20,45 @@ const NodeNameExtra = "authentication.kubernetes.io/node-name"
 // kubeconfig that acts as Options.NodeIdentity on that node.
 const NodeKubeconfig = "kubeconfig-node"
 
+// ServiceAccount is the identity the API server gives a token of
+// ServiceAccount namespace/name: its user name and groups.
+func ServiceAccount(namespace, name string) *Identity {
+	return &Identity{
+		User:   "system:serviceaccount:" + namespace + ":" + name,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+	}
+}
+
+// ParseServiceAccount reads "NAMESPACE/NAME" as ServiceAccount's identity.
+func ParseServiceAccount(s string) (*Identity, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return nil, fmt.Errorf("service account %q: want NAMESPACE/NAME, e.g. slipway-system/slipway-agent", s)
+	}
+	return ServiceAccount(ns, name), nil
+}
+
+// KubeconfigAs is the admin kubeconfig at path made to impersonate id; with
+// node set, as a token bound to that node (NodeNameExtra) does.
+func KubeconfigAs(path string, id *Identity, node string) (*clientcmdapi.Config, error) {
+	base, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the admin kubeconfig: %w", err)
+	}
+	cfg := base.DeepCopy()
+	ctx, ok := cfg.Contexts[cfg.CurrentContext]
+	if !ok || cfg.AuthInfos[ctx.AuthInfo] == nil {
+		return nil, fmt.Errorf("the admin kubeconfig %s has no current context with a user", path)
+	}
+	auth := cfg.AuthInfos[ctx.AuthInfo]
+	auth.Impersonate, auth.ImpersonateGroups = id.User, id.Groups
+	auth.ImpersonateUserExtra = nil
+	if node != "" {
+		auth.ImpersonateUserExtra = map[string][]string{NodeNameExtra: {node}}
+	}
+	return cfg, nil
+}
+
 // writeNodeKubeconfigs writes, when Options.NodeIdentity is set, one
 // kubeconfig per fake node that impersonates the identity with the node's
 // name in NodeNameExtra.
@@ -26,15 +67,11 @@ func (e *Env) writeNodeKubeconfigs() error {
 	if id == nil {
 		return nil
 	}
-	base, err := clientcmd.LoadFromFile(e.Kubeconfig)
-	if err != nil {
-		return fmt.Errorf("read the admin kubeconfig: %w", err)
-	}
 	for _, node := range e.Nodes {
-		cfg := base.DeepCopy()
-		auth := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
-		auth.Impersonate, auth.ImpersonateGroups = id.User, id.Groups
-		auth.ImpersonateUserExtra = map[string][]string{NodeNameExtra: {node}}
+		cfg, err := KubeconfigAs(e.Kubeconfig, id, node)
+		if err != nil {
+			return err
+		}
 		dir := filepath.Join(e.NodesRoot, node)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("node directory: %w", err)

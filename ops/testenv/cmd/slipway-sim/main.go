@@ -1,7 +1,8 @@
 // Command slipway-sim runs the simulated cluster of ops/testenv in the
 // foreground for scripts/cluster, and asks its supervisor to reboot a node.
 //
-//	slipway-sim up --dir STATE [--nodes N] [--tools DIR] [--exec-path PATH] [--node-command CMD]
+//	slipway-sim up --dir STATE [--nodes N] [--tools DIR] [--exec-path PATH] [--node-command CMD] [--node-identity NS/SA]
+//	slipway-sim kubeconfig --as NS/SA [--node NAME] [--kubeconfig FILE]
 //	slipway-sim reboot --node NAME [--delay 5s] [--socket PATH]
 //	slipway-sim status [--kubeconfig FILE]
 //	slipway-sim take DURATION COMMAND [ARG...]
@@ -11,6 +12,8 @@
 // SIGINT, when it stops everything it started (the state stays for `down`).
 // `reboot` reaches the supervisor through $SLIPWAY_SIM_SOCKET (set for every
 // node command) or --socket, and returns once the reboot is accepted.
+// `kubeconfig` prints a kubeconfig that acts as a ServiceAccount (on a node,
+// with --node), for a component run by hand as its manifest's identity.
 package main
 
 import (
@@ -33,7 +36,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: slipway-sim up|status|reboot|take [flags]: %w", flag.ErrHelp)
+		return fmt.Errorf("usage: slipway-sim up|status|reboot|take|kubeconfig [flags]: %w", flag.ErrHelp)
 	}
 	switch args[0] {
 	case "up":
@@ -44,7 +47,9 @@ func run(ctx context.Context, args []string) error {
 		return reboot(ctx, args[1:])
 	case "take":
 		return take(ctx, args[1:])
+	case "kubeconfig":
+		return kubeconfig(os.Stdout, args[1:])
 	default:
-		return fmt.Errorf("unknown command %q (want up, status, reboot or take): %w", args[0], flag.ErrHelp)
+		return fmt.Errorf("unknown command %q (want up, status, reboot, take or kubeconfig): %w", args[0], flag.ErrHelp)
 	}
 }

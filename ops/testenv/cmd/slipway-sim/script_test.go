@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,9 +38,21 @@ func TestClusterScriptUpDown(t *testing.T) {
 		cmd.Env = append(os.Environ(), "SLIPWAY_CLUSTER_DIR="+state)
 		_ = cmd.Run()
 	})
-	out := run("up", "--nodes", "2")
+	out := run("up", "--nodes", "2", "--node-identity", "slipway-system/slipway-agent")
 	if !strings.Contains(out, "export KUBECONFIG="+filepath.Join(state, "kubeconfig")) {
 		t.Errorf("up did not print the KUBECONFIG export:\n%s", out)
+	}
+	node, err := os.ReadFile(filepath.Join(state, "nodes", "node-2", "kubeconfig-node"))
+	if err != nil {
+		t.Errorf("--node-identity: no node kubeconfig: %v", err)
+	}
+	for _, want := range []string{"as: system:serviceaccount:slipway-system:slipway-agent", "authentication.kubernetes.io/node-name:\n      - node-2"} {
+		if !strings.Contains(string(node), want) {
+			t.Errorf("node-2's kubeconfig lacks %q:\n%s", want, node)
+		}
+	}
+	if out := run("kubeconfig", "--as", "slipway-system/slipway-controller"); !strings.Contains(out, "as: system:serviceaccount:slipway-system:slipway-controller") {
+		t.Errorf("kubeconfig --as printed:\n%s", out)
 	}
 	pids := readPids(t, filepath.Join(state, "pids"))
 	if len(pids) != 6 {
@@ -56,6 +69,13 @@ func TestClusterScriptUpDown(t *testing.T) {
 	}
 	if _, err := os.Stat(state); !os.IsNotExist(err) {
 		t.Errorf("state %s left behind (%v)", state, err)
+	}
+}
+
+func TestUpRefusesABadNodeIdentity(t *testing.T) {
+	err := up(context.Background(), []string{"--dir", t.TempDir(), "--node-identity", "slipway-agent"})
+	if err == nil || !strings.Contains(err.Error(), "NAMESPACE/NAME") {
+		t.Errorf("up --node-identity slipway-agent: %v, want an error naming the NAMESPACE/NAME form", err)
 	}
 }
 

@@ -25,12 +25,20 @@ func up(ctx context.Context, args []string) error {
 	tools := fs.String("tools", os.Getenv(testenv.EnvToolsDir), "directory of the control-plane binaries (default $SLIPWAY_TOOLS_DIR)")
 	execPath := fs.String("exec-path", os.Getenv("PATH"), "PATH-style list where executed pods' commands are looked up")
 	nodeCmd := fs.String("node-command", "", "shell command started once per fake node (run by sh -c)")
+	nodeSA := fs.String("node-identity", "", "NAMESPACE/SERVICEACCOUNT: each node command gets $SLIPWAY_NODE_DIR/kubeconfig-node acting as it, bound to its node (a DaemonSet pod's token)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long the start may take")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *dir == "" {
 		return fmt.Errorf("up: --dir is required")
+	}
+	var nodeID *testenv.Identity
+	if *nodeSA != "" {
+		var err error
+		if nodeID, err = testenv.ParseServiceAccount(*nodeSA); err != nil {
+			return fmt.Errorf("up: --node-identity: %w", err)
+		}
 	}
 	objs, err := crds.Objects()
 	if err != nil {
@@ -52,7 +60,7 @@ func up(ctx context.Context, args []string) error {
 	}
 	env, err := testenv.Start(ctx, testenv.Options{
 		Cluster: true, Nodes: *nodes, CRDs: objs, ToolsDir: *tools, Dir: *dir, Timeout: *timeout,
-		ExecPath: *execPath, NodeCommand: command, Progress: os.Stdout,
+		ExecPath: *execPath, NodeCommand: command, NodeIdentity: nodeID, Progress: os.Stdout,
 		Logger: slog.New(slog.NewTextHandler(logf, nil)),
 	})
 	if err != nil {

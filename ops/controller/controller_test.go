@@ -1,0 +1,58 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/fleettest"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
+)
+
+// TestControllerHandover: the controller stops mid-rollout (after the
+// node in its slot was shown the slot on its Node; drain disabled, which
+// would need the controller); that node finishes and reports its success on its own Node, and the slot
+// stays in the channel's status (no agent writes it); a controller started
+// again folds the report in from what the API holds and finishes the
+// rollout.
+func TestControllerHandover(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 3, nil)
+	for i := range 3 {
+		f.Start(fmt.Sprintf("%s-n%d", f.NS, i))
+	}
+	off := false // the drain is the controller's: without one the node goes on alone
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector(),
+		Drain: &v1.DrainSpec{Enabled: &off}})
+	ch := f.WaitFor("a slot granted", time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 1 })
+	slot := ch.Status.Updating[0]
+	f.WaitNode(t, slot.Node, "its slot shown on its Node (its channel view)", func(n *corev1.Node) bool {
+		v, err := protocol.ParseView(n.Annotations[protocol.ViewKey(ch.UID)])
+		return err == nil && v.Slot != nil && plan.SameSlot(*v.Slot, slot)
+	})
+	f.StopController()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		n, err := f.Kube.CoreV1().Nodes().Get(context.Background(), slot.Node, metav1.GetOptions{})
+		if err == nil && strings.Contains(n.Annotations[protocol.AnnotationSlotReport], `"outcome":"`+protocol.OutcomeSucceeded+`"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s did not report its success on its Node without the controller", slot.Node)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ch := f.Get(); plan.FindSlot(ch.Status, slot.Node) < 0 {
+		t.Fatalf("the slot of %s left the status with no controller running: %+v", slot.Node, ch.Status.Updating)
+	}
+	f.StartController()
+	f.WaitFor("every node at v2 after the handover", 2*time.Minute, fleettest.Done(3))
+	f.AssertAllAt("v2")
+}

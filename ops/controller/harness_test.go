@@ -1,0 +1,57 @@
+package controller
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"slipway.dev/slipway/ops/agent"
+	"slipway.dev/slipway/ops/crds"
+	"slipway.dev/slipway/ops/internal/fleettest"
+	"slipway.dev/slipway/ops/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RunMain(m, testenv.Options{CRDs: crds.Must()}, &env))
+}
+
+// fleet is the harness of ops/internal/fleettest running this package's
+// controller beside the nodes' agents (ops/agent) as its peers. opts edits
+// the controller's Options, and the agents' settings are taken from them.
+type fleet struct {
+	*fleettest.Fleet
+	opts func(*Options)
+}
+
+func newFleet(t *testing.T, nodes int, edit func(*Options)) *fleet {
+	t.Helper()
+	f := &fleet{opts: edit}
+	f.Fleet = fleettest.New(t, env, nodes, fleettest.Programs{Agent: f.agent, Controller: f.controller})
+	return f
+}
+
+// options are the Options of the controller run as r, edited by opts.
+func (f *fleet) options(r fleettest.ControllerRun) Options {
+	o := Options{Identity: r.Identity, Namespace: r.Namespace, Config: r.Config, Log: r.Log, LeaseDuration: 3 * time.Second, Resync: 5 * time.Second}
+	if f.opts != nil {
+		f.opts(&o)
+	}
+	return o
+}
+
+func (f *fleet) controller(r fleettest.ControllerRun) func(context.Context) error {
+	o := f.options(r)
+	return func(ctx context.Context) error { return Run(ctx, o) }
+}
+
+// agent runs a node's agent with the settings the controller's options share with it.
+func (f *fleet) agent(r fleettest.AgentRun) func(context.Context) error {
+	o := f.options(fleettest.ControllerRun{})
+	ao := agent.Options{NodeName: r.Node, Namespace: r.Namespace, SystemDir: r.SystemDir, Config: r.Config, Image: "slipway:test",
+		BootIDFile: r.BootIDFile, Rebooter: r.Rebooter, Log: r.Log, Retry: o.Retry, Resync: o.Resync, LeaseDuration: o.LeaseDuration,
+		HeartbeatInterval: o.HeartbeatInterval, GitHubToken: o.GitHubToken, GitHubBaseURL: o.GitHubBaseURL}
+	return func(ctx context.Context) error { return agent.Run(ctx, ao) }
+}

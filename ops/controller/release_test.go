@@ -1,0 +1,111 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/fleettest"
+	"slipway.dev/slipway/ops/manifest"
+	"slipway.dev/slipway/ops/protocol"
+)
+
+// fakeGitHub stands in for the GitHub API: it serves release v2 of o/r
+// and counts the requests for it, with the token they carried.
+type fakeGitHub struct {
+	mu       sync.Mutex
+	releases int
+	auth     []string
+}
+
+func (g *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	switch r.URL.Path {
+	case "/repos/o/r/releases/tags/v2":
+		g.releases++
+		g.auth = append(g.auth, r.Header.Get("Authorization"))
+		asset := func(name string) map[string]any {
+			return map[string]any{"name": name, "browser_download_url": "https://github.example/o/r/releases/download/v2/" + name}
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"tag_name": "v2",
+			"assets": []any{asset("k3os-rootfs-amd64.tar.gz"), asset("sha256sum-amd64.txt")}})
+	case "/repos/o/r":
+		_ = json.NewEncoder(w).Encode(map[string]any{"name": "r", "private": false})
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// TestReleaseResolvedOncePerRollout: a github-releases:// channel with a
+// token Secret rolls through three nodes, two at a time, with one request
+// for the release, authenticated with the Secret's token; the Jobs read
+// the resolved download base and get the token from the Secret; the token
+// is in no Job spec, channel or log. The agents run as the manifest's
+// ServiceAccount.
+func TestReleaseResolvedOncePerRollout(t *testing.T) {
+	t.Parallel()
+	api := &fakeGitHub{}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	const token = "s3cr3t-token-for-test"
+	f := newFleet(t, 3, func(o *Options) { o.GitHubBaseURL = srv.URL + "/" })
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gh", Namespace: f.NS}, Data: map[string][]byte{"token": []byte(token)}}
+	if _, err := f.Kube.CoreV1().Secrets(f.NS).Create(context.Background(), sec, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Issue 21 item 6: as the shipped manifest's ServiceAccount, the token
+	// Secret named by the manifest is readable (and no other).
+	f.AsServiceAccount(manifest.Options{TokenSecrets: []string{"gh"}, GitHubDownloadBase: "https://github.example/", ReleaseSources: []string{"github-releases://o/r"}})
+	for i := range 3 {
+		f.Start(fmt.Sprintf("%s-n%d", f.NS, i))
+	}
+	f.Channel(v1.UpdateChannelSpec{URL: "github-releases://o/r", Version: "v2", Concurrency: 2, RebootDelay: fleettest.ZeroDelay(),
+		NodeSelector: f.Selector(), TokenSecretRef: &v1.SecretKeyRef{Name: "gh"}})
+	ch := f.WaitFor("all nodes at v2", 2*time.Minute, fleettest.Done(3))
+	f.AssertAllAt("v2")
+	api.mu.Lock()
+	releases, auth := api.releases, api.auth
+	api.mu.Unlock()
+	if releases != 1 || auth[0] != "Bearer "+token {
+		t.Errorf("release requests %d with %q, want one with the Secret's token", releases, auth)
+	}
+	if r := ch.Status.Resolved; r == nil || r.Version != "v2" || r.Source != "https://github.example/o/r/releases" {
+		t.Errorf("status.resolved = %+v", r)
+	}
+	jobs, err := f.Kube.BatchV1().Jobs(f.NS).List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(jobs.Items) < 3 { // the upgrade Jobs, and the staging Jobs before them
+		t.Fatalf("jobs: %v, %d", err, len(jobs.Items))
+	}
+	for _, j := range jobs.Items {
+		c := j.Spec.Template.Spec.Containers[0]
+		if got := protocol.ArgAfterFlag(c.Args, "--source"); got != "https://github.example/o/r/releases" {
+			t.Errorf("job %s reads %s, not the resolved release", j.Name, got)
+		}
+		if len(c.Env) != 1 || c.Env[0].ValueFrom == nil || c.Env[0].ValueFrom.SecretKeyRef.Name != "gh" {
+			t.Errorf("job %s env %+v, want GITHUB_TOKEN from Secret gh", j.Name, c.Env)
+		}
+		if b, _ := json.Marshal(j); strings.Contains(string(b), token) {
+			t.Errorf("job %s holds the token", j.Name)
+		}
+	}
+	if b, _ := json.Marshal(f.Get()); strings.Contains(string(b), token) {
+		t.Error("the channel holds the token")
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.Root, "agents.log")); strings.Contains(string(b), token) || len(b) == 0 {
+		t.Errorf("the agents' log holds the token (or is empty: %d bytes)", len(b))
+	}
+}

@@ -1,0 +1,162 @@
+// Package process is what the node agent (ops/agent) and the controller
+// (ops/controller) each do as a process around their own work: wait for a
+// supported API server and install the CRDs when asked, build their
+// informers, serve /metrics beside /healthz and /readyz, and pulse their
+// workers' loop. It holds no part of their protocol (ops/protocol) and no
+// decision (ops/plan).
+package process
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"slipway.dev/slipway/ops/health"
+)
+
+// ListWatcher is a typed client's List and Watch.
+type ListWatcher[L runtime.Object] interface {
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// NewInformer is a shared informer of objects like example, listed and
+// watched through api with the options tweak sets and indexed by
+// namespace, as client-go's informer factories build them.
+func NewInformer[L runtime.Object](api ListWatcher[L], example runtime.Object, resync time.Duration, tweak func(*metav1.ListOptions)) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			tweak(&o)
+			return api.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			tweak(&o)
+			return api.Watch(ctx, o)
+		},
+	}
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, api), example, resync,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+}
+
+// ServeMetrics serves registry at /metrics and probe's /healthz and
+// /readyz on addr until ctx ends.
+func ServeMetrics(ctx context.Context, addr string, registry *prometheus.Registry, probe *health.Probe, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	probe.Install(mux)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Error("metrics server stopped", "addr", addr, "err", err)
+	}
+}
+
+// /healthz and /readyz (ops/health), served beside /metrics, for the
+// agent and the controller alike. Healthy: the workers take a pulse from
+// the queue at least every loop allowance (a pulse is queued every
+// PulseEvery, so an idle worker beats too, and a worker wedged in a sync
+// that never returns, while the others are busy or wedged as well, does
+// not). Ready: the informers synced.
+
+// PulseEvery is how often a pulse is queued for the workers: every 10 s,
+// or a quarter of the allowance when that is shorter.
+func PulseEvery(allowance time.Duration) time.Duration { return min(10*time.Second, allowance/4) }
+
+// Pulse registers the workers' loop on probe and calls queue (which queues
+// a pulse for the workers) every PulseEvery(allowance) until ctx ends. A
+// worker that takes the pulse calls the beat returned.
+func Pulse(ctx context.Context, probe *health.Probe, allowance time.Duration, queue func()) (beat func()) {
+	beat = probe.Loop("workers", allowance)
+	go func() {
+		t := time.NewTicker(PulseEvery(allowance))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				queue()
+			}
+		}
+	}()
+	return beat
+}
+
+// ReadyWhen makes probe's readiness wait for informers to sync.
+func ReadyWhen(probe *health.Probe, infs ...cache.SharedIndexInformer) {
+	for _, inf := range infs {
+		probe.ReadyWhen("informers synced", inf.HasSynced)
+	}
+}
+
+// NodeReady reads a Node's Ready condition: whether it is True and since
+// when it is what it is.
+func NodeReady(n *corev1.Node) (bool, time.Time) {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
+		}
+	}
+	return false, n.CreationTimestamp.Time
+}
+
+// Work takes keys from queue until it shuts down: sync does one and says
+// when it wants to run again (0: not unless asked); a sync that failed
+// (while ctx goes on) is told to failed and retried with the queue's
+// backoff. A key never runs twice at once.
+func Work[K comparable](ctx context.Context, queue workqueue.TypedRateLimitingInterface[K], sync func(context.Context, K) (time.Duration, error), failed func(K, error)) {
+	for {
+		k, quit := queue.Get()
+		if quit {
+			return
+		}
+		after, err := sync(ctx, k)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			failed(k, err)
+			queue.AddRateLimited(k)
+		default:
+			queue.Forget(k)
+			if after > 0 {
+				queue.AddAfter(k, after)
+			}
+		}
+		queue.Done(k)
+	}
+}
+
+// Timings sets the durations both programs take to their defaults where
+// they are zero or less: the resync (30s), the Lease's duration (15s), the
+// agents' heartbeat interval (1m) and the workers' loop allowance (2m).
+func Timings(resync, lease, heartbeat, loop *time.Duration) {
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{resync, 30 * time.Second}, {lease, 15 * time.Second}, {heartbeat, time.Minute}, {loop, 2 * time.Minute}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+}
+
+// ClientConfig is a copy of cfg with userAgent unless cfg names one: it
+// names the writer in the API server's audit log.
+func ClientConfig(cfg *rest.Config, userAgent string) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = userAgent
+	}
+	return cfg
+}
