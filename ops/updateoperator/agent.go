@@ -444,9 +444,10 @@ func (a *agent) back(ctx context.Context) error {
 
 // oldReboot takes over a reboot-update the old operator (dogswatch, Go
 // brupop) acknowledged with busy: it recorded no boot ID, so whether the
-// host rebooted is read from the host itself. Running the update already
-// (nothing newer available), the node is back: reported ready, never
-// rebooted a second time; otherwise the reboot is carried out now.
+// host rebooted is read from the host itself: an update activated for the
+// next boot (staged) is the reboot still to come, carried out now;
+// nothing staged, the node is back (reported ready, never rebooted a
+// second time), even when a newer release is listed already.
 func (a *agent) oldReboot(ctx context.Context, n *corev1.Node) error {
 	var st platform.Status
 	err := a.bounded(ctx, "the check for updates", a.o.CheckTimeout, "--check-timeout", func(ctx context.Context) (err error) {
@@ -456,8 +457,8 @@ func (a *agent) oldReboot(ctx context.Context, n *corev1.Node) error {
 	if err != nil {
 		return a.done(ctx, IntentReboot, fmt.Errorf("read the host after the old operator's reboot-update: %w", err), nil)
 	}
-	if st.Available == "" && st.Staged == "" {
-		a.o.Log.Info("the old operator's reboot happened already", "version", st.Current)
+	if st.Staged == "" { // nothing activated for the next boot: rebooted already (a newer release listed is the next update's)
+		a.o.Log.Info("the old operator's reboot happened already", "version", st.Current, "available", st.Available)
 		return a.back(ctx)
 	}
 	return a.reboot(ctx, n)

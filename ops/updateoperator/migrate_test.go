@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/upgrade/releasetest"
 )
 
 // A cluster the old operator (dogswatch, Go brupop) leaves in each of its
@@ -73,5 +74,50 @@ func TestMigrationFromTheOldOperator(t *testing.T) {
 		if f.reboots[n] != 1 {
 			t.Errorf("%s rebooted %d times, want once (the old operator's reboot counted)", n, f.reboots[n])
 		}
+	}
+}
+
+// A node the old operator rebooted into its update (reboot-update
+// acknowledged busy, no boot ID recorded) while a newer release is listed
+// already is back, not rebooted a second time: the host's staged update
+// (none) decides, not whether an update is available.
+func TestOldRebootWithANewerReleaseListed(t *testing.T) {
+	f := newFleetOn(t, testenv.Need(t, env), "oldreboot")
+	f.addNode("oldreboot-0", false)
+	node := f.nodes[0]
+	f.stopAll()
+	f.mu.Lock()
+	f.closed = false
+	f.mu.Unlock()
+	ctx := context.Background()
+	p := f.plats[node]
+	if _, err := p.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Perform(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.setBootID(node) // the old operator's reboot
+	f.mu.Lock()
+	f.reboots[node]++
+	f.mu.Unlock()
+	if _, err := releasetest.Write(releasetest.Options{Mirror: f.mirror, Version: "v3", Arch: "amd64", RootfsFiles: 3}); err != nil {
+		t.Fatal(err)
+	}
+	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		f.keys.Wanted(): string(IntentReboot), f.keys.Active(): string(IntentReboot), f.keys.State(): string(StateBusy)}}})
+	f.startAgent(node) // no controller: the agent alone decides
+	eventually(t, time.Minute, "the node reported back from the old operator's reboot", func() (bool, string) {
+		v := f.keys.View(f.node(node), "")
+		return v.Active == IntentReboot && v.State == StateReady, fmt.Sprintf("active %s state %s", v.Active, v.State)
+	})
+	time.Sleep(2 * time.Second)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.reboots[node] != 1 {
+		t.Errorf("rebooted %d times, want once (the old operator's)", f.reboots[node])
 	}
 }
