@@ -173,6 +173,9 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 		}
 		return progress(done, failed, n, age, p.Timeouts.Prepare, Step{Kind: StepPerform, Wanted: IntentPerform})
 	case IntentPerform:
+		if p.AdoptOldCordons && n.UnmarkedCordon && n.Transition.IsZero() { // the old operator cordons and drains at perform-update
+			return Step{Kind: StepAdopt}
+		}
 		return performed(n, p, age, done, failed)
 	case IntentReboot:
 		if p.AdoptOldCordons && n.UnmarkedCordon && n.Transition.IsZero() { // never stamped by this controller: the old operator's

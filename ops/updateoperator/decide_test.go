@@ -334,6 +334,10 @@ func TestAdoptOldCordons(t *testing.T) {
 	if s := Next(old, policy(), t0); s.Kind == StepAdopt {
 		t.Error("adopted without AdoptOldCordons")
 	}
+	midDrain := adoptable(NodeView{Name: "a", Wanted: IntentPerform, Active: IntentPerform, State: StateReady, Ready: true})
+	if s := Next(midDrain, p, t0); s.Kind != StepAdopt {
+		t.Errorf("the old operator's cordon mid-drain (it drains at perform-update/ready): %+v, want adopt", s)
+	}
 }
 
 func TestCordonedSince(t *testing.T) {

@@ -121,3 +121,37 @@ func TestOldRebootWithANewerReleaseListed(t *testing.T) {
 		t.Errorf("rebooted %d times, want once (the old operator's)", f.reboots[node])
 	}
 }
+
+// A node the old controller cordoned mid-drain (it drains while the node
+// is at perform-update/perform-update/ready, before it wants
+// reboot-update; its cordon records nothing) ends updated and uncordoned:
+// the cordon is adopted as the operator's, not taken for an admin's.
+func TestOldCordonMidDrainIsLifted(t *testing.T) {
+	f := newFleetOn(t, testenv.Need(t, env), "olddrain")
+	f.addNode("olddrain-0", true)
+	node := f.nodes[0]
+	f.stopAll()
+	f.mu.Lock()
+	f.closed = false
+	f.mu.Unlock()
+	ctx := context.Background()
+	p := f.plats[node]
+	if _, err := p.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Perform(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.patch(node, map[string]any{"spec": map[string]any{"unschedulable": true}, "metadata": map[string]any{"annotations": map[string]any{
+		f.keys.Wanted(): string(IntentPerform), f.keys.Active(): string(IntentPerform), f.keys.State(): string(StateReady)}}})
+	f.startAgent(node)
+	stop := f.controller(func(o *ControllerOptions) { o.Policy.AdoptOldCordons = true })
+	defer stop()
+	eventually(t, 2*time.Minute, "updated, uncordoned", f.done)
+	if !has(f.eventReasons(node), ReasonAdopted) {
+		t.Errorf("no %s Event", ReasonAdopted)
+	}
+}
