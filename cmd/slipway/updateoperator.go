@@ -266,7 +266,7 @@ func oldOperatorArgs(args []string) ([]string, bool) {
 		return nil, false
 	}
 	var global, mode, rest []string
-	prefix := false
+	prefix, hasPlatform := false, false
 	for _, a := range args[1:] {
 		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		switch {
@@ -281,6 +281,7 @@ func oldOperatorArgs(args []string) ([]string, bool) {
 				name = "node-name"
 			}
 			prefix = prefix || name == "prefix"
+			hasPlatform = hasPlatform || name == "platform"
 			flag := "--" + name
 			if hasVal {
 				flag += "=" + val
@@ -290,6 +291,10 @@ func oldOperatorArgs(args []string) ([]string, bool) {
 	}
 	if !prefix {
 		rest = append([]string{"--prefix", uo.BottlerocketPrefix}, rest...)
+	}
+	if len(mode) == 1 && mode[0] == "agent" && !hasPlatform {
+		// The old operator's host-API agent (interface 2.0.0): Bottlerocket's API.
+		rest = append([]string{"--platform", platform.NameBottlerocket}, rest...)
 	}
 	out := append([]string{"slipway"}, global...)
 	out = append(append(append(out, "update-operator"), mode...), rest...)

@@ -18,9 +18,11 @@ func TestOldOperatorArgs(t *testing.T) {
 	}{
 		{[]string{"/bin/dogswatch", "-controller"}, []string{"slipway", "update-operator", "controller", "--prefix", "bottlerocket.aws"}},
 		{[]string{"bottlerocket-update-operator", "-agent", "-nodeName", "ip-10-0-0-1", "-debug"},
-			[]string{"slipway", "--debug", "update-operator", "agent", "--prefix", "bottlerocket.aws", "--node-name", "ip-10-0-0-1"}},
+			[]string{"slipway", "--debug", "update-operator", "agent", "--platform", "bottlerocket-api", "--prefix", "bottlerocket.aws", "--node-name", "ip-10-0-0-1"}},
 		{[]string{"dogswatch", "-agent", "-prefix=thar.amazonaws.com", "-kubeconfig=/k"},
-			[]string{"slipway", "update-operator", "agent", "--prefix=thar.amazonaws.com", "--kubeconfig=/k"}},
+			[]string{"slipway", "update-operator", "agent", "--platform", "bottlerocket-api", "--prefix=thar.amazonaws.com", "--kubeconfig=/k"}},
+		{[]string{"dogswatch", "-agent", "-platform=command"},
+			[]string{"slipway", "update-operator", "agent", "--prefix", "bottlerocket.aws", "--platform=command"}},
 	} {
 		got, ok := oldOperatorArgs(tc.in)
 		if !ok || !reflect.DeepEqual(got, tc.want) {
@@ -32,7 +34,7 @@ func TestOldOperatorArgs(t *testing.T) {
 	}
 	app := newApp()
 	got := dispatchArgs(app, []string{"dogswatch", "-agent"})
-	if want := []string{"slipway", "update-operator", "agent", "--prefix", "bottlerocket.aws"}; !reflect.DeepEqual(got, want) {
+	if want := []string{"slipway", "update-operator", "agent", "--platform", "bottlerocket-api", "--prefix", "bottlerocket.aws"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("dispatchArgs = %q, want %q", got, want)
 	}
 }
