@@ -13,6 +13,7 @@ import (
 
 	"slipway.dev/slipway/ops/agentmem"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/kube"
 	uo "slipway.dev/slipway/ops/updateoperator"
 	"slipway.dev/slipway/ops/updateoperator/platform"
 	"slipway.dev/slipway/ops/window"
@@ -33,7 +34,7 @@ Started as dogswatch or bottlerocket-update-operator, the binary takes the old
   slipway update-operator manifest --platform bottlerocket-api | kubectl apply -f -
   slipway update-operator status
   slipway update-operator status --json | jq '.nodes[] | select(.state=="error")'`,
-		Subcommands: []*cli.Command{uoControllerCommand(), uoAgentCommand(), uoManifestCommand(), uoStatusCommand()},
+		Subcommands: []*cli.Command{uoControllerCommand(), uoAgentCommand(), uoManifestCommand(), uoStatusCommand(), uoResumeCommand()},
 	}
 }
 
@@ -75,6 +76,7 @@ slipway update-operator controller --max-concurrent 10 --prepare-ahead --pause-b
 			&cli.DurationFlag{Name: "state-timeout", Value: 30 * time.Minute, Usage: "fail a node stuck this long in prepare, perform or reboot", EnvVars: uoEnvs("STATE_TIMEOUT")},
 			&cli.DurationFlag{Name: "health-timeout", Value: 15 * time.Minute, Usage: "mark the rollout stuck when drained workloads are not ready again after this long", EnvVars: uoEnvs("HEALTH_TIMEOUT")},
 			&cli.DurationFlag{Name: "failure-backoff", Value: 2 * time.Minute, Usage: "wait after a node's first failure, doubled per next failure", EnvVars: uoEnvs("FAILURE_BACKOFF")},
+			&cli.IntFlag{Name: "halt-after", Value: 2, Usage: "halt the rollout of a release after this many failed updates to it (the host failed, fell back or hung): no node starts it until a new release is offered or `slipway update-operator resume` (0: never halt)", EnvVars: uoEnvs("HALT_AFTER")},
 			&cli.DurationFlag{Name: "failure-backoff-max", Value: time.Hour, Usage: "longest wait between tries of a failing node", EnvVars: uoEnvs("FAILURE_BACKOFF_MAX")},
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9480", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: uoEnvs("METRICS_ADDR")},
 			uoHealthFlag("HEALTH_ADDR"),
@@ -101,7 +103,7 @@ slipway update-operator controller --max-concurrent 10 --prepare-ahead --pause-b
 				HealthAddr: c.String("health-addr"),
 				Drain:      uoDrainOptions(c),
 				Policy: uo.Policy{MaxConcurrent: c.Int("max-concurrent"), PauseBetween: c.Duration("pause-between"), Window: win, PrepareAhead: c.Bool("prepare-ahead"),
-					Backoff: c.Duration("failure-backoff"), BackoffMax: c.Duration("failure-backoff-max"),
+					Backoff: c.Duration("failure-backoff"), BackoffMax: c.Duration("failure-backoff-max"), HaltAfter: c.Int("halt-after"),
 					Timeouts: uo.Timeouts{Prepare: st, Perform: st, Reboot: st, Reset: st, Health: c.Duration("health-timeout")}},
 				Log: slog.Default(),
 			})
@@ -116,7 +118,8 @@ func uoAgentCommand() *cli.Command {
 		UsageText: `slipway update-operator agent --platform slipway --source https://mirror.example/k3os/releases/latest
 slipway update-operator agent --platform bottlerocket-api --api-socket /run/api.sock
 slipway update-operator agent --platform command --check-command 'osupdate check' \
-    --prepare-command 'osupdate download' --apply-command 'osupdate apply' --reboot-command 'osupdate reboot'`,
+    --prepare-command 'osupdate download' --apply-command 'osupdate apply' --reboot-command 'osupdate reboot' \
+    --version-command 'osupdate version'`,
 		Flags: []cli.Flag{
 			prefixFlag(), kubeconfigFlag(),
 			&cli.StringFlag{Name: "node-name", Usage: "this node's name (the downward API's spec.nodeName)", EnvVars: []string{"NODE_NAME"}},
@@ -131,8 +134,9 @@ slipway update-operator agent --platform command --check-command 'osupdate check
 			&cli.StringFlag{Name: "prepare-command", Usage: "command: downloads the update", EnvVars: uoEnvs("PREPARE_COMMAND")},
 			&cli.StringFlag{Name: "apply-command", Usage: "command: makes the next boot the update", EnvVars: uoEnvs("APPLY_COMMAND")},
 			&cli.StringFlag{Name: "reboot-command", Usage: "command (and slipway with --reboot-method=command): reboots", EnvVars: uoEnvs("REBOOT_COMMAND")},
-			&cli.StringFlag{Name: "version-command", Usage: "command: prints the running version", EnvVars: uoEnvs("VERSION_COMMAND")},
+			&cli.StringFlag{Name: "version-command", Usage: "command (required): prints the running version; an update succeeds only when the host comes back running the version chosen", EnvVars: uoEnvs("VERSION_COMMAND")},
 			&cli.StringFlag{Name: "reset-command", Usage: "command: discards a prepared update after a failed one (optional; without it a reset-state does nothing on the host)", EnvVars: uoEnvs("RESET_COMMAND")},
+			&cli.StringFlag{Name: "boot-id-file", Value: platform.DefaultBootIDFile, Usage: "the host's boot ID (a new one after reboot-update is the reboot done)", EnvVars: uoEnvs("BOOT_ID_FILE")},
 			&cli.DurationFlag{Name: "check-interval", Value: 30 * time.Minute, Usage: "how often a resting node checks for updates", EnvVars: uoEnvs("CHECK_INTERVAL")},
 			&cli.DurationFlag{Name: "check-timeout", Value: 10 * time.Minute, Usage: "a check for updates still running after this long is an error (a hung host call)", EnvVars: uoEnvs("CHECK_TIMEOUT")},
 			&cli.DurationFlag{Name: "step-timeout", Value: 25 * time.Minute, Usage: "a prepare, perform, reset or reboot still running after this long is an error with the reason (keep it under the controller's --state-timeout)", EnvVars: uoEnvs("STEP_TIMEOUT")},
@@ -153,7 +157,7 @@ slipway update-operator agent --platform command --check-command 'osupdate check
 				return err
 			}
 			return uo.RunAgent(c.Context, uo.AgentOptions{Config: cfg, Prefix: c.String("prefix"), NodeName: c.String("node-name"),
-				Platform: p, CheckInterval: c.Duration("check-interval"), CheckTimeout: c.Duration("check-timeout"), StepTimeout: c.Duration("step-timeout"),
+				Platform: p, BootID: uo.BootIDFile(c.String("boot-id-file")), CheckInterval: c.Duration("check-interval"), CheckTimeout: c.Duration("check-timeout"), StepTimeout: c.Duration("step-timeout"),
 				MetricsAddr: c.String("metrics-addr"), HealthAddr: c.String("health-addr"), Log: slog.Default()})
 		},
 	}
@@ -198,13 +202,15 @@ func uoManifestCommand() *cli.Command {
 			&cli.StringFlag{Name: "platform", Value: platform.NameSlipway, Usage: "the agents' platform", EnvVars: uoEnvs("PLATFORM")},
 			&cli.StringSliceFlag{Name: "agent-arg", Usage: "an argument added to the agent's command line (repeat)"},
 			&cli.StringSliceFlag{Name: "controller-arg", Usage: "an argument added to the controller's command line (repeat)"},
+			&cli.StringFlag{Name: "os-image-pattern", Usage: "the controller's --os-image-pattern: the nodes it labels for the agent DaemonSet (default: the platform's OS, ^bottlerocket or ^k3os; both for command)", EnvVars: uoEnvs("MANIFEST_OS_IMAGE_PATTERN")},
 		},
 		Action: func(c *cli.Context) error {
 			if n := c.String("platform"); !slices.Contains([]string{platform.NameSlipway, platform.NameBottlerocket, platform.NameCommand}, n) {
 				return cli.Exit(platform.UnknownError(n).Error(), 2)
 			}
 			return uo.Manifest(c.Context, uo.ManifestOptions{Namespace: c.String("namespace"), Image: c.String("image"), Prefix: c.String("prefix"),
-				Platform: c.String("platform"), AgentArgs: c.StringSlice("agent-arg"), ControllerArgs: c.StringSlice("controller-arg"), Out: c.App.Writer})
+				Platform: c.String("platform"), AgentArgs: c.StringSlice("agent-arg"), ControllerArgs: c.StringSlice("controller-arg"),
+				OSImagePattern: c.String("os-image-pattern"), Out: c.App.Writer})
 		},
 	}
 }
@@ -215,13 +221,39 @@ func uoStatusCommand() *cli.Command {
 		Usage:     "one row per node: state, intent wanted and active, current and available version, cordon, last transition, failures",
 		UsageText: "slipway update-operator status [--prefix P] [--json]",
 		Flags: []cli.Flag{prefixFlag(), kubeconfigFlag(),
+			&cli.StringFlag{Name: "namespace", Value: uo.DefaultNamespace, Usage: "namespace of the controller (its fleet state: a halted rollout)", EnvVars: uoEnvs("NAMESPACE")},
 			&cli.BoolFlag{Name: "json", Aliases: []string{"o"}, Usage: "print JSON"}},
 		Action: func(c *cli.Context) error {
 			cfg, err := kubeConfig(c.String("kubeconfig"))
 			if err != nil {
 				return err
 			}
-			return uo.Status(c.Context, uo.StatusOptions{Config: cfg, Prefix: c.String("prefix"), JSON: c.Bool("json"), Out: c.App.Writer})
+			return uo.Status(c.Context, uo.StatusOptions{Config: cfg, Prefix: c.String("prefix"), Namespace: c.String("namespace"), JSON: c.Bool("json"), Out: c.App.Writer})
+		},
+	}
+}
+
+func uoResumeCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "resume",
+		Usage:     "lift the brake: the controller forgets the failures of the releases it halted (--halt-after) and starts them again",
+		UsageText: "slipway update-operator resume [--prefix P] [--namespace NS]",
+		Flags: []cli.Flag{prefixFlag(), kubeconfigFlag(),
+			&cli.StringFlag{Name: "namespace", Value: uo.DefaultNamespace, Usage: "namespace of the controller", EnvVars: uoEnvs("NAMESPACE")}},
+		Action: func(c *cli.Context) error {
+			cfg, err := kubeConfig(c.String("kubeconfig"))
+			if err != nil {
+				return err
+			}
+			kc, err := kube.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			if err := uo.Resume(c.Context, kc, c.String("namespace"), c.String("prefix")); err != nil {
+				return err
+			}
+			fmt.Fprintln(c.App.Writer, "asked the controller to resume; it does within its --resync")
+			return nil
 		},
 	}
 }
@@ -234,7 +266,7 @@ func oldOperatorArgs(args []string) ([]string, bool) {
 		return nil, false
 	}
 	var global, mode, rest []string
-	prefix := false
+	prefix, hasPlatform := false, false
 	for _, a := range args[1:] {
 		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		switch {
@@ -249,6 +281,7 @@ func oldOperatorArgs(args []string) ([]string, bool) {
 				name = "node-name"
 			}
 			prefix = prefix || name == "prefix"
+			hasPlatform = hasPlatform || name == "platform"
 			flag := "--" + name
 			if hasVal {
 				flag += "=" + val
@@ -258,6 +291,10 @@ func oldOperatorArgs(args []string) ([]string, bool) {
 	}
 	if !prefix {
 		rest = append([]string{"--prefix", uo.BottlerocketPrefix}, rest...)
+	}
+	if len(mode) == 1 && mode[0] == "agent" && !hasPlatform {
+		// The old operator's host-API agent (interface 2.0.0): Bottlerocket's API.
+		rest = append([]string{"--platform", platform.NameBottlerocket}, rest...)
 	}
 	out := append([]string{"slipway"}, global...)
 	out = append(append(append(out, "update-operator"), mode...), rest...)

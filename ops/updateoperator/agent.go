@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +28,11 @@ type AgentOptions struct {
 	CheckInterval time.Duration
 	// Resync re-reads the Node at least this often (default 1m).
 	Resync time.Duration
+	// BootID returns the host's boot ID (default: the kernel's,
+	// /proc/sys/kernel/random/boot_id, the host's in every container): a
+	// new one after reboot-update is the reboot done. Never the Node's
+	// status, which the kubelet writes when it gets to it.
+	BootID func(context.Context) (string, error)
 	// CheckTimeout bounds one check for updates (default 10m); StepTimeout
 	// one prepare, perform, reset or reboot call (default 25m, under the
 	// controller's default --state-timeout of 30m, so the agent's reason
@@ -126,6 +133,9 @@ func newAgent(o AgentOptions) (*agent, error) {
 	if o.HealthAllowance <= 0 {
 		o.HealthAllowance = agentAllowance(o)
 	}
+	if o.BootID == nil {
+		o.BootID = hostBootID
+	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
@@ -168,7 +178,11 @@ func (a *agent) reconcile(ctx context.Context) error {
 		return a.oldReboot(ctx, n) // the old operator's acknowledgement: rebooted already, or not yet?
 	}
 	if active == IntentReboot && state == StateRebooting {
-		if n.Status.NodeInfo.BootID != ann[a.keys.Key(KeyRebootBootID)] {
+		boot, err := a.o.BootID(ctx)
+		if err != nil {
+			return fmt.Errorf("read the host's boot ID: %w", err)
+		}
+		if boot != ann[a.keys.Key(KeyRebootBootID)] {
 			return a.back(ctx)
 		}
 		if !first && wanted == IntentReboot {
@@ -183,7 +197,12 @@ func (a *agent) reconcile(ctx context.Context) error {
 	a.lastError = "" // readable again: a next bad value is reported anew
 	switch {
 	case wanted == IntentUnknown:
-		return nil // the controller has not spoken yet
+		// The controller has not spoken yet: it speaks only to labelled
+		// nodes and to nodes whose agent reported, so the agent reports first.
+		if time.Since(a.lastCheck) >= a.o.CheckInterval {
+			return a.check(ctx, n, false)
+		}
+		return nil
 	case wanted != active, unreadable, first && (state == StateBusy || state == StateRefreshing || state == StateRebooting):
 		return a.carryOut(ctx, n, wanted)
 	case wanted == IntentStabilize && time.Since(a.lastCheck) >= a.o.CheckInterval:
@@ -358,8 +377,12 @@ func (a *agent) check(ctx context.Context, n *corev1.Node, ack bool) error {
 
 // reboot records the boot ID, reports rebooting, and asks for the reboot.
 func (a *agent) reboot(ctx context.Context, n *corev1.Node) error {
-	err := a.report(ctx, a.clearing(a.ownReason(n), map[string]any{a.keys.Active(): string(IntentReboot), a.keys.State(): string(StateRebooting),
-		a.keys.Key(KeyRebootBootID): n.Status.NodeInfo.BootID}))
+	boot, err := a.o.BootID(ctx)
+	if err != nil {
+		return a.done(ctx, IntentReboot, fmt.Errorf("read the host's boot ID before the reboot: %w", err), nil)
+	}
+	err = a.report(ctx, a.clearing(a.ownReason(n), map[string]any{a.keys.Active(): string(IntentReboot), a.keys.State(): string(StateRebooting),
+		a.keys.Key(KeyRebootBootID): boot}))
 	if err != nil {
 		return err
 	}
@@ -378,6 +401,25 @@ func (a *agent) reboot(ctx context.Context, n *corev1.Node) error {
 		return a.done(ctx, IntentReboot, err, nil)
 	}
 	return nil
+}
+
+// hostBootID reads the kernel's boot ID.
+var hostBootID = BootIDFile(platform.DefaultBootIDFile)
+
+// BootIDFile reads the boot ID from path (the kernel's is
+// platform.DefaultBootIDFile).
+func BootIDFile(path string) func(context.Context) (string, error) {
+	return func(context.Context) (string, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("read the boot ID: %w", err)
+		}
+		id := strings.TrimSpace(string(b))
+		if id == "" {
+			return "", fmt.Errorf("the boot ID file %s is empty", path)
+		}
+		return id, nil
+	}
 }
 
 // rebootGrace is how long a failed reboot call waits for the agent's own
@@ -402,9 +444,10 @@ func (a *agent) back(ctx context.Context) error {
 
 // oldReboot takes over a reboot-update the old operator (dogswatch, Go
 // brupop) acknowledged with busy: it recorded no boot ID, so whether the
-// host rebooted is read from the host itself. Running the update already
-// (nothing newer available), the node is back: reported ready, never
-// rebooted a second time; otherwise the reboot is carried out now.
+// host rebooted is read from the host itself: an update activated for the
+// next boot (staged) is the reboot still to come, carried out now;
+// nothing staged, the node is back (reported ready, never rebooted a
+// second time), even when a newer release is listed already.
 func (a *agent) oldReboot(ctx context.Context, n *corev1.Node) error {
 	var st platform.Status
 	err := a.bounded(ctx, "the check for updates", a.o.CheckTimeout, "--check-timeout", func(ctx context.Context) (err error) {
@@ -414,8 +457,8 @@ func (a *agent) oldReboot(ctx context.Context, n *corev1.Node) error {
 	if err != nil {
 		return a.done(ctx, IntentReboot, fmt.Errorf("read the host after the old operator's reboot-update: %w", err), nil)
 	}
-	if st.Available == "" && st.Staged == "" {
-		a.o.Log.Info("the old operator's reboot happened already", "version", st.Current)
+	if st.Staged == "" { // nothing activated for the next boot: rebooted already (a newer release listed is the next update's)
+		a.o.Log.Info("the old operator's reboot happened already", "version", st.Current, "available", st.Available)
 		return a.back(ctx)
 	}
 	return a.reboot(ctx, n)

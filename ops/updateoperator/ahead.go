@@ -15,7 +15,7 @@ func preparedAhead(n NodeView) bool {
 // its slot at perform-update. At most MaxConcurrent nodes are ahead at
 // once, in the order Starts would take them; never the controller's own
 // node, never outside the window, never a node in Starts' started list.
-func PrepareAhead(nodes []NodeView, p Policy, now time.Time, started []string) []string {
+func PrepareAhead(nodes []NodeView, p Policy, f Fleet, now time.Time, started []string) []string {
 	if !p.PrepareAhead || p.Window != nil && !p.Window.Contains(now) {
 		return nil
 	}
@@ -30,7 +30,7 @@ func PrepareAhead(nodes []NodeView, p Policy, now time.Time, started []string) [
 		}
 	}
 	var out []string
-	for _, n := range candidates(nodes, p, now) {
+	for _, n := range candidates(nodes, p, f, now) {
 		if ahead+len(out) >= max(p.MaxConcurrent, 1) {
 			break
 		}

@@ -34,7 +34,7 @@ func TestPrepareAhead(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := policy()
 			tc.edit(&p)
-			if got := PrepareAhead(tc.nodes, p, t0, tc.started); !reflect.DeepEqual(got, tc.want) {
+			if got := PrepareAhead(tc.nodes, p, Fleet{}, t0, tc.started); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("PrepareAhead = %v, want %v", got, tc.want)
 			}
 		})

@@ -87,6 +87,22 @@ func TestAttacksWithRealTokens(t *testing.T) {
 	if err := annotate(agent, "atk-own"); err != nil {
 		t.Errorf("the agent's real token may not write its own Node's protocol: %v", err)
 	}
+	// The controller's keys, refused to the agent's token on its own Node:
+	// a node that writes a future update-finished (or any gate) on itself
+	// cannot pause, hold or release the fleet.
+	for _, key := range []string{KeyFinished, KeyActionWanted, KeyTransition, KeyFailures, KeyLastFailure, KeyTargetVersion, KeyAhead} {
+		data, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{prefix + "/" + key: "2999-01-01T00:00:00Z"}}})
+		_, err := agent.CoreV1().Nodes().Patch(ctx, "atk-own", types.MergePatchType, data, metav1.PatchOptions{})
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(errString(err), "may change only annotations") {
+			t.Errorf("the agent's real token wrote the controller's %s on its own Node: %v", key, err)
+		}
+	}
+	for _, key := range AgentAnnotations {
+		data, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{prefix + "/" + key: "x"}}})
+		if _, err := agent.CoreV1().Nodes().Patch(ctx, "atk-own", types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
+			t.Errorf("the agent's real token may not write its own %s: %v", key, err)
+		}
+	}
 	if err := annotate(controller, "atk-other"); err != nil {
 		t.Errorf("the controller's real token may not annotate a Node: %v", err)
 	}

@@ -152,6 +152,10 @@ type controller struct {
 	probe           *health.Probe
 	beat            func() // the decide loop's
 	leading, synced atomic.Bool
+	// fleet is the state that gates every node (fleet.go), written by the
+	// controller only; halted the releases said halted already.
+	fleet  *fleetState
+	halted map[string]bool
 }
 
 // RunController runs the controller until ctx ends. With a LeaseName, it
@@ -207,6 +211,12 @@ func newController(o ControllerOptions) (*controller, error) {
 		return nil, err
 	}
 	c.ev = newEvents(c.kube, componentController, o.NodeName, o.Log)
+	ns := o.Namespace
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	c.fleet = &fleetState{kube: c.kube, namespace: ns, name: FleetStateName(keys.Prefix), resume: keys.Key(KeyResume)}
+	c.halted = map[string]bool{}
 	return c, nil
 }
 
@@ -250,6 +260,9 @@ func (c *controller) lead(ctx context.Context) error {
 	c.beat()
 	c.leading.Store(true)
 	defer func() { c.leading.Store(false); c.synced.Store(false); c.m.forgetLeaderView() }()
+	if err := c.fleet.load(ctx); err != nil {
+		return err
+	}
 	inf := nodeInformer(c.kube, "")
 	pokeAll := func(any) { c.trigger(); signal(c.moved) }
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: pokeAll,

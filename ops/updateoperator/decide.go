@@ -18,12 +18,19 @@ type NodeView struct {
 	Ready           bool // the NodeReady condition is True
 	CordonedByUs    bool // the operator holds a cordon on it
 	Excluded        bool // labelled <prefix>/exclude=true
-	Own             bool // the controller runs on it
-	Ahead           bool // told to prepare ahead of its turn (holds no slot yet)
-	Failures        int
-	LastFailure     time.Time
-	Transition      time.Time // action-wanted last changed
-	Finished        time.Time // its last update finished
+	// Labelled: the node carries the interface-version label (the agent
+	// DaemonSet lands there); Spoke: an agent reported a state on it.
+	Labelled, Spoke bool
+	// OldAgent: the node's agent is the old operator's (Go brupop /
+	// dogswatch): it answers stabilize with ready and never reports a
+	// version, which slipway's agent always does.
+	OldAgent    bool
+	Own         bool // the controller runs on it
+	Ahead       bool // told to prepare ahead of its turn (holds no slot yet)
+	Failures    int
+	LastFailure time.Time
+	Transition  time.Time // action-wanted last changed
+	Finished    time.Time // its last update finished
 	// WorkloadsReady: every workload drained off it is back to its desired
 	// ready count (looked up only for a node waiting on it).
 	WorkloadsReady bool
@@ -37,6 +44,9 @@ type NodeView struct {
 	// controller chose when the update started ("" for an update started
 	// before the key existed: then it is not compared).
 	Current, Target string
+	// Available is the version an update would bring (the agent's
+	// available-version): a halted release is not started.
+	Available string
 	// WantedInvalid: action-wanted itself could not be read (the node may
 	// be anywhere in an update: it holds a slot until fixed).
 	WantedInvalid bool
@@ -80,6 +90,10 @@ type Policy struct {
 	// of the next candidates prepare (download and verify, nothing
 	// switched), so each takes its slot at perform-update.
 	PrepareAhead bool
+	// HaltAfter: after this many failed updates to one target version
+	// (the host's failures, fallback boots, timeouts), no node starts an
+	// update to it (the brake); 0: never halted.
+	HaltAfter int
 }
 
 // StepKind is what the controller does to one node.
@@ -104,6 +118,11 @@ type Step struct {
 	Kind   StepKind
 	Wanted Intent
 	Reason string
+	// Release (a StepFail): the failure is the release's on this host
+	// (the host failed an intent, fell back, or hung past a timeout),
+	// counted against its target version by the brake. A refused drain
+	// or a hook that never answered is not.
+	Release bool
 }
 
 // InFlight reports whether n takes one of the max-concurrent slots: an
@@ -134,13 +153,16 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 	age := now.Sub(n.Transition)
 	switch n.Wanted {
 	case IntentUnknown:
-		if n.Excluded {
+		if n.Excluded || !n.Labelled && !n.Spoke { // no agent will ever run there: nothing written
 			return Step{}
 		}
 		return Step{Kind: StepWant, Wanted: IntentStabilize}
 	case IntentStabilize:
 		if n.CordonedByUs { // left over by an interrupted finish or failure
 			return Step{Kind: StepUncordon}
+		}
+		if n.OldAgent && n.UpdateAvailable {
+			return Step{Kind: StepStuck, Reason: OldAgentReason}
 		}
 		return Step{}
 	case IntentReset:
@@ -151,6 +173,9 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 		}
 		return progress(done, failed, n, age, p.Timeouts.Prepare, Step{Kind: StepPerform, Wanted: IntentPerform})
 	case IntentPerform:
+		if p.AdoptOldCordons && n.UnmarkedCordon && n.Transition.IsZero() { // the old operator cordons and drains at perform-update
+			return Step{Kind: StepAdopt}
+		}
 		return performed(n, p, age, done, failed)
 	case IntentReboot:
 		if p.AdoptOldCordons && n.UnmarkedCordon && n.Transition.IsZero() { // never stamped by this controller: the old operator's
@@ -168,15 +193,22 @@ func progress(done, failed bool, n NodeView, age, timeout time.Duration, next St
 	case done:
 		return next
 	case failed:
-		return Step{Kind: StepFail, Reason: hostFailure(n)}
+		return Step{Kind: StepFail, Reason: hostFailure(n), Release: true}
 	case timedOut(age, timeout):
-		return Step{Kind: StepFail, Reason: fmt.Sprintf("%s not done after %s (agent state %s)", n.Wanted, timeout, n.State)}
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("%s not done after %s (agent state %s)", n.Wanted, timeout, n.State), Release: true}
 	}
 	return Step{}
 }
 
-// HeldPrefix begins the reason of a node held for an unreadable annotation.
+// HeldPrefix begins the reason of a node held for an unreadable annotation
+// or an agent slipway does not drive.
 const HeldPrefix = "held: "
+
+// OldAgentReason is why a node served by the old operator's agent is held.
+const OldAgentReason = HeldPrefix + "this node's agent is the old operator's (bottlerocket-update-operator / dogswatch: " +
+	"it answers stabilize with ready and reports no version), which slipway's controller does not drive; " +
+	"replace it with slipway's agent (apply `slipway update-operator manifest --platform bottlerocket-api --prefix bottlerocket.aws` " +
+	"and delete the old agent DaemonSet): the node is updated then"
 
 // hostFailure is the reason of an intent the agent reported failed: the
 // agent's own words kept in it (the failure's write replaces them).
@@ -193,9 +225,17 @@ func hostFailure(n NodeView) string {
 func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 	switch {
 	case failed:
-		return Step{Kind: StepFail, Reason: hostFailure(n)}
+		return Step{Kind: StepFail, Reason: hostFailure(n), Release: true}
+	case done && n.Target != "" && n.Current == "":
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("came back, but its agent reports no running version, so the chosen %s cannot be told from a fallback boot (the command platform needs --version-command)", n.Target)}
 	case done && n.Target != "" && n.Current != n.Target:
-		return Step{Kind: StepFail, Reason: fmt.Sprintf("came back running %s, not the chosen %s: the host booted its previous version (a fallback boot)", n.Current, n.Target)}
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("came back running %s, not the chosen %s: the host booted its previous version (a fallback boot)", n.Current, n.Target), Release: true}
+	case done && !n.Ready && timedOut(age, p.Timeouts.Reboot):
+		// Back at the new version, then NotReady for good: a failure of
+		// the release (counted by the brake), its cordon lifted (the
+		// not-ready taint keeps pods off) and its slot to the next node.
+		return Step{Kind: StepFail, Release: true, Reason: fmt.Sprintf("back at %s, but NotReady for %s after reboot-update (--state-timeout): failed, its slot freed, the operator's cordon lifted (the node's not-ready taint keeps pods off)",
+			orUnknown(n.Current), p.Timeouts.Reboot)}
 	case done && n.Ready && n.CordonedByUs:
 		return Step{Kind: StepUncordon}
 	case done && n.Ready && n.WorkloadsReady && n.AfterDone:
@@ -212,7 +252,7 @@ func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 		}
 		return Step{}
 	case !done && timedOut(age, p.Timeouts.Reboot): // whoever lifted the cordon meanwhile
-		return Step{Kind: StepFail, Reason: fmt.Sprintf("node not back Ready at the new version %s after reboot-update (agent state %s)", p.Timeouts.Reboot, n.State)}
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("node not back Ready at the new version %s after reboot-update (agent state %s)", p.Timeouts.Reboot, n.State), Release: true}
 	}
 	return Step{}
 }
@@ -225,9 +265,9 @@ func rebooted(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 func performed(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 	switch {
 	case failed:
-		return Step{Kind: StepFail, Reason: hostFailure(n)}
+		return Step{Kind: StepFail, Reason: hostFailure(n), Release: true}
 	case !done && timedOut(age, p.Timeouts.Perform):
-		return Step{Kind: StepFail, Reason: fmt.Sprintf("%s not done after %s (agent state %s)", n.Wanted, p.Timeouts.Perform, n.State)}
+		return Step{Kind: StepFail, Reason: fmt.Sprintf("%s not done after %s (agent state %s)", n.Wanted, p.Timeouts.Perform, n.State), Release: true}
 	case !n.Drained || !n.CordonedByUs || !n.BeforeDone && !n.BeforeHook:
 		return Step{Kind: StepDrain}
 	case !done:
@@ -260,6 +300,13 @@ func reset(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 	return Step{}
 }
 
+func orUnknown(v string) string {
+	if v == "" {
+		return "an unknown version"
+	}
+	return v
+}
+
 func timedOut(age, timeout time.Duration) bool { return timeout > 0 && age > timeout }
 
 // BackoffUntil is when a node with failures may be tried again: Backoff
@@ -281,23 +328,22 @@ func BackoffUntil(n NodeView, p Policy) time.Time {
 // Starts decides which idle nodes start an update now (they get
 // prepare-update) and, when none may, why. Never more than MaxConcurrent
 // nodes are in flight; starts wait for the window and for PauseBetween after
-// the last finished update; candidates go fewest failures first, then by
-// name; the controller's own node goes last, alone.
-func Starts(nodes []NodeView, p Policy, now time.Time) (start []string, why string) {
+// the last update ended (finished or failed: f.LastDone, which only the
+// controller writes); a release the brake holds (f.Halted) is not started;
+// candidates go fewest failures first, then by name; the controller's own
+// node goes last, alone.
+func Starts(nodes []NodeView, p Policy, f Fleet, now time.Time) (start []string, why string) {
 	if p.Window != nil && !p.Window.Contains(now) {
 		return nil, "outside the maintenance window until " + p.Window.Next(now).Format(time.RFC3339)
 	}
 	inflight, preparing := 0, 0
-	var last time.Time
+	last := clampNow(f.LastDone, now)
 	for _, n := range nodes {
 		if InFlight(n) {
 			inflight++
 		}
 		if n.Ahead && n.Wanted == IntentPrepare && !preparedAhead(n) {
 			preparing++ // will want a slot: the own node does not go beside it
-		}
-		if n.Finished.After(last) {
-			last = n.Finished
 		}
 	}
 	max := max(p.MaxConcurrent, 1)
@@ -307,8 +353,11 @@ func Starts(nodes []NodeView, p Policy, now time.Time) (start []string, why stri
 	if resume := last.Add(p.PauseBetween); p.PauseBetween > 0 && now.Before(resume) {
 		return nil, "pausing between nodes until " + resume.Format(time.RFC3339)
 	}
-	cands := candidates(nodes, p, now)
+	cands := candidates(nodes, p, f, now)
 	if len(cands) == 0 {
+		if halted := f.Halted(p); len(halted) > 0 {
+			return nil, f.HaltReason(halted[0], p)
+		}
 		return nil, "no node waits for an update"
 	}
 	for _, n := range cands {
@@ -325,11 +374,17 @@ func Starts(nodes []NodeView, p Policy, now time.Time) (start []string, why stri
 
 // candidates are the idle nodes with an update available, past their
 // backoff, in the order they should go.
-func candidates(nodes []NodeView, p Policy, now time.Time) []NodeView {
+func candidates(nodes []NodeView, p Policy, f Fleet, now time.Time) []NodeView {
+	halted := map[string]bool{}
+	for _, v := range f.Halted(p) {
+		halted[v] = true
+	}
 	var out []NodeView
 	for _, n := range nodes {
+		n.LastFailure = clampNow(n.LastFailure, now) // a node's own time holds only itself, and not past now
 		idle := n.Wanted == IntentStabilize && n.Active == IntentStabilize && n.State == StateUpdateAvailable
-		if !idle && !preparedAhead(n) || n.Excluded || n.Blocked || !n.Ready || n.Invalid != "" || InFlight(n) || now.Before(BackoffUntil(n, p)) {
+		if !idle && !preparedAhead(n) || n.Excluded || n.Blocked || !n.Ready || n.Invalid != "" || InFlight(n) || now.Before(BackoffUntil(n, p)) ||
+			halted[n.Available] {
 			continue
 		}
 		out = append(out, n)

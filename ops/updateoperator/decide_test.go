@@ -42,7 +42,22 @@ func TestNext(t *testing.T) {
 		want StepKind
 		to   Intent
 	}{
-		{"new node gets stabilize", node("a", IntentUnknown, IntentUnknown, StateUnknown), at(0), StepWant, IntentStabilize},
+		{"new labelled node gets stabilize", func() NodeView {
+			n := node("a", IntentUnknown, IntentUnknown, StateUnknown)
+			n.Labelled = true
+			return n
+		}(), at(0), StepWant, IntentStabilize},
+		{"new node whose agent reported gets stabilize", func() NodeView {
+			n := node("a", IntentUnknown, IntentStabilize, StateUpToDate)
+			n.Spoke = true
+			return n
+		}(), at(0), StepWant, IntentStabilize},
+		{"the old operator's agent at rest with an update: held with what to do", func() NodeView {
+			n := node("a", IntentStabilize, IntentStabilize, StateReady)
+			n.OldAgent, n.UpdateAvailable = true, true
+			return n
+		}(), at(0), StepStuck, ""},
+		{"a node without the label and without an agent: nothing written", node("a", IntentUnknown, IntentUnknown, StateUnknown), at(0), StepNone, ""},
 		{"excluded new node untouched", NodeView{Name: "a", Excluded: true}, at(0), StepNone, ""},
 		{"stable node: nothing", node("a", IntentStabilize, IntentStabilize, StateUpdateAvailable), at(time.Hour), StepNone, ""},
 		{"stable node cordoned by us: uncordon", cordoned(node("a", IntentStabilize, IntentStabilize, StateUpToDate)), at(0), StepUncordon, ""},
@@ -73,12 +88,15 @@ func TestNext(t *testing.T) {
 		{"rebooting, within the timeout: wait", node("a", IntentReboot, IntentReboot, StateRebooting), at(9 * time.Minute), StepNone, ""},
 		{"an unmarked cordon without AdoptOldCordons: not adopted", adoptable(NodeView{Name: "a", Wanted: IntentReboot, Active: IntentReboot, State: StateBusy, Ready: true, Transition: t0}), at(0), StepNone, ""},
 		{"back but NotReady: wait", notReady(cordoned(node("a", IntentReboot, IntentReboot, StateReady))), at(time.Minute), StepNone, ""},
+		{"back but NotReady past the reboot timeout: fail (its slot freed, its cordon lifted)", notReady(cordoned(node("a", IntentReboot, IntentReboot, StateReady))), at(11 * time.Minute), StepFail, ""},
+		{"back, uncordoned, then NotReady past the timeout: fail", notReady(node("a", IntentReboot, IntentReboot, StateReady)), at(11 * time.Minute), StepFail, ""},
 		{"back and Ready: uncordon", cordoned(node("a", IntentReboot, IntentReboot, StateReady)), at(time.Minute), StepUncordon, ""},
 		{"uncordoned, workloads not ready: wait", node("a", IntentReboot, IntentReboot, StateReady), at(time.Minute), StepNone, ""},
 		{"uncordoned, workloads ready: finish", healthy(node("a", IntentReboot, IntentReboot, StateReady)), at(time.Minute), StepFinish, IntentStabilize},
 		{"back at the chosen version: uncordon", versions(cordoned(node("a", IntentReboot, IntentReboot, StateReady)), "v2", "v2"), at(time.Minute), StepUncordon, ""},
 		{"back at another version (fallback boot): fail, cordon and all", versions(cordoned(node("a", IntentReboot, IntentReboot, StateReady)), "v1", "v2"), at(time.Minute), StepFail, ""},
 		{"fallback boot, uncordoned already: fail, not finish", versions(healthy(node("a", IntentReboot, IntentReboot, StateReady)), "v1", "v2"), at(time.Minute), StepFail, ""},
+		{"back, no running version reported: fail with what to set, never a success", versions(healthy(node("a", IntentReboot, IntentReboot, StateReady)), "", "v2"), at(time.Minute), StepFail, ""},
 		{"no chosen version recorded (an older update): not compared", versions(healthy(node("a", IntentReboot, IntentReboot, StateReady)), "v1", ""), at(time.Minute), StepFinish, IntentStabilize},
 		{"workloads never ready: finished with a reason, the slot moves on", node("a", IntentReboot, IntentReboot, StateReady), at(11 * time.Minute), StepFinish, IntentStabilize},
 		{"after-reboot hooks never done: finished with a reason", hooks(healthy(node("a", IntentReboot, IntentReboot, StateReady)), false, true, true, false), at(11 * time.Minute), StepFinish, IntentStabilize},
@@ -156,6 +174,8 @@ func TestBackoffUntil(t *testing.T) {
 }
 
 func TestStarts(t *testing.T) {
+	var lastDone time.Time
+	var failed map[string][]string
 	avail := func(name string) NodeView { return node(name, IntentStabilize, IntentStabilize, StateUpdateAvailable) }
 	with := func(n NodeView, f func(*NodeView)) NodeView { f(&n); return n }
 	closed, err := window.Parse([]string{"sat"}, "01:00", "05:00", "UTC")
@@ -190,20 +210,31 @@ func TestStarts(t *testing.T) {
 		{"own node waits for the others", []NodeView{with(avail("a"), func(n *NodeView) { n.Own = true }), avail("b")}, func(p *Policy) { p.MaxConcurrent = 5 }, []string{"b"}, false},
 		{"own node last, alone", []NodeView{with(avail("a"), func(n *NodeView) { n.Own = true })}, nil, []string{"a"}, false},
 		{"own node not beside one in flight", []NodeView{with(avail("a"), func(n *NodeView) { n.Own = true }), node("b", IntentReboot, IntentReboot, StateRebooting)}, func(p *Policy) { p.MaxConcurrent = 5 }, nil, false},
-		{"pause after the last finished", []NodeView{avail("a"), with(node("b", IntentStabilize, IntentStabilize, StateUpToDate), func(n *NodeView) { n.Finished = t0.Add(-30 * time.Second) })},
-			func(p *Policy) { p.PauseBetween = time.Minute }, nil, true},
-		{"pause over", []NodeView{avail("a"), with(node("b", IntentStabilize, IntentStabilize, StateUpToDate), func(n *NodeView) { n.Finished = t0.Add(-2 * time.Minute) })},
-			func(p *Policy) { p.PauseBetween = time.Minute }, []string{"a"}, false},
+		{"pause after the last update ended", []NodeView{avail("a")}, func(p *Policy) { p.PauseBetween = time.Minute }, nil, true},
+		{"pause over", []NodeView{avail("a")}, func(p *Policy) { p.PauseBetween = time.Minute; lastDone = t0.Add(-2 * time.Minute) }, []string{"a"}, false},
+		{"a node's own update-finished in the future pauses nothing", []NodeView{avail("a"), with(node("b", IntentStabilize, IntentStabilize, StateUpToDate), func(n *NodeView) { n.Finished = time.Date(2999, 1, 1, 0, 0, 0, 0, time.UTC) })},
+			func(p *Policy) { p.PauseBetween = time.Minute; lastDone = time.Time{} }, []string{"a"}, false},
+		{"the state's last end in the future holds no longer than the pause from now", []NodeView{avail("a")},
+			func(p *Policy) { p.PauseBetween = time.Minute; lastDone = time.Date(2999, 1, 1, 0, 0, 0, 0, time.UTC) }, nil, true},
+		{"a halted release is not started", []NodeView{with(avail("a"), func(n *NodeView) { n.Available = "v2" })},
+			func(p *Policy) { p.HaltAfter = 2; failed = map[string][]string{"v2": {"b", "c"}} }, nil, true},
+		{"under --halt-after: started", []NodeView{with(avail("a"), func(n *NodeView) { n.Available = "v2" })},
+			func(p *Policy) { p.HaltAfter = 2; failed = map[string][]string{"v2": {"b"}} }, []string{"a"}, false},
+		{"a new release after a halted one: started", []NodeView{with(avail("a"), func(n *NodeView) { n.Available = "v3" })},
+			func(p *Policy) { p.HaltAfter = 2; failed = map[string][]string{"v2": {"b", "c"}} }, []string{"a"}, false},
+		{"a node in its backoff, its own last-failure in the future: held only until its backoff from now", []NodeView{with(avail("a"), func(n *NodeView) { n.Failures = 1; n.LastFailure = time.Date(2999, 1, 1, 0, 0, 0, 0, time.UTC) })},
+			nil, nil, true},
 		{"window closed", []NodeView{avail("a")}, func(p *Policy) { p.Window = closed }, nil, true},
 		{"window open", []NodeView{avail("a")}, func(p *Policy) { p.Window = open }, []string{"a"}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := policy()
+			lastDone, failed = t0.Add(-30*time.Second), nil
 			if tc.edit != nil {
 				tc.edit(&p)
 			}
-			got, why := Starts(tc.nodes, p, t0)
+			got, why := Starts(tc.nodes, p, Fleet{LastDone: lastDone, Failed: failed}, t0)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Starts = %v (%s), want %v", got, why, tc.want)
 			}
@@ -302,6 +333,10 @@ func TestAdoptOldCordons(t *testing.T) {
 	}
 	if s := Next(old, policy(), t0); s.Kind == StepAdopt {
 		t.Error("adopted without AdoptOldCordons")
+	}
+	midDrain := adoptable(NodeView{Name: "a", Wanted: IntentPerform, Active: IntentPerform, State: StateReady, Ready: true})
+	if s := Next(midDrain, p, t0); s.Kind != StepAdopt {
+		t.Errorf("the old operator's cordon mid-drain (it drains at perform-update/ready): %+v, want adopt", s)
 	}
 }
 

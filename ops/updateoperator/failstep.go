@@ -128,9 +128,13 @@ func (c *controller) drainFailed(ctx context.Context, node string, err error) {
 		c.o.Log.Error("read node after a failed drain", "node", node, "err", gerr)
 		return
 	}
-	if ferr := c.fail(ctx, n, c.keys.View(n, c.o.NodeName), err.Error()); ferr != nil {
+	v := c.keys.View(n, c.o.NodeName)
+	if ferr := c.fail(ctx, n, v, err.Error()); ferr != nil {
 		c.o.Log.Error("record a failed drain", "node", node, "err", ferr)
+		return
 	}
+	c.ended(ctx, v, "", false) // the pause counts from a failure too; a refused drain is not the release's
+
 }
 
 // drain cordons and drains n (writing also in the cordon's request),

@@ -54,8 +54,13 @@ type fleet struct {
 	plats   map[string]platform.Platform
 	br      map[string]*brapitest.Server
 	reboots map[string]int
-	down    map[string]bool   // a simulated reboot is under way
-	boots   map[string]string // each host's boot ID, as its kernel says it
+	down    map[string]bool // a simulated reboot is under way
+	// stayDown: the node's next reboot leaves it NotReady (its agent runs).
+	stayDown map[string]bool
+	// staleStatusBootID: a reboot changes the host's boot ID only, not
+	// the Node's status (a kubelet that has not written it yet).
+	staleStatusBootID bool
+	boots             map[string]string // each host's boot ID, as its kernel says it
 	// stepTimeout is the agents' --step-timeout (0: the default).
 	stepTimeout time.Duration
 	// agentWrap, when set, wraps the agents' transport (to count their calls).
@@ -91,7 +96,7 @@ func newFleetOn(t *testing.T, e *testenv.Env, name string) *fleet {
 		t.Fatal(err)
 	}
 	f := &fleet{t: t, env: e, kube: c, prefix: name + ".update.slipway.dev", mirror: filepath.Join(dir, "mirror"), dir: dir,
-		agents: map[string]*run{}, plats: map[string]platform.Platform{}, br: map[string]*brapitest.Server{}, reboots: map[string]int{}, down: map[string]bool{}, boots: map[string]string{},
+		agents: map[string]*run{}, plats: map[string]platform.Platform{}, br: map[string]*brapitest.Server{}, reboots: map[string]int{}, down: map[string]bool{}, stayDown: map[string]bool{}, boots: map[string]string{},
 		log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	f.keys, _ = NewKeys(f.prefix)
 	for _, v := range []string{"v1", "v2"} {
@@ -164,7 +169,7 @@ func (f *fleet) startAgent(node string) {
 		cfg = rest.CopyConfig(cfg)
 		cfg.Wrap(f.agentWrap)
 	}
-	o := AgentOptions{Config: cfg, Prefix: f.prefix, NodeName: node, Platform: f.plats[node],
+	o := AgentOptions{Config: cfg, Prefix: f.prefix, NodeName: node, Platform: f.plats[node], BootID: f.bootIDOf(node),
 		CheckInterval: 2 * time.Second, Resync: time.Second, StepTimeout: f.stepTimeout, Log: f.log.With("agent", node)}
 	if f.agentEdit != nil {
 		f.agentEdit(node, &o)
@@ -222,6 +227,13 @@ func (f *fleet) reboot(node string) {
 	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{testenv.DownAnnotation: "true"}}})
 	f.waitReady(ctx, node, false)
 	time.Sleep(500 * time.Millisecond)
+	f.mu.Lock()
+	stay := f.stayDown[node]
+	f.mu.Unlock()
+	if stay {
+		f.setBootID(node)
+		return
+	}
 	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{testenv.DownAnnotation: nil}}})
 	f.waitReady(ctx, node, true)
 	f.setBootID(node)
@@ -237,7 +249,11 @@ func (f *fleet) setBootID(node string) {
 	id := fmt.Sprintf("boot-%d", time.Now().UnixNano())
 	f.mu.Lock()
 	f.boots[node] = id
+	stale := f.staleStatusBootID && f.reboots[node] > 0
 	f.mu.Unlock()
+	if stale {
+		return
+	}
 	data, _ := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"bootID": id}}})
 	if _, err := f.kube.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, data, metav1.PatchOptions{}, "status"); err != nil {
 		f.t.Errorf("set the boot ID of %s: %v", node, err)

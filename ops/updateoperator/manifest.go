@@ -25,6 +25,10 @@ type ManifestOptions struct {
 	AgentArgs []string
 	// ControllerArgs are added to the controller's command line.
 	ControllerArgs []string
+	// OSImagePattern is the controller's --os-image-pattern: the nodes it
+	// labels, so the agent DaemonSet lands only there (default: the
+	// platform's OS, PlatformOSImagePattern).
+	OSImagePattern string
 	Out            io.Writer
 }
 
@@ -47,6 +51,9 @@ func (o *ManifestOptions) defaults() error {
 	}
 	if o.Platform == "" {
 		o.Platform = "slipway"
+	}
+	if o.OSImagePattern == "" {
+		o.OSImagePattern = PlatformOSImagePattern(o.Platform)
 	}
 	_, err := NewKeys(o.Prefix)
 	return err
@@ -88,6 +95,20 @@ func ManifestObjects(o ManifestOptions) ([]any, error) {
 	return objs, nil
 }
 
+// PlatformOSImagePattern is the osImage of the nodes a platform's agent
+// serves: in a cluster of k3OS and Bottlerocket nodes, each operator's
+// DaemonSet lands only on its own OS's nodes (the controller labels only
+// those), never on the other's, where the host path it needs is missing.
+func PlatformOSImagePattern(platform string) string {
+	switch platform {
+	case "bottlerocket-api":
+		return `(?i)^bottlerocket`
+	case "slipway":
+		return `(?i)^k3os`
+	}
+	return DefaultOSImagePattern
+}
+
 func tm(apiVersion, kind string) metav1.TypeMeta {
 	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
 }
@@ -123,9 +144,12 @@ func rbacObjects(o ManifestOptions) []any {
 	events := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}}}
 	// The controller reads and renews only its election Lease (create cannot
 	// be narrowed by name: it makes the Lease the first time).
+	// Its fleet state likewise: the ConfigMap only it writes (fleet.go).
 	leases := []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "update"}, ResourceNames: []string{LeaseName}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}}}
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "patch"}, ResourceNames: []string{FleetStateName(o.Prefix)}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}}}
 	for _, sa := range []struct {
 		name    string
 		cluster []rbacv1.PolicyRule
@@ -154,16 +178,34 @@ func rbacObjects(o ManifestOptions) []any {
 	return out
 }
 
+// AgentAnnotations are the annotation keys the agent writes (under the
+// prefix), and AgentLabels its labels: its host's report, never the
+// controller's keys (the intent wanted, the times and counts that gate
+// the rollout, the target, the cordon's record).
+var (
+	AgentAnnotations = []string{KeyActionActive, KeyActionState, KeyUpdateAvailable, KeyCurrentVersion, KeyAvailableVersion,
+		KeyStagedVersion, KeyRebootBootID, KeyReason}
+	AgentLabels = []string{KeyUpdateAvailable}
+)
+
 // agentPolicy holds an agent to its own Node: the Node's name must be the
 // node name the API server put in the agent's bound service-account token,
-// and the agent may change only the protocol's annotations and labels (the
-// controller cordons).
+// and the agent may change only the keys it writes (AgentAnnotations,
+// AgentLabels): not the controller's, so a node taken over cannot want
+// an intent, take or hold a slot, or move a time the rollout counts from.
 func agentPolicy(namespace string, keys Keys) admission.NodeAgentPolicy {
+	full := func(suffixes []string) []string {
+		out := make([]string, len(suffixes))
+		for i, s := range suffixes {
+			out[i] = keys.Key(s)
+		}
+		return out
+	}
 	return admission.NodeAgentPolicy{
 		Name: policyName, Labels: appLabels(AgentName),
 		User:          fmt.Sprintf("system:serviceaccount:%s:%s", namespace, AgentName),
 		Agent:         "the update-operator agent",
-		LabelPrefixes: []string{keys.Prefix + "/"}, AnnotationPrefixes: []string{keys.Prefix + "/"},
+		LabelPrefixes: full(AgentLabels), AnnotationPrefixes: full(AgentAnnotations),
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -239,5 +240,43 @@ func TestManifestServesMetricsOfBoth(t *testing.T) {
 	}
 	if seen != 2 {
 		t.Errorf("found %d workloads, want the controller and the agent", seen)
+	}
+}
+
+// Each platform's manifest has its controller label only its own OS's
+// nodes, so that in a cluster of k3OS and Bottlerocket nodes each agent
+// DaemonSet (which selects the label) lands only on its own; an explicit
+// --os-image-pattern in the controller's arguments wins.
+func TestManifestLimitsTheAgentToItsPlatform(t *testing.T) {
+	for _, tc := range []struct {
+		platform   string
+		own, other string
+	}{{"bottlerocket-api", "Bottlerocket OS 1.20.0 (aws-k8s-1.31)", "k3OS v0.21.5-k3s2r1"}, {"slipway", "k3OS v0.21.5-k3s2r1", "Bottlerocket OS 1.20.0 (aws-k8s-1.31)"}} {
+		objs, err := ManifestObjects(ManifestOptions{Platform: tc.platform})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var args []string
+		for _, o := range objs {
+			if d, ok := o.(*appsv1.Deployment); ok {
+				args = d.Spec.Template.Spec.Containers[0].Args
+			}
+		}
+		i := slices.Index(args, "--os-image-pattern")
+		if i < 0 {
+			t.Fatalf("%s: the controller has no --os-image-pattern: %q", tc.platform, args)
+		}
+		re := regexp.MustCompile(args[i+1])
+		if !re.MatchString(tc.own) || re.MatchString(tc.other) {
+			t.Errorf("%s: --os-image-pattern %q: matches its own OS %v (want true), the other's %v (want false)", tc.platform, args[i+1], re.MatchString(tc.own), re.MatchString(tc.other))
+		}
+	}
+	objs, _ := ManifestObjects(ManifestOptions{Platform: "slipway", ControllerArgs: []string{"--os-image-pattern=^mine"}})
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.Deployment); ok {
+			if args := d.Spec.Template.Spec.Containers[0].Args; slices.Contains(args, "--os-image-pattern") {
+				t.Errorf("the pattern given was doubled: %q", args)
+			}
+		}
 	}
 }

@@ -25,16 +25,19 @@ type metrics struct {
 	// cordoned; cordonLimit how long a cordon of its may last (controller).
 	cordonedSince *prometheus.GaugeVec
 	cordonLimit   prometheus.Gauge
+	// halted is 1 for each release the brake holds (controller).
+	halted *prometheus.GaugeVec
 }
 
 // forgetLeaderView drops the series only the leader reports (nodes by
-// state, cordons held, updates in flight) when this process stops leading:
+// state, cordons held, updates in flight, releases halted) when this process stops leading:
 // the next leader reports them, and a former leader's last values would
 // otherwise keep alerts firing (a cordon alert on a node since uncordoned).
 func (m *metrics) forgetLeaderView() {
 	m.nodes.Reset()
 	m.cordonedSince.Reset()
 	m.inFlight.Set(0)
+	m.halted.Reset()
 }
 
 func newMetrics() *metrics {
@@ -56,8 +59,10 @@ func newMetrics() *metrics {
 			Help: "When the operator cordoned the node for its update (drain-started), for each node it holds cordoned."}, []string{"node"}),
 		cordonLimit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "slipway_update_operator_cordon_limit_seconds",
 			Help: "How long a cordon of the operator may last: the drain beside perform-update, the longer of their timeouts, then the reboot's (max(--drain-timeout, --state-timeout) + --state-timeout)."}),
+		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_update_operator_rollout_halted",
+			Help: "1 for each release whose rollout is halted: it failed --halt-after times; no node starts it until a new release or `slipway update-operator resume`."}, []string{"version"}),
 	}
-	m.registry.MustRegister(m.nodes, m.inFlight, m.failures, m.transitions, m.intents, m.reads, m.cordonedSince, m.cordonLimit,
+	m.registry.MustRegister(m.nodes, m.inFlight, m.failures, m.transitions, m.intents, m.reads, m.cordonedSince, m.cordonLimit, m.halted,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

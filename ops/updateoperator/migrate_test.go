@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/upgrade/releasetest"
 )
 
 // A cluster the old operator (dogswatch, Go brupop) leaves in each of its
@@ -72,6 +73,154 @@ func TestMigrationFromTheOldOperator(t *testing.T) {
 	for _, n := range f.nodes {
 		if f.reboots[n] != 1 {
 			t.Errorf("%s rebooted %d times, want once (the old operator's reboot counted)", n, f.reboots[n])
+		}
+	}
+}
+
+// A node the old operator rebooted into its update (reboot-update
+// acknowledged busy, no boot ID recorded) while a newer release is listed
+// already is back, not rebooted a second time: the host's staged update
+// (none) decides, not whether an update is available.
+func TestOldRebootWithANewerReleaseListed(t *testing.T) {
+	f := newFleetOn(t, testenv.Need(t, env), "oldreboot")
+	f.addNode("oldreboot-0", false)
+	node := f.nodes[0]
+	f.stopAll()
+	f.mu.Lock()
+	f.closed = false
+	f.mu.Unlock()
+	ctx := context.Background()
+	p := f.plats[node]
+	if _, err := p.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Perform(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.setBootID(node) // the old operator's reboot
+	f.mu.Lock()
+	f.reboots[node]++
+	f.mu.Unlock()
+	if _, err := releasetest.Write(releasetest.Options{Mirror: f.mirror, Version: "v3", Arch: "amd64", RootfsFiles: 3}); err != nil {
+		t.Fatal(err)
+	}
+	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		f.keys.Wanted(): string(IntentReboot), f.keys.Active(): string(IntentReboot), f.keys.State(): string(StateBusy)}}})
+	f.startAgent(node) // no controller: the agent alone decides
+	eventually(t, time.Minute, "the node reported back from the old operator's reboot", func() (bool, string) {
+		v := f.keys.View(f.node(node), "")
+		return v.Active == IntentReboot && v.State == StateReady, fmt.Sprintf("active %s state %s", v.Active, v.State)
+	})
+	time.Sleep(2 * time.Second)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.reboots[node] != 1 {
+		t.Errorf("rebooted %d times, want once (the old operator's)", f.reboots[node])
+	}
+}
+
+// A node the old controller cordoned mid-drain (it drains while the node
+// is at perform-update/perform-update/ready, before it wants
+// reboot-update; its cordon records nothing) ends updated and uncordoned:
+// the cordon is adopted as the operator's, not taken for an admin's.
+func TestOldCordonMidDrainIsLifted(t *testing.T) {
+	f := newFleetOn(t, testenv.Need(t, env), "olddrain")
+	f.addNode("olddrain-0", true)
+	node := f.nodes[0]
+	f.stopAll()
+	f.mu.Lock()
+	f.closed = false
+	f.mu.Unlock()
+	ctx := context.Background()
+	p := f.plats[node]
+	if _, err := p.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Perform(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.patch(node, map[string]any{"spec": map[string]any{"unschedulable": true}, "metadata": map[string]any{"annotations": map[string]any{
+		f.keys.Wanted(): string(IntentPerform), f.keys.Active(): string(IntentPerform), f.keys.State(): string(StateReady)}}})
+	f.startAgent(node)
+	stop := f.controller(func(o *ControllerOptions) { o.Policy.AdoptOldCordons = true })
+	defer stop()
+	eventually(t, 2*time.Minute, "updated, uncordoned", f.done)
+	if !has(f.eventReasons(node), ReasonAdopted) {
+		t.Errorf("no %s Event", ReasonAdopted)
+	}
+}
+
+// The old operator's states as it leaves them on Bottlerocket, under its
+// own prefix bottlerocket.aws: every node served by the Bottlerocket API
+// emulator, the old cordons adopted because of the prefix (not set by
+// hand). At rest, mid-prepare, rebooted into the update (reboot-update
+// acknowledged busy), cordoned before its reboot, cordoned mid-drain, in
+// error: every node ends updated once, none rebooted twice, none left
+// cordoned.
+func TestMigrationUnderTheBottlerocketPrefix(t *testing.T) {
+	f := newFleetOn(t, testenv.Need(t, env), "brmigrate")
+	f.prefix, f.keys = BottlerocketPrefix, Keys{Prefix: BottlerocketPrefix}
+	f.mu.Lock()
+	f.closed = true // no agent yet: the old operator's states first
+	f.mu.Unlock()
+	for i := range 6 {
+		f.addNode(fmt.Sprintf("brmigrate-%d", i), true)
+	}
+	rest, preparing, rebooted, cordoned, midDrain, failed := f.nodes[0], f.nodes[1], f.nodes[2], f.nodes[3], f.nodes[4], f.nodes[5]
+	ctx := context.Background()
+	state := func(node string, wanted, active Intent, st State, more map[string]any) {
+		ann := map[string]any{f.keys.Wanted(): string(wanted), f.keys.Active(): string(active), f.keys.State(): string(st)}
+		for k, v := range more {
+			ann[k] = v
+		}
+		f.patch(node, map[string]any{"metadata": map[string]any{"annotations": ann}})
+	}
+	cordon := func(node string) { f.patch(node, map[string]any{"spec": map[string]any{"unschedulable": true}}) }
+	for _, node := range []string{rebooted, cordoned, midDrain} {
+		p := f.plats[node]
+		if _, err := p.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Prepare(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Perform(ctx); err != nil { // perform-update ready: the old agent activated it
+			t.Fatal(err)
+		}
+	}
+	if err := f.plats[rebooted].Reboot(ctx); err != nil { // the old operator's reboot: the host boots v2
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the old operator's reboot done", func() (bool, string) {
+		return f.version(rebooted) == "v2" && !f.isRebooting(rebooted), "rebooting"
+	})
+	state(rest, IntentStabilize, IntentStabilize, StateReady, map[string]any{f.keys.UpdateAvailable(): "true"})
+	state(preparing, IntentPrepare, IntentPrepare, StateBusy, nil)
+	state(rebooted, IntentReboot, IntentReboot, StateBusy, nil)
+	cordon(rebooted)
+	state(cordoned, IntentReboot, IntentPerform, StateReady, nil)
+	cordon(cordoned)
+	state(midDrain, IntentPerform, IntentPerform, StateReady, nil)
+	cordon(midDrain)
+	state(failed, IntentPrepare, IntentPrepare, StateError, nil)
+	f.mu.Lock()
+	f.closed = false
+	f.mu.Unlock()
+	for _, n := range f.nodes {
+		f.startAgent(n)
+	}
+	stop := f.controller(func(o *ControllerOptions) { o.Policy.MaxConcurrent = 2 })
+	defer stop()
+	eventually(t, 3*time.Minute, "every node updated, none cordoned", f.done)
+	for _, n := range f.nodes {
+		if r := f.br[n].Reboots(); r != 1 {
+			t.Errorf("%s rebooted %d times, want once (the old operator's reboot counted)", n, r)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -59,10 +60,14 @@ func orDash(s string) string {
 
 // StatusOptions configure `slipway update-operator status`.
 type StatusOptions struct {
-	Config *rest.Config
-	Prefix string
-	JSON   bool
-	Out    io.Writer
+	Config    *rest.Config
+	Prefix    string
+	Namespace string // the controller's (its fleet state); default DefaultNamespace
+	// HaltAfter is the controller's --halt-after, to tell halted releases
+	// (default 2, the flag's).
+	HaltAfter int
+	JSON      bool
+	Out       io.Writer
 }
 
 // Status prints one row per node: state, intents, versions, cordon,
@@ -81,12 +86,54 @@ func Status(ctx context.Context, o StatusOptions) error {
 		return fmt.Errorf("list nodes: %w", err)
 	}
 	rows := keys.StatusRows(list.Items)
+	halts, err := haltedReleases(ctx, c, o, keys)
+	if err != nil {
+		return err
+	}
 	if o.JSON {
 		enc := json.NewEncoder(o.Out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"prefix": keys.Prefix, "nodes": rows})
+		return enc.Encode(map[string]any{"prefix": keys.Prefix, "nodes": rows, "halted": halts})
 	}
-	return writeTable(o.Out, rows)
+	if err := writeTable(o.Out, rows); err != nil {
+		return err
+	}
+	for _, h := range halts {
+		fmt.Fprintln(o.Out, "HALTED:", h)
+	}
+	return nil
+}
+
+// haltedReleases are the reasons of the releases the controller's brake
+// holds, read from its fleet state (none when it has none yet).
+func haltedReleases(ctx context.Context, c *kube.Clientset, o StatusOptions, keys Keys) ([]string, error) {
+	ns := o.Namespace
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	if o.HaltAfter == 0 {
+		o.HaltAfter = 2
+	}
+	cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, FleetStateName(keys.Prefix), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the fleet state: %w", err)
+	}
+	var f Fleet
+	if err := json.Unmarshal([]byte(cm.Data[fleetDataKey]), &f); err != nil && cm.Data[fleetDataKey] != "" {
+		return nil, fmt.Errorf("the fleet state (ConfigMap %s/%s) is not its JSON: %w", ns, cm.Name, err)
+	}
+	p := Policy{HaltAfter: o.HaltAfter}
+	if f.HaltAfter > 0 {
+		p.HaltAfter = f.HaltAfter // as the controller counts
+	}
+	var out []string
+	for _, v := range f.Halted(p) {
+		out = append(out, f.HaltReason(v, p))
+	}
+	return out, nil
 }
 
 func writeTable(out io.Writer, rows []StatusRow) error {

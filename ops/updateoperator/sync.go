@@ -51,14 +51,15 @@ func (c *controller) sync(ctx context.Context) error {
 	if err := c.markBlocked(ctx, views); err != nil {
 		return err
 	}
-	start, why := Starts(views, c.o.Policy, now)
+	fleet := c.brake(ctx)
+	start, why := Starts(views, c.o.Policy, fleet, now)
 	if err := c.start(ctx, nodes, views, start); err != nil {
 		return err
 	}
 	if why != "" {
 		c.o.Log.Debug("no node starts", "why", why)
 	}
-	parallel(PrepareAhead(views, c.o.Policy, now, start), func(name string) {
+	parallel(PrepareAhead(views, c.o.Policy, fleet, now, start), func(name string) {
 		if err := c.wantAhead(ctx, name, nodes[name].Annotations[c.keys.Key(KeyAvailableVersion)]); err != nil {
 			c.o.Log.Error("prepare ahead", "node", name, "err", err)
 		}
@@ -139,7 +140,7 @@ func (c *controller) report(nodes []corev1.Node, views []NodeView) {
 
 // do carries out one step on one node.
 func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step) error {
-	if v.Invalid == "" && strings.HasPrefix(v.Reason, HeldPrefix) { // the hold is over: its reason goes
+	if v.Invalid == "" && strings.HasPrefix(v.Reason, HeldPrefix) && !(s.Kind == StepStuck && s.Reason == v.Reason) { // the hold is over: its reason goes
 		if err := c.patch(ctx, v.Name, nil, map[string]any{c.keys.Key(KeyReason): nil}); err != nil {
 			return err
 		}
@@ -187,6 +188,7 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		if err != nil {
 			return err
 		}
+		c.ended(ctx, v, "", false)
 		c.finishedNow(written)
 		if v.AfterHook {
 			if err := c.clearHook(ctx, v.Name, KeyAfterReboot, c.o.AfterRebootChecks); err != nil {
@@ -199,7 +201,11 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonSucceeded, "updated to %s", n.Annotations[c.keys.Key(KeyCurrentVersion)])
 	case StepFail:
-		return c.fail(ctx, n, v, s.Reason)
+		if err := c.fail(ctx, n, v, s.Reason); err != nil {
+			return err
+		}
+		c.ended(ctx, v, n.Annotations[c.keys.Key(KeyTargetVersion)], s.Release)
+		return nil
 	case StepStuck:
 		if n.Annotations[c.keys.Key(KeyReason)] == s.Reason {
 			return nil // said already
@@ -239,6 +245,7 @@ func (c *controller) uncordon(ctx context.Context, n *corev1.Node, v NodeView, n
 	}
 	version := n.Annotations[c.keys.Key(KeyCurrentVersion)]
 	if finish && written != nil { // one write, one Event
+		c.ended(ctx, v, "", false)
 		c.finishedNow(written)
 		c.m.transitions.WithLabelValues(string(StepFinish)).Inc()
 		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonSucceeded, "updated to %s: back, the operator's cordon lifted", version)

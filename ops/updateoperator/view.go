@@ -62,10 +62,14 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 		CordonedByUs:    k.cordonedByUs(a),
 		UnmarkedCordon:  n.Spec.Unschedulable && drain.CordonedBy(a) == "",
 		Excluded:        n.Labels[k.Exclude()] == "true",
+		Labelled:        n.Labels[k.InterfaceVersion()] != "",
+		Spoke:           a[k.State()] != "",
+		OldAgent:        a[k.Active()] == string(IntentStabilize) && a[k.State()] == string(StateReady) && a[k.Key(KeyCurrentVersion)] == "",
 		Own:             own != "" && n.Name == own,
 		Ahead:           a[k.Key(KeyAhead)] == "true",
 		Current:         a[k.Key(KeyCurrentVersion)],
 		Target:          a[k.Key(KeyTargetVersion)],
+		Available:       a[k.Key(KeyAvailableVersion)],
 		Reason:          a[k.Key(KeyReason)],
 	}
 	var errs []string

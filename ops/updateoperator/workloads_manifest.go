@@ -2,6 +2,8 @@ package updateoperator
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,7 +18,11 @@ import (
 func controllerDeployment(o ManifestOptions, keys Keys) *appsv1.Deployment {
 	labels := appLabels(ControllerComponent)
 	replicas := int32(2)
-	args := append([]string{"update-operator", "controller", "--prefix", keys.Prefix, "--namespace", o.Namespace, "--lease", LeaseName}, o.ControllerArgs...)
+	args := []string{"update-operator", "controller", "--prefix", keys.Prefix, "--namespace", o.Namespace, "--lease", LeaseName}
+	if !slices.ContainsFunc(o.ControllerArgs, func(a string) bool { return strings.HasPrefix(a, "--os-image-pattern") }) {
+		args = append(args, "--os-image-pattern", o.OSImagePattern)
+	}
+	args = append(args, o.ControllerArgs...)
 	return &appsv1.Deployment{
 		TypeMeta:   tm("apps/v1", "Deployment"),
 		ObjectMeta: metav1.ObjectMeta{Name: ControllerName, Namespace: o.Namespace, Labels: labels},

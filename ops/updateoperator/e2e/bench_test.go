@@ -201,7 +201,7 @@ func turnsSaid(m map[string]float64) string {
 // with its metrics served at the returned address.
 func startController(b testing.TB, e *testenv.Env, r roundSpec, name string) (stop func(), metricsAddr string) {
 	metricsAddr = freeAddr()
-	args := []string{"update-operator", "controller", "--kubeconfig", e.Kubeconfig,
+	args := []string{"update-operator", "controller", "--kubeconfig", e.Kubeconfig, "--namespace", "default", // its fleet state lives there
 		"--lease", "", "--metrics-addr", metricsAddr, "--health-addr", "", "--os-image-pattern", "-", "--pause-between", "0s",
 		"--max-concurrent", strconv.Itoa(r.conc), "--state-timeout", "5m", "--drain-timeout", "2m"}
 	if r.ahead {

@@ -113,10 +113,14 @@ func agentCommand() []string {
 	agent := []string{slipway, "update-operator", "agent", "--platform", "command",
 		"--check-command", sh("check.sh"), "--prepare-command", sh("prepare.sh"), "--apply-command", sh("apply.sh"),
 		"--reboot-command", sh("reboot.sh"), "--version-command", sh("version.sh"), "--check-interval", "2s", "--health-addr", ""}
-	if agents >= nodes && len(contenders()) < 2 {
-		return agent
+	// Each simulated boot has a boot ID of its own, in the node's /run
+	// (gone with the boot), as the kernel's is for a real host.
+	boot := `mkdir -p "$SLIPWAY_NODE_DIR/run" && echo "$NODE_NAME-boot-$SLIPWAY_NODE_BOOT" > "$SLIPWAY_NODE_DIR/run/boot_id"; `
+	run := fmt.Sprintf(`exec %s "$@" --boot-id-file "$SLIPWAY_NODE_DIR/run/boot_id"`, agent[0])
+	script := boot + run
+	if agents < nodes || len(contenders()) > 1 {
+		script = fmt.Sprintf(`i=${NODE_NAME##*[!0-9]}; if [ "$i" -gt %d ]; then exec sleep 1000000; fi; `, agents) + script
 	}
-	script := fmt.Sprintf(`i=${NODE_NAME##*[!0-9]}; if [ "$i" -gt %d ]; then exec sleep 1000000; fi; exec %s "$@"`, agents, agent[0])
 	return append([]string{"/bin/sh", "-c", script, "agent-or-idle"}, agent[1:]...)
 }
 

@@ -164,16 +164,23 @@ func truncate(s string, n int) string {
 }
 
 // status reads /updates/status. After a boot the host has no status until
-// its first update command (404): a refresh-updates initializes it.
+// its first update command (404): a refresh-updates initializes it, and
+// the status is read again once the refresh ran (until then it is still
+// 404, then 423 while the refresh holds the lock).
 func (b *Bottlerocket) status(ctx context.Context) (*UpdateStatus, error) {
-	var st UpdateStatus
-	err := b.call(ctx, http.MethodGet, "/updates/status", &st)
+	st, err := b.read(ctx)
 	if errors.Is(err, errUninitialized) {
 		if err = b.call(ctx, http.MethodPost, "/actions/refresh-updates", nil); err == nil {
-			err = b.call(ctx, http.MethodGet, "/updates/status", &st)
+			st, err = b.await(ctx, "refresh", nil, func(*UpdateStatus) bool { return true })
 		}
 	}
-	if err != nil {
+	return st, err
+}
+
+// read reads /updates/status once (423s retried), its update_state checked.
+func (b *Bottlerocket) read(ctx context.Context) (*UpdateStatus, error) {
+	var st UpdateStatus
+	if err := b.call(ctx, http.MethodGet, "/updates/status", &st); err != nil {
 		return nil, err
 	}
 	switch st.UpdateState {
@@ -183,31 +190,55 @@ func (b *Bottlerocket) status(ctx context.Context) (*UpdateStatus, error) {
 	return nil, fmt.Errorf("host API GET /updates/status: unknown update_state %q (want Idle, Available, Staged or Ready)", st.UpdateState)
 }
 
-// await polls the status until want holds, or the last command of cmd
-// failed, or ctx ends.
-func (b *Bottlerocket) await(ctx context.Context, cmd string, want func(*UpdateStatus) bool) (*UpdateStatus, error) {
+// await polls the status after a command of type cmd was accepted, until
+// that command ended (a most recent command of its type other than prev,
+// the one the status showed before the command was sent) and want holds,
+// or it failed, or ctx ends. The host runs the command after its POST is
+// answered, holding the update lock: a read before it started shows prev
+// (or, after a boot, no status: 404), a read while it runs is a 423.
+func (b *Bottlerocket) await(ctx context.Context, cmd string, prev *CommandRun, want func(*UpdateStatus) bool) (*UpdateStatus, error) {
 	poll := b.Poll
 	if poll <= 0 {
 		poll = time.Second
 	}
 	for {
-		st, err := b.status(ctx)
-		if err != nil {
+		st, err := b.read(ctx)
+		if err != nil && !errors.Is(err, errUninitialized) {
 			return nil, err
 		}
-		if c := st.MostRecentCommand; c != nil && c.CmdType == cmd && c.CmdStatus == "Failed" {
-			return st, fmt.Errorf("the host's %s command failed (exit status %d, update_state %s): %s",
-				cmd, c.ExitStatus, st.UpdateState, orNoStderr(strings.TrimSpace(c.Stderr)))
-		}
-		if want(st) {
-			return st, nil
+		state := "uninitialized"
+		if st != nil {
+			state = st.UpdateState
+			if c := st.MostRecentCommand; c != nil && c.CmdType == cmd && (prev == nil || *c != *prev) {
+				if c.CmdStatus == "Failed" {
+					return st, fmt.Errorf("the host's %s command failed (exit status %d, update_state %s): %s",
+						cmd, c.ExitStatus, st.UpdateState, orNoStderr(strings.TrimSpace(c.Stderr)))
+				}
+				if c.CmdStatus == "Success" && want(st) {
+					return st, nil
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return st, fmt.Errorf("waiting for %s (update_state %s): %w", cmd, st.UpdateState, ctx.Err())
+			return st, fmt.Errorf("waiting for %s (update_state %s): %w", cmd, state, ctx.Err())
 		case <-time.After(poll):
 		}
 	}
+}
+
+// sent sends the command of the action path and awaits its end: prev is
+// the most recent command the status showed before it.
+func (b *Bottlerocket) sent(ctx context.Context, path, cmd string, prev *UpdateStatus, want func(*UpdateStatus) bool) (*UpdateStatus, error) {
+	var before *CommandRun
+	if prev != nil && prev.MostRecentCommand != nil {
+		c := *prev.MostRecentCommand
+		before = &c
+	}
+	if err := b.call(ctx, http.MethodPost, path, nil); err != nil {
+		return nil, err
+	}
+	return b.await(ctx, cmd, before, want)
 }
 
 // Check refreshes the host's list of updates and reads the chosen one.
@@ -216,19 +247,20 @@ func (b *Bottlerocket) Check(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	if err := b.call(ctx, http.MethodPost, "/actions/refresh-updates", nil); err != nil {
+	before, err := b.status(ctx)
+	if err != nil {
 		return Status{Current: cur}, err
 	}
-	st, err := b.await(ctx, "refresh", func(s *UpdateStatus) bool {
-		c := s.MostRecentCommand
-		return c != nil && c.CmdType == "refresh" && c.CmdStatus == "Success" || s.UpdateState != BRIdle
-	})
+	st, err := b.sent(ctx, "/actions/refresh-updates", "refresh", before, func(*UpdateStatus) bool { return true })
 	if err != nil {
 		return Status{Current: cur}, err
 	}
 	out := Status{Current: cur}
 	if st.UpdateState != BRIdle && st.ChosenUpdate != nil && st.ChosenUpdate.Version != cur {
 		out.Available = st.ChosenUpdate.Version
+	}
+	if st.UpdateState == BRReady && st.staged() != cur { // activated, not booted: the next boot starts it
+		out.Staged = st.staged()
 	}
 	return out, nil
 }
@@ -252,14 +284,11 @@ func (b *Bottlerocket) Prepare(ctx context.Context) error {
 		return nil // done before an agent restart
 	}
 	if st.UpdateState == BRReady { // another version activated: not the next boot any more
-		if err := b.deactivate(ctx); err != nil {
+		if st, err = b.deactivate(ctx, st); err != nil {
 			return err
 		}
 	}
-	if err := b.call(ctx, http.MethodPost, "/actions/prepare-update", nil); err != nil {
-		return err
-	}
-	_, err = b.await(ctx, "prepare", prepared)
+	_, err = b.sent(ctx, "/actions/prepare-update", "prepare", st, prepared)
 	return err
 }
 
@@ -277,10 +306,7 @@ func (b *Bottlerocket) Perform(ctx context.Context) error {
 	if st.UpdateState == BRReady {
 		return nil // done before an agent restart
 	}
-	if err := b.call(ctx, http.MethodPost, "/actions/activate-update", nil); err != nil {
-		return err
-	}
-	_, err = b.await(ctx, "activate", func(s *UpdateStatus) bool { return s.UpdateState == BRReady })
+	_, err = b.sent(ctx, "/actions/activate-update", "activate", st, func(s *UpdateStatus) bool { return s.UpdateState == BRReady })
 	return err
 }
 
@@ -304,15 +330,13 @@ func (b *Bottlerocket) Reset(ctx context.Context) error {
 	if st.UpdateState != BRReady {
 		return nil
 	}
-	return b.deactivate(ctx)
+	_, err = b.deactivate(ctx, st)
+	return err
 }
 
-func (b *Bottlerocket) deactivate(ctx context.Context) error {
-	if err := b.call(ctx, http.MethodPost, "/actions/deactivate-update", nil); err != nil {
-		return err
-	}
-	_, err := b.await(ctx, "deactivate", func(s *UpdateStatus) bool { return s.UpdateState != BRReady })
-	return err
+// deactivate undoes an activation; st is the status read before it.
+func (b *Bottlerocket) deactivate(ctx context.Context, st *UpdateStatus) (*UpdateStatus, error) {
+	return b.sent(ctx, "/actions/deactivate-update", "deactivate", st, func(s *UpdateStatus) bool { return s.UpdateState != BRReady })
 }
 
 // Reboot asks the host to reboot. A connection closed or reset before the

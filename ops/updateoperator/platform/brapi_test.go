@@ -108,3 +108,72 @@ func TestBottlerocketAnswersAsTheRealAPI(t *testing.T) {
 		}
 	})
 }
+
+// The host runs each command after answering its POST and holds the
+// update lock while it runs: a status read before the command started
+// shows the command before it, a read while it runs is a 423. The
+// platform waits for the command it sent (never the one before it, a
+// failed one included) through both, and the whole update goes through.
+func TestBottlerocketAwaitsTheHostsCommand(t *testing.T) {
+	srv, p := emulated(t)
+	srv.Timing(30*time.Millisecond, 60*time.Millisecond)
+	c := ctx(t)
+	st, err := p.Check(c)
+	if err != nil || st.Available != "1.20.0" {
+		t.Fatalf("Check = %+v, %v; want 1.20.0 available", st, err)
+	}
+	srv.FailNext("prepare", "Failed to write image to disk: No space left on device (os error 28)")
+	if err := p.Prepare(c); err == nil || !strings.Contains(err.Error(), "No space left") {
+		t.Fatalf("a failed prepare: %v; want its stderr", err)
+	}
+	if err := p.Prepare(c); err != nil || srv.Staged() != "1.20.0" {
+		t.Fatalf("prepare again after the failure (the failure before it is not its result): %v, staged %q", err, srv.Staged())
+	}
+	if err := p.Perform(c); err != nil || srv.State() != "Ready" {
+		t.Fatalf("perform: %v, state %s", err, srv.State())
+	}
+	if err := p.Reset(c); err != nil || srv.State() != "Staged" {
+		t.Fatalf("reset: %v, state %s", err, srv.State())
+	}
+	if err := p.Perform(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Reboot(c); err != nil {
+		t.Fatal(err)
+	}
+	srv.Boot()
+	if st, err := p.Check(c); err != nil || st.Current != "1.20.0" || st.Available != "" {
+		t.Errorf("Check after the reboot (its status 404 until a refresh ran) = %+v, %v; want 1.20.0, up to date", st, err)
+	}
+	if srv.Busy423() == 0 {
+		t.Error("no status read met the lock of a running command: the polling path was not taken")
+	}
+}
+
+// A host that activated an update and has not rebooted reports it as
+// staged (the next boot starts it); once deactivated, none.
+func TestBottlerocketReportsStaged(t *testing.T) {
+	_, p := emulated(t)
+	c := ctx(t)
+	if _, err := p.Check(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Prepare(c); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.Check(c); err != nil || st.Staged != "" {
+		t.Errorf("prepared, not activated: Check = %+v, %v; want nothing staged (the next boot is unchanged)", st, err)
+	}
+	if err := p.Perform(c); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.Check(c); err != nil || st.Staged != "1.20.0" || st.Current != "1.19.0" {
+		t.Errorf("activated, not booted: Check = %+v, %v; want 1.20.0 staged, 1.19.0 running", st, err)
+	}
+	if err := p.Reset(c); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.Check(c); err != nil || st.Staged != "" {
+		t.Errorf("deactivated: Check = %+v, %v; want nothing staged", st, err)
+	}
+}

@@ -13,9 +13,14 @@ import (
 // update tool they can reach (not Bottlerocket's updog: use the host API):
 // Check's command prints the available version on its first line (nothing
 // when up to date); Prepare, Apply and Reboot succeed by exiting 0; Version's
-// command, when set, prints the running version; Reset's, when set, discards
-// a prepared update (without one, a reset does nothing on the host). Each is
+// command prints the running version; Reset's, when set, discards a
+// prepared update (without one, a reset does nothing on the host). Each is
 // an argv.
+//
+// The version command is required: an update succeeds only when the host
+// comes back running the version chosen, and without it the agent cannot
+// tell that version from a fallback boot (every success would be counted
+// a failure and reset).
 type Command struct {
 	CheckCmd, PrepareCmd, ApplyCmd, RebootCmd, VersionCmd, ResetCmd []string
 }
@@ -56,13 +61,19 @@ func (c *Command) Reboot(ctx context.Context) error {
 	return err
 }
 
-// Version runs the version command ("" when there is none).
+// Version runs the version command: its first line is the version
+// running. A command that prints nothing is an error, never "": an
+// unknown version is not a version the controller can compare.
 func (c *Command) Version(ctx context.Context) (string, error) {
-	if len(c.VersionCmd) == 0 {
-		return "", nil
-	}
 	out, err := run(ctx, "version", c.VersionCmd)
-	return strings.TrimSpace(out), err
+	if err != nil {
+		return "", err
+	}
+	first, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	if first = strings.TrimSpace(first); first == "" {
+		return "", fmt.Errorf("version command %q printed nothing: it must print the version running", c.VersionCmd)
+	}
+	return first, nil
 }
 
 // Reset runs the reset command, when there is one.
@@ -77,13 +88,17 @@ func (c *Command) Reset(ctx context.Context) error {
 // Validate names the commands missing.
 func (c *Command) Validate() error {
 	var missing []string
-	for name, argv := range map[string][]string{"--check-command": c.CheckCmd, "--prepare-command": c.PrepareCmd, "--apply-command": c.ApplyCmd, "--reboot-command": c.RebootCmd} {
-		if len(argv) == 0 {
-			missing = append(missing, name)
+	for _, f := range []struct {
+		name string
+		argv []string
+	}{{"--check-command", c.CheckCmd}, {"--prepare-command", c.PrepareCmd}, {"--apply-command", c.ApplyCmd}, {"--reboot-command", c.RebootCmd}, {"--version-command", c.VersionCmd}} {
+		if len(f.argv) == 0 {
+			missing = append(missing, f.name)
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("the command platform needs %s", strings.Join(missing, ", "))
+		return fmt.Errorf("the command platform needs %s (the version command prints the version running: "+
+			"an update succeeds only when the host comes back running the version chosen, which cannot be told without it)", strings.Join(missing, ", "))
 	}
 	return nil
 }

@@ -244,3 +244,16 @@ func slipwayAtV1(t *testing.T, rootfsFiles int) (string, channel.Source, string)
 	}
 	return sys, src, lock
 }
+
+// A version command that prints nothing is an error, never an empty
+// version (which the controller would take for a fallback boot).
+func TestCommandVersionPrintsSomething(t *testing.T) {
+	p := &platform.Command{VersionCmd: []string{"/bin/sh", "-c", "true"}}
+	if v, err := p.Version(ctx(t)); err == nil || !strings.Contains(err.Error(), "printed nothing") {
+		t.Errorf("Version of a silent command = %q, %v; want an error saying it printed nothing", v, err)
+	}
+	p.VersionCmd = []string{"/bin/sh", "-c", "printf 'v2\\nbuild 7\\n'"}
+	if v, err := p.Version(ctx(t)); err != nil || v != "v2" {
+		t.Errorf("Version = %q, %v; want its first line, v2", v, err)
+	}
+}

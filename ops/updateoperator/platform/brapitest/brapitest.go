@@ -9,6 +9,12 @@
 // falls back to the active partition; a reboot that resets the connection
 // as the host goes down; and a garbage mode that answers what no client
 // can read.
+//
+// Commands run as on the host: the POST is accepted at once and the
+// command runs after it (a moment to start, then its run time, Timing),
+// holding the update lock: meanwhile every other action and every
+// GET /updates/status answers 423, and a status read before the command
+// took the lock still shows the command before it.
 package brapitest
 
 import (
@@ -38,7 +44,13 @@ type Server struct {
 	reboots   int
 	onReboot  func()
 	srv       *http.Server
-	Locked423 int // 423s answered so far
+	Locked423 int // planted 423s (Lock) answered so far
+	// A command accepted runs after spawn, holding the lock for run;
+	// pending says one is accepted and not done, running that it holds
+	// the lock.
+	spawn, run       time.Duration
+	pending, running bool
+	busy423          int // 423s answered because a command ran
 }
 
 type command struct {
@@ -57,7 +69,7 @@ func New(socket, version, offered string, onReboot func()) (*Server, error) {
 		return nil, fmt.Errorf("listen on %s: %w", socket, err)
 	}
 	s := &Server{version: version, offered: offered, state: "Idle", refreshed: true, onReboot: onReboot, fails: map[string]string{},
-		last: command{Type: "refresh", Status: "Success", At: time.Now()}}
+		last: command{Type: "refresh", Status: "Success", At: time.Now()}, spawn: 10 * time.Millisecond, run: 40 * time.Millisecond}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /os", s.os)
 	mux.HandleFunc("GET /updates/status", s.status)
@@ -73,6 +85,22 @@ func New(socket, version, offered string, onReboot func()) (*Server, error) {
 
 // Close stops the server.
 func (s *Server) Close() { _ = s.srv.Close() }
+
+// Timing sets how long an accepted command takes to start (status reads
+// meanwhile show the command before it) and then to run (holding the
+// update lock: 423 to actions and status reads). Both 0: it is done
+// before its POST is answered, as the emulator once was.
+func (s *Server) Timing(spawn, run time.Duration) {
+	s.mu.Lock()
+	s.spawn, s.run = spawn, run
+	s.mu.Unlock()
+}
+
+// Busy423 is how many 423s were answered because a command held the lock.
+func (s *Server) Busy423() int { s.mu.Lock(); defer s.mu.Unlock(); return s.busy423 }
+
+// Idle reports whether no command is accepted and not yet done.
+func (s *Server) Idle() bool { s.mu.Lock(); defer s.mu.Unlock(); return !s.pending }
 
 // Lock makes the next n action calls answer 423.
 func (s *Server) Lock(n int) { s.mu.Lock(); s.locked = n; s.mu.Unlock() }
@@ -131,6 +159,11 @@ func image(v string) map[string]string {
 func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.running { // the status is read under the update lock a command holds
+		s.busy423++
+		http.Error(w, "Unable to obtain update lock: update lock held by a running command", http.StatusLocked)
+		return
+	}
 	if !s.refreshed { // the status lives in /run: a new boot has none until a command
 		http.Error(w, "Update status is uninitialized, refresh updates to initialize the status", http.StatusNotFound)
 		return
@@ -164,8 +197,9 @@ func (s *Server) write(w http.ResponseWriter, v any) {
 
 // action wraps a command with the lock, the garbage mode and the planted
 // failures: a command not allowed in the state is refused (409) and not
-// recorded; an allowed one is accepted (204) and recorded as it ended.
-func (s *Server) action(cmd string, do func() (int, string)) http.HandlerFunc {
+// recorded; an allowed one is accepted (204), runs after the answer
+// (Timing) and is recorded as it ended.
+func (s *Server) action(cmd string, do func() (int, string, func())) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -175,71 +209,101 @@ func (s *Server) action(cmd string, do func() (int, string)) http.HandlerFunc {
 			http.Error(w, "Update lock held", http.StatusLocked)
 			return
 		}
+		if s.pending {
+			s.busy423++
+			http.Error(w, "Update lock held by a running command", http.StatusLocked)
+			return
+		}
 		if s.garbage {
 			w.WriteHeader(http.StatusTeapot)
 			return
 		}
-		if stderr, ok := s.fails[cmd]; ok {
+		var apply func()
+		status, stderr, exit := "Success", "", 0
+		if e, ok := s.fails[cmd]; ok {
 			delete(s.fails, cmd)
+			status, stderr, exit = "Failed", e, 1
+		} else {
+			code, msg, effect := do()
+			if code != http.StatusNoContent {
+				http.Error(w, msg, code)
+				return
+			}
+			apply = effect
+		}
+		end := func() {
+			if apply != nil {
+				apply()
+			}
 			s.refreshed = true
-			s.last = command{Type: cmd, Status: "Failed", Exit: 1, Stderr: stderr, At: time.Now()}
-			w.WriteHeader(http.StatusNoContent)
-			return
+			s.last = command{Type: cmd, Status: status, Exit: exit, Stderr: stderr, At: time.Now()}
 		}
-		code, msg := do()
-		if code == http.StatusNoContent {
-			s.refreshed = true
-			s.last = command{Type: cmd, Status: "Success", At: time.Now()}
+		if s.spawn <= 0 && s.run <= 0 {
+			end()
+		} else {
+			s.pending = true
+			spawn, run := s.spawn, s.run
+			go func() {
+				time.Sleep(spawn)
+				s.mu.Lock()
+				s.running = true
+				s.mu.Unlock()
+				time.Sleep(run)
+				s.mu.Lock()
+				end()
+				s.pending, s.running = false, false
+				s.mu.Unlock()
+			}()
 		}
-		if msg != "" {
-			http.Error(w, msg, code)
-			return
-		}
-		w.WriteHeader(code)
+		w.WriteHeader(http.StatusNoContent)
 	}
 }
 
-func (s *Server) refresh() (int, string) {
-	if s.offered != "" && s.offered != s.version {
-		s.chosen = s.offered
-		if s.state == "Idle" {
-			s.state = "Available"
+// refresh, prepare, activate and deactivate check that the command is
+// allowed now and return its effect, applied when it ends.
+func (s *Server) refresh() (int, string, func()) {
+	return http.StatusNoContent, "", func() {
+		if s.offered != "" && s.offered != s.version {
+			s.chosen = s.offered
+			if s.state == "Idle" {
+				s.state = "Available"
+			}
 		}
 	}
-	return http.StatusNoContent, ""
 }
 
-func (s *Server) prepare() (int, string) {
+func (s *Server) prepare() (int, string, func()) {
 	if s.state != "Available" && s.state != "Staged" {
-		return http.StatusConflict, "no update available to prepare (state " + s.state + ")"
+		return http.StatusConflict, "no update available to prepare (state " + s.state + ")", nil
 	}
-	s.staged, s.state = s.chosen, "Staged"
-	return http.StatusNoContent, ""
+	return http.StatusNoContent, "", func() { s.staged, s.state = s.chosen, "Staged" }
 }
 
-func (s *Server) activate() (int, string) {
+func (s *Server) activate() (int, string, func()) {
 	if s.state != "Staged" {
-		return http.StatusConflict, "no staged update to activate (state " + s.state + ")"
+		return http.StatusConflict, "no staged update to activate (state " + s.state + ")", nil
 	}
-	s.state = "Ready"
-	return http.StatusNoContent, ""
+	return http.StatusNoContent, "", func() { s.state = "Ready" }
 }
 
-func (s *Server) deactivate() (int, string) {
+func (s *Server) deactivate() (int, string, func()) {
 	if s.state != "Ready" {
-		return http.StatusConflict, "no activated update to deactivate (state " + s.state + ")"
+		return http.StatusConflict, "no activated update to deactivate (state " + s.state + ")", nil
 	}
-	s.state = "Staged"
-	return http.StatusNoContent, ""
+	return http.StatusNoContent, "", func() { s.state = "Staged" }
 }
 
 // rebootHandler reboots the host: it boots the activated partition (or
 // falls back), and the new boot's status is uninitialized.
 func (s *Server) rebootHandler(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	if s.locked > 0 {
-		s.locked--
-		s.Locked423++
+	if s.locked > 0 || s.pending {
+		if s.pending {
+			s.busy423++
+		} else {
+			s.locked--
+			s.Locked423++
+		}
 		s.mu.Unlock()
 		http.Error(w, "Update lock held", http.StatusLocked)
 		return

@@ -1,0 +1,97 @@
+package updateoperator
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/updateoperator/platform/brapitest"
+)
+
+// oldAgentEnv names the old operator's Go agent (bottlerocket-update-
+// operator v0.1.5) built from its public source:
+//
+//	git clone -b v0.1.5 https://github.com/bottlerocket-os/bottlerocket-update-operator
+//	cd bottlerocket-update-operator && CGO_ENABLED=0 GOFLAGS=-mod=mod go build .
+const oldAgentEnv = "SLIPWAY_UO_OLD_AGENT"
+
+// A node still served by the old operator's Go agent, run as a real
+// process against the Bottlerocket API emulator's socket (mounted at the
+// /run/api.sock it dials, in a mount namespace of its own), rests at
+// stabilize/ready with update-available: slipway's controller does not
+// drive it, and says so: a held reason naming the old agent and what to
+// do, an UpdateStuck Event, and the host untouched.
+func TestOldAgentIsHeldWithAReason(t *testing.T) {
+	bin := os.Getenv(oldAgentEnv)
+	if bin == "" {
+		t.Skipf("%s is not set (the old operator's agent, built from bottlerocket-update-operator v0.1.5)", oldAgentEnv)
+	}
+	if _, err := exec.LookPath("unshare"); err != nil || os.Geteuid() != 0 {
+		t.Skip("the old agent dials /run/api.sock: mounting the emulator there needs unshare and root")
+	}
+	e := testenv.Need(t, env)
+	f := newFleetOn(t, e, "oldagent")
+	f.prefix, f.keys = BottlerocketPrefix, Keys{Prefix: BottlerocketPrefix} // the old agent's own prefix
+	ctx := context.Background()
+	name := "oldagent-0"
+	node := testenv.FakeNode(name)
+	node.Labels[BottlerocketPrefix+"/"+KeyInterfaceVersion] = InterfaceVersion // as the old operator's users labelled by hand
+	// Where the old operator leaves a node with an update listed: at rest, ready, update-available.
+	for k, v := range map[string]string{KeyActionWanted: "stabilize", KeyActionActive: "stabilize", KeyActionState: "ready", KeyUpdateAvailable: "true"} {
+		node.Annotations[BottlerocketPrefix+"/"+k] = v
+	}
+	node.Labels[BottlerocketPrefix+"/"+KeyUpdateAvailable] = "true"
+	if _, err := f.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	sock := filepath.Join(f.dir, "old.sock")
+	srv, err := brapitest.New(sock, "v1", "v2", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	// Restarted when it exits, as its DaemonSet's pod would be (it exits
+	// on a conflicting write of its Node).
+	script := `mount -t tmpfs tmpfs /run && touch /run/api.sock && mount --bind "$SOCK" /run/api.sock && while :; do "$BIN" -agent -nodeName "$NODE"; sleep 1; done`
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = append(os.Environ(), "SOCK="+sock, "BIN="+bin, "NODE="+name, "KUBECONFIG="+e.Kubeconfig)
+	cmd.Stdout, cmd.Stderr = testWriter{t}, testWriter{t}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	stop := f.controller(func(o *ControllerOptions) { o.Policy.PauseBetween = 0 })
+	defer stop()
+	eventually(t, 2*time.Minute, "the old agent's node held with a reason and an Event", func() (bool, string) {
+		n := f.node(name)
+		r := n.Annotations[f.keys.Key(KeyReason)]
+		return r == OldAgentReason && has(f.eventReasons(name), ReasonStuck),
+			"annotations " + strings.Join(protocolAnnotations(n.Annotations, BottlerocketPrefix), ", ")
+	})
+	// The old agent ran all along (restarted as its pod would be): it
+	// asked its host for updates through the emulator's socket.
+	time.Sleep(3 * time.Second)
+	if srv.Reboots() != 0 || srv.Staged() != "" {
+		t.Errorf("the held node's host was touched: %d reboots, staged %q", srv.Reboots(), srv.Staged())
+	}
+}
+
+func protocolAnnotations(a map[string]string, prefix string) []string {
+	var out []string
+	for k, v := range a {
+		if strings.HasPrefix(k, prefix+"/") {
+			out = append(out, strings.TrimPrefix(k, prefix+"/")+"="+v)
+		}
+	}
+	return out
+}
