@@ -1,8 +1,8 @@
 // Package e2e is the update operator as it runs in a cluster, on the
 // simulated one: one `slipway update-operator agent` process per fake node
 // (the command platform, a fixed host time per update, reboots through the
-// supervisor) and controller processes. Three uses share it: the benchmark
-// (100 nodes), the demo (SLIPWAY_UO_DEMO=1) and, in a plain `go test`, the
+// supervisor) and controller processes. Two uses share it: the benchmark
+// (100 nodes) and, in a plain `go test`, the
 // chaos test that kills those processes with SIGKILL (8 nodes).
 package e2e
 
@@ -23,7 +23,6 @@ import (
 // What the package's cluster was started for.
 const (
 	modeBench = "bench"
-	modeDemo  = "demo"
 	modeChaos = "chaos"
 )
 
@@ -58,8 +57,6 @@ func run(m *testing.M) int {
 	switch {
 	case bench:
 		mode, nodes = modeBench, 100
-	case os.Getenv("SLIPWAY_UO_DEMO") == "1":
-		mode = modeDemo
 	default:
 		mode, nodes = modeChaos, chaosNodes
 		hostTime = envDuration("SLIPWAY_UO_BENCH_HOST_TIME", chaosHostTime)
