@@ -25,34 +25,45 @@ import (
 // gives up a request whose client went away, so a request stuck in its
 // queue past the deadline is not carried out late.)
 //
+// The tenure's end is kept on the monotonic clock: it is at + RenewDeadline
+// where at is a time.Now() reading, which carries the monotonic clock, and
+// Go compares and subtracts two such readings on it alone. A wall clock
+// stepped backward (NTP) therefore does not extend a tenure, nor a stepped
+// forward one shorten it: Fence, Until compared with time.Now(), and
+// time.Until(Until()) all count real elapsed time.
+//
 // A zero Tenure is not held: its Fence is done at once. A nil *Tenure
 // fences nothing, for a controller run without election.
 type Tenure struct {
-	until atomic.Int64 // UnixNano; 0: not held
+	until atomic.Pointer[time.Time] // nil: not held
 }
 
-// renewed records a take or renewal whose read began at at.
+// renewed records a take or renewal whose read began at at (a time.Now()
+// reading: its monotonic clock reading is kept).
 func (t *Tenure) renewed(at time.Time, renewDeadline time.Duration) {
 	if t != nil {
-		t.until.Store(at.Add(renewDeadline).UnixNano())
+		until := at.Add(renewDeadline)
+		t.until.Store(&until)
 	}
 }
 
 // lost records that the Lease is no longer held.
 func (t *Tenure) lost() {
 	if t != nil {
-		t.until.Store(0)
+		t.until.Store(nil)
 	}
 }
 
 // Until is the instant the current tenure ends unless renewed; the zero
-// time when the Lease is not held.
+// time when the Lease is not held. It carries a monotonic clock reading:
+// compare it with time.Now() (or time.Until) only, never after stripping it
+// (Round(0), UnixNano, serialising): that would compare wall clocks.
 func (t *Tenure) Until() time.Time {
 	if t == nil {
 		return time.Time{}
 	}
-	if n := t.until.Load(); n != 0 {
-		return time.Unix(0, n)
+	if u := t.until.Load(); u != nil {
+		return *u
 	}
 	return time.Time{}
 }

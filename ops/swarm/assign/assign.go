@@ -7,10 +7,12 @@
 // m workers get a quota of ceil(n/m) and the rest floor(n/m); the larger
 // quotas go to the workers already holding the most; each worker keeps its
 // previous jobs up to its quota (the ones it ranks highest); the jobs left
-// over are placed, in a canonical order, on the highest-ranked worker that
-// still has room. With no previous assignment this is bounded-load rendezvous
-// hashing, computed from the jobs and workers alone, so any replica rebuilds
-// a lost assignment identically.
+// over are placed, in a canonical order, on the first worker that still has
+// room clockwise from the job on a consistent-hashing ring (bounded-load
+// consistent hashing: O(jobs x log workers), where asking every worker with
+// room for its rendezvous score cost O(jobs x workers)). With no previous
+// assignment the result is computed from the jobs and workers alone, so any
+// replica rebuilds a lost assignment identically.
 //
 // Dedicated jobs run alone on a worker. The workers that take them are chosen
 // to keep the most jobs where they were (see dedicated.go).
@@ -192,7 +194,7 @@ func boolRank(b bool) int {
 }
 
 // placeRest puts every job without a worker yet, in canonical order, on the
-// highest-ranked worker that still has room.
+// first worker with room clockwise from it on the placement ring (see ring.go).
 func (p *problem) placeRest(room []int, to []int) {
 	var pool []int
 	for j, w := range to {
@@ -200,19 +202,16 @@ func (p *problem) placeRest(room []int, to []int) {
 			pool = append(pool, j)
 		}
 	}
-	p.sortCanonical(pool)
-	open := make([]int, 0, len(p.workers))
-	for w, n := range room {
-		if n > 0 {
-			open = append(open, w)
-		}
+	if len(pool) == 0 {
+		return
 	}
+	p.sortCanonical(pool)
+	r := p.newRing(room)
 	for _, j := range pool {
-		best := p.best(j, open)
-		to[j] = open[best]
-		if room[open[best]]--; room[open[best]] == 0 {
-			open[best] = open[len(open)-1]
-			open = open[:len(open)-1]
+		w := r.take(jobPosition(p.hj[j]))
+		to[j] = w
+		if room[w]--; room[w] == 0 {
+			r.close(w)
 		}
 	}
 }

@@ -266,3 +266,18 @@ func TestFit(t *testing.T) {
 		})
 	}
 }
+
+// TestDedicatedRestarts: cases the random checker found where one more
+// existing worker restarted than needed: a new dedicated job went to an
+// existing idle worker (whose empty share then changed) instead of a new one.
+func TestDedicatedRestarts(t *testing.T) {
+	for _, in := range []Input{
+		{Jobs: []string{"job-0", "job-1", "job-new-0"}, Workers: []string{"w-0", "w-1", "w-2", "w-new-0", "w-new-1", "w-new-2"},
+			Dedicated: []string{"job-0", "job-new-0"}, Previous: map[string][]string{"w-0": {"job-0"}, "w-1": {"job-1"}, "w-2": {}}},
+		{Jobs: []string{"job-0", "job-1", "job-new-0"}, Workers: []string{"w-1", "w-2", "w-3", "w-4", "w-5", "w-new-0", "w-new-1"},
+			Dedicated: []string{"job-1", "job-new-0"},
+			Previous:  map[string][]string{"w-0": {"job-0"}, "w-1": {"job-1"}, "w-2": {}, "w-3": {}, "w-4": {}, "w-5": {}, "w-6": {}}},
+	} {
+		mustAssign(t, in) // checkProperties counts the restarts against the brute-force fewest
+	}
+}

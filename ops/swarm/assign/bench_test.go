@@ -90,3 +90,19 @@ func BenchmarkAssign(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAssignLarge: placing from nothing at the largest size the
+// assignment is meant for, 1,000,000 jobs over 10,000 workers, and adding a
+// worker to it. Run with -benchtime 1x (or a few x): one iteration is the
+// figure.
+func BenchmarkAssignLarge(b *testing.B) {
+	jobs, workers := names("stream-", 0, 1_000_000), names("swarm-worker-", 0, 10_000)
+	b.Run("fresh/jobs=1000000/workers=10000", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Assign(Input{Jobs: jobs, Workers: workers}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -50,20 +50,24 @@ func sameSet(a, b []string) bool {
 	return slices.Equal(as, bs)
 }
 
-// minChanged computes by brute force, over which workers take the larger
-// quotas, the fewest existing workers whose job set must change among the
-// assignments that move the fewest jobs. ok is false with dedicated jobs,
-// a job listed twice in Previous, or more than 12 workers.
+// minChanged computes by brute force, over which workers take the dedicated
+// jobs and which take the larger quotas, the fewest existing workers whose
+// job set must change among the assignments that move the fewest jobs. ok is
+// false with a job listed twice in Previous, more than 12 workers, or more
+// than 9 with dedicated jobs, or when no assignment is valid.
 func minChanged(in Input) (int, bool) {
-	m := len(in.Workers)
-	if m == 0 || m > 12 || len(in.Dedicated) > 0 {
+	m, nd := len(in.Workers), len(in.Dedicated)
+	if m == 0 || m > 12 || (nd > 0 && m > 9) || nd > m || (nd == m && len(in.Jobs) > nd) {
 		return 0, false
 	}
-	jobSet, seen := map[string]bool{}, map[string]bool{}
+	jobSet, dedicated, seen := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, j := range in.Jobs {
 		jobSet[j] = true
 	}
-	held, prevCount, existing := make([]int, m), make([]int, m), make([]bool, m)
+	for _, d := range in.Dedicated {
+		dedicated[d] = true
+	}
+	held, prevCount, existing, holdsDedicated := make([]int, m), make([]int, m), make([]bool, m), make([]bool, m)
 	for i, w := range in.Workers {
 		prev, ok := in.Previous[w]
 		existing[i], prevCount[i] = ok, len(prev)
@@ -72,7 +76,10 @@ func minChanged(in Input) (int, bool) {
 				return 0, false
 			}
 			seen[j] = true
-			if jobSet[j] {
+			switch {
+			case dedicated[j]:
+				holdsDedicated[i] = true
+			case jobSet[j]:
 				held[i]++
 			}
 		}
@@ -87,20 +94,43 @@ func minChanged(in Input) (int, bool) {
 			}
 		}
 	}
-	q, r := len(in.Jobs)/m, len(in.Jobs)%m
 	bestKeep, best := -1, 0
-	forEachSubset(m, r, func(big []bool) {
-		keep, changed := 0, 0
-		for i, h := range held {
-			quota := q + boolInt(big[i])
-			keep += min(h, quota)
-			if existing[i] && !(prevCount[i] == h && h == quota) {
-				changed++
+	forEachSubset(m, nd, func(ded []bool) {
+		keepDed, changedDed, normal := 0, 0, []int{}
+		for i := range m {
+			if ded[i] {
+				if holdsDedicated[i] {
+					keepDed++
+				}
+				// A worker keeps its share only when it was that one dedicated job.
+				if existing[i] && !(holdsDedicated[i] && prevCount[i] == 1) {
+					changedDed++
+				}
+				continue
 			}
+			normal = append(normal, i)
 		}
-		if keep > bestKeep || (keep == bestKeep && changed < best) {
-			bestKeep, best = keep, changed
+		if len(normal) == 0 {
+			if keepDed > bestKeep || (keepDed == bestKeep && changedDed < best) {
+				bestKeep, best = keepDed, changedDed
+			}
+			return
 		}
+		n := len(in.Jobs) - nd
+		q, r := n/len(normal), n%len(normal)
+		forEachSubset(len(normal), r, func(big []bool) {
+			keep, changed := keepDed, changedDed
+			for k, i := range normal {
+				quota := q + boolInt(big[k])
+				keep += min(held[i], quota)
+				if existing[i] && !(prevCount[i] == held[i] && held[i] == quota) {
+					changed++
+				}
+			}
+			if keep > bestKeep || (keep == bestKeep && changed < best) {
+				bestKeep, best = keep, changed
+			}
+		})
 	})
 	return best, true
 }
@@ -295,13 +325,6 @@ func forEachSubset(n, k int, f func([]bool)) {
 		rec(i+1, left)
 	}
 	rec(0, k)
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 func shuffle(s []string) []string {

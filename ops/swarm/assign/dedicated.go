@@ -30,19 +30,22 @@ func (p *problem) chooseDedicated(held [][]int, nd, q, r int) []bool {
 		}
 	}
 	var over, rest []int
-	value := make([]int, len(p.workers))
+	value, cost := make([]int, len(p.workers)), make([]int, len(p.workers))
 	for w := range p.workers {
 		value[w] = gain[w] - min(len(held[w]), q)
+		cost[w] = p.restartCost(w, len(held[w]), gain[w], q)
 		if len(held[w]) > q {
 			over = append(over, w)
 		} else {
 			rest = append(rest, w)
 		}
 	}
-	byValue := func(a, b int) int { return cmp.Or(cmp.Compare(value[b], value[a]), p.workerOrder(a, b)) }
+	byValue := func(a, b int) int {
+		return cmp.Or(cmp.Compare(value[b], value[a]), cmp.Compare(cost[a], cost[b]), p.workerOrder(a, b))
+	}
 	slices.SortFunc(over, byValue)
 	slices.SortFunc(rest, byValue)
-	k := bestSplit(prefixSums(over, value), prefixSums(rest, value), nd, r)
+	k := bestSplit(prefixSums(over, value), prefixSums(rest, value), prefixSums(over, cost), prefixSums(rest, cost), nd, r)
 	for _, w := range append(slices.Clone(over[:k]), rest[:nd-k]...) {
 		chosen[w] = true
 	}
@@ -50,20 +53,43 @@ func (p *problem) chooseDedicated(held [][]int, nd, q, r int) []bool {
 }
 
 // bestSplit returns the k maximising over[k] + rest[nd-k] + min(r, |over|-k),
-// where over and rest are prefix sums; the smallest such k.
-func bestSplit(over, rest []int, nd, r int) int {
+// where over and rest are prefix sums of the values, and among those the one
+// of least restart cost overCost[k] + restCost[nd-k]; the smallest such k.
+func bestSplit(over, rest, overCost, restCost []int, nd, r int) int {
 	nOver := len(over) - 1
-	bestK, best := -1, 0
+	bestK, best, bestCost := -1, 0, 0
 	for k := 0; k <= min(nd, nOver); k++ {
 		if nd-k > len(rest)-1 {
 			continue
 		}
 		v := over[k] + rest[nd-k] + min(r, nOver-k)
-		if bestK < 0 || v > best {
-			bestK, best = k, v
+		c := overCost[k] + restCost[nd-k]
+		if bestK < 0 || v > best || (v == best && c < bestCost) {
+			bestK, best, bestCost = k, v, c
 		}
 	}
 	return bestK
+}
+
+// restartCost is how many more restarts choosing worker w for a dedicated job
+// costs than leaving it a normal worker: 1 when it could keep its share as a
+// normal worker (it holds only normal jobs, q or q+1 of them, all still
+// here) but not as a dedicated one, -1 the other way round (it held exactly
+// one job, a dedicated one), else 0. A new worker costs nothing either way.
+func (p *problem) restartCost(w, held, gain, q int) int {
+	if p.prevCount[w] < 0 {
+		return 0
+	}
+	keepsDedicated := gain == 1 && p.prevCount[w] == 1
+	keepsNormal := p.prevCount[w] == held && (held == q || held == q+1)
+	return boolInt(!keepsDedicated) - boolInt(!keepsNormal)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func prefixSums(ws []int, value []int) []int {

@@ -109,9 +109,10 @@ func (c *Controller) write(ctx context.Context, sw *swarmv1.Swarm, g gathered, d
 	if again && refused.text == text {
 		return refused
 	}
-	err = nil
+	err, record := nil, false
 	if d.Changed || !g.spec.equal(g.rec.valid) {
 		err = c.writeConfig(ctx, sw, g.cm, stored{cfg: d.Config, valid: g.spec})
+		record = err != nil
 	}
 	if err == nil {
 		err = c.writeShares(ctx, sw, d.Config, g.in.Pods)
@@ -120,7 +121,7 @@ func (c *Controller) write(ctx context.Context, sw *swarmv1.Swarm, g gathered, d
 	defer c.mu.Unlock()
 	delete(c.refused, key)
 	if isTooLarge(err) {
-		big := &tooLarge{text: text, err: err}
+		big := &tooLarge{text: text, err: err, record: record, jobs: len(g.spec.Jobs)}
 		c.refused[key] = big
 		return big
 	}

@@ -22,6 +22,26 @@ const ReasonTooLarge = "TooLarge"
 type tooLarge struct {
 	text string
 	err  error
+	// record: the refused write is the workers' ConfigMap (the record),
+	// not a share; jobs is how many jobs it assigns.
+	record bool
+	jobs   int
+}
+
+// RecordCeilingJobs is about how many jobs the record holds with realistic
+// names of 45 characters (measured by TestRecordCeiling): the workers'
+// ConfigMap holds the whole assignment gzip-compressed, under the API
+// server's 1 MiB cap.
+const RecordCeilingJobs = 74_000
+
+// message says what was refused and what to do.
+func (e *tooLarge) message() string {
+	if e.record {
+		return fmt.Sprintf("the API server refused the workers' ConfigMap, the record of the assignment of %d jobs, as too large (%v): "+
+			"no worker is given a new share until it fits; a ConfigMap holds about %d jobs of 45 characters: "+
+			"split the jobs over more than one Swarm or shorten the job names", e.jobs, e.err, RecordCeilingJobs)
+	}
+	return fmt.Sprintf("the API server refused the assignment as too large: %v: add workers (smaller shares) or shorten the job names", e.err)
 }
 
 func (e *tooLarge) Error() string { return e.err.Error() }
@@ -59,7 +79,7 @@ func (c *Controller) markTooLarge(ctx context.Context, sw *swarmv1.Swarm, big *t
 	st.ObservedGeneration = sw.Generation
 	cond := metav1.Condition{Type: swarmv1.ConditionConverged, Status: metav1.ConditionFalse, Reason: ReasonTooLarge,
 		ObservedGeneration: sw.Generation,
-		Message:            fmt.Sprintf("the API server refused the assignment as too large: %v: add workers (smaller shares) or shorten the job names", big.err)}
+		Message:            big.message()}
 	old := meta.FindStatusCondition(sw.Status.Conditions, swarmv1.ConditionConverged)
 	if old == nil || old.Reason != cond.Reason || old.Message != cond.Message {
 		c.recorder.Event(sw, corev1.EventTypeWarning, ReasonTooLarge, cond.Message)

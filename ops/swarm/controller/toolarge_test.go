@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/swarm/config"
 )
 
 // TestTooLargeIsReported: a share the API server refuses (a pod's
@@ -42,4 +45,45 @@ func TestTooLargeIsReported(t *testing.T) {
 	p.scale(2)
 	p.converged(2)
 	p.check(jobs)
+}
+
+// TestTooLargeRecordIsReported: a Swarm whose record (the workers'
+// ConfigMap, the whole assignment gzipped) passes the API server's 1 MiB
+// (29,500 job names of 48 random characters, which gzip cannot shrink much)
+// is reported Converged=False TooLarge with a message and a Warning Event
+// that name the ConfigMap and the job count, and gives no worker a share
+// rather than shares the record does not back.
+func TestTooLargeRecordIsReported(t *testing.T) {
+	p := newPool(t, true)
+	r := rand.New(rand.NewPCG(1, 2))
+	jobs := make([]string, 29_500)
+	for i := range jobs {
+		b := make([]byte, 36)
+		for k := range b {
+			b[k] = byte(r.Uint32())
+		}
+		jobs[i] = "j" + base64.RawURLEncoding.EncodeToString(b)[:47]
+	}
+	p.statefulSet(2)
+	p.createSwarm(swarmv1.SwarmSpec{Jobs: jobs, Refresh: swarmv1.RefreshReload})
+	sw := p.waitFor("Converged=False TooLarge", func(sw *swarmv1.Swarm) bool {
+		return hasReason(sw, swarmv1.ConditionConverged, ReasonTooLarge)
+	})
+	msg := meta.FindStatusCondition(sw.Status.Conditions, swarmv1.ConditionConverged).Message
+	for _, want := range []string{"workers' ConfigMap", "29500 jobs", "split the jobs"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("TooLarge message %q does not say %q", msg, want)
+		}
+	}
+	p.waitEvent(ReasonTooLarge)
+	pods, err := p.kube.CoreV1().Pods(p.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pod := range pods.Items {
+		if s, ok := pod.Annotations[config.ShareAnnotation]; ok {
+			t.Errorf("pod %s has a share (%d bytes) though the record was refused", pod.Name, len(s))
+		}
+	}
+	t.Logf("reported: %s", msg)
 }
