@@ -49,12 +49,13 @@ type Controller struct {
 	recorder record.EventRecorder
 	metrics  *metrics
 
-	mu        sync.Mutex
-	written   map[string]any                  // "eds/<uid>" or "ers/<uid>" -> the status last written
-	writtenAt map[string]time.Time            // and when
-	pending   map[string]map[string]time.Time // per EDS: "create/<node>" and "delete/<pod>" not yet seen in the cache
-	failed    map[string]*failures            // "<ns>/<eds>/<node>" -> pods failed there in a row
-	oldGone   map[string]time.Time            // "<eds uid>/<daemonset>" -> when the old DaemonSet was found gone
+	mu         sync.Mutex
+	written    map[string]any                  // "eds/<uid>" or "ers/<uid>" -> the status last written
+	writtenAt  map[string]time.Time            // and when
+	pending    map[string]map[string]time.Time // per EDS: "create/<node>" and "delete/<pod>" not yet seen in the cache
+	failed     map[string]*failures            // "<ns>/<eds>/<node>" -> pods failed there in a row
+	oldGone    map[string]time.Time            // "<eds uid>/<daemonset>" -> when the old DaemonSet was found gone
+	oldDrained map[string]time.Time            // "<eds uid>/<daemonset>" -> when the old DaemonSet was found drained
 
 	undecodable decodeErrors // the group's cached objects that did not decode whole
 
@@ -110,7 +111,7 @@ func New(opts Options) (*Controller, error) {
 		cfg.UserAgent = "slipway-eds-controller/" + version.Version
 	}
 	opts.Config = &cfg
-	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}, written: map[string]any{}, writtenAt: map[string]time.Time{}, failed: map[string]*failures{}, oldGone: map[string]time.Time{},
+	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}, written: map[string]any{}, writtenAt: map[string]time.Time{}, failed: map[string]*failures{}, oldGone: map[string]time.Time{}, oldDrained: map[string]time.Time{},
 		probe: health.New(), loopAllowance: defaultLoopAllowance}
 	clients := opts.Config // the CRDs' install (before leading) uses opts.Config as is
 	if opts.LeaderElect {
@@ -344,6 +345,11 @@ func (c *Controller) forgetWritten(uid types.UID, prefixes ...string) {
 	for k := range c.oldGone {
 		if strings.HasPrefix(k, string(uid)+"/") {
 			delete(c.oldGone, k)
+		}
+	}
+	for k := range c.oldDrained {
+		if strings.HasPrefix(k, string(uid)+"/") {
+			delete(c.oldDrained, k)
 		}
 	}
 }

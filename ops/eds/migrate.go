@@ -18,13 +18,22 @@ import (
 // oldGoneRecheck is how long an old DaemonSet found gone is taken as gone.
 const oldGoneRecheck = 10 * time.Minute
 
+// oldDrainedRecheck is how long an old DaemonSet found drained (placing no
+// pod on any node, and none of its pods left) is taken as drained. It
+// bounds how long a pod the user makes it place again (by editing it
+// after the migration) can run beside this ExtendedDaemonSet's before the
+// node is taken from it again.
+const oldDrainedRecheck = time.Minute
+
 // oldDaemonSetPods are the pods of the DaemonSet named by e's old-daemonset
 // annotation: they count as the previous version on their nodes and are
 // replaced under the rolling limits. None when the annotation or the
 // DaemonSet is missing. A DaemonSet found gone (the migration's end: the
 // user deletes it) is not read again for oldGoneRecheck while the
 // annotation stays: the annotation alone no longer costs a GET and a LIST
-// per sync.
+// per sync. Nor does a DaemonSet that still exists but is drained (the
+// migration done: it schedules no pod, none of its pods is left; see
+// oldDrained): it is read again after oldDrainedRecheck.
 func (c *Controller) oldDaemonSetPods(ctx context.Context, e *v1.ExtendedDaemonSet) ([]*corev1.Pod, error) {
 	name, ok := annotation(e.Annotations, v1.AnnotationOldDaemonSet)
 	if !ok || name == "" {
@@ -33,8 +42,9 @@ func (c *Controller) oldDaemonSetPods(ctx context.Context, e *v1.ExtendedDaemonS
 	key := string(e.UID) + "/" + name
 	c.mu.Lock()
 	gone, seen := c.oldGone[key]
+	drainedAt, drained := c.oldDrained[key]
 	c.mu.Unlock()
-	if seen && time.Since(gone) < oldGoneRecheck {
+	if seen && time.Since(gone) < oldGoneRecheck || drained && time.Since(drainedAt) < oldDrainedRecheck {
 		return nil, nil
 	}
 	ds, err := c.kube.AppsV1().DaemonSets(e.Namespace).Get(ctx, name, metav1.GetOptions{})
@@ -65,7 +75,25 @@ func (c *Controller) oldDaemonSetPods(ctx context.Context, e *v1.ExtendedDaemonS
 			out = append(out, p)
 		}
 	}
+	c.mu.Lock()
+	if oldDrained(ds, len(out)) {
+		c.oldDrained[key] = time.Now()
+	} else {
+		delete(c.oldDrained, key)
+	}
+	c.mu.Unlock()
 	return out, nil
+}
+
+// oldDrained says whether the old DaemonSet ds, of which owned pods were
+// found, has nothing left to migrate: its controller has seen its
+// current spec and schedules it on no node, and no pod of it is left
+// (pods being deleted included). Until then it is read on every sync: the
+// migration loop waits on its pods' going.
+func oldDrained(ds *appsv1.DaemonSet, owned int) bool {
+	st := ds.Status
+	return owned == 0 && st.ObservedGeneration >= ds.Generation &&
+		st.DesiredNumberScheduled == 0 && st.CurrentNumberScheduled == 0 && st.NumberMisscheduled == 0
 }
 
 // releaseFromDaemonSet makes the old DaemonSet leave nodes: its update

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -175,5 +177,82 @@ func TestOldDaemonSetGoneIsNotReadEverySync(t *testing.T) {
 	}
 	if h.events("agent")[EventMigrated] == 0 {
 		t.Errorf("no %s Event saying the migration is over", EventMigrated)
+	}
+}
+
+// Defect: while the old DaemonSet stayed after the migration (every node
+// taken from it, its pods gone, the user not yet deleting it), every sync
+// read it again and listed its pods. A drained DaemonSet is read again
+// only after oldDrainedRecheck.
+func TestOldDaemonSetDrainedIsNotReadEverySync(t *testing.T) {
+	t.Parallel()
+	h := newBareHarness(t)
+	ctx := context.Background()
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent-ds"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent-ds"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "agent-ds"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "daemon", Image: "agent:ds"}}}}}}
+	if _, err := h.kube.AppsV1().DaemonSets(h.ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(60*time.Second, "the DaemonSet on every node", func() (bool, string) {
+		got, err := h.kube.AppsV1().DaemonSets(h.ns).Get(ctx, "agent-ds", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.Status.NumberAvailable == clusterNodes, fmt.Sprintf("%+v", got.Status)
+	})
+	counter := &daemonSetReads{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	h.startController(Options{Config: cfg})
+	e := daemon("agent", "agent:v1")
+	e.Annotations = map[string]string{v1.AnnotationOldDaemonSet: "agent-ds"}
+	e.Spec.Strategy.ReconcileFrequency = &metav1.Duration{Duration: 100 * time.Millisecond}
+	h.create(e)
+	h.rolledOut("agent", "agent:v1", clusterNodes)
+	h.eventually(60*time.Second, "the DaemonSet drained", func() (bool, string) {
+		got, err := h.kube.AppsV1().DaemonSets(h.ns).Get(ctx, "agent-ds", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		list, err := h.kube.CoreV1().Pods(h.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=agent-ds"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return oldDrained(got, len(list.Items)), fmt.Sprintf("%+v, %d pods", got.Status, len(list.Items))
+	})
+	time.Sleep(time.Second) // a sync or two to see it drained
+	before := counter.n.Load()
+	time.Sleep(3 * time.Second) // about 30 periodic syncs
+	if n := counter.n.Load() - before; n > 1 {
+		t.Errorf("%d reads of the drained old DaemonSet in 3 s of syncs; want at most one per %s", n, oldDrainedRecheck)
+	}
+	if _, err := h.kube.AppsV1().DaemonSets(h.ns).Get(ctx, "agent-ds", metav1.GetOptions{}); err != nil {
+		t.Errorf("the old DaemonSet: %v; it is the user's to delete", err)
+	}
+}
+
+func TestOldDaemonSetDrained(t *testing.T) {
+	ds := func(gen, observed int64, desired, current, mis int32) *appsv1.DaemonSet {
+		return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Generation: gen},
+			Status: appsv1.DaemonSetStatus{ObservedGeneration: observed, DesiredNumberScheduled: desired, CurrentNumberScheduled: current, NumberMisscheduled: mis}}
+	}
+	for _, c := range []struct {
+		name  string
+		ds    *appsv1.DaemonSet
+		owned int
+		want  bool
+	}{
+		{"every node taken, no pod left", ds(3, 3, 0, 0, 0), 0, true},
+		{"a pod still going", ds(3, 3, 0, 0, 0), 1, false},
+		{"its controller has not seen the last exclusion", ds(3, 2, 0, 0, 0), 0, false},
+		{"still wanted on a node", ds(3, 3, 1, 0, 0), 0, false},
+		{"still scheduled on a node", ds(3, 3, 0, 1, 0), 0, false},
+		{"misscheduled on a node", ds(3, 3, 0, 0, 1), 0, false},
+	} {
+		if got := oldDrained(c.ds, c.owned); got != c.want {
+			t.Errorf("%s: drained %v, want %v", c.name, got, c.want)
+		}
 	}
 }
