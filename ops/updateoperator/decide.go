@@ -24,7 +24,10 @@ type NodeView struct {
 	// OldAgent: the node's agent is the old operator's (Go brupop /
 	// dogswatch): it answers stabilize with ready and never reports a
 	// version, which slipway's agent always does.
-	OldAgent    bool
+	OldAgent bool
+	// Reports: the node carries a current-version annotation (slipway's
+	// agent writes one with every check; the old operator's never does).
+	Reports     bool
 	Own         bool // the controller runs on it
 	Ahead       bool // told to prepare ahead of its turn (holds no slot yet)
 	Failures    int
@@ -164,6 +167,9 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 		if n.OldAgent && n.UpdateAvailable {
 			return Step{Kind: StepStuck, Reason: OldAgentReason}
 		}
+		if OldAgentInError(n) && timedOut(age, p.Timeouts.Reset) {
+			return Step{Kind: StepStuck, Reason: OldAgentErrorReason(n)}
+		}
 		return Step{}
 	case IntentReset:
 		return reset(n, p, age, done, failed)
@@ -209,6 +215,25 @@ const OldAgentReason = HeldPrefix + "this node's agent is the old operator's (bo
 	"it answers stabilize with ready and reports no version), which slipway's controller does not drive; " +
 	"replace it with slipway's agent (apply `slipway update-operator manifest --platform bottlerocket-api --prefix bottlerocket.aws` " +
 	"and delete the old agent DaemonSet): the node is updated then"
+
+// OldAgentInError reports whether n's agent looks like the old operator's
+// left at error: its state is error for an intent other than the one
+// wanted (slipway's agent acknowledges every intent, even at error) and it
+// never reported a running version (slipway's agent always does). The old
+// agent takes no intent while at error, reset-state included.
+func OldAgentInError(n NodeView) bool {
+	return n.State == StateError && n.Active != n.Wanted && !n.Reports
+}
+
+// OldAgentErrorReason is why a node whose old agent is stuck at error is
+// held: the node, the intent it failed and what to do.
+func OldAgentErrorReason(n NodeView) string {
+	return fmt.Sprintf("%snode %s: its agent is the old operator's (bottlerocket-update-operator / dogswatch), left at error after %s; "+
+		"it ignores %s (its own controller used to overwrite the agent's annotations), so slipway's controller cannot recover it. "+
+		"Replace it with slipway's agent (apply `slipway update-operator manifest --platform bottlerocket-api --prefix bottlerocket.aws` "+
+		"and delete the old agent DaemonSet): slipway's agent answers the reset and the node is updated then",
+		HeldPrefix, n.Name, n.Active, n.Wanted)
+}
 
 // hostFailure is the reason of an intent the agent reported failed: the
 // agent's own words kept in it (the failure's write replaces them).
@@ -294,6 +319,12 @@ func reset(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 	switch {
 	case n.CordonedByUs:
 		return Step{Kind: StepUncordon} // a failure's uncordon interrupted: lift it first
+	case OldAgentInError(n) && timedOut(age, p.Timeouts.Reset):
+		// Not answered, by an agent that never reports a version: the old
+		// operator's, which ignores every intent while at error (its own
+		// controller overwrote the agent's keys). Held, kept at reset-state
+		// (no slot, no retry), until slipway's agent replaces it.
+		return Step{Kind: StepStuck, Reason: OldAgentErrorReason(n)}
 	case done, failed, timedOut(age, p.Timeouts.Reset):
 		return Step{Kind: StepWant, Wanted: IntentStabilize}
 	}

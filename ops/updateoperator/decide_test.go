@@ -118,6 +118,18 @@ func TestNext(t *testing.T) {
 		{"reset sent, agent busy: wait", node("a", IntentReset, IntentReset, StateBusy), at(30 * time.Second), StepNone, ""},
 		{"reset sent, not yet acknowledged: wait", node("a", IntentReset, IntentPrepare, StateError), at(30 * time.Second), StepNone, ""},
 		{"reset failed on the host: stabilize (the next prepare overwrites)", node("a", IntentReset, IntentReset, StateError), at(0), StepWant, IntentStabilize},
+		{"the old agent at error ignores reset-state: held past the reset timeout", node("a", IntentReset, IntentPerform, StateError), at(2 * time.Minute), StepStuck, ""},
+		{"the old agent at error, reset-state just sent: wait", node("a", IntentReset, IntentPerform, StateError), at(30 * time.Second), StepNone, ""},
+		{"slipway's agent (reports a version) not answering reset: stabilize anyway", func() NodeView {
+			n := node("a", IntentReset, IntentPerform, StateError)
+			n.Reports = true
+			return n
+		}(), at(2 * time.Minute), StepWant, IntentStabilize},
+		{"the old agent at error under stabilize (an earlier reset moved on): held", node("a", IntentStabilize, IntentPerform, StateError), at(2 * time.Minute), StepStuck, ""},
+		{"slipway's agent failed its check under stabilize: nothing", func() NodeView {
+			n := node("a", IntentStabilize, IntentStabilize, StateError)
+			return n
+		}(), at(2 * time.Minute), StepNone, ""},
 		{"reset with the failure's uncordon interrupted: uncordon first", cordoned(node("a", IntentReset, IntentReset, StateReady)), at(0), StepUncordon, ""},
 		{"malformed annotation in flight: held, never failed (its uncordon could hit a node mid-reboot)", NodeView{Name: "a", Wanted: IntentReboot, Active: IntentReboot, Invalid: "bad"}, at(0), StepStuck, ""},
 		{"malformed intent: held, never written over", NodeView{Name: "a", Wanted: IntentUnknown, WantedInvalid: true, Active: IntentReboot, Invalid: "bad"}, at(0), StepStuck, ""},

@@ -95,3 +95,76 @@ func protocolAnnotations(a map[string]string, prefix string) []string {
 	}
 	return out
 }
+
+// A node whose old agent (the old operator's) was left at error is held,
+// and the fleet moves on without it. The old agent takes no intent while
+// at error (its own controller overwrote the agent's annotations to
+// recover it): a stand-in does what it does then, which is to post only
+// update-available (annotation and label) from its periodic check, and
+// never a version. slipway's controller fails the update, wants
+// reset-state, and past --state-timeout holds the node: a held reason
+// naming the node and what to do, an UpdateStuck Event, no slot taken (the
+// other node, with slipway's agent, updates at max-concurrent 1).
+func TestOldAgentInErrorIsHeldWithAReason(t *testing.T) {
+	f := newFleetOn(t, testenv.Need(t, env), "olderror")
+	f.prefix, f.keys = BottlerocketPrefix, Keys{Prefix: BottlerocketPrefix}
+	ctx := context.Background()
+	old, other := "olderror-old", "olderror-new"
+	node := testenv.FakeNode(old)
+	node.Labels[f.keys.InterfaceVersion()] = InterfaceVersion
+	node.Labels[f.keys.UpdateAvailable()] = "true"
+	// Where the old operator leaves a node whose prepare failed: its
+	// controller wanted prepare-update, its agent took it and failed.
+	for k, v := range map[string]string{KeyActionWanted: "prepare-update", KeyActionActive: "prepare-update", KeyActionState: "error", KeyUpdateAvailable: "true"} {
+		node.Annotations[f.keys.Key(k)] = v
+	}
+	if _, err := f.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.kube.CoreV1().Nodes().Delete(context.Background(), old, metav1.DeleteOptions{}) })
+	standIn, stopStandIn := context.WithCancel(ctx)
+	t.Cleanup(stopStandIn)
+	go func() {
+		for standIn.Err() == nil {
+			n, err := f.kube.CoreV1().Nodes().Get(standIn, old, metav1.GetOptions{})
+			if err == nil && n.Annotations[f.keys.State()] == string(StateError) { // at error: only its update check posts
+				f.patch(old, map[string]any{"metadata": map[string]any{
+					"annotations": map[string]any{f.keys.UpdateAvailable(): "true"}, "labels": map[string]any{f.keys.UpdateAvailable(): "true"}}})
+			}
+			select {
+			case <-standIn.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	f.addNode(other, true)
+	stop := f.controller(func(o *ControllerOptions) {
+		o.Policy.PauseBetween = 0
+		o.Policy.Timeouts.Reset = 3 * time.Second
+	})
+	defer stop()
+	eventually(t, 2*time.Minute, "the old agent's node held with a reason and an Event, the other node updated", func() (bool, string) {
+		n := f.node(old)
+		v := f.keys.View(n, "")
+		r := n.Annotations[f.keys.Key(KeyReason)]
+		ok := strings.HasPrefix(r, HeldPrefix) && strings.Contains(r, "node "+old) && strings.Contains(r, "delete the old agent DaemonSet") &&
+			has(f.eventReasons(old), ReasonStuck) && v.Wanted == IntentReset
+		return ok && f.version(other) == "v2" && f.keys.View(f.node(other), "").Wanted == IntentStabilize,
+			"old: " + strings.Join(protocolAnnotations(n.Annotations, BottlerocketPrefix), ", ") + "; other at " + f.version(other)
+	})
+	// Held, not retried: it stays at reset-state, said once.
+	time.Sleep(4 * time.Second)
+	n := f.node(old)
+	if v := f.keys.View(n, ""); v.Wanted != IntentReset || !strings.HasPrefix(v.Reason, HeldPrefix) {
+		t.Errorf("the held node moved on: wanted %s, reason %q", v.Wanted, v.Reason)
+	}
+	stuck := 0
+	for _, r := range f.eventReasons(old) {
+		if r == ReasonStuck {
+			stuck++
+		}
+	}
+	if stuck != 1 {
+		t.Errorf("%d UpdateStuck Events for the held node, want 1", stuck)
+	}
+}

@@ -55,7 +55,9 @@ func (k Keys) ownerOn(n *corev1.Node) string {
 // read sets Invalid, naming the key and what is allowed.
 func (k Keys) View(n *corev1.Node, own string) NodeView {
 	a := n.Annotations
+	_, reports := a[k.Key(KeyCurrentVersion)]
 	v := NodeView{
+		Reports:         reports,
 		Name:            n.Name,
 		UpdateAvailable: a[k.UpdateAvailable()] == "true",
 		Ready:           nodeReady(n),
