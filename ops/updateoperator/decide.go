@@ -50,6 +50,9 @@ type NodeView struct {
 	// Available is the version an update would bring (the agent's
 	// available-version): a halted release is not started.
 	Available string
+	// Staged is what the host's next boot starts (the agent's
+	// staged-version): an update performed, not yet booted.
+	Staged string
 	// WantedInvalid: action-wanted itself could not be read (the node may
 	// be anywhere in an update: it holds a slot until fixed).
 	WantedInvalid bool
@@ -114,6 +117,7 @@ const (
 	StepStuck    StepKind = "stuck"    // waiting too long: say so (reason, Event), change nothing
 	StepAfter    StepKind = "after"    // label the node for the after-reboot hooks
 	StepAdopt    StepKind = "adopt"    // record the old operator's cordon as the operator's
+	StepTarget   StepKind = "target"   // take over an update the controller did not start: its clock, its target (Step.Version)
 )
 
 // Step is the decision for one node.
@@ -126,6 +130,10 @@ type Step struct {
 	// counted against its target version by the brake. A refused drain
 	// or a hook that never answered is not.
 	Release bool
+	// Version (a StepTarget) is the target adopted ("": none yet); Stamp:
+	// transition-time is written (it was never).
+	Version string
+	Stamp   bool
 }
 
 // InFlight reports whether n takes one of the max-concurrent slots: an
@@ -150,6 +158,10 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 		// Never a failure (its uncordon and reset-state could hit a node
 		// mid-reboot): held as it is, said once, until the value is fixed.
 		return Step{Kind: StepStuck, Reason: HeldPrefix + n.Invalid}
+	}
+	oldCordon := p.AdoptOldCordons && n.UnmarkedCordon && n.Transition.IsZero() && (n.Wanted == IntentPerform || n.Wanted == IntentReboot)
+	if s, ok := takeOver(n); ok && !oldCordon { // the cordon's adoption stamps the clock first
+		return s
 	}
 	done := n.Active == n.Wanted && n.State == StateReady
 	failed := n.Active == n.Wanted && n.State == StateError
@@ -179,17 +191,70 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 		}
 		return progress(done, failed, n, age, p.Timeouts.Prepare, Step{Kind: StepPerform, Wanted: IntentPerform})
 	case IntentPerform:
-		if p.AdoptOldCordons && n.UnmarkedCordon && n.Transition.IsZero() { // the old operator cordons and drains at perform-update
+		if oldCordon { // the old operator cordons and drains at perform-update
 			return Step{Kind: StepAdopt}
 		}
 		return performed(n, p, age, done, failed)
 	case IntentReboot:
-		if p.AdoptOldCordons && n.UnmarkedCordon && n.Transition.IsZero() { // never stamped by this controller: the old operator's
+		if oldCordon { // never stamped by this controller: the old operator's
 			return Step{Kind: StepAdopt}
 		}
 		return rebooted(n, p, age, done, failed)
 	}
 	return Step{}
+}
+
+// takeOver is the step that takes over an update under way that this
+// controller did not start (the old operator's: no transition-time, no
+// target-version): its timeouts count from now, not from a time never
+// written (which would fail it at once), and its target is what the host
+// reports it brings, once it does (AdoptedTarget).
+func takeOver(n NodeView) (Step, bool) {
+	inflight := n.Wanted == IntentPrepare || n.Wanted == IntentPerform || n.Wanted == IntentReboot
+	v, clock := AdoptedTarget(n), inflight && n.Transition.IsZero() && n.Invalid == ""
+	if v == "" && !clock {
+		return Step{}, false
+	}
+	s := Step{Kind: StepTarget, Version: v, Stamp: clock}
+	switch {
+	case v != "" && clock:
+		s.Reason = fmt.Sprintf("took over the %s under way that this controller did not start: its timeouts count from now, and its target is %s, "+
+			"what the host reports it brings (the update succeeds only if the node comes back running it)", n.Wanted, v)
+	case v != "":
+		s.Reason = fmt.Sprintf("the update under way has no target-version: its target is %s, what the host reports it brings "+
+			"(the update succeeds only if the node comes back running it)", v)
+	default:
+		s.Reason = fmt.Sprintf("took over the %s under way that this controller did not start: its timeouts count from now; "+
+			"its target is taken from the host's report once the agent gives one", n.Wanted)
+	}
+	return s, true
+}
+
+// AdoptedTarget is the target version an in-flight update without one
+// takes on (the old operator started it, recording none): the version the
+// host reports its next boot starts (staged-version), else, before the
+// host switched anything (prepare-update, perform-update), the version the
+// update brings (available-version). "" when the update has a target, is
+// not in flight, or the host has not reported yet; a node at reboot-update
+// with nothing staged has booted already, and there is nothing left to
+// compare with.
+func AdoptedTarget(n NodeView) string {
+	if n.Target != "" || n.Invalid != "" {
+		return ""
+	}
+	switch n.Wanted {
+	case IntentPrepare, IntentPerform:
+		if n.Staged != "" {
+			return n.Staged
+		}
+		return n.Available
+	case IntentReboot:
+		if n.State == StateReady && n.Active == IntentReboot { // back already
+			return ""
+		}
+		return n.Staged
+	}
+	return ""
 }
 
 // progress is the step of a node carrying out an intent: next when done,

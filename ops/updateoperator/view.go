@@ -72,6 +72,7 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 		Current:         a[k.Key(KeyCurrentVersion)],
 		Target:          a[k.Key(KeyTargetVersion)],
 		Available:       a[k.Key(KeyAvailableVersion)],
+		Staged:          a[k.Key(KeyStagedVersion)],
 		Reason:          a[k.Key(KeyReason)],
 	}
 	var errs []string
