@@ -167,49 +167,7 @@ func TestOldCordonMidDrainIsLifted(t *testing.T) {
 func TestMigrationUnderTheBottlerocketPrefix(t *testing.T) {
 	f := newFleetOn(t, testenv.Need(t, env), "brmigrate")
 	f.prefix, f.keys = BottlerocketPrefix, Keys{Prefix: BottlerocketPrefix}
-	f.mu.Lock()
-	f.closed = true // no agent yet: the old operator's states first
-	f.mu.Unlock()
-	for i := range 6 {
-		f.addNode(fmt.Sprintf("brmigrate-%d", i), true)
-	}
-	rest, preparing, rebooted, cordoned, midDrain, failed := f.nodes[0], f.nodes[1], f.nodes[2], f.nodes[3], f.nodes[4], f.nodes[5]
-	ctx := context.Background()
-	state := func(node string, wanted, active Intent, st State, more map[string]any) {
-		ann := map[string]any{f.keys.Wanted(): string(wanted), f.keys.Active(): string(active), f.keys.State(): string(st)}
-		for k, v := range more {
-			ann[k] = v
-		}
-		f.patch(node, map[string]any{"metadata": map[string]any{"annotations": ann}})
-	}
-	cordon := func(node string) { f.patch(node, map[string]any{"spec": map[string]any{"unschedulable": true}}) }
-	for _, node := range []string{rebooted, cordoned, midDrain} {
-		p := f.plats[node]
-		if _, err := p.Check(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Prepare(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Perform(ctx); err != nil { // perform-update ready: the old agent activated it
-			t.Fatal(err)
-		}
-	}
-	if err := f.plats[rebooted].Reboot(ctx); err != nil { // the old operator's reboot: the host boots v2
-		t.Fatal(err)
-	}
-	eventually(t, time.Minute, "the old operator's reboot done", func() (bool, string) {
-		return f.version(rebooted) == "v2" && !f.isRebooting(rebooted), "rebooting"
-	})
-	state(rest, IntentStabilize, IntentStabilize, StateReady, map[string]any{f.keys.UpdateAvailable(): "true"})
-	state(preparing, IntentPrepare, IntentPrepare, StateBusy, nil)
-	state(rebooted, IntentReboot, IntentReboot, StateBusy, nil)
-	cordon(rebooted)
-	state(cordoned, IntentReboot, IntentPerform, StateReady, nil)
-	cordon(cordoned)
-	state(midDrain, IntentPerform, IntentPerform, StateReady, nil)
-	cordon(midDrain)
-	state(failed, IntentPrepare, IntentPrepare, StateError, nil)
+	leaveAsTheOldOperator(t, f, "brmigrate")
 	f.mu.Lock()
 	f.closed = false
 	f.mu.Unlock()
@@ -266,4 +224,55 @@ func TestOldUpdateAdoptsItsTarget(t *testing.T) {
 	if !adopted || !failed {
 		t.Errorf("want a %s Event naming v2 and a %s Event naming the fallback boot: %v", ReasonTargetAdopted, ReasonFailed, msgs)
 	}
+}
+
+// leaveAsTheOldOperator adds six nodes on the Bottlerocket API emulator,
+// named <name>-0..5, in the states the old operator leaves (at rest,
+// mid-prepare, rebooted into the update, cordoned before its reboot,
+// cordoned mid-drain, error), with no agent started (f closed: the caller
+// opens it and starts them).
+func leaveAsTheOldOperator(t *testing.T, f *fleet, name string) {
+	f.mu.Lock()
+	f.closed = true // no agent yet: the old operator's states first
+	f.mu.Unlock()
+	for i := range 6 {
+		f.addNode(fmt.Sprintf("%s-%d", name, i), true)
+	}
+	rest, preparing, rebooted, cordoned, midDrain, failed := f.nodes[0], f.nodes[1], f.nodes[2], f.nodes[3], f.nodes[4], f.nodes[5]
+	ctx := context.Background()
+	state := func(node string, wanted, active Intent, st State, more map[string]any) {
+		ann := map[string]any{f.keys.Wanted(): string(wanted), f.keys.Active(): string(active), f.keys.State(): string(st)}
+		for k, v := range more {
+			ann[k] = v
+		}
+		f.patch(node, map[string]any{"metadata": map[string]any{"annotations": ann}})
+	}
+	cordon := func(node string) { f.patch(node, map[string]any{"spec": map[string]any{"unschedulable": true}}) }
+	for _, node := range []string{rebooted, cordoned, midDrain} {
+		p := f.plats[node]
+		if _, err := p.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Prepare(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Perform(ctx); err != nil { // perform-update ready: the old agent activated it
+			t.Fatal(err)
+		}
+	}
+	if err := f.plats[rebooted].Reboot(ctx); err != nil { // the old operator's reboot: the host boots v2
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the old operator's reboot done", func() (bool, string) {
+		return f.version(rebooted) == "v2" && !f.isRebooting(rebooted), "rebooting"
+	})
+	state(rest, IntentStabilize, IntentStabilize, StateReady, map[string]any{f.keys.UpdateAvailable(): "true"})
+	state(preparing, IntentPrepare, IntentPrepare, StateBusy, nil)
+	state(rebooted, IntentReboot, IntentReboot, StateBusy, nil)
+	cordon(rebooted)
+	state(cordoned, IntentReboot, IntentPerform, StateReady, nil)
+	cordon(cordoned)
+	state(midDrain, IntentPerform, IntentPerform, StateReady, nil)
+	cordon(midDrain)
+	state(failed, IntentPrepare, IntentPrepare, StateError, nil)
 }
