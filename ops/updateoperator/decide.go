@@ -211,7 +211,8 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 // reports it brings, once it does (AdoptedTarget).
 func takeOver(n NodeView) (Step, bool) {
 	inflight := n.Wanted == IntentPrepare || n.Wanted == IntentPerform || n.Wanted == IntentReboot
-	v, clock := AdoptedTarget(n), inflight && n.Transition.IsZero() && n.Invalid == ""
+	failed := n.Active == n.Wanted && n.State == StateError // a failure needs no clock: taken as it is
+	v, clock := AdoptedTarget(n), inflight && n.Transition.IsZero() && n.Invalid == "" && !failed
 	if v == "" && !clock {
 		return Step{}, false
 	}
