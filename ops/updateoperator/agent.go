@@ -267,6 +267,14 @@ func (a *agent) carryOut(ctx context.Context, n *corev1.Node, i Intent) error {
 	if aerr := <-acked; aerr != nil {
 		return aerr // not acknowledged: the next turn carries it out again
 	}
+	if err == nil && (i == IntentPrepare || i == IntentPerform) {
+		for k, v := range a.untargeted(ctx, n) {
+			if more == nil {
+				more = map[string]any{}
+			}
+			more[k] = v
+		}
+	}
 	return a.done(ctx, i, err, a.clearing(mine, more))
 }
 
@@ -403,6 +411,33 @@ func (a *agent) reboot(ctx context.Context, n *corev1.Node) error {
 	return nil
 }
 
+// untargeted reads the host's versions for an update under way that has
+// no target-version (the old operator started it): the controller adopts
+// the version it brings as the target (AdoptedTarget). nil for an update
+// with a target, or when the host cannot be read (the update goes on; only
+// its target stays unknown).
+func (a *agent) untargeted(ctx context.Context, n *corev1.Node) map[string]any {
+	if n.Annotations[a.keys.Key(KeyTargetVersion)] != "" {
+		return nil
+	}
+	var st platform.Status
+	err := a.bounded(ctx, "the check for updates", a.o.CheckTimeout, "--check-timeout", func(ctx context.Context) (err error) {
+		st, err = a.o.Platform.Check(ctx)
+		return err
+	})
+	if err != nil {
+		a.o.Log.Warn("read the host's versions for an update without a target", "err", err)
+		return nil
+	}
+	return a.versions(st)
+}
+
+// versions are the version annotations of st.
+func (a *agent) versions(st platform.Status) map[string]any {
+	return map[string]any{a.keys.Key(KeyCurrentVersion): st.Current, a.keys.Key(KeyAvailableVersion): nilIfEmpty(st.Available),
+		a.keys.Key(KeyStagedVersion): nilIfEmpty(st.Staged)}
+}
+
 // hostBootID reads the kernel's boot ID.
 var hostBootID = BootIDFile(platform.DefaultBootIDFile)
 
@@ -456,6 +491,11 @@ func (a *agent) oldReboot(ctx context.Context, n *corev1.Node) error {
 	})
 	if err != nil {
 		return a.done(ctx, IntentReboot, fmt.Errorf("read the host after the old operator's reboot-update: %w", err), nil)
+	}
+	if st.Staged != "" && n.Annotations[a.keys.Key(KeyTargetVersion)] == "" { // what the reboot is to bring: the controller adopts it as the target
+		if err := a.report(ctx, a.versions(st)); err != nil {
+			return err
+		}
 	}
 	if st.Staged == "" { // nothing activated for the next boot: rebooted already (a newer release listed is the next update's)
 		a.o.Log.Info("the old operator's reboot happened already", "version", st.Current, "available", st.Available)

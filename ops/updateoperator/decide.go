@@ -24,7 +24,10 @@ type NodeView struct {
 	// OldAgent: the node's agent is the old operator's (Go brupop /
 	// dogswatch): it answers stabilize with ready and never reports a
 	// version, which slipway's agent always does.
-	OldAgent    bool
+	OldAgent bool
+	// Reports: the node carries a current-version annotation (slipway's
+	// agent writes one with every check; the old operator's never does).
+	Reports     bool
 	Own         bool // the controller runs on it
 	Ahead       bool // told to prepare ahead of its turn (holds no slot yet)
 	Failures    int
@@ -47,6 +50,9 @@ type NodeView struct {
 	// Available is the version an update would bring (the agent's
 	// available-version): a halted release is not started.
 	Available string
+	// Staged is what the host's next boot starts (the agent's
+	// staged-version): an update performed, not yet booted.
+	Staged string
 	// WantedInvalid: action-wanted itself could not be read (the node may
 	// be anywhere in an update: it holds a slot until fixed).
 	WantedInvalid bool
@@ -111,6 +117,7 @@ const (
 	StepStuck    StepKind = "stuck"    // waiting too long: say so (reason, Event), change nothing
 	StepAfter    StepKind = "after"    // label the node for the after-reboot hooks
 	StepAdopt    StepKind = "adopt"    // record the old operator's cordon as the operator's
+	StepTarget   StepKind = "target"   // take over an update the controller did not start: its clock, its target (Step.Version)
 )
 
 // Step is the decision for one node.
@@ -123,6 +130,10 @@ type Step struct {
 	// counted against its target version by the brake. A refused drain
 	// or a hook that never answered is not.
 	Release bool
+	// Version (a StepTarget) is the target adopted ("": none yet); Stamp:
+	// transition-time is written (it was never).
+	Version string
+	Stamp   bool
 }
 
 // InFlight reports whether n takes one of the max-concurrent slots: an
@@ -148,6 +159,10 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 		// mid-reboot): held as it is, said once, until the value is fixed.
 		return Step{Kind: StepStuck, Reason: HeldPrefix + n.Invalid}
 	}
+	oldCordon := p.AdoptOldCordons && n.UnmarkedCordon && n.Transition.IsZero() && (n.Wanted == IntentPerform || n.Wanted == IntentReboot)
+	if s, ok := takeOver(n); ok && !oldCordon { // the cordon's adoption stamps the clock first
+		return s
+	}
 	done := n.Active == n.Wanted && n.State == StateReady
 	failed := n.Active == n.Wanted && n.State == StateError
 	age := now.Sub(n.Transition)
@@ -164,6 +179,9 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 		if n.OldAgent && n.UpdateAvailable {
 			return Step{Kind: StepStuck, Reason: OldAgentReason}
 		}
+		if OldAgentInError(n) && timedOut(age, p.Timeouts.Reset) {
+			return Step{Kind: StepStuck, Reason: OldAgentErrorReason(n)}
+		}
 		return Step{}
 	case IntentReset:
 		return reset(n, p, age, done, failed)
@@ -173,17 +191,71 @@ func Next(n NodeView, p Policy, now time.Time) Step {
 		}
 		return progress(done, failed, n, age, p.Timeouts.Prepare, Step{Kind: StepPerform, Wanted: IntentPerform})
 	case IntentPerform:
-		if p.AdoptOldCordons && n.UnmarkedCordon && n.Transition.IsZero() { // the old operator cordons and drains at perform-update
+		if oldCordon { // the old operator cordons and drains at perform-update
 			return Step{Kind: StepAdopt}
 		}
 		return performed(n, p, age, done, failed)
 	case IntentReboot:
-		if p.AdoptOldCordons && n.UnmarkedCordon && n.Transition.IsZero() { // never stamped by this controller: the old operator's
+		if oldCordon { // never stamped by this controller: the old operator's
 			return Step{Kind: StepAdopt}
 		}
 		return rebooted(n, p, age, done, failed)
 	}
 	return Step{}
+}
+
+// takeOver is the step that takes over an update under way that this
+// controller did not start (the old operator's: no transition-time, no
+// target-version): its timeouts count from now, not from a time never
+// written (which would fail it at once), and its target is what the host
+// reports it brings, once it does (AdoptedTarget).
+func takeOver(n NodeView) (Step, bool) {
+	inflight := n.Wanted == IntentPrepare || n.Wanted == IntentPerform || n.Wanted == IntentReboot
+	failed := n.Active == n.Wanted && n.State == StateError // a failure needs no clock: taken as it is
+	v, clock := AdoptedTarget(n), inflight && n.Transition.IsZero() && n.Invalid == "" && !failed
+	if v == "" && !clock {
+		return Step{}, false
+	}
+	s := Step{Kind: StepTarget, Version: v, Stamp: clock}
+	switch {
+	case v != "" && clock:
+		s.Reason = fmt.Sprintf("took over the %s under way that this controller did not start: its timeouts count from now, and its target is %s, "+
+			"what the host reports it brings (the update succeeds only if the node comes back running it)", n.Wanted, v)
+	case v != "":
+		s.Reason = fmt.Sprintf("the update under way has no target-version: its target is %s, what the host reports it brings "+
+			"(the update succeeds only if the node comes back running it)", v)
+	default:
+		s.Reason = fmt.Sprintf("took over the %s under way that this controller did not start: its timeouts count from now; "+
+			"its target is taken from the host's report once the agent gives one", n.Wanted)
+	}
+	return s, true
+}
+
+// AdoptedTarget is the target version an in-flight update without one
+// takes on (the old operator started it, recording none): the version the
+// host reports its next boot starts (staged-version), else, before the
+// host switched anything (prepare-update, perform-update), the version the
+// update brings (available-version). "" when the update has a target, is
+// not in flight, or the host has not reported yet; a node at reboot-update
+// with nothing staged has booted already, and there is nothing left to
+// compare with.
+func AdoptedTarget(n NodeView) string {
+	if n.Target != "" || n.Invalid != "" {
+		return ""
+	}
+	switch n.Wanted {
+	case IntentPrepare, IntentPerform:
+		if n.Staged != "" {
+			return n.Staged
+		}
+		return n.Available
+	case IntentReboot:
+		if n.State == StateReady && n.Active == IntentReboot { // back already
+			return ""
+		}
+		return n.Staged
+	}
+	return ""
 }
 
 // progress is the step of a node carrying out an intent: next when done,
@@ -209,6 +281,25 @@ const OldAgentReason = HeldPrefix + "this node's agent is the old operator's (bo
 	"it answers stabilize with ready and reports no version), which slipway's controller does not drive; " +
 	"replace it with slipway's agent (apply `slipway update-operator manifest --platform bottlerocket-api --prefix bottlerocket.aws` " +
 	"and delete the old agent DaemonSet): the node is updated then"
+
+// OldAgentInError reports whether n's agent looks like the old operator's
+// left at error: its state is error for an intent other than the one
+// wanted (slipway's agent acknowledges every intent, even at error) and it
+// never reported a running version (slipway's agent always does). The old
+// agent takes no intent while at error, reset-state included.
+func OldAgentInError(n NodeView) bool {
+	return n.State == StateError && n.Active != n.Wanted && !n.Reports
+}
+
+// OldAgentErrorReason is why a node whose old agent is stuck at error is
+// held: the node, the intent it failed and what to do.
+func OldAgentErrorReason(n NodeView) string {
+	return fmt.Sprintf("%snode %s: its agent is the old operator's (bottlerocket-update-operator / dogswatch), left at error after %s; "+
+		"it ignores %s (its own controller used to overwrite the agent's annotations), so slipway's controller cannot recover it. "+
+		"Replace it with slipway's agent (apply `slipway update-operator manifest --platform bottlerocket-api --prefix bottlerocket.aws` "+
+		"and delete the old agent DaemonSet): slipway's agent answers the reset and the node is updated then",
+		HeldPrefix, n.Name, n.Active, n.Wanted)
+}
 
 // hostFailure is the reason of an intent the agent reported failed: the
 // agent's own words kept in it (the failure's write replaces them).
@@ -294,6 +385,12 @@ func reset(n NodeView, p Policy, age time.Duration, done, failed bool) Step {
 	switch {
 	case n.CordonedByUs:
 		return Step{Kind: StepUncordon} // a failure's uncordon interrupted: lift it first
+	case OldAgentInError(n) && timedOut(age, p.Timeouts.Reset):
+		// Not answered, by an agent that never reports a version: the old
+		// operator's, which ignores every intent while at error (its own
+		// controller overwrote the agent's keys). Held, kept at reset-state
+		// (no slot, no retry), until slipway's agent replaces it.
+		return Step{Kind: StepStuck, Reason: OldAgentErrorReason(n)}
 	case done, failed, timedOut(age, p.Timeouts.Reset):
 		return Step{Kind: StepWant, Wanted: IntentStabilize}
 	}

@@ -118,6 +118,23 @@ func TestNext(t *testing.T) {
 		{"reset sent, agent busy: wait", node("a", IntentReset, IntentReset, StateBusy), at(30 * time.Second), StepNone, ""},
 		{"reset sent, not yet acknowledged: wait", node("a", IntentReset, IntentPrepare, StateError), at(30 * time.Second), StepNone, ""},
 		{"reset failed on the host: stabilize (the next prepare overwrites)", node("a", IntentReset, IntentReset, StateError), at(0), StepWant, IntentStabilize},
+		{"the old agent at error ignores reset-state: held past the reset timeout", node("a", IntentReset, IntentPerform, StateError), at(2 * time.Minute), StepStuck, ""},
+		{"the old agent at error, reset-state just sent: wait", node("a", IntentReset, IntentPerform, StateError), at(30 * time.Second), StepNone, ""},
+		{"slipway's agent (reports a version) not answering reset: stabilize anyway", func() NodeView {
+			n := node("a", IntentReset, IntentPerform, StateError)
+			n.Reports = true
+			return n
+		}(), at(2 * time.Minute), StepWant, IntentStabilize},
+		{"the old agent at error under stabilize (an earlier reset moved on): held", node("a", IntentStabilize, IntentPerform, StateError), at(2 * time.Minute), StepStuck, ""},
+		{"slipway's agent failed its check under stabilize: nothing", func() NodeView {
+			n := node("a", IntentStabilize, IntentStabilize, StateError)
+			return n
+		}(), at(2 * time.Minute), StepNone, ""},
+		{"the old operator's prepare, never stamped: taken over (its clock starts now), not timed out", func() NodeView {
+			n := node("a", IntentPrepare, IntentPrepare, StateBusy)
+			n.Transition = time.Time{}
+			return n
+		}(), at(time.Hour), StepTarget, ""},
 		{"reset with the failure's uncordon interrupted: uncordon first", cordoned(node("a", IntentReset, IntentReset, StateReady)), at(0), StepUncordon, ""},
 		{"malformed annotation in flight: held, never failed (its uncordon could hit a node mid-reboot)", NodeView{Name: "a", Wanted: IntentReboot, Active: IntentReboot, Invalid: "bad"}, at(0), StepStuck, ""},
 		{"malformed intent: held, never written over", NodeView{Name: "a", Wanted: IntentUnknown, WantedInvalid: true, Active: IntentReboot, Invalid: "bad"}, at(0), StepStuck, ""},
@@ -385,6 +402,35 @@ func TestHostFailureKeepsTheAgentsWords(t *testing.T) {
 			n := NodeView{Name: "a", Wanted: IntentPerform, Active: IntentPerform, State: StateError, Reason: c.reason}
 			if s := Next(n, Policy{}, t0); s.Kind != StepFail || s.Reason != c.want {
 				t.Errorf("Next = %s %q, want fail %q", s.Kind, s.Reason, c.want)
+			}
+		})
+	}
+}
+
+func TestAdoptedTarget(t *testing.T) {
+	with := func(n NodeView, edit func(*NodeView)) NodeView { edit(&n); return n }
+	tests := []struct {
+		name string
+		n    NodeView
+		want string
+	}{
+		{"prepare of the old operator, the host lists v2", with(node("a", IntentPrepare, IntentPrepare, StateReady), func(n *NodeView) { n.Available = "v2" }), "v2"},
+		{"perform done: what the next boot starts wins", with(node("a", IntentPerform, IntentPerform, StateReady), func(n *NodeView) { n.Available, n.Staged = "v3", "v2" }), "v2"},
+		{"a target chosen already: kept", with(node("a", IntentPrepare, IntentPrepare, StateReady), func(n *NodeView) { n.Available, n.Target = "v3", "v2" }), ""},
+		{"the host has not reported yet: nothing", node("a", IntentPrepare, IntentPrepare, StateBusy), ""},
+		{"rebooting with v2 staged", with(node("a", IntentReboot, IntentReboot, StateRebooting), func(n *NodeView) { n.Staged, n.Available = "v2", "v2" }), "v2"},
+		{"rebooted already, a newer release listed: nothing to compare", with(node("a", IntentReboot, IntentReboot, StateReady), func(n *NodeView) { n.Current, n.Available = "v2", "v3" }), ""},
+		{"reboot-update with only a release listed: not the reboot's", with(node("a", IntentReboot, IntentReboot, StateBusy), func(n *NodeView) { n.Available = "v3" }), ""},
+		{"at rest: nothing", with(node("a", IntentStabilize, IntentStabilize, StateUpdateAvailable), func(n *NodeView) { n.Available = "v2" }), ""},
+		{"unreadable annotations: nothing", with(node("a", IntentPrepare, IntentPrepare, StateReady), func(n *NodeView) { n.Available, n.Invalid = "v2", "x" }), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := AdoptedTarget(tt.n); got != tt.want {
+				t.Errorf("AdoptedTarget = %q, want %q", got, tt.want)
+			}
+			if s := Next(tt.n, policy(), t0); (s.Kind == StepTarget) != (tt.want != "") || s.Version != tt.want {
+				t.Errorf("Next = %+v, want a target step to %q", s, tt.want)
 			}
 		})
 	}

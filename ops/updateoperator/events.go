@@ -27,6 +27,7 @@ const (
 	ReasonAgentState    = "AgentState"      // the agent reports a new state
 	ReasonAgentError    = "AgentError"      // the agent could not carry out an intent
 	ReasonAdopted       = "CordonAdopted"   // the old operator's cordon recorded as the operator's
+	ReasonTargetAdopted = "TargetAdopted"   // an update under way without a target-version given the host's
 	ReasonHalted        = "RolloutHalted"   // a release failed --halt-after times: no node starts it
 	ReasonResumed       = "RolloutResumed"  // an admin lifted the brake
 	eventNamespace      = metav1.NamespaceDefault

@@ -3,6 +3,7 @@ package updateoperator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,11 +167,76 @@ func TestOldCordonMidDrainIsLifted(t *testing.T) {
 func TestMigrationUnderTheBottlerocketPrefix(t *testing.T) {
 	f := newFleetOn(t, testenv.Need(t, env), "brmigrate")
 	f.prefix, f.keys = BottlerocketPrefix, Keys{Prefix: BottlerocketPrefix}
+	leaveAsTheOldOperator(t, f, "brmigrate")
+	f.mu.Lock()
+	f.closed = false
+	f.mu.Unlock()
+	for _, n := range f.nodes {
+		f.startAgent(n)
+	}
+	stop := f.controller(func(o *ControllerOptions) { o.Policy.MaxConcurrent = 2 })
+	defer stop()
+	eventually(t, 3*time.Minute, "every node updated, none cordoned", f.done)
+	for _, n := range f.nodes {
+		if r := f.br[n].Reboots(); r != 1 {
+			t.Errorf("%s rebooted %d times, want once (the old operator's reboot counted)", n, r)
+		}
+	}
+}
+
+// A node the old operator started preparing (no target-version: it
+// records none) takes as its target the version its host reports the
+// update brings, so a fallback boot of that update is a failure (retried
+// after its backoff), not "updated to" the old version.
+func TestOldUpdateAdoptsItsTarget(t *testing.T) {
+	f := newFleetOn(t, testenv.Need(t, env), "oldtarget")
+	f.mu.Lock()
+	f.closed = true // no agent yet: the old operator's state first
+	f.mu.Unlock()
+	f.addNode("oldtarget-0", true)
+	node := f.nodes[0]
+	srv := f.br[node]
+	srv.FallBack(1)
+	if _, err := f.plats[node].Check(context.Background()); err != nil { // the old agent's check: the host chose v2
+		t.Fatal(err)
+	}
+	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		f.keys.Wanted(): string(IntentPrepare), f.keys.Active(): string(IntentPrepare), f.keys.State(): string(StateBusy)}}})
+	f.mu.Lock()
+	f.closed = false
+	f.mu.Unlock()
+	f.startAgent(node)
+	stop := f.controller(nil)
+	defer stop()
+	eventually(t, 2*time.Minute, "at v2 after the fallback and a second reboot", func() (bool, string) {
+		ok, why := f.done()
+		return ok && srv.Reboots() == 2, fmt.Sprintf("%s; %d reboots", why, srv.Reboots())
+	})
+	msgs := f.eventMessages(node)
+	var adopted, failed bool
+	for _, m := range msgs {
+		if strings.HasPrefix(m, ReasonSucceeded) && strings.Contains(m, "v1") {
+			t.Errorf("the fallback boot counted as a success: %q", m)
+		}
+		adopted = adopted || strings.HasPrefix(m, ReasonTargetAdopted) && strings.Contains(m, "v2")
+		failed = failed || strings.HasPrefix(m, ReasonFailed) && strings.Contains(m, "fallback")
+	}
+	if !adopted || !failed {
+		t.Errorf("want a %s Event naming v2 and a %s Event naming the fallback boot: %v", ReasonTargetAdopted, ReasonFailed, msgs)
+	}
+}
+
+// leaveAsTheOldOperator adds six nodes on the Bottlerocket API emulator,
+// named <name>-0..5, in the states the old operator leaves (at rest,
+// mid-prepare, rebooted into the update, cordoned before its reboot,
+// cordoned mid-drain, error), with no agent started (f closed: the caller
+// opens it and starts them).
+func leaveAsTheOldOperator(t *testing.T, f *fleet, name string) {
 	f.mu.Lock()
 	f.closed = true // no agent yet: the old operator's states first
 	f.mu.Unlock()
 	for i := range 6 {
-		f.addNode(fmt.Sprintf("brmigrate-%d", i), true)
+		f.addNode(fmt.Sprintf("%s-%d", name, i), true)
 	}
 	rest, preparing, rebooted, cordoned, midDrain, failed := f.nodes[0], f.nodes[1], f.nodes[2], f.nodes[3], f.nodes[4], f.nodes[5]
 	ctx := context.Background()
@@ -209,18 +275,4 @@ func TestMigrationUnderTheBottlerocketPrefix(t *testing.T) {
 	state(midDrain, IntentPerform, IntentPerform, StateReady, nil)
 	cordon(midDrain)
 	state(failed, IntentPrepare, IntentPrepare, StateError, nil)
-	f.mu.Lock()
-	f.closed = false
-	f.mu.Unlock()
-	for _, n := range f.nodes {
-		f.startAgent(n)
-	}
-	stop := f.controller(func(o *ControllerOptions) { o.Policy.MaxConcurrent = 2 })
-	defer stop()
-	eventually(t, 3*time.Minute, "every node updated, none cordoned", f.done)
-	for _, n := range f.nodes {
-		if r := f.br[n].Reboots(); r != 1 {
-			t.Errorf("%s rebooted %d times, want once (the old operator's reboot counted)", n, r)
-		}
-	}
 }

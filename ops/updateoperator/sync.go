@@ -179,6 +179,18 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 			return err
 		}
 		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonAdopted, "took over the old operator's cordon (it records none): lifted when this update ends")
+	case StepTarget:
+		ann := map[string]any{}
+		if s.Version != "" {
+			ann[c.keys.Key(KeyTargetVersion)] = s.Version
+		}
+		if s.Stamp {
+			ann[c.keys.Key(KeyTransition)] = now
+		}
+		if err := c.patch(ctx, v.Name, nil, ann); err != nil {
+			return err
+		}
+		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonTargetAdopted, "%s", s.Reason)
 	case StepFinish:
 		ann := c.finished(now)
 		if s.Reason != "" {

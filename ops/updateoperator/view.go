@@ -55,7 +55,9 @@ func (k Keys) ownerOn(n *corev1.Node) string {
 // read sets Invalid, naming the key and what is allowed.
 func (k Keys) View(n *corev1.Node, own string) NodeView {
 	a := n.Annotations
+	_, reports := a[k.Key(KeyCurrentVersion)]
 	v := NodeView{
+		Reports:         reports,
 		Name:            n.Name,
 		UpdateAvailable: a[k.UpdateAvailable()] == "true",
 		Ready:           nodeReady(n),
@@ -70,6 +72,7 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 		Current:         a[k.Key(KeyCurrentVersion)],
 		Target:          a[k.Key(KeyTargetVersion)],
 		Available:       a[k.Key(KeyAvailableVersion)],
+		Staged:          a[k.Key(KeyStagedVersion)],
 		Reason:          a[k.Key(KeyReason)],
 	}
 	var errs []string
