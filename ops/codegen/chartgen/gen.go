@@ -131,6 +131,7 @@ func Build(c Chart) (map[string][]byte, error) {
 		return nil, err
 	}
 	files["values.yaml"] = vals.render(c)
+	files["README.md"] = readme(c, vals)
 	schema, err := valuesSchema(c, vals)
 	if err != nil {
 		return nil, err
