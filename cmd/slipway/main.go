@@ -47,6 +47,7 @@ func newApp() *cli.App {
 			edsCommand(),
 			swarmCommand(),
 			versionCommand(),
+			uncordonAllCommand(),
 		},
 	}
 }

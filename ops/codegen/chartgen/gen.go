@@ -131,6 +131,7 @@ func Build(c Chart) (map[string][]byte, error) {
 		return nil, err
 	}
 	files["values.yaml"] = vals.render(c)
+	files["README.md"] = readme(c, vals)
 	schema, err := valuesSchema(c, vals)
 	if err != nil {
 		return nil, err
@@ -203,6 +204,22 @@ func (c Chart) templateVariant(v string, first bool, def []Object, files map[str
 	on, err := c.toggleRenders(v, docs)
 	if err != nil {
 		return nil, err
+	}
+	for _, o := range docs {
+		if rbacKinds[fmt.Sprint(o["kind"])] && first {
+			vals.set("rbac", map[string]any{"create": true},
+				"rbac.create=false: the chart creates no Role, ClusterRole or binding; grant the same rules\n(templates/*role*.yaml) to the components' ServiceAccounts yourself.")
+		}
+		pod, ok := dig(o, []string{"spec", "template", "spec"})
+		if !ok {
+			continue
+		}
+		ctrs, _ := pod["containers"].([]any)
+		sa, _ := pod["serviceAccountName"].(string)
+		if len(ctrs) > 0 && sa != "" {
+			c0, _ := ctrs[0].(map[string]any)
+			vals.serviceAccounts[sa] = fmt.Sprint(c0["name"])
+		}
 	}
 	names := map[string]bool{}
 	for _, o := range docs {

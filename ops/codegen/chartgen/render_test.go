@@ -290,6 +290,9 @@ func TestValuesSchemaRefusesWrongTypes(t *testing.T) {
 		{"slipway-update-operator", []string{"--set", "platform=windows"}, "/platform"},
 		{"slipway-eds", []string{"--set", "imagePullSecret=x"}, "imagePullSecret"},
 		{"slipway-eds", []string{"--set", "metrics.serviceMonitor.enabled=yes"}, "/metrics/serviceMonitor/enabled"},
+		{"slipway-eds", []string{"--set", "controller.serviceAccount.create=maybe"}, "/controller/serviceAccount/create"},
+		{"slipway-swarm", []string{"--set", "rbac.create=no"}, "/rbac/create"},
+		{"slipway-agent", []string{"--set", "agent.extraEnv=x"}, "/agent/extraEnv"},
 	} {
 		cmd := exec.Command(helmBin(t), append([]string{"template", "rel", filepath.Join(chartsDir, tc.chart)}, tc.set...)...)
 		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())

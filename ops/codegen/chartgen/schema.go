@@ -13,7 +13,8 @@ import (
 // spec, labels), which the API server validates, typed only as an object or
 // an array.
 var settingGroups = map[string]bool{"image": true, "agent": true, "controller": true, "metrics": true,
-	"serviceMonitor": true, "prometheusRule": true, "dashboard": true}
+	"serviceMonitor": true, "prometheusRule": true, "dashboard": true,
+	"rbac": true, "serviceAccount": true}
 
 // valuesSchema is the chart's values.schema.json: every value's JSON type
 // from its default (so `--set controller.replicas=two` is refused by helm

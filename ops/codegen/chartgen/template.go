@@ -20,7 +20,17 @@ type token struct {
 	expr   string // the value, e.g. .Values.agent.tolerations
 	scalar bool   // a scalar (toJson) rather than a block (toYaml)
 	always bool   // emitted even when the value is empty
+	// merge: the value's entries are added to the map (or list) holding
+	// the placeholder, which is not a field of its own.
+	merge bool
 }
+
+// mergeKey is the placeholder key of a merge token in a map; a merge token
+// in a list is a list item of its own.
+const mergeKey = "zzhelmmerge"
+
+// tokenItem is a merge token's line in a list.
+var tokenItem = regexp.MustCompile(`(?m)^( *)- zzhelmtok(\d+)$`)
 
 // tokenLine is a placeholder's line; the key may be the first of a list
 // item's map (only a scalar token that is always emitted may be there).
@@ -32,18 +42,22 @@ var tokenLine = regexp.MustCompile(`(?m)^( *(?:- )?)([A-Za-z0-9_.-]+): zzhelmtok
 func (c Chart) template(o, dflt Object, vals *values, first bool) (string, error) {
 	o = deepCopy(o)
 	addHelmLabels(o)
+	c.serviceAccountNames(o, vals)
 	var toks []token
+	ph := func(t token) string {
+		toks = append(toks, t)
+		return fmt.Sprintf("zzhelmtok%d", len(toks)-1)
+	}
 	put := func(m map[string]any, field string, t token) {
 		// A field the renderer writes (even empty) stays in the object
 		// whatever the value; one it leaves out appears only when set.
 		_, present := m[field]
 		t.always = t.always || present
-		m[field] = fmt.Sprintf("zzhelmtok%d", len(toks))
-		toks = append(toks, t)
+		m[field] = ph(t)
 	}
 	switch o["kind"] {
 	case "Deployment", "DaemonSet", "StatefulSet":
-		if _, err := c.workload(o, dflt, vals, first, put); err != nil {
+		if _, err := c.workload(o, dflt, vals, first, put, ph); err != nil {
 			return "", err
 		}
 	}
@@ -80,12 +94,21 @@ func (c Chart) template(o, dflt Object, vals *values, first bool) (string, error
 	if lineErr != nil {
 		return "", lineErr
 	}
+	text = tokenItem.ReplaceAllStringFunc(text, func(line string) string {
+		m := tokenItem.FindStringSubmatch(line)
+		i, _ := strconv.Atoi(m[2])
+		return toks[i].lines(m[1], "")
+	})
+	text = vals.replaceServiceAccounts(text)
+	text = guardKind(o, text)
 	return c.substitute(text, vals, first)
 }
 
 // lines are the template lines that set key, indented by indent, from t.
 func (t token) lines(indent, key string) string {
 	switch {
+	case t.merge:
+		return fmt.Sprintf("%s{{- with %s }}\n%s{{- toYaml . | nindent %d }}\n%s{{- end }}", indent, t.expr, indent, len(indent), indent)
 	case t.scalar && t.always:
 		return fmt.Sprintf("%s%s: {{ %s | toJson }}", indent, key, t.expr)
 	case t.scalar:
@@ -134,7 +157,7 @@ func (c Chart) substitute(text string, vals *values, first bool) (string, error)
 // workload replaces the pod spec's fields, the first container's resources,
 // every container's imagePullPolicy and a Deployment's replicas by values
 // of the component named after its first container.
-func (c Chart) workload(o, dflt Object, vals *values, first bool, put func(map[string]any, string, token)) (string, error) {
+func (c Chart) workload(o, dflt Object, vals *values, first bool, put func(map[string]any, string, token), ph func(token) string) (string, error) {
 	pod, ok := dig(o, []string{"spec", "template", "spec"})
 	dpod, dok := dig(dflt, []string{"spec", "template", "spec"})
 	if !ok || !dok {
@@ -177,12 +200,46 @@ func (c Chart) workload(o, dflt Object, vals *values, first bool, put func(map[s
 	put(c0, "resources", token{expr: pfx + "resources"})
 	for i, ci := range ctrs {
 		cm := ci.(map[string]any)
-		if p, ok := dctrs[i].(map[string]any)["imagePullPolicy"]; ok {
-			if first {
-				vals.setIn("image", "pullPolicy", p)
-			}
-			put(cm, "imagePullPolicy", token{expr: ".Values.image.pullPolicy", scalar: true})
+		p, ok := dctrs[i].(map[string]any)["imagePullPolicy"]
+		if first && (ok || !vals.hasIn("image", "pullPolicy")) {
+			// A renderer that sets none leaves it to the kubelet: the
+			// value's default is empty, and the field appears once set.
+			vals.setIn("image", "pullPolicy", orEmptyString(p))
 		}
+		put(cm, "imagePullPolicy", token{expr: ".Values.image.pullPolicy", scalar: true})
+	}
+	// The component's pod annotations, labels and environment, added to
+	// what the manifest renders.
+	record("podAnnotations", map[string]any{})
+	record("podLabels", map[string]any{})
+	record("extraEnv", []any{})
+	tmeta, _ := dig(o, []string{"spec", "template", "metadata"})
+	if tmeta == nil {
+		return "", fmt.Errorf("no pod template metadata")
+	}
+	if l, ok := tmeta["labels"].(map[string]any); ok {
+		put(l, mergeKey, token{expr: pfx + "podLabels", merge: true})
+	} else {
+		put(tmeta, "labels", token{expr: pfx + "podLabels"})
+	}
+	if a, ok := tmeta["annotations"].(map[string]any); ok {
+		put(a, mergeKey, token{expr: pfx + "podAnnotations", merge: true})
+	} else {
+		put(tmeta, "annotations", token{expr: pfx + "podAnnotations"})
+	}
+	if env, ok := c0["env"].([]any); ok {
+		c0["env"] = append(env, ph(token{expr: pfx + "extraEnv", merge: true}))
+	} else {
+		put(c0, "env", token{expr: pfx + "extraEnv"})
+	}
+	if sa, _ := pod["serviceAccountName"].(string); sa != "" {
+		record("serviceAccount", map[string]any{"create": true, "name": ""})
+	}
+	if o["kind"] == "DaemonSet" {
+		spec := o["spec"].(map[string]any)
+		d, _ := dig(dflt, []string{"spec"})
+		record("updateStrategy", emptyOr(d["updateStrategy"], false))
+		put(spec, "updateStrategy", token{expr: pfx + "updateStrategy", always: true})
 	}
 	put(pod, "imagePullSecrets", token{expr: ".Values.imagePullSecrets"})
 	if o["kind"] != "DaemonSet" {
@@ -272,4 +329,108 @@ func addHelmLabels(o Object) {
 	for i, v := range []string{sentinelInstance, sentinelManagedBy, sentinelChart} {
 		l[HelmLabels[i]] = v
 	}
+}
+
+// rbacKinds are the objects rbac.create=false leaves out (the cluster's
+// administrator grants the same rules by other means).
+var rbacKinds = map[string]bool{"Role": true, "ClusterRole": true, "RoleBinding": true, "ClusterRoleBinding": true}
+
+// guardKind wraps the template of an RBAC object in `if .Values.rbac.create`
+// and that of a workload's ServiceAccount in `if .Values.<component>.serviceAccount.create`.
+func guardKind(o Object, text string) string {
+	cond := ""
+	switch {
+	case rbacKinds[fmt.Sprint(o["kind"])]:
+		cond = ".Values.rbac.create"
+	case o["kind"] == "ServiceAccount":
+		md, _ := o["metadata"].(map[string]any)
+		if comp, ok := saComponent(fmt.Sprint(md["name"])); ok {
+			cond = ".Values." + comp + ".serviceAccount.create"
+		}
+	}
+	if cond == "" {
+		return text
+	}
+	return "{{- if " + cond + " }}\n" + strings.TrimSuffix(text, "\n") + "\n{{- end }}\n"
+}
+
+// saSentinel marks a workload's ServiceAccount name in an object until
+// replaceServiceAccounts puts the value's expression there.
+const saSentinel = "zzsentsa-"
+
+// saComponent reads the component out of a name serviceAccountNames set.
+func saComponent(name string) (string, bool) {
+	comp, ok := strings.CutPrefix(name, saSentinel)
+	if !ok {
+		return "", false
+	}
+	comp, _, _ = strings.Cut(comp, "-zz-")
+	return comp, true
+}
+
+// serviceAccountNames scans the chart's workloads for their ServiceAccounts
+// (once per values) and marks each place o names one: the ServiceAccount's
+// name, a pod's serviceAccountName, a binding's subject and the
+// system:serviceaccount user an admission policy matches.
+func (c Chart) serviceAccountNames(o Object, vals *values) {
+	if len(vals.serviceAccounts) == 0 {
+		return
+	}
+	mark := func(name string) (string, bool) {
+		comp, ok := vals.serviceAccounts[name]
+		if !ok {
+			return "", false
+		}
+		return saSentinel + comp + "-zz-" + name, true
+	}
+	md, _ := o["metadata"].(map[string]any)
+	if o["kind"] == "ServiceAccount" {
+		if m, ok := mark(fmt.Sprint(md["name"])); ok {
+			md["name"] = m
+		}
+	}
+	if pod, ok := dig(o, []string{"spec", "template", "spec"}); ok {
+		if m, ok := mark(fmt.Sprint(pod["serviceAccountName"])); ok {
+			pod["serviceAccountName"] = m
+		}
+	}
+	if subs, ok := o["subjects"].([]any); ok {
+		for _, s := range subs {
+			sm, _ := s.(map[string]any)
+			if sm["kind"] != "ServiceAccount" {
+				continue
+			}
+			if m, ok := mark(fmt.Sprint(sm["name"])); ok {
+				sm["name"] = m
+			}
+		}
+	}
+	if o["kind"] == "ValidatingAdmissionPolicy" {
+		b, _ := yaml.Marshal(o)
+		text := string(b)
+		for name := range vals.serviceAccounts {
+			m, _ := mark(name)
+			text = regexp.MustCompile(`(system:serviceaccount:`+sentinelNamespace+`:)`+regexp.QuoteMeta(name)+`\b([^-]|$)`).
+				ReplaceAllString(text, "${1}"+m+"${2}")
+		}
+		var out Object
+		if err := yaml.Unmarshal([]byte(text), &out); err == nil {
+			for k := range o {
+				delete(o, k)
+			}
+			for k, v := range out {
+				o[k] = v
+			}
+		}
+	}
+}
+
+// replaceServiceAccounts puts each marked ServiceAccount name's expression:
+// the component's serviceAccount.name, defaulting to the manifest's name.
+func (v *values) replaceServiceAccounts(text string) string {
+	for name, comp := range v.serviceAccounts {
+		text = strings.ReplaceAll(text, saSentinel+comp+"-zz-"+name,
+			fmt.Sprintf("{{ .Values.%s.serviceAccount.name | default %q }}", comp, name))
+	}
+	return text
 }

@@ -15,17 +15,27 @@ type values struct {
 	m        map[string]any
 	// workloads are the components already seen.
 	workloads map[string]bool
+	// serviceAccounts are the workloads' ServiceAccount names and their
+	// components.
+	serviceAccounts map[string]string
 }
 
 func newValues() *values {
-	v := &values{comments: map[string]string{}, m: map[string]any{}, workloads: map[string]bool{}}
+	v := &values{comments: map[string]string{}, m: map[string]any{}, workloads: map[string]bool{}, serviceAccounts: map[string]string{}}
 	v.set("image", map[string]any{"repository": imageRepo, "tag": ""},
-		"The image every component runs; tag empty: the chart's appVersion.")
+		"The image every component runs; tag empty: the chart's appVersion. pullPolicy: the containers'\n"+
+			"imagePullPolicy (empty: the kubelet's default, IfNotPresent for a tagged image).")
 	v.set("imagePullSecrets", []any{}, "Secrets to pull the image with (the pods' imagePullSecrets).")
 	return v
 }
 
 func (v *values) has(key string) bool { _, ok := v.m[key]; return ok }
+
+func (v *values) hasIn(top, field string) bool {
+	m, _ := v.m[top].(map[string]any)
+	_, ok := m[field]
+	return ok
+}
 
 // set sets a top-level key, or a dotted one (component.field) inside a map.
 func (v *values) set(key string, val any, comment string) {
@@ -68,7 +78,10 @@ func (c Chart) addValues(v *values, _ []Object) error {
 			continue
 		}
 		if m, ok := v.m[k].(map[string]any); ok && m["resources"] != nil {
-			v.comments[k] = fmt.Sprintf("The %s's pods: %s (defaults: what the manifest renders).", k, strings.Join(componentFields(m), ", "))
+			v.comments[k] = fmt.Sprintf("The %s's pods: %s (defaults: what the manifest renders).\n"+
+				"podAnnotations, podLabels and extraEnv (the first container's env) add to the manifest's;\n"+
+				"serviceAccount.create=false: the chart creates no ServiceAccount and the pods run as serviceAccount.name\n"+
+				"(empty: the manifest's name), which the bindings and admission policies then name.", k, strings.Join(componentFields(m), ", "))
 		}
 	}
 	return nil
