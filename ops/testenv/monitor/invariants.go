@@ -78,6 +78,7 @@ func (n NodeObs) why() string {
 
 // ChannelObs is what the monitor observed of an UpdateChannel.
 type ChannelObs struct {
+	Namespace   string
 	Name        string
 	Concurrency int // spec.concurrency; 0 means the default, 1
 	// Selector is spec.nodeSelector; nil selects every node.
@@ -197,9 +198,9 @@ func ChannelConcurrency(s State, _ Limits) ([]Finding, error) {
 			}
 		}
 		if len(down) > limit {
-			out = append(out, Finding{Invariant: InvChannelConcurrency, Key: c.Name,
-				Message: fmt.Sprintf("channel %s: %d nodes unavailable, concurrency %d: %s", c.Name, len(down), limit, strings.Join(down, "; ")),
-				Objects: append([]string{"UpdateChannel//" + c.Name}, objs...)})
+			out = append(out, Finding{Invariant: InvChannelConcurrency, Key: c.Namespace + "/" + c.Name,
+				Message: fmt.Sprintf("channel %s/%s: %d nodes unavailable, concurrency %d: %s", c.Namespace, c.Name, len(down), limit, strings.Join(down, "; ")),
+				Objects: append([]string{"UpdateChannel/" + c.Namespace + "/" + c.Name}, objs...)})
 		}
 	}
 	return out, nil

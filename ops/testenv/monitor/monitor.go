@@ -205,12 +205,19 @@ func (m *Monitor) Violations() []Violation {
 	return slices.Clone(m.violations)
 }
 
-// Checks is how many times the invariants were checked; Errors are the
-// checks that could not be made (e.g. a channel's selector unreadable).
+// Checks is how many times the invariants were checked.
 func (m *Monitor) Checks() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.checks
+}
+
+// History is the versions of one object (kind/namespace/name) the monitor
+// keeps, oldest first.
+func (m *Monitor) History(key string) []Version {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.history[key])
 }
 
 // Errors are the checks that could not be made.
@@ -251,14 +258,14 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 	case *opsv1.UpdateChannel:
 		kind = "UpdateChannel"
 		if deleted {
-			delete(m.channels, x.Name)
+			delete(m.channels, x.Namespace+"/"+x.Name)
 			break
 		}
-		c := ChannelObs{Name: x.Name, Concurrency: x.Spec.Concurrency, Selector: x.Spec.NodeSelector}
+		c := ChannelObs{Namespace: x.Namespace, Name: x.Name, Concurrency: x.Spec.Concurrency, Selector: x.Spec.NodeSelector}
 		for _, s := range x.Status.Updating {
 			c.Slots = append(c.Slots, s.Node)
 		}
-		m.channels[x.Name] = c
+		m.channels[x.Namespace+"/"+x.Name] = c
 		summary = fmt.Sprintf("concurrency=%d slots=%v", c.Concurrency, c.Slots)
 	case *corev1.Pod:
 		kind, summary = "Pod", fmt.Sprintf("node=%s phase=%s", x.Spec.NodeName, x.Status.Phase)
