@@ -316,17 +316,17 @@ func TestPlantedHotLoop(t *testing.T) {
 
 func TestPlantedDoubleHolder(t *testing.T) {
 	sample := appcheck.Sample{"w1": {"j1"}, "w2": {"j2"}}
-	var mu = make(chan appcheck.Sample, 1)
-	mu <- sample
+	latest := make(chan appcheck.Sample, 1)
+	latest <- sample
 	w := newWorld(t, Config{Tick: 20 * time.Millisecond, Apps: func() appcheck.Sample {
-		s := <-mu
-		mu <- s
+		s := <-latest
+		latest <- s
 		return s
 	}})
 	time.Sleep(100 * time.Millisecond)
 	w.quiet("each job in one hand")
-	<-mu
-	mu <- appcheck.Sample{"w1": {"j1"}, "w2": {"j1", "j2"}}
+	<-latest
+	latest <- appcheck.Sample{"w1": {"j1"}, "w2": {"j1", "j2"}}
 	v := w.expect(InvDoubleHeld)
 	if !strings.Contains(v.Message, "w1 and w2") {
 		t.Errorf("message: %s", v.Message)
