@@ -1,6 +1,7 @@
 // Package monitor is the invariant monitor of the chaos runs: it watches
 // the API server (Nodes with their boot IDs and slipway's cordons, Jobs,
-// Pods, Leases, Events and UpdateChannels) through shared informers, keeps
+// Pods, Leases, Events, UpdateChannels and ExtendedDaemonSets with their
+// replica sets) through shared informers, keeps
 // the recent versions of every object it sees, and checks the fleet-safety
 // invariants (invariants.go, pure functions over the observed state) after
 // every change it observes. Each violation is recorded once, with its time,
@@ -30,9 +31,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	edsv1alpha1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
 	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
 	versioned "slipway.dev/slipway/ops/generated/clientset/versioned"
+	edsversioned "slipway.dev/slipway/ops/generated/eds/clientset/versioned"
+	edsinformers "slipway.dev/slipway/ops/generated/eds/informers/externalversions"
 	opsinformers "slipway.dev/slipway/ops/generated/informers/externalversions"
 	"slipway.dev/slipway/ops/swarm/appcheck"
 	"slipway.dev/slipway/ops/updateoperator"
@@ -96,6 +100,7 @@ type Monitor struct {
 
 	mu         sync.Mutex
 	nodes      map[string]NodeObs
+	gone       map[string]NodeObs // nodes deleted, as last seen
 	channels   map[string]ChannelObs
 	reboots    []Reboot
 	writes     map[string][]time.Time
@@ -122,7 +127,7 @@ func New(cfg Config) (*Monitor, error) {
 		cfg.Now = time.Now
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
-	return &Monitor{cfg: cfg, keys: keys, nodes: map[string]NodeObs{}, channels: map[string]ChannelObs{},
+	return &Monitor{cfg: cfg, keys: keys, nodes: map[string]NodeObs{}, gone: map[string]NodeObs{}, channels: map[string]ChannelObs{},
 		writes: map[string][]time.Time{}, history: map[string][]Version{}, open: map[string]bool{}}, nil
 }
 
@@ -138,13 +143,19 @@ func (m *Monitor) Run(ctx context.Context, config *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("monitor: ops client: %w", err)
 	}
+	ec, err := edsversioned.NewForConfig(config)
+	if err != nil {
+		return fmt.Errorf("monitor: eds client: %w", err)
+	}
 	// One factory per clientset, no resync: every event is a real change.
 	kf := informers.NewSharedInformerFactory(kc, 0)
 	of := opsinformers.NewSharedInformerFactory(oc, 0)
+	ef := edsinformers.NewSharedInformerFactory(ec, 0)
 	for _, inf := range []cache.SharedIndexInformer{
 		kf.Core().V1().Nodes().Informer(), kf.Core().V1().Pods().Informer(), kf.Batch().V1().Jobs().Informer(),
 		kf.Coordination().V1().Leases().Informer(), kf.Core().V1().Events().Informer(),
 		of.Ops().V1().UpdateChannels().Informer(),
+		ef.Eds().V1alpha1().ExtendedDaemonSets().Informer(), ef.Eds().V1alpha1().ExtendedDaemonSetReplicaSets().Informer(),
 	} {
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { m.observe(nil, o, false) },
@@ -161,12 +172,18 @@ func (m *Monitor) Run(ctx context.Context, config *rest.Config) error {
 	}
 	kf.Start(ctx.Done())
 	of.Start(ctx.Done())
+	ef.Start(ctx.Done())
 	for typ, ok := range kf.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("monitor: %v never synced", typ)
 		}
 	}
 	for typ, ok := range of.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("monitor: %v never synced", typ)
+		}
+	}
+	for typ, ok := range ef.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("monitor: %v never synced", typ)
 		}
@@ -245,11 +262,17 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 	case *corev1.Node:
 		kind = "Node"
 		if deleted {
+			m.gone[x.Name] = m.nodes[x.Name] // a node registered again with a new boot ID rebooted
 			delete(m.nodes, x.Name)
 			break
 		}
 		n := m.nodeObs(x)
-		if prev, ok := m.nodes[x.Name]; ok && prev.BootID != n.BootID && n.BootID != "" {
+		prev, ok := m.nodes[x.Name]
+		if !ok {
+			prev, ok = m.gone[x.Name]
+			delete(m.gone, x.Name)
+		}
+		if ok && prev.BootID != n.BootID && n.BootID != "" {
 			m.reboots = append(m.reboots, Reboot{Node: x.Name, From: prev.BootID, To: n.BootID, At: now,
 				Cordoned: prev.SlipwayCordoned() || n.SlipwayCordoned()})
 		}
@@ -269,6 +292,10 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		summary = fmt.Sprintf("concurrency=%d slots=%v", c.Concurrency, c.Slots)
 	case *corev1.Pod:
 		kind, summary = "Pod", fmt.Sprintf("node=%s phase=%s", x.Spec.NodeName, x.Status.Phase)
+	case *edsv1alpha1.ExtendedDaemonSet:
+		kind, summary = "ExtendedDaemonSet", fmt.Sprintf("generation=%d", x.Generation)
+	case *edsv1alpha1.ExtendedDaemonSetReplicaSet:
+		kind, summary = "ExtendedDaemonSetReplicaSet", fmt.Sprintf("generation=%d", x.Generation)
 	case *batchv1.Job:
 		kind, summary = "Job", fmt.Sprintf("active=%d succeeded=%d failed=%d", x.Status.Active, x.Status.Succeeded, x.Status.Failed)
 	case *coordinationv1.Lease:

@@ -270,6 +270,30 @@ func TestPlantedRebootWithoutDrain(t *testing.T) {
 	}
 }
 
+// A node deleted and registered again with a new boot ID rebooted too.
+func TestPlantedRebootByReRegistration(t *testing.T) {
+	w := newWorld(t, Config{})
+	w.node("rr-1", nil)
+	w.caughtUp("rr-1")
+	if err := w.c.CoreV1().Nodes().Delete(w.ctx, "rr-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for h := w.m.History("Node//rr-1"); len(h) == 0 || h[len(h)-1].Summary != "deleted"; h = w.m.History("Node//rr-1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the monitor never saw the deletion: %v", h)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	w.node("rr-1", nil) // boot-1 again: the same boot, registered again
+	w.caughtUp("rr-1")
+	w.quiet("registered again within the same boot")
+	w.status("rr-1", "boot-2", true)
+	if v := w.expect(InvRebootWithoutDrain); v.Key != "rr-1@boot-2" {
+		t.Errorf("key %q", v.Key)
+	}
+}
+
 func TestPlantedOperatorBeyondMaxConcurrent(t *testing.T) {
 	w := newWorld(t, Config{Limits: Limits{OperatorMaxConcurrent: 1}})
 	wanted := "update.slipway.dev/action-wanted"
