@@ -100,7 +100,7 @@ type Monitor struct {
 
 	mu         sync.Mutex
 	nodes      map[string]NodeObs
-	gone       map[string]NodeObs // nodes deleted, as last seen
+	boots      map[string]bootRecord // per node name, deleted nodes' too
 	channels   map[string]ChannelObs
 	reboots    []Reboot
 	writes     map[string][]time.Time
@@ -109,6 +109,13 @@ type Monitor struct {
 	violations []Violation
 	checks     int
 	errs       []error
+}
+
+// bootRecord is a node's last known boot ID, and whether slipway held its
+// cordon in the last version seen with it.
+type bootRecord struct {
+	ID       string
+	Cordoned bool
 }
 
 // New makes a monitor; Run starts it.
@@ -127,7 +134,7 @@ func New(cfg Config) (*Monitor, error) {
 		cfg.Now = time.Now
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
-	return &Monitor{cfg: cfg, keys: keys, nodes: map[string]NodeObs{}, gone: map[string]NodeObs{}, channels: map[string]ChannelObs{},
+	return &Monitor{cfg: cfg, keys: keys, nodes: map[string]NodeObs{}, boots: map[string]bootRecord{}, channels: map[string]ChannelObs{},
 		writes: map[string][]time.Time{}, history: map[string][]Version{}, open: map[string]bool{}}, nil
 }
 
@@ -262,19 +269,17 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 	case *corev1.Node:
 		kind = "Node"
 		if deleted {
-			m.gone[x.Name] = m.nodes[x.Name] // a node registered again with a new boot ID rebooted
-			delete(m.nodes, x.Name)
+			delete(m.nodes, x.Name) // its boot record stays: registered again with a new boot ID, it rebooted
 			break
 		}
 		n := m.nodeObs(x)
-		prev, ok := m.nodes[x.Name]
-		if !ok {
-			prev, ok = m.gone[x.Name]
-			delete(m.gone, x.Name)
-		}
-		if ok && prev.BootID != n.BootID && n.BootID != "" {
-			m.reboots = append(m.reboots, Reboot{Node: x.Name, From: prev.BootID, To: n.BootID, At: now,
-				Cordoned: prev.SlipwayCordoned() || n.SlipwayCordoned()})
+		if n.BootID != "" { // a version of no known boot (just registered) says nothing of one
+			rec := m.boots[x.Name]
+			if rec.ID != "" && rec.ID != n.BootID {
+				m.reboots = append(m.reboots, Reboot{Node: x.Name, From: rec.ID, To: n.BootID, At: now,
+					Cordoned: rec.Cordoned || n.SlipwayCordoned()})
+			}
+			m.boots[x.Name] = bootRecord{ID: n.BootID, Cordoned: n.SlipwayCordoned()}
 		}
 		m.nodes[x.Name] = n
 		summary = fmt.Sprintf("unschedulable=%t cordoned-by=%q ready=%t boot=%s in-flight=%t", n.Unschedulable, n.CordonedBy, n.Ready, n.BootID, n.InFlight)

@@ -76,15 +76,22 @@ func newWorld(t *testing.T, cfg Config) *world {
 	return w
 }
 
-// node makes a Ready node with a boot ID.
+// node makes a Ready node with boot ID boot-1.
 func (w *world) node(name string, labels map[string]string) {
+	w.t.Helper()
+	w.nodeBoot(name, labels, "boot-1")
+}
+
+// nodeBoot registers a Ready node as a kubelet does: created, then its
+// status (with boot) written.
+func (w *world) nodeBoot(name string, labels map[string]string, boot string) {
 	w.t.Helper()
 	n, err := w.c.CoreV1().Nodes().Create(w.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	w.t.Cleanup(func() { _ = w.c.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	n.Status.NodeInfo.BootID = "boot-1"
+	n.Status.NodeInfo.BootID = boot
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
 	if _, err := w.c.CoreV1().Nodes().UpdateStatus(w.ctx, n, metav1.UpdateOptions{}); err != nil {
 		w.t.Fatal(err)
@@ -270,26 +277,34 @@ func TestPlantedRebootWithoutDrain(t *testing.T) {
 	}
 }
 
-// A node deleted and registered again with a new boot ID rebooted too.
+// A node deleted and registered again with a new boot ID rebooted too: a
+// drained one (cordoned before its deletion) within the rules, an undrained
+// one not.
 func TestPlantedRebootByReRegistration(t *testing.T) {
 	w := newWorld(t, Config{})
 	w.node("rr-1", nil)
-	w.caughtUp("rr-1")
-	if err := w.c.CoreV1().Nodes().Delete(w.ctx, "rr-1", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for h := w.m.History("Node//rr-1"); len(h) == 0 || h[len(h)-1].Summary != "deleted"; h = w.m.History("Node//rr-1") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the monitor never saw the deletion: %v", h)
+	w.node("rr-2", nil)
+	w.cordon("rr-1")
+	reRegister := func(name, boot string) {
+		t.Helper()
+		w.caughtUp(name)
+		if err := w.c.CoreV1().Nodes().Delete(w.ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		deadline := time.Now().Add(10 * time.Second)
+		for h := w.m.History("Node//" + name); len(h) == 0 || h[len(h)-1].Summary != "deleted"; h = w.m.History("Node//" + name) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the monitor never saw the deletion of %s: %v", name, h)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		w.nodeBoot(name, nil, boot)
+		w.caughtUp(name)
 	}
-	w.node("rr-1", nil) // boot-1 again: the same boot, registered again
-	w.caughtUp("rr-1")
-	w.quiet("registered again within the same boot")
-	w.status("rr-1", "boot-2", true)
-	if v := w.expect(InvRebootWithoutDrain); v.Key != "rr-1@boot-2" {
+	reRegister("rr-1", "boot-2")
+	w.quiet("a drained node registered again after its reboot")
+	reRegister("rr-2", "boot-2")
+	if v := w.expect(InvRebootWithoutDrain); v.Key != "rr-2@boot-2" {
 		t.Errorf("key %q", v.Key)
 	}
 }
