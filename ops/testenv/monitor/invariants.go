@@ -100,8 +100,11 @@ type Reboot struct {
 
 // State is what the invariants read: the monitor's observed state.
 type State struct {
-	Now      time.Time
-	Nodes    map[string]NodeObs
+	Now   time.Time
+	Nodes map[string]NodeObs
+	// NodeList is Nodes sorted by name, when the caller keeps it (the
+	// monitor does, rebuilt only when a node changes); nil: sorted on use.
+	NodeList []NodeObs
 	Channels []ChannelObs
 	// Reboots observed since the last check.
 	Reboots []Reboot
@@ -153,6 +156,9 @@ var Invariants = []Invariant{
 func nodeKey(name string) string { return "Node//" + name }
 
 func sortedNodes(s State) []NodeObs {
+	if s.NodeList != nil {
+		return s.NodeList
+	}
 	out := make([]NodeObs, 0, len(s.Nodes))
 	for _, n := range s.Nodes {
 		out = append(out, n)
@@ -161,9 +167,9 @@ func sortedNodes(s State) []NodeObs {
 	return out
 }
 
-// channelNodes are the nodes a channel names: those its nodeSelector
-// selects, and those holding one of its slots.
-func channelNodes(c ChannelObs, s State) ([]NodeObs, error) {
+// channelNodes are the nodes a channel names (those its nodeSelector
+// selects, and those holding one of its slots) that keep accepts.
+func channelNodes(c ChannelObs, s State, keep func(NodeObs) bool) ([]NodeObs, error) {
 	sel := labels.Everything()
 	if c.Selector != nil {
 		var err error
@@ -173,7 +179,7 @@ func channelNodes(c ChannelObs, s State) ([]NodeObs, error) {
 	}
 	var out []NodeObs
 	for _, n := range sortedNodes(s) {
-		if sel.Matches(labels.Set(n.Labels)) || slices.Contains(c.Slots, n.Name) {
+		if keep(n) && (sel.Matches(labels.Set(n.Labels)) || slices.Contains(c.Slots, n.Name)) {
 			out = append(out, n)
 		}
 	}
@@ -185,17 +191,15 @@ func channelNodes(c ChannelObs, s State) ([]NodeObs, error) {
 func ChannelConcurrency(s State, _ Limits) ([]Finding, error) {
 	var out []Finding
 	for _, c := range s.Channels {
-		nodes, err := channelNodes(c, s)
+		nodes, err := channelNodes(c, s, NodeObs.Unavailable)
 		if err != nil {
 			return nil, err
 		}
 		limit := max(c.Concurrency, 1)
 		var down, objs []string
 		for _, n := range nodes {
-			if n.Unavailable() {
-				down = append(down, n.Name+" ("+n.why()+")")
-				objs = append(objs, nodeKey(n.Name))
-			}
+			down = append(down, n.Name+" ("+n.why()+")")
+			objs = append(objs, nodeKey(n.Name))
 		}
 		if len(down) > limit {
 			out = append(out, Finding{Invariant: InvChannelConcurrency, Key: c.Namespace + "/" + c.Name,
@@ -212,7 +216,7 @@ func ChannelConcurrency(s State, _ Limits) ([]Finding, error) {
 func ControlPlaneOneDown(s State, _ Limits) ([]Finding, error) {
 	named := map[string]bool{}
 	for _, c := range s.Channels {
-		nodes, err := channelNodes(c, s)
+		nodes, err := channelNodes(c, s, func(n NodeObs) bool { return n.ControlPlane() && n.Unavailable() })
 		if err != nil {
 			return nil, err
 		}
@@ -222,7 +226,7 @@ func ControlPlaneOneDown(s State, _ Limits) ([]Finding, error) {
 	}
 	var down, objs []string
 	for _, n := range sortedNodes(s) {
-		if named[n.Name] && n.ControlPlane() && n.Unavailable() {
+		if named[n.Name] {
 			down = append(down, n.Name+" ("+n.why()+")")
 			objs = append(objs, nodeKey(n.Name))
 		}
@@ -275,17 +279,16 @@ func OperatorInFlight(s State, l Limits) ([]Finding, error) {
 func HotLoops(s State, l Limits) ([]Finding, error) {
 	l = l.withDefaults()
 	var out []Finding
-	keys := make([]string, 0, len(s.Writes))
-	for k := range s.Writes {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		if n := maxInWindow(s.Writes[k], l.Window); n > l.MaxWrites {
+	for k, ts := range s.Writes {
+		if len(ts) <= l.MaxWrites {
+			continue
+		}
+		if n := maxInWindow(ts, l.Window); n > l.MaxWrites {
 			out = append(out, Finding{Invariant: InvHotLoop, Key: k,
 				Message: fmt.Sprintf("%s written %d times within %s (bound %d)", k, n, l.Window, l.MaxWrites), Objects: []string{k}})
 		}
 	}
+	slices.SortFunc(out, func(a, b Finding) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }
 

@@ -101,6 +101,7 @@ type Monitor struct {
 	mu         sync.Mutex
 	nodes      map[string]NodeObs
 	boots      map[string]bootRecord // per node name, deleted nodes' too
+	nodeList   []NodeObs             // nodes sorted by name; nil after a node changed
 	channels   map[string]ChannelObs
 	reboots    []Reboot
 	writes     map[string][]time.Time
@@ -268,6 +269,7 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 	switch x := o.(type) {
 	case *corev1.Node:
 		kind = "Node"
+		m.nodeList = nil
 		if deleted {
 			delete(m.nodes, x.Name) // its boot record stays: registered again with a new boot ID, it rebooted
 			break
@@ -356,7 +358,10 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 			m.writes[k] = ts[i:]
 		}
 	}
-	s := State{Now: now, Nodes: m.nodes, Reboots: m.reboots, Writes: m.writes, Apps: apps}
+	if m.nodeList == nil {
+		m.nodeList = sortedNodes(State{Nodes: m.nodes})
+	}
+	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Writes: m.writes, Apps: apps}
 	for _, name := range slices.Sorted(maps.Keys(m.channels)) {
 		s.Channels = append(s.Channels, m.channels[name])
 	}
