@@ -1,0 +1,322 @@
+package monitor
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"slipway.dev/slipway/ops/swarm/appcheck"
+)
+
+// Names of the invariants, as recorded in a Violation.
+const (
+	InvChannelConcurrency = "channel-concurrency"           // per UpdateChannel, at most concurrency nodes unavailable
+	InvControlPlane       = "control-plane-one-down"        // at most one control-plane node unavailable
+	InvRebootWithoutDrain = "reboot-without-drain"          // a new boot ID only on a node slipway cordoned
+	InvOperatorInFlight   = "update-operator-max-in-flight" // at most max-concurrent nodes in flight
+	InvHotLoop            = "bounded-writes"                // at most MaxWrites writes of one object per window
+	InvDoubleHeld         = "swarm-no-double-holder"        // no job in two applications' hands
+)
+
+// Finding is one invariant broken in one place. Key says where (a channel, a
+// node, an object, a job): a violation that persists is recorded once per
+// key, and again only after it cleared.
+type Finding struct {
+	Invariant string
+	Key       string
+	Message   string
+	// Objects are the keys (kind/namespace/name) whose history the
+	// violation records.
+	Objects []string
+}
+
+// NodeObs is what the monitor observed of a Node at its latest version.
+type NodeObs struct {
+	Name   string
+	Labels map[string]string
+	// Ready is the Ready condition True. A node without one is not ready.
+	Ready bool
+	// Unschedulable is spec.unschedulable.
+	Unschedulable bool
+	// CordonedBy is slipway's cordon record (drain.AnnotationCordonedBy),
+	// "" when slipway holds no cordon.
+	CordonedBy string
+	BootID     string
+	// InFlight: the update operator counts the node against max-concurrent
+	// (updateoperator.InFlight over its annotations).
+	InFlight bool
+}
+
+// SlipwayCordoned reports a cordon slipway holds: unschedulable, and
+// recorded as slipway's.
+func (n NodeObs) SlipwayCordoned() bool { return n.Unschedulable && n.CordonedBy != "" }
+
+// ControlPlane reports the node-role.kubernetes.io/control-plane label.
+func (n NodeObs) ControlPlane() bool {
+	_, ok := n.Labels["node-role.kubernetes.io/control-plane"]
+	return ok
+}
+
+// Unavailable is a node out of service for the fleet-safety invariants:
+// cordoned by slipway, or NotReady (a rebooting node is NotReady).
+func (n NodeObs) Unavailable() bool { return n.SlipwayCordoned() || !n.Ready }
+
+func (n NodeObs) why() string {
+	var w []string
+	if n.SlipwayCordoned() {
+		w = append(w, "cordoned by "+n.CordonedBy)
+	}
+	if !n.Ready {
+		w = append(w, "NotReady")
+	}
+	return strings.Join(w, ", ")
+}
+
+// ChannelObs is what the monitor observed of an UpdateChannel.
+type ChannelObs struct {
+	Namespace   string
+	Name        string
+	Concurrency int // spec.concurrency; 0 means the default, 1
+	// Selector is spec.nodeSelector; nil selects every node.
+	Selector *metav1.LabelSelector
+	// Slots are the nodes of status.updating.
+	Slots []string
+}
+
+// Reboot is a boot ID change of a node, with what was seen just around it.
+type Reboot struct {
+	Node     string
+	From, To string
+	At       time.Time
+	// Cordoned: slipway held the node's cordon in the last version seen
+	// before the change, or in the version that carries the new boot ID
+	// (the drain's cordon stays until the node is back).
+	Cordoned bool
+}
+
+// State is what the invariants read: the monitor's observed state.
+type State struct {
+	Now   time.Time
+	Nodes map[string]NodeObs
+	// NodeList is Nodes sorted by name, when the caller keeps it (the
+	// monitor does, rebuilt only when a node changes); nil: sorted on use.
+	NodeList []NodeObs
+	Channels []ChannelObs
+	// Reboots observed since the last check.
+	Reboots []Reboot
+	// Writes are the times of each object's observed versions (object key
+	// to times, oldest first), as kept by the monitor over its window.
+	Writes map[string][]time.Time
+	// Apps is the latest report of the swarm applications (nil: none).
+	Apps appcheck.Sample
+}
+
+// Limits are the bounds the invariants check that the API server does not
+// show (flags of the processes under test).
+type Limits struct {
+	// OperatorMaxConcurrent is the update operator's --max-concurrent; 0:
+	// the invariant is not checked.
+	OperatorMaxConcurrent int
+	// MaxWrites is the most versions of one object within Window (default
+	// 20 in 1s).
+	MaxWrites int
+	Window    time.Duration
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxWrites <= 0 {
+		l.MaxWrites = 20
+	}
+	if l.Window <= 0 {
+		l.Window = time.Second
+	}
+	return l
+}
+
+// Invariant is a pure check over the observed state.
+type Invariant struct {
+	Name  string
+	Check func(State, Limits) ([]Finding, error)
+}
+
+// Invariants are the checks the monitor runs, in order.
+var Invariants = []Invariant{
+	{InvChannelConcurrency, ChannelConcurrency},
+	{InvControlPlane, ControlPlaneOneDown},
+	{InvRebootWithoutDrain, RebootWithoutDrain},
+	{InvOperatorInFlight, OperatorInFlight},
+	{InvHotLoop, HotLoops},
+	{InvDoubleHeld, DoubleHeld},
+}
+
+func nodeKey(name string) string { return "Node//" + name }
+
+func sortedNodes(s State) []NodeObs {
+	if s.NodeList != nil {
+		return s.NodeList
+	}
+	out := make([]NodeObs, 0, len(s.Nodes))
+	for _, n := range s.Nodes {
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b NodeObs) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// channelNodes are the nodes a channel names (those its nodeSelector
+// selects, and those holding one of its slots) that keep accepts.
+func channelNodes(c ChannelObs, s State, keep func(NodeObs) bool) ([]NodeObs, error) {
+	sel := labels.Everything()
+	if c.Selector != nil {
+		var err error
+		if sel, err = metav1.LabelSelectorAsSelector(c.Selector); err != nil {
+			return nil, fmt.Errorf("channel %s: nodeSelector: %w", c.Name, err)
+		}
+	}
+	var out []NodeObs
+	for _, n := range sortedNodes(s) {
+		if keep(n) && (sel.Matches(labels.Set(n.Labels)) || slices.Contains(c.Slots, n.Name)) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// ChannelConcurrency: per UpdateChannel, never more than concurrency of its
+// nodes unavailable (cordoned by slipway, or NotReady).
+func ChannelConcurrency(s State, _ Limits) ([]Finding, error) {
+	var out []Finding
+	for _, c := range s.Channels {
+		nodes, err := channelNodes(c, s, NodeObs.Unavailable)
+		if err != nil {
+			return nil, err
+		}
+		limit := max(c.Concurrency, 1)
+		var down, objs []string
+		for _, n := range nodes {
+			down = append(down, n.Name+" ("+n.why()+")")
+			objs = append(objs, nodeKey(n.Name))
+		}
+		if len(down) > limit {
+			out = append(out, Finding{Invariant: InvChannelConcurrency, Key: c.Namespace + "/" + c.Name,
+				Message: fmt.Sprintf("channel %s/%s: %d nodes unavailable, concurrency %d: %s", c.Namespace, c.Name, len(down), limit, strings.Join(down, "; ")),
+				Objects: append([]string{"UpdateChannel/" + c.Namespace + "/" + c.Name}, objs...)})
+		}
+	}
+	return out, nil
+}
+
+// ControlPlaneOneDown: across all channels, never more than one
+// control-plane node (of those any channel names) unavailable, NotReady
+// ones included.
+func ControlPlaneOneDown(s State, _ Limits) ([]Finding, error) {
+	named := map[string]bool{}
+	for _, c := range s.Channels {
+		nodes, err := channelNodes(c, s, func(n NodeObs) bool { return n.ControlPlane() && n.Unavailable() })
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range nodes {
+			named[n.Name] = true
+		}
+	}
+	var down, objs []string
+	for _, n := range sortedNodes(s) {
+		if named[n.Name] {
+			down = append(down, n.Name+" ("+n.why()+")")
+			objs = append(objs, nodeKey(n.Name))
+		}
+	}
+	if len(down) > 1 {
+		return []Finding{{Invariant: InvControlPlane, Key: "control-plane",
+			Message: fmt.Sprintf("%d control-plane nodes unavailable: %s", len(down), strings.Join(down, "; ")), Objects: objs}}, nil
+	}
+	return nil, nil
+}
+
+// RebootWithoutDrain: a node's boot ID changes only while slipway holds its
+// cordon (a drain that finished: the cordon comes first). Each such
+// reboot is one finding, keyed by the node and the new boot ID.
+func RebootWithoutDrain(s State, _ Limits) ([]Finding, error) {
+	var out []Finding
+	for _, r := range s.Reboots {
+		if r.From == "" || r.Cordoned {
+			continue
+		}
+		out = append(out, Finding{Invariant: InvRebootWithoutDrain, Key: r.Node + "@" + r.To,
+			Message: fmt.Sprintf("node %s booted %s (was %s) with no slipway cordon observed before", r.Node, r.To, r.From),
+			Objects: []string{nodeKey(r.Node)}})
+	}
+	return out, nil
+}
+
+// OperatorInFlight: never more than the update operator's max-concurrent
+// nodes in flight.
+func OperatorInFlight(s State, l Limits) ([]Finding, error) {
+	if l.OperatorMaxConcurrent <= 0 {
+		return nil, nil
+	}
+	var in, objs []string
+	for _, n := range sortedNodes(s) {
+		if n.InFlight {
+			in = append(in, n.Name)
+			objs = append(objs, nodeKey(n.Name))
+		}
+	}
+	if len(in) > l.OperatorMaxConcurrent {
+		return []Finding{{Invariant: InvOperatorInFlight, Key: "update-operator",
+			Message: fmt.Sprintf("%d nodes in flight, max-concurrent %d: %s", len(in), l.OperatorMaxConcurrent, strings.Join(in, ", ")), Objects: objs}}, nil
+	}
+	return nil, nil
+}
+
+// HotLoops: no object has more than MaxWrites versions within any Window
+// ending now (a controller rewriting an object in a loop).
+func HotLoops(s State, l Limits) ([]Finding, error) {
+	l = l.withDefaults()
+	var out []Finding
+	for k, ts := range s.Writes {
+		if len(ts) <= l.MaxWrites {
+			continue
+		}
+		if n := maxInWindow(ts, l.Window); n > l.MaxWrites {
+			out = append(out, Finding{Invariant: InvHotLoop, Key: k,
+				Message: fmt.Sprintf("%s written %d times within %s (bound %d)", k, n, l.Window, l.MaxWrites), Objects: []string{k}})
+		}
+	}
+	slices.SortFunc(out, func(a, b Finding) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// maxInWindow is the most of ts (sorted) that fall within one span of w.
+func maxInWindow(ts []time.Time, w time.Duration) int {
+	best, lo := 0, 0
+	for hi := range ts {
+		for ts[hi].Sub(ts[lo]) >= w {
+			lo++
+		}
+		best = max(best, hi-lo+1)
+	}
+	return best
+}
+
+// DoubleHeld: no job in two swarm applications' hands at once, from what
+// the applications report (appcheck.DoubleHeld).
+func DoubleHeld(s State, _ Limits) ([]Finding, error) {
+	d := appcheck.DoubleHeld(s.Apps)
+	jobs := make([]string, 0, len(d))
+	for j := range d {
+		jobs = append(jobs, j)
+	}
+	slices.Sort(jobs)
+	var out []Finding
+	for _, j := range jobs {
+		out = append(out, Finding{Invariant: InvDoubleHeld, Key: j,
+			Message: fmt.Sprintf("job %s held by %s at once", j, strings.Join(d[j], " and "))})
+	}
+	return out, nil
+}

@@ -1,0 +1,405 @@
+// Package monitor is the invariant monitor of the chaos runs: it watches
+// the API server (Nodes with their boot IDs and slipway's cordons, Jobs,
+// Pods, Leases, Events, UpdateChannels and ExtendedDaemonSets with their
+// replica sets) through shared informers, keeps
+// the recent versions of every object it sees, and checks the fleet-safety
+// invariants (invariants.go, pure functions over the observed state) after
+// every change it observes. Each violation is recorded once, with its time,
+// the invariant's name and the recent history of the objects involved.
+//
+// A quiet monitor means something only because each invariant has a test
+// that plants its violation by hand on a real kube-apiserver and sees it
+// reported, beside a run within the rules that reports nothing.
+package monitor
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	edsv1alpha1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
+	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/drain"
+	versioned "slipway.dev/slipway/ops/generated/clientset/versioned"
+	edsversioned "slipway.dev/slipway/ops/generated/eds/clientset/versioned"
+	edsinformers "slipway.dev/slipway/ops/generated/eds/informers/externalversions"
+	opsinformers "slipway.dev/slipway/ops/generated/informers/externalversions"
+	"slipway.dev/slipway/ops/swarm/appcheck"
+	"slipway.dev/slipway/ops/updateoperator"
+)
+
+// Config says what the monitor checks beyond what the API server shows.
+type Config struct {
+	Limits Limits
+	// OperatorPrefix is the update operator's annotation prefix ("" :
+	// update.slipway.dev).
+	OperatorPrefix string
+	// History is how many versions of each object are kept (default 16).
+	History int
+	// Apps, when set, is read at every Tick for the swarm applications'
+	// reports (e.g. appcheck.ReadReports over the stand-ins' files).
+	Apps func() appcheck.Sample
+	// Tick is how often the time-driven checks run (writes per window, the
+	// applications' reports) without an API change (default 200ms). It
+	// reads only the monitor's own state, never the API server.
+	Tick time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Version is one observed version of an object.
+type Version struct {
+	At              time.Time
+	ResourceVersion string
+	// Summary is what the invariants read of it (for a Node: cordon,
+	// readiness, boot ID, in flight), or "deleted".
+	Summary string
+}
+
+// Violation is an invariant found broken.
+type Violation struct {
+	At        time.Time
+	Invariant string
+	Key       string
+	Message   string
+	// History holds the recent versions of each object involved, oldest
+	// first.
+	History map[string][]Version
+}
+
+func (v Violation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s: %s", v.At.UTC().Format(time.RFC3339Nano), v.Invariant, v.Message)
+	for _, k := range slices.Sorted(maps.Keys(v.History)) {
+		fmt.Fprintf(&b, "\n  %s:", k)
+		for _, h := range v.History[k] {
+			fmt.Fprintf(&b, "\n    %s rv=%s %s", h.At.UTC().Format("15:04:05.000"), h.ResourceVersion, h.Summary)
+		}
+	}
+	return b.String()
+}
+
+// Monitor watches one API server and checks the invariants.
+type Monitor struct {
+	cfg  Config
+	keys updateoperator.Keys
+
+	mu         sync.Mutex
+	nodes      map[string]NodeObs
+	boots      map[string]bootRecord // per node name, deleted nodes' too
+	nodeList   []NodeObs             // nodes sorted by name; nil after a node changed
+	channels   map[string]ChannelObs
+	reboots    []Reboot
+	writes     map[string][]time.Time
+	history    map[string][]Version
+	open       map[string]bool // invariant+key of the findings still standing
+	violations []Violation
+	checks     int
+	errs       []error
+}
+
+// bootRecord is a node's last known boot ID, and whether slipway held its
+// cordon in the last version seen with it.
+type bootRecord struct {
+	ID       string
+	Cordoned bool
+}
+
+// New makes a monitor; Run starts it.
+func New(cfg Config) (*Monitor, error) {
+	keys, err := updateoperator.NewKeys(cfg.OperatorPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("monitor: %w", err)
+	}
+	if cfg.History <= 0 {
+		cfg.History = 16
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = 200 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.Limits = cfg.Limits.withDefaults()
+	return &Monitor{cfg: cfg, keys: keys, nodes: map[string]NodeObs{}, boots: map[string]bootRecord{}, channels: map[string]ChannelObs{},
+		writes: map[string][]time.Time{}, history: map[string][]Version{}, open: map[string]bool{}}, nil
+}
+
+// Run watches the API server of config until ctx ends. It returns once the
+// informers have synced (the initial state checked), the watching going on
+// in the background.
+func (m *Monitor) Run(ctx context.Context, config *rest.Config) error {
+	kc, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return fmt.Errorf("monitor: client: %w", err)
+	}
+	oc, err := versioned.NewForConfig(config)
+	if err != nil {
+		return fmt.Errorf("monitor: ops client: %w", err)
+	}
+	ec, err := edsversioned.NewForConfig(config)
+	if err != nil {
+		return fmt.Errorf("monitor: eds client: %w", err)
+	}
+	// One factory per clientset, no resync: every event is a real change.
+	kf := informers.NewSharedInformerFactory(kc, 0)
+	of := opsinformers.NewSharedInformerFactory(oc, 0)
+	ef := edsinformers.NewSharedInformerFactory(ec, 0)
+	for _, inf := range []cache.SharedIndexInformer{
+		kf.Core().V1().Nodes().Informer(), kf.Core().V1().Pods().Informer(), kf.Batch().V1().Jobs().Informer(),
+		kf.Coordination().V1().Leases().Informer(), kf.Core().V1().Events().Informer(),
+		of.Ops().V1().UpdateChannels().Informer(),
+		ef.Eds().V1alpha1().ExtendedDaemonSets().Informer(), ef.Eds().V1alpha1().ExtendedDaemonSetReplicaSets().Informer(),
+	} {
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { m.observe(nil, o, false) },
+			UpdateFunc: func(old, o any) { m.observe(old, o, false) },
+			DeleteFunc: func(o any) {
+				if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+					o = t.Obj
+				}
+				m.observe(nil, o, true)
+			},
+		}); err != nil {
+			return fmt.Errorf("monitor: handler: %w", err)
+		}
+	}
+	kf.Start(ctx.Done())
+	of.Start(ctx.Done())
+	ef.Start(ctx.Done())
+	for typ, ok := range kf.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("monitor: %v never synced", typ)
+		}
+	}
+	for typ, ok := range of.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("monitor: %v never synced", typ)
+		}
+	}
+	for typ, ok := range ef.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("monitor: %v never synced", typ)
+		}
+	}
+	go func() {
+		t := time.NewTicker(m.cfg.Tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				m.Tick()
+			}
+		}
+	}()
+	return nil
+}
+
+// Tick runs the checks with the applications' latest reports, without an
+// API change (the writes window moves on with time).
+func (m *Monitor) Tick() {
+	var apps appcheck.Sample
+	if m.cfg.Apps != nil {
+		apps = m.cfg.Apps()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.checkLocked(apps)
+}
+
+// Violations are those recorded so far, oldest first.
+func (m *Monitor) Violations() []Violation {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.violations)
+}
+
+// Checks is how many times the invariants were checked.
+func (m *Monitor) Checks() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.checks
+}
+
+// History is the versions of one object (kind/namespace/name) the monitor
+// keeps, oldest first.
+func (m *Monitor) History(key string) []Version {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.history[key])
+}
+
+// Errors are the checks that could not be made.
+func (m *Monitor) Errors() []error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.errs)
+}
+
+func objKey(kind string, o metav1.Object) string {
+	return kind + "/" + o.GetNamespace() + "/" + o.GetName()
+}
+
+// observe records one version of an object and checks the invariants.
+func (m *Monitor) observe(old, o any, deleted bool) {
+	now := m.cfg.Now()
+	obj, err := meta.Accessor(o)
+	if err != nil {
+		return
+	}
+	kind, summary := "", ""
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch x := o.(type) {
+	case *corev1.Node:
+		kind = "Node"
+		m.nodeList = nil
+		if deleted {
+			delete(m.nodes, x.Name) // its boot record stays: registered again with a new boot ID, it rebooted
+			break
+		}
+		n := m.nodeObs(x)
+		if n.BootID != "" { // a version of no known boot (just registered) says nothing of one
+			rec := m.boots[x.Name]
+			if rec.ID != "" && rec.ID != n.BootID {
+				m.reboots = append(m.reboots, Reboot{Node: x.Name, From: rec.ID, To: n.BootID, At: now,
+					Cordoned: rec.Cordoned || n.SlipwayCordoned()})
+			}
+			m.boots[x.Name] = bootRecord{ID: n.BootID, Cordoned: n.SlipwayCordoned()}
+		}
+		m.nodes[x.Name] = n
+		summary = fmt.Sprintf("unschedulable=%t cordoned-by=%q ready=%t boot=%s in-flight=%t", n.Unschedulable, n.CordonedBy, n.Ready, n.BootID, n.InFlight)
+	case *opsv1.UpdateChannel:
+		kind = "UpdateChannel"
+		if deleted {
+			delete(m.channels, x.Namespace+"/"+x.Name)
+			break
+		}
+		c := ChannelObs{Namespace: x.Namespace, Name: x.Name, Concurrency: x.Spec.Concurrency, Selector: x.Spec.NodeSelector}
+		for _, s := range x.Status.Updating {
+			c.Slots = append(c.Slots, s.Node)
+		}
+		m.channels[x.Namespace+"/"+x.Name] = c
+		summary = fmt.Sprintf("concurrency=%d slots=%v", c.Concurrency, c.Slots)
+	case *corev1.Pod:
+		kind, summary = "Pod", fmt.Sprintf("node=%s phase=%s", x.Spec.NodeName, x.Status.Phase)
+	case *edsv1alpha1.ExtendedDaemonSet:
+		kind, summary = "ExtendedDaemonSet", fmt.Sprintf("generation=%d", x.Generation)
+	case *edsv1alpha1.ExtendedDaemonSetReplicaSet:
+		kind, summary = "ExtendedDaemonSetReplicaSet", fmt.Sprintf("generation=%d", x.Generation)
+	case *batchv1.Job:
+		kind, summary = "Job", fmt.Sprintf("active=%d succeeded=%d failed=%d", x.Status.Active, x.Status.Succeeded, x.Status.Failed)
+	case *coordinationv1.Lease:
+		kind = "Lease"
+		if x.Spec.HolderIdentity != nil {
+			summary = "holder=" + *x.Spec.HolderIdentity
+		}
+	case *corev1.Event:
+		kind, summary = "Event", fmt.Sprintf("%s %s/%s: %s x%d", x.Reason, x.InvolvedObject.Kind, x.InvolvedObject.Name, x.Message, x.Count)
+	default:
+		return
+	}
+	if deleted {
+		summary = "deleted"
+	}
+	key := objKey(kind, obj)
+	h := append(m.history[key], Version{At: now, ResourceVersion: obj.GetResourceVersion(), Summary: summary})
+	if len(h) > m.cfg.History {
+		h = h[len(h)-m.cfg.History:]
+	}
+	m.history[key] = h
+	if old != nil && !deleted {
+		m.writes[key] = append(m.writes[key], now)
+	}
+	m.checkLocked(nil)
+}
+
+func (m *Monitor) nodeObs(n *corev1.Node) NodeObs {
+	o := NodeObs{Name: n.Name, Labels: n.Labels, Unschedulable: n.Spec.Unschedulable,
+		CordonedBy: drain.CordonedBy(n.Annotations), BootID: n.Status.NodeInfo.BootID}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			o.Ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	o.InFlight = updateoperator.InFlight(m.keys.View(n, ""))
+	return o
+}
+
+// checkLocked runs every invariant over the state and records the new
+// findings. apps nil: the applications' reports are not read this time.
+func (m *Monitor) checkLocked(apps appcheck.Sample) {
+	now := m.cfg.Now()
+	// Forget writes older than the window.
+	for k, ts := range m.writes {
+		i := 0
+		for i < len(ts) && now.Sub(ts[i]) > m.cfg.Limits.Window {
+			i++
+		}
+		if i == len(ts) {
+			delete(m.writes, k)
+		} else {
+			m.writes[k] = ts[i:]
+		}
+	}
+	if m.nodeList == nil {
+		m.nodeList = sortedNodes(State{Nodes: m.nodes})
+	}
+	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Writes: m.writes, Apps: apps}
+	for _, name := range slices.Sorted(maps.Keys(m.channels)) {
+		s.Channels = append(s.Channels, m.channels[name])
+	}
+	m.checks++
+	standing := map[string]bool{}
+	for _, inv := range Invariants {
+		if inv.Name == InvDoubleHeld && apps == nil {
+			for k := range m.open { // not read this time: what stood, stands
+				if strings.HasPrefix(k, InvDoubleHeld+"\x00") {
+					standing[k] = true
+				}
+			}
+			continue
+		}
+		fs, err := inv.Check(s, m.cfg.Limits)
+		if err != nil {
+			m.errs = append(m.errs, fmt.Errorf("%s: %w", inv.Name, err))
+			continue
+		}
+		for _, f := range fs {
+			id := f.Invariant + "\x00" + f.Key
+			standing[id] = true
+			if m.open[id] {
+				continue
+			}
+			v := Violation{At: now, Invariant: f.Invariant, Key: f.Key, Message: f.Message, History: map[string][]Version{}}
+			for _, o := range f.Objects {
+				v.History[o] = slices.Clone(m.history[o])
+			}
+			m.violations = append(m.violations, v)
+		}
+	}
+	// A reboot is judged once; findings keyed by it stay recorded.
+	m.reboots = nil
+	for k := range m.open {
+		if strings.HasPrefix(k, InvRebootWithoutDrain+"\x00") {
+			standing[k] = true
+		}
+	}
+	m.open = standing
+}
