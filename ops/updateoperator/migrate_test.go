@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/updateoperator/platform"
 	"slipway.dev/slipway/upgrade/releasetest"
 )
 
@@ -38,16 +39,7 @@ func TestMigrationFromTheOldOperator(t *testing.T) {
 	cordon := func(node string) { f.patch(node, map[string]any{"spec": map[string]any{"unschedulable": true}}) }
 	// The hosts the old operator left mid-update: activated (and, for one, rebooted into it).
 	for _, node := range []string{rebooted, cordoned} {
-		p := f.plats[node]
-		if _, err := p.Check(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Prepare(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Perform(ctx); err != nil {
-			t.Fatal(err)
-		}
+		activateOnHost(t, ctx, f.plats[node]) // the old agent activated it (perform-update ready)
 	}
 	f.setBootID(rebooted) // the old operator's reboot
 	f.mu.Lock()
@@ -91,17 +83,8 @@ func TestOldRebootWithANewerReleaseListed(t *testing.T) {
 	f.closed = false
 	f.mu.Unlock()
 	ctx := context.Background()
-	p := f.plats[node]
-	if _, err := p.Check(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Prepare(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Perform(ctx); err != nil {
-		t.Fatal(err)
-	}
-	f.setBootID(node) // the old operator's reboot
+	activateOnHost(t, ctx, f.plats[node]) // the old agent activated it (perform-update ready)
+	f.setBootID(node)                     // the old operator's reboot
 	f.mu.Lock()
 	f.reboots[node]++
 	f.mu.Unlock()
@@ -136,16 +119,7 @@ func TestOldCordonMidDrainIsLifted(t *testing.T) {
 	f.closed = false
 	f.mu.Unlock()
 	ctx := context.Background()
-	p := f.plats[node]
-	if _, err := p.Check(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Prepare(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Perform(ctx); err != nil {
-		t.Fatal(err)
-	}
+	activateOnHost(t, ctx, f.plats[node]) // the old agent activated it (perform-update ready)
 	f.patch(node, map[string]any{"spec": map[string]any{"unschedulable": true}, "metadata": map[string]any{"annotations": map[string]any{
 		f.keys.Wanted(): string(IntentPerform), f.keys.Active(): string(IntentPerform), f.keys.State(): string(StateReady)}}})
 	f.startAgent(node)
@@ -249,16 +223,7 @@ func leaveAsTheOldOperator(t *testing.T, f *fleet, name string) {
 	}
 	cordon := func(node string) { f.patch(node, map[string]any{"spec": map[string]any{"unschedulable": true}}) }
 	for _, node := range []string{rebooted, cordoned, midDrain} {
-		p := f.plats[node]
-		if _, err := p.Check(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Prepare(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Perform(ctx); err != nil { // perform-update ready: the old agent activated it
-			t.Fatal(err)
-		}
+		activateOnHost(t, ctx, f.plats[node]) // the old agent activated it (perform-update ready)
 	}
 	if err := f.plats[rebooted].Reboot(ctx); err != nil { // the old operator's reboot: the host boots v2
 		t.Fatal(err)
@@ -275,4 +240,19 @@ func leaveAsTheOldOperator(t *testing.T, f *fleet, name string) {
 	state(midDrain, IntentPerform, IntentPerform, StateReady, nil)
 	cordon(midDrain)
 	state(failed, IntentPrepare, IntentPrepare, StateError, nil)
+}
+
+// activateOnHost takes a host through check, prepare and perform, as the
+// old agent did before its operator wanted reboot-update.
+func activateOnHost(t *testing.T, ctx context.Context, p platform.Platform) {
+	t.Helper()
+	if _, err := p.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Perform(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
