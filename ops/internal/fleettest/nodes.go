@@ -125,7 +125,7 @@ func (f *Fleet) BlockEviction(t *testing.T, node string) {
 	})
 }
 
-// WaitNode polls node every 100 ms, up to 30 s, until cond holds.
+// WaitNode polls node every 100 ms, up to waitNodeBudget, until cond holds.
 func (f *Fleet) WaitNode(t *testing.T, node, what string, cond func(*corev1.Node) bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitNodeBudget)
