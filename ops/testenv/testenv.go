@@ -88,6 +88,10 @@ type Options struct {
 	// Setup runs once the cluster is Ready and before any node command
 	// starts (Cluster only): e.g. the RBAC that NodeIdentity needs.
 	Setup func(ctx context.Context, cfg *rest.Config) error
+	// OldKube runs kube-apiserver OldKubeVersion (the last k3os releases'
+	// Kubernetes) instead of the pinned one, from $SLIPWAY_OLD_KUBE_TOOLS_DIR
+	// or `scripts/install-tools --old-kube`. Without Cluster only.
+	OldKube bool
 }
 
 // Identity is a user the admin credentials impersonate.
@@ -128,7 +132,10 @@ type Env struct {
 func Start(ctx context.Context, opts Options) (*Env, error) {
 	opts = withDefaults(opts)
 	// Building missing binaries takes many minutes on a fresh machine: not bounded by Timeout.
-	tools, err := toolsDir(ctx, opts.ToolsDir, opts.Cluster)
+	if opts.OldKube && opts.Cluster {
+		return nil, fmt.Errorf("testenv: OldKube starts etcd and kube-apiserver %s only; drop Cluster", OldKubeVersion)
+	}
+	tools, err := toolsDir(ctx, opts.ToolsDir, opts.Cluster, opts.OldKube)
 	if err != nil {
 		return nil, err
 	}

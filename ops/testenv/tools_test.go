@@ -31,7 +31,7 @@ func TestToolsDirRunsInstallTools(t *testing.T) {
 	if os.Getenv(EnvSkip) == "1" || testing.Short() {
 		t.Skip("SLIPWAY_SKIP_CLUSTER=1 or -short")
 	}
-	dir, err := toolsDir(context.Background(), "", true)
+	dir, err := toolsDir(context.Background(), "", true, false)
 	if err != nil {
 		t.Fatal(err)
 	}
