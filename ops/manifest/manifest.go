@@ -84,6 +84,11 @@ type Options struct {
 	// pod, for hosts whose init is systemd (the reboot goes through logind).
 	// Off by default: a k3os host (busybox init, OpenRC) has no use for it.
 	SystemdHosts bool
+	// Isolation is how the agent and the controller are confined beyond
+	// RBAC: IsolationPolicy (default; ValidatingAdmissionPolicies, Kubernetes
+	// 1.30+) or IsolationWebhook (slipway's admission webhook evaluating the
+	// same policies, for Kubernetes 1.22-1.29; webhook.go).
+	Isolation string
 	// Out receives the YAML (Run only).
 	Out io.Writer
 }
@@ -164,8 +169,19 @@ func Objects(o Options) ([]any, error) {
 		objs = append(objs, c)
 	}
 	objs = append(objs, rbac(o)...)
-	objs = append(objs, policies(o)...)
-	objs = append(objs, priorityClass(), daemonSet(o), deployment(o), channel(o))
+	switch o.Isolation {
+	case "", IsolationPolicy:
+		objs = append(objs, policies(o)...)
+		objs = append(objs, priorityClass(), daemonSet(o), deployment(o), channel(o))
+	case IsolationWebhook:
+		objs = append(objs, priorityClass(), daemonSet(o), deployment(o))
+		forOldServers(o, objs)
+		objs = append(objs, webhookObjects(o)...)
+		objs = append(objs, channel(o))
+	default:
+		return nil, fmt.Errorf("isolation %q: use %q (ValidatingAdmissionPolicies, Kubernetes 1.30+) or %q (slipway's admission webhook, Kubernetes 1.22+)",
+			o.Isolation, IsolationPolicy, IsolationWebhook)
+	}
 	return objs, nil
 }
 

@@ -1,0 +1,272 @@
+package oldkube
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"slipway.dev/slipway/ops/manifest"
+	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/webhook"
+)
+
+const ns = "slipway-old"
+
+// opts is the manifest the tests install: the webhook isolation.
+var opts = manifest.Options{Namespace: ns, Isolation: manifest.IsolationWebhook,
+	ReleaseSources: []string{"github-releases://rancher/k3os"}}
+
+// TestServerIsOld guards what every other test here assumes.
+func TestServerIsOld(t *testing.T) {
+	e := testenv.Need(t, env)
+	v, err := kubernetes.NewForConfigOrDie(e.Config).Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.GitVersion != testenv.OldKubeVersion {
+		t.Fatalf("the API server runs %s, want %s", v.GitVersion, testenv.OldKubeVersion)
+	}
+	// What the policy isolation needs is missing there.
+	_, err = kubernetes.NewForConfigOrDie(e.Config).AdmissionregistrationV1().ValidatingAdmissionPolicies().List(context.Background(), metav1.ListOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("listing ValidatingAdmissionPolicies on %s: %v, want NotFound (the API does not exist there)", v.GitVersion, err)
+	}
+}
+
+// install creates the webhook isolation's manifest (what k3s's deploy
+// controller would apply, by create, as it does), with the webhook
+// configuration pointed at an in-process webhook on loopback instead of the
+// slipway-admission Service, whose CA bundle the webhook writes itself.
+func install(ctx context.Context, t *testing.T, cfg *rest.Config) {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	objs, err := manifest.Objects(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, cert, err := webhook.SelfSigned([]string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := webhook.New(manifest.Policies(opts), func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+		return cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- webhook.Serve(sctx, l, cert, srv) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("webhook: %v", err)
+		}
+	})
+	var sawConfig, sawDeployment bool
+	for _, obj := range objs {
+		var err error
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+			_, err = cs.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.ServiceAccount:
+			_, err = cs.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.Service:
+			_, err = cs.CoreV1().Services(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRole:
+			_, err = cs.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRoleBinding:
+			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			_, err = cs.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			_, err = cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *appsv1.DaemonSet:
+			_, err = cs.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *appsv1.Deployment:
+			sawDeployment = sawDeployment || o.Name == manifest.AdmissionName
+			_, err = cs.AppsV1().Deployments(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *admissionv1.ValidatingWebhookConfiguration:
+			sawConfig = true
+			for i := range o.Webhooks {
+				path := *o.Webhooks[i].ClientConfig.Service.Path
+				o.Webhooks[i].ClientConfig = admissionv1.WebhookClientConfig{URL: ptr.To("https://" + l.Addr().String() + path)}
+			}
+			_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, o, metav1.CreateOptions{})
+			if err == nil {
+				err = webhook.PatchCABundle(ctx, cfg, o.Name, ca)
+			}
+		case *admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding:
+			t.Fatalf("the webhook isolation's manifest carries %T, which this server lacks", o)
+		default:
+			continue // the CRDs (installed by the Env), the PriorityClass, the channel
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create %T: %v", obj, err)
+		}
+	}
+	if !sawConfig || !sawDeployment {
+		t.Fatalf("the webhook isolation's manifest lacks the webhook configuration (%v) or its Deployment (%v)", sawConfig, sawDeployment)
+	}
+}
+
+// agentOn creates a pod of the agent's ServiceAccount bound to node, and
+// returns a client with the token its kubelet would mount.
+func agentOn(ctx context.Context, t *testing.T, admin *rest.Config, node, pod string) *kubernetes.Clientset {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(admin)
+	_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: ns},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: manifest.AgentName,
+			Containers: []corev1.Container{{Name: "agent", Image: "slipway"}}}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	cfg, err := testenv.PodToken(ctx, admin, ns, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+func node(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, name string) {
+	t.Helper()
+	_, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+func labelPatch(key string) []byte {
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{key: "x"}}})
+	return b
+}
+
+// denied fails unless err is the webhook's refusal (not RBAC's, not a failure to call it).
+func denied(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: admitted, want the webhook to refuse it", what)
+		return
+	}
+	if !strings.Contains(err.Error(), "served by slipway's webhook") || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: %v, want slipway's webhook to refuse it with %q", what, err, want)
+	}
+}
+
+func allowed(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Errorf("%s: %v, want it admitted", what, err)
+	}
+}
+
+// TestWebhookConfinesTheAgentToItsNode attacks with an agent's real bound
+// token on the old server: the API server (through the webhook it calls,
+// failing closed) refuses another node's Node, Lease and Job, and a token
+// bound to no pod, and admits the agent's own.
+func TestWebhookConfinesTheAgentToItsNode(t *testing.T) {
+	e := testenv.Need(t, env)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	install(ctx, t, e.Config)
+	admin := kubernetes.NewForConfigOrDie(e.Config)
+	node(ctx, t, admin, "old-a")
+	node(ctx, t, admin, "old-b")
+	a := agentOn(ctx, t, e.Config, "old-a", "agent-a")
+
+	_, err := a.CoreV1().Nodes().Patch(ctx, "old-a", types.MergePatchType, labelPatch("ops.slipway.dev/test"), metav1.PatchOptions{})
+	allowed(t, "agent on old-a labels its own Node", err)
+	_, err = a.CoreV1().Nodes().Patch(ctx, "old-b", types.MergePatchType, labelPatch("ops.slipway.dev/test"), metav1.PatchOptions{})
+	denied(t, "agent on old-a labels old-b", err, "own")
+	_, err = a.CoreV1().Nodes().Patch(ctx, "old-a", types.MergePatchType, labelPatch("example.com/other"), metav1.PatchOptions{})
+	denied(t, "agent on old-a writes a foreign label on its own Node", err, "ops.slipway.dev/")
+
+	lease := func(n string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: manifest.HeartbeatLeasePrefix + n, Namespace: ns},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n)}}
+	}
+	_, err = a.CoordinationV1().Leases(ns).Create(ctx, lease("old-a"), metav1.CreateOptions{})
+	allowed(t, "agent on old-a writes its heartbeat Lease", err)
+	_, err = a.CoordinationV1().Leases(ns).Create(ctx, lease("old-b"), metav1.CreateOptions{})
+	denied(t, "agent on old-a writes old-b's heartbeat Lease", err, "own node's heartbeat")
+
+	job := func(n, name string) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: batchv1.JobSpec{
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{NodeName: n, RestartPolicy: corev1.RestartPolicyNever,
+				AutomountServiceAccountToken: ptr.To(false),
+				Containers: []corev1.Container{{Name: "upgrade", Image: manifest.DefaultImage(), Command: []string{"slipway"},
+					Args: []string{"ops", "prune"},
+					SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)}}}}}}}
+	}
+	_, err = a.BatchV1().Jobs(ns).Create(ctx, job("old-a", "prune-old-a"), metav1.CreateOptions{})
+	allowed(t, "agent on old-a creates a slipway Job on old-a", err)
+	_, err = a.BatchV1().Jobs(ns).Create(ctx, job("old-b", "prune-old-b"), metav1.CreateOptions{})
+	denied(t, "agent on old-a creates a Job pinned to old-b", err, "pinned")
+	priv := job("old-a", "priv-old-a")
+	priv.Spec.Template.Spec.HostPID = true
+	_, err = a.BatchV1().Jobs(ns).Create(ctx, priv, metav1.CreateOptions{})
+	denied(t, "agent on old-a creates a host-PID Job", err, "host PID")
+
+	// A token of the agent's ServiceAccount bound to no pod names no node.
+	tr, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, manifest.AgentName, &authTokenRequest, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unbound := kubernetes.NewForConfigOrDie(&rest.Config{Host: e.Config.Host, BearerToken: tr.Status.Token, TLSClientConfig: e.Config.TLSClientConfig})
+	_, err = unbound.CoreV1().Nodes().Patch(ctx, "old-a", types.MergePatchType, labelPatch("ops.slipway.dev/test2"), metav1.PatchOptions{})
+	denied(t, "an unbound agent token labels a Node", err, "own")
+
+	// A pod moved to another node is another pod: the token dies with its pod.
+	if err := admin.CoreV1().Pods(ns).Delete(ctx, "agent-a", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(ctx, t, admin, "agent-a")
+	_, err = admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-a", Namespace: ns},
+		Spec: corev1.PodSpec{NodeName: "old-b", ServiceAccountName: manifest.AgentName,
+			Containers: []corev1.Container{{Name: "agent", Image: "slipway"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.CoreV1().Nodes().Patch(ctx, "old-b", types.MergePatchType, labelPatch("ops.slipway.dev/test"), metav1.PatchOptions{})
+	if err == nil {
+		t.Errorf("the old pod's token wrote old-b through the new pod of the same name")
+	}
+}
+
+func waitGone(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, pod string) {
+	t.Helper()
+	for {
+		_, err := cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pod %s not gone: %v", pod, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+var authTokenRequest = authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
