@@ -216,7 +216,7 @@ func TestWebhookConfinesTheAgentToItsNode(t *testing.T) {
 			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{NodeName: n, RestartPolicy: corev1.RestartPolicyNever,
 				AutomountServiceAccountToken: ptr.To(false),
 				Containers: []corev1.Container{{Name: "upgrade", Image: manifest.DefaultImage(), Command: []string{"slipway"},
-					Args: []string{"ops", "prune"},
+					Args:            []string{"ops", "prune"},
 					SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)}}}}}}}
 	}
 	_, err = a.BatchV1().Jobs(ns).Create(ctx, job("old-a", "prune-old-a"), metav1.CreateOptions{})
