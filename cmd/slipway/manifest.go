@@ -27,6 +27,7 @@ manifest never starts a rollout by itself:
 			&cli.StringSliceFlag{Name: "mirror-dir", Usage: "a host `DIR` file:// channels read from: mounted read-only into the agents and allowed to the upgrade Jobs (repeatable)", EnvVars: envs("MANIFEST_MIRROR_DIRS")},
 			&cli.StringSliceFlag{Name: "release-source", Usage: "a channel `URL` the upgrade Jobs may download from (github-releases://owner/repo also admits its repository's download address; repeatable; default the channel's --channel-url); the admission policy refuses any other --source", EnvVars: envs("MANIFEST_RELEASE_SOURCES")},
 			&cli.StringSliceFlag{Name: "token-secret", Usage: "a Secret `NAME` a channel's tokenSecretRef may name (repeatable; default " + manifest.DefaultTokenSecret + ")", EnvVars: envs("MANIFEST_TOKEN_SECRETS")},
+			&cli.StringFlag{Name: "isolation", Value: manifest.IsolationPolicy, Usage: "how the agent is held to its node beyond RBAC: policy (ValidatingAdmissionPolicies, Kubernetes 1.30+) or webhook (slipway's admission webhook evaluating the same policies, for Kubernetes 1.22-1.29, e.g. k3os's k3s; docs/agent/old-kubernetes.md)", EnvVars: envs("MANIFEST_ISOLATION")},
 			&cli.StringSliceFlag{Name: "job-image", Usage: "an `IMAGE` a channel's spec.image may name for its Jobs, besides --image (repeatable)", EnvVars: envs("MANIFEST_JOB_IMAGES")},
 		},
 		Action: func(c *cli.Context) error {
@@ -41,7 +42,8 @@ manifest never starts a rollout by itself:
 					Version:     c.String("channel-version"),
 					Concurrency: c.Int("concurrency"),
 				},
-				Out: c.App.Writer,
+				Isolation: c.String("isolation"),
+				Out:       c.App.Writer,
 			})
 		},
 	}

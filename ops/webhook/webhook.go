@@ -25,6 +25,8 @@ import (
 	"net/http"
 	"strings"
 
+	celgo "github.com/google/cel-go/cel"
+	celtypes "github.com/google/cel-go/common/types"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -35,7 +37,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/plugin/cel"
-	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -63,8 +64,9 @@ type Server struct {
 }
 
 type compiled struct {
-	policy    *admissionregv1.ValidatingAdmissionPolicy
-	validator validating.Validator
+	policy  *admissionregv1.ValidatingAdmissionPolicy
+	matcher matchconditions.Matcher // nil: no match conditions
+	checks  cel.ConditionEvaluator  // the validations, in order
 }
 
 // New compiles policies. pods reads the pod a token is bound to (the
@@ -81,54 +83,69 @@ func New(policies []*admissionregv1.ValidatingAdmissionPolicy, pods PodGetter, l
 		if _, dup := s.policies[p.Name]; dup {
 			return nil, fmt.Errorf("policy %s given twice", p.Name)
 		}
-		v, err := compile(p)
+		c, err := compile(p)
 		if err != nil {
 			return nil, fmt.Errorf("compile policy %s: %w", p.Name, err)
 		}
-		s.policies[p.Name] = &compiled{policy: p, validator: v}
+		s.policies[p.Name] = c
 	}
 	return s, nil
 }
 
-// compile builds the validator the API server's ValidatingAdmissionPolicy
-// plugin builds for p (its compilePolicy, with the same environment).
-func compile(p *admissionregv1.ValidatingAdmissionPolicy) (validating.Validator, error) {
+// compile does what the API server's ValidatingAdmissionPolicy plugin does
+// with p (its compilePolicy): one composited compiler over the base
+// environment holding the policy's variables, its match conditions and its
+// validations, authorizer declared.
+func compile(p *admissionregv1.ValidatingAdmissionPolicy) (*compiled, error) {
+	for _, v := range p.Spec.Validations {
+		if v.MessageExpression != "" {
+			return nil, fmt.Errorf("validation %q has a messageExpression, which the webhook does not evaluate: give it a message", v.Expression)
+		}
+	}
+	if len(p.Spec.AuditAnnotations) > 0 {
+		return nil, errors.New("the webhook does not write audit annotations: the policy must have none")
+	}
 	opt := cel.OptionalVariableDeclarations{HasParams: false, HasAuthorizer: true}
-	msgOpt := cel.OptionalVariableDeclarations{HasParams: false, HasAuthorizer: false}
 	compiler, err := cel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
 	if err != nil {
 		return nil, err
 	}
 	vars := make([]cel.NamedExpressionAccessor, len(p.Spec.Variables))
 	for i, v := range p.Spec.Variables {
-		vars[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
+		vars[i] = &variable{name: v.Name, expression: v.Expression}
 	}
 	compiler.CompileAndStoreVariables(vars, opt, environment.StoredExpressions)
-	var matcher matchconditions.Matcher
-	if len(p.Spec.MatchConditions) > 0 {
-		matcher = matchconditions.NewMatcher(compiler.CompileCondition(matchAccessors(p), opt, environment.StoredExpressions), p.Spec.FailurePolicy, "policy", "validate", p.Name)
-	}
 	validations := make([]cel.ExpressionAccessor, len(p.Spec.Validations))
-	messages := make([]cel.ExpressionAccessor, len(p.Spec.Validations))
 	for i, v := range p.Spec.Validations {
-		validations[i] = &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason}
-		if v.MessageExpression != "" {
-			messages[i] = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
-		}
+		validations[i] = &validation{expression: v.Expression, message: v.Message, reason: v.Reason}
 	}
-	checks := compiler.CompileCondition(validations, opt, environment.StoredExpressions)
+	c := &compiled{policy: p, checks: compiler.CompileCondition(validations, opt, environment.StoredExpressions)}
 	matches := compiler.CompileCondition(matchAccessors(p), opt, environment.StoredExpressions)
 	// The API server reports a bad expression only when it runs; fail at start instead.
-	if err := errors.Join(append(checks.CompilationErrors(), matches.CompilationErrors()...)...); err != nil {
+	if err := errors.Join(append(c.checks.CompilationErrors(), matches.CompilationErrors()...)...); err != nil {
 		return nil, err
 	}
-	return validating.NewValidator(
-		checks,
-		matcher,
-		compiler.CompileCondition(nil, opt, environment.StoredExpressions),
-		compiler.CompileCondition(messages, msgOpt, environment.StoredExpressions),
-		p.Spec.FailurePolicy, nil), nil
+	if len(p.Spec.MatchConditions) > 0 {
+		c.matcher = matchconditions.NewMatcher(compiler.CompileCondition(matchAccessors(p), opt, environment.StoredExpressions),
+			p.Spec.FailurePolicy, "policy", "validate", p.Name)
+	}
+	return c, nil
 }
+
+// variable and validation are a policy's expressions as the CEL compiler takes them.
+type variable struct{ name, expression string }
+
+func (v *variable) GetName() string            { return v.name }
+func (v *variable) GetExpression() string      { return v.expression }
+func (v *variable) ReturnTypes() []*celgo.Type { return []*celgo.Type{celgo.AnyType, celgo.DynType} }
+
+type validation struct {
+	expression, message string
+	reason              *metav1.StatusReason
+}
+
+func (v *validation) GetExpression() string      { return v.expression }
+func (v *validation) ReturnTypes() []*celgo.Type { return []*celgo.Type{celgo.BoolType} }
 
 func matchAccessors(p *admissionregv1.ValidatingAdmissionPolicy) []cel.ExpressionAccessor {
 	out := make([]cel.ExpressionAccessor, len(p.Spec.MatchConditions))
@@ -182,28 +199,68 @@ func (s *Server) Review(ctx context.Context, p *compiled, req *admissionv1.Admis
 		s.log.Warn("admission refused: the request cannot be read", "policy", p.policy.Name, "user", req.UserInfo.Username, "err", err)
 		return deny(http.StatusForbidden, metav1.StatusReasonForbidden, fmt.Sprintf("ValidatingAdmissionPolicy '%s' (served by slipway's webhook) denied request: %v", p.policy.Name, err))
 	}
-	gvr := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
-	result := p.validator.Validate(ctx, gvr, attrs, nil, nil, celconfig.RuntimeCELCostBudget, nil)
-	for _, d := range result.Decisions {
-		if d.Action != validating.ActionDeny {
+	d := p.decide(ctx, attrs, req)
+	if d.allowed {
+		return resp
+	}
+	s.log.Info("admission denied", "policy", p.policy.Name, "user", req.UserInfo.Username,
+		"resource", req.Resource.Resource, "namespace", req.Namespace, "name", req.Name, "message", d.message)
+	code := int32(http.StatusUnprocessableEntity)
+	if d.reason == metav1.StatusReasonForbidden {
+		code = http.StatusForbidden
+	}
+	return deny(code, d.reason, fmt.Sprintf("ValidatingAdmissionPolicy '%s' (served by slipway's webhook) denied request: %s", p.policy.Name, d.message))
+}
+
+// decision is a policy's answer to one request.
+type decision struct {
+	allowed bool
+	reason  metav1.StatusReason
+	message string
+}
+
+// decide evaluates the policy as the API server's validator does: not
+// matched by its match conditions, it admits; else the first validation
+// that is false denies with its message, and one that cannot be evaluated
+// denies (the policies fail closed).
+func (p *compiled) decide(ctx context.Context, attrs *admission.VersionedAttributes, req *admissionv1.AdmissionRequest) decision {
+	failed := func(err error) decision {
+		return decision{reason: metav1.StatusReasonInvalid, message: "expression not evaluated: " + err.Error()}
+	}
+	if p.matcher != nil {
+		m := p.matcher.Match(ctx, attrs, nil, nil)
+		if m.Error != nil {
+			return failed(m.Error)
+		}
+		if !m.Matches {
+			return decision{allowed: true}
+		}
+	}
+	gvr := metav1.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
+	gvk := metav1.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind}
+	results, _, err := p.checks.ForInput(ctx, attrs, cel.CreateAdmissionRequest(attrs.Attributes, gvr, gvk),
+		cel.OptionalVariableBindings{}, nil, celconfig.RuntimeCELCostBudget)
+	if err != nil {
+		return failed(err)
+	}
+	for _, r := range results {
+		v, _ := r.ExpressionAccessor.(*validation)
+		if r.Error != nil {
+			return failed(r.Error)
+		}
+		if r.EvalResult == celtypes.True {
 			continue
 		}
-		code, reason := int32(http.StatusUnprocessableEntity), d.Reason
-		if reason == "" {
-			reason = metav1.StatusReasonInvalid
+		d := decision{reason: metav1.StatusReasonInvalid, message: "failed expression: " + r.ExpressionAccessor.GetExpression()}
+		if v != nil && v.reason != nil {
+			d.reason = *v.reason
 		}
-		if reason == metav1.StatusReasonForbidden {
-			code = http.StatusForbidden
+		if v != nil && v.message != "" {
+			d.message = v.message
 		}
-		msg := fmt.Sprintf("ValidatingAdmissionPolicy '%s' (served by slipway's webhook) denied request: %s", p.policy.Name, d.Message)
-		if d.Evaluation == validating.EvalError {
-			msg = fmt.Sprintf("ValidatingAdmissionPolicy '%s' (served by slipway's webhook) denied request: expression not evaluated: %s", p.policy.Name, d.Message)
-		}
-		s.log.Info("admission denied", "policy", p.policy.Name, "user", req.UserInfo.Username,
-			"resource", req.Resource.Resource, "namespace", req.Namespace, "name", req.Name, "message", d.Message)
-		return deny(code, reason, msg)
+		return d
 	}
-	return resp
+	return decision{allowed: true}
 }
 
 // attributes turns the request into what the API server's policy plugin sees.
