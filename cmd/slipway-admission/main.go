@@ -1,3 +1,11 @@
+// Command slipway-admission serves slipway's admission webhook: the
+// slipway-admission Deployment of the webhook isolation (`slipway ops
+// manifest --isolation=webhook`), which enforces the manifest's admission
+// policies on API servers that lack ValidatingAdmissionPolicy (Kubernetes
+// before 1.30, such as the k3s of the last k3os releases). It is a binary
+// of its own beside slipway, in the same image: the CEL it evaluates the
+// policies with costs about 9 MiB of resident memory at start, which no
+// node's agent should pay.
 package main
 
 import (
@@ -6,34 +14,46 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/manifest"
 	"slipway.dev/slipway/ops/webhook"
 )
 
-// admissionWebhookCommand is `slipway ops admission-webhook`: the
-// slipway-admission Deployment of the webhook isolation (`slipway ops
-// manifest --isolation=webhook`), which enforces the manifest's admission
-// policies on API servers that lack ValidatingAdmissionPolicy (Kubernetes
-// before 1.30). It renders the policies from the same options as the
-// manifest, makes its serving certificate, writes its CA into its webhook
-// configuration and serves.
+func main() {
+	app := &cli.App{Name: "slipway-admission", Usage: "serve slipway's admission webhook (Kubernetes 1.22-1.29)"}
+	cmd := admissionWebhookCommand()
+	app.Flags, app.Action = cmd.Flags, cmd.Action
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := app.RunContext(ctx, os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "slipway-admission:", err)
+		os.Exit(1)
+	}
+}
+
+// admissionWebhookCommand renders the policies from the same options as
+// the manifest, makes its serving certificate, writes its CA into its
+// webhook configuration and serves.
 func admissionWebhookCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "admission-webhook",
+		Name:  "slipway-admission",
 		Usage: "serve the admission webhook that holds the agent and the controller to the manifest's policies on Kubernetes 1.22-1.29 (the slipway-admission Deployment)",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "namespace", Value: manifest.DefaultNamespace, Usage: "namespace of the agent, the controller and their channels", EnvVars: envs("NAMESPACE")},
 			&cli.StringFlag{Name: "config-name", Usage: "the ValidatingWebhookConfiguration whose CA bundle it writes (required)"},
 			&cli.StringFlag{Name: "service-host", Usage: "the DNS name of its Service, which its certificate names (required)"},
 			&cli.IntFlag{Name: "port", Value: manifest.AdmissionPort, Usage: "HTTPS port"},
-			kubeconfigFlag(),
+			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster config)", EnvVars: []string{"KUBECONFIG", "SLIPWAY_KUBECONFIG"}},
 			&cli.StringFlag{Name: "image", Value: manifest.DefaultImage(), Usage: "as the manifest's --image"},
 			&cli.StringFlag{Name: "github-download-base", Value: manifest.DefaultGitHubDownloadBase, Usage: "where GitHub serves release assets"},
 			&cli.StringFlag{Name: "host-system-dir", Value: manifest.SystemDir, Usage: "the host system directory the Jobs mount"},
@@ -83,4 +103,21 @@ func admissionWebhookCommand() *cli.Command {
 			return webhook.Serve(c.Context, l, cert, srv)
 		},
 	}
+}
+
+func envs(name string) []string { return []string{"SLIPWAY_" + name} }
+
+func kubeConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("not running in a cluster (%w): pass --kubeconfig", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("read kubeconfig %s: %w", path, err)
+	}
+	return cfg, nil
 }
