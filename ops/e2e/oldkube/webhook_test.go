@@ -50,17 +50,11 @@ func TestServerIsOld(t *testing.T) {
 	}
 }
 
-// install creates the webhook isolation's manifest (what k3s's deploy
-// controller would apply, by create, as it does), with the webhook
-// configuration pointed at an in-process webhook on loopback instead of the
-// slipway-admission Service, whose CA bundle the webhook writes itself.
-func install(ctx context.Context, t *testing.T, cfg *rest.Config) {
+// serveInProcess serves the policies of o from this test process on
+// loopback and returns its address and CA.
+func serveInProcess(t *testing.T, cfg *rest.Config, o manifest.Options) (addr string, ca []byte) {
 	t.Helper()
 	cs := kubernetes.NewForConfigOrDie(cfg)
-	objs, err := manifest.Objects(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +63,7 @@ func install(ctx context.Context, t *testing.T, cfg *rest.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := webhook.New(manifest.Policies(opts), func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	srv, err := webhook.New(manifest.Policies(o), func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 		return cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	}, nil)
 	if err != nil {
@@ -84,7 +78,24 @@ func install(ctx context.Context, t *testing.T, cfg *rest.Config) {
 			t.Errorf("webhook: %v", err)
 		}
 	})
-	var sawConfig, sawDeployment bool
+	return l.Addr().String(), ca
+}
+
+// install creates the webhook isolation's manifest of o (what k3s's deploy
+// controller would apply, by create, as it does), with the webhook
+// configuration pointed at https://addr instead of the slipway-admission
+// Service; ca, when given, is written as its CA bundle (else the webhook
+// writes it). It returns the admission Deployment's container, and removes
+// the configuration at the end of the test (it fails closed).
+func install(ctx context.Context, t *testing.T, cfg *rest.Config, o manifest.Options, addr string, ca []byte) corev1.Container {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	objs, err := manifest.Objects(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var admissionPod *corev1.Container
+	var sawConfig bool
 	for _, obj := range objs {
 		var err error
 		switch o := obj.(type) {
@@ -105,16 +116,22 @@ func install(ctx context.Context, t *testing.T, cfg *rest.Config) {
 		case *appsv1.DaemonSet:
 			_, err = cs.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *appsv1.Deployment:
-			sawDeployment = sawDeployment || o.Name == manifest.AdmissionName
+			if o.Name == manifest.AdmissionName {
+				admissionPod = &o.Spec.Template.Spec.Containers[0]
+			}
 			_, err = cs.AppsV1().Deployments(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *admissionv1.ValidatingWebhookConfiguration:
 			sawConfig = true
 			for i := range o.Webhooks {
 				path := *o.Webhooks[i].ClientConfig.Service.Path
-				o.Webhooks[i].ClientConfig = admissionv1.WebhookClientConfig{URL: ptr.To("https://" + l.Addr().String() + path)}
+				o.Webhooks[i].ClientConfig = admissionv1.WebhookClientConfig{URL: ptr.To("https://" + addr + path)}
 			}
 			_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, o, metav1.CreateOptions{})
-			if err == nil {
+			name := o.Name
+			t.Cleanup(func() {
+				_ = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
+			})
+			if err == nil && ca != nil {
 				err = webhook.PatchCABundle(ctx, cfg, o.Name, ca)
 			}
 		case *admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding:
@@ -126,14 +143,19 @@ func install(ctx context.Context, t *testing.T, cfg *rest.Config) {
 			t.Fatalf("create %T: %v", obj, err)
 		}
 	}
-	if !sawConfig || !sawDeployment {
-		t.Fatalf("the webhook isolation's manifest lacks the webhook configuration (%v) or its Deployment (%v)", sawConfig, sawDeployment)
+	if !sawConfig || admissionPod == nil {
+		t.Fatalf("the webhook isolation's manifest lacks the webhook configuration (%v) or its Deployment (%v)", sawConfig, admissionPod != nil)
 	}
+	return *admissionPod
 }
 
 // agentOn creates a pod of the agent's ServiceAccount bound to node, and
 // returns a client with the token its kubelet would mount.
 func agentOn(ctx context.Context, t *testing.T, admin *rest.Config, node, pod string) *kubernetes.Clientset {
+	return agentIn(ctx, t, admin, ns, node, pod)
+}
+
+func agentIn(ctx context.Context, t *testing.T, admin *rest.Config, ns, node, pod string) *kubernetes.Clientset {
 	t.Helper()
 	cs := kubernetes.NewForConfigOrDie(admin)
 	_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: ns},
@@ -189,7 +211,8 @@ func TestWebhookConfinesTheAgentToItsNode(t *testing.T) {
 	e := testenv.Need(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	install(ctx, t, e.Config)
+	addr, ca := serveInProcess(t, e.Config, opts)
+	install(ctx, t, e.Config, opts, addr, ca)
 	admin := kubernetes.NewForConfigOrDie(e.Config)
 	node(ctx, t, admin, "old-a")
 	node(ctx, t, admin, "old-b")
