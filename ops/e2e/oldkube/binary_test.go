@@ -79,18 +79,20 @@ func TestAdmissionBinary(t *testing.T) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	node(ctx, t, admin, "bin-a")
-	node(ctx, t, admin, "bin-b")
-	a := agentIn(ctx, t, e.Config, o.Namespace, "bin-a", "agent-bin-a")
+	run := strconv.FormatInt(time.Now().UnixNano()%1e9, 36) // -count=N reuses the control plane
+	na, nb := "bin-a-"+run, "bin-b-"+run
+	node(ctx, t, admin, na)
+	node(ctx, t, admin, nb)
+	a := agentIn(ctx, t, e.Config, o.Namespace, na, "agent-"+na)
 	// The server may call before the listener is up: retry the allowed write a while.
 	for {
-		_, err = a.CoreV1().Nodes().Patch(ctx, "bin-a", types.MergePatchType, labelPatch("ops.slipway.dev/bin"), metav1.PatchOptions{})
+		_, err = a.CoreV1().Nodes().Patch(ctx, na, types.MergePatchType, labelPatch("ops.slipway.dev/bin"), metav1.PatchOptions{})
 		if err == nil || !strings.Contains(err.Error(), "failed calling webhook") || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	allowed(t, "agent on bin-a labels its own Node", err)
-	_, err = a.CoreV1().Nodes().Patch(ctx, "bin-b", types.MergePatchType, labelPatch("ops.slipway.dev/bin"), metav1.PatchOptions{})
+	_, err = a.CoreV1().Nodes().Patch(ctx, nb, types.MergePatchType, labelPatch("ops.slipway.dev/bin"), metav1.PatchOptions{})
 	denied(t, "agent on bin-a labels bin-b", err, "own")
 }

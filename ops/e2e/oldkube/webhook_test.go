@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -214,24 +215,27 @@ func TestWebhookConfinesTheAgentToItsNode(t *testing.T) {
 	addr, ca := serveInProcess(t, e.Config, opts)
 	install(ctx, t, e.Config, opts, addr, ca)
 	admin := kubernetes.NewForConfigOrDie(e.Config)
-	node(ctx, t, admin, "old-a")
-	node(ctx, t, admin, "old-b")
-	a := agentOn(ctx, t, e.Config, "old-a", "agent-a")
+	// Names of this run's own: -count=N reuses the control plane.
+	run := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	na, nb, pa := "old-a-"+run, "old-b-"+run, "agent-a-"+run
+	node(ctx, t, admin, na)
+	node(ctx, t, admin, nb)
+	a := agentOn(ctx, t, e.Config, na, pa)
 
-	_, err := a.CoreV1().Nodes().Patch(ctx, "old-a", types.MergePatchType, labelPatch("ops.slipway.dev/test"), metav1.PatchOptions{})
+	_, err := a.CoreV1().Nodes().Patch(ctx, na, types.MergePatchType, labelPatch("ops.slipway.dev/test"), metav1.PatchOptions{})
 	allowed(t, "agent on old-a labels its own Node", err)
-	_, err = a.CoreV1().Nodes().Patch(ctx, "old-b", types.MergePatchType, labelPatch("ops.slipway.dev/test"), metav1.PatchOptions{})
+	_, err = a.CoreV1().Nodes().Patch(ctx, nb, types.MergePatchType, labelPatch("ops.slipway.dev/test"), metav1.PatchOptions{})
 	denied(t, "agent on old-a labels old-b", err, "own")
-	_, err = a.CoreV1().Nodes().Patch(ctx, "old-a", types.MergePatchType, labelPatch("example.com/other"), metav1.PatchOptions{})
+	_, err = a.CoreV1().Nodes().Patch(ctx, na, types.MergePatchType, labelPatch("example.com/other"), metav1.PatchOptions{})
 	denied(t, "agent on old-a writes a foreign label on its own Node", err, "ops.slipway.dev/")
 
 	lease := func(n string) *coordinationv1.Lease {
 		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: manifest.HeartbeatLeasePrefix + n, Namespace: ns},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n)}}
 	}
-	_, err = a.CoordinationV1().Leases(ns).Create(ctx, lease("old-a"), metav1.CreateOptions{})
+	_, err = a.CoordinationV1().Leases(ns).Create(ctx, lease(na), metav1.CreateOptions{})
 	allowed(t, "agent on old-a writes its heartbeat Lease", err)
-	_, err = a.CoordinationV1().Leases(ns).Create(ctx, lease("old-b"), metav1.CreateOptions{})
+	_, err = a.CoordinationV1().Leases(ns).Create(ctx, lease(nb), metav1.CreateOptions{})
 	denied(t, "agent on old-a writes old-b's heartbeat Lease", err, "own node's heartbeat")
 
 	job := func(n, name string) *batchv1.Job {
@@ -242,11 +246,11 @@ func TestWebhookConfinesTheAgentToItsNode(t *testing.T) {
 					Args:            []string{"ops", "prune"},
 					SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)}}}}}}}
 	}
-	_, err = a.BatchV1().Jobs(ns).Create(ctx, job("old-a", "prune-old-a"), metav1.CreateOptions{})
+	_, err = a.BatchV1().Jobs(ns).Create(ctx, job(na, "prune-"+na), metav1.CreateOptions{})
 	allowed(t, "agent on old-a creates a slipway Job on old-a", err)
-	_, err = a.BatchV1().Jobs(ns).Create(ctx, job("old-b", "prune-old-b"), metav1.CreateOptions{})
+	_, err = a.BatchV1().Jobs(ns).Create(ctx, job(nb, "prune-"+nb), metav1.CreateOptions{})
 	denied(t, "agent on old-a creates a Job pinned to old-b", err, "pinned")
-	priv := job("old-a", "priv-old-a")
+	priv := job(na, "priv-"+na)
 	priv.Spec.Template.Spec.HostPID = true
 	_, err = a.BatchV1().Jobs(ns).Create(ctx, priv, metav1.CreateOptions{})
 	denied(t, "agent on old-a creates a host-PID Job", err, "host PID")
@@ -257,21 +261,21 @@ func TestWebhookConfinesTheAgentToItsNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	unbound := kubernetes.NewForConfigOrDie(&rest.Config{Host: e.Config.Host, BearerToken: tr.Status.Token, TLSClientConfig: e.Config.TLSClientConfig})
-	_, err = unbound.CoreV1().Nodes().Patch(ctx, "old-a", types.MergePatchType, labelPatch("ops.slipway.dev/test2"), metav1.PatchOptions{})
+	_, err = unbound.CoreV1().Nodes().Patch(ctx, na, types.MergePatchType, labelPatch("ops.slipway.dev/test2"), metav1.PatchOptions{})
 	denied(t, "an unbound agent token labels a Node", err, "own")
 
 	// A pod moved to another node is another pod: the token dies with its pod.
-	if err := admin.CoreV1().Pods(ns).Delete(ctx, "agent-a", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+	if err := admin.CoreV1().Pods(ns).Delete(ctx, pa, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(ctx, t, admin, "agent-a")
-	_, err = admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-a", Namespace: ns},
-		Spec: corev1.PodSpec{NodeName: "old-b", ServiceAccountName: manifest.AgentName,
+	waitGone(ctx, t, admin, pa)
+	_, err = admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pa, Namespace: ns},
+		Spec: corev1.PodSpec{NodeName: nb, ServiceAccountName: manifest.AgentName,
 			Containers: []corev1.Container{{Name: "agent", Image: "slipway"}}}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = a.CoreV1().Nodes().Patch(ctx, "old-b", types.MergePatchType, labelPatch("ops.slipway.dev/test"), metav1.PatchOptions{})
+	_, err = a.CoreV1().Nodes().Patch(ctx, nb, types.MergePatchType, labelPatch("ops.slipway.dev/test"), metav1.PatchOptions{})
 	if err == nil {
 		t.Errorf("the old pod's token wrote old-b through the new pod of the same name")
 	}
