@@ -107,17 +107,11 @@ func admissionWebhookCommand() *cli.Command {
 
 func envs(name string) []string { return []string{"SLIPWAY_" + name} }
 
+// kubeConfig reads path, or, when it is empty, the pod's in-cluster configuration.
 func kubeConfig(path string) (*rest.Config, error) {
-	if path == "" {
-		cfg, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("not running in a cluster (%w): pass --kubeconfig", err)
-		}
-		return cfg, nil
-	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
-		return nil, fmt.Errorf("read kubeconfig %s: %w", path, err)
+		return nil, fmt.Errorf("read the kubeconfig %q (empty: the in-cluster configuration): %w", path, err)
 	}
 	return cfg, nil
 }
