@@ -312,8 +312,9 @@ func decode(raw runtime.RawExtension) (runtime.Object, error) {
 // the token's pod (name and UID) but not its node: the pod is read, it must
 // be the very pod the token was issued for (same UID) and run as the
 // token's ServiceAccount, and its spec.nodeName becomes the node-name
-// extra. A requester whose token names no pod gets no node (the policies
-// then refuse what needs one).
+// extra. A requester whose token names no pod, or a pod that cannot be
+// read or is not the token's, gets no node (the policies then refuse what
+// needs one).
 func (s *Server) userInfo(ctx context.Context, in authenticationv1.UserInfo) (user.Info, error) {
 	extra := make(map[string][]string, len(in.Extra)+1)
 	for k, v := range in.Extra {
@@ -329,7 +330,12 @@ func (s *Server) userInfo(ctx context.Context, in authenticationv1.UserInfo) (us
 	}
 	node, err := s.podNode(ctx, ns, sa, extra[PodNameExtra][0], first(extra[PodUIDExtra]))
 	if err != nil {
-		return nil, err
+		// No node, not a refusal: every policy that needs the node then
+		// refuses (a node agent gets nothing), and the writes of everyone
+		// else (any pod's ServiceAccount in a namespace whose pods this
+		// webhook may not read) are not held up.
+		s.log.Debug("no node for the requester", "user", in.Username, "err", err)
+		return info, nil
 	}
 	if node != "" {
 		extra[NodeNameExtra] = []string{node}

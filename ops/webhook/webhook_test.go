@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -49,7 +50,7 @@ func TestNewRefusesWhatItCannotEvaluate(t *testing.T) {
 func TestNodeFromTheBoundPod(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-x", Namespace: "ns", UID: "u1"},
 		Spec: corev1.PodSpec{NodeName: "n1", ServiceAccountName: "slipway-agent"}}
-	s := &Server{pods: func(_ context.Context, ns, name string) (*corev1.Pod, error) {
+	s := &Server{log: slog.New(slog.DiscardHandler), pods: func(_ context.Context, ns, name string) (*corev1.Pod, error) {
 		if ns == pod.Namespace && name == pod.Name {
 			return pod, nil
 		}
@@ -57,27 +58,20 @@ func TestNodeFromTheBoundPod(t *testing.T) {
 	}}
 	user := "system:serviceaccount:ns:slipway-agent"
 	for _, c := range []struct {
-		name    string
-		in      authenticationv1.UserInfo
-		node    string
-		wantErr string
+		name string
+		in   authenticationv1.UserInfo
+		node string
 	}{
-		{"the server's own claim stays", authenticationv1.UserInfo{Username: user, Extra: map[string]authenticationv1.ExtraValue{NodeNameExtra: {"n9"}, PodNameExtra: {"agent-x"}, PodUIDExtra: {"u1"}}}, "n9", ""},
-		{"bound pod gives its node", authenticationv1.UserInfo{Username: user, Extra: map[string]authenticationv1.ExtraValue{PodNameExtra: {"agent-x"}, PodUIDExtra: {"u1"}}}, "n1", ""},
-		{"another pod of that name", authenticationv1.UserInfo{Username: user, Extra: map[string]authenticationv1.ExtraValue{PodNameExtra: {"agent-x"}, PodUIDExtra: {"u0"}}}, "", "no longer exists"},
-		{"a pod of another ServiceAccount", authenticationv1.UserInfo{Username: "system:serviceaccount:ns:other", Extra: map[string]authenticationv1.ExtraValue{PodNameExtra: {"agent-x"}, PodUIDExtra: {"u1"}}}, "", "not the requester's"},
-		{"pod gone", authenticationv1.UserInfo{Username: user, Extra: map[string]authenticationv1.ExtraValue{PodNameExtra: {"agent-y"}, PodUIDExtra: {"u1"}}}, "", "read the pod"},
-		{"no pod claim", authenticationv1.UserInfo{Username: user}, "", ""},
-		{"not a ServiceAccount", authenticationv1.UserInfo{Username: "alice", Extra: map[string]authenticationv1.ExtraValue{PodNameExtra: {"agent-x"}, PodUIDExtra: {"u1"}}}, "", ""},
+		{"the server's own claim stays", authenticationv1.UserInfo{Username: user, Extra: map[string]authenticationv1.ExtraValue{NodeNameExtra: {"n9"}, PodNameExtra: {"agent-x"}, PodUIDExtra: {"u1"}}}, "n9"},
+		{"bound pod gives its node", authenticationv1.UserInfo{Username: user, Extra: map[string]authenticationv1.ExtraValue{PodNameExtra: {"agent-x"}, PodUIDExtra: {"u1"}}}, "n1"},
+		{"another pod of that name", authenticationv1.UserInfo{Username: user, Extra: map[string]authenticationv1.ExtraValue{PodNameExtra: {"agent-x"}, PodUIDExtra: {"u0"}}}, ""},
+		{"a pod of another ServiceAccount", authenticationv1.UserInfo{Username: "system:serviceaccount:ns:other", Extra: map[string]authenticationv1.ExtraValue{PodNameExtra: {"agent-x"}, PodUIDExtra: {"u1"}}}, ""},
+		{"pod gone", authenticationv1.UserInfo{Username: user, Extra: map[string]authenticationv1.ExtraValue{PodNameExtra: {"agent-y"}, PodUIDExtra: {"u1"}}}, ""},
+		{"no pod claim", authenticationv1.UserInfo{Username: user}, ""},
+		{"not a ServiceAccount", authenticationv1.UserInfo{Username: "alice", Extra: map[string]authenticationv1.ExtraValue{PodNameExtra: {"agent-x"}, PodUIDExtra: {"u1"}}}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			info, err := s.userInfo(context.Background(), c.in)
-			if c.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-					t.Fatalf("err %v, want %q", err, c.wantErr)
-				}
-				return
-			}
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,10 +53,19 @@ func TestServerIsOld(t *testing.T) {
 }
 
 // serveInProcess serves the policies of o from this test process on
-// loopback and returns its address and CA.
+// loopback and returns its address and CA. It reads pods as the admin
+// until the test gives it another client (webhookServer.as).
 func serveInProcess(t *testing.T, cfg *rest.Config, o manifest.Options) (addr string, ca []byte) {
+	addr, ca, _ = serveAs(t, cfg, o)
+	return addr, ca
+}
+
+// serveAs is serveInProcess, also returning the function that makes the
+// webhook read pods with another client config.
+func serveAs(t *testing.T, cfg *rest.Config, o manifest.Options) (addr string, ca []byte, as func(*rest.Config)) {
 	t.Helper()
-	cs := kubernetes.NewForConfigOrDie(cfg)
+	var client atomic.Pointer[kubernetes.Clientset]
+	client.Store(kubernetes.NewForConfigOrDie(cfg))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +75,7 @@ func serveInProcess(t *testing.T, cfg *rest.Config, o manifest.Options) (addr st
 		t.Fatal(err)
 	}
 	srv, err := webhook.New(manifest.Policies(o), func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
-		return cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return client.Load().CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +89,7 @@ func serveInProcess(t *testing.T, cfg *rest.Config, o manifest.Options) (addr st
 			t.Errorf("webhook: %v", err)
 		}
 	})
-	return l.Addr().String(), ca
+	return l.Addr().String(), ca, func(c *rest.Config) { client.Store(kubernetes.NewForConfigOrDie(c)) }
 }
 
 // install creates the webhook isolation's manifest of o (what k3s's deploy
@@ -212,17 +222,29 @@ func TestWebhookConfinesTheAgentToItsNode(t *testing.T) {
 	e := testenv.Need(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	addr, ca := serveInProcess(t, e.Config, opts)
+	addr, ca, as := serveAs(t, e.Config, opts)
 	install(ctx, t, e.Config, opts, addr, ca)
 	admin := kubernetes.NewForConfigOrDie(e.Config)
 	// Names of this run's own: -count=N reuses the control plane.
 	run := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	na, nb, pa := "old-a-"+run, "old-b-"+run, "agent-a-"+run
+	// The webhook reads pods with its own ServiceAccount's token, as in its Deployment.
+	_, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "admission-" + run, Namespace: ns},
+		Spec: corev1.PodSpec{ServiceAccountName: manifest.AdmissionName, Containers: []corev1.Container{{Name: "admission", Image: "slipway"}}}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := testenv.PodToken(ctx, e.Config, ns, "admission-"+run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as(own)
 	node(ctx, t, admin, na)
 	node(ctx, t, admin, nb)
 	a := agentOn(ctx, t, e.Config, na, pa)
 
-	_, err := a.CoreV1().Nodes().Patch(ctx, na, types.MergePatchType, labelPatch("ops.slipway.dev/test"), metav1.PatchOptions{})
+	_, err = a.CoreV1().Nodes().Patch(ctx, na, types.MergePatchType, labelPatch("ops.slipway.dev/test"), metav1.PatchOptions{})
 	allowed(t, "agent on old-a labels its own Node", err)
 	_, err = a.CoreV1().Nodes().Patch(ctx, nb, types.MergePatchType, labelPatch("ops.slipway.dev/test"), metav1.PatchOptions{})
 	denied(t, "agent on old-a labels old-b", err, "own")
@@ -279,6 +301,43 @@ func TestWebhookConfinesTheAgentToItsNode(t *testing.T) {
 	if err == nil {
 		t.Errorf("the old pod's token wrote old-b through the new pod of the same name")
 	}
+
+	// Another component's pod, in a namespace whose pods the webhook may not
+	// read, writing Nodes as its RBAC allows: not held up by the webhook.
+	other := "other-" + run
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().ServiceAccounts(other).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "writer"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "node-writer-" + run},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}}}}
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "writer", Namespace: other}}}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		bg := context.Background()
+		_ = admin.RbacV1().ClusterRoleBindings().Delete(bg, binding.Name, metav1.DeleteOptions{})
+		_ = admin.RbacV1().ClusterRoles().Delete(bg, role.Name, metav1.DeleteOptions{})
+	})
+	if _, err := admin.CoreV1().Pods(other).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "writer", Namespace: other},
+		Spec: corev1.PodSpec{NodeName: nb, ServiceAccountName: "writer", Containers: []corev1.Container{{Name: "w", Image: "w"}}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wcfg, err := testenv.PodToken(ctx, e.Config, other, "writer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kubernetes.NewForConfigOrDie(wcfg).CoreV1().Nodes().Patch(ctx, na, types.MergePatchType, labelPatch("example.com/other"), metav1.PatchOptions{})
+	allowed(t, "another namespace's pod writes a Node as its RBAC allows", err)
 }
 
 func waitGone(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, pod string) {
