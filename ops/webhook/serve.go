@@ -141,7 +141,8 @@ func do(ctx context.Context, client *http.Client, method, url, contentType strin
 	return nil
 }
 
-// Serve serves h over TLS with cert on l until ctx ends.
+// Serve serves h over TLS with cert on l until ctx ends, then stops:
+// gracefully within five seconds, else by closing the connections.
 func Serve(ctx context.Context, l net.Listener, cert tls.Certificate, h http.Handler) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
@@ -151,9 +152,14 @@ func Serve(ctx context.Context, l net.Listener, cert tls.Certificate, h http.Han
 	case err := <-done:
 		return fmt.Errorf("serve the admission webhook: %w", err)
 	case <-ctx.Done():
+		// The API server keeps its HTTP/2 connections open: a graceful
+		// shutdown waits for the answers in flight, then the rest is closed.
 		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		err := srv.Shutdown(shut)
+		var err error
+		if srv.Shutdown(shut) != nil {
+			err = srv.Close()
+		}
 		if e := <-done; !errors.Is(e, http.ErrServerClosed) {
 			err = errors.Join(err, e)
 		}
