@@ -4,7 +4,7 @@
 // policies on API servers that lack ValidatingAdmissionPolicy (Kubernetes
 // before 1.30, such as the k3s of the last k3os releases). It is a binary
 // of its own beside slipway, in the same image: the CEL it evaluates the
-// policies with costs about 9 MiB of resident memory at start, which no
+// policies with costs about 7 MiB of resident memory at start, which no
 // node's agent should pay.
 package main
 
