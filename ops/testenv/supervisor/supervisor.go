@@ -321,3 +321,23 @@ func withoutSlipwayEnv(env []string) []string {
 	}
 	return out
 }
+
+// Signal sends sig to node's command's process group (the agent and what it
+// started), e.g. SIGSTOP and later SIGCONT for a process that neither runs
+// nor dies. It reports false, doing nothing, when the node is rebooting or
+// its command is being restarted or not running.
+func (s *Supervisor) Signal(node string, sig syscall.Signal) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.nodes[node]
+	if !ok {
+		return false, fmt.Errorf("node %s is not supervised", node)
+	}
+	if s.stopped || p.rebooting || p.cmd == nil {
+		return false, nil
+	}
+	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil {
+		return false, fmt.Errorf("signal %v to %s's command: %w", sig, node, err)
+	}
+	return true, nil
+}
