@@ -145,18 +145,32 @@ func (s *Sim) setDown(ctx context.Context, node string, down bool) error {
 	return nil
 }
 
-// reregister deletes the Node and registers it again, as kubectl delete
-// node followed by its kubelet's return; its agent keeps running.
+// reregister deletes the Node and registers it again with the labels it
+// had (its kubelet's --node-labels), as kubectl delete node followed by its
+// kubelet's return; its agent keeps running.
 func (s *Sim) reregister(ctx context.Context, node string) error {
-	err := s.Client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
+	old, err := s.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return ErrSkip
+	}
+	if err != nil {
+		return fmt.Errorf("get node %s: %w", node, err)
+	}
+	err = s.Client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
 	if apierrors.IsNotFound(err) {
 		return ErrSkip
 	}
 	if err != nil {
 		return fmt.Errorf("delete node %s: %w", node, err)
 	}
+	fresh := testenv.FakeNode(node)
+	for k, v := range old.Labels {
+		if _, ok := fresh.Labels[k]; !ok && !strings.Contains(k, "slipway.dev/") { // slipway's own labels are the agents' to write again
+			fresh.Labels[k] = v
+		}
+	}
 	for {
-		_, err := s.Client.CoreV1().Nodes().Create(ctx, testenv.FakeNode(node), metav1.CreateOptions{})
+		_, err := s.Client.CoreV1().Nodes().Create(ctx, fresh, metav1.CreateOptions{})
 		if err == nil {
 			return nil
 		}

@@ -14,7 +14,9 @@ package monitor
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -402,4 +404,32 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 		}
 	}
 	m.open = standing
+}
+
+// WriteJSON writes v as one JSON line: time, invariant, key, message and
+// the recent history of each object involved.
+func WriteJSON(w io.Writer, v Violation) error {
+	type version struct {
+		At              time.Time `json:"at"`
+		ResourceVersion string    `json:"resourceVersion,omitempty"`
+		Summary         string    `json:"summary"`
+	}
+	line := struct {
+		At        time.Time            `json:"at"`
+		Invariant string               `json:"invariant"`
+		Key       string               `json:"key"`
+		Message   string               `json:"message"`
+		History   map[string][]version `json:"history,omitempty"`
+	}{At: v.At.UTC(), Invariant: v.Invariant, Key: v.Key, Message: v.Message, History: map[string][]version{}}
+	for k, hs := range v.History {
+		for _, h := range hs {
+			line.History[k] = append(line.History[k], version{At: h.At.UTC(), ResourceVersion: h.ResourceVersion, Summary: h.Summary})
+		}
+	}
+	b, err := json.Marshal(line)
+	if err != nil {
+		return fmt.Errorf("violation to JSON: %w", err)
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }

@@ -1,0 +1,175 @@
+// Package chaos runs slipway's systems on the simulated cluster
+// (ops/testenv) under faults drawn from a seed (ops/testenv/faults) while
+// the invariant monitor (ops/testenv/monitor) watches the API server. A run
+// is one system, one seed: the fault schedule follows from the seed and the
+// run's shape alone, so the command a failing run prints replays the same
+// faults at the same offsets. Named schedules (schedules.go) are fixed
+// fault lists for the interleavings a review found.
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"slipway.dev/slipway/ops/testenv/faults"
+	"slipway.dev/slipway/ops/testenv/monitor"
+)
+
+// Systems are the systems a run can drive.
+var Systems = []string{"k3os"}
+
+// Options says what one run does.
+type Options struct {
+	// System is one of Systems.
+	System string
+	// Seed draws the fault schedule.
+	Seed int64
+	// Duration is the span the faults start within (default 60s).
+	Duration time.Duration
+	// Settle bounds the wait, after the faults, for the system to settle
+	// (default 3m). Not settling is reported, apart from the violations.
+	Settle time.Duration
+	// Nodes is the number of fake nodes (default 5: three control-plane).
+	Nodes int
+	// Bin holds the built slipway and slipway-sim.
+	Bin string
+	// ToolsDir holds the control-plane binaries ("" : scripts/install-tools).
+	ToolsDir string
+	// Schedule, when set, is run instead of the one drawn from Seed (a
+	// named schedule, or one read back from a failing run's output).
+	Schedule faults.Schedule
+	// Name names a named schedule in the report.
+	Name string
+	// Log receives progress and one line per fault.
+	Log io.Writer
+	// Keep leaves the run's directory (logs, kubeconfigs, the monitor's
+	// violations) in place.
+	Keep bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.Duration <= 0 {
+		o.Duration = time.Minute
+	}
+	if o.Settle <= 0 {
+		o.Settle = 3 * time.Minute
+	}
+	if o.Nodes <= 0 {
+		o.Nodes = 5
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	return o
+}
+
+// Result is what one run saw.
+type Result struct {
+	System   string
+	Seed     int64
+	Name     string
+	Nodes    int
+	Duration time.Duration
+	Schedule faults.Schedule
+	Faults   faults.Report
+	// Checks is how many times the monitor checked every invariant.
+	Checks     int
+	Violations []monitor.Violation
+	// MonitorErrors are checks that could not be made.
+	MonitorErrors []error
+	// Settled: the system reached its end state (e.g. the rollout
+	// finished or stopped for its failures) within Settle after the faults.
+	Settled bool
+	// Outcome says where the system ended (e.g. nodes at the target).
+	Outcome string
+	// Unsettled says what was still open when it did not settle.
+	Unsettled string
+	Wall      time.Duration
+	// Dir is the run's directory when kept.
+	Dir string
+}
+
+// Failed reports a violation, or a system that did not settle.
+func (r Result) Failed() bool { return len(r.Violations) > 0 || !r.Settled }
+
+// Replay is the command that runs the same schedule again.
+func (r Result) Replay() string {
+	if r.Name != "" {
+		return fmt.Sprintf("scripts/chaos --system %s --schedule %s", r.System, r.Name)
+	}
+	return fmt.Sprintf("scripts/chaos --system %s --seed %d --duration %s --nodes %d", r.System, r.Seed, r.Duration, r.Nodes)
+}
+
+// Report writes the run's summary; on a failure, the schedule and the
+// violations with their histories.
+func (r Result) Report(w io.Writer) {
+	what := fmt.Sprintf("seed %d", r.Seed)
+	if r.Name != "" {
+		what = "schedule " + r.Name
+	}
+	verdict := "ok"
+	if r.Failed() {
+		verdict = "FAILED"
+	}
+	fmt.Fprintf(w, "chaos %s %s: %s in %s: faults %s (skipped %s, %.1f fault-seconds), %d invariant checks, %d violations, settled %t\n",
+		r.System, what, verdict, r.Wall.Round(time.Second), kinds(r.Faults.Injected), kinds(r.Faults.Skipped), r.Faults.FaultTime.Seconds(),
+		r.Checks, len(r.Violations), r.Settled)
+	if r.Outcome != "" {
+		fmt.Fprintf(w, "  outcome: %s\n", r.Outcome)
+	}
+	for _, err := range r.Faults.Errors {
+		fmt.Fprintf(w, "  fault error: %v\n", err)
+	}
+	for _, err := range r.MonitorErrors {
+		fmt.Fprintf(w, "  monitor error: %v\n", err)
+	}
+	if !r.Failed() {
+		return
+	}
+	if !r.Settled {
+		fmt.Fprintf(w, "  did not settle within the budget: %s\n", r.Unsettled)
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintf(w, "  VIOLATION %s\n", strings.ReplaceAll(v.String(), "\n", "\n  "))
+	}
+	fmt.Fprintf(w, "  schedule:\n    %s\n", strings.ReplaceAll(strings.TrimSpace(r.Schedule.String()), "\n", "\n    "))
+	if r.Dir != "" {
+		fmt.Fprintf(w, "  logs: %s\n", r.Dir)
+	}
+	fmt.Fprintf(w, "  replay: %s\n", r.Replay())
+}
+
+// kinds formats counts by kind, in AllKinds order.
+func kinds(m map[faults.Kind]int) string {
+	var parts []string
+	for _, k := range faults.AllKinds {
+		if m[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) { // kinds outside AllKinds, if any
+		if !slices.Contains(faults.AllKinds, k) && m[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
+}
+
+// Run runs one system under one seed's faults (or opts.Schedule).
+func Run(ctx context.Context, opts Options) (Result, error) {
+	opts = opts.withDefaults()
+	switch opts.System {
+	case "k3os":
+		return runK3os(ctx, opts)
+	default:
+		return Result{}, fmt.Errorf("chaos: unknown system %q (known: %s)", opts.System, strings.Join(Systems, ", "))
+	}
+}

@@ -1,0 +1,77 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"slipway.dev/slipway/ops/testenv"
+)
+
+// buildBin builds slipway and slipway-sim into a temporary directory.
+func buildBin(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	for pkg, name := range map[string]string{"../../../cmd/slipway": "slipway", "../cmd/slipway-sim": "slipway-sim"} {
+		cmd := exec.Command("go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-o", filepath.Join(bin, name), pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", name, err, out)
+		}
+	}
+	return bin
+}
+
+func needCluster(t *testing.T) {
+	t.Helper()
+	if testing.Short() || os.Getenv(testenv.EnvSkip) == "1" {
+		t.Skipf("no simulated cluster: %s=1 or -short", testenv.EnvSkip)
+	}
+}
+
+// TestK3osSeeds rolls v1 to v2 under a small fixed set of seeds' faults
+// with the monitor watching: no invariant may break and the rollout must
+// settle. A failure prints the schedule and the command that replays it.
+func TestK3osSeeds(t *testing.T) {
+	needCluster(t)
+	bin := buildBin(t)
+	for _, seed := range []int64{1} {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			var log bytes.Buffer
+			res, err := Run(context.Background(), Options{System: "k3os", Seed: seed, Duration: 20 * time.Second, Bin: bin,
+				ToolsDir: os.Getenv(testenv.EnvToolsDir), Log: &log})
+			var rep bytes.Buffer
+			res.Report(&rep)
+			t.Log(rep.String())
+			if err != nil {
+				t.Log(log.String())
+				t.Fatal(err)
+			}
+			if res.Failed() {
+				t.Log(log.String())
+				t.Fatalf("seed %d failed: replay with %s", seed, res.Replay())
+			}
+			if res.Checks == 0 || len(res.Faults.Injected) == 0 {
+				t.Fatalf("nothing checked (%d checks) or injected (%v)", res.Checks, res.Faults.Injected)
+			}
+		})
+	}
+}
+
+// TestScheduleFollowsTheSeed: the schedule printed for a replay is the one
+// the seed draws again.
+func TestScheduleFollowsTheSeed(t *testing.T) {
+	o := Options{System: "k3os", Seed: 77, Duration: time.Minute, Nodes: 5}
+	a, b := K3osSchedule(o), K3osSchedule(o)
+	if a.String() != b.String() || len(a) == 0 {
+		t.Fatalf("seed 77 drew two schedules:\n%s---\n%s", a, b)
+	}
+	if got := (Result{System: "k3os", Seed: 77, Duration: time.Minute, Nodes: 5}).Replay(); got != "scripts/chaos --system k3os --seed 77 --duration 1m0s --nodes 5" {
+		t.Fatalf("replay %q", got)
+	}
+}
