@@ -7,24 +7,47 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"slipway.dev/slipway/ops/testenv"
 )
 
-// buildBin builds slipway and slipway-sim into a temporary directory.
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+// buildBin builds slipway and slipway-sim, once for the package.
 func buildBin(t *testing.T) string {
 	t.Helper()
-	bin := t.TempDir()
-	for pkg, name := range map[string]string{"../../../cmd/slipway": "slipway", "../cmd/slipway-sim": "slipway-sim"} {
-		cmd := exec.Command("go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-o", filepath.Join(bin, name), pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", name, err, out)
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "slipway-chaos-bin-"); binErr != nil {
+			return
 		}
+		for pkg, name := range map[string]string{"../../../cmd/slipway": "slipway", "../cmd/slipway-sim": "slipway-sim"} {
+			cmd := exec.Command("go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-o", filepath.Join(binDir, name), pkg)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				binErr = fmt.Errorf("build %s: %w\n%s", name, err, out)
+				return
+			}
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
 	}
-	return bin
+	return binDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
 
 func needCluster(t *testing.T) {
