@@ -40,6 +40,7 @@ require (
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/xlab/treeprint v1.2.0 // indirect
 	k8s.io/component-base v0.36.3 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
 	sigs.k8s.io/kustomize/api v0.21.1 // indirect
 	sigs.k8s.io/kustomize/kyaml v0.21.1 // indirect
 )

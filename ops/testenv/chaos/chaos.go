@@ -85,6 +85,10 @@ type Result struct {
 	// Settled: the system reached its end state (e.g. the rollout
 	// finished or stopped for its failures) within Settle after the faults.
 	Settled bool
+	// MonitorProcess is the summary line of the `slipway-sim monitor`
+	// process that watched the run beside the in-process monitor: its
+	// checks, violations, API requests, CPU and memory.
+	MonitorProcess string
 	// Outcome says where the system ended (e.g. nodes at the target).
 	Outcome string
 	// Unsettled says what was still open when it did not settle.
@@ -100,9 +104,9 @@ func (r Result) Failed() bool { return len(r.Violations) > 0 || !r.Settled }
 // Replay is the command that runs the same schedule again.
 func (r Result) Replay() string {
 	if r.Name != "" {
-		return fmt.Sprintf("scripts/chaos --system %s --schedule %s", r.System, r.Name)
+		return fmt.Sprintf("scripts/chaos --system %s --seeds 1 --named %s", r.System, r.Name)
 	}
-	return fmt.Sprintf("scripts/chaos --system %s --seed %d --duration %s --nodes %d", r.System, r.Seed, r.Duration, r.Nodes)
+	return fmt.Sprintf("scripts/chaos --system %s --seeds 1 --seed %d --duration %s --nodes %d", r.System, r.Seed, r.Duration, r.Nodes)
 }
 
 // Report writes the run's summary; on a failure, the schedule and the
@@ -121,6 +125,9 @@ func (r Result) Report(w io.Writer) {
 		r.Checks, len(r.Violations), r.Settled)
 	if r.Outcome != "" {
 		fmt.Fprintf(w, "  outcome: %s\n", r.Outcome)
+	}
+	if r.MonitorProcess != "" {
+		fmt.Fprintf(w, "  monitor process: %s\n", strings.TrimPrefix(r.MonitorProcess, "slipway-sim monitor: "))
 	}
 	for _, err := range r.Faults.Errors {
 		fmt.Fprintf(w, "  fault error: %v\n", err)

@@ -94,7 +94,7 @@ func TestScheduleFollowsTheSeed(t *testing.T) {
 	if a.String() != b.String() || len(a) == 0 {
 		t.Fatalf("seed 77 drew two schedules:\n%s---\n%s", a, b)
 	}
-	if got := (Result{System: "k3os", Seed: 77, Duration: time.Minute, Nodes: 5}).Replay(); got != "scripts/chaos --system k3os --seed 77 --duration 1m0s --nodes 5" {
+	if got := (Result{System: "k3os", Seed: 77, Duration: time.Minute, Nodes: 5}).Replay(); got != "scripts/chaos --system k3os --seeds 1 --seed 77 --duration 1m0s --nodes 5" {
 		t.Fatalf("replay %q", got)
 	}
 }

@@ -204,6 +204,15 @@ func runK3os(ctx context.Context, o Options) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
+	// The monitor as a process too, beside the one in this process: what
+	// it costs (CPU, memory, API requests), and a second opinion.
+	monLog := filepath.Join(dir, "monitor.log")
+	monProc := newProc("monitor", monLog, filepath.Join(o.Bin, "slipway-sim"), "monitor", "--kubeconfig", env.Kubeconfig,
+		"--out", filepath.Join(dir, "monitor.jsonl"))
+	if err := monProc.start(); err != nil {
+		return res, err
+	}
+	defer monProc.stop(10 * time.Second)
 	mctx, stopMonitor := context.WithCancel(ctx)
 	defer stopMonitor()
 	mon, err := monitor.New(monitor.Config{})
@@ -255,10 +264,24 @@ func runK3os(ctx context.Context, o Options) (res Result, err error) {
 	mon.Tick()
 	res.Checks, res.Violations, res.MonitorErrors = mon.Checks(), mon.Violations(), mon.Errors()
 	res.Wall = time.Since(start)
+	monProc.stop(10 * time.Second)
+	res.MonitorProcess = lastLine(monLog, "checks,")
 	if err := writeViolations(filepath.Join(dir, "violations.jsonl"), res.Violations); err != nil {
 		return res, err
 	}
 	return res, nil
+}
+
+// lastLine is the last line of the file at path that contains sub.
+func lastLine(path, sub string) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(string(b), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], sub) {
+			return strings.TrimSpace(lines[i])
+		}
+	}
+	return ""
 }
 
 // reboots counts the simulated reboots since the nodes' first boot.
