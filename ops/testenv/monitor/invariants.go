@@ -20,6 +20,8 @@ const (
 	InvOperatorInFlight   = "update-operator-max-in-flight" // at most max-concurrent nodes in flight
 	InvHotLoop            = "bounded-writes"                // at most MaxWrites writes of one object per window
 	InvDoubleHeld         = "swarm-no-double-holder"        // no job in two applications' hands
+	InvCordonBudget       = "cordon-within-budget"          // slipway cordons a channel's node only while fewer than concurrency others are unavailable
+	InvCordonControlPlane = "cordon-control-plane-alone"    // slipway cordons a control-plane node only while no other is unavailable
 )
 
 // Finding is one invariant broken in one place. Key says where (a channel, a
@@ -98,6 +100,13 @@ type Reboot struct {
 	Cordoned bool
 }
 
+// CordonStart is a node seen cordoned by slipway in a version after one
+// that was not (or in its first version seen).
+type CordonStart struct {
+	Node string
+	At   time.Time
+}
+
 // State is what the invariants read: the monitor's observed state.
 type State struct {
 	Now   time.Time
@@ -108,6 +117,9 @@ type State struct {
 	Channels []ChannelObs
 	// Reboots observed since the last check.
 	Reboots []Reboot
+	// Cordons are the slipway cordons begun since the last check; Nodes
+	// already holds each one's cordon.
+	Cordons []CordonStart
 	// Writes are the times of each object's observed versions (object key
 	// to times, oldest first), as kept by the monitor over its window.
 	Writes map[string][]time.Time
@@ -151,6 +163,8 @@ var Invariants = []Invariant{
 	{InvOperatorInFlight, OperatorInFlight},
 	{InvHotLoop, HotLoops},
 	{InvDoubleHeld, DoubleHeld},
+	{InvCordonBudget, CordonWithinBudget},
+	{InvCordonControlPlane, CordonControlPlaneAlone},
 }
 
 func nodeKey(name string) string { return "Node//" + name }
@@ -317,6 +331,80 @@ func DoubleHeld(s State, _ Limits) ([]Finding, error) {
 	for _, j := range jobs {
 		out = append(out, Finding{Invariant: InvDoubleHeld, Key: j,
 			Message: fmt.Sprintf("job %s held by %s at once", j, strings.Join(d[j], " and "))})
+	}
+	return out, nil
+}
+
+// CordonWithinBudget: slipway begins a cordon on a channel's node only
+// while fewer than concurrency of the channel's other nodes are
+// unavailable (NotReady ones included: down is down, slot or not). Unlike
+// ChannelConcurrency, a fault that takes nodes down by itself (power off,
+// a network cut) breaks nothing here: only slipway's own step into a spent
+// budget does. Each such cordon is one finding, keyed by node and time.
+func CordonWithinBudget(s State, _ Limits) ([]Finding, error) {
+	var out []Finding
+	for _, cs := range s.Cordons {
+		for _, c := range s.Channels {
+			nodes, err := channelNodes(c, s, func(n NodeObs) bool { return n.Name == cs.Node || n.Unavailable() })
+			if err != nil {
+				return nil, err
+			}
+			var mine bool
+			var down, objs []string
+			for _, n := range nodes {
+				if n.Name == cs.Node {
+					mine = true
+					continue
+				}
+				down = append(down, n.Name+" ("+n.why()+")")
+				objs = append(objs, nodeKey(n.Name))
+			}
+			limit := max(c.Concurrency, 1)
+			if mine && len(down) >= limit {
+				out = append(out, Finding{Invariant: InvCordonBudget, Key: cs.Node + "@" + cs.At.UTC().Format(time.RFC3339Nano),
+					Message: fmt.Sprintf("slipway cordoned %s of channel %s/%s while %d of its other nodes were unavailable, concurrency %d: %s",
+						cs.Node, c.Namespace, c.Name, len(down), limit, strings.Join(down, "; ")),
+					Objects: append([]string{nodeKey(cs.Node), "UpdateChannel/" + c.Namespace + "/" + c.Name}, objs...)})
+			}
+		}
+	}
+	return out, nil
+}
+
+// CordonControlPlaneAlone: slipway begins a cordon on a control-plane node
+// (of those any channel names) only while no other control-plane node is
+// unavailable, NotReady ones included.
+func CordonControlPlaneAlone(s State, _ Limits) ([]Finding, error) {
+	if len(s.Cordons) == 0 {
+		return nil, nil
+	}
+	named := map[string]bool{}
+	for _, c := range s.Channels {
+		nodes, err := channelNodes(c, s, NodeObs.ControlPlane)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range nodes {
+			named[n.Name] = true
+		}
+	}
+	var out []Finding
+	for _, cs := range s.Cordons {
+		if !named[cs.Node] {
+			continue
+		}
+		var down, objs []string
+		for _, n := range sortedNodes(s) {
+			if named[n.Name] && n.Name != cs.Node && n.Unavailable() {
+				down = append(down, n.Name+" ("+n.why()+")")
+				objs = append(objs, nodeKey(n.Name))
+			}
+		}
+		if len(down) > 0 {
+			out = append(out, Finding{Invariant: InvCordonControlPlane, Key: cs.Node + "@" + cs.At.UTC().Format(time.RFC3339Nano),
+				Message: fmt.Sprintf("slipway cordoned control-plane node %s while another was unavailable: %s", cs.Node, strings.Join(down, "; ")),
+				Objects: append([]string{nodeKey(cs.Node)}, objs...)})
+		}
 	}
 	return out, nil
 }

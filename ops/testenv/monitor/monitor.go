@@ -106,6 +106,7 @@ type Monitor struct {
 	nodeList   []NodeObs             // nodes sorted by name; nil after a node changed
 	channels   map[string]ChannelObs
 	reboots    []Reboot
+	cordons    []CordonStart
 	writes     map[string][]time.Time
 	history    map[string][]Version
 	open       map[string]bool // invariant+key of the findings still standing
@@ -285,6 +286,9 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 			}
 			m.boots[x.Name] = bootRecord{ID: n.BootID, Cordoned: n.SlipwayCordoned()}
 		}
+		if prev, ok := m.nodes[x.Name]; n.SlipwayCordoned() && (!ok || !prev.SlipwayCordoned()) {
+			m.cordons = append(m.cordons, CordonStart{Node: x.Name, At: now})
+		}
 		m.nodes[x.Name] = n
 		summary = fmt.Sprintf("unschedulable=%t cordoned-by=%q ready=%t boot=%s in-flight=%t", n.Unschedulable, n.CordonedBy, n.Ready, n.BootID, n.InFlight)
 	case *opsv1.UpdateChannel:
@@ -363,7 +367,7 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 	if m.nodeList == nil {
 		m.nodeList = sortedNodes(State{Nodes: m.nodes})
 	}
-	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Writes: m.writes, Apps: apps}
+	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Cordons: m.cordons, Writes: m.writes, Apps: apps}
 	for _, name := range slices.Sorted(maps.Keys(m.channels)) {
 		s.Channels = append(s.Channels, m.channels[name])
 	}
@@ -397,9 +401,9 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 		}
 	}
 	// A reboot is judged once; findings keyed by it stay recorded.
-	m.reboots = nil
+	m.reboots, m.cordons = nil, nil
 	for k := range m.open {
-		if strings.HasPrefix(k, InvRebootWithoutDrain+"\x00") {
+		if strings.HasPrefix(k, InvRebootWithoutDrain+"\x00") || strings.HasPrefix(k, InvCordonBudget+"\x00") || strings.HasPrefix(k, InvCordonControlPlane+"\x00") {
 			standing[k] = true
 		}
 	}
