@@ -80,6 +80,11 @@ type Result struct {
 	// Checks is how many times the monitor checked every invariant.
 	Checks     int
 	Violations []monitor.Violation
+	// Excused are violations of the state invariants (channel-concurrency,
+	// control-plane-one-down) that a fault explains: a node named in them
+	// was taken down by a NotReady or Reregister fault then (see Excused).
+	// They are reported, and do not fail the run.
+	Excused []monitor.Violation
 	// MonitorErrors are checks that could not be made.
 	MonitorErrors []error
 	// Settled: the system reached its end state (e.g. the rollout
@@ -120,9 +125,9 @@ func (r Result) Report(w io.Writer) {
 	if r.Failed() {
 		verdict = "FAILED"
 	}
-	fmt.Fprintf(w, "chaos %s %s: %s in %s: faults %s (skipped %s, %.1f fault-seconds), %d invariant checks, %d violations, settled %t\n",
+	fmt.Fprintf(w, "chaos %s %s: %s in %s: faults %s (skipped %s, %.1f fault-seconds), %d invariant checks, %d violations (%d excused by a fault), settled %t\n",
 		r.System, what, verdict, r.Wall.Round(time.Second), kinds(r.Faults.Injected), kinds(r.Faults.Skipped), r.Faults.FaultTime.Seconds(),
-		r.Checks, len(r.Violations), r.Settled)
+		r.Checks, len(r.Violations), len(r.Excused), r.Settled)
 	if r.Outcome != "" {
 		fmt.Fprintf(w, "  outcome: %s\n", r.Outcome)
 	}
@@ -144,11 +149,43 @@ func (r Result) Report(w io.Writer) {
 	for _, v := range r.Violations {
 		fmt.Fprintf(w, "  VIOLATION %s\n", strings.ReplaceAll(v.String(), "\n", "\n  "))
 	}
+	for _, v := range r.Excused {
+		fmt.Fprintf(w, "  excused (a fault took the node down): %s %s\n", v.Invariant, v.Message)
+	}
 	fmt.Fprintf(w, "  schedule:\n    %s\n", strings.ReplaceAll(strings.TrimSpace(r.Schedule.String()), "\n", "\n    "))
 	if r.Dir != "" {
 		fmt.Fprintf(w, "  logs: %s\n", r.Dir)
 	}
 	fmt.Fprintf(w, "  replay: %s\n", r.Replay())
+}
+
+// faultGrace is how long after a NotReady fault ends (or a node is
+// registered again) the node may still be down by the fault's doing:
+// kwok's heartbeat and the node lifecycle controller take that long.
+const faultGrace = 15 * time.Second
+
+// Excused reports whether v is a violation of a state invariant
+// (channel-concurrency, control-plane-one-down) that names a node a
+// NotReady or Reregister fault of sched took down at v's time (sched's
+// offsets from start). Those invariants count every unavailable node, so
+// a fault can break them by itself; slipway's own part is judged by
+// cordon-within-budget and cordon-control-plane-alone, which are never
+// excused.
+func Excused(v monitor.Violation, sched faults.Schedule, start time.Time) bool {
+	if v.Invariant != monitor.InvChannelConcurrency && v.Invariant != monitor.InvControlPlane {
+		return false
+	}
+	at := v.At.Sub(start)
+	for _, f := range sched {
+		if f.Kind != faults.NotReady && f.Kind != faults.Reregister {
+			continue
+		}
+		node := strings.TrimPrefix(f.Target, "node/")
+		if at >= f.At && at <= f.At+f.For+faultGrace && strings.Contains(v.Message, node+" (NotReady") {
+			return true
+		}
+	}
+	return false
 }
 
 // kinds formats counts by kind, in AllKinds order.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/testenv/faults"
+	"slipway.dev/slipway/ops/testenv/monitor"
 )
 
 var (
@@ -96,5 +98,29 @@ func TestScheduleFollowsTheSeed(t *testing.T) {
 	}
 	if got := (Result{System: "k3os", Seed: 77, Duration: time.Minute, Nodes: 5}).Replay(); got != "scripts/chaos --system k3os --seeds 1 --seed 77 --duration 1m0s --nodes 5" {
 		t.Fatalf("replay %q", got)
+	}
+}
+
+// TestExcused: a state invariant broken while a fault holds a named node
+// down is excused; slipway's own cordon rules never are.
+func TestExcused(t *testing.T) {
+	start := time.Unix(1000, 0)
+	sched := faults.Schedule{{At: 10 * time.Second, Kind: faults.NotReady, Target: "node/node-5", For: 5 * time.Second}}
+	v := func(inv string, at time.Duration, msg string) monitor.Violation {
+		return monitor.Violation{Invariant: inv, At: start.Add(at), Message: msg}
+	}
+	for _, tc := range []struct {
+		v    monitor.Violation
+		want bool
+	}{
+		{v(monitor.InvChannelConcurrency, 12*time.Second, "2 nodes unavailable: node-4 (cordoned by slipway-agent); node-5 (NotReady)"), true},
+		{v(monitor.InvChannelConcurrency, 12*time.Second, "2 nodes unavailable: node-4 (cordoned by slipway-agent); node-3 (NotReady)"), false},
+		{v(monitor.InvChannelConcurrency, 5*time.Second, "2 nodes unavailable: node-4 (cordoned by slipway-agent); node-5 (NotReady)"), false},
+		{v(monitor.InvChannelConcurrency, time.Minute, "2 nodes unavailable: node-4 (cordoned by slipway-agent); node-5 (NotReady)"), false},
+		{v(monitor.InvCordonBudget, 12*time.Second, "slipway cordoned node-4 while ...: node-5 (NotReady)"), false},
+	} {
+		if got := Excused(tc.v, sched, start); got != tc.want {
+			t.Errorf("Excused(%s at %s: %s) = %t, want %t", tc.v.Invariant, tc.v.At.Sub(start), tc.v.Message, got, tc.want)
+		}
 	}
 }

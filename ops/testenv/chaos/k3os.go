@@ -242,6 +242,7 @@ func runK3os(ctx context.Context, o Options) (res Result, err error) {
 	for n, c := range ctrls {
 		sim.Procs[n] = c
 	}
+	faultsStart := time.Now()
 	res.Faults = faults.Run(ctx, res.Schedule, sim, func(l string) { logf("%s", l) })
 	logf("faults over after %s; waiting for the rollout to settle", time.Since(start).Round(time.Second))
 	var last *v1.UpdateChannel
@@ -262,11 +263,18 @@ func runK3os(ctx context.Context, o Options) (res Result, err error) {
 	}
 	// A last check once quiet, then the monitor's findings.
 	mon.Tick()
-	res.Checks, res.Violations, res.MonitorErrors = mon.Checks(), mon.Violations(), mon.Errors()
+	res.Checks, res.MonitorErrors = mon.Checks(), mon.Errors()
+	for _, v := range mon.Violations() {
+		if Excused(v, res.Schedule, faultsStart) {
+			res.Excused = append(res.Excused, v)
+		} else {
+			res.Violations = append(res.Violations, v)
+		}
+	}
 	res.Wall = time.Since(start)
 	monProc.stop(10 * time.Second)
 	res.MonitorProcess = lastLine(monLog, "checks,")
-	if err := writeViolations(filepath.Join(dir, "violations.jsonl"), res.Violations); err != nil {
+	if err := writeViolations(filepath.Join(dir, "violations.jsonl"), append(res.Violations, res.Excused...)); err != nil {
 		return res, err
 	}
 	return res, nil
