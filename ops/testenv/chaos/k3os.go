@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,7 +70,7 @@ func k3osSpec(o Options, nodes []string) faults.Spec {
 		nodeTargets = append(nodeTargets, "node/"+n)
 	}
 	procs := append(agents, "controller/a", "controller/b")
-	return faults.Spec{Duration: o.Duration, Gap: 1500 * time.Millisecond, MaxFor: 8 * time.Second, Targets: map[faults.Kind][]string{
+	spec := faults.Spec{Duration: o.Duration, Gap: 1500 * time.Millisecond, MaxFor: 8 * time.Second, Targets: map[faults.Kind][]string{
 		faults.Kill: procs, faults.Pause: procs,
 		faults.Latency: procs, faults.HalfOpen: procs, faults.Partition: procs, faults.Drop: procs,
 		faults.NotReady: nodeTargets, faults.Reregister: nodeTargets,
@@ -78,6 +79,14 @@ func k3osSpec(o Options, nodes []string) faults.Spec {
 		faults.Kill: 4, faults.Pause: 3, faults.Latency: 2, faults.HalfOpen: 2, faults.Partition: 2, faults.Drop: 2,
 		faults.NotReady: 2, faults.Reregister: 1, faults.BlockEviction: 1,
 	}}
+	if len(o.Kinds) > 0 {
+		for k := range spec.Weights {
+			if !slices.Contains(o.Kinds, k) {
+				spec.Weights[k] = 0
+			}
+		}
+	}
+	return spec
 }
 
 // NodeNames are the fake nodes of a run of n nodes.
@@ -97,7 +106,7 @@ func K3osSchedule(opts Options) faults.Schedule {
 
 func runK3os(ctx context.Context, o Options) (res Result, err error) {
 	start := time.Now()
-	res = Result{System: o.System, Seed: o.Seed, Name: o.Name, Nodes: o.Nodes, Duration: o.Duration}
+	res = Result{System: o.System, Seed: o.Seed, Name: o.Name, Nodes: o.Nodes, Duration: o.Duration, Kinds: o.Kinds}
 	res.Schedule = o.Schedule
 	if res.Schedule == nil {
 		res.Schedule = K3osSchedule(o)

@@ -30,6 +30,7 @@ import (
 // the process ends failing, with its checks and cost on stderr.
 func TestMonitorProcess(t *testing.T) {
 	needCluster(t)
+	t.Parallel()
 	bin := buildBin(t)
 	ctx := context.Background()
 	env, err := testenv.Start(ctx, testenv.Options{CRDs: crds.Must(), ToolsDir: os.Getenv(testenv.EnvToolsDir)})

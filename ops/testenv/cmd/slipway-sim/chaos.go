@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,6 +30,8 @@ func chaosCmd(ctx context.Context, args []string) error {
 	bin := fs.String("bin", "", "directory holding the built slipway and slipway-sim (required)")
 	tools := fs.String("tools", os.Getenv(testenv.EnvToolsDir), "directory of the control-plane binaries (default $SLIPWAY_TOOLS_DIR)")
 	schedule := fs.String("schedule", "", "run this schedule file (faults.Parse format) instead of drawing one from the seed")
+	named := fs.String("named", "", "run this named schedule (ops/testenv/chaos Schedules) instead of seeds")
+	kinds := fs.String("kinds", "", "comma-separated kinds of faults to draw (default all: "+kindList()+")")
 	keep := fs.Bool("keep", false, "keep every run's directory (logs, violations.jsonl); failing runs' are always kept")
 	verbose := fs.Bool("v", false, "print each fault as it is applied and healed")
 	if err := fs.Parse(args); err != nil {
@@ -50,6 +54,16 @@ func chaosCmd(ctx context.Context, args []string) error {
 			return fmt.Errorf("chaos: --schedule %s: %w", *schedule, err)
 		}
 	}
+	var only []faults.Kind
+	for _, k := range strings.Split(*kinds, ",") {
+		if k = strings.TrimSpace(k); k == "" {
+			continue
+		}
+		if !slices.Contains(faults.AllKinds, faults.Kind(k)) {
+			return fmt.Errorf("chaos: --kinds: unknown kind %q (known: %s)", k, kindList())
+		}
+		only = append(only, faults.Kind(k))
+	}
 	if *seed == 0 {
 		*seed = time.Now().UnixNano() % 1_000_000
 	}
@@ -63,9 +77,17 @@ func chaosCmd(ctx context.Context, args []string) error {
 		runs, bad := 0, 0
 		for i := range *seeds {
 			o := chaos.Options{System: sys, Seed: *seed + int64(i), Duration: *duration, Settle: *settle, Nodes: *nodes, Bin: *bin,
-				ToolsDir: *tools, Schedule: sched, Keep: *keep}
+				ToolsDir: *tools, Schedule: sched, Keep: *keep, Kinds: only}
 			if *schedule != "" {
 				o.Name = *schedule
+			}
+			if *named != "" {
+				n, err := chaos.NamedOptions(*named)
+				if err != nil {
+					return err
+				}
+				n.Bin, n.ToolsDir, n.Keep, n.Settle, n.Log = *bin, *tools, *keep, *settle, o.Log
+				o = n
 			}
 			if *verbose {
 				o.Log = os.Stdout
@@ -98,6 +120,14 @@ func chaosCmd(ctx context.Context, args []string) error {
 		return fmt.Errorf("chaos: %d runs failed (their replay commands are above)", failed)
 	}
 	return nil
+}
+
+func kindList() string {
+	var ks []string
+	for _, k := range faults.AllKinds {
+		ks = append(ks, string(k))
+	}
+	return strings.Join(ks, ",")
 }
 
 func summary(m map[faults.Kind]int) string {
