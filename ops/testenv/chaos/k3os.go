@@ -272,6 +272,9 @@ func runK3os(ctx context.Context, o Options) (res Result, err error) {
 	}
 	// A last check once quiet, then the monitor's findings.
 	mon.Tick()
+	if res.Settled {
+		mon.CheckQuiet()
+	}
 	res.Checks, res.MonitorErrors = mon.Checks(), mon.Errors()
 	for _, v := range mon.Violations() {
 		if Excused(v, res.Schedule, faultsStart) {

@@ -112,3 +112,29 @@ func TestPlantedCordonBesideDownServer(t *testing.T) {
 func poolSel(p string) *metav1.LabelSelector {
 	return &metav1.LabelSelector{MatchLabels: map[string]string{"pool": p}}
 }
+
+// TestPlantedCordonOnceQuiet: a slipway cordon left after the last slot
+// ended is reported by CheckQuiet; while a slot is held it is not.
+func TestPlantedCordonOnceQuiet(t *testing.T) {
+	w := newWorld(t, Config{})
+	w.channel("cq", 1, "cq")
+	w.node("cq-1", map[string]string{"pool": "cq"})
+	w.node("cq-2", map[string]string{"pool": "cq"})
+	w.cordon("cq-1")
+	w.caughtUp("cq-1")
+	w.uncordon("cq-1")
+	w.caughtUp("cq-1")
+	w.m.CheckQuiet()
+	w.quiet("every cordon lifted")
+	w.cordon("cq-2")
+	w.caughtUp("cq-2")
+	w.m.CheckQuiet()
+	v := w.expect(InvCordonOnceQuiet)
+	if !strings.Contains(v.Message, "cq-2") || len(v.History["Node//cq-2"]) == 0 {
+		t.Errorf("violation %v", v)
+	}
+	fs, err := NoCordonOnceQuiet(State{Nodes: nodes(cordoned(ready("a"))), Channels: []ChannelObs{{Name: "c", Slots: []string{"a"}}}}, Limits{})
+	if err != nil || len(fs) != 0 {
+		t.Errorf("a cordon under its slot reported: %v %v", fs, err)
+	}
+}

@@ -408,3 +408,32 @@ func CordonControlPlaneAlone(s State, _ Limits) ([]Finding, error) {
 	}
 	return out, nil
 }
+
+// InvCordonOnceQuiet names the end-of-run rule NoCordonOnceQuiet.
+const InvCordonOnceQuiet = "no-cordon-once-quiet"
+
+// NoCordonOnceQuiet: once the system is quiet (no channel holds a slot and
+// no node is in the update operator's flight), no node keeps a slipway
+// cordon. It is not among Invariants: a cordon and its slot do not end in
+// one write, so it is checked only when a run has settled (CheckQuiet).
+func NoCordonOnceQuiet(s State, _ Limits) ([]Finding, error) {
+	for _, c := range s.Channels {
+		if len(c.Slots) > 0 {
+			return nil, nil
+		}
+	}
+	for _, n := range sortedNodes(s) {
+		if n.InFlight {
+			return nil, nil
+		}
+	}
+	var out []Finding
+	for _, n := range sortedNodes(s) {
+		if n.SlipwayCordoned() {
+			out = append(out, Finding{Invariant: InvCordonOnceQuiet, Key: n.Name,
+				Message: fmt.Sprintf("node %s still cordoned by %s once no slot is held and no node is in flight", n.Name, n.CordonedBy),
+				Objects: []string{nodeKey(n.Name)}})
+		}
+	}
+	return out, nil
+}

@@ -226,6 +226,31 @@ func (m *Monitor) Tick() {
 	m.checkLocked(apps)
 }
 
+// CheckQuiet checks, once, the rules of a settled system
+// (NoCordonOnceQuiet) and records what they find; a run calls it when it
+// has settled.
+func (m *Monitor) CheckQuiet() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.cfg.Now()
+	if m.nodeList == nil {
+		m.nodeList = sortedNodes(State{Nodes: m.nodes})
+	}
+	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList}
+	for _, name := range slices.Sorted(maps.Keys(m.channels)) {
+		s.Channels = append(s.Channels, m.channels[name])
+	}
+	m.checks++
+	fs, _ := NoCordonOnceQuiet(s, m.cfg.Limits)
+	for _, f := range fs {
+		v := Violation{At: now, Invariant: f.Invariant, Key: f.Key, Message: f.Message, History: map[string][]Version{}}
+		for _, o := range f.Objects {
+			v.History[o] = slices.Clone(m.history[o])
+		}
+		m.violations = append(m.violations, v)
+	}
+}
+
 // Violations are those recorded so far, oldest first.
 func (m *Monitor) Violations() []Violation {
 	m.mu.Lock()
