@@ -143,8 +143,13 @@ func TestExcused(t *testing.T) {
 func TestNamedSchedules(t *testing.T) {
 	needCluster(t)
 	t.Parallel()
+	runNamed(t, "k3os-paused-leaders")
+}
+
+// runNamed runs each named schedule as a subtest under runOK.
+func runNamed(t *testing.T, names ...string) {
 	bin := buildBin(t)
-	for _, name := range []string{"k3os-paused-leaders"} {
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			o, err := NamedOptions(name)
 			if err != nil {

@@ -9,15 +9,5 @@ import "testing"
 // and passes once its fix is merged, when it moves to TestNamedSchedules.
 func TestPendingSchedules(t *testing.T) {
 	needCluster(t)
-	bin := buildBin(t)
-	for _, name := range []string{"k3os-notready-server", "k3os-notready-worker"} {
-		t.Run(name, func(t *testing.T) {
-			o, err := NamedOptions(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			o.Bin = bin
-			runOK(t, o)
-		})
-	}
+	runNamed(t, "k3os-notready-server", "k3os-notready-worker")
 }
