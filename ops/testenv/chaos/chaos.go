@@ -21,7 +21,7 @@ import (
 )
 
 // Systems are the systems a run can drive.
-var Systems = []string{"k3os"}
+var Systems = []string{"k3os", "update-operator"}
 
 // Options says what one run does.
 type Options struct {
@@ -224,6 +224,8 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	switch opts.System {
 	case "k3os":
 		return runK3os(ctx, opts)
+	case "update-operator":
+		return runUpdateOperator(ctx, opts)
 	default:
 		return Result{}, fmt.Errorf("chaos: unknown system %q (known: %s)", opts.System, strings.Join(Systems, ", "))
 	}

@@ -3,8 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,9 +19,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
-	"slipway.dev/slipway/ops/crds"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
-	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/ops/testenv/faults"
 	"slipway.dev/slipway/ops/testenv/monitor"
 	"slipway.dev/slipway/upgrade/releasetest"
@@ -104,213 +100,89 @@ func K3osSchedule(opts Options) faults.Schedule {
 	return faults.Generate(opts.Seed, k3osSpec(opts, NodeNames(opts.Nodes)))
 }
 
-func runK3os(ctx context.Context, o Options) (res Result, err error) {
-	start := time.Now()
-	res = Result{System: o.System, Seed: o.Seed, Name: o.Name, Nodes: o.Nodes, Duration: o.Duration, Kinds: o.Kinds}
-	res.Schedule = o.Schedule
-	if res.Schedule == nil {
-		res.Schedule = K3osSchedule(o)
-	}
-	dir, err := os.MkdirTemp("", "slipway-chaos-k3os-")
-	if err != nil {
-		return res, err
-	}
-	defer func() {
-		if o.Keep || (err == nil && res.Failed()) {
-			res.Dir = dir
-			return
-		}
-		_ = os.RemoveAll(dir)
-	}()
-	logf := func(format string, a ...any) {
-		fmt.Fprintf(o.Log, "chaos k3os: "+format+"\n", a...)
-	}
-	mirror := filepath.Join(dir, "mirror")
+// k3os is the k3os system.
+type k3os struct {
+	mirror string
+	oc     versioned.Interface
+}
+
+func runK3os(ctx context.Context, o Options) (Result, error) { return runSystem(ctx, o, &k3os{}) }
+
+func (*k3os) spec(o Options, nodes []string) faults.Spec { return k3osSpec(o, nodes) }
+
+func (*k3os) limits() monitor.Limits { return monitor.Limits{} }
+
+func (s *k3os) nodeCommand(h *harness) ([]string, []string, error) {
+	s.mirror = filepath.Join(h.dir, "mirror")
 	for _, v := range []string{"v1", "v2"} {
-		if _, err := releasetest.Write(releasetest.Options{Mirror: mirror, Version: v}); err != nil {
-			return res, fmt.Errorf("write release %s: %w", v, err)
+		if _, err := releasetest.Write(releasetest.Options{Mirror: s.mirror, Version: v}); err != nil {
+			return nil, nil, fmt.Errorf("write release %s: %w", v, err)
 		}
 	}
-	kcDir := filepath.Join(dir, "kubeconfigs")
-	for _, d := range []string{kcDir, filepath.Join(dir, "env")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return res, err
+	return []string{"/bin/sh", "-c", k3osNodeScript}, []string{"CHAOS_MIRROR=" + s.mirror}, nil
+}
+
+func (s *k3os) setup(ctx context.Context, h *harness, kc kubernetes.Interface) error {
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: k3osNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace: %w", err)
+	}
+	for _, n := range h.nodes[:min(controlPlane, len(h.nodes))] {
+		patch := []byte(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":"true"}}}`)
+		if _, err := kc.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("label %s control-plane: %w", n, err)
 		}
 	}
-	proxies := map[string]*faults.Proxy{}
-	defer func() {
-		for _, p := range proxies {
-			_ = p.Close()
-		}
-	}()
-	ctrls := map[string]*proc{}
-	defer func() {
-		for _, c := range ctrls {
-			c.stop(10 * time.Second)
-		}
-	}()
-	nodes := NodeNames(o.Nodes)
-	simLog, err := os.Create(filepath.Join(dir, "sim.log"))
-	if err != nil {
-		return res, err
-	}
-	defer simLog.Close()
-	setup := func(ctx context.Context, cfg *rest.Config) error {
-		kc, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
+	for _, c := range controllers {
+		if err := h.startProc(c, filepath.Join(h.o.Bin, "slipway"), "ops", "controller",
+			"--identity", strings.ReplaceAll(c, "/", "-"), "--namespace", k3osNS, "--kubeconfig", h.kubeconfig(c),
+			"--metrics-addr", "", "--lease-duration", "6s", "--resync", "10s", "--retry-backoff", "20s"); err != nil {
 			return err
 		}
-		if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: k3osNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create namespace: %w", err)
-		}
-		for _, n := range nodes[:min(controlPlane, len(nodes))] {
-			patch := []byte(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":"true"}}}`)
-			if _, err := kc.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-				return fmt.Errorf("label %s control-plane: %w", n, err)
-			}
-		}
-		targets := []string{"controller/a", "controller/b"}
-		for _, n := range nodes {
-			targets = append(targets, "agent/"+n)
-		}
-		for _, t := range targets {
-			p, err := faults.NewProxy("127.0.0.1:0", strings.TrimPrefix(cfg.Host, "https://"))
-			if err != nil {
-				return err
-			}
-			proxies[t] = p
-			if err := writeKubeconfig(filepath.Join(kcDir, strings.ReplaceAll(t, "/", "-")), cfg, "https://"+p.Addr()); err != nil {
-				return err
-			}
-		}
-		for _, id := range []string{"a", "b"} {
-			c := newProc("controller/"+id, filepath.Join(dir, "controller-"+id+".log"), filepath.Join(o.Bin, "slipway"), "ops", "controller",
-				"--identity", "controller-"+id, "--namespace", k3osNS, "--kubeconfig", filepath.Join(kcDir, "controller-"+id),
-				"--metrics-addr", "", "--lease-duration", "6s", "--resync", "10s", "--retry-backoff", "20s")
-			if err := c.start(); err != nil {
-				return err
-			}
-			ctrls["controller/"+id] = c
-		}
-		return guardedWorkload(ctx, kc)
 	}
-	env, err := testenv.Start(ctx, testenv.Options{
-		Cluster: true, Nodes: o.Nodes, CRDs: crds.Must(), ToolsDir: o.ToolsDir, Dir: filepath.Join(dir, "env"), Timeout: 5 * time.Minute,
-		ExecPath: o.Bin + ":/usr/local/bin:/usr/bin:/bin", NodeCommand: []string{"/bin/sh", "-c", k3osNodeScript},
-		NodeEnv: []string{"CHAOS_MIRROR=" + mirror, "CHAOS_KUBECONFIGS=" + kcDir},
-		Logger:  slog.New(slog.NewTextHandler(simLog, nil)), Log: simLog, Setup: setup,
-	})
-	if err != nil {
-		return res, fmt.Errorf("start the simulated cluster: %w", err)
-	}
-	defer env.Stop()
-	logf("cluster up in %s", time.Since(start).Round(time.Second))
-	kc, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		return res, err
-	}
-	oc, err := versioned.NewForConfig(env.Config)
-	if err != nil {
-		return res, err
-	}
-	// The monitor as a process too, beside the one in this process: what
-	// it costs (CPU, memory, API requests), and a second opinion.
-	monLog := filepath.Join(dir, "monitor.log")
-	monProc := newProc("monitor", monLog, filepath.Join(o.Bin, "slipway-sim"), "monitor", "--kubeconfig", env.Kubeconfig,
-		"--out", filepath.Join(dir, "monitor.jsonl"))
-	if err := monProc.start(); err != nil {
-		return res, err
-	}
-	defer monProc.stop(10 * time.Second)
-	mctx, stopMonitor := context.WithCancel(ctx)
-	defer stopMonitor()
-	mon, err := monitor.New(monitor.Config{})
-	if err != nil {
-		return res, err
-	}
-	if err := mon.Run(mctx, env.Config); err != nil {
-		return res, err
+	return nil
+}
+
+// start creates the channel at v1, waits for every agent to report it,
+// then moves the channel to v2.
+func (s *k3os) start(ctx context.Context, h *harness) error {
+	var err error
+	if s.oc, err = versioned.NewForConfig(h.env.Config); err != nil {
+		return err
 	}
 	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: k3osNS}, Spec: v1.UpdateChannelSpec{
-		URL: "file://" + mirror, Version: "v1", Concurrency: 1, MaxFailures: 3,
+		URL: "file://" + s.mirror, Version: "v1", Concurrency: 1, MaxFailures: 3,
 		RebootDelay: &metav1.Duration{Duration: time.Second},
 		Drain:       &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 20 * time.Second}}}}
-	if _, err := oc.OpsV1().UpdateChannels(k3osNS).Create(ctx, ch, metav1.CreateOptions{}); err != nil {
-		return res, fmt.Errorf("create the channel: %w", err)
+	if _, err := s.oc.OpsV1().UpdateChannels(k3osNS).Create(ctx, ch, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create the channel: %w", err)
 	}
-	if err := waitChannel(ctx, oc, 3*time.Minute, func(ch *v1.UpdateChannel) bool {
-		return ch.Status.Counts.Nodes == o.Nodes && ch.Status.Counts.UpToDate == o.Nodes
+	if err := waitChannel(ctx, s.oc, 3*time.Minute, func(ch *v1.UpdateChannel) bool {
+		return ch.Status.Counts.Nodes == h.o.Nodes && ch.Status.Counts.UpToDate == h.o.Nodes
 	}); err != nil {
-		return res, fmt.Errorf("every agent to report v1: %w", err)
+		return fmt.Errorf("every agent to report v1: %w", err)
 	}
-	logf("every agent at v1 after %s; rolling out v2 under %d faults", time.Since(start).Round(time.Second), len(res.Schedule))
-	if _, err := oc.OpsV1().UpdateChannels(k3osNS).Patch(ctx, "default", types.MergePatchType, []byte(`{"spec":{"version":"v2"}}`), metav1.PatchOptions{}); err != nil {
-		return res, fmt.Errorf("patch the channel to v2: %w", err)
+	if _, err := s.oc.OpsV1().UpdateChannels(k3osNS).Patch(ctx, "default", types.MergePatchType, []byte(`{"spec":{"version":"v2"}}`), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patch the channel to v2: %w", err)
 	}
-	sim := &faults.Sim{Env: env, Client: kc, Proxies: proxies, Procs: map[string]faults.Proc{}}
-	for n, c := range ctrls {
-		sim.Procs[n] = c
-	}
-	faultsStart := time.Now()
-	res.Faults = faults.Run(ctx, res.Schedule, sim, func(l string) { logf("%s", l) })
-	logf("faults over after %s; waiting for the rollout to settle", time.Since(start).Round(time.Second))
-	var last *v1.UpdateChannel
-	err = waitChannel(ctx, oc, o.Settle, func(ch *v1.UpdateChannel) bool {
-		last = ch
-		return k3osSettled(ch, o.Nodes)
-	})
-	res.Settled = err == nil
-	if last != nil {
-		res.Outcome = fmt.Sprintf("%d/%d nodes at v2, %d failures, %d reboots", last.Status.Counts.UpToDate, o.Nodes, len(last.Status.Failed), reboots(env, nodes))
-	}
-	if !res.Settled && last != nil {
-		res.Unsettled = fmt.Sprintf("generation %d observed %d, slots %v, counts %+v, failed %v", last.Generation, last.Status.ObservedGeneration,
-			last.Status.Updating, last.Status.Counts, last.Status.Failed)
-	}
-	if ctx.Err() != nil {
-		return res, ctx.Err()
-	}
-	// A last check once quiet, then the monitor's findings.
-	mon.Tick()
-	if res.Settled {
-		mon.CheckQuiet()
-	}
-	res.Checks, res.MonitorErrors = mon.Checks(), mon.Errors()
-	for _, v := range mon.Violations() {
-		if Excused(v, res.Schedule, faultsStart) {
-			res.Excused = append(res.Excused, v)
-		} else {
-			res.Violations = append(res.Violations, v)
-		}
-	}
-	res.Wall = time.Since(start)
-	monProc.stop(10 * time.Second)
-	res.MonitorProcess = lastLine(monLog, "checks,")
-	if err := writeViolations(filepath.Join(dir, "violations.jsonl"), append(res.Violations, res.Excused...)); err != nil {
-		return res, err
-	}
-	return res, nil
+	return nil
 }
 
-// lastLine is the last line of the file at path that contains sub.
-func lastLine(path, sub string) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(string(b), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		if strings.Contains(lines[i], sub) {
-			return strings.TrimSpace(lines[i])
-		}
+func (s *k3os) settled(ctx context.Context, h *harness) (bool, string) {
+	ch, err := s.oc.OpsV1().UpdateChannels(k3osNS).Get(ctx, "default", metav1.GetOptions{})
+	if err != nil {
+		return false, err.Error()
 	}
-	return ""
+	out := fmt.Sprintf("%d/%d nodes at v2, %d failures, %d reboots; generation %d observed %d, slots %v, failed %v", ch.Status.Counts.UpToDate, h.o.Nodes,
+		len(ch.Status.Failed), reboots(h.env, h.nodes), ch.Generation, ch.Status.ObservedGeneration, slotNodes(ch), ch.Status.Failed)
+	return k3osSettled(ch, h.o.Nodes), out
 }
 
-// reboots counts the simulated reboots since the nodes' first boot.
-func reboots(env *testenv.Env, nodes []string) int {
-	n := 0
-	for _, node := range nodes {
-		n += max(env.Supervisor.Boots(node)-1, 0)
+func slotNodes(ch *v1.UpdateChannel) []string {
+	var out []string
+	for _, s := range ch.Status.Updating {
+		out = append(out, s.Node)
 	}
-	return n
+	return out
 }
 
 // k3osSettled: no slot held, every node counted, each at v2 or failed at

@@ -21,7 +21,7 @@ import (
 // each failing run prints its schedule and the command that replays it.
 func chaosCmd(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
-	system := fs.String("system", "k3os", "system to run (k3os), or all")
+	system := fs.String("system", "k3os", "system to run ("+strings.Join(chaos.Systems, ", ")+"), or all")
 	seeds := fs.Int("seeds", 1, "number of seeds per system")
 	seed := fs.Int64("seed", 0, "first seed (0: drawn from the clock and printed)")
 	duration := fs.Duration("duration", time.Minute, "span of each run's faults")
