@@ -74,7 +74,7 @@ func TestK3osSeeds(t *testing.T) {
 	bin := buildBin(t)
 	for _, seed := range []int64{1} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			runOK(t, Options{System: "k3os", Seed: seed, Duration: 20 * time.Second, Kinds: testKinds, Bin: bin})
+			runOK(t, Options{System: "k3os", Seed: seed, Duration: 12 * time.Second, Kinds: testKinds, Bin: bin})
 		})
 	}
 }
