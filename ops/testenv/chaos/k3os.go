@@ -69,11 +69,11 @@ func k3osSpec(o Options, nodes []string) faults.Spec {
 	spec := faults.Spec{Duration: o.Duration, Gap: 1500 * time.Millisecond, MaxFor: 8 * time.Second, Targets: map[faults.Kind][]string{
 		faults.Kill: procs, faults.Pause: procs,
 		faults.Latency: procs, faults.HalfOpen: procs, faults.Partition: procs, faults.Drop: procs,
-		faults.NotReady: nodeTargets, faults.Reregister: nodeTargets,
+		faults.NotReady: nodeTargets, faults.Reregister: nodeTargets, faults.StallReboot: nodeTargets,
 		faults.BlockEviction: {"pdb/default/guarded"},
 	}, Weights: map[faults.Kind]int{
 		faults.Kill: 4, faults.Pause: 3, faults.Latency: 2, faults.HalfOpen: 2, faults.Partition: 2, faults.Drop: 2,
-		faults.NotReady: 2, faults.Reregister: 1, faults.BlockEviction: 1,
+		faults.NotReady: 2, faults.Reregister: 1, faults.BlockEviction: 1, faults.StallReboot: 2,
 	}}
 	if len(o.Kinds) > 0 {
 		for k := range spec.Weights {

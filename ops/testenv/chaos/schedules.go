@@ -36,6 +36,16 @@ var Schedules = map[string]Named{
 	"k3os-notready-worker": {System: "k3os", Nodes: 5,
 		Doc:      "a NotReady worker with no slot spends a concurrency-1 channel's budget (cordon-within-budget)",
 		Schedule: faults.Schedule{{At: 0, Kind: faults.NotReady, Target: "node/node-5", For: 90 * time.Second}}},
+	// Every control-plane node's reboot stalls for 30 s (a host hung in
+	// its firmware): the server rebooting stays NotReady with its slot,
+	// and no other server may start meanwhile.
+	"k3os-stalled-reboots": {System: "k3os", Nodes: 5,
+		Doc: "stalled reboots of the servers: the slot is held while its node is down, no second server starts",
+		Schedule: faults.Schedule{
+			{At: 0, Kind: faults.StallReboot, Target: "node/node-1", For: 30 * time.Second},
+			{At: 0, Kind: faults.StallReboot, Target: "node/node-2", For: 30 * time.Second},
+			{At: 0, Kind: faults.StallReboot, Target: "node/node-3", For: 30 * time.Second},
+		}},
 	// The controller's leader is paused (SIGSTOP) in the middle of the
 	// rollout and its Lease taken over; resumed, it must not act on its
 	// stale view: no second slot, no cordon beyond the budget.

@@ -15,7 +15,7 @@ func spec() Spec {
 	return Spec{Duration: 2 * time.Minute, Targets: map[Kind][]string{
 		Kill: {"agent/node-1", "agent/node-2", "controller/a"}, Pause: {"agent/node-1", "controller/a"},
 		Latency: {"agent/node-1"}, HalfOpen: {"controller/a"}, Partition: {"agent/node-2"}, Drop: {"agent/node-2"},
-		NotReady: {"node/node-1"}, Reregister: {"node/node-2"}, BlockEviction: {"pdb/default/guarded"},
+		NotReady: {"node/node-1"}, Reregister: {"node/node-2"}, BlockEviction: {"pdb/default/guarded"}, StallReboot: {"node/node-3"},
 	}}
 }
 

@@ -54,6 +54,9 @@ const (
 	Reregister Kind = "reregister"
 	// BlockEviction makes a PodDisruptionBudget forbid every eviction for For.
 	BlockEviction Kind = "block-eviction"
+	// StallReboot makes a node's reboots stall for For: one under way or
+	// begun meanwhile stays down until then (a long For: never back).
+	StallReboot Kind = "stall-reboot"
 )
 
 // Timed reports whether a fault of kind k lasts For and is then healed.
@@ -163,7 +166,7 @@ func parseFault(line string) (Fault, error) {
 }
 
 // AllKinds are the kinds Generate draws from, in a fixed order.
-var AllKinds = []Kind{Kill, Pause, Latency, HalfOpen, Partition, Drop, NotReady, Reregister, BlockEviction}
+var AllKinds = []Kind{Kill, Pause, Latency, HalfOpen, Partition, Drop, NotReady, Reregister, BlockEviction, StallReboot}
 
 // Spec says what Generate may draw.
 type Spec struct {

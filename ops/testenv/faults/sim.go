@@ -30,7 +30,7 @@ type Proc interface {
 //   - any key of Procs (Kill, Pause);
 //   - any key of Proxies, the process a proxy serves (Latency, HalfOpen,
 //     Partition, Drop);
-//   - "node/<node>": a Node (NotReady, Reregister);
+//   - "node/<node>": a Node (NotReady, Reregister, StallReboot);
 //   - "pdb/<namespace>/<name>": a PodDisruptionBudget (BlockEviction).
 type Sim struct {
 	Env     *testenv.Env
@@ -87,6 +87,16 @@ func (s *Sim) Inject(ctx context.Context, f Fault) (func(context.Context) error,
 		return nil, s.reregister(ctx, node)
 	case BlockEviction:
 		return s.blockEviction(ctx, f.Target)
+	case StallReboot:
+		node, ok := strings.CutPrefix(f.Target, "node/")
+		if !ok {
+			return nil, fmt.Errorf("%s wants a node/<name> target", f.Kind)
+		}
+		if s.Env.Supervisor == nil {
+			return nil, fmt.Errorf("%s: the Env has no supervisor", f.Kind)
+		}
+		release := s.Env.Supervisor.HoldReboots(node)
+		return func(context.Context) error { release(); return nil }, nil
 	}
 	return nil, fmt.Errorf("unknown fault kind %q", f.Kind)
 }
