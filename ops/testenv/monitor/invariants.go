@@ -22,6 +22,7 @@ const (
 	InvDoubleHeld         = "swarm-no-double-holder"        // no job in two applications' hands
 	InvCordonBudget       = "cordon-within-budget"          // slipway cordons a channel's node only while fewer than concurrency others are unavailable
 	InvCordonControlPlane = "cordon-control-plane-alone"    // slipway cordons a control-plane node only while no other is unavailable
+	InvCanaryConfined     = "eds-canary-confined"           // no pod of a not-yet-validated template outside its canary nodes
 )
 
 // Finding is one invariant broken in one place. Key says where (a channel, a
@@ -107,6 +108,29 @@ type CordonStart struct {
 	At   time.Time
 }
 
+// PodObs is what the monitor observed of a pod of an ExtendedDaemonSet
+// (labelled with its name and replica set).
+type PodObs struct {
+	Namespace, Name string
+	Node            string
+	// EDS and ReplicaSet are the pod's eds.slipway.dev/name and
+	// eds.slipway.dev/replicaset labels.
+	EDS, ReplicaSet string
+	Terminating     bool
+	// FirstSeen is when the monitor first saw the pod.
+	FirstSeen time.Time
+}
+
+// EDSObs is what the monitor observed of an ExtendedDaemonSet's status.
+type EDSObs struct {
+	Namespace, Name string
+	// Active is status.activeReplicaSet; CanaryReplicaSet and CanaryNodes
+	// are status.canary's ("" and nil with no canary).
+	Active           string
+	CanaryReplicaSet string
+	CanaryNodes      []string
+}
+
 // State is what the invariants read: the monitor's observed state.
 type State struct {
 	Now   time.Time
@@ -125,6 +149,10 @@ type State struct {
 	Writes map[string][]time.Time
 	// Apps is the latest report of the swarm applications (nil: none).
 	Apps appcheck.Sample
+	// Pods are the ExtendedDaemonSets' pods; EDS their status, by
+	// namespace/name.
+	Pods []PodObs
+	EDS  map[string]EDSObs
 }
 
 // Limits are the bounds the invariants check that the API server does not
@@ -137,6 +165,10 @@ type Limits struct {
 	// 20 in 1s).
 	MaxWrites int
 	Window    time.Duration
+	// CanaryGrace is how long a pod may stand before eds-canary-confined
+	// judges it (default 2s): the pod and its ExtendedDaemonSet's status
+	// arrive on two watches, in either order.
+	CanaryGrace time.Duration
 }
 
 func (l Limits) withDefaults() Limits {
@@ -145,6 +177,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Window <= 0 {
 		l.Window = time.Second
+	}
+	if l.CanaryGrace <= 0 {
+		l.CanaryGrace = 2 * time.Second
 	}
 	return l
 }
@@ -165,6 +200,7 @@ var Invariants = []Invariant{
 	{InvDoubleHeld, DoubleHeld},
 	{InvCordonBudget, CordonWithinBudget},
 	{InvCordonControlPlane, CordonControlPlaneAlone},
+	{InvCanaryConfined, CanaryConfined},
 }
 
 func nodeKey(name string) string { return "Node//" + name }
@@ -435,5 +471,36 @@ func NoCordonOnceQuiet(s State, _ Limits) ([]Finding, error) {
 				Objects: []string{nodeKey(n.Name)}})
 		}
 	}
+	return out, nil
+}
+
+// CanaryConfined: a pod of an ExtendedDaemonSet's replica set that is not
+// its active one (a template not yet validated) runs only on the nodes of
+// the canary of that replica set. Terminating pods (a rollback under way)
+// and pods younger than CanaryGrace are not judged.
+func CanaryConfined(s State, l Limits) ([]Finding, error) {
+	l = l.withDefaults()
+	var out []Finding
+	for _, p := range s.Pods {
+		if p.Terminating || p.Node == "" || p.ReplicaSet == "" || s.Now.Sub(p.FirstSeen) < l.CanaryGrace {
+			continue
+		}
+		e, ok := s.EDS[p.Namespace+"/"+p.EDS]
+		if !ok || e.Active == "" || p.ReplicaSet == e.Active {
+			continue
+		}
+		if e.CanaryReplicaSet == p.ReplicaSet && slices.Contains(e.CanaryNodes, p.Node) {
+			continue
+		}
+		where := "no canary"
+		if e.CanaryReplicaSet != "" {
+			where = fmt.Sprintf("canary %s on %v", e.CanaryReplicaSet, e.CanaryNodes)
+		}
+		out = append(out, Finding{Invariant: InvCanaryConfined, Key: p.Namespace + "/" + p.Name,
+			Message: fmt.Sprintf("pod %s/%s of replica set %s (active: %s; %s) runs on %s, outside the canary nodes", p.Namespace, p.Name,
+				p.ReplicaSet, e.Active, where, p.Node),
+			Objects: []string{"Pod/" + p.Namespace + "/" + p.Name, "ExtendedDaemonSet/" + p.Namespace + "/" + p.EDS}})
+	}
+	slices.SortFunc(out, func(a, b Finding) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }

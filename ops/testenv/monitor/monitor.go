@@ -107,6 +107,8 @@ type Monitor struct {
 	channels   map[string]ChannelObs
 	reboots    []Reboot
 	cordons    []CordonStart
+	pods       map[string]PodObs // EDS pods, by namespace/name
+	eds        map[string]EDSObs
 	writes     map[string][]time.Time
 	history    map[string][]Version
 	open       map[string]bool // invariant+key of the findings still standing
@@ -139,7 +141,8 @@ func New(cfg Config) (*Monitor, error) {
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	return &Monitor{cfg: cfg, keys: keys, nodes: map[string]NodeObs{}, boots: map[string]bootRecord{}, channels: map[string]ChannelObs{},
-		writes: map[string][]time.Time{}, history: map[string][]Version{}, open: map[string]bool{}}, nil
+		writes: map[string][]time.Time{}, history: map[string][]Version{}, open: map[string]bool{},
+		pods: map[string]PodObs{}, eds: map[string]EDSObs{}}, nil
 }
 
 // Run watches the API server of config until ctx ends. It returns once the
@@ -330,8 +333,31 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		summary = fmt.Sprintf("concurrency=%d slots=%v", c.Concurrency, c.Slots)
 	case *corev1.Pod:
 		kind, summary = "Pod", fmt.Sprintf("node=%s phase=%s", x.Spec.NodeName, x.Status.Phase)
+		pk := x.Namespace + "/" + x.Name
+		if ers := x.Labels[edsv1alpha1.LabelReplicaSet]; ers != "" && !deleted {
+			first := now
+			if prev, ok := m.pods[pk]; ok {
+				first = prev.FirstSeen
+			}
+			m.pods[pk] = PodObs{Namespace: x.Namespace, Name: x.Name, Node: x.Spec.NodeName, EDS: x.Labels[edsv1alpha1.LabelName], ReplicaSet: ers,
+				Terminating: x.DeletionTimestamp != nil, FirstSeen: first}
+			summary += " replicaset=" + ers
+		} else {
+			delete(m.pods, pk)
+		}
 	case *edsv1alpha1.ExtendedDaemonSet:
-		kind, summary = "ExtendedDaemonSet", fmt.Sprintf("generation=%d", x.Generation)
+		kind, summary = "ExtendedDaemonSet", fmt.Sprintf("generation=%d active=%s", x.Generation, x.Status.ActiveReplicaSet)
+		ek := x.Namespace + "/" + x.Name
+		if deleted {
+			delete(m.eds, ek)
+			break
+		}
+		e := EDSObs{Namespace: x.Namespace, Name: x.Name, Active: x.Status.ActiveReplicaSet}
+		if c := x.Status.Canary; c != nil {
+			e.CanaryReplicaSet, e.CanaryNodes = c.ReplicaSet, slices.Clone(c.Nodes)
+			summary += fmt.Sprintf(" canary=%s on %v", c.ReplicaSet, c.Nodes)
+		}
+		m.eds[ek] = e
 	case *edsv1alpha1.ExtendedDaemonSetReplicaSet:
 		kind, summary = "ExtendedDaemonSetReplicaSet", fmt.Sprintf("generation=%d", x.Generation)
 	case *batchv1.Job:
@@ -392,7 +418,10 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 	if m.nodeList == nil {
 		m.nodeList = sortedNodes(State{Nodes: m.nodes})
 	}
-	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Cordons: m.cordons, Writes: m.writes, Apps: apps}
+	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Cordons: m.cordons, Writes: m.writes, Apps: apps, EDS: m.eds}
+	for _, k := range slices.Sorted(maps.Keys(m.pods)) {
+		s.Pods = append(s.Pods, m.pods[k])
+	}
 	for _, name := range slices.Sorted(maps.Keys(m.channels)) {
 		s.Channels = append(s.Channels, m.channels[name])
 	}
