@@ -139,11 +139,19 @@ func TestExcused(t *testing.T) {
 	}
 }
 
-// TestNamedSchedules runs the named schedules whose defects are fixed.
+// envNamed, set to 1, runs the named schedules in TestNamedSchedules: a
+// cluster more than make test's budget allows beside the fixed seed.
+const envNamed = "SLIPWAY_CHAOS_NAMED"
+
+// TestNamedSchedules runs the named schedules whose defects are fixed
+// (SLIPWAY_CHAOS_NAMED=1; scripts/chaos --named NAME runs one).
 func TestNamedSchedules(t *testing.T) {
 	needCluster(t)
+	if os.Getenv(envNamed) != "1" {
+		t.Skipf("%s=1 runs the named schedules", envNamed)
+	}
 	t.Parallel()
-	runNamed(t, "k3os-paused-leaders")
+	runNamed(t, "k3os-paused-leaders", "k3os-stalled-reboots")
 }
 
 // runNamed runs each named schedule as a subtest under runOK.
