@@ -20,6 +20,9 @@ const (
 	InvOperatorInFlight   = "update-operator-max-in-flight" // at most max-concurrent nodes in flight
 	InvHotLoop            = "bounded-writes"                // at most MaxWrites writes of one object per window
 	InvDoubleHeld         = "swarm-no-double-holder"        // no job in two applications' hands
+	InvCordonBudget       = "cordon-within-budget"          // slipway cordons a channel's node only while fewer than concurrency others are unavailable
+	InvCordonControlPlane = "cordon-control-plane-alone"    // slipway cordons a control-plane node only while no other is unavailable
+	InvCanaryConfined     = "eds-canary-confined"           // no pod of a not-yet-validated template outside its canary nodes
 )
 
 // Finding is one invariant broken in one place. Key says where (a channel, a
@@ -98,6 +101,36 @@ type Reboot struct {
 	Cordoned bool
 }
 
+// CordonStart is a node seen cordoned by slipway in a version after one
+// that was not (or in its first version seen).
+type CordonStart struct {
+	Node string
+	At   time.Time
+}
+
+// PodObs is what the monitor observed of a pod of an ExtendedDaemonSet
+// (labelled with its name and replica set).
+type PodObs struct {
+	Namespace, Name string
+	Node            string
+	// EDS and ReplicaSet are the pod's eds.slipway.dev/name and
+	// eds.slipway.dev/replicaset labels.
+	EDS, ReplicaSet string
+	Terminating     bool
+	// FirstSeen is when the monitor first saw the pod.
+	FirstSeen time.Time
+}
+
+// EDSObs is what the monitor observed of an ExtendedDaemonSet's status.
+type EDSObs struct {
+	Namespace, Name string
+	// Active is status.activeReplicaSet; CanaryReplicaSet and CanaryNodes
+	// are status.canary's ("" and nil with no canary).
+	Active           string
+	CanaryReplicaSet string
+	CanaryNodes      []string
+}
+
 // State is what the invariants read: the monitor's observed state.
 type State struct {
 	Now   time.Time
@@ -108,11 +141,18 @@ type State struct {
 	Channels []ChannelObs
 	// Reboots observed since the last check.
 	Reboots []Reboot
+	// Cordons are the slipway cordons begun since the last check; Nodes
+	// already holds each one's cordon.
+	Cordons []CordonStart
 	// Writes are the times of each object's observed versions (object key
 	// to times, oldest first), as kept by the monitor over its window.
 	Writes map[string][]time.Time
 	// Apps is the latest report of the swarm applications (nil: none).
 	Apps appcheck.Sample
+	// Pods are the ExtendedDaemonSets' pods; EDS their status, by
+	// namespace/name.
+	Pods []PodObs
+	EDS  map[string]EDSObs
 }
 
 // Limits are the bounds the invariants check that the API server does not
@@ -125,6 +165,10 @@ type Limits struct {
 	// 20 in 1s).
 	MaxWrites int
 	Window    time.Duration
+	// CanaryGrace is how long a pod may stand before eds-canary-confined
+	// judges it (default 2s): the pod and its ExtendedDaemonSet's status
+	// arrive on two watches, in either order.
+	CanaryGrace time.Duration
 }
 
 func (l Limits) withDefaults() Limits {
@@ -133,6 +177,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Window <= 0 {
 		l.Window = time.Second
+	}
+	if l.CanaryGrace <= 0 {
+		l.CanaryGrace = 2 * time.Second
 	}
 	return l
 }
@@ -151,6 +198,9 @@ var Invariants = []Invariant{
 	{InvOperatorInFlight, OperatorInFlight},
 	{InvHotLoop, HotLoops},
 	{InvDoubleHeld, DoubleHeld},
+	{InvCordonBudget, CordonWithinBudget},
+	{InvCordonControlPlane, CordonControlPlaneAlone},
+	{InvCanaryConfined, CanaryConfined},
 }
 
 func nodeKey(name string) string { return "Node//" + name }
@@ -318,5 +368,139 @@ func DoubleHeld(s State, _ Limits) ([]Finding, error) {
 		out = append(out, Finding{Invariant: InvDoubleHeld, Key: j,
 			Message: fmt.Sprintf("job %s held by %s at once", j, strings.Join(d[j], " and "))})
 	}
+	return out, nil
+}
+
+// CordonWithinBudget: slipway begins a cordon on a channel's node only
+// while fewer than concurrency of the channel's other nodes are
+// unavailable (NotReady ones included: down is down, slot or not). Unlike
+// ChannelConcurrency, a fault that takes nodes down by itself (power off,
+// a network cut) breaks nothing here: only slipway's own step into a spent
+// budget does. Each such cordon is one finding, keyed by node and time.
+func CordonWithinBudget(s State, _ Limits) ([]Finding, error) {
+	var out []Finding
+	for _, cs := range s.Cordons {
+		for _, c := range s.Channels {
+			nodes, err := channelNodes(c, s, func(n NodeObs) bool { return n.Name == cs.Node || n.Unavailable() })
+			if err != nil {
+				return nil, err
+			}
+			var mine bool
+			var down, objs []string
+			for _, n := range nodes {
+				if n.Name == cs.Node {
+					mine = true
+					continue
+				}
+				down = append(down, n.Name+" ("+n.why()+")")
+				objs = append(objs, nodeKey(n.Name))
+			}
+			limit := max(c.Concurrency, 1)
+			if mine && len(down) >= limit {
+				out = append(out, Finding{Invariant: InvCordonBudget, Key: cs.Node + "@" + cs.At.UTC().Format(time.RFC3339Nano),
+					Message: fmt.Sprintf("slipway cordoned %s of channel %s/%s while %d of its other nodes were unavailable, concurrency %d: %s",
+						cs.Node, c.Namespace, c.Name, len(down), limit, strings.Join(down, "; ")),
+					Objects: append([]string{nodeKey(cs.Node), "UpdateChannel/" + c.Namespace + "/" + c.Name}, objs...)})
+			}
+		}
+	}
+	return out, nil
+}
+
+// CordonControlPlaneAlone: slipway begins a cordon on a control-plane node
+// (of those any channel names) only while no other control-plane node is
+// unavailable, NotReady ones included.
+func CordonControlPlaneAlone(s State, _ Limits) ([]Finding, error) {
+	if len(s.Cordons) == 0 {
+		return nil, nil
+	}
+	named := map[string]bool{}
+	for _, c := range s.Channels {
+		nodes, err := channelNodes(c, s, NodeObs.ControlPlane)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range nodes {
+			named[n.Name] = true
+		}
+	}
+	var out []Finding
+	for _, cs := range s.Cordons {
+		if !named[cs.Node] {
+			continue
+		}
+		var down, objs []string
+		for _, n := range sortedNodes(s) {
+			if named[n.Name] && n.Name != cs.Node && n.Unavailable() {
+				down = append(down, n.Name+" ("+n.why()+")")
+				objs = append(objs, nodeKey(n.Name))
+			}
+		}
+		if len(down) > 0 {
+			out = append(out, Finding{Invariant: InvCordonControlPlane, Key: cs.Node + "@" + cs.At.UTC().Format(time.RFC3339Nano),
+				Message: fmt.Sprintf("slipway cordoned control-plane node %s while another was unavailable: %s", cs.Node, strings.Join(down, "; ")),
+				Objects: append([]string{nodeKey(cs.Node)}, objs...)})
+		}
+	}
+	return out, nil
+}
+
+// InvCordonOnceQuiet names the end-of-run rule NoCordonOnceQuiet.
+const InvCordonOnceQuiet = "no-cordon-once-quiet"
+
+// NoCordonOnceQuiet: once the system is quiet (no channel holds a slot and
+// no node is in the update operator's flight), no node keeps a slipway
+// cordon. It is not among Invariants: a cordon and its slot do not end in
+// one write, so it is checked only when a run has settled (CheckQuiet).
+func NoCordonOnceQuiet(s State, _ Limits) ([]Finding, error) {
+	for _, c := range s.Channels {
+		if len(c.Slots) > 0 {
+			return nil, nil
+		}
+	}
+	for _, n := range sortedNodes(s) {
+		if n.InFlight {
+			return nil, nil
+		}
+	}
+	var out []Finding
+	for _, n := range sortedNodes(s) {
+		if n.SlipwayCordoned() {
+			out = append(out, Finding{Invariant: InvCordonOnceQuiet, Key: n.Name,
+				Message: fmt.Sprintf("node %s still cordoned by %s once no slot is held and no node is in flight", n.Name, n.CordonedBy),
+				Objects: []string{nodeKey(n.Name)}})
+		}
+	}
+	return out, nil
+}
+
+// CanaryConfined: a pod of an ExtendedDaemonSet's replica set that is not
+// its active one (a template not yet validated) runs only on the nodes of
+// the canary of that replica set. Terminating pods (a rollback under way)
+// and pods younger than CanaryGrace are not judged.
+func CanaryConfined(s State, l Limits) ([]Finding, error) {
+	l = l.withDefaults()
+	var out []Finding
+	for _, p := range s.Pods {
+		if p.Terminating || p.Node == "" || p.ReplicaSet == "" || s.Now.Sub(p.FirstSeen) < l.CanaryGrace {
+			continue
+		}
+		e, ok := s.EDS[p.Namespace+"/"+p.EDS]
+		if !ok || e.Active == "" || p.ReplicaSet == e.Active {
+			continue
+		}
+		if e.CanaryReplicaSet == p.ReplicaSet && slices.Contains(e.CanaryNodes, p.Node) {
+			continue
+		}
+		where := "no canary"
+		if e.CanaryReplicaSet != "" {
+			where = fmt.Sprintf("canary %s on %v", e.CanaryReplicaSet, e.CanaryNodes)
+		}
+		out = append(out, Finding{Invariant: InvCanaryConfined, Key: p.Namespace + "/" + p.Name,
+			Message: fmt.Sprintf("pod %s/%s of replica set %s (active: %s; %s) runs on %s, outside the canary nodes", p.Namespace, p.Name,
+				p.ReplicaSet, e.Active, where, p.Node),
+			Objects: []string{"Pod/" + p.Namespace + "/" + p.Name, "ExtendedDaemonSet/" + p.Namespace + "/" + p.EDS}})
+	}
+	slices.SortFunc(out, func(a, b Finding) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }

@@ -14,7 +14,9 @@ package monitor
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -104,6 +106,9 @@ type Monitor struct {
 	nodeList   []NodeObs             // nodes sorted by name; nil after a node changed
 	channels   map[string]ChannelObs
 	reboots    []Reboot
+	cordons    []CordonStart
+	pods       map[string]PodObs // EDS pods, by namespace/name
+	eds        map[string]EDSObs
 	writes     map[string][]time.Time
 	history    map[string][]Version
 	open       map[string]bool // invariant+key of the findings still standing
@@ -136,7 +141,8 @@ func New(cfg Config) (*Monitor, error) {
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	return &Monitor{cfg: cfg, keys: keys, nodes: map[string]NodeObs{}, boots: map[string]bootRecord{}, channels: map[string]ChannelObs{},
-		writes: map[string][]time.Time{}, history: map[string][]Version{}, open: map[string]bool{}}, nil
+		writes: map[string][]time.Time{}, history: map[string][]Version{}, open: map[string]bool{},
+		pods: map[string]PodObs{}, eds: map[string]EDSObs{}}, nil
 }
 
 // Run watches the API server of config until ctx ends. It returns once the
@@ -223,6 +229,31 @@ func (m *Monitor) Tick() {
 	m.checkLocked(apps)
 }
 
+// CheckQuiet checks, once, the rules of a settled system
+// (NoCordonOnceQuiet) and records what they find; a run calls it when it
+// has settled.
+func (m *Monitor) CheckQuiet() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.cfg.Now()
+	if m.nodeList == nil {
+		m.nodeList = sortedNodes(State{Nodes: m.nodes})
+	}
+	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList}
+	for _, name := range slices.Sorted(maps.Keys(m.channels)) {
+		s.Channels = append(s.Channels, m.channels[name])
+	}
+	m.checks++
+	fs, _ := NoCordonOnceQuiet(s, m.cfg.Limits)
+	for _, f := range fs {
+		v := Violation{At: now, Invariant: f.Invariant, Key: f.Key, Message: f.Message, History: map[string][]Version{}}
+		for _, o := range f.Objects {
+			v.History[o] = slices.Clone(m.history[o])
+		}
+		m.violations = append(m.violations, v)
+	}
+}
+
 // Violations are those recorded so far, oldest first.
 func (m *Monitor) Violations() []Violation {
 	m.mu.Lock()
@@ -283,6 +314,9 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 			}
 			m.boots[x.Name] = bootRecord{ID: n.BootID, Cordoned: n.SlipwayCordoned()}
 		}
+		if prev, ok := m.nodes[x.Name]; n.SlipwayCordoned() && (!ok || !prev.SlipwayCordoned()) {
+			m.cordons = append(m.cordons, CordonStart{Node: x.Name, At: now})
+		}
 		m.nodes[x.Name] = n
 		summary = fmt.Sprintf("unschedulable=%t cordoned-by=%q ready=%t boot=%s in-flight=%t", n.Unschedulable, n.CordonedBy, n.Ready, n.BootID, n.InFlight)
 	case *opsv1.UpdateChannel:
@@ -299,8 +333,31 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		summary = fmt.Sprintf("concurrency=%d slots=%v", c.Concurrency, c.Slots)
 	case *corev1.Pod:
 		kind, summary = "Pod", fmt.Sprintf("node=%s phase=%s", x.Spec.NodeName, x.Status.Phase)
+		pk := x.Namespace + "/" + x.Name
+		if ers := x.Labels[edsv1alpha1.LabelReplicaSet]; ers != "" && !deleted {
+			first := now
+			if prev, ok := m.pods[pk]; ok {
+				first = prev.FirstSeen
+			}
+			m.pods[pk] = PodObs{Namespace: x.Namespace, Name: x.Name, Node: x.Spec.NodeName, EDS: x.Labels[edsv1alpha1.LabelName], ReplicaSet: ers,
+				Terminating: x.DeletionTimestamp != nil, FirstSeen: first}
+			summary += " replicaset=" + ers
+		} else {
+			delete(m.pods, pk)
+		}
 	case *edsv1alpha1.ExtendedDaemonSet:
-		kind, summary = "ExtendedDaemonSet", fmt.Sprintf("generation=%d", x.Generation)
+		kind, summary = "ExtendedDaemonSet", fmt.Sprintf("generation=%d active=%s", x.Generation, x.Status.ActiveReplicaSet)
+		ek := x.Namespace + "/" + x.Name
+		if deleted {
+			delete(m.eds, ek)
+			break
+		}
+		e := EDSObs{Namespace: x.Namespace, Name: x.Name, Active: x.Status.ActiveReplicaSet}
+		if c := x.Status.Canary; c != nil {
+			e.CanaryReplicaSet, e.CanaryNodes = c.ReplicaSet, slices.Clone(c.Nodes)
+			summary += fmt.Sprintf(" canary=%s on %v", c.ReplicaSet, c.Nodes)
+		}
+		m.eds[ek] = e
 	case *edsv1alpha1.ExtendedDaemonSetReplicaSet:
 		kind, summary = "ExtendedDaemonSetReplicaSet", fmt.Sprintf("generation=%d", x.Generation)
 	case *batchv1.Job:
@@ -361,7 +418,10 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 	if m.nodeList == nil {
 		m.nodeList = sortedNodes(State{Nodes: m.nodes})
 	}
-	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Writes: m.writes, Apps: apps}
+	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Cordons: m.cordons, Writes: m.writes, Apps: apps, EDS: m.eds}
+	for _, k := range slices.Sorted(maps.Keys(m.pods)) {
+		s.Pods = append(s.Pods, m.pods[k])
+	}
 	for _, name := range slices.Sorted(maps.Keys(m.channels)) {
 		s.Channels = append(s.Channels, m.channels[name])
 	}
@@ -395,11 +455,39 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 		}
 	}
 	// A reboot is judged once; findings keyed by it stay recorded.
-	m.reboots = nil
+	m.reboots, m.cordons = nil, nil
 	for k := range m.open {
-		if strings.HasPrefix(k, InvRebootWithoutDrain+"\x00") {
+		if strings.HasPrefix(k, InvRebootWithoutDrain+"\x00") || strings.HasPrefix(k, InvCordonBudget+"\x00") || strings.HasPrefix(k, InvCordonControlPlane+"\x00") {
 			standing[k] = true
 		}
 	}
 	m.open = standing
+}
+
+// WriteJSON writes v as one JSON line: time, invariant, key, message and
+// the recent history of each object involved.
+func WriteJSON(w io.Writer, v Violation) error {
+	type version struct {
+		At              time.Time `json:"at"`
+		ResourceVersion string    `json:"resourceVersion,omitempty"`
+		Summary         string    `json:"summary"`
+	}
+	line := struct {
+		At        time.Time            `json:"at"`
+		Invariant string               `json:"invariant"`
+		Key       string               `json:"key"`
+		Message   string               `json:"message"`
+		History   map[string][]version `json:"history,omitempty"`
+	}{At: v.At.UTC(), Invariant: v.Invariant, Key: v.Key, Message: v.Message, History: map[string][]version{}}
+	for k, hs := range v.History {
+		for _, h := range hs {
+			line.History[k] = append(line.History[k], version{At: h.At.UTC(), ResourceVersion: h.ResourceVersion, Summary: h.Summary})
+		}
+	}
+	b, err := json.Marshal(line)
+	if err != nil {
+		return fmt.Errorf("violation to JSON: %w", err)
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }

@@ -48,6 +48,9 @@ type Supervisor struct {
 	mu      sync.Mutex
 	nodes   map[string]*nodeProc
 	stopped bool // no command starts after Stop, not even at the end of a reboot
+	// holds are nodes whose reboots stall (HoldReboots): a reboot's
+	// downtime lasts until the channel is closed.
+	holds map[string]chan struct{}
 }
 
 // nodeProc is the state of one node.
@@ -222,6 +225,17 @@ func (s *Supervisor) Reboot(ctx context.Context, node string, delay time.Duratio
 		return ctx.Err()
 	case <-time.After(delay): // the simulated downtime itself
 	}
+	s.mu.Lock()
+	hold := s.holds[node]
+	s.mu.Unlock()
+	if hold != nil { // a stalled reboot: down until released
+		s.opts.Log.Info("reboot stalled", "node", node)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-hold:
+		}
+	}
 	if err := os.RemoveAll(filepath.Join(s.NodeDir(node), "run")); err != nil {
 		return fmt.Errorf("empty %s's /run: %w", node, err)
 	}
@@ -320,4 +334,49 @@ func withoutSlipwayEnv(env []string) []string {
 		}
 	}
 	return out
+}
+
+// Signal sends sig to node's command's process group (the agent and what it
+// started), e.g. SIGSTOP and later SIGCONT for a process that neither runs
+// nor dies. It reports false, doing nothing, when the node is rebooting or
+// its command is being restarted or not running.
+func (s *Supervisor) Signal(node string, sig syscall.Signal) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.nodes[node]
+	if !ok {
+		return false, fmt.Errorf("node %s is not supervised", node)
+	}
+	if s.stopped || p.rebooting || p.cmd == nil {
+		return false, nil
+	}
+	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil {
+		return false, fmt.Errorf("signal %v to %s's command: %w", sig, node, err)
+	}
+	return true, nil
+}
+
+// HoldReboots makes node's reboots stall: a reboot under way or begun
+// while held stays down (NotReady, its command stopped) until the
+// returned release is called, as a host that hangs in its firmware or
+// never comes back would. Calling release more than once is harmless.
+func (s *Supervisor) HoldReboots(node string) (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holds == nil {
+		s.holds = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	s.holds[node] = ch
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			if s.holds[node] == ch {
+				delete(s.holds, node)
+			}
+			s.mu.Unlock()
+			close(ch)
+		})
+	}
 }

@@ -6,6 +6,8 @@
 //	slipway-sim reboot --node NAME [--delay 5s] [--socket PATH]
 //	slipway-sim status [--kubeconfig FILE]
 //	slipway-sim take DURATION COMMAND [ARG...]
+//	slipway-sim chaos --bin DIR [--system k3os|all] [--seeds N] [--seed S] [--duration D] [--nodes N] [--schedule FILE]
+//	slipway-sim monitor [--kubeconfig FILE] [--out FILE] [--max-in-flight N] [--apps DIR]
 //
 // `up` writes STATE/kubeconfig, STATE/pids ("name pid" lines: its own and every
 // process it started) and finally STATE/ready, then runs until SIGTERM or
@@ -14,6 +16,9 @@
 // node command) or --socket, and returns once the reboot is accepted.
 // `kubeconfig` prints a kubeconfig that acts as a ServiceAccount (on a node,
 // with --node), for a component run by hand as its manifest's identity.
+// `chaos` runs slipway's systems under faults drawn from seeds with the
+// invariant monitor watching (ops/testenv/chaos); `monitor` watches an API
+// server and writes every invariant violation as a JSON line.
 package main
 
 import (
@@ -36,7 +41,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: slipway-sim up|status|reboot|take|kubeconfig [flags]: %w", flag.ErrHelp)
+		return fmt.Errorf("usage: slipway-sim up|status|reboot|take|kubeconfig|chaos|monitor [flags]: %w", flag.ErrHelp)
 	}
 	switch args[0] {
 	case "up":
@@ -49,7 +54,11 @@ func run(ctx context.Context, args []string) error {
 		return take(ctx, args[1:])
 	case "kubeconfig":
 		return kubeconfig(os.Stdout, args[1:])
+	case "chaos":
+		return chaosCmd(ctx, args[1:])
+	case "monitor":
+		return monitorCmd(ctx, args[1:])
 	default:
-		return fmt.Errorf("unknown command %q (want up, status, reboot, take or kubeconfig): %w", args[0], flag.ErrHelp)
+		return fmt.Errorf("unknown command %q (want up, status, reboot, take, kubeconfig, chaos or monitor): %w", args[0], flag.ErrHelp)
 	}
 }

@@ -1,0 +1,234 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/generated/clientset/versioned"
+	"slipway.dev/slipway/ops/testenv/faults"
+	"slipway.dev/slipway/ops/testenv/monitor"
+	"slipway.dev/slipway/upgrade/releasetest"
+)
+
+// The k3os system: one `slipway ops agent` per fake node (the first three
+// control-plane nodes), each on its own system directory installed at v1
+// from a local mirror, one `slipway ops controller`, every one of them
+// reaching the API server through a fault-injecting proxy of its own; the
+// UpdateChannel rolls v1 to v2 at concurrency 1 while the faults run.
+
+const k3osNS = "slipway-system"
+
+// k3osNodeScript is a fake node's boot: install v1 on the first boot, write
+// the kernel command line the loader would at each boot, run the agent
+// through the node's proxy.
+const k3osNodeScript = `set -e
+sys="$SLIPWAY_NODE_DIR/k3os/system"
+mkdir -p "$sys" "$SLIPWAY_NODE_DIR/run/k3os"
+if [ ! -e "$sys/k3os/current" ]; then
+  slipway ops upgrade --system-dir "$sys" --source "$CHAOS_MIRROR" --version v1 --rootfs --kernel \
+    --reboot=false --lock-file "$SLIPWAY_NODE_DIR/run/k3os/upgrade.lock"
+fi
+if [ "$(cat "$SLIPWAY_NODE_DIR/cmdline.boot" 2>/dev/null)" != "$SLIPWAY_NODE_BOOT" ]; then
+  echo "slipway.rootfs=$(basename "$(readlink "$sys/k3os/current")")" > "$SLIPWAY_NODE_DIR/cmdline"
+  echo "$SLIPWAY_NODE_BOOT" > "$SLIPWAY_NODE_DIR/cmdline.boot"
+fi
+exec slipway ops agent --cmdline-file "$SLIPWAY_NODE_DIR/cmdline" --node-name "$NODE_NAME" --namespace slipway-system --system-dir "$sys" \
+  --host-system-dir /k3os/system --host-lock-dir /run/k3os --image slipway:chaos \
+  --reboot-method command --boot-id-from-node \
+  --metrics-addr "" --kubeconfig "$CHAOS_KUBECONFIGS/agent-$NODE_NAME" --lease-duration 6s --resync 10s --retry-backoff 20s \
+  --upgrade-command slipway \
+  --reboot-command "slipway-sim reboot --delay 1s"
+`
+
+// controlPlane is how many of the first nodes carry the control-plane role.
+const controlPlane = 3
+
+// k3osSpec is what the k3os run's faults may hit.
+func k3osSpec(o Options, nodes []string) faults.Spec {
+	agents, nodeTargets := []string{}, []string{}
+	for _, n := range nodes {
+		agents = append(agents, "agent/"+n)
+		nodeTargets = append(nodeTargets, "node/"+n)
+	}
+	procs := append(agents, "controller/a", "controller/b")
+	spec := faults.Spec{Duration: o.Duration, Gap: 1500 * time.Millisecond, MaxFor: 8 * time.Second, Targets: map[faults.Kind][]string{
+		faults.Kill: procs, faults.Pause: procs,
+		faults.Latency: procs, faults.HalfOpen: procs, faults.Partition: procs, faults.Drop: procs,
+		faults.NotReady: nodeTargets, faults.Reregister: nodeTargets, faults.StallReboot: nodeTargets,
+		faults.BlockEviction: {"pdb/default/guarded"},
+	}, Weights: map[faults.Kind]int{
+		faults.Kill: 4, faults.Pause: 3, faults.Latency: 2, faults.HalfOpen: 2, faults.Partition: 2, faults.Drop: 2,
+		faults.NotReady: 2, faults.Reregister: 1, faults.BlockEviction: 1, faults.StallReboot: 2,
+	}}
+	if len(o.Kinds) > 0 {
+		for k := range spec.Weights {
+			if !slices.Contains(o.Kinds, k) {
+				spec.Weights[k] = 0
+			}
+		}
+	}
+	return spec
+}
+
+// NodeNames are the fake nodes of a run of n nodes.
+func NodeNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("node-%d", i+1)
+	}
+	return out
+}
+
+// K3osSchedule is the schedule a k3os run of opts draws from its seed.
+func K3osSchedule(opts Options) faults.Schedule {
+	opts = opts.withDefaults()
+	return faults.Generate(opts.Seed, k3osSpec(opts, NodeNames(opts.Nodes)))
+}
+
+// k3os is the k3os system.
+type k3os struct {
+	mirror string
+	oc     versioned.Interface
+}
+
+func runK3os(ctx context.Context, o Options) (Result, error) { return runSystem(ctx, o, &k3os{}) }
+
+func (*k3os) spec(o Options, nodes []string) faults.Spec { return k3osSpec(o, nodes) }
+
+func (*k3os) limits() monitor.Limits { return monitor.Limits{} }
+
+func (s *k3os) nodeCommand(h *harness) ([]string, []string, error) {
+	s.mirror = filepath.Join(h.dir, "mirror")
+	for _, v := range []string{"v1", "v2"} {
+		if _, err := releasetest.Write(releasetest.Options{Mirror: s.mirror, Version: v}); err != nil {
+			return nil, nil, fmt.Errorf("write release %s: %w", v, err)
+		}
+	}
+	return []string{"/bin/sh", "-c", k3osNodeScript}, []string{"CHAOS_MIRROR=" + s.mirror}, nil
+}
+
+func (s *k3os) setup(ctx context.Context, h *harness, kc kubernetes.Interface) error {
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: k3osNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace: %w", err)
+	}
+	for _, n := range h.nodes[:min(controlPlane, len(h.nodes))] {
+		patch := []byte(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":"true"}}}`)
+		if _, err := kc.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("label %s control-plane: %w", n, err)
+		}
+	}
+	for _, c := range controllers {
+		if err := h.startProc(c, filepath.Join(h.o.Bin, "slipway"), "ops", "controller",
+			"--identity", strings.ReplaceAll(c, "/", "-"), "--namespace", k3osNS, "--kubeconfig", h.kubeconfig(c),
+			"--metrics-addr", "", "--lease-duration", "6s", "--resync", "10s", "--retry-backoff", "20s"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start creates the channel at v1, waits for every agent to report it,
+// then moves the channel to v2.
+func (s *k3os) start(ctx context.Context, h *harness) error {
+	var err error
+	if s.oc, err = versioned.NewForConfig(h.env.Config); err != nil {
+		return err
+	}
+	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: k3osNS}, Spec: v1.UpdateChannelSpec{
+		URL: "file://" + s.mirror, Version: "v1", Concurrency: 1, MaxFailures: 3,
+		RebootDelay: &metav1.Duration{Duration: time.Second},
+		Drain:       &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 20 * time.Second}}}}
+	if _, err := s.oc.OpsV1().UpdateChannels(k3osNS).Create(ctx, ch, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create the channel: %w", err)
+	}
+	if err := waitChannel(ctx, s.oc, 3*time.Minute, func(ch *v1.UpdateChannel) bool {
+		return ch.Status.Counts.Nodes == h.o.Nodes && ch.Status.Counts.UpToDate == h.o.Nodes
+	}); err != nil {
+		return fmt.Errorf("every agent to report v1: %w", err)
+	}
+	if _, err := s.oc.OpsV1().UpdateChannels(k3osNS).Patch(ctx, "default", types.MergePatchType, []byte(`{"spec":{"version":"v2"}}`), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patch the channel to v2: %w", err)
+	}
+	return nil
+}
+
+func (s *k3os) settled(ctx context.Context, h *harness) (bool, string) {
+	ch, err := s.oc.OpsV1().UpdateChannels(k3osNS).Get(ctx, "default", metav1.GetOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	out := fmt.Sprintf("%d/%d nodes at v2, %d failures, %d reboots; generation %d observed %d, slots %v, failed %v", ch.Status.Counts.UpToDate, h.o.Nodes,
+		len(ch.Status.Failed), reboots(h.env, h.nodes), ch.Generation, ch.Status.ObservedGeneration, slotNodes(ch), ch.Status.Failed)
+	return k3osSettled(ch, h.o.Nodes), out
+}
+
+func slotNodes(ch *v1.UpdateChannel) []string {
+	var out []string
+	for _, s := range ch.Status.Updating {
+		out = append(out, s.Node)
+	}
+	return out
+}
+
+// k3osSettled: no slot held, every node counted, each at v2 or failed at
+// it, or the channel Degraded (no new node starts).
+func k3osSettled(ch *v1.UpdateChannel, nodes int) bool {
+	if ch.Status.ObservedGeneration != ch.Generation || len(ch.Status.Updating) > 0 || ch.Status.Counts.Nodes != nodes {
+		return false
+	}
+	if meta.IsStatusConditionTrue(ch.Status.Conditions, v1.ConditionDegraded) {
+		return true
+	}
+	failed := 0
+	for _, f := range ch.Status.Failed {
+		if f.Version == "v2" {
+			failed++
+		}
+	}
+	return ch.Status.Counts.UpToDate+failed == nodes
+}
+
+// waitChannel polls the default channel every 500ms until cond or timeout.
+func waitChannel(ctx context.Context, oc versioned.Interface, timeout time.Duration, cond func(*v1.UpdateChannel) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		ch, err := oc.OpsV1().UpdateChannels(k3osNS).Get(ctx, "default", metav1.GetOptions{})
+		if err == nil && cond(ch) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not within %s: %w", timeout, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// writeKubeconfig writes an admin kubeconfig of cfg that reaches server.
+func writeKubeconfig(path string, cfg *rest.Config, server string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["chaos"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["chaos"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken, ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["chaos"] = &clientcmdapi.Context{Cluster: "chaos", AuthInfo: "chaos"}
+	kc.CurrentContext = "chaos"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fmt.Errorf("write kubeconfig %s: %w", path, err)
+	}
+	return nil
+}

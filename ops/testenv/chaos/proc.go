@@ -1,0 +1,102 @@
+package chaos
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is a process of a run started by the runner (a controller, a
+// worker): Kill ends it with SIGKILL and starts it again at once, as a
+// Deployment's kubelet would; Signal sends one signal to its group.
+type proc struct {
+	name string
+	argv []string
+	log  string
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	stopped bool
+	starts  int
+}
+
+func newProc(name, log string, argv ...string) *proc {
+	return &proc{name: name, argv: argv, log: log}
+}
+
+func (p *proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return fmt.Errorf("%s: stopped", p.name)
+	}
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("%s: open its log: %w", p.name, err)
+	}
+	cmd := exec.Command(p.argv[0], p.argv[1:]...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); f.Close(); close(exited) }()
+	p.cmd, p.exited = cmd, exited
+	p.starts++
+	return nil
+}
+
+// Kill sends SIGKILL and starts the process again.
+func (p *proc) Kill() (bool, error) {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	if cmd == nil || p.stopped {
+		p.mu.Unlock()
+		return false, nil
+	}
+	p.cmd = nil
+	p.mu.Unlock()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-exited
+	return true, p.start()
+}
+
+// Signal sends sig to the process's group.
+func (p *proc) Signal(sig syscall.Signal) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.stopped {
+		return false, nil
+	}
+	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil {
+		return false, fmt.Errorf("signal %v to %s: %w", sig, p.name, err)
+	}
+	return true, nil
+}
+
+// stop ends the process (SIGCONT first: a paused one could not hear
+// SIGTERM), SIGKILL after grace; it is not started again.
+func (p *proc) stop(grace time.Duration) {
+	p.mu.Lock()
+	p.stopped = true
+	cmd, exited := p.cmd, p.exited
+	p.cmd = nil
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(grace):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+	}
+}

@@ -1,0 +1,242 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"slipway.dev/slipway/ops/crds"
+	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/testenv/faults"
+	"slipway.dev/slipway/ops/testenv/monitor"
+)
+
+// system is one of slipway's systems as a run drives it.
+type system interface {
+	// spec is what its faults may hit.
+	spec(o Options, nodes []string) faults.Spec
+	// nodeCommand is each fake node's command and its environment.
+	nodeCommand(h *harness) (cmd []string, env []string, err error)
+	// setup prepares the cluster before the node commands start (its
+	// objects, labels) and starts the controller replicas (h.startProc
+	// with the kubeconfigs h.kubeconfig names).
+	setup(ctx context.Context, h *harness, kc kubernetes.Interface) error
+	// limits are the monitor's bounds for it.
+	limits() monitor.Limits
+	// start waits for the system's steady state and starts the change the
+	// faults run against (a rollout).
+	start(ctx context.Context, h *harness) error
+	// settled reports whether the change ended, with where it ended.
+	settled(ctx context.Context, h *harness) (ok bool, outcome string)
+}
+
+// harness is one run's shared state.
+type harness struct {
+	o       Options
+	dir     string
+	kcDir   string
+	nodes   []string
+	env     *testenv.Env
+	proxies map[string]*faults.Proxy
+	procs   map[string]*proc
+	logf    func(format string, a ...any)
+}
+
+// kubeconfig is the path of the kubeconfig that reaches the API server
+// through target's proxy.
+func (h *harness) kubeconfig(target string) string {
+	return filepath.Join(h.kcDir, strings.ReplaceAll(target, "/", "-"))
+}
+
+// startProc starts a runner process (a controller replica) named target.
+func (h *harness) startProc(target string, argv ...string) error {
+	p := newProc(target, filepath.Join(h.dir, strings.ReplaceAll(target, "/", "-")+".log"), argv...)
+	if err := p.start(); err != nil {
+		return err
+	}
+	h.procs[target] = p
+	return nil
+}
+
+// controllers are the controller replicas of every run, each behind a
+// proxy; one holds the leader's Lease.
+var controllers = []string{"controller/a", "controller/b"}
+
+// runSystem runs sys under o's schedule with the monitor watching.
+func runSystem(ctx context.Context, o Options, sys system) (res Result, err error) {
+	start := time.Now()
+	h := &harness{o: o, nodes: NodeNames(o.Nodes), proxies: map[string]*faults.Proxy{}, procs: map[string]*proc{}}
+	h.logf = func(format string, a ...any) { fmt.Fprintf(o.Log, "chaos "+o.System+": "+format+"\n", a...) }
+	res = Result{System: o.System, Seed: o.Seed, Name: o.Name, Nodes: o.Nodes, Duration: o.Duration, Kinds: o.Kinds, Schedule: o.Schedule}
+	if res.Schedule == nil {
+		res.Schedule = faults.Generate(o.Seed, sys.spec(o, h.nodes))
+	}
+	if h.dir, err = os.MkdirTemp("", "slipway-chaos-"+o.System+"-"); err != nil {
+		return res, err
+	}
+	defer func() {
+		if o.Keep || (err == nil && res.Failed()) {
+			res.Dir = h.dir
+			return
+		}
+		_ = os.RemoveAll(h.dir)
+	}()
+	h.kcDir = filepath.Join(h.dir, "kubeconfigs")
+	for _, d := range []string{h.kcDir, filepath.Join(h.dir, "env")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return res, err
+		}
+	}
+	defer func() {
+		for _, p := range h.procs {
+			p.stop(10 * time.Second)
+		}
+		for _, p := range h.proxies {
+			_ = p.Close()
+		}
+	}()
+	simLog, err := os.Create(filepath.Join(h.dir, "sim.log"))
+	if err != nil {
+		return res, err
+	}
+	defer simLog.Close()
+	cmd, cmdEnv, err := sys.nodeCommand(h)
+	if err != nil {
+		return res, err
+	}
+	setup := func(ctx context.Context, cfg *rest.Config) error {
+		kc, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		targets := append([]string{}, controllers...)
+		for _, n := range h.nodes {
+			targets = append(targets, "agent/"+n)
+		}
+		for _, t := range targets {
+			p, err := faults.NewProxy("127.0.0.1:0", strings.TrimPrefix(cfg.Host, "https://"))
+			if err != nil {
+				return err
+			}
+			h.proxies[t] = p
+			if err := writeKubeconfig(h.kubeconfig(t), cfg, "https://"+p.Addr()); err != nil {
+				return err
+			}
+		}
+		if err := guardedWorkload(ctx, kc); err != nil {
+			return err
+		}
+		return sys.setup(ctx, h, kc)
+	}
+	h.env, err = testenv.Start(ctx, testenv.Options{
+		Cluster: true, Nodes: o.Nodes, CRDs: crds.Must(), ToolsDir: o.ToolsDir, Dir: filepath.Join(h.dir, "env"), Timeout: 5 * time.Minute,
+		ExecPath: o.Bin + ":/usr/local/bin:/usr/bin:/bin", NodeCommand: cmd, NodeEnv: append(cmdEnv, "CHAOS_KUBECONFIGS="+h.kcDir),
+		Logger: slog.New(slog.NewTextHandler(simLog, nil)), Log: simLog, Setup: setup,
+	})
+	if err != nil {
+		return res, fmt.Errorf("start the simulated cluster: %w", err)
+	}
+	defer h.env.Stop()
+	h.logf("cluster up in %s", time.Since(start).Round(time.Second))
+	kc, err := kubernetes.NewForConfig(h.env.Config)
+	if err != nil {
+		return res, err
+	}
+	// The monitor as a process too, beside the one in this process: what
+	// it costs (CPU, memory, API requests), and a second opinion.
+	lim := sys.limits()
+	monLog := filepath.Join(h.dir, "monitor.log")
+	monProc := newProc("monitor", monLog, filepath.Join(o.Bin, "slipway-sim"), "monitor", "--kubeconfig", h.env.Kubeconfig,
+		"--out", filepath.Join(h.dir, "monitor.jsonl"), "--max-in-flight", fmt.Sprint(lim.OperatorMaxConcurrent))
+	if err := monProc.start(); err != nil {
+		return res, err
+	}
+	defer monProc.stop(10 * time.Second)
+	mctx, stopMonitor := context.WithCancel(ctx)
+	defer stopMonitor()
+	mon, err := monitor.New(monitor.Config{Limits: lim})
+	if err != nil {
+		return res, err
+	}
+	if err := mon.Run(mctx, h.env.Config); err != nil {
+		return res, err
+	}
+	if err := sys.start(ctx, h); err != nil {
+		return res, err
+	}
+	h.logf("steady after %s; the change starts under %d faults", time.Since(start).Round(time.Second), len(res.Schedule))
+	sim := &faults.Sim{Env: h.env, Client: kc, Proxies: h.proxies, Procs: map[string]faults.Proc{}}
+	for n, p := range h.procs {
+		sim.Procs[n] = p
+	}
+	faultsStart := time.Now()
+	res.Faults = faults.Run(ctx, res.Schedule, sim, func(l string) { h.logf("%s", l) })
+	h.logf("faults over after %s; waiting for the change to settle", time.Since(start).Round(time.Second))
+	sctx, cancel := context.WithTimeout(ctx, o.Settle)
+	for {
+		ok, outcome := sys.settled(sctx, h)
+		res.Settled, res.Outcome = ok, outcome
+		if ok || sctx.Err() != nil {
+			break
+		}
+		select {
+		case <-sctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	cancel()
+	if !res.Settled {
+		res.Unsettled = res.Outcome
+	}
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	// A last check once quiet, then the monitor's findings.
+	mon.Tick()
+	if res.Settled {
+		mon.CheckQuiet()
+	}
+	res.Checks, res.MonitorErrors = mon.Checks(), mon.Errors()
+	for _, v := range mon.Violations() {
+		if Excused(v, res.Schedule, faultsStart) {
+			res.Excused = append(res.Excused, v)
+		} else {
+			res.Violations = append(res.Violations, v)
+		}
+	}
+	res.Wall = time.Since(start)
+	monProc.stop(10 * time.Second)
+	res.MonitorProcess = lastLine(monLog, "checks,")
+	if err := writeViolations(filepath.Join(h.dir, "violations.jsonl"), append(res.Violations, res.Excused...)); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// lastLine is the last line of the file at path that contains sub.
+func lastLine(path, sub string) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(string(b), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], sub) {
+			return strings.TrimSpace(lines[i])
+		}
+	}
+	return ""
+}
+
+// reboots counts the simulated reboots since the nodes' first boot.
+func reboots(env *testenv.Env, nodes []string) int {
+	n := 0
+	for _, node := range nodes {
+		n += max(env.Supervisor.Boots(node)-1, 0)
+	}
+	return n
+}

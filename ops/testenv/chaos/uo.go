@@ -1,0 +1,151 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/testenv/faults"
+	"slipway.dev/slipway/ops/testenv/monitor"
+	uo "slipway.dev/slipway/ops/updateoperator"
+)
+
+// The update operator: one `slipway update-operator agent` per fake node
+// on the command platform (the host's version a file in the node's
+// directory, prepare and apply a copy, reboots through the supervisor),
+// two controller replicas (--max-concurrent 2), every process behind its
+// own proxy; the release every node reads moves from v1 to v2 as the
+// faults start.
+
+const uoMaxConcurrent = 2
+
+type updateOperator struct {
+	nodes  int
+	shared string
+	kc     kubernetes.Interface
+	keys   uo.Keys
+}
+
+func runUpdateOperator(ctx context.Context, o Options) (Result, error) {
+	return runSystem(ctx, o, &updateOperator{nodes: o.Nodes})
+}
+
+func (*updateOperator) spec(o Options, nodes []string) faults.Spec {
+	return k3osSpec(o, nodes) // the same targets: agents, controllers, nodes, the PDB
+}
+
+func (*updateOperator) limits() monitor.Limits {
+	return monitor.Limits{OperatorMaxConcurrent: uoMaxConcurrent}
+}
+
+func (s *updateOperator) nodeCommand(h *harness) ([]string, []string, error) {
+	s.shared = filepath.Join(h.dir, "shared")
+	if err := os.MkdirAll(s.shared, 0o755); err != nil {
+		return nil, nil, err
+	}
+	release := filepath.Join(s.shared, "release")
+	scripts := map[string]string{
+		"version.sh": `cat version 2>/dev/null || echo v1`,
+		"check.sh":   `cat ` + release,
+		"prepare.sh": `sleep 1; cat ` + release + ` > staged`,
+		"apply.sh":   `cp staged version`,
+		"reboot.sh":  `exec slipway-sim reboot --delay 2s`,
+	}
+	for name, body := range scripts {
+		if err := os.WriteFile(filepath.Join(s.shared, name), []byte("set -e\n"+body+"\n"), 0o755); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := os.WriteFile(release, []byte("v1\n"), 0o644); err != nil {
+		return nil, nil, err
+	}
+	sh := func(n string) string { return "/bin/sh " + filepath.Join(s.shared, n) }
+	script := `mkdir -p "$SLIPWAY_NODE_DIR/run" && echo "$NODE_NAME-boot-$SLIPWAY_NODE_BOOT" > "$SLIPWAY_NODE_DIR/run/boot_id"; ` +
+		`exec slipway update-operator agent --platform command --kubeconfig "$CHAOS_KUBECONFIGS/agent-$NODE_NAME" ` +
+		fmt.Sprintf(`--check-command %q --prepare-command %q --apply-command %q --reboot-command %q --version-command %q `,
+			sh("check.sh"), sh("prepare.sh"), sh("apply.sh"), sh("reboot.sh"), sh("version.sh")) +
+		`--check-interval 2s --health-addr "" --boot-id-file "$SLIPWAY_NODE_DIR/run/boot_id"`
+	return []string{"/bin/sh", "-c", script}, nil, nil
+}
+
+func (s *updateOperator) setup(ctx context.Context, h *harness, kc kubernetes.Interface) error {
+	for _, c := range controllers {
+		if err := h.startProc(c, filepath.Join(h.o.Bin, "slipway"), "update-operator", "controller", "--kubeconfig", h.kubeconfig(c),
+			"--namespace", "default", "--lease", "chaos-update-operator", "--lease-duration", "2s", "--metrics-addr", "", "--health-addr", "",
+			"--os-image-pattern", "-", "--pause-between", "0s", "--max-concurrent", fmt.Sprint(uoMaxConcurrent),
+			"--state-timeout", "30s", "--drain-timeout", "30s", "--failure-backoff", "1s", "--failure-backoff-max", "4s"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start waits until every agent reports v1, then publishes v2.
+func (s *updateOperator) start(ctx context.Context, h *harness) error {
+	var err error
+	if s.kc, err = kubernetes.NewForConfig(h.env.Config); err != nil {
+		return err
+	}
+	if s.keys, err = uo.NewKeys(""); err != nil {
+		return err
+	}
+	if err := s.waitNodes(ctx, 3*time.Minute, func(n *corev1.Node) bool { return s.at(n, "v1") }); err != nil {
+		return fmt.Errorf("every agent to report v1: %w", err)
+	}
+	return os.WriteFile(filepath.Join(s.shared, "release"), []byte("v2\n"), 0o644)
+}
+
+// at: the node runs v, is stable and holds no cordon.
+func (s *updateOperator) at(n *corev1.Node, v string) bool {
+	return n.Annotations[s.keys.Key(uo.KeyCurrentVersion)] == v && n.Annotations[s.keys.Wanted()] == string(uo.IntentStabilize) &&
+		n.Annotations[s.keys.State()] == string(uo.StateUpToDate) && !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == ""
+}
+
+func (s *updateOperator) waitNodes(ctx context.Context, timeout time.Duration, cond func(*corev1.Node) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		if ok, _ := s.count(ctx, cond); ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not within %s: %w", timeout, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// count reports whether every node meets cond, and those that do not.
+func (s *updateOperator) count(ctx context.Context, cond func(*corev1.Node) bool) (bool, []string) {
+	nodes, err := s.kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, []string{err.Error()}
+	}
+	var behind []string
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		if !cond(n) {
+			behind = append(behind, fmt.Sprintf("%s (version %s, wanted %s, state %s, unschedulable %t)", n.Name, n.Annotations[s.keys.Key(uo.KeyCurrentVersion)],
+				n.Annotations[s.keys.Wanted()], n.Annotations[s.keys.State()], n.Spec.Unschedulable))
+		}
+	}
+	return len(nodes.Items) == s.nodes && len(behind) == 0, behind
+}
+
+func (s *updateOperator) settled(ctx context.Context, h *harness) (bool, string) {
+	ok, behind := s.count(ctx, func(n *corev1.Node) bool { return s.at(n, "v2") })
+	out := fmt.Sprintf("%d/%d nodes at v2, %d reboots", h.o.Nodes-len(behind), h.o.Nodes, reboots(h.env, h.nodes))
+	if len(behind) > 0 {
+		out += "; behind: " + strings.Join(behind, "; ")
+	}
+	return ok, out
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/testenv/chaos"
+	"slipway.dev/slipway/ops/testenv/faults"
+)
+
+// chaosCmd runs systems under seeded faults with the monitor watching and
+// prints, per system, the seeds, faults by kind, checks and violations;
+// each failing run prints its schedule and the command that replays it.
+func chaosCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	system := fs.String("system", "k3os", "system to run ("+strings.Join(chaos.Systems, ", ")+"), or all")
+	seeds := fs.Int("seeds", 1, "number of seeds per system")
+	seed := fs.Int64("seed", 0, "first seed (0: drawn from the clock and printed)")
+	duration := fs.Duration("duration", time.Minute, "span of each run's faults")
+	settle := fs.Duration("settle", 3*time.Minute, "how long a run may take to settle after its faults")
+	nodes := fs.Int("nodes", 5, "fake nodes per run")
+	bin := fs.String("bin", "", "directory holding the built slipway and slipway-sim (required)")
+	tools := fs.String("tools", os.Getenv(testenv.EnvToolsDir), "directory of the control-plane binaries (default $SLIPWAY_TOOLS_DIR)")
+	schedule := fs.String("schedule", "", "run this schedule file (faults.Parse format) instead of drawing one from the seed")
+	named := fs.String("named", "", "run this named schedule (ops/testenv/chaos Schedules) instead of seeds")
+	kinds := fs.String("kinds", "", "comma-separated kinds of faults to draw (default all: "+kindList()+")")
+	keep := fs.Bool("keep", false, "keep every run's directory (logs, violations.jsonl); failing runs' are always kept")
+	verbose := fs.Bool("v", false, "print each fault as it is applied and healed")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *bin == "" {
+		return fmt.Errorf("chaos: --bin is required (a directory with slipway and slipway-sim built, as scripts/chaos does)")
+	}
+	systems := []string{*system}
+	if *system == "all" {
+		systems = chaos.Systems
+	}
+	var sched faults.Schedule
+	if *schedule != "" {
+		b, err := os.ReadFile(*schedule)
+		if err != nil {
+			return fmt.Errorf("chaos: --schedule: %w", err)
+		}
+		if sched, err = faults.Parse(string(b)); err != nil {
+			return fmt.Errorf("chaos: --schedule %s: %w", *schedule, err)
+		}
+	}
+	var only []faults.Kind
+	for _, k := range strings.Split(*kinds, ",") {
+		if k = strings.TrimSpace(k); k == "" {
+			continue
+		}
+		if !slices.Contains(faults.AllKinds, faults.Kind(k)) {
+			return fmt.Errorf("chaos: --kinds: unknown kind %q (known: %s)", k, kindList())
+		}
+		only = append(only, faults.Kind(k))
+	}
+	if *seed == 0 {
+		*seed = time.Now().UnixNano() % 1_000_000
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	failed := 0
+	for _, sys := range systems {
+		var total chaos.Result
+		total.Faults = faults.Report{Injected: map[faults.Kind]int{}, Skipped: map[faults.Kind]int{}}
+		start := time.Now()
+		runs, bad := 0, 0
+		for i := range *seeds {
+			o := chaos.Options{System: sys, Seed: *seed + int64(i), Duration: *duration, Settle: *settle, Nodes: *nodes, Bin: *bin,
+				ToolsDir: *tools, Schedule: sched, Keep: *keep, Kinds: only}
+			if *schedule != "" {
+				o.Name = *schedule
+			}
+			if *named != "" {
+				n, err := chaos.NamedOptions(*named)
+				if err != nil {
+					return err
+				}
+				n.Bin, n.ToolsDir, n.Keep, n.Settle, n.Log = *bin, *tools, *keep, *settle, o.Log
+				o = n
+			}
+			if *verbose {
+				o.Log = os.Stdout
+			}
+			res, err := chaos.Run(ctx, o)
+			if err != nil {
+				return fmt.Errorf("chaos: %s seed %d: %w", sys, o.Seed, err)
+			}
+			res.Report(os.Stdout)
+			runs++
+			if res.Failed() {
+				bad++
+			}
+			for k, n := range res.Faults.Injected {
+				total.Faults.Injected[k] += n
+			}
+			for k, n := range res.Faults.Skipped {
+				total.Faults.Skipped[k] += n
+			}
+			total.Faults.FaultTime += res.Faults.FaultTime
+			total.Checks += res.Checks
+			total.Violations = append(total.Violations, res.Violations...)
+		}
+		fmt.Printf("chaos %s: %d seeds (%d..%d) in %s, %d failed: faults %s, %.1f fault-minutes, %d invariant checks, %d violations\n",
+			sys, runs, *seed, *seed+int64(runs)-1, time.Since(start).Round(time.Second), bad, summary(total.Faults.Injected),
+			total.Faults.FaultTime.Minutes(), total.Checks, len(total.Violations))
+		failed += bad
+	}
+	if failed > 0 {
+		return fmt.Errorf("chaos: %d runs failed (their replay commands are above)", failed)
+	}
+	return nil
+}
+
+func kindList() string {
+	var ks []string
+	for _, k := range faults.AllKinds {
+		ks = append(ks, string(k))
+	}
+	return strings.Join(ks, ",")
+}
+
+func summary(m map[faults.Kind]int) string {
+	s, n := "", 0
+	for _, k := range faults.AllKinds {
+		if m[k] > 0 {
+			s += fmt.Sprintf(" %s=%d", k, m[k])
+			n += m[k]
+		}
+	}
+	return fmt.Sprintf("%d (%s)", n, trim(s))
+}
+
+func trim(s string) string {
+	if len(s) > 0 && s[0] == ' ' {
+		return s[1:]
+	}
+	return s
+}

@@ -1,0 +1,101 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrSkip, returned by an Injector, says the fault could not hit its target
+// now (a node rebooting, a process not running): Run counts it as skipped.
+var ErrSkip = errors.New("target not there now")
+
+// Injector applies one fault; heal, when not nil, ends a timed fault.
+type Injector interface {
+	Inject(ctx context.Context, f Fault) (heal func(context.Context) error, err error)
+}
+
+// InjectorFunc adapts a function to an Injector.
+type InjectorFunc func(ctx context.Context, f Fault) (func(context.Context) error, error)
+
+// Inject calls fn.
+func (fn InjectorFunc) Inject(ctx context.Context, f Fault) (func(context.Context) error, error) {
+	return fn(ctx, f)
+}
+
+// Report is what Run did.
+type Report struct {
+	// Injected and Skipped count the faults by kind.
+	Injected map[Kind]int
+	Skipped  map[Kind]int
+	// FaultTime is the sum of the timed faults' lengths as applied (a fault
+	// healed early at the end of the run counts until then).
+	FaultTime time.Duration
+	// Errors are the faults that failed to apply or heal.
+	Errors []error
+}
+
+// Run applies sched through inj, each fault at its offset from the call,
+// and heals each timed fault after its For. When ctx ends (or the last
+// fault is applied and healed), every fault still standing is healed and
+// Run returns. log, when set, receives one line per fault applied, skipped
+// or healed.
+func Run(ctx context.Context, sched Schedule, inj Injector, log func(string)) Report {
+	if log == nil {
+		log = func(string) {}
+	}
+	start := time.Now()
+	rep := Report{Injected: map[Kind]int{}, Skipped: map[Kind]int{}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	healCtx := context.WithoutCancel(ctx)
+	for _, f := range sched {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(start.Add(f.At))):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		heal, err := inj.Inject(ctx, f)
+		mu.Lock()
+		switch {
+		case errors.Is(err, ErrSkip):
+			rep.Skipped[f.Kind]++
+			log(fmt.Sprintf("%s: skipped: %v", f, err))
+		case err != nil:
+			rep.Errors = append(rep.Errors, fmt.Errorf("%s: %w", f, err))
+			log(fmt.Sprintf("%s: failed: %v", f, err))
+		default:
+			rep.Injected[f.Kind]++
+			log(fmt.Sprintf("%s: injected at +%s", f, time.Since(start).Round(time.Millisecond)))
+		}
+		mu.Unlock()
+		if err != nil || heal == nil {
+			continue
+		}
+		applied := time.Now()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-ctx.Done():
+			case <-time.After(f.For):
+			}
+			herr := heal(healCtx)
+			mu.Lock()
+			defer mu.Unlock()
+			rep.FaultTime += time.Since(applied)
+			if herr != nil {
+				rep.Errors = append(rep.Errors, fmt.Errorf("heal %s: %w", f, herr))
+				log(fmt.Sprintf("%s: heal failed: %v", f, herr))
+				return
+			}
+			log(fmt.Sprintf("%s: healed at +%s", f, time.Since(start).Round(time.Millisecond)))
+		}()
+	}
+	wg.Wait()
+	return rep
+}
