@@ -83,6 +83,13 @@ type fleetState struct {
 	resume    string // the full key of the resume annotation
 	loaded    bool
 	lastRead  time.Time
+	// nodes is the controller's record of its keys on each Node
+	// (record.go), recorded whether it exists yet; wmu orders its writes;
+	// logf reports a failed undo.
+	nodes    map[string]map[string]string
+	recorded bool
+	wmu      sync.Mutex
+	logf     func(what, node string, err error)
 }
 
 // get returns a copy of the state.
@@ -115,8 +122,13 @@ func (s *fleetState) load(ctx context.Context) error {
 			return fmt.Errorf("the fleet state (ConfigMap %s/%s, key %s) is not its JSON: %w", s.namespace, s.name, fleetDataKey, err)
 		}
 	}
+	nodes, recorded, err := parseRecords(cm.Data)
+	if err != nil {
+		return fmt.Errorf("the fleet state (ConfigMap %s/%s): %w", s.namespace, s.name, err)
+	}
 	s.mu.Lock()
 	s.f, s.loaded, s.lastRead = f, true, time.Now()
+	s.nodes, s.recorded = nodes, recorded
 	s.mu.Unlock()
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -331,6 +332,17 @@ func (f *fleet) controllerOptions(edit func(*ControllerOptions)) ControllerOptio
 		edit(&o)
 	}
 	return o
+}
+
+// usePrefix makes the fleet speak prefix (one shared by several tests,
+// such as the old operator's) from a fresh controller state: the previous
+// test's record of its own nodes is gone.
+func (f *fleet) usePrefix(prefix string) {
+	f.prefix, f.keys = prefix, Keys{Prefix: prefix}
+	err := f.kube.CoreV1().ConfigMaps("default").Delete(context.Background(), FleetStateName(prefix), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		f.t.Fatalf("remove the previous controller state of %s: %v", prefix, err)
+	}
 }
 
 func (f *fleet) node(name string) *corev1.Node {

@@ -19,11 +19,17 @@ func (c *controller) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := c.importRecords(ctx, items); err != nil {
+		return err
+	}
 	now := time.Now()
 	nodes := map[string]*corev1.Node{}
 	views := make([]NodeView, 0, len(items))
 	for i := range items {
-		n := &items[i]
+		// The controller's keys are its record's (record.go): a node
+		// cannot take, hold or free a slot, or move a clock, by writing them.
+		n := c.keepRecord(ctx, &items[i])
+		items[i] = *n
 		nodes[n.Name] = n
 		c.ev.remember(n)
 		c.label(ctx, n)
@@ -35,6 +41,7 @@ func (c *controller) sync(ctx context.Context) error {
 	}
 	c.report(items, views)
 	c.forgetDrains(nodes)
+	c.fleet.forget(ctx, nodes)
 	// Each node's step touches only that node: a wave's steps go out at once.
 	parallel(views, func(v NodeView) {
 		if c.isDraining(v.Name) {
@@ -248,7 +255,7 @@ func (c *controller) uncordon(ctx context.Context, n *corev1.Node, v NodeView, n
 	if finish {
 		ann = c.finished(now)
 	}
-	written, err := drain.UncordonSeen(ctx, c.kube, v.Name, n, c.keys.ownerOn(n), drain.Meta{Annotations: ann})
+	written, err := c.uncordonSeen(ctx, n, drain.Meta{Annotations: ann})
 	if err != nil {
 		return err
 	}
@@ -283,6 +290,7 @@ func (c *controller) afterUncordon(ctx context.Context, node string, n *corev1.N
 			return fmt.Errorf("read node %s after its uncordon: %w", node, err)
 		}
 	}
+	n = c.recorded(n)
 	v := c.keys.View(n, c.o.NodeName)
 	c.hookState(&v, n)
 	if !c.needsHealth(v) {
@@ -315,6 +323,7 @@ func (c *controller) want(ctx context.Context, node string, i Intent, why string
 // view is what the decisions read of n: its annotations, its hooks' state
 // and whether this process drained it for its perform-update.
 func (c *controller) view(n *corev1.Node) NodeView {
+	n = c.recorded(n)
 	v := c.keys.View(n, c.o.NodeName)
 	c.hookState(&v, n)
 	v.Drained = c.drainedFor(n, v)

@@ -138,11 +138,19 @@ func (c *controller) patch(ctx context.Context, node string, labels, annotations
 
 // patchNode is patch returning the Node as written (nil when nothing was).
 func (c *controller) patchNode(ctx context.Context, node string, labels, annotations map[string]any) (*corev1.Node, error) {
+	undo, err := c.record(ctx, node, annotations)
+	if err != nil {
+		return nil, err
+	}
 	n, err := patchNodeRV(ctx, c.kube, node, labels, annotations)
-	if err == nil && n != nil {
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	if n != nil {
 		c.wrote(node, n.ResourceVersion)
 	}
-	return n, err
+	return c.recorded(n), nil
 }
 
 // patchNodeRV writes labels and annotations of a node in one merge patch
