@@ -127,8 +127,8 @@ slipway update-operator agent --platform command --check-command 'osupdate check
 			&cli.StringFlag{Name: "source", Usage: "slipway: release channel URL or mirror directory", EnvVars: uoEnvs("SOURCE")},
 			&cli.StringFlag{Name: "system-dir", Value: "/k3os/system", Usage: "slipway: the k3os system directory", EnvVars: uoEnvs("SYSTEM_DIR")},
 			&cli.StringFlag{Name: "lock-file", Value: "/run/k3os/upgrade.lock", Usage: "slipway: the upgrade lock", EnvVars: uoEnvs("LOCK_FILE")},
-			&cli.StringFlag{Name: "reboot-method", Value: "auto", Usage: "slipway: as ops agent's --reboot-method (auto: the host's init, told from its PID 1 and --host-run-dir)", EnvVars: uoEnvs("REBOOT_METHOD")},
-			&cli.StringFlag{Name: "host-run-dir", Value: "/run", Usage: "slipway: where the host's /run is seen (the manifest mounts it read-only at " + uo.HostRunDir + ")", EnvVars: uoEnvs("HOST_RUN_DIR")},
+			&cli.StringFlag{Name: "reboot-method", Value: "auto", Usage: "slipway: " + platform.RebootMethods + " (auto: the host's init, told from its PID 1, and from --host-run-dir when that is the host's /run; systemd: SIGRTMIN+5 to PID 1, no system bus; logind: over the system bus, which the manifest does not mount)", EnvVars: uoEnvs("REBOOT_METHOD")},
+			&cli.StringFlag{Name: "host-run-dir", Value: "/run", Usage: "slipway: where the host's /run is seen, to tell its init by its control FIFOs (the manifest mounts none: a mount of /run hands the pod every host socket)", EnvVars: uoEnvs("HOST_RUN_DIR")},
 			&cli.StringFlag{Name: "api-socket", Value: platform.DefaultAPISocket, Usage: "bottlerocket-api: the host API's unix socket", EnvVars: uoEnvs("API_SOCKET")},
 			&cli.StringFlag{Name: "check-command", Usage: "command: prints the available version (nothing when up to date)", EnvVars: uoEnvs("CHECK_COMMAND")},
 			&cli.StringFlag{Name: "prepare-command", Usage: "command: downloads the update", EnvVars: uoEnvs("PREPARE_COMMAND")},
@@ -173,7 +173,7 @@ func uoPlatform(c *cli.Context) (platform.Platform, error) {
 		if err != nil {
 			return nil, err
 		}
-		r, err := agentRebooterAt(c.String("reboot-method"), c.String("reboot-command"), "/proc", c.String("host-run-dir"))
+		r, err := platform.Rebooter(c.String("reboot-method"), c.String("reboot-command"), "/proc", c.String("host-run-dir"))
 		if err != nil {
 			return nil, err
 		}
