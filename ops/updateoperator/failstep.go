@@ -225,6 +225,7 @@ func (c *controller) cordon(ctx context.Context, n *corev1.Node, also map[string
 // schedulableBefore is what a cordon of n by owner records as
 // drain.AnnotationSchedulableBefore (as drain.CordonSeen writes it).
 func schedulableBefore(n *corev1.Node, owner string) string {
+	// trust: uo.node.unschedulable
 	by := drain.CordonedBy(n.Annotations)
 	switch {
 	case by == owner:

@@ -90,6 +90,7 @@ func RecordValueValid(suffix, value string) bool {
 func (k Keys) ImportRecord(a map[string]string, now time.Time) map[string]string {
 	r := map[string]string{}
 	for _, s := range recordSuffixes() {
+		// trust: uo.node.import
 		v, ok := a[k.Key(s)]
 		if !ok {
 			continue
@@ -102,6 +103,7 @@ func (k Keys) ImportRecord(a map[string]string, now time.Time) map[string]string
 		}
 		r[k.Key(s)] = v
 	}
+	// trust: uo.node.cordon-record
 	if k.cordonedByUs(a) {
 		r[drain.AnnotationCordonedBy] = a[drain.AnnotationCordonedBy]
 		if v, ok := a[drain.AnnotationSchedulableBefore]; ok {
@@ -124,6 +126,7 @@ func (k Keys) Overlay(n *corev1.Node, r map[string]string) *corev1.Node {
 	for _, s := range recordSuffixes() {
 		delete(a, k.Key(s))
 	}
+	// trust: uo.node.cordon-record
 	if k.cordonedByUs(n.Annotations) || r[drain.AnnotationCordonedBy] != "" {
 		delete(a, drain.AnnotationCordonedBy)
 		delete(a, drain.AnnotationSchedulableBefore)
@@ -141,6 +144,7 @@ func (k Keys) Overlay(n *corev1.Node, r map[string]string) *corev1.Node {
 func (k Keys) Drift(a, r map[string]string) (fix map[string]any, restore map[string]any) {
 	for _, s := range recordSuffixes() {
 		key := k.Key(s)
+		// trust: uo.node.controller-keys
 		nv, nok := a[key]
 		rv, rok := r[key]
 		if nv == rv && nok == rok {

@@ -67,6 +67,7 @@ func (c *controller) sync(ctx context.Context) error {
 		c.o.Log.Debug("no node starts", "why", why)
 	}
 	parallel(PrepareAhead(views, c.o.Policy, fleet, now, start), func(name string) {
+		// trust: uo.node.available-version
 		if err := c.wantAhead(ctx, name, nodes[name].Annotations[c.keys.Key(KeyAvailableVersion)]); err != nil {
 			c.o.Log.Error("prepare ahead", "node", name, "err", err)
 		}
@@ -94,6 +95,7 @@ func (c *controller) healthy(ctx context.Context, n *corev1.Node) bool {
 // label gives a node whose osImage matches the interface-version label,
 // so the agent DaemonSet lands on it.
 func (c *controller) label(ctx context.Context, n *corev1.Node) {
+	// trust: uo.node.os-image
 	if c.images == nil || n.Labels[c.keys.InterfaceVersion()] != "" || n.Labels[c.keys.Exclude()] == "true" ||
 		!c.images.MatchString(n.Status.NodeInfo.OSImage) {
 		return
@@ -117,6 +119,7 @@ func (c *controller) markBlocked(ctx context.Context, views []NodeView) error {
 	}
 	blocked := map[string]bool{}
 	for _, p := range pods.Items {
+		// trust: uo.pod.blocking
 		if p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodPending {
 			blocked[p.Spec.NodeName] = true
 		}
@@ -226,6 +229,7 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		c.ended(ctx, v, n.Annotations[c.keys.Key(KeyTargetVersion)], s.Release)
 		return nil
 	case StepStuck:
+		// trust: uo.node.reason
 		if n.Annotations[c.keys.Key(KeyReason)] == s.Reason {
 			return nil // said already
 		}
@@ -332,12 +336,14 @@ func (c *controller) view(n *corev1.Node) NodeView {
 
 // hookState reads the hooks' label and annotations of n into v.
 func (c *controller) hookState(v *NodeView, n *corev1.Node) {
+	// trust: uo.node.hook-labels
 	v.BeforeHook, v.AfterHook = n.Labels[c.keys.Key(KeyBeforeReboot)] == "true", n.Labels[c.keys.Key(KeyAfterReboot)] == "true"
 	v.BeforeDone, v.AfterDone = allTrue(n, c.o.BeforeRebootChecks), allTrue(n, c.o.AfterRebootChecks)
 }
 
 func allTrue(n *corev1.Node, keys []string) bool {
 	for _, k := range keys {
+		// trust: uo.node.hook-checks
 		if n.Annotations[k] != "true" {
 			return false
 		}
