@@ -76,7 +76,7 @@ slipway update-operator controller --max-concurrent 10 --prepare-ahead --pause-b
 			&cli.DurationFlag{Name: "state-timeout", Value: 30 * time.Minute, Usage: "fail a node stuck this long in prepare, perform or reboot", EnvVars: uoEnvs("STATE_TIMEOUT")},
 			&cli.DurationFlag{Name: "health-timeout", Value: 15 * time.Minute, Usage: "mark the rollout stuck when drained workloads are not ready again after this long", EnvVars: uoEnvs("HEALTH_TIMEOUT")},
 			&cli.DurationFlag{Name: "failure-backoff", Value: 2 * time.Minute, Usage: "wait after a node's first failure, doubled per next failure", EnvVars: uoEnvs("FAILURE_BACKOFF")},
-			&cli.IntFlag{Name: "halt-after", Value: 2, Usage: "halt the rollout of a release after this many failed updates to it (the host failed, fell back or hung): no node starts it until a new release is offered or `slipway update-operator resume` (0: never halt)", EnvVars: uoEnvs("HALT_AFTER")},
+			&cli.IntFlag{Name: "halt-after", Value: 2, Usage: "halt the rollout of a release after failed updates to it (the host failed, fell back or hung) on this many different nodes: no node starts it until a new release is offered or `slipway update-operator resume` (0: never halt)", EnvVars: uoEnvs("HALT_AFTER")},
 			&cli.DurationFlag{Name: "failure-backoff-max", Value: time.Hour, Usage: "longest wait between tries of a failing node", EnvVars: uoEnvs("FAILURE_BACKOFF_MAX")},
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9480", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: uoEnvs("METRICS_ADDR")},
 			uoHealthFlag("HEALTH_ADDR"),

@@ -59,6 +59,9 @@ func TestAttacksWithRealTokens(t *testing.T) {
 		if _, err := kc.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			_ = kc.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		})
 	}
 	pod("agent-on-own", AgentName, "atk-own")
 	pod("controller-on-own", ControllerName, "atk-own")
@@ -66,6 +69,7 @@ func TestAttacksWithRealTokens(t *testing.T) {
 	if _, err := kc.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "loot"}, StringData: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = kc.CoreV1().Secrets(ns).Delete(context.Background(), "loot", metav1.DeleteOptions{}) })
 	as := func(podName string) *kubernetes.Clientset {
 		cfg, err := testenv.PodToken(ctx, e.Config, ns, podName)
 		if err != nil {

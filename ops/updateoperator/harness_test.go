@@ -99,7 +99,7 @@ func newFleetOn(t *testing.T, e *testenv.Env, name string) *fleet {
 	f := &fleet{t: t, env: e, kube: c, prefix: name + ".update.slipway.dev", mirror: filepath.Join(dir, "mirror"), dir: dir,
 		agents: map[string]*run{}, plats: map[string]platform.Platform{}, br: map[string]*brapitest.Server{}, reboots: map[string]int{}, down: map[string]bool{}, stayDown: map[string]bool{}, boots: map[string]string{},
 		log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
-	f.keys, _ = NewKeys(f.prefix)
+	f.usePrefix(f.prefix) // a fresh controller state: a test run again reuses its node names
 	for _, v := range []string{"v1", "v2"} {
 		if _, err := releasetest.Write(releasetest.Options{Mirror: f.mirror, Version: v, Arch: "amd64", RootfsFiles: 3}); err != nil {
 			t.Fatal(err)
