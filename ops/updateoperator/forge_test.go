@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/testenv"
 )
 
 // kubeletOf is a client with the rights of node's kubelet (user
@@ -102,4 +105,52 @@ func readFleet(t *testing.T, f *fleet) Fleet {
 		}
 	}
 	return st
+}
+
+// A Node deleted and made again under the same name while no controller
+// ran is a new node: the record of the old one (its failures here) is not
+// its own, so nothing of it is written back on the new Node.
+func TestRecreatedNodeStartsWithAnEmptyRecord(t *testing.T) {
+	f := newFleet(t, "recreate", 0)
+	ctx := context.Background()
+	name := "recreate-0"
+	create := func(ann map[string]string) {
+		n := testenv.FakeNode(name)
+		n.Labels[f.keys.InterfaceVersion()] = InterfaceVersion // spoken to: the controller wants stabilize on it
+		for k, v := range ann {
+			n.Annotations[k] = v
+		}
+		if _, err := f.kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(map[string]string{f.keys.Wanted(): string(IntentStabilize), f.keys.Key(KeyFailures): "3", f.keys.Key(KeyLastFailure): stamp(time.Now())})
+	t.Cleanup(func() { _ = f.kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	stop := f.controller(nil)
+	eventually(t, time.Minute, "the old node's failures recorded", func() (bool, string) {
+		cm, err := f.kube.CoreV1().ConfigMaps("default").Get(ctx, FleetStateName(f.prefix), metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		r := cm.Data[nodeRecordPrefix+name]
+		return strings.Contains(r, `"3"`), r
+	})
+	stop()
+	if err := f.kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the old Node gone", func() (bool, string) {
+		_, err := f.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), errString(err)
+	})
+	create(nil)
+	f.controller(nil)
+	eventually(t, time.Minute, "the new node told stabilize", func() (bool, string) {
+		w := f.node(name).Annotations[f.keys.Wanted()]
+		return w == string(IntentStabilize), "wanted " + w
+	})
+	time.Sleep(2 * time.Second) // a few more turns (--resync 1s)
+	if n := f.node(name); n.Annotations[f.keys.Key(KeyFailures)] != "" || has(f.eventReasons(name), ReasonRestored) {
+		t.Errorf("the new node got the old one's record: failures %q, Events %v", n.Annotations[f.keys.Key(KeyFailures)], f.eventReasons(name))
+	}
 }

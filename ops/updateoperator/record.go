@@ -38,10 +38,13 @@ import (
 // it, or a fresh one), with every time clamped to now.
 
 // nodeRecordPrefix and recordsMarker are the record's data keys in the
-// fleet state's ConfigMap.
+// fleet state's ConfigMap; recordUID, in a node's record, is the UID of
+// the Node it is of (no annotation key can hold "#"): a Node deleted and
+// made again under the same name is a new node, with an empty record.
 const (
 	nodeRecordPrefix = "node."
 	recordsMarker    = "records"
+	recordUID        = "#uid"
 )
 
 // recordSuffixes are the controller's keys (under the prefix) kept in
@@ -131,7 +134,11 @@ func (k Keys) Overlay(n *corev1.Node, r map[string]string) *corev1.Node {
 		delete(a, drain.AnnotationCordonedBy)
 		delete(a, drain.AnnotationSchedulableBefore)
 	}
-	maps.Copy(a, r)
+	for key, v := range r {
+		if key != recordUID {
+			a[key] = v
+		}
+	}
 	out.Annotations = a
 	return out
 }
@@ -252,6 +259,13 @@ func (s *fleetState) setNode(ctx context.Context, node string, keys []string, ch
 	}, nil
 }
 
+// replaceNode replaces node's whole record with r.
+func (s *fleetState) replaceNode(ctx context.Context, node string, r map[string]string) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.writeNode(ctx, node, r)
+}
+
 // writeNode writes node's record r (empty: removes it).
 func (s *fleetState) writeNode(ctx context.Context, node string, r map[string]string) error {
 	var v any
@@ -358,9 +372,9 @@ func (c *controller) importRecords(ctx context.Context, nodes []corev1.Node) err
 	now := time.Now()
 	records := map[string]map[string]string{}
 	for i := range nodes {
-		if r := c.keys.ImportRecord(nodes[i].Annotations, now); len(r) > 0 {
-			records[nodes[i].Name] = r
-		}
+		r := c.keys.ImportRecord(nodes[i].Annotations, now)
+		r[recordUID] = string(nodes[i].UID)
+		records[nodes[i].Name] = r
 	}
 	if err := c.fleet.importRecords(ctx, records); err != nil {
 		return err
@@ -376,6 +390,19 @@ func (c *controller) importRecords(ctx context.Context, nodes []corev1.Node) err
 func (c *controller) keepRecord(ctx context.Context, n *corev1.Node) *corev1.Node {
 	if !c.fleet.imported() {
 		return n
+	}
+	if uid := c.fleet.nodeRecord(n.Name)[recordUID]; uid != string(n.UID) {
+		// A Node new under this name (or a record from before UIDs): the
+		// record is this Node's from now on, empty when it was another's.
+		var err error
+		if uid == "" {
+			_, err = c.fleet.setNode(ctx, n.Name, []string{recordUID}, map[string]any{recordUID: string(n.UID)})
+		} else {
+			err = c.fleet.replaceNode(ctx, n.Name, map[string]string{recordUID: string(n.UID)})
+		}
+		if err != nil {
+			c.o.Log.Error("record a Node's UID", "node", n.Name, "err", err)
+		}
 	}
 	fix, restore := c.keys.Drift(n.Annotations, c.fleet.nodeRecord(n.Name))
 	if len(fix) > 0 {
