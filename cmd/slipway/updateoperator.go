@@ -76,7 +76,7 @@ slipway update-operator controller --max-concurrent 10 --prepare-ahead --pause-b
 			&cli.DurationFlag{Name: "state-timeout", Value: 30 * time.Minute, Usage: "fail a node stuck this long in prepare, perform or reboot", EnvVars: uoEnvs("STATE_TIMEOUT")},
 			&cli.DurationFlag{Name: "health-timeout", Value: 15 * time.Minute, Usage: "mark the rollout stuck when drained workloads are not ready again after this long", EnvVars: uoEnvs("HEALTH_TIMEOUT")},
 			&cli.DurationFlag{Name: "failure-backoff", Value: 2 * time.Minute, Usage: "wait after a node's first failure, doubled per next failure", EnvVars: uoEnvs("FAILURE_BACKOFF")},
-			&cli.IntFlag{Name: "halt-after", Value: 2, Usage: "halt the rollout of a release after this many failed updates to it (the host failed, fell back or hung): no node starts it until a new release is offered or `slipway update-operator resume` (0: never halt)", EnvVars: uoEnvs("HALT_AFTER")},
+			&cli.IntFlag{Name: "halt-after", Value: 2, Usage: "halt the rollout of a release after failed updates to it (the host failed, fell back or hung) on this many different nodes: no node starts it until a new release is offered or `slipway update-operator resume` (0: never halt)", EnvVars: uoEnvs("HALT_AFTER")},
 			&cli.DurationFlag{Name: "failure-backoff-max", Value: time.Hour, Usage: "longest wait between tries of a failing node", EnvVars: uoEnvs("FAILURE_BACKOFF_MAX")},
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9480", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: uoEnvs("METRICS_ADDR")},
 			uoHealthFlag("HEALTH_ADDR"),
@@ -127,8 +127,8 @@ slipway update-operator agent --platform command --check-command 'osupdate check
 			&cli.StringFlag{Name: "source", Usage: "slipway: release channel URL or mirror directory", EnvVars: uoEnvs("SOURCE")},
 			&cli.StringFlag{Name: "system-dir", Value: "/k3os/system", Usage: "slipway: the k3os system directory", EnvVars: uoEnvs("SYSTEM_DIR")},
 			&cli.StringFlag{Name: "lock-file", Value: "/run/k3os/upgrade.lock", Usage: "slipway: the upgrade lock", EnvVars: uoEnvs("LOCK_FILE")},
-			&cli.StringFlag{Name: "reboot-method", Value: "auto", Usage: "slipway: as ops agent's --reboot-method (auto: the host's init, told from its PID 1 and --host-run-dir)", EnvVars: uoEnvs("REBOOT_METHOD")},
-			&cli.StringFlag{Name: "host-run-dir", Value: "/run", Usage: "slipway: where the host's /run is seen (the manifest mounts it read-only at " + uo.HostRunDir + ")", EnvVars: uoEnvs("HOST_RUN_DIR")},
+			&cli.StringFlag{Name: "reboot-method", Value: "auto", Usage: "slipway: " + platform.RebootMethods + " (auto: the host's init, told from its PID 1, and from --host-run-dir when that is the host's /run; systemd: SIGRTMIN+5 to PID 1, no system bus; logind: over the system bus, which the manifest does not mount)", EnvVars: uoEnvs("REBOOT_METHOD")},
+			&cli.StringFlag{Name: "host-run-dir", Value: "/run", Usage: "slipway: where the host's /run is seen, to tell its init by its control FIFOs (the manifest mounts none: a mount of /run hands the pod every host socket)", EnvVars: uoEnvs("HOST_RUN_DIR")},
 			&cli.StringFlag{Name: "api-socket", Value: platform.DefaultAPISocket, Usage: "bottlerocket-api: the host API's unix socket", EnvVars: uoEnvs("API_SOCKET")},
 			&cli.StringFlag{Name: "check-command", Usage: "command: prints the available version (nothing when up to date)", EnvVars: uoEnvs("CHECK_COMMAND")},
 			&cli.StringFlag{Name: "prepare-command", Usage: "command: downloads the update", EnvVars: uoEnvs("PREPARE_COMMAND")},
@@ -173,7 +173,7 @@ func uoPlatform(c *cli.Context) (platform.Platform, error) {
 		if err != nil {
 			return nil, err
 		}
-		r, err := agentRebooterAt(c.String("reboot-method"), c.String("reboot-command"), "/proc", c.String("host-run-dir"))
+		r, err := platform.Rebooter(c.String("reboot-method"), c.String("reboot-command"), "/proc", c.String("host-run-dir"))
 		if err != nil {
 			return nil, err
 		}

@@ -132,6 +132,7 @@ func cannotStartPod(r *round) (reason, msg string) {
 	}
 	var name string
 	for _, p := range r.pods {
+		// trust: eds.pod.labels
 		if p.Labels[v1.LabelReplicaSet] != r.canary.Name || !onCanary[nodeOf(p)] || p.DeletionTimestamp != nil {
 			continue
 		}

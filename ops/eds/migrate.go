@@ -71,6 +71,7 @@ func (c *Controller) oldDaemonSetPods(ctx context.Context, e *v1.ExtendedDaemonS
 	var out []*corev1.Pod
 	for i := range list.Items {
 		p := &list.Items[i]
+		// trust: eds.pod.owner
 		if ref := metav1.GetControllerOf(p); ref != nil && ref.UID == ds.UID {
 			out = append(out, p)
 		}

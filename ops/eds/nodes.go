@@ -29,6 +29,7 @@ func asNode(o any) *corev1.Node {
 // (plan.Eligible, plan.MayStay) or the resource overrides read: its labels,
 // taints, deletion, or its resource annotations.
 func placementChanged(old, cur *corev1.Node) bool {
+	// trust: eds.node.placement
 	return !equality.Semantic.DeepEqual(old.Labels, cur.Labels) ||
 		!equality.Semantic.DeepEqual(old.Spec.Taints, cur.Spec.Taints) ||
 		(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) ||

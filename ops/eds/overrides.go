@@ -48,6 +48,7 @@ func (c *Controller) overrides(ctx context.Context, r *round) map[string]overrid
 		for _, ct := range r.e.Spec.Template.Spec.Containers {
 			suffix := r.e.Namespace + "." + r.e.Name + "." + ct.Name
 			for _, key := range []string{v1.DataDogNodeResourcesPrefix + suffix, v1.NodeResourcesPrefix + suffix} {
+				// trust: eds.node.resources
 				raw, ok := n.Annotations[key]
 				if !ok {
 					continue

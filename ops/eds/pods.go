@@ -42,6 +42,7 @@ func (c *Controller) podsOf(ctx context.Context, e *v1.ExtendedDaemonSet) ([]*co
 // containers' resources are what the overrides give (the controller may
 // not write the annotation: it has no right to update pods).
 func overridesHeld(p *corev1.Pod, o override) bool {
+	// trust: eds.pod.node-hash
 	h, ok := p.Annotations[v1.AnnotationNodeHash]
 	if ok || len(o.containers) == 0 {
 		return h == o.hash
@@ -88,11 +89,13 @@ func (c *Controller) nodeStates(r *round, overrides map[string]override) ([]plan
 		}
 		// The old DaemonSet's pods on nodes the EDS does not select are
 		// the DaemonSet's: deleting them, it would recreate them.
+		// trust: eds.pod.labels
 		if p.Labels[v1.LabelName] != r.e.Name {
 			continue
 		}
 		o, ok, _ := c.nodes.GetByKey(n)
 		switch {
+		// trust: eds.node.placement
 		case ok && p.Labels[v1.LabelReplicaSet] == r.active.Name && plan.MayStay(o.(*corev1.Node), r.selector, &r.active.Spec.Template.Spec):
 			// running on a node that only a NoSchedule taint closed: it stays
 		case ok && o.(*corev1.Node).DeletionTimestamp == nil:
@@ -105,6 +108,7 @@ func (c *Controller) nodeStates(r *round, overrides map[string]override) ([]plan
 	for _, n := range r.nodes {
 		s := plan.NodeState{Node: n.Name, Template: r.targets[n.Name]}
 		for _, p := range byNode[n.Name] {
+			// trust: eds.pod.status
 			pp := plan.Pod{Name: p.Name, Available: plan.Available(p, 0, r.now) && p.Status.Phase == corev1.PodRunning,
 				Terminating:  p.DeletionTimestamp != nil || c.expected(key, "delete/"+p.Name),
 				Unresponsive: (p.Spec.NodeName == "" && r.now.Sub(p.CreationTimestamp.Time) > v1.UnresponsiveAfter) || stuckTerminating(p, r.now)}

@@ -24,6 +24,7 @@ func mergeRestarts(history []v1.CanaryPodRestarts, pods []*corev1.Pod) []v1.Cana
 		byPod[h.Pod] = h
 	}
 	for _, p := range pods {
+		// trust: eds.pod.restarts
 		h := plan.PodHealth(p)
 		if h.Restarts == 0 {
 			continue

@@ -112,6 +112,7 @@ func (c *Controller) count(r *round) (total counts, byERS map[string]*counts, up
 			continue
 		}
 		ready := plan.PodHealth(p).Ready
+		// trust: eds.pod.status
 		available := ready && p.Status.Phase == corev1.PodRunning
 		for _, k := range []*counts{&total, byERS[p.Labels[v1.LabelReplicaSet]]} {
 			if k == nil {

@@ -167,6 +167,7 @@ func (a *agent) reconcile(ctx context.Context) error {
 	a.booted = true
 	a.ev.remember(n)
 	ann := n.Annotations
+	// trust: uo.node.action-wanted
 	wanted, err := ParseIntent(ann[a.keys.Wanted()])
 	if err != nil {
 		return a.badInput(ctx, fmt.Errorf("held: annotation %s: %w", a.keys.Wanted(), err))
@@ -417,6 +418,7 @@ func (a *agent) reboot(ctx context.Context, n *corev1.Node) error {
 // with a target, or when the host cannot be read (the update goes on; only
 // its target stays unknown).
 func (a *agent) untargeted(ctx context.Context, n *corev1.Node) map[string]any {
+	// trust: uo.node.target-version
 	if n.Annotations[a.keys.Key(KeyTargetVersion)] != "" {
 		return nil
 	}
@@ -492,6 +494,7 @@ func (a *agent) oldReboot(ctx context.Context, n *corev1.Node) error {
 	if err != nil {
 		return a.done(ctx, IntentReboot, fmt.Errorf("read the host after the old operator's reboot-update: %w", err), nil)
 	}
+	// trust: uo.node.target-version
 	if st.Staged != "" && n.Annotations[a.keys.Key(KeyTargetVersion)] == "" { // what the reboot is to bring: the controller adopts it as the target
 		if err := a.report(ctx, a.versions(st)); err != nil {
 			return err

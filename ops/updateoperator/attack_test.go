@@ -47,7 +47,7 @@ func TestAttacksWithRealTokens(t *testing.T) {
 		}
 		apply(ctx, t, dyn, mapper, &unstructured.Unstructured{Object: u})
 	}
-	for _, n := range []string{"atk-own", "atk-other"} {
+	for _, n := range []string{"atk-own", "atk-other", "atk-gc"} {
 		if _, err := kc.CoreV1().Nodes().Create(ctx, testenv.FakeNode(n), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -59,6 +59,9 @@ func TestAttacksWithRealTokens(t *testing.T) {
 		if _, err := kc.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			_ = kc.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		})
 	}
 	pod("agent-on-own", AgentName, "atk-own")
 	pod("controller-on-own", ControllerName, "atk-own")
@@ -66,6 +69,7 @@ func TestAttacksWithRealTokens(t *testing.T) {
 	if _, err := kc.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "loot"}, StringData: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = kc.CoreV1().Secrets(ns).Delete(context.Background(), "loot", metav1.DeleteOptions{}) })
 	as := func(podName string) *kubernetes.Clientset {
 		cfg, err := testenv.PodToken(ctx, e.Config, ns, podName)
 		if err != nil {
@@ -93,7 +97,7 @@ func TestAttacksWithRealTokens(t *testing.T) {
 	for _, key := range []string{KeyFinished, KeyActionWanted, KeyTransition, KeyFailures, KeyLastFailure, KeyTargetVersion, KeyAhead} {
 		data, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{prefix + "/" + key: "2999-01-01T00:00:00Z"}}})
 		_, err := agent.CoreV1().Nodes().Patch(ctx, "atk-own", types.MergePatchType, data, metav1.PatchOptions{})
-		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(errString(err), "may change only annotations") {
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(errString(err), "may change only the annotations") {
 			t.Errorf("the agent's real token wrote the controller's %s on its own Node: %v", key, err)
 		}
 	}
@@ -103,9 +107,13 @@ func TestAttacksWithRealTokens(t *testing.T) {
 			t.Errorf("the agent's real token may not write its own %s: %v", key, err)
 		}
 	}
-	if err := annotate(controller, "atk-other"); err != nil {
-		t.Errorf("the controller's real token may not annotate a Node: %v", err)
+	for _, key := range ControllerAnnotations {
+		data, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{prefix + "/" + key: "x"}}})
+		if _, err := controller.CoreV1().Nodes().Patch(ctx, "atk-other", types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
+			t.Errorf("the controller's real token may not write its %s on a Node: %v", key, err)
+		}
 	}
+	nodeMetaAttacks(ctx, t, kc, agent, controller, prefix)
 	for what, attempt := range map[string]func(*kubernetes.Clientset) error{
 		"evict a pod": func(c *kubernetes.Clientset) error {
 			return c.CoreV1().Pods(ns).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: ns}})
@@ -152,4 +160,77 @@ func errString(err error) string {
 		return "allowed"
 	}
 	return err.Error()
+}
+
+// nodeMetaAttacks: what the Node policies refuse the controller's and the
+// agent's real tokens beyond the keys: an ownerReference (the garbage
+// collector would delete the Node, and every pod on it with it), a
+// finalizer, a key that only begins like an allowed one, the other
+// party's keys, a taint.
+func nodeMetaAttacks(ctx context.Context, t *testing.T, admin, agent, controller *kubernetes.Clientset, prefix string) {
+	t.Helper()
+	// The controller's policy is loaded a moment after its creation too
+	// (waited for, then the attacks go on whatever the wait saw).
+	refused := false
+	for deadline := time.Now().Add(30 * time.Second); !refused && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		data, _ := json.Marshal(annotation("example.com/probe", "x"))
+		_, err := controller.CoreV1().Nodes().Patch(ctx, "atk-other", types.MergePatchType, data, metav1.PatchOptions{})
+		refused = err != nil
+	}
+	if !refused {
+		t.Errorf("the controller's real token still writes any annotation on a Node after 30s: it has no Node policy")
+	}
+	owner := map[string]any{"metadata": map[string]any{"ownerReferences": []any{map[string]any{
+		"apiVersion": "v1", "kind": "Node", "name": "gone", "uid": "6a3c7b9e-0000-4000-8000-000000000001"}}}}
+	for _, c := range []struct {
+		who, node, what string
+		as              *kubernetes.Clientset
+		patch           map[string]any
+	}{
+		{"controller", "atk-gc", "an ownerReference on a Node", controller, owner},
+		{"agent", "atk-gc", "an ownerReference on its own Node", agent, owner},
+		{"controller", "atk-other", "a finalizer on a Node", controller, map[string]any{"metadata": map[string]any{"finalizers": []string{"example.com/pin"}}}},
+		{"agent", "atk-own", "a finalizer on its own Node", agent, map[string]any{"metadata": map[string]any{"finalizers": []string{"example.com/pin"}}}},
+		{"controller", "atk-other", "a node's report (action-state)", controller, annotation(prefix+"/"+KeyActionState, "ready")},
+		{"controller", "atk-other", "an annotation outside the protocol", controller, annotation("example.com/x", "y")},
+		{"controller", "atk-other", "a key that only begins like its own", controller, annotation(prefix+"/"+KeyActionWanted+"-x", "y")},
+		{"agent", "atk-own", "a key that only begins like its own", agent, annotation(prefix+"/"+KeyReason+"-x", "y")},
+		{"controller", "atk-other", "a label outside the protocol", controller, map[string]any{"metadata": map[string]any{"labels": map[string]any{"example.com/x": "y"}}}},
+		{"controller", "atk-other", "a taint", controller, map[string]any{"spec": map[string]any{"taints": []any{map[string]any{"key": "x", "effect": "NoSchedule"}}}}},
+	} {
+		if c.as == agent && c.node == "atk-gc" {
+			c.node = "atk-own" // its own Node is the only one it may write at all
+		}
+		data, _ := json.Marshal(c.patch)
+		_, err := c.as.CoreV1().Nodes().Patch(ctx, c.node, types.MergePatchType, data, metav1.PatchOptions{})
+		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			continue
+		}
+		t.Errorf("the %s's real token could write %s: %v", c.who, c.what, errString(err))
+		if err == nil && c.patch["metadata"] != nil && c.patch["metadata"].(map[string]any)["ownerReferences"] != nil {
+			gone := false
+			for range 40 {
+				if _, err := admin.CoreV1().Nodes().Get(ctx, c.node, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+					gone = true
+					break
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+			if gone {
+				t.Errorf("... and the garbage collector then deleted Node %s", c.node)
+			}
+		}
+	}
+	// A controller's legitimate writes still pass: its labels, a cordon.
+	data, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{prefix + "/" + KeyBeforeReboot: "true"}}})
+	if _, err := controller.CoreV1().Nodes().Patch(ctx, "atk-other", types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
+		t.Errorf("the controller's real token may not label a Node %s/%s: %v", prefix, KeyBeforeReboot, err)
+	}
+	if err := patchSpec(ctx, controller, "atk-other"); err != nil {
+		t.Errorf("the controller's real token may not cordon a Node: %v", err)
+	}
+}
+
+func annotation(k, v string) map[string]any {
+	return map[string]any{"metadata": map[string]any{"annotations": map[string]any{k: v}}}
 }

@@ -215,7 +215,8 @@ func newController(o ControllerOptions) (*controller, error) {
 	if ns == "" {
 		ns = DefaultNamespace
 	}
-	c.fleet = &fleetState{kube: c.kube, namespace: ns, name: FleetStateName(keys.Prefix), resume: keys.Key(KeyResume)}
+	c.fleet = &fleetState{kube: c.kube, namespace: ns, name: FleetStateName(keys.Prefix), resume: keys.Key(KeyResume),
+		nodes: map[string]map[string]string{}, logf: func(what, node string, err error) { o.Log.Error(what, "node", node, "err", err) }}
 	c.halted = map[string]bool{}
 	return c, nil
 }

@@ -237,6 +237,8 @@ func TestStarts(t *testing.T) {
 			func(p *Policy) { p.HaltAfter = 2; failed = map[string][]string{"v2": {"b", "c"}} }, nil, true},
 		{"under --halt-after: started", []NodeView{with(avail("a"), func(n *NodeView) { n.Available = "v2" })},
 			func(p *Policy) { p.HaltAfter = 2; failed = map[string][]string{"v2": {"b"}} }, []string{"a"}, false},
+		{"one node's failures again and again halt nothing: started", []NodeView{with(avail("a"), func(n *NodeView) { n.Available = "v2" })},
+			func(p *Policy) { p.HaltAfter = 2; failed = map[string][]string{"v2": {"b", "b", "b"}} }, []string{"a"}, false},
 		{"a new release after a halted one: started", []NodeView{with(avail("a"), func(n *NodeView) { n.Available = "v3" })},
 			func(p *Policy) { p.HaltAfter = 2; failed = map[string][]string{"v2": {"b", "c"}} }, []string{"a"}, false},
 		{"a node in its backoff, its own last-failure in the future: held only until its backoff from now", []NodeView{with(avail("a"), func(n *NodeView) { n.Failures = 1; n.LastFailure = time.Date(2999, 1, 1, 0, 0, 0, 0, time.UTC) })},

@@ -16,20 +16,21 @@ import (
 
 // Event reasons.
 const (
-	ReasonIntent        = "UpdateIntent"    // the controller wants a new intent
-	ReasonDrained       = "NodeDrained"     // cordoned and drained before reboot-update
-	ReasonUncordoned    = "NodeUncordoned"  // back, the operator's cordon lifted
-	ReasonSucceeded     = "UpdateSucceeded" // the node's update finished
-	ReasonFailed        = "UpdateFailed"    // a failure counted
-	ReasonStuck         = "UpdateStuck"     // waiting past a timeout, or a node left out
-	ReasonLabelled      = "NodeLabelled"    // the interface-version label applied
-	ReasonHooks         = "WaitingForHooks" // the node is labelled for the before- / after-reboot hooks
-	ReasonAgentState    = "AgentState"      // the agent reports a new state
-	ReasonAgentError    = "AgentError"      // the agent could not carry out an intent
-	ReasonAdopted       = "CordonAdopted"   // the old operator's cordon recorded as the operator's
-	ReasonTargetAdopted = "TargetAdopted"   // an update under way without a target-version given the host's
-	ReasonHalted        = "RolloutHalted"   // a release failed --halt-after times: no node starts it
-	ReasonResumed       = "RolloutResumed"  // an admin lifted the brake
+	ReasonIntent        = "UpdateIntent"           // the controller wants a new intent
+	ReasonDrained       = "NodeDrained"            // cordoned and drained before reboot-update
+	ReasonUncordoned    = "NodeUncordoned"         // back, the operator's cordon lifted
+	ReasonSucceeded     = "UpdateSucceeded"        // the node's update finished
+	ReasonFailed        = "UpdateFailed"           // a failure counted
+	ReasonStuck         = "UpdateStuck"            // waiting past a timeout, or a node left out
+	ReasonLabelled      = "NodeLabelled"           // the interface-version label applied
+	ReasonHooks         = "WaitingForHooks"        // the node is labelled for the before- / after-reboot hooks
+	ReasonAgentState    = "AgentState"             // the agent reports a new state
+	ReasonAgentError    = "AgentError"             // the agent could not carry out an intent
+	ReasonAdopted       = "CordonAdopted"          // the old operator's cordon recorded as the operator's
+	ReasonTargetAdopted = "TargetAdopted"          // an update under way without a target-version given the host's
+	ReasonHalted        = "RolloutHalted"          // a release failed --halt-after times: no node starts it
+	ReasonResumed       = "RolloutResumed"         // an admin lifted the brake
+	ReasonRestored      = "ControllerKeysRestored" // the controller's keys on a Node changed by another: written back
 	eventNamespace      = metav1.NamespaceDefault
 	componentController = "slipway-update-operator-controller"
 	componentAgent      = "slipway-update-operator-agent"

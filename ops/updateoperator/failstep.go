@@ -26,7 +26,7 @@ func (c *controller) fail(ctx context.Context, n *corev1.Node, v NodeView, reaso
 		c.keys.Key(KeyTargetVersion): nil}
 	labels := c.hooksOff(ann) // the next attempt's hooks answer anew
 	if v.CordonedByUs {
-		written, err := drain.UncordonSeen(ctx, c.kube, v.Name, n, c.keys.ownerOn(n), drain.Meta{Labels: labels, Annotations: ann})
+		written, err := c.uncordonSeen(ctx, n, drain.Meta{Labels: labels, Annotations: ann})
 		if err != nil {
 			return err
 		}
@@ -111,7 +111,7 @@ func (c *controller) performBesideDrain(ctx, dctx context.Context, n *corev1.Nod
 // than the turn its end wakes. Any other step is left to that turn.
 // cordoned is the Node as the drain's cordon wrote (or found) it.
 func (c *controller) rebootIfPerformed(ctx context.Context, cordoned *corev1.Node) error {
-	n := c.latest(cordoned) // the cache's copy once it is newer: the host's report
+	n := c.recorded(c.latest(cordoned)) // the cache's copy once it is newer: the host's report
 	v := c.view(n)
 	s := Next(v, c.o.Policy, time.Now())
 	if s.Kind != StepWant || s.Wanted != IntentReboot {
@@ -128,6 +128,7 @@ func (c *controller) drainFailed(ctx context.Context, node string, err error) {
 		c.o.Log.Error("read node after a failed drain", "node", node, "err", gerr)
 		return
 	}
+	n = c.recorded(n)
 	v := c.keys.View(n, c.o.NodeName)
 	if ferr := c.fail(ctx, n, v, err.Error()); ferr != nil {
 		c.o.Log.Error("record a failed drain", "node", node, "err", ferr)
@@ -148,7 +149,7 @@ func (c *controller) drainFailed(ctx context.Context, node string, err error) {
 // after a restart finds the first one's record there.
 func (c *controller) drain(ctx context.Context, n *corev1.Node, also map[string]string) (summary string, cordoned *corev1.Node, err error) {
 	node := n.Name
-	cordoned, started, err := c.cordon(ctx, c.latest(n), also)
+	cordoned, started, err := c.cordon(ctx, c.recorded(c.latest(n)), also)
 	if err != nil {
 		return "", nil, err
 	}
@@ -190,9 +191,26 @@ func (c *controller) cordon(ctx context.Context, n *corev1.Node, also map[string
 	}
 	extra := map[string]string{c.keys.Key(KeyDrainStarted): stamp(started)}
 	maps.Copy(extra, also)
-	written, err := drain.CordonSeen(ctx, c.kube, n.Name, n, c.keys.ownerOn(n), extra)
+	owner := c.keys.ownerOn(n)
+	rec := map[string]any{drain.AnnotationCordonedBy: owner, drain.AnnotationSchedulableBefore: schedulableBefore(n, owner)}
+	for k, v := range extra {
+		rec[k] = v
+	}
+	undo, err := c.record(ctx, n.Name, rec)
 	if err != nil {
 		return nil, started, err
+	}
+	written, err := drain.CordonSeen(ctx, c.kube, n.Name, n, owner, extra)
+	if err != nil {
+		undo()
+		return nil, started, err
+	}
+	if written != nil { // the cordon's record as the drain wrote it (it may have read the Node again)
+		if _, err := c.record(ctx, n.Name, map[string]any{drain.AnnotationCordonedBy: written.Annotations[drain.AnnotationCordonedBy],
+			drain.AnnotationSchedulableBefore: written.Annotations[drain.AnnotationSchedulableBefore]}); err != nil {
+			c.o.Log.Error("record the cordon", "node", n.Name, "err", err)
+		}
+		written = c.recorded(written)
 	}
 	if i := also[c.keys.Wanted()]; i != "" {
 		c.ev.emit(ctx, n.Name, corev1.EventTypeNormal, ReasonIntent, "intent %s; cordoned, the drain runs beside it", i)
@@ -202,6 +220,37 @@ func (c *controller) cordon(ctx context.Context, n *corev1.Node, also map[string
 	}
 	c.wrote(n.Name, written.ResourceVersion)
 	return written, started, nil
+}
+
+// schedulableBefore is what a cordon of n by owner records as
+// drain.AnnotationSchedulableBefore (as drain.CordonSeen writes it).
+func schedulableBefore(n *corev1.Node, owner string) string {
+	// trust: uo.node.unschedulable
+	by := drain.CordonedBy(n.Annotations)
+	switch {
+	case by == owner:
+		return n.Annotations[drain.AnnotationSchedulableBefore]
+	case n.Spec.Unschedulable && by == "":
+		return "false"
+	}
+	return "true"
+}
+
+// uncordonSeen lifts the operator's cordon of n (drain.UncordonSeen)
+// with also, recorded first.
+func (c *controller) uncordonSeen(ctx context.Context, n *corev1.Node, also drain.Meta) (*corev1.Node, error) {
+	rec := map[string]any{drain.AnnotationCordonedBy: nil, drain.AnnotationSchedulableBefore: nil}
+	maps.Copy(rec, also.Annotations)
+	undo, err := c.record(ctx, n.Name, rec)
+	if err != nil {
+		return nil, err
+	}
+	written, err := drain.UncordonSeen(ctx, c.kube, n.Name, n, c.keys.ownerOn(n), also)
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	return c.recorded(written), nil
 }
 
 func union(a, b []string) []string {

@@ -34,15 +34,18 @@ type Fleet struct {
 	HaltAfter int `json:"haltAfter,omitempty"`
 }
 
-// Halted are the versions the brake holds under p, sorted: at least
-// p.HaltAfter failures each (none when HaltAfter is 0).
+// Halted are the versions the brake holds under p, sorted: each failed
+// on at least p.HaltAfter different nodes (none when HaltAfter is 0). A
+// node's failures count once: whether its update failed is the node's own
+// report (its agent's, its kubelet's), so one node failing again and again
+// must not halt a release for every other node.
 func (f Fleet) Halted(p Policy) []string {
 	if p.HaltAfter <= 0 {
 		return nil
 	}
 	var out []string
 	for v, nodes := range f.Failed {
-		if len(nodes) >= p.HaltAfter {
+		if distinct(nodes) >= p.HaltAfter {
 			out = append(out, v)
 		}
 	}
@@ -50,11 +53,20 @@ func (f Fleet) Halted(p Policy) []string {
 	return out
 }
 
+// distinct is how many different names nodes holds.
+func distinct(nodes []string) int {
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		seen[n] = true
+	}
+	return len(seen)
+}
+
 // HaltReason says why no node starts an update to version v, and what
 // ends it.
 func (f Fleet) HaltReason(v string, p Policy) string {
-	return fmt.Sprintf("rollout of %s halted: it failed %d times (%s; --halt-after %d): no node starts it until a new release is offered or an admin resumes it (`slipway update-operator resume`)",
-		v, len(f.Failed[v]), strings.Join(f.Failed[v], ", "), p.HaltAfter)
+	return fmt.Sprintf("rollout of %s halted: it failed %d times on %d nodes (%s; --halt-after %d): no node starts it until a new release is offered or an admin resumes it (`slipway update-operator resume`)",
+		v, len(f.Failed[v]), distinct(f.Failed[v]), strings.Join(f.Failed[v], ", "), p.HaltAfter)
 }
 
 // FleetStateName is the name of the ConfigMap holding the Fleet state of
@@ -83,6 +95,13 @@ type fleetState struct {
 	resume    string // the full key of the resume annotation
 	loaded    bool
 	lastRead  time.Time
+	// nodes is the controller's record of its keys on each Node
+	// (record.go), recorded whether it exists yet; wmu orders its writes;
+	// logf reports a failed undo.
+	nodes    map[string]map[string]string
+	recorded bool
+	wmu      sync.Mutex
+	logf     func(what, node string, err error)
 }
 
 // get returns a copy of the state.
@@ -115,8 +134,13 @@ func (s *fleetState) load(ctx context.Context) error {
 			return fmt.Errorf("the fleet state (ConfigMap %s/%s, key %s) is not its JSON: %w", s.namespace, s.name, fleetDataKey, err)
 		}
 	}
+	nodes, recorded, err := parseRecords(cm.Data)
+	if err != nil {
+		return fmt.Errorf("the fleet state (ConfigMap %s/%s): %w", s.namespace, s.name, err)
+	}
 	s.mu.Lock()
 	s.f, s.loaded, s.lastRead = f, true, time.Now()
+	s.nodes, s.recorded = nodes, recorded
 	s.mu.Unlock()
 	return nil
 }

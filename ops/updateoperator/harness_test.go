@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -98,7 +99,7 @@ func newFleetOn(t *testing.T, e *testenv.Env, name string) *fleet {
 	f := &fleet{t: t, env: e, kube: c, prefix: name + ".update.slipway.dev", mirror: filepath.Join(dir, "mirror"), dir: dir,
 		agents: map[string]*run{}, plats: map[string]platform.Platform{}, br: map[string]*brapitest.Server{}, reboots: map[string]int{}, down: map[string]bool{}, stayDown: map[string]bool{}, boots: map[string]string{},
 		log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
-	f.keys, _ = NewKeys(f.prefix)
+	f.usePrefix(f.prefix) // a fresh controller state: a test run again reuses its node names
 	for _, v := range []string{"v1", "v2"} {
 		if _, err := releasetest.Write(releasetest.Options{Mirror: f.mirror, Version: v, Arch: "amd64", RootfsFiles: 3}); err != nil {
 			t.Fatal(err)
@@ -331,6 +332,17 @@ func (f *fleet) controllerOptions(edit func(*ControllerOptions)) ControllerOptio
 		edit(&o)
 	}
 	return o
+}
+
+// usePrefix makes the fleet speak prefix (one shared by several tests,
+// such as the old operator's) from a fresh controller state: the previous
+// test's record of its own nodes is gone.
+func (f *fleet) usePrefix(prefix string) {
+	f.prefix, f.keys = prefix, Keys{Prefix: prefix}
+	err := f.kube.CoreV1().ConfigMaps("default").Delete(context.Background(), FleetStateName(prefix), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		f.t.Fatalf("remove the previous controller state of %s: %v", prefix, err)
+	}
 }
 
 func (f *fleet) node(name string) *corev1.Node {

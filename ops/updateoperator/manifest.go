@@ -5,13 +5,17 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"slipway.dev/slipway/ops/admission"
+	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/manifest"
 )
 
@@ -39,7 +43,6 @@ const (
 	AgentName        = "update-operator-agent"
 	PriorityName     = "slipway-update-operator"
 	LeaseName        = "slipway-update-operator"
-	policyName       = "slipway-update-operator-agent-own-node"
 )
 
 func (o *ManifestOptions) defaults() error {
@@ -188,29 +191,130 @@ var (
 	AgentLabels = []string{KeyUpdateAvailable}
 )
 
+// ControllerAnnotations are the annotation keys the controller writes
+// (under the prefix), and ControllerLabels its labels; the cordon's record
+// (drain.AnnotationCordonedBy, drain.AnnotationSchedulableBefore) and the
+// hooks' check annotations (--before-reboot-checks, --after-reboot-checks)
+// are the only other keys it writes.
+var (
+	ControllerAnnotations = []string{KeyActionWanted, KeyTargetVersion, KeyReason, KeyFailures, KeyLastFailure, KeyTransition,
+		KeyFinished, KeyWorkloads, KeyDrainStarted, KeyAhead}
+	ControllerLabels = []string{KeyInterfaceVersion, KeyBeforeReboot, KeyAfterReboot}
+)
+
+// Names of the Node policies.
+const (
+	policyName           = "slipway-update-operator-agent-own-node"
+	controllerPolicyName = "slipway-update-operator-controller-nodes"
+)
+
+// FrozenNodeMeta is a CEL expression: of a Node's metadata, the fields no
+// component of the operator needs are unchanged: an ownerReference gets a
+// Node deleted by the garbage collector, a finalizer pins its deletion,
+// generateName is nobody's to write. (Name, namespace, UID and creation
+// time are immutable; labels and annotations have rules of their own.)
+const FrozenNodeMeta = `object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([]) && ` +
+	`object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([]) && ` +
+	`object.metadata.?generateName.orValue('') == oldObject.metadata.?generateName.orValue('')`
+
+// OnlyExactKeysChanged is a CEL expression: every key of metadata.<field>
+// added, changed or removed is one of keys, exactly (a key that merely
+// begins like one is refused).
+func OnlyExactKeysChanged(field string, keys []string) string {
+	return fmt.Sprintf(`(has(object.metadata.%[1]s) ? object.metadata.%[1]s : {}).all(k, k in %[2]s || (has(oldObject.metadata.%[1]s) && k in oldObject.metadata.%[1]s && oldObject.metadata.%[1]s[k] == object.metadata.%[1]s[k])) && `+
+		`(has(oldObject.metadata.%[1]s) ? oldObject.metadata.%[1]s : {}).all(k, k in %[2]s || (has(object.metadata.%[1]s) && k in object.metadata.%[1]s))`,
+		field, admission.CELList(keys))
+}
+
+// nodePolicy is the Node policy of one of the operator's service accounts:
+// it may change exactly labels and annotations (full keys), the spec only
+// when mayCordon (and then only spec.unschedulable), no other metadata,
+// and, with ownNode, only the Node its bound token names.
+func nodePolicy(name, user, who string, labels, annotations []string, ownNode, mayCordon bool) admission.UserPolicy {
+	var vs []admissionv1.Validation
+	if ownNode {
+		vs = append(vs, admissionv1.Validation{Expression: admission.OwnNode, Message: who + " may change only the Node it runs on"})
+	}
+	if mayCordon {
+		vs = append(vs, admissionv1.Validation{Expression: admission.SpecUnchangedButUnschedulable,
+			Message: who + " may change only spec.unschedulable (the cordon) of a Node's spec"})
+	} else {
+		vs = append(vs, admissionv1.Validation{Expression: "object.spec == oldObject.spec", Message: who + " may not change a Node's spec"})
+	}
+	vs = append(vs,
+		admissionv1.Validation{Expression: FrozenNodeMeta, Message: who + " may not change a Node's ownerReferences, finalizers or generateName"},
+		admissionv1.Validation{Expression: OnlyExactKeysChanged("labels", labels), Message: who + " may change only the labels " + strings.Join(labels, ", ")},
+		admissionv1.Validation{Expression: OnlyExactKeysChanged("annotations", annotations), Message: who + " may change only the annotations " + strings.Join(annotations, ", ")},
+	)
+	return admission.UserPolicy{Name: name, Users: []string{user}, Group: "", Version: "v1", Resource: "nodes",
+		Operations: []admissionv1.OperationType{admissionv1.Update}, Validations: vs}
+}
+
 // agentPolicy holds an agent to its own Node: the Node's name must be the
 // node name the API server put in the agent's bound service-account token,
 // and the agent may change only the keys it writes (AgentAnnotations,
 // AgentLabels): not the controller's, so a node taken over cannot want
-// an intent, take or hold a slot, or move a time the rollout counts from.
-func agentPolicy(namespace string, keys Keys) admission.NodeAgentPolicy {
-	full := func(suffixes []string) []string {
-		out := make([]string, len(suffixes))
-		for i, s := range suffixes {
-			out[i] = keys.Key(s)
+// an intent, take or hold a slot, or move a time the rollout counts from;
+// nor any other metadata (an ownerReference would get its own Node
+// deleted, and every pod on it past their disruption budgets).
+func agentPolicy(namespace string, keys Keys) admission.UserPolicy {
+	p := nodePolicy(policyName, fmt.Sprintf("system:serviceaccount:%s:%s", namespace, AgentName), "the update-operator agent",
+		keys.full(AgentLabels), keys.full(AgentAnnotations), true, false)
+	p.Labels = appLabels(AgentName)
+	return p
+}
+
+// controllerPolicy states exactly what the controller may write on a
+// Node: its labels and annotations (ControllerLabels,
+// ControllerAnnotations, the cordon's record, the hooks' checks named in
+// its arguments) and spec.unschedulable; nothing else, so its token cannot
+// get a Node deleted (an ownerReference), pin one (a finalizer), taint one
+// or write a node's report in its place.
+func controllerPolicy(namespace string, keys Keys, checks []string) admission.UserPolicy {
+	ann := append(keys.full(ControllerAnnotations), drain.AnnotationCordonedBy, drain.AnnotationSchedulableBefore)
+	ann = append(ann, checks...)
+	p := nodePolicy(controllerPolicyName, fmt.Sprintf("system:serviceaccount:%s:%s", namespace, ControllerName), "the update-operator controller",
+		keys.full(ControllerLabels), ann, false, true)
+	p.Labels = appLabels(ControllerName)
+	return p
+}
+
+// full is the full keys of suffixes.
+func (k Keys) full(suffixes []string) []string {
+	out := make([]string, len(suffixes))
+	for i, s := range suffixes {
+		out[i] = k.Key(s)
+	}
+	return out
+}
+
+// hookChecks are the annotation keys named by --before-reboot-checks and
+// --after-reboot-checks in the controller's arguments (--flag=a,b or
+// --flag a,b, repeated or not): the controller resets them, so its Node
+// policy allows them.
+func hookChecks(args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := strings.TrimPrefix(strings.TrimPrefix(args[i], "-"), "-")
+		name, val, hasVal := strings.Cut(a, "=")
+		if name != "before-reboot-checks" && name != "after-reboot-checks" {
+			continue
 		}
-		return out
+		if !hasVal && i+1 < len(args) {
+			i++
+			val = args[i]
+		}
+		for _, k := range strings.Split(val, ",") {
+			if k = strings.TrimSpace(k); k != "" && !slices.Contains(out, k) {
+				out = append(out, k)
+			}
+		}
 	}
-	return admission.NodeAgentPolicy{
-		Name: policyName, Labels: appLabels(AgentName),
-		User:          fmt.Sprintf("system:serviceaccount:%s:%s", namespace, AgentName),
-		Agent:         "the update-operator agent",
-		LabelPrefixes: full(AgentLabels), AnnotationPrefixes: full(AgentAnnotations),
-	}
+	return out
 }
 
 func admissionObjects(o ManifestOptions, keys Keys) []any {
-	return agentPolicy(o.Namespace, keys).Objects()
+	return append(agentPolicy(o.Namespace, keys).Objects(), controllerPolicy(o.Namespace, keys, hookChecks(o.ControllerArgs)).Objects()...)
 }
 
 // namespaceLabels are the namespace's: the app's, and the Pod Security level

@@ -176,11 +176,16 @@ func TestAgentRunsAsSuperTOnBottlerocket(t *testing.T) {
 	}
 }
 
-// The slipway platform's agent reboots as ops agent does: it sees the
-// host's PID 1 (hostPID) and the host's /run, read-only, which it names on
-// its command line and through which it reaches the system bus; the other
-// platforms get neither.
-func TestSlipwayAgentSeesTheHostsInit(t *testing.T) {
+// The agent pod reaches no host socket it does not need: no host path
+// holds the system bus, the container runtime's socket or any other of
+// the host's /run (a read-only bind mount does not stop connect(2)), and
+// nothing opens the host's filesystem through /proc/1/root (not
+// privileged, no CAP_SYS_PTRACE). Only the slipway platform shares the
+// host's PID namespace (its init is told from PID 1 and signalled), with
+// AppArmor unconfined for that signal; Bottlerocket's agent gets the host
+// API's one socket.
+func TestAgentReachesNoHostSocket(t *testing.T) {
+	sockets := []string{"/run", "/var/run", "/run/dbus", "/run/containerd", "/run/k3s", "/run/systemd", "/run/docker.sock", "/run/crio", "/var/lib/kubelet"}
 	for _, platform := range []string{"slipway", "bottlerocket-api", "command"} {
 		objs, err := ManifestObjects(ManifestOptions{Platform: platform})
 		if err != nil {
@@ -193,19 +198,44 @@ func TestSlipwayAgentSeesTheHostsInit(t *testing.T) {
 			}
 			pod := ds.Spec.Template.Spec
 			c := pod.Containers[0]
-			mounted := false
-			for _, m := range c.VolumeMounts {
-				mounted = mounted || (m.MountPath == HostRunDir && m.ReadOnly)
+			for _, v := range pod.Volumes {
+				if v.HostPath == nil {
+					continue
+				}
+				for _, s := range sockets {
+					if v.HostPath.Path == "/" || strings.HasPrefix(s+"/", strings.TrimSuffix(v.HostPath.Path, "/")+"/") {
+						t.Errorf("%s: host path %s holds %s", platform, v.HostPath.Path, s)
+					}
+				}
+				if platform == "bottlerocket-api" && v.HostPath.Path != "/run/api.sock" {
+					t.Errorf("%s: host path %s beside the API socket", platform, v.HostPath.Path)
+				}
 			}
-			named := strings.Contains(strings.Join(c.Args, " "), "--host-run-dir "+HostRunDir)
-			bus := false
 			for _, e := range c.Env {
-				bus = bus || (e.Name == "DBUS_SYSTEM_BUS_ADDRESS" && strings.HasPrefix(e.Value, "unix:path="+HostRunDir+"/"))
+				if e.Name == "DBUS_SYSTEM_BUS_ADDRESS" {
+					t.Errorf("%s: the system bus named (%s)", platform, e.Value)
+				}
 			}
-			want := platform == "slipway"
-			if pod.HostPID != want || mounted != want || named != want || bus != want {
-				t.Errorf("%s: hostPID %v, host /run mounted read-only %v, --host-run-dir %v, bus address %v; want all %v",
-					platform, pod.HostPID, mounted, named, bus, want)
+			if strings.Contains(strings.Join(c.Args, " "), "--host-run-dir") {
+				t.Errorf("%s: --host-run-dir passed: %v", platform, c.Args)
+			}
+			sc := c.SecurityContext
+			if sc == nil || sc.Privileged == nil || *sc.Privileged {
+				t.Errorf("%s: the agent is privileged", platform)
+			}
+			if sc != nil && sc.Capabilities != nil && slices.Contains(sc.Capabilities.Add, "SYS_PTRACE") {
+				t.Errorf("%s: the agent holds CAP_SYS_PTRACE", platform)
+			}
+			slipway := platform == "slipway"
+			if pod.HostPID != slipway {
+				t.Errorf("%s: hostPID %v, want %v", platform, pod.HostPID, slipway)
+			}
+			unconfined := sc != nil && sc.AppArmorProfile != nil && sc.AppArmorProfile.Type == corev1.AppArmorProfileTypeUnconfined
+			if unconfined != slipway {
+				t.Errorf("%s: AppArmor unconfined %v, want %v", platform, unconfined, slipway)
+			}
+			if slipway && (sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || !slices.Equal(sc.Capabilities.Add, SlipwayAgentCapabilities)) {
+				t.Errorf("%s: capabilities %+v, want all dropped but %v", platform, sc.Capabilities, SlipwayAgentCapabilities)
 			}
 		}
 	}

@@ -65,7 +65,7 @@ func TestMigrationWithTheManifest(t *testing.T) {
 	}
 
 	f := newFleetOn(t, e, "mfmigrate")
-	f.prefix, f.keys = BottlerocketPrefix, Keys{Prefix: BottlerocketPrefix}
+	f.usePrefix(BottlerocketPrefix)
 	leaveAsTheOldOperator(t, f, "mfmigrate")
 	for _, n := range f.nodes { // the old operator's users labelled its nodes (its agent DaemonSet selects the same label)
 		f.patch(n, map[string]any{"metadata": map[string]any{"labels": map[string]any{f.keys.InterfaceVersion(): InterfaceVersion}}})

@@ -140,7 +140,7 @@ func TestOldCordonMidDrainIsLifted(t *testing.T) {
 // cordoned.
 func TestMigrationUnderTheBottlerocketPrefix(t *testing.T) {
 	f := newFleetOn(t, testenv.Need(t, env), "brmigrate")
-	f.prefix, f.keys = BottlerocketPrefix, Keys{Prefix: BottlerocketPrefix}
+	f.usePrefix(BottlerocketPrefix)
 	leaveAsTheOldOperator(t, f, "brmigrate")
 	f.mu.Lock()
 	f.closed = false

@@ -33,7 +33,7 @@ func TestOldAgentIsHeldWithAReason(t *testing.T) {
 	bin := needOldAgent(t)
 	e := testenv.Need(t, env)
 	f := newFleetOn(t, e, "oldagent")
-	f.prefix, f.keys = BottlerocketPrefix, Keys{Prefix: BottlerocketPrefix} // the old agent's own prefix
+	f.usePrefix(BottlerocketPrefix) // the old agent's own prefix
 	ctx := context.Background()
 	name := "oldagent-0"
 	node := testenv.FakeNode(name)
@@ -85,7 +85,7 @@ func protocolAnnotations(a map[string]string, prefix string) []string {
 // other node, with slipway's agent, updates at max-concurrent 1).
 func TestOldAgentInErrorIsHeldWithAReason(t *testing.T) {
 	f := newFleetOn(t, testenv.Need(t, env), "olderror")
-	f.prefix, f.keys = BottlerocketPrefix, Keys{Prefix: BottlerocketPrefix}
+	f.usePrefix(BottlerocketPrefix)
 	ctx := context.Background()
 	old, other := "olderror-old", "olderror-new"
 	node := testenv.FakeNode(old)
@@ -191,7 +191,7 @@ func TestRealOldAgentInErrorIsHeld(t *testing.T) {
 	bin := needOldAgent(t)
 	e := testenv.Need(t, env)
 	f := newFleetOn(t, e, "realolderror")
-	f.prefix, f.keys = BottlerocketPrefix, Keys{Prefix: BottlerocketPrefix}
+	f.usePrefix(BottlerocketPrefix)
 	ctx := context.Background()
 	name := "realolderror-0"
 	node := testenv.FakeNode(name)

@@ -39,6 +39,7 @@ func (c *controller) start(ctx context.Context, nodes map[string]*corev1.Node, v
 	var mu sync.Mutex
 	var errs []error
 	parallel(start, func(name string) {
+		// trust: uo.node.available-version
 		if err := c.startOne(ctx, name, nodes[name].Annotations[c.keys.Key(KeyAvailableVersion)], ahead[name]); err != nil {
 			mu.Lock()
 			errs = append(errs, err)

@@ -19,11 +19,17 @@ func (c *controller) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := c.importRecords(ctx, items); err != nil {
+		return err
+	}
 	now := time.Now()
 	nodes := map[string]*corev1.Node{}
 	views := make([]NodeView, 0, len(items))
 	for i := range items {
-		n := &items[i]
+		// The controller's keys are its record's (record.go): a node
+		// cannot take, hold or free a slot, or move a clock, by writing them.
+		n := c.keepRecord(ctx, &items[i])
+		items[i] = *n
 		nodes[n.Name] = n
 		c.ev.remember(n)
 		c.label(ctx, n)
@@ -35,6 +41,7 @@ func (c *controller) sync(ctx context.Context) error {
 	}
 	c.report(items, views)
 	c.forgetDrains(nodes)
+	c.fleet.forget(ctx, nodes)
 	// Each node's step touches only that node: a wave's steps go out at once.
 	parallel(views, func(v NodeView) {
 		if c.isDraining(v.Name) {
@@ -60,6 +67,7 @@ func (c *controller) sync(ctx context.Context) error {
 		c.o.Log.Debug("no node starts", "why", why)
 	}
 	parallel(PrepareAhead(views, c.o.Policy, fleet, now, start), func(name string) {
+		// trust: uo.node.available-version
 		if err := c.wantAhead(ctx, name, nodes[name].Annotations[c.keys.Key(KeyAvailableVersion)]); err != nil {
 			c.o.Log.Error("prepare ahead", "node", name, "err", err)
 		}
@@ -87,6 +95,7 @@ func (c *controller) healthy(ctx context.Context, n *corev1.Node) bool {
 // label gives a node whose osImage matches the interface-version label,
 // so the agent DaemonSet lands on it.
 func (c *controller) label(ctx context.Context, n *corev1.Node) {
+	// trust: uo.node.os-image
 	if c.images == nil || n.Labels[c.keys.InterfaceVersion()] != "" || n.Labels[c.keys.Exclude()] == "true" ||
 		!c.images.MatchString(n.Status.NodeInfo.OSImage) {
 		return
@@ -110,6 +119,7 @@ func (c *controller) markBlocked(ctx context.Context, views []NodeView) error {
 	}
 	blocked := map[string]bool{}
 	for _, p := range pods.Items {
+		// trust: uo.pod.blocking
 		if p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodPending {
 			blocked[p.Spec.NodeName] = true
 		}
@@ -219,6 +229,7 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		c.ended(ctx, v, n.Annotations[c.keys.Key(KeyTargetVersion)], s.Release)
 		return nil
 	case StepStuck:
+		// trust: uo.node.reason
 		if n.Annotations[c.keys.Key(KeyReason)] == s.Reason {
 			return nil // said already
 		}
@@ -248,7 +259,7 @@ func (c *controller) uncordon(ctx context.Context, n *corev1.Node, v NodeView, n
 	if finish {
 		ann = c.finished(now)
 	}
-	written, err := drain.UncordonSeen(ctx, c.kube, v.Name, n, c.keys.ownerOn(n), drain.Meta{Annotations: ann})
+	written, err := c.uncordonSeen(ctx, n, drain.Meta{Annotations: ann})
 	if err != nil {
 		return err
 	}
@@ -283,6 +294,7 @@ func (c *controller) afterUncordon(ctx context.Context, node string, n *corev1.N
 			return fmt.Errorf("read node %s after its uncordon: %w", node, err)
 		}
 	}
+	n = c.recorded(n)
 	v := c.keys.View(n, c.o.NodeName)
 	c.hookState(&v, n)
 	if !c.needsHealth(v) {
@@ -315,6 +327,7 @@ func (c *controller) want(ctx context.Context, node string, i Intent, why string
 // view is what the decisions read of n: its annotations, its hooks' state
 // and whether this process drained it for its perform-update.
 func (c *controller) view(n *corev1.Node) NodeView {
+	n = c.recorded(n)
 	v := c.keys.View(n, c.o.NodeName)
 	c.hookState(&v, n)
 	v.Drained = c.drainedFor(n, v)
@@ -323,12 +336,14 @@ func (c *controller) view(n *corev1.Node) NodeView {
 
 // hookState reads the hooks' label and annotations of n into v.
 func (c *controller) hookState(v *NodeView, n *corev1.Node) {
+	// trust: uo.node.hook-labels
 	v.BeforeHook, v.AfterHook = n.Labels[c.keys.Key(KeyBeforeReboot)] == "true", n.Labels[c.keys.Key(KeyAfterReboot)] == "true"
 	v.BeforeDone, v.AfterDone = allTrue(n, c.o.BeforeRebootChecks), allTrue(n, c.o.AfterRebootChecks)
 }
 
 func allTrue(n *corev1.Node, keys []string) bool {
 	for _, k := range keys {
+		// trust: uo.node.hook-checks
 		if n.Annotations[k] != "true" {
 			return false
 		}

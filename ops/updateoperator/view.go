@@ -55,25 +55,38 @@ func (k Keys) ownerOn(n *corev1.Node) string {
 // read sets Invalid, naming the key and what is allowed.
 func (k Keys) View(n *corev1.Node, own string) NodeView {
 	a := n.Annotations
+	// trust: uo.node.current-version
 	_, reports := a[k.Key(KeyCurrentVersion)]
 	v := NodeView{
-		Reports:         reports,
-		Name:            n.Name,
+		Reports: reports,
+		Name:    n.Name,
+		// trust: uo.node.update-available
 		UpdateAvailable: a[k.UpdateAvailable()] == "true",
-		Ready:           nodeReady(n),
-		CordonedByUs:    k.cordonedByUs(a),
-		UnmarkedCordon:  n.Spec.Unschedulable && drain.CordonedBy(a) == "",
-		Excluded:        n.Labels[k.Exclude()] == "true",
-		Labelled:        n.Labels[k.InterfaceVersion()] != "",
-		Spoke:           a[k.State()] != "",
-		OldAgent:        a[k.Active()] == string(IntentStabilize) && a[k.State()] == string(StateReady) && a[k.Key(KeyCurrentVersion)] == "",
-		Own:             own != "" && n.Name == own,
-		Ahead:           a[k.Key(KeyAhead)] == "true",
-		Current:         a[k.Key(KeyCurrentVersion)],
-		Target:          a[k.Key(KeyTargetVersion)],
-		Available:       a[k.Key(KeyAvailableVersion)],
-		Staged:          a[k.Key(KeyStagedVersion)],
-		Reason:          a[k.Key(KeyReason)],
+		// trust: uo.node.ready
+		Ready: nodeReady(n),
+		// trust: uo.node.cordon-record
+		CordonedByUs: k.cordonedByUs(a),
+		// trust: uo.node.unschedulable
+		UnmarkedCordon: n.Spec.Unschedulable && drain.CordonedBy(a) == "",
+		// trust: uo.node.exclude
+		Excluded: n.Labels[k.Exclude()] == "true",
+		// trust: uo.node.interface-version
+		Labelled: n.Labels[k.InterfaceVersion()] != "",
+		// trust: uo.node.action-state
+		Spoke: a[k.State()] != "",
+		// trust: uo.node.action-active
+		OldAgent: a[k.Active()] == string(IntentStabilize) && a[k.State()] == string(StateReady) && a[k.Key(KeyCurrentVersion)] == "",
+		Own:      own != "" && n.Name == own,
+		Ahead:    a[k.Key(KeyAhead)] == "true",
+		// trust: uo.node.current-version
+		Current: a[k.Key(KeyCurrentVersion)],
+		Target:  a[k.Key(KeyTargetVersion)],
+		// trust: uo.node.available-version
+		Available: a[k.Key(KeyAvailableVersion)],
+		// trust: uo.node.staged-version
+		Staged: a[k.Key(KeyStagedVersion)],
+		// trust: uo.node.reason
+		Reason: a[k.Key(KeyReason)],
 	}
 	var errs []string
 	note := func(key string, err error) {
@@ -87,8 +100,10 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 	v.Wanted, err = ParseIntent(a[k.Wanted()])
 	v.WantedInvalid = err != nil
 	note(k.Wanted(), err)
+	// trust: uo.node.action-active
 	v.Active, err = ParseIntent(a[k.Active()])
 	note(k.Active(), err)
+	// trust: uo.node.action-state
 	v.State, err = ParseState(a[k.State()])
 	note(k.State(), err)
 	if s := a[k.Key(KeyFailures)]; s != "" {
@@ -109,6 +124,7 @@ func (k Keys) View(n *corev1.Node, own string) NodeView {
 }
 
 func nodeReady(n *corev1.Node) bool {
+	// trust: uo.node.ready
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue
@@ -138,11 +154,19 @@ func (c *controller) patch(ctx context.Context, node string, labels, annotations
 
 // patchNode is patch returning the Node as written (nil when nothing was).
 func (c *controller) patchNode(ctx context.Context, node string, labels, annotations map[string]any) (*corev1.Node, error) {
+	undo, err := c.record(ctx, node, annotations)
+	if err != nil {
+		return nil, err
+	}
 	n, err := patchNodeRV(ctx, c.kube, node, labels, annotations)
-	if err == nil && n != nil {
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	if n != nil {
 		c.wrote(node, n.ResourceVersion)
 	}
-	return n, err
+	return c.recorded(n), nil
 }
 
 // patchNodeRV writes labels and annotations of a node in one merge patch

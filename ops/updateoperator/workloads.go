@@ -25,6 +25,7 @@ func drainedWorkloads(ctx context.Context, c *kube.Clientset, node string) (gate
 	}
 	set := map[string]bool{}
 	for _, p := range pods.Items {
+		// trust: uo.pod.owner
 		ref := metav1.GetControllerOf(&p)
 		if ref == nil {
 			continue
@@ -87,6 +88,7 @@ func replicaSetOwner(ctx context.Context, c *kube.Clientset, ns, name string) (s
 	if err != nil {
 		return "", fmt.Errorf("read replicaset %s/%s: %w", ns, name, err)
 	}
+	// trust: uo.pod.owner
 	if ref := metav1.GetControllerOf(rs); ref != nil && ref.Kind == "Deployment" {
 		return "Deployment/" + ns + "/" + ref.Name, nil
 	}
@@ -129,18 +131,21 @@ func readyCount(ctx context.Context, c *kube.Clientset, kind, ns, name string) (
 		if err != nil {
 			return 0, 0, err
 		}
+		// trust: uo.workload.ready
 		return one(d.Spec.Replicas), d.Status.ReadyReplicas, nil
 	case "StatefulSet":
 		s, err := c.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return 0, 0, err
 		}
+		// trust: uo.workload.ready
 		return one(s.Spec.Replicas), s.Status.ReadyReplicas, nil
 	case "ReplicaSet":
 		r, err := c.AppsV1().ReplicaSets(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return 0, 0, err
 		}
+		// trust: uo.workload.ready
 		return one(r.Spec.Replicas), r.Status.ReadyReplicas, nil
 	}
 	return 0, 0, nil

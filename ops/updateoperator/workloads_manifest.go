@@ -63,12 +63,6 @@ func controllerDeployment(o ManifestOptions, keys Keys) *appsv1.Deployment {
 	}
 }
 
-// HostRunDir is where the slipway platform's agent sees the host's /run
-// (read-only): with the host's PID 1 (hostPID) it tells the host's init,
-// and reboots as ops agent does (upgrade/reboot); the system bus is reached
-// through it on systemd hosts.
-const HostRunDir = "/host/run"
-
 // agentDaemonSet runs the agent on every node with the interface-version
 // label, with the host paths its platform needs.
 func agentDaemonSet(o ManifestOptions, keys Keys) *appsv1.DaemonSet {
@@ -86,12 +80,12 @@ func agentDaemonSet(o ManifestOptions, keys Keys) *appsv1.DaemonSet {
 		vols = append(vols, hostPath("api-socket", "/run/api.sock", corev1.HostPathSocket))
 		mounts = append(mounts, corev1.VolumeMount{Name: "api-socket", MountPath: "/run/api.sock"})
 	case "slipway":
-		vols = append(vols, hostPath("system", "/k3os/system", corev1.HostPathDirectory), hostPath("lock", "/run/k3os", corev1.HostPathDirectoryOrCreate),
-			hostPath("host-run", "/run", corev1.HostPathDirectory))
-		mounts = append(mounts, corev1.VolumeMount{Name: "system", MountPath: "/k3os/system"}, corev1.VolumeMount{Name: "lock", MountPath: "/run/k3os"},
-			corev1.VolumeMount{Name: "host-run", MountPath: HostRunDir, ReadOnly: true})
-		args = append(args, "--host-run-dir", HostRunDir)
-		env = append(env, corev1.EnvVar{Name: "DBUS_SYSTEM_BUS_ADDRESS", Value: "unix:path=" + HostRunDir + "/dbus/system_bus_socket"})
+		// No more of the host: not its /run (a read-only bind mount does
+		// not stop connect(2), and /run holds the system bus and the
+		// container runtime's sockets); the init is told from PID 1
+		// (hostPID) and rebooted by a signal (platform.Rebooter).
+		vols = append(vols, hostPath("system", "/k3os/system", corev1.HostPathDirectory), hostPath("lock", "/run/k3os", corev1.HostPathDirectoryOrCreate))
+		mounts = append(mounts, corev1.VolumeMount{Name: "system", MountPath: "/k3os/system"}, corev1.VolumeMount{Name: "lock", MountPath: "/run/k3os"})
 	}
 	return &appsv1.DaemonSet{
 		TypeMeta:   tm("apps/v1", "DaemonSet"),
@@ -124,15 +118,32 @@ func agentDaemonSet(o ManifestOptions, keys Keys) *appsv1.DaemonSet {
 	}
 }
 
-// agentSecurity is the agent container's security context per platform:
-// slipway writes the host's system directory (privileged); on Bottlerocket
-// the host API's socket is labelled so that only SELinux type super_t may
+// SlipwayAgentCapabilities are the only capabilities of the slipway
+// platform's agent: writing the host's system directory as root
+// (DAC_OVERRIDE, FOWNER, CHOWN) and reboot(2) for an init it does not know
+// (SYS_BOOT). Not privileged, and no CAP_SYS_PTRACE: with the host's PID
+// namespace, either would open /proc/1/root, the host's whole filesystem
+// and every socket in it.
+var SlipwayAgentCapabilities = []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SYS_BOOT"}
+
+// agentSecurity is the agent container's security context per platform.
+// slipway: root with SlipwayAgentCapabilities, AppArmor unconfined: the
+// runtime's default profile refuses a signal to an unconfined process, and
+// the host's init (PID 1) is one, so the reboot needs it (a profile of our
+// own would have to be loaded on every host first). On Bottlerocket the
+// host API's socket is labelled so that only SELinux type super_t may
 // connect (an enforcing host refuses every other container), as the
-// Bottlerocket update operator's own agent runs. It runs as root, said here
+// Bottlerocket update operator's own agent runs; AppArmor is the runtime's
+// default there and for the command platform. It runs as root, said here
 // since the image's default user is not.
 func agentSecurity(platform string) *corev1.SecurityContext {
-	sc := &corev1.SecurityContext{Privileged: ptr(platform == "slipway"), RunAsUser: ptr(int64(0))}
-	if platform == "bottlerocket-api" {
+	sc := &corev1.SecurityContext{Privileged: ptr(false), RunAsUser: ptr(int64(0))}
+	switch platform {
+	case "slipway":
+		sc.AllowPrivilegeEscalation = ptr(false)
+		sc.Capabilities = &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: SlipwayAgentCapabilities}
+		sc.AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}
+	case "bottlerocket-api":
 		sc.SELinuxOptions = &corev1.SELinuxOptions{User: "system_u", Role: "system_r", Type: "super_t", Level: "s0"}
 	}
 	return sc

@@ -99,12 +99,14 @@ func TestWorkerTokenIsConfined(t *testing.T) {
 		"label its own pod":             patch("swarm-worker-0", `{"metadata":{"labels":{"app":"other"}}}`),
 		"change its own pod's image":    patch("swarm-worker-0", `{"spec":{"containers":[{"name":"worker","image":"evil:latest"}]}}`),
 		"annotate its pod otherwise":    patch("swarm-worker-0", `{"metadata":{"annotations":{"x":"y"}}}`),
-		"add a finalizer to its pod":    patch("swarm-worker-0", `{"metadata":{"finalizers":["example.com/hold"]}}`),
-		"drop its pod's owner":          errOf(pods.Patch(ctx, "swarm-worker-0", types.MergePatchType, []byte(`{"metadata":{"ownerReferences":null}}`), metav1.PatchOptions{})),
-		"delete a pod":                  pods.Delete(ctx, "swarm-worker-1", metav1.DeleteOptions{}),
-		"take the controller's Lease":   errOf(leases.Create(ctx, lease(manifest.ControllerName), metav1.CreateOptions{})),
-		"take another worker's Lease":   errOf(leases.Create(ctx, lease(member.LeaseName("swarm-worker-1")), metav1.CreateOptions{})),
-		"lift its own fence":            errOf(leases.Update(ctx, fenced, metav1.UpdateOptions{})),
+		"annotate its pod with a key that only begins like its own": patch("swarm-worker-0",
+			fmt.Sprintf(`{"metadata":{"annotations":{%q:"7"}}}`, swarmv1.AppliedVersionAnnotation+"-x")),
+		"add a finalizer to its pod":  patch("swarm-worker-0", `{"metadata":{"finalizers":["example.com/hold"]}}`),
+		"drop its pod's owner":        errOf(pods.Patch(ctx, "swarm-worker-0", types.MergePatchType, []byte(`{"metadata":{"ownerReferences":null}}`), metav1.PatchOptions{})),
+		"delete a pod":                pods.Delete(ctx, "swarm-worker-1", metav1.DeleteOptions{}),
+		"take the controller's Lease": errOf(leases.Create(ctx, lease(manifest.ControllerName), metav1.CreateOptions{})),
+		"take another worker's Lease": errOf(leases.Create(ctx, lease(member.LeaseName("swarm-worker-1")), metav1.CreateOptions{})),
+		"lift its own fence":          errOf(leases.Update(ctx, fenced, metav1.UpdateOptions{})),
 	} {
 		switch {
 		case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "ValidatingAdmissionPolicy"):

@@ -102,6 +102,7 @@ func (c *Controller) observeLease(o any) {
 		return
 	}
 	c.members.Observe(l, time.Now())
+	// trust: swarm.lease.holder
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
 		c.enqueueAll()
 	}

@@ -55,6 +55,7 @@ type workload struct {
 // UID, by the ReplicaSet's name and UID). Names are not compared: a
 // Deployment "web" does not own the pods of "web-eu"'s ReplicaSets.
 func (w workload) owns(pod *corev1.Pod, rsOwner func(name string, uid types.UID) (types.UID, bool)) bool {
+	// trust: swarm.pod.owner-uid
 	ref := metav1.GetControllerOf(pod)
 	switch {
 	case ref == nil:
@@ -77,6 +78,7 @@ func (c *Controller) replicaSetOwner(ns string) func(string, types.UID) (types.U
 			return "", false
 		}
 		rs := obj.(*appsv1.ReplicaSet)
+		// trust: swarm.replicaset.owner-uid
 		ref := metav1.GetControllerOf(rs)
 		if rs.UID != uid || ref == nil {
 			return "", false
@@ -342,17 +344,20 @@ func (c *Controller) workerPods(wls []workload) (pods []plan.Pod, settled, stabl
 
 // terminated tells whether every container of p ended for good.
 func terminated(p *corev1.Pod) bool {
+	// trust: swarm.pod.phase
 	return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
 }
 
 func toPlanPod(p *corev1.Pod) plan.Pod {
 	pp := plan.Pod{Name: p.Name, UID: string(p.UID), Applied: plan.NoneApplied}
+	// trust: swarm.pod.applied-version
 	if v, err := strconv.ParseInt(p.Annotations[swarmv1.AppliedVersionAnnotation], 10, 64); err == nil && v >= 0 {
 		pp.Applied = v
 	}
 	if p.DeletionTimestamp != nil {
 		return pp
 	}
+	// trust: swarm.pod.ready
 	for _, cond := range p.Status.Conditions {
 		if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
 			pp.Ready = true

@@ -68,6 +68,7 @@ func (c *Controller) sharePatch(sw *swarmv1.Swarm, cfg config.Config, name strin
 		return nil, 0, nil
 	}
 	pod := obj.(*corev1.Pod)
+	// trust: swarm.pod.share
 	text, has := pod.Annotations[config.ShareAnnotation]
 	_, holds := cfg.Workloads[name]
 	if !has && !holds {

@@ -56,7 +56,7 @@ func WorkerAdmission(namespace string) []any {
 				{Expression: fmt.Sprintf("request.resource.resource != 'leases' || object.metadata.name == %q + %s", member.LeasePrefix, pod),
 					Message: "a swarm worker may write only its own Lease (" + member.LeasePrefix + "<its pod>)"},
 				{Expression: "request.resource.resource != 'pods' || (object.spec == oldObject.spec && " + admission.OnlyKeysChanged("labels") +
-					" && " + admission.OnlyKeysChanged("annotations", swarmv1.AppliedVersionAnnotation) + ")",
+					" && " + onlyKeyChanged("annotations", swarmv1.AppliedVersionAnnotation) + ")",
 					Message: "a swarm worker may change only the " + swarmv1.AppliedVersionAnnotation + " annotation of its pod"},
 				// A finalizer would keep its pod (and its share) from going; dropped
 				// ownerReferences would take it out of its workload's count.
@@ -76,4 +76,12 @@ func WorkerAdmission(namespace string) []any {
 			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
 	}
 	return []any{policy, binding}
+}
+
+// onlyKeyChanged is a CEL expression: of metadata.<field>, no key but key
+// itself (exactly: not one that merely begins like it) was added, changed
+// or removed.
+func onlyKeyChanged(field, key string) string {
+	return fmt.Sprintf(`(has(object.metadata.%[1]s) ? object.metadata.%[1]s : {}).all(k, k == %[2]q || (has(oldObject.metadata.%[1]s) && k in oldObject.metadata.%[1]s && oldObject.metadata.%[1]s[k] == object.metadata.%[1]s[k])) && `+
+		`(has(oldObject.metadata.%[1]s) ? oldObject.metadata.%[1]s : {}).all(k, k == %[2]q || (has(object.metadata.%[1]s) && k in object.metadata.%[1]s))`, field, key)
 }

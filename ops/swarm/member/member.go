@@ -77,6 +77,7 @@ func (o *Observer) Observe(l *coordinationv1.Lease, now time.Time) {
 // renewal identifies l's holder and last renewal.
 func renewal(l *coordinationv1.Lease) string {
 	holder, at := "", ""
+	// trust: swarm.lease.holder
 	if l.Spec.HolderIdentity != nil {
 		holder = *l.Spec.HolderIdentity
 	}
@@ -108,6 +109,7 @@ func (o *Observer) Lapsed(l *coordinationv1.Lease, now time.Time, fallback time.
 // Released tells whether l has no holder: its worker left, its jobs
 // stopped, or none has taken it yet.
 func Released(l *coordinationv1.Lease) bool {
+	// trust: swarm.lease.holder
 	return l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == ""
 }
 
@@ -116,6 +118,7 @@ func (o *Observer) Until(l *coordinationv1.Lease, fallback time.Duration) time.T
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	s, ok := o.seen[l.Name]
+	// trust: swarm.lease.holder
 	if !ok || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
 		return time.Time{}
 	}
@@ -136,6 +139,7 @@ const MinVersionAnnotation = "swarm.slipway.dev/min-config-version"
 
 // MinVersion is l's MinVersionAnnotation, 0 when unset or unreadable.
 func MinVersion(l *coordinationv1.Lease) int64 {
+	// trust: swarm.lease.min-version
 	v, err := strconv.ParseInt(l.Annotations[MinVersionAnnotation], 10, 64)
 	if err != nil || v < 0 {
 		return 0
