@@ -37,6 +37,9 @@ type fleetCache struct {
 	staleChecked time.Time
 	// checks are the recent checks of nodes behind the target, by node.
 	checks map[string]checked
+	// heldBack is the server node (and why) that last held the channel's
+	// servers back (its Event is recorded once per server and reason).
+	heldBack string
 }
 
 // pollRetry is the least time between two poll attempts (after a failure).
@@ -83,10 +86,14 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	folded := ch.Status.DeepCopy() // the slots this pass frees count as free for the checks
 	plan.Fold(folded, ch.UID, reports)
 	ctl.startDrains(ch, s, draining(*folded)) // now: a drain waits for no check and no write of this pass
+	var gate serverGate
+	if serverWaits(ch.Status, mine, target) {
+		gate = ctl.serverGateFor(ctx, name, snap)
+	}
 	p := fleetPass{s: s, generation: generation, retry: ctl.opts.Retry, now: now, listedSlots: slotHolders(ch), resolved: resolved, stale: stale, mine: mine, others: others,
 		checks: ctl.checkBehind(ctx, fc, name, *folded, plan.Behind(*folded, mine, target), startable(s, *folded, mine, target, ctl.opts.Retry, now),
 			plan.FreeSlots(s, *folded), s.Concurrency, target),
-		serverElsewhere: serverWaits(ch.Status, mine, target) && ctl.serverBusyElsewhere(ctx, name), reports: reports, drained: ctl.drainsDoneIn(ch.UID),
+		serverElsewhere: gate.taken(), reports: reports, drained: ctl.drainsDoneIn(ch.UID),
 		claims: ctl.lastClaims(), slowDrains: ctl.slowDrains()}
 	var r fleetResult
 	ch, err = ctl.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
@@ -108,6 +115,7 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 		fc.gaveBack[n] = true
 	}
 	ctl.fleetEvents(ch, r)
+	ctl.heldBackEvent(ch, fc, gate)
 	ctl.recordVersions(name, mine)
 	ctl.metrics.fleet.recordSkipped(name, skippedReasons(ch))
 	if r.relist {
