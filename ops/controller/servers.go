@@ -57,6 +57,9 @@ func (ctl *Controller) serverGateFor(ctx context.Context, name string, snap map[
 			}
 		}
 	}
+	if ctl.revokedServerShown(func(n string) bool { return ctl.isServerNode(ctx, n) }) {
+		g.busy = true // a server's slot taken away may still be in its view
+	}
 	refs := plan.Refs(chans)
 	var states []plan.ServerState
 	for _, m := range snap {

@@ -51,6 +51,18 @@ func SlotLive(v protocol.View, r protocol.Report) bool {
 	return outcome == ""
 }
 
+// ViewGives reports whether the view val still gives its node slot to act
+// on: it shows that very grant (SameSlot) and the node's report r does not
+// say it ended. An unreadable view gives nothing. A slot the controller
+// took away stays remembered until its node's view no longer gives it.
+func ViewGives(val string, r protocol.Report, slot v1.Slot) bool {
+	v, err := protocol.ParseView(val)
+	if err != nil || v.Slot == nil || !SameSlot(*v.Slot, slot) {
+		return false
+	}
+	return SlotLive(v, r)
+}
+
 // EndedOnly reports whether the view cur differs from want only by what
 // the node's report r says is over: a slot it reported ended (its success,
 // failure or deferral) and a staging permit it gave back. Such a view stays
