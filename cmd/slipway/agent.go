@@ -34,8 +34,8 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "image", Usage: "image of the upgrade Job when the channel names none (the agent's own)", EnvVars: envs("IMAGE")},
 			&cli.StringFlag{Name: "upgrade-command", Value: "slipway", Usage: "the upgrade Job's `COMMAND`, run with the arguments ops upgrade ...", EnvVars: envs("UPGRADE_COMMAND")},
 			&cli.BoolFlag{Name: "install-crds", Usage: "create or update the UpdateChannel CRD at start", EnvVars: envs("INSTALL_CRDS")},
-			&cli.StringFlag{Name: "reboot-method", Value: "auto", Usage: "how to reboot: auto (the host's init, told from its PID 1 and --host-run-dir: logind on systemd, SIGTERM to busybox init as on k3os, SIGINT to openrc-init, runlevel 6 to sysvinit, else reboot(2) after sync), systemd (logind), openrc (busybox init or openrc-init, whichever PID 1 is), busybox, openrc-init, sysvinit, syscall or command", EnvVars: envs("REBOOT_METHOD")},
-			&cli.StringFlag{Name: "host-run-dir", Value: "/host/run", Usage: "where the host's /run is mounted (read-only), to tell its init system", EnvVars: envs("HOST_RUN_DIR")},
+			&cli.StringFlag{Name: "reboot-method", Value: "auto", Usage: "how to reboot: auto (the host's init, told from its PID 1 and, when mounted, --host-run-dir: SIGRTMIN+5 to systemd, or logind when the system bus is reachable, SIGTERM to busybox init as on k3os, SIGINT to openrc-init, runlevel 6 to sysvinit, else reboot(2) after sync), systemd (SIGRTMIN+5 to PID 1), logind (over the system bus; honours inhibitor locks), openrc (busybox init or openrc-init, whichever PID 1 is), busybox, openrc-init, sysvinit, syscall or command", EnvVars: envs("REBOOT_METHOD")},
+			&cli.StringFlag{Name: "host-run-dir", Value: "/host/run", Usage: "where the host's /run is seen, to tell sysvinit or openrc-init started as /sbin/init by their control FIFOs (the manifest mounts none: such hosts set --reboot-method)", EnvVars: envs("HOST_RUN_DIR")},
 			&cli.StringFlag{Name: "host-proc", Value: "/proc", Usage: "the /proc of the host's PID namespace (the agent's pod has hostPID), where the host's init is PID 1", EnvVars: envs("HOST_PROC")},
 			&cli.DurationFlag{Name: "reboot-stall-timeout", Value: agentDefaults.RebootStall, Usage: "a reboot still not happened after this long (same boot ID) is reported (Event RebootStalled) and requested again", EnvVars: envs("REBOOT_STALL_TIMEOUT")},
 			&cli.StringFlag{Name: "reboot-command", Usage: "the reboot command for --reboot-method=command (split on spaces)", EnvVars: envs("REBOOT_COMMAND")},
@@ -99,7 +99,9 @@ func agentRebooterAt(method, command, hostProc, hostRun string) (reboot.Rebooter
 	switch method {
 	case "auto":
 		return reboot.AutoAt(hostProc, hostRun), nil
-	case "systemd", "logind":
+	case "systemd":
+		return reboot.ForInit(reboot.InitSystemd, initctl), nil
+	case "logind":
 		return reboot.Logind{}, nil
 	case "openrc": // OpenRC as service manager under busybox init (k3os), or openrc-init
 		if reboot.Detect(reboot.ReadPID1(hostProc, hostRun)) == reboot.InitOpenRCInit {
@@ -120,5 +122,5 @@ func agentRebooterAt(method, command, hostProc, hostRun string) (reboot.Rebooter
 		}
 		return reboot.Command{Argv: strings.Fields(command)}, nil
 	}
-	return nil, fmt.Errorf("--reboot-method %q is not auto, systemd, openrc, busybox, openrc-init, sysvinit, syscall or command", method)
+	return nil, fmt.Errorf("--reboot-method %q is not auto, systemd, logind, openrc, busybox, openrc-init, sysvinit, syscall or command", method)
 }
