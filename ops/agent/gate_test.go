@@ -42,7 +42,8 @@ func windowTooShortForTheDrain(t *testing.T, prestage *v1.PrestageSpec) {
 	f.Start(leader)
 	f.Start(node)
 	f.WaitNode(t, node, "labelled v1", func(n *corev1.Node) bool { return n.Labels[protocol.LabelRootfsVersion] == "v1" })
-	f.Stop(node) // its slot is claimed while its agent is away
+	f.AgentsUp(node) // its heartbeat written: a node whose agent never reported takes no slot
+	f.Stop(node)     // its slot is claimed while its agent is away
 	now := time.Now().UTC()
 	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
 		Window:       &v1.Window{Start: now.Add(-time.Minute).Format("15:04"), End: now.Add(3 * time.Minute).Format("15:04"), TimeZone: "UTC"},
