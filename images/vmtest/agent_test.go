@@ -178,7 +178,8 @@ func (n *node) agentRunning(ctx context.Context, d time.Duration) error {
 }
 
 // agentRebooting is the agent's log line when it reboots the VM. Where
-// PID 1 is busybox init (/proc/1/comm "busybox", no control FIFO of
+// PID 1 is busybox init (/proc/1/comm "init": started as /sbin/init, as
+// real k3os starts it; no control FIFO of
 // openrc-init or sysvinit in /run), `auto` sends it SIGTERM, on which
 // busybox init runs its ::shutdown: actions and reboots; where it is
 // systemd, `auto` sends SIGRTMIN+5 to PID 1 (the pod has no system bus).
@@ -210,7 +211,7 @@ func (g *guest) watchAgentReboot(fl flavour) error {
 	if m == nil {
 		return fmt.Errorf("the guest did not say what its PID 1 is:\n%s", out)
 	}
-	want := []string{"busybox", "0", "0", "0", "0"}
+	want := []string{"init", "0", "0", "0", "0"} // exec'd as /sbin/init, as k3os does
 	switch fl {
 	case k3osNode:
 		want[2] = "1"
