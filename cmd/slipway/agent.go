@@ -38,6 +38,7 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "host-run-dir", Value: "/host/run", Usage: "where the host's /run is seen, to tell sysvinit or openrc-init started as /sbin/init by their control FIFOs (the manifest mounts none: such hosts set --reboot-method)", EnvVars: envs("HOST_RUN_DIR")},
 			&cli.StringFlag{Name: "host-proc", Value: "/proc", Usage: "the /proc of the host's PID namespace (the agent's pod has hostPID), where the host's init is PID 1", EnvVars: envs("HOST_PROC")},
 			&cli.DurationFlag{Name: "reboot-stall-timeout", Value: agentDefaults.RebootStall, Usage: "a reboot still not happened after this long (same boot ID) is reported (Event RebootStalled) and requested again", EnvVars: envs("REBOOT_STALL_TIMEOUT")},
+			&cli.DurationFlag{Name: "reboot-escalate-after", Value: 2 * agentDefaults.RebootStall, Usage: "a reboot the host's init was asked for and did not carry out after this long (PID 1 stuck in its shutdown) is forced: sync, then reboot(2) (Event RebootForced); 0 = never; never with --reboot-method syscall or command, or --boot-id-from-node", EnvVars: envs("REBOOT_ESCALATE_AFTER")},
 			&cli.StringFlag{Name: "reboot-command", Usage: "the reboot command for --reboot-method=command (split on spaces)", EnvVars: envs("REBOOT_COMMAND")},
 			&cli.StringFlag{Name: "boot-id-file", Value: "/proc/sys/kernel/random/boot_id", Usage: "a file whose content changes with every boot", EnvVars: envs("BOOT_ID_FILE")},
 			&cli.StringFlag{Name: "cmdline-file", Value: "/proc/cmdline", Usage: "the kernel command line, where slipway's loader names the rootfs it booted (slipway.rootfs=)", EnvVars: envs("CMDLINE_FILE")},
@@ -68,6 +69,9 @@ func agentCommand() *cli.Command {
 				Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 			}
 			opts.Retry.Base, opts.Retry.Max = c.Duration("retry-backoff"), c.Duration("retry-backoff-max")
+			if m := c.String("reboot-method"); c.Duration("reboot-escalate-after") > 0 && m != "syscall" && m != "command" && !c.Bool("boot-id-from-node") {
+				opts.RebootEscalation, opts.RebootEscalateAfter = reboot.Syscall{}, c.Duration("reboot-escalate-after")
+			}
 			return agent.Run(c.Context, opts)
 		},
 	}

@@ -65,3 +65,33 @@ func TestRefusedRebootIsRetried(t *testing.T) {
 		})
 	}
 }
+
+// stuckInit is an init that takes the reboot signal and never reboots:
+// PID 1 stuck in its shutdown (a service whose stop never returns).
+type stuckInit struct{}
+
+func (stuckInit) Reboot(context.Context) error { return nil }
+func (stuckInit) String() string               { return "a stuck init" }
+
+// TestStuckShutdownIsForced: the init takes the reboot request and never
+// reboots. The agent asks again every reboot stall timeout, and once the
+// escalation bound has passed it forces the reboot (here the simulated
+// one standing in for sync + reboot(2)), with a RebootForced Event; the
+// node comes back on v2.
+func TestStuckShutdownIsForced(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 1, func(o *Options) {
+		o.RebootEscalation, o.Rebooter = o.Rebooter, stuckInit{}
+		o.RebootStall, o.RebootEscalateAfter = 2*time.Second, 6*time.Second
+	})
+	node := f.NS + "-n0"
+	f.Start(node)
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
+	f.WaitFor("the node at v2", 2*time.Minute, fleettest.Done(1))
+	if n := f.Events("RebootForced", 1); n < 1 {
+		t.Error("no RebootForced Event")
+	}
+	if n := f.Events("RebootStalled", 1); n < 1 {
+		t.Error("the stalled reboot was not asked again before it was forced (no RebootStalled Event)")
+	}
+}
