@@ -41,6 +41,7 @@ func agentCommand() *cli.Command {
 			&cli.DurationFlag{Name: "reboot-escalate-after", Value: 2 * agentDefaults.RebootStall, Usage: "a reboot the host's init was asked for and did not carry out after this long (PID 1 stuck in its shutdown) is forced: sync, then reboot(2) (Event RebootForced); 0 = never; never with --reboot-method syscall or command, or --boot-id-from-node", EnvVars: envs("REBOOT_ESCALATE_AFTER")},
 			&cli.StringFlag{Name: "reboot-command", Usage: "the reboot command for --reboot-method=command (split on spaces)", EnvVars: envs("REBOOT_COMMAND")},
 			&cli.StringFlag{Name: "boot-id-file", Value: "/proc/sys/kernel/random/boot_id", Usage: "a file whose content changes with every boot", EnvVars: envs("BOOT_ID_FILE")},
+			&cli.StringFlag{Name: "boot-record-dir", Value: "/run/k3os", Usage: "a directory every boot clears (the host's /run/k3os) where the agent records what each boot runs, for a Node registered again on the same boot; \"\" = off (always off with --boot-id-from-node)", EnvVars: envs("BOOT_RECORD_DIR")},
 			&cli.StringFlag{Name: "cmdline-file", Value: "/proc/cmdline", Usage: "the kernel command line, where slipway's loader names the rootfs it booted (slipway.rootfs=)", EnvVars: envs("CMDLINE_FILE")},
 			&cli.BoolFlag{Name: "boot-id-from-node", Usage: "read the boot ID from the Node's status (simulated nodes) instead of --boot-id-file", EnvVars: envs("BOOT_ID_FROM_NODE")},
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9479", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: envs("METRICS_ADDR")},
@@ -69,6 +70,9 @@ func agentCommand() *cli.Command {
 				Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 			}
 			opts.Retry.Base, opts.Retry.Max = c.Duration("retry-backoff"), c.Duration("retry-backoff-max")
+			if !c.Bool("boot-id-from-node") { // simulated nodes share their host's /run
+				opts.BootRecordDir = c.String("boot-record-dir")
+			}
 			if m := c.String("reboot-method"); c.Duration("reboot-escalate-after") > 0 && m != "syscall" && m != "command" && !c.Bool("boot-id-from-node") {
 				opts.RebootEscalation, opts.RebootEscalateAfter = reboot.Syscall{}, c.Duration("reboot-escalate-after")
 			}

@@ -60,6 +60,12 @@ type Options struct {
 	// RebootEscalateAfter is how long after a reboot request, still on the
 	// same boot, the escalation runs (default 2×RebootStall).
 	RebootEscalateAfter time.Duration
+	// BootRecordDir is a directory every boot clears (the host's /run/k3os,
+	// a tmpfs) where the agent records what each boot runs, beside the
+	// Node: a Node deleted and registered again loses its record, and an
+	// agent restarted on the same boot would otherwise take a swap staged
+	// since the boot began for what runs. "" records nothing there.
+	BootRecordDir string
 	// CmdlineFile is the kernel command line (default /proc/cmdline): a
 	// slipway.rootfs= on it names the rootfs the boot loader chose.
 	CmdlineFile string

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -325,4 +326,28 @@ func TestUnplannedRebootAfterTheSwap(t *testing.T) {
 	if b, _ := os.ReadFile(f.BootFile(node)); string(b) != "boot-unplanned" {
 		t.Errorf("the node was rebooted again (boot %q) though it ran the target already", b)
 	}
+}
+
+// TestReregisteredNodeOnTheSameBootKeepsWhatRuns: a swap is staged (v2 in
+// `current`) while the node runs v1; its Node is deleted and registered
+// again (bare: no record of what this boot runs), and its agent restarts
+// on the same boot. The agent reads what this boot runs from its record in
+// the host's /run/k3os (cleared by every boot), not from `current`: the
+// node is labelled v1 with v2 staged, not v2.
+func TestReregisteredNodeOnTheSameBootKeepsWhatRuns(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 1, func(o *Options) { o.BootRecordDir = filepath.Join(filepath.Dir(o.SystemDir), "run") })
+	node := f.NS + "-n0"
+	f.Start(node)
+	f.WaitNode(t, node, "labelled v1", func(n *corev1.Node) bool { return n.Labels[protocol.LabelRootfsVersion] == "v1" })
+	f.Stop(node)
+	f.Install(node, "v2") // staged for the next boot; this boot still runs v1
+	if err := f.Kube.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.registerAgain(t, node)
+	f.Start(node)
+	f.WaitNode(t, node, "labelled v1 running, v2 staged", func(n *corev1.Node) bool {
+		return n.Labels[protocol.LabelRootfsVersion] == "v1" && n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2"
+	})
 }
