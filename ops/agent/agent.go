@@ -49,6 +49,7 @@ type Agent struct {
 	rebooting       bool      // a reboot was requested by this process and has not failed
 	rebootAt        time.Time // when this process last requested the reboot
 	escalating      bool      // a forced reboot is armed (reboot.go)
+	rebootFor       types.UID // the channel whose slot the reboot was requested for
 	wroteRebootFrom string    // the boot ID this process recorded on its Node before Rebooting
 	drained         string    // what this process's drain did, for the Rebooting Event
 	rolledBack      bool      // this process created a rollback Job; publish when it is done

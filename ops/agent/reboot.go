@@ -26,7 +26,7 @@ func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 	state := a.rebootState()
 	a.mu.Lock()
 	since := time.Since(a.rebootAt).Round(time.Second)
-	a.rebooting, a.rebootAt = true, time.Now()
+	a.rebooting, a.rebootAt, a.rebootFor = true, time.Now(), ch.UID
 	a.mu.Unlock()
 	delay := s.RebootDelay
 	switch {

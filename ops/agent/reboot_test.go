@@ -8,9 +8,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/internal/fleettest"
+	"slipway.dev/slipway/ops/plan"
 )
 
 // refusesOnce is a reboot method whose first request does not reboot:
@@ -93,5 +95,23 @@ func TestStuckShutdownIsForced(t *testing.T) {
 	}
 	if n := f.Events("RebootStalled", 1); n < 1 {
 		t.Error("the stalled reboot was not asked again before it was forced (no RebootStalled Event)")
+	}
+}
+
+// TestForgetSlotEndsItsReboot: a reboot requested by a process that wrote
+// no phase to its slot (restarted once the slot was Rebooting) ends with
+// the slot: the next slot does not start as "reboot requested".
+func TestForgetSlotEndsItsReboot(t *testing.T) {
+	a := &Agent{wrote: map[types.UID]v1.Slot{}, opts: Options{RebootStall: time.Hour}}
+	a.mu.Lock()
+	a.rebooting, a.rebootAt, a.rebootFor = true, time.Now(), "u1"
+	a.mu.Unlock()
+	a.forgetSlot("u2") // another channel's slot: the reboot stays
+	if a.rebootState() != plan.RebootRequested {
+		t.Fatal("forgetting another channel's slot ended this one's reboot")
+	}
+	a.forgetSlot("u1")
+	if got := a.rebootState(); got != plan.RebootNone {
+		t.Errorf("after the slot ended, the reboot state is %v, want none", got)
 	}
 }
