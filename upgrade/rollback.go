@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"time"
 
 	"slipway.dev/slipway/upgrade/layout"
@@ -70,6 +72,17 @@ func Rollback(ctx context.Context, o RollbackOptions) (*Result, error) {
 func rollback(o RollbackOptions) (*Result, error) {
 	l := layout.New(o.SystemDir)
 	if !o.DryRun {
+		pending, err := l.PendingSwap()
+		if err != nil {
+			return nil, err
+		}
+		asked := o.Components
+		var added []layout.Component
+		o.Components, o.From, added = wholeSwap(o.Components, o.From, pending)
+		if len(added) > 0 {
+			slog.Warn("a swap was cut short between its links: it is finished and rolled back whole, with the components it moved beside those asked for",
+				"added", added, "asked", asked)
+		}
 		if err := finishSwap(o.SystemDir, o.Remount); err != nil {
 			return nil, err
 		}
@@ -105,6 +118,29 @@ func rollback(o RollbackOptions) (*Result, error) {
 		syncAll()
 	}
 	return res, err
+}
+
+// wholeSwap is the rollback's components (and `--from` versions) when a
+// swap cut short is pending (its journal's links, nil: none): finishing it
+// moves every component whose current link it names, so each of those is
+// rolled back too, from the version the journal sets (when from is used),
+// and added names those that were not asked for. Rolling back only some
+// would leave the others on the release the cut swap was going to, a pair
+// of rootfs and kernel no release has.
+func wholeSwap(components []layout.Component, from map[layout.Component]string, pending []layout.LinkChange) ([]layout.Component, map[layout.Component]string, []layout.Component) {
+	var added []layout.Component
+	for _, ch := range pending {
+		if ch.Link != layout.CurrentLink || slices.Contains(components, ch.Component) {
+			continue
+		}
+		components = append(slices.Clone(components), ch.Component)
+		if from != nil {
+			from = maps.Clone(from)
+			from[ch.Component] = ch.Version
+		}
+		added = append(added, ch.Component)
+	}
+	return components, from, added
 }
 
 // rollbackStep is what rolling c back does: exchange current and previous

@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"context"
+	"maps"
 	"os"
 	"slices"
 	"testing"
@@ -77,5 +78,33 @@ func TestLastSwapped(t *testing.T) {
 				t.Errorf("kernel current %s, want k1 untouched", cur)
 			}
 		})
+	}
+}
+
+func TestWholeSwap(t *testing.T) {
+	cut := []layout.LinkChange{{Component: layout.Rootfs, Link: layout.PreviousLink, Version: "v1"}, {Component: layout.Rootfs, Link: layout.CurrentLink, Version: "v2"},
+		{Component: layout.Kernel, Link: layout.PreviousLink, Version: "5.15.0-v1"}, {Component: layout.Kernel, Link: layout.CurrentLink, Version: "5.15.0-v2"}}
+	for _, c := range []struct {
+		name       string
+		components []layout.Component
+		from       map[layout.Component]string
+		pending    []layout.LinkChange
+		want       []layout.Component
+		wantFrom   map[layout.Component]string
+		added      int
+	}{
+		{"no journal: as asked", []layout.Component{layout.Rootfs}, map[layout.Component]string{layout.Rootfs: "v2"}, nil,
+			[]layout.Component{layout.Rootfs}, map[layout.Component]string{layout.Rootfs: "v2"}, 0},
+		{"a cut swap adds the kernel, from its journaled version", []layout.Component{layout.Rootfs}, map[layout.Component]string{layout.Rootfs: "v2"}, cut,
+			[]layout.Component{layout.Rootfs, layout.Kernel}, map[layout.Component]string{layout.Rootfs: "v2", layout.Kernel: "5.15.0-v2"}, 1},
+		{"without --from: the kernel added, no from", []layout.Component{layout.Rootfs}, nil, cut,
+			[]layout.Component{layout.Rootfs, layout.Kernel}, nil, 1},
+		{"all asked already", []layout.Component{layout.Kernel, layout.Rootfs}, nil, cut,
+			[]layout.Component{layout.Kernel, layout.Rootfs}, nil, 0},
+	} {
+		got, from, added := wholeSwap(c.components, c.from, c.pending)
+		if !slices.Equal(got, c.want) || !maps.Equal(from, c.wantFrom) || len(added) != c.added {
+			t.Errorf("%s: %v %v %v, want %v %v (%d added)", c.name, got, from, added, c.want, c.wantFrom, c.added)
+		}
 	}
 }

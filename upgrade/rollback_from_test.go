@@ -72,3 +72,49 @@ func assertLinks(t *testing.T, sys string, want map[layout.Component][2]string) 
 		}
 	}
 }
+
+// TestRollbackOfACutSwapIsWhole: an upgrade to v2 cut between the rootfs's
+// and the kernel's links (the journal left, rootfs v2, kernel still v1);
+// the agent then asks to roll back the rootfs only (what differs from what
+// runs), from v2. Finishing the journal first would move the kernel to v2
+// and the rollback would leave rootfs v1 with kernel v2: a pair no release
+// has. The cut swap is undone whole: both at v1, and a second run changes
+// nothing.
+func TestRollbackOfACutSwapIsWhole(t *testing.T) {
+	e := newEnv(t)
+	e.run(t, "v1", layout.Rootfs, layout.Kernel)
+	e.run(t, "v2", layout.Rootfs, layout.Kernel)
+	back := upgrade.RollbackOptions{SystemDir: e.sys, LockFile: e.lock, Components: []layout.Component{layout.Rootfs, layout.Kernel}}
+	if _, err := upgrade.Rollback(context.Background(), back); err != nil { // v2 staged, v1 current
+		t.Fatal(err)
+	}
+	l := layout.New(e.sys)
+	changes := []layout.LinkChange{{Component: layout.Rootfs, Link: layout.PreviousLink, Version: "v1"}, {Component: layout.Rootfs, Link: layout.CurrentLink, Version: "v2"},
+		{Component: layout.Kernel, Link: layout.PreviousLink, Version: "5.15.0-v1"}, {Component: layout.Kernel, Link: layout.CurrentLink, Version: "5.15.0-v2"}}
+	func() {
+		defer func() { _ = recover() }()
+		_ = l.SetLinks(changes, func(ch layout.LinkChange) {
+			if ch.Link == layout.CurrentLink && ch.Component == layout.Rootfs {
+				panic("power loss")
+			}
+		})
+	}()
+	if cur := link(t, e.sys, layout.Kernel, "current"); cur != "5.15.0-v1" {
+		t.Fatalf("the cut swap moved the kernel already: %s", cur)
+	}
+	r := upgrade.RollbackOptions{SystemDir: e.sys, LockFile: e.lock, Components: []layout.Component{layout.Rootfs},
+		From: map[layout.Component]string{layout.Rootfs: "v2"}}
+	for run := 1; run <= 2; run++ {
+		if _, err := upgrade.Rollback(context.Background(), r); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		for c, want := range map[layout.Component]string{layout.Rootfs: "v1", layout.Kernel: "5.15.0-v1"} {
+			if cur := link(t, e.sys, c, "current"); cur != want {
+				t.Errorf("run %d: %s current = %s, want %s (one release, the cut swap undone whole)", run, c, cur, want)
+			}
+		}
+		if pending, _ := l.PendingSwap(); pending != nil {
+			t.Errorf("run %d: a journal outlived the rollback: %v", run, pending)
+		}
+	}
+}

@@ -34,12 +34,14 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "image", Usage: "image of the upgrade Job when the channel names none (the agent's own)", EnvVars: envs("IMAGE")},
 			&cli.StringFlag{Name: "upgrade-command", Value: "slipway", Usage: "the upgrade Job's `COMMAND`, run with the arguments ops upgrade ...", EnvVars: envs("UPGRADE_COMMAND")},
 			&cli.BoolFlag{Name: "install-crds", Usage: "create or update the UpdateChannel CRD at start", EnvVars: envs("INSTALL_CRDS")},
-			&cli.StringFlag{Name: "reboot-method", Value: "auto", Usage: "how to reboot: auto (the host's init, told from its PID 1 and --host-run-dir: logind on systemd, SIGTERM to busybox init as on k3os, SIGINT to openrc-init, runlevel 6 to sysvinit, else reboot(2) after sync), systemd (logind), openrc (busybox init or openrc-init, whichever PID 1 is), busybox, openrc-init, sysvinit, syscall or command", EnvVars: envs("REBOOT_METHOD")},
-			&cli.StringFlag{Name: "host-run-dir", Value: "/host/run", Usage: "where the host's /run is mounted (read-only), to tell its init system", EnvVars: envs("HOST_RUN_DIR")},
+			&cli.StringFlag{Name: "reboot-method", Value: "auto", Usage: "how to reboot: auto (the host's init, told from its PID 1 and, when mounted, --host-run-dir: SIGRTMIN+5 to systemd, or logind when the system bus is reachable, SIGTERM to busybox init as on k3os, SIGINT to openrc-init, runlevel 6 to sysvinit, else reboot(2) after sync), systemd (SIGRTMIN+5 to PID 1), logind (over the system bus; honours inhibitor locks), openrc (busybox init or openrc-init, whichever PID 1 is), busybox, openrc-init, sysvinit, syscall or command", EnvVars: envs("REBOOT_METHOD")},
+			&cli.StringFlag{Name: "host-run-dir", Value: "/host/run", Usage: "where the host's /run is seen, to tell sysvinit or openrc-init started as /sbin/init by their control FIFOs (the manifest mounts none: such hosts set --reboot-method)", EnvVars: envs("HOST_RUN_DIR")},
 			&cli.StringFlag{Name: "host-proc", Value: "/proc", Usage: "the /proc of the host's PID namespace (the agent's pod has hostPID), where the host's init is PID 1", EnvVars: envs("HOST_PROC")},
 			&cli.DurationFlag{Name: "reboot-stall-timeout", Value: agentDefaults.RebootStall, Usage: "a reboot still not happened after this long (same boot ID) is reported (Event RebootStalled) and requested again", EnvVars: envs("REBOOT_STALL_TIMEOUT")},
+			&cli.DurationFlag{Name: "reboot-escalate-after", Value: 2 * agentDefaults.RebootStall, Usage: "a reboot the host's init was asked for and did not carry out after this long (PID 1 stuck in its shutdown) is forced: sync, then reboot(2) (Event RebootForced); 0 = never; never with --reboot-method syscall or command, or --boot-id-from-node", EnvVars: envs("REBOOT_ESCALATE_AFTER")},
 			&cli.StringFlag{Name: "reboot-command", Usage: "the reboot command for --reboot-method=command (split on spaces)", EnvVars: envs("REBOOT_COMMAND")},
 			&cli.StringFlag{Name: "boot-id-file", Value: "/proc/sys/kernel/random/boot_id", Usage: "a file whose content changes with every boot", EnvVars: envs("BOOT_ID_FILE")},
+			&cli.StringFlag{Name: "boot-record-dir", Value: "/run/k3os", Usage: "a directory every boot clears (the host's /run/k3os) where the agent records what each boot runs, for a Node registered again on the same boot; \"\" = off (always off with --boot-id-from-node)", EnvVars: envs("BOOT_RECORD_DIR")},
 			&cli.StringFlag{Name: "cmdline-file", Value: "/proc/cmdline", Usage: "the kernel command line, where slipway's loader names the rootfs it booted (slipway.rootfs=)", EnvVars: envs("CMDLINE_FILE")},
 			&cli.BoolFlag{Name: "boot-id-from-node", Usage: "read the boot ID from the Node's status (simulated nodes) instead of --boot-id-file", EnvVars: envs("BOOT_ID_FROM_NODE")},
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9479", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: envs("METRICS_ADDR")},
@@ -68,6 +70,12 @@ func agentCommand() *cli.Command {
 				Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 			}
 			opts.Retry.Base, opts.Retry.Max = c.Duration("retry-backoff"), c.Duration("retry-backoff-max")
+			if !c.Bool("boot-id-from-node") { // simulated nodes share their host's /run
+				opts.BootRecordDir = c.String("boot-record-dir")
+			}
+			if m := c.String("reboot-method"); c.Duration("reboot-escalate-after") > 0 && m != "syscall" && m != "command" && !c.Bool("boot-id-from-node") {
+				opts.RebootEscalation, opts.RebootEscalateAfter = reboot.Syscall{}, c.Duration("reboot-escalate-after")
+			}
 			return agent.Run(c.Context, opts)
 		},
 	}
@@ -99,7 +107,9 @@ func agentRebooterAt(method, command, hostProc, hostRun string) (reboot.Rebooter
 	switch method {
 	case "auto":
 		return reboot.AutoAt(hostProc, hostRun), nil
-	case "systemd", "logind":
+	case "systemd":
+		return reboot.ForInit(reboot.InitSystemd, initctl), nil
+	case "logind":
 		return reboot.Logind{}, nil
 	case "openrc": // OpenRC as service manager under busybox init (k3os), or openrc-init
 		if reboot.Detect(reboot.ReadPID1(hostProc, hostRun)) == reboot.InitOpenRCInit {
@@ -120,5 +130,5 @@ func agentRebooterAt(method, command, hostProc, hostRun string) (reboot.Rebooter
 		}
 		return reboot.Command{Argv: strings.Fields(command)}, nil
 	}
-	return nil, fmt.Errorf("--reboot-method %q is not auto, systemd, openrc, busybox, openrc-init, sysvinit, syscall or command", method)
+	return nil, fmt.Errorf("--reboot-method %q is not auto, systemd, logind, openrc, busybox, openrc-init, sysvinit, syscall or command", method)
 }

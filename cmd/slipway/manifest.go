@@ -23,7 +23,7 @@ manifest never starts a rollout by itself:
 			&cli.StringFlag{Name: "channel-version", Usage: "version of the default UpdateChannel (latest follows the channel; empty leaves it paused)", EnvVars: envs("CHANNEL_VERSION")},
 			&cli.BoolFlag{Name: "install-crds", Usage: "run the agents with --install-crds and let them write CRDs (off: the manifest carries the CRD)", EnvVars: envs("MANIFEST_INSTALL_CRDS")},
 			&cli.IntFlag{Name: "concurrency", Usage: "nodes upgrading at once on the default UpdateChannel (0: the CRD default, 1)", EnvVars: envs("CONCURRENCY")},
-			&cli.BoolFlag{Name: "systemd-hosts", Usage: "mount the host's D-Bus socket into the agents (hosts whose init is systemd reboot through logind); off for k3os", EnvVars: envs("MANIFEST_SYSTEMD_HOSTS")},
+			&cli.BoolFlag{Name: "systemd-hosts", Usage: "mount the host's D-Bus socket into the agents, so that systemd hosts reboot through logind, which honours inhibitor locks (off: SIGRTMIN+5 to PID 1, no host socket)", EnvVars: envs("MANIFEST_SYSTEMD_HOSTS")},
 			&cli.StringSliceFlag{Name: "mirror-dir", Usage: "a host `DIR` file:// channels read from: mounted read-only into the agents and allowed to the upgrade Jobs (repeatable)", EnvVars: envs("MANIFEST_MIRROR_DIRS")},
 			&cli.StringSliceFlag{Name: "release-source", Usage: "a channel `URL` the upgrade Jobs may download from (github-releases://owner/repo also admits its repository's download address; repeatable; default the channel's --channel-url); the admission policy refuses any other --source", EnvVars: envs("MANIFEST_RELEASE_SOURCES")},
 			&cli.StringSliceFlag{Name: "token-secret", Usage: "a Secret `NAME` a channel's tokenSecretRef may name (repeatable; default " + manifest.DefaultTokenSecret + ")", EnvVars: envs("MANIFEST_TOKEN_SECRETS")},

@@ -19,7 +19,8 @@ import (
 // OpenRC (Debian's openrc with its libraries, and theirs) is for the
 // k3os-like node, whose busybox init hands services to OpenRC as k3os
 // does; systemd and D-Bus (with theirs) for the systemd node, whose PID 1
-// is systemd and which reboots through logind. A node runs only its own.
+// is systemd (the agent reboots it by SIGRTMIN+5 to PID 1; logind and the
+// bus run as on a real systemd host). A node runs only its own.
 var NodePackages = []string{"containerd", "runc", "containernetworking-plugins", "libseccomp2", "libc6",
 	"openrc", "librc1", "libeinfo1", "libaudit1", "libcap-ng0", "libpam0g", "libselinux1", "libpcre2-8-0",
 	"systemd", "libsystemd-shared", "libsystemd0", "libblkid1", "libcap2", "libgcrypt20", "libgpg-error0",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -48,6 +49,8 @@ type Agent struct {
 	mu              sync.Mutex
 	rebooting       bool      // a reboot was requested by this process and has not failed
 	rebootAt        time.Time // when this process last requested the reboot
+	escalating      bool      // a forced reboot is armed (reboot.go)
+	rebootFor       types.UID // the channel whose slot the reboot was requested for
 	wroteRebootFrom string    // the boot ID this process recorded on its Node before Rebooting
 	drained         string    // what this process's drain did, for the Rebooting Event
 	rolledBack      bool      // this process created a rollback Job; publish when it is done
@@ -112,6 +115,15 @@ func New(opts Options) (*Agent, error) {
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The probes first: an agent waiting for a supported API server (it
+	// asks again every few minutes) is alive, and not ready until its
+	// informers are; served later, the liveness probe would restart it
+	// into CrashLoopBackOff.
+	var started atomic.Bool
+	a.probe.ReadyWhen("started", started.Load)
+	if a.opts.MetricsAddr != "" {
+		go process.ServeMetrics(ctx, a.opts.MetricsAddr, a.metrics.registry, a.probe, a.log)
+	}
 	if err := process.Prepare(ctx, a.kube, a.opts.Config, a.opts.InstallCRDs, a.log); err != nil {
 		return err
 	}
@@ -134,9 +146,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.queue.Add(key{role: roleIdle}) // a cordon left by a channel deleted while this agent was away
-	if a.opts.MetricsAddr != "" {
-		go process.ServeMetrics(ctx, a.opts.MetricsAddr, a.metrics.registry, a.probe, a.log)
-	}
+	started.Store(true)
 	a.log.Info("agent started", "namespace", a.opts.Namespace, "systemDir", a.opts.SystemDir)
 	var wg sync.WaitGroup
 	for range 2 { // a key never runs twice at once

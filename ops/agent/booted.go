@@ -35,6 +35,11 @@ func (a *Agent) bootEvidence(n *corev1.Node) (plan.BootEvidence, error) {
 		e.Recorded = Versions{Rootfs: n.Annotations[protocol.AnnotationRootfsVersion], Kernel: n.Annotations[protocol.AnnotationKernelVersion],
 			K3s: n.Annotations[protocol.AnnotationK3sVersion]}
 	}
+	if e.RecordedBoot != e.BootID { // the Node lost its record (registered again): this boot's file (bootrecord.go)
+		if v, ok := a.readBootRecord(e.BootID); ok {
+			e.RecordedBoot, e.Recorded = e.BootID, v
+		}
+	}
 	if b, err := os.ReadFile(a.opts.CmdlineFile); err == nil {
 		e.CmdlineRootfs = boot.CmdlineValue(strings.TrimSpace(string(b)), boot.ArgRootfs)
 	}

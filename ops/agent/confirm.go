@@ -34,14 +34,18 @@ func (a *Agent) confirmSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.S
 }
 
 // holdsAnySlot asks the API server whether a channel holds a slot for this
-// node (the channel views on its Node, not the cache).
+// node (the channel views on its Node, not the cache) that the node has not
+// reported ended (plan.SlotLive): a slot it ended stays in its view until
+// the view changes for another reason, and must not hold back the undoing
+// of its swap.
 func (a *Agent) holdsAnySlot(ctx context.Context) (bool, error) {
 	views, err := a.viewsFromServer(ctx)
 	if err != nil {
 		return false, fmt.Errorf("read the node's channel views before a rollback: %w", err)
 	}
-	for _, v := range views {
-		if v.Slot != nil {
+	reports := a.reportsNow()
+	for uid, v := range views {
+		if plan.SlotLive(v, reports[uid]) {
 			return true, nil
 		}
 	}

@@ -52,6 +52,20 @@ type Options struct {
 	// still on the same boot, reports it (Event RebootStalled) and asks
 	// again (default 10m).
 	RebootStall time.Duration
+	// RebootEscalation forces a reboot that a signalled init did not carry
+	// out within RebootEscalateAfter (PID 1 stuck in its shutdown: a
+	// service that never stops): sync, then reboot(2) (reboot.Syscall).
+	// nil: never (simulated nodes, a reboot command of the operator's).
+	RebootEscalation reboot.Rebooter
+	// RebootEscalateAfter is how long after a reboot request, still on the
+	// same boot, the escalation runs (default 2×RebootStall).
+	RebootEscalateAfter time.Duration
+	// BootRecordDir is a directory every boot clears (the host's /run/k3os,
+	// a tmpfs) where the agent records what each boot runs, beside the
+	// Node: a Node deleted and registered again loses its record, and an
+	// agent restarted on the same boot would otherwise take a swap staged
+	// since the boot began for what runs. "" records nothing there.
+	BootRecordDir string
 	// CmdlineFile is the kernel command line (default /proc/cmdline): a
 	// slipway.rootfs= on it names the rootfs the boot loader chose.
 	CmdlineFile string
@@ -116,6 +130,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RebootStall <= 0 {
 		o.RebootStall = 10 * time.Minute
+	}
+	if o.RebootEscalateAfter <= 0 {
+		o.RebootEscalateAfter = 2 * o.RebootStall
 	}
 	if o.CmdlineFile == "" {
 		o.CmdlineFile = "/proc/cmdline"

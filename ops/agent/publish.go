@@ -33,6 +33,9 @@ func (a *Agent) publishVersions(ctx context.Context) error {
 	}
 	running, why := plan.Running(e)
 	a.setKnown(running, e.BootID)
+	if err := a.writeBootRecord(e.BootID, running); err != nil {
+		a.log.Warn("this boot's record was not written; the Node's stays the only one", "err", err)
+	}
 	labels, annotations := bootMeta(running, e.Current, e.BootID)
 	due := versionsDue(n, labels, annotations)
 	if drain.CordonedBy(n.Annotations) == protocol.CordonOwner {

@@ -26,7 +26,7 @@ func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 	state := a.rebootState()
 	a.mu.Lock()
 	since := time.Since(a.rebootAt).Round(time.Second)
-	a.rebooting, a.rebootAt = true, time.Now()
+	a.rebooting, a.rebootAt, a.rebootFor = true, time.Now(), ch.UID
 	a.mu.Unlock()
 	delay := s.RebootDelay
 	switch {
@@ -69,8 +69,69 @@ func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 	a.rebootAt = time.Now()
 	a.mu.Unlock()
 	a.queue.AddAfter(key{roleNode, ch.Name}, a.opts.RebootStall) // to see whether it happened
+	a.escalateLater(ctx, ch, slot)
 	return nil
 }
+
+// escalateLater arms, once per process, the forced reboot (Options.
+// RebootEscalation: sync, then reboot(2)) of a reboot the init was asked
+// for and did not carry out within RebootEscalateAfter. In between, a
+// stalled reboot is asked for again every RebootStall (the init may have
+// missed the signal). PID 1 stuck in its shutdown (a service whose stop
+// never returns) has usually stopped k3s already: the API server cannot be
+// reached and the slot cannot be confirmed, and the forced reboot goes on
+// without it (the node was drained and its reboot confirmed when it was
+// asked for; the host is going down either way). Only an answer of the
+// API server that the slot is gone holds it back.
+func (a *Agent) escalateLater(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot) {
+	if a.opts.RebootEscalation == nil {
+		return
+	}
+	boot, err := a.bootID()
+	if err != nil {
+		return
+	}
+	a.mu.Lock()
+	armed := a.escalating
+	a.escalating = true
+	a.mu.Unlock()
+	if armed {
+		return
+	}
+	go func() {
+		defer func() {
+			a.mu.Lock()
+			a.escalating = false
+			a.mu.Unlock()
+		}()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(a.opts.RebootEscalateAfter):
+		}
+		if now, err := a.bootID(); err != nil || now != boot {
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, escalateConfirm)
+		err := a.confirmSlot(cctx, ch, slot)
+		cancel()
+		if errors.Is(err, errSlotGone) {
+			a.log.Warn("the reboot did not happen, and the slot is gone: not forcing it", "channel", ch.Name)
+			return
+		}
+		a.log.Warn("the init did not reboot the node: forcing the reboot", "after", a.opts.RebootEscalateAfter, "with", a.opts.RebootEscalation.String(), "slot check", err)
+		a.metrics.stalls.Inc()
+		a.recorder.Eventf(ch, corev1.EventTypeWarning, "RebootForced", "node %s: still the same boot %s after its reboot was asked of %s; forcing it with %s",
+			a.opts.NodeName, a.opts.RebootEscalateAfter, a.opts.Rebooter, a.opts.RebootEscalation)
+		if err := a.opts.RebootEscalation.Reboot(ctx); err != nil {
+			a.log.Error("the forced reboot failed", "err", err)
+		}
+	}()
+}
+
+// escalateConfirm bounds the slot check before a forced reboot: the API
+// server may be gone with the shutdown under way.
+const escalateConfirm = 10 * time.Second
 
 // rebootState is what this process did about the reboot.
 func (a *Agent) rebootState() plan.RebootState {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -288,4 +289,65 @@ func TestRestartBeforeCordonKeepsTheRunningVersions(t *testing.T) {
 	if got := n.Labels[protocol.LabelRootfsVersion]; got != "v1" {
 		t.Errorf("node labelled %s after a restart before its reboot; it still runs v1", got)
 	}
+}
+
+// TestUnplannedRebootAfterTheSwap: the node reboots on its own (power
+// loss, a panic, an admin's reboot) after its Job swapped, while its drain
+// still runs (a PodDisruptionBudget holds it). It runs the target on a new
+// boot: it waits for Ready and succeeds, uncordoned, without being drained
+// and rebooted a second time.
+func TestUnplannedRebootAfterTheSwap(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 1, nil)
+	node := f.NS + "-n0"
+	f.BlockEviction(t, node)
+	f.Start(node)
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
+		Drain:        &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 30 * time.Minute}},
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}}})
+	f.WaitFor("the slot Draining", time.Minute, func(ch *v1.UpdateChannel) bool {
+		i := plan.FindSlot(ch.Status, node)
+		return i >= 0 && ch.Status.Updating[i].Phase == plan.PhaseDraining
+	})
+	f.WaitNode(t, node, "the drain begun and v2 swapped in", func(n *corev1.Node) bool {
+		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner && f.Current(node) == "v2"
+	})
+	f.Restart(node, func() { // the unplanned reboot
+		if err := os.WriteFile(f.BootFile(node), []byte("boot-unplanned"), 0o644); err != nil {
+			t.Error(err)
+		}
+	})
+	f.WaitFor("the node counted at v2, its slot freed, no failure", 90*time.Second, func(ch *v1.UpdateChannel) bool {
+		return ch.Status.Counts.UpToDate == 1 && len(ch.Status.Updating) == 0 && len(ch.Status.Failed) == 0
+	})
+	f.WaitNode(t, node, "uncordoned at v2", func(n *corev1.Node) bool {
+		return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Labels[protocol.LabelRootfsVersion] == "v2"
+	})
+	if b, _ := os.ReadFile(f.BootFile(node)); string(b) != "boot-unplanned" {
+		t.Errorf("the node was rebooted again (boot %q) though it ran the target already", b)
+	}
+}
+
+// TestReregisteredNodeOnTheSameBootKeepsWhatRuns: a swap is staged (v2 in
+// `current`) while the node runs v1; its Node is deleted and registered
+// again (bare: no record of what this boot runs), and its agent restarts
+// on the same boot. The agent reads what this boot runs from its record in
+// the host's /run/k3os (cleared by every boot), not from `current`: the
+// node is labelled v1 with v2 staged, not v2.
+func TestReregisteredNodeOnTheSameBootKeepsWhatRuns(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 1, func(o *Options) { o.BootRecordDir = filepath.Join(filepath.Dir(o.SystemDir), "run") })
+	node := f.NS + "-n0"
+	f.Start(node)
+	f.WaitNode(t, node, "labelled v1", func(n *corev1.Node) bool { return n.Labels[protocol.LabelRootfsVersion] == "v1" })
+	f.Stop(node)
+	f.Install(node, "v2") // staged for the next boot; this boot still runs v1
+	if err := f.Kube.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.registerAgain(t, node)
+	f.Start(node)
+	f.WaitNode(t, node, "labelled v1 running, v2 staged", func(n *corev1.Node) bool {
+		return n.Labels[protocol.LabelRootfsVersion] == "v1" && n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2"
+	})
 }

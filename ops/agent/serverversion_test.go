@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -65,3 +67,46 @@ type fakeRebooterNone struct{}
 
 func (fakeRebooterNone) Reboot(context.Context) error { return nil }
 func (fakeRebooterNone) String() string               { return "none" }
+
+// TestProbesServedWhileWaitingForAServer: an agent waiting for a supported
+// API server is alive (its liveness probe answers 200, so the kubelet
+// does not restart it into CrashLoopBackOff) and not ready.
+func TestProbesServedWhileWaitingForAServer(t *testing.T) {
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(apiversion.Info{Major: "1", Minor: "29", GitVersion: "v1.29.4"})
+	}))
+	defer old.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	a, err := New(Options{NodeName: "n", Config: &rest.Config{Host: old.URL}, Rebooter: fakeRebooterNone{}, MetricsAddr: addr,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	status := func(path string) int {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for status("/healthz") != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("no liveness answer while the agent waits for a supported API server")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := status("/readyz"); got == http.StatusOK {
+		t.Errorf("/readyz = %d while the agent waits: it is not ready", got)
+	}
+}

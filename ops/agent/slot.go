@@ -44,15 +44,19 @@ func (a *Agent) lastWrote(uid types.UID) v1.Slot {
 // forgetSlot ends this process's memory of its slot in the channel of UID
 // uid: what it wrote and what it did towards the reboot. A later slot,
 // even for the same version and attempt, starts from what the API server
-// says.
+// says. A reboot requested for the slot is forgotten with it even when
+// this process wrote no phase (restarted after the slot was Rebooting): a
+// request carried into the next slot would make it wait for a reboot
+// nobody asked for, then skip its reboot delay.
 func (a *Agent) forgetSlot(uid types.UID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if _, ok := a.wrote[uid]; !ok {
+	_, wrote := a.wrote[uid]
+	if !wrote && a.rebootFor != uid {
 		return
 	}
 	delete(a.wrote, uid)
-	a.rebooting, a.wroteRebootFrom, a.drained, a.swappedAt = false, "", "", time.Time{}
+	a.rebooting, a.rebootFor, a.wroteRebootFrom, a.drained, a.swappedAt = false, "", "", "", time.Time{}
 }
 
 // errSlotGone: the slot this agent works on was freed or replaced meanwhile.

@@ -37,7 +37,16 @@ type fleetCache struct {
 	staleChecked time.Time
 	// checks are the recent checks of nodes behind the target, by node.
 	checks map[string]checked
+	// heldBack is the server node (and why) that last held the channel's
+	// servers back (its Event is recorded once per server and reason).
+	heldBack string
+	// revoked are the slots taken away whose nodes' views may still show them (revoke.go).
+	revoked revocations
 }
+
+// fenceRecheck is how soon a pass that waits for a view to drop a slot
+// taken away looks again when no view write queued it.
+const fenceRecheck = 2 * time.Second
 
 // pollRetry is the least time between two poll attempts (after a failure).
 const pollRetry = 30 * time.Second
@@ -83,11 +92,16 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	folded := ch.Status.DeepCopy() // the slots this pass frees count as free for the checks
 	plan.Fold(folded, ch.UID, reports)
 	ctl.startDrains(ch, s, draining(*folded)) // now: a drain waits for no check and no write of this pass
+	fenced := ctl.fenced(fc, ch.UID)          // the revoked slots whose views still show them
+	var gate serverGate
+	if serverWaits(ch.Status, mine, target) {
+		gate = ctl.serverGateFor(ctx, name, snap)
+	}
 	p := fleetPass{s: s, generation: generation, retry: ctl.opts.Retry, now: now, listedSlots: slotHolders(ch), resolved: resolved, stale: stale, mine: mine, others: others,
 		checks: ctl.checkBehind(ctx, fc, name, *folded, plan.Behind(*folded, mine, target), startable(s, *folded, mine, target, ctl.opts.Retry, now),
 			plan.FreeSlots(s, *folded), s.Concurrency, target),
-		serverElsewhere: serverWaits(ch.Status, mine, target) && ctl.serverBusyElsewhere(ctx, name), reports: reports, drained: ctl.drainsDoneIn(ch.UID),
-		claims: ctl.lastClaims(), slowDrains: ctl.slowDrains()}
+		serverElsewhere: gate.taken(), reports: reports, drained: ctl.drainsDoneIn(ch.UID),
+		claims: ctl.lastClaims(), slowDrains: ctl.slowDrains(), fenced: fenced}
 	var r fleetResult
 	ch, err = ctl.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
 		r = p.apply(c)
@@ -96,6 +110,7 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	if err != nil {
 		return 0, err
 	}
+	fc.revoked.add(r.revoked) // before the views: their nodes' views go first
 	ctl.endDrains(ctx, r.drained, r.drainGone)
 	ctl.noteClaims(ch, r.added)
 	ctl.setViews(ch, mine)                // what each node acts on: written on its Node (views.go)
@@ -108,12 +123,18 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 		fc.gaveBack[n] = true
 	}
 	ctl.fleetEvents(ch, r)
+	ctl.heldBackEvent(ch, fc, gate)
 	ctl.recordVersions(name, mine)
 	ctl.metrics.fleet.recordSkipped(name, skippedReasons(ch))
 	if r.relist {
 		return time.Millisecond, nil
 	}
-	return ctl.nextFleetSync(s, ch, now), nil
+	next := ctl.nextFleetSync(s, ch, now)
+	if len(fenced) > 0 || len(r.revoked) > 0 {
+		// The view write queues the next pass; this is in case it failed.
+		next = min(next, fenceRecheck)
+	}
+	return next, nil
 }
 
 // lastClaims are the claim times of the last slot this controller granted
@@ -194,6 +215,7 @@ func (ctl *Controller) markInvalid(ctx context.Context, ch *v1.UpdateChannel, ba
 	} else if err != nil {
 		return err
 	}
+	ctl.fleetCacheOf(ch.Name).revoked.add(freed)
 	ctl.setViews(written, nil) // no node follows an invalid channel; its slots are gone
 	if changed {
 		ctl.log.Warn("channel spec is invalid; doing nothing for it", "channel", ch.Name, "reason", bad.Reason, "message", bad.Message)

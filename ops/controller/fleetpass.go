@@ -37,6 +37,9 @@ type fleetPass struct {
 	claims map[string]time.Time
 	// slowDrains are the nodes whose drain runs slowly: their Draining phase is written.
 	slowDrains map[string]bool
+	// fenced are the nodes whose slot was taken away and whose view still
+	// shows it: no slot is granted while there is one (revoke.go).
+	fenced []string
 }
 
 // apply updates c's status for this pass and says what changed.
@@ -66,25 +69,35 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 	// Permits before slots: a node that takes a slot in this pass stages
 	// under its permit first, so its slot's Job only activates.
 	r.staging = plan.GrantStaging(p.s, st, mine, target, p.now)
-	if holders == p.listedSlots {
-		r.added = plan.AssignBeside(p.s, st, mine, p.others, p.checks, target, p.retry, p.now, p.serverElsewhere)
-		plan.SpaceClaims(st, r.added, p.claims)
-		startUpgrading(c.UID, st, r.added)
-	} else {
+	switch {
+	case holders != p.listedSlots:
 		// A slot changed hands since the nodes were read (a conflict
 		// brought a status newer than the pass's, written by another
 		// replica): the nodes read may show one that just finished at its
 		// old version. Claim after reading them again.
 		r.relist = true
-		skipped := st.Counts.Skipped
-		st.Counts = plan.Counts(mine, *st, target)
-		st.Counts.Skipped = skipped
+		recount(st, mine, target)
+	case len(p.fenced) > 0 || len(r.revoked) > 0:
+		// A slot taken away (now or earlier) may still be in its node's
+		// view: its capacity is granted once the view dropped it.
+		recount(st, mine, target)
+	default:
+		r.added = plan.AssignBeside(p.s, st, mine, p.others, p.checks, target, p.retry, p.now, p.serverElsewhere)
+		plan.SpaceClaims(st, r.added, p.claims)
+		startUpgrading(c.UID, st, r.added)
 	}
 	r.conflict = plan.SetConflict(st, p.others, c.Generation)
 	plan.SetInvalid(st, nil, c.Generation)
 	plan.SetProgress(p.s, st, target, c.Generation)
 	st.ObservedGeneration = c.Generation
 	return r
+}
+
+// recount counts st's nodes again, keeping the skipped count of the last check.
+func recount(st *v1.UpdateChannelStatus, mine []plan.Node, target string) {
+	skipped := st.Counts.Skipped
+	st.Counts = plan.Counts(mine, *st, target)
+	st.Counts.Skipped = skipped
 }
 
 // fleetResult is what one pass of the fleet view changed, for its Events.
@@ -101,6 +114,8 @@ type fleetResult struct {
 	drained, drainGone []drainRun
 	// drainsAsked are the slots whose node asked for its drain.
 	drainsAsked []v1.Slot
+	// revoked are the slots this pass took away (recovered or released).
+	revoked []v1.Slot
 }
 
 // recover takes the stale slots away: a node gone before its reboot loses
@@ -110,12 +125,14 @@ func (r *fleetResult) recover(st *v1.UpdateChannelStatus, stale map[string]stale
 		v, ok := stale[sl.Node+"/"+fmt.Sprint(sl.Attempt)]
 		switch {
 		case !ok:
+			continue
 		case v.release:
 			plan.Release(st, sl.Node)
 			r.released = append(r.released, v.why)
 		default:
 			r.recovered = append(r.recovered, plan.Fail(st, sl.Node, sl.Version, v.why, now))
 		}
+		r.revoked = append(r.revoked, sl)
 	}
 }
 

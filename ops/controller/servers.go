@@ -3,10 +3,15 @@ package controller
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // One server down at a time across every channel. Servers-first and the
@@ -20,25 +25,99 @@ import (
 // grants nothing beside it. No node takes part: the agent holds no Lease
 // but its heartbeat.
 
-// serverBusyElsewhere tells the fleet view of channel name whether a
-// server node (its labels, from the controller's Node metadata) holds a
-// slot in another channel; true when that cannot be told.
-func (ctl *Controller) serverBusyElsewhere(ctx context.Context, name string) bool {
+// serverGate is what the other channels and the server nodes say of a
+// pass's server slots: busy, a server node holds a slot in another
+// channel; heldBy and why, a server node that holds no slot in any
+// channel is down (plan.ServerHoldingBack). Either counts as a server
+// slot taken. The servers considered are those any valid channel of this
+// namespace selects, read from the API server. When it cannot be told,
+// busy is true: no server starts.
+type serverGate struct {
+	busy        bool
+	heldBy, why string
+}
+
+// serverGateFor reads the serverGate for channel name; snap is the
+// controller's Node metadata at this pass (the servers' labels).
+func (ctl *Controller) serverGateFor(ctx context.Context, name string, snap map[string]*metav1.PartialObjectMetadata) serverGate {
 	list, err := ctl.ops.UpdateChannels(ctl.opts.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return true // cannot tell: no server starts
+		return serverGate{busy: true} // cannot tell: no server starts
 	}
-	for _, ch := range list.Items {
-		if ch.Name == name {
-			continue
-		}
+	var g serverGate
+	holding := map[string]bool{}
+	chans := make([]*v1.UpdateChannel, 0, len(list.Items))
+	for i := range list.Items {
+		ch := &list.Items[i]
+		chans = append(chans, ch)
 		for _, sl := range ch.Status.Updating {
-			if ctl.isServerNode(ctx, sl.Node) {
-				return true
+			holding[sl.Node] = true
+			if ch.Name != name && ctl.isServerNode(ctx, sl.Node) {
+				g.busy = true
 			}
 		}
 	}
+	if ctl.revokedServerShown(func(n string) bool { return ctl.isServerNode(ctx, n) }) {
+		g.busy = true // a server's slot taken away may still be in its view
+	}
+	refs := plan.Refs(chans)
+	var states []plan.ServerState
+	for _, m := range snap {
+		if holding[m.Name] || !plan.Server(plan.Node{Labels: m.Labels}) || !selectedByAny(refs, m.Labels) {
+			continue
+		}
+		n, err := ctl.kube.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			continue // deleted: no longer a member
+		case err != nil:
+			return serverGate{busy: true}
+		}
+		states = append(states, plan.ServerState{Name: n.Name, ReadyStatus: readyStatus(n),
+			CordonedBySlipway: n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == protocol.CordonOwner})
+	}
+	g.heldBy, g.why = plan.ServerHoldingBack(states)
+	return g
+}
+
+// taken tells whether the gate counts as a server slot taken.
+func (g serverGate) taken() bool { return g.busy || g.heldBy != "" }
+
+// selectedByAny tells whether a channel of refs selects a node with labels l.
+func selectedByAny(refs []plan.ChannelRef, l map[string]string) bool {
+	for _, r := range refs {
+		if r.Selector.Matches(labels.Set(l)) {
+			return true
+		}
+	}
 	return false
+}
+
+// readyStatus is the status of n's Ready condition ("" when it has none).
+func readyStatus(n *corev1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return string(c.Status)
+		}
+	}
+	return ""
+}
+
+// heldBackEvent records, once per server and reason, an Event on ch naming
+// the server that holds the channel's servers back.
+func (ctl *Controller) heldBackEvent(ch *v1.UpdateChannel, fc *fleetCache, g serverGate) {
+	key := g.heldBy + "/" + g.why
+	if key == fc.heldBack {
+		return
+	}
+	fc.heldBack = key
+	if g.heldBy == "" {
+		return
+	}
+	ctl.log.Warn("no server slot while a server node is down", "channel", ch.Name, "server", g.heldBy, "why", g.why)
+	ctl.recorder.Eventf(ch, corev1.EventTypeWarning, "ServerHeldBack",
+		"no server node of this channel starts while server node %s is down without a slot (%s): two servers down at once could cost the etcd quorum; bring it back (or delete its Node if it is gone for good)",
+		g.heldBy, g.why)
 }
 
 // serverWaits tells whether a server node of the channel holds a slot or

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -161,5 +162,40 @@ func TestOneServerDownAcrossChannels(t *testing.T) {
 	if most != 1 {
 		t.Errorf("at most %d server nodes were cordoned at once across the two channels, want 1", most)
 	}
+	f.AssertAllAt("v2")
+}
+
+// TestDownServerHoldsTheOthersBack: of three control-plane nodes, one is
+// down without a slot (its kubelet stopped reporting: Ready Unknown). No
+// other server takes a slot while it is down, and an Event names it; once
+// it is Ready again the three upgrade, one at a time.
+func TestDownServerHoldsTheOthersBack(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 3, nil)
+	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.NS, i) }
+	for i := range 3 {
+		if err := f.PatchNodeLabel(n(i), "node-role.kubernetes.io/control-plane", "true"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.SetReady(n(0), false)
+	for i := range 3 {
+		f.Start(n(i))
+	}
+	f.AgentsUp(n(0), n(1), n(2))
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 3, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
+	if got := f.Events("ServerHeldBack", 1); got < 1 {
+		t.Fatalf("no ServerHeldBack Event; status %+v", f.Get().Status)
+	}
+	l, err := f.Kube.CoreV1().Events(f.NS).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=ServerHeldBack"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Items) == 0 || !strings.Contains(l.Items[0].Message, n(0)) {
+		t.Errorf("the ServerHeldBack Event must name the down server %s: %+v", n(0), l.Items)
+	}
+	f.Holds("no server slot while a server is down", 5*time.Second, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 0 })
+	f.SetReady(n(0), true)
+	f.WaitFor("all three at v2", 2*time.Minute, fleettest.Done(3))
 	f.AssertAllAt("v2")
 }

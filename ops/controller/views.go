@@ -69,7 +69,9 @@ func (ctl *Controller) setViews(ch *v1.UpdateChannel, follows []plan.Node) {
 	ctl.mu.Lock()
 	ctl.views[ch.UID] = want
 	ctl.mu.Unlock()
-	ctl.slotNodes.set(ch.UID, slotNodesOf(ch)) // before queueing: their views go first
+	// Before queueing: the views of slot holders and of nodes whose slot
+	// was taken away (revoke.go) go first.
+	ctl.slotNodes.set(ch.UID, append(slotNodesOf(ch), ctl.fleetCacheOf(ch.Name).revoked.nodes()...))
 	key := protocol.ViewKey(ch.UID)
 	for _, n := range first {
 		if ctl.viewDue(n, ch.UID, want[n]) {
@@ -213,6 +215,7 @@ func (ctl *Controller) syncViews(ctx context.Context, node string) error {
 	}
 	ctl.noteViewsWritten(node, written.ResourceVersion, patch)
 	ctl.metrics.viewWrites.Inc()
+	ctl.revokedViewWritten(node)
 	return nil
 }
 

@@ -16,11 +16,7 @@ import (
 const (
 	SystemDir = "/k3os/system" // the k3os system directory (read to label the node)
 	RunDir    = "/run/k3os"    // holds the upgrade lock
-	DBusDir   = "/run/dbus"    // the system bus, to reboot through logind where there is one
-	// HostRun is the host's /run, mounted read-only at HostRunMount: the
-	// agent tells the host's init (run/systemd/system, run/openrc) from it.
-	HostRun      = "/run"
-	HostRunMount = "/host/run"
+	DBusDir   = "/run/dbus"    // the system bus, only with SystemdHosts (reboot through logind)
 )
 
 // MetricsPort is where the agent serves Prometheus metrics (its --metrics-addr).
@@ -106,9 +102,10 @@ func agentArgs(o Options) []string {
 var AgentCapabilities = []corev1.Capability{"SYS_BOOT"}
 
 // agentSecurityContext holds the capabilities the agent uses, and no more:
-// SYS_BOOT, to reboot its host the way the host's init expects (a signal to
-// PID 1, which hostPID makes the host's init, or reboot(2); logind reboots
-// over the system bus need none). No SYS_PTRACE (with hostPID it would
+// SYS_BOOT, to reboot its host when its init is unknown (reboot(2) after
+// sync; a signal to PID 1, which hostPID makes the host's init, needs no
+// capability from a root process, nor do logind reboots over the system
+// bus). No SYS_PTRACE (with hostPID it would
 // reach every host process's memory and the host's root through
 // /proc/<pid>/root) and no SYS_CHROOT. It runs as root to reach the system
 // bus and read the system directory, under the runtime's default seccomp
@@ -130,14 +127,16 @@ func agentSecurityContext() *corev1.SecurityContext {
 }
 
 // agentVolumes are the host paths the agent reads: the system directory,
-// the upgrade lock's directory, the host's /run (to tell its init), the
-// mirror directories of file:// channels (it resolves `latest` there) and,
-// on systemd hosts only, the system bus.
+// the upgrade lock's directory, the mirror directories of file:// channels
+// (it resolves `latest` there) and, with SystemdHosts only, the system bus.
+// No host /run: a read-only bind mount does not stop connect(2) to the
+// sockets below it (the system bus, the container runtime's), either of
+// which is root on the host. The agent tells the host's init from /proc/1
+// (hostPID) and reboots it by a signal to PID 1.
 func agentVolumes(o Options) []corev1.Volume {
 	vols := []corev1.Volume{
 		hostPathVolume("system", SystemDir, corev1.HostPathDirectory),
 		hostPathVolume("run", RunDir, corev1.HostPathDirectoryOrCreate),
-		hostPathVolume("host-run", HostRun, corev1.HostPathDirectory),
 	}
 	if o.SystemdHosts {
 		vols = append(vols, hostPathVolume("dbus", DBusDir, corev1.HostPathDirectory))
@@ -152,7 +151,6 @@ func agentMounts(o Options) []corev1.VolumeMount {
 	mounts := []corev1.VolumeMount{
 		{Name: "system", MountPath: SystemDir, ReadOnly: true},
 		{Name: "run", MountPath: RunDir},
-		{Name: "host-run", MountPath: HostRunMount, ReadOnly: true},
 	}
 	if o.SystemdHosts {
 		mounts = append(mounts, corev1.VolumeMount{Name: "dbus", MountPath: DBusDir})

@@ -81,8 +81,10 @@ type Options struct {
 	// github-releases://owner/repo channel must point: <base>owner/repo/releases.
 	GitHubDownloadBase string
 	// SystemdHosts mounts the host's D-Bus socket directory into the agent's
-	// pod, for hosts whose init is systemd (the reboot goes through logind).
-	// Off by default: a k3os host (busybox init, OpenRC) has no use for it.
+	// pod, so that systemd hosts reboot through logind, which honours
+	// inhibitor locks. Off by default: the agent reboots systemd hosts by
+	// SIGRTMIN+5 to PID 1 (systemd(1)) without the bus, whose socket gives
+	// root on the host to whoever reaches it; a k3os host has no use for it.
 	SystemdHosts bool
 	// Isolation is how the agent and the controller are confined beyond
 	// RBAC: IsolationPolicy (default; ValidatingAdmissionPolicies, Kubernetes

@@ -139,6 +139,13 @@ func nextDrain(o Observed) (Step, string) {
 	if step, why, ok := jobBeforeReboot(o); ok {
 		return step, why
 	}
+	if o.Running != "" && o.Running == o.Target && o.Job != JobRunning {
+		// The node rebooted on its own after the swap (power loss, a
+		// panic, an admin's reboot): this boot runs the target already. No
+		// drain and no second reboot: wait for Ready, then succeed.
+		step, why := nextAfterBoot(o)
+		return step, why + " (rebooted on its own after the swap)"
+	}
 	if !o.Cordoned && o.DrainBlocked != "" { // a drain begun goes on: its start was allowed
 		return StepDeferToWindow, o.DrainBlocked
 	}

@@ -39,6 +39,18 @@ func TestNext(t *testing.T) {
 			o.Phase, o.Cordoned, o.DrainBlocked = PhaseDraining, true, closed
 		}), StepDrain},
 		{"draining not begun, window closed", swapped(func(o *Observed) { o.Phase, o.DrainBlocked = PhaseDraining, closed }), StepDeferToWindow},
+		// Rebooted on its own after the swap (power loss, panic, an admin): no drain, no second reboot
+		{"Job succeeded, then a reboot of its own: at the target, Ready: succeed", swapped(func(o *Observed) { o.Running, o.BootID = "v2", "b2" }), StepSucceed},
+		{"Job succeeded, then a reboot of its own: not Ready yet", swapped(func(o *Observed) { o.Running, o.BootID, o.Ready = "v2", "b2", false }), StepWaitReady},
+		{"draining, then a reboot of its own: succeed", swapped(func(o *Observed) {
+			o.Phase, o.RebootFrom, o.BootID, o.Running, o.Cordoned = PhaseDraining, "b1", "b2", "v2", true
+		}), StepSucceed},
+		{"draining, then a reboot of its own, window closed: still succeed", swapped(func(o *Observed) {
+			o.Phase, o.RebootFrom, o.BootID, o.Running, o.DrainBlocked = PhaseDraining, "b1", "b2", "v2", closed
+		}), StepSucceed},
+		{"draining, a reboot of its own, but the Job failed: the failure", swapped(func(o *Observed) {
+			o.Phase, o.BootID, o.Running, o.Job = PhaseDraining, "b2", "v2", JobFailed
+		}), StepFailJob},
 		// Rebooting, same boot
 		{"rebooting, same boot, not requested by this process: reboot", swapped(func(o *Observed) { o.Phase, o.RebootFrom = PhaseRebooting, "b1" }), StepReboot},
 		{"rebooting, requested: wait", swapped(func(o *Observed) { o.Phase, o.RebootFrom, o.Reboot = PhaseRebooting, "b1", RebootRequested }), StepWait},

@@ -1,5 +1,10 @@
 package plan
 
+import (
+	"slices"
+	"strings"
+)
+
 // Labels that make a node a server (control plane or embedded etcd): such
 // nodes upgrade one at a time and before every other node, whatever the
 // concurrency, so that a quorum of etcd members and API servers stays up.
@@ -38,4 +43,37 @@ func ServersFirst(candidates []Node, serversBehind, serverSlots int) []Node {
 		}
 	}
 	return nil
+}
+
+// ServerState is what the fleet view reads of a server node that holds no
+// slot in any channel: its Node's Ready condition (ReadyStatus "True",
+// "False", "Unknown" when its kubelet stopped reporting, "" when it has
+// none) and whether slipway's cordon is on it.
+type ServerState struct {
+	Name              string
+	ReadyStatus       string
+	CordonedBySlipway bool
+}
+
+// ServerHoldingBack is the first (by name) of servers that is down without
+// a slot, and why; "" when all are up. A server down counts as a server
+// slot taken, in every channel: with a NotReady control-plane node (its
+// slot released as abandoned, a shutdown that hung past the slot's age, a
+// machine powered off) a second server taken down would leave two etcd
+// members down at once. A server still cordoned by slipway is down too:
+// it is between a drain and its uncordon, or its rollout failed there.
+func ServerHoldingBack(servers []ServerState) (node, why string) {
+	sorted := slices.Clone(servers)
+	slices.SortFunc(sorted, func(a, b ServerState) int { return strings.Compare(a.Name, b.Name) })
+	for _, s := range sorted {
+		switch {
+		case s.ReadyStatus == "Unknown":
+			return s.Name, "its kubelet stopped reporting (Ready Unknown): unreachable or powered off"
+		case s.ReadyStatus != "True":
+			return s.Name, "it is not Ready"
+		case s.CordonedBySlipway:
+			return s.Name, "slipway's cordon is still on it"
+		}
+	}
+	return "", ""
 }

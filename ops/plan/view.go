@@ -37,6 +37,32 @@ func ViewOf(ch *v1.UpdateChannel, node string, follows bool) (protocol.View, boo
 	return v, follows || v.Slot != nil || v.Permit != nil
 }
 
+// SlotLive reports whether view v still gives its node a slot to act on:
+// it shows a slot, and the node's report r does not say that slot ended.
+// A slot the node ended (its success, failure or deferral) may stay in
+// its view until the view changes for another reason (EndedOnly), so
+// every reader of the view that asks "does this node hold a slot" asks
+// this, not whether the view shows one.
+func SlotLive(v protocol.View, r protocol.Report) bool {
+	if v.Slot == nil {
+		return false
+	}
+	_, outcome := Reported(r, *v.Slot)
+	return outcome == ""
+}
+
+// ViewGives reports whether the view val still gives its node slot to act
+// on: it shows that very grant (SameSlot) and the node's report r does not
+// say it ended. An unreadable view gives nothing. A slot the controller
+// took away stays remembered until its node's view no longer gives it.
+func ViewGives(val string, r protocol.Report, slot v1.Slot) bool {
+	v, err := protocol.ParseView(val)
+	if err != nil || v.Slot == nil || !SameSlot(*v.Slot, slot) {
+		return false
+	}
+	return SlotLive(v, r)
+}
+
 // EndedOnly reports whether the view cur differs from want only by what
 // the node's report r says is over: a slot it reported ended (its success,
 // failure or deferral) and a staging permit it gave back. Such a view stays

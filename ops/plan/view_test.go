@@ -141,3 +141,53 @@ func TestEndedOnly(t *testing.T) {
 		})
 	}
 }
+
+func TestSlotLive(t *testing.T) {
+	since := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	later := metav1.NewTime(since.Add(time.Minute))
+	slot := &v1.Slot{Node: "a", Version: "v2", Attempt: 1, Since: since, Phase: PhaseUpgrading}
+	cases := []struct {
+		name string
+		v    protocol.View
+		r    protocol.Report
+		want bool
+	}{
+		{"no slot", protocol.View{}, protocol.Report{}, false},
+		{"a slot, no report", protocol.View{Slot: slot}, protocol.Report{}, true},
+		{"a slot reported at a phase", protocol.View{Slot: slot}, protocol.Report{Version: "v2", Attempt: 1, Since: since, Phase: PhaseDraining}, true},
+		{"a slot reported released", protocol.View{Slot: slot}, protocol.Report{Version: "v2", Attempt: 1, Since: since, Outcome: "Released"}, false},
+		{"a slot reported failed", protocol.View{Slot: slot}, protocol.Report{Version: "v2", Attempt: 1, Since: since, Outcome: "Failed"}, false},
+		{"an older grant's outcome does not end a new grant", protocol.View{Slot: slot}, protocol.Report{Version: "v2", Attempt: 1, Since: later, Outcome: "Released"}, true},
+		{"another attempt's outcome does not end this one", protocol.View{Slot: slot}, protocol.Report{Version: "v2", Attempt: 2, Since: since, Outcome: "Failed"}, true},
+	}
+	for _, c := range cases {
+		if got := SlotLive(c.v, c.r); got != c.want {
+			t.Errorf("%s: SlotLive = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestViewGives(t *testing.T) {
+	since := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	slot := v1.Slot{Node: "a", Version: "v2", Attempt: 1, Since: since, Phase: PhaseRebooting}
+	view := func(s *v1.Slot) string { return protocol.View{Namespace: "ns", Name: "c", Slot: s}.String() }
+	regrant := slot
+	regrant.Since = metav1.NewTime(since.Add(time.Minute))
+	cases := []struct {
+		name string
+		val  string
+		r    protocol.Report
+		want bool
+	}{
+		{"the slot still shown", view(&slot), protocol.Report{}, true},
+		{"no slot in the view", view(nil), protocol.Report{}, false},
+		{"another grant in the view", view(&regrant), protocol.Report{}, false},
+		{"the node reported it ended", view(&slot), protocol.Report{Version: "v2", Attempt: 1, Since: since, Outcome: "Failed"}, false},
+		{"an unreadable view", "{", protocol.Report{}, false},
+	}
+	for _, c := range cases {
+		if got := ViewGives(c.val, c.r, slot); got != c.want {
+			t.Errorf("%s: ViewGives = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -13,7 +13,9 @@ type Init string
 
 // The inits the reboot methods know.
 const (
-	// InitSystemd is systemd: reboot through logind over the system bus.
+	// InitSystemd is systemd: SIGRTMIN+5 to PID 1 starts reboot.target
+	// (systemd(1)), with no bus and no socket; Logind is the opt-in way
+	// through logind, which honours inhibitor locks.
 	InitSystemd Init = "systemd"
 	// InitBusybox is busybox init (k3os: OpenRC as its service manager,
 	// inittab's ::shutdown: runs `openrc shutdown`): SIGTERM to PID 1
@@ -47,7 +49,8 @@ type PID1 struct {
 
 // ReadPID1 reads the host's PID 1 from procDir (the host's PID namespace's
 // /proc: "/proc" on the host and in a hostPID pod) and runDir (the host's
-// /run: "/run" on the host, a read-only hostPath mount of it in a pod).
+// /run: "/run" on the host; in the agent's pod, which mounts no host /run,
+// a directory that does not exist, and its control FIFOs are not seen).
 func ReadPID1(procDir, runDir string) PID1 {
 	var p PID1
 	if b, err := os.ReadFile(filepath.Join(procDir, "1", "comm")); err == nil {
@@ -65,8 +68,11 @@ func ReadPID1(procDir, runDir string) PID1 {
 // Detect tells the init from what PID 1 shows. Its name decides when it
 // says something (systemd, openrc-init, busybox); an init seen only as
 // "init" (exe unreadable, or a real binary called init) is told by the
-// control FIFO it made in /run: openrc-init's, sysvinit's, or none
-// (busybox init, k3os). An init with another name (runit, s6, a
+// control FIFO it made in /run when the host's /run is seen (on the host):
+// openrc-init's, sysvinit's, or none (busybox init, k3os). Without the
+// host's /run (the agent's pod) an "init" is busybox init, as on every
+// k3os node: a sysvinit host, or openrc-init started as /sbin/init, needs
+// its --reboot-method. An init with another name (runit, s6, a
 // container's tini) is unknown: reboot(2).
 func Detect(p PID1) Init {
 	switch {
@@ -93,7 +99,7 @@ func Detect(p PID1) Init {
 func ForInit(init Init, initctl string) Rebooter {
 	switch init {
 	case InitSystemd:
-		return Logind{}
+		return SignalInit{Init: init, Signal: SIGRTMIN5}
 	case InitBusybox:
 		return SignalInit{Init: init, Signal: syscall.SIGTERM}
 	case InitOpenRCInit:
@@ -105,9 +111,32 @@ func ForInit(init Init, initctl string) Rebooter {
 }
 
 // AutoAt is Auto for a process that sees the host's PID namespace's /proc
-// at procDir and the host's /run at runDir.
-func AutoAt(procDir, runDir string) Rebooter {
-	return ForInit(Detect(ReadPID1(procDir, runDir)), filepath.Join(runDir, "initctl"))
+// at procDir and the host's /run at runDir. A systemd host is rebooted
+// through logind when this process reaches the system bus (on the host, or
+// in a pod rendered with --systemd-hosts: logind honours inhibitor locks),
+// else by SIGRTMIN+5 to PID 1.
+func AutoAt(procDir, runDir string) Rebooter { return autoAt(procDir, runDir, reachableSystemBus()) }
+
+// autoAt is AutoAt with the system bus's address (bus; "" when this
+// process cannot reach one).
+func autoAt(procDir, runDir, bus string) Rebooter {
+	init := Detect(ReadPID1(procDir, runDir))
+	if init == InitSystemd && bus != "" {
+		return Logind{Address: bus}
+	}
+	return ForInit(init, filepath.Join(runDir, "initctl"))
+}
+
+// reachableSystemBus is the system bus's address when this process can reach one:
+// DBUS_SYSTEM_BUS_ADDRESS, or the default socket when it is there; "" else.
+func reachableSystemBus() string {
+	if a := os.Getenv("DBUS_SYSTEM_BUS_ADDRESS"); a != "" {
+		return a
+	}
+	if st, err := os.Stat(strings.TrimPrefix(DefaultSystemBus, "unix:path=")); err == nil && st.Mode()&os.ModeSocket != 0 {
+		return DefaultSystemBus
+	}
+	return ""
 }
 
 func isDir(p string) bool {

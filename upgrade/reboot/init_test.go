@@ -1,11 +1,14 @@
 package reboot
 
 import (
+	"context"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestDetect(t *testing.T) {
@@ -81,16 +84,79 @@ func TestAutoAt(t *testing.T) {
 		{"k3os seen from the host", "init", "/bin/busybox", []string{"openrc/"}, "busybox-init (SIGTERM to PID 1)"},
 		{"openrc-init", "init", "", []string{"openrc/init.ctl|"}, "openrc-init (SIGINT to PID 1)"},
 		{"a directory called init.ctl is no FIFO", "init", "", []string{"openrc/init.ctl/"}, "busybox-init"},
-		{"systemd", "systemd", "", []string{"systemd/system/", "dbus/"}, "systemd-logind"},
+		{"systemd", "systemd", "", []string{"systemd/system/", "dbus/"}, "systemd (SIGRTMIN+5 to PID 1)"},
 		{"sysvinit", "init", "/sbin/init", []string{"initctl|"}, "sysvinit (runlevel 6 on "},
 		{"unknown", "runit", "", nil, "reboot(2)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			proc, run := host(t, c.comm, c.exe, c.run...)
-			if got := AutoAt(proc, run).String(); !strings.Contains(got, c.want) {
+			if got := autoAt(proc, run, "").String(); !strings.Contains(got, c.want) {
 				t.Errorf("AutoAt = %s, want %s", got, c.want)
 			}
 		})
+	}
+}
+
+// TestAutoAtWithoutHostRun: the agent's pod mounts no host /run (a
+// read-only bind mount does not stop connect(2) to the host's sockets), so
+// the init is told from /proc/1 alone: systemd is signalled, not called
+// over the system bus, and k3os's busybox init (seen as "init") is still
+// told apart from an unknown init.
+func TestAutoAtWithoutHostRun(t *testing.T) {
+	for _, c := range []struct {
+		name, comm, want string
+	}{
+		{"systemd", "systemd", "systemd (SIGRTMIN+5 to PID 1)"},
+		{"k3os", "init", "busybox-init (SIGTERM to PID 1)"},
+		{"busybox init", "busybox", "busybox-init (SIGTERM to PID 1)"},
+		{"openrc-init", "openrc-init", "openrc-init (SIGINT to PID 1)"},
+		{"unknown", "runit", "reboot(2)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			proc, _ := host(t, c.comm, "")
+			if got := autoAt(proc, filepath.Join(t.TempDir(), "not-mounted"), "").String(); got != c.want {
+				t.Errorf("AutoAt = %s, want %s", got, c.want)
+			}
+		})
+	}
+}
+
+// TestSignalReachesInit: the signal systemd reboots on (SIGRTMIN+5 as
+// glibc numbers it, systemd(1)) is delivered to the process named as init.
+func TestSignalReachesInit(t *testing.T) {
+	got := make(chan os.Signal, 1)
+	signal.Notify(got, SIGRTMIN5)
+	defer signal.Stop(got)
+	r := ForInit(InitSystemd, "")
+	s, ok := r.(SignalInit)
+	if !ok {
+		t.Fatalf("ForInit(systemd) = %s, want a signal to PID 1", r)
+	}
+	s.PID = os.Getpid()
+	if err := s.Reboot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case sig := <-got:
+		if sig != syscall.Signal(39) {
+			t.Errorf("received %v, want signal 39 (SIGRTMIN+5)", sig)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("SIGRTMIN+5 never arrived")
+	}
+}
+
+// TestAutoAtWithTheBus: a systemd host whose system bus this process
+// reaches (on the host; a pod rendered with --systemd-hosts) reboots
+// through logind, which honours inhibitor locks.
+func TestAutoAtWithTheBus(t *testing.T) {
+	proc, run := host(t, "systemd", "", "systemd/system/")
+	if got := autoAt(proc, run, "unix:path=/x/bus").String(); got != "systemd-logind (unix:path=/x/bus)" {
+		t.Errorf("autoAt = %s, want logind on the bus given", got)
+	}
+	proc, run = host(t, "init", "")
+	if got := autoAt(proc, run, "unix:path=/x/bus").String(); !strings.Contains(got, "busybox-init") {
+		t.Errorf("autoAt = %s: the bus matters on systemd hosts only", got)
 	}
 }
 

@@ -12,7 +12,8 @@ import (
 // SIGTERM for busybox init (it runs inittab's ::shutdown: actions, on k3os
 // `openrc shutdown`, which stops k3s and containerd through their
 // services, then ends every process, syncs and reboots), SIGINT for
-// openrc-init. The process must share the host's PID namespace (a hostPID
+// openrc-init, SIGRTMIN+5 for systemd (reboot.target: every unit stopped
+// in order, the kubelet and containerd included). The process must share the host's PID namespace (a hostPID
 // pod) and run as root: signalling a process of the same user needs no
 // capability, and PID 1 receives the signals it handles.
 type SignalInit struct {
@@ -41,8 +42,17 @@ func (s SignalInit) Reboot(context.Context) error {
 	return nil
 }
 
+// SIGRTMIN5 is the signal systemd reboots on: SIGRTMIN+5, which systemd(1)
+// documents as starting reboot.target ("mostly equivalent to systemctl start
+// reboot.target --job-mode=replace-irreversibly"). systemd is built against
+// glibc, whose SIGRTMIN is 34 (the kernel's first two real-time signals are
+// the C library's own): 39.
+const SIGRTMIN5 = syscall.Signal(39)
+
 func unixSignalName(s syscall.Signal) string {
 	switch s {
+	case SIGRTMIN5:
+		return "SIGRTMIN+5"
 	case syscall.SIGTERM:
 		return "SIGTERM"
 	case syscall.SIGINT:

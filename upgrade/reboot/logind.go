@@ -16,6 +16,10 @@ const DefaultSystemBus = "unix:path=/run/dbus/system_bus_socket"
 
 // Logind asks systemd-logind over the system D-Bus for a reboot, and
 // reports logind's answer: a refusal (an inhibitor, polkit) is an error.
+// It is the opt-in way for systemd hosts (--reboot-method=logind with the
+// manifest's --systemd-hosts, which mounts the host's /run/dbus): it
+// honours block inhibitor locks, and it needs the host's system bus, which
+// gives root on the host to whoever reaches it.
 type Logind struct {
 	// Address of the system bus; "" means DBUS_SYSTEM_BUS_ADDRESS when set,
 	// else DefaultSystemBus.
@@ -40,7 +44,7 @@ func (l Logind) Reboot(ctx context.Context) error {
 	addr := l.address()
 	conn, err := dbus.Dial(addr, dbus.WithContext(ctx))
 	if err != nil {
-		return fmt.Errorf("connect to the system bus at %s: %w (on a systemd host the agent needs the host's /run/dbus: render its DaemonSet with `slipway ops manifest --systemd-hosts`, or set DBUS_SYSTEM_BUS_ADDRESS)", addr, err)
+		return fmt.Errorf("connect to the system bus at %s: %w (on a systemd host the agent needs the host's /run/dbus: render its DaemonSet with `slipway ops manifest --systemd-hosts`, or set DBUS_SYSTEM_BUS_ADDRESS; without it, --reboot-method=systemd signals PID 1)", addr, err)
 	}
 	defer conn.Close()
 	if err := conn.Auth(nil); err != nil {

@@ -1,6 +1,7 @@
 // Package reboot restarts the machine after a delay, the way the host's
-// init expects (told from its PID 1): through systemd-logind over the
-// system D-Bus, by the signal busybox init or openrc-init reboot on, by a
+// init expects (told from its PID 1): by the signal systemd, busybox init or
+// openrc-init reboot on (or, opted in, through systemd-logind over the
+// system D-Bus, which honours inhibitor locks), by a
 // runlevel 6 request to sysvinit, through reboot(2) after sync(2), or
 // through an external command. The delay is cancelled cleanly by its
 // context (SIGINT/SIGTERM).
