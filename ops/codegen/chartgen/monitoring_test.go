@@ -256,3 +256,41 @@ func TestMonitoringRenders(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceMonitorOptions: the ServiceMonitor options kube-prometheus
+// users set reach every ServiceMonitor's endpoint, and an empty
+// scrapeTimeout leaves the field out (Prometheus's own default).
+func TestServiceMonitorOptions(t *testing.T) {
+	for _, c := range Charts() {
+		for _, set := range [][]string{nil, {"--set", "metrics.serviceMonitor.scrapeTimeout=10s",
+			"--set-json", `metrics.serviceMonitor.relabelings=[{"targetLabel":"cluster","replacement":"prod"}]`,
+			"--set-json", `metrics.serviceMonitor.metricRelabelings=[{"action":"drop","regex":"go_.*","sourceLabels":["__name__"]}]`}} {
+			args := append([]string{"template", "rel", filepath.Join(chartsDir, c.Name), "--set", "metrics.serviceMonitor.enabled=true"}, set...)
+			objs, err := ParseDocs(helm(t, args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, o := range objs {
+				if o["kind"] != "ServiceMonitor" {
+					continue
+				}
+				n++
+				ep := o["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
+				_, timeout := ep["scrapeTimeout"]
+				_, rl := ep["relabelings"]
+				_, mrl := ep["metricRelabelings"]
+				if set == nil && (timeout || rl || mrl) {
+					t.Errorf("%s: defaults render %v", c.Name, ep)
+				}
+				if set != nil && (ep["scrapeTimeout"] != "10s" || fmt.Sprint(ep["relabelings"]) != "[map[replacement:prod targetLabel:cluster]]" ||
+					fmt.Sprint(ep["metricRelabelings"]) != "[map[action:drop regex:go_.* sourceLabels:[__name__]]]") {
+					t.Errorf("%s: endpoint %v lacks the options set", c.Name, ep)
+				}
+			}
+			if n == 0 {
+				t.Errorf("%s: no ServiceMonitor", c.Name)
+			}
+		}
+	}
+}

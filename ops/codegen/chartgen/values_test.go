@@ -12,7 +12,9 @@ import (
 // DataDog's charts expects on every chart and finds each in the rendered
 // objects: the pull policy and secrets, every workload's pod annotations,
 // labels, extra environment and ServiceAccount name (also in the bindings'
-// subjects and the admission policies' users), a DaemonSet's update strategy,
+// subjects and the admission policies' users), the pod's and the first
+// container's securityContext (podSecurityContext, securityContext), a
+// DaemonSet's update strategy,
 // and rbac.create / serviceAccount.create=false leaving their objects out.
 func TestCommonValuesReachTheObjects(t *testing.T) {
 	for _, c := range Charts() {
@@ -31,7 +33,9 @@ func TestCommonValuesReachTheObjects(t *testing.T) {
 		for _, k := range comps {
 			args = append(args, "--set", k+".podAnnotations.example\\.com/a="+k, "--set", k+".podLabels.example\\.com/l="+k,
 				"--set-json", k+`.extraEnv=[{"name":"EXTRA","value":"`+k+`"}]`, "--set", k+".serviceAccount.name=sa-"+k,
-				"--set-json", k+`.updateStrategy={"type":"OnDelete"}`)
+				"--set-json", k+`.updateStrategy={"type":"OnDelete"}`,
+				"--set-json", k+`.podSecurityContext={"runAsUser":1234,"runAsNonRoot":true}`,
+				"--set-json", k+`.securityContext={"readOnlyRootFilesystem":true,"runAsGroup":4321}`)
 		}
 		for _, rbac := range []bool{true, false} {
 			a := append(args, "--set", fmt.Sprintf("rbac.create=%v", rbac))
@@ -98,6 +102,12 @@ func checkCommonValues(t *testing.T, chart string, rbac bool, docs []Object) {
 			if p := ci.(map[string]any)["imagePullPolicy"]; p != "Always" {
 				t.Errorf("%s: imagePullPolicy %v", what, p)
 			}
+		}
+		if sc := pod["securityContext"]; !reflect.DeepEqual(sc, map[string]any{"runAsUser": float64(1234), "runAsNonRoot": true}) {
+			t.Errorf("%s: pod securityContext %v is not podSecurityContext", what, sc)
+		}
+		if sc := c0["securityContext"]; !reflect.DeepEqual(sc, map[string]any{"readOnlyRootFilesystem": true, "runAsGroup": float64(4321)}) {
+			t.Errorf("%s: the first container's securityContext %v is not securityContext", what, sc)
 		}
 		if kind == "DaemonSet" {
 			if s, _ := dig(o, []string{"spec", "updateStrategy"}); s["type"] != "OnDelete" {
