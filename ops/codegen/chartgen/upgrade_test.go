@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -65,7 +69,7 @@ type chartProcess struct {
 
 // startChartController starts the first container of Deployment name as
 // rendered by the release in ns (helm get manifest), as identity pod.
-func startChartController(t *testing.T, e *testenv.Env, release, ns, name, pod string) *chartProcess {
+func startChartController(t *testing.T, e *testenv.Env, release, ns, name, pod, metricsAddr string) *chartProcess {
 	t.Helper()
 	objs, err := ParseDocs(helm(t, "get", "manifest", release, "--namespace", ns, "--kubeconfig", e.Kubeconfig))
 	if err != nil {
@@ -94,13 +98,14 @@ func startChartController(t *testing.T, e *testenv.Env, release, ns, name, pod s
 	if err := clientcmd.WriteToFile(*cfg, kc); err != nil {
 		t.Fatal(err)
 	}
-	// The pod's port would collide with the other replica's on this host.
+	// The pod's port would collide with the other replica's on this host:
+	// metricsAddr ("" = off) instead.
 	for i, a := range args {
 		switch {
 		case strings.HasPrefix(a, "--metrics-addr=") || strings.HasPrefix(a, "--http="):
-			args[i] = a[:strings.Index(a, "=")+1]
+			args[i] = a[:strings.Index(a, "=")+1] + metricsAddr
 		case a == "--metrics-addr" && i+1 < len(args):
-			args[i+1] = ""
+			args[i+1] = metricsAddr
 		}
 	}
 	p := &chartProcess{done: make(chan struct{})}
@@ -175,7 +180,7 @@ func TestHelmUpgradeMidCanary(t *testing.T) {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: work}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	old := startChartController(t, e, release, ns, "slipway-eds-controller", "slipway-eds-controller-v1")
+	old := startChartController(t, e, release, ns, "slipway-eds-controller", "slipway-eds-controller-v1", "")
 
 	one := intstr.FromInt32(1)
 	d := &edsv1.ExtendedDaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "daemon", Namespace: work},
@@ -229,7 +234,8 @@ func TestHelmUpgradeMidCanary(t *testing.T) {
 		t.Fatalf("helm upgrade changed the canary: %+v", st)
 	}
 	old.stop()
-	startChartController(t, e, release, ns, "slipway-eds-controller", "slipway-eds-controller-v2")
+	metricsAddr := freeAddr(t)
+	startChartController(t, e, release, ns, "slipway-eds-controller", "slipway-eds-controller-v2", metricsAddr)
 	// The Deployment now runs the new image.
 	dep, err := cs.AppsV1().Deployments(ns).Get(ctx, "slipway-eds-controller", metav1.GetOptions{})
 	if err != nil {
@@ -259,6 +265,7 @@ func TestHelmUpgradeMidCanary(t *testing.T) {
 	if slices.ContainsFunc(names, func(n string) bool { return n != first.Status.ActiveReplicaSet && n != canary.ReplicaSet }) {
 		t.Errorf("ERSes %v: want only %s and %s", names, first.Status.ActiveReplicaSet, canary.ReplicaSet)
 	}
+	checkScrapedMetrics(t, "slipway-eds", "http://"+metricsAddr+"/metrics")
 	pods, err := cs.CoreV1().Pods(work).List(ctx, metav1.ListOptions{LabelSelector: "app=daemon"})
 	if err != nil {
 		t.Fatal(err)
@@ -266,6 +273,67 @@ func TestHelmUpgradeMidCanary(t *testing.T) {
 	for _, p := range pods.Items {
 		if p.DeletionTimestamp == nil && p.Spec.Containers[0].Image != "daemon:b" {
 			t.Errorf("pod %s on %s still runs %s", p.Name, p.Spec.NodeName, p.Spec.Containers[0].Image)
+		}
+	}
+}
+
+// freeAddr is a loopback address no one listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// checkScrapedMetrics scrapes a running controller's /metrics, runs
+// `promtool check metrics` (Prometheus's own lint of names, types, help
+// and units) on what it serves, and checks that every slipway metric the
+// chart's alerts and dashboard name is one it serves: names gathered from
+// the real collector, not from the source.
+func checkScrapedMetrics(t *testing.T, chart, url string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("scrape %s: %v", url, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: %v %s", url, err, resp.Status)
+	}
+	cmd := exec.Command(filepath.Join(filepath.Dir(helmBin(t)), "promtool"), "check", "metrics")
+	cmd.Stdin = bytes.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("%s: promtool check metrics on the controller's /metrics: %v\n%s", chart, err, out)
+	}
+	served := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (\S+) (\S+)$`).FindAllStringSubmatch(string(body), -1) {
+		served[m[1]] = true
+		if m[2] == "histogram" || m[2] == "summary" {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				served[m[1]+s] = true
+			}
+		}
+	}
+	var exprs []string
+	for _, p := range Dashboards[chart] {
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+	rules, err := os.ReadFile(filepath.Join(chartsDir, chart, "rules", "alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exprs = append(exprs, string(rules))
+	for _, x := range exprs {
+		for _, name := range metricName.FindAllString(x, -1) {
+			if !served[name] {
+				t.Errorf("%s: its alerts or dashboard name %s, which the running controller does not serve", chart, name)
+			}
 		}
 	}
 }
