@@ -78,7 +78,7 @@ func (n *node) chartsRun(ctx context.Context, s *stepTimer) {
 	for _, c := range vmCharts {
 		s.step("helm install "+c.chart, func() error { return n.helmInstall(ctx, helm, c) })
 	}
-	s.step("every controller and agent Ready", func() error { return n.chartsReady(ctx, 10*time.Minute) })
+	s.step("every controller and agent Ready", func() error { return n.chartsReady(ctx, 15*time.Minute) })
 }
 
 // helmInstall creates and labels c's namespace as docs/install.md does

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
 	"sigs.k8s.io/yaml"
 )
 
@@ -291,6 +294,43 @@ func TestServiceMonitorOptions(t *testing.T) {
 			if n == 0 {
 				t.Errorf("%s: no ServiceMonitor", c.Name)
 			}
+		}
+	}
+}
+
+// TestDashboardsReadBackWithGrafanasTypes: each chart's committed dashboard
+// JSON decodes with the foundation SDK's own types (its panel and query
+// plugins registered, strict about their shapes) into one timeseries panel
+// per Dashboards entry, each with its queries, and a datasource variable.
+func TestDashboardsReadBackWithGrafanasTypes(t *testing.T) {
+	plugins.RegisterDefaultPlugins()
+	for chart, panels := range Dashboards {
+		b, err := os.ReadFile(filepath.Join(chartsDir, chart, "dashboards", chart+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &dashboard.Dashboard{}
+		if err := json.Unmarshal(b, d); err != nil {
+			t.Fatalf("%s: %v", chart, err)
+		}
+		if len(d.Panels) != len(panels) {
+			t.Fatalf("%s: %d panels, want %d", chart, len(d.Panels), len(panels))
+		}
+		for i, p := range d.Panels {
+			pn := p.Panel
+			if pn == nil || pn.Type != "timeseries" || pn.Title == nil || *pn.Title != panels[i].Title || len(pn.Targets) != len(panels[i].Targets) {
+				t.Errorf("%s: panel %d reads back as %+v", chart, i, pn)
+				continue
+			}
+			for j, tg := range pn.Targets {
+				q, ok := tg.(*prometheus.Dataquery)
+				if !ok || q.Expr != panels[i].Targets[j].Expr {
+					t.Errorf("%s: panel %q query %d reads back as %#v", chart, panels[i].Title, j, tg)
+				}
+			}
+		}
+		if d.Templating.List == nil || len(d.Templating.List) != 1 || d.Templating.List[0].Type != "datasource" {
+			t.Errorf("%s: templating %+v", chart, d.Templating)
 		}
 	}
 }
