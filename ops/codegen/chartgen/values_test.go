@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"slipway.dev/slipway/ops/testenv"
 )
 
 // TestCommonValuesReachTheObjects sets the values a user of kured's or
@@ -117,5 +119,30 @@ func checkCommonValues(t *testing.T, chart string, rbac bool, docs []Object) {
 	}
 	if workloads == 0 {
 		t.Errorf("%s: no workload rendered", chart)
+	}
+}
+
+// TestUpdateOperatorNotesWarnWithoutSource: `helm install` of the update
+// operator's chart with the default platform (slipway) and no --source for
+// its agents prints a warning in its notes (the agents exit without one),
+// and none once the agents have a source or run another platform.
+func TestUpdateOperatorNotesWarnWithoutSource(t *testing.T) {
+	e := testenv.Need(t, env)
+	for _, tc := range []struct {
+		set  []string
+		warn bool
+	}{
+		{nil, true},
+		{[]string{"--set", "agent.extraArgs={--source=https://mirror.example/k3os/releases/latest}"}, false},
+		{[]string{"--set-json", `agent.extraEnv=[{"name":"SLIPWAY_UO_SOURCE","value":"/mnt/mirror"}]`}, false},
+		{[]string{"--set", "platform=command"}, false},
+	} {
+		args := append([]string{"install", "notes", filepath.Join(chartsDir, "slipway-update-operator"), "--dry-run=client",
+			"--namespace", "notes", "--kubeconfig", e.Kubeconfig}, tc.set...)
+		out := string(helm(t, args...))
+		notes := out[strings.Index(out, "NOTES:"):]
+		if warned := strings.Contains(notes, "WARNING: platform is slipway and the agents have no release source"); warned != tc.warn {
+			t.Errorf("%v: warning printed %v, want %v:\n%s", tc.set, warned, tc.warn, notes)
+		}
 	}
 }
