@@ -82,6 +82,10 @@ func DashboardJSON(name string) ([]byte, error) {
 		return nil, fmt.Errorf("no dashboard for chart %s", name)
 	}
 	ds := common.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog.ToPtr("${datasource}")}
+	// The classic dashboard schema, not dashboardv2: Grafana's dashboard
+	// sidecar and its import read the classic JSON, v2 needs Grafana 12's
+	// new dashboard API.
+	//lint:ignore SA1019 the classic schema is the one the ConfigMap's readers load
 	b := dashboard.NewDashboardBuilder(name).Uid(name).Tags([]string{"slipway"}).Editable().
 		Time("now-6h", "now").Refresh("30s").Version(1).
 		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Data source").Type("prometheus"))

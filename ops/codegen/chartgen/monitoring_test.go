@@ -309,6 +309,7 @@ func TestDashboardsReadBackWithGrafanasTypes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		//lint:ignore SA1019 the classic schema DashboardJSON writes (see there)
 		d := &dashboard.Dashboard{}
 		if err := json.Unmarshal(b, d); err != nil {
 			t.Fatalf("%s: %v", chart, err)
