@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/util/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
@@ -57,19 +54,13 @@ func scrapeTargets(t *testing.T, c Chart) map[string]scrapeTarget {
 			}
 		}
 	}
+	docs, err := ParseDocs(out)
+	if err != nil {
+		t.Fatalf("%s: helm template: %v", c.Name, err)
+	}
 	var objs []obj
-	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		var raw map[string]any
-		if err := dec.Decode(&raw); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatalf("%s: decode helm template: %v", c.Name, err)
-		}
-		if raw == nil {
-			continue
-		}
-		b, _ := sigsyaml.Marshal(raw)
+	for _, d := range docs {
+		b, _ := sigsyaml.Marshal(d)
 		var o obj
 		if err := sigsyaml.Unmarshal(b, &o); err != nil {
 			t.Fatal(err)
