@@ -7,6 +7,7 @@ require (
 	github.com/godbus/dbus/v5 v5.1.0
 	github.com/google/cel-go v0.26.0
 	github.com/google/go-github/v84 v84.0.0
+	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/klauspost/compress v1.18.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/common v0.67.5
@@ -26,6 +27,7 @@ require (
 	k8s.io/kube-openapi v0.0.0-20260317180543-43fb72c5454a
 	k8s.io/pod-security-admission v0.36.3
 	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2
+	sigs.k8s.io/krew v0.4.3
 	sigs.k8s.io/yaml v1.6.0
 )
 
@@ -105,3 +107,8 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.3 // indirect
 )
+
+// sigs.k8s.io/krew (krewgen's manifest types) requires client-go
+// v11.0.0+incompatible, an old release numbered above every v0.x: keep the
+// module's client-go.
+exclude k8s.io/client-go v11.0.0+incompatible

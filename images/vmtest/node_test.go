@@ -5,9 +5,6 @@ package vmtest
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,7 +17,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"slipway.dev/slipway/images/build"
-	"slipway.dev/slipway/ops/manifest"
 )
 
 // TestNodeJoinsAndRunsPods boots a VM that is a real Kubernetes node: the
@@ -29,8 +25,8 @@ import (
 // loopback through qemu's user networking, its system directory read-only
 // as on k3os. The Node must turn Ready and a hostNetwork pod of slipway's
 // own image (the OCI archive `make image-oci` writes, imported on the node)
-// must run to completion, and the agent's chart installed with that image
-// must run its agent Ready on the node.
+// must run to completion, and the four systems' charts installed with that
+// image must run every controller and agent Ready on the node.
 func TestNodeJoinsAndRunsPods(t *testing.T) {
 	s := &stepTimer{t: t, start: time.Now()}
 	defer s.report()
@@ -38,49 +34,7 @@ func TestNodeJoinsAndRunsPods(t *testing.T) {
 	defer cancel()
 	n := startNode(t, s, ctx, "", plainNode)
 	s.step("hostNetwork pod runs", func() error { return runPod(ctx, n.cs, 5*time.Minute) })
-	s.step("the agent's chart runs on the node", func() error { return n.chartRuns(ctx, 5*time.Minute) })
-}
-
-// chartRuns installs charts/slipway-agent with the node's image (the one
-// `make image-oci` wrote) and waits until the agent's pod on the VM is
-// Ready: the chart's probes, answered by that image under a real kubelet.
-func (n *node) chartRuns(ctx context.Context, d time.Duration) error {
-	tools, err := exec.Command(filepath.Join(n.root, "scripts", "install-tools"), "--print").Output()
-	if err != nil {
-		return fmt.Errorf("install-tools --print: %w", err)
-	}
-	repo, tag, _ := strings.Cut(build.SlipwayImage, ":")
-	cmd := exec.CommandContext(ctx, filepath.Join(strings.TrimSpace(string(tools)), "helm"), "install", "slipway-agent",
-		filepath.Join(n.root, "charts", "slipway-agent"), "--namespace", "slipway-system", "--create-namespace",
-		"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--kubeconfig", n.env.Kubeconfig)
-	helmHome := filepath.Join(n.dir, "helm")
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+helmHome, "HELM_CONFIG_HOME="+helmHome, "HELM_DATA_HOME="+helmHome)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("helm install: %w: %s", err, out)
-	}
-	var last string
-	err = wait.PollUntilContextTimeout(ctx, 3*time.Second, d, true, func(ctx context.Context) (bool, error) {
-		pods, err := n.cs.CoreV1().Pods("slipway-system").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + vmNodeName,
-			LabelSelector: "app.kubernetes.io/name=" + manifest.AgentName})
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		last = ""
-		for _, p := range pods.Items {
-			last += p.Name + "=" + string(p.Status.Phase) + podWaiting(&p) + " "
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.Spec.Containers[0].Image == build.SlipwayImage {
-					return true, nil
-				}
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("no agent pod of the chart Ready on %s: %w (last: %s)", vmNodeName, err, last)
-	}
-	return nil
+	n.chartsRun(ctx, s)
 }
 
 // readOnly checks that /k3os/system refuses writes, as on k3os.

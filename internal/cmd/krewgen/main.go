@@ -24,51 +24,25 @@ import (
 	"sort"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/krew/pkg/constants"
+	"sigs.k8s.io/krew/pkg/index"
 	"sigs.k8s.io/yaml"
 )
 
 // PluginName is the plugin's name in krew's index: `kubectl krew install eds`.
 const PluginName = "eds"
 
-// Plugin is krew's manifest (krew.googlecontainertools.github.com/v1alpha2).
-type Plugin struct {
-	APIVersion string   `json:"apiVersion"`
-	Kind       string   `json:"kind"`
-	Metadata   Metadata `json:"metadata"`
-	Spec       Spec     `json:"spec"`
-}
+// Plugin, Platform and FileOperation are krew's own manifest types
+// (sigs.k8s.io/krew/pkg/index, krew.googlecontainertools.github.com/v1alpha2).
+type (
+	Plugin        = index.Plugin
+	Platform      = index.Platform
+	FileOperation = index.FileOperation
+)
 
-// Metadata names the plugin.
-type Metadata struct {
-	Name string `json:"name"`
-}
-
-// Spec is what krew installs.
-type Spec struct {
-	Version          string     `json:"version"`
-	Homepage         string     `json:"homepage,omitempty"`
-	ShortDescription string     `json:"shortDescription"`
-	Description      string     `json:"description"`
-	Caveats          string     `json:"caveats,omitempty"`
-	Platforms        []Platform `json:"platforms"`
-}
-
-// Platform is one archive, for the nodes its selector matches.
-type Platform struct {
-	Selector struct {
-		MatchLabels map[string]string `json:"matchLabels"`
-	} `json:"selector"`
-	URI    string          `json:"uri"`
-	Sha256 string          `json:"sha256"`
-	Bin    string          `json:"bin"`
-	Files  []FileOperation `json:"files"`
-}
-
-// FileOperation copies From (in the archive) to To (in the install folder).
-type FileOperation struct {
-	From string `json:"from"`
-	To   string `json:"to"`
-}
+// APIVersion is the manifest's apiVersion (krew's constants.CurrentAPIVersion).
+const APIVersion = constants.CurrentAPIVersion
 
 var archiveName = regexp.MustCompile(`^kubectl-eds_(v[^_]+)_([a-z0-9]+)_([a-z0-9]+)\.tar\.gz$`)
 
@@ -81,7 +55,7 @@ func main() {
 	p, err := Build(*version, *url, *homepage, *dir)
 	if err == nil {
 		var b []byte
-		if b, err = yaml.Marshal(p); err == nil {
+		if b, err = Marshal(p); err == nil {
 			_, err = os.Stdout.Write(b)
 		}
 	}
@@ -101,8 +75,8 @@ func Build(version, url, homepage, dir string) (*Plugin, error) {
 		return nil, err
 	}
 	sort.Strings(names)
-	p := &Plugin{APIVersion: "krew.googlecontainertools.github.com/v1alpha2", Kind: "Plugin", Metadata: Metadata{Name: PluginName},
-		Spec: Spec{Version: version, Homepage: homepage,
+	p := &Plugin{TypeMeta: metav1.TypeMeta{APIVersion: APIVersion, Kind: constants.PluginKind}, ObjectMeta: metav1.ObjectMeta{Name: PluginName},
+		Spec: index.PluginSpec{Version: version, Homepage: homepage,
 			ShortDescription: "Canary and rolling updates of ExtendedDaemonSets",
 			Description: "kubectl eds shows and steers slipway's ExtendedDaemonSets (field-compatible with DataDog's):\n" +
 				"get, canary validate|pause|unpause|fail|pods, pods, diff, pause-rollout, freeze.\n" +
@@ -121,7 +95,7 @@ func Build(version, url, homepage, dir string) (*Plugin, error) {
 			return nil, err
 		}
 		var pl Platform
-		pl.Selector.MatchLabels = map[string]string{"os": m[2], "arch": m[3]}
+		pl.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"os": m[2], "arch": m[3]}}
 		pl.URI = strings.TrimSuffix(url, "/") + "/" + filepath.Base(n)
 		pl.Sha256, pl.Bin = sum, "kubectl-eds"
 		pl.Files = []FileOperation{{From: "kubectl-eds", To: "."}, {From: LicenseFile, To: "."}}
@@ -197,7 +171,9 @@ var (
 )
 
 // Validate applies the rules krew's index validation applies to a plugin
-// manifest (krew v0.4: internal/index/validation): name, a v-prefixed
+// manifest (krew v0.4: internal/index/validation, which krew keeps internal:
+// no other module can import it, so TestKrewInstallsTheManifest runs it
+// through the pinned krew binary and this is the same check at build time): name, a v-prefixed
 // semantic version, a short description under 256 characters, a description,
 // at least one platform, each with a selector, an https URI, a sha256 and a
 // bin among the files it installs, no two platforms matching the same os/arch;
@@ -205,10 +181,10 @@ var (
 // license file among the files each platform installs.
 func Validate(p *Plugin) error {
 	switch {
-	case p.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || p.Kind != "Plugin":
-		return fmt.Errorf("apiVersion/kind %s/%s: want krew.googlecontainertools.github.com/v1alpha2 Plugin", p.APIVersion, p.Kind)
-	case !nameRE.MatchString(p.Metadata.Name):
-		return fmt.Errorf("plugin name %q is not a lowercase name", p.Metadata.Name)
+	case p.APIVersion != APIVersion || p.Kind != constants.PluginKind:
+		return fmt.Errorf("apiVersion/kind %s/%s: want %s %s", p.APIVersion, p.Kind, APIVersion, constants.PluginKind)
+	case !nameRE.MatchString(p.Name):
+		return fmt.Errorf("plugin name %q is not a lowercase name", p.Name)
 	case !semver.MatchString(p.Spec.Version):
 		return fmt.Errorf("version %q is not v-prefixed semantic version", p.Spec.Version)
 	case p.Spec.ShortDescription == "" || len(p.Spec.ShortDescription) > 255:
@@ -220,6 +196,9 @@ func Validate(p *Plugin) error {
 	}
 	seen := map[string]bool{}
 	for i, pl := range p.Spec.Platforms {
+		if pl.Selector == nil {
+			return fmt.Errorf("platform %d has no selector", i)
+		}
 		key := pl.Selector.MatchLabels["os"] + "/" + pl.Selector.MatchLabels["arch"]
 		switch {
 		case len(pl.Selector.MatchLabels) == 0:
@@ -251,4 +230,21 @@ func installsLicense(files []FileOperation) bool {
 		}
 	}
 	return false
+}
+
+// Marshal writes p as krew's index holds manifests: YAML without the
+// creationTimestamp an empty ObjectMeta marshals to null.
+func Marshal(p *Plugin) ([]byte, error) {
+	b, err := yaml.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	if meta, ok := m["metadata"].(map[string]any); ok {
+		delete(meta, "creationTimestamp")
+	}
+	return yaml.Marshal(m)
 }

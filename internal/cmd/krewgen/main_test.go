@@ -105,7 +105,7 @@ func TestValidateRefuses(t *testing.T) {
 	}
 	for name, mangle := range map[string]func(*Plugin){
 		"a version without v":    func(p *Plugin) { p.Spec.Version = "1.0.0" },
-		"an upper-case name":     func(p *Plugin) { p.Metadata.Name = "EDS" },
+		"an upper-case name":     func(p *Plugin) { p.Name = "EDS" },
 		"no short description":   func(p *Plugin) { p.Spec.ShortDescription = "" },
 		"a short sha256":         func(p *Plugin) { p.Spec.Platforms[0].Sha256 = "abc" },
 		"a bin in a folder":      func(p *Plugin) { p.Spec.Platforms[0].Bin = "bin/kubectl-eds" },

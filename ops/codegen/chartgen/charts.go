@@ -46,6 +46,9 @@ type Render struct {
 // become values.
 type Chart struct {
 	Name, Description string
+	// Notes is template text added to NOTES.txt (e.g. a warning about a
+	// value the chart's workloads cannot run without).
+	Notes string
 	// DefaultNamespace is the renderer's default namespace: the one the
 	// chart's default render is compared in.
 	DefaultNamespace string
@@ -166,6 +169,19 @@ func updateOperatorChart() Chart {
 			{Sentinel: sentinelAgentArg, Key: "agent.extraArgs", Comment: "arguments added to the agent's command line (e.g. --source=URL)"},
 			{Sentinel: sentinelCtrlArg, Key: "controller.extraArgs", Comment: "arguments added to the controller's command line"},
 		},
+		Notes: `{{- if eq (toString .Values.platform) "slipway" }}
+{{- $source := false }}
+{{- range .Values.agent.extraArgs }}{{ if regexMatch "^--source(=|$)" (toString .) }}{{ $source = true }}{{ end }}{{ end }}
+{{- range .Values.agent.extraEnv }}{{ if eq (toString .name) "SLIPWAY_UO_SOURCE" }}{{ $source = true }}{{ end }}{{ end }}
+{{- if not $source }}
+
+WARNING: platform is slipway and the agents have no release source: each agent exits at
+start (--platform slipway needs --source) and its pod crash-loops. Give them one:
+  helm upgrade {{ .Release.Name }} <chart> -n {{ .Release.Namespace }} --reuse-values \
+    --set 'agent.extraArgs={--source=https://mirror.example/k3os/releases/latest}'
+{{- end }}
+{{- end }}
+`,
 		Variant: &Variant{Key: "platform", Values: []string{"slipway", "bottlerocket-api", "command"},
 			Comment: "The agents' platform: slipway, bottlerocket-api or command (docs/update-operator.md)."},
 	}

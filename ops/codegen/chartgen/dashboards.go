@@ -3,6 +3,12 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 )
 
 // Panel is one time-series panel of a dashboard.
@@ -67,42 +73,45 @@ var Dashboards = map[string][]Panel{
 }
 
 // DashboardJSON is the Grafana dashboard of chart name: its panels two to a
-// row, on a Prometheus data source chosen by a variable.
+// row, on a Prometheus data source chosen by a variable, built with
+// Grafana's foundation SDK (its dashboard, timeseries and prometheus
+// builders), so the JSON has the fields Grafana's schema names.
 func DashboardJSON(name string) ([]byte, error) {
 	panels, ok := Dashboards[name]
 	if !ok {
 		return nil, fmt.Errorf("no dashboard for chart %s", name)
 	}
-	var out []map[string]any
+	ds := common.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog.ToPtr("${datasource}")}
+	// The classic dashboard schema, not dashboardv2: Grafana's dashboard
+	// sidecar and its import read the classic JSON, v2 needs Grafana 12's
+	// new dashboard API.
+	//lint:ignore SA1019 the classic schema is the one the ConfigMap's readers load
+	b := dashboard.NewDashboardBuilder(name).Uid(name).Tags([]string{"slipway"}).Editable().
+		Time("now-6h", "now").Refresh("30s").Version(1).
+		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Data source").Type("prometheus"))
 	for i, p := range panels {
-		var targets []map[string]any
-		for j, t := range p.Targets {
-			targets = append(targets, map[string]any{"expr": t.Expr, "legendFormat": t.Legend, "refId": string(rune('A' + j)),
-				"datasource": map[string]any{"type": "prometheus", "uid": "${datasource}"}})
-		}
 		unit := p.Unit
 		if unit == "" {
 			unit = "short"
 		}
-		stack := "none"
+		stack := common.StackingModeNone
 		if p.Stacked {
-			stack = "normal"
+			stack = common.StackingModeNormal
 		}
-		out = append(out, map[string]any{
-			"id": i + 1, "type": "timeseries", "title": p.Title,
-			"gridPos":    map[string]any{"h": 8, "w": 12, "x": (i % 2) * 12, "y": (i / 2) * 8},
-			"datasource": map[string]any{"type": "prometheus", "uid": "${datasource}"},
-			"fieldConfig": map[string]any{"defaults": map[string]any{"unit": unit,
-				"custom": map[string]any{"stacking": map[string]any{"mode": stack}}}, "overrides": []any{}},
-			"targets": targets,
-		})
+		pb := timeseries.NewPanelBuilder().Id(uint32(i + 1)).Title(p.Title).Datasource(ds).Unit(unit).
+			Stacking(common.NewStackingConfigBuilder().Mode(stack)).
+			Legend(common.NewVizLegendOptionsBuilder().ShowLegend(true).DisplayMode(common.LegendDisplayModeList).Placement(common.LegendPlacementBottom)).
+			Tooltip(common.NewVizTooltipOptionsBuilder().Mode(common.TooltipDisplayModeMulti).Sort(common.SortOrderNone)).
+			GridPos(dashboard.GridPos{H: 8, W: 12, X: uint32(i%2) * 12, Y: uint32(i/2) * 8})
+		for j, t := range p.Targets {
+			pb = pb.WithTarget(prometheus.NewDataqueryBuilder().Expr(t.Expr).LegendFormat(t.Legend).RefId(string(rune('A' + j))).Datasource(ds))
+		}
+		b = b.WithPanel(pb)
 	}
-	d := map[string]any{
-		"title": name, "uid": name, "schemaVersion": 39, "version": 1, "editable": true,
-		"tags": []string{"slipway"}, "time": map[string]any{"from": "now-6h", "to": "now"}, "refresh": "30s",
-		"templating": map[string]any{"list": []any{map[string]any{"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source"}}},
-		"panels":     out,
+	d, err := b.Build()
+	if err != nil {
+		return nil, fmt.Errorf("dashboard %s: %w", name, err)
 	}
-	b, err := json.MarshalIndent(d, "", "  ")
-	return append(b, '\n'), err
+	out, err := json.MarshalIndent(d, "", "  ")
+	return append(out, '\n'), err
 }

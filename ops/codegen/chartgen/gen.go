@@ -347,6 +347,7 @@ pod (see its events); label the namespace and they start:
   kubectl label namespace {{ .Release.Namespace }} pod-security.kubernetes.io/enforce=privileged --overwrite
 `)
 	}
+	b.WriteString(c.Notes)
 	b.WriteString(`
 Monitoring (ServiceMonitors, alerts, dashboard): the metrics.* values. Documentation:
 docs/install.md and docs/alerts.md.

@@ -80,6 +80,17 @@ spec:
   - port: metrics
     path: /metrics
     interval: {{ .Values.metrics.serviceMonitor.interval }}
+    {{- with .Values.metrics.serviceMonitor.scrapeTimeout }}
+    scrapeTimeout: {{ . }}
+    {{- end }}
+    {{- with .Values.metrics.serviceMonitor.relabelings }}
+    relabelings:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    {{- with .Values.metrics.serviceMonitor.metricRelabelings }}
+    metricRelabelings:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
 `, name, metricsLabel, selJSON, num, port)
 	}
 	if n == 0 {
@@ -123,11 +134,14 @@ data:
 	files["dashboards/"+c.Name+".json"] = dash
 	files[".helmignore"] = []byte(GeneratedHeader + "\n# promtool's rule tests are not part of the chart.\nrules/*_test.yaml\n")
 	vals.set("metrics", map[string]any{
-		"serviceMonitor": map[string]any{"enabled": false, "interval": "30s", "labels": map[string]any{}},
+		"serviceMonitor": map[string]any{"enabled": false, "interval": "30s", "scrapeTimeout": "", "labels": map[string]any{},
+			"relabelings": []any{}, "metricRelabelings": []any{}},
 		"prometheusRule": map[string]any{"enabled": false, "labels": map[string]any{}, "runbookBaseURL": RunbookBaseURL},
 		"dashboard":      map[string]any{"enabled": false, "labels": map[string]any{"grafana_dashboard": "1"}},
 	}, "Monitoring with the Prometheus operator and Grafana (docs/alerts.md), all off by default:\n"+
-		"serviceMonitor: a headless Service and a ServiceMonitor per component serving /metrics;\n"+
+		"serviceMonitor: a headless Service and a ServiceMonitor per component serving /metrics (interval,\n"+
+		"scrapeTimeout (empty: Prometheus's), labels of the ServiceMonitor, relabelings and metricRelabelings of its\n"+
+		"endpoint; a relabeling that changes job breaks the \"absent\" alerts, which name the metrics Services);\n"+
 		"prometheusRule: the alerts of rules/alerts.yaml (runbookBaseURL: where their runbook_url\n"+
 		"annotations point, <runbookBaseURL>#<alert name in lower case>); dashboard: a ConfigMap with the Grafana\n"+
 		"dashboard, labelled for Grafana's dashboard sidecar.")

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
 	"sigs.k8s.io/yaml"
 )
 
@@ -253,6 +256,82 @@ func TestMonitoringRenders(t *testing.T) {
 			}
 			sort.Strings(keys)
 			t.Errorf("%s: monitoring objects rendered: %v", c.Name, kinds)
+		}
+	}
+}
+
+// TestServiceMonitorOptions: the ServiceMonitor options kube-prometheus
+// users set reach every ServiceMonitor's endpoint, and an empty
+// scrapeTimeout leaves the field out (Prometheus's own default).
+func TestServiceMonitorOptions(t *testing.T) {
+	for _, c := range Charts() {
+		for _, set := range [][]string{nil, {"--set", "metrics.serviceMonitor.scrapeTimeout=10s",
+			"--set-json", `metrics.serviceMonitor.relabelings=[{"targetLabel":"cluster","replacement":"prod"}]`,
+			"--set-json", `metrics.serviceMonitor.metricRelabelings=[{"action":"drop","regex":"go_.*","sourceLabels":["__name__"]}]`}} {
+			args := append([]string{"template", "rel", filepath.Join(chartsDir, c.Name), "--set", "metrics.serviceMonitor.enabled=true"}, set...)
+			objs, err := ParseDocs(helm(t, args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, o := range objs {
+				if o["kind"] != "ServiceMonitor" {
+					continue
+				}
+				n++
+				ep := o["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
+				_, timeout := ep["scrapeTimeout"]
+				_, rl := ep["relabelings"]
+				_, mrl := ep["metricRelabelings"]
+				if set == nil && (timeout || rl || mrl) {
+					t.Errorf("%s: defaults render %v", c.Name, ep)
+				}
+				if set != nil && (ep["scrapeTimeout"] != "10s" || fmt.Sprint(ep["relabelings"]) != "[map[replacement:prod targetLabel:cluster]]" ||
+					fmt.Sprint(ep["metricRelabelings"]) != "[map[action:drop regex:go_.* sourceLabels:[__name__]]]") {
+					t.Errorf("%s: endpoint %v lacks the options set", c.Name, ep)
+				}
+			}
+			if n == 0 {
+				t.Errorf("%s: no ServiceMonitor", c.Name)
+			}
+		}
+	}
+}
+
+// TestDashboardsReadBackWithGrafanasTypes: each chart's committed dashboard
+// JSON decodes with the foundation SDK's own types (its panel and query
+// plugins registered, strict about their shapes) into one timeseries panel
+// per Dashboards entry, each with its queries, and a datasource variable.
+func TestDashboardsReadBackWithGrafanasTypes(t *testing.T) {
+	plugins.RegisterDefaultPlugins()
+	for chart, panels := range Dashboards {
+		b, err := os.ReadFile(filepath.Join(chartsDir, chart, "dashboards", chart+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		//lint:ignore SA1019 the classic schema DashboardJSON writes (see there)
+		d := &dashboard.Dashboard{}
+		if err := json.Unmarshal(b, d); err != nil {
+			t.Fatalf("%s: %v", chart, err)
+		}
+		if len(d.Panels) != len(panels) {
+			t.Fatalf("%s: %d panels, want %d", chart, len(d.Panels), len(panels))
+		}
+		for i, p := range d.Panels {
+			pn := p.Panel
+			if pn == nil || pn.Type != "timeseries" || pn.Title == nil || *pn.Title != panels[i].Title || len(pn.Targets) != len(panels[i].Targets) {
+				t.Errorf("%s: panel %d reads back as %+v", chart, i, pn)
+				continue
+			}
+			for j, tg := range pn.Targets {
+				q, ok := tg.(*prometheus.Dataquery)
+				if !ok || q.Expr != panels[i].Targets[j].Expr {
+					t.Errorf("%s: panel %q query %d reads back as %#v", chart, panels[i].Title, j, tg)
+				}
+			}
+		}
+		if d.Templating.List == nil || len(d.Templating.List) != 1 || d.Templating.List[0].Type != "datasource" {
+			t.Errorf("%s: templating %+v", chart, d.Templating)
 		}
 	}
 }

@@ -27,7 +27,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(testenv.RunMain(m, testenv.Options{Cluster: true, Nodes: 2, CRDs: crds}, &env))
+	code := testenv.RunMain(m, testenv.Options{Cluster: true, Nodes: 2, CRDs: crds}, &env)
+	if slipwayPath != "" { // slipwayBinary's build
+		os.RemoveAll(filepath.Dir(slipwayPath))
+	}
+	os.Exit(code)
 }
 
 // monitoringCRDs are the Prometheus operator's ServiceMonitor and

@@ -23,6 +23,9 @@ type token struct {
 	// merge: the value's entries are added to the map (or list) holding
 	// the placeholder, which is not a field of its own.
 	merge bool
+	// fallback: the YAML the field holds while the value is empty (the
+	// manifest's own).
+	fallback string
 }
 
 // mergeKey is the placeholder key of a merge token in a map; a merge token
@@ -107,6 +110,17 @@ func (c Chart) template(o, dflt Object, vals *values, first bool) (string, error
 // lines are the template lines that set key, indented by indent, from t.
 func (t token) lines(indent, key string) string {
 	switch {
+	case t.fallback != "":
+		pad := indent
+		if strings.HasSuffix(pad, "- ") {
+			pad = strings.TrimSuffix(pad, "- ") + "  "
+		}
+		var lit strings.Builder
+		for _, l := range strings.Split(strings.TrimRight(t.fallback, "\n"), "\n") {
+			lit.WriteString(pad + "  " + l + "\n")
+		}
+		return fmt.Sprintf("%s%s:\n%s  {{- if %s }}\n%s  {{- toYaml %s | nindent %d }}\n%s  {{- else }}\n%s%s  {{- end }}",
+			indent, key, pad, t.expr, pad, t.expr, len(pad)+2, pad, lit.String(), pad)
 	case t.merge:
 		return fmt.Sprintf("%s{{- with %s }}\n%s{{- toYaml . | nindent %d }}\n%s{{- end }}", indent, t.expr, indent, len(indent), indent)
 	case t.scalar && t.always:
@@ -198,6 +212,26 @@ func (c Chart) workload(o, dflt Object, vals *values, first bool, put func(map[s
 	}
 	record("resources", emptyOr(dctrs[0].(map[string]any)["resources"], false))
 	put(c0, "resources", token{expr: pfx + "resources"})
+	// The pod's and the first container's securityContext, named as
+	// kured's and DataDog's charts name them. Empty (the default): the
+	// manifest's own, which differs by variant (the update operator's
+	// agent is privileged on one platform, super_t on another) and follows
+	// the renderer; set: it replaces the manifest's whole.
+	for _, sc := range []struct {
+		m   map[string]any
+		key string
+	}{{pod, "podSecurityContext"}, {c0, "securityContext"}} {
+		record(sc.key, map[string]any{})
+		if sc.m["securityContext"] == nil { // none in the manifest: only the value's
+			put(sc.m, "securityContext", token{expr: pfx + sc.key})
+			continue
+		}
+		fallback, err := yaml.Marshal(sc.m["securityContext"])
+		if err != nil || mentionsSentinel(sc.m["securityContext"]) {
+			return "", fmt.Errorf("%s: securityContext: %v (a sentinel in it?)", comp, err)
+		}
+		put(sc.m, "securityContext", token{expr: pfx + sc.key, fallback: string(fallback)})
+	}
 	for i, ci := range ctrs {
 		cm := ci.(map[string]any)
 		p, ok := dctrs[i].(map[string]any)["imagePullPolicy"]

@@ -80,6 +80,7 @@ func (c Chart) addValues(v *values, _ []Object) error {
 		if m, ok := v.m[k].(map[string]any); ok && m["resources"] != nil {
 			v.comments[k] = fmt.Sprintf("The %s's pods: %s (defaults: what the manifest renders).\n"+
 				"podAnnotations, podLabels and extraEnv (the first container's env) add to the manifest's;\n"+
+				"podSecurityContext (the pod's) and securityContext (the first container's), empty: the manifest's, set: replace it whole;\n"+
 				"serviceAccount.create=false: the chart creates no ServiceAccount and the pods run as serviceAccount.name\n"+
 				"(empty: the manifest's name), which the bindings and admission policies then name.", k, strings.Join(componentFields(m), ", "))
 		}

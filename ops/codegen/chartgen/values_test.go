@@ -6,13 +6,17 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"slipway.dev/slipway/ops/testenv"
 )
 
 // TestCommonValuesReachTheObjects sets the values a user of kured's or
 // DataDog's charts expects on every chart and finds each in the rendered
 // objects: the pull policy and secrets, every workload's pod annotations,
 // labels, extra environment and ServiceAccount name (also in the bindings'
-// subjects and the admission policies' users), a DaemonSet's update strategy,
+// subjects and the admission policies' users), the pod's and the first
+// container's securityContext (podSecurityContext, securityContext), a
+// DaemonSet's update strategy,
 // and rbac.create / serviceAccount.create=false leaving their objects out.
 func TestCommonValuesReachTheObjects(t *testing.T) {
 	for _, c := range Charts() {
@@ -31,7 +35,9 @@ func TestCommonValuesReachTheObjects(t *testing.T) {
 		for _, k := range comps {
 			args = append(args, "--set", k+".podAnnotations.example\\.com/a="+k, "--set", k+".podLabels.example\\.com/l="+k,
 				"--set-json", k+`.extraEnv=[{"name":"EXTRA","value":"`+k+`"}]`, "--set", k+".serviceAccount.name=sa-"+k,
-				"--set-json", k+`.updateStrategy={"type":"OnDelete"}`)
+				"--set-json", k+`.updateStrategy={"type":"OnDelete"}`,
+				"--set-json", k+`.podSecurityContext={"runAsUser":1234,"runAsNonRoot":true}`,
+				"--set-json", k+`.securityContext={"readOnlyRootFilesystem":true,"runAsGroup":4321}`)
 		}
 		for _, rbac := range []bool{true, false} {
 			a := append(args, "--set", fmt.Sprintf("rbac.create=%v", rbac))
@@ -99,6 +105,12 @@ func checkCommonValues(t *testing.T, chart string, rbac bool, docs []Object) {
 				t.Errorf("%s: imagePullPolicy %v", what, p)
 			}
 		}
+		if sc := pod["securityContext"]; !reflect.DeepEqual(sc, map[string]any{"runAsUser": float64(1234), "runAsNonRoot": true}) {
+			t.Errorf("%s: pod securityContext %v is not podSecurityContext", what, sc)
+		}
+		if sc := c0["securityContext"]; !reflect.DeepEqual(sc, map[string]any{"readOnlyRootFilesystem": true, "runAsGroup": float64(4321)}) {
+			t.Errorf("%s: the first container's securityContext %v is not securityContext", what, sc)
+		}
 		if kind == "DaemonSet" {
 			if s, _ := dig(o, []string{"spec", "updateStrategy"}); s["type"] != "OnDelete" {
 				t.Errorf("%s: updateStrategy %v", what, s)
@@ -107,5 +119,30 @@ func checkCommonValues(t *testing.T, chart string, rbac bool, docs []Object) {
 	}
 	if workloads == 0 {
 		t.Errorf("%s: no workload rendered", chart)
+	}
+}
+
+// TestUpdateOperatorNotesWarnWithoutSource: `helm install` of the update
+// operator's chart with the default platform (slipway) and no --source for
+// its agents prints a warning in its notes (the agents exit without one),
+// and none once the agents have a source or run another platform.
+func TestUpdateOperatorNotesWarnWithoutSource(t *testing.T) {
+	e := testenv.Need(t, env)
+	for _, tc := range []struct {
+		set  []string
+		warn bool
+	}{
+		{nil, true},
+		{[]string{"--set", "agent.extraArgs={--source=https://mirror.example/k3os/releases/latest}"}, false},
+		{[]string{"--set-json", `agent.extraEnv=[{"name":"SLIPWAY_UO_SOURCE","value":"/mnt/mirror"}]`}, false},
+		{[]string{"--set", "platform=command"}, false},
+	} {
+		args := append([]string{"install", "notes", filepath.Join(chartsDir, "slipway-update-operator"), "--dry-run=client",
+			"--namespace", "notes", "--kubeconfig", e.Kubeconfig}, tc.set...)
+		out := string(helm(t, args...))
+		notes := out[strings.Index(out, "NOTES:"):]
+		if warned := strings.Contains(notes, "WARNING: platform is slipway and the agents have no release source"); warned != tc.warn {
+			t.Errorf("%v: warning printed %v, want %v:\n%s", tc.set, warned, tc.warn, notes)
+		}
 	}
 }
