@@ -58,7 +58,11 @@ func (m *slotMachine) node(name string) *Node {
 }
 
 // Assign is one pass of the fleet view: nodes down are checked NotReady.
-func (m *slotMachine) Assign(t *rapid.T) {
+func (m *slotMachine) Assign(t *rapid.T) { m.assign(t, false) }
+
+// assign is Assign with serverElsewhere, as the controller passes it (a
+// server holds a slot in another channel, or is down without one).
+func (m *slotMachine) assign(t *rapid.T, serverElsewhere bool) {
 	checked := map[string]*v1.SkippedNode{}
 	for _, n := range m.nodes {
 		checked[n.Name] = nil
@@ -77,7 +81,7 @@ func (m *slotMachine) Assign(t *rapid.T) {
 	}
 	degraded := failures >= m.s.MaxFailures
 	serverSlot := m.serverSlots() > 0
-	added := AssignBeside(m.s, &m.st, m.nodes, nil, checked, m.target, Retry{Base: time.Minute, Max: time.Hour}, m.now, false)
+	added := AssignBeside(m.s, &m.st, m.nodes, nil, checked, m.target, Retry{Base: time.Minute, Max: time.Hour}, m.now, serverElsewhere)
 	if len(added) > 0 && len(m.st.Updating) > m.s.Concurrency {
 		t.Fatalf("%d slots after granting %v, concurrency %d", len(m.st.Updating), added, m.s.Concurrency)
 	}
