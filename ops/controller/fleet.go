@@ -296,7 +296,9 @@ func (ctl *Controller) staleSlots(ctx context.Context, s plan.Settings, ch *v1.U
 		var sj plan.SlotJob
 		if sl.Job != "" {
 			j, err := ctl.kube.BatchV1().Jobs(ctl.opts.Namespace).Get(ctx, sl.Job, metav1.GetOptions{})
-			if err == nil {
+			// A Job of that name not pinned to the slot's node is no
+			// Job of the slot's: its outcome is not the node's.
+			if err == nil && protocol.JobOfNode(j, sl.Node) {
 				sj.Exists = true
 				_, sj.Failed, sj.Reason, sj.FinishedAt = protocol.JobOutcome(j)
 			}

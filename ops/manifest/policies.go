@@ -23,6 +23,21 @@ const HeartbeatLeasePrefix = "slipway-agent-"
 // JobCapabilities are the capabilities an upgrade Job may add (see ops/agent's buildJob).
 var JobCapabilities = []string{"SYS_ADMIN", "CHOWN", "FOWNER", "DAC_OVERRIDE"}
 
+// The Job contract the Job policy checks: ops/protocol's keys and values
+// (a test in ops/protocol keeps them equal). JobNodeKey is the node label
+// and annotation on a Job and its pod; JobActionKey the action annotation,
+// one of JobActions ("" on a slot's upgrade Job); a Job's name starts
+// with its kind (the action, or JobKindUpgrade), the length of its node's
+// name and the node's name (protocol.JobNamePrefix).
+const (
+	JobNodeKey     = "ops.slipway.dev/node"
+	JobActionKey   = "ops.slipway.dev/action"
+	JobKindUpgrade = "upgrade"
+)
+
+// JobActions are the values of JobActionKey.
+var JobActions = []string{"", "stage", "prune", "rollback"}
+
 // JobCommands are the slipway commands an agent's Job may run.
 var JobCommands = []string{"upgrade", "rollback", "prune"}
 
@@ -53,17 +68,17 @@ func jobPolicy(o Options) admission.UserPolicy {
 	return admission.UserPolicy{
 		Name: AgentName + "-jobs-" + o.Namespace, Labels: labels("agent"), Users: []string{AgentUser(o.Namespace)}, Namespace: o.Namespace,
 		Group: "batch", Version: "v1", Resource: "jobs", Operations: []admissionv1.OperationType{admissionv1.Create},
-		Variables: []admissionv1.Variable{
+		Variables: append([]admissionv1.Variable{
 			{Name: "node", Expression: admission.RequesterNode},
 			{Name: "pod", Expression: "object.spec.template.spec"},
 			{Name: "c", Expression: "object.spec.template.spec.containers[0]"},
 			{Name: "args", Expression: "variables.c.?args.orValue([])"},
 			{Name: "si", Expression: "variables.args.indexOf('--source')"},
 			{Name: "source", Expression: "variables.si >= 0 && variables.si + 1 < size(variables.args) ? variables.args[variables.si + 1] : ''"},
-		},
-		Validations: []admissionv1.Validation{
+		}, identityVariables()...),
+		Validations: append([]admissionv1.Validation{
 			{Expression: "variables.node != '' && variables.pod.?nodeName.orValue('') == variables.node",
-				Message: m("pinned (spec.template.spec.nodeName) to the node the agent runs on")},
+				Message: m("pinned (spec.template.spec.nodeName) to the node the agent runs on")}}, append(identityValidations(m), []admissionv1.Validation{
 			{Expression: "size(variables.pod.containers) == 1 && !has(variables.pod.initContainers) && !has(variables.pod.ephemeralContainers)",
 				Message: m("one container")},
 			{Expression: "variables.c.image in " + admission.CELList(images), Message: m("image one of %v", images)},
@@ -90,7 +105,45 @@ func jobPolicy(o Options) admission.UserPolicy {
 			{Expression: "!has(variables.c.envFrom) && variables.c.?env.orValue([]).all(e, e.name == 'GITHUB_TOKEN' && e.?valueFrom.?secretKeyRef.?name.orValue('') in " +
 				admission.CELList(o.tokenSecrets()) + ")",
 				Message: m("no environment but GITHUB_TOKEN from the token Secrets %v", o.tokenSecrets())},
-		},
+		}...)...),
+	}
+}
+
+// identityVariables are the CEL variables of a Job's identity: its kind
+// (from its action annotation) and the name prefix of the requester's
+// node's Jobs of that kind (protocol.JobNamePrefix).
+func identityVariables() []admissionv1.Variable {
+	return []admissionv1.Variable{
+		{Name: "action", Expression: fmt.Sprintf("object.metadata.?annotations[?%q].orValue('')", JobActionKey)},
+		{Name: "kind", Expression: fmt.Sprintf("variables.action == '' ? %q : variables.action", JobKindUpgrade)},
+		{Name: "prefix", Expression: "variables.kind + '-' + string(size(variables.node)) + '-' + variables.node.lowerAscii().replace('.', '-') + '-'"},
+		// protocol.LabelValue of the node: itself up to 63 characters, else cut with a hash.
+		{Name: "nodeLabel", Expression: "size(variables.node) <= 63 ? [variables.node] : []"},
+	}
+}
+
+// identityValidations bind every identity a reader of Jobs trusts to the
+// requester's node: the name (under its node's prefix for the Job's kind:
+// no agent can take a name another node's agent will create), the node
+// label and annotation on the Job and on its pod template, the action on
+// both. Readers take a Job for a node's only when it is pinned to that
+// node (protocol.JobOfNode); these make its name and labels say the same.
+func identityValidations(m func(string, ...any) string) []admissionv1.Validation {
+	label := func(path string) string {
+		v := fmt.Sprintf("%s.?labels[?%q].orValue('')", path, JobNodeKey)
+		return fmt.Sprintf("(size(variables.nodeLabel) == 1 ? %[1]s == variables.node : size(%[1]s) == 63 && %[1]s.startsWith(variables.node.substring(0, 50)))", v)
+	}
+	ann := func(path, key string) string { return fmt.Sprintf("%s.?annotations[?%q].orValue('')", path, key) }
+	kinds := admission.CELList(JobActions)
+	return []admissionv1.Validation{
+		{Expression: "variables.action in " + kinds + " && " + ann("object.spec.template.metadata", JobActionKey) + " == variables.action",
+			Message: m("the action annotation %s one of %s, the same on the Job and its pod", JobActionKey, kinds)},
+		{Expression: "!has(object.metadata.generateName) && object.metadata.name.startsWith(size(variables.prefix) <= 54 ? variables.prefix : variables.prefix.substring(0, 50))",
+			Message: m("named after the agent's own node: <kind>-<length of the node's name>-<node>-..., kind upgrade, stage, prune or rollback (its action)")},
+		{Expression: ann("object.metadata", JobNodeKey) + " == variables.node && " + ann("object.spec.template.metadata", JobNodeKey) + " == variables.node",
+			Message: m("annotated %s=<the agent's own node> on the Job and its pod", JobNodeKey)},
+		{Expression: label("object.metadata") + " && " + label("object.spec.template.metadata"),
+			Message: m("labelled %s=<the agent's own node> on the Job and its pod", JobNodeKey)},
 	}
 }
 
