@@ -32,7 +32,12 @@ var JobCapabilities = []string{"SYS_ADMIN", "CHOWN", "FOWNER", "DAC_OVERRIDE"}
 const (
 	JobNodeKey     = "ops.slipway.dev/node"
 	JobActionKey   = "ops.slipway.dev/action"
+	JobChannelKey  = "ops.slipway.dev/channel"
 	JobKindUpgrade = "upgrade"
+	AppNameKey     = "app.kubernetes.io/name"
+	UpgradeAppName = "slipway-upgrade"
+	ManagedByKey   = "app.kubernetes.io/managed-by"
+	AgentManagedBy = "slipway-agent"
 )
 
 // JobActions are the values of JobActionKey.
@@ -53,12 +58,14 @@ func policies(o Options) []any {
 	return out
 }
 
-// jobPolicy admits a Job created by the agent only in slipway's shape:
-// pinned to the agent's own node, one container running the Job image
-// with `slipway ops upgrade|rollback|prune`, no API token, no host
-// namespaces, only the capabilities a swap needs, and hostPath volumes only
-// for the system directory, the lock directory and (read-only) a mirror
-// directory the manifest names.
+// jobPolicy admits a Job created by the agent only in slipway's shape: an
+// allow-list, the whole Job compared with the canonical Job of its kind
+// (upgrade, activate, stage, prune, rollback: ops/agent's buildJob and its
+// variants) with holes only for what differs between two legitimate Jobs
+// (the version, the channel, the attempt, the deadline, the release
+// source, the token Secret, the mirror directory). Every other field is
+// absent or at its default. Its identity (name, node label and
+// annotation, pod template's) is bound to the agent's own node.
 func jobPolicy(o Options) admission.UserPolicy {
 	images := append([]string{o.Image}, o.JobImages...)
 	mirrors := o.mirrorDirs()
@@ -75,37 +82,125 @@ func jobPolicy(o Options) admission.UserPolicy {
 			{Name: "args", Expression: "variables.c.?args.orValue([])"},
 			{Name: "si", Expression: "variables.args.indexOf('--source')"},
 			{Name: "source", Expression: "variables.si >= 0 && variables.si + 1 < size(variables.args) ? variables.args[variables.si + 1] : ''"},
+			{Name: "sc", Expression: "object.spec.template.spec.containers[0].securityContext"},
 		}, identityVariables()...),
-		Validations: append([]admissionv1.Validation{
+		Validations: append(append([]admissionv1.Validation{
 			{Expression: "variables.node != '' && variables.pod.?nodeName.orValue('') == variables.node",
-				Message: m("pinned (spec.template.spec.nodeName) to the node the agent runs on")}}, append(identityValidations(m), []admissionv1.Validation{
-			{Expression: "size(variables.pod.containers) == 1 && !has(variables.pod.initContainers) && !has(variables.pod.ephemeralContainers)",
-				Message: m("one container")},
-			{Expression: "variables.c.image in " + admission.CELList(images), Message: m("image one of %v", images)},
-			{Expression: fmt.Sprintf("variables.c.?command.orValue([]) == %s && size(variables.c.?args.orValue([])) >= 2 && variables.c.args[0] == 'ops' && variables.c.args[1] in %s",
-				admission.CELList(o.jobCommand()), admission.CELList(JobCommands)),
-				Message: m("command %v ops %v", o.jobCommand(), JobCommands)},
-			{Expression: "!variables.args.exists(a, a.matches('^--?source(=.*)?$') && a != '--source') && variables.si == variables.args.lastIndexOf('--source')",
-				Message: m("one release source at most, written `--source URL`")},
-			{Expression: o.sourceAllowed(), Message: m("an upgrade's --source one of %v, their GitHub repositories' download addresses (%s<owner>/<repo>/releases), "+
-				"or under a mirror directory %v; to allow another, add it to the manifest (`slipway ops manifest --release-source URL`, the chart's releaseSources)",
-				o.releaseSources(), o.GitHubDownloadBase, o.mirrorDirs())},
-			{Expression: "!variables.pod.?hostPID.orValue(false) && !variables.pod.?hostNetwork.orValue(false) && !variables.pod.?hostIPC.orValue(false)",
-				Message: m("no host PID, network or IPC namespace")},
-			{Expression: "variables.pod.?automountServiceAccountToken.orValue(true) == false && variables.pod.?serviceAccountName.orValue('default') == 'default' && variables.pod.?serviceAccount.orValue('default') == 'default'",
-				Message: m("no ServiceAccount token")},
-			{Expression: "!variables.c.?securityContext.?privileged.orValue(false) && variables.c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false && " +
-				"variables.c.?securityContext.?capabilities.?add.orValue([]).all(x, x in " + admission.CELList(JobCapabilities) + ")",
-				Message: m("not privileged, no privilege escalation, capabilities among %v", JobCapabilities)},
-			{Expression: fmt.Sprintf("variables.pod.?volumes.orValue([]).all(v, has(v.hostPath) && (v.name == 'system' && v.hostPath.path == %q || v.name == 'lock' && v.hostPath.path == %q || v.name == 'mirror' && v.hostPath.path in %s))",
-				o.HostSystemDir, o.HostLockDir, admission.CELList(mirrors)),
-				Message: m("volumes only the host's %s, %s and the mirror directories %v", o.HostSystemDir, o.HostLockDir, mirrors)},
-			{Expression: "variables.c.?volumeMounts.orValue([]).all(v, v.name != 'mirror' || v.?readOnly.orValue(false)) && !has(variables.c.volumeDevices)",
-				Message: m("the mirror mounted read-only")},
-			{Expression: "!has(variables.c.envFrom) && variables.c.?env.orValue([]).all(e, e.name == 'GITHUB_TOKEN' && e.?valueFrom.?secretKeyRef.?name.orValue('') in " +
-				admission.CELList(o.tokenSecrets()) + ")",
-				Message: m("no environment but GITHUB_TOKEN from the token Secrets %v", o.tokenSecrets())},
-		}...)...),
+				Message: m("pinned (spec.template.spec.nodeName) to the node the agent runs on")}},
+			identityValidations(m)...), append(jobShape(o, m),
+			[]admissionv1.Validation{
+				{Expression: "size(variables.pod.containers) == 1 && !has(variables.pod.initContainers) && !has(variables.pod.ephemeralContainers)",
+					Message: m("one container")},
+				{Expression: "variables.c.image in " + admission.CELList(images), Message: m("image one of %v", images)},
+				{Expression: fmt.Sprintf("variables.c.?command.orValue([]) == %s && size(variables.args) >= 2 && variables.args[0] == 'ops' && variables.args[1] == {'upgrade': 'upgrade', 'stage': 'upgrade', 'prune': 'prune', 'rollback': 'rollback'}[variables.kind] && "+
+					"variables.c.name == variables.kind && (variables.kind == 'upgrade' || variables.kind == 'stage') == (variables.args[1] == 'upgrade')",
+					admission.CELList(o.jobCommand())),
+					Message: m("command %v ops %v, the container named after its kind, `ops upgrade` for an upgrade or a staging Job", o.jobCommand(), JobCommands)},
+				{Expression: "variables.args.all(a, a.startsWith('--') || variables.args.indexOf(a) <= 1 || variables.args[variables.args.indexOf(a) - 1].startsWith('--')) && " +
+					"variables.args.filter(a, a.startsWith('--')).all(a, a.split('=')[0] in " + admission.CELList(jobFlags) + ")",
+					Message: m("arguments only the flags %v", jobFlags)},
+				{Expression: "(variables.kind == 'stage') == (variables.args.indexOf('--phase') >= 0 && variables.args.indexOf('--phase') + 1 < size(variables.args) && variables.args[variables.args.indexOf('--phase') + 1] == 'stage') && " +
+					"variables.args.indexOf('--phase') == variables.args.lastIndexOf('--phase') && (variables.args.indexOf('--reboot=false') > 1) == (variables.args[1] != 'prune')",
+					Message: m("--phase stage exactly on a staging Job, --reboot=false on every Job that swaps")},
+				{Expression: "!variables.args.exists(a, a.matches('^--?source(=.*)?$') && a != '--source') && variables.si == variables.args.lastIndexOf('--source')",
+					Message: m("one release source at most, written `--source URL`")},
+				{Expression: o.sourceAllowed(), Message: m("an upgrade's --source one of %v, their GitHub repositories' download addresses (%s<owner>/<repo>/releases), "+
+					"or under a mirror directory %v; to allow another, add it to the manifest (`slipway ops manifest --release-source URL`, the chart's releaseSources)",
+					o.releaseSources(), o.GitHubDownloadBase, o.mirrorDirs())},
+				{Expression: fmt.Sprintf("variables.pod.?volumes.orValue([]).all(v, has(v.hostPath) && (v.name == 'system' && v.hostPath.path == %q && v.hostPath.?type.orValue('') == 'Directory' || "+
+					"v.name == 'lock' && v.hostPath.path == %q && v.hostPath.?type.orValue('') == 'DirectoryOrCreate' || v.name == 'mirror' && v.hostPath.path in %s && v.hostPath.?type.orValue('') == 'Directory')) && "+
+					"variables.pod.?volumes.orValue([]).exists(v, v.name == 'system') && variables.pod.?volumes.orValue([]).exists(v, v.name == 'lock')",
+					o.HostSystemDir, o.HostLockDir, admission.CELList(mirrors)),
+					Message: m("volumes the host's %s (system, a Directory), %s (lock, DirectoryOrCreate) and a mirror directory %v (mirror)", o.HostSystemDir, o.HostLockDir, mirrors)},
+				{Expression: fmt.Sprintf("variables.c.?volumeMounts.orValue([]).all(v, (v.name == 'system' && v.mountPath == %q && !v.?readOnly.orValue(false) || v.name == 'lock' && v.mountPath == %q && !v.?readOnly.orValue(false) || "+
+					"v.name == 'mirror' && v.?readOnly.orValue(false) && variables.pod.volumes.exists(w, w.name == 'mirror' && w.hostPath.path == v.mountPath)) && "+
+					"!has(v.subPath) && !has(v.subPathExpr) && !has(v.mountPropagation) && !has(v.recursiveReadOnly)) && !has(variables.c.volumeDevices) && "+
+					"size(variables.c.?volumeMounts.orValue([])) == size(variables.pod.?volumes.orValue([]))",
+					JobSystemDir, JobLockDir),
+					Message: m("the system directory at %s, the lock directory at %s, the mirror read-only at its own path; each volume mounted once, whole", JobSystemDir, JobLockDir)},
+				{Expression: "!has(variables.c.envFrom) && variables.c.?env.orValue([]).all(e, e.name == 'GITHUB_TOKEN' && e.?valueFrom.?secretKeyRef.?name.orValue('') in " +
+					admission.CELList(o.tokenSecrets()) + ")",
+					Message: m("no environment but GITHUB_TOKEN from the token Secrets %v", o.tokenSecrets())},
+			}...)...),
+	}
+}
+
+// Where the Job's container sees the host's directories (ops/agent's
+// jobSystemDir and jobLockDir).
+const (
+	JobSystemDir = "/k3os/system"
+	JobLockDir   = "/run/k3os"
+)
+
+// JobTTL is how long a finished Job stays (ops/agent's jobTTL): a day.
+const JobTTL = 24 * 60 * 60
+
+// JobMaxDeadline bounds a Job's activeDeadlineSeconds: a channel's
+// upgradeTimeout of up to a day.
+const JobMaxDeadline = 24 * 60 * 60
+
+// jobFlags are the flags of `ops upgrade|prune|rollback` an agent's Job may pass.
+var jobFlags = []string{"--system-dir", "--lock-file", "--source", "--version", "--reboot", "--remount", "--rootfs", "--kernel", "--k3s",
+	"--phase", "--keep", "--from"}
+
+// jobShape is the rest of the allow-list: the Job's spec, its pod's spec,
+// its container and what they hold may have only the fields a slipway Job
+// sets (or the API server fills in with its defaults), each holding its
+// canonical value or a hole's. A field this list does not name (one a
+// later Kubernetes adds included) is refused.
+func jobShape(o Options, m func(string, ...any) string) []admissionv1.Validation {
+	// only: the object at path has no field but keys (present and set:
+	// an absent path has none).
+	only := func(path string, keys ...string) string {
+		return fmt.Sprintf("dyn(%s).all(k, k in %s)", path, admission.CELList(keys))
+	}
+	meta := func(path string, extraLabels ...string) string {
+		keys := append([]string{AppNameKey, ManagedByKey, JobNodeKey, JobChannelKey}, extraLabels...)
+		return fmt.Sprintf("%[1]s.?labels.orValue({}).all(k, k in %[2]s) && %[1]s.?labels[?%[3]q].orValue('') == %[4]q && %[1]s.?labels[?%[5]q].orValue('') == %[6]q && "+
+			"%[1]s.?annotations.orValue({}).all(k, k.startsWith('ops.slipway.dev/')) && !has(%[1]s.ownerReferences) && !has(%[1]s.finalizers)",
+			path, admission.CELList(keys), AppNameKey, UpgradeAppName, ManagedByKey, AgentManagedBy)
+	}
+	return []admissionv1.Validation{
+		{Expression: meta("object.metadata") + " && " + meta("object.spec.template.metadata", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "controller-uid", "job-name") +
+			" && " + only("object.spec.template.metadata", "labels", "annotations", "creationTimestamp"),
+			Message: m("labels %s=%s, %s=%s, %s and %s only, annotations under ops.slipway.dev/ only, no owner or finalizer, on the Job and its pod",
+				AppNameKey, UpgradeAppName, ManagedByKey, AgentManagedBy, JobNodeKey, JobChannelKey)},
+		{Expression: only("object.spec", "parallelism", "completions", "activeDeadlineSeconds", "backoffLimit", "selector", "manualSelector", "template",
+			"ttlSecondsAfterFinished", "completionMode", "suspend", "podReplacementPolicy") + " && " +
+			fmt.Sprintf("object.spec.?parallelism.orValue(1) == 1 && object.spec.?completions.orValue(1) == 1 && object.spec.?backoffLimit.orValue(6) == 0 && "+
+				"object.spec.?activeDeadlineSeconds.orValue(0) > 0 && object.spec.activeDeadlineSeconds <= %d && object.spec.?ttlSecondsAfterFinished.orValue(0) == %d && "+
+				"!object.spec.?manualSelector.orValue(false) && !object.spec.?suspend.orValue(false) && object.spec.?completionMode.orValue('NonIndexed') == 'NonIndexed' && "+
+				"object.spec.?podReplacementPolicy.orValue('TerminatingOrFailed') == 'TerminatingOrFailed'", JobMaxDeadline, JobTTL),
+			Message: m("one pod, no retry, a deadline of at most %ds, kept %ds, no manual selector, not suspended, not indexed, no failure or success policy, managed by the Job controller",
+				JobMaxDeadline, JobTTL)},
+		{Expression: only("variables.pod", "volumes", "containers", "restartPolicy", "terminationGracePeriodSeconds", "dnsPolicy", "automountServiceAccountToken",
+			"nodeName", "securityContext", "schedulerName", "tolerations", "enableServiceLinks") + " && " +
+			"variables.pod.restartPolicy == 'Never' && variables.pod.?terminationGracePeriodSeconds.orValue(30) == 30 && variables.pod.?dnsPolicy.orValue('ClusterFirst') == 'ClusterFirst' && " +
+			"variables.pod.?schedulerName.orValue('default-scheduler') == 'default-scheduler' && variables.pod.?enableServiceLinks.orValue(true) && " +
+			"variables.pod.?automountServiceAccountToken.orValue(true) == false && (!has(variables.pod.securityContext) || " + only("variables.pod.securityContext") + ")",
+			Message: m("a pod restarted never, with no ServiceAccount token, no pod security context (sysctl, seccomp, SELinux, AppArmor), the default grace period, DNS and scheduler, " +
+				"and no host namespace, placement, host name, runtime class, priority, image pull Secret, resources or gates")},
+		{Expression: "size(variables.pod.?tolerations.orValue([])) == 1 && " + only("variables.pod.tolerations[0]", "operator") + " && variables.pod.tolerations[0].?operator.orValue('') == 'Exists'",
+			Message: m("one toleration: of everything (operator Exists)")},
+		{Expression: only("variables.c", "name", "image", "command", "args", "env", "resources", "volumeMounts", "terminationMessagePath", "terminationMessagePolicy",
+			"imagePullPolicy", "securityContext") + " && " +
+			"variables.c.?imagePullPolicy.orValue('IfNotPresent') == 'IfNotPresent' && variables.c.?terminationMessagePath.orValue('/dev/termination-log') == '/dev/termination-log' && " +
+			"variables.c.?terminationMessagePolicy.orValue('File') == 'File' && (!has(variables.c.resources) || " + only("variables.c.resources") + ") && " +
+			"variables.c.?env.orValue([]).all(e, " + only("e", "name", "valueFrom") + " && has(e.valueFrom) && " + only("e.valueFrom", "secretKeyRef") + " && " +
+			only("e.valueFrom.secretKeyRef", "name", "key") + ") && variables.c.?volumeMounts.orValue([]).all(v, " + only("v", "name", "mountPath", "readOnly") + ") && " +
+			"variables.pod.?volumes.orValue([]).all(v, " + only("v", "name", "hostPath") + " && has(v.hostPath) && " + only("v.hostPath", "path", "type") + ")",
+			Message: m("a container with no port, probe, lifecycle hook, working directory, resources, restart policy or terminal; hostPath volumes mounted whole")},
+		{Expression: "has(variables.c.securityContext) && " + only("variables.sc", "runAsUser", "allowPrivilegeEscalation", "capabilities", "appArmorProfile") + " && " +
+			"variables.sc.?runAsUser.orValue(-1) == 0 && variables.sc.?allowPrivilegeEscalation.orValue(true) == false && " +
+			"has(variables.sc.capabilities) && " + only("variables.sc.capabilities", "drop", "add") + " && variables.sc.capabilities.?drop.orValue([]) == ['ALL'] && " +
+			"variables.sc.capabilities.?add.orValue([]).all(x, x in " + admission.CELList(JobCapabilities) + ") && " +
+			"has(variables.sc.appArmorProfile) && " + only("variables.sc.appArmorProfile", "type") + " && variables.sc.appArmorProfile.type == 'Unconfined'",
+			Message: m("a container as root, not privileged, no privilege escalation, all capabilities dropped but %v, AppArmor unconfined (for its remount), "+
+				"the runtime's seccomp profile, no SELinux type, no proc mount, no other user or group", JobCapabilities)},
+		{Expression: fmt.Sprintf("variables.args.indexOf('--system-dir') > 1 && variables.args.indexOf('--system-dir') + 1 < size(variables.args) && variables.args[variables.args.indexOf('--system-dir') + 1] == %q && "+
+			"variables.args.indexOf('--lock-file') > 1 && variables.args.indexOf('--lock-file') + 1 < size(variables.args) && variables.args[variables.args.indexOf('--lock-file') + 1] == %q && "+
+			"variables.args.filter(a, a.startsWith('--system-dir') || a.startsWith('--lock-file')).size() == 2", JobSystemDir, JobLockDir+"/upgrade.lock"),
+			Message: m("--system-dir %s --lock-file %s, once each", JobSystemDir, JobLockDir+"/upgrade.lock")},
 	}
 }
 
