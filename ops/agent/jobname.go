@@ -27,6 +27,7 @@ func jobOwnerAnnotations(channelUID types.UID, s v1.Slot) map[string]string {
 // channelUID, and if not, which annotation differs.
 func jobOwnedBy(j *batchv1.Job, channelUID types.UID, s v1.Slot) (bool, string) {
 	for k, want := range jobOwnerAnnotations(channelUID, s) {
+		// trust: ops.job.owner-annotations
 		if got := j.Annotations[k]; got != want {
 			return false, fmt.Sprintf("%s is %q, not %q", k, got, want)
 		}

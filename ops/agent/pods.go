@@ -97,6 +97,7 @@ func (a *Agent) podInformer() cache.SharedIndexInformer {
 func (a *Agent) podSucceeded(j *batchv1.Job) bool {
 	for _, o := range a.pods.List() {
 		p, ok := o.(*corev1.Pod)
+		// trust: ops.pod.phase
 		if ok && protocol.PodOfJob(p, j, a.opts.NodeName) && p.Status.Phase == corev1.PodSucceeded {
 			return true
 		}

@@ -223,6 +223,7 @@ func (ctl *Controller) fleetNodes(s plan.Settings, fc *fleetCache, snap map[stri
 		if !s.Selector.Matches(labels.Set(n.Labels)) {
 			continue
 		}
+		// trust: ops.node.versions
 		out = append(out, plan.Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Version: n.Annotations[protocol.AnnotationRootfsVersion],
 			CordonedBy: drain.CordonedBy(n.Annotations), Prestaged: n.Annotations[protocol.AnnotationPrestagedVersion],
 			PrestageFailed: n.Annotations[protocol.AnnotationPrestageFailedVersion]})
@@ -288,6 +289,7 @@ func (ctl *Controller) staleSlots(ctx context.Context, s plan.Settings, ch *v1.U
 			continue // cannot tell; look again next time
 		default:
 			sn = plan.SlotNode{Exists: true}
+			// trust: ops.node.ready
 			sn.Ready, sn.ReadySince = process.NodeReady(n)
 			if renewed, err := ctl.agentRenewed(ctx, sl.Node); err == nil {
 				sn.AgentKnown, sn.AgentRenewed = true, renewed

@@ -53,6 +53,7 @@ func PodOfJob(p *corev1.Pod, j *batchv1.Job, node string) bool {
 
 // JobOutcome reads a Job's conditions: done, and if it failed, why and when.
 func JobOutcome(j *batchv1.Job) (done, failed bool, reason string, at time.Time) {
+	// trust: ops.job.outcome
 	for _, c := range j.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {
 			continue
