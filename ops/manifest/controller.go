@@ -83,8 +83,8 @@ func controllerLeasePolicy(o Options) admission.UserPolicy {
 		Name: ControllerName + "-leases-" + o.Namespace, Labels: labels("controller"), Users: []string{ControllerUser(o.Namespace)}, Namespace: o.Namespace,
 		Group: "coordination.k8s.io", Version: "v1", Resource: "leases", Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 		Validations: []admissionv1.Validation{{
-			Expression: fmt.Sprintf("object.metadata.name == %q", ControllerLease),
-			Message:    "the slipway controller may write only its own election Lease " + ControllerLease,
+			Expression: fmt.Sprintf("object.metadata.name == %q && ", ControllerLease) + LeaseMetadataPlain,
+			Message:    "the slipway controller may write only its own election Lease " + ControllerLease + " (no owner reference, finalizer or generated name)",
 		}},
 	}
 }

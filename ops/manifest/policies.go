@@ -96,11 +96,11 @@ func jobPolicy(o Options) admission.UserPolicy {
 					"variables.c.name == variables.kind && (variables.kind == 'upgrade' || variables.kind == 'stage') == (variables.args[1] == 'upgrade')",
 					admission.CELList(o.jobCommand())),
 					Message: m("command %v ops %v, the container named after its kind, `ops upgrade` for an upgrade or a staging Job", o.jobCommand(), JobCommands)},
-				{Expression: "variables.args.all(a, a.startsWith('--') || variables.args.indexOf(a) <= 1 || variables.args[variables.args.indexOf(a) - 1].startsWith('--')) && " +
+				{Expression: "variables.args.all(a, a.startsWith('--') || variables.args.indexOf(a) <= 1 || variables.args[variables.args.indexOf(a) - 1] in " + admission.CELList(jobValueFlags) + ") && " +
 					"variables.args.filter(a, a.startsWith('--')).all(a, a.split('=')[0] in " + admission.CELList(jobFlags) + ")",
 					Message: m("arguments only the flags %v", jobFlags)},
 				{Expression: "(variables.kind == 'stage') == (variables.args.indexOf('--phase') >= 0 && variables.args.indexOf('--phase') + 1 < size(variables.args) && variables.args[variables.args.indexOf('--phase') + 1] == 'stage') && " +
-					"variables.args.indexOf('--phase') == variables.args.lastIndexOf('--phase') && (variables.args.indexOf('--reboot=false') > 1) == (variables.args[1] != 'prune')",
+					"variables.args.indexOf('--phase') == variables.args.lastIndexOf('--phase') && (variables.args.indexOf('--phase') < 0 || variables.args.indexOf('--phase') + 1 < size(variables.args) && variables.args[variables.args.indexOf('--phase') + 1] in ['stage', 'activate']) && (variables.args.indexOf('--reboot=false') > 1) == (variables.args[1] != 'prune')",
 					Message: m("--phase stage exactly on a staging Job, --reboot=false on every Job that swaps")},
 				{Expression: "!variables.args.exists(a, a.matches('^--?source(=.*)?$') && a != '--source') && variables.si == variables.args.lastIndexOf('--source')",
 					Message: m("one release source at most, written `--source URL`")},
@@ -139,6 +139,9 @@ const JobTTL = 24 * 60 * 60
 // upgradeTimeout of up to a day.
 const JobMaxDeadline = 24 * 60 * 60
 
+// jobValueFlags are the flags of jobFlags that take the next argument as their value.
+var jobValueFlags = []string{"--system-dir", "--lock-file", "--source", "--version", "--phase", "--keep", "--from"}
+
 // jobFlags are the flags of `ops upgrade|prune|rollback` an agent's Job may pass.
 var jobFlags = []string{"--system-dir", "--lock-file", "--source", "--version", "--reboot", "--remount", "--rootfs", "--kernel", "--k3s",
 	"--phase", "--keep", "--from"}
@@ -156,13 +159,13 @@ func jobShape(o Options, m func(string, ...any) string) []admissionv1.Validation
 	}
 	meta := func(path string, extraLabels ...string) string {
 		keys := append([]string{AppNameKey, ManagedByKey, JobNodeKey, JobChannelKey}, extraLabels...)
-		return fmt.Sprintf("%[1]s.?labels.orValue({}).all(k, k in %[2]s) && %[1]s.?labels[?%[3]q].orValue('') == %[4]q && %[1]s.?labels[?%[5]q].orValue('') == %[6]q && "+
+		return fmt.Sprintf("%[1]s.?labels.orValue({}).all(k, k in %[2]s) && %[1]s.?labels[?%[3]q].orValue('') == %[4]q && %[1]s.?labels[?%[5]q].orValue('') == %[6]q && %[1]s.?labels[?%[8]q].orValue('') != '' && "+
 			"%[1]s.?annotations.orValue({}).all(k, k.startsWith('ops.slipway.dev/')) && !has(%[1]s.ownerReferences) && !has(%[1]s.finalizers)",
-			path, admission.CELList(keys), AppNameKey, UpgradeAppName, ManagedByKey, AgentManagedBy)
+			path, admission.CELList(keys), AppNameKey, UpgradeAppName, ManagedByKey, AgentManagedBy, "", JobChannelKey)
 	}
 	return []admissionv1.Validation{
 		{Expression: meta("object.metadata") + " && " + meta("object.spec.template.metadata", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "controller-uid", "job-name") +
-			" && " + only("object.spec.template.metadata", "labels", "annotations", "creationTimestamp"),
+			" && " + only("object.spec.template.metadata", "labels", "annotations"),
 			Message: m("labels %s=%s, %s=%s, %s and %s only, annotations under ops.slipway.dev/ only, no owner or finalizer, on the Job and its pod",
 				AppNameKey, UpgradeAppName, ManagedByKey, AgentManagedBy, JobNodeKey, JobChannelKey)},
 		{Expression: only("object.spec", "parallelism", "completions", "activeDeadlineSeconds", "backoffLimit", "selector", "manualSelector", "template",
@@ -251,12 +254,17 @@ func leasePolicy(o Options) admission.UserPolicy {
 		Group: "coordination.k8s.io", Version: "v1", Resource: "leases", Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 		Variables: []admissionv1.Variable{{Name: "node", Expression: admission.RequesterNode}},
 		Validations: []admissionv1.Validation{{
-			Expression: fmt.Sprintf("variables.node != '' && object.metadata.name == %q + variables.node && object.spec.?holderIdentity.orValue('') == variables.node",
-				HeartbeatLeasePrefix),
-			Message: "the slipway agent may write only its own node's heartbeat Lease (" + HeartbeatLeasePrefix + "<its node>, held by its node)",
+			Expression: fmt.Sprintf("variables.node != '' && object.metadata.name == %q + variables.node && object.spec.?holderIdentity.orValue('') == variables.node && "+
+				"%s", HeartbeatLeasePrefix, LeaseMetadataPlain),
+			Message: "the slipway agent may write only its own node's heartbeat Lease (" + HeartbeatLeasePrefix + "<its node>, held by its node, no owner reference or finalizer)",
 		}},
 	}
 }
+
+// LeaseMetadataPlain is a CEL expression: a Lease with no owner reference
+// (the garbage collector would delete it), no finalizer (it would outlive
+// its delete) and no generated name.
+const LeaseMetadataPlain = "!has(object.metadata.ownerReferences) && !has(object.metadata.finalizers) && !has(object.metadata.generateName)"
 
 // sourcePolicy pins status.resolved.source of a github-releases:// channel
 // to the download address of that channel's own repository (or the
