@@ -52,7 +52,7 @@ var JobCommands = []string{"upgrade", "rollback", "prune"}
 func policies(o Options) []any {
 	var out []any
 	for _, objs := range [][]any{ownNodePolicy(o).Objects(), jobPolicy(o).Objects(), leasePolicy(o).Objects(), controllerLeasePolicy(o).Objects(),
-		controllerNodePolicy(o).Objects(), sourcePolicy(o).Objects()} {
+		controllerNodePolicy(o).Objects(), sourcePolicy(o).Objects(), eventPolicy(o).Objects()} {
 		out = append(out, objs...)
 	}
 	return out
@@ -257,6 +257,26 @@ func leasePolicy(o Options) admission.UserPolicy {
 			Expression: fmt.Sprintf("variables.node != '' && object.metadata.name == %q + variables.node && object.spec.?holderIdentity.orValue('') == variables.node && "+
 				"%s", HeartbeatLeasePrefix, LeaseMetadataPlain),
 			Message: "the slipway agent may write only its own node's heartbeat Lease (" + HeartbeatLeasePrefix + "<its node>, held by its node, no owner reference or finalizer)",
+		}},
+	}
+}
+
+// eventPolicy lets the agent write only Events signed by its own node
+// (source.host and reportingInstance: the node named in its token) about
+// a channel of its namespace or its own Node. The text of an Event is
+// free: an agent can still say anything on a channel, but every reader
+// sees which node said it, and no agent writes an Event that looks like
+// another node's, or one about another Node.
+func eventPolicy(o Options) admission.UserPolicy {
+	return admission.UserPolicy{
+		Name: AgentName + "-events-" + o.Namespace, Labels: labels("agent"), Users: []string{AgentUser(o.Namespace)},
+		Group: "", Version: "v1", Resource: "events", Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+		Variables: []admissionv1.Variable{{Name: "node", Expression: admission.RequesterNode}},
+		Validations: []admissionv1.Validation{{
+			Expression: fmt.Sprintf("variables.node != '' && object.?source.?host.orValue('') == variables.node && object.?reportingInstance.orValue(variables.node) == variables.node && "+
+				"(object.involvedObject.?kind.orValue('') == 'Node' ? object.involvedObject.?name.orValue('') == variables.node : "+
+				"object.involvedObject.?kind.orValue('') == 'UpdateChannel' && object.involvedObject.?namespace.orValue('') == %q)", o.Namespace),
+			Message: "the slipway agent may write only Events from its own node (source.host) about its own Node or a channel of " + o.Namespace,
 		}},
 	}
 }
