@@ -41,12 +41,12 @@ func TestAgentWritesOnlyItsOwnEvents(t *testing.T) {
 	other := event(ns, "node-a", channel)
 	other.ReportingInstance = "node-b"
 	for name, e := range map[string]*corev1.Event{
-		"signed by node-b":            event(ns, "node-b", channel),
-		"reported by node-b":          other,
-		"about node-b":                event(ns, "node-a", corev1.ObjectReference{Kind: "Node", Name: "node-b"}),
-		"about a channel elsewhere":   event(ns, "node-a", corev1.ObjectReference{Kind: "UpdateChannel", Namespace: "default", Name: "c"}),
-		"about a pod":                 event(ns, "node-a", corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "p"}),
-		"in another namespace (RBAC)": event("default", "node-a", corev1.ObjectReference{Kind: "Node", Name: "node-a"}),
+		"signed by node-b":          event(ns, "node-b", channel),
+		"reported by node-b":        other,
+		"about node-b":              event(ns, "node-a", corev1.ObjectReference{Kind: "Node", Name: "node-b"}),
+		"about a channel elsewhere": event(ns, "node-a", corev1.ObjectReference{Kind: "UpdateChannel", Namespace: "default", Name: "c"}),
+		"about a pod":               event(ns, "node-a", corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "p"}),
+		"in another namespace":      event("default", "node-a", corev1.ObjectReference{Kind: "Node", Name: "node-a"}),
 	} {
 		if why := refused(create(e), ""); why != "" {
 			t.Errorf("an Event %s: %s", name, why)

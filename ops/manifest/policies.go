@@ -261,9 +261,10 @@ func leasePolicy(o Options) admission.UserPolicy {
 	}
 }
 
-// eventPolicy lets the agent write only Events signed by its own node
-// (source.host and reportingInstance: the node named in its token) about
-// a channel of its namespace or its own Node. The text of an Event is
+// eventPolicy lets the agent write only Events in its namespace (RBAC
+// grants events cluster-wide: its recorder's grant), signed by its own
+// node (source.host and reportingInstance: the node named in its token),
+// about a channel of its namespace or its own Node. The text of an Event is
 // free: an agent can still say anything on a channel, but every reader
 // sees which node said it, and no agent writes an Event that looks like
 // another node's, or one about another Node.
@@ -273,10 +274,10 @@ func eventPolicy(o Options) admission.UserPolicy {
 		Group: "", Version: "v1", Resource: "events", Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 		Variables: []admissionv1.Variable{{Name: "node", Expression: admission.RequesterNode}},
 		Validations: []admissionv1.Validation{{
-			Expression: fmt.Sprintf("variables.node != '' && object.?source.?host.orValue('') == variables.node && object.?reportingInstance.orValue(variables.node) == variables.node && "+
+			Expression: fmt.Sprintf("variables.node != '' && object.metadata.namespace == %q && object.?source.?host.orValue('') == variables.node && object.?reportingInstance.orValue(variables.node) == variables.node && "+
 				"(object.involvedObject.?kind.orValue('') == 'Node' ? object.involvedObject.?name.orValue('') == variables.node : "+
-				"object.involvedObject.?kind.orValue('') == 'UpdateChannel' && object.involvedObject.?namespace.orValue('') == %q)", o.Namespace),
-			Message: "the slipway agent may write only Events from its own node (source.host) about its own Node or a channel of " + o.Namespace,
+				"object.involvedObject.?kind.orValue('') == 'UpdateChannel' && object.involvedObject.?namespace.orValue('') == %q)", o.Namespace, o.Namespace),
+			Message: "the slipway agent may write only Events from its own node (source.host), in " + o.Namespace + ", about its own Node or a channel of " + o.Namespace,
 		}},
 	}
 }

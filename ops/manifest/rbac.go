@@ -10,14 +10,14 @@ import (
 
 // clusterRules are exactly what the agent calls across the cluster: Nodes
 // (its own watched, labelled, uncordoned: the ValidatingAdmissionPolicy of
-// ownNodePolicy refuses a patch of any other) and, only with InstallCRDs,
-// the CRD. No Event elsewhere: its recorder writes every Event in its own
-// namespace (namespacedRules). No pod: the controller (controller.go)
-// drains, since RBAC cannot say "pods on my node"; it also lists the
-// fleet's nodes.
+// ownNodePolicy refuses a patch of any other), Events (client-go's
+// recorder, core group), and, only with InstallCRDs, the CRD. No pod: the
+// controller (controller.go) drains, since RBAC cannot say "pods on my
+// node"; it also lists the fleet's nodes.
 func clusterRules(o Options) []rbacv1.PolicyRule {
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	if o.InstallCRDs {
 		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get", "create", "update"}})
@@ -55,9 +55,6 @@ func namespacedRules(o Options) []rbacv1.PolicyRule {
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"list", "watch", "create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}, // the Jobs' pods: done a second before the Job
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
-		// Its Events (client-go's recorder: create, and patch to count a
-		// repeat), on its channels and its own Node, signed by its node (eventPolicy).
-		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 }
 
