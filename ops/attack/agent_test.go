@@ -41,12 +41,7 @@ func agentOnA(ctx context.Context, t *testing.T) (*rest.Config, kubernetes.Inter
 // legitJob is the Job the agent on node-a really creates for a slot of ch.
 func legitJob(t *testing.T, ch *v1.UpdateChannel) *batchv1.Job {
 	t.Helper()
-	j, err := agent.UpgradeJob(agent.Options{NodeName: "node-a", Image: agentOpts.Image, Namespace: agentOpts.Namespace}, ch,
-		v1.Slot{Node: "node-a", Version: "v2", Attempt: 1, Since: metav1.Now()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j
+	return legitJobs(t, ch)[agent.JobUpgrade]
 }
 
 // legitJobs are the Jobs of every kind the agent on node-a really creates for a slot of ch.
