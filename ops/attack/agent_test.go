@@ -79,7 +79,9 @@ func TestAgentCreatesOnlyItsOwnNodesUpgradeJobs(t *testing.T) {
 	resolved.Status.Resolved = &v1.ResolvedRelease{Version: "v2", Source: "https://github.example/o/r/releases", At: metav1.Now()}
 	for name, ch := range map[string]*v1.UpdateChannel{"mirror channel": channelOf(v1.UpdateChannelSpec{URL: "file:///srv/mirror", Version: "v2"}),
 		"github channel with its token":                         channelOf(v1.UpdateChannelSpec{URL: "github-releases://o/r", Version: "v2", TokenSecretRef: &v1.SecretKeyRef{Name: "gh-token"}}),
-		"github channel from its repository's download address": resolved} {
+		"github channel from its repository's download address": resolved,
+		"mirror channel with the longest upgradeTimeout (a week)": channelOf(v1.UpdateChannelSpec{URL: "file:///srv/mirror", Version: "v2",
+			UpgradeTimeout: &metav1.Duration{Duration: 7 * 24 * time.Hour}})} {
 		for kind, j := range legitJobs(t, ch) {
 			if _, err := jobs.Create(ctx, j, dry); err != nil {
 				t.Errorf("the agent's own %s Job of a %s is refused: %v", kind, name, err)

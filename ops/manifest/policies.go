@@ -136,8 +136,8 @@ const (
 const JobTTL = 24 * 60 * 60
 
 // JobMaxDeadline bounds a Job's activeDeadlineSeconds: a channel's
-// upgradeTimeout of up to a day.
-const JobMaxDeadline = 24 * 60 * 60
+// upgradeTimeout, at most a week (ops/plan refuses a longer one).
+const JobMaxDeadline = 7 * 24 * 60 * 60
 
 // jobValueFlags are the flags of jobFlags that take the next argument as their value.
 var jobValueFlags = []string{"--system-dir", "--lock-file", "--source", "--version", "--phase", "--keep", "--from"}
