@@ -121,6 +121,8 @@ const (
 	JobStage    = "stage"    // stages a release ahead of the slot
 	JobPrune    = "prune"    // removes staged releases but the target
 	JobRollback = "rollback" // swaps back what an ended rollout left staged
+	// JobRollbackOrphan is a rollback whose channel is gone (no channel name or UID).
+	JobRollbackOrphan = "rollback-orphan"
 )
 
 // Jobs are the Jobs of each kind an agent on opts.NodeName creates for
@@ -158,5 +160,7 @@ func Jobs(opts Options, ch *v1.UpdateChannel, slot v1.Slot) (map[string]*batchv1
 			slot.Version),
 		JobRollback: a.buildRollbackJob(ch, rollbackJobName(opts.NodeName, slot.Version, "boot-1", slot.Attempt), staged, "boot-1", slot.Attempt,
 			[]layout.Component{layout.Rootfs, layout.Kernel}),
+		JobRollbackOrphan: a.buildRollbackJob(nil, rollbackJobName(opts.NodeName, slot.Version, "boot-2", slot.Attempt), staged, "boot-2", slot.Attempt,
+			[]layout.Component{layout.Rootfs}),
 	}, nil
 }

@@ -159,7 +159,7 @@ func jobShape(o Options, m func(string, ...any) string) []admissionv1.Validation
 	}
 	meta := func(path string, extraLabels ...string) string {
 		keys := append([]string{AppNameKey, ManagedByKey, JobNodeKey, JobChannelKey}, extraLabels...)
-		return fmt.Sprintf("%[1]s.?labels.orValue({}).all(k, k in %[2]s) && %[1]s.?labels[?%[3]q].orValue('') == %[4]q && %[1]s.?labels[?%[5]q].orValue('') == %[6]q && %[1]s.?labels[?%[8]q].orValue('') != '' && "+
+		return fmt.Sprintf("%[1]s.?labels.orValue({}).all(k, k in %[2]s) && %[1]s.?labels[?%[3]q].orValue('') == %[4]q && %[1]s.?labels[?%[5]q].orValue('') == %[6]q && %[8]q in %[1]s.?labels.orValue({}) && "+
 			"%[1]s.?annotations.orValue({}).all(k, k.startsWith('ops.slipway.dev/')) && !has(%[1]s.ownerReferences) && !has(%[1]s.finalizers)",
 			path, admission.CELList(keys), AppNameKey, UpgradeAppName, ManagedByKey, AgentManagedBy, "", JobChannelKey)
 	}
