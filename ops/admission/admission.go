@@ -66,6 +66,7 @@ func (p NodeAgentPolicy) validations() []admissionv1.Validation {
 	return []admissionv1.Validation{
 		{Expression: OwnNode, Message: p.Agent + " may change only the Node it runs on"},
 		spec,
+		{Expression: NodeMetadataFrozen, Message: p.Agent + " may change only labels and annotations of a Node's metadata (no owner reference, no finalizer)"},
 		{Expression: OnlyKeysChanged("labels", p.LabelPrefixes...), Message: p.Agent + " may change only labels under " + strings.Join(p.LabelPrefixes, ", ")},
 		{Expression: OnlyKeysChanged("annotations", p.AnnotationPrefixes...), Message: p.Agent + " may change only annotations under " + strings.Join(p.AnnotationPrefixes, ", ")},
 	}
@@ -86,11 +87,26 @@ func (p NodeAgentPolicy) Binding() *admissionv1.ValidatingAdmissionPolicyBinding
 var OwnNode = fmt.Sprintf("%q in request.userInfo.extra && object.metadata.name == request.userInfo.extra[%q][0]", NodeNameExtra, NodeNameExtra)
 
 // SpecUnchangedButUnschedulable is a CEL expression: of a Node's spec only
-// unschedulable changed (taints, provider ID and pod CIDRs did not).
-const SpecUnchangedButUnschedulable = `object.spec.?taints.orValue([]) == oldObject.spec.?taints.orValue([]) && ` +
-	`object.spec.?providerID.orValue('') == oldObject.spec.?providerID.orValue('') && ` +
-	`object.spec.?podCIDR.orValue('') == oldObject.spec.?podCIDR.orValue('') && ` +
-	`object.spec.?podCIDRs.orValue([]) == oldObject.spec.?podCIDRs.orValue([])`
+// unschedulable changed (taints, provider ID, pod CIDRs and every other
+// field did not).
+var SpecUnchangedButUnschedulable = FrozenExcept(".spec", "unschedulable")
+
+// FrozenExcept is a CEL expression: no field of the object at path (under
+// object and oldObject) was added, changed or removed but mutable. It
+// names what may change, so a field it does not know (one a later
+// Kubernetes adds) is frozen too.
+func FrozenExcept(path string, mutable ...string) string {
+	m := CELList(mutable)
+	return fmt.Sprintf("dyn(object%[1]s).all(k, k in %[2]s || (k in dyn(oldObject%[1]s) && dyn(object%[1]s)[k] == dyn(oldObject%[1]s)[k])) && "+
+		"dyn(oldObject%[1]s).all(k, k in %[2]s || k in dyn(object%[1]s))", path, m)
+}
+
+// NodeMetadataFrozen is a CEL expression: of a Node's metadata only the
+// labels and annotations changed (and what the API server itself writes
+// on every update). An owner reference would have the garbage collector
+// delete the Node (and its pods with it); a finalizer would pin it; both
+// are frozen, as is every other field.
+var NodeMetadataFrozen = FrozenExcept(".metadata", "labels", "annotations", "managedFields", "resourceVersion", "generation")
 
 // OnlyKeysChanged is a CEL expression: every key of metadata.<field>
 // added, changed or removed starts with one of prefixes.

@@ -165,7 +165,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // filled.
 func (a *Agent) startInformers(ctx context.Context) error {
 	nodeInf, jobInf := a.nodeInformer(), a.jobInformer()
-	a.nodes, a.jobs = nodeInf.GetIndexer(), jobInf.GetIndexer()
+	a.nodes, a.jobs = nodeInf.GetIndexer(), ownJobs{jobInf.GetIndexer(), a.opts.NodeName} // only Jobs pinned to this node (pods.go)
 	all := func(any) { a.enqueueAll(); a.queue.Add(key{role: rolePublish}) }
 	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(old, cur any) {
 		a.viewsGone(old, cur)
@@ -182,7 +182,7 @@ func (a *Agent) startInformers(ctx context.Context) error {
 		return err
 	}
 	podInf := a.podInformer()
-	a.pods = podInf.GetStore()
+	a.pods = ownPods{podInf.GetStore(), a.opts.NodeName}
 	podChanged := func(o any) {
 		if p, ok := o.(*corev1.Pod); ok && p.Status.Phase == corev1.PodSucceeded {
 			a.queue.Add(key{roleNode, channelOf(p.ObjectMeta)})

@@ -10,6 +10,7 @@ import (
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
+	"slipway.dev/slipway/upgrade/layout"
 )
 
 // Paths inside the upgrade Job's container.
@@ -106,6 +107,30 @@ func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *b
 // of ch (the attack suite checks that the admission policies admit exactly
 // this shape). opts needs NodeName and Image; the rest takes its defaults.
 func UpgradeJob(opts Options, ch *v1.UpdateChannel, slot v1.Slot) (*batchv1.Job, error) {
+	jobs, err := Jobs(opts, ch, slot)
+	if err != nil {
+		return nil, err
+	}
+	return jobs[JobUpgrade], nil
+}
+
+// The kinds of Job an agent creates (Jobs).
+const (
+	JobUpgrade  = "upgrade"  // a slot's Job: downloads, verifies and swaps
+	JobActivate = "activate" // a slot's Job when its release was staged ahead: swaps only
+	JobStage    = "stage"    // stages a release ahead of the slot
+	JobPrune    = "prune"    // removes staged releases but the target
+	JobRollback = "rollback" // swaps back what an ended rollout left staged
+	// JobRollbackOrphan is a rollback whose channel is gone (no channel name or UID).
+	JobRollbackOrphan = "rollback-orphan"
+)
+
+// Jobs are the Jobs of each kind an agent on opts.NodeName creates for
+// slot of ch (its staging permit, its pruning and its rollback taken from
+// the slot): what the admission policy must admit, and the shapes the
+// attack suite mutates. opts needs NodeName and Image; the rest takes its
+// defaults.
+func Jobs(opts Options, ch *v1.UpdateChannel, slot v1.Slot) (map[string]*batchv1.Job, error) {
 	s, bad := plan.Resolve(ch.Spec)
 	if bad != nil {
 		return nil, fmt.Errorf("channel %s: %s", ch.Name, bad.Message)
@@ -122,5 +147,20 @@ func UpgradeJob(opts Options, ch *v1.UpdateChannel, slot v1.Slot) (*batchv1.Job,
 	if opts.Namespace == "" {
 		opts.Namespace = ch.Namespace
 	}
-	return (&Agent{opts: opts}).buildJob(ch, s, slot), nil
+	a := &Agent{opts: opts}
+	activate := a.buildJob(ch, s, slot)
+	c := &activate.Spec.Template.Spec.Containers[0]
+	c.Args = append(c.Args, phaseFlag, phaseActivate)
+	staged := Versions{Rootfs: slot.Version, Kernel: slot.Version}
+	return map[string]*batchv1.Job{
+		JobUpgrade:  a.buildJob(ch, s, slot),
+		JobActivate: activate,
+		JobStage:    a.buildStageJob(ch, s, v1.StagePermit{Node: slot.Node, Version: slot.Version, Since: slot.Since}, slot.Attempt),
+		JobPrune: a.buildPruneJob(ch, s, protocol.JobName(protocol.JobKindPrune, opts.NodeName, protocol.ShortHash(slot.Version)[:8]),
+			slot.Version),
+		JobRollback: a.buildRollbackJob(ch, rollbackJobName(opts.NodeName, slot.Version, "boot-1", slot.Attempt), staged, "boot-1", slot.Attempt,
+			[]layout.Component{layout.Rootfs, layout.Kernel}),
+		JobRollbackOrphan: a.buildRollbackJob(nil, rollbackJobName(opts.NodeName, slot.Version, "boot-2", slot.Attempt), staged, "boot-2", slot.Attempt,
+			[]layout.Component{layout.Rootfs}),
+	}, nil
 }

@@ -6,9 +6,79 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
+
 	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/protocol"
 )
+
+// The caches of this node's Jobs and their pods. The informers select by
+// the node label (a filter on the server, to keep the caches small), but a
+// label is no identity: any agent may put any node's label on the Jobs it
+// creates. What binds a Job to this node is its pod template pinned to
+// this node (the admission policy admits an agent's Job only pinned to
+// the agent's own node), and a pod to its Job its controller reference.
+// The stores below show every reader of the agent (the slot's Job state,
+// staging, rollbacks) only those: the one place the filter is made.
+
+// ownJobs is the Job informer's store showing only this node's own Jobs
+// (protocol.JobOfNode).
+type ownJobs struct {
+	cache.Indexer
+	node string
+}
+
+func (s ownJobs) List() []any {
+	var out []any
+	for _, o := range s.Indexer.List() {
+		if j, ok := o.(*batchv1.Job); ok && protocol.JobOfNode(j, s.node) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func (s ownJobs) GetByKey(key string) (any, bool, error) {
+	o, ok, err := s.Indexer.GetByKey(key)
+	if j, isJob := o.(*batchv1.Job); !ok || err != nil || !isJob || !protocol.JobOfNode(j, s.node) {
+		return nil, false, err
+	}
+	return o, true, nil
+}
+
+func (s ownJobs) Get(obj any) (any, bool, error) {
+	key, err := cache.MetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return nil, false, err
+	}
+	return s.GetByKey(key)
+}
+
+// anyJob is the Job of that key in the cache whoever it belongs to: only
+// to tell why a name this node needs is taken.
+func (s ownJobs) anyJob(key string) *batchv1.Job {
+	o, ok, _ := s.Indexer.GetByKey(key)
+	if !ok {
+		return nil
+	}
+	j, _ := o.(*batchv1.Job)
+	return j
+}
+
+// ownPods is the pod informer's store showing only pods on this node.
+type ownPods struct {
+	cache.Store
+	node string
+}
+
+func (s ownPods) List() []any {
+	var out []any
+	for _, o := range s.Store.List() {
+		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName == s.node {
+			out = append(out, o)
+		}
+	}
+	return out
+}
 
 // podInformer watches the pods of this node's upgrade Jobs. The agent moves
 // on when the pod has succeeded rather than when the Job controller marks
@@ -20,19 +90,17 @@ func (a *Agent) podInformer() cache.SharedIndexInformer {
 	})
 }
 
-// podSucceeded reports whether a pod of Job j (this very Job: its UID) has
+// podSucceeded reports whether a pod of Job j (this very Job: its
+// controller reference names its UID, and it runs on this node) has
 // succeeded. With completions 1 and no retries inside the Job, that pod's
 // success is the Job's.
 func (a *Agent) podSucceeded(j *batchv1.Job) bool {
 	for _, o := range a.pods.List() {
 		p, ok := o.(*corev1.Pod)
-		if ok && p.Labels[batchControllerUIDLabel] == string(j.UID) && p.Status.Phase == corev1.PodSucceeded {
+		// trust: ops.pod.phase
+		if ok && protocol.PodOfJob(p, j, a.opts.NodeName) && p.Status.Phase == corev1.PodSucceeded {
 			return true
 		}
 	}
 	return false
 }
-
-// batchControllerUIDLabel is the label the Job controller puts on a Job's
-// pods: the UID of their Job.
-const batchControllerUIDLabel = "batch.kubernetes.io/controller-uid"

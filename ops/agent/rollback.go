@@ -168,7 +168,7 @@ func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
 	if a.job(name) != nil {
 		return nil // made already: its cache entry tells the rest
 	}
-	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, a.buildRollbackJob(ch, name, *current, boot, h.next, d.Components), metav1.CreateOptions{})
+	err := a.createJob(ctx, ch, a.buildRollbackJob(ch, name, *current, boot, h.next, d.Components)) // AlreadyExists only for this very Job
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	} else if err != nil {

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"fmt"
 	"sort"
 	"strconv"
 	"time"
@@ -110,7 +109,7 @@ func (a *Agent) reportRollbackFailures(ch *v1.UpdateChannel, h rollbackHistory) 
 
 // rollbackJobName is unique per node, staged version, boot and attempt.
 func rollbackJobName(node, staged, boot string, attempt int) string {
-	return protocol.DNSLabel(fmt.Sprintf("rollback-%s-%s-%s-%d", node, staged, protocol.ShortHash(boot)[:6], attempt))
+	return protocol.JobName(protocol.JobKindRollback, node, staged, protocol.ShortHash(boot)[:6], strconv.Itoa(attempt))
 }
 
 // previousVersions is what the system directory's `previous` links name.

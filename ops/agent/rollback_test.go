@@ -159,7 +159,7 @@ func TestRollbackJobArgs(t *testing.T) {
 	if j.Annotations[AnnotationRollbackBoot] != "boot-7" || j.Annotations[AnnotationRollbackAttempt] != "3" || j.Annotations[protocol.AnnotationJobAction] != "rollback" {
 		t.Errorf("annotations %v", j.Annotations)
 	}
-	if a, b := rollbackJobName("n1", "v2", "boot-7", 1), rollbackJobName("n1", "v2", "boot-7", 2); a == b || !strings.HasPrefix(a, "rollback-n1-v2-") {
+	if a, b := rollbackJobName("n1", "v2", "boot-7", 1), rollbackJobName("n1", "v2", "boot-7", 2); a == b || !strings.HasPrefix(a, "rollback-2-n1-v2-") {
 		t.Errorf("names %s, %s: one per attempt", a, b)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -88,7 +87,7 @@ func (a *Agent) permitOf(ch *v1.UpdateChannel) *v1.StagePermit {
 // Job disrupts nothing, and the Job itself is the record).
 func (a *Agent) stepStageCreate(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, p v1.StagePermit, failures int) error {
 	j := a.buildStageJob(ch, s, p, failures+1)
-	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, j, metav1.CreateOptions{})
+	err := a.createJob(ctx, ch, j) // AlreadyExists only for this very Job
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	} else if err != nil {
@@ -104,11 +103,11 @@ func (a *Agent) stepStageCreate(ctx context.Context, ch *v1.UpdateChannel, s pla
 // than the target; the Job informer calls again when it ends.
 func (a *Agent) stepStagePrune(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, o plan.StageObserved) error {
 	stale := plan.StaleStages(o.OnDisk, o.Target)
-	name := protocol.DNSLabel(fmt.Sprintf("prune-%s-%s", a.opts.NodeName, protocol.ShortHash(fmt.Sprint(stale, o.Target, a.knownBootID(), time.Now().Unix()/60))[:8]))
+	name := protocol.JobName(protocol.JobKindPrune, a.opts.NodeName, protocol.ShortHash(fmt.Sprint(stale, o.Target, a.knownBootID(), time.Now().Unix()/60))[:8])
 	if a.job(name) != nil {
 		return nil // made this minute already
 	}
-	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, a.buildPruneJob(ch, s, name, o.Target), metav1.CreateOptions{})
+	err := a.createJob(ctx, ch, a.buildPruneJob(ch, s, name, o.Target)) // AlreadyExists only for this very Job
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	} else if err != nil {

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"fmt"
 	"slices"
 	"strconv"
 
@@ -20,7 +19,7 @@ import (
 // version, a short hash of the channel's UID and the permit's time, attempt.
 func StageJobName(channelUID string, p v1.StagePermit, attempt int) string {
 	permit := protocol.ShortHash(channelUID + "/" + permitSince(p))[:6]
-	return protocol.DNSLabel(fmt.Sprintf("stage-%s-%s-%s-%d", p.Node, p.Version, permit, attempt))
+	return protocol.JobName(protocol.JobKindStage, p.Node, p.Version, permit, strconv.Itoa(attempt))
 }
 
 // The upgrade Job's phases (`slipway ops upgrade --phase`): a staging Job

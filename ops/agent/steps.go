@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/plan"
@@ -32,7 +31,7 @@ func (a *Agent) stepCreateJob(ctx context.Context, sc *stepCtx) error {
 		c := &j.Spec.Template.Spec.Containers[0]
 		c.Args = append(c.Args, phaseFlag, phaseActivate)
 	}
-	_, err := a.kube.BatchV1().Jobs(a.opts.Namespace).Create(ctx, j, metav1.CreateOptions{})
+	err := a.createJob(ctx, sc.ch, j) // AlreadyExists only for this very Job
 	switch {
 	case apierrors.IsAlreadyExists(err):
 	case err != nil:

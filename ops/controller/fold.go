@@ -100,6 +100,7 @@ func (ctl *Controller) reportsFor(ch *v1.UpdateChannel, snap map[string]*metav1.
 		if _, done := out[node]; done || m == nil {
 			return
 		}
+		// trust: ops.node.slot-report
 		r, err := protocol.ParseReports(m.Annotations[protocol.AnnotationSlotReport])
 		if err != nil {
 			ctl.log.Warn("ignoring a node's slot report", "node", node, "err", err)

@@ -28,6 +28,7 @@ func (ctl *Controller) agentRenewed(ctx context.Context, node string) (time.Time
 		return time.Time{}, nil
 	case err != nil:
 		return time.Time{}, fmt.Errorf("read the heartbeat of node %s's agent: %w", node, err)
+	// trust: ops.lease.heartbeat
 	case l.Spec.RenewTime == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != node:
 		return time.Time{}, nil // only a Lease its node holds is its heartbeat
 	}

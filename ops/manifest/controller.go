@@ -83,8 +83,8 @@ func controllerLeasePolicy(o Options) admission.UserPolicy {
 		Name: ControllerName + "-leases-" + o.Namespace, Labels: labels("controller"), Users: []string{ControllerUser(o.Namespace)}, Namespace: o.Namespace,
 		Group: "coordination.k8s.io", Version: "v1", Resource: "leases", Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 		Validations: []admissionv1.Validation{{
-			Expression: fmt.Sprintf("object.metadata.name == %q", ControllerLease),
-			Message:    "the slipway controller may write only its own election Lease " + ControllerLease,
+			Expression: fmt.Sprintf("object.metadata.name == %q && ", ControllerLease) + LeaseMetadataPlain,
+			Message:    "the slipway controller may write only its own election Lease " + ControllerLease + " (no owner reference, finalizer or generated name)",
 		}},
 	}
 }
@@ -108,6 +108,7 @@ func controllerNodePolicy(o Options) admission.UserPolicy {
 		Group: "", Version: "v1", Resource: "nodes", Operations: []admissionv1.OperationType{admissionv1.Update},
 		Validations: []admissionv1.Validation{
 			{Expression: admission.SpecUnchangedButUnschedulable, Message: "the slipway controller may change only spec.unschedulable (the cordon) of a Node's spec"},
+			{Expression: admission.NodeMetadataFrozen, Message: "the slipway controller may change only labels and annotations of a Node's metadata (no owner reference, no finalizer)"},
 			{Expression: admission.OnlyKeysChanged("labels"), Message: "the slipway controller may not change a Node's labels"},
 			{Expression: admission.OnlyKeysChanged("annotations", ChannelViewPrefix, DrainAnnotationPrefix),
 				Message: "the slipway controller may change only the channel views (" + ChannelViewPrefix + "<channel UID>) and the drain's record (" + DrainAnnotationPrefix + ") of a Node's annotations"},

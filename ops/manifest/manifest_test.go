@@ -63,7 +63,7 @@ func TestRenderParsesIntoTheObjects(t *testing.T) {
 	for _, o := range objs {
 		kinds = append(kinds, o.GetObjectKind().GroupVersionKind().Kind)
 	}
-	vap := strings.Repeat("ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding,", 6)      // own Node, Jobs, Leases, the controller's Lease and Nodes, resolved source
+	vap := strings.Repeat("ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding,", 7)      // own Node, Jobs, Leases, the controller's Lease and Nodes, resolved source, Events
 	rbac := strings.Repeat("ServiceAccount,ClusterRole,ClusterRoleBinding,Role,RoleBinding,", 2) // the agent's, the controller's
 	want := "Namespace,CustomResourceDefinition," + rbac + vap + "PriorityClass,DaemonSet,Deployment,UpdateChannel"
 	if got := strings.Join(kinds, ","); got != want {

@@ -23,6 +23,26 @@ const HeartbeatLeasePrefix = "slipway-agent-"
 // JobCapabilities are the capabilities an upgrade Job may add (see ops/agent's buildJob).
 var JobCapabilities = []string{"SYS_ADMIN", "CHOWN", "FOWNER", "DAC_OVERRIDE"}
 
+// The Job contract the Job policy checks: ops/protocol's keys and values
+// (a test in ops/protocol keeps them equal). JobNodeKey is the node label
+// and annotation on a Job and its pod; JobActionKey the action annotation,
+// one of JobActions ("" on a slot's upgrade Job); a Job's name starts
+// with its kind (the action, or JobKindUpgrade), the length of its node's
+// name and the node's name (protocol.JobNamePrefix).
+const (
+	JobNodeKey     = "ops.slipway.dev/node"
+	JobActionKey   = "ops.slipway.dev/action"
+	JobChannelKey  = "ops.slipway.dev/channel"
+	JobKindUpgrade = "upgrade"
+	AppNameKey     = "app.kubernetes.io/name"
+	UpgradeAppName = "slipway-upgrade"
+	ManagedByKey   = "app.kubernetes.io/managed-by"
+	AgentManagedBy = "slipway-agent"
+)
+
+// JobActions are the values of JobActionKey.
+var JobActions = []string{"", "stage", "prune", "rollback"}
+
 // JobCommands are the slipway commands an agent's Job may run.
 var JobCommands = []string{"upgrade", "rollback", "prune"}
 
@@ -32,18 +52,20 @@ var JobCommands = []string{"upgrade", "rollback", "prune"}
 func policies(o Options) []any {
 	var out []any
 	for _, objs := range [][]any{ownNodePolicy(o).Objects(), jobPolicy(o).Objects(), leasePolicy(o).Objects(), controllerLeasePolicy(o).Objects(),
-		controllerNodePolicy(o).Objects(), sourcePolicy(o).Objects()} {
+		controllerNodePolicy(o).Objects(), sourcePolicy(o).Objects(), eventPolicy(o).Objects()} {
 		out = append(out, objs...)
 	}
 	return out
 }
 
-// jobPolicy admits a Job created by the agent only in slipway's shape:
-// pinned to the agent's own node, one container running the Job image
-// with `slipway ops upgrade|rollback|prune`, no API token, no host
-// namespaces, only the capabilities a swap needs, and hostPath volumes only
-// for the system directory, the lock directory and (read-only) a mirror
-// directory the manifest names.
+// jobPolicy admits a Job created by the agent only in slipway's shape: an
+// allow-list, the whole Job compared with the canonical Job of its kind
+// (upgrade, activate, stage, prune, rollback: ops/agent's buildJob and its
+// variants) with holes only for what differs between two legitimate Jobs
+// (the version, the channel, the attempt, the deadline, the release
+// source, the token Secret, the mirror directory). Every other field is
+// absent or at its default. Its identity (name, node label and
+// annotation, pod template's) is bound to the agent's own node.
 func jobPolicy(o Options) admission.UserPolicy {
 	images := append([]string{o.Image}, o.JobImages...)
 	mirrors := o.mirrorDirs()
@@ -53,44 +75,173 @@ func jobPolicy(o Options) admission.UserPolicy {
 	return admission.UserPolicy{
 		Name: AgentName + "-jobs-" + o.Namespace, Labels: labels("agent"), Users: []string{AgentUser(o.Namespace)}, Namespace: o.Namespace,
 		Group: "batch", Version: "v1", Resource: "jobs", Operations: []admissionv1.OperationType{admissionv1.Create},
-		Variables: []admissionv1.Variable{
+		Variables: append([]admissionv1.Variable{
 			{Name: "node", Expression: admission.RequesterNode},
 			{Name: "pod", Expression: "object.spec.template.spec"},
 			{Name: "c", Expression: "object.spec.template.spec.containers[0]"},
 			{Name: "args", Expression: "variables.c.?args.orValue([])"},
 			{Name: "si", Expression: "variables.args.indexOf('--source')"},
 			{Name: "source", Expression: "variables.si >= 0 && variables.si + 1 < size(variables.args) ? variables.args[variables.si + 1] : ''"},
-		},
-		Validations: []admissionv1.Validation{
+			{Name: "sc", Expression: "object.spec.template.spec.containers[0].securityContext"},
+		}, identityVariables()...),
+		Validations: append(append([]admissionv1.Validation{
 			{Expression: "variables.node != '' && variables.pod.?nodeName.orValue('') == variables.node",
-				Message: m("pinned (spec.template.spec.nodeName) to the node the agent runs on")},
-			{Expression: "size(variables.pod.containers) == 1 && !has(variables.pod.initContainers) && !has(variables.pod.ephemeralContainers)",
-				Message: m("one container")},
-			{Expression: "variables.c.image in " + admission.CELList(images), Message: m("image one of %v", images)},
-			{Expression: fmt.Sprintf("variables.c.?command.orValue([]) == %s && size(variables.c.?args.orValue([])) >= 2 && variables.c.args[0] == 'ops' && variables.c.args[1] in %s",
-				admission.CELList(o.jobCommand()), admission.CELList(JobCommands)),
-				Message: m("command %v ops %v", o.jobCommand(), JobCommands)},
-			{Expression: "!variables.args.exists(a, a.matches('^--?source(=.*)?$') && a != '--source') && variables.si == variables.args.lastIndexOf('--source')",
-				Message: m("one release source at most, written `--source URL`")},
-			{Expression: o.sourceAllowed(), Message: m("an upgrade's --source one of %v, their GitHub repositories' download addresses (%s<owner>/<repo>/releases), "+
-				"or under a mirror directory %v; to allow another, add it to the manifest (`slipway ops manifest --release-source URL`, the chart's releaseSources)",
-				o.releaseSources(), o.GitHubDownloadBase, o.mirrorDirs())},
-			{Expression: "!variables.pod.?hostPID.orValue(false) && !variables.pod.?hostNetwork.orValue(false) && !variables.pod.?hostIPC.orValue(false)",
-				Message: m("no host PID, network or IPC namespace")},
-			{Expression: "variables.pod.?automountServiceAccountToken.orValue(true) == false && variables.pod.?serviceAccountName.orValue('default') == 'default' && variables.pod.?serviceAccount.orValue('default') == 'default'",
-				Message: m("no ServiceAccount token")},
-			{Expression: "!variables.c.?securityContext.?privileged.orValue(false) && variables.c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false && " +
-				"variables.c.?securityContext.?capabilities.?add.orValue([]).all(x, x in " + admission.CELList(JobCapabilities) + ")",
-				Message: m("not privileged, no privilege escalation, capabilities among %v", JobCapabilities)},
-			{Expression: fmt.Sprintf("variables.pod.?volumes.orValue([]).all(v, has(v.hostPath) && (v.name == 'system' && v.hostPath.path == %q || v.name == 'lock' && v.hostPath.path == %q || v.name == 'mirror' && v.hostPath.path in %s))",
-				o.HostSystemDir, o.HostLockDir, admission.CELList(mirrors)),
-				Message: m("volumes only the host's %s, %s and the mirror directories %v", o.HostSystemDir, o.HostLockDir, mirrors)},
-			{Expression: "variables.c.?volumeMounts.orValue([]).all(v, v.name != 'mirror' || v.?readOnly.orValue(false)) && !has(variables.c.volumeDevices)",
-				Message: m("the mirror mounted read-only")},
-			{Expression: "!has(variables.c.envFrom) && variables.c.?env.orValue([]).all(e, e.name == 'GITHUB_TOKEN' && e.?valueFrom.?secretKeyRef.?name.orValue('') in " +
-				admission.CELList(o.tokenSecrets()) + ")",
-				Message: m("no environment but GITHUB_TOKEN from the token Secrets %v", o.tokenSecrets())},
-		},
+				Message: m("pinned (spec.template.spec.nodeName) to the node the agent runs on")}},
+			identityValidations(m)...), append(jobShape(o, m),
+			[]admissionv1.Validation{
+				{Expression: "size(variables.pod.containers) == 1 && !has(variables.pod.initContainers) && !has(variables.pod.ephemeralContainers)",
+					Message: m("one container")},
+				{Expression: "variables.c.image in " + admission.CELList(images), Message: m("image one of %v", images)},
+				{Expression: fmt.Sprintf("variables.c.?command.orValue([]) == %s && size(variables.args) >= 2 && variables.args[0] == 'ops' && variables.args[1] == {'upgrade': 'upgrade', 'stage': 'upgrade', 'prune': 'prune', 'rollback': 'rollback'}[variables.kind] && "+
+					"variables.c.name == variables.kind && (variables.kind == 'upgrade' || variables.kind == 'stage') == (variables.args[1] == 'upgrade')",
+					admission.CELList(o.jobCommand())),
+					Message: m("command %v ops %v, the container named after its kind, `ops upgrade` for an upgrade or a staging Job", o.jobCommand(), JobCommands)},
+				{Expression: "variables.args.all(a, a.startsWith('--') || variables.args.indexOf(a) <= 1 || variables.args[variables.args.indexOf(a) - 1] in " + admission.CELList(jobValueFlags) + ") && " +
+					"variables.args.filter(a, a.startsWith('--')).all(a, a.split('=')[0] in " + admission.CELList(jobFlags) + ")",
+					Message: m("arguments only the flags %v", jobFlags)},
+				{Expression: "(variables.kind == 'stage') == (variables.args.indexOf('--phase') >= 0 && variables.args.indexOf('--phase') + 1 < size(variables.args) && variables.args[variables.args.indexOf('--phase') + 1] == 'stage') && " +
+					"variables.args.indexOf('--phase') == variables.args.lastIndexOf('--phase') && (variables.args.indexOf('--phase') < 0 || variables.args.indexOf('--phase') + 1 < size(variables.args) && variables.args[variables.args.indexOf('--phase') + 1] in ['stage', 'activate']) && (variables.args.indexOf('--reboot=false') > 1) == (variables.args[1] != 'prune')",
+					Message: m("--phase stage exactly on a staging Job, --reboot=false on every Job that swaps")},
+				{Expression: "!variables.args.exists(a, a.matches('^--?source(=.*)?$') && a != '--source') && variables.si == variables.args.lastIndexOf('--source')",
+					Message: m("one release source at most, written `--source URL`")},
+				{Expression: o.sourceAllowed(), Message: m("an upgrade's --source one of %v, their GitHub repositories' download addresses (%s<owner>/<repo>/releases), "+
+					"or under a mirror directory %v; to allow another, add it to the manifest (`slipway ops manifest --release-source URL`, the chart's releaseSources)",
+					o.releaseSources(), o.GitHubDownloadBase, o.mirrorDirs())},
+				{Expression: fmt.Sprintf("variables.pod.?volumes.orValue([]).all(v, has(v.hostPath) && (v.name == 'system' && v.hostPath.path == %q && v.hostPath.?type.orValue('') == 'Directory' || "+
+					"v.name == 'lock' && v.hostPath.path == %q && v.hostPath.?type.orValue('') == 'DirectoryOrCreate' || v.name == 'mirror' && v.hostPath.path in %s && v.hostPath.?type.orValue('') == 'Directory')) && "+
+					"variables.pod.?volumes.orValue([]).exists(v, v.name == 'system') && variables.pod.?volumes.orValue([]).exists(v, v.name == 'lock')",
+					o.HostSystemDir, o.HostLockDir, admission.CELList(mirrors)),
+					Message: m("volumes the host's %s (system, a Directory), %s (lock, DirectoryOrCreate) and a mirror directory %v (mirror)", o.HostSystemDir, o.HostLockDir, mirrors)},
+				{Expression: fmt.Sprintf("variables.c.?volumeMounts.orValue([]).all(v, (v.name == 'system' && v.mountPath == %q && !v.?readOnly.orValue(false) || v.name == 'lock' && v.mountPath == %q && !v.?readOnly.orValue(false) || "+
+					"v.name == 'mirror' && v.?readOnly.orValue(false) && variables.pod.volumes.exists(w, w.name == 'mirror' && w.hostPath.path == v.mountPath)) && "+
+					"!has(v.subPath) && !has(v.subPathExpr) && !has(v.mountPropagation) && !has(v.recursiveReadOnly)) && !has(variables.c.volumeDevices) && "+
+					"size(variables.c.?volumeMounts.orValue([])) == size(variables.pod.?volumes.orValue([]))",
+					JobSystemDir, JobLockDir),
+					Message: m("the system directory at %s, the lock directory at %s, the mirror read-only at its own path; each volume mounted once, whole", JobSystemDir, JobLockDir)},
+				{Expression: "!has(variables.c.envFrom) && variables.c.?env.orValue([]).all(e, e.name == 'GITHUB_TOKEN' && e.?valueFrom.?secretKeyRef.?name.orValue('') in " +
+					admission.CELList(o.tokenSecrets()) + ")",
+					Message: m("no environment but GITHUB_TOKEN from the token Secrets %v", o.tokenSecrets())},
+			}...)...),
+	}
+}
+
+// Where the Job's container sees the host's directories (ops/agent's
+// jobSystemDir and jobLockDir).
+const (
+	JobSystemDir = "/k3os/system"
+	JobLockDir   = "/run/k3os"
+)
+
+// JobTTL is how long a finished Job stays (ops/agent's jobTTL): a day.
+const JobTTL = 24 * 60 * 60
+
+// JobMaxDeadline bounds a Job's activeDeadlineSeconds: a channel's
+// upgradeTimeout, at most a week (ops/plan refuses a longer one).
+const JobMaxDeadline = 7 * 24 * 60 * 60
+
+// jobValueFlags are the flags of jobFlags that take the next argument as their value.
+var jobValueFlags = []string{"--system-dir", "--lock-file", "--source", "--version", "--phase", "--keep", "--from"}
+
+// jobFlags are the flags of `ops upgrade|prune|rollback` an agent's Job may pass.
+var jobFlags = []string{"--system-dir", "--lock-file", "--source", "--version", "--reboot", "--remount", "--rootfs", "--kernel", "--k3s",
+	"--phase", "--keep", "--from"}
+
+// jobShape is the rest of the allow-list: the Job's spec, its pod's spec,
+// its container and what they hold may have only the fields a slipway Job
+// sets (or the API server fills in with its defaults), each holding its
+// canonical value or a hole's. A field this list does not name (one a
+// later Kubernetes adds included) is refused.
+func jobShape(o Options, m func(string, ...any) string) []admissionv1.Validation {
+	// only: the object at path has no field but keys (present and set:
+	// an absent path has none).
+	only := func(path string, keys ...string) string {
+		return fmt.Sprintf("dyn(%s).all(k, k in %s)", path, admission.CELList(keys))
+	}
+	meta := func(path string, extraLabels ...string) string {
+		keys := append([]string{AppNameKey, ManagedByKey, JobNodeKey, JobChannelKey}, extraLabels...)
+		return fmt.Sprintf("%[1]s.?labels.orValue({}).all(k, k in %[2]s) && %[1]s.?labels[?%[3]q].orValue('') == %[4]q && %[1]s.?labels[?%[5]q].orValue('') == %[6]q && %[8]q in %[1]s.?labels.orValue({}) && "+
+			"%[1]s.?annotations.orValue({}).all(k, k.startsWith('ops.slipway.dev/')) && !has(%[1]s.ownerReferences) && !has(%[1]s.finalizers)",
+			path, admission.CELList(keys), AppNameKey, UpgradeAppName, ManagedByKey, AgentManagedBy, "", JobChannelKey)
+	}
+	return []admissionv1.Validation{
+		{Expression: meta("object.metadata") + " && " + meta("object.spec.template.metadata", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "controller-uid", "job-name") +
+			" && " + only("object.spec.template.metadata", "labels", "annotations"),
+			Message: m("labels %s=%s, %s=%s, %s and %s only, annotations under ops.slipway.dev/ only, no owner or finalizer, on the Job and its pod",
+				AppNameKey, UpgradeAppName, ManagedByKey, AgentManagedBy, JobNodeKey, JobChannelKey)},
+		{Expression: only("object.spec", "parallelism", "completions", "activeDeadlineSeconds", "backoffLimit", "selector", "manualSelector", "template",
+			"ttlSecondsAfterFinished", "completionMode", "suspend", "podReplacementPolicy") + " && " +
+			fmt.Sprintf("object.spec.?parallelism.orValue(1) == 1 && object.spec.?completions.orValue(1) == 1 && object.spec.?backoffLimit.orValue(6) == 0 && "+
+				"object.spec.?activeDeadlineSeconds.orValue(0) > 0 && object.spec.activeDeadlineSeconds <= %d && object.spec.?ttlSecondsAfterFinished.orValue(0) == %d && "+
+				"!object.spec.?manualSelector.orValue(false) && !object.spec.?suspend.orValue(false) && object.spec.?completionMode.orValue('NonIndexed') == 'NonIndexed' && "+
+				"object.spec.?podReplacementPolicy.orValue('TerminatingOrFailed') == 'TerminatingOrFailed'", JobMaxDeadline, JobTTL),
+			Message: m("one pod, no retry, a deadline of at most %ds, kept %ds, no manual selector, not suspended, not indexed, no failure or success policy, managed by the Job controller",
+				JobMaxDeadline, JobTTL)},
+		{Expression: only("variables.pod", "volumes", "containers", "restartPolicy", "terminationGracePeriodSeconds", "dnsPolicy", "automountServiceAccountToken",
+			"nodeName", "securityContext", "schedulerName", "tolerations", "enableServiceLinks") + " && " +
+			"variables.pod.restartPolicy == 'Never' && variables.pod.?terminationGracePeriodSeconds.orValue(30) == 30 && variables.pod.?dnsPolicy.orValue('ClusterFirst') == 'ClusterFirst' && " +
+			"variables.pod.?schedulerName.orValue('default-scheduler') == 'default-scheduler' && variables.pod.?enableServiceLinks.orValue(true) && " +
+			"variables.pod.?automountServiceAccountToken.orValue(true) == false && (!has(variables.pod.securityContext) || " + only("variables.pod.securityContext") + ")",
+			Message: m("a pod restarted never, with no ServiceAccount token, no pod security context (sysctl, seccomp, SELinux, AppArmor), the default grace period, DNS and scheduler, " +
+				"and no host namespace, placement, host name, runtime class, priority, image pull Secret, resources or gates")},
+		{Expression: "size(variables.pod.?tolerations.orValue([])) == 1 && " + only("variables.pod.tolerations[0]", "operator") + " && variables.pod.tolerations[0].?operator.orValue('') == 'Exists'",
+			Message: m("one toleration: of everything (operator Exists)")},
+		{Expression: only("variables.c", "name", "image", "command", "args", "env", "resources", "volumeMounts", "terminationMessagePath", "terminationMessagePolicy",
+			"imagePullPolicy", "securityContext") + " && " +
+			"variables.c.?imagePullPolicy.orValue('IfNotPresent') == 'IfNotPresent' && variables.c.?terminationMessagePath.orValue('/dev/termination-log') == '/dev/termination-log' && " +
+			"variables.c.?terminationMessagePolicy.orValue('File') == 'File' && (!has(variables.c.resources) || " + only("variables.c.resources") + ") && " +
+			"variables.c.?env.orValue([]).all(e, " + only("e", "name", "valueFrom") + " && has(e.valueFrom) && " + only("e.valueFrom", "secretKeyRef") + " && " +
+			only("e.valueFrom.secretKeyRef", "name", "key") + ") && variables.c.?volumeMounts.orValue([]).all(v, " + only("v", "name", "mountPath", "readOnly") + ") && " +
+			"variables.pod.?volumes.orValue([]).all(v, " + only("v", "name", "hostPath") + " && has(v.hostPath) && " + only("v.hostPath", "path", "type") + ")",
+			Message: m("a container with no port, probe, lifecycle hook, working directory, resources, restart policy or terminal; hostPath volumes mounted whole")},
+		{Expression: "has(variables.c.securityContext) && " + only("variables.sc", "runAsUser", "allowPrivilegeEscalation", "capabilities", "appArmorProfile") + " && " +
+			"variables.sc.?runAsUser.orValue(-1) == 0 && variables.sc.?allowPrivilegeEscalation.orValue(true) == false && " +
+			"has(variables.sc.capabilities) && " + only("variables.sc.capabilities", "drop", "add") + " && variables.sc.capabilities.?drop.orValue([]) == ['ALL'] && " +
+			"variables.sc.capabilities.?add.orValue([]).all(x, x in " + admission.CELList(JobCapabilities) + ") && " +
+			"has(variables.sc.appArmorProfile) && " + only("variables.sc.appArmorProfile", "type") + " && variables.sc.appArmorProfile.type == 'Unconfined'",
+			Message: m("a container as root, not privileged, no privilege escalation, all capabilities dropped but %v, AppArmor unconfined (for its remount), "+
+				"the runtime's seccomp profile, no SELinux type, no proc mount, no other user or group", JobCapabilities)},
+		{Expression: fmt.Sprintf("variables.args.indexOf('--system-dir') > 1 && variables.args.indexOf('--system-dir') + 1 < size(variables.args) && variables.args[variables.args.indexOf('--system-dir') + 1] == %q && "+
+			"variables.args.indexOf('--lock-file') > 1 && variables.args.indexOf('--lock-file') + 1 < size(variables.args) && variables.args[variables.args.indexOf('--lock-file') + 1] == %q && "+
+			"variables.args.filter(a, a.startsWith('--system-dir') || a.startsWith('--lock-file')).size() == 2", JobSystemDir, JobLockDir+"/upgrade.lock"),
+			Message: m("--system-dir %s --lock-file %s, once each", JobSystemDir, JobLockDir+"/upgrade.lock")},
+	}
+}
+
+// identityVariables are the CEL variables of a Job's identity: its kind
+// (from its action annotation) and the name prefix of the requester's
+// node's Jobs of that kind (protocol.JobNamePrefix).
+func identityVariables() []admissionv1.Variable {
+	return []admissionv1.Variable{
+		{Name: "action", Expression: fmt.Sprintf("object.metadata.?annotations[?%q].orValue('')", JobActionKey)},
+		{Name: "kind", Expression: fmt.Sprintf("variables.action == '' ? %q : variables.action", JobKindUpgrade)},
+		{Name: "prefix", Expression: "variables.kind + '-' + string(size(variables.node)) + '-' + variables.node.lowerAscii().replace('.', '-') + '-'"},
+		// protocol.LabelValue of the node: itself up to 63 characters, else cut with a hash.
+		{Name: "nodeLabel", Expression: "size(variables.node) <= 63 ? [variables.node] : []"},
+	}
+}
+
+// identityValidations bind every identity a reader of Jobs trusts to the
+// requester's node: the name (under its node's prefix for the Job's kind:
+// no agent can take a name another node's agent will create), the node
+// label and annotation on the Job and on its pod template, the action on
+// both. Readers take a Job for a node's only when it is pinned to that
+// node (protocol.JobOfNode); these make its name and labels say the same.
+func identityValidations(m func(string, ...any) string) []admissionv1.Validation {
+	label := func(path string) string {
+		v := fmt.Sprintf("%s.?labels[?%q].orValue('')", path, JobNodeKey)
+		return fmt.Sprintf("(size(variables.nodeLabel) == 1 ? %[1]s == variables.node : size(%[1]s) == 63 && %[1]s.startsWith(variables.node.substring(0, 50)))", v)
+	}
+	ann := func(path, key string) string { return fmt.Sprintf("%s.?annotations[?%q].orValue('')", path, key) }
+	kinds := admission.CELList(JobActions)
+	return []admissionv1.Validation{
+		{Expression: "variables.action in " + kinds + " && " + ann("object.spec.template.metadata", JobActionKey) + " == variables.action",
+			Message: m("the action annotation %s one of %s, the same on the Job and its pod", JobActionKey, kinds)},
+		{Expression: "!has(object.metadata.generateName) && object.metadata.name.startsWith(size(variables.prefix) <= 54 ? variables.prefix : variables.prefix.substring(0, 50))",
+			Message: m("named after the agent's own node: <kind>-<length of the node's name>-<node>-..., kind upgrade, stage, prune or rollback (its action)")},
+		{Expression: ann("object.metadata", JobNodeKey) + " == variables.node && " + ann("object.spec.template.metadata", JobNodeKey) + " == variables.node",
+			Message: m("annotated %s=<the agent's own node> on the Job and its pod", JobNodeKey)},
+		{Expression: label("object.metadata") + " && " + label("object.spec.template.metadata"),
+			Message: m("labelled %s=<the agent's own node> on the Job and its pod", JobNodeKey)},
 	}
 }
 
@@ -103,12 +254,38 @@ func leasePolicy(o Options) admission.UserPolicy {
 		Group: "coordination.k8s.io", Version: "v1", Resource: "leases", Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 		Variables: []admissionv1.Variable{{Name: "node", Expression: admission.RequesterNode}},
 		Validations: []admissionv1.Validation{{
-			Expression: fmt.Sprintf("variables.node != '' && object.metadata.name == %q + variables.node && object.spec.?holderIdentity.orValue('') == variables.node",
-				HeartbeatLeasePrefix),
-			Message: "the slipway agent may write only its own node's heartbeat Lease (" + HeartbeatLeasePrefix + "<its node>, held by its node)",
+			Expression: fmt.Sprintf("variables.node != '' && object.metadata.name == %q + variables.node && object.spec.?holderIdentity.orValue('') == variables.node && "+
+				"%s", HeartbeatLeasePrefix, LeaseMetadataPlain),
+			Message: "the slipway agent may write only its own node's heartbeat Lease (" + HeartbeatLeasePrefix + "<its node>, held by its node, no owner reference or finalizer)",
 		}},
 	}
 }
+
+// eventPolicy lets the agent write only Events in its namespace (RBAC
+// grants events cluster-wide: its recorder's grant), signed by its own
+// node (source.host and reportingInstance: the node named in its token),
+// about a channel of its namespace or its own Node. The text of an Event is
+// free: an agent can still say anything on a channel, but every reader
+// sees which node said it, and no agent writes an Event that looks like
+// another node's, or one about another Node.
+func eventPolicy(o Options) admission.UserPolicy {
+	return admission.UserPolicy{
+		Name: AgentName + "-events-" + o.Namespace, Labels: labels("agent"), Users: []string{AgentUser(o.Namespace)},
+		Group: "", Version: "v1", Resource: "events", Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+		Variables: []admissionv1.Variable{{Name: "node", Expression: admission.RequesterNode}},
+		Validations: []admissionv1.Validation{{
+			Expression: fmt.Sprintf("variables.node != '' && object.metadata.namespace == %q && object.?source.?host.orValue('') == variables.node && object.?reportingInstance.orValue(variables.node) == variables.node && "+
+				"(object.involvedObject.?kind.orValue('') == 'Node' ? object.involvedObject.?name.orValue('') == variables.node : "+
+				"object.involvedObject.?kind.orValue('') == 'UpdateChannel' && object.involvedObject.?namespace.orValue('') == %q)", o.Namespace, o.Namespace),
+			Message: "the slipway agent may write only Events from its own node (source.host), in " + o.Namespace + ", about its own Node or a channel of " + o.Namespace,
+		}},
+	}
+}
+
+// LeaseMetadataPlain is a CEL expression: a Lease with no owner reference
+// (the garbage collector would delete it), no finalizer (it would outlive
+// its delete) and no generated name.
+const LeaseMetadataPlain = "!has(object.metadata.ownerReferences) && !has(object.metadata.finalizers) && !has(object.metadata.generateName)"
 
 // sourcePolicy pins status.resolved.source of a github-releases:// channel
 // to the download address of that channel's own repository (or the

@@ -6,6 +6,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"slipway.dev/slipway/upgrade/layout"
 )
@@ -26,8 +27,33 @@ const (
 // Job's arguments (--rootfs=true ...).
 var ComponentFlag = map[layout.Component]string{layout.Rootfs: "rootfs", layout.Kernel: "kernel", layout.K3s: "k3s"}
 
+// JobOfNode reports whether Job j is one of node's own: its pod template
+// is pinned to node (spec.template.spec.nodeName, what the kubelet runs),
+// and its node annotation agrees. The admission policy admits an agent's
+// Job only pinned to the agent's own node, so a Job pinned to node was
+// created by node's agent (or an administrator); its labels, annotations
+// and name alone prove nothing. Every reader of Jobs and their pods
+// (agent and controller) takes only such Jobs for node's.
+func JobOfNode(j *batchv1.Job, node string) bool {
+	// trust: ops.job.node-pin
+	return j != nil && node != "" && j.Spec.Template.Spec.NodeName == node && j.Annotations[AnnotationJobNode] == node
+}
+
+// PodOfJob reports whether pod p is a pod of Job j on node: controlled by
+// j (its controller reference names j's UID: the Job controller sets it,
+// no template can) and scheduled to node.
+func PodOfJob(p *corev1.Pod, j *batchv1.Job, node string) bool {
+	if p == nil || j == nil || p.Spec.NodeName != node {
+		return false
+	}
+	// trust: ops.job.pod-owner
+	ref := metav1.GetControllerOf(p)
+	return ref != nil && ref.UID == j.UID && ref.Kind == "Job"
+}
+
 // JobOutcome reads a Job's conditions: done, and if it failed, why and when.
 func JobOutcome(j *batchv1.Job) (done, failed bool, reason string, at time.Time) {
+	// trust: ops.job.outcome
 	for _, c := range j.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {
 			continue

@@ -3,8 +3,8 @@ package protocol
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,5 +72,31 @@ func SlotSince(s v1.Slot) string {
 // is ever taken for this one's.
 func SlotJobName(channelUID types.UID, s v1.Slot) string {
 	rollout := ShortHash(string(channelUID) + "/" + SlotSince(s))[:6]
-	return DNSLabel(fmt.Sprintf("upgrade-%s-%s-%s-%d", s.Node, s.Version, rollout, s.Attempt))
+	return JobName(JobKindUpgrade, s.Node, s.Version, rollout, strconv.Itoa(s.Attempt))
+}
+
+// The kinds of Job an agent creates: the first word of their names.
+const (
+	JobKindUpgrade  = "upgrade"
+	JobKindStage    = "stage"
+	JobKindPrune    = "prune"
+	JobKindRollback = "rollback"
+)
+
+// JobName names a Job of kind that node's agent creates: JobNamePrefix,
+// then the parts joined by '-', made a DNS label (a name longer than 63
+// keeps its first 54 characters and a hash of the whole). The admission
+// policy admits an agent's Job only under its own node's prefix, so no
+// agent can take the name another node's agent will create.
+func JobName(kind, node string, parts ...string) string {
+	return DNSLabel(JobNamePrefix(kind, node) + strings.Join(parts, "-"))
+}
+
+// JobNamePrefix is how every name of node's Jobs of kind starts (before the
+// cut of a long name to 54 characters): kind, the length of the node's
+// name, the node's name with its dots as '-', and '-'. The length keeps
+// apart nodes whose names extend one another (node-1 and node-1-2:
+// "upgrade-6-node-1-" is no prefix of "upgrade-8-node-1-2-").
+func JobNamePrefix(kind, node string) string {
+	return kind + "-" + strconv.Itoa(len(node)) + "-" + strings.ReplaceAll(strings.ToLower(node), ".", "-") + "-"
 }

@@ -86,6 +86,7 @@ func ViewsOf(annotations map[string]string, namespace string, skipped func(key s
 		if !strings.HasPrefix(k, AnnotationChannelViewPrefix) {
 			continue
 		}
+		// trust: ops.node.channel-view
 		v, err := ParseView(val)
 		if err != nil {
 			skipped(k, err)

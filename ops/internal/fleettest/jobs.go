@@ -53,11 +53,11 @@ func (f *Fleet) runJobs(ctx context.Context) {
 	defer staging.Wait()
 	for ev := range w.ResultChan() {
 		j, ok := ev.Object.(*batchv1.Job)
-		if !ok || ev.Type != watch.Added {
-			continue
+		if !ok || ev.Type != watch.Added || j.Spec.Suspend != nil && *j.Spec.Suspend {
+			continue // the Job controller starts no pod of a suspended Job
 		}
 		f.Mu.Lock()
-		fail, wait := f.FailOn[j.Annotations[protocol.AnnotationJobNode]], f.StageTime
+		fail, wait := f.FailOn[jobNode(j)], f.StageTime
 		f.Mu.Unlock()
 		if gate := f.gateOf(j); gate != nil {
 			staging.Add(1)
@@ -114,8 +114,12 @@ func (f *Fleet) gateOf(j *batchv1.Job) chan bool {
 	}
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
-	return f.held[j.Annotations[protocol.AnnotationJobNode]]
+	return f.held[jobNode(j)]
 }
+
+// jobNode is the node Job j's pod runs on: the one its template is
+// pinned to, as the kubelet sees it (not what its labels or annotations say).
+func jobNode(j *batchv1.Job) string { return j.Spec.Template.Spec.NodeName }
 
 func (f *Fleet) countStaging(d int) {
 	f.Mu.Lock()
@@ -127,7 +131,7 @@ func (f *Fleet) countStaging(d int) {
 // runJob does what Job j's command does to its node's system directory
 // and reports whether it succeeded.
 func (f *Fleet) runJob(j *batchv1.Job, fail bool) bool {
-	node := j.Annotations[protocol.AnnotationJobNode]
+	node := jobNode(j)
 	args := j.Spec.Template.Spec.Containers[0].Args
 	version := protocol.ArgAfterFlag(args, "--version")
 	switch {
