@@ -144,7 +144,13 @@ func TestFailedActivationMidDrain(t *testing.T) {
 	f.Start(node)
 	spec := stagedSpec(f)
 	spec.Drain = &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}}
+	// Staged ahead under a closed window first: a slot granted before the
+	// staging permit would make the slot's Job a download Job, with no
+	// drain asked beside it.
+	spec.Window = closedWindow()
 	f.Channel(spec)
+	f.WaitFor("v2 staged ahead", time.Minute, func(ch *v1.UpdateChannel) bool { return ch.Status.Counts.Staged == 1 })
+	f.Patch(`{"spec":{"window":null}}`)
 	f.WaitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
 		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
@@ -185,7 +191,13 @@ func TestSwapPublishedWhileTheDrainWaits(t *testing.T) {
 	f.Start(node)
 	spec := stagedSpec(f)
 	spec.Drain = &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}}
+	// Staged ahead under a closed window first: a slot granted before the
+	// staging permit would make the slot's Job a download Job, with no
+	// drain asked beside it.
+	spec.Window = closedWindow()
 	f.Channel(spec)
+	f.WaitFor("v2 staged ahead", time.Minute, func(ch *v1.UpdateChannel) bool { return ch.Status.Counts.Staged == 1 })
+	f.Patch(`{"spec":{"window":null}}`)
 	f.WaitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
 		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
