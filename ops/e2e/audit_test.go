@@ -142,7 +142,7 @@ func timeline(events []testenv.AuditEvent, nodes []string) (medians []time.Durat
 func nodeSteps(events []testenv.AuditEvent, node string) []time.Time {
 	at := make([]time.Time, len(steps))
 	agent := "node/" + node
-	jobPrefix := "upgrade-" + node + "-"
+	jobPrefix := protocol.JobNamePrefix(protocol.JobKindUpgrade, node)
 	for _, ev := range events {
 		if ev.Code >= 300 {
 			continue
