@@ -165,7 +165,9 @@ func jobShape(o Options, m func(string, ...any) string) []admissionv1.Validation
 	}
 	return []admissionv1.Validation{
 		{Expression: meta("object.metadata") + " && " + meta("object.spec.template.metadata", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "controller-uid", "job-name") +
-			" && " + only("object.spec.template.metadata", "labels", "annotations"),
+			" && " + only("object.spec.template.metadata", "labels", "annotations", "creationTimestamp") +
+			// An API server before 1.35 sends the template's zero creationTimestamp as null.
+			" && object.spec.template.metadata.?creationTimestamp.orValue(null) == null",
 			Message: m("labels %s=%s, %s=%s, %s and %s only, annotations under ops.slipway.dev/ only, no owner or finalizer, on the Job and its pod",
 				AppNameKey, UpgradeAppName, ManagedByKey, AgentManagedBy, JobNodeKey, JobChannelKey)},
 		{Expression: only("object.spec", "parallelism", "completions", "activeDeadlineSeconds", "backoffLimit", "selector", "manualSelector", "template",
