@@ -238,6 +238,11 @@ func TestGeneratedAttacksUpdateOperator(t *testing.T) {
 	} else {
 		t.Fatal(err)
 	}
+	// The other tests of this namespace create them.
+	t.Cleanup(func() {
+		_ = admin.CoordinationV1().Leases(ns).Delete(context.Background(), uo.LeaseName, metav1.DeleteOptions{})
+		_ = admin.CoreV1().ConfigMaps(ns).Delete(context.Background(), fleetName, metav1.DeleteOptions{})
+	})
 	// As the ops controller's: the election's times and holder; labels and
 	// annotations, which no reader looks at.
 	leaseHoles := mutate.Holes{"spec.holderIdentity", "spec.renewTime", "spec.acquireTime", "spec.leaseDurationSeconds", "spec.leaseTransitions",
