@@ -229,15 +229,7 @@ func TestGeneratedAttacksUpdateOperator(t *testing.T) {
 	}
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: uo.LeaseName, Namespace: ns},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("controller-0"), LeaseDurationSeconds: ptr.To[int32](15), RenewTime: ptr.To(metav1.NowMicro())}}
-	if l, err := admin.CoordinationV1().Leases(ns).Create(ctx, lease, metav1.CreateOptions{}); err == nil {
-		lease = l
-	} else if apierrors.IsAlreadyExists(err) {
-		if lease, err = admin.CoordinationV1().Leases(ns).Get(ctx, uo.LeaseName, metav1.GetOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		t.Fatal(err)
-	}
+	lease = leaseAsAdmin(ctx, t, admin, lease)
 	// The other tests of this namespace create them.
 	t.Cleanup(func() {
 		_ = admin.CoordinationV1().Leases(ns).Delete(context.Background(), uo.LeaseName, metav1.DeleteOptions{})
@@ -306,27 +298,11 @@ func TestGeneratedAttacksSwarm(t *testing.T) {
 	})
 	election := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: swarmmanifest.ControllerName, Namespace: ns},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("controller-0"), LeaseDurationSeconds: ptr.To[int32](15), RenewTime: ptr.To(metav1.NowMicro())}}
-	if l, err := admin.CoordinationV1().Leases(ns).Create(ctx, election, metav1.CreateOptions{}); err == nil {
-		election = l
-	} else if apierrors.IsAlreadyExists(err) {
-		if election, err = admin.CoordinationV1().Leases(ns).Get(ctx, election.Name, metav1.GetOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		t.Fatal(err)
-	}
+	election = leaseAsAdmin(ctx, t, admin, election)
 	fence := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: member.LeaseName(worker.Name), Namespace: ns,
 		Annotations: map[string]string{member.MinVersionAnnotation: "3"}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(worker.Name), LeaseDurationSeconds: ptr.To[int32](15), RenewTime: ptr.To(metav1.NowMicro())}}
-	if l, err := admin.CoordinationV1().Leases(ns).Create(ctx, fence, metav1.CreateOptions{}); err == nil {
-		fence = l
-	} else if apierrors.IsAlreadyExists(err) {
-		if fence, err = admin.CoordinationV1().Leases(ns).Get(ctx, fence.Name, metav1.GetOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		t.Fatal(err)
-	}
+	fence = leaseAsAdmin(ctx, t, admin, fence)
 	leaseUpdate := func(c kubernetes.Interface) func(context.Context, any) (any, error) {
 		return func(ctx context.Context, obj any) (any, error) {
 			return c.CoordinationV1().Leases(ns).Update(ctx, obj.(*coordinationv1.Lease), metav1.UpdateOptions{DryRun: dryRun})
@@ -355,6 +331,21 @@ func TestGeneratedAttacksSwarm(t *testing.T) {
 			Holes: mutate.Holes{"metadata.annotations[" + member.MinVersionAnnotation + "]"}},
 	}
 	logReports(t, start, runTargets(ctx, t, targets...))
+}
+
+// leaseAsAdmin creates l as the administrator, or returns the Lease of
+// its name that is there.
+func leaseAsAdmin(ctx context.Context, t *testing.T, admin kubernetes.Interface, l *coordinationv1.Lease) *coordinationv1.Lease {
+	t.Helper()
+	api := admin.CoordinationV1().Leases(l.Namespace)
+	got, err := api.Create(ctx, l, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		got, err = api.Get(ctx, l.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // asKubelet is the admin's config impersonating node's kubelet.
