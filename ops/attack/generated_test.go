@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -158,20 +157,5 @@ func TestGeneratedAttacks(t *testing.T) {
 		mutate.Target{Component: "ops controller", Object: "its election Lease", Base: lease(manifest.ControllerLease, "controller-0"),
 			Holes: append(slices.Clone(leaseHoles), "spec.holderIdentity"), Submit: leaseUpdate(asController)})
 
-	var reports []mutate.Report
-	for _, tg := range targets {
-		r, err := mutate.Run(ctx, tg, 8)
-		if err != nil {
-			t.Fatal(err)
-		}
-		reports = append(reports, r)
-		for _, w := range r.Wrong() {
-			t.Errorf("%s, %s: %s %s admitted, and no hole allows it (stored: %v)", tg.Component, tg.Object, w.What, w.Path, w.Differs)
-		}
-	}
-	sort.Slice(reports, func(i, j int) bool { return reports[i].String() < reports[j].String() })
-	for _, r := range reports {
-		t.Log(r)
-	}
-	t.Logf("generated attacks, by component (%s):\n%s", time.Since(start).Round(time.Second), mutate.Summary(reports))
+	logReports(t, start, runTargets(ctx, t, targets...))
 }

@@ -150,6 +150,25 @@ func keyHoles(field string, keys []string) mutate.Holes {
 	return h
 }
 
+// uoRules are the update operator's manifest objects for namespace but its
+// workloads (no controller runs them here: the tests make their pods).
+func uoRules(t *testing.T, namespace string) []any {
+	t.Helper()
+	objs, err := uo.ManifestObjects(uo.ManifestOptions{Namespace: namespace, Platform: "bottlerocket-api"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []any
+	for _, o := range objs {
+		switch o.(type) {
+		case *appsv1.Deployment, *appsv1.DaemonSet:
+		default:
+			rules = append(rules, o)
+		}
+	}
+	return rules
+}
+
 // TestGeneratedAttacksUpdateOperator runs the generator on what the update
 // operator's agent (on uog-own) and controller write: the agent's patch of
 // its own Node, the controller's patch of a Node, its fleet state
@@ -162,19 +181,7 @@ func TestGeneratedAttacksUpdateOperator(t *testing.T) {
 	// The namespace (and so the policies' users) of TestUpdateOperatorTokensReachOnlyTheirOwn:
 	// the policies are cluster-wide objects, one per manifest.
 	const ns = "uo-attack-own"
-	objs, err := uo.ManifestObjects(uo.ManifestOptions{Namespace: ns, Platform: "bottlerocket-api"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rules []any
-	for _, o := range objs {
-		switch o.(type) {
-		case *appsv1.Deployment, *appsv1.DaemonSet:
-		default:
-			rules = append(rules, o)
-		}
-	}
-	apply(ctx, t, e.Config, rules)
+	apply(ctx, t, e.Config, uoRules(t, ns))
 	admin := kubernetes.NewForConfigOrDie(e.Config)
 	for _, n := range []string{"uog-own", "uog-other"} {
 		if _, err := admin.CoreV1().Nodes().Create(ctx, testenv.FakeNode(n), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
