@@ -2,21 +2,16 @@ package attack
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -118,24 +113,7 @@ func TestGeneratedAttacks(t *testing.T) {
 		}
 	}
 	// The Node writes are patches (RBAC grants patch, not update): the
-	// strategic merge patch from the Node to its mutation.
-	nodePatch := func(c kubernetes.Interface, base *corev1.Node) func(context.Context, any) (any, error) {
-		orig, err := json.Marshal(base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return func(ctx context.Context, obj any) (any, error) {
-			mod, err := json.Marshal(obj)
-			if err != nil {
-				return nil, err
-			}
-			p, err := strategicpatch.CreateTwoWayMergePatch(orig, mod, corev1.Node{})
-			if err != nil {
-				return nil, err
-			}
-			return c.CoreV1().Nodes().Patch(ctx, base.Name, types.StrategicMergePatchType, p, metav1.PatchOptions{DryRun: dryRun})
-		}
-	}
+	// strategic merge patch from the Node to its mutation (nodePatchOf).
 	nodeOptions := mutate.Options{KeyPrefixes: []string{"ops.slipway.dev/", "drain.slipway.dev/", "channel.ops.slipway.dev/", "node-role.kubernetes.io/"}}
 	for _, node := range []string{"node-a", "node-b"} {
 		n, err := admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -148,10 +126,10 @@ func TestGeneratedAttacks(t *testing.T) {
 			t.Fatal(err)
 		}
 		if node == "node-a" {
-			targets = append(targets, mutate.Target{Component: "ops agent", Object: "its own Node", Base: n, Options: nodeOptions, Submit: nodePatch(asAgent, n),
+			targets = append(targets, mutate.Target{Component: "ops agent", Object: "its own Node", Base: n, Options: nodeOptions, Submit: nodePatchOf(t, asAgent, n),
 				Holes: mutate.Holes{"metadata.labels[ops.slipway.dev/*]", "metadata.annotations[ops.slipway.dev/*]", "metadata.annotations[drain.slipway.dev/*]", "spec.unschedulable"}})
 		}
-		targets = append(targets, mutate.Target{Component: "ops controller", Object: "a Node (" + node + ")", Base: n, Options: nodeOptions, Submit: nodePatch(asController, n),
+		targets = append(targets, mutate.Target{Component: "ops controller", Object: "a Node (" + node + ")", Base: n, Options: nodeOptions, Submit: nodePatchOf(t, asController, n),
 			Holes: mutate.Holes{"metadata.annotations[channel.ops.slipway.dev/*]", "metadata.annotations[drain.slipway.dev/*]", "spec.unschedulable"}})
 	}
 	lease := func(name, holder string) *coordinationv1.Lease {
@@ -179,20 +157,5 @@ func TestGeneratedAttacks(t *testing.T) {
 		mutate.Target{Component: "ops controller", Object: "its election Lease", Base: lease(manifest.ControllerLease, "controller-0"),
 			Holes: append(slices.Clone(leaseHoles), "spec.holderIdentity"), Submit: leaseUpdate(asController)})
 
-	var reports []mutate.Report
-	for _, tg := range targets {
-		r, err := mutate.Run(ctx, tg, 8)
-		if err != nil {
-			t.Fatal(err)
-		}
-		reports = append(reports, r)
-		for _, w := range r.Wrong() {
-			t.Errorf("%s, %s: %s %s admitted, and no hole allows it (stored: %v)", tg.Component, tg.Object, w.What, w.Path, w.Differs)
-		}
-	}
-	sort.Slice(reports, func(i, j int) bool { return reports[i].String() < reports[j].String() })
-	for _, r := range reports {
-		t.Log(r)
-	}
-	t.Logf("generated attacks, by component (%s):\n%s", time.Since(start).Round(time.Second), mutate.Summary(reports))
+	logReports(t, start, runTargets(ctx, t, targets...))
 }

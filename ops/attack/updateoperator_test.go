@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,19 +29,7 @@ func TestUpdateOperatorTokensReachOnlyTheirOwn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns = "uo-attack-own"
-	objs, err := uo.ManifestObjects(uo.ManifestOptions{Namespace: ns, Platform: "bottlerocket-api"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rules []any // the workloads apart: no controller runs them here, the test makes their pods
-	for _, o := range objs {
-		switch o.(type) {
-		case *appsv1.Deployment, *appsv1.DaemonSet:
-		default:
-			rules = append(rules, o)
-		}
-	}
-	apply(ctx, t, e.Config, rules)
+	apply(ctx, t, e.Config, uoRules(t, ns))
 	kc := kubernetes.NewForConfigOrDie(e.Config)
 	for _, n := range []string{"uoa-own", "uoa-other"} {
 		if _, err := kc.CoreV1().Nodes().Create(ctx, testenv.FakeNode(n), metav1.CreateOptions{}); err != nil {

@@ -313,8 +313,34 @@ func hookChecks(args []string) []string {
 	return out
 }
 
+// controllerStatePolicies let the controller write, in its namespace,
+// only its election Lease and its fleet state ConfigMap (RBAC cannot
+// narrow create by name), each with no ownerReference (the garbage
+// collector would delete it: a halted rollout's brake and the node records
+// with it), no finalizer and no generated name; the ConfigMap never
+// immutable (the controller could no longer record a failure).
+func controllerStatePolicies(namespace, prefix string) []admission.UserPolicy {
+	user := fmt.Sprintf("system:serviceaccount:%s:%s", namespace, ControllerName)
+	ops := []admissionv1.OperationType{admissionv1.Create, admissionv1.Update}
+	return []admission.UserPolicy{
+		{Name: "slipway-update-operator-controller-lease-" + namespace, Labels: appLabels(ControllerName), Users: []string{user}, Namespace: namespace,
+			Group: "coordination.k8s.io", Version: "v1", Resource: "leases", Operations: ops,
+			Validations: []admissionv1.Validation{{Expression: fmt.Sprintf("object.metadata.name == %q && %s", LeaseName, manifest.LeaseMetadataPlain),
+				Message: "the update-operator controller may write only its election Lease " + LeaseName + " (no owner reference, finalizer or generated name)"}}},
+		{Name: "slipway-update-operator-controller-state-" + namespace, Labels: appLabels(ControllerName), Users: []string{user}, Namespace: namespace,
+			Group: "", Version: "v1", Resource: "configmaps", Operations: ops,
+			Validations: []admissionv1.Validation{{Expression: fmt.Sprintf("object.metadata.name == %q && %s && !object.?immutable.orValue(false)",
+				FleetStateName(prefix), manifest.LeaseMetadataPlain),
+				Message: "the update-operator controller may write only its fleet state ConfigMap " + FleetStateName(prefix) + " (no owner reference, finalizer or generated name, not immutable)"}}},
+	}
+}
+
 func admissionObjects(o ManifestOptions, keys Keys) []any {
-	return append(agentPolicy(o.Namespace, keys).Objects(), controllerPolicy(o.Namespace, keys, hookChecks(o.ControllerArgs)).Objects()...)
+	out := append(agentPolicy(o.Namespace, keys).Objects(), controllerPolicy(o.Namespace, keys, hookChecks(o.ControllerArgs)).Objects()...)
+	for _, p := range controllerStatePolicies(o.Namespace, keys.Prefix) {
+		out = append(out, p.Objects()...)
+	}
+	return out
 }
 
 // namespaceLabels are the namespace's: the app's, and the Pod Security level

@@ -20,12 +20,12 @@ import (
 	"slipway.dev/slipway/ops/testenv"
 )
 
-// applyAdmission creates the manifest's worker admission policy for the
-// pool's namespace, removed with the test.
+// applyAdmission creates the manifest's admission policies (the workers'
+// and the controller's) for the pool's namespace, removed with the test.
 func (p *pool) applyAdmission(ctx context.Context) {
 	p.t.Helper()
 	api := p.kube.AdmissionregistrationV1()
-	for _, obj := range manifest.WorkerAdmission(p.ns) {
+	for _, obj := range append(manifest.WorkerAdmission(p.ns), manifest.ControllerAdmission(p.ns)...) {
 		var err error
 		switch o := obj.(type) {
 		case *admissionv1.ValidatingAdmissionPolicy:

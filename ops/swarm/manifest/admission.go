@@ -8,6 +8,7 @@ import (
 
 	"slipway.dev/slipway/ops/admission"
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
+	"slipway.dev/slipway/ops/swarm/config"
 	"slipway.dev/slipway/ops/swarm/member"
 )
 
@@ -28,9 +29,36 @@ func WorkerPolicyName(namespace string) string { return WorkerName + "." + names
 // never the controller's min-config-version on it. A token without a
 // pod-name claim (a legacy Secret token) may write nothing.
 func WorkerAdmission(namespace string) []any {
-	name := WorkerPolicyName(namespace)
-	fail := admissionv1.Fail
 	pod := fmt.Sprintf("request.userInfo.extra[%q][0]", PodNameExtra)
+	return podsAndLeasesPolicy(WorkerPolicyName(namespace), "is-a-worker", "system:serviceaccount:"+namespace+":"+WorkerName, []admissionv1.Validation{
+		{Expression: fmt.Sprintf("%q in request.userInfo.extra", PodNameExtra),
+			Message: "a swarm worker writes with its pod's bound token only (no pod-name claim in this one)"},
+		{Expression: fmt.Sprintf("request.resource.resource != 'pods' || object.metadata.name == %s", pod),
+			Message: "a swarm worker may change only its own pod"},
+		{Expression: fmt.Sprintf("request.resource.resource != 'leases' || object.metadata.name == %q + %s", member.LeasePrefix, pod),
+			Message: "a swarm worker may write only its own Lease (" + member.LeasePrefix + "<its pod>)"},
+		{Expression: "request.resource.resource != 'pods' || (object.spec == oldObject.spec && " + admission.OnlyKeysChanged("labels") +
+			" && " + onlyKeyChanged("annotations", swarmv1.AppliedVersionAnnotation) + ")",
+			Message: "a swarm worker may change only the " + swarmv1.AppliedVersionAnnotation + " annotation of its pod"},
+		// A finalizer would keep its pod (and its share) from going; dropped
+		// ownerReferences would take it out of its workload's count.
+		{Expression: "request.resource.resource != 'pods' || " + frozenMeta,
+			Message: "a swarm worker may not change the finalizers, ownerReferences or generateName of its pod"},
+		// An ownerReference on its Lease would have the garbage collector
+		// delete it, and the controller's fence with it.
+		{Expression: "request.resource.resource != 'leases' || " + plainMeta,
+			Message: "a swarm worker's Lease has no ownerReference, finalizer or generateName"},
+		{Expression: fmt.Sprintf("request.resource.resource != 'leases' || request.operation == 'CREATE' || "+
+			"object.metadata.?annotations[%[1]q].orValue('') == oldObject.metadata.?annotations[%[1]q].orValue('')", member.MinVersionAnnotation),
+			Message: "a swarm worker may not change " + member.MinVersionAnnotation + " (the controller's fence)"},
+	})
+}
+
+// podsAndLeasesPolicy is a ValidatingAdmissionPolicy named name on the
+// pod updates and Lease writes of user (condition names the match), with
+// its binding (deny).
+func podsAndLeasesPolicy(name, condition, user string, validations []admissionv1.Validation) []any {
+	fail := admissionv1.Fail
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels("admission")},
@@ -46,27 +74,8 @@ func WorkerAdmission(namespace string) []any {
 					Rule:       admissionv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"}},
 				}},
 			}},
-			MatchConditions: []admissionv1.MatchCondition{{Name: "is-a-worker",
-				Expression: fmt.Sprintf("request.userInfo.username == %q", "system:serviceaccount:"+namespace+":"+WorkerName)}},
-			Validations: []admissionv1.Validation{
-				{Expression: fmt.Sprintf("%q in request.userInfo.extra", PodNameExtra),
-					Message: "a swarm worker writes with its pod's bound token only (no pod-name claim in this one)"},
-				{Expression: fmt.Sprintf("request.resource.resource != 'pods' || object.metadata.name == %s", pod),
-					Message: "a swarm worker may change only its own pod"},
-				{Expression: fmt.Sprintf("request.resource.resource != 'leases' || object.metadata.name == %q + %s", member.LeasePrefix, pod),
-					Message: "a swarm worker may write only its own Lease (" + member.LeasePrefix + "<its pod>)"},
-				{Expression: "request.resource.resource != 'pods' || (object.spec == oldObject.spec && " + admission.OnlyKeysChanged("labels") +
-					" && " + onlyKeyChanged("annotations", swarmv1.AppliedVersionAnnotation) + ")",
-					Message: "a swarm worker may change only the " + swarmv1.AppliedVersionAnnotation + " annotation of its pod"},
-				// A finalizer would keep its pod (and its share) from going; dropped
-				// ownerReferences would take it out of its workload's count.
-				{Expression: "request.resource.resource != 'pods' || (object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([]) && " +
-					"object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([]))",
-					Message: "a swarm worker may not change the finalizers or ownerReferences of its pod"},
-				{Expression: fmt.Sprintf("request.resource.resource != 'leases' || request.operation == 'CREATE' || "+
-					"object.metadata.?annotations[%[1]q].orValue('') == oldObject.metadata.?annotations[%[1]q].orValue('')", member.MinVersionAnnotation),
-					Message: "a swarm worker may not change " + member.MinVersionAnnotation + " (the controller's fence)"},
-			},
+			MatchConditions: []admissionv1.MatchCondition{{Name: condition, Expression: fmt.Sprintf("request.userInfo.username == %q", user)}},
+			Validations:     validations,
 		},
 	}
 	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
@@ -76,6 +85,48 @@ func WorkerAdmission(namespace string) []any {
 			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
 	}
 	return []any{policy, binding}
+}
+
+// frozenMeta is a CEL expression: an update left the object's finalizers,
+// ownerReferences and generateName as they were.
+const frozenMeta = "(object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([]) && " +
+	"object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([]) && " +
+	"object.metadata.?generateName.orValue('') == oldObject.metadata.?generateName.orValue(''))"
+
+// plainMeta is a CEL expression: the object has no ownerReference (the
+// garbage collector would delete it), no finalizer and no generateName.
+const plainMeta = "(!has(object.metadata.ownerReferences) && !has(object.metadata.finalizers) && !has(object.metadata.generateName))"
+
+// ControllerPolicyName is the name of the controller's
+// ValidatingAdmissionPolicy (and binding) of namespace.
+func ControllerPolicyName(namespace string) string { return ControllerName + "." + namespace }
+
+// ControllerAdmission is the ValidatingAdmissionPolicy and binding that
+// confine the controller's pod and Lease writes to what it does: RBAC
+// grants "patch pods" and "create, update leases" in the whole namespace;
+// the policy lets it change, on a pod, only the workers' share annotation
+// (no spec, so no image or toleration of another workload's pod; no label,
+// no other annotation, no finalizer, ownerReference or generateName), and
+// write only its election Lease and the workers' Leases, on which it may
+// only set its fence (member.MinVersionAnnotation), none with an
+// ownerReference, finalizer or generateName.
+func ControllerAdmission(namespace string) []any {
+	worker := fmt.Sprintf("object.metadata.name.startsWith(%q)", member.LeasePrefix)
+	return podsAndLeasesPolicy(ControllerPolicyName(namespace), "is-the-controller", "system:serviceaccount:"+namespace+":"+ControllerName, []admissionv1.Validation{
+		{Expression: "request.resource.resource != 'pods' || (object.spec == oldObject.spec && " + admission.OnlyKeysChanged("labels") +
+			" && " + onlyKeyChanged("annotations", config.ShareAnnotation) + " && " + frozenMeta + ")",
+			Message: "the swarm controller may change only the " + config.ShareAnnotation + " annotation of a pod"},
+		{Expression: "request.resource.resource != 'leases' || " + plainMeta,
+			Message: "the swarm controller's Leases have no ownerReference, finalizer or generateName"},
+		{Expression: fmt.Sprintf("request.resource.resource != 'leases' || object.metadata.name == %q || %s", ControllerName, worker),
+			Message: "the swarm controller may write only its election Lease " + ControllerName + " and the workers' Leases (" + member.LeasePrefix + "<pod>)"},
+		// A worker's Lease: created empty but for the fence, or fenced.
+		{Expression: "request.resource.resource != 'leases' || !" + worker + " || (request.operation == 'CREATE' ? " +
+			fmt.Sprintf("(object.spec.?holderIdentity.orValue('') == '' && dyn(object.spec).all(k, k == 'holderIdentity') && !has(object.metadata.labels) && "+
+				"object.metadata.?annotations.orValue({}).all(k, k == %[1]q))", member.MinVersionAnnotation) +
+			" : (object.spec == oldObject.spec && " + admission.OnlyKeysChanged("labels") + " && " + onlyKeyChanged("annotations", member.MinVersionAnnotation) + "))",
+			Message: "the swarm controller may only fence a worker's Lease (" + member.MinVersionAnnotation + ")"},
+	})
 }
 
 // onlyKeyChanged is a CEL expression: of metadata.<field>, no key but key

@@ -99,6 +99,7 @@ func Objects(o Options) ([]any, error) {
 	}
 	objs = append(objs, RBAC(o.Namespace)...)
 	objs = append(objs, WorkerAdmission(o.Namespace)...)
+	objs = append(objs, ControllerAdmission(o.Namespace)...)
 	return append(objs, deployment(o)), nil
 }
 
