@@ -35,7 +35,9 @@ import (
 // its ServiceAccount, so its RBAC); the upgrade changes the image tag and a
 // value (--prepare-ahead added by controller.extraArgs), the old process
 // gets SIGTERM and the new one starts from the upgraded Deployment, as its
-// rollout replaces the pod. Sampled every 250 ms: never more than
+// rollout replaces the pod, and then every node's agent is restarted in
+// turn, as the agents' DaemonSet rolls (the agents run from the test's
+// binary: the image tag changes nothing in them). Sampled every 250 ms: never more than
 // max-concurrent nodes cordoned or rebooting, the PDB-guarded Deployment
 // never below its minAvailable; each node reboots exactly once (two boot
 // IDs seen: no node updated twice); the rollout finishes with every node
@@ -142,6 +144,21 @@ func TestHelmUpgradeMidRollout(t *testing.T) {
 	}
 	old.stop()
 	startDeployment(t, e, c, ns, "update-operator-controller", "controller-v2")
+	// The agents' DaemonSet rolls too, one node at a time: here each
+	// node's agent process is killed and started again by its node (harsher
+	// than the kubelet's SIGTERM) while the rollout goes on.
+	replaced := 0
+	for _, n := range e.Nodes {
+		ok, err := e.Crash(n)
+		if err != nil {
+			t.Fatalf("restart the agent of %s: %v", n, err)
+		}
+		if ok {
+			replaced++
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("%d of %d agents restarted after the upgrade", replaced, len(e.Nodes))
 	waitAll(t, c, 3*time.Minute, "every node at "+want+", uncordoned", at)
 	// Both agents and controller leave the finished fleet alone.
 	time.Sleep(2 * time.Second)
