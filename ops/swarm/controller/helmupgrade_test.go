@@ -1,15 +1,11 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,12 +13,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/generated/swarm/clientset/versioned"
 	"slipway.dev/slipway/ops/swarm/appcheck"
 	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/testenv/chartproc"
 )
 
 // TestHelmUpgradeMidHandover upgrades the swarm chart with `helm upgrade`
@@ -46,12 +42,12 @@ func TestHelmUpgradeMidHandover(t *testing.T) {
 	const release = "swarm-upgrade"
 	chart := filepath.Join("..", "..", "..", "charts", "slipway-swarm")
 	kubecfg := []string{"--kubeconfig", e.Kubeconfig, "--namespace", p.ns}
-	helmRun(t, append([]string{"install", release, chart, "--create-namespace", "--set", "image.tag=v1", "--set", "controller.replicas=1"}, kubecfg...)...)
+	chartproc.Helm(t, append([]string{"install", release, chart, "--create-namespace", "--set", "image.tag=v1", "--set", "controller.replicas=1"}, kubecfg...)...)
 	t.Cleanup(func() {
-		helmRun(t, append([]string{"uninstall", release, "--wait"}, kubecfg...)...)
+		chartproc.Helm(t, append([]string{"uninstall", release, "--wait"}, kubecfg...)...)
 		_ = kube.CoreV1().Namespaces().Delete(context.Background(), p.ns, metav1.DeleteOptions{})
 	})
-	old := startDeployed(t, e, kube, p.ns, "slipway-swarm-controller", "slipway-swarm-controller-v1")
+	old := startReleaseController(t, e, kube, p.ns, "slipway-swarm-controller-v1")
 
 	f := startFleet(&fleet{t: t, p: p, app: &appMode{stop: time.Second, ack: true}})
 	jobs := jobNames(0, 24)
@@ -75,7 +71,7 @@ func TestHelmUpgradeMidHandover(t *testing.T) {
 			!meta.IsStatusConditionTrue(sw.Status.Conditions, swarmv1.ConditionConverged)
 	})
 	t.Logf("helm upgrade mid-handover: %d of %d jobs running", len(appcheckRunning(f)), len(jobs))
-	helmRun(t, append([]string{"upgrade", release, chart, "--set", "image.tag=v2", "--set", "controller.replicas=1",
+	chartproc.Helm(t, append([]string{"upgrade", release, chart, "--set", "image.tag=v2", "--set", "controller.replicas=1",
 		"--set", "controller.podAnnotations.example\\.com/upgraded=yes"}, kubecfg...)...)
 	dep, err := kube.AppsV1().Deployments(p.ns).Get(context.Background(), "slipway-swarm-controller", metav1.GetOptions{})
 	if err != nil {
@@ -91,8 +87,8 @@ func TestHelmUpgradeMidHandover(t *testing.T) {
 		meta.IsStatusConditionTrue(sw.Status.Conditions, swarmv1.ConditionConverged) {
 		t.Logf("the handover ended before the controller was replaced")
 	}
-	old.stop()
-	startDeployed(t, e, kube, p.ns, "slipway-swarm-controller", "slipway-swarm-controller-v2")
+	old.Stop()
+	startReleaseController(t, e, kube, p.ns, "slipway-swarm-controller-v2")
 	f.runsAll(p, 5, jobs)
 	t.Logf("every job held again on 5 workers under the upgraded controller")
 
@@ -105,126 +101,16 @@ func TestHelmUpgradeMidHandover(t *testing.T) {
 // application running it.
 func appcheckRunning(f *fleet) []string { return appcheck.Running(f.runs()) }
 
-// deployed is a Deployment's first container run as the kubelet would run
-// its pod: the arguments the API server holds (what helm applied, $(VAR)
-// references expanded from the pod's environment), as the pod's
-// ServiceAccount (an impersonating kubeconfig).
-type deployed struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-}
-
-func (d *deployed) Write(b []byte) (int, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.out.Write(b)
-}
-
-// startDeployed starts Deployment ns/name's container as pod, its HTTP
-// port on a free loopback port (the pod's would collide on this host).
-func startDeployed(t *testing.T, e *testenv.Env, kube kubernetes.Interface, ns, name, pod string) *deployed {
+// startController runs the release's controller Deployment as pod, its
+// HTTP port on a free loopback port (the pod's would collide on this host).
+func startReleaseController(t *testing.T, e *testenv.Env, kube kubernetes.Interface, ns, pod string) *chartproc.Process {
 	t.Helper()
-	dep, err := kube.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := dep.Spec.Template.Spec
-	cfg, err := testenv.KubeconfigAs(e.Kubeconfig, testenv.ServiceAccount(ns, spec.ServiceAccountName), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, kc); err != nil {
-		t.Fatal(err)
-	}
-	vars := map[string]string{}
-	for _, v := range spec.Containers[0].Env {
-		switch {
-		case v.ValueFrom == nil:
-			vars[v.Name] = v.Value
-		case v.ValueFrom.FieldRef != nil && v.ValueFrom.FieldRef.FieldPath == "metadata.name":
-			vars[v.Name] = pod
-		case v.ValueFrom.FieldRef != nil && v.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
-			vars[v.Name] = ns
+	return chartproc.Start(t, e, kube, slipwayBinary(t), ns, "slipway-swarm-controller", pod, func(args []string) []string {
+		for i, a := range args {
+			if strings.HasPrefix(a, "--http=") {
+				args[i] = "--http=127.0.0.1:0"
+			}
 		}
-	}
-	env := append(os.Environ(), "KUBECONFIG="+kc)
-	for k, v := range vars {
-		env = append(env, k+"="+v)
-	}
-	var args []string
-	for _, a := range spec.Containers[0].Args {
-		if strings.HasPrefix(a, "--http=") {
-			a = "--http=127.0.0.1:0"
-		}
-		for k, v := range vars {
-			a = strings.ReplaceAll(a, "$("+k+")", v)
-		}
-		args = append(args, a)
-	}
-	d := &deployed{done: make(chan struct{})}
-	d.cmd = exec.Command(slipwayBinary(t), args...)
-	d.cmd.Env = env
-	d.cmd.Stdout, d.cmd.Stderr = d, d
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		err := d.cmd.Wait()
-		fmt.Fprintf(d, "exit: %v\n", err)
-		close(d.done)
-	}()
-	t.Cleanup(func() {
-		d.stop()
-		if t.Failed() {
-			d.mu.Lock()
-			t.Logf("%s (%v):\n%s", pod, d.cmd.Args, d.out.String())
-			d.mu.Unlock()
-		}
+		return args
 	})
-	return d
-}
-
-// stop ends the process as the kubelet ends a replaced pod: SIGTERM, then
-// SIGKILL after the grace period.
-func (d *deployed) stop() {
-	select {
-	case <-d.done:
-		return
-	default:
-	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(30 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.done
-	}
-}
-
-// helmRun runs the pinned helm that scripts/install-tools links into the
-// tools directory (a missing helm fails the test).
-func helmRun(t *testing.T, args ...string) []byte {
-	t.Helper()
-	dir := os.Getenv(testenv.EnvToolsDir)
-	if dir == "" {
-		out, err := exec.Command("../../../scripts/install-tools").Output()
-		if err != nil {
-			t.Fatalf("scripts/install-tools: %v", err)
-		}
-		fields := strings.Fields(string(out))
-		dir = fields[len(fields)-1]
-	}
-	cmd := exec.Command(filepath.Join(dir, "helm"), args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
-	}
-	return out
 }

@@ -1,18 +1,14 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,11 +16,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/testenv/chartproc"
 	uo "slipway.dev/slipway/ops/updateoperator"
 )
 
@@ -70,9 +66,9 @@ func TestHelmUpgradeMidRollout(t *testing.T) {
 		}
 		return []string{"--set", "controller.replicas=1", "--set-json", "controller.extraArgs=" + string(js)}
 	}
-	helmRun(t, append(append([]string{"install", release, chart, "--create-namespace", "--set", "image.tag=v1"}, values()...), kubecfg...)...)
+	chartproc.Helm(t, append(append([]string{"install", release, chart, "--create-namespace", "--set", "image.tag=v1"}, values()...), kubecfg...)...)
 	t.Cleanup(func() {
-		helmRun(t, "uninstall", release, "--wait", "--kubeconfig", e.Kubeconfig, "--namespace", ns)
+		chartproc.Helm(t, "uninstall", release, "--wait", "--kubeconfig", e.Kubeconfig, "--namespace", ns)
 		// Gone before the next run installs into it again.
 		nss := kubernetes.NewForConfigOrDie(e.Config).CoreV1().Namespaces()
 		_ = nss.Delete(context.Background(), ns, metav1.DeleteOptions{})
@@ -90,7 +86,7 @@ func TestHelmUpgradeMidRollout(t *testing.T) {
 	want := fmt.Sprintf("helm-%d", time.Now().UnixNano())
 	boots := &bootSampler{c: c, seen: map[string]map[string]bool{}}
 	boots.take()
-	old := startDeployment(t, e, c, ns, "update-operator-controller", "controller-v1")
+	old := startReleaseController(t, e, ns, "controller-v1")
 	if err := setRelease(want); err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +125,7 @@ func TestHelmUpgradeMidRollout(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	helmRun(t, append(append([]string{"upgrade", release, chart, "--set", "image.tag=v2",
+	chartproc.Helm(t, append(append([]string{"upgrade", release, chart, "--set", "image.tag=v2",
 		"--set", "controller.podAnnotations.example\\.com/upgraded=yes"}, values("--prepare-ahead")...), kubecfg...)...)
 	// The upgraded Deployment: the new image and the changed value.
 	dep, err := c.AppsV1().Deployments(ns).Get(ctx, "update-operator-controller", metav1.GetOptions{})
@@ -142,8 +138,8 @@ func TestHelmUpgradeMidRollout(t *testing.T) {
 	if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--prepare-ahead") {
 		t.Errorf("after helm upgrade the controller's arguments are %v, without --prepare-ahead", dep.Spec.Template.Spec.Containers[0].Args)
 	}
-	old.stop()
-	startDeployment(t, e, c, ns, "update-operator-controller", "controller-v2")
+	old.Stop()
+	startReleaseController(t, e, ns, "controller-v2")
 	// The agents' DaemonSet rolls too, one node at a time: here each
 	// node's agent process is killed and started again by its node (harsher
 	// than the kubelet's SIGTERM) while the rollout goes on.
@@ -230,115 +226,10 @@ func (b *bootSampler) check(t *testing.T) {
 	}
 }
 
-// deployedProcess is a Deployment's first container run as the kubelet
-// would run its pod: the arguments the API server holds (what helm
-// applied), as the pod's ServiceAccount (an impersonating kubeconfig), with
-// the pod's fieldRef environment.
-type deployedProcess struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-}
-
-func (p *deployedProcess) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-// startDeployment starts Deployment ns/name's container as pod, with its
+// startController runs the release's controller Deployment as pod, its
 // metrics and health ports off (they would collide on this host).
-func startDeployment(t *testing.T, e *testenv.Env, c *kube.Clientset, ns, name, pod string) *deployedProcess {
+func startReleaseController(t *testing.T, e *testenv.Env, ns, pod string) *chartproc.Process {
 	t.Helper()
-	d, err := c.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := d.Spec.Template.Spec
-	cfg, err := testenv.KubeconfigAs(e.Kubeconfig, testenv.ServiceAccount(ns, spec.ServiceAccountName), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, kc); err != nil {
-		t.Fatal(err)
-	}
-	args := append(append([]string{}, spec.Containers[0].Args...), "--metrics-addr", "", "--health-addr", "")
-	env := append(os.Environ(), "KUBECONFIG="+kc)
-	for _, v := range spec.Containers[0].Env {
-		switch {
-		case v.ValueFrom == nil:
-			env = append(env, v.Name+"="+v.Value)
-		case v.ValueFrom.FieldRef != nil && v.ValueFrom.FieldRef.FieldPath == "metadata.name":
-			env = append(env, v.Name+"="+pod)
-		case v.ValueFrom.FieldRef != nil && v.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
-			env = append(env, v.Name+"="+ns)
-		case v.ValueFrom.FieldRef != nil && v.ValueFrom.FieldRef.FieldPath == "spec.nodeName":
-			env = append(env, v.Name+"="+e.Nodes[0])
-		}
-	}
-	p := &deployedProcess{done: make(chan struct{})}
-	p.cmd = exec.Command(filepath.Join(bin, "slipway"), args...)
-	p.cmd.Env = env
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		err := p.cmd.Wait()
-		fmt.Fprintf(p, "exit: %v\n", err)
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			p.mu.Lock()
-			t.Logf("%s (%v):\n%s", pod, p.cmd.Args, p.out.String())
-			p.mu.Unlock()
-		}
-	})
-	return p
-}
-
-// stop ends the process as the kubelet ends a replaced pod: SIGTERM, then
-// SIGKILL after the grace period.
-func (p *deployedProcess) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// helmRun runs the pinned helm that scripts/install-tools links into the
-// tools directory (a missing helm fails the test).
-func helmRun(t *testing.T, args ...string) []byte {
-	t.Helper()
-	dir := os.Getenv(testenv.EnvToolsDir)
-	if dir == "" {
-		out, err := exec.Command("../../../scripts/install-tools").Output()
-		if err != nil {
-			t.Fatalf("scripts/install-tools: %v", err)
-		}
-		fields := strings.Fields(string(out))
-		dir = fields[len(fields)-1]
-	}
-	cmd := exec.Command(filepath.Join(dir, "helm"), args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
-	}
-	return out
+	return chartproc.Start(t, e, kubernetes.NewForConfigOrDie(e.Config), filepath.Join(bin, "slipway"), ns, "update-operator-controller", pod,
+		func(args []string) []string { return append(args, "--metrics-addr", "", "--health-addr", "") })
 }
