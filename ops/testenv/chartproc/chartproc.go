@@ -1,0 +1,179 @@
+// Package chartproc runs what a Helm release installed as a kubelet would
+// run it, for tests on the simulated cluster (whose kwok pods run nothing):
+// the first container of a Deployment the release applied, with the
+// arguments the API server holds ($(VAR) references expanded from the pod's
+// environment), as the pod's ServiceAccount, stopped as a replaced pod is
+// (SIGTERM, then SIGKILL after the grace period); and the pinned helm that
+// scripts/install-tools links into the tools directory.
+package chartproc
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"slipway.dev/slipway/ops/testenv"
+)
+
+// Helm runs the pinned helm with args (its cache, config and data homes
+// the test's own) and returns its standard output; a failure, or a missing
+// helm, fails t.
+func Helm(t testing.TB, args ...string) []byte {
+	t.Helper()
+	dir := os.Getenv(testenv.EnvToolsDir)
+	if dir == "" {
+		root, err := repoRoot()
+		if err != nil {
+			t.Fatalf("find scripts/install-tools (or set %s): %v", testenv.EnvToolsDir, err)
+		}
+		out, err := exec.Command(filepath.Join(root, "scripts", "install-tools")).Output()
+		if err != nil {
+			t.Fatalf("scripts/install-tools: %v", err)
+		}
+		fields := strings.Fields(string(out))
+		if len(fields) == 0 {
+			t.Fatal("scripts/install-tools printed no tools directory")
+		}
+		dir = fields[len(fields)-1]
+	}
+	cmd := exec.Command(filepath.Join(dir, "helm"), args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return out
+}
+
+// repoRoot is the module's root, where go.mod is.
+func repoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if gomod := strings.TrimSpace(string(out)); err != nil || gomod == "" || gomod == os.DevNull {
+		return "", fmt.Errorf("no go.mod above the working directory (go env GOMOD: %q, %v)", gomod, err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+// Process is a Deployment's container running on this host.
+type Process struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+}
+
+func (p *Process) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+// Start runs the first container of Deployment ns/name, as read from the
+// API server, as pod (its metadata.name) on the Env's first node: bin is
+// the binary the image would run; edit, when set, rewrites the expanded
+// arguments (a pod's ports would collide on this host). The process is
+// stopped when the test ends and its output logged if the test failed.
+func Start(t testing.TB, e *testenv.Env, cs kubernetes.Interface, bin, ns, name, pod string, edit func([]string) []string) *Process {
+	t.Helper()
+	dep, err := cs.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("read Deployment %s/%s: %v", ns, name, err)
+	}
+	spec := dep.Spec.Template.Spec
+	cfg, err := testenv.KubeconfigAs(e.Kubeconfig, testenv.ServiceAccount(ns, spec.ServiceAccountName), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, kc); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{}
+	var order []string
+	for _, v := range spec.Containers[0].Env {
+		var val string
+		switch {
+		case v.ValueFrom == nil:
+			val = v.Value
+		case v.ValueFrom.FieldRef == nil:
+			continue
+		case v.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			val = pod
+		case v.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+			val = ns
+		case v.ValueFrom.FieldRef.FieldPath == "spec.nodeName" && len(e.Nodes) > 0:
+			val = e.Nodes[0]
+		default:
+			continue
+		}
+		vars[v.Name] = val
+		order = append(order, v.Name)
+	}
+	env := append(os.Environ(), "KUBECONFIG="+kc)
+	for _, k := range order {
+		env = append(env, k+"="+vars[k])
+	}
+	var args []string
+	for _, a := range spec.Containers[0].Args {
+		for _, k := range order {
+			a = strings.ReplaceAll(a, "$("+k+")", vars[k])
+		}
+		args = append(args, a)
+	}
+	if edit != nil {
+		args = edit(args)
+	}
+	p := &Process{done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = env
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := p.cmd.Wait()
+		fmt.Fprintf(p, "exit: %v\n", err)
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.Stop()
+		if t.Failed() {
+			p.mu.Lock()
+			t.Logf("%s (%v):\n%s", pod, p.cmd.Args, p.out.String())
+			p.mu.Unlock()
+		}
+	})
+	return p
+}
+
+// Stop ends the process as the kubelet ends a replaced pod: SIGTERM, then
+// SIGKILL after a 30 s grace period.
+func (p *Process) Stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
