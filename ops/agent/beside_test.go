@@ -34,6 +34,19 @@ func closedWindow() *v1.Window {
 	return &v1.Window{Start: time.Now().UTC().Add(2 * time.Hour).Format("15:04"), End: time.Now().UTC().Add(3 * time.Hour).Format("15:04")}
 }
 
+// channelStagedAhead creates the channel of spec under a closed window,
+// waits until its node staged v2 ahead, then opens the window: the slot's
+// Job then only activates, with the drain asked beside it. Created open,
+// the slot may be granted before the staging permit, and the slot's Job
+// is then a download Job with no drain beside it.
+func (f *fleet) channelStagedAhead(spec v1.UpdateChannelSpec) {
+	f.T.Helper()
+	spec.Window = closedWindow()
+	f.Channel(spec)
+	f.WaitFor("v2 staged ahead", time.Minute, func(ch *v1.UpdateChannel) bool { return ch.Status.Counts.Staged == 1 })
+	f.Patch(`{"spec":{"window":null}}`)
+}
+
 // slottedWithAgentStopped has node stage v2 ahead (its slot's Job then
 // only activates) under a window that allows no slot, stops its agent,
 // opens the window, and waits until the controller gives the node its slot
@@ -97,7 +110,7 @@ func TestActivationBesideTheDrain(t *testing.T) {
 	node := f.NS + "-n0"
 	release := f.HoldJobs(node)
 	f.Start(node)
-	f.Channel(stagedSpec(f))
+	f.channelStagedAhead(stagedSpec(f))
 	f.WaitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
 		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
@@ -124,7 +137,7 @@ func TestFailedActivationAfterTheDrain(t *testing.T) {
 	node := f.NS + "-n0"
 	release := f.HoldJobs(node)
 	f.Start(node)
-	f.Channel(stagedSpec(f))
+	f.channelStagedAhead(stagedSpec(f))
 	f.slotPhase(node, plan.PhaseRebooting)
 	boot := f.bootOf(node)
 	release(false)
@@ -144,13 +157,7 @@ func TestFailedActivationMidDrain(t *testing.T) {
 	f.Start(node)
 	spec := stagedSpec(f)
 	spec.Drain = &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}}
-	// Staged ahead under a closed window first: a slot granted before the
-	// staging permit would make the slot's Job a download Job, with no
-	// drain asked beside it.
-	spec.Window = closedWindow()
-	f.Channel(spec)
-	f.WaitFor("v2 staged ahead", time.Minute, func(ch *v1.UpdateChannel) bool { return ch.Status.Counts.Staged == 1 })
-	f.Patch(`{"spec":{"window":null}}`)
+	f.channelStagedAhead(spec)
 	f.WaitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
 		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
@@ -191,13 +198,7 @@ func TestSwapPublishedWhileTheDrainWaits(t *testing.T) {
 	f.Start(node)
 	spec := stagedSpec(f)
 	spec.Drain = &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}}
-	// Staged ahead under a closed window first: a slot granted before the
-	// staging permit would make the slot's Job a download Job, with no
-	// drain asked beside it.
-	spec.Window = closedWindow()
-	f.Channel(spec)
-	f.WaitFor("v2 staged ahead", time.Minute, func(ch *v1.UpdateChannel) bool { return ch.Status.Counts.Staged == 1 })
-	f.Patch(`{"spec":{"window":null}}`)
+	f.channelStagedAhead(spec)
 	f.WaitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
 		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
@@ -321,7 +322,7 @@ func TestDrainLeavesTheActivationPod(t *testing.T) {
 	release := f.HoldJobs(node)
 	f.BlockEviction(t, node)
 	f.Start(node)
-	f.Channel(stagedSpec(f))
+	f.channelStagedAhead(stagedSpec(f))
 	f.WaitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
 		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
