@@ -101,9 +101,14 @@ func servedFamilies(bodies ...string) map[string]bool {
 }
 
 // scrape reads url until it answers 200 and until done accepts the body
-// (nil: the first 200), or the deadline.
+// (nil: the first 200), or two minutes have passed: then it returns the
+// last body served, and the check names what it lacks.
 func scrape(ctx context.Context, t *testing.T, url string, done func(string) bool) string {
 	t.Helper()
+	// A generous deadline for a stuck process; a name never served (the
+	// check's failure) waits it out once.
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
 	var last string
 	var lastErr error
 	for {
