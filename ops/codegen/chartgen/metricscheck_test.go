@@ -20,12 +20,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/yaml"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
 	swarmclient "slipway.dev/slipway/ops/generated/swarm/clientset/versioned"
 	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/testenv/chartproc"
 )
 
 // firstOnEvent are the labelled metric families a chart names that a
@@ -191,89 +190,32 @@ func checkNamesServed(t *testing.T, chart string, served map[string]bool) {
 }
 
 // startChartProcess runs the first container of workload kind/name of the
-// release in ns as the kubelet would on node: its rendered arguments and
-// environment (fieldRefs resolved to pod, ns and node), as the chart's
-// ServiceAccount (bound to node if set), with the metrics flag set to
-// metricsAddr and extra arguments appended (ports of its own on this host).
-func startChartProcess(t *testing.T, e *testenv.Env, release, ns, kind, name, pod, node, metricsFlag, metricsAddr string, extra ...string) *chartProcess {
+// release in ns as the kubelet would on node (chartproc.Start), with the
+// metrics flag set to metricsAddr and extra arguments appended (ports of
+// its own on this host).
+func startChartProcess(t *testing.T, e *testenv.Env, ns, kind, name, pod, node, metricsFlag, metricsAddr string, extra ...string) *chartproc.Process {
 	t.Helper()
-	objs, err := ParseDocs(helm(t, "get", "manifest", release, "--namespace", ns, "--kubeconfig", e.Kubeconfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ctr corev1.Container
-	var sa string
-	for _, o := range objs {
-		if o["kind"] != kind || o["metadata"].(map[string]any)["name"] != name {
-			continue
-		}
-		b, _ := yaml.Marshal(o)
-		var w appsv1.Deployment // a DaemonSet's pod template reads the same
-		if err := yaml.Unmarshal(b, &w); err != nil {
-			t.Fatal(err)
-		}
-		sa, ctr = w.Spec.Template.Spec.ServiceAccountName, w.Spec.Template.Spec.Containers[0]
-	}
-	if ctr.Name == "" {
-		t.Fatalf("release %s renders no %s %s", release, kind, name)
-	}
-	cfg, err := testenv.KubeconfigAs(e.Kubeconfig, testenv.ServiceAccount(ns, sa), node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, kc); err != nil {
-		t.Fatal(err)
-	}
-	vars := map[string]string{}
-	environ := append(os.Environ(), "KUBECONFIG="+kc)
-	for _, v := range ctr.Env {
-		val := v.Value
-		if v.ValueFrom != nil && v.ValueFrom.FieldRef != nil {
-			val = map[string]string{"metadata.namespace": ns, "metadata.name": pod, "spec.nodeName": node}[v.ValueFrom.FieldRef.FieldPath]
-		}
-		vars[v.Name] = val
-		environ = append(environ, v.Name+"="+val)
-	}
-	var args []string
-	for _, a := range append(ctr.Command[min(len(ctr.Command), 1):], ctr.Args...) {
-		args = append(args, kubeVar.ReplaceAllStringFunc(a, func(v string) string { return vars[v[2:len(v)-1]] }))
-	}
-	// The chart's own address is dropped: metricsAddr instead.
+	return chartproc.Start(t, e, kubernetes.NewForConfigOrDie(e.Config), chartproc.Options{
+		Bin: slipwayBinary(t), Kind: kind, Namespace: ns, Name: name, Pod: pod, Node: node,
+		Edit: func(args []string) []string {
+			return append(append(withoutFlag(args, metricsFlag), metricsFlag+"="+metricsAddr), extra...)
+		},
+	})
+}
+
+// withoutFlag is args without flag and its value (the chart's own address).
+func withoutFlag(args []string, flag string) []string {
+	var out []string
 	for i := 0; i < len(args); i++ {
 		switch {
-		case strings.HasPrefix(args[i], metricsFlag+"="):
-			args = append(args[:i], args[i+1:]...)
-			i--
-		case args[i] == metricsFlag && i+1 < len(args):
-			args = append(args[:i], args[i+2:]...)
-			i--
+		case strings.HasPrefix(args[i], flag+"="):
+		case args[i] == flag && i+1 < len(args):
+			i++
+		default:
+			out = append(out, args[i])
 		}
 	}
-	args = append(append(args, metricsFlag+"="+metricsAddr), extra...)
-	p := &chartProcess{done: make(chan struct{})}
-	p.cmd = exec.Command(slipwayBinary(t), args...)
-	p.cmd.Env = environ
-	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		err := p.cmd.Wait()
-		p.mu.Lock()
-		fmt.Fprintf(&p.out, "exit: %v\n", err)
-		p.mu.Unlock()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			p.mu.Lock()
-			t.Logf("%s (%v):\n%s", pod, p.cmd.Args, p.out.String())
-			p.mu.Unlock()
-		}
-	})
-	return p
+	return out
 }
 
 // installForMetrics installs chart as release into its own namespace and
@@ -312,9 +254,6 @@ func controllerOnly(want []string, prefix string) []string {
 	}
 	return out
 }
-
-// kubeVar is a $(VAR) reference in a container's arguments.
-var kubeVar = regexp.MustCompile(`\$\([A-Za-z_][A-Za-z0-9_]*\)`)
 
 // servesAll is a scrape's done: the body serves every name of want.
 func servesAll(want []string) func(string) bool {
@@ -368,7 +307,7 @@ func TestChartMetricsServed(t *testing.T) {
 		// The chart's channel "default" (its release list unreachable here)
 		// is the fixture: its nodes, skipped nodes and slot limit.
 		ctlAddr, agentAddr := freeAddr(t), freeAddr(t)
-		startChartProcess(t, e, release, ns, "Deployment", "slipway-controller", "slipway-controller-0", "", "--metrics-addr", ctlAddr)
+		startChartProcess(t, e, ns, "Deployment", "slipway-controller", "slipway-controller-0", "", "--metrics-addr", ctlAddr)
 		// The agent of one node, its host simulated: a system directory
 		// and command line of its own, the boot ID from the Node, a reboot
 		// command that does nothing (no rollout reaches it: the channel
@@ -377,7 +316,7 @@ func TestChartMetricsServed(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(host, "cmdline"), []byte("slipway.rootfs=v1\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		startChartProcess(t, e, release, ns, "DaemonSet", "slipway-agent", "slipway-agent-0", e.Nodes[0], "--metrics-addr", agentAddr,
+		startChartProcess(t, e, ns, "DaemonSet", "slipway-agent", "slipway-agent-0", e.Nodes[0], "--metrics-addr", agentAddr,
 			"--system-dir", filepath.Join(host, "system"), "--host-system-dir", filepath.Join(host, "system"), "--host-lock-dir", filepath.Join(host, "lock"),
 			"--cmdline-file", filepath.Join(host, "cmdline"), "--boot-id-from-node", "--reboot-method", "command", "--reboot-command", "true")
 		want := expected(t, chart)
@@ -393,7 +332,7 @@ func TestChartMetricsServed(t *testing.T) {
 		const chart, release, ns = "slipway-update-operator", "uo-metrics", "uo-metrics"
 		installForMetrics(t, e, chart, release, ns)
 		addr := freeAddr(t)
-		startChartProcess(t, e, release, ns, "Deployment", "update-operator-controller", "update-operator-controller-0", e.Nodes[0],
+		startChartProcess(t, e, ns, "Deployment", "update-operator-controller", "update-operator-controller-0", e.Nodes[0],
 			"--metrics-addr", addr, "--health-addr=")
 		body := scrape(ctx, t, "http://"+addr+"/metrics", servesAll(expected(t, chart)))
 		promtoolCheckMetrics(t, chart+" controller", body)
@@ -420,7 +359,7 @@ func TestChartMetricsServed(t *testing.T) {
 			t.Fatal(err)
 		}
 		addr := freeAddr(t)
-		startChartProcess(t, e, release, ns, "Deployment", "slipway-swarm-controller", "slipway-swarm-controller-0", "", "--http", addr)
+		startChartProcess(t, e, ns, "Deployment", "slipway-swarm-controller", "slipway-swarm-controller-0", "", "--http", addr)
 		body := scrape(ctx, t, "http://"+addr+"/metrics", servesAll(expected(t, chart)))
 		promtoolCheckMetrics(t, chart+" controller", body)
 		checkNamesServed(t, chart, servedFamilies(body))

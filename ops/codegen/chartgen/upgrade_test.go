@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,11 +23,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	edsv1 "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/generated/eds/clientset/versioned"
 	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/testenv/chartproc"
 )
 
 var (
@@ -57,95 +56,25 @@ func slipwayBinary(t *testing.T) string {
 	return slipwayPath
 }
 
-// chartProcess runs the container of a chart's Deployment as the kubelet
-// would run its pod: the rendered arguments, as the chart's ServiceAccount
-// (an impersonating kubeconfig), with the pod's fieldRef environment.
-type chartProcess struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-}
-
 // startChartController starts the first container of Deployment name as
-// rendered by the release in ns (helm get manifest), as identity pod.
-func startChartController(t *testing.T, e *testenv.Env, release, ns, name, pod, metricsAddr string) *chartProcess {
+// the release in ns applied it, as identity pod, its metrics address
+// metricsAddr ("" = off: the pod's port would collide on this host).
+func startChartController(t *testing.T, e *testenv.Env, ns, name, pod, metricsAddr string) *chartproc.Process {
 	t.Helper()
-	objs, err := ParseDocs(helm(t, "get", "manifest", release, "--namespace", ns, "--kubeconfig", e.Kubeconfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var args []string
-	var sa string
-	for _, o := range objs {
-		if o["kind"] != "Deployment" || o["metadata"].(map[string]any)["name"] != name {
-			continue
-		}
-		spec, _ := dig(o, []string{"spec", "template", "spec"})
-		sa = fmt.Sprint(spec["serviceAccountName"])
-		for _, a := range spec["containers"].([]any)[0].(map[string]any)["args"].([]any) {
-			args = append(args, fmt.Sprint(a))
-		}
-	}
-	if args == nil {
-		t.Fatalf("release %s renders no Deployment %s", release, name)
-	}
-	cfg, err := testenv.KubeconfigAs(e.Kubeconfig, testenv.ServiceAccount(ns, sa), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, kc); err != nil {
-		t.Fatal(err)
-	}
-	// The pod's port would collide with the other replica's on this host:
-	// metricsAddr ("" = off) instead.
-	for i, a := range args {
-		switch {
-		case strings.HasPrefix(a, "--metrics-addr=") || strings.HasPrefix(a, "--http="):
-			args[i] = a[:strings.Index(a, "=")+1] + metricsAddr
-		case a == "--metrics-addr" && i+1 < len(args):
-			args[i+1] = metricsAddr
-		}
-	}
-	p := &chartProcess{done: make(chan struct{})}
-	p.cmd = exec.Command(slipwayBinary(t), args...)
-	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+kc, "POD_NAMESPACE="+ns, "POD_NAME="+pod)
-	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		err := p.cmd.Wait()
-		p.mu.Lock()
-		fmt.Fprintf(&p.out, "exit: %v\n", err)
-		p.mu.Unlock()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("%s (%v):\n%s", pod, p.cmd.Args, p.out.String())
-		}
+	return chartproc.Start(t, e, kubernetes.NewForConfigOrDie(e.Config), chartproc.Options{
+		Bin: slipwayBinary(t), Namespace: ns, Name: name, Pod: pod,
+		Edit: func(args []string) []string {
+			for i, a := range args {
+				switch {
+				case strings.HasPrefix(a, "--metrics-addr=") || strings.HasPrefix(a, "--http="):
+					args[i] = a[:strings.Index(a, "=")+1] + metricsAddr
+				case a == "--metrics-addr" && i+1 < len(args):
+					args[i+1] = metricsAddr
+				}
+			}
+			return args
+		},
 	})
-	return p
-}
-
-// stop ends the process as the kubelet ends a replaced pod: SIGTERM, then
-// SIGKILL after the grace period.
-func (p *chartProcess) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-	}
 }
 
 // TestHelmUpgradeMidCanary upgrades the EDS chart with `helm upgrade` while
@@ -180,7 +109,7 @@ func TestHelmUpgradeMidCanary(t *testing.T) {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: work}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	old := startChartController(t, e, release, ns, "slipway-eds-controller", "slipway-eds-controller-v1", "")
+	old := startChartController(t, e, ns, "slipway-eds-controller", "slipway-eds-controller-v1", "")
 
 	one := intstr.FromInt32(1)
 	d := &edsv1.ExtendedDaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "daemon", Namespace: work},
@@ -233,9 +162,9 @@ func TestHelmUpgradeMidCanary(t *testing.T) {
 	if st := get().Status; st.State != edsv1.StateCanary || st.Canary == nil || st.Canary.ReplicaSet != canary.ReplicaSet {
 		t.Fatalf("helm upgrade changed the canary: %+v", st)
 	}
-	old.stop()
+	old.Stop()
 	metricsAddr := freeAddr(t)
-	startChartController(t, e, release, ns, "slipway-eds-controller", "slipway-eds-controller-v2", metricsAddr)
+	startChartController(t, e, ns, "slipway-eds-controller", "slipway-eds-controller-v2", metricsAddr)
 	// The Deployment now runs the new image.
 	dep, err := cs.AppsV1().Deployments(ns).Get(ctx, "slipway-eds-controller", metav1.GetOptions{})
 	if err != nil {

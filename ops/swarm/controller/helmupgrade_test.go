@@ -101,16 +101,19 @@ func TestHelmUpgradeMidHandover(t *testing.T) {
 // application running it.
 func appcheckRunning(f *fleet) []string { return appcheck.Running(f.runs()) }
 
-// startController runs the release's controller Deployment as pod, its
+// startReleaseController runs the release's controller Deployment as pod, its
 // HTTP port on a free loopback port (the pod's would collide on this host).
 func startReleaseController(t *testing.T, e *testenv.Env, kube kubernetes.Interface, ns, pod string) *chartproc.Process {
 	t.Helper()
-	return chartproc.Start(t, e, kube, slipwayBinary(t), ns, "slipway-swarm-controller", pod, func(args []string) []string {
-		for i, a := range args {
-			if strings.HasPrefix(a, "--http=") {
-				args[i] = "--http=127.0.0.1:0"
+	return chartproc.Start(t, e, kube, chartproc.Options{
+		Bin: slipwayBinary(t), Namespace: ns, Name: "slipway-swarm-controller", Pod: pod,
+		Edit: func(args []string) []string {
+			for i, a := range args {
+				if strings.HasPrefix(a, "--http=") {
+					args[i] = "--http=127.0.0.1:0"
+				}
 			}
-		}
-		return args
+			return args
+		},
 	})
 }

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -82,19 +83,38 @@ func (p *Process) Write(b []byte) (int, error) {
 	return p.out.Write(b)
 }
 
-// Start runs the first container of Deployment ns/name, as read from the
-// API server, as pod (its metadata.name) on the Env's first node: bin is
-// the binary the image would run; edit, when set, rewrites the expanded
-// arguments (a pod's ports would collide on this host). The process is
-// stopped when the test ends and its output logged if the test failed.
-func Start(t testing.TB, e *testenv.Env, cs kubernetes.Interface, bin, ns, name, pod string, edit func([]string) []string) *Process {
+// Options name the workload whose first container Start runs, and how.
+type Options struct {
+	// Bin is the binary the container's image would run.
+	Bin string
+	// Kind is the workload's kind: Deployment (the default) or DaemonSet.
+	Kind string
+	// Namespace and Name name the workload as the release applied it.
+	Namespace, Name string
+	// Pod is the pod's metadata.name (the identity its token is bound to).
+	Pod string
+	// Node is the pod's spec.nodeName; when set, the token is bound to the
+	// node too, as a DaemonSet pod's is. Empty: the Env's first node for
+	// spec.nodeName, and a token bound to no node.
+	Node string
+	// Edit, when set, rewrites the expanded arguments (a pod's ports would
+	// collide on this host).
+	Edit func([]string) []string
+}
+
+// Start runs the first container of the workload o names, as read from
+// the API server: its command after the binary and its arguments, $(VAR)
+// references expanded from the pod's environment, as the pod's
+// ServiceAccount. The process is stopped when the test ends and its
+// output logged if the test failed.
+func Start(t testing.TB, e *testenv.Env, cs kubernetes.Interface, o Options) *Process {
 	t.Helper()
-	dep, err := cs.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("read Deployment %s/%s: %v", ns, name, err)
+	spec := podSpec(t, cs, o)
+	node := o.Node
+	if node == "" && len(e.Nodes) > 0 {
+		node = e.Nodes[0]
 	}
-	spec := dep.Spec.Template.Spec
-	cfg, err := testenv.KubeconfigAs(e.Kubeconfig, testenv.ServiceAccount(ns, spec.ServiceAccountName), "")
+	cfg, err := testenv.KubeconfigAs(e.Kubeconfig, testenv.ServiceAccount(o.Namespace, spec.ServiceAccountName), o.Node)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,41 +122,76 @@ func Start(t testing.TB, e *testenv.Env, cs kubernetes.Interface, bin, ns, name,
 	if err := clientcmd.WriteToFile(*cfg, kc); err != nil {
 		t.Fatal(err)
 	}
-	vars := map[string]string{}
-	var order []string
-	for _, v := range spec.Containers[0].Env {
-		var val string
-		switch {
-		case v.ValueFrom == nil:
-			val = v.Value
-		case v.ValueFrom.FieldRef == nil:
-			continue
-		case v.ValueFrom.FieldRef.FieldPath == "metadata.name":
-			val = pod
-		case v.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
-			val = ns
-		case v.ValueFrom.FieldRef.FieldPath == "spec.nodeName" && len(e.Nodes) > 0:
-			val = e.Nodes[0]
-		default:
-			continue
-		}
-		vars[v.Name] = val
-		order = append(order, v.Name)
-	}
+	ctr := spec.Containers[0]
+	vars, order := containerEnv(ctr, map[string]string{
+		"metadata.name": o.Pod, "metadata.namespace": o.Namespace, "spec.nodeName": node,
+	})
 	env := append(os.Environ(), "KUBECONFIG="+kc)
 	for _, k := range order {
 		env = append(env, k+"="+vars[k])
 	}
 	var args []string
-	for _, a := range spec.Containers[0].Args {
+	for _, a := range append(ctr.Command[min(len(ctr.Command), 1):], ctr.Args...) {
 		for _, k := range order {
 			a = strings.ReplaceAll(a, "$("+k+")", vars[k])
 		}
 		args = append(args, a)
 	}
-	if edit != nil {
-		args = edit(args)
+	if o.Edit != nil {
+		args = o.Edit(args)
 	}
+	return run(t, o.Bin, args, env, o.Pod)
+}
+
+// podSpec is the pod template of the workload o names.
+func podSpec(t testing.TB, cs kubernetes.Interface, o Options) corev1.PodSpec {
+	t.Helper()
+	ctx := context.Background()
+	switch o.Kind {
+	case "", "Deployment":
+		dep, err := cs.AppsV1().Deployments(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("read Deployment %s/%s: %v", o.Namespace, o.Name, err)
+		}
+		return dep.Spec.Template.Spec
+	case "DaemonSet":
+		ds, err := cs.AppsV1().DaemonSets(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("read DaemonSet %s/%s: %v", o.Namespace, o.Name, err)
+		}
+		return ds.Spec.Template.Spec
+	}
+	t.Fatalf("chartproc: kind %q is neither Deployment nor DaemonSet", o.Kind)
+	return corev1.PodSpec{}
+}
+
+// containerEnv is ctr's environment, fieldRefs resolved from fields (one
+// it cannot resolve is left out, as the test cannot know it), with the
+// names in their order.
+func containerEnv(ctr corev1.Container, fields map[string]string) (map[string]string, []string) {
+	vars := map[string]string{}
+	var order []string
+	for _, v := range ctr.Env {
+		val := v.Value
+		if v.ValueFrom != nil {
+			if v.ValueFrom.FieldRef == nil {
+				continue
+			}
+			f, ok := fields[v.ValueFrom.FieldRef.FieldPath]
+			if !ok {
+				continue
+			}
+			val = f
+		}
+		vars[v.Name] = val
+		order = append(order, v.Name)
+	}
+	return vars, order
+}
+
+// run starts bin with args and env, stopped when the test ends.
+func run(t testing.TB, bin string, args, env []string, pod string) *Process {
+	t.Helper()
 	p := &Process{done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = env

@@ -226,10 +226,12 @@ func (b *bootSampler) check(t *testing.T) {
 	}
 }
 
-// startController runs the release's controller Deployment as pod, its
+// startReleaseController runs the release's controller Deployment as pod, its
 // metrics and health ports off (they would collide on this host).
 func startReleaseController(t *testing.T, e *testenv.Env, ns, pod string) *chartproc.Process {
 	t.Helper()
-	return chartproc.Start(t, e, kubernetes.NewForConfigOrDie(e.Config), filepath.Join(bin, "slipway"), ns, "update-operator-controller", pod,
-		func(args []string) []string { return append(args, "--metrics-addr", "", "--health-addr", "") })
+	return chartproc.Start(t, e, kubernetes.NewForConfigOrDie(e.Config), chartproc.Options{
+		Bin: filepath.Join(bin, "slipway"), Namespace: ns, Name: "update-operator-controller", Pod: pod,
+		Edit: func(args []string) []string { return append(args, "--metrics-addr", "", "--health-addr", "") },
+	})
 }
