@@ -47,7 +47,8 @@ func startController(cfg *rest.Config, bin, dir string) error {
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		return fmt.Errorf("write the controller's kubeconfig: %w", err)
 	}
-	logf, err := os.Create(filepath.Join(dir, "controller.log"))
+	// Appended: a replaced controller's log follows its predecessor's.
+	logf, err := os.OpenFile(filepath.Join(dir, "controller.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}

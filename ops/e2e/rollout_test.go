@@ -47,6 +47,7 @@ func setup(t testing.TB) clients {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	dumpOnFailure(t, c)
 	return c
 }
 
