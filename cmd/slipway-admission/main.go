@@ -73,7 +73,7 @@ func admissionWebhookCommand() *cli.Command {
 				return err
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-			o := manifest.Options{Namespace: c.String("namespace"), Image: c.String("image"), GitHubDownloadBase: c.String("github-download-base"),
+			o := manifest.Options{Namespace: c.String("namespace"), Isolation: manifest.IsolationWebhook, Image: c.String("image"), GitHubDownloadBase: c.String("github-download-base"),
 				HostSystemDir: c.String("host-system-dir"), HostLockDir: c.String("host-lock-dir"), JobImages: c.StringSlice("job-image"),
 				JobCommand: c.StringSlice("job-command"), MirrorDirs: c.StringSlice("mirror-dir"), TokenSecrets: c.StringSlice("token-secret"),
 				ReleaseSources: c.StringSlice("release-source")}

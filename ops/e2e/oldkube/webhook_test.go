@@ -24,7 +24,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"slipway.dev/slipway/ops/agent"
+	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/manifest"
+	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/ops/webhook"
 )
@@ -260,22 +263,47 @@ func TestWebhookConfinesTheAgentToItsNode(t *testing.T) {
 	_, err = a.CoordinationV1().Leases(ns).Create(ctx, lease(nb), metav1.CreateOptions{})
 	denied(t, "agent on old-a writes old-b's heartbeat Lease", err, "own node's heartbeat")
 
-	job := func(n, name string) *batchv1.Job {
-		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: batchv1.JobSpec{
-			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{NodeName: n, RestartPolicy: corev1.RestartPolicyNever,
-				AutomountServiceAccountToken: ptr.To(false),
-				Containers: []corev1.Container{{Name: "upgrade", Image: manifest.DefaultImage(), Command: []string{"slipway"},
-					Args:            []string{"ops", "prune"},
-					SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)}}}}}}}
+	// The agent's own Jobs of every kind, from its Job builder under the
+	// webhook isolation, as it creates them: the 1.23 server drops their
+	// appArmorProfile field and keeps the beta annotation.
+	ch := &opsv1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "c-" + run, Namespace: ns, UID: types.UID("uid-" + run)},
+		Spec: opsv1.UpdateChannelSpec{URL: "github-releases://rancher/k3os", Version: "v2"}}
+	jobs, err := agent.Jobs(agent.Options{NodeName: na, Image: manifest.DefaultImage(), Namespace: ns, Isolation: process.IsolationWebhook}, ch,
+		opsv1.Slot{Node: na, Version: "v2", Attempt: 1, Since: metav1.Now()})
+	if err != nil {
+		t.Fatal(err)
 	}
-	_, err = a.BatchV1().Jobs(ns).Create(ctx, job(na, "prune-"+na), metav1.CreateOptions{})
-	allowed(t, "agent on old-a creates a slipway Job on old-a", err)
-	_, err = a.BatchV1().Jobs(ns).Create(ctx, job(nb, "prune-"+nb), metav1.CreateOptions{})
+	for kind, j := range jobs {
+		j = j.DeepCopy()
+		if kind == agent.JobActivate {
+			j.Name += "-activate" // the upgrade Job's name: the agent creates one or the other for a slot
+		}
+		got, err := a.BatchV1().Jobs(ns).Create(ctx, j, metav1.CreateOptions{})
+		allowed(t, "agent on old-a creates its own "+kind+" Job", err)
+		if err != nil {
+			continue
+		}
+		c := got.Spec.Template.Spec.Containers[0]
+		if v := got.Spec.Template.Annotations[corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix+c.Name]; v != corev1.DeprecatedAppArmorBetaProfileNameUnconfined {
+			t.Errorf("the %s Job as stored: AppArmor annotation %q, want %q", kind, v, corev1.DeprecatedAppArmorBetaProfileNameUnconfined)
+		}
+	}
+	upgrade := func(name string, mutate func(*batchv1.Job)) *batchv1.Job {
+		j := jobs[agent.JobUpgrade].DeepCopy()
+		j.Name = name
+		mutate(j)
+		return j
+	}
+	_, err = a.BatchV1().Jobs(ns).Create(ctx, upgrade(jobs[agent.JobUpgrade].Name+"-b", func(j *batchv1.Job) { j.Spec.Template.Spec.NodeName = nb }),
+		metav1.CreateOptions{})
 	denied(t, "agent on old-a creates a Job pinned to old-b", err, "pinned")
-	priv := job(na, "priv-"+na)
-	priv.Spec.Template.Spec.HostPID = true
-	_, err = a.BatchV1().Jobs(ns).Create(ctx, priv, metav1.CreateOptions{})
-	denied(t, "agent on old-a creates a host-PID Job", err, "host PID")
+	_, err = a.BatchV1().Jobs(ns).Create(ctx, upgrade(jobs[agent.JobUpgrade].Name+"-pid", func(j *batchv1.Job) { j.Spec.Template.Spec.HostPID = true }),
+		metav1.CreateOptions{})
+	denied(t, "agent on old-a creates a host-PID Job", err, "host")
+	_, err = a.BatchV1().Jobs(ns).Create(ctx, upgrade(jobs[agent.JobUpgrade].Name+"-aa", func(j *batchv1.Job) {
+		j.Spec.Template.Annotations[corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix+"upgrade"] = "localhost/other"
+	}), metav1.CreateOptions{})
+	denied(t, "agent on old-a creates a Job with another AppArmor profile", err, "AppArmor")
 
 	// A token of the agent's ServiceAccount bound to no pod names no node.
 	tr, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, manifest.AgentName, &authTokenRequest, metav1.CreateOptions{})
