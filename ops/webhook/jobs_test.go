@@ -29,7 +29,8 @@ func asOldServer(t *testing.T, j *batchv1.Job) runtime.RawExtension {
 		t.Fatal(err)
 	}
 	spec := obj["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-	for _, c := range spec["containers"].([]any) {
+	containers, _ := spec["containers"].([]any)
+	for _, c := range containers {
 		if sc, ok := c.(map[string]any)["securityContext"].(map[string]any); ok {
 			delete(sc, "appArmorProfile")
 		}
