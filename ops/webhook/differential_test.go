@@ -3,7 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
-		"strings"
+	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -85,11 +85,15 @@ func TestDecisionsAreTheAPIServers(t *testing.T) {
 		for _, change := range []func(*corev1.Node){
 			func(n *corev1.Node) { n.Labels["ops.slipway.dev/rootfs-version"] = "v2" },
 			func(n *corev1.Node) { n.Labels["example.com/x"] = "y" },
-			func(n *corev1.Node) { n.Annotations = map[string]string{"ops.slipway.dev/k3s-version": "v1.30.14+k3s1"} },
+			func(n *corev1.Node) {
+				n.Annotations = map[string]string{"ops.slipway.dev/k3s-version": "v1.30.14+k3s1"}
+			},
 			func(n *corev1.Node) { n.Annotations = map[string]string{"drain.slipway.dev/x": "y"} },
 			func(n *corev1.Node) { n.Spec.Unschedulable = true },
 			func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}} },
-			func(n *corev1.Node) { n.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "u"}} },
+			func(n *corev1.Node) {
+				n.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "u"}}
+			},
 		} {
 			m := n.DeepCopy()
 			change(m)
@@ -195,9 +199,18 @@ var jobAttacks = []func(*batchv1.Job){
 	func(j *batchv1.Job) { j.Spec.Template.Spec.Containers[0].SecurityContext.Privileged = ptr.To(true) },
 	func(j *batchv1.Job) { j.Spec.Template.Spec.Containers[0].Image = "evil:latest" },
 	func(j *batchv1.Job) { c := &j.Spec.Template.Spec.Containers[0]; c.Args = append(c.Args, "--evil") },
-	func(j *batchv1.Job) { c := &j.Spec.Template.Spec.Containers[0]; c.Args = append(c.Args, "--source", "file:///mirror") },
-	func(j *batchv1.Job) { c := &j.Spec.Template.Spec.Containers[0]; c.Args = append(c.Args, "--phase", "activate") },
-	func(j *batchv1.Job) { c := &j.Spec.Template.Spec.Containers[0]; c.Args = append(c.Args, "--system-dir", "/") },
+	func(j *batchv1.Job) {
+		c := &j.Spec.Template.Spec.Containers[0]
+		c.Args = append(c.Args, "--source", "file:///mirror")
+	},
+	func(j *batchv1.Job) {
+		c := &j.Spec.Template.Spec.Containers[0]
+		c.Args = append(c.Args, "--phase", "activate")
+	},
+	func(j *batchv1.Job) {
+		c := &j.Spec.Template.Spec.Containers[0]
+		c.Args = append(c.Args, "--system-dir", "/")
+	},
 	func(j *batchv1.Job) { j.Spec.Template.Spec.Volumes[0].HostPath.Path = "/" },
 	func(j *batchv1.Job) { j.Name = "upgrade-2-n2-x" },
 	func(j *batchv1.Job) { j.Labels["ops.slipway.dev/node"] = "n2" },
