@@ -140,14 +140,14 @@ func install(ctx context.Context, t *testing.T, cfg *rest.Config, o manifest.Opt
 				path := *o.Webhooks[i].ClientConfig.Service.Path
 				o.Webhooks[i].ClientConfig = admissionv1.WebhookClientConfig{URL: ptr.To("https://" + addr + path)}
 			}
+			for i := range o.Webhooks {
+				o.Webhooks[i].ClientConfig.CABundle = ca // in the object the server first sees: no call without it
+			}
 			_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, o, metav1.CreateOptions{})
 			name := o.Name
 			t.Cleanup(func() {
 				_ = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
 			})
-			if err == nil && ca != nil {
-				err = webhook.PatchCABundle(ctx, cfg, o.Name, ca)
-			}
 		case *admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding:
 			t.Fatalf("the webhook isolation's manifest carries %T, which this server lacks", o)
 		default:
@@ -160,7 +160,35 @@ func install(ctx context.Context, t *testing.T, cfg *rest.Config, o manifest.Opt
 	if !sawConfig || admissionPod == nil {
 		t.Fatalf("the webhook isolation's manifest lacks the webhook configuration (%v) or its Deployment (%v)", sawConfig, admissionPod != nil)
 	}
+	if ca != nil {
+		inForce(ctx, t, cfg, o.WithDefaults().Namespace)
+	}
 	return *admissionPod
+}
+
+// inForce waits until the API server calls the webhook of namespace ns's
+// configuration: its admission configuration is read from a cache that
+// follows the objects a moment later, so a write just after the
+// configuration was created may pass unchecked, or meet an older version
+// of it. The probe is a dry-run Lease of another node written as the
+// agent's ServiceAccount, which only the webhook refuses.
+func inForce(ctx context.Context, t *testing.T, admin *rest.Config, ns string) {
+	t.Helper()
+	as := rest.CopyConfig(admin)
+	as.Impersonate = rest.ImpersonationConfig{UserName: manifest.AgentUser(ns), Groups: []string{"system:serviceaccounts", "system:authenticated"}}
+	cs := kubernetes.NewForConfigOrDie(as)
+	probe := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: manifest.HeartbeatLeasePrefix + "in-force-probe", Namespace: ns}}
+	for {
+		_, err := cs.CoordinationV1().Leases(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), "served by slipway's webhook") {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the webhook of %s is not called: the probe got %v", ns, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // agentOn creates a pod of the agent's ServiceAccount bound to node, and
