@@ -11,7 +11,7 @@ import (
 // binary, so every node's agent runs the inits of what it links. The API
 // server's admission packages (k8s.io/apiserver) bring feature gates,
 // metrics registries, OpenAPI formats and audit with them: measured, they
-// cost every agent about 0.8 MiB of anonymous memory and 3.5 MiB of PSS
+// cost every agent about 0.9 MiB of anonymous memory and 5 MiB of PSS
 // (docs/design/2026-11-28-old-kubernetes-webhook.md). Only the tests may
 // link them (reference_test.go).
 func TestLinksNoAPIServerCode(t *testing.T) {
