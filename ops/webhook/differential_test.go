@@ -100,6 +100,27 @@ func TestDecisionsAreTheAPIServers(t *testing.T) {
 			add(admissionv1.Update, nodeKind, "nodes", "", m, n, agentUser, unbound, other, controller)
 		}
 	}
+	eventKind := metav1.GroupVersionKind{Version: "v1", Kind: "Event"}
+	for _, host := range []string{node, "n2"} {
+		for _, about := range []corev1.ObjectReference{{Kind: "Node", Name: node}, {Kind: "Node", Name: "n2"},
+			{Kind: "UpdateChannel", Namespace: ns, Name: "c"}, {Kind: "UpdateChannel", Namespace: "other", Name: "c"}, {Kind: "Pod", Namespace: ns, Name: "p"}} {
+			ev := &corev1.Event{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Event"}, ObjectMeta: metav1.ObjectMeta{Name: "e." + host, Namespace: ns},
+				InvolvedObject: about, Source: corev1.EventSource{Host: host}, Reason: "R"}
+			add(admissionv1.Create, eventKind, "events", "", ev, nil, agentUser, unbound, other)
+		}
+	}
+	channelKind := metav1.GroupVersionKind{Group: "ops.slipway.dev", Version: "v1", Kind: "UpdateChannel"}
+	for _, url := range []string{"github-releases://rancher/k3os", "github-releases://rancher/k3os/", "file:///mirror"} {
+		for _, source := range []string{"", "https://github.com/rancher/k3os/releases", "https://github.com/evil/k3os/releases", url} {
+			ch := &v1.UpdateChannel{TypeMeta: metav1.TypeMeta{APIVersion: "ops.slipway.dev/v1", Kind: "UpdateChannel"},
+				ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns}, Spec: v1.UpdateChannelSpec{URL: url}}
+			old := ch.DeepCopy()
+			if source != "" {
+				ch.Status.Resolved = &v1.ResolvedRelease{Version: "v2", Source: source, At: metav1.Now()}
+			}
+			add(admissionv1.Update, channelKind, "updatechannels", "status", ch, old, controller, agentUser, other)
+		}
+	}
 
 	checked := 0
 	for _, o := range []manifest.Options{{Namespace: ns}, {Namespace: ns, Isolation: manifest.IsolationWebhook, MirrorDirs: []string{"/mirror"}, TokenSecrets: []string{"t"}}} {
@@ -109,10 +130,12 @@ func TestDecisionsAreTheAPIServers(t *testing.T) {
 		}
 		for name, p := range s.policies {
 			ref := compileReference(t, p.policy)
+			met := 0
 			for i, req := range corpus {
 				if !matchesResource(p, req) {
 					continue
 				}
+				met++
 				in, err := s.input(context.Background(), req)
 				if err != nil {
 					t.Fatal(err)
@@ -129,6 +152,9 @@ func TestDecisionsAreTheAPIServers(t *testing.T) {
 						req.UserInfo.Username, got.message, msg)
 				}
 			}
+			if met == 0 {
+				t.Errorf("policy %s (isolation %q) met no request of the corpus", name, o.Isolation)
+			}
 		}
 	}
 	if checked < 500 {
@@ -144,8 +170,12 @@ func matchesResource(p *compiled, req *admissionv1.AdmissionRequest) bool {
 	if mc == nil {
 		return false
 	}
+	resource := req.Resource.Resource
+	if req.SubResource != "" {
+		resource += "/" + req.SubResource
+	}
 	for _, r := range mc.ResourceRules {
-		if contains(r.APIGroups, req.Resource.Group) && contains(r.Resources, req.Resource.Resource) {
+		if contains(r.APIGroups, req.Resource.Group) && contains(r.Resources, resource) {
 			for _, op := range r.Operations {
 				if string(op) == "*" || string(op) == string(req.Operation) {
 					return true
