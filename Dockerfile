@@ -14,12 +14,7 @@ ARG TARGETOS=linux
 ARG TARGETARCH
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -tags urfave_cli_no_docs \
       -ldflags "-s -w -X slipway.dev/slipway/version.Version=${VERSION} -X slipway.dev/slipway/version.Commit=${COMMIT} -X slipway.dev/slipway/version.Date=${DATE}" \
-      -o /out/bin/slipway ./cmd/slipway \
- && CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w" \
-      -o /out/bin/slipway-admission ./cmd/slipway-admission
-# slipway-admission: the admission webhook for Kubernetes before 1.30
-# (`slipway ops manifest --isolation=webhook`), a binary of its own so that
-# no agent pays for the CEL it links.
+      -o /out/bin/slipway ./cmd/slipway
 # Multi-call names: the kubectl plugin, and the old update operator's names.
 RUN cd /out/bin && for n in kubectl-eds dogswatch bottlerocket-update-operator; do ln -s slipway "$n"; done
 

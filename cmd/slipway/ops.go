@@ -10,7 +10,7 @@ func opsCommand() *cli.Command {
 	subs = append(subs, hostCommands()...)
 	subs = append(subs, bootCommands()...)
 	subs = append(subs, clusterCommands()...)
-	subs = append(subs, manifestCommand())
+	subs = append(subs, manifestCommand(), webhookCommand())
 	return &cli.Command{
 		Name:        "ops",
 		Usage:       "upgrade this node's OS, or run the operator that upgrades the cluster",

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -9,6 +10,7 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade/layout"
 )
@@ -103,6 +105,35 @@ func (a *Agent) buildJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot) *b
 	return j
 }
 
+// confineJob adds to j what the API server needs to hold its pod to the
+// AppArmor profile its containers ask for. Under the webhook isolation the
+// server may be older than 1.30: it drops securityContext.appArmorProfile,
+// so each container that asks for Unconfined (the remount is a mount(2),
+// which the runtime's default profile refuses) also carries the beta
+// annotation container.apparmor.security.beta.kubernetes.io/<container>:
+// unconfined, which servers before 1.30 read and 1.30+ keep in step with
+// the field. The policy isolation needs 1.30, which reads the field: no
+// annotation there. Called on every Job the agent creates, after its
+// containers have their final names.
+func confineJob(j *batchv1.Job, isolation string) {
+	if isolation != process.IsolationWebhook {
+		return
+	}
+	t := &j.Spec.Template
+	// The template's annotations are the Job's map too (buildJob): the
+	// annotation goes on the pod's only.
+	t.Annotations = maps.Clone(t.Annotations)
+	for _, c := range t.Spec.Containers {
+		if sc := c.SecurityContext; sc == nil || sc.AppArmorProfile == nil || sc.AppArmorProfile.Type != corev1.AppArmorProfileTypeUnconfined {
+			continue
+		}
+		if t.Annotations == nil {
+			t.Annotations = map[string]string{}
+		}
+		t.Annotations[corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix+c.Name] = corev1.DeprecatedAppArmorBetaProfileNameUnconfined
+	}
+}
+
 // UpgradeJob is the upgrade Job an agent on opts.NodeName creates for slot
 // of ch (the attack suite checks that the admission policies admit exactly
 // this shape). opts needs NodeName and Image; the rest takes its defaults.
@@ -152,7 +183,7 @@ func Jobs(opts Options, ch *v1.UpdateChannel, slot v1.Slot) (map[string]*batchv1
 	c := &activate.Spec.Template.Spec.Containers[0]
 	c.Args = append(c.Args, phaseFlag, phaseActivate)
 	staged := Versions{Rootfs: slot.Version, Kernel: slot.Version}
-	return map[string]*batchv1.Job{
+	jobs := map[string]*batchv1.Job{
 		JobUpgrade:  a.buildJob(ch, s, slot),
 		JobActivate: activate,
 		JobStage:    a.buildStageJob(ch, s, v1.StagePermit{Node: slot.Node, Version: slot.Version, Since: slot.Since}, slot.Attempt),
@@ -162,5 +193,9 @@ func Jobs(opts Options, ch *v1.UpdateChannel, slot v1.Slot) (map[string]*batchv1
 			[]layout.Component{layout.Rootfs, layout.Kernel}),
 		JobRollbackOrphan: a.buildRollbackJob(nil, rollbackJobName(opts.NodeName, slot.Version, "boot-2", slot.Attempt), staged, "boot-2", slot.Attempt,
 			[]layout.Component{layout.Rootfs}),
-	}, nil
+	}
+	for _, j := range jobs {
+		confineJob(j, opts.Isolation)
+	}
+	return jobs, nil
 }

@@ -43,6 +43,7 @@ func jobOwnedBy(j *batchv1.Job, channelUID types.UID, s v1.Slot) (bool, string) 
 // Event: a name this node needs is taken, and the node does not take
 // that Job's result for its own.
 func (a *Agent) createJob(ctx context.Context, ch *v1.UpdateChannel, j *batchv1.Job) error {
+	confineJob(j, a.opts.Isolation)
 	_, err := a.kube.BatchV1().Jobs(j.Namespace).Create(ctx, j, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		return err

@@ -98,6 +98,11 @@ type Options struct {
 	LoopAllowance time.Duration
 	// Log receives structured logs (default slog.Default()).
 	Log *slog.Logger
+	// Isolation is how the manifest confines the agent (process.IsolationPolicy
+	// or process.IsolationWebhook; default: what process.IsolationEnv says).
+	// Under the webhook isolation the upgrade Jobs also carry AppArmor's
+	// beta annotation, which API servers before 1.30 read (confineJob).
+	Isolation string
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -143,6 +148,15 @@ func (o Options) withDefaults() (Options, error) {
 	process.Timings(&o.Resync, &o.LeaseDuration, &o.HeartbeatInterval, &o.LoopAllowance)
 	if o.Log == nil {
 		o.Log = slog.Default()
+	}
+	if o.Isolation == "" {
+		var err error
+		if o.Isolation, err = process.Isolation(); err != nil {
+			return o, err
+		}
+	}
+	if o.Isolation != process.IsolationPolicy && o.Isolation != process.IsolationWebhook {
+		return o, fmt.Errorf("isolation %q: want %q or %q", o.Isolation, process.IsolationPolicy, process.IsolationWebhook)
 	}
 	// Names the node in the API server's audit log: which agent wrote what.
 	o.Config = process.ClientConfig(o.Config, fmt.Sprintf("slipway-agent/%s node/%s", version.Version, o.NodeName))

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"slipway.dev/slipway/ops/admission"
 )
@@ -157,14 +158,34 @@ func jobShape(o Options, m func(string, ...any) string) []admissionv1.Validation
 	only := func(path string, keys ...string) string {
 		return fmt.Sprintf("dyn(%s).all(k, k in %s)", path, admission.CELList(keys))
 	}
-	meta := func(path string, extraLabels ...string) string {
+	// meta: the labels, annotations and no owner of the Job (pod false)
+	// or its pod template (pod true). Under the webhook isolation the pod
+	// may also carry AppArmor's beta annotation for its container.
+	meta := func(path string, pod bool, extraLabels ...string) string {
 		keys := append([]string{AppNameKey, ManagedByKey, JobNodeKey, JobChannelKey}, extraLabels...)
+		annotation := "k.startsWith('ops.slipway.dev/')"
+		if pod && o.Isolation == IsolationWebhook {
+			annotation += " || k == " + appArmorAnnotation
+		}
 		return fmt.Sprintf("%[1]s.?labels.orValue({}).all(k, k in %[2]s) && %[1]s.?labels[?%[3]q].orValue('') == %[4]q && %[1]s.?labels[?%[5]q].orValue('') == %[6]q && %[8]q in %[1]s.?labels.orValue({}) && "+
-			"%[1]s.?annotations.orValue({}).all(k, k.startsWith('ops.slipway.dev/')) && !has(%[1]s.ownerReferences) && !has(%[1]s.finalizers)",
-			path, admission.CELList(keys), AppNameKey, UpgradeAppName, ManagedByKey, AgentManagedBy, "", JobChannelKey)
+			"%[1]s.?annotations.orValue({}).all(k, %[9]s) && !has(%[1]s.ownerReferences) && !has(%[1]s.finalizers)",
+			path, admission.CELList(keys), AppNameKey, UpgradeAppName, ManagedByKey, AgentManagedBy, "", JobChannelKey, annotation)
+	}
+	// The AppArmor profile: the field (Kubernetes 1.30+). Under the webhook
+	// isolation the server may be older and drop the field, so the pod
+	// carries the beta annotation, exactly "unconfined", and the field is
+	// either dropped or Unconfined.
+	appArmor := "has(variables.sc.appArmorProfile) && " + only("variables.sc.appArmorProfile", "type") + " && variables.sc.appArmorProfile.type == 'Unconfined'"
+	appArmorWords := "AppArmor unconfined (for its remount)"
+	if o.Isolation == IsolationWebhook {
+		appArmor = fmt.Sprintf("(!has(variables.sc.appArmorProfile) || %s && variables.sc.appArmorProfile.type == 'Unconfined') && "+
+			"object.spec.template.metadata.?annotations[?%s].orValue('') == %q",
+			only("variables.sc.appArmorProfile", "type"), appArmorAnnotation, corev1.DeprecatedAppArmorBetaProfileNameUnconfined)
+		appArmorWords = fmt.Sprintf("AppArmor unconfined (for its remount) by the pod's annotation %s<container>: %s (and the field, on servers that keep it)",
+			corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix, corev1.DeprecatedAppArmorBetaProfileNameUnconfined)
 	}
 	return []admissionv1.Validation{
-		{Expression: meta("object.metadata") + " && " + meta("object.spec.template.metadata", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "controller-uid", "job-name") +
+		{Expression: meta("object.metadata", false) + " && " + meta("object.spec.template.metadata", true, "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "controller-uid", "job-name") +
 			" && " + only("object.spec.template.metadata", "labels", "annotations", "creationTimestamp") +
 			// An API server before 1.35 sends the template's zero creationTimestamp as null.
 			" && object.spec.template.metadata.?creationTimestamp.orValue(null) == null",
@@ -199,15 +220,19 @@ func jobShape(o Options, m func(string, ...any) string) []admissionv1.Validation
 			"variables.sc.?runAsUser.orValue(-1) == 0 && variables.sc.?allowPrivilegeEscalation.orValue(true) == false && " +
 			"has(variables.sc.capabilities) && " + only("variables.sc.capabilities", "drop", "add") + " && variables.sc.capabilities.?drop.orValue([]) == ['ALL'] && " +
 			"variables.sc.capabilities.?add.orValue([]).all(x, x in " + admission.CELList(JobCapabilities) + ") && " +
-			"has(variables.sc.appArmorProfile) && " + only("variables.sc.appArmorProfile", "type") + " && variables.sc.appArmorProfile.type == 'Unconfined'",
-			Message: m("a container as root, not privileged, no privilege escalation, all capabilities dropped but %v, AppArmor unconfined (for its remount), "+
-				"the runtime's seccomp profile, no SELinux type, no proc mount, no other user or group", JobCapabilities)},
+			appArmor,
+			Message: m("a container as root, not privileged, no privilege escalation, all capabilities dropped but %v, %s, "+
+				"the runtime's seccomp profile, no SELinux type, no proc mount, no other user or group", JobCapabilities, appArmorWords)},
 		{Expression: fmt.Sprintf("variables.args.indexOf('--system-dir') > 1 && variables.args.indexOf('--system-dir') + 1 < size(variables.args) && variables.args[variables.args.indexOf('--system-dir') + 1] == %q && "+
 			"variables.args.indexOf('--lock-file') > 1 && variables.args.indexOf('--lock-file') + 1 < size(variables.args) && variables.args[variables.args.indexOf('--lock-file') + 1] == %q && "+
 			"variables.args.filter(a, a.startsWith('--system-dir') || a.startsWith('--lock-file')).size() == 2", JobSystemDir, JobLockDir+"/upgrade.lock"),
 			Message: m("--system-dir %s --lock-file %s, once each", JobSystemDir, JobLockDir+"/upgrade.lock")},
 	}
 }
+
+// appArmorAnnotation is, in CEL, the key of AppArmor's beta annotation
+// for the Job's container (corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + its name).
+var appArmorAnnotation = fmt.Sprintf("(%q + variables.c.name)", corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix)
 
 // identityVariables are the CEL variables of a Job's identity: its kind
 // (from its action annotation) and the name prefix of the requester's

@@ -16,8 +16,8 @@ import (
 // put no node name in a bound token, so the manifest confines the agent
 // and the controller by slipway's admission webhook instead
 // (Options.Isolation = IsolationWebhook, `slipway ops manifest
-// --isolation=webhook`). The webhook (the slipway-admission binary, in
-// the same image, run by the slipway-admission Deployment) evaluates the very policies the policy
+// --isolation=webhook`). The webhook (`slipway ops webhook`, the same
+// binary, run by the slipway-admission Deployment) evaluates the very policies the policy
 // isolation installs, one webhook entry per policy, so what is refused is
 // the same on both; docs/agent/old-kubernetes.md says which confinements
 // hold on an old server and which do not.
@@ -143,7 +143,7 @@ func webhookObjects(o Options) []any {
 					},
 					Containers: []corev1.Container{{
 						Name: "admission", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
-						Command: []string{"slipway-admission"}, Args: append([]string{"--config-name", cfg.Name,
+						Command: []string{"slipway"}, Args: append([]string{"ops", "webhook", "--config-name", cfg.Name,
 							"--service-host", admissionServiceHost(o)}, webhookManifestArgs(o)...),
 						Env:   []corev1.EnvVar{fieldEnv(EnvNamespace, "metadata.namespace")},
 						Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: AdmissionPort, Protocol: corev1.ProtocolTCP}},

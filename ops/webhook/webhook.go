@@ -3,9 +3,9 @@
 // k3s 1.22 and 1.23) has no ValidatingAdmissionPolicy v1 and puts no node
 // name in a bound service-account token. The Server answers the API
 // server's validating webhook calls by evaluating the very policies the
-// manifest generates, with the API server's own CEL admission code
-// (k8s.io/apiserver's validating policy validator), so the webhook and the
-// policies cannot drift apart.
+// manifest generates, with the CEL environment of the API server's
+// ValidatingAdmissionPolicies (cel.go), so the webhook and the policies
+// cannot drift apart.
 //
 // The node a request comes from is what a 1.30 server would put in the
 // request's user info (authentication.kubernetes.io/node-name): when the
@@ -25,8 +25,7 @@ import (
 	"net/http"
 	"strings"
 
-	celgo "github.com/google/cel-go/cel"
-	celtypes "github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/cel"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -34,13 +33,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/admission"
-	"k8s.io/apiserver/pkg/admission/plugin/cel"
-	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
-	celconfig "k8s.io/apiserver/pkg/apis/cel"
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/cel/environment"
 )
 
 // User-info extras a bound service-account token carries.
@@ -64,9 +56,8 @@ type Server struct {
 }
 
 type compiled struct {
-	policy  *admissionregv1.ValidatingAdmissionPolicy
-	matcher matchconditions.Matcher // nil: no match conditions
-	checks  cel.ConditionEvaluator  // the validations, in order
+	policy *admissionregv1.ValidatingAdmissionPolicy
+	c      *compiledPolicy
 }
 
 // New compiles policies. pods reads the pod a token is bound to (the
@@ -74,6 +65,10 @@ type compiled struct {
 func New(policies []*admissionregv1.ValidatingAdmissionPolicy, pods PodGetter, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	env, err := newEnv()
+	if err != nil {
+		return nil, fmt.Errorf("the policies' CEL environment: %w", err)
 	}
 	s := &Server{policies: map[string]*compiled{}, pods: pods, log: log}
 	for _, p := range policies {
@@ -83,7 +78,7 @@ func New(policies []*admissionregv1.ValidatingAdmissionPolicy, pods PodGetter, l
 		if _, dup := s.policies[p.Name]; dup {
 			return nil, fmt.Errorf("policy %s given twice", p.Name)
 		}
-		c, err := compile(p)
+		c, err := compile(env, p)
 		if err != nil {
 			return nil, fmt.Errorf("compile policy %s: %w", p.Name, err)
 		}
@@ -92,11 +87,11 @@ func New(policies []*admissionregv1.ValidatingAdmissionPolicy, pods PodGetter, l
 	return s, nil
 }
 
-// compile does what the API server's ValidatingAdmissionPolicy plugin does
-// with p (its compilePolicy): one composited compiler over the base
-// environment holding the policy's variables, its match conditions and its
-// validations, authorizer declared.
-func compile(p *admissionregv1.ValidatingAdmissionPolicy) (*compiled, error) {
+// compile checks that the webhook can evaluate p as the API server would
+// (no messageExpression, no audit annotation) and compiles its variables,
+// match conditions and validations. The API server reports a bad
+// expression only when it runs; the webhook fails at start instead.
+func compile(env *cel.Env, p *admissionregv1.ValidatingAdmissionPolicy) (*compiled, error) {
 	for _, v := range p.Spec.Validations {
 		if v.MessageExpression != "" {
 			return nil, fmt.Errorf("validation %q has a messageExpression, which the webhook does not evaluate: give it a message", v.Expression)
@@ -105,54 +100,11 @@ func compile(p *admissionregv1.ValidatingAdmissionPolicy) (*compiled, error) {
 	if len(p.Spec.AuditAnnotations) > 0 {
 		return nil, errors.New("the webhook does not write audit annotations: the policy must have none")
 	}
-	opt := cel.OptionalVariableDeclarations{HasParams: false, HasAuthorizer: true}
-	compiler, err := cel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	c, err := compilePolicy(env, p)
 	if err != nil {
 		return nil, err
 	}
-	vars := make([]cel.NamedExpressionAccessor, len(p.Spec.Variables))
-	for i, v := range p.Spec.Variables {
-		vars[i] = &variable{name: v.Name, expression: v.Expression}
-	}
-	compiler.CompileAndStoreVariables(vars, opt, environment.StoredExpressions)
-	validations := make([]cel.ExpressionAccessor, len(p.Spec.Validations))
-	for i, v := range p.Spec.Validations {
-		validations[i] = &validation{expression: v.Expression, message: v.Message, reason: v.Reason}
-	}
-	c := &compiled{policy: p, checks: compiler.CompileCondition(validations, opt, environment.StoredExpressions)}
-	matches := compiler.CompileCondition(matchAccessors(p), opt, environment.StoredExpressions)
-	// The API server reports a bad expression only when it runs; fail at start instead.
-	if err := errors.Join(append(c.checks.CompilationErrors(), matches.CompilationErrors()...)...); err != nil {
-		return nil, err
-	}
-	if len(p.Spec.MatchConditions) > 0 {
-		c.matcher = matchconditions.NewMatcher(compiler.CompileCondition(matchAccessors(p), opt, environment.StoredExpressions),
-			p.Spec.FailurePolicy, "policy", "validate", p.Name)
-	}
-	return c, nil
-}
-
-// variable and validation are a policy's expressions as the CEL compiler takes them.
-type variable struct{ name, expression string }
-
-func (v *variable) GetName() string            { return v.name }
-func (v *variable) GetExpression() string      { return v.expression }
-func (v *variable) ReturnTypes() []*celgo.Type { return []*celgo.Type{celgo.AnyType, celgo.DynType} }
-
-type validation struct {
-	expression, message string
-	reason              *metav1.StatusReason
-}
-
-func (v *validation) GetExpression() string      { return v.expression }
-func (v *validation) ReturnTypes() []*celgo.Type { return []*celgo.Type{celgo.BoolType} }
-
-func matchAccessors(p *admissionregv1.ValidatingAdmissionPolicy) []cel.ExpressionAccessor {
-	out := make([]cel.ExpressionAccessor, len(p.Spec.MatchConditions))
-	for i := range p.Spec.MatchConditions {
-		out[i] = (*matchconditions.MatchCondition)(&p.Spec.MatchConditions[i])
-	}
-	return out
+	return &compiled{policy: p, c: c}, nil
 }
 
 // ServeHTTP answers one AdmissionReview (v1) for the policy named by the path.
@@ -194,12 +146,12 @@ func (s *Server) Review(ctx context.Context, p *compiled, req *admissionv1.Admis
 		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg}
 		return resp
 	}
-	attrs, err := s.attributes(ctx, req)
+	in, err := s.input(ctx, req)
 	if err != nil {
 		s.log.Warn("admission refused: the request cannot be read", "policy", p.policy.Name, "user", req.UserInfo.Username, "err", err)
 		return deny(http.StatusForbidden, metav1.StatusReasonForbidden, fmt.Sprintf("ValidatingAdmissionPolicy '%s' (served by slipway's webhook) denied request: %v", p.policy.Name, err))
 	}
-	d := p.decide(ctx, attrs, req)
+	d := p.decide(in)
 	if d.allowed {
 		return resp
 	}
@@ -222,81 +174,69 @@ type decision struct {
 // decide evaluates the policy as the API server's validator does: not
 // matched by its match conditions, it admits; else the first validation
 // that is false denies with its message, and one that cannot be evaluated
-// denies (the policies fail closed).
-func (p *compiled) decide(ctx context.Context, attrs *admission.VersionedAttributes, req *admissionv1.AdmissionRequest) decision {
-	failed := func(err error) decision {
+// (or a match condition that cannot) denies (the policies fail closed).
+func (p *compiled) decide(in input) decision {
+	matched, v, err := p.c.evaluate(in)
+	if err != nil {
 		return decision{reason: metav1.StatusReasonInvalid, message: "expression not evaluated: " + err.Error()}
 	}
-	if p.matcher != nil {
-		m := p.matcher.Match(ctx, attrs, nil, nil)
-		if m.Error != nil {
-			return failed(m.Error)
-		}
-		if !m.Matches {
-			return decision{allowed: true}
-		}
+	if !matched || v == nil {
+		return decision{allowed: true}
 	}
-	gvr := metav1.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
-	gvk := metav1.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind}
-	results, _, err := p.checks.ForInput(ctx, attrs, cel.CreateAdmissionRequest(attrs.Attributes, gvr, gvk),
-		cel.OptionalVariableBindings{}, nil, celconfig.RuntimeCELCostBudget)
-	if err != nil {
-		return failed(err)
+	d := decision{reason: metav1.StatusReasonInvalid, message: "failed expression: " + v.expression}
+	if v.reason != "" {
+		d.reason = metav1.StatusReason(v.reason)
 	}
-	for _, r := range results {
-		v, _ := r.ExpressionAccessor.(*validation)
-		if r.Error != nil {
-			return failed(r.Error)
-		}
-		if r.EvalResult == celtypes.True {
-			continue
-		}
-		d := decision{reason: metav1.StatusReasonInvalid, message: "failed expression: " + r.ExpressionAccessor.GetExpression()}
-		if v != nil && v.reason != nil {
-			d.reason = *v.reason
-		}
-		if v != nil && v.message != "" {
-			d.message = v.message
-		}
-		return d
+	if v.message != "" {
+		d.message = v.message
 	}
-	return decision{allowed: true}
+	return d
 }
 
-// attributes turns the request into what the API server's policy plugin sees.
-func (s *Server) attributes(ctx context.Context, req *admissionv1.AdmissionRequest) (*admission.VersionedAttributes, error) {
+// input turns the request into what the policies' expressions see:
+// object and oldObject as stored, and request as the API server's
+// ValidatingAdmissionPolicy plugin builds it (its CreateAdmissionRequest:
+// no objects, the requester with the node-name extra).
+func (s *Server) input(ctx context.Context, req *admissionv1.AdmissionRequest) (input, error) {
+	var in input
 	obj, err := decode(req.Object)
 	if err != nil {
-		return nil, fmt.Errorf("decode the object: %w", err)
+		return in, fmt.Errorf("decode the object: %w", err)
 	}
 	old, err := decode(req.OldObject)
 	if err != nil {
-		return nil, fmt.Errorf("decode the old object: %w", err)
+		return in, fmt.Errorf("decode the old object: %w", err)
 	}
 	info, err := s.userInfo(ctx, req.UserInfo)
 	if err != nil {
-		return nil, err
+		return in, err
 	}
-	gvk := schema.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind}
-	gvr := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
 	dryRun := req.DryRun != nil && *req.DryRun
-	var opts runtime.Object
-	if o, err := decode(req.Options); err == nil && o != nil {
-		opts = o
+	r := &admissionv1.AdmissionRequest{Kind: req.Kind, Resource: req.Resource, SubResource: req.SubResource,
+		RequestKind: req.RequestKind, RequestResource: req.RequestResource, RequestSubResource: req.RequestSubResource,
+		Name: req.Name, Namespace: req.Namespace, Operation: req.Operation, UserInfo: info, DryRun: &dryRun, Options: req.Options}
+	if r.RequestKind == nil {
+		r.RequestKind = &r.Kind
 	}
-	a := admission.NewAttributesRecord(obj, old, gvk, req.Namespace, req.Name, gvr, req.SubResource,
-		admission.Operation(req.Operation), opts, dryRun, info)
-	va := &admission.VersionedAttributes{Attributes: a, VersionedKind: gvk}
+	if r.RequestResource == nil {
+		r.RequestResource = &r.Resource
+	}
+	request, err := runtime.DefaultUnstructuredConverter.ToUnstructured(r)
+	if err != nil {
+		return in, fmt.Errorf("convert the request: %w", err)
+	}
+	in.request = request
 	if obj != nil {
-		va.VersionedObject = obj
+		in.object = obj
 	}
 	if old != nil {
-		va.VersionedOldObject = old
+		in.oldObject = old
 	}
-	return va, nil
+	return in, nil
 }
 
-func decode(raw runtime.RawExtension) (runtime.Object, error) {
+// decode is an object of the request as unstructured data (nil: none).
+func decode(raw runtime.RawExtension) (map[string]any, error) {
 	if len(raw.Raw) == 0 || string(raw.Raw) == "null" {
 		return nil, nil
 	}
@@ -304,7 +244,7 @@ func decode(raw runtime.RawExtension) (runtime.Object, error) {
 	if err := u.UnmarshalJSON(raw.Raw); err != nil {
 		return nil, err
 	}
-	return u, nil
+	return u.Object, nil
 }
 
 // userInfo is the requester as the policies expect to see it: with the
@@ -315,12 +255,12 @@ func decode(raw runtime.RawExtension) (runtime.Object, error) {
 // extra. A requester whose token names no pod, or a pod that cannot be
 // read or is not the token's, gets no node (the policies then refuse what
 // needs one).
-func (s *Server) userInfo(ctx context.Context, in authenticationv1.UserInfo) (user.Info, error) {
-	extra := make(map[string][]string, len(in.Extra)+1)
+func (s *Server) userInfo(ctx context.Context, in authenticationv1.UserInfo) (authenticationv1.UserInfo, error) {
+	extra := make(map[string]authenticationv1.ExtraValue, len(in.Extra)+1)
 	for k, v := range in.Extra {
-		extra[k] = append([]string(nil), v...)
+		extra[k] = append(authenticationv1.ExtraValue(nil), v...)
 	}
-	info := &user.DefaultInfo{Name: in.Username, UID: in.UID, Groups: in.Groups, Extra: extra}
+	info := authenticationv1.UserInfo{Username: in.Username, UID: in.UID, Groups: in.Groups, Extra: extra}
 	if len(extra[NodeNameExtra]) > 0 || len(extra[PodNameExtra]) != 1 {
 		return info, nil
 	}
@@ -338,7 +278,7 @@ func (s *Server) userInfo(ctx context.Context, in authenticationv1.UserInfo) (us
 		return info, nil
 	}
 	if node != "" {
-		extra[NodeNameExtra] = []string{node}
+		extra[NodeNameExtra] = authenticationv1.ExtraValue{node}
 	}
 	return info, nil
 }

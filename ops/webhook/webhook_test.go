@@ -75,7 +75,7 @@ func TestNodeFromTheBoundPod(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := first(info.GetExtra()[NodeNameExtra]); got != c.node {
+			if got := first(info.Extra[NodeNameExtra]); got != c.node {
 				t.Errorf("node %q, want %q", got, c.node)
 			}
 		})

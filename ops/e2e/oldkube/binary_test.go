@@ -2,12 +2,15 @@ package oldkube
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,19 +22,42 @@ import (
 	"slipway.dev/slipway/ops/testenv"
 )
 
-// TestAdmissionBinary runs the slipway-admission binary with the arguments
-// the manifest's Deployment gives it: it writes its CA into the webhook
-// configuration and the old API server then refuses through it.
-func TestAdmissionBinary(t *testing.T) {
+// slipway is the slipway binary, built once for the tests that run it.
+var slipway = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "slipway-oldkube-bin-")
+	if err != nil {
+		return "", err
+	}
+	binDir = dir
+	bin := filepath.Join(dir, "slipway")
+	build := exec.Command("go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-o", bin, "slipway.dev/slipway/cmd/slipway")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build slipway: %w\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// binDir holds the binary slipway built (TestMain removes it).
+var binDir string
+
+func slipwayBin(t *testing.T) string {
+	t.Helper()
+	bin, err := slipway()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// TestAdmissionWebhookCommand runs `slipway ops webhook` with the command
+// and arguments the manifest's Deployment gives it: it writes its CA into
+// the webhook configuration and the old API server then refuses through it.
+func TestAdmissionWebhookCommand(t *testing.T) {
 	e := testenv.Need(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	bin := filepath.Join(t.TempDir(), "slipway-admission")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "slipway.dev/slipway/cmd/slipway-admission")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build slipway-admission: %v\n%s", err, out)
-	}
+	bin := slipwayBin(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -49,8 +75,8 @@ func TestAdmissionBinary(t *testing.T) {
 		}
 	}
 	args = append(args, "--port", strconv.Itoa(port), "--kubeconfig", e.Kubeconfig, "--namespace", o.Namespace)
-	if c.Command[0] != "slipway-admission" {
-		t.Fatalf("the Deployment runs %v, want slipway-admission", c.Command)
+	if !slices.Equal(c.Command, []string{"slipway"}) || len(args) < 2 || args[0] != "ops" || args[1] != "webhook" {
+		t.Fatalf("the Deployment runs %v %v, want slipway ops webhook", c.Command, c.Args)
 	}
 	var logs strings.Builder
 	cmd := exec.Command(bin, args...)
@@ -62,7 +88,7 @@ func TestAdmissionBinary(t *testing.T) {
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
 		if t.Failed() {
-			t.Logf("slipway-admission's log:\n%s", logs.String())
+			t.Logf("slipway ops webhook's log:\n%s", logs.String())
 		}
 	}()
 
@@ -75,7 +101,7 @@ func TestAdmissionBinary(t *testing.T) {
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("slipway-admission never wrote its CA into %s: %v", name, err)
+			t.Fatalf("slipway ops webhook never wrote its CA into %s: %v", name, err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -84,14 +110,8 @@ func TestAdmissionBinary(t *testing.T) {
 	node(ctx, t, admin, na)
 	node(ctx, t, admin, nb)
 	a := agentIn(ctx, t, e.Config, o.Namespace, na, "agent-"+na)
-	// The server may call before the listener is up: retry the allowed write a while.
-	for {
-		_, err = a.CoreV1().Nodes().Patch(ctx, na, types.MergePatchType, labelPatch("ops.slipway.dev/bin"), metav1.PatchOptions{})
-		if err == nil || !strings.Contains(err.Error(), "failed calling webhook") || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	inForce(ctx, t, e.Config, o.Namespace) // the CA the command wrote, as the server's cache has it
+	_, err = a.CoreV1().Nodes().Patch(ctx, na, types.MergePatchType, labelPatch("ops.slipway.dev/bin"), metav1.PatchOptions{})
 	allowed(t, "agent on bin-a labels its own Node", err)
 	_, err = a.CoreV1().Nodes().Patch(ctx, nb, types.MergePatchType, labelPatch("ops.slipway.dev/bin"), metav1.PatchOptions{})
 	denied(t, "agent on bin-a labels bin-b", err, "own")

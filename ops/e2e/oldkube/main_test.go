@@ -27,5 +27,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(testenv.RunMain(m, testenv.Options{OldKube: true, CRDs: objs}, &env))
+	code := testenv.RunMain(m, testenv.Options{OldKube: true, CRDs: objs}, &env)
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }

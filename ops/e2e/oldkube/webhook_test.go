@@ -24,7 +24,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"slipway.dev/slipway/ops/agent"
+	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/manifest"
+	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/ops/webhook"
 )
@@ -137,14 +140,14 @@ func install(ctx context.Context, t *testing.T, cfg *rest.Config, o manifest.Opt
 				path := *o.Webhooks[i].ClientConfig.Service.Path
 				o.Webhooks[i].ClientConfig = admissionv1.WebhookClientConfig{URL: ptr.To("https://" + addr + path)}
 			}
+			for i := range o.Webhooks {
+				o.Webhooks[i].ClientConfig.CABundle = ca // in the object the server first sees: no call without it
+			}
 			_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, o, metav1.CreateOptions{})
 			name := o.Name
 			t.Cleanup(func() {
 				_ = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
 			})
-			if err == nil && ca != nil {
-				err = webhook.PatchCABundle(ctx, cfg, o.Name, ca)
-			}
 		case *admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding:
 			t.Fatalf("the webhook isolation's manifest carries %T, which this server lacks", o)
 		default:
@@ -157,7 +160,35 @@ func install(ctx context.Context, t *testing.T, cfg *rest.Config, o manifest.Opt
 	if !sawConfig || admissionPod == nil {
 		t.Fatalf("the webhook isolation's manifest lacks the webhook configuration (%v) or its Deployment (%v)", sawConfig, admissionPod != nil)
 	}
+	if ca != nil {
+		inForce(ctx, t, cfg, o.WithDefaults().Namespace)
+	}
 	return *admissionPod
+}
+
+// inForce waits until the API server calls the webhook of namespace ns's
+// configuration: its admission configuration is read from a cache that
+// follows the objects a moment later, so a write just after the
+// configuration was created may pass unchecked, or meet an older version
+// of it. The probe is a dry-run Lease of another node written as the
+// agent's ServiceAccount, which only the webhook refuses.
+func inForce(ctx context.Context, t *testing.T, admin *rest.Config, ns string) {
+	t.Helper()
+	as := rest.CopyConfig(admin)
+	as.Impersonate = rest.ImpersonationConfig{UserName: manifest.AgentUser(ns), Groups: []string{"system:serviceaccounts", "system:authenticated"}}
+	cs := kubernetes.NewForConfigOrDie(as)
+	probe := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: manifest.HeartbeatLeasePrefix + "in-force-probe", Namespace: ns}}
+	for {
+		_, err := cs.CoordinationV1().Leases(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), "served by slipway's webhook") {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the webhook of %s is not called: the probe got %v", ns, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // agentOn creates a pod of the agent's ServiceAccount bound to node, and
@@ -260,22 +291,47 @@ func TestWebhookConfinesTheAgentToItsNode(t *testing.T) {
 	_, err = a.CoordinationV1().Leases(ns).Create(ctx, lease(nb), metav1.CreateOptions{})
 	denied(t, "agent on old-a writes old-b's heartbeat Lease", err, "own node's heartbeat")
 
-	job := func(n, name string) *batchv1.Job {
-		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: batchv1.JobSpec{
-			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{NodeName: n, RestartPolicy: corev1.RestartPolicyNever,
-				AutomountServiceAccountToken: ptr.To(false),
-				Containers: []corev1.Container{{Name: "upgrade", Image: manifest.DefaultImage(), Command: []string{"slipway"},
-					Args:            []string{"ops", "prune"},
-					SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)}}}}}}}
+	// The agent's own Jobs of every kind, from its Job builder under the
+	// webhook isolation, as it creates them: the 1.23 server drops their
+	// appArmorProfile field and keeps the beta annotation.
+	ch := &opsv1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "c-" + run, Namespace: ns, UID: types.UID("uid-" + run)},
+		Spec: opsv1.UpdateChannelSpec{URL: "github-releases://rancher/k3os", Version: "v2"}}
+	jobs, err := agent.Jobs(agent.Options{NodeName: na, Image: manifest.DefaultImage(), Namespace: ns, Isolation: process.IsolationWebhook}, ch,
+		opsv1.Slot{Node: na, Version: "v2", Attempt: 1, Since: metav1.Now()})
+	if err != nil {
+		t.Fatal(err)
 	}
-	_, err = a.BatchV1().Jobs(ns).Create(ctx, job(na, "prune-"+na), metav1.CreateOptions{})
-	allowed(t, "agent on old-a creates a slipway Job on old-a", err)
-	_, err = a.BatchV1().Jobs(ns).Create(ctx, job(nb, "prune-"+nb), metav1.CreateOptions{})
+	for kind, j := range jobs {
+		j = j.DeepCopy()
+		if kind == agent.JobActivate {
+			j.Name += "-activate" // the upgrade Job's name: the agent creates one or the other for a slot
+		}
+		got, err := a.BatchV1().Jobs(ns).Create(ctx, j, metav1.CreateOptions{})
+		allowed(t, "agent on old-a creates its own "+kind+" Job", err)
+		if err != nil {
+			continue
+		}
+		c := got.Spec.Template.Spec.Containers[0]
+		if v := got.Spec.Template.Annotations[corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix+c.Name]; v != corev1.DeprecatedAppArmorBetaProfileNameUnconfined {
+			t.Errorf("the %s Job as stored: AppArmor annotation %q, want %q", kind, v, corev1.DeprecatedAppArmorBetaProfileNameUnconfined)
+		}
+	}
+	upgrade := func(name string, mutate func(*batchv1.Job)) *batchv1.Job {
+		j := jobs[agent.JobUpgrade].DeepCopy()
+		j.Name = name
+		mutate(j)
+		return j
+	}
+	_, err = a.BatchV1().Jobs(ns).Create(ctx, upgrade(jobs[agent.JobUpgrade].Name+"-b", func(j *batchv1.Job) { j.Spec.Template.Spec.NodeName = nb }),
+		metav1.CreateOptions{})
 	denied(t, "agent on old-a creates a Job pinned to old-b", err, "pinned")
-	priv := job(na, "priv-"+na)
-	priv.Spec.Template.Spec.HostPID = true
-	_, err = a.BatchV1().Jobs(ns).Create(ctx, priv, metav1.CreateOptions{})
-	denied(t, "agent on old-a creates a host-PID Job", err, "host PID")
+	_, err = a.BatchV1().Jobs(ns).Create(ctx, upgrade(jobs[agent.JobUpgrade].Name+"-pid", func(j *batchv1.Job) { j.Spec.Template.Spec.HostPID = true }),
+		metav1.CreateOptions{})
+	denied(t, "agent on old-a creates a host-PID Job", err, "host")
+	_, err = a.BatchV1().Jobs(ns).Create(ctx, upgrade(jobs[agent.JobUpgrade].Name+"-aa", func(j *batchv1.Job) {
+		j.Spec.Template.Annotations[corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix+"upgrade"] = "localhost/other"
+	}), metav1.CreateOptions{})
+	denied(t, "agent on old-a creates a Job with another AppArmor profile", err, "AppArmor")
 
 	// A token of the agent's ServiceAccount bound to no pod names no node.
 	tr, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, manifest.AgentName, &authTokenRequest, metav1.CreateOptions{})

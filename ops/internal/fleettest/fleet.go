@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -46,7 +47,7 @@ type Fleet struct {
 	Kube kubernetes.Interface
 	Ops  versioned.Interface
 	Root string // the nodes' directories (system directory, boot ID, lock)
-	// Mu guards FailOn, StageTime and StagingMost.
+	// Mu guards FailOn, RunJob, StageTime and StagingMost.
 	Mu       sync.Mutex
 	agents   map[string]*runningAgent
 	programs Programs
@@ -56,6 +57,9 @@ type Fleet struct {
 	// held: nodes whose slot Jobs (upgrade or activation) wait for the
 	// test's word (HoldJobs): true runs the Job, false fails it.
 	held map[string]chan bool
+	// RunJob, when set, runs each Job that is not to fail in place of the
+	// stand-in's own swap (a test that runs the Job's real command).
+	RunJob func(j *batchv1.Job) bool
 	// StageTime is how long a staging Job takes (others finish at once);
 	// stagingNow and StagingMost count the staging Jobs running, now and at most.
 	StageTime               time.Duration

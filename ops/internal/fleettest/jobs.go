@@ -134,9 +134,14 @@ func (f *Fleet) runJob(j *batchv1.Job, fail bool) bool {
 	node := jobNode(j)
 	args := j.Spec.Template.Spec.Containers[0].Args
 	version := protocol.ArgAfterFlag(args, "--version")
+	f.Mu.Lock()
+	run := f.RunJob
+	f.Mu.Unlock()
 	switch {
 	case fail:
 		return false
+	case run != nil:
+		return run(j)
 	case args[1] == "rollback":
 		return f.RunRollback(node, args)
 	case args[1] == "prune":
