@@ -40,7 +40,9 @@ func TestJobNamesBindOneNode(t *testing.T) {
 		}
 		return names
 	}
-	mid := func(n int, tail string) string { return "gke-prod-pool-a-" + strings.Repeat("x", n-16-len(tail)) + tail }
+	mid := func(n int, tail string) string {
+		return "gke-prod-pool-a-" + strings.Repeat("x", n-16-len(tail)) + tail
+	}
 	for _, tc := range []struct{ what, attacker, victim string }{
 		{"a dash where the victim has a dot", "dot-a-b.lan", "dot-a.b.lan"},
 		{"a long name that differs near its end", mid(60, "-1a2b"), mid(60, "-1a2c")},
