@@ -22,9 +22,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
-	swarmclient "slipway.dev/slipway/ops/generated/swarm/clientset/versioned"
 	"slipway.dev/slipway/ops/attack/mutate"
 	"slipway.dev/slipway/ops/drain"
+	swarmclient "slipway.dev/slipway/ops/generated/swarm/clientset/versioned"
 	"slipway.dev/slipway/ops/protocol"
 	swarmconfig "slipway.dev/slipway/ops/swarm/config"
 	swarmmanifest "slipway.dev/slipway/ops/swarm/manifest"

@@ -168,7 +168,9 @@ func ControllerConfigMapsPolicyName(namespace string) string {
 // ConfigMap's name (spec.configMap, or <swarm>-worker-config) are not
 // compared with the Swarm's.
 func ControllerConfigMaps(namespace string) admission.UserPolicy {
-	m := func(s string) string { return "the swarm controller may write only its Swarms' workers' ConfigMaps: " + s }
+	m := func(s string) string {
+		return "the swarm controller may write only its Swarms' workers' ConfigMaps: " + s
+	}
 	return admission.UserPolicy{
 		Name: ControllerConfigMapsPolicyName(namespace), Labels: labels("admission"),
 		Users: []string{"system:serviceaccount:" + namespace + ":" + ControllerName}, Namespace: namespace,
