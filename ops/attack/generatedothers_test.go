@@ -522,6 +522,32 @@ func TestGeneratedAttacksKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Another Node, as the same kubelet: nothing (NodeRestriction).
+	const other = "kubelet-gen-other"
+	if _, err := admin.CoreV1().Nodes().Create(ctx, testenv.FakeNode(other), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), other, metav1.DeleteOptions{}) })
+	o := uoAnnotated(ctx, t, admin, other, nil, nil)
+	for k := range readers {
+		o.Annotations[k] = "v"
+	}
+	o.Annotations[protocol.AnnotationChannelViewPrefix+"uid-1"] = `{"name":"c"}`
+	o.Labels[protocol.LabelRootfsVersion] = "v1"
+	if o, err = admin.CoreV1().Nodes().Update(ctx, o, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The unmutated object is read as the administrator (the Node
+	// authorizer refuses the kubelet even a read of another Node); each
+	// mutation is the kubelet's patch, and must be refused.
+	patchOther := nodePatchOf(t, kubelet, o)
+	others := runTargets(ctx, t, mutate.Target{Component: "a node's kubelet (another Node)", Object: "another Node", Base: o, Options: tg.Options,
+		Submit: func(ctx context.Context, obj any) (any, error) {
+			if obj == any(o) {
+				return admin.CoreV1().Nodes().Get(ctx, other, metav1.GetOptions{})
+			}
+			return patchOther(ctx, obj)
+		}})
 	rows := map[string][]string{}
 	for _, res := range r.Results {
 		if res.Outcome != mutate.ByDesign {
@@ -549,5 +575,5 @@ func TestGeneratedAttacksKubelet(t *testing.T) {
 	for _, row := range names {
 		t.Logf("%s: %d admitted: %s", row, len(rows[row]), strings.Join(rows[row], "; "))
 	}
-	logReports(t, start, []mutate.Report{r})
+	logReports(t, start, append([]mutate.Report{r}, others...))
 }
