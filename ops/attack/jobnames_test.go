@@ -45,6 +45,8 @@ func TestJobNamesBindOneNode(t *testing.T) {
 	}
 	for _, tc := range []struct{ what, attacker, victim string }{
 		{"a dash where the victim has a dot", "dot-a-b.lan", "dot-a.b.lan"},
+		{"a name of 42 characters: literal in some kinds' prefixes, long in others'", mid(42, "-1a2b"), mid(42, "-1a2c")},
+		{"a name of 44 characters at the bound of the literal form", mid(44, "-1.lan"), mid(44, "-2.lan")},
 		{"a long name that differs near its end", mid(60, "-1a2b"), mid(60, "-1a2c")},
 		{"a name of 63 characters that differs near its end", mid(63, "-1a2b"), mid(63, "-9a2b")},
 	} {
