@@ -31,6 +31,7 @@ func (a *Agent) bootEvidence(n *corev1.Node) (plan.BootEvidence, error) {
 		return e, err
 	}
 	if n != nil {
+		// trust: ops.agent.own-boot-record
 		e.RecordedBoot = n.Annotations[protocol.AnnotationBootedBootID]
 		e.Recorded = Versions{Rootfs: n.Annotations[protocol.AnnotationRootfsVersion], Kernel: n.Annotations[protocol.AnnotationKernelVersion],
 			K3s: n.Annotations[protocol.AnnotationK3sVersion]}
@@ -56,6 +57,7 @@ func (a *Agent) bootIDOf(n *corev1.Node) (string, error) {
 		if n.Status.NodeInfo.BootID == "" {
 			return "unreported", nil // a fresh simulated node; its first reboot sets one
 		}
+		// trust: ops.agent.own-boot-id
 		return n.Status.NodeInfo.BootID, nil
 	}
 	b, err := os.ReadFile(a.opts.BootIDFile)

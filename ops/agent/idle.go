@@ -42,6 +42,7 @@ func (a *Agent) noteWaiting(ch *v1.UpdateChannel) {
 	target := plan.Target(mustResolve(ch), ch.Status)
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// trust: ops.agent.own-versions
 	if node == nil || target == "" || node.Annotations[protocol.AnnotationRootfsVersion] == target {
 		delete(a.waitSince, ch.Name)
 		return

@@ -111,9 +111,11 @@ func (a *Agent) observe(sc *stepCtx) (plan.Observed, bool, error) {
 	if err != nil {
 		return plan.Observed{}, false, err
 	}
+	// trust: ops.agent.own-cordon
 	o := plan.Observed{Phase: sc.slot.Phase, Target: sc.slot.Version, Job: a.jobState(sc),
 		Cordoned: drain.CordonedBy(node.Annotations) == protocol.CordonOwner, BootID: boot,
 		RebootFrom: a.rebootFromOf(node), Reboot: a.rebootState(), Staging: a.stagingBusy()}
+	// trust: ops.agent.own-ready
 	o.Ready, _ = process.NodeReady(node)
 	if r := a.readableVersions(); r != nil {
 		o.Running = r.Rootfs

@@ -123,6 +123,7 @@ func (a *Agent) versionMeta(v Versions) (labels, annotations map[string]any) {
 	labels, annotations = bootMeta(v, current, boot)
 	if n := a.ownNode(); n != nil { // a release staged ahead that now runs is staged no more
 		for _, k := range []string{protocol.AnnotationPrestagedVersion, protocol.AnnotationPrestageFailedVersion} {
+			// trust: ops.agent.own-versions
 			if have, ok := n.Annotations[k]; ok && have == v.Rootfs {
 				annotations[k] = nil
 			}

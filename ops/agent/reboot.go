@@ -179,5 +179,6 @@ func (a *Agent) rebootFromOf(n *corev1.Node) string {
 	if a.wroteRebootFrom != "" {
 		return a.wroteRebootFrom
 	}
+	// trust: ops.agent.own-reboot-from
 	return n.Annotations[protocol.AnnotationRebootFrom]
 }

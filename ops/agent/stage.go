@@ -39,6 +39,7 @@ func (a *Agent) syncStage(ctx context.Context, ch *v1.UpdateChannel, s plan.Sett
 		return err
 	}
 	permit := a.permitOf(ch)
+	// trust: ops.agent.own-versions
 	o := plan.StageObserved{Target: plan.Target(s, ch.Status), Running: running.Rootfs, OnDisk: onDisk, Permit: permit != nil,
 		Busy: a.jobsBusy(), InSlot: inSlot, Published: node.Annotations[protocol.AnnotationPrestagedVersion],
 		PublishedFailed: node.Annotations[protocol.AnnotationPrestageFailedVersion]}

@@ -24,6 +24,7 @@ import (
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/attack/mutate"
 	"slipway.dev/slipway/ops/drain"
+	swarmclient "slipway.dev/slipway/ops/generated/swarm/clientset/versioned"
 	"slipway.dev/slipway/ops/protocol"
 	swarmconfig "slipway.dev/slipway/ops/swarm/config"
 	swarmmanifest "slipway.dev/slipway/ops/swarm/manifest"
@@ -281,7 +282,8 @@ func TestGeneratedAttacksSwarm(t *testing.T) {
 	}
 	apply(ctx, t, e.Config, append(append(swarmmanifest.RBAC(ns), swarmmanifest.WorkerAdmission(ns)...), swarmmanifest.ControllerAdmission(ns)...))
 	asWorker := fast(podOn(ctx, t, ns, swarmmanifest.WorkerName, "swg-node"))
-	asController := fast(podOn(ctx, t, ns, swarmmanifest.ControllerName, "swg-node"))
+	controllerCfg := podOn(ctx, t, ns, swarmmanifest.ControllerName, "swg-node")
+	asController := fast(controllerCfg)
 	worker, err := admin.CoreV1().Pods(ns).Get(ctx, swarmmanifest.WorkerName+"-swg-node", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +339,72 @@ func TestGeneratedAttacksSwarm(t *testing.T) {
 		{Component: "swarm controller", Object: "a worker's fence (its Lease)", Base: fence, Submit: leaseUpdate(asController),
 			Holes: mutate.Holes{"metadata.annotations[" + member.MinVersionAnnotation + "]"}},
 	}
-	logReports(t, start, runTargets(ctx, t, targets...))
+	logReports(t, start, runTargets(ctx, t, append(targets, swarmControllerWrites(ctx, t, ns, controllerCfg)...)...))
+}
+
+// swarmControllerWrites are the targets of the swarm controller's other
+// writes: the workers' ConfigMap of a Swarm (created, updated: its
+// content is the controller's, its name any a Swarm's spec.configMap may
+// give; the owner's UID a policy cannot compare with the Swarm's) and a
+// Swarm's status (all of it the controller's; the status subresource
+// drops the rest).
+func swarmControllerWrites(ctx context.Context, t *testing.T, ns string, controllerCfg *rest.Config) []mutate.Target {
+	t.Helper()
+	asController := fast(controllerCfg)
+	admin := kubernetes.NewForConfigOrDie(env.Config)
+	swarms := swarmclient.NewForConfigOrDie(env.Config).SwarmV1alpha1().Swarms(ns)
+	sw := &swarmv1.Swarm{ObjectMeta: metav1.ObjectMeta{Name: "gen", Namespace: ns},
+		Spec: swarmv1.SwarmSpec{Workers: metav1.LabelSelector{MatchLabels: map[string]string{"app": "worker"}}, Jobs: []string{"a", "b"}}}
+	if _, err := swarms.Create(ctx, sw, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	sw, err := swarms.Get(ctx, sw.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw.Status = swarmv1.SwarmStatus{ObservedGeneration: sw.Generation, Version: 3, WorkerCount: 1, Jobs: 2,
+		Workers:    []swarmv1.WorkerStatus{{Pod: "worker-0", Jobs: 2}},
+		Conditions: []metav1.Condition{{Type: swarmv1.ConditionBalanced, Status: metav1.ConditionTrue, Reason: "Balanced", LastTransitionTime: metav1.Now()}}}
+	if sw, err = swarms.UpdateStatus(ctx, sw, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gen" + swarmv1.ConfigMapSuffix, Namespace: ns, Labels: map[string]string{swarmv1.SwarmLabel: "gen"},
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sw, swarmv1.SchemeGroupVersion.WithKind("Swarm"))}},
+		Data:       map[string]string{swarmv1.ConfigMapKey: "version: 3\n"},
+		BinaryData: map[string][]byte{"last-valid.json.gz": []byte("x")}}
+	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if cm, err = admin.CoreV1().ConfigMaps(ns).Get(ctx, cm.Name, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fresh := cm.DeepCopy()
+	fresh.Name, fresh.ResourceVersion, fresh.UID, fresh.CreationTimestamp, fresh.ManagedFields = "gen-new"+swarmv1.ConfigMapSuffix, "", "", metav1.Time{}, nil
+	waitPolicy(t, "workers' ConfigMaps", func() error {
+		bare := fresh.DeepCopy()
+		bare.OwnerReferences = nil
+		_, err := asController.CoreV1().ConfigMaps(ns).Create(ctx, bare, metav1.CreateOptions{DryRun: dryRun})
+		return err
+	})
+	content := mutate.Holes{"data", "data[*]", "binaryData", "binaryData[*]"}
+	cmOptions := mutate.Options{KeyPrefixes: []string{"swarm.slipway.dev/"}}
+	asSwarms := swarmclient.NewForConfigOrDie(controllerCfg).SwarmV1alpha1().Swarms(ns)
+	return []mutate.Target{
+		{Component: "swarm controller", Object: "a Swarm's workers' ConfigMap (a new one)", Base: fresh, Options: cmOptions,
+			Holes: append(mutate.Holes{"metadata.name", "metadata.ownerReferences[0].uid"}, content...),
+			Submit: func(ctx context.Context, obj any) (any, error) {
+				return asController.CoreV1().ConfigMaps(ns).Create(ctx, obj.(*corev1.ConfigMap), metav1.CreateOptions{DryRun: dryRun})
+			}},
+		{Component: "swarm controller", Object: "a Swarm's workers' ConfigMap (an update)", Base: cm, Options: cmOptions, Holes: content,
+			Submit: func(ctx context.Context, obj any) (any, error) {
+				return asController.CoreV1().ConfigMaps(ns).Update(ctx, obj.(*corev1.ConfigMap), metav1.UpdateOptions{DryRun: dryRun})
+			}},
+		{Component: "swarm controller", Object: "a Swarm's status", Base: sw, Holes: mutate.Holes{"status.*"},
+			Options: mutate.Options{Skip: func(path string) bool { return path != "status" && mutate.DefaultSkip(path) }},
+			Submit: func(ctx context.Context, obj any) (any, error) {
+				return asSwarms.UpdateStatus(ctx, obj.(*swarmv1.Swarm), metav1.UpdateOptions{DryRun: dryRun})
+			}},
+	}
 }
 
 // leaseAsAdmin creates l as the administrator, or returns the Lease of
@@ -455,6 +522,32 @@ func TestGeneratedAttacksKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Another Node, as the same kubelet: nothing (NodeRestriction).
+	const other = "kubelet-gen-other"
+	if _, err := admin.CoreV1().Nodes().Create(ctx, testenv.FakeNode(other), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), other, metav1.DeleteOptions{}) })
+	o := uoAnnotated(ctx, t, admin, other, nil, nil)
+	for k := range readers {
+		o.Annotations[k] = "v"
+	}
+	o.Annotations[protocol.AnnotationChannelViewPrefix+"uid-1"] = `{"name":"c"}`
+	o.Labels[protocol.LabelRootfsVersion] = "v1"
+	if o, err = admin.CoreV1().Nodes().Update(ctx, o, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The unmutated object is read as the administrator (the Node
+	// authorizer refuses the kubelet even a read of another Node); each
+	// mutation is the kubelet's patch, and must be refused.
+	patchOther := nodePatchOf(t, kubelet, o)
+	others := runTargets(ctx, t, mutate.Target{Component: "a node's kubelet (another Node)", Object: "another Node", Base: o, Options: tg.Options,
+		Submit: func(ctx context.Context, obj any) (any, error) {
+			if obj == any(o) {
+				return admin.CoreV1().Nodes().Get(ctx, other, metav1.GetOptions{})
+			}
+			return patchOther(ctx, obj)
+		}})
 	rows := map[string][]string{}
 	for _, res := range r.Results {
 		if res.Outcome != mutate.ByDesign {
@@ -482,5 +575,5 @@ func TestGeneratedAttacksKubelet(t *testing.T) {
 	for _, row := range names {
 		t.Logf("%s: %d admitted: %s", row, len(rows[row]), strings.Join(rows[row], "; "))
 	}
-	logReports(t, start, []mutate.Report{r})
+	logReports(t, start, append([]mutate.Report{r}, others...))
 }

@@ -41,6 +41,14 @@ const (
 	AgentManagedBy = "slipway-agent"
 )
 
+// The bounds of a Job's name prefix (protocol.JobPrefixMax, JobNodeHead,
+// JobNodeTail; a test in ops/protocol keeps them equal).
+const (
+	JobPrefixMax = 54
+	JobNodeHead  = 24
+	JobNodeTail  = 15
+)
+
 // JobActions are the values of JobActionKey.
 var JobActions = []string{"", "stage", "prune", "rollback"}
 
@@ -241,7 +249,12 @@ func identityVariables() []admissionv1.Variable {
 	return []admissionv1.Variable{
 		{Name: "action", Expression: fmt.Sprintf("object.metadata.?annotations[?%q].orValue('')", JobActionKey)},
 		{Name: "kind", Expression: fmt.Sprintf("variables.action == '' ? %q : variables.action", JobKindUpgrade)},
-		{Name: "prefix", Expression: "variables.kind + '-' + string(size(variables.node)) + '-' + variables.node.lowerAscii().replace('.', '-') + '-'"},
+		// protocol.JobNamePrefix: the node's name whole while the prefix
+		// fits in protocol.JobPrefixMax, else its head and tail.
+		{Name: "prefix", Expression: fmt.Sprintf("variables.kind + '-' + string(size(variables.node)) + '-' + "+
+			"(size(variables.kind + '-' + string(size(variables.node)) + '-' + variables.node + '-') <= %[1]d ? variables.node : "+
+			"(variables.node.substring(0, %[2]d) + '-' + variables.node.substring(size(variables.node) - %[3]d)).replace('.-', '--').replace('-.', '--')) + '-'",
+			JobPrefixMax, JobNodeHead, JobNodeTail)},
 		// protocol.LabelValue of the node: itself up to 63 characters, else cut with a hash.
 		{Name: "nodeLabel", Expression: "size(variables.node) <= 63 ? [variables.node] : []"},
 	}
@@ -263,7 +276,7 @@ func identityValidations(m func(string, ...any) string) []admissionv1.Validation
 	return []admissionv1.Validation{
 		{Expression: "variables.action in " + kinds + " && " + ann("object.spec.template.metadata", JobActionKey) + " == variables.action",
 			Message: m("the action annotation %s one of %s, the same on the Job and its pod", JobActionKey, kinds)},
-		{Expression: "!has(object.metadata.generateName) && object.metadata.name.startsWith(size(variables.prefix) <= 54 ? variables.prefix : variables.prefix.substring(0, 50))",
+		{Expression: "!has(object.metadata.generateName) && object.metadata.name.startsWith(variables.prefix)",
 			Message: m("named after the agent's own node: <kind>-<length of the node's name>-<node>-..., kind upgrade, stage, prune or rollback (its action)")},
 		{Expression: ann("object.metadata", JobNodeKey) + " == variables.node && " + ann("object.spec.template.metadata", JobNodeKey) + " == variables.node",
 			Message: m("annotated %s=<the agent's own node> on the Job and its pod", JobNodeKey)},

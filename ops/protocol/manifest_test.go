@@ -20,3 +20,11 @@ func TestJobContractOfThePolicy(t *testing.T) {
 		t.Errorf("a Job's kind is its action, or %q on a slot's Job", manifest.JobKindUpgrade)
 	}
 }
+
+// TestJobNameBoundsOfThePolicy: the policy computes a node's Job name
+// prefix (protocol.JobNamePrefix) with the same bounds.
+func TestJobNameBoundsOfThePolicy(t *testing.T) {
+	if JobPrefixMax != manifest.JobPrefixMax || JobNodeHead != manifest.JobNodeHead || JobNodeTail != manifest.JobNodeTail {
+		t.Errorf("bounds %d %d %d, the policy's %d %d %d", JobPrefixMax, JobNodeHead, JobNodeTail, manifest.JobPrefixMax, manifest.JobNodeHead, manifest.JobNodeTail)
+	}
+}

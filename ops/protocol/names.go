@@ -84,19 +84,68 @@ const (
 )
 
 // JobName names a Job of kind that node's agent creates: JobNamePrefix,
-// then the parts joined by '-', made a DNS label (a name longer than 63
-// keeps its first 54 characters and a hash of the whole). The admission
-// policy admits an agent's Job only under its own node's prefix, so no
-// agent can take the name another node's agent will create.
+// then the parts joined by '-' (lower case, [a-z0-9-]); a name longer
+// than 63 characters (a Job's name is its pods' job-name label) keeps its
+// first 54 characters, the whole prefix, and a hash of the whole (under
+// the long form of the prefix, always, and of the node's whole name). The
+// admission policy admits an agent's Job only under its own node's
+// prefix, so no agent can take the name another node's agent will create.
 func JobName(kind, node string, parts ...string) string {
-	return DNSLabel(JobNamePrefix(kind, node) + strings.Join(parts, "-"))
+	p := JobNamePrefix(kind, node)
+	joined := strings.Join(parts, "-")
+	rest := strings.TrimRight(dnsBad.ReplaceAllString(strings.ToLower(joined), "-"), "-")
+	if strings.Trim(rest, "-") == "" {
+		rest = ShortHash(joined)
+	}
+	v := p + rest
+	switch {
+	case p != kind+"-"+strconv.Itoa(len(node))+"-"+node+"-":
+		// The long form: nodes that share its prefix keep apart by a hash
+		// of the node's whole name.
+		v = strings.TrimRight(v[:min(len(v), JobPrefixMax)], "-") + "-" + ShortHash(node+"/"+joined)
+	case len(v) > 63:
+		v = strings.TrimRight(v[:JobPrefixMax], "-") + "-" + ShortHash(p+joined)
+	}
+	return v
 }
 
-// JobNamePrefix is how every name of node's Jobs of kind starts (before the
-// cut of a long name to 54 characters): kind, the length of the node's
-// name, the node's name with its dots as '-', and '-'. The length keeps
-// apart nodes whose names extend one another (node-1 and node-1-2:
-// "upgrade-6-node-1-" is no prefix of "upgrade-8-node-1-2-").
+// JobPrefixMax is the longest JobNamePrefix: what a name cut to 63
+// characters keeps whole (54, and 9 for a hash of the whole).
+const JobPrefixMax = 54
+
+// The long form of JobNamePrefix: the node's first JobNodeHead and last
+// JobNodeTail characters.
+const (
+	JobNodeHead = 24
+	JobNodeTail = 15
+)
+
+// JobNamePrefix is how every name of node's Jobs of kind starts: kind, the
+// length of the node's name, the node's name, and '-'
+// (upgrade-6-node-1-, upgrade-11-node-1.lan-). The node's name is kept as
+// it is, dots included (a Job's name is a DNS subdomain, as a Node's is),
+// so nodes whose names differ only in a dot or a dash (a.b, a-b) get
+// prefixes apart; the length keeps apart nodes whose names extend one
+// another (node-1 and node-1-2: "upgrade-6-node-1-" is no prefix of
+// "upgrade-8-node-1-2-"). No prefix is another's prefix, so the
+// admission policy's startsWith binds a name to one node.
+//
+// A prefix longer than JobPrefixMax (a node's name of more than 41 to 44
+// characters, by kind) leaves too little for the rest of a name: the long
+// form keeps the length, the node's first JobNodeHead characters, '-' and
+// its last JobNodeTail (a dot next to that '-' made '-'). The admission policy cannot compute
+// a hash (CEL has none), so the name is bound to that much of the node:
+// two nodes of the same name length that agree in their first 24 and last
+// 15 characters share a prefix (docs/security.md, "Job names").
 func JobNamePrefix(kind, node string) string {
-	return kind + "-" + strconv.Itoa(len(node)) + "-" + strings.ReplaceAll(strings.ToLower(node), ".", "-") + "-"
+	p := kind + "-" + strconv.Itoa(len(node)) + "-" + node + "-"
+	if len(p) <= JobPrefixMax {
+		return p
+	}
+	part := node
+	if len(node) > JobNodeHead+JobNodeTail {
+		// A dot beside the '-' that joins them would make no DNS name.
+		part = strings.ReplaceAll(strings.ReplaceAll(node[:JobNodeHead]+"-"+node[len(node)-JobNodeTail:], ".-", "--"), "-.", "--")
+	}
+	return kind + "-" + strconv.Itoa(len(node)) + "-" + part + "-"
 }

@@ -115,7 +115,10 @@ func (e *Env) tryControlPlane(ctx context.Context, tools, token string, ports []
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+apiPort,
 		"--cert-dir="+certDir,
 		"--token-auth-file="+filepath.Join(e.Dir, "tokens.csv"),
+		// As a real cluster's (k3s, kubeadm): a kubelet's credentials may
+		// write only its own Node and the pods bound to it.
 		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+filepath.Join(e.Dir, "sa.key"),
 		"--service-account-signing-key-file="+filepath.Join(e.Dir, "sa.key"),

@@ -208,15 +208,6 @@ const (
 	controllerPolicyName = "slipway-update-operator-controller-nodes"
 )
 
-// FrozenNodeMeta is a CEL expression: of a Node's metadata, the fields no
-// component of the operator needs are unchanged: an ownerReference gets a
-// Node deleted by the garbage collector, a finalizer pins its deletion,
-// generateName is nobody's to write. (Name, namespace, UID and creation
-// time are immutable; labels and annotations have rules of their own.)
-const FrozenNodeMeta = `object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([]) && ` +
-	`object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([]) && ` +
-	`object.metadata.?generateName.orValue('') == oldObject.metadata.?generateName.orValue('')`
-
 // OnlyExactKeysChanged is a CEL expression: every key of metadata.<field>
 // added, changed or removed is one of keys, exactly (a key that merely
 // begins like one is refused).
@@ -242,7 +233,13 @@ func nodePolicy(name, user, who string, labels, annotations []string, ownNode, m
 		vs = append(vs, admissionv1.Validation{Expression: "object.spec == oldObject.spec", Message: who + " may not change a Node's spec"})
 	}
 	vs = append(vs,
-		admissionv1.Validation{Expression: FrozenNodeMeta, Message: who + " may not change a Node's ownerReferences, finalizers or generateName"},
+		// Every metadata field but labels and annotations (and what the API
+		// server writes on each update) is frozen, as the ops policies do: an
+		// ownerReference gets a Node deleted by the garbage collector, a
+		// finalizer pins its deletion, and a field a later Kubernetes adds is
+		// frozen too.
+		admissionv1.Validation{Expression: admission.NodeMetadataFrozen,
+			Message: who + " may change only labels and annotations of a Node's metadata (no owner reference, no finalizer)"},
 		admissionv1.Validation{Expression: OnlyExactKeysChanged("labels", labels), Message: who + " may change only the labels " + strings.Join(labels, ", ")},
 		admissionv1.Validation{Expression: OnlyExactKeysChanged("annotations", annotations), Message: who + " may change only the annotations " + strings.Join(annotations, ", ")},
 	)

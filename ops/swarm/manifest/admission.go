@@ -110,7 +110,13 @@ func ControllerPolicyName(namespace string) string { return ControllerName + "."
 // write only its election Lease and the workers' Leases, on which it may
 // only set its fence (member.MinVersionAnnotation), none with an
 // ownerReference, finalizer or generateName.
+//
+// With them comes the policy on its ConfigMap writes (ControllerConfigMaps).
 func ControllerAdmission(namespace string) []any {
+	return append(controllerPodsAndLeases(namespace), ControllerConfigMaps(namespace).Objects()...)
+}
+
+func controllerPodsAndLeases(namespace string) []any {
 	worker := fmt.Sprintf("object.metadata.name.startsWith(%q)", member.LeasePrefix)
 	return podsAndLeasesPolicy(ControllerPolicyName(namespace), "is-the-controller", "system:serviceaccount:"+namespace+":"+ControllerName, []admissionv1.Validation{
 		{Expression: "request.resource.resource != 'pods' || (object.spec == oldObject.spec && " + admission.OnlyKeysChanged("labels") +
@@ -135,4 +141,55 @@ func ControllerAdmission(namespace string) []any {
 func onlyKeyChanged(field, key string) string {
 	return fmt.Sprintf(`(has(object.metadata.%[1]s) ? object.metadata.%[1]s : {}).all(k, k == %[2]q || (has(oldObject.metadata.%[1]s) && k in oldObject.metadata.%[1]s && oldObject.metadata.%[1]s[k] == object.metadata.%[1]s[k])) && `+
 		`(has(oldObject.metadata.%[1]s) ? oldObject.metadata.%[1]s : {}).all(k, k == %[2]q || (has(object.metadata.%[1]s) && k in object.metadata.%[1]s))`, field, key)
+}
+
+// ControllerConfigMapsPolicyName is the name of the controller's
+// ConfigMap policy (and binding) of namespace.
+func ControllerConfigMapsPolicyName(namespace string) string {
+	return ControllerName + "-configmaps." + namespace
+}
+
+// ControllerConfigMaps confines the controller's ConfigMap writes to the
+// workers' ConfigMaps of its Swarms. RBAC grants "create, update
+// configmaps" in the whole namespace (a Swarm's ConfigMap is named by its
+// spec, so no resourceNames can be listed in advance, and create cannot be
+// narrowed by name at all), which would let its token rewrite any
+// ConfigMap there: a Swarm's job list (spec.jobsFrom), another
+// component's. The policy admits only a ConfigMap labelled
+// swarm.slipway.dev/swarm=<swarm> whose one owner reference is that Swarm
+// (as controller: deleting the Swarm deletes it), with no finalizer,
+// generated name or annotation, not immutable; an update only of a
+// ConfigMap that was already so, its labels, annotations and owner
+// unchanged. So the token can create new ConfigMaps, each the garbage
+// collector's once its Swarm is gone, and rewrite only those; every other
+// ConfigMap of the namespace is out of its reach. Its content (config.yml,
+// the compressed assignment, the last valid spec) is the controller's to
+// write. The policy cannot read the Swarm: the owner's UID and the
+// ConfigMap's name (spec.configMap, or <swarm>-worker-config) are not
+// compared with the Swarm's.
+func ControllerConfigMaps(namespace string) admission.UserPolicy {
+	m := func(s string) string {
+		return "the swarm controller may write only its Swarms' workers' ConfigMaps: " + s
+	}
+	return admission.UserPolicy{
+		Name: ControllerConfigMapsPolicyName(namespace), Labels: labels("admission"),
+		Users: []string{"system:serviceaccount:" + namespace + ":" + ControllerName}, Namespace: namespace,
+		Group: "", Version: "v1", Resource: "configmaps", Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+		Variables: []admissionv1.Variable{
+			{Name: "swarm", Expression: fmt.Sprintf("object.metadata.?labels[?%q].orValue('')", swarmv1.SwarmLabel)},
+			{Name: "refs", Expression: "object.metadata.?ownerReferences.orValue([])"},
+		},
+		Validations: []admissionv1.Validation{
+			{Expression: fmt.Sprintf("variables.swarm != '' && size(variables.refs) == 1 && variables.refs[0].apiVersion == %q && variables.refs[0].kind == 'Swarm' && "+
+				"variables.refs[0].name == variables.swarm && variables.refs[0].?controller.orValue(false) && variables.refs[0].?blockOwnerDeletion.orValue(false)",
+				swarmv1.SchemeGroupVersion.String()),
+				Message: m("labelled " + swarmv1.SwarmLabel + "=<swarm> and owned (controller) by that Swarm alone")},
+			{Expression: "!has(object.metadata.finalizers) && !has(object.metadata.generateName) && !object.?immutable.orValue(false)",
+				Message: m("no finalizer, no generated name, not immutable")},
+			{Expression: fmt.Sprintf("request.operation == 'CREATE' ? (object.metadata.labels.all(k, k == %q) && !has(object.metadata.annotations)) : "+
+				"(object.metadata.?labels.orValue({}) == oldObject.metadata.?labels.orValue({}) && variables.refs == oldObject.metadata.?ownerReferences.orValue([]) && "+
+				"object.metadata.?annotations.orValue({}) == oldObject.metadata.?annotations.orValue({}))", swarmv1.SwarmLabel),
+				Message: m("created with the " + swarmv1.SwarmLabel + " label alone and no annotation; updated only when already its Swarm's, its labels, annotations and owner unchanged")},
+		},
+	}
 }

@@ -111,7 +111,10 @@ func labels(component string) map[string]string {
 // Swarms watched and their status written; worker pods watched and deleted
 // (restart refresh); ConfigMaps watched, the workers' one created and
 // updated; StatefulSets, Deployments and their ReplicaSets watched; Events;
-// its Lease.
+// its Lease. None can be narrowed by resourceNames: every object it writes
+// is named by a Swarm or a worker of the day (a Swarm's spec.configMap, a
+// worker's pod and Lease), and create takes no names; the admission
+// policies (ControllerAdmission) bind which objects it may write instead.
 func ControllerRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"swarm.slipway.dev"}, Resources: []string{"swarms"}, Verbs: []string{"get", "list", "watch"}},
