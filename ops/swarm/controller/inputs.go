@@ -417,7 +417,24 @@ func (c *Controller) workersConfigMap(sw *swarmv1.Swarm) (*corev1.ConfigMap, *in
 	if owner := cm.Labels[swarmv1.SwarmLabel]; owner != "" && owner != sw.Name {
 		return nil, invalidf(ReasonConfigNotOwned, "ConfigMap %s belongs to Swarm %s: give this Swarm another spec.configMap", name, owner)
 	}
+	// trust: swarm.configmap.owner
+	if !ownedBy(cm, sw) {
+		return nil, invalidf(ReasonConfigNotOwned, "ConfigMap %s exists and is not this Swarm's (no %s=%s label and controller reference to it): "+
+			"give this Swarm another spec.configMap, or delete %s to let the Swarm create it", name, swarmv1.SwarmLabel, sw.Name, name)
+	}
 	return cm, nil
+}
+
+// ownedBy tells whether cm is the workers' ConfigMap of sw as the
+// controller writes it: labelled with sw, its one owner reference sw's
+// controller reference. The admission policy refuses the controller's
+// update of any other, so taking it over is not tried.
+func ownedBy(cm *corev1.ConfigMap, sw *swarmv1.Swarm) bool {
+	if cm.Labels[swarmv1.SwarmLabel] != sw.Name || len(cm.OwnerReferences) != 1 {
+		return false
+	}
+	o := cm.OwnerReferences[0]
+	return o.UID == sw.UID && o.Controller != nil && *o.Controller
 }
 
 func configMapName(sw *swarmv1.Swarm) string {

@@ -141,3 +141,33 @@ func TestDeploymentPodReplaced(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigMapNotOwned: a Swarm whose spec.configMap names a ConfigMap
+// that exists and is not its own (a user's, unlabelled and unowned) turns
+// Invalid with ConfigMapNotOwned and a Warning Event, and the ConfigMap is
+// left as it was (the controller's policy would refuse the takeover; the
+// controller does not try it in a loop). Naming another ConfigMap clears it.
+func TestConfigMapNotOwned(t *testing.T) {
+	p := newPool(t, true)
+	users := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "users-settings", Namespace: p.ns}, Data: map[string]string{"a": "b"}}
+	users, err := p.kube.CoreV1().ConfigMaps(p.ns).Create(context.Background(), users, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.statefulSet(2)
+	p.createSwarm(swarmv1.SwarmSpec{Jobs: jobNames(0, 4), ConfigMap: "users-settings", Refresh: swarmv1.RefreshReload})
+	sw := p.waitInvalid(ReasonConfigNotOwned)
+	if c := meta.FindStatusCondition(sw.Status.Conditions, swarmv1.ConditionInvalid); !strings.Contains(c.Message, "users-settings") {
+		t.Errorf("the condition does not name the ConfigMap: %q", c.Message)
+	}
+	p.waitEvent(ReasonConfigNotOwned)
+	now, err := p.kube.CoreV1().ConfigMaps(p.ns).Get(context.Background(), "users-settings", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.ResourceVersion != users.ResourceVersion {
+		t.Errorf("the user's ConfigMap was written: labels %v, owners %v, data %v", now.Labels, now.OwnerReferences, now.Data)
+	}
+	p.editSwarm(func(s *swarmv1.SwarmSpec) { s.ConfigMap = "" })
+	p.converged(2)
+}
