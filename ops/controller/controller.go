@@ -141,6 +141,8 @@ type Controller struct {
 	// drainsDone are the drains done whose slots the next pass marks
 	// Rebooting, by node (ctrldrain.go).
 	drainsDone map[string]drainRun
+	// heldServers are the server steps (drain, reboot) another server holds back, by node (serverstep.go).
+	heldServers map[string]heldServer
 	// ahead are the checks of the nodes next in line, made in the background (health.go).
 	ahead      checksAhead
 	leaderCtx  context.Context

@@ -68,6 +68,9 @@ func (ctl *Controller) startDrains(ch *v1.UpdateChannel, s plan.Settings, asked 
 		return
 	}
 	for _, sl := range asked {
+		if ctl.serverStepWaits(sl, "drain") {
+			continue // held back by another server: asks again after heldRecheck
+		}
 		ctl.mu.Lock()
 		run, busy := ctl.drains[sl.Node]
 		done, ended := ctl.drainsDone[sl.Node]
@@ -131,9 +134,13 @@ func (ctl *Controller) runDrain(ctx context.Context, ch *v1.UpdateChannel, s pla
 		ctl.queue.Add(key{roleFleet, ch.Name})
 	}()
 	res, began, err := ctl.drainSlot(ctx, ch, s, slot)
+	var held *errHeldBack
 	switch {
 	case ctx.Err() != nil:
 		return // the next holder resumes it, or uncordons
+	case errors.As(err, &held):
+		ctl.holdServerStep(ch, slot, "drain", held) // the slot kept, nothing written
+		return
 	case errors.Is(err, errSlotGone):
 		ctl.log.Info("the slot was taken away mid-drain; uncordoning", "node", slot.Node, "channel", ch.Name)
 		ctl.uncordon(ctx, slot.Node)
@@ -243,6 +250,12 @@ func (ctl *Controller) drainSlot(ctx context.Context, ch *v1.UpdateChannel, s pl
 	}
 	if err != nil {
 		return nil, began, err
+	}
+	if plan.Server(plan.Node{Labels: seen.Labels}) { // seen: read live just now
+		if err := ctl.serverMayGoDown(ctx, slot.Node); err != nil {
+			return nil, began, err // no cordon while another server is down (serverstep.go)
+		}
+		ctl.releaseServerStep(slot)
 	}
 	opts.Keep = ctl.ownPods()
 	meta := map[string]string{protocol.AnnotationDrainStarted: began.UTC().Format(time.RFC3339Nano), protocol.AnnotationCordonedFor: ctl.opts.Namespace + "/" + ch.Name}

@@ -93,6 +93,7 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	plan.Fold(folded, ch.UID, reports)
 	ctl.startDrains(ch, s, draining(*folded)) // now: a drain waits for no check and no write of this pass
 	fenced := ctl.fenced(fc, ch.UID)          // the revoked slots whose views still show them
+	drained, rebootHeld := ctl.permitReboots(ctx, ch, ctl.drainsDoneIn(ch.UID)) // a server's reboot asks the server gate again (serverstep.go)
 	var gate serverGate
 	if serverWaits(ch.Status, mine, target) {
 		gate = ctl.serverGateFor(ctx, name, snap)
@@ -100,7 +101,7 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	p := fleetPass{s: s, generation: generation, retry: ctl.opts.Retry, now: now, listedSlots: slotHolders(ch), resolved: resolved, stale: stale, mine: mine, others: others,
 		checks: ctl.checkBehind(ctx, fc, name, *folded, plan.Behind(*folded, mine, target), startable(s, *folded, mine, target, ctl.opts.Retry, now),
 			plan.FreeSlots(s, *folded), s.Concurrency, target),
-		serverElsewhere: gate.taken(), reports: reports, drained: ctl.drainsDoneIn(ch.UID),
+		serverElsewhere: gate.taken(), reports: reports, drained: drained,
 		claims: ctl.lastClaims(), slowDrains: ctl.slowDrains(), fenced: fenced}
 	var r fleetResult
 	ch, err = ctl.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
@@ -130,6 +131,9 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 		return time.Millisecond, nil
 	}
 	next := ctl.nextFleetSync(s, ch, now)
+	if rebootHeld {
+		next = min(next, heldRecheck)
+	}
 	if len(fenced) > 0 || len(r.revoked) > 0 {
 		// The view write queues the next pass; this is in case it failed.
 		next = min(next, fenceRecheck)

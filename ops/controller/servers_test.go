@@ -199,3 +199,67 @@ func TestDownServerHoldsTheOthersBack(t *testing.T) {
 	f.WaitFor("all three at v2", 2*time.Minute, fleettest.Done(3))
 	f.AssertAllAt("v2")
 }
+
+// TestServerDownAfterTheGrantHoldsTheDrain: of three control-plane nodes
+// at concurrency 1, one is granted its slot while all are up; another
+// goes NotReady before the first's drain. The drain asks the server gate
+// again: the first keeps its slot, uncordoned, an Event names it and the
+// down server, and it drains only once that server is back.
+func TestServerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 3, nil)
+	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.NS, i) }
+	release := map[string]func(bool){}
+	for i := range 3 {
+		if err := f.PatchNodeLabel(n(i), "node-role.kubernetes.io/control-plane", "true"); err != nil {
+			t.Fatal(err)
+		}
+		release[n(i)] = f.HoldJobs(n(i))
+	}
+	for i := range 3 {
+		f.Start(n(i))
+	}
+	f.AgentsUp(n(0), n(1), n(2))
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
+	ch := f.WaitFor("a server's slot", 2*time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 1 })
+	first := ch.Status.Updating[0].Node
+	var down string
+	for i := range 3 {
+		if n(i) != first {
+			down = n(i)
+			release[n(i)](true) // buffered: their Jobs run when they come
+		}
+	}
+	f.SetReady(down, false) // after the grant, before the drain
+	release[first](true)    // the Job staged the swap: the node asks for its drain
+	if got := f.Events("ServerHeldBack", 2); got < 1 {
+		t.Fatalf("no ServerHeldBack Event; status %+v", f.Get().Status)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l, err := f.Kube.CoreV1().Events(f.NS).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=ServerHeldBack"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := false
+		for _, e := range l.Items {
+			held = held || strings.Contains(e.Message, first) && strings.Contains(e.Message, down) && strings.Contains(e.Message, "drain")
+		}
+		if held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ServerHeldBack Event names %s's drain held by %s: %+v", first, down, l.Items)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	f.Holds("the first server keeps its slot while another is down", 6*time.Second, func(ch *v1.UpdateChannel) bool {
+		return len(ch.Status.Updating) == 1 && ch.Status.Updating[0].Node == first
+	})
+	if node := f.Node(first); node.Spec.Unschedulable || drain.CordonedBy(node.Annotations) != "" {
+		t.Fatalf("server %s was cordoned while server %s is NotReady: two servers down", first, down)
+	}
+	f.SetReady(down, true)
+	f.WaitFor("all three at v2", 2*time.Minute, fleettest.Done(3))
+	f.AssertAllAt("v2")
+}
