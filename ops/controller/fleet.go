@@ -91,8 +91,8 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	reports := ctl.reportsFor(ch, snap)
 	folded := ch.Status.DeepCopy() // the slots this pass frees count as free for the checks
 	plan.Fold(folded, ch.UID, reports)
-	ctl.startDrains(ch, s, draining(*folded)) // now: a drain waits for no check and no write of this pass
-	fenced := ctl.fenced(fc, ch.UID)          // the revoked slots whose views still show them
+	ctl.startDrains(ch, s, draining(*folded))                                   // now: a drain waits for no check and no write of this pass
+	fenced := ctl.fenced(fc, ch.UID)                                            // the revoked slots whose views still show them
 	drained, rebootHeld := ctl.permitReboots(ctx, ch, ctl.drainsDoneIn(ch.UID)) // a server's reboot asks the server gate again (serverstep.go)
 	var gate serverGate
 	if serverWaits(ch.Status, mine, target) {
