@@ -179,9 +179,15 @@ func FreeSlots(s Settings, st v1.UpdateChannelStatus) int {
 // concurrency, and returns the names it added. Each slot's attempt follows
 // the node's failed attempts at target.
 func Claim(s Settings, st *v1.UpdateChannelStatus, candidates []Node, target string, now time.Time) []string {
+	return ClaimBeside(s, st, candidates, target, now, 0)
+}
+
+// ClaimBeside is Claim beside down nodes of the channel that hold no slot
+// and are unavailable (budget.go): they spend concurrency as slots do.
+func ClaimBeside(s Settings, st *v1.UpdateChannelStatus, candidates []Node, target string, now time.Time, down int) []string {
 	var added []string
 	for _, n := range candidates {
-		if FreeSlots(s, *st) == 0 {
+		if FreeSlotsBeside(s, *st, down) == 0 {
 			break
 		}
 		if FindSlot(*st, n.Name) >= 0 {
