@@ -123,6 +123,7 @@ type Controller struct {
 	elected   atomic.Bool
 	channels  opslisters.UpdateChannelLister
 	nodeMeta  cache.Store // every Node's metadata (fold.go)
+	nodeAvail cache.Store // every Node's Ready condition and slipway's cordon (availability.go)
 	queue     workqueue.TypedRateLimitingInterface[key]
 	recorder  record.EventRecorder
 	metrics   *metrics
@@ -247,10 +248,15 @@ func (ctl *Controller) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	process.ReadyWhen(ctl.probe, chInf, nodeInf)
+	availInf, err := ctl.availabilityInformer()
+	if err != nil {
+		return err
+	}
+	process.ReadyWhen(ctl.probe, chInf, nodeInf, availInf)
 	go chInf.RunWithContext(ctx)
 	go nodeInf.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), chInf.HasSynced, nodeInf.HasSynced) {
+	go availInf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), chInf.HasSynced, nodeInf.HasSynced, availInf.HasSynced) {
 		return fmt.Errorf("the channel and node informers did not sync: is the API server reachable and the CRD installed (--install-crds)?")
 	}
 	if ctl.opts.MetricsAddr != "" {

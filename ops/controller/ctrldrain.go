@@ -135,11 +135,12 @@ func (ctl *Controller) runDrain(ctx context.Context, ch *v1.UpdateChannel, s pla
 	}()
 	res, began, err := ctl.drainSlot(ctx, ch, s, slot)
 	var held *errHeldBack
+	var spent *errBudgetSpent
 	switch {
 	case ctx.Err() != nil:
 		return // the next holder resumes it, or uncordons
-	case errors.As(err, &held):
-		ctl.holdServerStep(ch, slot, "drain", held) // the slot kept, nothing written
+	case errors.As(err, &held), errors.As(err, &spent):
+		ctl.holdStep(ch, slot, "drain", err) // the slot kept, nothing written
 		return
 	case errors.Is(err, errSlotGone):
 		ctl.log.Info("the slot was taken away mid-drain; uncordoning", "node", slot.Node, "channel", ch.Name)
@@ -255,8 +256,13 @@ func (ctl *Controller) drainSlot(ctx context.Context, ch *v1.UpdateChannel, s pl
 		if err := ctl.serverMayGoDown(ctx, slot.Node); err != nil {
 			return nil, began, err // no cordon while another server is down (serverstep.go)
 		}
-		ctl.releaseServerStep(slot)
 	}
+	if drain.CordonedBy(seen.Annotations) != protocol.CordonOwner { // a cordon begun stays: its drain resumes
+		if err := ctl.mayCordon(s, slot); err != nil {
+			return nil, began, err // the channel's other nodes down spend its budget (availability.go)
+		}
+	}
+	ctl.releaseServerStep(slot)
 	opts.Keep = ctl.ownPods()
 	meta := map[string]string{protocol.AnnotationDrainStarted: began.UTC().Format(time.RFC3339Nano), protocol.AnnotationCordonedFor: ctl.opts.Namespace + "/" + ch.Name}
 	if _, err := drain.CordonSeen(ctx, ctl.kube, slot.Node, seen, protocol.CordonOwner, meta); err != nil { // seen: the Node just read

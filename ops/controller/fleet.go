@@ -42,6 +42,8 @@ type fleetCache struct {
 	heldBack string
 	// revoked are the slots taken away whose nodes' views may still show them (revoke.go).
 	revoked revocations
+	// downLong are the nodes whose NodeDownTooLong Event was recorded, with the down spell's start.
+	downLong map[string]time.Time
 }
 
 // fenceRecheck is how soon a pass that waits for a view to drop a slot
@@ -102,7 +104,7 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 		checks: ctl.checkBehind(ctx, fc, name, *folded, plan.Behind(*folded, mine, target), startable(s, *folded, mine, target, ctl.opts.Retry, now),
 			plan.FreeSlots(s, *folded), s.Concurrency, target),
 		serverElsewhere: gate.taken(), reports: reports, drained: drained,
-		claims: ctl.lastClaims(), slowDrains: ctl.slowDrains(), fenced: fenced}
+		claims: ctl.lastClaims(), slowDrains: ctl.slowDrains(), fenced: fenced, avail: ctl.availability(nodeNames(mine))}
 	var r fleetResult
 	ch, err = ctl.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
 		r = p.apply(c)
@@ -125,6 +127,13 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	}
 	ctl.fleetEvents(ch, r)
 	ctl.heldBackEvent(ch, fc, gate)
+	if !r.relist {
+		ctl.downEvents(ch, fc, s, r.down, now)
+	}
+	if r.capacityHeld && len(r.down) > 0 {
+		ctl.recorder.Eventf(ch, corev1.EventTypeNormal, "CapacityHeld", "%s down without a slot: they spend this channel's concurrency (%d) until they are back",
+			describeDown(r.down), s.Concurrency)
+	}
 	ctl.recordVersions(name, mine)
 	ctl.metrics.fleet.recordSkipped(name, skippedReasons(ch))
 	if r.relist {
@@ -133,6 +142,9 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	next := ctl.nextFleetSync(s, ch, now)
 	if rebootHeld {
 		next = min(next, heldRecheck)
+	}
+	if at := plan.NextDownTooLong(r.down, s.NodeReadyTimeout, now); !at.IsZero() {
+		next = min(next, time.Until(at)+time.Second) // CapacityHeld's reason turns NodeDownTooLong then
 	}
 	if len(fenced) > 0 || len(r.revoked) > 0 {
 		// The view write queues the next pass; this is in case it failed.

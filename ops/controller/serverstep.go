@@ -101,11 +101,11 @@ type heldServer struct {
 	until time.Time
 }
 
-// holdServerStep records that slot's step waits for another server: an
-// Event on ch (once per slot, step and holder), and a pass again after
-// heldRecheck.
-func (ctl *Controller) holdServerStep(ch *v1.UpdateChannel, slot v1.Slot, step string, h *errHeldBack) {
-	by := h.node + "/" + h.why
+// holdStep records that slot's step waits (held: an *errHeldBack, another
+// server; an *errBudgetSpent, the channel's other nodes down): an Event on
+// ch (once per slot, step and holder), and a pass again after heldRecheck.
+func (ctl *Controller) holdStep(ch *v1.UpdateChannel, slot v1.Slot, step string, held error) {
+	by := held.Error()
 	ctl.mu.Lock()
 	if ctl.heldServers == nil {
 		ctl.heldServers = map[string]heldServer{}
@@ -118,14 +118,20 @@ func (ctl *Controller) holdServerStep(ch *v1.UpdateChannel, slot v1.Slot, step s
 		return
 	}
 	what := map[string]string{"drain": "its drain (the cordon not begun)", "reboot": "its reboot (drained, still cordoned)"}[step]
-	ctl.log.Warn("a server's step waits for another server", "node", slot.Node, "channel", ch.Name, "step", step, "server", h.node, "why", h.why)
-	if h.node == "" {
+	ctl.log.Warn("a slot's step waits", "node", slot.Node, "channel", ch.Name, "step", step, "why", by)
+	var h *errHeldBack
+	var b *errBudgetSpent
+	switch {
+	case errors.As(held, &b):
+		ctl.recorder.Eventf(ch, corev1.EventTypeWarning, "CapacityHeld",
+			"node %s keeps its slot and waits with %s: %s; it goes on once fewer than %d are down", slot.Node, what, b.Error(), b.concurrency)
+	case errors.As(held, &h) && h.node == "":
 		ctl.recorder.Eventf(ch, corev1.EventTypeWarning, "ServerHeldBack", "server node %s keeps its slot and waits with %s: %s", slot.Node, what, h.why)
-		return
+	case errors.As(held, &h):
+		ctl.recorder.Eventf(ch, corev1.EventTypeWarning, "ServerHeldBack",
+			"server node %s keeps its slot and waits with %s while server node %s is down or busy (%s): two servers down at once could cost the etcd quorum",
+			slot.Node, what, h.node, h.why)
 	}
-	ctl.recorder.Eventf(ch, corev1.EventTypeWarning, "ServerHeldBack",
-		"server node %s keeps its slot and waits with %s while server node %s is down or busy (%s): two servers down at once could cost the etcd quorum",
-		slot.Node, what, h.node, h.why)
 }
 
 // serverStepWaits tells whether slot's step was held back and may not ask
@@ -164,7 +170,7 @@ func (ctl *Controller) permitReboots(ctx context.Context, ch *v1.UpdateChannel, 
 		}
 		var h *errHeldBack
 		if err := ctl.serverMayGoDown(ctx, d.slot.Node); errors.As(err, &h) {
-			ctl.holdServerStep(ch, d.slot, "reboot", h)
+			ctl.holdStep(ch, d.slot, "reboot", h)
 			held = true
 			continue
 		}

@@ -128,3 +128,27 @@ func SetCapacityHeld(s Settings, st *v1.UpdateChannelStatus, down []Down, now ti
 	}
 	return meta.SetStatusCondition(&st.Conditions, c)
 }
+
+// MayCordon decides whether the channel's node self may be cordoned now
+// (its drain begins): only while fewer than concurrency of the channel's
+// other nodes (nodes) are unavailable, NotReady or cordoned by slipway,
+// slot or not. A slot granted while all were up waits, held, when another
+// node went down before its drain. It returns the nodes that spend the
+// budget when it may not.
+func MayCordon(s Settings, self string, nodes []Availability) (bool, []Down) {
+	var spent []Down
+	for _, n := range nodes {
+		switch {
+		case n.Name == self:
+		case !n.Ready:
+			spent = append(spent, Down{Node: n.Name, Why: "NotReady", Since: n.ReadySince})
+		case n.CordonedBySlipway:
+			spent = append(spent, Down{Node: n.Name, Why: "cordoned by slipway"})
+		}
+	}
+	slices.SortFunc(spent, func(a, b Down) int { return strings.Compare(a.Node, b.Node) })
+	if len(spent) < s.Concurrency {
+		return true, nil
+	}
+	return false, spent
+}

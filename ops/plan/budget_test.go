@@ -127,3 +127,30 @@ func TestNextDownTooLong(t *testing.T) {
 		t.Errorf("nothing down: next %s", got)
 	}
 }
+
+func TestMayCordon(t *testing.T) {
+	up := func(n string) Availability { return Availability{Name: n, Ready: true} }
+	cases := []struct {
+		name        string
+		concurrency int
+		nodes       []Availability
+		ok          bool
+		spent       string
+	}{
+		{"all up", 1, []Availability{up("a"), up("b")}, true, ""},
+		{"itself NotReady does not count", 1, []Availability{{Name: "a"}, up("b")}, true, ""},
+		{"another NotReady at concurrency 1", 1, []Availability{up("a"), {Name: "b"}}, false, "b"},
+		{"another NotReady at concurrency 2", 2, []Availability{up("a"), {Name: "b"}, up("c")}, true, ""},
+		{"one NotReady and one drained at concurrency 2", 2, []Availability{up("a"), {Name: "b"}, {Name: "c", Ready: true, CordonedBySlipway: true}}, false, "b,c"},
+	}
+	for _, c := range cases {
+		ok, spent := MayCordon(Settings{Concurrency: c.concurrency}, "a", c.nodes)
+		var names []string
+		for _, d := range spent {
+			names = append(names, d.Node)
+		}
+		if ok != c.ok || strings.Join(names, ",") != c.spent {
+			t.Errorf("%s: %t %v, want %t %s", c.name, ok, names, c.ok, c.spent)
+		}
+	}
+}
