@@ -85,7 +85,7 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 		recount(st, mine, target)
 	default:
 		r.added = plan.AssignWith(p.s, st, mine, p.others, p.checks, target, p.retry, p.now,
-			plan.Beside{ServerElsewhere: p.serverElsewhere, Down: len(plan.Unavailable(*st, p.avail))})
+			plan.Beside{ServerElsewhere: p.serverElsewhere, Down: plan.Names(plan.Unavailable(*st, p.avail))})
 		plan.SpaceClaims(st, r.added, p.claims)
 		startUpgrading(c.UID, st, r.added)
 	}

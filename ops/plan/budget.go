@@ -68,6 +68,15 @@ func Unavailable(st v1.UpdateChannelStatus, nodes []Availability) []Down {
 	return out
 }
 
+// Names are the nodes of down.
+func Names(down []Down) []string {
+	out := make([]string, 0, len(down))
+	for _, d := range down {
+		out = append(out, d.Node)
+	}
+	return out
+}
+
 // FreeSlotsBeside is how many more nodes may start: concurrency minus the
 // slots held minus down, the nodes down without a slot (Unavailable).
 func FreeSlotsBeside(s Settings, st v1.UpdateChannelStatus, down int) int {

@@ -20,7 +20,7 @@ func (m budgetMachine) Assign(t *rapid.T) {
 	down := Unavailable(m.st, nodes)
 	before := len(m.st.Updating)
 	checked := m.checked()
-	added := AssignWith(m.s, &m.st, m.nodes, nil, checked, m.target, m.retry(), m.now, Beside{Down: len(down)})
+	added := AssignWith(m.s, &m.st, m.nodes, nil, checked, m.target, m.retry(), m.now, Beside{Down: Names(down)})
 	if len(added) > 0 && len(m.st.Updating)+len(down) > m.s.Concurrency {
 		t.Fatalf("granted %v beside %d slots held before and %v down without a slot: concurrency %d", added, before, down, m.s.Concurrency)
 	}
@@ -28,6 +28,9 @@ func (m budgetMachine) Assign(t *rapid.T) {
 		if FindSlot(m.st, d.Node) >= 0 && !contains(added, d.Node) {
 			t.Fatalf("%s counted down and as a slot", d.Node)
 		}
+	}
+	if after := Unavailable(m.st, nodes); len(added) > 0 && len(m.st.Updating)+len(after) > max(m.s.Concurrency, before+len(down)) {
+		t.Fatalf("granted %v: %d slots and %v down, concurrency %d", added, len(m.st.Updating), after, m.s.Concurrency)
 	}
 }
 

@@ -66,9 +66,9 @@ type Beside struct {
 	// ServerElsewhere: a server node of another channel holds a slot, or
 	// a server is down without one: a server slot taken.
 	ServerElsewhere bool
-	// Down counts the channel's nodes down without a slot (Unavailable):
+	// Down are the channel's nodes down without a slot (Unavailable):
 	// each spends one of its concurrency.
-	Down int
+	Down []string
 }
 
 // AssignWith is Assign beside what b says is taken already.
