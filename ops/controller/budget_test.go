@@ -25,7 +25,7 @@ func capacityHeldBy(ch *v1.UpdateChannel, reason, node string) bool {
 
 // eventSays waits (up to a minute) for an Event of reason whose message
 // holds every one of says.
-func eventSays(t *testing.T, f *fleet, reason string, says ...string) {
+func eventSays(t *testing.T, f *fleettest.Fleet, reason string, says ...string) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -69,7 +69,7 @@ func TestNotReadyWorkerSpendsTheBudget(t *testing.T) {
 	f.WaitFor("CapacityHeld naming the NotReady node", time.Minute, func(ch *v1.UpdateChannel) bool { return capacityHeldBy(ch, "NodesUnavailable", n(0)) })
 	f.Holds("no slot while a node is down at concurrency 1", 5*time.Second, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 0 })
 	f.WaitFor("CapacityHeld turned NodeDownTooLong", time.Minute, func(ch *v1.UpdateChannel) bool { return capacityHeldBy(ch, "NodeDownTooLong", n(0)) })
-	eventSays(t, f, "NodeDownTooLong", n(0), "nodeSelector")
+	eventSays(t, f.Fleet, "NodeDownTooLong", n(0), "nodeSelector")
 	if ch := f.Get(); len(ch.Status.Updating) != 0 {
 		t.Fatalf("a slot was granted while %s is down: %+v", n(0), ch.Status.Updating)
 	}
@@ -110,7 +110,7 @@ func TestWorkerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
 	}
 	f.SetReady(down, false) // after the grant, before the drain
 	release[first](true)
-	eventSays(t, f, "CapacityHeld", first, down, "drain")
+	eventSays(t, f.Fleet, "CapacityHeld", first, down, "drain")
 	f.Holds("the first keeps its slot while another is down", 5*time.Second, func(ch *v1.UpdateChannel) bool {
 		return len(ch.Status.Updating) == 1 && ch.Status.Updating[0].Node == first
 	})

@@ -263,3 +263,48 @@ func TestServerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
 	f.WaitFor("all three at v2", 2*time.Minute, fleettest.Done(3))
 	f.AssertAllAt("v2")
 }
+
+// TestServerDownMidDrainHoldsTheReboot: a server's drain has begun (a
+// budget refuses its pod's eviction) when another server goes NotReady.
+// Once the drain is done, the pass that would permit its reboot asks the
+// server gate again: the slot is not marked Rebooting, an Event names both
+// servers, and it reboots only once the other is back.
+func TestServerDownMidDrainHoldsTheReboot(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 3, nil)
+	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.NS, i) }
+	release := map[string]func(bool){}
+	for i := range 3 {
+		if err := f.PatchNodeLabel(n(i), "node-role.kubernetes.io/control-plane", "true"); err != nil {
+			t.Fatal(err)
+		}
+		release[n(i)] = f.HoldJobs(n(i))
+		f.Start(n(i))
+	}
+	f.AgentsUp(n(0), n(1), n(2))
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
+	ch := f.WaitFor("a server's slot", 2*time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 1 })
+	first := ch.Status.Updating[0].Node
+	f.BlockEviction(t, first)
+	var down string
+	for i := range 3 {
+		if n(i) != first {
+			down = n(i)
+			release[n(i)](true)
+		}
+	}
+	release[first](true)
+	f.WaitNode(t, first, "cordoned for its drain", func(nd *corev1.Node) bool { return drain.CordonedBy(nd.Annotations) == protocol.CordonOwner })
+	f.SetReady(down, false) // mid-drain
+	zero := int64(0) // the guarded pod gone (no kubelet here to end it): the drain is done
+	if err := f.Kube.CoreV1().Pods(f.NS).Delete(context.Background(), "guarded", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	f.Holds("no reboot permitted while another server is down", 8*time.Second, func(ch *v1.UpdateChannel) bool {
+		return len(ch.Status.Updating) == 1 && ch.Status.Updating[0].Node == first && ch.Status.Updating[0].Phase != "Rebooting"
+	})
+	eventSays(t, f.Fleet, "ServerHeldBack", first, down, "reboot")
+	f.SetReady(down, true)
+	f.WaitFor("all three at v2", 3*time.Minute, fleettest.Done(3))
+	f.AssertAllAt("v2")
+}
