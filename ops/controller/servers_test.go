@@ -296,7 +296,7 @@ func TestServerDownMidDrainHoldsTheReboot(t *testing.T) {
 	release[first](true)
 	f.WaitNode(t, first, "cordoned for its drain", func(nd *corev1.Node) bool { return drain.CordonedBy(nd.Annotations) == protocol.CordonOwner })
 	f.SetReady(down, false) // mid-drain
-	zero := int64(0) // the guarded pod gone (no kubelet here to end it): the drain is done
+	zero := int64(0)        // the guarded pod gone (no kubelet here to end it): the drain is done
 	if err := f.Kube.CoreV1().Pods(f.NS).Delete(context.Background(), "guarded", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
