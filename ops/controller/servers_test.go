@@ -178,7 +178,7 @@ func TestDownServerHoldsTheOthersBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.SetReady(n(0), false)
+	setReady(t, f.Fleet, n(0), false)
 	for i := range 3 {
 		f.Start(n(i))
 	}
@@ -195,7 +195,7 @@ func TestDownServerHoldsTheOthersBack(t *testing.T) {
 		t.Errorf("the ServerHeldBack Event must name the down server %s: %+v", n(0), l.Items)
 	}
 	f.Holds("no server slot while a server is down", 5*time.Second, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 0 })
-	f.SetReady(n(0), true)
+	setReady(t, f.Fleet, n(0), true)
 	f.WaitFor("all three at v2", 2*time.Minute, fleettest.Done(3))
 	f.AssertAllAt("v2")
 }
@@ -230,8 +230,8 @@ func TestServerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
 			release[n(i)](true) // buffered: their Jobs run when they come
 		}
 	}
-	f.SetReady(down, false) // after the grant, before the drain
-	release[first](true)    // the Job staged the swap: the node asks for its drain
+	setReady(t, f.Fleet, down, false) // after the grant, before the drain
+	release[first](true)              // the Job staged the swap: the node asks for its drain
 	if got := f.Events("ServerHeldBack", 2); got < 1 {
 		t.Fatalf("no ServerHeldBack Event; status %+v", f.Get().Status)
 	}
@@ -259,7 +259,7 @@ func TestServerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
 	if node := f.Node(first); node.Spec.Unschedulable || drain.CordonedBy(node.Annotations) != "" {
 		t.Fatalf("server %s was cordoned while server %s is NotReady: two servers down", first, down)
 	}
-	f.SetReady(down, true)
+	setReady(t, f.Fleet, down, true)
 	f.WaitFor("all three at v2", 2*time.Minute, fleettest.Done(3))
 	f.AssertAllAt("v2")
 }
@@ -295,8 +295,8 @@ func TestServerDownMidDrainHoldsTheReboot(t *testing.T) {
 	}
 	release[first](true)
 	f.WaitNode(t, first, "cordoned for its drain", func(nd *corev1.Node) bool { return drain.CordonedBy(nd.Annotations) == protocol.CordonOwner })
-	f.SetReady(down, false) // mid-drain
-	zero := int64(0)        // the guarded pod gone (no kubelet here to end it): the drain is done
+	setReady(t, f.Fleet, down, false) // mid-drain
+	zero := int64(0)                  // the guarded pod gone (no kubelet here to end it): the drain is done
 	if err := f.Kube.CoreV1().Pods(f.NS).Delete(context.Background(), "guarded", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func TestServerDownMidDrainHoldsTheReboot(t *testing.T) {
 		return len(ch.Status.Updating) == 1 && ch.Status.Updating[0].Node == first && ch.Status.Updating[0].Phase != "Rebooting"
 	})
 	eventSays(t, f.Fleet, "ServerHeldBack", first, down, "reboot")
-	f.SetReady(down, true)
+	setReady(t, f.Fleet, down, true)
 	f.WaitFor("all three at v2", 3*time.Minute, fleettest.Done(3))
 	f.AssertAllAt("v2")
 }
