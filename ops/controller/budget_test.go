@@ -92,26 +92,9 @@ func TestNotReadyWorkerSpendsTheBudget(t *testing.T) {
 // is back.
 func TestWorkerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
 	t.Parallel()
-	f := newFleet(t, 3, nil)
-	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.NS, i) }
-	release := map[string]func(bool){}
-	for i := range 3 {
-		release[n(i)] = f.HoldJobs(n(i))
-		f.Start(n(i))
-	}
-	f.AgentsUp(n(0), n(1), n(2))
-	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
-	ch := f.WaitFor("a slot", 2*time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 1 })
-	first := ch.Status.Updating[0].Node
-	var down string
-	for i := range 3 {
-		if n(i) != first {
-			down = n(i)
-			release[n(i)](true)
-		}
-	}
+	f, first, down, releaseFirst := grantedOne(t, false)
 	setReady(t, f.Fleet, down, false) // after the grant, before the drain
-	release[first](true)
+	releaseFirst(true)
 	eventSays(t, f.Fleet, "CapacityHeld", first, down, "drain")
 	f.Holds("the first keeps its slot while another is down", 5*time.Second, func(ch *v1.UpdateChannel) bool {
 		return len(ch.Status.Updating) == 1 && ch.Status.Updating[0].Node == first

@@ -207,52 +207,10 @@ func TestDownServerHoldsTheOthersBack(t *testing.T) {
 // down server, and it drains only once that server is back.
 func TestServerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
 	t.Parallel()
-	f := newFleet(t, 3, nil)
-	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.NS, i) }
-	release := map[string]func(bool){}
-	for i := range 3 {
-		if err := f.PatchNodeLabel(n(i), "node-role.kubernetes.io/control-plane", "true"); err != nil {
-			t.Fatal(err)
-		}
-		release[n(i)] = f.HoldJobs(n(i))
-	}
-	for i := range 3 {
-		f.Start(n(i))
-	}
-	f.AgentsUp(n(0), n(1), n(2))
-	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
-	ch := f.WaitFor("a server's slot", 2*time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 1 })
-	first := ch.Status.Updating[0].Node
-	var down string
-	for i := range 3 {
-		if n(i) != first {
-			down = n(i)
-			release[n(i)](true) // buffered: their Jobs run when they come
-		}
-	}
+	f, first, down, releaseFirst := grantedOne(t, true)
 	setReady(t, f.Fleet, down, false) // after the grant, before the drain
-	release[first](true)              // the Job staged the swap: the node asks for its drain
-	if got := f.Events("ServerHeldBack", 2); got < 1 {
-		t.Fatalf("no ServerHeldBack Event; status %+v", f.Get().Status)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		l, err := f.Kube.CoreV1().Events(f.NS).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=ServerHeldBack"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		held := false
-		for _, e := range l.Items {
-			held = held || strings.Contains(e.Message, first) && strings.Contains(e.Message, down) && strings.Contains(e.Message, "drain")
-		}
-		if held {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ServerHeldBack Event names %s's drain held by %s: %+v", first, down, l.Items)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	releaseFirst(true)                // the Job staged the swap: the node asks for its drain
+	eventSays(t, f.Fleet, "ServerHeldBack", first, down, "drain")
 	f.Holds("the first server keeps its slot while another is down", 6*time.Second, func(ch *v1.UpdateChannel) bool {
 		return len(ch.Status.Updating) == 1 && ch.Status.Updating[0].Node == first
 	})
@@ -264,6 +222,37 @@ func TestServerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
 	f.AssertAllAt("v2")
 }
 
+// grantedOne starts three nodes (control-plane nodes when servers) with
+// their slot Jobs held, a channel of concurrency 1, and waits for its
+// first slot. It returns the fleet, the first slot's node, another node,
+// and what runs the first's Job (the others' run when they come).
+func grantedOne(t *testing.T, servers bool) (f *fleet, first, other string, releaseFirst func(bool)) {
+	t.Helper()
+	f = newFleet(t, 3, nil)
+	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.NS, i) }
+	release := map[string]func(bool){}
+	for i := range 3 {
+		if servers {
+			if err := f.PatchNodeLabel(n(i), "node-role.kubernetes.io/control-plane", "true"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		release[n(i)] = f.HoldJobs(n(i))
+		f.Start(n(i))
+	}
+	f.AgentsUp(n(0), n(1), n(2))
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
+	ch := f.WaitFor("a slot", 2*time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 1 })
+	first = ch.Status.Updating[0].Node
+	for i := range 3 {
+		if n(i) != first {
+			other = n(i)
+			release[n(i)](true) // buffered: their Jobs run when they come
+		}
+	}
+	return f, first, other, release[first]
+}
+
 // TestServerDownMidDrainHoldsTheReboot: a server's drain has begun (a
 // budget refuses its pod's eviction) when another server goes NotReady.
 // Once the drain is done, the pass that would permit its reboot asks the
@@ -271,29 +260,9 @@ func TestServerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
 // servers, and it reboots only once the other is back.
 func TestServerDownMidDrainHoldsTheReboot(t *testing.T) {
 	t.Parallel()
-	f := newFleet(t, 3, nil)
-	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.NS, i) }
-	release := map[string]func(bool){}
-	for i := range 3 {
-		if err := f.PatchNodeLabel(n(i), "node-role.kubernetes.io/control-plane", "true"); err != nil {
-			t.Fatal(err)
-		}
-		release[n(i)] = f.HoldJobs(n(i))
-		f.Start(n(i))
-	}
-	f.AgentsUp(n(0), n(1), n(2))
-	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
-	ch := f.WaitFor("a server's slot", 2*time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 1 })
-	first := ch.Status.Updating[0].Node
+	f, first, down, releaseFirst := grantedOne(t, true)
 	f.BlockEviction(t, first)
-	var down string
-	for i := range 3 {
-		if n(i) != first {
-			down = n(i)
-			release[n(i)](true)
-		}
-	}
-	release[first](true)
+	releaseFirst(true)
 	f.WaitNode(t, first, "cordoned for its drain", func(nd *corev1.Node) bool { return drain.CordonedBy(nd.Annotations) == protocol.CordonOwner })
 	setReady(t, f.Fleet, down, false) // mid-drain
 	zero := int64(0)                  // the guarded pod gone (no kubelet here to end it): the drain is done
