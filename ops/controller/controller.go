@@ -123,6 +123,7 @@ type Controller struct {
 	elected   atomic.Bool
 	channels  opslisters.UpdateChannelLister
 	nodeMeta  cache.Store // every Node's metadata (fold.go)
+	nodeAvail cache.Store // every Node's Ready condition and slipway's cordon (availability.go)
 	queue     workqueue.TypedRateLimitingInterface[key]
 	recorder  record.EventRecorder
 	metrics   *metrics
@@ -141,6 +142,8 @@ type Controller struct {
 	// drainsDone are the drains done whose slots the next pass marks
 	// Rebooting, by node (ctrldrain.go).
 	drainsDone map[string]drainRun
+	// heldServers are the server steps (drain, reboot) another server holds back, by node (serverstep.go).
+	heldServers map[string]heldServer
 	// ahead are the checks of the nodes next in line, made in the background (health.go).
 	ahead      checksAhead
 	leaderCtx  context.Context
@@ -245,10 +248,15 @@ func (ctl *Controller) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	process.ReadyWhen(ctl.probe, chInf, nodeInf)
+	availInf, err := ctl.availabilityInformer()
+	if err != nil {
+		return err
+	}
+	process.ReadyWhen(ctl.probe, chInf, nodeInf, availInf)
 	go chInf.RunWithContext(ctx)
 	go nodeInf.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), chInf.HasSynced, nodeInf.HasSynced) {
+	go availInf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), chInf.HasSynced, nodeInf.HasSynced, availInf.HasSynced) {
 		return fmt.Errorf("the channel and node informers did not sync: is the API server reachable and the CRD installed (--install-crds)?")
 	}
 	if ctl.opts.MetricsAddr != "" {

@@ -68,6 +68,9 @@ func (ctl *Controller) startDrains(ch *v1.UpdateChannel, s plan.Settings, asked 
 		return
 	}
 	for _, sl := range asked {
+		if ctl.serverStepWaits(sl, "drain") {
+			continue // held back by another server: asks again after heldRecheck
+		}
 		ctl.mu.Lock()
 		run, busy := ctl.drains[sl.Node]
 		done, ended := ctl.drainsDone[sl.Node]
@@ -131,9 +134,14 @@ func (ctl *Controller) runDrain(ctx context.Context, ch *v1.UpdateChannel, s pla
 		ctl.queue.Add(key{roleFleet, ch.Name})
 	}()
 	res, began, err := ctl.drainSlot(ctx, ch, s, slot)
+	var held *errHeldBack
+	var spent *errBudgetSpent
 	switch {
 	case ctx.Err() != nil:
 		return // the next holder resumes it, or uncordons
+	case errors.As(err, &held), errors.As(err, &spent):
+		ctl.holdStep(ch, slot, "drain", err) // the slot kept, nothing written
+		return
 	case errors.Is(err, errSlotGone):
 		ctl.log.Info("the slot was taken away mid-drain; uncordoning", "node", slot.Node, "channel", ch.Name)
 		ctl.uncordon(ctx, slot.Node)
@@ -244,6 +252,17 @@ func (ctl *Controller) drainSlot(ctx context.Context, ch *v1.UpdateChannel, s pl
 	if err != nil {
 		return nil, began, err
 	}
+	if plan.Server(plan.Node{Labels: seen.Labels}) { // seen: read live just now
+		if err := ctl.serverMayGoDown(ctx, slot.Node); err != nil {
+			return nil, began, err // no cordon while another server is down (serverstep.go)
+		}
+	}
+	if drain.CordonedBy(seen.Annotations) != protocol.CordonOwner { // a cordon begun stays: its drain resumes
+		if err := ctl.mayCordon(s, slot); err != nil {
+			return nil, began, err // the channel's other nodes down spend its budget (availability.go)
+		}
+	}
+	ctl.releaseServerStep(slot)
 	opts.Keep = ctl.ownPods()
 	meta := map[string]string{protocol.AnnotationDrainStarted: began.UTC().Format(time.RFC3339Nano), protocol.AnnotationCordonedFor: ctl.opts.Namespace + "/" + ch.Name}
 	if _, err := drain.CordonSeen(ctx, ctl.kube, slot.Node, seen, protocol.CordonOwner, meta); err != nil { // seen: the Node just read

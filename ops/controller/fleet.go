@@ -42,6 +42,8 @@ type fleetCache struct {
 	heldBack string
 	// revoked are the slots taken away whose nodes' views may still show them (revoke.go).
 	revoked revocations
+	// downLong are the nodes whose NodeDownTooLong Event was recorded, with the down spell's start.
+	downLong map[string]time.Time
 }
 
 // fenceRecheck is how soon a pass that waits for a view to drop a slot
@@ -91,8 +93,9 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	reports := ctl.reportsFor(ch, snap)
 	folded := ch.Status.DeepCopy() // the slots this pass frees count as free for the checks
 	plan.Fold(folded, ch.UID, reports)
-	ctl.startDrains(ch, s, draining(*folded)) // now: a drain waits for no check and no write of this pass
-	fenced := ctl.fenced(fc, ch.UID)          // the revoked slots whose views still show them
+	ctl.startDrains(ch, s, draining(*folded))                                   // now: a drain waits for no check and no write of this pass
+	fenced := ctl.fenced(fc, ch.UID)                                            // the revoked slots whose views still show them
+	drained, rebootHeld := ctl.permitReboots(ctx, ch, ctl.drainsDoneIn(ch.UID)) // a server's reboot asks the server gate again (serverstep.go)
 	var gate serverGate
 	if serverWaits(ch.Status, mine, target) {
 		gate = ctl.serverGateFor(ctx, name, snap)
@@ -100,8 +103,8 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	p := fleetPass{s: s, generation: generation, retry: ctl.opts.Retry, now: now, listedSlots: slotHolders(ch), resolved: resolved, stale: stale, mine: mine, others: others,
 		checks: ctl.checkBehind(ctx, fc, name, *folded, plan.Behind(*folded, mine, target), startable(s, *folded, mine, target, ctl.opts.Retry, now),
 			plan.FreeSlots(s, *folded), s.Concurrency, target),
-		serverElsewhere: gate.taken(), reports: reports, drained: ctl.drainsDoneIn(ch.UID),
-		claims: ctl.lastClaims(), slowDrains: ctl.slowDrains(), fenced: fenced}
+		serverElsewhere: gate.taken(), reports: reports, drained: drained,
+		claims: ctl.lastClaims(), slowDrains: ctl.slowDrains(), fenced: fenced, avail: ctl.availability(nodeNames(mine))}
 	var r fleetResult
 	ch, err = ctl.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
 		r = p.apply(c)
@@ -124,12 +127,25 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	}
 	ctl.fleetEvents(ch, r)
 	ctl.heldBackEvent(ch, fc, gate)
+	if !r.relist {
+		ctl.downEvents(ch, fc, s, r.down, now)
+	}
+	if r.capacityHeld && len(r.down) > 0 {
+		ctl.recorder.Eventf(ch, corev1.EventTypeNormal, "CapacityHeld", "%s down without a slot: they spend this channel's concurrency (%d) until they are back",
+			describeDown(r.down), s.Concurrency)
+	}
 	ctl.recordVersions(name, mine)
 	ctl.metrics.fleet.recordSkipped(name, skippedReasons(ch))
 	if r.relist {
 		return time.Millisecond, nil
 	}
 	next := ctl.nextFleetSync(s, ch, now)
+	if rebootHeld {
+		next = min(next, heldRecheck)
+	}
+	if at := plan.NextDownTooLong(r.down, s.NodeReadyTimeout, now); !at.IsZero() {
+		next = min(next, time.Until(at)+time.Second) // CapacityHeld's reason turns NodeDownTooLong then
+	}
 	if len(fenced) > 0 || len(r.revoked) > 0 {
 		// The view write queues the next pass; this is in case it failed.
 		next = min(next, fenceRecheck)

@@ -40,6 +40,8 @@ type fleetPass struct {
 	// fenced are the nodes whose slot was taken away and whose view still
 	// shows it: no slot is granted while there is one (revoke.go).
 	fenced []string
+	// avail is what the budget reads of the channel's nodes (availability.go).
+	avail []plan.Availability
 }
 
 // apply updates c's status for this pass and says what changed.
@@ -82,10 +84,13 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 		// view: its capacity is granted once the view dropped it.
 		recount(st, mine, target)
 	default:
-		r.added = plan.AssignBeside(p.s, st, mine, p.others, p.checks, target, p.retry, p.now, p.serverElsewhere)
+		r.added = plan.AssignWith(p.s, st, mine, p.others, p.checks, target, p.retry, p.now,
+			plan.Beside{ServerElsewhere: p.serverElsewhere, Down: plan.Names(plan.Unavailable(*st, p.avail))})
 		plan.SpaceClaims(st, r.added, p.claims)
 		startUpgrading(c.UID, st, r.added)
 	}
+	r.down = plan.Unavailable(*st, p.avail)
+	r.capacityHeld = plan.SetCapacityHeld(p.s, st, r.down, p.now, c.Generation)
 	r.conflict = plan.SetConflict(st, p.others, c.Generation)
 	plan.SetInvalid(st, nil, c.Generation)
 	plan.SetProgress(p.s, st, target, c.Generation)
@@ -116,6 +121,10 @@ type fleetResult struct {
 	drainsAsked []v1.Slot
 	// revoked are the slots this pass took away (recovered or released).
 	revoked []v1.Slot
+	// down are the channel's nodes down without a slot; capacityHeld: the
+	// CapacityHeld condition changed.
+	down         []plan.Down
+	capacityHeld bool
 }
 
 // recover takes the stale slots away: a node gone before its reboot loses

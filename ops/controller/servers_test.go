@@ -178,7 +178,7 @@ func TestDownServerHoldsTheOthersBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.SetReady(n(0), false)
+	setReady(t, f.Fleet, n(0), false)
 	for i := range 3 {
 		f.Start(n(i))
 	}
@@ -195,7 +195,85 @@ func TestDownServerHoldsTheOthersBack(t *testing.T) {
 		t.Errorf("the ServerHeldBack Event must name the down server %s: %+v", n(0), l.Items)
 	}
 	f.Holds("no server slot while a server is down", 5*time.Second, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 0 })
-	f.SetReady(n(0), true)
+	setReady(t, f.Fleet, n(0), true)
 	f.WaitFor("all three at v2", 2*time.Minute, fleettest.Done(3))
+	f.AssertAllAt("v2")
+}
+
+// TestServerDownAfterTheGrantHoldsTheDrain: of three control-plane nodes
+// at concurrency 1, one is granted its slot while all are up; another
+// goes NotReady before the first's drain. The drain asks the server gate
+// again: the first keeps its slot, uncordoned, an Event names it and the
+// down server, and it drains only once that server is back.
+func TestServerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
+	t.Parallel()
+	f, first, down, releaseFirst := grantedOne(t, true)
+	setReady(t, f.Fleet, down, false) // after the grant, before the drain
+	releaseFirst(true)                // the Job staged the swap: the node asks for its drain
+	eventSays(t, f.Fleet, "ServerHeldBack", first, down, "drain")
+	f.Holds("the first server keeps its slot while another is down", 6*time.Second, func(ch *v1.UpdateChannel) bool {
+		return len(ch.Status.Updating) == 1 && ch.Status.Updating[0].Node == first
+	})
+	if node := f.Node(first); node.Spec.Unschedulable || drain.CordonedBy(node.Annotations) != "" {
+		t.Fatalf("server %s was cordoned while server %s is NotReady: two servers down", first, down)
+	}
+	setReady(t, f.Fleet, down, true)
+	f.WaitFor("all three at v2", 2*time.Minute, fleettest.Done(3))
+	f.AssertAllAt("v2")
+}
+
+// grantedOne starts three nodes (control-plane nodes when servers) with
+// their slot Jobs held, a channel of concurrency 1, and waits for its
+// first slot. It returns the fleet, the first slot's node, another node,
+// and what runs the first's Job (the others' run when they come).
+func grantedOne(t *testing.T, servers bool) (f *fleet, first, other string, releaseFirst func(bool)) {
+	t.Helper()
+	f = newFleet(t, 3, nil)
+	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.NS, i) }
+	release := map[string]func(bool){}
+	for i := range 3 {
+		if servers {
+			if err := f.PatchNodeLabel(n(i), "node-role.kubernetes.io/control-plane", "true"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		release[n(i)] = f.HoldJobs(n(i))
+		f.Start(n(i))
+	}
+	f.AgentsUp(n(0), n(1), n(2))
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
+	ch := f.WaitFor("a slot", 2*time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 1 })
+	first = ch.Status.Updating[0].Node
+	for i := range 3 {
+		if n(i) != first {
+			other = n(i)
+			release[n(i)](true) // buffered: their Jobs run when they come
+		}
+	}
+	return f, first, other, release[first]
+}
+
+// TestServerDownMidDrainHoldsTheReboot: a server's drain has begun (a
+// budget refuses its pod's eviction) when another server goes NotReady.
+// Once the drain is done, the pass that would permit its reboot asks the
+// server gate again: the slot is not marked Rebooting, an Event names both
+// servers, and it reboots only once the other is back.
+func TestServerDownMidDrainHoldsTheReboot(t *testing.T) {
+	t.Parallel()
+	f, first, down, releaseFirst := grantedOne(t, true)
+	f.BlockEviction(t, first)
+	releaseFirst(true)
+	f.WaitNode(t, first, "cordoned for its drain", func(nd *corev1.Node) bool { return drain.CordonedBy(nd.Annotations) == protocol.CordonOwner })
+	setReady(t, f.Fleet, down, false) // mid-drain
+	zero := int64(0)                  // the guarded pod gone (no kubelet here to end it): the drain is done
+	if err := f.Kube.CoreV1().Pods(f.NS).Delete(context.Background(), "guarded", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	f.Holds("no reboot permitted while another server is down", 8*time.Second, func(ch *v1.UpdateChannel) bool {
+		return len(ch.Status.Updating) == 1 && ch.Status.Updating[0].Node == first && ch.Status.Updating[0].Phase != "Rebooting"
+	})
+	eventSays(t, f.Fleet, "ServerHeldBack", first, down, "reboot")
+	setReady(t, f.Fleet, down, true)
+	f.WaitFor("all three at v2", 3*time.Minute, fleettest.Done(3))
 	f.AssertAllAt("v2")
 }

@@ -77,3 +77,35 @@ func ServerHoldingBack(servers []ServerState) (node, why string) {
 	}
 	return "", ""
 }
+
+// ServerPeer is another server node, as read from the API server right
+// before a server's drain cordons it or its reboot is permitted:
+// SlotIn names a channel where it holds a slot ("" for none).
+type ServerPeer struct {
+	ServerState
+	SlotIn string
+}
+
+// ServerMayGoDown decides, for the server node self about to be cordoned
+// (or given its reboot), which other server holds it back, and why; ""
+// when none does. The grant's gate (ServerHoldingBack) is read when the
+// slot is granted; a server may go down between that grant and the
+// drain, or between the drain and the reboot. So the step that takes
+// self down asks again: another server holding a slot in any channel, or
+// down without one (not Ready, unreachable, or still cordoned by
+// slipway), keeps self up, its slot held, until that server is back.
+func ServerMayGoDown(self string, peers []ServerPeer) (node, why string) {
+	var down []ServerState
+	sorted := slices.Clone(peers)
+	slices.SortFunc(sorted, func(a, b ServerPeer) int { return strings.Compare(a.Name, b.Name) })
+	for _, p := range sorted {
+		switch {
+		case p.Name == self:
+		case p.SlotIn != "":
+			return p.Name, "it holds a slot in channel " + p.SlotIn
+		default:
+			down = append(down, p.ServerState)
+		}
+	}
+	return ServerHoldingBack(down)
+}

@@ -28,3 +28,32 @@ func TestServerHoldingBack(t *testing.T) {
 		}
 	}
 }
+
+func TestServerMayGoDown(t *testing.T) {
+	peer := func(name, ready string, cordoned bool, slotIn string) ServerPeer {
+		return ServerPeer{ServerState: ServerState{Name: name, ReadyStatus: ready, CordonedBySlipway: cordoned}, SlotIn: slotIn}
+	}
+	cases := []struct {
+		name  string
+		self  string
+		peers []ServerPeer
+		node  string
+		why   string
+	}{
+		{"alone", "a", nil, "", ""},
+		{"the others up", "a", []ServerPeer{peer("b", "True", false, ""), peer("c", "True", false, "")}, "", ""},
+		{"itself cordoned, with its slot (a drain resumed)", "a", []ServerPeer{peer("a", "True", true, "default"), peer("b", "True", false, "")}, "", ""},
+		{"itself NotReady (it is the one going down)", "a", []ServerPeer{peer("a", "False", false, ""), peer("b", "True", false, "")}, "", ""},
+		{"another went NotReady after the grant", "a", []ServerPeer{peer("b", "False", false, ""), peer("c", "True", false, "")}, "b", "not Ready"},
+		{"another unreachable", "c", []ServerPeer{peer("a", "True", false, ""), peer("b", "Unknown", false, "")}, "b", "stopped reporting"},
+		{"another still cordoned by slipway", "a", []ServerPeer{peer("b", "True", true, "")}, "b", "cordon"},
+		{"another holds a slot in another channel", "a", []ServerPeer{peer("b", "True", false, "canary")}, "b", "slot in channel canary"},
+		{"a slot before a NotReady one, by name", "a", []ServerPeer{peer("c", "False", false, ""), peer("b", "True", false, "canary")}, "b", "slot"},
+	}
+	for _, c := range cases {
+		node, why := ServerMayGoDown(c.self, c.peers)
+		if node != c.node || !strings.Contains(why, c.why) || (c.node == "") != (why == "") {
+			t.Errorf("%s: (%q, %q), want %q with %q", c.name, node, why, c.node, c.why)
+		}
+	}
+}

@@ -58,6 +58,23 @@ func Assign(s Settings, st *v1.UpdateChannelStatus, mine []Node, others map[stri
 // slots (one server down at a time across all channels).
 func AssignBeside(s Settings, st *v1.UpdateChannelStatus, mine []Node, others map[string]string, checked map[string]*v1.SkippedNode,
 	target string, retry Retry, now time.Time, serverElsewhere bool) []string {
+	return AssignWith(s, st, mine, others, checked, target, retry, now, Beside{ServerElsewhere: serverElsewhere})
+}
+
+// Beside is what else takes a channel's capacity beside its own slots.
+type Beside struct {
+	// ServerElsewhere: a server node of another channel holds a slot, or
+	// a server is down without one: a server slot taken.
+	ServerElsewhere bool
+	// Down are the channel's nodes down without a slot (Unavailable):
+	// each spends one of its concurrency.
+	Down []string
+}
+
+// AssignWith is Assign beside what b says is taken already.
+func AssignWith(s Settings, st *v1.UpdateChannelStatus, mine []Node, others map[string]string, checked map[string]*v1.SkippedNode,
+	target string, retry Retry, now time.Time, b Beside) []string {
+	serverElsewhere := b.ServerElsewhere
 	behind := Behind(*st, mine, target)
 	var total int
 	st.Skipped, total = MergeSkipped(st.Skipped, behind, checked, Unchecked(mine, others, now))
@@ -83,7 +100,7 @@ func AssignBeside(s Settings, st *v1.UpdateChannelStatus, mine []Node, others ma
 	if serverElsewhere {
 		serverSlots++
 	}
-	added := Claim(s, st, ServersFirst(eligible, serversBehind, serverSlots), target, now)
+	added := ClaimBeside(s, st, ServersFirst(eligible, serversBehind, serverSlots), target, now, b.Down)
 	st.Counts = Counts(mine, *st, target)
 	st.Counts.Skipped = total
 	return added

@@ -179,14 +179,31 @@ func FreeSlots(s Settings, st v1.UpdateChannelStatus) int {
 // concurrency, and returns the names it added. Each slot's attempt follows
 // the node's failed attempts at target.
 func Claim(s Settings, st *v1.UpdateChannelStatus, candidates []Node, target string, now time.Time) []string {
+	return ClaimBeside(s, st, candidates, target, now, nil)
+}
+
+// ClaimBeside is Claim beside down, the nodes of the channel that hold no
+// slot and are unavailable (budget.go): they spend concurrency as slots
+// do. One of them that takes a slot (a node left cordoned by slipway)
+// moves from down to its slot and spends nothing more.
+func ClaimBeside(s Settings, st *v1.UpdateChannelStatus, candidates []Node, target string, now time.Time, down []string) []string {
 	var added []string
+	left := map[string]bool{}
+	for _, d := range down {
+		left[d] = true
+	}
 	for _, n := range candidates {
-		if FreeSlots(s, *st) == 0 {
-			break
-		}
 		if FindSlot(*st, n.Name) >= 0 {
 			continue
 		}
+		others := len(left)
+		if left[n.Name] {
+			others--
+		}
+		if FreeSlotsBeside(s, *st, others) == 0 {
+			continue // a down node further on may still take one
+		}
+		delete(left, n.Name)
 		attempt := 1
 		if i := FindFailure(*st, n.Name); i >= 0 && st.Failed[i].Version == target {
 			attempt = st.Failed[i].Attempts + 1

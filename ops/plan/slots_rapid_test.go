@@ -63,13 +63,7 @@ func (m *slotMachine) Assign(t *rapid.T) { m.assign(t, false) }
 // assign is Assign with serverElsewhere, as the controller passes it (a
 // server holds a slot in another channel, or is down without one).
 func (m *slotMachine) assign(t *rapid.T, serverElsewhere bool) {
-	checked := map[string]*v1.SkippedNode{}
-	for _, n := range m.nodes {
-		checked[n.Name] = nil
-		if m.down[n.Name] {
-			checked[n.Name] = &v1.SkippedNode{Node: n.Name, Reason: SkipNotReady}
-		}
-	}
+	checked := m.checked()
 	before := len(m.st.Updating)
 	// Degraded as the pass sees it: a failed node now NotReady is skipped,
 	// and a skipped node's failure does not hold the rollout up (by design).
@@ -81,7 +75,7 @@ func (m *slotMachine) assign(t *rapid.T, serverElsewhere bool) {
 	}
 	degraded := failures >= m.s.MaxFailures
 	serverSlot := m.serverSlots() > 0
-	added := AssignBeside(m.s, &m.st, m.nodes, nil, checked, m.target, Retry{Base: time.Minute, Max: time.Hour}, m.now, serverElsewhere)
+	added := AssignBeside(m.s, &m.st, m.nodes, nil, checked, m.target, m.retry(), m.now, serverElsewhere)
 	if len(added) > 0 && len(m.st.Updating) > m.s.Concurrency {
 		t.Fatalf("%d slots after granting %v, concurrency %d", len(m.st.Updating), added, m.s.Concurrency)
 	}
@@ -104,6 +98,20 @@ func (m *slotMachine) assign(t *rapid.T, serverElsewhere bool) {
 		}
 	}
 }
+
+// checked are the fleet view's checks of every node: the nodes down are NotReady.
+func (m *slotMachine) checked() map[string]*v1.SkippedNode {
+	checked := map[string]*v1.SkippedNode{}
+	for _, n := range m.nodes {
+		checked[n.Name] = nil
+		if m.down[n.Name] {
+			checked[n.Name] = &v1.SkippedNode{Node: n.Name, Reason: SkipNotReady}
+		}
+	}
+	return checked
+}
+
+func (m *slotMachine) retry() Retry { return Retry{Base: time.Minute, Max: time.Hour} }
 
 func (m *slotMachine) serverSlots() int {
 	n := 0

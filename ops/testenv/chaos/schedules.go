@@ -23,15 +23,16 @@ type Named struct {
 // Schedules are the named schedules, by name.
 var Schedules = map[string]Named{
 	// Three control-plane nodes (node-1..3) at concurrency 1: node-2 is
-	// powered off before the rollout starts and stays off for 40 s. While
-	// it is down no other server may start (down is down, slot or not);
-	// today the next server's slot is granted beside it.
+	// powered off as the rollout starts and stays off for 40 s. While it
+	// is down no other server may be cordoned (down is down, slot or not),
+	// even one whose slot was granted a moment before node-2 went down:
+	// its drain asks the server gate again before its cordon.
 	"k3os-notready-server": {System: "k3os", Nodes: 5,
 		Doc:      "a NotReady control-plane node with no slot must stop the next server's slot (cordon-control-plane-alone)",
 		Schedule: faults.Schedule{{At: 0, Kind: faults.NotReady, Target: "node/node-2", For: 40 * time.Second}}},
 	// A worker (node-5) is NotReady while the others roll at concurrency
-	// 1: the channel's budget is spent while it is down, so no other
-	// worker may be cordoned beside it (cordon-within-budget, as the
+	// 1: the channel's budget is spent while it is down, so no other node
+	// may be cordoned beside it (cordon-within-budget, as the
 	// channel-concurrency rule counts NotReady nodes).
 	"k3os-notready-worker": {System: "k3os", Nodes: 5,
 		Doc:      "a NotReady worker with no slot spends a concurrency-1 channel's budget (cordon-within-budget)",
