@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"slipway.dev/slipway/ops/swarm/appcheck"
 )
@@ -49,6 +50,9 @@ type NodeObs struct {
 	// "" when slipway holds no cordon.
 	CordonedBy string
 	BootID     string
+	// ReadySince is when the monitor saw the node become Ready (zero for
+	// a node Ready when first seen).
+	ReadySince time.Time
 	// InFlight: the update operator counts the node against max-concurrent
 	// (updateoperator.InFlight over its annotations).
 	InFlight bool
@@ -117,6 +121,8 @@ type PodObs struct {
 	// eds.slipway.dev/replicaset labels.
 	EDS, ReplicaSet string
 	Terminating     bool
+	// Ready is the pod's Ready condition True.
+	Ready bool
 	// FirstSeen is when the monitor first saw the pod.
 	FirstSeen time.Time
 }
@@ -129,6 +135,16 @@ type EDSObs struct {
 	Active           string
 	CanaryReplicaSet string
 	CanaryNodes      []string
+	// MaxUnavailable is spec.strategy.rollingUpdate.maxUnavailable (nil:
+	// the default, 1).
+	MaxUnavailable *intstr.IntOrString
+	// Validated are the replica sets the monitor saw active (validated
+	// templates: an older one's pods are replaced by the rolling update,
+	// wherever they run).
+	Validated map[string]bool
+	// Covered are the nodes the monitor saw a Ready pod of it on (until
+	// the Node is deleted).
+	Covered map[string]bool
 }
 
 // State is what the invariants read: the monitor's observed state.
@@ -153,6 +169,10 @@ type State struct {
 	// namespace/name.
 	Pods []PodObs
 	EDS  map[string]EDSObs
+	// Jobs must all run in the applications' hands from JobsDue on (zero:
+	// not checked); see ExpectJobs.
+	Jobs    []string
+	JobsDue time.Time
 }
 
 // Limits are the bounds the invariants check that the API server does not
@@ -169,6 +189,9 @@ type Limits struct {
 	// judges it (default 2s): the pod and its ExtendedDaemonSet's status
 	// arrive on two watches, in either order.
 	CanaryGrace time.Duration
+	// NodeGrace is how long a node must have been Ready again before
+	// eds-max-unavailable counts its pod (default 20s).
+	NodeGrace time.Duration
 }
 
 func (l Limits) withDefaults() Limits {
@@ -180,6 +203,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.CanaryGrace <= 0 {
 		l.CanaryGrace = 2 * time.Second
+	}
+	if l.NodeGrace <= 0 {
+		l.NodeGrace = defaultNodeGrace
 	}
 	return l
 }
@@ -201,6 +227,8 @@ var Invariants = []Invariant{
 	{InvCordonBudget, CordonWithinBudget},
 	{InvCordonControlPlane, CordonControlPlaneAlone},
 	{InvCanaryConfined, CanaryConfined},
+	{InvEDSMaxUnavailable, EDSMaxUnavailable},
+	{InvJobsRunning, JobsRunning},
 }
 
 func nodeKey(name string) string { return "Node//" + name }
@@ -475,8 +503,8 @@ func NoCordonOnceQuiet(s State, _ Limits) ([]Finding, error) {
 }
 
 // CanaryConfined: a pod of an ExtendedDaemonSet's replica set that is not
-// its active one (a template not yet validated) runs only on the nodes of
-// the canary of that replica set. Terminating pods (a rollback under way)
+// its active one, nor was ever seen active (a template not yet validated),
+// runs only on the nodes of the canary of that replica set. Terminating pods (a rollback under way)
 // and pods younger than CanaryGrace are not judged.
 func CanaryConfined(s State, l Limits) ([]Finding, error) {
 	l = l.withDefaults()
@@ -486,7 +514,7 @@ func CanaryConfined(s State, l Limits) ([]Finding, error) {
 			continue
 		}
 		e, ok := s.EDS[p.Namespace+"/"+p.EDS]
-		if !ok || e.Active == "" || p.ReplicaSet == e.Active {
+		if !ok || e.Active == "" || p.ReplicaSet == e.Active || e.Validated[p.ReplicaSet] {
 			continue
 		}
 		if e.CanaryReplicaSet == p.ReplicaSet && slices.Contains(e.CanaryNodes, p.Node) {

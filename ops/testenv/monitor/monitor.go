@@ -109,6 +109,9 @@ type Monitor struct {
 	cordons    []CordonStart
 	pods       map[string]PodObs // EDS pods, by namespace/name
 	eds        map[string]EDSObs
+	covered    map[string]map[string]bool // nodes covered by an ExtendedDaemonSet not seen yet
+	jobs       []string                   // ExpectJobs
+	jobsDue    time.Time
 	writes     map[string][]time.Time
 	history    map[string][]Version
 	open       map[string]bool // invariant+key of the findings still standing
@@ -142,7 +145,7 @@ func New(cfg Config) (*Monitor, error) {
 	cfg.Limits = cfg.Limits.withDefaults()
 	return &Monitor{cfg: cfg, keys: keys, nodes: map[string]NodeObs{}, boots: map[string]bootRecord{}, channels: map[string]ChannelObs{},
 		writes: map[string][]time.Time{}, history: map[string][]Version{}, open: map[string]bool{},
-		pods: map[string]PodObs{}, eds: map[string]EDSObs{}}, nil
+		pods: map[string]PodObs{}, eds: map[string]EDSObs{}, covered: map[string]map[string]bool{}}, nil
 }
 
 // Run watches the API server of config until ctx ends. It returns once the
@@ -303,9 +306,17 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		m.nodeList = nil
 		if deleted {
 			delete(m.nodes, x.Name) // its boot record stays: registered again with a new boot ID, it rebooted
+			for _, e := range m.eds {
+				delete(e.Covered, x.Name)
+			}
 			break
 		}
 		n := m.nodeObs(x)
+		if prev, ok := m.nodes[x.Name]; ok && prev.Ready && n.Ready {
+			n.ReadySince = prev.ReadySince
+		} else if ok && n.Ready {
+			n.ReadySince = now
+		}
 		if n.BootID != "" { // a version of no known boot (just registered) says nothing of one
 			rec := m.boots[x.Name]
 			if rec.ID != "" && rec.ID != n.BootID {
@@ -339,9 +350,15 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 			if prev, ok := m.pods[pk]; ok {
 				first = prev.FirstSeen
 			}
-			m.pods[pk] = PodObs{Namespace: x.Namespace, Name: x.Name, Node: x.Spec.NodeName, EDS: x.Labels[edsv1alpha1.LabelName], ReplicaSet: ers,
-				Terminating: x.DeletionTimestamp != nil, FirstSeen: first}
-			summary += " replicaset=" + ers
+			p := PodObs{Namespace: x.Namespace, Name: x.Name, Node: x.Spec.NodeName, EDS: x.Labels[edsv1alpha1.LabelName], ReplicaSet: ers,
+				Terminating: x.DeletionTimestamp != nil, FirstSeen: first, Ready: podReady(x)}
+			m.pods[pk] = p
+			if p.Ready && !p.Terminating && p.Node != "" {
+				if _, ok := m.nodes[p.Node]; ok {
+					m.cover(x.Namespace+"/"+p.EDS, p.Node)
+				}
+			}
+			summary += fmt.Sprintf(" replicaset=%s ready=%t terminating=%t", ers, p.Ready, p.Terminating)
 		} else {
 			delete(m.pods, pk)
 		}
@@ -350,9 +367,25 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		ek := x.Namespace + "/" + x.Name
 		if deleted {
 			delete(m.eds, ek)
+			delete(m.covered, ek)
 			break
 		}
-		e := EDSObs{Namespace: x.Namespace, Name: x.Name, Active: x.Status.ActiveReplicaSet}
+		e := EDSObs{Namespace: x.Namespace, Name: x.Name, Active: x.Status.ActiveReplicaSet,
+			MaxUnavailable: x.Spec.Strategy.RollingUpdate.MaxUnavailable, Covered: m.eds[ek].Covered}
+		if e.Covered == nil {
+			e.Covered = m.covered[ek]
+			delete(m.covered, ek)
+		}
+		if e.Covered == nil {
+			e.Covered = map[string]bool{}
+		}
+		e.Validated = m.eds[ek].Validated
+		if e.Validated == nil {
+			e.Validated = map[string]bool{}
+		}
+		if e.Active != "" {
+			e.Validated[e.Active] = true
+		}
 		if c := x.Status.Canary; c != nil {
 			e.CanaryReplicaSet, e.CanaryNodes = c.ReplicaSet, slices.Clone(c.Nodes)
 			summary += fmt.Sprintf(" canary=%s on %v", c.ReplicaSet, c.Nodes)
@@ -387,6 +420,28 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 	m.checkLocked(nil)
 }
 
+// cover records that ExtendedDaemonSet ek (namespace/name) ran a Ready
+// pod on node.
+func (m *Monitor) cover(ek, node string) {
+	if e, ok := m.eds[ek]; ok {
+		e.Covered[node] = true
+		return
+	}
+	if m.covered[ek] == nil {
+		m.covered[ek] = map[string]bool{}
+	}
+	m.covered[ek][node] = true
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 func (m *Monitor) nodeObs(n *corev1.Node) NodeObs {
 	o := NodeObs{Name: n.Name, Labels: n.Labels, Unschedulable: n.Spec.Unschedulable,
 		CordonedBy: drain.CordonedBy(n.Annotations), BootID: n.Status.NodeInfo.BootID}
@@ -418,7 +473,7 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 	if m.nodeList == nil {
 		m.nodeList = sortedNodes(State{Nodes: m.nodes})
 	}
-	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Cordons: m.cordons, Writes: m.writes, Apps: apps, EDS: m.eds}
+	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Cordons: m.cordons, Writes: m.writes, Apps: apps, EDS: m.eds, Jobs: m.jobs, JobsDue: m.jobsDue}
 	for _, k := range slices.Sorted(maps.Keys(m.pods)) {
 		s.Pods = append(s.Pods, m.pods[k])
 	}
@@ -428,9 +483,9 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 	m.checks++
 	standing := map[string]bool{}
 	for _, inv := range Invariants {
-		if inv.Name == InvDoubleHeld && apps == nil {
+		if (inv.Name == InvDoubleHeld || inv.Name == InvJobsRunning) && apps == nil {
 			for k := range m.open { // not read this time: what stood, stands
-				if strings.HasPrefix(k, InvDoubleHeld+"\x00") {
+				if strings.HasPrefix(k, inv.Name+"\x00") {
 					standing[k] = true
 				}
 			}
