@@ -18,6 +18,8 @@ type Named struct {
 	Doc      string
 	Nodes    int
 	Schedule faults.Schedule
+	// Variant is the system's setup for the case ("": the default run).
+	Variant string
 }
 
 // Schedules are the named schedules, by name.
@@ -76,5 +78,5 @@ func NamedOptions(name string) (Options, error) {
 	for _, f := range n.Schedule {
 		end = max(end, f.At+f.For)
 	}
-	return Options{System: n.System, Name: name, Nodes: n.Nodes, Schedule: n.Schedule, Duration: end}, nil
+	return Options{System: n.System, Name: name, Nodes: n.Nodes, Schedule: n.Schedule, Duration: end, Variant: n.Variant}, nil
 }
