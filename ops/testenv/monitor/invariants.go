@@ -173,6 +173,10 @@ type State struct {
 	// not checked); see ExpectJobs.
 	Jobs    []string
 	JobsDue time.Time
+	// Requests are the times of the write requests each object received
+	// (object key to times, sorted), from the audit log, over the last
+	// few windows.
+	Requests map[string][]time.Time
 }
 
 // Limits are the bounds the invariants check that the API server does not
@@ -185,6 +189,9 @@ type Limits struct {
 	// 20 in 1s).
 	MaxWrites int
 	Window    time.Duration
+	// MaxWriteRequests is the most write requests one object may receive
+	// within Window, refused ones included (default 20).
+	MaxWriteRequests int
 	// CanaryGrace is how long a pod may stand before eds-canary-confined
 	// judges it (default 2s): the pod and its ExtendedDaemonSet's status
 	// arrive on two watches, in either order.
@@ -197,6 +204,9 @@ type Limits struct {
 func (l Limits) withDefaults() Limits {
 	if l.MaxWrites <= 0 {
 		l.MaxWrites = 20
+	}
+	if l.MaxWriteRequests <= 0 {
+		l.MaxWriteRequests = 20
 	}
 	if l.Window <= 0 {
 		l.Window = time.Second
@@ -229,6 +239,7 @@ var Invariants = []Invariant{
 	{InvCanaryConfined, CanaryConfined},
 	{InvEDSMaxUnavailable, EDSMaxUnavailable},
 	{InvJobsRunning, JobsRunning},
+	{InvWriteRequests, WriteRequests},
 }
 
 func nodeKey(name string) string { return "Node//" + name }

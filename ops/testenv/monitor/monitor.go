@@ -59,6 +59,9 @@ type Config struct {
 	// applications' reports) without an API change (default 200ms). It
 	// reads only the monitor's own state, never the API server.
 	Tick time.Duration
+	// AuditLog, when set, is the API server's audit log (JSON lines of
+	// its write requests): read at every Tick for bounded-write-requests.
+	AuditLog string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -111,6 +114,8 @@ type Monitor struct {
 	eds        map[string]EDSObs
 	covered    map[string]map[string]bool // nodes covered by an ExtendedDaemonSet not seen yet
 	jobs       []string                   // ExpectJobs
+	audit      *auditTail
+	requests   map[string][]time.Time
 	jobsDue    time.Time
 	writes     map[string][]time.Time
 	history    map[string][]Version
@@ -145,7 +150,8 @@ func New(cfg Config) (*Monitor, error) {
 	cfg.Limits = cfg.Limits.withDefaults()
 	return &Monitor{cfg: cfg, keys: keys, nodes: map[string]NodeObs{}, boots: map[string]bootRecord{}, channels: map[string]ChannelObs{},
 		writes: map[string][]time.Time{}, history: map[string][]Version{}, open: map[string]bool{},
-		pods: map[string]PodObs{}, eds: map[string]EDSObs{}, covered: map[string]map[string]bool{}}, nil
+		pods: map[string]PodObs{}, eds: map[string]EDSObs{}, covered: map[string]map[string]bool{},
+		audit: &auditTail{path: cfg.AuditLog}, requests: map[string][]time.Time{}}, nil
 }
 
 // Run watches the API server of config until ctx ends. It returns once the
@@ -227,8 +233,21 @@ func (m *Monitor) Tick() {
 	if m.cfg.Apps != nil {
 		apps = m.cfg.Apps()
 	}
+	var reqs []auditRequest
+	var auditErr error
+	if m.cfg.AuditLog != "" {
+		reqs, auditErr = m.audit.read()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if auditErr != nil {
+		m.errs = append(m.errs, fmt.Errorf("%s: %w", InvWriteRequests, auditErr))
+	}
+	for _, r := range reqs {
+		ts := append(m.requests[r.Key], r.At)
+		slices.SortFunc(ts, time.Time.Compare)
+		m.requests[r.Key] = ts
+	}
 	m.checkLocked(apps)
 }
 
@@ -239,10 +258,23 @@ func (m *Monitor) CheckQuiet() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.cfg.Now()
+	// The audit log arrives in batches (up to a second late): requests
+	// are kept over a few windows.
+	for k, ts := range m.requests {
+		i := 0
+		for i < len(ts) && now.Sub(ts[i]) > 5*m.cfg.Limits.Window {
+			i++
+		}
+		if i == len(ts) {
+			delete(m.requests, k)
+		} else {
+			m.requests[k] = ts[i:]
+		}
+	}
 	if m.nodeList == nil {
 		m.nodeList = sortedNodes(State{Nodes: m.nodes})
 	}
-	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList}
+	s := State{Now: now, Requests: m.requests, Nodes: m.nodes, NodeList: m.nodeList}
 	for _, name := range slices.Sorted(maps.Keys(m.channels)) {
 		s.Channels = append(s.Channels, m.channels[name])
 	}
@@ -470,10 +502,23 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 			m.writes[k] = ts[i:]
 		}
 	}
+	// The audit log arrives in batches (up to a second late): requests
+	// are kept over a few windows.
+	for k, ts := range m.requests {
+		i := 0
+		for i < len(ts) && now.Sub(ts[i]) > 5*m.cfg.Limits.Window {
+			i++
+		}
+		if i == len(ts) {
+			delete(m.requests, k)
+		} else {
+			m.requests[k] = ts[i:]
+		}
+	}
 	if m.nodeList == nil {
 		m.nodeList = sortedNodes(State{Nodes: m.nodes})
 	}
-	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Cordons: m.cordons, Writes: m.writes, Apps: apps, EDS: m.eds, Jobs: m.jobs, JobsDue: m.jobsDue}
+	s := State{Now: now, Requests: m.requests, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Cordons: m.cordons, Writes: m.writes, Apps: apps, EDS: m.eds, Jobs: m.jobs, JobsDue: m.jobsDue}
 	for _, k := range slices.Sorted(maps.Keys(m.pods)) {
 		s.Pods = append(s.Pods, m.pods[k])
 	}
