@@ -53,6 +53,8 @@ type NodeObs struct {
 	// ReadySince is when the monitor saw the node become Ready (zero for
 	// a node Ready when first seen).
 	ReadySince time.Time
+	// Operator is the node's update operator protocol annotations.
+	Operator OperatorView
 	// InFlight: the update operator counts the node against max-concurrent
 	// (updateoperator.InFlight over its annotations).
 	InFlight bool
@@ -177,6 +179,12 @@ type State struct {
 	// (object key to times, sorted), from the audit log, over the last
 	// few windows.
 	Requests map[string][]time.Time
+	// ReleaseFailures are every release failure observed, in order;
+	// ReleaseStarts and ReleaseFinishes those observed since the last
+	// check.
+	ReleaseFailures []ReleaseFailure
+	ReleaseStarts   []ReleaseStart
+	ReleaseFinishes []ReleaseFinish
 }
 
 // Limits are the bounds the invariants check that the API server does not
@@ -185,6 +193,11 @@ type Limits struct {
 	// OperatorMaxConcurrent is the update operator's --max-concurrent; 0:
 	// the invariant is not checked.
 	OperatorMaxConcurrent int
+	// OperatorHaltAfter is the update operator's --halt-after; 0: the
+	// brake is not checked. BrakeGrace is how long after the failure that
+	// halts a release a start is not judged (default 3s).
+	OperatorHaltAfter int
+	BrakeGrace        time.Duration
 	// MaxWrites is the most versions of one object within Window (default
 	// 20 in 1s).
 	MaxWrites int
@@ -214,6 +227,9 @@ func (l Limits) withDefaults() Limits {
 	if l.CanaryGrace <= 0 {
 		l.CanaryGrace = 2 * time.Second
 	}
+	if l.BrakeGrace <= 0 {
+		l.BrakeGrace = defaultBrakeGracing
+	}
 	if l.NodeGrace <= 0 {
 		l.NodeGrace = defaultNodeGrace
 	}
@@ -240,6 +256,8 @@ var Invariants = []Invariant{
 	{InvEDSMaxUnavailable, EDSMaxUnavailable},
 	{InvJobsRunning, JobsRunning},
 	{InvWriteRequests, WriteRequests},
+	{InvOperatorBrake, OperatorBrake},
+	{InvFallbackFailure, FallbackIsFailure},
 }
 
 func nodeKey(name string) string { return "Node//" + name }

@@ -103,26 +103,30 @@ type Monitor struct {
 	cfg  Config
 	keys updateoperator.Keys
 
-	mu         sync.Mutex
-	nodes      map[string]NodeObs
-	boots      map[string]bootRecord // per node name, deleted nodes' too
-	nodeList   []NodeObs             // nodes sorted by name; nil after a node changed
-	channels   map[string]ChannelObs
-	reboots    []Reboot
-	cordons    []CordonStart
-	pods       map[string]PodObs // EDS pods, by namespace/name
-	eds        map[string]EDSObs
-	covered    map[string]map[string]bool // nodes covered by an ExtendedDaemonSet not seen yet
-	jobs       []string                   // ExpectJobs
-	audit      *auditTail
-	requests   map[string][]time.Time
-	jobsDue    time.Time
-	writes     map[string][]time.Time
-	history    map[string][]Version
-	open       map[string]bool // invariant+key of the findings still standing
-	violations []Violation
-	checks     int
-	errs       []error
+	mu       sync.Mutex
+	nodes    map[string]NodeObs
+	boots    map[string]bootRecord // per node name, deleted nodes' too
+	nodeList []NodeObs             // nodes sorted by name; nil after a node changed
+	channels map[string]ChannelObs
+	reboots  []Reboot
+	cordons  []CordonStart
+	pods     map[string]PodObs // EDS pods, by namespace/name
+	eds      map[string]EDSObs
+	covered  map[string]map[string]bool // nodes covered by an ExtendedDaemonSet not seen yet
+	jobs     []string                   // ExpectJobs
+	audit    *auditTail
+	// the update operator's release events (uo.go)
+	releaseFailures []ReleaseFailure
+	releaseStarts   []ReleaseStart
+	releaseFinishes []ReleaseFinish
+	requests        map[string][]time.Time
+	jobsDue         time.Time
+	writes          map[string][]time.Time
+	history         map[string][]Version
+	open            map[string]bool // invariant+key of the findings still standing
+	violations      []Violation
+	checks          int
+	errs            []error
 }
 
 // bootRecord is a node's last known boot ID, and whether slipway held its
@@ -357,11 +361,25 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 			}
 			m.boots[x.Name] = bootRecord{ID: n.BootID, Cordoned: n.SlipwayCordoned()}
 		}
+		prevOp, seen := m.nodes[x.Name]
+		fail, start, fin := observeOperator(x.Name, prevOp.Operator, seen, n.Operator, now)
+		if fail != nil {
+			m.releaseFailures = append(m.releaseFailures, *fail)
+		}
+		if start != nil {
+			m.releaseStarts = append(m.releaseStarts, *start)
+		}
+		if fin != nil {
+			m.releaseFinishes = append(m.releaseFinishes, *fin)
+		}
 		if prev, ok := m.nodes[x.Name]; n.SlipwayCordoned() && (!ok || !prev.SlipwayCordoned()) {
 			m.cordons = append(m.cordons, CordonStart{Node: x.Name, At: now})
 		}
 		m.nodes[x.Name] = n
 		summary = fmt.Sprintf("unschedulable=%t cordoned-by=%q ready=%t boot=%s in-flight=%t", n.Unschedulable, n.CordonedBy, n.Ready, n.BootID, n.InFlight)
+		if op := n.Operator; op != (OperatorView{}) {
+			summary += fmt.Sprintf(" wanted=%s active=%s state=%s current=%s target=%s", op.Wanted, op.Active, op.State, op.Current, op.Target)
+		}
 	case *opsv1.UpdateChannel:
 		kind = "UpdateChannel"
 		if deleted {
@@ -482,7 +500,9 @@ func (m *Monitor) nodeObs(n *corev1.Node) NodeObs {
 			o.Ready = c.Status == corev1.ConditionTrue
 		}
 	}
-	o.InFlight = updateoperator.InFlight(m.keys.View(n, ""))
+	v := m.keys.View(n, "")
+	o.InFlight = updateoperator.InFlight(v)
+	o.Operator = OperatorView{Wanted: v.Wanted, Active: v.Active, State: v.State, Current: v.Current, Target: v.Target}
 	return o
 }
 
@@ -518,7 +538,8 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 	if m.nodeList == nil {
 		m.nodeList = sortedNodes(State{Nodes: m.nodes})
 	}
-	s := State{Now: now, Requests: m.requests, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Cordons: m.cordons, Writes: m.writes, Apps: apps, EDS: m.eds, Jobs: m.jobs, JobsDue: m.jobsDue}
+	s := State{Now: now, Requests: m.requests, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Cordons: m.cordons, Writes: m.writes, Apps: apps, EDS: m.eds, Jobs: m.jobs, JobsDue: m.jobsDue,
+		ReleaseFailures: m.releaseFailures, ReleaseStarts: m.releaseStarts, ReleaseFinishes: m.releaseFinishes}
 	for _, k := range slices.Sorted(maps.Keys(m.pods)) {
 		s.Pods = append(s.Pods, m.pods[k])
 	}
@@ -555,9 +576,10 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 		}
 	}
 	// A reboot is judged once; findings keyed by it stay recorded.
-	m.reboots, m.cordons = nil, nil
+	m.reboots, m.cordons, m.releaseStarts, m.releaseFinishes = nil, nil, nil, nil
 	for k := range m.open {
-		if strings.HasPrefix(k, InvRebootWithoutDrain+"\x00") || strings.HasPrefix(k, InvCordonBudget+"\x00") || strings.HasPrefix(k, InvCordonControlPlane+"\x00") {
+		if strings.HasPrefix(k, InvRebootWithoutDrain+"\x00") || strings.HasPrefix(k, InvCordonBudget+"\x00") || strings.HasPrefix(k, InvCordonControlPlane+"\x00") ||
+			strings.HasPrefix(k, InvOperatorBrake+"\x00") || strings.HasPrefix(k, InvFallbackFailure+"\x00") {
 			standing[k] = true
 		}
 	}
