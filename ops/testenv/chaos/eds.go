@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -196,6 +197,173 @@ var edsVariants = map[string]edsVariant{
 		}()
 		return nil
 	}},
+}
+
+func init() {
+	// canary.replicas 0: a canary on no node, validated by time (a timed
+	// hold), then the rolling update; v2 must reach every node.
+	edsVariants["canary-zero"] = edsVariant{
+		edit: func(e *edsv1.ExtendedDaemonSet) {
+			zero := intstr.FromString("0%")
+			e.Spec.Strategy.Canary.Replicas = &zero
+		},
+		start: func(ctx context.Context, s *edsSystem, _ *harness) error {
+			s.want, s.wantState = edsImages[1], edsv1.StateRunning
+			return s.setImage(ctx, edsImages[1])
+		}}
+	// The canary's node leaves (deleted, never back) after its pod
+	// restarted once: the canary is judged on its nodes still there and
+	// validated; v2 must reach every node left.
+	edsVariants["canary-node-leaves"] = edsVariant{
+		start: func(ctx context.Context, s *edsSystem, h *harness) error {
+			s.want, s.wantState = edsImages[1], edsv1.StateRunning
+			if err := s.setImage(ctx, edsImages[1]); err != nil {
+				return err
+			}
+			e, err := s.waitCanary(ctx)
+			if err != nil {
+				return err
+			}
+			pod, err := s.canaryPod(ctx, e.Status.Canary.ReplicaSet)
+			if err != nil {
+				return err
+			}
+			if err := s.restarted(ctx, pod); err != nil {
+				return err
+			}
+			h.logf("canary pod %s on %s restarted once; its node leaves", pod.Name, pod.Spec.NodeName)
+			if err := s.kc.CoreV1().Nodes().Delete(ctx, pod.Spec.NodeName, metav1.DeleteOptions{}); err != nil {
+				return fmt.Errorf("delete the canary's node: %w", err)
+			}
+			return nil
+		}}
+	// A manual canary failed while an admission policy refuses the
+	// active template (v1) the controller restores: it must back off (no
+	// hot loop, bounded-write-requests) and restore v1 once the policy is
+	// lifted, 20 s later.
+	edsVariants["refused-restore"] = edsVariant{
+		edit: func(e *edsv1.ExtendedDaemonSet) {
+			e.Spec.Strategy.Canary.Duration, e.Spec.Strategy.Canary.NoRestartsDuration = nil, nil
+			e.Spec.Strategy.Canary.ValidationMode = edsv1.ValidationModeManual
+		},
+		start: func(ctx context.Context, s *edsSystem, h *harness) error {
+			s.want, s.wantState = edsImages[0], edsv1.StateCanaryFailed
+			if err := s.setImage(ctx, edsImages[1]); err != nil {
+				return err
+			}
+			e, err := s.waitCanary(ctx)
+			if err != nil {
+				return err
+			}
+			unbind, err := s.withdrawImage(ctx, edsImages[0])
+			if err != nil {
+				return err
+			}
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, edsv1.AnnotationCanaryFailed, e.Status.Canary.ReplicaSet)
+			if _, err := s.ec.EdsV1alpha1().ExtendedDaemonSets("default").Patch(ctx, edsName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				return fmt.Errorf("fail the canary: %w", err)
+			}
+			h.logf("canary %s failed while a policy refuses %s", e.Status.Canary.ReplicaSet, edsImages[0])
+			go func() {
+				select {
+				case <-ctx.Done():
+				case <-time.After(20 * time.Second):
+					unbind()
+					h.logf("the policy refusing %s lifted", edsImages[0])
+				}
+			}()
+			return nil
+		}}
+}
+
+// waitCanary waits until the ExtendedDaemonSet runs a canary.
+func (s *edsSystem) waitCanary(ctx context.Context) (*edsv1.ExtendedDaemonSet, error) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		e, err := s.ec.EdsV1alpha1().ExtendedDaemonSets("default").Get(ctx, edsName, metav1.GetOptions{})
+		if err == nil && e.Status.State == edsv1.StateCanary && e.Status.Canary != nil {
+			return e, nil
+		}
+	}
+	return nil, fmt.Errorf("no canary within a minute")
+}
+
+// canaryPod is the first pod of replica set ers on a node, Ready.
+func (s *edsSystem) canaryPod(ctx context.Context, ers string) (*corev1.Pod, error) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		pods, err := s.kc.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: edsv1.LabelReplicaSet + "=" + ers})
+		if err != nil {
+			continue
+		}
+		for i := range pods.Items {
+			if p := &pods.Items[i]; p.Spec.NodeName != "" && podReady(p) {
+				return p, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("no Ready pod of the canary %s within a minute", ers)
+}
+
+// restarted makes the pod's container report one restart, as a kubelet
+// does after a crash, and waits until the canary's replica set recorded it.
+func (s *edsSystem) restarted(ctx context.Context, pod *corev1.Pod) error {
+	now := time.Now().UTC().Format(time.RFC3339)
+	status := map[string]any{"status": map[string]any{
+		"conditions": []map[string]any{{"type": "Ready", "status": "False", "lastTransitionTime": now}},
+		"containerStatuses": []map[string]any{{"name": "daemon", "image": "x", "imageID": "", "ready": false, "restartCount": 1,
+			"state":     map[string]any{"waiting": map[string]any{"reason": "CrashLoopBackOff"}},
+			"lastState": map[string]any{"terminated": map[string]any{"exitCode": 1, "reason": "Error", "finishedAt": now}}}},
+	}}
+	b, _ := json.Marshal(status)
+	if _, err := s.kc.CoreV1().Pods("default").Patch(ctx, pod.Name, types.MergePatchType, b, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("restart the canary pod: %w", err)
+	}
+	ers := pod.Labels[edsv1.LabelReplicaSet]
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		r, err := s.ec.EdsV1alpha1().ExtendedDaemonSetReplicaSets("default").Get(ctx, ers, metav1.GetOptions{})
+		if err == nil && len(r.Status.CanaryRestarts) > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("the canary's restart never recorded in %s", ers)
+}
+
+// withdrawImage installs a ValidatingAdmissionPolicy refusing (422, as a
+// site policy may) any update of an ExtendedDaemonSet of namespace default
+// whose template runs image; unbind lifts it.
+func (s *edsSystem) withdrawImage(ctx context.Context, image string) (unbind func(), err error) {
+	name := "chaos-withdraw"
+	fail := admissionv1.Fail
+	invalid := metav1.StatusReasonInvalid
+	policy := &admissionv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{FailurePolicy: &fail,
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Update},
+					Rule: admissionv1.Rule{APIGroups: []string{edsv1.SchemeGroupVersion.Group}, APIVersions: []string{"*"}, Resources: []string{"extendeddaemonsets"}}}}}},
+			Validations: []admissionv1.Validation{{Expression: fmt.Sprintf("object.spec.template.spec.containers.all(c, c.image != %q)", image),
+				Message: image + " is withdrawn by the site policy", Reason: &invalid}}}}
+	api := s.kc.AdmissionregistrationV1()
+	if _, err := api.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create the policy withdrawing %s: %w", image, err)
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": "default"}}}}}
+	if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("bind the policy withdrawing %s: %w", image, err)
+	}
+	unbind = func() {
+		_ = api.ValidatingAdmissionPolicyBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+	}
+	// In force once a dry run of the restore is refused.
+	patch := []byte(fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":"daemon","image":%q}]}}}}`, image))
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		_, err := s.ec.EdsV1alpha1().ExtendedDaemonSets("default").Patch(ctx, edsName, types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), "withdrawn") {
+			return unbind, nil
+		}
+	}
+	return unbind, fmt.Errorf("the policy withdrawing %s not in force within a minute", image)
 }
 
 // setImage changes the template's image.

@@ -163,7 +163,7 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	h.env, err = testenv.Start(ctx, testenv.Options{
 		Cluster: true, Nodes: o.Nodes, CRDs: crds.Must(), ToolsDir: o.ToolsDir, Dir: filepath.Join(h.dir, "env"), Timeout: 5 * time.Minute,
 		ExecPath: o.Bin + ":/usr/local/bin:/usr/bin:/bin", NodeCommand: cmd, NodeEnv: append(cmdEnv, "CHAOS_KUBECONFIGS="+h.kcDir),
-		Logger: slog.New(slog.NewTextHandler(simLog, nil)), Log: simLog, Setup: setup,
+		Logger: slog.New(slog.NewTextHandler(simLog, nil)), Log: simLog, Setup: setup, AuditLog: filepath.Join(h.dir, "audit.log"),
 	})
 	if err != nil {
 		return res, fmt.Errorf("start the simulated cluster: %w", err)
@@ -189,7 +189,7 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	defer monProc.stop(10 * time.Second)
 	mctx, stopMonitor := context.WithCancel(ctx)
 	defer stopMonitor()
-	mcfg := monitor.Config{Limits: lim}
+	mcfg := monitor.Config{Limits: lim, AuditLog: filepath.Join(h.dir, "audit.log")}
 	if m, ok := sys.(monitored); ok {
 		m.monitorConfig(&mcfg)
 	}
