@@ -37,6 +37,10 @@ func TestCanaryConfinedRule(t *testing.T) {
 		{"terminating", []PodObs{func() PodObs { p := pod("f", "n2", "agent-v2", old); p.Terminating = true; return p }()}, eds, nil},
 		{"an older validated template, being replaced", []PodObs{pod("h", "n2", "agent-v0", old)},
 			map[string]EDSObs{"ns/agent": {Namespace: "ns", Name: "agent", Active: "agent-v1", Validated: map[string]bool{"agent-v0": true, "agent-v1": true}}}, nil},
+		{"a failed canary's pod on its node, the status moved on", []PodObs{pod("i", "n1", "agent-v2", old)},
+			map[string]EDSObs{"ns/agent": {Namespace: "ns", Name: "agent", Active: "agent-v1", CanaryOn: map[string]map[string]bool{"agent-v2": {"n1": true}}}}, nil},
+		{"a failed canary's pod elsewhere", []PodObs{pod("j", "n2", "agent-v2", old)},
+			map[string]EDSObs{"ns/agent": {Namespace: "ns", Name: "agent", Active: "agent-v1", CanaryOn: map[string]map[string]bool{"agent-v2": {"n1": true}}}}, []string{"ns/j"}},
 		{"validated: the canary's template is active", []PodObs{pod("g", "n2", "agent-v2", old)},
 			map[string]EDSObs{"ns/agent": {Namespace: "ns", Name: "agent", Active: "agent-v2"}}, nil},
 	} {

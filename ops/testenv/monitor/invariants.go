@@ -144,6 +144,10 @@ type EDSObs struct {
 	// templates: an older one's pods are replaced by the rolling update,
 	// wherever they run).
 	Validated map[string]bool
+	// CanaryOn are, per replica set, the nodes its canary was ever seen
+	// on: a failed canary's pods stay there until the rollback deletes
+	// them, after the status no longer names the canary.
+	CanaryOn map[string]map[string]bool
 	// Covered are the nodes the monitor saw a Ready pod of it on (until
 	// the Node is deleted).
 	Covered map[string]bool
@@ -533,7 +537,9 @@ func NoCordonOnceQuiet(s State, _ Limits) ([]Finding, error) {
 
 // CanaryConfined: a pod of an ExtendedDaemonSet's replica set that is not
 // its active one, nor was ever seen active (a template not yet validated),
-// runs only on the nodes of the canary of that replica set. Terminating pods (a rollback under way)
+// runs only on the nodes of the canary of that replica set (those the
+// status names, or named while the canary ran: a failed canary's pods
+// are deleted after the status drops it). Terminating pods (a rollback under way)
 // and pods younger than CanaryGrace are not judged.
 func CanaryConfined(s State, l Limits) ([]Finding, error) {
 	l = l.withDefaults()
@@ -546,7 +552,7 @@ func CanaryConfined(s State, l Limits) ([]Finding, error) {
 		if !ok || e.Active == "" || p.ReplicaSet == e.Active || e.Validated[p.ReplicaSet] {
 			continue
 		}
-		if e.CanaryReplicaSet == p.ReplicaSet && slices.Contains(e.CanaryNodes, p.Node) {
+		if (e.CanaryReplicaSet == p.ReplicaSet && slices.Contains(e.CanaryNodes, p.Node)) || e.CanaryOn[p.ReplicaSet][p.Node] {
 			continue
 		}
 		where := "no canary"

@@ -436,6 +436,18 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		if e.Active != "" {
 			e.Validated[e.Active] = true
 		}
+		e.CanaryOn = m.eds[ek].CanaryOn
+		if e.CanaryOn == nil {
+			e.CanaryOn = map[string]map[string]bool{}
+		}
+		if c := x.Status.Canary; c != nil && c.ReplicaSet != "" {
+			if e.CanaryOn[c.ReplicaSet] == nil {
+				e.CanaryOn[c.ReplicaSet] = map[string]bool{}
+			}
+			for _, n := range c.Nodes {
+				e.CanaryOn[c.ReplicaSet][n] = true
+			}
+		}
 		if c := x.Status.Canary; c != nil {
 			e.CanaryReplicaSet, e.CanaryNodes = c.ReplicaSet, slices.Clone(c.Nodes)
 			summary += fmt.Sprintf(" canary=%s on %v", c.ReplicaSet, c.Nodes)
