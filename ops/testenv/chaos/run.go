@@ -230,7 +230,12 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 		}
 	}
 	cancel()
-	if !res.Settled {
+	if !res.Settled && ctx.Err() == nil {
+		// Where it stood when the budget ran out (the last look may have
+		// been cut by the budget itself).
+		octx, ocancel := context.WithTimeout(ctx, 30*time.Second)
+		_, res.Outcome = sys.settled(octx, h)
+		ocancel()
 		res.Unsettled = res.Outcome
 	}
 	if ctx.Err() != nil {
