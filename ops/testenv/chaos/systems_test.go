@@ -15,7 +15,7 @@ func TestEDSSeeds(t *testing.T) {
 	bin := buildBin(t)
 	for _, seed := range []int64{1} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			runOK(t, Options{System: "eds", Seed: seed, Duration: 15 * time.Second, Kinds: testKinds, Bin: bin})
+			runOK(t, Options{System: "eds", Seed: seed, Duration: 10 * time.Second, Kinds: testKinds, Bin: bin})
 		})
 	}
 }
@@ -28,7 +28,7 @@ func TestSwarmSeeds(t *testing.T) {
 	bin := buildBin(t)
 	for _, seed := range []int64{1} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			runOK(t, Options{System: "swarm", Seed: seed, Duration: 15 * time.Second, Kinds: testKinds, Bin: bin})
+			runOK(t, Options{System: "swarm", Seed: seed, Duration: 10 * time.Second, Kinds: testKinds, Bin: bin})
 		})
 	}
 }
@@ -52,7 +52,7 @@ func TestUpdateOperatorSeeds(t *testing.T) {
 	bin := buildBin(t)
 	for _, seed := range []int64{1} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			runOK(t, Options{System: "update-operator", Seed: seed, Duration: 12 * time.Second, Kinds: testKinds, Bin: bin})
+			runOK(t, Options{System: "update-operator", Seed: seed, Duration: 10 * time.Second, Kinds: testKinds, Bin: bin})
 		})
 	}
 }
