@@ -105,7 +105,7 @@ func (s *updateOperator) setup(ctx context.Context, h *harness, kc kubernetes.In
 			return err
 		}
 		if err := h.startProc(c, filepath.Join(h.o.Bin, "slipway"), "update-operator", "controller", "--kubeconfig", h.kubeconfig(c),
-			"--namespace", uo.DefaultNamespace, "--lease", uo.LeaseName, "--lease-duration", "2s", "--metrics-addr", "", "--health-addr", "",
+			"--namespace", uo.DefaultNamespace, "--lease", uo.LeaseName, "--lease-duration", "6s", "--metrics-addr", "", "--health-addr", "",
 			"--os-image-pattern", "-", "--pause-between", "0s", "--max-concurrent", fmt.Sprint(uoMaxConcurrent), "--halt-after", fmt.Sprint(uoHaltAfter),
 			"--state-timeout", "30s", "--drain-timeout", "30s", "--failure-backoff", "1s", "--failure-backoff-max", "4s"); err != nil {
 			return err
