@@ -21,7 +21,7 @@ import (
 )
 
 // Systems are the systems a run can drive.
-var Systems = []string{"k3os", "update-operator"}
+var Systems = []string{"k3os", "update-operator", "eds", "swarm"}
 
 // Options says what one run does.
 type Options struct {
@@ -47,6 +47,9 @@ type Options struct {
 	Schedule faults.Schedule
 	// Name names a named schedule in the report.
 	Name string
+	// Variant picks a system's setup for a named schedule (e.g. an
+	// ExtendedDaemonSet whose canary wants no node); "" is the default.
+	Variant string
 	// Log receives progress and one line per fault.
 	Log io.Writer
 	// Keep leaves the run's directory (logs, kubeconfigs, the monitor's
@@ -226,6 +229,10 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		return runK3os(ctx, opts)
 	case "update-operator":
 		return runUpdateOperator(ctx, opts)
+	case "eds":
+		return runEDS(ctx, opts)
+	case "swarm":
+		return runSwarm(ctx, opts)
 	default:
 		return Result{}, fmt.Errorf("chaos: unknown system %q (known: %s)", opts.System, strings.Join(Systems, ", "))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,13 +38,36 @@ type system interface {
 	settled(ctx context.Context, h *harness) (ok bool, outcome string)
 }
 
+// extraProcs is a system whose fault targets include processes the
+// runner does not start itself (workers that follow their pods): Kill and
+// Pause reach them through these.
+type extraProcs interface {
+	faultProcs() map[string]faults.Proc
+}
+
+// stopper is a system with processes of its own to stop at the end of a
+// run (before the cluster goes).
+type stopper interface {
+	stop()
+}
+
+// monitored is a system that configures the monitor beyond its limits
+// (e.g. the swarm applications' reports) and tells it, once the faults
+// are over, what must hold from then on.
+type monitored interface {
+	monitorConfig(cfg *monitor.Config)
+	faultsOver(mon *monitor.Monitor)
+}
+
 // harness is one run's shared state.
 type harness struct {
-	o       Options
-	dir     string
-	kcDir   string
-	nodes   []string
-	env     *testenv.Env
+	o     Options
+	dir   string
+	kcDir string
+	nodes []string
+	env   *testenv.Env
+	// admin is the API server's admin config, from setup on.
+	admin   *rest.Config
 	proxies map[string]*faults.Proxy
 	procs   map[string]*proc
 	logf    func(format string, a ...any)
@@ -112,6 +136,7 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 		return res, err
 	}
 	setup := func(ctx context.Context, cfg *rest.Config) error {
+		h.admin = cfg
 		kc, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			return err
@@ -138,12 +163,15 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	h.env, err = testenv.Start(ctx, testenv.Options{
 		Cluster: true, Nodes: o.Nodes, CRDs: crds.Must(), ToolsDir: o.ToolsDir, Dir: filepath.Join(h.dir, "env"), Timeout: 5 * time.Minute,
 		ExecPath: o.Bin + ":/usr/local/bin:/usr/bin:/bin", NodeCommand: cmd, NodeEnv: append(cmdEnv, "CHAOS_KUBECONFIGS="+h.kcDir),
-		Logger: slog.New(slog.NewTextHandler(simLog, nil)), Log: simLog, Setup: setup,
+		Logger: slog.New(slog.NewTextHandler(simLog, nil)), Log: simLog, Setup: setup, AuditLog: filepath.Join(h.dir, "audit.log"),
 	})
 	if err != nil {
 		return res, fmt.Errorf("start the simulated cluster: %w", err)
 	}
 	defer h.env.Stop()
+	if st, ok := sys.(stopper); ok {
+		defer st.stop()
+	}
 	h.logf("cluster up in %s", time.Since(start).Round(time.Second))
 	kc, err := kubernetes.NewForConfig(h.env.Config)
 	if err != nil {
@@ -161,7 +189,11 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	defer monProc.stop(10 * time.Second)
 	mctx, stopMonitor := context.WithCancel(ctx)
 	defer stopMonitor()
-	mon, err := monitor.New(monitor.Config{Limits: lim})
+	mcfg := monitor.Config{Limits: lim, AuditLog: filepath.Join(h.dir, "audit.log")}
+	if m, ok := sys.(monitored); ok {
+		m.monitorConfig(&mcfg)
+	}
+	mon, err := monitor.New(mcfg)
 	if err != nil {
 		return res, err
 	}
@@ -176,9 +208,15 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	for n, p := range h.procs {
 		sim.Procs[n] = p
 	}
+	if x, ok := sys.(extraProcs); ok {
+		maps.Copy(sim.Procs, x.faultProcs())
+	}
 	faultsStart := time.Now()
 	res.Faults = faults.Run(ctx, res.Schedule, sim, func(l string) { h.logf("%s", l) })
 	h.logf("faults over after %s; waiting for the change to settle", time.Since(start).Round(time.Second))
+	if m, ok := sys.(monitored); ok {
+		m.faultsOver(mon)
+	}
 	sctx, cancel := context.WithTimeout(ctx, o.Settle)
 	for {
 		ok, outcome := sys.settled(sctx, h)
@@ -192,7 +230,12 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 		}
 	}
 	cancel()
-	if !res.Settled {
+	if !res.Settled && ctx.Err() == nil {
+		// Where it stood when the budget ran out (the last look may have
+		// been cut by the budget itself).
+		octx, ocancel := context.WithTimeout(ctx, 30*time.Second)
+		_, res.Outcome = sys.settled(octx, h)
+		ocancel()
 		res.Unsettled = res.Outcome
 	}
 	if ctx.Err() != nil {

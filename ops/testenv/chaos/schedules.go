@@ -18,6 +18,8 @@ type Named struct {
 	Doc      string
 	Nodes    int
 	Schedule faults.Schedule
+	// Variant is the system's setup for the case ("": the default run).
+	Variant string
 }
 
 // Schedules are the named schedules, by name.
@@ -60,6 +62,72 @@ var Schedules = map[string]Named{
 			{At: 26 * time.Second, Kind: faults.Kill, Target: "controller/a"},
 			{At: 27 * time.Second, Kind: faults.Kill, Target: "controller/b"},
 		}},
+
+	// The ExtendedDaemonSet, the swarm and the update operator: the cases a
+	// review found, each with the variant of the run that reaches it.
+
+	// canary.replicas 0% with a 3 s duration: a canary on no node,
+	// validated by time, then the rolling update; the leader is killed and
+	// the other paused meanwhile. Before its fix every change failed at
+	// once (NoEligibleNode) and v1 was restored: the run never settles at v2.
+	"eds-canary-replicas-zero": {System: "eds", Nodes: 5, Variant: "canary-zero",
+		Doc: "canary.replicas 0 is a timed hold, then the rollout (settles at v2)",
+		Schedule: faults.Schedule{
+			{At: time.Second, Kind: faults.Kill, Target: "controller/a"},
+			{At: 2 * time.Second, Kind: faults.Pause, Target: "controller/b", For: 3 * time.Second},
+		}},
+	// The canary's pod restarts once, then its node is deleted for good;
+	// the controllers are cut off and killed meanwhile. The canary is
+	// judged on the nodes it still has and validated; before its fix the
+	// gone node's pod counted as not Ready and the canary was rolled back
+	// at canaryTimeout (75 minutes): the run never settles at v2.
+	"eds-canary-node-leaves": {System: "eds", Nodes: 5, Variant: "canary-node-leaves",
+		Doc: "a canary whose node leaves is validated on its other nodes (settles at v2)",
+		Schedule: faults.Schedule{
+			{At: time.Second, Kind: faults.Partition, Target: "controller/a", For: 3 * time.Second},
+			{At: 5 * time.Second, Kind: faults.Kill, Target: "controller/b"},
+			{At: 6 * time.Second, Kind: faults.Latency, Target: "controller/a", For: 4 * time.Second, Arg: 300 * time.Millisecond},
+		}},
+	// A manual canary failed while a site policy refuses the active
+	// template the controller restores (lifted after 20 s); both
+	// controllers are killed in turn. No hot loop (bounded-write-requests:
+	// before its fix the restore was retried at full speed, 248 PATCHes in
+	// 5 s), then Canary Failed with v1 everywhere.
+	"eds-refused-restore": {System: "eds", Nodes: 5, Variant: "refused-restore",
+		Doc: "a refused template restore backs off (bounded-write-requests), then restores v1",
+		Schedule: faults.Schedule{
+			{At: 4 * time.Second, Kind: faults.Kill, Target: "controller/a"},
+			{At: 10 * time.Second, Kind: faults.Kill, Target: "controller/b"},
+			{At: 25 * time.Second, Kind: faults.Drop, Target: "controller/a"},
+		}},
+	// v2 fails to prepare on every host (it does not verify) while the
+	// leader is killed and the other paused: once it failed on two nodes
+	// (--halt-after 2) no node starts it (update-operator-brake); before
+	// the brake every node was tried in turn.
+	"uo-release-fails-everywhere": {System: "update-operator", Nodes: 5, Variant: "release-fails",
+		Doc: "a release failing on --halt-after nodes starts on no more (update-operator-brake)",
+		Schedule: faults.Schedule{
+			{At: 3 * time.Second, Kind: faults.Kill, Target: "controller/a"},
+			{At: 8 * time.Second, Kind: faults.Pause, Target: "controller/b", For: 3 * time.Second},
+			{At: 40 * time.Second, Kind: faults.Drop, Target: "controller/a"},
+		}},
+	// A worker stopped with SIGSTOP past its 6 s Lease: its jobs move to
+	// the others; its application must stop them first, by the jobs file's
+	// validity (swarm-no-double-holder). Resumed, it rejoins.
+	"swarm-sigstop-worker": {System: "swarm", Nodes: 5,
+		Doc: "a SIGSTOPped worker's application stops its jobs before they start elsewhere (swarm-no-double-holder)",
+		Schedule: faults.Schedule{
+			{At: 2 * time.Second, Kind: faults.Pause, Target: "worker/swarm-worker-1", For: 14 * time.Second},
+		}},
+	// A worker pod force-deleted while its worker and application run on
+	// (a node the API server cannot reach): the StatefulSet's replacement,
+	// of the same name, must not share the old incarnation's Lease and run
+	// its jobs beside it (swarm-no-double-holder).
+	"swarm-force-deleted-pod": {System: "swarm", Nodes: 5,
+		Doc: "a force-deleted pod's replacement waits for the old incarnation's Lease (swarm-no-double-holder)",
+		Schedule: faults.Schedule{
+			{At: 2 * time.Second, Kind: faults.Kill, Target: "pod/swarm-worker-1"},
+		}},
 }
 
 // NamedOptions are the options that run the named schedule name.
@@ -77,5 +145,5 @@ func NamedOptions(name string) (Options, error) {
 	for _, f := range n.Schedule {
 		end = max(end, f.At+f.For)
 	}
-	return Options{System: n.System, Name: name, Nodes: n.Nodes, Schedule: n.Schedule, Duration: end}, nil
+	return Options{System: n.System, Name: name, Nodes: n.Nodes, Schedule: n.Schedule, Duration: end, Variant: n.Variant}, nil
 }

@@ -27,15 +27,24 @@ import (
 
 const uoMaxConcurrent = 2
 
+// uoHaltAfter is the controllers' --halt-after (the brake).
+const uoHaltAfter = 2
+
 type updateOperator struct {
 	nodes  int
 	shared string
 	kc     kubernetes.Interface
 	keys   uo.Keys
+	// variant "release-fails": v2 fails to prepare on every host; the
+	// brake must hold it after uoHaltAfter nodes.
+	variant string
 }
 
 func runUpdateOperator(ctx context.Context, o Options) (Result, error) {
-	return runSystem(ctx, o, &updateOperator{nodes: o.Nodes})
+	if o.Variant != "" && o.Variant != "release-fails" {
+		return Result{}, fmt.Errorf("update-operator: unknown variant %q", o.Variant)
+	}
+	return runSystem(ctx, o, &updateOperator{nodes: o.Nodes, variant: o.Variant})
 }
 
 func (*updateOperator) spec(o Options, nodes []string) faults.Spec {
@@ -43,7 +52,7 @@ func (*updateOperator) spec(o Options, nodes []string) faults.Spec {
 }
 
 func (*updateOperator) limits() monitor.Limits {
-	return monitor.Limits{OperatorMaxConcurrent: uoMaxConcurrent}
+	return monitor.Limits{OperatorMaxConcurrent: uoMaxConcurrent, OperatorHaltAfter: uoHaltAfter}
 }
 
 func (s *updateOperator) nodeCommand(h *harness) ([]string, []string, error) {
@@ -58,6 +67,9 @@ func (s *updateOperator) nodeCommand(h *harness) ([]string, []string, error) {
 		"prepare.sh": `sleep 1; cat ` + release + ` > staged`,
 		"apply.sh":   `cp staged version`,
 		"reboot.sh":  `exec slipway-sim reboot --delay 2s`,
+	}
+	if s.variant == "release-fails" {
+		scripts["prepare.sh"] = `sleep 1; if grep -q v2 ` + release + `; then echo "v2 does not verify" >&2; exit 1; fi; cat ` + release + ` > staged`
 	}
 	for name, body := range scripts {
 		if err := os.WriteFile(filepath.Join(s.shared, name), []byte("set -e\n"+body+"\n"), 0o755); err != nil {
@@ -76,11 +88,25 @@ func (s *updateOperator) nodeCommand(h *harness) ([]string, []string, error) {
 	return []string{"/bin/sh", "-c", script}, nil, nil
 }
 
+// setup applies the manifest's RBAC and admission policies and starts the
+// controllers with its ServiceAccount's token. The agents keep the admin
+// kubeconfig: the manifest's agent token is bound to a pod on its node,
+// which a Reregister fault deletes with the Node (its token dies with it).
 func (s *updateOperator) setup(ctx context.Context, h *harness, kc kubernetes.Interface) error {
+	objs, err := uo.ManifestObjects(uo.ManifestOptions{Platform: "command", OSImagePattern: "-", Image: "slipway:chaos"})
+	if err != nil {
+		return err
+	}
+	if err := applyAccess(ctx, kc, objs); err != nil {
+		return err
+	}
 	for _, c := range controllers {
+		if err := tokenKubeconfig(ctx, kc, h.admin, uo.DefaultNamespace, uo.ControllerName, h.kubeconfig(c), "https://"+h.proxies[c].Addr()); err != nil {
+			return err
+		}
 		if err := h.startProc(c, filepath.Join(h.o.Bin, "slipway"), "update-operator", "controller", "--kubeconfig", h.kubeconfig(c),
-			"--namespace", "default", "--lease", "chaos-update-operator", "--lease-duration", "2s", "--metrics-addr", "", "--health-addr", "",
-			"--os-image-pattern", "-", "--pause-between", "0s", "--max-concurrent", fmt.Sprint(uoMaxConcurrent),
+			"--namespace", uo.DefaultNamespace, "--lease", uo.LeaseName, "--lease-duration", "6s", "--metrics-addr", "", "--health-addr", "",
+			"--os-image-pattern", "-", "--pause-between", "0s", "--max-concurrent", fmt.Sprint(uoMaxConcurrent), "--halt-after", fmt.Sprint(uoHaltAfter),
 			"--state-timeout", "30s", "--drain-timeout", "30s", "--failure-backoff", "1s", "--failure-backoff-max", "4s"); err != nil {
 			return err
 		}
@@ -142,10 +168,32 @@ func (s *updateOperator) count(ctx context.Context, cond func(*corev1.Node) bool
 }
 
 func (s *updateOperator) settled(ctx context.Context, h *harness) (bool, string) {
+	if s.variant == "release-fails" {
+		return s.braked(ctx, h)
+	}
 	ok, behind := s.count(ctx, func(n *corev1.Node) bool { return s.at(n, "v2") })
 	out := fmt.Sprintf("%d/%d nodes at v2, %d reboots", h.o.Nodes-len(behind), h.o.Nodes, reboots(h.env, h.nodes))
 	if len(behind) > 0 {
 		out += "; behind: " + strings.Join(behind, "; ")
 	}
 	return ok, out
+}
+
+// braked: the broken release halted: no node in flight, every node on v1,
+// uncordoned, at rest, and at least uoHaltAfter of them failed it.
+func (s *updateOperator) braked(ctx context.Context, h *harness) (bool, string) {
+	failed := 0
+	ok, behind := s.count(ctx, func(n *corev1.Node) bool {
+		if n.Annotations[s.keys.Key(uo.KeyFailures)] != "" && n.Annotations[s.keys.Key(uo.KeyFailures)] != "0" {
+			failed++
+		}
+		v := s.keys.View(n, "")
+		return v.Current == "v1" && !uo.InFlight(v) && !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" &&
+			(v.Wanted == uo.IntentStabilize || v.Wanted == uo.IntentReset)
+	})
+	out := fmt.Sprintf("%d nodes failed v2 (halt after %d), %d reboots", failed, uoHaltAfter, reboots(h.env, h.nodes))
+	if len(behind) > 0 {
+		out += "; not at rest on v1: " + strings.Join(behind, "; ")
+	}
+	return ok && failed >= uoHaltAfter, out
 }

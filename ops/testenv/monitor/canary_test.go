@@ -35,6 +35,12 @@ func TestCanaryConfinedRule(t *testing.T) {
 		{"a third template with no canary", []PodObs{pod("d", "n1", "agent-v3", old)}, eds, []string{"ns/d"}},
 		{"too young to judge", []PodObs{pod("e", "n2", "agent-v2", now.Add(-time.Second))}, eds, nil},
 		{"terminating", []PodObs{func() PodObs { p := pod("f", "n2", "agent-v2", old); p.Terminating = true; return p }()}, eds, nil},
+		{"an older validated template, being replaced", []PodObs{pod("h", "n2", "agent-v0", old)},
+			map[string]EDSObs{"ns/agent": {Namespace: "ns", Name: "agent", Active: "agent-v1", Validated: map[string]bool{"agent-v0": true, "agent-v1": true}}}, nil},
+		{"a failed canary's pod on its node, the status moved on", []PodObs{pod("i", "n1", "agent-v2", old)},
+			map[string]EDSObs{"ns/agent": {Namespace: "ns", Name: "agent", Active: "agent-v1", CanaryOn: map[string]map[string]bool{"agent-v2": {"n1": true}}}}, nil},
+		{"a failed canary's pod elsewhere", []PodObs{pod("j", "n2", "agent-v2", old)},
+			map[string]EDSObs{"ns/agent": {Namespace: "ns", Name: "agent", Active: "agent-v1", CanaryOn: map[string]map[string]bool{"agent-v2": {"n1": true}}}}, []string{"ns/j"}},
 		{"validated: the canary's template is active", []PodObs{pod("g", "n2", "agent-v2", old)},
 			map[string]EDSObs{"ns/agent": {Namespace: "ns", Name: "agent", Active: "agent-v2"}}, nil},
 	} {

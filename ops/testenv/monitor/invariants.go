@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"slipway.dev/slipway/ops/swarm/appcheck"
 )
@@ -49,6 +50,11 @@ type NodeObs struct {
 	// "" when slipway holds no cordon.
 	CordonedBy string
 	BootID     string
+	// ReadySince is when the monitor saw the node become Ready (zero for
+	// a node Ready when first seen).
+	ReadySince time.Time
+	// Operator is the node's update operator protocol annotations.
+	Operator OperatorView
 	// InFlight: the update operator counts the node against max-concurrent
 	// (updateoperator.InFlight over its annotations).
 	InFlight bool
@@ -117,6 +123,8 @@ type PodObs struct {
 	// eds.slipway.dev/replicaset labels.
 	EDS, ReplicaSet string
 	Terminating     bool
+	// Ready is the pod's Ready condition True.
+	Ready bool
 	// FirstSeen is when the monitor first saw the pod.
 	FirstSeen time.Time
 }
@@ -129,6 +137,20 @@ type EDSObs struct {
 	Active           string
 	CanaryReplicaSet string
 	CanaryNodes      []string
+	// MaxUnavailable is spec.strategy.rollingUpdate.maxUnavailable (nil:
+	// the default, 1).
+	MaxUnavailable *intstr.IntOrString
+	// Validated are the replica sets the monitor saw active (validated
+	// templates: an older one's pods are replaced by the rolling update,
+	// wherever they run).
+	Validated map[string]bool
+	// CanaryOn are, per replica set, the nodes its canary was ever seen
+	// on: a failed canary's pods stay there until the rollback deletes
+	// them, after the status no longer names the canary.
+	CanaryOn map[string]map[string]bool
+	// Covered are the nodes the monitor saw a Ready pod of it on (until
+	// the Node is deleted).
+	Covered map[string]bool
 }
 
 // State is what the invariants read: the monitor's observed state.
@@ -153,6 +175,20 @@ type State struct {
 	// namespace/name.
 	Pods []PodObs
 	EDS  map[string]EDSObs
+	// Jobs must all run in the applications' hands from JobsDue on (zero:
+	// not checked); see ExpectJobs.
+	Jobs    []string
+	JobsDue time.Time
+	// Requests are the times of the write requests each object received
+	// (object key to times, sorted), from the audit log, over the last
+	// few windows.
+	Requests map[string][]time.Time
+	// ReleaseFailures are every release failure observed, in order;
+	// ReleaseStarts and ReleaseFinishes those observed since the last
+	// check.
+	ReleaseFailures []ReleaseFailure
+	ReleaseStarts   []ReleaseStart
+	ReleaseFinishes []ReleaseFinish
 }
 
 // Limits are the bounds the invariants check that the API server does not
@@ -161,25 +197,45 @@ type Limits struct {
 	// OperatorMaxConcurrent is the update operator's --max-concurrent; 0:
 	// the invariant is not checked.
 	OperatorMaxConcurrent int
+	// OperatorHaltAfter is the update operator's --halt-after; 0: the
+	// brake is not checked. BrakeGrace is how long after the failure that
+	// halts a release a start is not judged (default 3s).
+	OperatorHaltAfter int
+	BrakeGrace        time.Duration
 	// MaxWrites is the most versions of one object within Window (default
 	// 20 in 1s).
 	MaxWrites int
 	Window    time.Duration
+	// MaxWriteRequests is the most write requests one object may receive
+	// within Window, refused ones included (default 20).
+	MaxWriteRequests int
 	// CanaryGrace is how long a pod may stand before eds-canary-confined
 	// judges it (default 2s): the pod and its ExtendedDaemonSet's status
 	// arrive on two watches, in either order.
 	CanaryGrace time.Duration
+	// NodeGrace is how long a node must have been Ready again before
+	// eds-max-unavailable counts its pod (default 20s).
+	NodeGrace time.Duration
 }
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxWrites <= 0 {
 		l.MaxWrites = 20
 	}
+	if l.MaxWriteRequests <= 0 {
+		l.MaxWriteRequests = 20
+	}
 	if l.Window <= 0 {
 		l.Window = time.Second
 	}
 	if l.CanaryGrace <= 0 {
 		l.CanaryGrace = 2 * time.Second
+	}
+	if l.BrakeGrace <= 0 {
+		l.BrakeGrace = defaultBrakeGracing
+	}
+	if l.NodeGrace <= 0 {
+		l.NodeGrace = defaultNodeGrace
 	}
 	return l
 }
@@ -201,6 +257,11 @@ var Invariants = []Invariant{
 	{InvCordonBudget, CordonWithinBudget},
 	{InvCordonControlPlane, CordonControlPlaneAlone},
 	{InvCanaryConfined, CanaryConfined},
+	{InvEDSMaxUnavailable, EDSMaxUnavailable},
+	{InvJobsRunning, JobsRunning},
+	{InvWriteRequests, WriteRequests},
+	{InvOperatorBrake, OperatorBrake},
+	{InvFallbackFailure, FallbackIsFailure},
 }
 
 func nodeKey(name string) string { return "Node//" + name }
@@ -475,8 +536,10 @@ func NoCordonOnceQuiet(s State, _ Limits) ([]Finding, error) {
 }
 
 // CanaryConfined: a pod of an ExtendedDaemonSet's replica set that is not
-// its active one (a template not yet validated) runs only on the nodes of
-// the canary of that replica set. Terminating pods (a rollback under way)
+// its active one, nor was ever seen active (a template not yet validated),
+// runs only on the nodes of the canary of that replica set (those the
+// status names, or named while the canary ran: a failed canary's pods
+// are deleted after the status drops it). Terminating pods (a rollback under way)
 // and pods younger than CanaryGrace are not judged.
 func CanaryConfined(s State, l Limits) ([]Finding, error) {
 	l = l.withDefaults()
@@ -486,10 +549,10 @@ func CanaryConfined(s State, l Limits) ([]Finding, error) {
 			continue
 		}
 		e, ok := s.EDS[p.Namespace+"/"+p.EDS]
-		if !ok || e.Active == "" || p.ReplicaSet == e.Active {
+		if !ok || e.Active == "" || p.ReplicaSet == e.Active || e.Validated[p.ReplicaSet] {
 			continue
 		}
-		if e.CanaryReplicaSet == p.ReplicaSet && slices.Contains(e.CanaryNodes, p.Node) {
+		if (e.CanaryReplicaSet == p.ReplicaSet && slices.Contains(e.CanaryNodes, p.Node)) || e.CanaryOn[p.ReplicaSet][p.Node] {
 			continue
 		}
 		where := "no canary"

@@ -59,6 +59,9 @@ type Config struct {
 	// applications' reports) without an API change (default 200ms). It
 	// reads only the monitor's own state, never the API server.
 	Tick time.Duration
+	// AuditLog, when set, is the API server's audit log (JSON lines of
+	// its write requests): read at every Tick for bounded-write-requests.
+	AuditLog string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -100,21 +103,30 @@ type Monitor struct {
 	cfg  Config
 	keys updateoperator.Keys
 
-	mu         sync.Mutex
-	nodes      map[string]NodeObs
-	boots      map[string]bootRecord // per node name, deleted nodes' too
-	nodeList   []NodeObs             // nodes sorted by name; nil after a node changed
-	channels   map[string]ChannelObs
-	reboots    []Reboot
-	cordons    []CordonStart
-	pods       map[string]PodObs // EDS pods, by namespace/name
-	eds        map[string]EDSObs
-	writes     map[string][]time.Time
-	history    map[string][]Version
-	open       map[string]bool // invariant+key of the findings still standing
-	violations []Violation
-	checks     int
-	errs       []error
+	mu       sync.Mutex
+	nodes    map[string]NodeObs
+	boots    map[string]bootRecord // per node name, deleted nodes' too
+	nodeList []NodeObs             // nodes sorted by name; nil after a node changed
+	channels map[string]ChannelObs
+	reboots  []Reboot
+	cordons  []CordonStart
+	pods     map[string]PodObs // EDS pods, by namespace/name
+	eds      map[string]EDSObs
+	covered  map[string]map[string]bool // nodes covered by an ExtendedDaemonSet not seen yet
+	jobs     []string                   // ExpectJobs
+	audit    *auditTail
+	// the update operator's release events (uo.go)
+	releaseFailures []ReleaseFailure
+	releaseStarts   []ReleaseStart
+	releaseFinishes []ReleaseFinish
+	requests        map[string][]time.Time
+	jobsDue         time.Time
+	writes          map[string][]time.Time
+	history         map[string][]Version
+	open            map[string]bool // invariant+key of the findings still standing
+	violations      []Violation
+	checks          int
+	errs            []error
 }
 
 // bootRecord is a node's last known boot ID, and whether slipway held its
@@ -142,7 +154,8 @@ func New(cfg Config) (*Monitor, error) {
 	cfg.Limits = cfg.Limits.withDefaults()
 	return &Monitor{cfg: cfg, keys: keys, nodes: map[string]NodeObs{}, boots: map[string]bootRecord{}, channels: map[string]ChannelObs{},
 		writes: map[string][]time.Time{}, history: map[string][]Version{}, open: map[string]bool{},
-		pods: map[string]PodObs{}, eds: map[string]EDSObs{}}, nil
+		pods: map[string]PodObs{}, eds: map[string]EDSObs{}, covered: map[string]map[string]bool{},
+		audit: &auditTail{path: cfg.AuditLog}, requests: map[string][]time.Time{}}, nil
 }
 
 // Run watches the API server of config until ctx ends. It returns once the
@@ -224,8 +237,21 @@ func (m *Monitor) Tick() {
 	if m.cfg.Apps != nil {
 		apps = m.cfg.Apps()
 	}
+	var reqs []auditRequest
+	var auditErr error
+	if m.cfg.AuditLog != "" {
+		reqs, auditErr = m.audit.read()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if auditErr != nil {
+		m.errs = append(m.errs, fmt.Errorf("%s: %w", InvWriteRequests, auditErr))
+	}
+	for _, r := range reqs {
+		ts := append(m.requests[r.Key], r.At)
+		slices.SortFunc(ts, time.Time.Compare)
+		m.requests[r.Key] = ts
+	}
 	m.checkLocked(apps)
 }
 
@@ -236,10 +262,23 @@ func (m *Monitor) CheckQuiet() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.cfg.Now()
+	// The audit log arrives in batches (up to a second late): requests
+	// are kept over a few windows.
+	for k, ts := range m.requests {
+		i := 0
+		for i < len(ts) && now.Sub(ts[i]) > 5*m.cfg.Limits.Window {
+			i++
+		}
+		if i == len(ts) {
+			delete(m.requests, k)
+		} else {
+			m.requests[k] = ts[i:]
+		}
+	}
 	if m.nodeList == nil {
 		m.nodeList = sortedNodes(State{Nodes: m.nodes})
 	}
-	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList}
+	s := State{Now: now, Requests: m.requests, Nodes: m.nodes, NodeList: m.nodeList}
 	for _, name := range slices.Sorted(maps.Keys(m.channels)) {
 		s.Channels = append(s.Channels, m.channels[name])
 	}
@@ -303,9 +342,17 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		m.nodeList = nil
 		if deleted {
 			delete(m.nodes, x.Name) // its boot record stays: registered again with a new boot ID, it rebooted
+			for _, e := range m.eds {
+				delete(e.Covered, x.Name)
+			}
 			break
 		}
 		n := m.nodeObs(x)
+		if prev, ok := m.nodes[x.Name]; ok && prev.Ready && n.Ready {
+			n.ReadySince = prev.ReadySince
+		} else if ok && n.Ready {
+			n.ReadySince = now
+		}
 		if n.BootID != "" { // a version of no known boot (just registered) says nothing of one
 			rec := m.boots[x.Name]
 			if rec.ID != "" && rec.ID != n.BootID {
@@ -314,11 +361,25 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 			}
 			m.boots[x.Name] = bootRecord{ID: n.BootID, Cordoned: n.SlipwayCordoned()}
 		}
+		prevOp, seen := m.nodes[x.Name]
+		fail, start, fin := observeOperator(x.Name, prevOp.Operator, seen, n.Operator, now)
+		if fail != nil {
+			m.releaseFailures = append(m.releaseFailures, *fail)
+		}
+		if start != nil {
+			m.releaseStarts = append(m.releaseStarts, *start)
+		}
+		if fin != nil {
+			m.releaseFinishes = append(m.releaseFinishes, *fin)
+		}
 		if prev, ok := m.nodes[x.Name]; n.SlipwayCordoned() && (!ok || !prev.SlipwayCordoned()) {
 			m.cordons = append(m.cordons, CordonStart{Node: x.Name, At: now})
 		}
 		m.nodes[x.Name] = n
 		summary = fmt.Sprintf("unschedulable=%t cordoned-by=%q ready=%t boot=%s in-flight=%t", n.Unschedulable, n.CordonedBy, n.Ready, n.BootID, n.InFlight)
+		if op := n.Operator; op != (OperatorView{}) {
+			summary += fmt.Sprintf(" wanted=%s active=%s state=%s current=%s target=%s", op.Wanted, op.Active, op.State, op.Current, op.Target)
+		}
 	case *opsv1.UpdateChannel:
 		kind = "UpdateChannel"
 		if deleted {
@@ -339,9 +400,15 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 			if prev, ok := m.pods[pk]; ok {
 				first = prev.FirstSeen
 			}
-			m.pods[pk] = PodObs{Namespace: x.Namespace, Name: x.Name, Node: x.Spec.NodeName, EDS: x.Labels[edsv1alpha1.LabelName], ReplicaSet: ers,
-				Terminating: x.DeletionTimestamp != nil, FirstSeen: first}
-			summary += " replicaset=" + ers
+			p := PodObs{Namespace: x.Namespace, Name: x.Name, Node: x.Spec.NodeName, EDS: x.Labels[edsv1alpha1.LabelName], ReplicaSet: ers,
+				Terminating: x.DeletionTimestamp != nil, FirstSeen: first, Ready: podReady(x)}
+			m.pods[pk] = p
+			if p.Ready && !p.Terminating && p.Node != "" {
+				if _, ok := m.nodes[p.Node]; ok {
+					m.cover(x.Namespace+"/"+p.EDS, p.Node)
+				}
+			}
+			summary += fmt.Sprintf(" replicaset=%s ready=%t terminating=%t", ers, p.Ready, p.Terminating)
 		} else {
 			delete(m.pods, pk)
 		}
@@ -350,9 +417,37 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		ek := x.Namespace + "/" + x.Name
 		if deleted {
 			delete(m.eds, ek)
+			delete(m.covered, ek)
 			break
 		}
-		e := EDSObs{Namespace: x.Namespace, Name: x.Name, Active: x.Status.ActiveReplicaSet}
+		e := EDSObs{Namespace: x.Namespace, Name: x.Name, Active: x.Status.ActiveReplicaSet,
+			MaxUnavailable: x.Spec.Strategy.RollingUpdate.MaxUnavailable, Covered: m.eds[ek].Covered}
+		if e.Covered == nil {
+			e.Covered = m.covered[ek]
+			delete(m.covered, ek)
+		}
+		if e.Covered == nil {
+			e.Covered = map[string]bool{}
+		}
+		e.Validated = m.eds[ek].Validated
+		if e.Validated == nil {
+			e.Validated = map[string]bool{}
+		}
+		if e.Active != "" {
+			e.Validated[e.Active] = true
+		}
+		e.CanaryOn = m.eds[ek].CanaryOn
+		if e.CanaryOn == nil {
+			e.CanaryOn = map[string]map[string]bool{}
+		}
+		if c := x.Status.Canary; c != nil && c.ReplicaSet != "" {
+			if e.CanaryOn[c.ReplicaSet] == nil {
+				e.CanaryOn[c.ReplicaSet] = map[string]bool{}
+			}
+			for _, n := range c.Nodes {
+				e.CanaryOn[c.ReplicaSet][n] = true
+			}
+		}
 		if c := x.Status.Canary; c != nil {
 			e.CanaryReplicaSet, e.CanaryNodes = c.ReplicaSet, slices.Clone(c.Nodes)
 			summary += fmt.Sprintf(" canary=%s on %v", c.ReplicaSet, c.Nodes)
@@ -387,6 +482,28 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 	m.checkLocked(nil)
 }
 
+// cover records that ExtendedDaemonSet ek (namespace/name) ran a Ready
+// pod on node.
+func (m *Monitor) cover(ek, node string) {
+	if e, ok := m.eds[ek]; ok {
+		e.Covered[node] = true
+		return
+	}
+	if m.covered[ek] == nil {
+		m.covered[ek] = map[string]bool{}
+	}
+	m.covered[ek][node] = true
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 func (m *Monitor) nodeObs(n *corev1.Node) NodeObs {
 	o := NodeObs{Name: n.Name, Labels: n.Labels, Unschedulable: n.Spec.Unschedulable,
 		CordonedBy: drain.CordonedBy(n.Annotations), BootID: n.Status.NodeInfo.BootID}
@@ -395,7 +512,9 @@ func (m *Monitor) nodeObs(n *corev1.Node) NodeObs {
 			o.Ready = c.Status == corev1.ConditionTrue
 		}
 	}
-	o.InFlight = updateoperator.InFlight(m.keys.View(n, ""))
+	v := m.keys.View(n, "")
+	o.InFlight = updateoperator.InFlight(v)
+	o.Operator = OperatorView{Wanted: v.Wanted, Active: v.Active, State: v.State, Current: v.Current, Target: v.Target}
 	return o
 }
 
@@ -415,10 +534,24 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 			m.writes[k] = ts[i:]
 		}
 	}
+	// The audit log arrives in batches (up to a second late): requests
+	// are kept over a few windows.
+	for k, ts := range m.requests {
+		i := 0
+		for i < len(ts) && now.Sub(ts[i]) > 5*m.cfg.Limits.Window {
+			i++
+		}
+		if i == len(ts) {
+			delete(m.requests, k)
+		} else {
+			m.requests[k] = ts[i:]
+		}
+	}
 	if m.nodeList == nil {
 		m.nodeList = sortedNodes(State{Nodes: m.nodes})
 	}
-	s := State{Now: now, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Cordons: m.cordons, Writes: m.writes, Apps: apps, EDS: m.eds}
+	s := State{Now: now, Requests: m.requests, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Cordons: m.cordons, Writes: m.writes, Apps: apps, EDS: m.eds, Jobs: m.jobs, JobsDue: m.jobsDue,
+		ReleaseFailures: m.releaseFailures, ReleaseStarts: m.releaseStarts, ReleaseFinishes: m.releaseFinishes}
 	for _, k := range slices.Sorted(maps.Keys(m.pods)) {
 		s.Pods = append(s.Pods, m.pods[k])
 	}
@@ -428,9 +561,9 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 	m.checks++
 	standing := map[string]bool{}
 	for _, inv := range Invariants {
-		if inv.Name == InvDoubleHeld && apps == nil {
+		if (inv.Name == InvDoubleHeld || inv.Name == InvJobsRunning) && apps == nil {
 			for k := range m.open { // not read this time: what stood, stands
-				if strings.HasPrefix(k, InvDoubleHeld+"\x00") {
+				if strings.HasPrefix(k, inv.Name+"\x00") {
 					standing[k] = true
 				}
 			}
@@ -455,9 +588,10 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 		}
 	}
 	// A reboot is judged once; findings keyed by it stay recorded.
-	m.reboots, m.cordons = nil, nil
+	m.reboots, m.cordons, m.releaseStarts, m.releaseFinishes = nil, nil, nil, nil
 	for k := range m.open {
-		if strings.HasPrefix(k, InvRebootWithoutDrain+"\x00") || strings.HasPrefix(k, InvCordonBudget+"\x00") || strings.HasPrefix(k, InvCordonControlPlane+"\x00") {
+		if strings.HasPrefix(k, InvRebootWithoutDrain+"\x00") || strings.HasPrefix(k, InvCordonBudget+"\x00") || strings.HasPrefix(k, InvCordonControlPlane+"\x00") ||
+			strings.HasPrefix(k, InvOperatorBrake+"\x00") || strings.HasPrefix(k, InvFallbackFailure+"\x00") {
 			standing[k] = true
 		}
 	}
