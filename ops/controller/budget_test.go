@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
@@ -65,7 +63,7 @@ func TestNotReadyWorkerSpendsTheBudget(t *testing.T) {
 		f.Start(n(i))
 	}
 	f.AgentsUp(n(0), n(1), n(2))
-	setReady(t, f.Fleet, n(0), false)
+	f.Fleet.SetReady(n(0), false)
 	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector(),
 		NodeReadyTimeout: &metav1.Duration{Duration: 8 * time.Second}})
 	f.WaitFor("CapacityHeld naming the NotReady node", time.Minute, func(ch *v1.UpdateChannel) bool { return capacityHeldBy(ch, "NodesUnavailable", n(0)) })
@@ -75,7 +73,7 @@ func TestNotReadyWorkerSpendsTheBudget(t *testing.T) {
 	if ch := f.Get(); len(ch.Status.Updating) != 0 {
 		t.Fatalf("a slot was granted while %s is down: %+v", n(0), ch.Status.Updating)
 	}
-	setReady(t, f.Fleet, n(0), true)
+	f.Fleet.SetReady(n(0), true)
 	f.WaitFor("all three at v2", 2*time.Minute, fleettest.Done(3))
 	f.AssertAllAt("v2")
 	if ch := f.WaitFor("CapacityHeld False", time.Minute, func(ch *v1.UpdateChannel) bool {
@@ -93,7 +91,7 @@ func TestNotReadyWorkerSpendsTheBudget(t *testing.T) {
 func TestWorkerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
 	t.Parallel()
 	f, first, down, releaseFirst := grantedOne(t, false)
-	setReady(t, f.Fleet, down, false) // after the grant, before the drain
+	f.Fleet.SetReady(down, false) // after the grant, before the drain
 	releaseFirst(true)
 	eventSays(t, f.Fleet, "CapacityHeld", first, down, "drain")
 	f.Holds("the first keeps its slot while another is down", 5*time.Second, func(ch *v1.UpdateChannel) bool {
@@ -102,31 +100,7 @@ func TestWorkerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
 	if node := f.Node(first); node.Spec.Unschedulable || drain.CordonedBy(node.Annotations) != "" {
 		t.Fatalf("%s was cordoned while %s is NotReady, concurrency 1", first, down)
 	}
-	setReady(t, f.Fleet, down, true)
+	f.Fleet.SetReady(down, true)
 	f.WaitFor("all three at v2", 2*time.Minute, fleettest.Done(3))
 	f.AssertAllAt("v2")
-}
-
-// setReady sets node's Ready condition as fleettest's SetReady does,
-// again on a conflict: the node's agent and the controller write the same
-// Node meanwhile.
-func setReady(t *testing.T, f *fleettest.Fleet, node string, ready bool) {
-	t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := f.Kube.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		status, reason := corev1.ConditionTrue, "KubeletReady"
-		if !ready {
-			status, reason = corev1.ConditionUnknown, "NodeStatusUnknown"
-		}
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: reason,
-			LastTransitionTime: metav1.Now(), LastHeartbeatTime: metav1.Now()}}
-		_, err = f.Kube.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("set node %s Ready=%t: %v", node, ready, err)
-	}
 }

@@ -37,7 +37,7 @@ func TestSkippedNodesDoNotStopTheRollout(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 5, nil)
 	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.NS, i) }
-	setReady(t, f.Fleet, n(0), false)
+	f.Fleet.SetReady(n(0), false)
 	if _, err := f.Kube.CoreV1().Nodes().Patch(context.Background(), n(1), "application/merge-patch+json",
 		[]byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func TestSkippedNodesDoNotStopTheRollout(t *testing.T) {
 	if nd := f.Node(n(1)); !nd.Spec.Unschedulable || drain.CordonedBy(nd.Annotations) != "" {
 		t.Errorf("the admin's cordon of %s must stay as the admin left it: %v %v", n(1), nd.Spec.Unschedulable, nd.Annotations)
 	}
-	setReady(t, f.Fleet, n(0), true)
+	f.Fleet.SetReady(n(0), true)
 	f.WaitFor("the node Ready again upgraded and no longer skipped", time.Minute, func(ch *v1.UpdateChannel) bool {
 		return ch.Status.Counts.UpToDate == 3 && len(ch.Status.Updating) == 0 && !skippedAs(ch, n(0), plan.SkipNotReady)
 	})

@@ -178,7 +178,7 @@ func TestDownServerHoldsTheOthersBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	setReady(t, f.Fleet, n(0), false)
+	f.Fleet.SetReady(n(0), false)
 	for i := range 3 {
 		f.Start(n(i))
 	}
@@ -195,7 +195,7 @@ func TestDownServerHoldsTheOthersBack(t *testing.T) {
 		t.Errorf("the ServerHeldBack Event must name the down server %s: %+v", n(0), l.Items)
 	}
 	f.Holds("no server slot while a server is down", 5*time.Second, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 0 })
-	setReady(t, f.Fleet, n(0), true)
+	f.Fleet.SetReady(n(0), true)
 	f.WaitFor("all three at v2", 2*time.Minute, fleettest.Done(3))
 	f.AssertAllAt("v2")
 }
@@ -208,7 +208,7 @@ func TestDownServerHoldsTheOthersBack(t *testing.T) {
 func TestServerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
 	t.Parallel()
 	f, first, down, releaseFirst := grantedOne(t, true)
-	setReady(t, f.Fleet, down, false) // after the grant, before the drain
+	f.Fleet.SetReady(down, false) // after the grant, before the drain
 	releaseFirst(true)                // the Job staged the swap: the node asks for its drain
 	eventSays(t, f.Fleet, "ServerHeldBack", first, down, "drain")
 	f.Holds("the first server keeps its slot while another is down", 6*time.Second, func(ch *v1.UpdateChannel) bool {
@@ -217,7 +217,7 @@ func TestServerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
 	if node := f.Node(first); node.Spec.Unschedulable || drain.CordonedBy(node.Annotations) != "" {
 		t.Fatalf("server %s was cordoned while server %s is NotReady: two servers down", first, down)
 	}
-	setReady(t, f.Fleet, down, true)
+	f.Fleet.SetReady(down, true)
 	f.WaitFor("all three at v2", 2*time.Minute, fleettest.Done(3))
 	f.AssertAllAt("v2")
 }
@@ -264,7 +264,7 @@ func TestServerDownMidDrainHoldsTheReboot(t *testing.T) {
 	f.BlockEviction(t, first)
 	releaseFirst(true)
 	f.WaitNode(t, first, "cordoned for its drain", func(nd *corev1.Node) bool { return drain.CordonedBy(nd.Annotations) == protocol.CordonOwner })
-	setReady(t, f.Fleet, down, false) // mid-drain
+	f.Fleet.SetReady(down, false) // mid-drain
 	zero := int64(0)                  // the guarded pod gone (no kubelet here to end it): the drain is done
 	if err := f.Kube.CoreV1().Pods(f.NS).Delete(context.Background(), "guarded", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
@@ -273,7 +273,7 @@ func TestServerDownMidDrainHoldsTheReboot(t *testing.T) {
 		return len(ch.Status.Updating) == 1 && ch.Status.Updating[0].Node == first && ch.Status.Updating[0].Phase != "Rebooting"
 	})
 	eventSays(t, f.Fleet, "ServerHeldBack", first, down, "reboot")
-	setReady(t, f.Fleet, down, true)
+	f.Fleet.SetReady(down, true)
 	f.WaitFor("all three at v2", 3*time.Minute, fleettest.Done(3))
 	f.AssertAllAt("v2")
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/plan"
@@ -40,22 +41,27 @@ func (f *Fleet) Heartbeat(node string) {
 	}
 }
 
-// SetReady sets node's Ready condition.
+// SetReady sets node's Ready condition, again on a conflict (the agent or
+// the controller may write the Node at the same time).
 func (f *Fleet) SetReady(node string, ready bool) {
 	f.T.Helper()
 	ctx := context.Background()
-	n, err := f.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		f.T.Fatal(err)
-	}
 	status, reason := corev1.ConditionTrue, "KubeletReady"
 	if !ready {
 		status, reason = corev1.ConditionUnknown, "NodeStatusUnknown"
 	}
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: reason,
-		LastTransitionTime: metav1.Now(), LastHeartbeatTime: metav1.Now()}}
-	if _, err := f.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		f.T.Fatal(err)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := f.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: reason,
+			LastTransitionTime: metav1.Now(), LastHeartbeatTime: metav1.Now()}}
+		_, err = f.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		f.T.Fatalf("set node %s Ready=%t: %v", node, ready, err)
 	}
 }
 
