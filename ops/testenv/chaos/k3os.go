@@ -20,6 +20,7 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
+	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/ops/testenv/faults"
 	"slipway.dev/slipway/ops/testenv/monitor"
 	"slipway.dev/slipway/upgrade/releasetest"
@@ -33,27 +34,15 @@ import (
 
 const k3osNS = "slipway-system"
 
-// k3osNodeScript is a fake node's boot: install v1 on the first boot, write
-// the kernel command line the loader would at each boot, run the agent
-// through the node's proxy.
-const k3osNodeScript = `set -e
-sys="$SLIPWAY_NODE_DIR/k3os/system"
-mkdir -p "$sys" "$SLIPWAY_NODE_DIR/run/k3os"
-if [ ! -e "$sys/k3os/current" ]; then
-  slipway ops upgrade --system-dir "$sys" --source "$CHAOS_MIRROR" --version v1 --rootfs --kernel \
-    --reboot=false --lock-file "$SLIPWAY_NODE_DIR/run/k3os/upgrade.lock"
-fi
-if [ "$(cat "$SLIPWAY_NODE_DIR/cmdline.boot" 2>/dev/null)" != "$SLIPWAY_NODE_BOOT" ]; then
-  echo "slipway.rootfs=$(basename "$(readlink "$sys/k3os/current")")" > "$SLIPWAY_NODE_DIR/cmdline"
-  echo "$SLIPWAY_NODE_BOOT" > "$SLIPWAY_NODE_DIR/cmdline.boot"
-fi
-exec slipway ops agent --cmdline-file "$SLIPWAY_NODE_DIR/cmdline" --node-name "$NODE_NAME" --namespace slipway-system --system-dir "$sys" \
-  --host-system-dir /k3os/system --host-lock-dir /run/k3os --image slipway:chaos \
-  --reboot-method command --boot-id-from-node \
-  --metrics-addr "" --kubeconfig "$CHAOS_KUBECONFIGS/agent-$NODE_NAME" --lease-duration 6s --resync 10s --retry-backoff 20s \
-  --upgrade-command slipway \
-  --reboot-command "slipway-sim reboot --delay 1s"
-`
+// k3osNodeScript is a fake node's boot (testenv.K3osNode): install v1 on
+// the first boot, boot through slipway's loader (a swap a power cut left
+// half done is finished, the versions chosen are written to the kernel
+// command line and the node's boots log), run the agent through the node's
+// proxy.
+var k3osNodeScript = testenv.K3osNode{
+	Mirror: `"$CHAOS_MIRROR"`, Kubeconfig: `"$CHAOS_KUBECONFIGS/agent-$NODE_NAME"`, Image: "slipway:chaos",
+	Lease: "6s", Backoff: "20s", Upgrade: "slipway", Reboot: `"slipway-sim reboot --delay 1s"`, Loader: true,
+}.Script()
 
 // controlPlane is how many of the first nodes carry the control-plane role.
 const controlPlane = 3
