@@ -176,6 +176,9 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	for n, p := range h.procs {
 		sim.Procs[n] = p
 	}
+	if hs, ok := sys.(hostSystem); ok {
+		hs.hostFaults(h, sim)
+	}
 	faultsStart := time.Now()
 	res.Faults = faults.Run(ctx, res.Schedule, sim, func(l string) { h.logf("%s", l) })
 	h.logf("faults over after %s; waiting for the change to settle", time.Since(start).Round(time.Second))
@@ -209,6 +212,13 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 			res.Excused = append(res.Excused, v)
 		} else {
 			res.Violations = append(res.Violations, v)
+		}
+	}
+	if hs, ok := sys.(hostSystem); ok {
+		hv, err := hs.hostViolations(res.Settled)
+		res.Violations = append(res.Violations, hv...)
+		if err != nil {
+			res.MonitorErrors = append(res.MonitorErrors, err)
 		}
 	}
 	res.Wall = time.Since(start)
