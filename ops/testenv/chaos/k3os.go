@@ -135,10 +135,7 @@ func (s *k3os) nodeCommand(h *harness) ([]string, []string, error) {
 	if s.source, err = faults.NewSource(s.mirror); err != nil {
 		return nil, nil, err
 	}
-	s.hosts = &hostcheck.Checker{Nodes: map[string]string{}}
-	for _, n := range h.nodes {
-		s.hosts.Nodes[n] = filepath.Join(h.dir, "env", "nodes", n)
-	}
+	s.hosts = hostcheck.New(filepath.Join(h.dir, "env", "nodes"), h.nodes) // testenv's NodesRoot under the run's Dir
 	return []string{"/bin/sh", "-c", k3osNodeScript}, []string{"CHAOS_MIRROR=" + s.mirror, faults.HostFaultEnv}, nil
 }
 

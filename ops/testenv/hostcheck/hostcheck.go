@@ -233,6 +233,16 @@ type Checker struct {
 	checks   int
 }
 
+// New is a Checker of nodes whose directories are <nodesRoot>/<node> (a
+// simulated cluster's testenv.Env.NodesRoot).
+func New(nodesRoot string, nodes []string) *Checker {
+	c := &Checker{Nodes: map[string]string{}}
+	for _, n := range nodes {
+		c.Nodes[n] = filepath.Join(nodesRoot, n)
+	}
+	return c
+}
+
 // Check reads every host and checks both invariants at now; slots are the
 // nodes holding a slot now. It returns the findings new at this check
 // (each violation is reported once per key), and the hosts it could not

@@ -76,7 +76,7 @@ func wantOne(t *testing.T, got []Finding, inv, msg string) {
 // one release are not.
 func TestMixedBootPlanted(t *testing.T) {
 	dir, _ := host(t)
-	c := &Checker{Nodes: map[string]string{"node-1": dir}}
+	c := New(filepath.Dir(dir), []string{filepath.Base(dir)})
 	t0 := time.Unix(1000, 0)
 	logBoot(t, dir, "1 rootfs=v1 kernel=5.15.0-v1 k3s=v1-k3s1")
 	if got := check(t, c, t0, nil); len(got) != 0 {
