@@ -19,7 +19,7 @@ func init() { maps.Copy(Schedules, hostSchedules) }
 // hostPending fail today (TestHostPendingSchedules, -tags chaos_pending).
 var (
 	hostNamed   = []string{"k3os-power-cut-swap", "k3os-full-disk", "k3os-source-faults"}
-	hostPending = []string{"k3os-power-cut-staging"}
+	hostPending = []string{"k3os-power-cut-staging", "k3os-power-cut-rollback"}
 )
 
 // armed is how long a power cut stays armed: long enough for the rollout
@@ -52,6 +52,27 @@ var hostSchedules = map[string]Named{
 		Schedule: faults.Schedule{
 			{At: 0, Kind: faults.PowerCut, Target: "node/node-2", For: armed, Step: "staged"},
 			{At: 0, Kind: faults.PowerCut, Target: "node/node-5", For: armed, Step: "renamed:kernel"},
+		}},
+	// Evictions are blocked for 50 s as the rollout starts, longer than the
+	// drain timeout (20 s): the first slot's drain fails after its swap,
+	// and the agent rolls the swap back with a rollback Job. Every node
+	// has a power cut armed at a link of the rollback: the node whose
+	// rollback is cut boots one release (the loader finishes the
+	// rollback), and nothing stays activated without a slot. Fails today:
+	// the rollback Job runs after the failed slot is released, so the next
+	// node's slot is granted while the previous node still writes its host;
+	// the cut during that rollback takes the previous node down as the
+	// next one is cordoned (cordon-within-budget,
+	// cordon-control-plane-alone). Both cut nodes booted v1 whole.
+	"k3os-power-cut-rollback": {System: "k3os", Nodes: 5,
+		Doc: "a drain that fails after the swap, its rollback cut between two links: one release booted, nothing left activated",
+		Schedule: faults.Schedule{
+			{At: 0, Kind: faults.BlockEviction, Target: "pdb/default/guarded", For: 50 * time.Second},
+			{At: 0, Kind: faults.PowerCut, Target: "node/node-1", For: armed, Step: "rollback:current:k3os"},
+			{At: 0, Kind: faults.PowerCut, Target: "node/node-2", For: armed, Step: "rollback:previous:kernel"},
+			{At: 0, Kind: faults.PowerCut, Target: "node/node-3", For: armed, Step: "rollback:current:k3os"},
+			{At: 0, Kind: faults.PowerCut, Target: "node/node-4", For: armed, Step: "rollback:previous:kernel"},
+			{At: 0, Kind: faults.PowerCut, Target: "node/node-5", For: armed, Step: "rollback:current:k3os"},
 		}},
 	// Two nodes' disks are full for 40 s as the rollout starts: their
 	// staging fails with no space (the system directory as it was), then

@@ -22,6 +22,7 @@ func struck(name, outcome string) string {
 	for _, c := range []struct{ name, want, not string }{
 		{"k3os-power-cut-swap", "host faults struck map[power-cut:3]", ""},
 		{"k3os-power-cut-staging", "host faults struck map[power-cut:2]", ""},
+		{"k3os-power-cut-rollback", "host faults struck map[power-cut:", ""},
 		{"k3os-full-disk", "no space", "no space 0,"},
 		{"k3os-source-faults", "requests", " 0 failed"},
 	} {
