@@ -316,9 +316,9 @@ func writeKubeconfig(path string, cfg *rest.Config, server string) error {
 }
 
 // jobErrors counts, over the nodes' upgrade Job logs, the errors a host
-// fault causes: no space, a checksum mismatch, a release source failing.
+// fault causes: no space, a verification failure (a corrupt artifact), a release source failing (503).
 func jobErrors(h *harness) string {
-	kinds := []struct{ name, text string }{{"no space", "no space"}, {"checksum", "checksum"}, {"503", "503"}}
+	kinds := []struct{ name, text string }{{"no space", "no space"}, {"verification failed", "verification failed"}, {"503", "503"}}
 	counts := make([]int, len(kinds))
 	for _, n := range h.nodes {
 		logs, _ := filepath.Glob(filepath.Join(h.env.NodeDir(n), "pods", "*.log"))
