@@ -93,3 +93,17 @@ func TestExcusedPowerCut(t *testing.T) {
 		}
 	}
 }
+
+// TestHostSchedulesNamed: every host schedule, passing or pending, is a
+// named schedule of the k3os system that scripts/chaos --named can run.
+func TestHostSchedulesNamed(t *testing.T) {
+	for _, name := range append(append([]string{}, hostNamed...), hostPending...) {
+		o, err := NamedOptions(name)
+		if err != nil || o.System != "k3os" || len(o.Schedule) == 0 || o.Duration <= 0 {
+			t.Errorf("%s: %+v %v", name, o, err)
+		}
+	}
+	if len(hostNamed)+len(hostPending) != len(hostSchedules) {
+		t.Errorf("%d host schedules, %d listed as passing or pending", len(hostSchedules), len(hostNamed)+len(hostPending))
+	}
+}
