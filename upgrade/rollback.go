@@ -32,6 +32,10 @@ type RollbackOptions struct {
 	// other state fails the rollback before a link changes. A Job's pod
 	// may be started twice; the second start then changes nothing.
 	From map[layout.Component]string
+	// Hook is called after each link the rollback sets, with the step
+	// "rollback:<link>:<component>" (e.g. rollback:current:kernel); tests
+	// use it to cut the rollback between two links.
+	Hook func(step string)
 }
 
 // Rollback swaps current and previous of each chosen component, under the
@@ -102,7 +106,11 @@ func rollback(o RollbackOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = l.SetLinks(rollbackLinks(res.Components), nil)
+	err = l.SetLinks(rollbackLinks(res.Components), func(ch layout.LinkChange) {
+		if o.Hook != nil {
+			o.Hook("rollback:" + ch.Link + ":" + string(ch.Component))
+		}
+	})
 	for _, cr := range res.Components {
 		switch {
 		case cr.Action != ActionRollback:

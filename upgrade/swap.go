@@ -49,6 +49,9 @@ func (p *plan) stageAll(ctx context.Context) error {
 	if err := p.stage(downloads, stage); err != nil {
 		return noSpace(err)
 	}
+	if err := p.o.Fail("staged"); err != nil {
+		return noSpace(fmt.Errorf("stage in %s: %w", stage, err))
+	}
 	p.o.Hook("staged")
 	for _, cp := range p.comps {
 		if err := p.commit(cp, stage); err != nil {

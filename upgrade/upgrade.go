@@ -54,6 +54,10 @@ type Options struct {
 	// Hook is called after each step of the swap (see Steps); tests use it
 	// to crash the process at every step.
 	Hook func(step string)
+	// Fail, when set, is asked after each step of staging ("extracting" is
+	// not one: "staged"); an error it returns fails the staging there as
+	// a write of that step would (tests inject a full disk this way).
+	Fail func(step string) error
 }
 
 // ComponentResult tells what happened to one component.
@@ -118,6 +122,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Hook == nil {
 		o.Hook = func(string) {}
+	}
+	if o.Fail == nil {
+		o.Fail = func(string) error { return nil }
 	}
 	if o.Command == "" {
 		o.Command = "slipway ops upgrade"

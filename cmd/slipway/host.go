@@ -52,7 +52,7 @@ func swapFlags() []cli.Flag {
 		&cli.StringFlag{Name: "lock-file", Value: lock.DefaultPath, Usage: "the upgrade lock; a second upgrade or rollback fails at once while it is held", EnvVars: envs("LOCK_FILE")},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print what would change, change nothing", EnvVars: envs("DRY_RUN")},
 		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON on stdout", EnvVars: envs("JSON")},
-		&cli.StringFlag{Name: "test-crash-at", Hidden: true, Usage: "tests only: SIGKILL this process after the named step of the swap"},
+		&cli.StringFlag{Name: "test-crash-at", Hidden: true, EnvVars: envs("TEST_CRASH_AT"), Usage: "tests only: SIGKILL this process after the named step of the swap; @FILE: the fault FILE names (see testFaults)"},
 	}
 }
 
@@ -108,8 +108,9 @@ func upgradeAction(c *cli.Context) error {
 		Remount: c.Bool("remount"), Sync: c.Bool("sync"), Reboot: rebootWanted(c),
 		RebootDelay: c.Duration("reboot-delay"), Rebooter: rebooter(c.String("reboot-command")),
 		LockFile: c.String("lock-file"), Command: strings.Join(os.Args, " "), DryRun: c.Bool("dry-run"),
-		Progress: progress.New(os.Stderr, progress.Options{}), Hook: crashHook(c.String("test-crash-at")),
+		Progress: progress.New(os.Stderr, progress.Options{}),
 	}
+	o.Hook, o.Fail = testFaults(c.String("test-crash-at"))
 	run, err := phaseRunner(c.String("phase"))
 	if err != nil {
 		return exit(err, upgrade.ExitUsage)
@@ -160,6 +161,7 @@ func rollbackAction(c *cli.Context) error {
 		Remount: c.Bool("remount"), Sync: c.Bool("sync"), Reboot: rebootWanted(c),
 		RebootDelay: c.Duration("reboot-delay"), Rebooter: rebooter(c.String("reboot-command")),
 		LockFile: c.String("lock-file"), Command: strings.Join(os.Args, " "), DryRun: c.Bool("dry-run"),
+		Hook: hookOnly(testFaults(c.String("test-crash-at"))),
 	})
 	if res != nil {
 		if perr := printResult(c.App.Writer, c.Bool("json"), res); perr != nil && err == nil {
@@ -261,18 +263,70 @@ func rebooter(command string) reboot.Rebooter {
 	return reboot.Auto()
 }
 
-// crashHook kills the process after step (crash-safety tests).
-func crashHook(step string) func(string) {
-	if step == "" {
-		return nil
+// testFaults are the hooks of the hidden --test-crash-at
+// (SLIPWAY_TEST_CRASH_AT), for crash-safety tests and simulated hosts:
+//   - STEP: SIGKILL this process right after the named step;
+//   - @FILE: FILE (a path relative to the working directory, read at each
+//     step; absent: no fault) names the fault:
+//   - "STEP": a power cut after the step, once: FILE is claimed (renamed),
+//     FILE.fired is written with this process's pid, and the process stops
+//     itself (SIGSTOP) so that it writes nothing more; the simulator then
+//     kills every process of the node and reboots it;
+//   - "enospc STEP": that step of staging fails with ENOSPC (a full
+//     disk), for as long as FILE says so.
+func testFaults(spec string) (hook func(string), fail func(string) error) {
+	file, armed := strings.CutPrefix(spec, "@")
+	switch {
+	case spec == "":
+		return nil, nil
+	case !armed:
+		return func(s string) {
+			if s == spec {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+		}, nil
 	}
-	return func(s string) {
-		if s == step {
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {}
+	read := func() (kind, step string) {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", ""
+		}
+		w := strings.Fields(string(b))
+		switch len(w) {
+		case 1:
+			return "cut", w[0]
+		case 2:
+			return w[0], w[1]
+		}
+		return "", ""
+	}
+	hook = func(s string) {
+		if kind, step := read(); kind != "cut" || step != s {
+			return
+		}
+		claimed := file + ".claimed"
+		if os.Rename(file, claimed) != nil {
+			return // another run claimed it
+		}
+		fired := file + ".fired"
+		if os.WriteFile(fired+".tmp", []byte(fmt.Sprintf("%d %s\n", os.Getpid(), s)), 0o644) == nil && os.Rename(fired+".tmp", fired) == nil {
+			_ = os.Remove(claimed)
+			fmt.Fprintf(os.Stderr, "slipway: test power cut after step %s: stopped\n", s)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		}
 	}
+	fail = func(s string) error {
+		if kind, step := read(); kind == "enospc" && step == s {
+			return fmt.Errorf("test fault at step %s: %w", s, syscall.ENOSPC)
+		}
+		return nil
+	}
+	return hook, fail
 }
+
+// hookOnly is testFaults' hook alone (a rollback stages nothing).
+func hookOnly(hook func(string), _ func(string) error) func(string) { return hook }
 
 func printResult(w io.Writer, asJSON bool, r *upgrade.Result) error {
 	if asJSON {

@@ -111,28 +111,15 @@ func run(m *testing.M) int {
 	return code
 }
 
-// nodeScript is each fake node's "boot": install v1 on first boot; at each
-// boot (not at an agent's restart within one) write the kernel command line
-// slipway's loader would pass, naming the rootfs `current` names; then run
-// the agent.
-const nodeScript = `set -e
-sys="$SLIPWAY_NODE_DIR/k3os/system"
-mkdir -p "$sys" "$SLIPWAY_NODE_DIR/run/k3os"
-if [ ! -e "$sys/k3os/current" ]; then
-  slipway ops upgrade --system-dir "$sys" --source "$SLIPWAY_E2E_MIRROR" --version v1 --rootfs --kernel \
-    --reboot=false --lock-file "$SLIPWAY_NODE_DIR/run/k3os/upgrade.lock"
-fi
-if [ "$(cat "$SLIPWAY_NODE_DIR/cmdline.boot" 2>/dev/null)" != "$SLIPWAY_NODE_BOOT" ]; then
-  echo "slipway.rootfs=$(basename "$(readlink "$sys/k3os/current")")" > "$SLIPWAY_NODE_DIR/cmdline"
-  echo "$SLIPWAY_NODE_BOOT" > "$SLIPWAY_NODE_DIR/cmdline.boot"
-fi
-exec slipway ops agent --cmdline-file "$SLIPWAY_NODE_DIR/cmdline" --node-name "$NODE_NAME" --namespace slipway-system --system-dir "$sys" \
-  --host-system-dir /k3os/system --host-lock-dir /run/k3os --image slipway:e2e \
-  --reboot-method command --boot-id-from-node \
-  --metrics-addr "" --kubeconfig "$SLIPWAY_NODE_DIR/kubeconfig-node" --lease-duration "$SLIPWAY_E2E_LEASE" --resync 10s --retry-backoff 1h \
-  --upgrade-command "$SLIPWAY_E2E_UPGRADE_COMMAND" \
-  --reboot-command "slipway-sim reboot --delay $SLIPWAY_E2E_REBOOT"
-`
+// nodeScript is each fake node's "boot" (testenv.K3osNode): install v1 on
+// first boot; at each boot (not at an agent's restart within one) write the
+// kernel command line slipway's loader would pass, naming the rootfs
+// `current` names; then run the agent.
+var nodeScript = testenv.K3osNode{
+	Mirror: `"$SLIPWAY_E2E_MIRROR"`, Kubeconfig: `"$SLIPWAY_NODE_DIR/kubeconfig-node"`, Image: "slipway:e2e",
+	Lease: `"$SLIPWAY_E2E_LEASE"`, Backoff: "1h", Upgrade: `"$SLIPWAY_E2E_UPGRADE_COMMAND"`,
+	Reboot: `"slipway-sim reboot --delay $SLIPWAY_E2E_REBOOT"`,
+}.Script()
 
 // build compiles slipway and slipway-sim into bin as scripts/build does for
 // a release (static, stripped), so the agents' memory is what a node sees.

@@ -191,7 +191,7 @@ func Excused(v monitor.Violation, sched faults.Schedule, start time.Time) bool {
 	}
 	at := v.At.Sub(start)
 	for _, f := range sched {
-		if f.Kind != faults.NotReady && f.Kind != faults.Reregister {
+		if f.Kind != faults.NotReady && f.Kind != faults.Reregister && f.Kind != faults.PowerCut { // a power cut: down while armed
 			continue
 		}
 		node := strings.TrimPrefix(f.Target, "node/")

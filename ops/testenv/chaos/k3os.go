@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,7 +21,9 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
+	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/ops/testenv/faults"
+	"slipway.dev/slipway/ops/testenv/hostcheck"
 	"slipway.dev/slipway/ops/testenv/monitor"
 	"slipway.dev/slipway/upgrade/releasetest"
 )
@@ -33,27 +36,15 @@ import (
 
 const k3osNS = "slipway-system"
 
-// k3osNodeScript is a fake node's boot: install v1 on the first boot, write
-// the kernel command line the loader would at each boot, run the agent
-// through the node's proxy.
-const k3osNodeScript = `set -e
-sys="$SLIPWAY_NODE_DIR/k3os/system"
-mkdir -p "$sys" "$SLIPWAY_NODE_DIR/run/k3os"
-if [ ! -e "$sys/k3os/current" ]; then
-  slipway ops upgrade --system-dir "$sys" --source "$CHAOS_MIRROR" --version v1 --rootfs --kernel \
-    --reboot=false --lock-file "$SLIPWAY_NODE_DIR/run/k3os/upgrade.lock"
-fi
-if [ "$(cat "$SLIPWAY_NODE_DIR/cmdline.boot" 2>/dev/null)" != "$SLIPWAY_NODE_BOOT" ]; then
-  echo "slipway.rootfs=$(basename "$(readlink "$sys/k3os/current")")" > "$SLIPWAY_NODE_DIR/cmdline"
-  echo "$SLIPWAY_NODE_BOOT" > "$SLIPWAY_NODE_DIR/cmdline.boot"
-fi
-exec slipway ops agent --cmdline-file "$SLIPWAY_NODE_DIR/cmdline" --node-name "$NODE_NAME" --namespace slipway-system --system-dir "$sys" \
-  --host-system-dir /k3os/system --host-lock-dir /run/k3os --image slipway:chaos \
-  --reboot-method command --boot-id-from-node \
-  --metrics-addr "" --kubeconfig "$CHAOS_KUBECONFIGS/agent-$NODE_NAME" --lease-duration 6s --resync 10s --retry-backoff 20s \
-  --upgrade-command slipway \
-  --reboot-command "slipway-sim reboot --delay 1s"
-`
+// k3osNodeScript is a fake node's boot (testenv.K3osNode): install v1 on
+// the first boot, boot through slipway's loader (a swap a power cut left
+// half done is finished, the versions chosen are written to the kernel
+// command line and the node's boots log), run the agent through the node's
+// proxy.
+var k3osNodeScript = testenv.K3osNode{
+	Mirror: `"$CHAOS_MIRROR"`, Kubeconfig: `"$CHAOS_KUBECONFIGS/agent-$NODE_NAME"`, Image: "slipway:chaos",
+	Lease: "6s", Backoff: "20s", Upgrade: "slipway", Reboot: `"slipway-sim reboot --delay 1s"`, Loader: true,
+}.Script()
 
 // controlPlane is how many of the first nodes carry the control-plane role.
 const controlPlane = 3
@@ -71,10 +62,13 @@ func k3osSpec(o Options, nodes []string) faults.Spec {
 		faults.Latency: procs, faults.HalfOpen: procs, faults.Partition: procs, faults.Drop: procs,
 		faults.NotReady: nodeTargets, faults.Reregister: nodeTargets, faults.StallReboot: nodeTargets,
 		faults.BlockEviction: {"pdb/default/guarded"},
+		faults.PowerCut:      nodeTargets, faults.FullDisk: nodeTargets,
+		faults.SlowSource: {k3osSource}, faults.FailSource: {k3osSource}, faults.CorruptSource: {k3osSource},
 	}, Weights: map[faults.Kind]int{
 		faults.Kill: 4, faults.Pause: 3, faults.Latency: 2, faults.HalfOpen: 2, faults.Partition: 2, faults.Drop: 2,
 		faults.NotReady: 2, faults.Reregister: 1, faults.BlockEviction: 1, faults.StallReboot: 2,
-	}}
+		faults.PowerCut: 2, faults.FullDisk: 1, faults.SlowSource: 1, faults.FailSource: 1, faults.CorruptSource: 1,
+	}, Steps: k3osSteps}
 	if len(o.Kinds) > 0 {
 		for k := range spec.Weights {
 			if !slices.Contains(o.Kinds, k) {
@@ -100,10 +94,28 @@ func K3osSchedule(opts Options) faults.Schedule {
 	return faults.Generate(opts.Seed, k3osSpec(opts, NodeNames(opts.Nodes)))
 }
 
+// k3osSource is the target of the release source's faults.
+const k3osSource = "source"
+
+// k3osSteps are the steps of the host upgrade (rootfs and kernel, the
+// channel's default components) and of its rollback a power cut is drawn
+// at: after staging, after each rename into place, after each link.
+var k3osSteps = []string{"staged", "renamed:k3os", "renamed:kernel",
+	"previous:k3os", "current:k3os", "previous:kernel", "current:kernel",
+	"rollback:previous:k3os", "rollback:current:k3os", "rollback:previous:kernel", "rollback:current:kernel"}
+
 // k3os is the k3os system.
 type k3os struct {
 	mirror string
 	oc     versioned.Interface
+	// source serves the mirror as the channel's http release source, with faults.
+	source *faults.Source
+	sim    *faults.Sim
+	// hosts checks the nodes' files every second from start on.
+	hosts     *hostcheck.Checker
+	stopHosts context.CancelFunc
+	hostsDone chan struct{}
+	hostErr   error
 }
 
 func runK3os(ctx context.Context, o Options) (Result, error) { return runSystem(ctx, o, &k3os{}) }
@@ -119,7 +131,12 @@ func (s *k3os) nodeCommand(h *harness) ([]string, []string, error) {
 			return nil, nil, fmt.Errorf("write release %s: %w", v, err)
 		}
 	}
-	return []string{"/bin/sh", "-c", k3osNodeScript}, []string{"CHAOS_MIRROR=" + s.mirror}, nil
+	var err error
+	if s.source, err = faults.NewSource(s.mirror); err != nil {
+		return nil, nil, err
+	}
+	s.hosts = hostcheck.New(filepath.Join(h.dir, "env", "nodes"), h.nodes) // testenv's NodesRoot under the run's Dir
+	return []string{"/bin/sh", "-c", k3osNodeScript}, []string{"CHAOS_MIRROR=" + s.mirror, faults.HostFaultEnv}, nil
 }
 
 func (s *k3os) setup(ctx context.Context, h *harness, kc kubernetes.Interface) error {
@@ -150,7 +167,7 @@ func (s *k3os) start(ctx context.Context, h *harness) error {
 		return err
 	}
 	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: k3osNS}, Spec: v1.UpdateChannelSpec{
-		URL: "file://" + s.mirror, Version: "v1", Concurrency: 1, MaxFailures: 3,
+		URL: s.source.URL(), Version: "v1", Concurrency: 1, MaxFailures: 3,
 		RebootDelay: &metav1.Duration{Duration: time.Second},
 		Drain:       &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 20 * time.Second}}}}
 	if _, err := s.oc.OpsV1().UpdateChannels(k3osNS).Create(ctx, ch, metav1.CreateOptions{}); err != nil {
@@ -164,7 +181,64 @@ func (s *k3os) start(ctx context.Context, h *harness) error {
 	if _, err := s.oc.OpsV1().UpdateChannels(k3osNS).Patch(ctx, "default", types.MergePatchType, []byte(`{"spec":{"version":"v2"}}`), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("patch the channel to v2: %w", err)
 	}
+	s.watchHosts(ctx)
 	return nil
+}
+
+// watchHosts checks the hosts' files every second (with the nodes holding
+// a slot now) until hostViolations.
+func (s *k3os) watchHosts(ctx context.Context) {
+	ctx, s.stopHosts = context.WithCancel(ctx)
+	s.hostsDone = make(chan struct{})
+	go func() {
+		defer close(s.hostsDone)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			ch, err := s.oc.OpsV1().UpdateChannels(k3osNS).Get(ctx, "default", metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			slots := map[string]bool{}
+			for _, n := range slotNodes(ch) {
+				slots[n] = true
+			}
+			if _, err := s.hosts.Check(time.Now(), slots); err != nil {
+				s.hostErr = err
+			}
+		}
+	}()
+}
+
+// hostFaults gives the injector the release source and a log.
+func (s *k3os) hostFaults(h *harness, sim *faults.Sim) {
+	sim.Sources = map[string]*faults.Source{k3osSource: s.source}
+	sim.Log = func(l string) { h.logf("%s", l) }
+	s.sim = sim
+}
+
+// hostViolations stops the host checks and returns what they found, with
+// a last check once settled (no slot: every node's next boot is the one it
+// runs); the hosts' checks are never excused by a fault.
+func (s *k3os) hostViolations(settled bool) ([]monitor.Violation, error) {
+	if s.stopHosts != nil {
+		s.stopHosts()
+		<-s.hostsDone
+	}
+	defer s.source.Close()
+	if settled {
+		if _, err := s.hosts.Quiet(time.Now()); err != nil {
+			return nil, err
+		}
+	}
+	var out []monitor.Violation
+	for _, f := range s.hosts.Findings() {
+		out = append(out, monitor.Violation{At: f.At, Invariant: f.Invariant, Key: f.Key, Message: f.Message})
+	}
+	return out, s.hostErr
 }
 
 func (s *k3os) settled(ctx context.Context, h *harness) (bool, string) {
@@ -174,7 +248,15 @@ func (s *k3os) settled(ctx context.Context, h *harness) (bool, string) {
 	}
 	out := fmt.Sprintf("%d/%d nodes at v2, %d failures, %d reboots; generation %d observed %d, slots %v, failed %v", ch.Status.Counts.UpToDate, h.o.Nodes,
 		len(ch.Status.Failed), reboots(h.env, h.nodes), ch.Generation, ch.Status.ObservedGeneration, slotNodes(ch), ch.Status.Failed)
-	return k3osSettled(ch, h.o.Nodes), out
+	ok := k3osSettled(ch, h.o.Nodes)
+	if s.sim != nil {
+		out += fmt.Sprintf("; host faults struck %v; release source: %d requests, %d failed, %d corrupted; %d host checks",
+			s.sim.Fired(), s.source.Requests.Load(), s.source.Failed.Load(), s.source.Corrupted.Load(), s.hosts.Checks())
+	}
+	if ok {
+		out += "; upgrade Jobs' errors: " + jobErrors(h)
+	}
+	return ok, out
 }
 
 func slotNodes(ch *v1.UpdateChannel) []string {
@@ -231,4 +313,35 @@ func writeKubeconfig(path string, cfg *rest.Config, server string) error {
 		return fmt.Errorf("write kubeconfig %s: %w", path, err)
 	}
 	return nil
+}
+
+// jobErrors counts, over the nodes' upgrade Job logs, the errors a host
+// fault causes: no space, a verification failure (a corrupt artifact), a release source failing (503).
+func jobErrors(h *harness) string {
+	kinds := []struct{ name, text string }{{"no space", "no space"}, {"verification failed", "verification failed"}, {"503", "503"}}
+	counts := make([]int, len(kinds))
+	for _, n := range h.nodes {
+		logs, _ := filepath.Glob(filepath.Join(h.env.NodeDir(n), "pods", "*.log"))
+		for _, l := range logs {
+			b, err := os.ReadFile(l)
+			if err != nil {
+				continue
+			}
+			for i, k := range kinds {
+				counts[i] += strings.Count(string(b), k.text)
+			}
+		}
+	}
+	var parts []string
+	for i, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s %d", k.name, counts[i]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// hostSystem is a system whose nodes are simulated hosts: it gives the
+// injector what the host faults need, and its host checks' violations.
+type hostSystem interface {
+	hostFaults(h *harness, sim *faults.Sim)
+	hostViolations(settled bool) ([]monitor.Violation, error)
 }

@@ -211,6 +211,9 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	if x, ok := sys.(extraProcs); ok {
 		maps.Copy(sim.Procs, x.faultProcs())
 	}
+	if hs, ok := sys.(hostSystem); ok {
+		hs.hostFaults(h, sim)
+	}
 	faultsStart := time.Now()
 	res.Faults = faults.Run(ctx, res.Schedule, sim, func(l string) { h.logf("%s", l) })
 	h.logf("faults over after %s; waiting for the change to settle", time.Since(start).Round(time.Second))
@@ -252,6 +255,13 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 			res.Excused = append(res.Excused, v)
 		} else {
 			res.Violations = append(res.Violations, v)
+		}
+	}
+	if hs, ok := sys.(hostSystem); ok {
+		hv, err := hs.hostViolations(res.Settled)
+		res.Violations = append(res.Violations, hv...)
+		if err != nil {
+			res.MonitorErrors = append(res.MonitorErrors, err)
 		}
 	}
 	res.Wall = time.Since(start)

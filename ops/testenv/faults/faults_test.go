@@ -16,7 +16,8 @@ func spec() Spec {
 		Kill: {"agent/node-1", "agent/node-2", "controller/a"}, Pause: {"agent/node-1", "controller/a"},
 		Latency: {"agent/node-1"}, HalfOpen: {"controller/a"}, Partition: {"agent/node-2"}, Drop: {"agent/node-2"},
 		NotReady: {"node/node-1"}, Reregister: {"node/node-2"}, BlockEviction: {"pdb/default/guarded"}, StallReboot: {"node/node-3"},
-	}}
+		PowerCut: {"node/node-4"}, FullDisk: {"node/node-5"}, SlowSource: {"source"}, FailSource: {"source"}, CorruptSource: {"source"},
+	}, Steps: []string{"staged", "current:k3os", "rollback:current:kernel"}}
 }
 
 func TestGenerateIsDeterministic(t *testing.T) {
@@ -74,7 +75,7 @@ func TestParseRoundTrip(t *testing.T) {
 		t.Fatalf("round trip changed the schedule:\n%s\n---\n%s", s, got)
 	}
 	for _, bad := range []string{"12s kill agent/node-1", "+1s explode agent/node-1", "+1s pause agent/node-1", "+1s pause x for soon",
-		"+2s kill a\n+1s kill b"} {
+		"+2s kill a\n+1s kill b", "+1s power-cut node/node-1 for 3s", "+1s kill a step"} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q): no error", bad)
 		}

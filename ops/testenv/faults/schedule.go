@@ -7,7 +7,10 @@
 // the Injector of the simulated cluster (ops/testenv): signals to the
 // nodes' agents and to the other processes (leaders included), nodes
 // NotReady or deleted and registered again, PodDisruptionBudgets that
-// forbid every eviction for a while.
+// forbid every eviction for a while, and on the simulated hosts a power
+// cut right after a step of the host upgrade, a full disk while staging
+// (hostfaults.go) and a release source that is slow, fails or serves
+// corrupt artifacts (Source).
 //
 // A schedule is plain text, one fault a line ("+12.5s pause agent/node-3
 // for 4s"), so a failing run prints it and a replay can read it back
@@ -57,6 +60,22 @@ const (
 	// StallReboot makes a node's reboots stall for For: one under way or
 	// begun meanwhile stays down until then (a long For: never back).
 	StallReboot Kind = "stall-reboot"
+	// PowerCut cuts a node's power right after Step of its next host
+	// upgrade or rollback (a step of `slipway ops upgrade --test-crash-at`:
+	// staged, renamed:<c>, previous:<c>, current:<c>,
+	// rollback:<link>:<c>), armed for For: every process of the node is
+	// killed at once and it boots what is on disk.
+	PowerCut Kind = "power-cut"
+	// FullDisk fills a node's disk for For: its host upgrades fail at Step
+	// of staging (default "staged") with ENOSPC.
+	FullDisk Kind = "full-disk"
+	// SlowSource delays every answer of the release source by Arg, for For.
+	SlowSource Kind = "slow-source"
+	// FailSource makes the release source answer 503, for For.
+	FailSource Kind = "fail-source"
+	// CorruptSource makes the release source serve artifacts with a byte
+	// changed (their checksum list intact), for For.
+	CorruptSource Kind = "corrupt-source"
 )
 
 // Timed reports whether a fault of kind k lasts For and is then healed.
@@ -70,8 +89,10 @@ type Fault struct {
 	Target string
 	// For is how long a timed fault lasts (0 for the others).
 	For time.Duration
-	// Arg is the kind's parameter (Latency: the delay).
+	// Arg is the kind's parameter (Latency, SlowSource: the delay).
 	Arg time.Duration
+	// Step is the host upgrade's step (PowerCut, FullDisk).
+	Step string
 }
 
 func (f Fault) String() string {
@@ -81,6 +102,9 @@ func (f Fault) String() string {
 	}
 	if f.Arg > 0 {
 		s += " arg " + f.Arg.String()
+	}
+	if f.Step != "" {
+		s += " step " + f.Step
 	}
 	return s
 }
@@ -132,7 +156,7 @@ func Parse(text string) (Schedule, error) {
 func parseFault(line string) (Fault, error) {
 	w := strings.Fields(line)
 	if len(w) < 3 || !strings.HasPrefix(w[0], "+") {
-		return Fault{}, fmt.Errorf("want \"+<offset> <kind> <target> [for <duration>] [arg <duration>]\"")
+		return Fault{}, fmt.Errorf("want \"+<offset> <kind> <target> [for <duration>] [arg <duration>] [step <step>]\"")
 	}
 	at, err := time.ParseDuration(w[0][1:])
 	if err != nil {
@@ -144,7 +168,11 @@ func parseFault(line string) (Fault, error) {
 	}
 	for rest := w[3:]; len(rest) > 0; rest = rest[2:] {
 		if len(rest) < 2 {
-			return Fault{}, fmt.Errorf("%q wants a duration", rest[0])
+			return Fault{}, fmt.Errorf("%q wants a value", rest[0])
+		}
+		if rest[0] == "step" {
+			f.Step = rest[1]
+			continue
 		}
 		d, err := time.ParseDuration(rest[1])
 		if err != nil {
@@ -156,17 +184,21 @@ func parseFault(line string) (Fault, error) {
 		case "arg":
 			f.Arg = d
 		default:
-			return Fault{}, fmt.Errorf("unknown word %q (want for or arg)", rest[0])
+			return Fault{}, fmt.Errorf("unknown word %q (want for, arg or step)", rest[0])
 		}
 	}
 	if f.Kind.Timed() && f.For <= 0 {
 		return Fault{}, fmt.Errorf("a %s fault wants \"for <duration>\"", f.Kind)
 	}
+	if f.Kind == PowerCut && f.Step == "" {
+		return Fault{}, fmt.Errorf("a %s fault wants \"step <step>\" (e.g. step current:kernel)", f.Kind)
+	}
 	return f, nil
 }
 
 // AllKinds are the kinds Generate draws from, in a fixed order.
-var AllKinds = []Kind{Kill, Pause, Latency, HalfOpen, Partition, Drop, NotReady, Reregister, BlockEviction, StallReboot}
+var AllKinds = []Kind{Kill, Pause, Latency, HalfOpen, Partition, Drop, NotReady, Reregister, BlockEviction, StallReboot,
+	PowerCut, FullDisk, SlowSource, FailSource, CorruptSource}
 
 // Spec says what Generate may draw.
 type Spec struct {
@@ -182,6 +214,8 @@ type Spec struct {
 	MaxFor time.Duration
 	// MaxLatency bounds a Latency fault's delay (default 2s).
 	MaxLatency time.Duration
+	// Steps are the host upgrade's steps a PowerCut is drawn at.
+	Steps []string
 }
 
 func (s Spec) withDefaults() Spec {
@@ -211,7 +245,7 @@ func Generate(seed int64, spec Spec) Schedule {
 		if spec.Weights != nil {
 			w = spec.Weights[k]
 		}
-		if w > 0 && len(spec.Targets[k]) > 0 {
+		if w > 0 && len(spec.Targets[k]) > 0 && (k != PowerCut || len(spec.Steps) > 0) {
 			kinds, weights = append(kinds, k), append(weights, w)
 			total += w
 		}
@@ -241,8 +275,11 @@ func Generate(seed int64, spec Spec) Schedule {
 		if k.Timed() {
 			f.For = (minFor + time.Duration(rng.Int64N(int64(max(spec.MaxFor-minFor, 1))))).Round(10 * time.Millisecond)
 		}
-		if k == Latency {
+		if k == Latency || k == SlowSource {
 			f.Arg = (10*time.Millisecond + time.Duration(rng.Int64N(int64(spec.MaxLatency)))).Round(time.Millisecond)
+		}
+		if k == PowerCut { // drawn only for this kind: the other kinds' draws stay as they were
+			f.Step = spec.Steps[rng.IntN(len(spec.Steps))]
 		}
 		// Draws happen whether or not the fault is kept, so that one
 		// skipped fault does not shift every later one.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,12 +32,23 @@ type Proc interface {
 //   - any key of Proxies, the process a proxy serves (Latency, HalfOpen,
 //     Partition, Drop);
 //   - "node/<node>": a Node (NotReady, Reregister, StallReboot);
-//   - "pdb/<namespace>/<name>": a PodDisruptionBudget (BlockEviction).
+//   - "pdb/<namespace>/<name>": a PodDisruptionBudget (BlockEviction);
+//   - "node/<node>" whose processes run with SLIPWAY_TEST_CRASH_AT=@FaultFile
+//     (PowerCut, FullDisk: see hostfaults.go);
+//   - any key of Sources (SlowSource, FailSource, CorruptSource).
 type Sim struct {
 	Env     *testenv.Env
 	Client  kubernetes.Interface
 	Procs   map[string]Proc
 	Proxies map[string]*Proxy
+	Sources map[string]*Source
+	// Log, when set, receives what the host faults did (a power cut fired).
+	Log func(string)
+	// RebootDelay is a power cut's downtime (default 1s).
+	RebootDelay time.Duration
+
+	mu    sync.Mutex
+	fired map[Kind]int
 }
 
 var _ Injector = (*Sim)(nil)
@@ -97,6 +109,26 @@ func (s *Sim) Inject(ctx context.Context, f Fault) (func(context.Context) error,
 		}
 		release := s.Env.Supervisor.HoldReboots(node)
 		return func(context.Context) error { release(); return nil }, nil
+	case PowerCut:
+		return s.armPowerCut(ctx, f)
+	case FullDisk:
+		return s.fillDisk(f)
+	case SlowSource, FailSource, CorruptSource:
+		src := s.Sources[f.Target]
+		if src == nil {
+			return nil, fmt.Errorf("no release source %q", f.Target)
+		}
+		switch f.Kind {
+		case SlowSource:
+			src.SetDelay(f.Arg)
+			return func(context.Context) error { src.SetDelay(0); return nil }, nil
+		case FailSource:
+			src.SetFail(true)
+			return func(context.Context) error { src.SetFail(false); return nil }, nil
+		default:
+			src.SetCorrupt(true)
+			return func(context.Context) error { src.SetCorrupt(false); return nil }, nil
+		}
 	}
 	return nil, fmt.Errorf("unknown fault kind %q", f.Kind)
 }
