@@ -62,3 +62,13 @@ func exists(p string) bool {
 	_, err := os.Lstat(p)
 	return !errors.Is(err, fs.ErrNotExist)
 }
+
+// ReleaseOf is the release the version folder dir was staged from, as its
+// marker records it; "" when it has no readable marker (a folder installed
+// by other means than slipway).
+func ReleaseOf(dir string) string {
+	if m := readMarker(dir); m != nil {
+		return m.Release
+	}
+	return ""
+}

@@ -17,6 +17,8 @@ import (
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/protocol"
+	"slipway.dev/slipway/upgrade"
+	"slipway.dev/slipway/upgrade/layout"
 )
 
 // maxSteps bounds the steps one sync carries out (a drain, then the
@@ -119,6 +121,7 @@ func (a *Agent) observe(sc *stepCtx) (plan.Observed, bool, error) {
 	o.Ready, _ = process.NodeReady(node)
 	if r := a.readableVersions(); r != nil {
 		o.Running = r.Rootfs
+		o.Behind = plan.ComponentsBehind(sc.s.Components, *r, a.releaseOf)
 	}
 	a.observeBeside(sc, node, &o)
 	now := time.Now()
@@ -163,6 +166,9 @@ func (a *Agent) do(ctx context.Context, step plan.Step, sc *stepCtx) (after time
 	case plan.StepFailFellBack:
 		return 0, false, a.fail(ctx, sc.ch, sc.slot, "boot", fmt.Sprintf("node came back at %s, not %s: the boot fell back to the previous version; see the node's console",
 			a.readableVersions().Rootfs, sc.slot.Version))
+	case plan.StepFailBehind:
+		return 0, false, a.fail(ctx, sc.ch, sc.slot, "boot", fmt.Sprintf("node came back at %s, but %s: the upgrade did not move every component the channel names; see the upgrade Job's log",
+			sc.slot.Version, plan.ComponentsBehind(sc.s.Components, *a.readableVersions(), a.releaseOf)))
 	case plan.StepWaitReady:
 		after, err := a.stepWaitReady(ctx, sc)
 		return after, false, err
@@ -273,4 +279,10 @@ func (a *Agent) fail(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, st
 		return a.undoSwap(ctx, ch)
 	}
 	return nil
+}
+
+// releaseOf is the release the system directory's version folder of
+// component came from (its marker), "" when not known.
+func (a *Agent) releaseOf(component, version string) string {
+	return upgrade.ReleaseOf(layout.New(a.opts.SystemDir).VersionDir(layout.Component(component), version))
 }

@@ -56,3 +56,22 @@ func Staged(running, current Versions) Versions {
 	}
 	return s
 }
+
+// ComponentsBehind names the k3s the channel moves (moves.K3s) when
+// running runs it from another release than its rootfs: releaseOf is the
+// release a component's version folder came from (its marker), "" when not
+// known (a folder installed by other means than slipway, not judged). The
+// rootfs is the reference: its version is the release's name. An upgrade
+// that moves k3s always leaves the release's marker in the k3s folder it
+// makes current (a folder of another release is staged again); the kernel
+// is not judged so: a release whose kernel did not change keeps the folder,
+// and its marker, of the release that brought it. "" when nothing is behind.
+func ComponentsBehind(moves Components, running Versions, releaseOf func(component, version string) string) string {
+	if !moves.K3s || running.K3s == "" {
+		return ""
+	}
+	if r := releaseOf("k3s", running.K3s); r != "" && r != running.Rootfs {
+		return "k3s " + running.K3s + " is release " + r + "'s"
+	}
+	return ""
+}

@@ -31,3 +31,27 @@ func TestStaged(t *testing.T) {
 		t.Errorf("Staged of nothing = %+v", s)
 	}
 }
+
+func TestComponentsBehind(t *testing.T) {
+	markers := map[string]string{"k3s/v1.23.17+k3s1": "v1", "k3s/v1.30.14+k3s1": "v2", "kernel/5.15.0-v1": "v1"}
+	releaseOf := func(c, v string) string { return markers[c+"/"+v] }
+	for _, tc := range []struct {
+		name    string
+		moves   Components
+		running Versions
+		want    string
+	}{
+		{"k3s of the release", Components{Rootfs: true, K3s: true}, Versions{Rootfs: "v2", K3s: "v1.30.14+k3s1"}, ""},
+		{"k3s left behind", Components{Rootfs: true, K3s: true}, Versions{Rootfs: "v2", K3s: "v1.23.17+k3s1"}, "k3s v1.23.17+k3s1 is release v1's"},
+		{"k3s not moved by the channel", Components{Rootfs: true}, Versions{Rootfs: "v2", K3s: "v1.23.17+k3s1"}, ""},
+		{"k3s without a marker (installed by k3os)", Components{Rootfs: true, K3s: true}, Versions{Rootfs: "v2", K3s: "v1.22.2+k3s2"}, ""},
+		{"no k3s known", Components{Rootfs: true, K3s: true}, Versions{Rootfs: "v2"}, ""},
+		{"an unchanged kernel is not judged", Components{Rootfs: true, Kernel: true}, Versions{Rootfs: "v2", Kernel: "5.15.0-v1"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ComponentsBehind(tc.moves, tc.running, releaseOf); got != tc.want {
+				t.Errorf("ComponentsBehind = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

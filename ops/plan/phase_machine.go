@@ -29,14 +29,18 @@ const (
 
 // Observed is what a node's agent sees of its own rollout.
 type Observed struct {
-	Phase      string   // the slot's phase (the newer of the cache and the agent's own write)
-	Target     string   // the slot's version
-	Job        JobState // the slot's own upgrade Job
-	Cordoned   bool     // slipway's cordon is on the node
-	Running    string   // the rootfs this boot runs ("" not known yet)
-	BootID     string   // this boot
-	RebootFrom string   // the boot recorded before the reboot was requested
-	Ready      bool     // the Node's Ready condition
+	Phase    string   // the slot's phase (the newer of the cache and the agent's own write)
+	Target   string   // the slot's version
+	Job      JobState // the slot's own upgrade Job
+	Cordoned bool     // slipway's cordon is on the node
+	Running  string   // the rootfs this boot runs ("" not known yet)
+	// Behind names the components the channel moves that this boot runs
+	// from another release than its rootfs ("" when none, or not known):
+	// a node at the target's rootfs is not at the target while one is.
+	Behind     string
+	BootID     string // this boot
+	RebootFrom string // the boot recorded before the reboot was requested
+	Ready      bool   // the Node's Ready condition
 	Reboot     RebootState
 	// Staging: a staging or pruning Job of this node still runs; the
 	// slot's Job waits for it (one Job writes the system directory at a time).
@@ -74,6 +78,7 @@ const (
 	StepDrain         Step = "Drain"          // cordon and drain (or resume), then mark Rebooting
 	StepReboot        Step = "Reboot"         // request the reboot (again, when it stalled)
 	StepFailFellBack  Step = "FailFellBack"   // back on a new boot at another version
+	StepFailBehind    Step = "FailBehind"     // back at the target's rootfs, a component it moves not
 	StepWaitReady     Step = "WaitReady"      // new boot at the target, Node not Ready yet
 	StepSucceed       Step = "Succeed"        // new boot at the target, Ready: uncordon, publish, free
 )
@@ -97,7 +102,7 @@ func Next(o Observed) (Step, string) {
 func nextUpgrading(o Observed) (Step, string) {
 	switch o.Job {
 	case JobNone:
-		if !o.Cordoned && o.Running != "" && o.Running == o.Target {
+		if !o.Cordoned && o.Running != "" && o.Running == o.Target && o.Behind == "" {
 			return StepAlreadyThere, "it runs " + o.Target + " already"
 		}
 		if o.Staging {
@@ -184,6 +189,8 @@ func nextAfterBoot(o Observed) (Step, string) {
 		return StepWait, "what this boot runs is not known yet"
 	case o.Running != o.Target:
 		return StepFailFellBack, "back at " + o.Running + ", not " + o.Target
+	case o.Behind != "":
+		return StepFailBehind, "back at " + o.Target + " but " + o.Behind
 	case !o.Ready:
 		return StepWaitReady, "back at " + o.Target + ", not Ready yet"
 	}

@@ -23,6 +23,7 @@ func TestNext(t *testing.T) {
 		{"pending, no Job: create it", base(func(o *Observed) { o.Phase = PhasePending }), StepCreateJob},
 		{"empty phase (older status), no Job: create it", base(func(o *Observed) { o.Phase = "" }), StepCreateJob},
 		{"runs the target already: free, no reboot", base(func(o *Observed) { o.Running = "v2" }), StepAlreadyThere},
+		{"runs the target's rootfs, its k3s behind: a Job, not AlreadyThere", base(func(o *Observed) { o.Running, o.Behind = "v2", "k3s v1 is release v1's" }), StepCreateJob},
 		{"staged but not booted is not there: a Job", base(func(o *Observed) { o.Running = "v1" }), StepCreateJob},
 		{"running not known yet: a Job (never a false AlreadyThere)", base(func(o *Observed) { o.Running = "" }), StepCreateJob},
 		{"cordoned by slipway at the target: no shortcut", base(func(o *Observed) { o.Running, o.Cordoned = "v2", true }), StepCreateJob},
@@ -65,6 +66,9 @@ func TestNext(t *testing.T) {
 		{"waiting ready, turns Ready", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Running = PhaseWaitingReady, "b0", "v2" }), StepSucceed},
 		{"new boot at the old version: fell back", base(func(o *Observed) { o.Phase, o.RebootFrom = PhaseRebooting, "b0" }), StepFailFellBack},
 		{"new boot, running not known: wait", base(func(o *Observed) { o.Phase, o.RebootFrom, o.Running = PhaseRebooting, "b0", "" }), StepWait},
+		{"new boot at the target's rootfs, its k3s behind: fail", base(func(o *Observed) {
+			o.Phase, o.RebootFrom, o.Running, o.Behind = PhaseRebooting, "b0", "v2", "k3s v1.23.17+k3s1 is release v1's"
+		}), StepFailBehind},
 		// The drain beside an activation (the release staged ahead)
 		{"activation runs: ask for the drain beside it", base(func(o *Observed) { o.Job, o.DrainBeside = JobRunning, true }), StepDrain},
 		{"activation runs, window allows no drain: wait for the Job", base(func(o *Observed) {
