@@ -44,6 +44,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 	var others func() []int
 	var start func() // makes the change
 	var done func() (bool, error)
+	restartsOf := func() int { return 0 }
 	settings := fmt.Sprintf("%d nodes, concurrency %d, kube-controller-manager and kube-scheduler at their defaults", nodes, concurrency)
 	switch contender {
 	case "suc":
@@ -60,6 +61,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 	case "slipway":
 		fleet := startStandIns(b, e)
 		defer fleet.Stop()
+		restartsOf = fleet.Restarts
 		own = func() []int { return []int{controllerPid()} }
 		others = func() []int { return benchside.Pids(isAgent) }
 		settings += fmt.Sprintf(", slipway controller QPS 50 burst 100 (its defaults), %d real agent processes (every %dth node) and %d in-process stand-ins, "+
@@ -150,6 +152,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 		kv = append(kv, fmt.Sprintf("real_agents=%d", aN), fmt.Sprintf("real_agents_cpu_s=%.1f", aCPU.Seconds()),
 			fmt.Sprintf("real_agent_rss_mib=%.1f", aRSS/float64(max(aN, 1))), fmt.Sprintf("real_agent_anon_mib=%.1f", aAnon/float64(max(aN, 1))),
 			fmt.Sprintf("real_agent_pss_mib=%.1f", aPSS/float64(max(aN, 1))),
+			fmt.Sprintf("standin_restarts=%d", restartsOf()),
 			fmt.Sprintf("standin_process_cpu_s=%.1f", selfCPU.Seconds()), fmt.Sprintf("standin_process_rss_mib=%.0f", selfRSS), fmt.Sprintf("standin_process_anon_mib=%.0f", selfAnon))
 	}
 	kv = append(kv, "load_before="+strings.ReplaceAll(loadBefore, " ", "/"), "load_after="+strings.ReplaceAll(benchside.LoadAverage(), " ", "/"),

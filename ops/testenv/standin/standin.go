@@ -67,6 +67,8 @@ type Fleet struct {
 	mu    sync.Mutex
 	nodes map[string]*host
 	errs  []error
+	// restarts counts agents that ended on their own and were started again.
+	restarts int
 }
 
 // host is one node's stand-in: its current agent's end, and its boots.
@@ -189,14 +191,40 @@ func (f *Fleet) boot(h *host) error {
 	go func() {
 		defer f.wg.Done()
 		defer close(done)
-		if err := a.Run(ctx); err != nil && ctx.Err() == nil {
+		// An agent that fails (an API server refusing requests at start,
+		// 429) is started again as a kubelet restarts a crashed container:
+		// after 10 s, doubling up to 5 min.
+		for backoff := 10 * time.Second; ; backoff = min(2*backoff, 5*time.Minute) {
+			err := a.Run(ctx)
+			if ctx.Err() != nil {
+				return
+			}
 			f.mu.Lock()
-			f.errs = append(f.errs, fmt.Errorf("node %s's agent: %w", h.node, err))
+			f.restarts++
 			f.mu.Unlock()
-			f.opts.Log.Error("stand-in agent ended", "node", h.node, "err", err)
+			f.opts.Log.Warn("stand-in agent ended; starting it again", "node", h.node, "err", err, "after", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			if a, err = agent.New(opts); err != nil {
+				f.mu.Lock()
+				f.errs = append(f.errs, fmt.Errorf("node %s's agent: %w", h.node, err))
+				f.mu.Unlock()
+				return
+			}
 		}
 	}()
 	return nil
+}
+
+// Restarts is how many times a stand-in's agent ended on its own and was
+// started again (a real agent's container restarts).
+func (f *Fleet) Restarts() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.restarts
 }
 
 // rebooter is a stand-in's reboot: like a real one it returns at once and
