@@ -158,6 +158,11 @@ func scrapeRequests(ctx context.Context, c kubernetes.Interface) (requests, erro
 	if err != nil {
 		return nil, fmt.Errorf("read the apiserver's /metrics: %w", err)
 	}
+	return parseRequests(body)
+}
+
+// parseRequests reads apiserver_request_total from a /metrics body.
+func parseRequests(body []byte) (requests, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {

@@ -21,7 +21,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -301,6 +300,3 @@ func Sample(nodes []string, n int) (real, standIn []string) {
 	}
 	return real, standIn
 }
-
-// Has tells whether list, space-separated, names node.
-func Has(list, node string) bool { return strings.Contains(" "+list+" ", " "+node+" ") }
