@@ -12,6 +12,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"slipway.dev/slipway/ops/agent"
@@ -68,7 +69,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 			"lease %s, resync %s; no-op channel: upgrade, rebootDelay, reboot 0 s, slot-bound staging",
 			nodes-len(standNodes), realEvery, len(standNodes), lease, resync)
 		ops := versioned.NewForConfigOrDie(e.Config)
-		get := createChannel(b, ops, kube)
+		createChannel(b, ops, kube)
 		var gen int64
 		start = func() {
 			patched, err := ops.OpsV1().UpdateChannels(ns).Patch(ctx, "scale", "application/merge-patch+json", []byte(`{"spec":{"version":"v2"}}`), metav1.PatchOptions{})
@@ -78,7 +79,10 @@ func BenchmarkScaleNoop(b *testing.B) {
 			gen = patched.Generation
 		}
 		done = func() (bool, error) {
-			ch := get()
+			ch, err := ops.OpsV1().UpdateChannels(ns).Get(ctx, "scale", metav1.GetOptions{})
+			if err != nil { // an API server this busy may refuse a read (429): ask again
+				return false, err
+			}
 			if errs := fleet.Errors(); len(errs) > 0 {
 				b.Fatalf("stand-ins failed: %v", errs)
 			}
@@ -201,8 +205,8 @@ func mustDuration(s string) time.Duration {
 
 // createChannel creates the channel at v1 (concurrency 10, rebootDelay 0,
 // slot-bound staging), waits until every node reports v1 and carries its
-// view, and returns a getter of it.
-func createChannel(b *testing.B, ops versioned.Interface, kube kubernetes.Interface) func() *v1.UpdateChannel {
+// view.
+func createChannel(b *testing.B, ops versioned.Interface, kube kubernetes.Interface) {
 	ctx := context.Background()
 	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "scale", Namespace: ns}, Spec: v1.UpdateChannelSpec{
 		URL: "file://" + mirror, Version: "v1", Concurrency: concurrency, RebootDelay: &metav1.Duration{},
@@ -210,18 +214,16 @@ func createChannel(b *testing.B, ops versioned.Interface, kube kubernetes.Interf
 	if _, err := ops.OpsV1().UpdateChannels(ns).Create(ctx, ch, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	get := func() *v1.UpdateChannel {
-		ch, err := ops.OpsV1().UpdateChannels(ns).Get(ctx, "scale", metav1.GetOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return ch
-	}
+	var uid types.UID
 	waitFor(b, 60*time.Minute, "every agent to report v1", func() (bool, error) {
-		ch := get()
+		ch, err := ops.OpsV1().UpdateChannels(ns).Get(ctx, "scale", metav1.GetOptions{})
+		if err != nil { // an API server this busy may refuse a read (429): ask again
+			return false, err
+		}
+		uid = ch.UID
 		return ch.Status.Counts.Nodes == nodes && ch.Status.Counts.UpToDate == nodes, fmt.Errorf("%d nodes, %d at v1", ch.Status.Counts.Nodes, ch.Status.Counts.UpToDate)
 	})
-	key := protocol.ViewKey(get().UID)
+	key := protocol.ViewKey(uid)
 	waitFor(b, 30*time.Minute, "every node to carry the channel's view", func() (bool, error) {
 		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
@@ -235,5 +237,4 @@ func createChannel(b *testing.B, ops versioned.Interface, kube kubernetes.Interf
 		}
 		return with >= nodes, fmt.Errorf("%d of %d", with, nodes)
 	})
-	return get
 }
