@@ -64,7 +64,9 @@ func BenchmarkScaleNoop(b *testing.B) {
 		defer fleet.Stop()
 		restartsOf = fleet.Restarts
 		own = func() []int { return []int{controllerPid()} }
-		others = func() []int { return benchside.Pids(isAgent) }
+		others = func() []int { // this cluster's only: other clusters on the machine run agents too
+			return benchside.Pids(func(argv []string) bool { return isAgent(argv) && slices.ContainsFunc(argv, underRoot(e.NodesRoot)) })
+		}
 		settings += fmt.Sprintf(", slipway controller QPS 50 burst 100 (its defaults), %d real agent processes (every %dth node) and %d in-process stand-ins, "+
 			"lease %s, resync %s; no-op channel: upgrade, rebootDelay, reboot 0 s, slot-bound staging",
 			nodes-len(standNodes), realEvery, len(standNodes), lease, resync)
@@ -169,6 +171,11 @@ func BenchmarkScaleNoop(b *testing.B) {
 // isAgent tells a real agent process (`slipway ops agent`) from its argv.
 func isAgent(argv []string) bool {
 	return len(argv) >= 3 && filepath.Base(argv[0]) == "slipway" && argv[1] == "ops" && argv[2] == "agent"
+}
+
+// underRoot tells an argument naming a path under root.
+func underRoot(root string) func(string) bool {
+	return func(arg string) bool { return strings.HasPrefix(arg, root+string(filepath.Separator)) }
 }
 
 // startStandIns runs the real agent code in this process for every node
