@@ -1,0 +1,247 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"slipway.dev/slipway/ops/agent"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/e2e/benchside"
+	"slipway.dev/slipway/ops/generated/clientset/versioned"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
+	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/testenv/standin"
+)
+
+// BenchmarkScaleNoop is one no-op rollout of SLIPWAY_SCALE_NODES nodes at
+// concurrency 10 by SLIPWAY_SCALE_CONTENDER (slipway: the channel moves
+// to v2 with zero host time, as ops/e2e's BenchmarkSideNoop; suc: the
+// no-op plan of ops/e2e/suc) on a fresh cluster, and prints its SCALE line.
+//
+//	SLIPWAY_SCALE_NODES=1000 SLIPWAY_SCALE_CONTENDER=slipway go test ./ops/bench/scale -run '^$' -bench ScaleNoop -benchtime 1x
+func BenchmarkScaleNoop(b *testing.B) {
+	e := testenv.Need(b, env)
+	ctx := context.Background()
+	kube := kubernetes.NewForConfigOrDie(e.Config)
+	watcher, err := watchNodes(e.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer close(watcher.stop)
+	pids := e.Pids()
+	var own func() []int // the contender's controller
+	var others func() []int
+	var start func() // makes the change
+	var done func() (bool, error)
+	restartsOf := func() int { return 0 }
+	settings := fmt.Sprintf("%d nodes, concurrency %d, kube-controller-manager and kube-scheduler at their defaults", nodes, concurrency)
+	switch contender {
+	case "suc":
+		pid := startSUC(b, e)
+		own = func() []int { return []int{pid} }
+		settings += ", SUC with its manifest's settings (2 threads, leader election, client-go limits of its own), no-op plan: kubectl cordon, nothing, uncordon by SUC"
+		dyn := dynClient(e)
+		start = func() {
+			if _, err := dyn.Resource(planGVR).Namespace(sucNamespace).Create(ctx, noopPlan(), metav1.CreateOptions{}); err != nil {
+				b.Fatalf("create the plan: %v", err)
+			}
+		}
+		done = sucDone(ctx, e, watcher)
+	case "slipway":
+		fleet := startStandIns(b, e)
+		defer fleet.Stop()
+		restartsOf = fleet.Restarts
+		own = func() []int { return []int{controllerPid()} }
+		others = func() []int { // this cluster's only: other clusters on the machine run agents too
+			return benchside.Pids(func(argv []string) bool { return isAgent(argv) && slices.ContainsFunc(argv, underRoot(e.NodesRoot)) })
+		}
+		settings += fmt.Sprintf(", slipway controller QPS 50 burst 100 (its defaults), %d real agent processes (every %dth node) and %d in-process stand-ins, "+
+			"lease %s, resync %s; no-op channel: upgrade, rebootDelay, reboot 0 s, slot-bound staging",
+			nodes-len(standNodes), realEvery, len(standNodes), lease, resync)
+		ops := versioned.NewForConfigOrDie(e.Config)
+		createChannel(b, ops, kube)
+		var gen int64
+		start = func() {
+			patched, err := ops.OpsV1().UpdateChannels(ns).Patch(ctx, "scale", "application/merge-patch+json", []byte(`{"spec":{"version":"v2"}}`), metav1.PatchOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			gen = patched.Generation
+		}
+		done = func() (bool, error) {
+			ch, err := ops.OpsV1().UpdateChannels(ns).Get(ctx, "scale", metav1.GetOptions{})
+			if err != nil { // an API server this busy may refuse a read (429): ask again
+				return false, err
+			}
+			if errs := fleet.Errors(); len(errs) > 0 {
+				b.Fatalf("stand-ins failed: %v", errs)
+			}
+			return ch.Status.ObservedGeneration >= gen && ch.Status.Counts.UpToDate == nodes && len(ch.Status.Updating) == 0,
+				fmt.Errorf("%d of %d up to date, %d slots", ch.Status.Counts.UpToDate, nodes, len(ch.Status.Updating))
+		}
+	}
+	nodeBefore, contBefore := watcher.nodeBytes(), watcher.contenderBytes()
+	ctl := sample(own, 2*time.Second)
+	api := sample(func() []int { return []int{pids["kube-apiserver"]} }, 2*time.Second)
+	kcm := sample(func() []int { return []int{pids["kube-controller-manager"]} }, 2*time.Second)
+	self := sample(func() []int { return []int{os.Getpid()} }, 2*time.Second)
+	var agents *procUsage
+	if others != nil {
+		agents = sample(others, 2*time.Second)
+	}
+	loadBefore := benchside.LoadAverage()
+	watchBefore, err := benchside.ScrapeWatch(ctx, kube)
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqBefore, err := scrapeRequests(ctx, kube)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wBytes0, wEvents0 := watcher.received()
+	b.ResetTimer()
+	t0 := time.Now()
+	start()
+	waitFor(b, 4*time.Hour, "every node done", done)
+	wall := time.Since(t0)
+	b.StopTimer()
+	wBytes1, wEvents1 := watcher.received()
+	watchAfter, err := benchside.ScrapeWatch(ctx, kube)
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqAfter, err := scrapeRequests(ctx, kube)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := float64(nodes)
+	writes, reads, writesNL, readsNL := reqAfter.since(reqBefore)
+	ctlCPU, ctlRSS, ctlAnon, ctlPSS, _ := ctl.end()
+	apiCPU, apiRSS, _, _, _ := api.end()
+	kcmCPU, _, _, _, _ := kcm.end()
+	selfCPU, selfRSS, selfAnon, _, _ := self.end()
+	watch := watchAfter.Since(watchBefore)
+	kv := []string{"contender=" + contender, "nodes=" + fmt.Sprint(nodes), fmt.Sprintf("wall_s=%.1f", wall.Seconds()),
+		fmt.Sprintf("writes_per_node=%.1f", writes/n), fmt.Sprintf("reads_per_node=%.1f", reads/n),
+		fmt.Sprintf("writes_nolease_per_node=%.1f", writesNL/n), fmt.Sprintf("reads_nolease_per_node=%.1f", readsNL/n),
+		fmt.Sprintf("watch_mib=%.1f", watch.Total().Bytes/(1<<20)), fmt.Sprintf("watch_events=%.0f", watch.Total().Events)}
+	var resources []string
+	for r := range watch {
+		if watch[r].Bytes >= 1<<16 {
+			resources = append(resources, r)
+		}
+	}
+	slices.Sort(resources)
+	for _, r := range resources {
+		kv = append(kv, fmt.Sprintf("watchres_%s_mib=%.1f", strings.ReplaceAll(strings.TrimPrefix(r, "/"), "/", "."), watch[r].Bytes/(1<<20)))
+	}
+	kv = append(kv, fmt.Sprintf("controller_cpu_s=%.1f", ctlCPU.Seconds()), fmt.Sprintf("controller_rss_mib=%.1f", ctlRSS),
+		fmt.Sprintf("controller_anon_mib=%.1f", ctlAnon), fmt.Sprintf("controller_pss_mib=%.1f", ctlPSS),
+		fmt.Sprintf("apiserver_cpu_s=%.1f", apiCPU.Seconds()), fmt.Sprintf("apiserver_rss_mib=%.0f", apiRSS), fmt.Sprintf("kcm_cpu_s=%.1f", kcmCPU.Seconds()),
+		fmt.Sprintf("nodewatcher_mib=%.1f", float64(wBytes1-wBytes0)/(1<<20)), fmt.Sprintf("nodewatcher_events=%d", wEvents1-wEvents0),
+		fmt.Sprintf("node_bytes_before=%.0f", nodeBefore), fmt.Sprintf("node_bytes_after=%.0f", watcher.nodeBytes()),
+		fmt.Sprintf("node_contender_bytes_before=%.0f", contBefore), fmt.Sprintf("node_contender_bytes_after=%.0f", watcher.contenderBytes()))
+	if agents != nil {
+		aCPU, aRSS, aAnon, aPSS, aN := agents.end()
+		kv = append(kv, fmt.Sprintf("real_agents=%d", aN), fmt.Sprintf("real_agents_cpu_s=%.1f", aCPU.Seconds()),
+			fmt.Sprintf("real_agent_rss_mib=%.1f", aRSS/float64(max(aN, 1))), fmt.Sprintf("real_agent_anon_mib=%.1f", aAnon/float64(max(aN, 1))),
+			fmt.Sprintf("real_agent_pss_mib=%.1f", aPSS/float64(max(aN, 1))),
+			fmt.Sprintf("standin_restarts=%d", restartsOf()),
+			fmt.Sprintf("standin_process_cpu_s=%.1f", selfCPU.Seconds()), fmt.Sprintf("standin_process_rss_mib=%.0f", selfRSS), fmt.Sprintf("standin_process_anon_mib=%.0f", selfAnon))
+	}
+	kv = append(kv, "load_before="+strings.ReplaceAll(loadBefore, " ", "/"), "load_after="+strings.ReplaceAll(benchside.LoadAverage(), " ", "/"),
+		"settings="+strings.ReplaceAll(settings, " ", "_"))
+	b.ReportMetric(wall.Seconds(), "wall-s")
+	b.Logf("sent on watches: %s", watch.String())
+	fmt.Println("SCALE " + strings.Join(kv, " "))
+}
+
+// isAgent tells a real agent process (`slipway ops agent`) from its argv.
+func isAgent(argv []string) bool {
+	return len(argv) >= 3 && filepath.Base(argv[0]) == "slipway" && argv[1] == "ops" && argv[2] == "agent"
+}
+
+// underRoot tells an argument naming a path under root.
+func underRoot(root string) func(string) bool {
+	return func(arg string) bool { return strings.HasPrefix(arg, root+string(filepath.Separator)) }
+}
+
+// startStandIns runs the real agent code in this process for every node
+// without an agent process.
+func startStandIns(b *testing.B, e *testenv.Env) *standin.Fleet {
+	logf, err := os.Create(filepath.Join(e.Dir, "standin.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { logf.Close() })
+	log := slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	t0 := time.Now()
+	fleet, err := standin.Start(context.Background(), standin.Options{
+		Kubeconfig: e.Kubeconfig, Identity: agentIdentity, Supervisor: e.Supervisor, Nodes: standNodes, NodesRoot: e.NodesRoot,
+		Slipway: filepath.Join(binDir, "slipway"), Mirror: mirror, Install: "v1", Log: log,
+		Agent: agent.Options{Namespace: ns, HostSystemDir: "/k3os/system", HostLockDir: "/run/k3os", Image: "slipway:e2e",
+			UpgradeCommand: []string{"slipway"}, Resync: mustDuration(resync), LeaseDuration: mustDuration(lease),
+			Retry: plan.Retry{Base: time.Hour, Max: plan.DefaultRetry.Max}, Log: log},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%d stand-ins installed and started in %s", len(standNodes), time.Since(t0).Round(time.Second))
+	return fleet
+}
+
+func mustDuration(s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+// createChannel creates the channel at v1 (concurrency 10, rebootDelay 0,
+// slot-bound staging), waits until every node reports v1 and carries its
+// view.
+func createChannel(b *testing.B, ops versioned.Interface, kube kubernetes.Interface) {
+	ctx := context.Background()
+	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "scale", Namespace: ns}, Spec: v1.UpdateChannelSpec{
+		URL: "file://" + mirror, Version: "v1", Concurrency: concurrency, RebootDelay: &metav1.Duration{},
+		Prestage: &v1.PrestageSpec{Concurrency: new(0)}}}
+	if _, err := ops.OpsV1().UpdateChannels(ns).Create(ctx, ch, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	var uid types.UID
+	waitFor(b, 60*time.Minute, "every agent to report v1", func() (bool, error) {
+		ch, err := ops.OpsV1().UpdateChannels(ns).Get(ctx, "scale", metav1.GetOptions{})
+		if err != nil { // an API server this busy may refuse a read (429): ask again
+			return false, err
+		}
+		uid = ch.UID
+		return ch.Status.Counts.Nodes == nodes && ch.Status.Counts.UpToDate == nodes, fmt.Errorf("%d nodes, %d at v1", ch.Status.Counts.Nodes, ch.Status.Counts.UpToDate)
+	})
+	key := protocol.ViewKey(uid)
+	waitFor(b, 30*time.Minute, "every node to carry the channel's view", func() (bool, error) {
+		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, err
+		}
+		with := 0
+		for _, n := range list.Items {
+			if _, ok := n.Annotations[key]; ok {
+				with++
+			}
+		}
+		return with >= nodes, fmt.Errorf("%d of %d", with, nodes)
+	})
+}

@@ -1,0 +1,184 @@
+package scale
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"slipway.dev/slipway/ops/crds"
+	"slipway.dev/slipway/ops/manifest"
+	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/testenv/standin"
+	"slipway.dev/slipway/upgrade/releasetest"
+)
+
+// The run's settings, from the environment (scripts/bench-scale sets them).
+var (
+	env        *testenv.Env
+	contender  = envString("SLIPWAY_SCALE_CONTENDER", "slipway") // slipway or suc
+	nodes      = envInt("SLIPWAY_SCALE_NODES", 1000)
+	realEvery  = envInt("SLIPWAY_SCALE_REAL_EVERY", 50) // every nth node runs a real agent process (slipway)
+	sucBin     = os.Getenv("SUC_BIN")
+	binDir     string
+	mirror     string
+	realNodes  string // space-separated: the nodes whose agent is a process
+	standNodes []string
+)
+
+const (
+	ns          = "slipway-system"
+	concurrency = 10
+	lease       = "15s"
+	resync      = "10s"
+)
+
+func envString(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n >= 0 {
+		return n
+	}
+	return def
+}
+
+var agentIdentity = testenv.ServiceAccount(ns, manifest.AgentName)
+var controllerIdentity = testenv.ServiceAccount(ns, manifest.ControllerName)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	flag.Parse()
+	if flag.Lookup("test.bench").Value.String() == "" || testing.Short() || os.Getenv(testenv.EnvSkip) == "1" {
+		return m.Run() // benchmarks only: nothing to start
+	}
+	if contender != "slipway" && contender != "suc" {
+		fmt.Fprintf(os.Stderr, "FAIL: SLIPWAY_SCALE_CONTENDER=%q: want slipway or suc\n", contender)
+		return 1
+	}
+	if st, err := os.Stat(sucBin); contender == "suc" && (sucBin == "" || err != nil || st.Mode()&0o111 == 0) {
+		fmt.Fprintf(os.Stderr, "FAIL: SUC_BIN=%q is not an executable: set it to a system-upgrade-controller binary (scripts/bench-suc builds one)\n", sucBin)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "slipway-scale-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binDir, mirror = filepath.Join(dir, "bin"), filepath.Join(dir, "mirror")
+	if err := build(binDir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, v := range []string{"v1", "v2"} {
+		if _, err := releasetest.Write(releasetest.Options{Mirror: mirror, Version: v}); err != nil {
+			fmt.Fprintln(os.Stderr, "write release:", err)
+			return 1
+		}
+	}
+	names := make([]string, nodes)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%d", i+1) // testenv's default names
+	}
+	opts := testenv.Options{Cluster: true, Nodes: nodes, Timeout: 60 * time.Minute, Dir: filepath.Join(dir, "state")}
+	tools := os.Getenv(testenv.EnvToolsDir)
+	switch contender {
+	case "suc":
+		opts.ExecPath = binDir + ":" + tools + ":/usr/local/bin:/usr/bin:/bin" // kubectl for the pods' cordon
+	case "slipway":
+		var realList []string
+		realList, standNodes = standin.Sample(names, realEvery)
+		for _, n := range realList {
+			realNodes += n + " "
+		}
+		opts.CRDs = crds.Must()
+		opts.ExecPath = binDir + ":/usr/local/bin:/usr/bin:/bin"
+		opts.NodeCommand = []string{"/bin/sh", "-c", nodeScript}
+		opts.NodeEnv = []string{"SLIPWAY_SCALE_MIRROR=" + mirror, "SLIPWAY_SCALE_REAL=" + realNodes, "SLIPWAY_SCALE_LEASE=" + lease, "SLIPWAY_SCALE_RESYNC=" + resync}
+		opts.NodeIdentity = agentIdentity
+		opts.Setup = func(ctx context.Context, cfg *rest.Config) error {
+			if err := grantAccess(ctx, cfg); err != nil {
+				return err
+			}
+			return startController(cfg, dir)
+		}
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := testenv.RunMain(m, opts, &env)
+	stopController()
+	return code
+}
+
+// nodeScript is each fake node's boot: the sampled nodes install the first
+// release and run a real agent process as the e2e nodes do; every other
+// node's agent is a stand-in in the benchmark's process, which installs
+// its node itself.
+const nodeScript = `set -e
+case " $SLIPWAY_SCALE_REAL " in *" $NODE_NAME "*) ;; *) exit 0 ;; esac
+sys="$SLIPWAY_NODE_DIR/k3os/system"
+mkdir -p "$sys" "$SLIPWAY_NODE_DIR/run/k3os"
+if [ ! -e "$sys/k3os/current" ]; then
+  slipway ops upgrade --system-dir "$sys" --source "$SLIPWAY_SCALE_MIRROR" --version v1 --rootfs --kernel \
+    --reboot=false --lock-file "$SLIPWAY_NODE_DIR/run/k3os/upgrade.lock"
+fi
+if [ "$(cat "$SLIPWAY_NODE_DIR/cmdline.boot" 2>/dev/null)" != "$SLIPWAY_NODE_BOOT" ]; then
+  echo "slipway.rootfs=$(basename "$(readlink "$sys/k3os/current")")" > "$SLIPWAY_NODE_DIR/cmdline"
+  echo "$SLIPWAY_NODE_BOOT" > "$SLIPWAY_NODE_DIR/cmdline.boot"
+fi
+exec slipway ops agent --cmdline-file "$SLIPWAY_NODE_DIR/cmdline" --node-name "$NODE_NAME" --namespace slipway-system --system-dir "$sys" \
+  --host-system-dir /k3os/system --host-lock-dir /run/k3os --image slipway:e2e \
+  --reboot-method command --boot-id-from-node \
+  --metrics-addr "" --kubeconfig "$SLIPWAY_NODE_DIR/kubeconfig-node" --lease-duration "$SLIPWAY_SCALE_LEASE" --resync "$SLIPWAY_SCALE_RESYNC" --retry-backoff 1h \
+  --upgrade-command slipway --reboot-command "slipway-sim reboot --delay 0s"
+`
+
+// accessOptions is the manifest as installed here: the Jobs run the
+// e2e image and `slipway` and read the local mirror.
+func accessOptions() manifest.Options {
+	return manifest.Options{Namespace: ns, Image: "slipway:e2e", JobCommand: []string{"slipway"}, MirrorDirs: []string{mirror}}
+}
+
+// grantAccess creates the manifest's RBAC and admission policies.
+func grantAccess(ctx context.Context, cfg *rest.Config) error {
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for _, obj := range manifest.AccessObjects(accessOptions()) {
+		if err := create(ctx, c, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %T: %w", obj, err)
+		}
+	}
+	return nil
+}
+
+// build compiles slipway and slipway-sim as a release is built (static, stripped).
+func build(bin string) error {
+	for pkg, name := range map[string]string{"../../../cmd/slipway": "slipway", "../../testenv/cmd/slipway-sim": "slipway-sim"} {
+		cmd := exec.CommandContext(context.Background(), "go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-ldflags", "-s -w", "-o", filepath.Join(bin, name), pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("build %s: %w", name, err)
+		}
+	}
+	return nil
+}

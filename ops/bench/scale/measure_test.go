@@ -1,0 +1,270 @@
+package scale
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"slipway.dev/slipway/ops/agentmem"
+	"slipway.dev/slipway/ops/e2e/benchside"
+)
+
+// nodeWatcher is one more watcher of every Node, as a CNI, monitoring or
+// autoscaling agent runs on a real cluster: an informer (client-go's
+// defaults: JSON) whose connection counts the bytes it receives.
+type nodeWatcher struct {
+	store  cache.Store
+	stop   chan struct{}
+	bytes  atomic.Int64
+	events atomic.Int64
+}
+
+// countingBody counts what is read from a response body.
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c countingBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+type countingTransport struct {
+	next http.RoundTripper
+	n    *atomic.Int64
+}
+
+func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(r)
+	if resp != nil && resp.Body != nil {
+		resp.Body = countingBody{resp.Body, t.n}
+	}
+	return resp, err
+}
+
+// watchNodes starts the extra watcher and waits for its first list.
+func watchNodes(cfg *rest.Config) (*nodeWatcher, error) {
+	w := &nodeWatcher{stop: make(chan struct{})}
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "node-watcher (a CNI agent's stand-in)"
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt, &w.bytes} })
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	f := informers.NewSharedInformerFactory(c, 0)
+	inf := f.Core().V1().Nodes().Informer()
+	count := func(any) { w.events.Add(1) }
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: count, UpdateFunc: func(_, cur any) { count(cur) }, DeleteFunc: count}); err != nil {
+		return nil, err
+	}
+	w.store = inf.GetStore()
+	f.Start(w.stop)
+	if !cache.WaitForCacheSync(w.stop, inf.HasSynced) {
+		return nil, fmt.Errorf("the node watcher's cache never synced")
+	}
+	return w, nil
+}
+
+// received is what the watcher has received so far: bytes and events.
+func (w *nodeWatcher) received() (int64, int64) { return w.bytes.Load(), w.events.Load() }
+
+// nodes are the Nodes in the watcher's cache.
+func (w *nodeWatcher) nodes() []*corev1.Node {
+	var out []*corev1.Node
+	for _, o := range w.store.List() {
+		if n, ok := o.(*corev1.Node); ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// nodeBytes is the mean size of a Node in the watcher's cache, JSON-encoded
+// as it arrives.
+func (w *nodeWatcher) nodeBytes() float64 {
+	ns := w.nodes()
+	if len(ns) == 0 {
+		return 0
+	}
+	var sum int
+	for _, n := range ns {
+		b, _ := json.Marshal(n)
+		sum += len(b)
+	}
+	return float64(sum) / float64(len(ns))
+}
+
+// contenderBytes is the mean of what the contenders add to a Node at rest
+// (JSON bytes): their labels and annotations and their managers' entries
+// in managedFields, measured as the Node's size less the same Node
+// without them.
+func (w *nodeWatcher) contenderBytes() float64 {
+	ns := w.nodes()
+	if len(ns) == 0 {
+		return 0
+	}
+	ours := func(k string) bool {
+		return strings.Contains(k, "ops.slipway.dev/") || strings.Contains(k, "drain.slipway.dev/") || strings.HasPrefix(k, "plan.upgrade.cattle.io/")
+	}
+	var sum int
+	for _, n := range ns {
+		full, _ := json.Marshal(n)
+		bare := n.DeepCopy()
+		maps.DeleteFunc(bare.Annotations, func(k, _ string) bool { return ours(k) })
+		maps.DeleteFunc(bare.Labels, func(k, _ string) bool { return ours(k) })
+		bare.ManagedFields = slices.DeleteFunc(bare.ManagedFields, func(m metav1.ManagedFieldsEntry) bool {
+			for _, who := range []string{"slipway", "system-upgrade", "kubectl"} {
+				if strings.Contains(m.Manager, who) {
+					return true
+				}
+			}
+			return false
+		})
+		less, _ := json.Marshal(bare)
+		sum += len(full) - len(less)
+	}
+	return float64(sum) / float64(len(ns))
+}
+
+// requests counts the apiserver's requests by verb (apiserver_request_total).
+type requests map[string]float64
+
+// scrapeRequests reads the apiserver's request counters now, by verb, and
+// by verb for Leases alone ("LEASE " + verb).
+func scrapeRequests(ctx context.Context, c kubernetes.Interface) (requests, error) {
+	body, err := c.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the apiserver's /metrics: %w", err)
+	}
+	return parseRequests(body)
+}
+
+// parseRequests reads apiserver_request_total from a /metrics body.
+func parseRequests(body []byte) (requests, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("parse the apiserver's /metrics: %w", err)
+	}
+	out := requests{}
+	if fam := fams["apiserver_request_total"]; fam != nil {
+		for _, m := range fam.GetMetric() {
+			var verb, resource string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "verb":
+					verb = l.GetValue()
+				case "resource":
+					resource = l.GetValue()
+				}
+			}
+			out[verb] += m.GetCounter().GetValue()
+			if resource == "leases" {
+				out["LEASE "+verb] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out, nil
+}
+
+var writeVerbs = []string{"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY", "CREATE", "UPDATE"}
+var readVerbs = []string{"GET", "LIST", "WATCH", "WATCHLIST"}
+
+// since is the writes and reads between before and r, all and without Leases.
+func (r requests) since(before requests) (writes, reads, writesNoLease, readsNoLease float64) {
+	for _, v := range writeVerbs {
+		writes += r[v] - before[v]
+		writesNoLease += r[v] - before[v] - (r["LEASE "+v] - before["LEASE "+v])
+	}
+	for _, v := range readVerbs {
+		reads += r[v] - before[v]
+		readsNoLease += r[v] - before[v] - (r["LEASE "+v] - before["LEASE "+v])
+	}
+	return
+}
+
+// procUsage samples processes' CPU and peak memory (RSS, anonymous, PSS)
+// from /proc; a process seen late counts from its first sample.
+type procUsage struct {
+	find           func() []int
+	mu             sync.Mutex
+	first, last    map[int]time.Duration
+	rss, anon, pss map[int]int // KiB, peaks
+	stop, done     chan struct{}
+}
+
+func sample(find func() []int, every time.Duration) *procUsage {
+	u := &procUsage{find: find, first: map[int]time.Duration{}, last: map[int]time.Duration{},
+		rss: map[int]int{}, anon: map[int]int{}, pss: map[int]int{}, stop: make(chan struct{}), done: make(chan struct{})}
+	u.take()
+	go func() {
+		defer close(u.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-u.stop:
+				u.take()
+				return
+			case <-t.C:
+				u.take()
+			}
+		}
+	}()
+	return u
+}
+
+func (u *procUsage) take() {
+	for _, pid := range u.find() {
+		cpu, err := benchside.ProcCPU(pid)
+		if err != nil {
+			continue
+		}
+		m, _ := agentmem.ReadSplit(strconv.Itoa(pid))
+		u.mu.Lock()
+		if _, ok := u.first[pid]; !ok {
+			u.first[pid] = cpu
+		}
+		u.last[pid] = cpu
+		u.rss[pid], u.anon[pid], u.pss[pid] = max(u.rss[pid], m.RSS), max(u.anon[pid], m.Anon), max(u.pss[pid], m.PSS)
+		u.mu.Unlock()
+	}
+}
+
+// end stops the sampling and returns the CPU used in all, and the peaks
+// (MiB) summed over the processes.
+func (u *procUsage) end() (cpu time.Duration, rss, anon, pss float64, procs int) {
+	close(u.stop)
+	<-u.done
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for pid, c := range u.last {
+		cpu += c - u.first[pid]
+		rss += float64(u.rss[pid]) / 1024
+		anon += float64(u.anon[pid]) / 1024
+		pss += float64(u.pss[pid]) / 1024
+	}
+	return cpu, rss, anon, pss, len(u.last)
+}
