@@ -209,7 +209,7 @@ func TestServerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
 	t.Parallel()
 	f, first, down, releaseFirst := grantedOne(t, true)
 	f.Fleet.SetReady(down, false) // after the grant, before the drain
-	releaseFirst(true)                // the Job staged the swap: the node asks for its drain
+	releaseFirst(true)            // the Job staged the swap: the node asks for its drain
 	eventSays(t, f.Fleet, "ServerHeldBack", first, down, "drain")
 	f.Holds("the first server keeps its slot while another is down", 6*time.Second, func(ch *v1.UpdateChannel) bool {
 		return len(ch.Status.Updating) == 1 && ch.Status.Updating[0].Node == first
@@ -265,7 +265,7 @@ func TestServerDownMidDrainHoldsTheReboot(t *testing.T) {
 	releaseFirst(true)
 	f.WaitNode(t, first, "cordoned for its drain", func(nd *corev1.Node) bool { return drain.CordonedBy(nd.Annotations) == protocol.CordonOwner })
 	f.Fleet.SetReady(down, false) // mid-drain
-	zero := int64(0)                  // the guarded pod gone (no kubelet here to end it): the drain is done
+	zero := int64(0)              // the guarded pod gone (no kubelet here to end it): the drain is done
 	if err := f.Kube.CoreV1().Pods(f.NS).Delete(context.Background(), "guarded", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
