@@ -122,7 +122,14 @@ func TestAnalysisHaltsABadRelease(t *testing.T) {
 	})
 	defer stop()
 	eventually(t, 4*time.Minute, "the failed analysis said on the wave's node", func() (bool, string) {
-		return f.eventCount("anbad-1", ReasonAnalysisFailed) > 0, fmt.Sprintf("events of anbad-1: %v", f.events("anbad-1"))
+		if started, _ := rec.get(); !started["anbad-2"].IsZero() || !started["anbad-3"].IsZero() {
+			t.Fatalf("a node after anbad-1 started its update: the rollout went past the wave whose workload fails")
+		}
+		var reasons []string
+		for _, e := range f.events("anbad-1") {
+			reasons = append(reasons, e.Reason)
+		}
+		return f.eventCount("anbad-1", ReasonAnalysisFailed) > 0, fmt.Sprintf("Events of anbad-1: %v", reasons)
 	})
 	eventually(t, 10*time.Second, "the failed-analysis gauge", metricsSay(metrics, `slipway_update_operator_analysis_failed{query="error-rate",version="v2"} 1`))
 	// Well past a bake and many intervals: nothing else moves.
