@@ -3,6 +3,7 @@ package updateoperator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -163,7 +164,7 @@ func (c *controller) judge(ctx context.Context, f Fleet, views []NodeView, now t
 // evaluate returns the analysis's result, asked again unless the last one
 // was made after fresh.
 func (c *controller) evaluate(ctx context.Context, wave []string, fresh, now time.Time) analysis.Result {
-	if c.lastResult != nil && !c.lastResult.At.Before(fresh) && sameNodes(c.lastWave, wave) {
+	if c.lastResult != nil && !c.lastResult.At.Before(fresh) && slices.Equal(c.lastWave, wave) {
 		return *c.lastResult
 	}
 	a := c.o.Analysis
@@ -171,18 +172,6 @@ func (c *controller) evaluate(ctx context.Context, wave []string, fresh, now tim
 	c.lastResult, c.lastWave = &r, append([]string(nil), wave...)
 	c.m.analysisEvaluations.WithLabelValues(string(r.Verdict)).Inc()
 	return r
-}
-
-func sameNodes(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func (c *controller) analysisInterval() time.Duration {
