@@ -80,7 +80,7 @@ slipway update-operator controller --max-concurrent 10 --prepare-ahead --pause-b
 			&cli.DurationFlag{Name: "failure-backoff-max", Value: time.Hour, Usage: "longest wait between tries of a failing node", EnvVars: uoEnvs("FAILURE_BACKOFF_MAX")},
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9480", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: uoEnvs("METRICS_ADDR")},
 			uoHealthFlag("HEALTH_ADDR"),
-		}, uoDrainFlags()...),
+		}, append(uoDrainFlags(), uoAnalysisFlags()...)...),
 		Action: func(c *cli.Context) error {
 			if _, err := uo.NewKeys(c.String("prefix")); err != nil {
 				return cli.Exit(err.Error(), 2)
@@ -96,12 +96,17 @@ slipway update-operator controller --max-concurrent 10 --prepare-ahead --pause-b
 				}
 			}
 			st := c.Duration("state-timeout")
+			an, err := uoAnalysis(c)
+			if err != nil {
+				return cli.Exit(err.Error(), 2)
+			}
 			return uo.RunController(c.Context, uo.ControllerOptions{
 				Config: cfg, Prefix: c.String("prefix"), NodeName: c.String("node-name"), Namespace: c.String("namespace"), LeaseName: c.String("lease"), LeaseDuration: c.Duration("lease-duration"),
 				BeforeRebootChecks: c.StringSlice("before-reboot-checks"), AfterRebootChecks: c.StringSlice("after-reboot-checks"),
 				OSImagePattern: c.String("os-image-pattern"), BlockingPods: c.String("blocking-pod-selector"), MetricsAddr: c.String("metrics-addr"),
 				HealthAddr: c.String("health-addr"),
 				Drain:      uoDrainOptions(c),
+				Analysis:   an,
 				Policy: uo.Policy{MaxConcurrent: c.Int("max-concurrent"), PauseBetween: c.Duration("pause-between"), Window: win, PrepareAhead: c.Bool("prepare-ahead"),
 					Backoff: c.Duration("failure-backoff"), BackoffMax: c.Duration("failure-backoff-max"), HaltAfter: c.Int("halt-after"),
 					Timeouts: uo.Timeouts{Prepare: st, Perform: st, Reboot: st, Reset: st, Health: c.Duration("health-timeout")}},

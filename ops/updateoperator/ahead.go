@@ -16,7 +16,7 @@ func preparedAhead(n NodeView) bool {
 // once, in the order Starts would take them; never the controller's own
 // node, never outside the window, never a node in Starts' started list.
 func PrepareAhead(nodes []NodeView, p Policy, f Fleet, now time.Time, started []string) []string {
-	if !p.PrepareAhead || p.Window != nil && !p.Window.Contains(now) {
+	if !p.PrepareAhead || p.Window != nil && !p.Window.Contains(now) || f.AnalysisFailed != nil {
 		return nil
 	}
 	taken := map[string]bool{}

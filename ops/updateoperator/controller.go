@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"slipway.dev/slipway/ops/analysis"
 	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/health"
 	"slipway.dev/slipway/ops/kube"
@@ -53,7 +54,9 @@ type ControllerOptions struct {
 	// controllerAllowance).
 	HealthAddr      string
 	HealthAllowance time.Duration
-	Log             *slog.Logger
+	// Analysis gates starts on the workloads' metrics (analysis.go).
+	Analysis Analysis
+	Log      *slog.Logger
 }
 
 func (o *ControllerOptions) defaults() error {
@@ -81,6 +84,9 @@ func (o *ControllerOptions) defaults() error {
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
+	}
+	if err := o.Analysis.Spec.Validate(); err != nil {
+		return fmt.Errorf("analysis: %w", err)
 	}
 	if o.Prefix == BottlerocketPrefix || o.Prefix == TharPrefix {
 		o.Policy.AdoptOldCordons = true // a cluster moving over from the old operator
@@ -156,6 +162,11 @@ type controller struct {
 	// controller only; halted the releases said halted already.
 	fleet  *fleetState
 	halted map[string]bool
+	// lastResult is the analysis's last result (for lastWave), lastHold
+	// the hold last logged: both the decide loop's only.
+	lastResult *analysis.Result
+	lastWave   []string
+	lastHold   string
 }
 
 // RunController runs the controller until ctx ends. With a LeaseName, it

@@ -433,6 +433,9 @@ func Starts(nodes []NodeView, p Policy, f Fleet, now time.Time) (start []string,
 	if p.Window != nil && !p.Window.Contains(now) {
 		return nil, "outside the maintenance window until " + p.Window.Next(now).Format(time.RFC3339)
 	}
+	if f.AnalysisHold != "" { // a failed analysis, one that cannot be judged, or a bake
+		return nil, f.AnalysisHold
+	}
 	inflight, preparing := 0, 0
 	last := clampNow(f.LastDone, now)
 	for _, n := range nodes {

@@ -31,10 +31,14 @@ const (
 	ReasonHalted        = "RolloutHalted"          // a release failed --halt-after times: no node starts it
 	ReasonResumed       = "RolloutResumed"         // an admin lifted the brake
 	ReasonRestored      = "ControllerKeysRestored" // the controller's keys on a Node changed by another: written back
-	eventNamespace      = metav1.NamespaceDefault
-	componentController = "slipway-update-operator-controller"
-	componentAgent      = "slipway-update-operator-agent"
-	eventTimeout        = 5 * time.Second
+	// ReasonAnalysisFailed: the analysis failed after a wave (on each of its nodes): the rollout halts.
+	ReasonAnalysisFailed = "AnalysisFailed"
+	// ReasonAnalysisPassed: the wave passed its analysis (after its bake).
+	ReasonAnalysisPassed = "AnalysisPassed"
+	eventNamespace       = metav1.NamespaceDefault
+	componentController  = "slipway-update-operator-controller"
+	componentAgent       = "slipway-update-operator-agent"
+	eventTimeout         = 5 * time.Second
 )
 
 // events writes Events about Nodes (in the default namespace, as the

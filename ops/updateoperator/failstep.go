@@ -134,7 +134,7 @@ func (c *controller) drainFailed(ctx context.Context, node string, err error) {
 		c.o.Log.Error("record a failed drain", "node", node, "err", ferr)
 		return
 	}
-	c.ended(ctx, v, "", false) // the pause counts from a failure too; a refused drain is not the release's
+	c.ended(ctx, v, "", false, false) // the pause counts from a failure too; a refused drain is not the release's
 
 }
 

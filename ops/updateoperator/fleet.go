@@ -32,6 +32,17 @@ type Fleet struct {
 	// HaltAfter is the controller's --halt-after when it wrote the state
 	// (for `status`).
 	HaltAfter int `json:"haltAfter,omitempty"`
+	// Wave: the nodes whose updates finished since the analysis last
+	// passed (analysis.go), the version they run and when their bake ends
+	// (no node starts before it); AnalysisFailed: the analysis failed on a
+	// wave, and no node starts until an admin resumes.
+	Wave           []string         `json:"wave,omitempty"`
+	WaveVersion    string           `json:"waveVersion,omitempty"`
+	BakeUntil      time.Time        `json:"bakeUntil,omitzero"`
+	AnalysisFailed *AnalysisFailure `json:"analysisFailed,omitempty"`
+	// AnalysisHold, this turn's only (never written), is why the analysis
+	// lets no node start.
+	AnalysisHold string `json:"-"`
 }
 
 // Halted are the versions the brake holds under p, sorted: each failed
@@ -108,7 +119,13 @@ type fleetState struct {
 func (s *fleetState) get() Fleet {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f := Fleet{LastDone: s.f.LastDone, HaltAfter: s.f.HaltAfter, Failed: map[string][]string{}}
+	f := Fleet{LastDone: s.f.LastDone, HaltAfter: s.f.HaltAfter, Failed: map[string][]string{},
+		Wave: append([]string(nil), s.f.Wave...), WaveVersion: s.f.WaveVersion, BakeUntil: s.f.BakeUntil}
+	if s.f.AnalysisFailed != nil {
+		a := *s.f.AnalysisFailed
+		a.Nodes = append([]string(nil), a.Nodes...)
+		f.AnalysisFailed = &a
+	}
 	for v, n := range s.f.Failed {
 		f.Failed[v] = append([]string(nil), n...)
 	}
@@ -211,11 +228,15 @@ func clampNow(t, now time.Time) time.Time {
 
 // ended records in the fleet state that v's update ended (the pause
 // counts from now) and, for a failure of the release on the host, that
-// it failed on its target version.
-func (c *controller) ended(ctx context.Context, v NodeView, target string, release bool) {
+// it failed on its target version; a success (ok) joins the wave the
+// analysis judges next.
+func (c *controller) ended(ctx context.Context, v NodeView, target string, release, ok bool) {
 	now := time.Now()
 	err := c.fleet.update(ctx, func(f *Fleet) {
 		f.LastDone, f.HaltAfter = now, c.o.Policy.HaltAfter
+		if ok {
+			c.joinWave(f, v, now)
+		}
 		if release && target != "" {
 			if f.Failed == nil {
 				f.Failed = map[string][]string{}
@@ -242,7 +263,10 @@ func (c *controller) brake(ctx context.Context) Fleet {
 			c.o.Log.Error("fleet state", "err", err)
 		}
 		if asked {
-			if err := c.fleet.update(ctx, func(f *Fleet) { f.Failed = nil }, map[string]any{c.keys.Key(KeyResume): nil}); err != nil {
+			resume := func(f *Fleet) { // a resume lifts every halt: the brake's and a failed analysis's
+				f.Failed, f.AnalysisFailed, f.Wave, f.WaveVersion, f.BakeUntil = nil, nil, nil, "", time.Time{}
+			}
+			if err := c.fleet.update(ctx, resume, map[string]any{c.keys.Key(KeyResume): nil}); err != nil {
 				c.o.Log.Error("resume the rollout", "err", err)
 			} else {
 				for _, v := range halted {

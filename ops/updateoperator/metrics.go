@@ -27,6 +27,13 @@ type metrics struct {
 	cordonLimit   prometheus.Gauge
 	// halted is 1 for each release the brake holds (controller).
 	halted *prometheus.GaugeVec
+	// analysisFailed is 1 while a failed analysis halts the rollout (by
+	// query and the wave's version); analysisHolding 1 while the analysis
+	// holds starts (it cannot be judged, alerts block, or it fails with no
+	// wave to blame); analysisEvaluations counts evaluations by verdict.
+	analysisFailed      *prometheus.GaugeVec
+	analysisHolding     prometheus.Gauge
+	analysisEvaluations *prometheus.CounterVec
 }
 
 // forgetLeaderView drops the series only the leader reports (nodes by
@@ -38,6 +45,8 @@ func (m *metrics) forgetLeaderView() {
 	m.cordonedSince.Reset()
 	m.inFlight.Set(0)
 	m.halted.Reset()
+	m.analysisFailed.Reset()
+	m.analysisHolding.Set(0)
 }
 
 func newMetrics() *metrics {
@@ -61,8 +70,15 @@ func newMetrics() *metrics {
 			Help: "How long a cordon of the operator may last: the drain beside perform-update, the longer of their timeouts, then the reboot's (max(--drain-timeout, --state-timeout) + --state-timeout)."}),
 		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_update_operator_rollout_halted",
 			Help: "1 for each release whose rollout is halted: it failed --halt-after times; no node starts it until a new release or `slipway update-operator resume`."}, []string{"version"}),
+		analysisFailed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_update_operator_analysis_failed",
+			Help: "1 while a failed analysis halts the rollout, by the query that failed and the version of the failed wave: no node starts until `slipway update-operator resume`."}, []string{"query", "version"}),
+		analysisHolding: prometheus.NewGauge(prometheus.GaugeOpts{Name: "slipway_update_operator_analysis_holding",
+			Help: "1 while the analysis holds every start without failing a wave: Prometheus cannot be asked, a query errs or has no data, an alert blocks, or it fails before any node updated."}),
+		analysisEvaluations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_update_operator_analysis_evaluations_total",
+			Help: "Evaluations of the analysis (--analysis-file, --prometheus-url), by verdict (Pass, Fail, Hold)."}, []string{"verdict"}),
 	}
 	m.registry.MustRegister(m.nodes, m.inFlight, m.failures, m.transitions, m.intents, m.reads, m.cordonedSince, m.cordonLimit, m.halted,
+		m.analysisFailed, m.analysisHolding, m.analysisEvaluations,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -133,6 +133,9 @@ func haltedReleases(ctx context.Context, c *kube.Clientset, o StatusOptions, key
 	for _, v := range f.Halted(p) {
 		out = append(out, f.HaltReason(v, p))
 	}
+	if f.AnalysisFailed != nil {
+		out = append(out, f.AnalysisFailed.Message())
+	}
 	return out, nil
 }
 

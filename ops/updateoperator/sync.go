@@ -58,7 +58,7 @@ func (c *controller) sync(ctx context.Context) error {
 	if err := c.markBlocked(ctx, views); err != nil {
 		return err
 	}
-	fleet := c.brake(ctx)
+	fleet := c.judge(ctx, c.brake(ctx), views, now)
 	start, why := Starts(views, c.o.Policy, fleet, now)
 	if err := c.start(ctx, nodes, views, start); err != nil {
 		return err
@@ -210,7 +210,7 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		if err != nil {
 			return err
 		}
-		c.ended(ctx, v, "", false)
+		c.ended(ctx, v, "", false, true)
 		c.finishedNow(written)
 		if v.AfterHook {
 			if err := c.clearHook(ctx, v.Name, KeyAfterReboot, c.o.AfterRebootChecks); err != nil {
@@ -226,7 +226,7 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		if err := c.fail(ctx, n, v, s.Reason); err != nil {
 			return err
 		}
-		c.ended(ctx, v, n.Annotations[c.keys.Key(KeyTargetVersion)], s.Release)
+		c.ended(ctx, v, n.Annotations[c.keys.Key(KeyTargetVersion)], s.Release, false)
 		return nil
 	case StepStuck:
 		// trust: uo.node.reason
@@ -268,7 +268,7 @@ func (c *controller) uncordon(ctx context.Context, n *corev1.Node, v NodeView, n
 	}
 	version := n.Annotations[c.keys.Key(KeyCurrentVersion)]
 	if finish && written != nil { // one write, one Event
-		c.ended(ctx, v, "", false)
+		c.ended(ctx, v, "", false, true)
 		c.finishedNow(written)
 		c.m.transitions.WithLabelValues(string(StepFinish)).Inc()
 		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonSucceeded, "updated to %s: back, the operator's cordon lifted", version)

@@ -43,6 +43,7 @@ var firstOnEvent = map[string]map[string]string{
 		"slipway_update_operator_failures_total":                        "a failed node update",
 		"slipway_update_operator_node_cordoned_since_timestamp_seconds": "a node the controller holds cordoned",
 		"slipway_update_operator_rollout_halted":                        "a release failed --halt-after times",
+		"slipway_update_operator_analysis_failed":                       "an analysis failed after a wave (--analysis-file)",
 		"slipway_update_operator_agent_intents_total":                   "an intent an agent carried out",
 		"slipway_update_operator_steps_total":                           "a step the controller took (want, drain, ...)",
 	},

@@ -1,0 +1,239 @@
+// Package promtest runs a real Prometheus server for tests (the binary
+// scripts/install-tools builds from the module proxy, beside promtool),
+// scraping the targets a test gives it, and a stand-in workload exporter
+// whose error rate a test sets per node. Analyses are then proven against
+// the server users run, its PromQL, rate() and ALERTS included.
+package promtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Targets are host:port addresses scraped at /metrics (job "standin").
+	Targets []string
+	// Interval is the scrape and rule evaluation interval (default 1s).
+	Interval time.Duration
+	// Rules is the text of a rule file (alerting rules feed ALERTS), "" none.
+	Rules string
+}
+
+// Server is a running Prometheus.
+type Server struct {
+	URL string // http://127.0.0.1:port
+	cmd *exec.Cmd
+	log *bytes.Buffer
+}
+
+// Binary is the path of the prometheus binary: in $SLIPWAY_TOOLS_DIR, else
+// in the directory scripts/install-tools prints.
+func Binary() (string, error) {
+	dir := os.Getenv("SLIPWAY_TOOLS_DIR")
+	if dir == "" {
+		root, err := repoRoot()
+		if err != nil {
+			return "", fmt.Errorf("find prometheus: set SLIPWAY_TOOLS_DIR or run inside the checkout: %w", err)
+		}
+		out, err := exec.Command(filepath.Join(root, "scripts", "install-tools")).Output()
+		if err != nil {
+			return "", fmt.Errorf("scripts/install-tools: %w", err)
+		}
+		f := strings.Fields(string(out))
+		if len(f) == 0 {
+			return "", fmt.Errorf("scripts/install-tools printed no directory")
+		}
+		dir = f[len(f)-1]
+	}
+	p := filepath.Join(dir, "prometheus")
+	if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%s missing: run scripts/install-tools (it builds the Prometheus server) and set SLIPWAY_TOOLS_DIR to the directory it prints", p)
+	}
+	return p, nil
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "scripts", "install-tools")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no scripts/install-tools above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Start runs Prometheus until the test ends, and waits until it is ready.
+func Start(t testing.TB, o Options) *Server {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	dir := t.TempDir()
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "global:\n  scrape_interval: %s\n  evaluation_interval: %s\n", o.Interval, o.Interval)
+	if o.Rules != "" {
+		if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(o.Rules), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg.WriteString("rule_files: [rules.yaml]\n")
+	}
+	cfg.WriteString("scrape_configs:\n- job_name: standin\n  static_configs:\n  - targets: [")
+	for i, tg := range o.Targets {
+		if i > 0 {
+			cfg.WriteString(", ")
+		}
+		fmt.Fprintf(&cfg, "%q", tg)
+	}
+	cfg.WriteString("]\n")
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := FreeAddr(t)
+	s := &Server{URL: "http://" + addr, log: &bytes.Buffer{}}
+	s.cmd = exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr, "--log.level=warn")
+	s.cmd.Dir = dir
+	s.cmd.Stdout, s.cmd.Stderr = &lockedWriter{w: s.log}, &lockedWriter{w: s.log}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("start prometheus: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- s.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", s.log.String())
+		}
+	})
+	deadline := time.Now().Add(2 * time.Minute) // a deadline for a stuck start, not a timing assertion
+	for {
+		resp, err := http.Get(s.URL + "/-/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("prometheus exited: %v\n%s", err, s.log.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prometheus not ready after 2 minutes:\n%s", s.log.String())
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+// FreeAddr is a loopback address nothing listens on now.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Exporter is a stand-in workload: one replica per node, each serving
+// requests, some of which fail. Every scrape counts 100 more requests per
+// node in standin_requests_total{node, code}, ErrorRate(node) of them with
+// code 500, so
+//
+//	sum(rate(standin_requests_total{code="500"}[5s])) / sum(rate(standin_requests_total[5s]))
+//
+// is the workload's error rate, and the same by (node) each node's.
+type Exporter struct {
+	Addr string // host:port of /metrics
+	// ErrorRate is each node's share of failing requests (0..1) now.
+	ErrorRate func(node string) float64
+	nodes     []string
+	requests  *prometheus.CounterVec
+	mu        sync.Mutex
+}
+
+// StartExporter serves the stand-in workload of nodes until the test ends.
+func StartExporter(t testing.TB, nodes []string, errorRate func(node string) float64) *Exporter {
+	t.Helper()
+	e := &Exporter{ErrorRate: errorRate, nodes: append([]string(nil), nodes...),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "standin_requests_total", Help: "Requests the stand-in workload served, by node and code."}, []string{"node", "code"})}
+	sort.Strings(e.nodes)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(e.requests)
+	for _, n := range e.nodes { // every series from the first scrape on: rate() has two points sooner
+		e.requests.WithLabelValues(n, "200")
+		e.requests.WithLabelValues(n, "500")
+	}
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		e.serve()
+		metrics.ServeHTTP(w, r)
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	e.Addr = l.Addr().String()
+	return e
+}
+
+// serve counts the requests served since the last scrape.
+func (e *Exporter) serve() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, n := range e.nodes {
+		rate := 0.0
+		if e.ErrorRate != nil {
+			rate = min(max(e.ErrorRate(n), 0), 1)
+		}
+		e.requests.WithLabelValues(n, "500").Add(100 * rate)
+		e.requests.WithLabelValues(n, "200").Add(100 * (1 - rate))
+	}
+}
