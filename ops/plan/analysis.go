@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/analysis"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 )
 
 // ReasonBadAnalysis is the Invalid condition's reason for a spec.analysis

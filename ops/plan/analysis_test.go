@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/analysis"
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 )
 
 func TestResolveAnalysis(t *testing.T) {
@@ -84,10 +84,10 @@ func TestStepAnalysis(t *testing.T) {
 		{name: "baked, cannot judge: held", a: a, as: baked(), target: "v2", j: &Judged{Result: hold, Wave: []string{"n1"}}, hold: "cannot be judged",
 			holding: metav1.ConditionTrue, wave: []string{"n1"}},
 		{name: "failed: held whatever the result", a: a, target: "v2", j: &Judged{Result: pass},
-			as: &v1.AnalysisStatus{Failed: &v1.AnalysisFailure{Query: "errors", Nodes: []string{"n1"}, Version: "v2", Reason: "r"}},
+			as:   &v1.AnalysisStatus{Failed: &v1.AnalysisFailure{Query: "errors", Nodes: []string{"n1"}, Version: "v2", Reason: "r"}},
 			hold: "analysis failed after the wave n1", holding: metav1.ConditionFalse},
 		{name: "failed for another version: forgotten", a: a, target: "v3", j: &Judged{Result: pass},
-			as: &v1.AnalysisStatus{Failed: &v1.AnalysisFailure{Query: "errors", Nodes: []string{"n1"}, Version: "v2", Reason: "r"}},
+			as:      &v1.AnalysisStatus{Failed: &v1.AnalysisFailure{Query: "errors", Nodes: []string{"n1"}, Version: "v2", Reason: "r"}},
 			holding: metav1.ConditionFalse},
 	} {
 		t.Run(c.name, func(t *testing.T) {
