@@ -157,3 +157,28 @@ func TestAnalysisHealthyReleaseCompletes(t *testing.T) {
 		t.Errorf("%d %s Events, want one per wave (3)", n, ReasonAnalysisPassed)
 	}
 }
+
+// An analysis that cannot be evaluated (nothing listens at its
+// Prometheus's address) holds the rollout with its reason: no slot is
+// granted, and nothing is recorded as the release's failure.
+func TestAnalysisThatCannotBeEvaluatedHolds(t *testing.T) {
+	f := newFleet(t, 2, nil)
+	for i := range 2 {
+		f.Start(fmt.Sprintf("%s-n%d", f.NS, i))
+	}
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 2, RebootDelay: fleettest.ZeroDelay(),
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}},
+		Analysis: &v1.AnalysisSpec{PrometheusURL: "http://" + promtest.FreeAddr(t), Interval: &metav1.Duration{Duration: time.Second},
+			Queries: []v1.AnalysisQuery{{Name: "error-rate", Query: errorRateQuery, Condition: "< 0.05"}}}})
+	ch := f.WaitFor("the analysis holds", 2*time.Minute, func(ch *v1.UpdateChannel) bool {
+		return fleettest.IsTrue(ch, v1.ConditionAnalysisHolding)
+	})
+	c := meta.FindStatusCondition(ch.Status.Conditions, v1.ConditionAnalysisHolding)
+	if c.Reason != "CannotJudge" || !strings.Contains(c.Message, "error-rate could not be evaluated") {
+		t.Errorf("AnalysisHolding = %+v, want CannotJudge saying why", c)
+	}
+	f.Holds("no slot while the analysis cannot be evaluated", 10*time.Second, func(ch *v1.UpdateChannel) bool {
+		return len(ch.Status.Updating) == 0 && !fleettest.IsTrue(ch, v1.ConditionAnalysisFailed)
+	})
+	f.AssertAllAt("v1")
+}

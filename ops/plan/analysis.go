@@ -188,6 +188,8 @@ func setAnalysisConditions(st *v1.UpdateChannelStatus, step AnalysisStep, j *Jud
 	case step.Hold != "":
 		holding.Status, holding.Message = metav1.ConditionTrue, step.Hold
 		switch {
+		case !slices.Equal(j.Wave, st.Analysis.Wave):
+			holding.Reason = "Judging" // a new wave, asked next
 		case j.Result.Verdict != analysis.Pass:
 			holding.Reason = "CannotJudge"
 		case st.Analysis.BakeUntil != nil:

@@ -66,17 +66,18 @@ func TestStepAnalysis(t *testing.T) {
 		failed    bool   // a failure recorded in this pass
 		passed    bool
 		holding   metav1.ConditionStatus
+		reason    string // of AnalysisHolding, when set
 		wave      []string // the wave after the pass
 	}{
 		{name: "no analysis: nothing held", a: nil, target: "v2"},
 		{name: "no wave, pass: slots granted", a: a, target: "v2", j: &Judged{Result: pass}, holding: metav1.ConditionFalse},
 		{name: "no wave, fail: not the release's, held", a: a, target: "v2", j: &Judged{Result: fail}, hold: "no wave to blame", holding: metav1.ConditionTrue},
-		{name: "no wave, cannot judge: held", a: a, target: "v2", j: &Judged{Result: hold}, hold: "connection refused", holding: metav1.ConditionTrue},
+		{name: "no wave, cannot judge: held", a: a, target: "v2", j: &Judged{Result: hold}, hold: "connection refused", holding: metav1.ConditionTrue, reason: "CannotJudge"},
 		{name: "not asked: held", a: a, target: "v2", hold: "not asked", holding: metav1.ConditionFalse},
 		{name: "a node finishes: joins the wave, judged next", a: a, target: "v2", succeeded: []string{"n1"}, j: &Judged{Result: pass},
-			hold: "the wave n1 is asked next", holding: metav1.ConditionTrue, wave: []string{"n1"}},
+			hold: "the wave n1 is asked next", holding: metav1.ConditionTrue, reason: "Judging", wave: []string{"n1"}},
 		{name: "baking, pass: held", a: a, as: baking(), target: "v2", j: &Judged{Result: pass, Wave: []string{"n1"}}, hold: "baking n1",
-			holding: metav1.ConditionTrue, wave: []string{"n1"}},
+			holding: metav1.ConditionTrue, reason: "Baking", wave: []string{"n1"}},
 		{name: "baking, fail: the wave fails at once", a: a, as: baking(), target: "v2", j: &Judged{Result: fail, Wave: []string{"n1"}},
 			hold: "analysis failed after the wave n1 (v2)", failed: true, holding: metav1.ConditionFalse, wave: []string{"n1"}},
 		{name: "baked, pass: the wave passes", a: a, as: baked(), target: "v2", j: &Judged{Result: pass, Wave: []string{"n1"}}, passed: true,
@@ -108,8 +109,8 @@ func TestStepAnalysis(t *testing.T) {
 			if got := st.Analysis.Wave; strings.Join(got, ",") != strings.Join(c.wave, ",") {
 				t.Errorf("wave %v, want %v", got, c.wave)
 			}
-			if h := meta.FindStatusCondition(st.Conditions, v1.ConditionAnalysisHolding); h == nil || h.Status != c.holding {
-				t.Errorf("AnalysisHolding = %+v, want %s", h, c.holding)
+			if h := meta.FindStatusCondition(st.Conditions, v1.ConditionAnalysisHolding); h == nil || h.Status != c.holding || (c.reason != "" && h.Reason != c.reason) {
+				t.Errorf("AnalysisHolding = %+v, want %s %s", h, c.holding, c.reason)
 			}
 			f := meta.FindStatusCondition(st.Conditions, v1.ConditionAnalysisFailed)
 			if want := st.Analysis.Failed != nil; f == nil || (f.Status == metav1.ConditionTrue) != want {
