@@ -66,7 +66,7 @@ func TestStepAnalysis(t *testing.T) {
 		failed    bool   // a failure recorded in this pass
 		passed    bool
 		holding   metav1.ConditionStatus
-		reason    string // of AnalysisHolding, when set
+		reason    string   // of AnalysisHolding, when set
 		wave      []string // the wave after the pass
 	}{
 		{name: "no analysis: nothing held", a: nil, target: "v2"},
