@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -24,12 +26,12 @@ const errorRateQuery = `sum(rate(standin_requests_total{code="500"}[5s])) / sum(
 // analysedFleet is a fleet of nodes whose stand-in workload a real
 // Prometheus scrapes: the workload fails half its requests on node n<bad>
 // once that node runs v2 (-1: never). Its agents are started.
-func analysedFleet(t *testing.T, nodes, bad int) (*fleet, *promtest.Server) {
+func analysedFleet(t *testing.T, nodes, bad int, edit func(*Options)) (*fleet, *promtest.Server) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: the Prometheus server is a built tool")
 	}
-	f := newFleet(t, nodes, nil)
+	f := newFleet(t, nodes, edit)
 	var names []string
 	for i := range nodes {
 		names = append(names, fmt.Sprintf("%s-n%d", f.NS, i))
@@ -98,7 +100,8 @@ func (s *slotOrder) get() []string {
 // Warning Event name the query, its value and the wave, and the failure
 // survives a restart of the controller.
 func TestAnalysisStopsABadReleaseWithinItsWave(t *testing.T) {
-	f, prom := analysedFleet(t, 4, 1)
+	metrics := promtest.FreeAddr(t)
+	f, prom := analysedFleet(t, 4, 1, func(o *Options) { o.MetricsAddr = metrics })
 	bad := f.NS + "-n1"
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -127,6 +130,10 @@ func TestAnalysisStopsABadReleaseWithinItsWave(t *testing.T) {
 	f.Holds("no slot after the failed wave", 15*time.Second, func(ch *v1.UpdateChannel) bool {
 		return len(ch.Status.Updating) == 0 && fleettest.IsTrue(ch, v1.ConditionAnalysisFailed)
 	})
+	gauge := `slipway_channel_analysis_failed{channel="default",query="error-rate",version="v2"} 1`
+	if !metricSays(t, "http://"+metrics+"/metrics", gauge, 30*time.Second) {
+		t.Errorf("the restarted controller's /metrics does not say %s", gauge)
+	}
 	order := slots.get()
 	if len(order) == 0 || order[len(order)-1] != bad {
 		t.Fatalf("slots were granted in the order %v: a node got one after the failed wave %s", order, bad)
@@ -146,7 +153,7 @@ func TestAnalysisStopsABadReleaseWithinItsWave(t *testing.T) {
 // The same rollout with a healthy release goes to the end, each wave
 // passing its analysis after its bake.
 func TestAnalysisHealthyReleaseCompletes(t *testing.T) {
-	f, prom := analysedFleet(t, 3, -1)
+	f, prom := analysedFleet(t, 3, -1, nil)
 	f.analysedChannel(prom, 2*time.Second)
 	ch := f.WaitFor("all nodes at v2", 4*time.Minute, fleettest.Done(3))
 	f.AssertAllAt("v2")
@@ -181,4 +188,21 @@ func TestAnalysisThatCannotBeEvaluatedHolds(t *testing.T) {
 		return len(ch.Status.Updating) == 0 && !fleettest.IsTrue(ch, v1.ConditionAnalysisFailed)
 	})
 	f.AssertAllAt("v1")
+}
+
+// metricSays reports whether the metrics at url show line within wait.
+func metricSays(t *testing.T, url, line string, wait time.Duration) bool {
+	t.Helper()
+	deadline := time.Now().Add(wait) // a deadline for a stuck wait, not a timing assertion
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(b), line) {
+				return true
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return false
 }
