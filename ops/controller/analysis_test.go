@@ -66,18 +66,30 @@ func (f *fleet) analysedChannel(prom *promtest.Server, bake time.Duration) {
 type slotOrder struct {
 	mu    sync.Mutex
 	order []string
+	// granted and freed are when each node's slot was first seen and
+	// first seen gone.
+	granted, freed map[string]time.Time
 }
 
 func (f *fleet) recordSlots(ctx context.Context) *slotOrder {
-	s := &slotOrder{}
+	s := &slotOrder{granted: map[string]time.Time{}, freed: map[string]time.Time{}}
 	go func() {
 		for ctx.Err() == nil {
 			ch, err := f.Ops.OpsV1().UpdateChannels(f.NS).Get(ctx, "default", metav1.GetOptions{})
+			now := time.Now()
 			if err == nil {
 				s.mu.Lock()
+				holding := map[string]bool{}
 				for _, sl := range ch.Status.Updating {
+					holding[sl.Node] = true
 					if !slices.Contains(s.order, sl.Node) {
 						s.order = append(s.order, sl.Node)
+						s.granted[sl.Node] = now
+					}
+				}
+				for _, n := range s.order {
+					if _, ok := s.freed[n]; !ok && !holding[n] {
+						s.freed[n] = now
 					}
 				}
 				s.mu.Unlock()
@@ -86,6 +98,17 @@ func (f *fleet) recordSlots(ctx context.Context) *slotOrder {
 		}
 	}()
 	return s
+}
+
+// gaps are the times between one slot's end and the next slot's grant.
+func (s *slotOrder) gaps() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []time.Duration
+	for i := 1; i < len(s.order); i++ {
+		out = append(out, s.granted[s.order[i]].Sub(s.freed[s.order[i-1]]))
+	}
+	return out
 }
 
 func (s *slotOrder) get() []string {
@@ -151,11 +174,24 @@ func TestAnalysisStopsABadReleaseWithinItsWave(t *testing.T) {
 }
 
 // The same rollout with a healthy release goes to the end, each wave
-// passing its analysis after its bake.
+// passing its analysis after its bake: no slot is granted before the
+// previous node's bake is over (the gaps are logged as the figure of what
+// a bake adds).
 func TestAnalysisHealthyReleaseCompletes(t *testing.T) {
 	f, prom := analysedFleet(t, 3, -1, nil)
-	f.analysedChannel(prom, 2*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	slots := f.recordSlots(ctx)
+	const bake = 2 * time.Second
+	f.analysedChannel(prom, bake)
 	ch := f.WaitFor("all nodes at v2", 4*time.Minute, fleettest.Done(3))
+	gaps := slots.gaps()
+	t.Logf("bake %s: from one slot's end to the next grant: %v (slots in order %v)", bake, gaps, slots.get())
+	for _, g := range gaps {
+		if g < bake-200*time.Millisecond { // the status polls' jitter
+			t.Errorf("a slot was granted %s after the previous one ended, within its %s bake", g, bake)
+		}
+	}
 	f.AssertAllAt("v2")
 	if fleettest.IsTrue(ch, v1.ConditionAnalysisFailed) || ch.Status.Analysis == nil || ch.Status.Analysis.Failed != nil {
 		t.Errorf("analysis status %+v, conditions %+v", ch.Status.Analysis, ch.Status.Conditions)

@@ -75,7 +75,9 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 	// Permits before slots: a node that takes a slot in this pass stages
 	// under its permit first, so its slot's Job only activates.
 	r.staging = plan.GrantStaging(p.s, st, mine, target, p.now)
-	r.analysis = plan.StepAnalysis(p.analysis, st, r.folded.Succeeded, target, p.judged, p.now, c.Generation)
+	// The bake starts at this write, not at the pass's start (the checks
+	// before it may take a while).
+	r.analysis = plan.StepAnalysis(p.analysis, st, r.folded.Succeeded, target, p.judged, time.Now(), c.Generation)
 	switch {
 	case holders != p.listedSlots:
 		// A slot changed hands since the nodes were read (a conflict

@@ -103,7 +103,8 @@ type AnalysisStep struct {
 // (analysis.JudgeWave). A Fail with a wave records status.analysis.failed,
 // which holds every slot until the target changes. An evaluation of
 // another wave than the one now in the status (nodes joined since) holds
-// this pass: the next evaluation judges the new wave. The AnalysisFailed
+// this pass: the next evaluation judges the new wave. now is the time of
+// the status write (a bake starts then); j is judged at its own time. The AnalysisFailed
 // and AnalysisHolding conditions say what holds. a == nil clears it all.
 func StepAnalysis(a *Analysis, st *v1.UpdateChannelStatus, succeeded []string, target string, j *Judged, now time.Time, generation int64) AnalysisStep {
 	if a == nil {
@@ -129,7 +130,7 @@ func StepAnalysis(a *Analysis, st *v1.UpdateChannelStatus, succeeded []string, t
 	if len(step.Joined) > 0 {
 		as.WaveVersion = target
 		if a.Bake > 0 {
-			as.BakeUntil = &metav1.Time{Time: now.Add(a.Bake)}
+			as.BakeUntil = &metav1.Time{Time: bakeEnd(now, a.Bake)}
 		}
 	}
 	bakeUntil := time.Time{}
@@ -144,7 +145,9 @@ func StepAnalysis(a *Analysis, st *v1.UpdateChannelStatus, succeeded []string, t
 	case !slices.Equal(j.Wave, as.Wave):
 		step.Hold = fmt.Sprintf("the analysis of the wave %s is asked next", strings.Join(as.Wave, ", "))
 	default:
-		jw := analysis.JudgeWave(as.Wave, bakeUntil, j.Result, now, "spec.analysis.bakeTime")
+		// Judged at the evaluation's time: only an evaluation made after
+		// the bake ended passes the wave.
+		jw := analysis.JudgeWave(as.Wave, bakeUntil, j.Result, j.Result.At, "spec.analysis.bakeTime")
 		step.Hold = jw.Hold
 		switch {
 		case jw.FailWave:
@@ -217,4 +220,15 @@ func AnalysisNext(a *Analysis, as *v1.AnalysisStatus, behind bool, now time.Time
 		next = min(next, as.BakeUntil.Sub(now)+10*time.Millisecond)
 	}
 	return next
+}
+
+// bakeEnd is when a bake of length bake started at now ends, rounded up to
+// the whole second: the status keeps seconds, and a bake cut short by the
+// rounding would let the next slot in before its length.
+func bakeEnd(now time.Time, bake time.Duration) time.Time {
+	end := now.Add(bake)
+	if t := end.Truncate(time.Second); t.Before(end) {
+		return t.Add(time.Second)
+	}
+	return end
 }

@@ -142,3 +142,16 @@ func TestAnalysisNext(t *testing.T) {
 		}
 	}
 }
+
+func TestBakeEndRoundsUp(t *testing.T) {
+	at := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	for _, c := range []struct{ now, want time.Time }{
+		{at, at.Add(2 * time.Second)},
+		{at.Add(300 * time.Millisecond), at.Add(3 * time.Second)},
+		{at.Add(999 * time.Millisecond), at.Add(3 * time.Second)},
+	} {
+		if got := bakeEnd(c.now, 2*time.Second); !got.Equal(c.want) {
+			t.Errorf("bakeEnd(%s, 2s) = %s, want %s", c.now.Format(time.StampMilli), got.Format(time.StampMilli), c.want.Format(time.StampMilli))
+		}
+	}
+}
