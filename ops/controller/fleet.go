@@ -44,6 +44,8 @@ type fleetCache struct {
 	revoked revocations
 	// downLong are the nodes whose NodeDownTooLong Event was recorded, with the down spell's start.
 	downLong map[string]time.Time
+	// analysis is the channel's analysis client and last evaluation (analysis.go).
+	analysis analysisCache
 }
 
 // fenceRecheck is how soon a pass that waits for a view to drop a slot
@@ -67,6 +69,10 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 		return 0, err
 	}
 	s, bad := plan.Resolve(ch.Spec)
+	if bad != nil {
+		return 0, ctl.markInvalid(ctx, ch, bad)
+	}
+	an, bad := plan.ResolveAnalysis(ch.Spec.Analysis)
 	if bad != nil {
 		return 0, ctl.markInvalid(ctx, ch, bad)
 	}
@@ -100,7 +106,9 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	if serverWaits(ch.Status, mine, target) {
 		gate = ctl.serverGateFor(ctx, name, snap)
 	}
-	p := fleetPass{s: s, generation: generation, retry: ctl.opts.Retry, now: now, listedSlots: slotHolders(ch), resolved: resolved, stale: stale, mine: mine, others: others,
+	behind := len(plan.Behind(*folded, mine, target)) > 0
+	judged := ctl.askAnalysis(ctx, fc, name, an, *folded, target, behind, now)
+	p := fleetPass{s: s, analysis: an, judged: judged, generation: generation, retry: ctl.opts.Retry, now: now, listedSlots: slotHolders(ch), resolved: resolved, stale: stale, mine: mine, others: others,
 		checks: ctl.checkBehind(ctx, fc, name, *folded, plan.Behind(*folded, mine, target), startable(s, *folded, mine, target, ctl.opts.Retry, now),
 			plan.FreeSlots(s, *folded), s.Concurrency, target),
 		serverElsewhere: gate.taken(), reports: reports, drained: drained,
@@ -126,6 +134,7 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 		fc.gaveBack[n] = true
 	}
 	ctl.fleetEvents(ch, r)
+	ctl.analysisEvents(ch, r.analysis)
 	ctl.heldBackEvent(ch, fc, gate)
 	if !r.relist {
 		ctl.downEvents(ch, fc, s, r.down, now)
@@ -142,6 +151,12 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	next := ctl.nextFleetSync(s, ch, now)
 	if rebootHeld {
 		next = min(next, heldRecheck)
+	}
+	if d := plan.AnalysisNext(an, ch.Status.Analysis, behind, now); d > 0 {
+		next = min(next, d)
+	}
+	if len(r.analysis.Joined) > 0 {
+		next = min(next, analysisJoinedRecheck) // the new wave is asked at once
 	}
 	if at := plan.NextDownTooLong(r.down, s.NodeReadyTimeout, now); !at.IsZero() {
 		next = min(next, time.Until(at)+time.Second) // CapacityHeld's reason turns NodeDownTooLong then

@@ -42,6 +42,10 @@ type fleetPass struct {
 	fenced []string
 	// avail is what the budget reads of the channel's nodes (availability.go).
 	avail []plan.Availability
+	// analysis is the channel's resolved spec.analysis (nil: none) and
+	// judged its evaluation for this pass (analysis.go).
+	analysis *plan.Analysis
+	judged   *plan.Judged
 }
 
 // apply updates c's status for this pass and says what changed.
@@ -71,6 +75,9 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 	// Permits before slots: a node that takes a slot in this pass stages
 	// under its permit first, so its slot's Job only activates.
 	r.staging = plan.GrantStaging(p.s, st, mine, target, p.now)
+	// The bake starts at this write, not at the pass's start (the checks
+	// before it may take a while).
+	r.analysis = plan.StepAnalysis(p.analysis, st, r.folded.Succeeded, target, p.judged, time.Now(), c.Generation)
 	switch {
 	case holders != p.listedSlots:
 		// A slot changed hands since the nodes were read (a conflict
@@ -78,6 +85,9 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 		// replica): the nodes read may show one that just finished at its
 		// old version. Claim after reading them again.
 		r.relist = true
+		recount(st, mine, target)
+	case r.analysis.Hold != "":
+		// The analysis failed, bakes a wave or cannot be evaluated: no slot.
 		recount(st, mine, target)
 	case len(p.fenced) > 0 || len(r.revoked) > 0:
 		// A slot taken away (now or earlier) may still be in its node's
@@ -125,6 +135,8 @@ type fleetResult struct {
 	// CapacityHeld condition changed.
 	down         []plan.Down
 	capacityHeld bool
+	// analysis is what the channel's analysis said in this pass.
+	analysis plan.AnalysisStep
 }
 
 // recover takes the stale slots away: a node gone before its reboot loses

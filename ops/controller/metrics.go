@@ -18,6 +18,7 @@ type metrics struct {
 	polls      *prometheus.CounterVec // by result
 	viewWrites prometheus.Counter     // Node writes of the nodes' channel views
 	fleet      *fleetMetrics          // the fleet view's own (fleet_metrics.go)
+	analysis   *analysisMetrics       // the channels' analyses (analysis.go)
 }
 
 func newMetrics() *metrics {
@@ -42,5 +43,6 @@ func newMetrics() *metrics {
 	m.registry.MustRegister(m.nodes, m.drain, m.failures, m.claimed, m.conflicts, m.polls, m.viewWrites,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.fleet = newFleetMetrics(m.registry)
+	m.analysis = newAnalysisMetrics(m.registry)
 	return m
 }

@@ -32,6 +32,13 @@ func TestUpdateChannelSchemaRefusesBadSpecs(t *testing.T) {
 		return &opsv1.Window{Days: days, Start: start, End: end, TimeZone: tz}
 	}
 	const gh = "github-releases://rancher/k3os"
+	q := func(name, cond string) opsv1.AnalysisQuery {
+		return opsv1.AnalysisQuery{Name: name, Query: "sum(rate(errors_total[2m]))", Condition: cond}
+	}
+	const prom = "http://prometheus.monitoring:9090"
+	an := func(url string, qs ...opsv1.AnalysisQuery) opsv1.UpdateChannelSpec {
+		return opsv1.UpdateChannelSpec{URL: gh, Analysis: &opsv1.AnalysisSpec{PrometheusURL: url, Queries: qs}}
+	}
 	cases := []struct {
 		name    string
 		spec    opsv1.UpdateChannelSpec
@@ -55,6 +62,20 @@ func TestUpdateChannelSchemaRefusesBadSpecs(t *testing.T) {
 		{"window end missing", opsv1.UpdateChannelSpec{URL: gh, Window: win(nil, "22:00", "", "")}, "spec.window.end"},
 		{"window day", opsv1.UpdateChannelSpec{URL: gh, Window: win([]string{"mon", "someday"}, "22:00", "04:00", "")}, "spec.window.days"},
 		{"unknown time zone", opsv1.UpdateChannelSpec{URL: gh, Window: win(nil, "22:00", "04:00", "Europe/Atlantis")}, "spec.window.timeZone"},
+
+		// spec.analysis: a condition that does not parse is refused with what to write.
+		{"analysis threshold", an(prom, q("errors", "< 0.05")), ""},
+		{"analysis operators", an(prom, q("a", "<=1"), q("b", ">= -2.5e3"), q("c", "== 0"), q("d", "!= 1"), q("e", "> .5"), q("f", "empty"), q("g", " Empty ")), ""},
+		{"analysis alerts only", opsv1.UpdateChannelSpec{URL: gh, Analysis: &opsv1.AnalysisSpec{PrometheusURL: "https://prom.example/prefix",
+			Alerts: &opsv1.AlertGate{FilterRegexp: "^(Watchdog|InfoInhibitor)$", FiringOnly: true}}}, ""},
+		{"analysis condition in words", an(prom, q("errors", "below 0.05")), `write "<op> <number>"`},
+		{"analysis condition without a number", an(prom, q("errors", "<")), `e.g. "< 0.05"`},
+		{"analysis url without scheme", an("prometheus:9090", q("errors", "< 1")), "spec.analysis.prometheusURL"},
+		{"analysis asks nothing", an(prom), "spec.analysis asks nothing"},
+		{"analysis name twice", an(prom, q("errors", "< 1"), q("errors", "< 2")), "a name of its own"},
+		{"analysis query without name", an(prom, q(" ", "< 1")), "queries[].name is empty"},
+		{"analysis bad noData", opsv1.UpdateChannelSpec{URL: gh, Analysis: &opsv1.AnalysisSpec{PrometheusURL: prom,
+			Queries: []opsv1.AnalysisQuery{{Name: "e", Query: "x", Condition: "< 1", NoData: "fail"}}}}, "noData"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -65,36 +65,16 @@ type Judgement struct {
 }
 
 // JudgeWave decides from the fleet's wave (the nodes finished since the
-// analysis last passed), its bake and the analysis's result r. Pure.
-//   - Fail with a wave to blame fails the wave; with none (no node of
-//     this rollout updated yet) the failure is not the release's: it holds.
-//   - Hold (cannot be evaluated, alerts) holds, never passes.
-//   - Pass while the wave bakes holds until the bake ends; a Pass at or
-//     after its end passes the wave.
+// analysis last passed), its bake and the analysis's result r
+// (analysis.JudgeWave). Pure.
 func JudgeWave(f Fleet, r analysis.Result, now time.Time) Judgement {
-	switch r.Verdict {
-	case analysis.Fail:
-		if len(f.Wave) > 0 {
-			return Judgement{FailWave: true, Hold: "analysis failed: " + r.Reason()}
-		}
-		return Judgement{Hold: "analysis fails before any node of this rollout was updated (no wave to blame, so not the release's): " + r.Reason()}
-	case analysis.Pass:
-		if now.Before(f.BakeUntil) {
-			return Judgement{Hold: fmt.Sprintf("baking %s until %s (--bake-time)", strings.Join(f.Wave, ", "), f.BakeUntil.Format(time.RFC3339))}
-		}
-		return Judgement{PassWave: len(f.Wave) > 0}
-	}
-	return Judgement{Hold: "analysis cannot be judged, holding: " + r.Reason()}
+	return Judgement(analysis.JudgeWave(f.Wave, f.BakeUntil, r, now, "--bake-time"))
 }
 
-// FreshAfter is the earliest evaluation time a judgement may use: one
-// within interval of now, and none made before the bake ended once it has.
+// FreshAfter is the earliest evaluation time a judgement may use
+// (analysis.FreshAfter).
 func FreshAfter(f Fleet, interval time.Duration, now time.Time) time.Time {
-	t := now.Add(-interval)
-	if !f.BakeUntil.IsZero() && !now.Before(f.BakeUntil) && f.BakeUntil.After(t) {
-		t = f.BakeUntil
-	}
-	return t
+	return analysis.FreshAfter(f.BakeUntil, interval, now)
 }
 
 // judge asks the analysis when it matters this turn (a wave to judge, or

@@ -47,6 +47,9 @@ func updateChannelValidation() ([]bound, []rule, error) {
 		"thu", "thursday", "fri", "friday", "sat", "saturday"}
 	clock := `^\\s*([01]?[0-9]|2[0-3]):[0-5][0-9]\\s*$`
 	spec, window := []string{"spec"}, []string{"spec", "window"}
+	analysis, query := []string{"spec", "analysis"}, []string{"spec", "analysis", "queries", "[]"}
+	// condition is what analysis.ParseCondition reads.
+	condition := `^\\s*((?i)empty|(<=|>=|==|!=|<|>)\\s*[-+]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][-+]?[0-9]+)?)\\s*$`
 	bounds := []bound{
 		{[]string{"spec", "url"}, 2048},
 		{[]string{"spec", "version"}, 128},
@@ -55,6 +58,13 @@ func updateChannelValidation() ([]bound, []rule, error) {
 		{[]string{"spec", "window", "start"}, 16},
 		{[]string{"spec", "window", "end"}, 16},
 		{[]string{"spec", "window", "timeZone"}, 64},
+		{[]string{"spec", "analysis", "prometheusURL"}, 2048},
+		{[]string{"spec", "analysis", "queries"}, 32},
+		{[]string{"spec", "analysis", "queries", "[]", "name"}, 63},
+		{[]string{"spec", "analysis", "queries", "[]", "query"}, 4096},
+		{[]string{"spec", "analysis", "queries", "[]", "condition"}, 64},
+		{[]string{"spec", "analysis", "queries", "[]", "noData"}, 8},
+		{[]string{"spec", "analysis", "alerts", "filterRegexp"}, 1024},
 	}
 	rules := []rule{
 		{spec, `self.url.trim() != ''`,
@@ -75,6 +85,20 @@ func updateChannelValidation() ([]bound, []rule, error) {
 			"spec.window.days must be days of the week: mon, tue, wed, thu, fri, sat, sun (or their full names)"},
 		{window, `!has(self.timeZone) || self.timeZone == '' || self.timeZone in ` + celList(zones),
 			"spec.window.timeZone must be an IANA time zone name such as Europe/Berlin (empty means UTC)"},
+		{analysis, `self.prometheusURL.matches('^(?i)https?://[^/?#]+')`,
+			"spec.analysis.prometheusURL: write the Prometheus address as http(s)://host:port"},
+		{analysis, `(has(self.queries) && size(self.queries) > 0) || has(self.alerts)`,
+			"spec.analysis asks nothing: list queries (name, query, condition) or set alerts: {}"},
+		{analysis, `!has(self.queries) || self.queries.all(q, self.queries.exists_one(r, r.name == q.name))`,
+			"spec.analysis.queries: each query needs a name of its own (it is reported when the query fails)"},
+		{query, `self.name.trim() != ''`,
+			"spec.analysis.queries[].name is empty: name the query (it is reported when it fails)"},
+		{query, `self.query.trim() != ''`,
+			"spec.analysis.queries[].query is empty: write a PromQL expression"},
+		{query, `self.condition.matches('` + condition + `')`,
+			"spec.analysis.queries[].condition: write \"<op> <number>\" with op one of < <= > >= == != (e.g. \"< 0.05\"), or \"empty\""},
+		{query, `!has(self.noData) || self.noData in ['hold', 'pass']`,
+			"spec.analysis.queries[].noData: write hold (the default) or pass"},
 	}
 	return bounds, rules, nil
 }

@@ -74,6 +74,11 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		runtime.TypeMeta{}.OpenAPIModelName():                                 schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
 		runtime.Unknown{}.OpenAPIModelName():                                  schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
 		version.Info{}.OpenAPIModelName():                                     schema_k8sio_apimachinery_pkg_version_Info(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AlertGate":           schema_ops_apis_opsslipwaydev_v1_AlertGate(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisFailure":     schema_ops_apis_opsslipwaydev_v1_AnalysisFailure(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisQuery":       schema_ops_apis_opsslipwaydev_v1_AnalysisQuery(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisSpec":        schema_ops_apis_opsslipwaydev_v1_AnalysisSpec(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisStatus":      schema_ops_apis_opsslipwaydev_v1_AnalysisStatus(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Components":          schema_ops_apis_opsslipwaydev_v1_Components(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.DrainSpec":           schema_ops_apis_opsslipwaydev_v1_DrainSpec(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure":             schema_ops_apis_opsslipwaydev_v1_Failure(ref),
@@ -2748,6 +2753,288 @@ func schema_k8sio_apimachinery_pkg_version_Info(ref common.ReferenceCallback) co
 	}
 }
 
+func schema_ops_apis_opsslipwaydev_v1_AlertGate(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AlertGate is kured's Prometheus gate, with the meaning of kured's flags.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"filterRegexp": {
+						SchemaProps: spec.SchemaProps{
+							Description: "FilterRegexp names alerts to ignore (kured's --alert-filter-regexp), e.g. ^(Watchdog|InfoInhibitor)$.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"filterMatchOnly": {
+						SchemaProps: spec.SchemaProps{
+							Description: "FilterMatchOnly inverts the filter: only alerts whose name matches it block (kured's --alert-filter-match-only).",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"firingOnly": {
+						SchemaProps: spec.SchemaProps{
+							Description: "FiringOnly: pending alerts do not block, only firing ones (kured's --alert-firing-only).",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_AnalysisFailure(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AnalysisFailure is a failed analysis: which query, its value, and the wave it failed after.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"query": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Query is the name of the query that failed.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"expr": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Expr is the expression asked ($nodes expanded).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"value": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Value is the offending value (or series).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason says what was seen.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"nodes": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Nodes are the nodes of the failed wave.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: "",
+										Type:    []string{"string"},
+										Format:  "",
+									},
+								},
+							},
+						},
+					},
+					"version": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Version is the version the wave runs.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"at": {
+						SchemaProps: spec.SchemaProps{
+							Description: "At is when the failure was seen.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"query", "reason", "nodes", "at"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_AnalysisQuery(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AnalysisQuery is one named PromQL query and what its result must be.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name names the query in the status, Events and metrics.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"query": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Query is the PromQL expression, asked as an instant query; $nodes stands for the nodes of the wave judged, as a regular expression (node=~\"$nodes\").",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"condition": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Condition is \"<op> <number>\" with op one of < <= > >= == !=, met by every series of the result (e.g. \"< 0.05\"), or \"empty\": the query must return no series.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"noData": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NoData says what a threshold query returning no series means: hold (no data is not a pass) or pass.",
+							Default:     "hold",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name", "query", "condition"},
+			},
+		},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_AnalysisSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AnalysisSpec is a channel's analysis: where to ask, what, and how long a finished wave bakes.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"prometheusURL": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PrometheusURL is the Prometheus (or any server speaking its HTTP query API) to ask: http(s)://host:port, with a path prefix when it serves under one.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"queries": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Queries are the named PromQL queries, each with its condition.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: map[string]interface{}{},
+										Ref:     ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisQuery"),
+									},
+								},
+							},
+						},
+					},
+					"alerts": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Alerts, when set, is kured's alert gate: every active alert of the Prometheus (its ALERTS series) holds the rollout, except those the filter ignores.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AlertGate"),
+						},
+					},
+					"bakeTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "BakeTime: after a node's upgrade finishes, no node gets a slot for this long; the analysis is asked during it and must pass at its end.",
+							Ref:         ref(v1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"interval": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Interval is how often the analysis is asked while it matters.",
+							Default:     "10s",
+							Ref:         ref(v1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"timeout": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Timeout bounds each query.",
+							Default:     "10s",
+							Ref:         ref(v1.Duration{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"prometheusURL"},
+			},
+		},
+		Dependencies: []string{
+			v1.Duration{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AlertGate", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisQuery"},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_AnalysisStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AnalysisStatus is what the analysis of a channel remembers.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"wave": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Wave is the nodes whose upgrade finished since the analysis last passed: the nodes its queries' $nodes stands for.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: "",
+										Type:    []string{"string"},
+										Format:  "",
+									},
+								},
+							},
+						},
+					},
+					"waveVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "WaveVersion is the version the wave runs.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"bakeUntil": {
+						SchemaProps: spec.SchemaProps{
+							Description: "BakeUntil is when the wave's bake ends.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"failed": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Failed is the failure that halted the rollout: no node gets a slot until the target version changes (or an admin removes it).",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisFailure"),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisFailure"},
+	}
+}
+
 func schema_ops_apis_opsslipwaydev_v1_Components(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -3452,12 +3739,18 @@ func schema_ops_apis_opsslipwaydev_v1_UpdateChannelSpec(ref common.ReferenceCall
 							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.PrestageSpec"),
 						},
 					},
+					"analysis": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Analysis judges the rollout by the workloads' metrics: before a slot is granted, and during a bake time after each node finishes, its PromQL queries and alert gate are asked; a failure halts the rollout (no new slot, the AnalysisFailed condition), and what cannot be evaluated holds it (docs/analysis.md).",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisSpec"),
+						},
+					},
 				},
 				Required: []string{"url"},
 			},
 		},
 		Dependencies: []string{
-			v1.Duration{}.OpenAPIModelName(), v1.LabelSelector{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Components", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.DrainSpec", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.PrestageSpec", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SecretKeyRef", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Window"},
+			v1.Duration{}.OpenAPIModelName(), v1.LabelSelector{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisSpec", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Components", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.DrainSpec", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.PrestageSpec", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SecretKeyRef", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Window"},
 	}
 }
 
@@ -3605,11 +3898,17 @@ func schema_ops_apis_opsslipwaydev_v1_UpdateChannelStatus(ref common.ReferenceCa
 							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease"),
 						},
 					},
+					"analysis": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Analysis is the state of spec.analysis: the wave it judges next and the failure that halted the rollout.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisStatus"),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.StagePermit"},
+			v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisStatus", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.StagePermit"},
 	}
 }
 

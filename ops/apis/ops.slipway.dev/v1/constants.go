@@ -14,6 +14,12 @@ const (
 	ConditionDegraded = "Degraded"
 	// ConditionInvalid is True when the spec cannot be acted on; the reason says why.
 	ConditionInvalid = "Invalid"
+	// ConditionAnalysisFailed is True while a failed analysis halts the
+	// rollout (status.analysis.failed names the query, its value and the wave).
+	ConditionAnalysisFailed = "AnalysisFailed"
+	// ConditionAnalysisHolding is True while the analysis holds new slots:
+	// a wave bakes, or it cannot be evaluated (the message says why).
+	ConditionAnalysisHolding = "AnalysisHolding"
 )
 
 // VersionLatest in spec.version means: follow the channel's newest release.

@@ -100,6 +100,78 @@ type UpdateChannelSpec struct {
 	// that a slot covers only the swap, the drain, the reboot and the return.
 	// +optional
 	Prestage *PrestageSpec `json:"prestage,omitempty"`
+	// Analysis judges the rollout by the workloads' metrics: before a slot
+	// is granted, and during a bake time after each node finishes, its
+	// PromQL queries and alert gate are asked; a failure halts the rollout
+	// (no new slot, the AnalysisFailed condition), and what cannot be
+	// evaluated holds it (docs/analysis.md).
+	// +optional
+	Analysis *AnalysisSpec `json:"analysis,omitempty"`
+}
+
+// AnalysisSpec is a channel's analysis: where to ask, what, and how long a
+// finished wave bakes.
+type AnalysisSpec struct {
+	// PrometheusURL is the Prometheus (or any server speaking its HTTP
+	// query API) to ask: http(s)://host:port, with a path prefix when it
+	// serves under one.
+	PrometheusURL string `json:"prometheusURL"`
+	// Queries are the named PromQL queries, each with its condition.
+	// +optional
+	// +listType=atomic
+	Queries []AnalysisQuery `json:"queries,omitempty"`
+	// Alerts, when set, is kured's alert gate: every active alert of the
+	// Prometheus (its ALERTS series) holds the rollout, except those the
+	// filter ignores.
+	// +optional
+	Alerts *AlertGate `json:"alerts,omitempty"`
+	// BakeTime: after a node's upgrade finishes, no node gets a slot for
+	// this long; the analysis is asked during it and must pass at its end.
+	// +optional
+	BakeTime *metav1.Duration `json:"bakeTime,omitempty"`
+	// Interval is how often the analysis is asked while it matters.
+	// +default="10s"
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+	// Timeout bounds each query.
+	// +default="10s"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// AnalysisQuery is one named PromQL query and what its result must be.
+type AnalysisQuery struct {
+	// Name names the query in the status, Events and metrics.
+	Name string `json:"name"`
+	// Query is the PromQL expression, asked as an instant query; $nodes
+	// stands for the nodes of the wave judged, as a regular expression
+	// (node=~"$nodes").
+	Query string `json:"query"`
+	// Condition is "<op> <number>" with op one of < <= > >= == !=, met by
+	// every series of the result (e.g. "< 0.05"), or "empty": the query
+	// must return no series.
+	Condition string `json:"condition"`
+	// NoData says what a threshold query returning no series means: hold
+	// (no data is not a pass) or pass.
+	// +default="hold"
+	// +optional
+	NoData string `json:"noData,omitempty"`
+}
+
+// AlertGate is kured's Prometheus gate, with the meaning of kured's flags.
+type AlertGate struct {
+	// FilterRegexp names alerts to ignore (kured's --alert-filter-regexp),
+	// e.g. ^(Watchdog|InfoInhibitor)$.
+	// +optional
+	FilterRegexp string `json:"filterRegexp,omitempty"`
+	// FilterMatchOnly inverts the filter: only alerts whose name matches
+	// it block (kured's --alert-filter-match-only).
+	// +optional
+	FilterMatchOnly bool `json:"filterMatchOnly,omitempty"`
+	// FiringOnly: pending alerts do not block, only firing ones (kured's
+	// --alert-firing-only).
+	// +optional
+	FiringOnly bool `json:"firingOnly,omitempty"`
 }
 
 // PrestageSpec is how the nodes stage a release ahead of their slot.
@@ -248,6 +320,52 @@ type UpdateChannelStatus struct {
 	// channels): the upgrade Jobs read its artifacts from its source.
 	// +optional
 	Resolved *ResolvedRelease `json:"resolved,omitempty"`
+	// Analysis is the state of spec.analysis: the wave it judges next and
+	// the failure that halted the rollout.
+	// +optional
+	Analysis *AnalysisStatus `json:"analysis,omitempty"`
+}
+
+// AnalysisStatus is what the analysis of a channel remembers.
+type AnalysisStatus struct {
+	// Wave is the nodes whose upgrade finished since the analysis last
+	// passed: the nodes its queries' $nodes stands for.
+	// +optional
+	// +listType=atomic
+	Wave []string `json:"wave,omitempty"`
+	// WaveVersion is the version the wave runs.
+	// +optional
+	WaveVersion string `json:"waveVersion,omitempty"`
+	// BakeUntil is when the wave's bake ends.
+	// +optional
+	BakeUntil *metav1.Time `json:"bakeUntil,omitempty"`
+	// Failed is the failure that halted the rollout: no node gets a slot
+	// until the target version changes (or an admin removes it).
+	// +optional
+	Failed *AnalysisFailure `json:"failed,omitempty"`
+}
+
+// AnalysisFailure is a failed analysis: which query, its value, and the
+// wave it failed after.
+type AnalysisFailure struct {
+	// Query is the name of the query that failed.
+	Query string `json:"query"`
+	// Expr is the expression asked ($nodes expanded).
+	// +optional
+	Expr string `json:"expr,omitempty"`
+	// Value is the offending value (or series).
+	// +optional
+	Value string `json:"value,omitempty"`
+	// Reason says what was seen.
+	Reason string `json:"reason"`
+	// Nodes are the nodes of the failed wave.
+	// +listType=atomic
+	Nodes []string `json:"nodes"`
+	// Version is the version the wave runs.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// At is when the failure was seen.
+	At metav1.Time `json:"at"`
 }
 
 // SkippedNode is a node the channel passes over, with why.
