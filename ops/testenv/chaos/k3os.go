@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,6 +19,7 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
+	"slipway.dev/slipway/ops/manifest"
 	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/ops/testenv/faults"
 	"slipway.dev/slipway/ops/testenv/hostcheck"
@@ -139,9 +138,16 @@ func (s *k3os) nodeCommand(h *harness) ([]string, []string, error) {
 	return []string{"/bin/sh", "-c", k3osNodeScript}, []string{"CHAOS_MIRROR=" + s.mirror, faults.HostFaultEnv}, nil
 }
 
+// setup applies the manifest's ServiceAccounts, RBAC and admission
+// policies, as `slipway ops manifest` renders them for this run (its image,
+// its upgrade command, the mirror and the release source the channel
+// reads); the controllers reach the API server with a token of the
+// controller's ServiceAccount and each agent as the agent's ServiceAccount
+// bound to its node (agentKubeconfig).
 func (s *k3os) setup(ctx context.Context, h *harness, kc kubernetes.Interface) error {
-	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: k3osNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace: %w", err)
+	objs := manifest.AccessObjects(k3osAccess(s.mirror, s.source.URL()))
+	if err := applyAccess(ctx, kc, objs); err != nil {
+		return err
 	}
 	for _, n := range h.nodes[:min(controlPlane, len(h.nodes))] {
 		patch := []byte(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":"true"}}}`)
@@ -149,12 +155,46 @@ func (s *k3os) setup(ctx context.Context, h *harness, kc kubernetes.Interface) e
 			return fmt.Errorf("label %s control-plane: %w", n, err)
 		}
 	}
+	agent := testenv.ServiceAccount(k3osNS, manifest.AgentName)
+	for _, n := range h.nodes {
+		if err := agentKubeconfig(h.kubeconfig("agent/"+n), agent, n); err != nil {
+			return err
+		}
+	}
 	for _, c := range controllers {
+		if err := tokenKubeconfig(ctx, kc, h.admin, k3osNS, manifest.ControllerName, h.kubeconfig(c), "https://"+h.proxies[c].Addr()); err != nil {
+			return err
+		}
 		if err := h.startProc(c, filepath.Join(h.o.Bin, "slipway"), "ops", "controller",
 			"--identity", strings.ReplaceAll(c, "/", "-"), "--namespace", k3osNS, "--kubeconfig", h.kubeconfig(c),
 			"--metrics-addr", "", "--lease-duration", "6s", "--resync", "10s", "--retry-backoff", "20s"); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// k3osAccess is the manifest as a k3os run installs it: the agents' Jobs
+// run the run's image and upgrade command and may read the local mirror
+// and download from the run's release source, nothing else.
+func k3osAccess(mirror, source string) manifest.Options {
+	return manifest.Options{Namespace: k3osNS, Image: "slipway:chaos", JobCommand: []string{"slipway"},
+		MirrorDirs: []string{mirror}, ReleaseSources: []string{source}}
+}
+
+// agentKubeconfig rewrites the admin kubeconfig at path (it reaches the
+// node's proxy) to act as id bound to node, as the agent's pod token on
+// that node does (its node-name claim is what the agent's admission
+// policies check). Impersonated rather than a TokenRequest bound to a pod:
+// a Reregister fault deletes the Node, and with it any pod a token could
+// be bound to, while the node's agent runs on.
+func agentKubeconfig(path string, id *testenv.Identity, node string) error {
+	cfg, err := testenv.KubeconfigAs(path, id, node)
+	if err != nil {
+		return fmt.Errorf("%s's agent kubeconfig: %w", node, err)
+	}
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("write %s's agent kubeconfig: %w", node, err)
 	}
 	return nil
 }

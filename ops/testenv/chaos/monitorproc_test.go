@@ -22,12 +22,17 @@ import (
 	"slipway.dev/slipway/ops/crds"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
 	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/testenv/hostcheck"
+	"slipway.dev/slipway/upgrade"
+	"slipway.dev/slipway/upgrade/layout"
 )
 
 // TestMonitorProcess runs `slipway-sim monitor` against a real API server:
 // within the rules it writes nothing; a third unavailable node in a channel
-// of concurrency 2 is written as one JSON line with the nodes' history, and
-// the process ends failing, with its checks and cost on stderr.
+// of concurrency 2 is written as one JSON line with the nodes' history; a
+// host under --hosts that booted two releases' folders is written as a
+// mixed-boot line; and the process ends failing, with its checks and cost
+// on stderr.
 func TestMonitorProcess(t *testing.T) {
 	needCluster(t)
 	t.Parallel()
@@ -57,8 +62,9 @@ func TestMonitorProcess(t *testing.T) {
 	node("a")
 	node("b")
 	out := filepath.Join(t.TempDir(), "violations.jsonl")
+	hosts := t.TempDir()
 	var stderr syncBuffer
-	cmd := exec.Command(filepath.Join(bin, "slipway-sim"), "monitor", "--kubeconfig", env.Kubeconfig, "--out", out, "--for", "5m")
+	cmd := exec.Command(filepath.Join(bin, "slipway-sim"), "monitor", "--kubeconfig", env.Kubeconfig, "--out", out, "--for", "5m", "--hosts", hosts)
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -81,6 +87,16 @@ func TestMonitorProcess(t *testing.T) {
 	if h, _ := line["history"].(map[string]any); h["Node//c"] == nil {
 		t.Fatalf("violation without node c's history: %v", line)
 	}
+	// A host that booted rootfs v2 with kernel v1.
+	plantMixedBoot(t, filepath.Join(hosts, "node-1"))
+	waitFor(t, "the mixed boot written", func() bool {
+		b, _ := os.ReadFile(out)
+		lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+		return len(lines) == 2 && json.Unmarshal(lines[1], &line) == nil
+	})
+	if line["invariant"] != hostcheck.InvMixedBoot || !strings.Contains(line["message"].(string), "node node-1 booted rootfs v2 kernel 5.15.0-v1") {
+		t.Fatalf("violation %v", line)
+	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	err = cmd.Wait()
 	var exit *exec.ExitError
@@ -88,8 +104,30 @@ func TestMonitorProcess(t *testing.T) {
 		t.Fatalf("monitor exit %v, want status 1 (a violation found); stderr:\n%s", err, stderr.String())
 	}
 	t.Log(stderr.String())
-	if !strings.Contains(stderr.String(), "1 violations") {
+	if !strings.Contains(stderr.String(), "2 violations") {
 		t.Fatalf("stderr lacks the summary:\n%s", stderr.String())
+	}
+}
+
+// plantMixedBoot makes dir a k3os host whose boots log holds a boot of
+// rootfs v2 with kernel v1 (each folder with its release's marker).
+func plantMixedBoot(t *testing.T, dir string) {
+	t.Helper()
+	l := layout.New(filepath.Join(dir, testenv.K3osSystemDir))
+	for c, v := range map[layout.Component][2]string{layout.Rootfs: {"v2", "v2"}, layout.Kernel: {"5.15.0-v1", "v1"}, layout.K3s: {"v1-k3s1", "v1"}} {
+		if err := os.MkdirAll(l.VersionDir(c, v[0]), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(upgrade.Marker{Release: v[1]})
+		if err := os.WriteFile(filepath.Join(l.VersionDir(c, v[0]), upgrade.MarkerFile), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.SetLink(c, layout.CurrentLink, v[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, testenv.BootsLog), []byte("1 rootfs=v2 kernel=5.15.0-v1 k3s=v1-k3s1\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -181,8 +181,12 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	// it costs (CPU, memory, API requests), and a second opinion.
 	lim := sys.limits()
 	monLog := filepath.Join(h.dir, "monitor.log")
-	monProc := newProc("monitor", monLog, filepath.Join(o.Bin, "slipway-sim"), "monitor", "--kubeconfig", h.env.Kubeconfig,
-		"--out", filepath.Join(h.dir, "monitor.jsonl"), "--max-in-flight", fmt.Sprint(lim.OperatorMaxConcurrent))
+	monArgs := []string{"monitor", "--kubeconfig", h.env.Kubeconfig,
+		"--out", filepath.Join(h.dir, "monitor.jsonl"), "--max-in-flight", fmt.Sprint(lim.OperatorMaxConcurrent)}
+	if _, ok := sys.(hostSystem); ok {
+		monArgs = append(monArgs, "--hosts", h.env.NodesRoot) // the hosts' files too: a second opinion on the system's own host checks
+	}
+	monProc := newProc("monitor", monLog, append([]string{filepath.Join(o.Bin, "slipway-sim")}, monArgs...)...)
 	if err := monProc.start(); err != nil {
 		return res, err
 	}

@@ -62,6 +62,14 @@ type Config struct {
 	// AuditLog, when set, is the API server's audit log (JSON lines of
 	// its write requests): read at every Tick for bounded-write-requests.
 	AuditLog string
+	// Hosts, when set, is the simulated nodes' root (<Hosts>/<node>, a
+	// testenv.Env's NodesRoot): the k3os hosts' files are checked too
+	// (hosts.go: mixed-boot, staged-without-slot) every HostsEvery
+	// (default 1s), staged-without-slot after HostsGrace (default
+	// hostcheck.DefaultGrace).
+	Hosts      string
+	HostsEvery time.Duration
+	HostsGrace time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -100,8 +108,9 @@ func (v Violation) String() string {
 
 // Monitor watches one API server and checks the invariants.
 type Monitor struct {
-	cfg  Config
-	keys updateoperator.Keys
+	cfg   Config
+	keys  updateoperator.Keys
+	hosts *hostChecks // nil: no Config.Hosts
 
 	mu       sync.Mutex
 	nodes    map[string]NodeObs
@@ -155,7 +164,7 @@ func New(cfg Config) (*Monitor, error) {
 	return &Monitor{cfg: cfg, keys: keys, nodes: map[string]NodeObs{}, boots: map[string]bootRecord{}, channels: map[string]ChannelObs{},
 		writes: map[string][]time.Time{}, history: map[string][]Version{}, open: map[string]bool{},
 		pods: map[string]PodObs{}, eds: map[string]EDSObs{}, covered: map[string]map[string]bool{},
-		audit: &auditTail{path: cfg.AuditLog}, requests: map[string][]time.Time{}}, nil
+		audit: &auditTail{path: cfg.AuditLog}, requests: map[string][]time.Time{}, hosts: newHostChecks(cfg)}, nil
 }
 
 // Run watches the API server of config until ctx ends. It returns once the
@@ -237,6 +246,7 @@ func (m *Monitor) Tick() {
 	if m.cfg.Apps != nil {
 		apps = m.cfg.Apps()
 	}
+	m.checkHosts(false)
 	var reqs []auditRequest
 	var auditErr error
 	if m.cfg.AuditLog != "" {
@@ -259,6 +269,7 @@ func (m *Monitor) Tick() {
 // (NoCordonOnceQuiet) and records what they find; a run calls it when it
 // has settled.
 func (m *Monitor) CheckQuiet() {
+	m.checkHosts(true)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.cfg.Now()

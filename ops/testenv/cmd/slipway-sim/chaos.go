@@ -30,7 +30,7 @@ func chaosCmd(ctx context.Context, args []string) error {
 	bin := fs.String("bin", "", "directory holding the built slipway and slipway-sim (required)")
 	tools := fs.String("tools", os.Getenv(testenv.EnvToolsDir), "directory of the control-plane binaries (default $SLIPWAY_TOOLS_DIR)")
 	schedule := fs.String("schedule", "", "run this schedule file (faults.Parse format) instead of drawing one from the seed")
-	named := fs.String("named", "", "run this named schedule (ops/testenv/chaos Schedules) instead of seeds")
+	named := fs.String("named", "", "run this named schedule (ops/testenv/chaos Schedules) instead of seeds, on its own system (--system is ignored)")
 	kinds := fs.String("kinds", "", "comma-separated kinds of faults to draw (default all: "+kindList()+")")
 	keep := fs.Bool("keep", false, "keep every run's directory (logs, violations.jsonl); failing runs' are always kept")
 	verbose := fs.Bool("v", false, "print each fault as it is applied and healed")
@@ -40,9 +40,9 @@ func chaosCmd(ctx context.Context, args []string) error {
 	if *bin == "" {
 		return fmt.Errorf("chaos: --bin is required (a directory with slipway and slipway-sim built, as scripts/chaos does)")
 	}
-	systems := []string{*system}
-	if *system == "all" {
-		systems = chaos.Systems
+	systems, namedOpts, err := chaosSystems(*system, *named)
+	if err != nil {
+		return err
 	}
 	var sched faults.Schedule
 	if *schedule != "" {
@@ -81,11 +81,8 @@ func chaosCmd(ctx context.Context, args []string) error {
 			if *schedule != "" {
 				o.Name = *schedule
 			}
-			if *named != "" {
-				n, err := chaos.NamedOptions(*named)
-				if err != nil {
-					return err
-				}
+			if namedOpts != nil {
+				n := *namedOpts
 				n.Bin, n.ToolsDir, n.Keep, n.Settle, n.Log = *bin, *tools, *keep, *settle, o.Log
 				o = n
 			}
@@ -111,8 +108,8 @@ func chaosCmd(ctx context.Context, args []string) error {
 			total.Checks += res.Checks
 			total.Violations = append(total.Violations, res.Violations...)
 		}
-		fmt.Printf("chaos %s: %d seeds (%d..%d) in %s, %d failed: faults %s, %.1f fault-minutes, %d invariant checks, %d violations\n",
-			sys, runs, *seed, *seed+int64(runs)-1, time.Since(start).Round(time.Second), bad, summary(total.Faults.Injected),
+		fmt.Printf("%s in %s, %d failed: faults %s, %.1f fault-minutes, %d invariant checks, %d violations\n",
+			runsHeader(sys, namedOpts, runs, *seed), time.Since(start).Round(time.Second), bad, summary(total.Faults.Injected),
 			total.Faults.FaultTime.Minutes(), total.Checks, len(total.Violations))
 		failed += bad
 	}
@@ -120,6 +117,35 @@ func chaosCmd(ctx context.Context, args []string) error {
 		return fmt.Errorf("chaos: %d runs failed (their replay commands are above)", failed)
 	}
 	return nil
+}
+
+// chaosSystems is what a chaos command runs: a named schedule on its own
+// system, whatever --system says (with its options); else the system
+// --system names, or every system for "all".
+func chaosSystems(system, named string) ([]string, *chaos.Options, error) {
+	if named != "" {
+		n, err := chaos.NamedOptions(named)
+		if err != nil {
+			return nil, nil, err
+		}
+		return []string{n.System}, &n, nil
+	}
+	if system == "all" {
+		return chaos.Systems, nil, nil
+	}
+	if !slices.Contains(chaos.Systems, system) {
+		return nil, nil, fmt.Errorf("chaos: --system: unknown system %q (known: %s, or all)", system, strings.Join(chaos.Systems, ", "))
+	}
+	return []string{system}, nil, nil
+}
+
+// runsHeader begins a system's summary line: its runs of a named schedule,
+// or its seeds from the first.
+func runsHeader(sys string, named *chaos.Options, runs int, seed int64) string {
+	if named != nil {
+		return fmt.Sprintf("chaos %s: %d runs of schedule %s", sys, runs, named.Name)
+	}
+	return fmt.Sprintf("chaos %s: %d seeds (%d..%d)", sys, runs, seed, seed+int64(runs)-1)
 }
 
 func kindList() string {

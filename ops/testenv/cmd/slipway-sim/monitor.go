@@ -37,6 +37,8 @@ func monitorCmd(ctx context.Context, args []string) error {
 	apps := fs.String("apps", "", "directory of swarm applications' report files (<dir>/<app>/report... : every file under it is one application)")
 	maxWrites := fs.Int("max-writes", 0, "most versions of one object per --window (default 20)")
 	window := fs.Duration("window", 0, "the window of --max-writes (default 1s)")
+	hosts := fs.String("hosts", "", "the simulated nodes' root (<dir>/<node>/...): check the k3os hosts' files too (mixed-boot, staged-without-slot)")
+	hostsGrace := fs.Duration("hosts-grace", 0, "how long a node without a slot may have another next boot than the one it runs (default 90s)")
 	runFor := fs.Duration("for", 0, "stop after this long (0: at SIGTERM or SIGINT)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -65,7 +67,8 @@ func monitorCmd(ctx context.Context, args []string) error {
 		defer f.Close()
 		w = f
 	}
-	mc := monitor.Config{OperatorPrefix: *prefix, Limits: monitor.Limits{OperatorMaxConcurrent: *maxInFlight, MaxWrites: *maxWrites, Window: *window}}
+	mc := monitor.Config{OperatorPrefix: *prefix, Limits: monitor.Limits{OperatorMaxConcurrent: *maxInFlight, MaxWrites: *maxWrites, Window: *window},
+		Hosts: *hosts, HostsGrace: *hostsGrace}
 	if *apps != "" {
 		dir := *apps
 		mc.Apps = func() appcheck.Sample {
@@ -126,8 +129,8 @@ func monitorCmd(ctx context.Context, args []string) error {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	fmt.Fprintf(os.Stderr, "slipway-sim monitor: %s: %d checks, %d violations, %d errors; %d API requests; cpu %s (%.2f%% of one core), max RSS %d MiB, Go heap %d MiB\n",
-		time.Since(start).Round(time.Second), m.Checks(), written, len(m.Errors()), requests.Load(), cpu.Round(time.Millisecond),
+	fmt.Fprintf(os.Stderr, "slipway-sim monitor: %s: %d checks, %d host checks, %d violations, %d errors; %d API requests; cpu %s (%.2f%% of one core), max RSS %d MiB, Go heap %d MiB\n",
+		time.Since(start).Round(time.Second), m.Checks(), m.HostChecks(), written, len(m.Errors()), requests.Load(), cpu.Round(time.Millisecond),
 		100*cpu.Seconds()/time.Since(start).Seconds(), ru.Maxrss/1024, ms.HeapAlloc>>20)
 	for _, e := range m.Errors() {
 		fmt.Fprintf(os.Stderr, "slipway-sim monitor: check not made: %v\n", e)
