@@ -92,6 +92,14 @@ func TestWorkerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
 	t.Parallel()
 	f, first, down, releaseFirst := grantedOne(t, false)
 	f.Fleet.SetReady(down, false) // after the grant, before the drain
+	// The drain's check reads the controller's view of the nodes, as the
+	// grant does: the Job finishes once the controller has seen the node
+	// down (a node going down within the watch's delay of a cordon is not
+	// seen by any reader; the servers' gate reads live).
+	f.WaitFor("the controller sees "+down+" down", time.Minute, func(ch *v1.UpdateChannel) bool {
+		c := meta.FindStatusCondition(ch.Status.Conditions, plan.ConditionCapacityHeld)
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, down)
+	})
 	releaseFirst(true)
 	eventSays(t, f.Fleet, "CapacityHeld", first, down, "drain")
 	f.Holds("the first keeps its slot while another is down", 5*time.Second, func(ch *v1.UpdateChannel) bool {

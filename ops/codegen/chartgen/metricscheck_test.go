@@ -38,6 +38,8 @@ var firstOnEvent = map[string]map[string]string{
 	"slipway-agent": {
 		"slipway_agent_upgrade_failures_total":                  "a failed upgrade step (agent) or a stale slot or failed drain (controller)",
 		"slipway_channel_node_cordoned_since_timestamp_seconds": "a node cordoned by slipway for a slot",
+		"slipway_channel_analysis_failed":                       "a channel's analysis failed for a wave (spec.analysis)",
+		"slipway_channel_analysis_holding":                      "a channel with an analysis (spec.analysis); the chart's default channel has none",
 	},
 	"slipway-update-operator": {
 		"slipway_update_operator_failures_total":                        "a failed node update",
