@@ -25,6 +25,7 @@ import (
 	swarmv1 "slipway.dev/slipway/ops/apis/swarm.slipway.dev/v1alpha1"
 	"slipway.dev/slipway/ops/swarm/appcheck"
 	"slipway.dev/slipway/ops/swarm/config"
+	"slipway.dev/slipway/ops/swarm/configmount"
 	"slipway.dev/slipway/ops/swarm/jobsfile"
 	"slipway.dev/slipway/ops/swarm/manifest"
 	"slipway.dev/slipway/ops/testenv"
@@ -246,7 +247,7 @@ func (f *fleet) start(ctx context.Context, name string, uid types.UID) (*proc, e
 	if err := os.MkdirAll(pr.mount, 0o755); err != nil {
 		return nil, err
 	}
-	if err := mountText(pr.mount, f.share(uid)); err != nil {
+	if err := configmount.Write(pr.mount, f.share(uid)); err != nil {
 		return nil, err
 	}
 	cfg, err := testenv.PodToken(ctx, env.Config, f.p.ns, name)
@@ -394,7 +395,7 @@ func (f *fleet) kubelet(ctx context.Context, pr *proc) {
 			continue // the node is cut off: its kubelet cannot sync the volume either
 		}
 		if text := f.share(pr.uid); text != last {
-			if err := mountText(pr.mount, text); err == nil {
+			if err := configmount.Write(pr.mount, text); err == nil {
 				last = text
 			}
 		}
@@ -521,32 +522,6 @@ func (f *fleet) release(ctx context.Context, name string, uid types.UID) {
 	if err != nil && ctx.Err() == nil {
 		f.t.Logf("release pod %s: %v", name, err)
 	}
-}
-
-// mountText writes text as config.yml the way the kubelet updates a
-// ConfigMap volume: a new timestamped directory, then the ..data symlink
-// swapped to it.
-func mountText(dir, text string) error {
-	ts, err := os.MkdirTemp(dir, "..ts-")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(ts, swarmv1.ConfigMapKey), []byte(text), 0o644); err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, "..data_tmp")
-	_ = os.Remove(tmp)
-	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-		return err
-	}
-	link := filepath.Join(dir, swarmv1.ConfigMapKey)
-	if _, err := os.Lstat(link); err != nil {
-		return os.Symlink(filepath.Join("..data", swarmv1.ConfigMapKey), link)
-	}
-	return nil
 }
 
 func writeKubeconfig(path, host, token string, ca []byte, caFile string) error {

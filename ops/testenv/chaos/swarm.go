@@ -25,6 +25,7 @@ import (
 	swarmversioned "slipway.dev/slipway/ops/generated/swarm/clientset/versioned"
 	"slipway.dev/slipway/ops/swarm/appcheck"
 	"slipway.dev/slipway/ops/swarm/config"
+	"slipway.dev/slipway/ops/swarm/configmount"
 	"slipway.dev/slipway/ops/swarm/manifest"
 	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/ops/testenv/faults"
@@ -277,7 +278,7 @@ func (s *swarmSystem) startPod(pod *corev1.Pod) (*workerPod, error) {
 	if err := os.MkdirAll(wp.mount, 0o755); err != nil {
 		return nil, err
 	}
-	if err := mountShare(wp.mount, pod.Annotations[config.ShareAnnotation]); err != nil {
+	if err := configmount.Write(wp.mount, pod.Annotations[config.ShareAnnotation]); err != nil {
 		return nil, err
 	}
 	px := s.h.proxies["worker/"+pod.Name]
@@ -364,7 +365,7 @@ func (s *swarmSystem) mountLoop(wp *workerPod) {
 		case <-time.After(lag):
 		}
 		if text := s.share(wp.uid); text != last {
-			if err := mountShare(wp.mount, text); err == nil {
+			if err := configmount.Write(wp.mount, text); err == nil {
 				last = text
 			}
 		}
@@ -375,31 +376,6 @@ func (s *swarmSystem) share(uid types.UID) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.shares[uid]
-}
-
-// mountShare writes text as the mount's config.yml the way the kubelet
-// updates a volume: a new directory, then the ..data symlink swapped to it.
-func mountShare(dir, text string) error {
-	ts, err := os.MkdirTemp(dir, "..ts-")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(ts, swarmv1.ConfigMapKey), []byte(text), 0o644); err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, "..data_tmp")
-	_ = os.Remove(tmp)
-	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-		return err
-	}
-	link := filepath.Join(dir, swarmv1.ConfigMapKey)
-	if _, err := os.Lstat(link); err != nil {
-		return os.Symlink(filepath.Join("..data", swarmv1.ConfigMapKey), link)
-	}
-	return nil
 }
 
 // apps is what every running application stand-in reports, at one instant.
