@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"slipway.dev/slipway/ops/testenv/tools"
 )
 
 // Environment variables the TestMain helper reads (when it runs, never at init).
@@ -16,7 +18,7 @@ const (
 	// EnvSkip, set to 1, makes RunMain start nothing; tests that Need the env skip.
 	EnvSkip = "SLIPWAY_SKIP_CLUSTER"
 	// EnvToolsDir names the directory of the control-plane binaries.
-	EnvToolsDir = "SLIPWAY_TOOLS_DIR"
+	EnvToolsDir = tools.EnvDir
 )
 
 // RunMain is a test package's TestMain body: it starts an Env with opts (tools

@@ -1,14 +1,11 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
+
+	"slipway.dev/slipway/ops/testenv/tools"
 )
 
 // Binaries the harness runs, all found in one tools directory.
@@ -43,58 +40,11 @@ func toolsDir(ctx context.Context, dir string, cluster, old bool) (string, error
 	if old {
 		dir, args = os.Getenv(EnvOldKubeToolsDir), []string{"--old-kube"}
 	}
-	if dir != "" {
-		return dir, checkTools(dir, need)
-	}
-	root, err := repoRoot()
-	if err != nil {
-		return "", fmt.Errorf("find the control-plane binaries: set SLIPWAY_TOOLS_DIR or run inside the checkout: %w", err)
-	}
-	script := filepath.Join(root, "scripts", "install-tools")
-	var out, errOut bytes.Buffer
-	cmd := exec.CommandContext(ctx, script, args...)
-	cmd.Dir = root
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s failed (run it by hand to see why): %w\n%s", script, err, lastLines(errOut.Bytes(), 20))
-	}
-	lines := strings.Fields(strings.TrimSpace(out.String()))
-	if len(lines) == 0 {
-		return "", fmt.Errorf("%s printed no directory", script)
-	}
-	dir = lines[len(lines)-1]
-	return dir, checkTools(dir, need)
-}
-
-// checkTools reports the binaries missing from dir.
-func checkTools(dir string, need []string) error {
-	var missing []string
-	for _, b := range need {
-		if st, err := os.Stat(filepath.Join(dir, b)); err != nil || st.Mode()&0o111 == 0 {
-			missing = append(missing, b)
+	if dir == "" {
+		var err error
+		if dir, err = tools.Install(ctx, args...); err != nil {
+			return "", fmt.Errorf("find the control-plane binaries: %w", err)
 		}
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("tools directory %s lacks %s: run scripts/install-tools and set SLIPWAY_TOOLS_DIR to the directory it prints", dir, strings.Join(missing, ", "))
-	}
-	return nil
-}
-
-// repoRoot walks up from the working directory to the directory holding
-// scripts/install-tools (go test runs in the package's directory).
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "scripts", "install-tools")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no scripts/install-tools in any parent directory")
-		}
-		dir = parent
-	}
+	return dir, tools.Check(dir, need...)
 }

@@ -22,6 +22,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"slipway.dev/slipway/ops/testenv/tools"
 )
 
 // Options configure a Server.
@@ -44,44 +46,11 @@ type Server struct {
 // Binary is the path of the prometheus binary: in $SLIPWAY_TOOLS_DIR, else
 // in the directory scripts/install-tools prints.
 func Binary() (string, error) {
-	dir := os.Getenv("SLIPWAY_TOOLS_DIR")
-	if dir == "" {
-		root, err := repoRoot()
-		if err != nil {
-			return "", fmt.Errorf("find prometheus: set SLIPWAY_TOOLS_DIR or run inside the checkout: %w", err)
-		}
-		out, err := exec.Command(filepath.Join(root, "scripts", "install-tools")).Output()
-		if err != nil {
-			return "", fmt.Errorf("scripts/install-tools: %w", err)
-		}
-		f := strings.Fields(string(out))
-		if len(f) == 0 {
-			return "", fmt.Errorf("scripts/install-tools printed no directory")
-		}
-		dir = f[len(f)-1]
-	}
-	p := filepath.Join(dir, "prometheus")
-	if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("%s missing: run scripts/install-tools (it builds the Prometheus server) and set SLIPWAY_TOOLS_DIR to the directory it prints", p)
+	p, err := tools.Binary(context.Background(), "prometheus")
+	if err != nil {
+		return "", fmt.Errorf("find prometheus (scripts/install-tools builds it): %w", err)
 	}
 	return p, nil
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "scripts", "install-tools")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no scripts/install-tools above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // Start runs Prometheus until the test ends, and waits until it is ready.

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/testenv/tools"
 )
 
 // Helm runs the pinned helm with args (its cache, config and data homes
@@ -33,23 +34,11 @@ import (
 // helm, fails t.
 func Helm(t testing.TB, args ...string) []byte {
 	t.Helper()
-	dir := os.Getenv(testenv.EnvToolsDir)
-	if dir == "" {
-		root, err := repoRoot()
-		if err != nil {
-			t.Fatalf("find scripts/install-tools (or set %s): %v", testenv.EnvToolsDir, err)
-		}
-		out, err := exec.Command(filepath.Join(root, "scripts", "install-tools")).Output()
-		if err != nil {
-			t.Fatalf("scripts/install-tools: %v", err)
-		}
-		fields := strings.Fields(string(out))
-		if len(fields) == 0 {
-			t.Fatal("scripts/install-tools printed no tools directory")
-		}
-		dir = fields[len(fields)-1]
+	helm, err := tools.Binary(context.Background(), "helm")
+	if err != nil {
+		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(dir, "helm"), args...)
+	cmd := exec.Command(helm, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
@@ -58,15 +47,6 @@ func Helm(t testing.TB, args ...string) []byte {
 		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
 	}
 	return out
-}
-
-// repoRoot is the module's root, where go.mod is.
-func repoRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if gomod := strings.TrimSpace(string(out)); err != nil || gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("no go.mod above the working directory (go env GOMOD: %q, %v)", gomod, err)
-	}
-	return filepath.Dir(strings.TrimSpace(string(out))), nil
 }
 
 // Process is a Deployment's container running on this host.
