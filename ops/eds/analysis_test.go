@@ -160,6 +160,13 @@ func TestCanaryAnalysisFailsABadRelease(t *testing.T) {
 	if n := testutil.ToFloat64(h.ctrl.metrics.analysisFailures.WithLabelValues(h.ns, "agent", "canary-error-rate")); n != 1 {
 		t.Errorf("slipway_eds_canary_analysis_failures_total = %v, want 1", n)
 	}
+	cl, out := h.kubectlEDS("")
+	if err := cl.CanaryAnalysis(context.Background(), "agent"); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.Contains(got, "Last failure:") || !strings.Contains(got, "canary-error-rate") || !strings.Contains(got, plan.ReasonAnalysisFailed) {
+		t.Errorf("kubectl-eds canary analysis does not show the failure:\n%s", got)
+	}
 }
 
 // The same release, healthy: the analysis passes and the canary is
@@ -219,6 +226,20 @@ func TestCanaryAnalysisThatCannotBeJudgedHolds(t *testing.T) {
 	})
 	if a := st.Canary.Analysis; a == nil || a.Verdict != "Hold" || !strings.Contains(a.Reason, "could not be evaluated") {
 		t.Errorf("status.canary.analysis %+v, want Hold with the reason", a)
+	}
+	cl, out := h.kubectlEDS("")
+	if err := cl.CanaryAnalysis(context.Background(), "agent"); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.Contains(got, "Verdict:") || !strings.Contains(got, "Hold") || !strings.Contains(got, "CannotJudge") || !strings.Contains(got, "could not be evaluated") {
+		t.Errorf("kubectl-eds canary analysis does not show the hold:\n%s", got)
+	}
+	wide, wout := h.kubectlEDS("wide")
+	if err := wide.Get(context.Background(), "agent"); err != nil {
+		t.Fatal(err)
+	}
+	if got := wout.String(); !strings.Contains(got, "ANALYSIS") || !strings.Contains(got, "Hold (canary-error-rate)") {
+		t.Errorf("kubectl-eds get -o wide does not show the analysis:\n%s", got)
 	}
 	time.Sleep(4 * time.Second) // past the canary's duration (2 s): still held
 	st = h.get("agent").Status
