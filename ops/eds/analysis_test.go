@@ -324,3 +324,33 @@ func TestCELRulesRefuseBadCanaryAnalyses(t *testing.T) {
 		}
 	}
 }
+
+// What the CRD cannot refuse (an alert filter that does not compile) or an
+// object stored before its rules is refused by validate, with what to write.
+func TestResolveCanaryAnalysis(t *testing.T) {
+	q := []v1.AnalysisQuery{{Name: "errors", Query: "sum(rate(errors_total[2m]))", Condition: "< 0.05"}}
+	d := func(s string) *metav1.Duration { v, _ := time.ParseDuration(s); return &metav1.Duration{Duration: v} }
+	for _, tc := range []struct {
+		name string
+		a    v1.CanaryAnalysis
+		want string // "" = accepted
+	}{
+		{"queries", v1.CanaryAnalysis{PrometheusURL: "http://prom:9090", Queries: q}, ""},
+		{"alerts only", v1.CanaryAnalysis{PrometheusURL: "https://prom/prefix", Alerts: &v1.AlertGate{FilterRegexp: "^Watchdog$"}}, ""},
+		{"a filter that does not compile", v1.CanaryAnalysis{PrometheusURL: "http://prom:9090", Alerts: &v1.AlertGate{FilterRegexp: "(("}}, "spec.strategy.canary.analysis.alerts.filterRegexp"},
+		{"no scheme", v1.CanaryAnalysis{PrometheusURL: "prom:9090", Queries: q}, "write the Prometheus address as http(s)://host:port"},
+		{"asks nothing", v1.CanaryAnalysis{PrometheusURL: "http://prom:9090"}, "asks nothing"},
+		{"a condition in words", v1.CanaryAnalysis{PrometheusURL: "http://prom:9090", Queries: []v1.AnalysisQuery{{Name: "e", Query: "x", Condition: "below 1"}}}, "spec.strategy.canary.analysis.queries"},
+		{"interval zero", v1.CanaryAnalysis{PrometheusURL: "http://prom:9090", Queries: q, Interval: d("0s")}, "interval is 0s: write a positive duration"},
+	} {
+		a, err := resolveCanaryAnalysis(&tc.a)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v, want accepted", tc.name, err)
+		case tc.want == "" && (a.interval != defaultAnalysisInterval || a.key == ""):
+			t.Errorf("%s: interval %s key %q, want the default and a key", tc.name, a.interval, a.key)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+}
