@@ -97,7 +97,12 @@ func (c *Controller) judgeAnalysis(ctx context.Context, r *round, p plan.CanaryP
 		(r.verdict.Action == plan.Validate && res.At.Before(plan.ValidationDue(p, s)))
 	if stale && !decided {
 		q, _ := analysis.NewClient(a.url) // checked by resolveCanaryAnalysis
-		out := analysis.Evaluate(ctx, q, a.spec, r.canaryNodes, c.opts.Now())
+		// The whole evaluation within half the sync's allowance: queries a
+		// hung Prometheus leaves unanswered past it hold (they are not
+		// evaluated), and the worker stays alive for /healthz.
+		ectx, cancel := context.WithTimeout(ctx, c.loopAllowance/2)
+		out := analysis.Evaluate(ectx, q, a.spec, r.canaryNodes, c.opts.Now())
+		cancel()
 		if ctx.Err() != nil {
 			return ctx.Err() // stopping: an evaluation cut short is no verdict
 		}

@@ -3,6 +3,9 @@ package eds
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -352,5 +355,63 @@ func TestResolveCanaryAnalysis(t *testing.T) {
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// A Prometheus that accepts and never answers, with a query timeout far
+// longer than a sync may take: the evaluation is cut at half the sync's
+// allowance, the canary holds with the reason, and /healthz stays 200.
+func TestCanaryAnalysisOfAHungPrometheusHoldsWithinTheSync(t *testing.T) {
+	t.Parallel()
+	h := newBareHarness(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	h.startControllerWith(Options{Config: env.Config}, func(c *Controller) { c.loopAllowance = 4 * time.Second })
+	for _, s := range []string{"a", "b"} {
+		h.addNode(s)
+	}
+	e := withAnalysis(withCanary(h.ownDaemon("agent", "agent:v1"), 2*time.Second), "http://"+l.Addr().String())
+	e.Spec.Strategy.Canary.Analysis.Timeout = &metav1.Duration{Duration: 10 * time.Minute}
+	h.create(e)
+	h.rolledOut("agent", "agent:v1", 2)
+	h.setImage("agent", "agent:v2")
+	var st v1.ExtendedDaemonSetStatus
+	// A deadline for a stuck test: the query's own timeout (10 minutes) would come far later.
+	h.eventually(90*time.Second, "the canary held by a hung Prometheus", func() (bool, string) {
+		st = h.get("agent").Status
+		return st.Reason == ReasonAnalysisHolding && st.Canary != nil && st.Canary.Analysis != nil, fmt.Sprintf("%+v", st)
+	})
+	if a := st.Canary.Analysis; a.Verdict != "Hold" || !strings.Contains(a.Reason, "context deadline exceeded") {
+		t.Errorf("status.canary.analysis %+v, want Hold cut at the sync's bound", a)
+	}
+	mux := http.NewServeMux()
+	h.ctrl.probe.Install(mux)
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	if rec.Code != http.StatusOK {
+		t.Errorf("/healthz %d (%s) while the analysis waits on a hung Prometheus", rec.Code, rec.Body.String())
 	}
 }
