@@ -45,7 +45,7 @@ demo-rollout: ## only the cluster act: 10 fake nodes, the manifest applied, `kub
 demo-update-operator: ## only the update operator's act: 6 fake nodes, the manifest applied, v2 published and rolled 2 at a time
 	@scripts/demo-update-operator
 
-demo-eds: ## only the ExtendedDaemonSet act: a canary validated with kubectl eds, then a crash-looping canary rolled back
+demo-eds: ## only the ExtendedDaemonSet act: a canary validated with kubectl eds, a crash-looping canary rolled back, a bad release stopped by its metrics (Prometheus)
 	@scripts/demo-eds
 
 demo-swarm: ## only the swarm act: `slipway swarm assign` examples, then a StatefulSet of workers scaled live

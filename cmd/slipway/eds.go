@@ -320,7 +320,7 @@ func edsUserCommands() []*cli.Command {
 			Action: named(func(c *cli.Context, cl *edscli.Client, n string) error {
 				return cl.Pods(c.Context, n, c.String("select"))
 			})},
-		{Name: "canary", Usage: "act on the running canary: validate, pause, unpause, fail, pods", Subcommands: []*cli.Command{
+		{Name: "canary", Usage: "act on the running canary: validate, pause, unpause, fail, pods, analysis", Subcommands: []*cli.Command{
 			{Name: "validate", Usage: "validate the canary: roll it out to every node", ArgsUsage: "NAME",
 				Action: named(func(c *cli.Context, cl *edscli.Client, n string) error { return cl.CanaryValidate(c.Context, n) })},
 			{Name: "pause", Usage: "pause the canary", ArgsUsage: "NAME",
@@ -336,6 +336,8 @@ func edsUserCommands() []*cli.Command {
 				Action: named(func(c *cli.Context, cl *edscli.Client, n string) error {
 					return cl.Pods(c.Context, n, edscli.SelectCanary)
 				})},
+			{Name: "analysis", Usage: "show the canary's analysis: its queries and the latest verdict (or what failed the last canary)", ArgsUsage: "NAME",
+				Action: named(func(c *cli.Context, cl *edscli.Client, n string) error { return cl.CanaryAnalysis(c.Context, n) })},
 		}},
 		{Name: "migrate-from-datadog", Aliases: []string{"migrate"}, ArgsUsage: "NAME",
 			Usage:  "hand DataDog's ExtendedDaemonSet NAME (datadoghq.com/v1alpha1), its pods and settings to slipway, restarting no pod",

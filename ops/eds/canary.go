@@ -47,7 +47,13 @@ func (c *Controller) runCanary(ctx context.Context, r *round) (done bool, err er
 		r.targets[node] = r.canary.Name
 	}
 	state := c.canaryState(r)
-	r.verdict = plan.CanaryVerdict(canaryPolicy(cs), state)
+	policy := canaryPolicy(cs)
+	r.verdict = plan.CanaryVerdict(policy, state)
+	if cs.Analysis != nil {
+		if err := c.judgeAnalysis(ctx, r, policy, state); err != nil {
+			return false, err
+		}
+	}
 	r.later(r.verdict.RecheckAfter)
 	switch r.verdict.Action {
 	case plan.Validate:
@@ -181,7 +187,12 @@ func (c *Controller) validateCanary(ctx context.Context, r *round) error {
 		return fmt.Errorf("record the validated canary %s: %w", r.canary.Name, err)
 	}
 	c.metrics.verdicts.WithLabelValues("validated").Inc()
-	c.recorder.Eventf(e, corev1.EventTypeNormal, EventCanaryValidated, "canary ERS %s validated (%s) on nodes %v; rolling it out", r.canary.Name, r.verdict.Reason, r.canaryNodes)
+	c.forgetAnalysis(r.canary.UID)
+	passed := ""
+	if r.analysis != nil && r.analysis.Verdict == "Pass" {
+		passed = ", its analysis passed"
+	}
+	c.recorder.Eventf(e, corev1.EventTypeNormal, EventCanaryValidated, "canary ERS %s validated (%s%s) on nodes %v; rolling it out", r.canary.Name, r.verdict.Reason, passed, r.canaryNodes)
 	return nil
 }
 
@@ -190,12 +201,17 @@ func (c *Controller) validateCanary(ctx context.Context, r *round) error {
 func (c *Controller) failCanary(ctx context.Context, r *round) error {
 	cp := r.canary.DeepCopy()
 	cp.Status.Status = v1.ReplicaSetStatusCanaryFailed
-	setCond(&cp.Status.Conditions, v1.ConditionCanaryFailed, true, r.verdict.Reason, "")
+	setCond(&cp.Status.Conditions, v1.ConditionCanaryFailed, true, r.verdict.Reason, r.failDetail)
 	meta.FindStatusCondition(cp.Status.Conditions, v1.ConditionCanaryFailed).ObservedGeneration = r.e.Generation
 	if err := c.updateERSStatus(ctx, r, r.canary, cp); err != nil {
 		return err
 	}
 	c.metrics.verdicts.WithLabelValues("failed").Inc()
+	if r.verdict.Reason == plan.ReasonAnalysisFailed && r.analysis != nil {
+		c.metrics.analysisFailures.WithLabelValues(r.e.Namespace, r.e.Name, r.analysis.Query).Inc()
+		c.recorder.Eventf(r.e, corev1.EventTypeWarning, EventCanaryAnalysisFailed, "%s", analysisEventMessage(r, r.analysis))
+	}
+	c.forgetAnalysis(r.canary.UID)
 	return c.finishFailure(ctx, r, r.verdict.Reason)
 }
 
@@ -210,7 +226,8 @@ func (c *Controller) finishFailure(ctx context.Context, r *round, reason string)
 	}
 	e := r.e.DeepCopy()
 	e.Status.State, e.Status.Reason, e.Status.Canary = v1.StateCanaryFailed, reason, nil
-	setCond(&e.Status.Conditions, v1.ConditionCanaryFailed, true, reason, failedMessage(r.canary.Name, r.canaryNodes))
+	setCond(&e.Status.Conditions, v1.ConditionCanaryFailed, true, reason, failedMessage(r.canary.Name, r.canaryNodes, r.failDetail))
+	setAnalysisCondition(&e.Status, e, &round{})
 	setCond(&e.Status.Conditions, v1.ConditionCanary, false, reason, "ERS "+r.canary.Name+": failed")
 	wrote, _, err := c.putEDSStatus(ctx, r.e, e.Status)
 	if err != nil {
@@ -218,18 +235,23 @@ func (c *Controller) finishFailure(ctx context.Context, r *round, reason string)
 	}
 	if wrote {
 		c.recorder.Eventf(e, corev1.EventTypeWarning, EventCanaryFailed, "%s (%s); restored the template of ERS %s",
-			failedMessage(r.canary.Name, r.canaryNodes), reason, r.active.Name)
+			failedMessage(r.canary.Name, r.canaryNodes, r.failDetail), reason, r.active.Name)
 	}
 	return nil
 }
 
 // failedMessage says which canary failed, and where when that is known (a
 // sync that finishes a failure recorded before may not know the nodes).
-func failedMessage(ers string, nodes []string) string {
-	if len(nodes) == 0 {
-		return "ERS " + ers + ": failed"
+// detail, when set, says what failed it (the analysis's query and value).
+func failedMessage(ers string, nodes []string, detail string) string {
+	m := "ERS " + ers + ": failed"
+	if len(nodes) > 0 {
+		m += " on nodes " + strings.Join(nodes, ", ")
 	}
-	return "ERS " + ers + ": failed on nodes " + strings.Join(nodes, ", ")
+	if detail != "" {
+		m += "; " + detail
+	}
+	return m
 }
 
 // endManualDecisions removes the manual canary annotations once their

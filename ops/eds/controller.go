@@ -56,6 +56,7 @@ type Controller struct {
 	failed     map[string]*failures            // "<ns>/<eds>/<node>" -> pods failed there in a row
 	oldGone    map[string]time.Time            // "<eds uid>/<daemonset>" -> when the old DaemonSet was found gone
 	oldDrained map[string]time.Time            // "<eds uid>/<daemonset>" -> when the old DaemonSet was found drained
+	analyses   map[types.UID]analysisMemo      // canary ERS -> its analysis's latest evaluation
 
 	undecodable decodeErrors // the group's cached objects that did not decode whole
 
@@ -111,7 +112,7 @@ func New(opts Options) (*Controller, error) {
 		cfg.UserAgent = "slipway-eds-controller/" + version.Version
 	}
 	opts.Config = &cfg
-	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}, written: map[string]any{}, writtenAt: map[string]time.Time{}, failed: map[string]*failures{}, oldGone: map[string]time.Time{}, oldDrained: map[string]time.Time{},
+	c := &Controller{opts: opts, log: opts.Log, metrics: newMetrics(), pending: map[string]map[string]time.Time{}, written: map[string]any{}, writtenAt: map[string]time.Time{}, failed: map[string]*failures{}, oldGone: map[string]time.Time{}, oldDrained: map[string]time.Time{}, analyses: map[types.UID]analysisMemo{},
 		probe: health.New(), loopAllowance: defaultLoopAllowance}
 	clients := opts.Config // the CRDs' install (before leading) uses opts.Config as is
 	if opts.LeaderElect {

@@ -18,4 +18,11 @@ const (
 	EventReconcileError  = "ReconcileError"
 	EventAdopted         = "Adopted"
 	EventMigrated        = "Migrated"
+	// EventCanaryAnalysisFailed (Warning) names the query of the canary's
+	// analysis that failed it, its value and the canary nodes.
+	EventCanaryAnalysisFailed = "CanaryAnalysisFailed"
 )
+
+// ReasonAnalysisHolding is status.reason of a running canary whose analysis
+// cannot be judged (status.canary.analysis says why).
+const ReasonAnalysisHolding = "AnalysisHolding"

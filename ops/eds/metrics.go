@@ -23,6 +23,13 @@ type metrics struct {
 	verdicts   *prometheus.CounterVec // canary outcomes
 	syncErrors prometheus.Counter
 	syncs      *prometheus.CounterVec // syncs by EDS
+	// analyses counts canary analysis evaluations by verdict;
+	// analysisFailures the canaries an analysis failed, by query;
+	// analysisHolding is 1 while an analysis that cannot be judged holds
+	// an ExtendedDaemonSet's canary.
+	analyses         *prometheus.CounterVec
+	analysisFailures *prometheus.CounterVec
+	analysisHolding  *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -42,8 +49,14 @@ func newMetrics() *metrics {
 			Help: "Syncs that failed and were retried."}),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_eds_syncs_total",
 			Help: "Syncs of an ExtendedDaemonSet (a Node change syncs only the ExtendedDaemonSets it concerns)."}, []string{"eds_namespace", "eds"}),
+		analyses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_eds_canary_analysis_evaluations_total",
+			Help: "Evaluations of canary analyses, by verdict (Pass, Fail, Hold)."}, []string{"verdict"}),
+		analysisFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slipway_eds_canary_analysis_failures_total",
+			Help: "Canaries failed by their analysis, by ExtendedDaemonSet and query."}, []string{"eds_namespace", "eds", "query"}),
+		analysisHolding: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "slipway_eds_canary_analysis_holding",
+			Help: "1 while the analysis of an ExtendedDaemonSet's canary cannot be judged and holds it."}, []string{"eds_namespace", "eds"}),
 	}
-	m.registry.MustRegister(m.pods, m.state, m.upToDate, m.actions, m.verdicts, m.syncErrors, m.syncs,
+	m.registry.MustRegister(m.pods, m.state, m.upToDate, m.actions, m.verdicts, m.syncErrors, m.syncs, m.analyses, m.analysisFailures, m.analysisHolding,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -68,6 +81,11 @@ func (m *metrics) observe(e *v1.ExtendedDaemonSet, byERS map[string]*counts) {
 		progress = float64(e.Status.UpToDate) / float64(e.Status.Desired)
 	}
 	m.upToDate.WithLabelValues(e.Namespace, e.Name).Set(progress)
+	holding := 0.0
+	if e.Status.Canary != nil && e.Status.Reason == ReasonAnalysisHolding {
+		holding = 1
+	}
+	m.analysisHolding.WithLabelValues(e.Namespace, e.Name).Set(holding)
 }
 
 // forget drops a deleted ExtendedDaemonSet's series.
@@ -77,4 +95,6 @@ func (m *metrics) forget(ns, name string) {
 	m.state.DeletePartialMatch(l)
 	m.upToDate.DeletePartialMatch(l)
 	m.syncs.DeletePartialMatch(l)
+	m.analysisHolding.DeletePartialMatch(l)
+	m.analysisFailures.DeletePartialMatch(l)
 }

@@ -54,10 +54,13 @@ func TestSettingInErrorAppliesNowhere(t *testing.T) {
 }
 
 func TestFailedMessage(t *testing.T) {
-	if got := failedMessage("agent-1", nil); got != "ERS agent-1: failed" {
+	if got := failedMessage("agent-1", nil, ""); got != "ERS agent-1: failed" {
 		t.Errorf("no nodes known: %q", got)
 	}
-	if got := failedMessage("agent-1", []string{"n1", "n2"}); got != "ERS agent-1: failed on nodes n1, n2" {
+	if got := failedMessage("agent-1", []string{"n1", "n2"}, ""); got != "ERS agent-1: failed on nodes n1, n2" {
 		t.Errorf("nodes known: %q", got)
+	}
+	if got := failedMessage("agent-1", []string{"n1"}, "analysis: query errors = 0.5"); got != "ERS agent-1: failed on nodes n1; analysis: query errors = 0.5" {
+		t.Errorf("with the analysis's detail: %q", got)
 	}
 }

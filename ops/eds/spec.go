@@ -155,6 +155,9 @@ func validate(e *v1.ExtendedDaemonSet) error {
 		if _, err := plan.Scaled(c.Replicas, 100, 1); err != nil {
 			return fmt.Errorf("spec.strategy.canary.replicas: %w", err)
 		}
+		if _, err := resolveCanaryAnalysis(c.Analysis); err != nil {
+			return err
+		}
 	}
 	_, err := rollingOf(&e.Spec.Strategy.RollingUpdate).limits(1, 0)
 	return err

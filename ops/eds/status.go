@@ -28,9 +28,10 @@ func (c *Controller) writeStatus(ctx context.Context, r *round) error {
 	st.ActiveReplicaSet = r.active.Name
 	st.Canary, st.Reason = nil, ""
 	if r.canary != nil {
-		st.Canary = &v1.ExtendedDaemonSetStatusCanary{ReplicaSet: r.canary.Name, Nodes: r.canaryNodes}
+		st.Canary = &v1.ExtendedDaemonSetStatusCanary{ReplicaSet: r.canary.Name, Nodes: r.canaryNodes, Analysis: r.analysis}
 		setCond(&st.Conditions, v1.ConditionCanaryFailed, false, "NewCanary", "")
 	}
+	setAnalysisCondition(st, e, r)
 	paused := r.verdict.Action == plan.Pause
 	setCond(&st.Conditions, v1.ConditionCanary, r.canary != nil, "Canary", canaryMessage(r))
 	setCond(&st.Conditions, v1.ConditionCanaryPaused, paused, nonEmpty(r.verdict.Reason, "NotPaused"), "")
@@ -56,6 +57,9 @@ func (c *Controller) writeStatus(ctx context.Context, r *round) error {
 		st.State, st.Reason = v1.StateCanaryPaused, r.verdict.Reason
 	case r.canary != nil:
 		st.State = v1.StateCanary
+		if r.analysisCannotJudge {
+			st.Reason = ReasonAnalysisHolding
+		}
 	case failed != "":
 		st.State, st.Reason = v1.StateCanaryFailed, why
 	default:

@@ -39,8 +39,15 @@ type round struct {
 	failure      error                  // what the rollout step could not do
 	recorded     bool                   // failure is in the status written
 	verdict      plan.Verdict
-	plan         plan.Plan
-	recheck      time.Duration
+	// The canary's analysis: its latest evaluation (nil: none named),
+	// why it holds the canary ("" when it does not) and whether that is
+	// because it could not be judged; failDetail names a failed query.
+	analysis            *v1.CanaryAnalysisStatus
+	analysisHold        string
+	analysisCannotJudge bool
+	failDetail          string
+	plan                plan.Plan
+	recheck             time.Duration
 }
 
 // sync reconciles one ExtendedDaemonSet and returns when to look again.

@@ -42,6 +42,7 @@ func edsCRDs() []crdSpec {
 		},
 		edit: func(root *apiextv1.JSONSchemaProps) {
 			canaryRules(root)
+			canaryAnalysisRules(root)
 			coreTypes(root, []string{"spec", "template"})
 		},
 	}, {
@@ -227,6 +228,9 @@ func durations(spec *apiextv1.JSONSchemaProps) {
 	strategy.Properties["rollingUpdate"] = rolling
 	canary := strategy.Properties["canary"]
 	set(&canary, "duration", "noRestartsDuration")
+	an := canary.Properties["analysis"]
+	set(&an, "interval", "timeout")
+	canary.Properties["analysis"] = an
 	for _, sub := range []struct{ name, field string }{{"autoPause", "maxSlowStartDuration"}, {"autoFail", "maxRestartsDuration"}, {"autoFail", "canaryTimeout"}} {
 		p := canary.Properties[sub.name]
 		set(&p, sub.field)
@@ -234,4 +238,47 @@ func durations(spec *apiextv1.JSONSchemaProps) {
 	}
 	strategy.Properties["canary"] = canary
 	spec.Properties["strategy"] = strategy
+}
+
+// canaryAnalysisRules refuses at apply the canary analyses the controller
+// could not evaluate as written, with the messages of an UpdateChannel's
+// spec.analysis (the same shape, the same ops/analysis rules): a condition
+// that does not parse, a query without a name or an expression, a name
+// used twice, a noData other than hold or pass, a prometheusURL that is
+// not http(s)://host, an analysis that asks nothing.
+func canaryAnalysisRules(root *apiextv1.JSONSchemaProps) {
+	at := []string{"spec", "strategy", "canary", "analysis"}
+	path := func(rest ...string) []string { return append(slices.Clone(at), rest...) }
+	query := path("queries", "[]")
+	const field = "spec.strategy.canary.analysis"
+	// condition is what analysis.ParseCondition reads.
+	condition := `^\\s*((?i)empty|(<=|>=|==|!=|<|>)\\s*[-+]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][-+]?[0-9]+)?)\\s*$`
+	bounds := []bound{
+		{path("prometheusURL"), 2048},
+		{path("queries"), 32},
+		{path("queries", "[]", "name"), 63},
+		{path("queries", "[]", "query"), 4096},
+		{path("queries", "[]", "condition"), 64},
+		{path("queries", "[]", "noData"), 8},
+		{path("alerts", "filterRegexp"), 1024},
+	}
+	rules := []rule{
+		{at, `self.prometheusURL.matches('^(?i)https?://[^/?#]+')`,
+			field + ".prometheusURL: write the Prometheus address as http(s)://host:port"},
+		{at, `(has(self.queries) && size(self.queries) > 0) || has(self.alerts)`,
+			field + " asks nothing: list queries (name, query, condition) or set alerts: {}"},
+		{at, `!has(self.queries) || self.queries.all(q, self.queries.exists_one(r, r.name == q.name))`,
+			field + ".queries: each query needs a name of its own (it is reported when the query fails)"},
+		{query, `self.name.trim() != ''`,
+			field + ".queries[].name is empty: name the query (it is reported when it fails)"},
+		{query, `self.query.trim() != ''`,
+			field + ".queries[].query is empty: write a PromQL expression"},
+		{query, `self.condition.matches('` + condition + `')`,
+			field + ".queries[].condition: write \"<op> <number>\" with op one of < <= > >= == != (e.g. \"< 0.05\"), or \"empty\""},
+		{query, `!has(self.noData) || self.noData in ['hold', 'pass']`,
+			field + ".queries[].noData: write hold (the default) or pass"},
+	}
+	if err := addValidation(root, bounds, rules); err != nil {
+		panic(fmt.Sprintf("crdgen: canary analysis: %v", err))
+	}
 }

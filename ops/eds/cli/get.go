@@ -135,7 +135,7 @@ func (c *Client) Get(ctx context.Context, name string) error {
 	header := []string{"NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "IGNORED UNRESPONSIVE NODES", "STATUS", "REASON", "ACTIVE RS", "CANARY RS", "AGE"}
 	wide := c.Output == "wide"
 	if wide {
-		header = append(header, "CANARY NODES", "NODE SELECTOR")
+		header = append(header, "CANARY NODES", "ANALYSIS", "NODE SELECTOR")
 	}
 	var rows [][]string
 	var nss, why []string
@@ -144,7 +144,7 @@ func (c *Client) Get(ctx context.Context, name string) error {
 		if l.problem != nil {
 			row := []string{e.Name, "-", "-", "-", "-", "-", "-", "Invalid", "Undecodable", "-", "-", age(e.CreationTimestamp)}
 			if wide {
-				row = append(row, "-", "-")
+				row = append(row, "-", "-", "-")
 			}
 			rows = append(rows, row)
 			nss = append(nss, e.Namespace)
@@ -160,7 +160,7 @@ func (c *Client) Get(ctx context.Context, name string) error {
 			fmt.Sprint(s.Available), fmt.Sprint(s.IgnoredUnresponsiveNodes), orNone(string(s.State)), orNone(s.Reason),
 			orNone(s.ActiveReplicaSet), orNone(canary), age(e.CreationTimestamp)}
 		if wide {
-			row = append(row, orNone(nodes), selectorString(e.Spec.Selector))
+			row = append(row, orNone(nodes), analysisColumn(&e), selectorString(e.Spec.Selector))
 		}
 		rows = append(rows, row)
 		nss = append(nss, e.Namespace)

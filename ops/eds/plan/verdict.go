@@ -14,6 +14,8 @@ const (
 	ReasonSlowStartTimeoutExceeded = "SlowStartTimeoutExceeded"
 	ReasonValidated                = "Validated"
 	ReasonManuallyValidated        = "ManuallyValidated"
+	// ReasonAnalysisFailed: a query of the canary's analysis failed.
+	ReasonAnalysisFailed = "AnalysisFailed"
 )
 
 // CanaryVerdict decides a canary's next step. Manual decisions come first
@@ -69,10 +71,7 @@ func CanaryVerdict(p CanaryPolicy, s CanaryState) Verdict {
 	if p.Manual {
 		return Verdict{Action: Continue, RecheckAfter: recheck}
 	}
-	end := s.Start.Add(p.Duration)
-	if q := last.Add(p.NoRestartsDuration); !last.IsZero() && q.After(end) {
-		end = q
-	}
+	end := validationDue(p, s.Start, last)
 	if !s.Now.Before(end) && allReady(s.Pods, s.Expected) {
 		return Verdict{Action: Validate, Reason: ReasonValidated}
 	}
@@ -80,6 +79,22 @@ func CanaryVerdict(p CanaryPolicy, s CanaryState) Verdict {
 		recheck = earliest(recheck, wait)
 	}
 	return Verdict{Action: Continue, RecheckAfter: recheck}
+}
+
+// ValidationDue is when an auto-mode canary can be validated by time:
+// duration after its start, and noRestartsDuration after its last
+// restart. An analysis must pass in an evaluation made at or after it.
+func ValidationDue(p CanaryPolicy, s CanaryState) time.Time {
+	_, _, last, _ := summarize(append(append([]Health(nil), s.Pods...), s.Past...))
+	return validationDue(p, s.Start, last)
+}
+
+func validationDue(p CanaryPolicy, start, lastRestart time.Time) time.Time {
+	end := start.Add(p.Duration)
+	if q := lastRestart.Add(p.NoRestartsDuration); !lastRestart.IsZero() && q.After(end) {
+		end = q
+	}
+	return end
 }
 
 // slowStart says whether a canary pod in ContainerCreating is bounded by

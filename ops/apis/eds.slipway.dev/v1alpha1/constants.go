@@ -107,4 +107,8 @@ const (
 	ConditionInvalid             = "Invalid"
 	ConditionPodRestarting       = "PodRestarting"
 	ConditionPodCannotStart      = "PodCannotStart"
+	// ConditionCanaryAnalysisHolding is True while the canary's analysis
+	// holds it: it could not be judged, or no evaluation has passed since
+	// the canary could be validated.
+	ConditionCanaryAnalysisHolding = "CanaryAnalysisHolding"
 )

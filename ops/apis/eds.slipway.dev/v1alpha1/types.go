@@ -127,6 +127,76 @@ type ExtendedDaemonSetSpecStrategyCanary struct {
 	// +default="auto"
 	// +optional
 	ValidationMode ValidationMode `json:"validationMode,omitempty"`
+	// Analysis judges the canary by its workloads' metrics: its PromQL
+	// queries (and alert gate) are asked every interval while the canary
+	// runs, $nodes standing for the canary nodes. A failure fails the
+	// canary as autoFail does (the active template restored); an analysis
+	// that cannot be evaluated holds it (never validated); in auto mode the
+	// canary is validated only by an evaluation that passes once duration
+	// and noRestartsDuration have passed (docs/eds/analysis.md).
+	// +optional
+	Analysis *CanaryAnalysis `json:"analysis,omitempty"`
+}
+
+// CanaryAnalysis is a canary's analysis: where to ask and what. The
+// canary's duration is its bake: the analysis is asked all along it and
+// must pass at its end.
+type CanaryAnalysis struct {
+	// PrometheusURL is the Prometheus (or any server speaking its HTTP
+	// query API) to ask: http(s)://host:port, with a path prefix when it
+	// serves under one.
+	PrometheusURL string `json:"prometheusURL"`
+	// Queries are the named PromQL queries, each with its condition.
+	// +optional
+	// +listType=atomic
+	Queries []AnalysisQuery `json:"queries,omitempty"`
+	// Alerts, when set, is kured's alert gate: every active alert of the
+	// Prometheus (its ALERTS series) holds the canary, except those the
+	// filter ignores.
+	// +optional
+	Alerts *AlertGate `json:"alerts,omitempty"`
+	// Interval is how often the analysis is asked while the canary runs.
+	// +default="10s"
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+	// Timeout bounds each query.
+	// +default="10s"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// AnalysisQuery is one named PromQL query and what its result must be.
+type AnalysisQuery struct {
+	// Name names the query in the status, Events and metrics.
+	Name string `json:"name"`
+	// Query is the PromQL expression, asked as an instant query; $nodes
+	// stands for the canary nodes, as a regular expression (node=~"$nodes").
+	Query string `json:"query"`
+	// Condition is "<op> <number>" with op one of < <= > >= == !=, met by
+	// every series of the result (e.g. "< 0.05"), or "empty": the query
+	// must return no series.
+	Condition string `json:"condition"`
+	// NoData says what a threshold query returning no series means: hold
+	// (no data is not a pass) or pass.
+	// +default="hold"
+	// +optional
+	NoData string `json:"noData,omitempty"`
+}
+
+// AlertGate is kured's Prometheus gate, with the meaning of kured's flags.
+type AlertGate struct {
+	// FilterRegexp names alerts to ignore (kured's --alert-filter-regexp),
+	// e.g. ^(Watchdog|InfoInhibitor)$.
+	// +optional
+	FilterRegexp string `json:"filterRegexp,omitempty"`
+	// FilterMatchOnly inverts the filter: only alerts whose name matches
+	// it block (kured's --alert-filter-match-only).
+	// +optional
+	FilterMatchOnly bool `json:"filterMatchOnly,omitempty"`
+	// FiringOnly: pending alerts do not block, only firing ones (kured's
+	// --alert-firing-only).
+	// +optional
+	FiringOnly bool `json:"firingOnly,omitempty"`
 }
 
 // ValidationMode says how a canary is validated.
@@ -240,4 +310,25 @@ type ExtendedDaemonSetStatusCanary struct {
 	// +optional
 	// +listType=atomic
 	Nodes []string `json:"nodes,omitempty"`
+	// Analysis is the latest verdict of spec.strategy.canary.analysis on
+	// this canary.
+	// +optional
+	Analysis *CanaryAnalysisStatus `json:"analysis,omitempty"`
+}
+
+// CanaryAnalysisStatus is the latest evaluation of a canary's analysis.
+type CanaryAnalysisStatus struct {
+	// Verdict is Pass, Fail or Hold (it could not be judged).
+	Verdict string `json:"verdict"`
+	// Query is the query that decided a verdict other than Pass.
+	// +optional
+	Query string `json:"query,omitempty"`
+	// Value is that query's offending value (or series).
+	// +optional
+	Value string `json:"value,omitempty"`
+	// Reason says what was seen, or why the canary waits.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// At is when the analysis was asked.
+	At metav1.Time `json:"at"`
 }

@@ -319,6 +319,10 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		runtime.Unknown{}.OpenAPIModelName():                                                                 schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
 		intstr.IntOrString{}.OpenAPIModelName():                                                              schema_apimachinery_pkg_util_intstr_IntOrString(ref),
 		version.Info{}.OpenAPIModelName():                                                                    schema_k8sio_apimachinery_pkg_version_Info(ref),
+		"slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.AlertGate":                                    schema_ops_apis_edsslipwaydev_v1alpha1_AlertGate(ref),
+		"slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.AnalysisQuery":                                schema_ops_apis_edsslipwaydev_v1alpha1_AnalysisQuery(ref),
+		"slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.CanaryAnalysis":                               schema_ops_apis_edsslipwaydev_v1alpha1_CanaryAnalysis(ref),
+		"slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.CanaryAnalysisStatus":                         schema_ops_apis_edsslipwaydev_v1alpha1_CanaryAnalysisStatus(ref),
 		"slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.CanaryPodRestarts":                            schema_ops_apis_edsslipwaydev_v1alpha1_CanaryPodRestarts(ref),
 		"slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.CrossVersionObjectReference":                  schema_ops_apis_edsslipwaydev_v1alpha1_CrossVersionObjectReference(ref),
 		"slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.ExtendedDaemonSet":                            schema_ops_apis_edsslipwaydev_v1alpha1_ExtendedDaemonSet(ref),
@@ -17119,6 +17123,200 @@ func schema_k8sio_apimachinery_pkg_version_Info(ref common.ReferenceCallback) co
 	}
 }
 
+func schema_ops_apis_edsslipwaydev_v1alpha1_AlertGate(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AlertGate is kured's Prometheus gate, with the meaning of kured's flags.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"filterRegexp": {
+						SchemaProps: spec.SchemaProps{
+							Description: "FilterRegexp names alerts to ignore (kured's --alert-filter-regexp), e.g. ^(Watchdog|InfoInhibitor)$.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"filterMatchOnly": {
+						SchemaProps: spec.SchemaProps{
+							Description: "FilterMatchOnly inverts the filter: only alerts whose name matches it block (kured's --alert-filter-match-only).",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"firingOnly": {
+						SchemaProps: spec.SchemaProps{
+							Description: "FiringOnly: pending alerts do not block, only firing ones (kured's --alert-firing-only).",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+func schema_ops_apis_edsslipwaydev_v1alpha1_AnalysisQuery(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AnalysisQuery is one named PromQL query and what its result must be.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name names the query in the status, Events and metrics.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"query": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Query is the PromQL expression, asked as an instant query; $nodes stands for the canary nodes, as a regular expression (node=~\"$nodes\").",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"condition": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Condition is \"<op> <number>\" with op one of < <= > >= == !=, met by every series of the result (e.g. \"< 0.05\"), or \"empty\": the query must return no series.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"noData": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NoData says what a threshold query returning no series means: hold (no data is not a pass) or pass.",
+							Default:     "hold",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name", "query", "condition"},
+			},
+		},
+	}
+}
+
+func schema_ops_apis_edsslipwaydev_v1alpha1_CanaryAnalysis(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CanaryAnalysis is a canary's analysis: where to ask and what. The canary's duration is its bake: the analysis is asked all along it and must pass at its end.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"prometheusURL": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PrometheusURL is the Prometheus (or any server speaking its HTTP query API) to ask: http(s)://host:port, with a path prefix when it serves under one.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"queries": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Queries are the named PromQL queries, each with its condition.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: map[string]interface{}{},
+										Ref:     ref("slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.AnalysisQuery"),
+									},
+								},
+							},
+						},
+					},
+					"alerts": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Alerts, when set, is kured's alert gate: every active alert of the Prometheus (its ALERTS series) holds the canary, except those the filter ignores.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.AlertGate"),
+						},
+					},
+					"interval": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Interval is how often the analysis is asked while the canary runs.",
+							Default:     "10s",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"timeout": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Timeout bounds each query.",
+							Default:     "10s",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"prometheusURL"},
+			},
+		},
+		Dependencies: []string{
+			metav1.Duration{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.AlertGate", "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.AnalysisQuery"},
+	}
+}
+
+func schema_ops_apis_edsslipwaydev_v1alpha1_CanaryAnalysisStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CanaryAnalysisStatus is the latest evaluation of a canary's analysis.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"verdict": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Verdict is Pass, Fail or Hold (it could not be judged).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"query": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Query is the query that decided a verdict other than Pass.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"value": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Value is that query's offending value (or series).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason says what was seen, or why the canary waits.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"at": {
+						SchemaProps: spec.SchemaProps{
+							Description: "At is when the analysis was asked.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"verdict", "at"},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_ops_apis_edsslipwaydev_v1alpha1_CanaryPodRestarts(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -17694,11 +17892,17 @@ func schema_ops_apis_edsslipwaydev_v1alpha1_ExtendedDaemonSetSpecStrategyCanary(
 							Format:      "",
 						},
 					},
+					"analysis": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Analysis judges the canary by its workloads' metrics: its PromQL queries (and alert gate) are asked every interval while the canary runs, $nodes standing for the canary nodes. A failure fails the canary as autoFail does (the active template restored); an analysis that cannot be evaluated holds it (never validated); in auto mode the canary is validated only by an evaluation that passes once duration and noRestartsDuration have passed (docs/eds/analysis.md).",
+							Ref:         ref("slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.CanaryAnalysis"),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			metav1.Duration{}.OpenAPIModelName(), metav1.LabelSelector{}.OpenAPIModelName(), intstr.IntOrString{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.ExtendedDaemonSetSpecStrategyCanaryAutoFail", "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.ExtendedDaemonSetSpecStrategyCanaryAutoPause"},
+			metav1.Duration{}.OpenAPIModelName(), metav1.LabelSelector{}.OpenAPIModelName(), intstr.IntOrString{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.CanaryAnalysis", "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.ExtendedDaemonSetSpecStrategyCanaryAutoFail", "slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.ExtendedDaemonSetSpecStrategyCanaryAutoPause"},
 	}
 }
 
@@ -17990,10 +18194,18 @@ func schema_ops_apis_edsslipwaydev_v1alpha1_ExtendedDaemonSetStatusCanary(ref co
 							},
 						},
 					},
+					"analysis": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Analysis is the latest verdict of spec.strategy.canary.analysis on this canary.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.CanaryAnalysisStatus"),
+						},
+					},
 				},
 				Required: []string{"replicaSet"},
 			},
 		},
+		Dependencies: []string{
+			"slipway.dev/slipway/ops/apis/eds.slipway.dev/v1alpha1.CanaryAnalysisStatus"},
 	}
 }
 
