@@ -111,6 +111,17 @@ var Schedules = map[string]Named{
 			{At: 8 * time.Second, Kind: faults.Pause, Target: "controller/b", For: 3 * time.Second},
 			{At: 40 * time.Second, Kind: faults.Drop, Target: "controller/a"},
 		}},
+	// node-1 comes back from its reboot on v2 and goes NotReady (for 75 s)
+	// before its agent says it is back, while the controllers are killed
+	// in turn: its update must fail past --state-timeout (30 s), with a
+	// reason, and free its slot (update-operator-notready-slot). Before
+	// its fix it held the slot, silently, until the node came back.
+	"uo-notready-after-update": {System: "update-operator", Nodes: 5, Variant: "notready-after-update",
+		Doc: "a node back on the new version that goes NotReady frees its slot within --state-timeout (update-operator-notready-slot)",
+		Schedule: faults.Schedule{
+			{At: 5 * time.Second, Kind: faults.Kill, Target: "controller/a"},
+			{At: 35 * time.Second, Kind: faults.Kill, Target: "controller/b"},
+		}},
 	// A worker stopped with SIGSTOP past its 6 s Lease: its jobs move to
 	// the others; its application must stop them first, by the jobs file's
 	// validity (swarm-no-double-holder). Resumed, it rejoins.

@@ -273,7 +273,7 @@ func (s *swarmSystem) release(pod *corev1.Pod) {
 func (s *swarmSystem) startPod(pod *corev1.Pod) (*workerPod, error) {
 	dir := filepath.Join(s.h.dir, "workers", pod.Name+"-"+string(pod.UID)[:8])
 	wp := &workerPod{name: pod.Name, uid: pod.UID, dir: dir, mount: filepath.Join(dir, "mount"), out: filepath.Join(dir, "jobs"),
-		ack: filepath.Join(dir, "jobs.ack"), report: filepath.Join(dir, "app-runs"), kubeconfig: filepath.Join(dir, "kubeconfig"),
+		ack: filepath.Join(dir, "jobs.ack"), report: filepath.Join(dir, swarmReportName), kubeconfig: filepath.Join(dir, "kubeconfig"),
 		logf: filepath.Join(dir, "worker.log")}
 	if err := os.MkdirAll(wp.mount, 0o755); err != nil {
 		return nil, err
@@ -378,6 +378,9 @@ func (s *swarmSystem) share(uid types.UID) string {
 	return s.shares[uid]
 }
 
+// swarmReportName is the name of each application stand-in's report file.
+const swarmReportName = "app-runs"
+
 // apps is what every running application stand-in reports, at one instant.
 func (s *swarmSystem) apps() appcheck.Sample {
 	s.mu.Lock()
@@ -394,6 +397,12 @@ func (s *swarmSystem) apps() appcheck.Sample {
 }
 
 func (s *swarmSystem) monitorConfig(cfg *monitor.Config) { cfg.Apps = s.apps }
+
+// appReports: every incarnation's application reports under
+// <run>/workers/<pod>-<uid>/app-runs (emptied when it stops).
+func (s *swarmSystem) appReports(h *harness) (string, string) {
+	return filepath.Join(h.dir, "workers"), swarmReportName
+}
 
 func (s *swarmSystem) faultsOver(mon *monitor.Monitor) {
 	mon.ExpectJobs(swarmJobs, time.Now().Add(swarmJobsWithin))

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,9 +11,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/ops/testenv/faults"
 	"slipway.dev/slipway/ops/testenv/monitor"
 	uo "slipway.dev/slipway/ops/updateoperator"
@@ -36,12 +39,35 @@ type updateOperator struct {
 	kc     kubernetes.Interface
 	keys   uo.Keys
 	// variant "release-fails": v2 fails to prepare on every host; the
-	// brake must hold it after uoHaltAfter nodes.
+	// brake must hold it after uoHaltAfter nodes. "notready-after-update":
+	// uoSickNode, back from its reboot on v2, goes NotReady for
+	// uoSickFor before its agent reports (it sleeps uoSickAgentDelay at
+	// boot): the update must end, its slot freed, within --state-timeout.
 	variant string
+	// cancel ends the variant's steps with the run.
+	cancel context.CancelFunc
+}
+
+// uoStateTimeout is the controllers' --state-timeout and --drain-timeout.
+const uoStateTimeout = 30 * time.Second
+
+// The notready-after-update variant's node, how long it stays down, and
+// how long its agent waits at each boot after the first (so that the node
+// is down before the agent says it is back).
+const (
+	uoSickNode       = "node-1"
+	uoSickFor        = 75 * time.Second
+	uoSickAgentDelay = "4"
+)
+
+func (s *updateOperator) stop() {
+	if s.cancel != nil {
+		s.cancel()
+	}
 }
 
 func runUpdateOperator(ctx context.Context, o Options) (Result, error) {
-	if o.Variant != "" && o.Variant != "release-fails" {
+	if o.Variant != "" && o.Variant != "release-fails" && o.Variant != "notready-after-update" {
 		return Result{}, fmt.Errorf("update-operator: unknown variant %q", o.Variant)
 	}
 	return runSystem(ctx, o, &updateOperator{nodes: o.Nodes, variant: o.Variant})
@@ -52,7 +78,7 @@ func (*updateOperator) spec(o Options, nodes []string) faults.Spec {
 }
 
 func (*updateOperator) limits() monitor.Limits {
-	return monitor.Limits{OperatorMaxConcurrent: uoMaxConcurrent, OperatorHaltAfter: uoHaltAfter}
+	return monitor.Limits{OperatorMaxConcurrent: uoMaxConcurrent, OperatorHaltAfter: uoHaltAfter, OperatorStateTimeout: uoStateTimeout}
 }
 
 func (s *updateOperator) nodeCommand(h *harness) ([]string, []string, error) {
@@ -80,8 +106,11 @@ func (s *updateOperator) nodeCommand(h *harness) ([]string, []string, error) {
 		return nil, nil, err
 	}
 	sh := func(n string) string { return "/bin/sh " + filepath.Join(s.shared, n) }
-	script := `mkdir -p "$SLIPWAY_NODE_DIR/run" && echo "$NODE_NAME-boot-$SLIPWAY_NODE_BOOT" > "$SLIPWAY_NODE_DIR/run/boot_id"; ` +
-		`exec slipway update-operator agent --platform command --kubeconfig "$CHAOS_KUBECONFIGS/agent-$NODE_NAME" ` +
+	script := `mkdir -p "$SLIPWAY_NODE_DIR/run" && echo "$NODE_NAME-boot-$SLIPWAY_NODE_BOOT" > "$SLIPWAY_NODE_DIR/run/boot_id"; `
+	if s.variant == "notready-after-update" {
+		script += `if [ "$NODE_NAME" = ` + uoSickNode + ` ] && [ "$SLIPWAY_NODE_BOOT" -gt 1 ]; then sleep ` + uoSickAgentDelay + `; fi; `
+	}
+	script += `exec slipway update-operator agent --platform command --kubeconfig "$CHAOS_KUBECONFIGS/agent-$NODE_NAME" ` +
 		fmt.Sprintf(`--check-command %q --prepare-command %q --apply-command %q --reboot-command %q --version-command %q `,
 			sh("check.sh"), sh("prepare.sh"), sh("apply.sh"), sh("reboot.sh"), sh("version.sh")) +
 		`--check-interval 2s --health-addr "" --boot-id-file "$SLIPWAY_NODE_DIR/run/boot_id"`
@@ -107,7 +136,7 @@ func (s *updateOperator) setup(ctx context.Context, h *harness, kc kubernetes.In
 		if err := h.startProc(c, filepath.Join(h.o.Bin, "slipway"), "update-operator", "controller", "--kubeconfig", h.kubeconfig(c),
 			"--namespace", uo.DefaultNamespace, "--lease", uo.LeaseName, "--lease-duration", "6s", "--metrics-addr", "", "--health-addr", "",
 			"--os-image-pattern", "-", "--pause-between", "0s", "--max-concurrent", fmt.Sprint(uoMaxConcurrent), "--halt-after", fmt.Sprint(uoHaltAfter),
-			"--state-timeout", "30s", "--drain-timeout", "30s", "--failure-backoff", "1s", "--failure-backoff-max", "4s"); err != nil {
+			"--state-timeout", uoStateTimeout.String(), "--drain-timeout", uoStateTimeout.String(), "--failure-backoff", "1s", "--failure-backoff-max", "4s"); err != nil {
 			return err
 		}
 	}
@@ -126,7 +155,49 @@ func (s *updateOperator) start(ctx context.Context, h *harness) error {
 	if err := s.waitNodes(ctx, 3*time.Minute, func(n *corev1.Node) bool { return s.at(n, "v1") }); err != nil {
 		return fmt.Errorf("every agent to report v1: %w", err)
 	}
-	return os.WriteFile(filepath.Join(s.shared, "release"), []byte("v2\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(s.shared, "release"), []byte("v2\n"), 0o644); err != nil {
+		return err
+	}
+	if s.variant == "notready-after-update" {
+		vctx, cancel := context.WithCancel(ctx)
+		s.cancel = cancel
+		go s.sickAfterReboot(vctx, h)
+	}
+	return nil
+}
+
+// sickAfterReboot takes uoSickNode down as soon as it is back from its
+// first reboot (its command started again), before its agent reports the
+// update done, and brings it back uoSickFor later.
+func (s *updateOperator) sickAfterReboot(ctx context.Context, h *harness) {
+	for h.env.Supervisor.Boots(uoSickNode) < 2 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	down := func(ctx context.Context, v any) error {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{testenv.DownAnnotation: v}}})
+		_, err := s.kc.CoreV1().Nodes().Patch(ctx, uoSickNode, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	}
+	if err := down(ctx, "true"); err != nil {
+		h.logf("variant: take %s down: %v", uoSickNode, err)
+		return
+	}
+	h.logf("variant: %s back from its reboot, taken NotReady for %s", uoSickNode, uoSickFor)
+	select {
+	case <-ctx.Done():
+	case <-time.After(uoSickFor):
+	}
+	uctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := down(uctx, nil); err != nil {
+		h.logf("variant: bring %s back: %v", uoSickNode, err)
+		return
+	}
+	h.logf("variant: %s Ready again", uoSickNode)
 }
 
 // at: the node runs v, is stable and holds no cordon.

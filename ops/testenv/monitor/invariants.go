@@ -58,6 +58,10 @@ type NodeObs struct {
 	// InFlight: the update operator counts the node against max-concurrent
 	// (updateoperator.InFlight over its annotations).
 	InFlight bool
+	// NotReadySince is when the monitor saw the node go NotReady (zero
+	// while Ready); WantedSince when it saw the update operator's current
+	// action-wanted first.
+	NotReadySince, WantedSince time.Time
 }
 
 // SlipwayCordoned reports a cordon slipway holds: unschedulable, and
@@ -216,6 +220,12 @@ type Limits struct {
 	// NodeGrace is how long a node must have been Ready again before
 	// eds-max-unavailable counts its pod (default 20s).
 	NodeGrace time.Duration
+	// OperatorStateTimeout is the update operator's --state-timeout (the
+	// longer of it and --drain-timeout); 0: update-operator-notready-slot
+	// is not checked. SlotGrace is how long past it the rule waits
+	// (default 15s).
+	OperatorStateTimeout time.Duration
+	SlotGrace            time.Duration
 }
 
 func (l Limits) withDefaults() Limits {
@@ -236,6 +246,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.NodeGrace <= 0 {
 		l.NodeGrace = defaultNodeGrace
+	}
+	if l.SlotGrace <= 0 {
+		l.SlotGrace = defaultSlotGrace
 	}
 	return l
 }
@@ -262,6 +275,7 @@ var Invariants = []Invariant{
 	{InvWriteRequests, WriteRequests},
 	{InvOperatorBrake, OperatorBrake},
 	{InvFallbackFailure, FallbackIsFailure},
+	{InvOperatorNotReadySlot, OperatorNotReadySlot},
 }
 
 func nodeKey(name string) string { return "Node//" + name }

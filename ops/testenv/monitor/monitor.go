@@ -364,6 +364,16 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		} else if ok && n.Ready {
 			n.ReadySince = now
 		}
+		if prev, ok := m.nodes[x.Name]; ok && !prev.Ready && !n.Ready && !prev.NotReadySince.IsZero() {
+			n.NotReadySince = prev.NotReadySince
+		} else if !n.Ready {
+			n.NotReadySince = now
+		}
+		if prev, ok := m.nodes[x.Name]; ok && prev.Operator.Wanted == n.Operator.Wanted {
+			n.WantedSince = prev.WantedSince
+		} else {
+			n.WantedSince = now
+		}
 		if n.BootID != "" { // a version of no known boot (just registered) says nothing of one
 			rec := m.boots[x.Name]
 			if rec.ID != "" && rec.ID != n.BootID {
