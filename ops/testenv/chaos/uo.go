@@ -10,9 +10,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/testenv"
@@ -117,10 +119,11 @@ func (s *updateOperator) nodeCommand(h *harness) ([]string, []string, error) {
 	return []string{"/bin/sh", "-c", script}, nil, nil
 }
 
-// setup applies the manifest's RBAC and admission policies and starts the
-// controllers with its ServiceAccount's token. The agents keep the admin
-// kubeconfig: the manifest's agent token is bound to a pod on its node,
-// which a Reregister fault deletes with the Node (its token dies with it).
+// setup applies the manifest's RBAC and admission policies, starts the
+// controllers with its controller ServiceAccount's token, and has each
+// agent act as the agent ServiceAccount bound to its node (agentKubeconfig,
+// as the k3os agents do): the node-name claim the agent policy checks, so
+// a run proves the agents confined to their own Node's keys too.
 func (s *updateOperator) setup(ctx context.Context, h *harness, kc kubernetes.Interface) error {
 	objs, err := uo.ManifestObjects(uo.ManifestOptions{Platform: "command", OSImagePattern: "-", Image: "slipway:chaos"})
 	if err != nil {
@@ -128,6 +131,12 @@ func (s *updateOperator) setup(ctx context.Context, h *harness, kc kubernetes.In
 	}
 	if err := applyAccess(ctx, kc, objs); err != nil {
 		return err
+	}
+	agent := testenv.ServiceAccount(uo.DefaultNamespace, uo.AgentName)
+	for _, n := range h.nodes {
+		if err := agentKubeconfig(h.kubeconfig("agent/"+n), agent, n); err != nil {
+			return err
+		}
 	}
 	for _, c := range controllers {
 		if err := tokenKubeconfig(ctx, kc, h.admin, uo.DefaultNamespace, uo.ControllerName, h.kubeconfig(c), "https://"+h.proxies[c].Addr()); err != nil {
@@ -154,6 +163,9 @@ func (s *updateOperator) start(ctx context.Context, h *harness) error {
 	}
 	if err := s.waitNodes(ctx, 3*time.Minute, func(n *corev1.Node) bool { return s.at(n, "v1") }); err != nil {
 		return fmt.Errorf("every agent to report v1: %w", err)
+	}
+	if err := s.confined(ctx, h); err != nil {
+		return err
 	}
 	if err := os.WriteFile(filepath.Join(s.shared, "release"), []byte("v2\n"), 0o644); err != nil {
 		return err
@@ -267,4 +279,37 @@ func (s *updateOperator) braked(ctx context.Context, h *harness) (bool, string) 
 		out += "; not at rest on v1: " + strings.Join(behind, "; ")
 	}
 	return ok && failed >= uoHaltAfter, out
+}
+
+// confined checks, with the first agent's own credentials, that the API
+// server holds it to its own Node's agent keys: its report on another
+// node, and the controller's intent on its own, are refused (dry runs:
+// admission runs, nothing is written).
+func (s *updateOperator) confined(ctx context.Context, h *harness) error {
+	if len(h.nodes) < 2 {
+		return nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", h.kubeconfig("agent/"+h.nodes[0]))
+	if err != nil {
+		return fmt.Errorf("the agent's kubeconfig: %w", err)
+	}
+	ac, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for _, w := range []struct{ node, key, what string }{
+		{h.nodes[1], s.keys.Key(uo.KeyCurrentVersion), "its report on another node"},
+		{h.nodes[0], s.keys.Wanted(), "the controller's intent on its own node"},
+	} {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{w.key: "v9"}}})
+		_, err := ac.CoreV1().Nodes().Patch(ctx, w.node, types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			return fmt.Errorf("agent %s may write %s (%s on %s): its identity is not confined", h.nodes[0], w.what, w.key, w.node)
+		}
+		if !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
+			return fmt.Errorf("agent %s writing %s: %w", h.nodes[0], w.what, err)
+		}
+	}
+	h.logf("agent %s refused %s's keys and the controller's intent (least privilege holds)", h.nodes[0], h.nodes[1])
+	return nil
 }
