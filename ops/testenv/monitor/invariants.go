@@ -193,6 +193,13 @@ type State struct {
 	ReleaseFailures []ReleaseFailure
 	ReleaseStarts   []ReleaseStart
 	ReleaseFinishes []ReleaseFinish
+	// SlotGrants are the UpdateChannel slots granted since the last check;
+	// GateStarts the update operator's starts not judged yet by
+	// analysis-gate; Fleet the versions of its fleet state seen, oldest
+	// first.
+	SlotGrants []SlotGrant
+	GateStarts []ReleaseStart
+	Fleet      []FleetObs
 }
 
 // Limits are the bounds the invariants check that the API server does not
@@ -226,6 +233,9 @@ type Limits struct {
 	// (default 15s).
 	OperatorStateTimeout time.Duration
 	SlotGrace            time.Duration
+	// GateGrace is how long after an update operator's start analysis-gate
+	// waits for a fleet state that lifted its hold (default 2s).
+	GateGrace time.Duration
 }
 
 func (l Limits) withDefaults() Limits {
@@ -249,6 +259,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.SlotGrace <= 0 {
 		l.SlotGrace = defaultSlotGrace
+	}
+	if l.GateGrace <= 0 {
+		l.GateGrace = defaultGateGrace
 	}
 	return l
 }
@@ -276,6 +289,7 @@ var Invariants = []Invariant{
 	{InvOperatorBrake, OperatorBrake},
 	{InvFallbackFailure, FallbackIsFailure},
 	{InvOperatorNotReadySlot, OperatorNotReadySlot},
+	{InvAnalysisGate, AnalysisGate},
 }
 
 func nodeKey(name string) string { return "Node//" + name }
