@@ -46,9 +46,17 @@ type updateOperator struct {
 	// uoSickFor before its agent reports (it sleeps uoSickAgentDelay at
 	// boot): the update must end, its slot freed, within --state-timeout.
 	variant string
+	// "analysis": the controllers ask a stand-in Prometheus (prom) before
+	// each start and during a 3 s bake after each node; it is down for
+	// uoAnalysisDown from the first wave on, so the wave cannot be passed
+	// and no node may start meanwhile (analysis-gate).
+	prom *standInPrometheus
 	// cancel ends the variant's steps with the run.
 	cancel context.CancelFunc
 }
+
+// uoAnalysisDown is how long the analysis variant's Prometheus is down.
+const uoAnalysisDown = 15 * time.Second
 
 // uoStateTimeout is the controllers' --state-timeout and --drain-timeout.
 const uoStateTimeout = 30 * time.Second
@@ -66,10 +74,13 @@ func (s *updateOperator) stop() {
 	if s.cancel != nil {
 		s.cancel()
 	}
+	if s.prom != nil {
+		s.prom.close()
+	}
 }
 
 func runUpdateOperator(ctx context.Context, o Options) (Result, error) {
-	if o.Variant != "" && o.Variant != "release-fails" && o.Variant != "notready-after-update" {
+	if o.Variant != "" && o.Variant != "release-fails" && o.Variant != "notready-after-update" && o.Variant != "analysis" {
 		return Result{}, fmt.Errorf("update-operator: unknown variant %q", o.Variant)
 	}
 	return runSystem(ctx, o, &updateOperator{nodes: o.Nodes, variant: o.Variant})
@@ -138,14 +149,26 @@ func (s *updateOperator) setup(ctx context.Context, h *harness, kc kubernetes.In
 			return err
 		}
 	}
+	var extra []string
+	if s.variant == "analysis" {
+		if s.prom, err = startPrometheus(); err != nil {
+			return err
+		}
+		file := filepath.Join(s.shared, "analysis.yaml")
+		spec := "queries:\n- name: errors\n  query: sum(rate(app_errors_total[1m]))\n  condition: \"< 1\"\n"
+		if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
+			return err
+		}
+		extra = []string{"--prometheus-url", s.prom.URL(), "--analysis-file", file, "--bake-time", "3s", "--analysis-interval", "1s"}
+	}
 	for _, c := range controllers {
 		if err := tokenKubeconfig(ctx, kc, h.admin, uo.DefaultNamespace, uo.ControllerName, h.kubeconfig(c), "https://"+h.proxies[c].Addr()); err != nil {
 			return err
 		}
-		if err := h.startProc(c, filepath.Join(h.o.Bin, "slipway"), "update-operator", "controller", "--kubeconfig", h.kubeconfig(c),
+		if err := h.startProc(c, append([]string{filepath.Join(h.o.Bin, "slipway"), "update-operator", "controller", "--kubeconfig", h.kubeconfig(c),
 			"--namespace", uo.DefaultNamespace, "--lease", uo.LeaseName, "--lease-duration", "6s", "--metrics-addr", "", "--health-addr", "",
 			"--os-image-pattern", "-", "--pause-between", "0s", "--max-concurrent", fmt.Sprint(uoMaxConcurrent), "--halt-after", fmt.Sprint(uoHaltAfter),
-			"--state-timeout", uoStateTimeout.String(), "--drain-timeout", uoStateTimeout.String(), "--failure-backoff", "1s", "--failure-backoff-max", "4s"); err != nil {
+			"--state-timeout", uoStateTimeout.String(), "--drain-timeout", uoStateTimeout.String(), "--failure-backoff", "1s", "--failure-backoff-max", "4s"}, extra...)...); err != nil {
 			return err
 		}
 	}
@@ -170,10 +193,15 @@ func (s *updateOperator) start(ctx context.Context, h *harness) error {
 	if err := os.WriteFile(filepath.Join(s.shared, "release"), []byte("v2\n"), 0o644); err != nil {
 		return err
 	}
-	if s.variant == "notready-after-update" {
+	switch s.variant {
+	case "notready-after-update":
 		vctx, cancel := context.WithCancel(ctx)
 		s.cancel = cancel
 		go s.sickAfterReboot(vctx, h)
+	case "analysis":
+		vctx, cancel := context.WithCancel(ctx)
+		s.cancel = cancel
+		go s.analysisDown(vctx, h)
 	}
 	return nil
 }
@@ -297,19 +325,63 @@ func (s *updateOperator) confined(ctx context.Context, h *harness) error {
 	if err != nil {
 		return err
 	}
-	for _, w := range []struct{ node, key, what string }{
-		{h.nodes[1], s.keys.Key(uo.KeyCurrentVersion), "its report on another node"},
-		{h.nodes[0], s.keys.Wanted(), "the controller's intent on its own node"},
-	} {
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{w.key: "v9"}}})
-		_, err := ac.CoreV1().Nodes().Patch(ctx, w.node, types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-		if err == nil {
-			return fmt.Errorf("agent %s may write %s (%s on %s): its identity is not confined", h.nodes[0], w.what, w.key, w.node)
+	// An admission policy is enforced once the API server has loaded and
+	// type-checked it, a few seconds after its creation: asked again until
+	// then.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		allowed := ""
+		for _, w := range []struct{ node, key, what string }{
+			{h.nodes[1], s.keys.Key(uo.KeyCurrentVersion), "its report on another node"},
+			{h.nodes[0], s.keys.Wanted(), "the controller's intent on its own node"},
+		} {
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{w.key: "v9"}}})
+			_, err := ac.CoreV1().Nodes().Patch(ctx, w.node, types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+			switch {
+			case err == nil:
+				allowed = fmt.Sprintf("%s (%s on %s)", w.what, w.key, w.node)
+			case !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err):
+				return fmt.Errorf("agent %s writing %s: %w", h.nodes[0], w.what, err)
+			}
 		}
-		if !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
-			return fmt.Errorf("agent %s writing %s: %w", h.nodes[0], w.what, err)
+		if allowed == "" {
+			h.logf("agent %s refused %s's keys and the controller's intent (least privilege holds)", h.nodes[0], h.nodes[1])
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("agent %s may still write %s a minute after the policies were applied: its identity is not confined", h.nodes[0], allowed)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	h.logf("agent %s refused %s's keys and the controller's intent (least privilege holds)", h.nodes[0], h.nodes[1])
-	return nil
+}
+
+// analysisDown takes the stand-in Prometheus down for uoAnalysisDown once
+// the fleet state first holds a wave (a node finished: its bake began).
+func (s *updateOperator) analysisDown(ctx context.Context, h *harness) {
+	for {
+		cm, err := s.kc.CoreV1().ConfigMaps(uo.DefaultNamespace).Get(ctx, uo.FleetStateName(""), metav1.GetOptions{})
+		if err == nil {
+			var f uo.Fleet
+			if json.Unmarshal([]byte(cm.Data["fleet"]), &f) == nil && len(f.Wave) > 0 {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	s.prom.down.Store(true)
+	h.logf("variant: the wave began: Prometheus down for %s (%d queries so far)", uoAnalysisDown, s.prom.queries.Load())
+	select {
+	case <-ctx.Done():
+	case <-time.After(uoAnalysisDown):
+	}
+	s.prom.down.Store(false)
+	h.logf("variant: Prometheus back (%d queries so far)", s.prom.queries.Load())
 }
