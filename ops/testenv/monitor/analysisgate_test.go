@@ -114,16 +114,7 @@ func TestPlantedSlotWhileAnalysisHolds(t *testing.T) {
 // node started after it is reported once the grace has passed.
 func TestPlantedStartWhileAnalysisFailed(t *testing.T) {
 	w := newWorld(t, Config{Limits: Limits{GateGrace: 100 * time.Millisecond}})
-	k, err := uo.NewKeys("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	set := func(node string, kv ...string) {
-		t.Helper()
-		for i := 0; i < len(kv); i += 2 {
-			w.annotate(node, k.Key(kv[i]), kv[i+1])
-		}
-	}
+	set := w.setOperator
 	for _, n := range []string{"gate-a", "gate-b"} {
 		w.node(n, nil)
 		set(n, uo.KeyActionWanted, "stabilize", uo.KeyActionActive, "stabilize", uo.KeyActionState, "update-available", uo.KeyCurrentVersion, "v1")

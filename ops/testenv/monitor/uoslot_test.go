@@ -44,16 +44,7 @@ func TestOperatorNotReadySlotRule(t *testing.T) {
 // is reported.
 func TestPlantedNotReadySlot(t *testing.T) {
 	w := newWorld(t, Config{Limits: Limits{OperatorStateTimeout: time.Second, SlotGrace: time.Millisecond}})
-	k, err := uo.NewKeys("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	set := func(node string, kv ...string) {
-		t.Helper()
-		for i := 0; i < len(kv); i += 2 {
-			w.annotate(node, k.Key(kv[i]), kv[i+1])
-		}
-	}
+	set := w.setOperator
 	w.node("slot-idle", nil)
 	set("slot-idle", uo.KeyActionWanted, "stabilize", uo.KeyActionActive, "stabilize", uo.KeyActionState, "up-to-date", uo.KeyCurrentVersion, "v1")
 	w.status("slot-idle", "", false)
