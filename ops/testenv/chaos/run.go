@@ -59,6 +59,12 @@ type monitored interface {
 	faultsOver(mon *monitor.Monitor)
 }
 
+// variantStarter is a system whose variants add a step once its change
+// has started (kept in a file of their own), until the run ends.
+type variantStarter interface {
+	startVariant(ctx context.Context, h *harness) (stop func(), err error)
+}
+
 // appsSystem is a system whose applications report what they run in
 // files: the monitor process reads every file named name under dir.
 type appsSystem interface {
@@ -218,6 +224,13 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	}
 	if err := sys.start(ctx, h); err != nil {
 		return res, err
+	}
+	if v, ok := sys.(variantStarter); ok {
+		stop, err := v.startVariant(ctx, h)
+		if err != nil {
+			return res, err
+		}
+		defer stop()
 	}
 	h.logf("steady after %s; the change starts under %d faults", time.Since(start).Round(time.Second), len(res.Schedule))
 	sim := &faults.Sim{Env: h.env, Client: kc, Proxies: h.proxies, Procs: map[string]faults.Proc{}}

@@ -63,6 +63,19 @@ var Schedules = map[string]Named{
 			{At: 27 * time.Second, Kind: faults.Kill, Target: "controller/b"},
 		}},
 
+	// The channel gets an analysis (a stand-in Prometheus, a 3 s bake after
+	// each node) as the rollout starts; Prometheus is down for 15 s from
+	// the first wave on, while both controllers are paused or killed in
+	// turn. No slot may be granted while the channel's status says the
+	// analysis holds or a wave is not passed (analysis-gate).
+	"k3os-analysis-holds": {System: "k3os", Nodes: 5, Variant: "analysis",
+		Doc: "no slot while the channel's analysis cannot be evaluated or a wave is not passed (analysis-gate)",
+		Schedule: faults.Schedule{
+			{At: 10 * time.Second, Kind: faults.Kill, Target: "controller/a"},
+			{At: 16 * time.Second, Kind: faults.Pause, Target: "controller/b", For: 3 * time.Second},
+			{At: 30 * time.Second, Kind: faults.Kill, Target: "controller/b"},
+		}},
+
 	// The ExtendedDaemonSet, the swarm and the update operator: the cases a
 	// review found, each with the variant of the run that reaches it.
 
