@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -157,5 +158,104 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestMonitorProcessAuditAndApps runs `slipway-sim monitor` with
+// --audit-log and --apps: within the rules (two applications each running
+// its own jobs, a file under --apps not named --app-report that would
+// double a job, ten refused PATCHes of one object in a second) it writes
+// nothing; a job in two applications' reports is a swarm-no-double-holder
+// line, 60 more refused PATCHes within a second a bounded-write-requests
+// line, and the process ends failing.
+func TestMonitorProcessAuditAndApps(t *testing.T) {
+	needCluster(t)
+	t.Parallel()
+	bin := buildBin(t)
+	env, err := testenv.Start(context.Background(), testenv.Options{CRDs: crds.Must(), ToolsDir: os.Getenv(testenv.EnvToolsDir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	dir := t.TempDir()
+	apps, audit, out := filepath.Join(dir, "workers"), filepath.Join(dir, "audit.log"), filepath.Join(dir, "violations.jsonl")
+	write := func(path, text string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		tmp := path + ".tmp" // replaced whole, as the applications do
+		if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	patches := func(n int, over time.Duration) {
+		t.Helper()
+		now := time.Now()
+		var b strings.Builder
+		for i := range n {
+			at := now.Add(-over + time.Duration(i)*over/time.Duration(n)).UTC().Format(time.RFC3339Nano)
+			fmt.Fprintf(&b, `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","stage":"ResponseComplete","verb":"patch",`+
+				`"objectRef":{"resource":"extendeddaemonsets","namespace":"default","name":"agent","apiGroup":"eds.slipway.dev","apiVersion":"v1alpha1"},`+
+				`"responseStatus":{"metadata":{},"code":422},"requestReceivedTimestamp":%q,"stageTimestamp":%q}`+"\n", at, at)
+		}
+		f, err := os.OpenFile(audit, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(b.String()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(apps, "swarm-worker-0-aaaa", "app-runs"), "job-a\njob-b\n")
+	write(filepath.Join(apps, "swarm-worker-1-bbbb", "app-runs"), "job-c\n")
+	write(filepath.Join(apps, "swarm-worker-1-bbbb", "jobs"), "job-a\n") // the worker's jobs file, not the application's
+	patches(10, time.Second)
+	var stderr syncBuffer
+	cmd := exec.Command(filepath.Join(bin, "slipway-sim"), "monitor", "--kubeconfig", env.Kubeconfig, "--out", out, "--for", "5m",
+		"--audit-log", audit, "--apps", apps, "--app-report", "app-runs")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	waitFor(t, "the monitor watching", func() bool { return strings.Contains(stderr.String(), "watching") })
+	time.Sleep(2 * time.Second) // within the rules: nothing written
+	if b, _ := os.ReadFile(out); len(b) > 0 {
+		t.Fatalf("within the rules, reported:\n%s", b)
+	}
+	lines := func() []map[string]any {
+		b, _ := os.ReadFile(out)
+		var ls []map[string]any
+		for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+			var m map[string]any
+			if json.Unmarshal(l, &m) == nil {
+				ls = append(ls, m)
+			}
+		}
+		return ls
+	}
+	write(filepath.Join(apps, "swarm-worker-1-bbbb", "app-runs"), "job-c\njob-a\n")
+	waitFor(t, "the double holder written", func() bool { return len(lines()) == 1 })
+	if l := lines()[0]; l["invariant"] != "swarm-no-double-holder" || !strings.Contains(l["message"].(string), "job-a") {
+		t.Fatalf("violation %v", l)
+	}
+	patches(60, 900*time.Millisecond)
+	waitFor(t, "the hot loop written", func() bool { return len(lines()) == 2 })
+	if l := lines()[1]; l["invariant"] != "bounded-write-requests" || l["key"] != "ExtendedDaemonSet/default/agent" {
+		t.Fatalf("violation %v", l)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("monitor exit %v, want status 1 (violations found); stderr:\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "2 violations, 0 errors") {
+		t.Fatalf("stderr lacks the summary:\n%s", stderr.String())
 	}
 }

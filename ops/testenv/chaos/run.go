@@ -59,6 +59,18 @@ type monitored interface {
 	faultsOver(mon *monitor.Monitor)
 }
 
+// variantStarter is a system whose variants add a step once its change
+// has started (kept in a file of their own), until the run ends.
+type variantStarter interface {
+	startVariant(ctx context.Context, h *harness) (stop func(), err error)
+}
+
+// appsSystem is a system whose applications report what they run in
+// files: the monitor process reads every file named name under dir.
+type appsSystem interface {
+	appReports(h *harness) (dir, name string)
+}
+
 // harness is one run's shared state.
 type harness struct {
 	o     Options
@@ -182,9 +194,15 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	lim := sys.limits()
 	monLog := filepath.Join(h.dir, "monitor.log")
 	monArgs := []string{"monitor", "--kubeconfig", h.env.Kubeconfig,
-		"--out", filepath.Join(h.dir, "monitor.jsonl"), "--max-in-flight", fmt.Sprint(lim.OperatorMaxConcurrent)}
+		"--out", filepath.Join(h.dir, "monitor.jsonl"), "--max-in-flight", fmt.Sprint(lim.OperatorMaxConcurrent),
+		"--operator-state-timeout", lim.OperatorStateTimeout.String()}
 	if _, ok := sys.(hostSystem); ok {
 		monArgs = append(monArgs, "--hosts", h.env.NodesRoot) // the hosts' files too: a second opinion on the system's own host checks
+	}
+	monArgs = append(monArgs, "--audit-log", filepath.Join(h.dir, "audit.log")) // bounded-write-requests, as the runner's own monitor
+	if a, ok := sys.(appsSystem); ok {
+		dir, name := a.appReports(h)
+		monArgs = append(monArgs, "--apps", dir, "--app-report", name) // what the applications report: swarm-no-double-holder
 	}
 	monProc := newProc("monitor", monLog, append([]string{filepath.Join(o.Bin, "slipway-sim")}, monArgs...)...)
 	if err := monProc.start(); err != nil {
@@ -206,6 +224,13 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	}
 	if err := sys.start(ctx, h); err != nil {
 		return res, err
+	}
+	if v, ok := sys.(variantStarter); ok {
+		stop, err := v.startVariant(ctx, h)
+		if err != nil {
+			return res, err
+		}
+		defer stop()
 	}
 	h.logf("steady after %s; the change starts under %d faults", time.Since(start).Round(time.Second), len(res.Schedule))
 	sim := &faults.Sim{Env: h.env, Client: kc, Proxies: h.proxies, Procs: map[string]faults.Proc{}}

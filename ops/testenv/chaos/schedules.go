@@ -63,6 +63,19 @@ var Schedules = map[string]Named{
 			{At: 27 * time.Second, Kind: faults.Kill, Target: "controller/b"},
 		}},
 
+	// The channel gets an analysis (a stand-in Prometheus, a 3 s bake after
+	// each node) as the rollout starts; Prometheus is down for 15 s from
+	// the first wave on, while both controllers are paused or killed in
+	// turn. No slot may be granted while the channel's status says the
+	// analysis holds or a wave is not passed (analysis-gate).
+	"k3os-analysis-holds": {System: "k3os", Nodes: 5, Variant: "analysis",
+		Doc: "no slot while the channel's analysis cannot be evaluated or a wave is not passed (analysis-gate)",
+		Schedule: faults.Schedule{
+			{At: 10 * time.Second, Kind: faults.Kill, Target: "controller/a"},
+			{At: 16 * time.Second, Kind: faults.Pause, Target: "controller/b", For: 3 * time.Second},
+			{At: 30 * time.Second, Kind: faults.Kill, Target: "controller/b"},
+		}},
+
 	// The ExtendedDaemonSet, the swarm and the update operator: the cases a
 	// review found, each with the variant of the run that reaches it.
 
@@ -111,6 +124,29 @@ var Schedules = map[string]Named{
 			{At: 8 * time.Second, Kind: faults.Pause, Target: "controller/b", For: 3 * time.Second},
 			{At: 40 * time.Second, Kind: faults.Drop, Target: "controller/a"},
 		}},
+	// node-1 comes back from its reboot on v2 and goes NotReady (for 75 s)
+	// before its agent says it is back, while the controllers are killed
+	// in turn: its update must fail past --state-timeout (30 s), with a
+	// reason, and free its slot (update-operator-notready-slot). Before
+	// its fix it held the slot, silently, until the node came back.
+	"uo-notready-after-update": {System: "update-operator", Nodes: 5, Variant: "notready-after-update",
+		Doc: "a node back on the new version that goes NotReady frees its slot within --state-timeout (update-operator-notready-slot)",
+		Schedule: faults.Schedule{
+			{At: 5 * time.Second, Kind: faults.Kill, Target: "controller/a"},
+			{At: 35 * time.Second, Kind: faults.Kill, Target: "controller/b"},
+		}},
+	// The update operator with an analysis (a stand-in Prometheus, a 3 s
+	// bake after each node): Prometheus is down for 15 s from the first
+	// wave on, while the leader is killed and the other paused. No node may
+	// start while the fleet state holds a wave not passed
+	// (analysis-gate); the rollout ends at v2.
+	"uo-analysis-holds": {System: "update-operator", Nodes: 5, Variant: "analysis",
+		Doc: "no node starts while the update operator's analysis cannot be evaluated or a wave is not passed (analysis-gate)",
+		Schedule: faults.Schedule{
+			{At: 8 * time.Second, Kind: faults.Kill, Target: "controller/a"},
+			{At: 14 * time.Second, Kind: faults.Pause, Target: "controller/b", For: 3 * time.Second},
+			{At: 30 * time.Second, Kind: faults.Kill, Target: "controller/a"},
+		}},
 	// A worker stopped with SIGSTOP past its 6 s Lease: its jobs move to
 	// the others; its application must stop them first, by the jobs file's
 	// validity (swarm-no-double-holder). Resumed, it rejoins.
@@ -122,8 +158,12 @@ var Schedules = map[string]Named{
 	// A worker pod force-deleted while its worker and application run on
 	// (a node the API server cannot reach): the StatefulSet's replacement,
 	// of the same name, must not share the old incarnation's Lease and run
-	// its jobs beside it (swarm-no-double-holder).
-	"swarm-force-deleted-pod": {System: "swarm", Nodes: 5,
+	// its jobs beside it (swarm-no-double-holder). The workers' Lease is
+	// 20 s (long-lease): the old application runs on until its last jobs
+	// file's validity lapses, well after the replacement has started, so
+	// a replacement that took the Lease over at once (the Lease held as
+	// the pod's name) runs its jobs beside it.
+	"swarm-force-deleted-pod": {System: "swarm", Nodes: 5, Variant: "long-lease",
 		Doc: "a force-deleted pod's replacement waits for the old incarnation's Lease (swarm-no-double-holder)",
 		Schedule: faults.Schedule{
 			{At: 2 * time.Second, Kind: faults.Kill, Target: "pod/swarm-worker-1"},

@@ -47,9 +47,14 @@ import (
 // every worker and the applications run every job exactly once.
 
 const (
-	swarmNS         = "swarm"
-	swarmWorkers    = 3
-	swarmLease      = 6 * time.Second
+	swarmNS      = "swarm"
+	swarmWorkers = 3
+	swarmLease   = 6 * time.Second
+	// swarmLongLease is the workers' Lease under the "long-lease" variant:
+	// an incarnation cut off from the API server keeps its jobs until the
+	// validity of its last jobs file (within its Lease) lapses, longer
+	// than its replacement takes to start.
+	swarmLongLease  = 20 * time.Second
 	swarmAppStop    = time.Second
 	swarmFinalizer  = "chaos.slipway.dev/worker-running"
 	swarmJobsWithin = time.Minute // every job runs again within this of the faults' end
@@ -109,6 +114,11 @@ type workerPod struct {
 func runSwarm(ctx context.Context, o Options) (Result, error) {
 	if o.Settle <= 0 {
 		o.Settle = 2 * time.Minute
+	}
+	for _, v := range strings.Split(o.Variant, ",") {
+		if v != "" && !slices.Contains(swarmVariants, v) {
+			return Result{}, fmt.Errorf("swarm: unknown variant %q (known, joined with commas: %s)", v, strings.Join(swarmVariants, ", "))
+		}
 	}
 	return runSystem(ctx, o, &swarmSystem{variant: o.Variant, pods: map[types.UID]*workerPod{}, shares: map[types.UID]string{}})
 }
@@ -273,7 +283,7 @@ func (s *swarmSystem) release(pod *corev1.Pod) {
 func (s *swarmSystem) startPod(pod *corev1.Pod) (*workerPod, error) {
 	dir := filepath.Join(s.h.dir, "workers", pod.Name+"-"+string(pod.UID)[:8])
 	wp := &workerPod{name: pod.Name, uid: pod.UID, dir: dir, mount: filepath.Join(dir, "mount"), out: filepath.Join(dir, "jobs"),
-		ack: filepath.Join(dir, "jobs.ack"), report: filepath.Join(dir, "app-runs"), kubeconfig: filepath.Join(dir, "kubeconfig"),
+		ack: filepath.Join(dir, "jobs.ack"), report: filepath.Join(dir, swarmReportName), kubeconfig: filepath.Join(dir, "kubeconfig"),
 		logf: filepath.Join(dir, "worker.log")}
 	if err := os.MkdirAll(wp.mount, 0o755); err != nil {
 		return nil, err
@@ -293,15 +303,15 @@ func (s *swarmSystem) startPod(pod *corev1.Pod) (*workerPod, error) {
 		return nil, err
 	}
 	uid := string(pod.UID)
-	if s.variant == "pod-name-identity" {
+	if s.has("pod-name-identity") {
 		uid = pod.Name
 	}
 	wp.args = []string{"swarm", "worker", "--config", filepath.Join(wp.mount, swarmv1.ConfigMapKey), "--out", wp.out,
 		"--ack", wp.ack, "--ack-timeout", "20s", "--pod-name", pod.Name, "--pod-uid", uid, "--namespace", swarmNS,
-		"--kubeconfig", wp.kubeconfig, "--lease-duration", swarmLease.String(), "--http", ""}
+		"--kubeconfig", wp.kubeconfig, "--lease-duration", s.workerLease().String(), "--http", ""}
 	appCtx, cancel := context.WithCancel(s.ctx)
 	wp.app, wp.appDone = cancel, make(chan struct{})
-	app := appcheck.StandIn{Jobs: wp.out, Ack: wp.ack, Report: wp.report, StopDelay: swarmAppStop, IgnoreDeadline: s.variant == "app-ignores-deadline"}
+	app := appcheck.StandIn{Jobs: wp.out, Ack: wp.ack, Report: wp.report, StopDelay: swarmAppStop, IgnoreDeadline: s.has("app-ignores-deadline")}
 	go func() { defer close(wp.appDone); _ = app.Run(appCtx) }()
 	if err := s.startWorker(wp); err != nil {
 		cancel()
@@ -378,6 +388,9 @@ func (s *swarmSystem) share(uid types.UID) string {
 	return s.shares[uid]
 }
 
+// swarmReportName is the name of each application stand-in's report file.
+const swarmReportName = "app-runs"
+
 // apps is what every running application stand-in reports, at one instant.
 func (s *swarmSystem) apps() appcheck.Sample {
 	s.mu.Lock()
@@ -395,8 +408,17 @@ func (s *swarmSystem) apps() appcheck.Sample {
 
 func (s *swarmSystem) monitorConfig(cfg *monitor.Config) { cfg.Apps = s.apps }
 
+// appReports: every incarnation's application reports under
+// <run>/workers/<pod>-<uid>/app-runs (emptied when it stops).
+func (s *swarmSystem) appReports(h *harness) (string, string) {
+	return filepath.Join(h.dir, "workers"), swarmReportName
+}
+
 func (s *swarmSystem) faultsOver(mon *monitor.Monitor) {
-	mon.ExpectJobs(swarmJobs, time.Now().Add(swarmJobsWithin))
+	// A handover waits for a Lease to lapse at worst, and a job may move
+	// twice (off a pod gone, back to its replacement): a long Lease takes
+	// its bound along.
+	mon.ExpectJobs(swarmJobs, time.Now().Add(max(swarmJobsWithin, 4*s.workerLease())))
 }
 
 // live is the pod's incarnation whose processes run and whose pod is not
@@ -515,6 +537,57 @@ func (s *swarmSystem) settled(ctx context.Context, _ *harness) (bool, string) {
 	running := appcheck.Running(s.apps())
 	converged := sw.Status.ObservedGeneration == sw.Generation && int(sw.Status.WorkerCount) == swarmWorkers &&
 		meta.IsStatusConditionTrue(sw.Status.Conditions, swarmv1.ConditionConverged)
+	// Not settled while a pod has no live incarnation or one cut off from
+	// the API server still runs jobs: a force-deleted pod's application
+	// runs on until its jobs file lapses, its replacement still to start.
+	var waiting []string
+	for _, name := range swarmPodNames() {
+		if s.live(name) == nil {
+			waiting = append(waiting, name+" (no live incarnation)")
+		}
+	}
+	s.mu.Lock()
+	for _, wp := range s.pods {
+		if wp.orphan.Load() && !isDone(wp.appDone) {
+			if b, _ := os.ReadFile(wp.report); strings.TrimSpace(string(b)) != "" {
+				waiting = append(waiting, wp.name+"/"+string(wp.uid)[:8]+" (cut off, still running jobs)")
+			}
+		}
+	}
+	s.mu.Unlock()
 	out := fmt.Sprintf("converged %t over %d workers; the applications run %d jobs (%d wanted, once each)", converged, sw.Status.WorkerCount, len(running), len(swarmJobs))
-	return converged && slices.Equal(running, swarmJobs), out
+	if len(waiting) > 0 {
+		slices.Sort(waiting)
+		out += "; waiting for " + strings.Join(waiting, ", ")
+	}
+	return converged && slices.Equal(running, swarmJobs) && len(waiting) == 0, out
+}
+
+// isDone reports whether c is closed.
+func isDone(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// swarmVariants are the variants a swarm run takes, joined with commas:
+// pod-name-identity (the workers hold their Leases as their pods' names,
+// not their UIDs), app-ignores-deadline (the applications ignore the jobs
+// file's validity), long-lease (swarmLongLease).
+var swarmVariants = []string{"pod-name-identity", "app-ignores-deadline", "long-lease"}
+
+// has reports whether the run's variant includes v.
+func (s *swarmSystem) has(v string) bool {
+	return slices.Contains(strings.Split(s.variant, ","), v)
+}
+
+// workerLease is the workers' --lease-duration.
+func (s *swarmSystem) workerLease() time.Duration {
+	if s.has("long-lease") {
+		return swarmLongLease
+	}
+	return swarmLease
 }

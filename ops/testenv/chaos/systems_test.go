@@ -41,7 +41,7 @@ func TestNamedSchedulesEDSAndSwarm(t *testing.T) {
 		t.Skipf("%s=1 runs the named schedules", envNamed)
 	}
 	t.Parallel()
-	runNamed(t, "uo-release-fails-everywhere", "eds-canary-replicas-zero", "eds-canary-node-leaves", "eds-refused-restore", "swarm-sigstop-worker", "swarm-force-deleted-pod")
+	runNamed(t, "uo-release-fails-everywhere", "uo-notready-after-update", "uo-analysis-holds", "eds-canary-replicas-zero", "eds-canary-node-leaves", "eds-refused-restore", "swarm-sigstop-worker", "swarm-force-deleted-pod")
 }
 
 // TestUpdateOperatorSeeds rolls v1 to v2 with the update operator under a

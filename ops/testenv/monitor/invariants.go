@@ -58,6 +58,10 @@ type NodeObs struct {
 	// InFlight: the update operator counts the node against max-concurrent
 	// (updateoperator.InFlight over its annotations).
 	InFlight bool
+	// NotReadySince is when the monitor saw the node go NotReady (zero
+	// while Ready); WantedSince when it saw the update operator's current
+	// action-wanted first.
+	NotReadySince, WantedSince time.Time
 }
 
 // SlipwayCordoned reports a cordon slipway holds: unschedulable, and
@@ -189,6 +193,13 @@ type State struct {
 	ReleaseFailures []ReleaseFailure
 	ReleaseStarts   []ReleaseStart
 	ReleaseFinishes []ReleaseFinish
+	// SlotGrants are the UpdateChannel slots granted since the last check;
+	// GateStarts the update operator's starts not judged yet by
+	// analysis-gate; Fleet the versions of its fleet state seen, oldest
+	// first.
+	SlotGrants []SlotGrant
+	GateStarts []ReleaseStart
+	Fleet      []FleetObs
 }
 
 // Limits are the bounds the invariants check that the API server does not
@@ -216,6 +227,15 @@ type Limits struct {
 	// NodeGrace is how long a node must have been Ready again before
 	// eds-max-unavailable counts its pod (default 20s).
 	NodeGrace time.Duration
+	// OperatorStateTimeout is the update operator's --state-timeout (the
+	// longer of it and --drain-timeout); 0: update-operator-notready-slot
+	// is not checked. SlotGrace is how long past it the rule waits
+	// (default 15s).
+	OperatorStateTimeout time.Duration
+	SlotGrace            time.Duration
+	// GateGrace is how long after an update operator's start analysis-gate
+	// waits for a fleet state that lifted its hold (default 2s).
+	GateGrace time.Duration
 }
 
 func (l Limits) withDefaults() Limits {
@@ -236,6 +256,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.NodeGrace <= 0 {
 		l.NodeGrace = defaultNodeGrace
+	}
+	if l.SlotGrace <= 0 {
+		l.SlotGrace = defaultSlotGrace
+	}
+	if l.GateGrace <= 0 {
+		l.GateGrace = defaultGateGrace
 	}
 	return l
 }
@@ -262,6 +288,8 @@ var Invariants = []Invariant{
 	{InvWriteRequests, WriteRequests},
 	{InvOperatorBrake, OperatorBrake},
 	{InvFallbackFailure, FallbackIsFailure},
+	{InvOperatorNotReadySlot, OperatorNotReadySlot},
+	{InvAnalysisGate, AnalysisGate},
 }
 
 func nodeKey(name string) string { return "Node//" + name }

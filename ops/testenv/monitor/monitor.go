@@ -19,6 +19,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -128,14 +129,18 @@ type Monitor struct {
 	releaseFailures []ReleaseFailure
 	releaseStarts   []ReleaseStart
 	releaseFinishes []ReleaseFinish
-	requests        map[string][]time.Time
-	jobsDue         time.Time
-	writes          map[string][]time.Time
-	history         map[string][]Version
-	open            map[string]bool // invariant+key of the findings still standing
-	violations      []Violation
-	checks          int
-	errs            []error
+	// analysis-gate (analysisgate.go)
+	slotGrants []SlotGrant
+	gateStarts []ReleaseStart
+	fleet      []FleetObs
+	requests   map[string][]time.Time
+	jobsDue    time.Time
+	writes     map[string][]time.Time
+	history    map[string][]Version
+	open       map[string]bool // invariant+key of the findings still standing
+	violations []Violation
+	checks     int
+	errs       []error
 }
 
 // bootRecord is a node's last known boot ID, and whether slipway held its
@@ -185,11 +190,17 @@ func (m *Monitor) Run(ctx context.Context, config *rest.Config) error {
 	}
 	// One factory per clientset, no resync: every event is a real change.
 	kf := informers.NewSharedInformerFactory(kc, 0)
+	// The update operator's fleet state: its ConfigMap alone, by name.
+	fleetName := updateoperator.FleetStateName(m.keys.Prefix)
+	cf := informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "metadata.name=" + fleetName
+	}))
 	of := opsinformers.NewSharedInformerFactory(oc, 0)
 	ef := edsinformers.NewSharedInformerFactory(ec, 0)
 	for _, inf := range []cache.SharedIndexInformer{
 		kf.Core().V1().Nodes().Informer(), kf.Core().V1().Pods().Informer(), kf.Batch().V1().Jobs().Informer(),
 		kf.Coordination().V1().Leases().Informer(), kf.Core().V1().Events().Informer(),
+		cf.Core().V1().ConfigMaps().Informer(),
 		of.Ops().V1().UpdateChannels().Informer(),
 		ef.Eds().V1alpha1().ExtendedDaemonSets().Informer(), ef.Eds().V1alpha1().ExtendedDaemonSetReplicaSets().Informer(),
 	} {
@@ -207,9 +218,15 @@ func (m *Monitor) Run(ctx context.Context, config *rest.Config) error {
 		}
 	}
 	kf.Start(ctx.Done())
+	cf.Start(ctx.Done())
 	of.Start(ctx.Done())
 	ef.Start(ctx.Done())
 	for typ, ok := range kf.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("monitor: %v never synced", typ)
+		}
+	}
+	for typ, ok := range cf.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("monitor: %v never synced", typ)
 		}
@@ -364,6 +381,16 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		} else if ok && n.Ready {
 			n.ReadySince = now
 		}
+		if prev, ok := m.nodes[x.Name]; ok && !prev.Ready && !n.Ready && !prev.NotReadySince.IsZero() {
+			n.NotReadySince = prev.NotReadySince
+		} else if !n.Ready {
+			n.NotReadySince = now
+		}
+		if prev, ok := m.nodes[x.Name]; ok && prev.Operator.Wanted == n.Operator.Wanted {
+			n.WantedSince = prev.WantedSince
+		} else {
+			n.WantedSince = now
+		}
 		if n.BootID != "" { // a version of no known boot (just registered) says nothing of one
 			rec := m.boots[x.Name]
 			if rec.ID != "" && rec.ID != n.BootID {
@@ -379,6 +406,7 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		}
 		if start != nil {
 			m.releaseStarts = append(m.releaseStarts, *start)
+			m.gateStarts = append(m.gateStarts, *start)
 		}
 		if fin != nil {
 			m.releaseFinishes = append(m.releaseFinishes, *fin)
@@ -401,8 +429,20 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		for _, s := range x.Status.Updating {
 			c.Slots = append(c.Slots, s.Node)
 		}
+		prev, seen := m.channels[x.Namespace+"/"+x.Name]
+		m.slotGrants = append(m.slotGrants, observeChannelGrants(prev.Slots, seen, x, now)...)
 		m.channels[x.Namespace+"/"+x.Name] = c
 		summary = fmt.Sprintf("concurrency=%d slots=%v", c.Concurrency, c.Slots)
+	case *corev1.ConfigMap: // the update operator's fleet state only (the informer's field selector)
+		kind = "ConfigMap"
+		if !deleted {
+			f := FleetObs{Key: objKey(kind, x), At: now, Hold: fleetHold(x)}
+			m.fleet = append(m.fleet, f)
+			if len(m.fleet) > 64 {
+				m.fleet = m.fleet[len(m.fleet)-64:]
+			}
+			summary = "hold=" + strconv.Quote(f.Hold)
+		}
 	case *corev1.Pod:
 		kind, summary = "Pod", fmt.Sprintf("node=%s phase=%s", x.Spec.NodeName, x.Status.Phase)
 		pk := x.Namespace + "/" + x.Name
@@ -562,7 +602,8 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 		m.nodeList = sortedNodes(State{Nodes: m.nodes})
 	}
 	s := State{Now: now, Requests: m.requests, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Cordons: m.cordons, Writes: m.writes, Apps: apps, EDS: m.eds, Jobs: m.jobs, JobsDue: m.jobsDue,
-		ReleaseFailures: m.releaseFailures, ReleaseStarts: m.releaseStarts, ReleaseFinishes: m.releaseFinishes}
+		ReleaseFailures: m.releaseFailures, ReleaseStarts: m.releaseStarts, ReleaseFinishes: m.releaseFinishes,
+		SlotGrants: m.slotGrants, GateStarts: m.gateStarts, Fleet: m.fleet}
 	for _, k := range slices.Sorted(maps.Keys(m.pods)) {
 		s.Pods = append(s.Pods, m.pods[k])
 	}
@@ -600,9 +641,11 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 	}
 	// A reboot is judged once; findings keyed by it stay recorded.
 	m.reboots, m.cordons, m.releaseStarts, m.releaseFinishes = nil, nil, nil, nil
+	m.slotGrants = nil
+	m.gateStarts = slices.DeleteFunc(m.gateStarts, func(st ReleaseStart) bool { return now.Sub(st.At) >= m.cfg.Limits.GateGrace }) // judged
 	for k := range m.open {
 		if strings.HasPrefix(k, InvRebootWithoutDrain+"\x00") || strings.HasPrefix(k, InvCordonBudget+"\x00") || strings.HasPrefix(k, InvCordonControlPlane+"\x00") ||
-			strings.HasPrefix(k, InvOperatorBrake+"\x00") || strings.HasPrefix(k, InvFallbackFailure+"\x00") {
+			strings.HasPrefix(k, InvOperatorBrake+"\x00") || strings.HasPrefix(k, InvFallbackFailure+"\x00") || strings.HasPrefix(k, InvAnalysisGate+"\x00") {
 			standing[k] = true
 		}
 	}

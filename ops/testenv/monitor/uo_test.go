@@ -67,16 +67,7 @@ func TestOperatorBrakeRule(t *testing.T) {
 // v2 is reported; the starts before the brake are not.
 func TestPlantedStartPastTheBrake(t *testing.T) {
 	w := newWorld(t, Config{Limits: Limits{OperatorHaltAfter: 2, BrakeGrace: time.Millisecond}})
-	k, err := uo.NewKeys("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	set := func(node string, kv ...string) {
-		t.Helper()
-		for i := 0; i < len(kv); i += 2 {
-			w.annotate(node, k.Key(kv[i]), kv[i+1])
-		}
-	}
+	set := w.setOperator
 	for _, n := range []string{"brake-1", "brake-2", "brake-3"} {
 		w.node(n, nil)
 		set(n, uo.KeyActionWanted, "stabilize", uo.KeyActionActive, "stabilize", uo.KeyActionState, "up-to-date", uo.KeyCurrentVersion, "v1")
@@ -101,16 +92,7 @@ func TestPlantedStartPastTheBrake(t *testing.T) {
 // back) is reported.
 func TestPlantedFallbackCountedASuccess(t *testing.T) {
 	w := newWorld(t, Config{})
-	k, err := uo.NewKeys("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	set := func(node string, kv ...string) {
-		t.Helper()
-		for i := 0; i < len(kv); i += 2 {
-			w.annotate(node, k.Key(kv[i]), kv[i+1])
-		}
-	}
+	set := w.setOperator
 	for _, n := range []string{"fallback-1", "fallback-2"} {
 		w.node(n, nil)
 		set(n, uo.KeyTargetVersion, "v2", uo.KeyActionWanted, "reboot-update", uo.KeyCurrentVersion, "v1")
@@ -123,5 +105,18 @@ func TestPlantedFallbackCountedASuccess(t *testing.T) {
 	v := w.expect(InvFallbackFailure)
 	if !strings.Contains(v.Message, `node fallback-2's update to v2 counted a success while it runs "v1"`) {
 		t.Errorf("message: %s", v.Message)
+	}
+}
+
+// setOperator writes the update operator's protocol annotations kv (key
+// suffix, value, ...) on node, one write each.
+func (w *world) setOperator(node string, kv ...string) {
+	w.t.Helper()
+	k, err := uo.NewKeys("")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for i := 0; i < len(kv); i += 2 {
+		w.annotate(node, k.Key(kv[i]), kv[i+1])
 	}
 }

@@ -7,7 +7,7 @@
 //	slipway-sim status [--kubeconfig FILE]
 //	slipway-sim take DURATION COMMAND [ARG...]
 //	slipway-sim chaos --bin DIR [--system k3os|all] [--seeds N] [--seed S] [--duration D] [--nodes N] [--schedule FILE]
-//	slipway-sim monitor [--kubeconfig FILE] [--out FILE] [--max-in-flight N] [--apps DIR]
+//	slipway-sim monitor [--kubeconfig FILE] [--out FILE] [--max-in-flight N] [--operator-state-timeout D] [--apps DIR [--app-report NAME]] [--audit-log FILE] [--hosts DIR]
 //
 // `up` writes STATE/kubeconfig, STATE/pids ("name pid" lines: its own and every
 // process it started) and finally STATE/ready, then runs until SIGTERM or

@@ -33,8 +33,11 @@ func monitorCmd(ctx context.Context, args []string) error {
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the API server to watch (default $KUBECONFIG)")
 	out := fs.String("out", "", "file the violations are appended to as JSON lines (default stdout)")
 	maxInFlight := fs.Int("max-in-flight", 0, "the update operator's --max-concurrent (0: that invariant is not checked)")
+	stateTimeout := fs.Duration("operator-state-timeout", 0, "the update operator's --state-timeout (the longer of it and --drain-timeout; 0: no node's slot held while NotReady is judged)")
 	prefix := fs.String("operator-prefix", "", "the update operator's annotation prefix (default update.slipway.dev)")
-	apps := fs.String("apps", "", "directory of swarm applications' report files (<dir>/<app>/report... : every file under it is one application)")
+	apps := fs.String("apps", "", "directory of swarm applications' report files (<dir>/<app>/report... : every file under it is one application, or only those named --app-report)")
+	appReport := fs.String("app-report", "", "with --apps, the name of an application's report file (other files under --apps are not read; default: every file)")
+	auditLog := fs.String("audit-log", "", "the API server's JSON audit log: check bounded-write-requests (write requests per object, refused ones included) from it")
 	maxWrites := fs.Int("max-writes", 0, "most versions of one object per --window (default 20)")
 	window := fs.Duration("window", 0, "the window of --max-writes (default 1s)")
 	hosts := fs.String("hosts", "", "the simulated nodes' root (<dir>/<node>/...): check the k3os hosts' files too (mixed-boot, staged-without-slot)")
@@ -67,20 +70,13 @@ func monitorCmd(ctx context.Context, args []string) error {
 		defer f.Close()
 		w = f
 	}
-	mc := monitor.Config{OperatorPrefix: *prefix, Limits: monitor.Limits{OperatorMaxConcurrent: *maxInFlight, MaxWrites: *maxWrites, Window: *window},
-		Hosts: *hosts, HostsGrace: *hostsGrace}
+	mc := monitor.Config{OperatorPrefix: *prefix, Limits: monitor.Limits{OperatorMaxConcurrent: *maxInFlight, OperatorStateTimeout: *stateTimeout, MaxWrites: *maxWrites, Window: *window},
+		Hosts: *hosts, HostsGrace: *hostsGrace, AuditLog: *auditLog}
 	if *apps != "" {
-		dir := *apps
-		mc.Apps = func() appcheck.Sample {
-			paths := map[string]string{}
-			_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-				if err == nil && !d.IsDir() {
-					paths[p] = p
-				}
-				return nil
-			})
-			return appcheck.ReadReports(paths)
-		}
+		mc.Apps = reportsUnder(*apps, *appReport)
+	}
+	if *appReport != "" && *apps == "" {
+		return fmt.Errorf("monitor: --app-report names the report files under --apps: give --apps DIR too")
 	}
 	m, err := monitor.New(mc)
 	if err != nil {
@@ -139,4 +135,22 @@ func monitorCmd(ctx context.Context, args []string) error {
 		return fmt.Errorf("monitor: %d violations", written)
 	}
 	return nil
+}
+
+// reportsUnder reads, at each call, the swarm applications' report files
+// under dir (those named name; "": every file), each file one application
+// keyed by its path under dir. An application that stopped reports nothing
+// running: its file stays, empty.
+func reportsUnder(dir, name string) func() appcheck.Sample {
+	return func() appcheck.Sample {
+		paths := map[string]string{}
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && (name == "" || d.Name() == name) {
+				key, _ := filepath.Rel(dir, p)
+				paths[key] = p
+			}
+			return nil
+		})
+		return appcheck.ReadReports(paths)
+	}
 }

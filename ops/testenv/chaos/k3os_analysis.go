@@ -1,0 +1,76 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The k3os system's "analysis" variant: once the rollout started, the
+// channel gets an analysis on a stand-in Prometheus (one query, a 3 s
+// bake after each node, asked every second), and the Prometheus is down
+// (every query a 503: the analysis cannot be evaluated) for
+// k3osAnalysisDown from the first wave on. No slot may be granted while
+// the channel's status says the analysis holds or a wave is not passed
+// (analysis-gate); the rollout ends at v2.
+
+const k3osAnalysisDown = 15 * time.Second
+
+// startVariant sets up the run's variant once the rollout has started;
+// stop ends it with the run.
+func (s *k3os) startVariant(ctx context.Context, h *harness) (stop func(), err error) {
+	switch h.o.Variant {
+	case "":
+		return func() {}, nil
+	case "analysis":
+	default:
+		return nil, fmt.Errorf("k3os: unknown variant %q (known: analysis)", h.o.Variant)
+	}
+	prom, err := startPrometheus()
+	if err != nil {
+		return nil, err
+	}
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"analysis": map[string]any{
+		"prometheusURL": prom.URL(), "bakeTime": "3s", "interval": "1s",
+		"queries": []map[string]string{{"name": "errors", "query": "sum(rate(app_errors_total[1m]))", "condition": "< 1"}},
+	}}})
+	if _, err := s.oc.OpsV1().UpdateChannels(k3osNS).Patch(ctx, "default", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		prom.close()
+		return nil, fmt.Errorf("give the channel its analysis: %w", err)
+	}
+	vctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.analysisDown(vctx, h, prom)
+	}()
+	return func() { cancel(); <-done; prom.close() }, nil
+}
+
+// analysisDown takes prom down for k3osAnalysisDown once the channel's
+// status first holds a wave (a node finished: its bake began).
+func (s *k3os) analysisDown(ctx context.Context, h *harness, prom *standInPrometheus) {
+	for {
+		ch, err := s.oc.OpsV1().UpdateChannels(k3osNS).Get(ctx, "default", metav1.GetOptions{})
+		if err == nil && ch.Status.Analysis != nil && len(ch.Status.Analysis.Wave) > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	prom.down.Store(true)
+	h.logf("variant: the wave began: Prometheus down for %s (%d queries so far)", k3osAnalysisDown, prom.queries.Load())
+	select {
+	case <-ctx.Done():
+	case <-time.After(k3osAnalysisDown):
+	}
+	prom.down.Store(false)
+	h.logf("variant: Prometheus back (%d queries so far)", prom.queries.Load())
+}
