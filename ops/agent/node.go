@@ -253,6 +253,9 @@ func (a *Agent) job(name string) *batchv1.Job {
 }
 
 func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, v Versions) error {
+	if slot.Rollback {
+		return a.backoutDone(ctx, ch, slot, v) // backout.go
+	}
 	// the versions with the report: the fleet view must not see the old one once the slot is free
 	if err := a.endSlot(ctx, ch, slot, &v, protocol.OutcomeSucceeded, ""); err != nil {
 		return err

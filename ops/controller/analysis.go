@@ -35,6 +35,7 @@ type analysisMetrics struct {
 	failed      *prometheus.GaugeVec   // 1 while a failed analysis halts the channel, by channel, query and version
 	holding     *prometheus.GaugeVec   // 1 while the analysis holds new slots (cannot judge, baking), by channel
 	evaluations *prometheus.CounterVec // by channel and verdict
+	backout     *backoutMetrics        // the rollbacks of failed waves (backout.go)
 }
 
 func newAnalysisMetrics(r prometheus.Registerer) *analysisMetrics {
@@ -49,6 +50,7 @@ func newAnalysisMetrics(r prometheus.Registerer) *analysisMetrics {
 			Help: "Evaluations of the channels' analyses, by verdict (Pass, Fail, Hold)."}, []string{"channel", "verdict"}),
 	}
 	r.MustRegister(m.failed, m.holding, m.evaluations)
+	m.backout = newBackoutMetrics(r)
 	return m
 }
 

@@ -51,6 +51,10 @@ type BackoutPass struct {
 	// channel holds a slot (one server at a time).
 	Down            []string
 	ServerElsewhere bool
+	// Hold, when set, is why no rollback slot is granted in this pass (a
+	// slot changed hands since the nodes were read, a slot taken away may
+	// still be in its node's view); the outcomes are folded in all the same.
+	Hold string
 }
 
 // BackoutStep is what the rollback did in one pass, for Events and metrics.
@@ -178,6 +182,9 @@ func grantBackout(s Settings, st *v1.UpdateChannelStatus, rb *v1.WaveRollback, p
 	}
 	if !pending {
 		return nil, nil, ""
+	}
+	if p.Hold != "" {
+		return nil, nil, p.Hold
 	}
 	if s.Paused {
 		return nil, nil, "the channel is paused"

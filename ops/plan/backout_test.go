@@ -78,7 +78,7 @@ func TestStepBackout(t *testing.T) {
 			wantSlots: []string{"n2"}, wantStates: []string{NodeRollbackPending, NodeRollbackRunning}, wantState: WaveRollingBack, started: true,
 			wait: "node n1 is down"},
 		{name: "previous version unknown: reported at once, the others go on", rollback: true, concurrency: 1,
-			as: func() *v1.AnalysisStatus { as := failedWave("n1", "n2"); as.Previous = as.Previous[1:]; return as }(),
+			as:        func() *v1.AnalysisStatus { as := failedWave("n1", "n2"); as.Previous = as.Previous[1:]; return as }(),
 			pass:      BackoutPass{Nodes: nodes(at("n1", "v2"), at("n2", "v2"))},
 			wantSlots: []string{"n2"}, wantStates: []string{NodeRollbackFailed, NodeRollbackRunning}, wantState: WaveRollingBack, started: true,
 			wantEnded: []string{"n1"}},
