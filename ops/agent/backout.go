@@ -32,11 +32,14 @@ type backoutPlan struct {
 }
 
 // planBackout decides the rollback of a node from from (the failed wave's
-// version) to to: every component whose current is from is rolled back,
-// each only when its previous is to (rootfs) or names a version present
-// (the others); the rootfs must be among them. dirExists tells whether a
-// component's version folder is on disk.
-func planBackout(comps plan.Components, current, previous Versions, from, to string, dirExists func(layout.Component, string) bool) backoutPlan {
+// version) to to: every component the channel moves whose current came
+// with from (its version, or its folder's release marker: a k3s of the
+// release has a version of its own) is rolled back, each only when its
+// previous is to (rootfs) or names a version present (the others); the
+// rootfs must be among them. dirExists tells whether a component's
+// version folder is on disk, releaseOf which release a folder came from.
+func planBackout(comps plan.Components, current, previous Versions, from, to string, dirExists func(layout.Component, string) bool,
+	releaseOf func(component, version string) string) backoutPlan {
 	var out backoutPlan
 	for _, c := range layout.Components {
 		if c == layout.Kernel && !comps.Kernel || c == layout.K3s && !comps.K3s {
@@ -46,7 +49,7 @@ func planBackout(comps plan.Components, current, previous Versions, from, to str
 		if c == layout.Rootfs && cur != from {
 			return backoutPlan{Problem: fmt.Sprintf("its rootfs current names %s, not the failed wave's %s: nothing of that wave to roll back", orNone(cur), from)}
 		}
-		if cur != from && c != layout.Rootfs {
+		if c != layout.Rootfs && (cur == "" || cur != from && releaseOf(string(c), cur) != from) {
 			continue // not moved by the wave
 		}
 		switch {
@@ -76,11 +79,11 @@ func (a *Agent) stepCreateRollbackJob(ctx context.Context, sc *stepCtx) error {
 		d := planBackout(sc.s.Components, *current, a.previousVersions(), sc.slot.From, sc.slot.Version, func(c layout.Component, v string) bool {
 			_, err := os.Stat(l.VersionDir(c, v))
 			return err == nil
-		})
+		}, a.releaseOf)
 		if d.Problem != "" {
 			return a.fail(ctx, sc.ch, sc.slot, "rollback", fmt.Sprintf("cannot roll back from %s to %s: %s", sc.slot.From, sc.slot.Version, d.Problem))
 		}
-		err := a.createJob(ctx, sc.ch, a.buildBackoutJob(sc.ch, sc.s, sc.slot, d.Components)) // AlreadyExists only for this very Job
+		err := a.createJob(ctx, sc.ch, a.buildBackoutJob(sc.ch, sc.s, sc.slot, *current, d.Components)) // AlreadyExists only for this very Job
 		switch {
 		case apierrors.IsAlreadyExists(err):
 		case err != nil:
@@ -103,17 +106,14 @@ func (a *Agent) stepCreateRollbackJob(ctx context.Context, sc *stepCtx) error {
 
 // buildBackoutJob is the rollback slot's Job: the slot's upgrade Job (its
 // name, owner annotations, node binding, mounts and capabilities) running
-// `ops rollback` of components from the wave's version instead.
-func (a *Agent) buildBackoutJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot, components []layout.Component) *batchv1.Job {
+// `ops rollback` of components instead, each from what current names now
+// (the failed wave's versions: --from makes a second run swap nothing).
+func (a *Agent) buildBackoutJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.Slot, current Versions, components []layout.Component) *batchv1.Job {
 	s.UpgradeTimeout = rollbackTimeout
 	j := a.buildJob(ch, s, slot)
 	setJobAnnotations(j, map[string]string{protocol.AnnotationJobAction: protocol.JobActionRollback})
 	c := &j.Spec.Template.Spec.Containers[0]
-	staged := Versions{Rootfs: slot.From, Kernel: slot.From, K3s: slot.From}
-	if cur := a.currentVersions(); cur != nil {
-		staged = *cur // what the wave made current, by component (k3s has versions of its own)
-	}
-	c.Name, c.Args = "rollback", rollbackArgs(c.Args, components, staged)
+	c.Name, c.Args = "rollback", rollbackArgs(c.Args, components, current)
 	return j
 }
 
