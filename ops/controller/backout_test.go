@@ -16,6 +16,7 @@ import (
 	"slipway.dev/slipway/ops/analysis"
 	"slipway.dev/slipway/ops/analysis/promtest"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/internal/fleettest"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
@@ -67,15 +68,13 @@ func (l *slotLog) slots() ([]v1.Slot, int) {
 	return out, l.most
 }
 
-// A release that raises the workload's error rate once node n1 runs it,
-// under spec.analysis.onFailure: rollback. The wave with n1 fails and
-// halts the rollout; its nodes (and only they) go back to v1, one slot at
-// a time, each through a rollback Job, a drain and a reboot (a new boot
-// ID, v1 reported on the Node); the error rate falls, and the status says
-// the rollback cured it. The halt stays until the channel is resumed:
-// a new resume token lifts it, once.
-func TestAnalysisRollsBackAFailedWave(t *testing.T) {
-	metrics := promtest.FreeAddr(t)
+// rollbackFleet is a fleet of four nodes whose stand-in workload a real
+// Prometheus scrapes: the workload on n1 fails half its requests while n1
+// runs v2 (what its agent reports it booted: the Node's rootfs version
+// label). Its channel goes to v2 two nodes at a time, gated by the error
+// rate, with onFailure: rollback. The slots are logged from the failure on.
+func rollbackFleet(t *testing.T, metrics string) (*fleet, []string, *slotLog, *promtest.Server) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: the Prometheus server is a built tool")
 	}
@@ -86,8 +85,6 @@ func TestAnalysisRollsBackAFailedWave(t *testing.T) {
 		names = append(names, fmt.Sprintf("%s-n%d", f.NS, i))
 	}
 	bad := names[1]
-	// The workload on n1 fails half its requests while n1 runs v2: what
-	// its agent reports it booted (the Node's rootfs version label).
 	exp := promtest.StartExporter(t, names, func(node string) float64 {
 		if node != bad {
 			return 0
@@ -102,14 +99,27 @@ func TestAnalysisRollsBackAFailedWave(t *testing.T) {
 	for _, n := range names {
 		f.Start(n)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	slots := f.logSlots(ctx)
+	lctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	slots := f.logSlots(lctx)
 	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 2, RebootDelay: fleettest.ZeroDelay(),
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}},
-		Analysis: &v1.AnalysisSpec{PrometheusURL: prom.URL, BakeTime: &metav1.Duration{Duration: 3 * time.Second}, Interval: &metav1.Duration{Duration: time.Second},
+		Analysis: &v1.AnalysisSpec{PrometheusURL: prom.URL, BakeTime: &metav1.Duration{Duration: 5 * time.Second}, Interval: &metav1.Duration{Duration: time.Second},
 			OnFailure: v1.OnFailureRollback, Queries: []v1.AnalysisQuery{{Name: "error-rate", Query: errorRateQuery, Condition: "< 0.05"}}}})
+	return f, names, slots, prom
+}
 
+// A release that raises the workload's error rate once node n1 runs it,
+// under spec.analysis.onFailure: rollback. The wave with n1 fails and
+// halts the rollout; its nodes (and only they) go back to v1 within the
+// channel's concurrency, each through a rollback Job, a drain and a reboot (a new boot
+// ID, v1 reported on the Node); the error rate falls, and the status says
+// the rollback cured it. The halt stays until the channel is resumed:
+// a new resume token lifts it, once.
+func TestAnalysisRollsBackAFailedWave(t *testing.T) {
+	metrics := promtest.FreeAddr(t)
+	f, names, slots, prom := rollbackFleet(t, metrics)
+	bad := names[1]
 	ch := f.WaitFor("the analysis failed", 4*time.Minute, func(ch *v1.UpdateChannel) bool {
 		return ch.Status.Analysis != nil && ch.Status.Analysis.Failed != nil
 	})
@@ -220,4 +230,47 @@ func TestAnalysisRollsBackAFailedWave(t *testing.T) {
 			t.Errorf("slot after the resume %+v, want an upgrade to v2", sl)
 		}
 	}
+}
+
+// The same bad release, but n1's rollback Job fails: n1 is reported
+// (status, Events) and left uncordoned at v2, the rest of its wave goes
+// back, and since n1 still fails its requests the status says the
+// rollback did not cure the workload. The halt stays.
+func TestAnalysisRollbackThatFailsIsReported(t *testing.T) {
+	metrics := promtest.FreeAddr(t)
+	f, names, _, _ := rollbackFleet(t, metrics)
+	bad := names[1]
+	fleettest.FailRollbacks.Store(bad, 1000)
+	t.Cleanup(func() { fleettest.FailRollbacks.Delete(bad) })
+	ch := f.WaitFor("the rollback judged not cured", 4*time.Minute, func(ch *v1.UpdateChannel) bool {
+		as := ch.Status.Analysis
+		return as != nil && as.Rollback != nil && as.Rollback.State == plan.WaveNotCured
+	})
+	rb := ch.Status.Analysis.Rollback
+	t.Logf("rollback: %+v", *rb)
+	for _, nr := range rb.Nodes {
+		switch {
+		case nr.Node == bad:
+			if nr.State != plan.NodeRollbackFailed || !strings.Contains(nr.Message, "rollback-") || !strings.Contains(nr.Message, "failed") {
+				t.Errorf("%s: %+v, want Failed naming its rollback Job", bad, nr)
+			}
+		case nr.State != plan.NodeRollbackDone:
+			t.Errorf("%+v, want RolledBack", nr)
+		}
+	}
+	if rb.Verdict != "Fail" || !strings.Contains(rb.Message, "still fails") || ch.Status.Analysis.Failed == nil {
+		t.Errorf("status.analysis = %+v, want the halt and the analysis still failing after the rollback", ch.Status.Analysis)
+	}
+	node := f.Node(bad)
+	if f.Current(bad) != "v2" || node.Spec.Unschedulable || node.Annotations[drain.AnnotationCordonedBy] != "" {
+		t.Errorf("%s: current %s, unschedulable %t, annotations %v: want v2, not cordoned", bad, f.Current(bad), node.Spec.Unschedulable, node.Annotations)
+	}
+	for reason, want := range map[string]int{ReasonNodeRollbackFail: 1, ReasonWaveRolledBack: 1, ReasonRollbackNotCured: 1} {
+		if n := f.Events(reason, want); n < want {
+			t.Errorf("%d %s Events, want %d", n, reason, want)
+		}
+	}
+	f.Holds("the halt stays after the rollback", 5*time.Second, func(ch *v1.UpdateChannel) bool {
+		return len(ch.Status.Updating) == 0 && ch.Status.Analysis.Failed != nil
+	})
 }
