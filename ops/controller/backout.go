@@ -73,15 +73,7 @@ func (ctl *Controller) askAfterRollback(ctx context.Context, fc *fleetCache, nam
 	if !plan.RollbackJudgeDue(a, st.Analysis, now) {
 		return nil
 	}
-	c := &fc.analysis
-	if c.querier == nil || c.url != a.URL {
-		q, err := analysis.NewClient(a.URL)
-		if err != nil { // the CRD and plan.ResolveAnalysis refuse such a URL: this is a guard
-			ctl.log.Error("analysis: Prometheus client", "channel", name, "err", err)
-		}
-		c.url, c.querier, c.last = a.URL, q, nil
-	}
-	r := analysis.Evaluate(ctx, c.querier, a.Spec, plan.RollbackWave(st.Analysis.Rollback), now)
+	r := analysis.Evaluate(ctx, ctl.querierOf(&fc.analysis, name, a.URL), a.Spec, plan.RollbackWave(st.Analysis.Rollback), now)
 	ctl.metrics.analysis.evaluations.WithLabelValues(name, string(r.Verdict)).Inc()
 	return &r
 }

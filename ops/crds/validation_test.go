@@ -11,8 +11,27 @@ import (
 	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/crds"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
+	opsclient "slipway.dev/slipway/ops/generated/clientset/versioned/typed/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/testenv"
 )
+
+// channelsAPI applies the ops.slipway.dev CRDs to the test's API server
+// and returns the UpdateChannels of namespace default there, with a
+// context that ends with the test (a minute at most).
+func channelsAPI(t *testing.T) (context.Context, opsclient.UpdateChannelInterface) {
+	t.Helper()
+	e := testenv.Need(t, env)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	if err := crds.Apply(ctx, e.Config, "ops.slipway.dev"); err != nil {
+		t.Fatal(err)
+	}
+	client, err := versioned.NewForConfig(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, client.OpsV1().UpdateChannels("default")
+}
 
 func onFailure(spec opsv1.UpdateChannelSpec, v string) opsv1.UpdateChannelSpec {
 	spec.Analysis.OnFailure = v
@@ -22,17 +41,8 @@ func onFailure(spec opsv1.UpdateChannelSpec, v string) opsv1.UpdateChannelSpec {
 // An analysis that says nothing of its failures halts: the API server
 // defaults spec.analysis.onFailure to halt.
 func TestUpdateChannelAnalysisOnFailureDefaultsToHalt(t *testing.T) {
-	e := testenv.Need(t, env)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := crds.Apply(ctx, e.Config, "ops.slipway.dev"); err != nil {
-		t.Fatal(err)
-	}
-	client, err := versioned.NewForConfig(e.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, err := client.OpsV1().UpdateChannels("default").Create(ctx, &opsv1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{GenerateName: "onfailure-"},
+	ctx, api := channelsAPI(t)
+	ch, err := api.Create(ctx, &opsv1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{GenerateName: "onfailure-"},
 		Spec: opsv1.UpdateChannelSpec{URL: "github-releases://rancher/k3os", Analysis: &opsv1.AnalysisSpec{PrometheusURL: "http://prom:9090",
 			Queries: []opsv1.AnalysisQuery{{Name: "e", Query: "x", Condition: "< 1"}}}}}, metav1.CreateOptions{})
 	if err != nil {
@@ -46,17 +56,7 @@ func TestUpdateChannelAnalysisOnFailureDefaultsToHalt(t *testing.T) {
 // The CRD's CEL rules refuse, at kubectl apply, the specs no agent could act
 // on, each with a message that says what to write; good specs pass.
 func TestUpdateChannelSchemaRefusesBadSpecs(t *testing.T) {
-	e := testenv.Need(t, env)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := crds.Apply(ctx, e.Config, "ops.slipway.dev"); err != nil {
-		t.Fatal(err)
-	}
-	client, err := versioned.NewForConfig(e.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := client.OpsV1().UpdateChannels("default")
+	ctx, api := channelsAPI(t)
 	win := func(days []string, start, end, tz string) *opsv1.Window {
 		return &opsv1.Window{Days: days, Start: start, End: end, TimeZone: tz}
 	}
