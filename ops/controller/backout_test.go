@@ -20,6 +20,7 @@ import (
 	"slipway.dev/slipway/ops/internal/fleettest"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
+	"slipway.dev/slipway/upgrade/layout"
 )
 
 // slotLog records, polling the channel, every slot seen after start: its
@@ -232,45 +233,74 @@ func TestAnalysisRollsBackAFailedWave(t *testing.T) {
 	}
 }
 
-// The same bad release, but n1's rollback Job fails: n1 is reported
-// (status, Events) and left uncordoned at v2, the rest of its wave goes
-// back, and since n1 still fails its requests the status says the
-// rollback did not cure the workload. The halt stays.
+// The same bad release, but n1 cannot go back: its rollback Job fails, or
+// its previous version is gone from its system directory (removed after
+// its upgrade, before the rollback). n1 is reported (status, Events) and
+// left uncordoned at v2, the rest of its wave goes back, and since n1
+// still fails its requests the status says the rollback did not cure the
+// workload. The halt stays.
 func TestAnalysisRollbackThatFailsIsReported(t *testing.T) {
-	metrics := promtest.FreeAddr(t)
-	f, names, _, _ := rollbackFleet(t, metrics)
-	bad := names[1]
-	fleettest.FailRollbacks.Store(bad, 1000)
-	t.Cleanup(func() { fleettest.FailRollbacks.Delete(bad) })
-	ch := f.WaitFor("the rollback judged not cured", 4*time.Minute, func(ch *v1.UpdateChannel) bool {
-		as := ch.Status.Analysis
-		return as != nil && as.Rollback != nil && as.Rollback.State == plan.WaveNotCured
-	})
-	rb := ch.Status.Analysis.Rollback
-	t.Logf("rollback: %+v", *rb)
-	for _, nr := range rb.Nodes {
-		switch {
-		case nr.Node == bad:
-			if nr.State != plan.NodeRollbackFailed || !strings.Contains(nr.Message, "rollback-") || !strings.Contains(nr.Message, "failed") {
-				t.Errorf("%s: %+v, want Failed naming its rollback Job", bad, nr)
+	for _, c := range []struct {
+		name string
+		// breaks n1's rollback; want is what its failure says.
+		breaks func(f *fleet, bad string)
+		want   []string
+	}{
+		{"its rollback Job fails", func(f *fleet, bad string) {
+			fleettest.FailRollbacks.Store(bad, 1000)
+			f.T.Cleanup(func() { fleettest.FailRollbacks.Delete(bad) })
+		}, []string{"rollback-", "failed"}},
+		{"its previous version is gone", func(f *fleet, bad string) {
+			l := layout.New(f.SystemDir(bad))
+			current := func() string { v, _ := l.Current(layout.Rootfs); return v } // no test log from this goroutine
+			go func() {                                                             // once its upgrade swapped v2 in, v1's rootfs goes
+				for deadline := time.Now().Add(4 * time.Minute); current() != "v2"; time.Sleep(20 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						return
+					}
+				}
+				_ = os.RemoveAll(l.VersionDir(layout.Rootfs, "v1"))
+			}()
+		}, []string{"previous version is gone", "rootfs v1 is not on disk"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			metrics := promtest.FreeAddr(t)
+			f, names, _, _ := rollbackFleet(t, metrics)
+			bad := names[1]
+			c.breaks(f, bad)
+			ch := f.WaitFor("the rollback judged not cured", 4*time.Minute, func(ch *v1.UpdateChannel) bool {
+				as := ch.Status.Analysis
+				return as != nil && as.Rollback != nil && as.Rollback.State == plan.WaveNotCured
+			})
+			rb := ch.Status.Analysis.Rollback
+			t.Logf("rollback: %+v", *rb)
+			for _, nr := range rb.Nodes {
+				switch {
+				case nr.Node == bad:
+					for _, w := range c.want {
+						if nr.State != plan.NodeRollbackFailed || !strings.Contains(nr.Message, w) {
+							t.Errorf("%s: %+v, want Failed saying %q", bad, nr, w)
+						}
+					}
+				case nr.State != plan.NodeRollbackDone:
+					t.Errorf("%+v, want RolledBack", nr)
+				}
 			}
-		case nr.State != plan.NodeRollbackDone:
-			t.Errorf("%+v, want RolledBack", nr)
-		}
+			if rb.Verdict != "Fail" || !strings.Contains(rb.Message, "still fails") || ch.Status.Analysis.Failed == nil {
+				t.Errorf("status.analysis = %+v, want the halt and the analysis still failing after the rollback", ch.Status.Analysis)
+			}
+			node := f.Node(bad)
+			if f.Current(bad) != "v2" || node.Spec.Unschedulable || node.Annotations[drain.AnnotationCordonedBy] != "" {
+				t.Errorf("%s: current %s, unschedulable %t, annotations %v: want v2, not cordoned", bad, f.Current(bad), node.Spec.Unschedulable, node.Annotations)
+			}
+			for reason, want := range map[string]int{ReasonNodeRollbackFail: 1, ReasonWaveRolledBack: 1, ReasonRollbackNotCured: 1} {
+				if n := f.Events(reason, want); n < want {
+					t.Errorf("%d %s Events, want %d", n, reason, want)
+				}
+			}
+			f.Holds("the halt stays after the rollback", 5*time.Second, func(ch *v1.UpdateChannel) bool {
+				return len(ch.Status.Updating) == 0 && ch.Status.Analysis.Failed != nil
+			})
+		})
 	}
-	if rb.Verdict != "Fail" || !strings.Contains(rb.Message, "still fails") || ch.Status.Analysis.Failed == nil {
-		t.Errorf("status.analysis = %+v, want the halt and the analysis still failing after the rollback", ch.Status.Analysis)
-	}
-	node := f.Node(bad)
-	if f.Current(bad) != "v2" || node.Spec.Unschedulable || node.Annotations[drain.AnnotationCordonedBy] != "" {
-		t.Errorf("%s: current %s, unschedulable %t, annotations %v: want v2, not cordoned", bad, f.Current(bad), node.Spec.Unschedulable, node.Annotations)
-	}
-	for reason, want := range map[string]int{ReasonNodeRollbackFail: 1, ReasonWaveRolledBack: 1, ReasonRollbackNotCured: 1} {
-		if n := f.Events(reason, want); n < want {
-			t.Errorf("%d %s Events, want %d", n, reason, want)
-		}
-	}
-	f.Holds("the halt stays after the rollback", 5*time.Second, func(ch *v1.UpdateChannel) bool {
-		return len(ch.Status.Updating) == 0 && ch.Status.Analysis.Failed != nil
-	})
 }
