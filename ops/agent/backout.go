@@ -117,6 +117,14 @@ func (a *Agent) buildBackoutJob(ch *v1.UpdateChannel, s plan.Settings, slot v1.S
 	return j
 }
 
+// slotJobKind names the kind of a slot's Job in what the agent reports.
+func slotJobKind(slot v1.Slot) string {
+	if slot.Rollback {
+		return "rollback"
+	}
+	return "upgrade"
+}
+
 // backoutJobAt reports whether a rollback slot's Job swapped version in
 // (ours: it finished) or still runs (busy): a rollback slot that ends
 // before its reboot leaves that swap staged, and undoSwap undoes it as it

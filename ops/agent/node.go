@@ -151,7 +151,7 @@ func (a *Agent) do(ctx context.Context, step plan.Step, sc *stepCtx) (after time
 		return after, false, err
 	case plan.StepFailJob:
 		name := protocol.SlotJobName(sc.ch.UID, sc.slot)
-		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("upgrade job %s failed (%s)%s", name, a.jobReason(name), a.podMessage(ctx, name)))
+		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("%s job %s failed (%s)%s", slotJobKind(sc.slot), name, a.jobReason(name), a.podMessage(ctx, name)))
 	case plan.StepFailForeign:
 		name := protocol.SlotJobName(sc.ch.UID, sc.slot)
 		_, why := jobOwnedBy(a.job(name), sc.ch.UID, sc.slot)
