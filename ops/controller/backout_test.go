@@ -150,6 +150,8 @@ func TestAnalysisRollsBackAFailedWave(t *testing.T) {
 	})
 	rb := ch.Status.Analysis.Rollback
 	t.Logf("rollback: %+v", *rb)
+	t.Logf("wave of %d failed at %s; back at %s (%s later), judged cured at %s (bake 5s)", len(wave), ch.Status.Analysis.Failed.At.Format(time.TimeOnly),
+		rb.Finished.Format(time.TimeOnly), rb.Finished.Sub(ch.Status.Analysis.Failed.At.Time), rb.JudgedAt.Format(time.TimeOnly))
 	if rb.Version != "v2" || rb.RolledBack != len(wave) || rb.Verdict != "Pass" || !strings.Contains(rb.Message, "cured") {
 		t.Errorf("status.analysis.rollback = %+v, want %d nodes back from v2 and the analysis passing", *rb, len(wave))
 	}
