@@ -154,6 +154,8 @@ const (
 	JobRollback = "rollback" // swaps back what an ended rollout left staged
 	// JobRollbackOrphan is a rollback whose channel is gone (no channel name or UID).
 	JobRollbackOrphan = "rollback-orphan"
+	// JobRollbackSlot is a rollback slot's Job: a failed wave's node back to its previous version (backout.go).
+	JobRollbackSlot = "rollback-slot"
 )
 
 // Jobs are the Jobs of each kind an agent on opts.NodeName creates for
@@ -193,6 +195,8 @@ func Jobs(opts Options, ch *v1.UpdateChannel, slot v1.Slot) (map[string]*batchv1
 			[]layout.Component{layout.Rootfs, layout.Kernel}),
 		JobRollbackOrphan: a.buildRollbackJob(nil, rollbackJobName(opts.NodeName, slot.Version, "boot-2", slot.Attempt), staged, "boot-2", slot.Attempt,
 			[]layout.Component{layout.Rootfs}),
+		JobRollbackSlot: a.buildBackoutJob(ch, s, v1.Slot{Node: slot.Node, Version: slot.Version, From: slot.Version + "-failed", Rollback: true,
+			Attempt: slot.Attempt, Since: slot.Since}, Versions{Rootfs: slot.Version + "-failed", Kernel: slot.Version + "-failed"}, []layout.Component{layout.Rootfs, layout.Kernel}),
 	}
 	for _, j := range jobs {
 		confineJob(j, opts.Isolation)

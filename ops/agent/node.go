@@ -151,7 +151,7 @@ func (a *Agent) do(ctx context.Context, step plan.Step, sc *stepCtx) (after time
 		return after, false, err
 	case plan.StepFailJob:
 		name := protocol.SlotJobName(sc.ch.UID, sc.slot)
-		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("upgrade job %s failed (%s)%s", name, a.jobReason(name), a.podMessage(ctx, name)))
+		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("%s job %s failed (%s)%s", slotJobKind(sc.slot), name, a.jobReason(name), a.podMessage(ctx, name)))
 	case plan.StepFailForeign:
 		name := protocol.SlotJobName(sc.ch.UID, sc.slot)
 		_, why := jobOwnedBy(a.job(name), sc.ch.UID, sc.slot)
@@ -253,6 +253,9 @@ func (a *Agent) job(name string) *batchv1.Job {
 }
 
 func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, v Versions) error {
+	if slot.Rollback {
+		return a.backoutDone(ctx, ch, slot, v) // backout.go
+	}
 	// the versions with the report: the fleet view must not see the old one once the slot is free
 	if err := a.endSlot(ctx, ch, slot, &v, protocol.OutcomeSucceeded, ""); err != nil {
 		return err

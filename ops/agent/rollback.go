@@ -143,6 +143,9 @@ func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
 		return nil
 	}
 	ourJob, busy := upgradeJobAt(jobs, current.Rootfs)
+	if rbOurs, rbBusy := backoutJobAt(jobs, current.Rootfs); rbOurs || rbBusy { // a rollback slot's swap (backout.go)
+		ourJob, busy = ourJob || rbOurs, busy || rbBusy
+	}
 	if busy {
 		return nil // the Job informer calls again when it finishes
 	}

@@ -25,6 +25,9 @@ func (a *Agent) stepAlreadyThere(ctx context.Context, sc *stepCtx) error {
 // stepCreateJob creates the slot's upgrade Job (Event Upgrading) and marks
 // the slot Upgrading with its name unless the fleet view did already.
 func (a *Agent) stepCreateJob(ctx context.Context, sc *stepCtx) error {
+	if sc.slot.Rollback {
+		return a.stepCreateRollbackJob(ctx, sc) // a failed wave's node goes back (backout.go)
+	}
 	name := protocol.SlotJobName(sc.ch.UID, sc.slot)
 	j := a.buildJob(sc.ch, sc.s, sc.slot)
 	if a.activateOnly(sc.slot) { // staged ahead: the slot only swaps

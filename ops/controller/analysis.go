@@ -35,6 +35,7 @@ type analysisMetrics struct {
 	failed      *prometheus.GaugeVec   // 1 while a failed analysis halts the channel, by channel, query and version
 	holding     *prometheus.GaugeVec   // 1 while the analysis holds new slots (cannot judge, baking), by channel
 	evaluations *prometheus.CounterVec // by channel and verdict
+	backout     *backoutMetrics        // the rollbacks of failed waves (backout.go)
 }
 
 func newAnalysisMetrics(r prometheus.Registerer) *analysisMetrics {
@@ -49,6 +50,7 @@ func newAnalysisMetrics(r prometheus.Registerer) *analysisMetrics {
 			Help: "Evaluations of the channels' analyses, by verdict (Pass, Fail, Hold)."}, []string{"channel", "verdict"}),
 	}
 	r.MustRegister(m.failed, m.holding, m.evaluations)
+	m.backout = newBackoutMetrics(r)
 	return m
 }
 
@@ -83,17 +85,23 @@ func (ctl *Controller) askAnalysis(ctx context.Context, fc *fleetCache, name str
 		!last.Result.At.Before(analysis.FreshAfter(bakeUntil, a.Interval, now)) {
 		return last
 	}
-	if c.querier == nil || c.url != a.URL {
-		q, err := analysis.NewClient(a.URL)
-		if err != nil { // the CRD and plan.ResolveAnalysis refuse such a URL: this is a guard
-			ctl.log.Error("analysis: Prometheus client", "channel", name, "err", err)
-		}
-		c.url, c.querier = a.URL, q
-	}
-	r := analysis.Evaluate(ctx, c.querier, a.Spec, wave, now)
+	r := analysis.Evaluate(ctx, ctl.querierOf(c, name, a.URL), a.Spec, wave, now)
 	ctl.metrics.analysis.evaluations.WithLabelValues(name, string(r.Verdict)).Inc()
 	c.last = &plan.Judged{Result: r, Wave: slices.Clone(wave)}
 	return c.last
+}
+
+// querierOf is the channel's Prometheus client, made again when its
+// address changed.
+func (ctl *Controller) querierOf(c *analysisCache, channel, url string) analysis.Querier {
+	if c.querier == nil || c.url != url {
+		q, err := analysis.NewClient(url)
+		if err != nil { // the CRD and plan.ResolveAnalysis refuse such a URL: this is a guard
+			ctl.log.Error("analysis: Prometheus client", "channel", channel, "err", err)
+		}
+		c.url, c.querier, c.last = url, q, nil
+	}
+	return c.querier
 }
 
 // analysisEvents says what the analysis decided in a pass: a Warning Event

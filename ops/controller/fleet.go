@@ -103,7 +103,7 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	fenced := ctl.fenced(fc, ch.UID)                                            // the revoked slots whose views still show them
 	drained, rebootHeld := ctl.permitReboots(ctx, ch, ctl.drainsDoneIn(ch.UID)) // a server's reboot asks the server gate again (serverstep.go)
 	var gate serverGate
-	if serverWaits(ch.Status, mine, target) {
+	if serverWaits(ch.Status, mine, target) || backoutServers(ch.Status, mine) {
 		gate = ctl.serverGateFor(ctx, name, snap)
 	}
 	behind := len(plan.Behind(*folded, mine, target)) > 0
@@ -112,7 +112,8 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 		checks: ctl.checkBehind(ctx, fc, name, *folded, plan.Behind(*folded, mine, target), startable(s, *folded, mine, target, ctl.opts.Retry, now),
 			plan.FreeSlots(s, *folded), s.Concurrency, target),
 		serverElsewhere: gate.taken(), reports: reports, drained: drained,
-		claims: ctl.lastClaims(), slowDrains: ctl.slowDrains(), fenced: fenced, avail: ctl.availability(nodeNames(mine))}
+		claims: ctl.lastClaims(), slowDrains: ctl.slowDrains(), fenced: fenced, avail: ctl.availability(nodeNames(mine)),
+		afterRollback: ctl.askAfterRollback(ctx, fc, name, an, *folded, now)}
 	var r fleetResult
 	ch, err = ctl.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
 		r = p.apply(c)
@@ -135,6 +136,7 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	}
 	ctl.fleetEvents(ch, r)
 	ctl.analysisEvents(ch, r.analysis)
+	ctl.backoutEvents(ch, r)
 	ctl.heldBackEvent(ch, fc, gate)
 	if !r.relist {
 		ctl.downEvents(ch, fc, s, r.down, now)
@@ -154,6 +156,12 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	}
 	if d := plan.AnalysisNext(an, ch.Status.Analysis, behind, now); d > 0 {
 		next = min(next, d)
+	}
+	if d := plan.RollbackNext(an, ch.Status.Analysis, now); d > 0 {
+		next = min(next, d)
+	}
+	if r.resumed {
+		next = min(next, analysisJoinedRecheck) // the analysis is asked afresh at once
 	}
 	if len(r.analysis.Joined) > 0 {
 		next = min(next, analysisJoinedRecheck) // the new wave is asked at once

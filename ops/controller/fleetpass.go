@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"slipway.dev/slipway/ops/analysis"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
@@ -46,6 +47,9 @@ type fleetPass struct {
 	// judged its evaluation for this pass (analysis.go).
 	analysis *plan.Analysis
 	judged   *plan.Judged
+	// afterRollback is the analysis asked after a failed wave was rolled
+	// back (nil: not asked in this pass; backout.go).
+	afterRollback *analysis.Result
 }
 
 // apply updates c's status for this pass and says what changed.
@@ -77,7 +81,12 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 	r.staging = plan.GrantStaging(p.s, st, mine, target, p.now)
 	// The bake starts at this write, not at the pass's start (the checks
 	// before it may take a while).
-	r.analysis = plan.StepAnalysis(p.analysis, st, r.folded.Succeeded, target, p.judged, time.Now(), c.Generation)
+	if p.analysis != nil {
+		r.resumed = plan.Resume(st, c.Annotations[plan.ResumeAnnotation]) // lifts a failed analysis's halt once (backout.go)
+	}
+	r.analysis = plan.StepAnalysis(p.analysis, st, joinable(r.folded.Succeeded, before), target, p.judged, time.Now(), c.Generation)
+	plan.NotePrevious(st, before.Updating, r.analysis.Joined)
+	p.backout(st, string(c.UID), before, &r, backoutHold(holders != p.listedSlots, len(p.fenced) > 0 || len(r.revoked) > 0))
 	switch {
 	case holders != p.listedSlots:
 		// A slot changed hands since the nodes were read (a conflict
@@ -137,6 +146,10 @@ type fleetResult struct {
 	capacityHeld bool
 	// analysis is what the channel's analysis said in this pass.
 	analysis plan.AnalysisStep
+	// backout is what the rollback of a failed wave did; resumed: the
+	// resume annotation lifted a failed analysis's halt (backout.go).
+	backout plan.BackoutStep
+	resumed bool
 }
 
 // recover takes the stale slots away: a node gone before its reboot loses

@@ -56,6 +56,7 @@ func TestPrinterColumns(t *testing.T) {
 		"Up-to-date":  ".status.counts.upToDate",
 		"Skipped":     ".status.counts.skipped",
 		"Staged":      ".status.counts.staged",
+		"Rollback":    ".status.analysis.rollback.state",
 		"Age":         ".metadata.creationTimestamp",
 	}
 	cols := updateChannelCRD(t).Spec.Versions[0].AdditionalPrinterColumns
@@ -66,7 +67,7 @@ func TestPrinterColumns(t *testing.T) {
 			t.Errorf("column %s: path %q, want %q", c.Name, c.JSONPath, want[c.Name])
 		}
 	}
-	if got := strings.Join(order, ","); got != "Version,Latest,Concurrency,Updating,Up-to-date,Skipped,Staged,Age" {
+	if got := strings.Join(order, ","); got != "Version,Latest,Concurrency,Updating,Up-to-date,Skipped,Staged,Rollback,Age" {
 		t.Errorf("columns = %s", got)
 	}
 }

@@ -11,15 +11,18 @@ import (
 	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/crds"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
+	opsclient "slipway.dev/slipway/ops/generated/clientset/versioned/typed/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/testenv"
 )
 
-// The CRD's CEL rules refuse, at kubectl apply, the specs no agent could act
-// on, each with a message that says what to write; good specs pass.
-func TestUpdateChannelSchemaRefusesBadSpecs(t *testing.T) {
+// channelsAPI applies the ops.slipway.dev CRDs to the test's API server
+// and returns the UpdateChannels of namespace default there, with a
+// context that ends with the test (a minute at most).
+func channelsAPI(t *testing.T) (context.Context, opsclient.UpdateChannelInterface) {
+	t.Helper()
 	e := testenv.Need(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	if err := crds.Apply(ctx, e.Config, "ops.slipway.dev"); err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +30,33 @@ func TestUpdateChannelSchemaRefusesBadSpecs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := client.OpsV1().UpdateChannels("default")
+	return ctx, client.OpsV1().UpdateChannels("default")
+}
+
+func onFailure(spec opsv1.UpdateChannelSpec, v string) opsv1.UpdateChannelSpec {
+	spec.Analysis.OnFailure = v
+	return spec
+}
+
+// An analysis that says nothing of its failures halts: the API server
+// defaults spec.analysis.onFailure to halt.
+func TestUpdateChannelAnalysisOnFailureDefaultsToHalt(t *testing.T) {
+	ctx, api := channelsAPI(t)
+	ch, err := api.Create(ctx, &opsv1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{GenerateName: "onfailure-"},
+		Spec: opsv1.UpdateChannelSpec{URL: "github-releases://rancher/k3os", Analysis: &opsv1.AnalysisSpec{PrometheusURL: "http://prom:9090",
+			Queries: []opsv1.AnalysisQuery{{Name: "e", Query: "x", Condition: "< 1"}}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ch.Spec.Analysis.OnFailure; got != opsv1.OnFailureHalt {
+		t.Errorf("spec.analysis.onFailure = %q, want the default %q", got, opsv1.OnFailureHalt)
+	}
+}
+
+// The CRD's CEL rules refuse, at kubectl apply, the specs no agent could act
+// on, each with a message that says what to write; good specs pass.
+func TestUpdateChannelSchemaRefusesBadSpecs(t *testing.T) {
+	ctx, api := channelsAPI(t)
 	win := func(days []string, start, end, tz string) *opsv1.Window {
 		return &opsv1.Window{Days: days, Start: start, End: end, TimeZone: tz}
 	}
@@ -76,6 +105,11 @@ func TestUpdateChannelSchemaRefusesBadSpecs(t *testing.T) {
 		{"analysis query without name", an(prom, q(" ", "< 1")), "queries[].name is empty"},
 		{"analysis bad noData", opsv1.UpdateChannelSpec{URL: gh, Analysis: &opsv1.AnalysisSpec{PrometheusURL: prom,
 			Queries: []opsv1.AnalysisQuery{{Name: "e", Query: "x", Condition: "< 1", NoData: "fail"}}}}, "noData"},
+		// spec.analysis.onFailure: halt or rollback, nothing else.
+		{"analysis onFailure halt", onFailure(an(prom, q("e", "< 1")), "halt"), ""},
+		{"analysis onFailure rollback", onFailure(an(prom, q("e", "< 1")), "rollback"), ""},
+		{"analysis onFailure in capitals", onFailure(an(prom, q("e", "< 1")), "Rollback"), "spec.analysis.onFailure: write halt"},
+		{"analysis onFailure unknown", onFailure(an(prom, q("e", "< 1")), "undo"), "or rollback"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -23,6 +23,8 @@ type Analysis struct {
 	Spec     analysis.Spec
 	Bake     time.Duration
 	Interval time.Duration
+	// Rollback: a failed wave's nodes are rolled back (onFailure: rollback).
+	Rollback bool
 }
 
 // DefaultAnalysisInterval is how often the analysis is asked while it
@@ -40,6 +42,13 @@ func ResolveAnalysis(a *v1.AnalysisSpec) (*Analysis, *Invalid) {
 		return nil, &Invalid{ReasonBadAnalysis, "spec.analysis" + fmt.Sprintf(format, args...)}
 	}
 	out := &Analysis{URL: a.PrometheusURL, Interval: DefaultAnalysisInterval}
+	switch a.OnFailure {
+	case "", v1.OnFailureHalt:
+	case v1.OnFailureRollback:
+		out.Rollback = true
+	default:
+		return bad(".onFailure %q: write halt or rollback", a.OnFailure)
+	}
 	if !strings.HasPrefix(a.PrometheusURL, "http://") && !strings.HasPrefix(a.PrometheusURL, "https://") {
 		return bad(".prometheusURL %q: write the Prometheus address as http(s)://host:port", a.PrometheusURL)
 	}
@@ -119,7 +128,7 @@ func StepAnalysis(a *Analysis, st *v1.UpdateChannelStatus, succeeded []string, t
 	as := st.Analysis
 	var step AnalysisStep
 	if (as.Failed != nil && as.Failed.Version != target) || (as.WaveVersion != "" && as.WaveVersion != target) {
-		*as = v1.AnalysisStatus{} // another release: judged afresh
+		*as = v1.AnalysisStatus{Resumed: as.Resumed} // another release: judged afresh (a resume acts once)
 	}
 	for _, n := range succeeded {
 		if !slices.Contains(as.Wave, n) {
@@ -157,7 +166,7 @@ func StepAnalysis(a *Analysis, st *v1.UpdateChannelStatus, succeeded []string, t
 			step.Failed, step.Hold = as.Failed, FailureMessage(*as.Failed)
 		case jw.PassWave:
 			step.Passed = as.Wave
-			as.Wave, as.WaveVersion, as.BakeUntil = nil, "", nil
+			as.Wave, as.WaveVersion, as.BakeUntil, as.Previous = nil, "", nil, nil
 		}
 	}
 	setAnalysisConditions(st, step, j, generation)
@@ -170,8 +179,8 @@ func FailureMessage(f v1.AnalysisFailure) string {
 	if v == "" {
 		v = "the target"
 	}
-	return fmt.Sprintf("analysis failed after the wave %s (%s): %s; no node gets a slot until the target version changes (or status.analysis.failed is removed)",
-		strings.Join(f.Nodes, ", "), v, f.Reason)
+	return fmt.Sprintf("analysis failed after the wave %s (%s): %s; no node gets a slot until the target version changes (or the channel is resumed: annotate it %s=<a new token>)",
+		strings.Join(f.Nodes, ", "), v, f.Reason, ResumeAnnotation)
 }
 
 func setAnalysisConditions(st *v1.UpdateChannelStatus, step AnalysisStep, j *Judged, generation int64) {

@@ -209,7 +209,7 @@ func ClaimBeside(s Settings, st *v1.UpdateChannelStatus, candidates []Node, targ
 			attempt = st.Failed[i].Attempts + 1
 		}
 		st.Updating = append(st.Updating, v1.Slot{
-			Node: n.Name, Version: target, Attempt: attempt, Phase: PhasePending, Since: metav1.NewTime(now),
+			Node: n.Name, Version: target, Attempt: attempt, Phase: PhasePending, Since: metav1.NewTime(now), From: n.Version,
 		})
 		added = append(added, n.Name)
 	}

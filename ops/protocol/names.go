@@ -70,9 +70,16 @@ func SlotSince(s v1.Slot) string {
 // rollout), and the attempt. A retry, a later rollout to the same version
 // and a recreated channel each get a new name, so no Job of another rollout
 // is ever taken for this one's.
+//
+// A rollback slot's Job (Slot.Rollback: `ops rollback`, back to version)
+// is of the rollback kind, under that kind's prefix.
 func SlotJobName(channelUID types.UID, s v1.Slot) string {
 	rollout := ShortHash(string(channelUID) + "/" + SlotSince(s))[:6]
-	return JobName(JobKindUpgrade, s.Node, s.Version, rollout, strconv.Itoa(s.Attempt))
+	kind := JobKindUpgrade
+	if s.Rollback {
+		kind = JobKindRollback
+	}
+	return JobName(kind, s.Node, s.Version, rollout, strconv.Itoa(s.Attempt))
 }
 
 // The kinds of Job an agent creates: the first word of their names.

@@ -71,6 +71,7 @@ func TestSlotJobName(t *testing.T) {
 		{"a dash where the other has a dot", "uid-a", slot("node-upper-example.com", "v2", 1, t0)},
 		{"long node v2", "uid-a", slot(strings.Repeat("n", 80), "v2", 1, t0)},
 		{"long node v3", "uid-a", slot(strings.Repeat("n", 80), "v3", 1, t0)},
+		{"a rollback slot to the same version", "uid-a", func() v1.Slot { s := slot("node-1", "v1.2.3+k3s1", 1, t0); s.Rollback = true; return s }()},
 	} {
 		got := SlotJobName(tc.uid, tc.slot)
 		if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 || len(got) > 63 {
@@ -80,6 +81,13 @@ func TestSlotJobName(t *testing.T) {
 			t.Errorf("%s: %q collides with %s", tc.name, got, other)
 		}
 		names[got] = tc.name
+	}
+	// A rollback slot's Job is named under the rollback kind's prefix (the
+	// admission policy binds a Job's name to its node by its action's kind).
+	rb := slot("node-1", "v1", 1, t0)
+	rb.Rollback = true
+	if got := SlotJobName("u", rb); !strings.HasPrefix(got, JobNamePrefix(JobKindRollback, "node-1")) {
+		t.Errorf("a rollback slot's Job is named %q, not under %q", got, JobNamePrefix(JobKindRollback, "node-1"))
 	}
 	// The fleet view names the Job from the slot it holds in memory (with
 	// nanoseconds); the node reads it back from the API (whole seconds).

@@ -29,6 +29,7 @@ func opsCRDs() []crdSpec {
 			{Name: "Up-to-date", Type: "integer", JSONPath: ".status.counts.upToDate", Description: "Selected nodes at the target version."},
 			{Name: "Skipped", Type: "integer", JSONPath: ".status.counts.skipped", Description: "Nodes behind that get no slot (status.skipped says why)."},
 			{Name: "Staged", Type: "integer", JSONPath: ".status.counts.staged", Description: "Nodes behind that have the target staged ahead of their slot."},
+			{Name: "Rollback", Type: "string", JSONPath: ".status.analysis.rollback.state", Description: "The rollback of a failed wave: RollingBack, RolledBack, Cured or NotCured (status.analysis.rollback)."},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 		},
 	}}
@@ -65,6 +66,7 @@ func updateChannelValidation() ([]bound, []rule, error) {
 		{[]string{"spec", "analysis", "queries", "[]", "condition"}, 64},
 		{[]string{"spec", "analysis", "queries", "[]", "noData"}, 8},
 		{[]string{"spec", "analysis", "alerts", "filterRegexp"}, 1024},
+		{[]string{"spec", "analysis", "onFailure"}, 16},
 	}
 	rules := []rule{
 		{spec, `self.url.trim() != ''`,
@@ -87,6 +89,8 @@ func updateChannelValidation() ([]bound, []rule, error) {
 			"spec.window.timeZone must be an IANA time zone name such as Europe/Berlin (empty means UTC)"},
 		{analysis, `self.prometheusURL.matches('^(?i)https?://[^/?#]+')`,
 			"spec.analysis.prometheusURL: write the Prometheus address as http(s)://host:port"},
+		{analysis, `!has(self.onFailure) || self.onFailure in ['halt', 'rollback']`,
+			"spec.analysis.onFailure: write halt (the default: a failed wave stops the rollout) or rollback (its nodes also go back to their previous version)"},
 		{analysis, `(has(self.queries) && size(self.queries) > 0) || has(self.alerts)`,
 			"spec.analysis asks nothing: list queries (name, query, condition) or set alerts: {}"},
 		{analysis, `!has(self.queries) || self.queries.all(q, self.queries.exists_one(r, r.name == q.name))`,

@@ -83,6 +83,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.DrainSpec":           schema_ops_apis_opsslipwaydev_v1_DrainSpec(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure":             schema_ops_apis_opsslipwaydev_v1_Failure(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts":          schema_ops_apis_opsslipwaydev_v1_NodeCounts(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeRollback":        schema_ops_apis_opsslipwaydev_v1_NodeRollback(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeVersion":         schema_ops_apis_opsslipwaydev_v1_NodeVersion(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller":              schema_ops_apis_opsslipwaydev_v1_Poller(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.PrestageSpec":        schema_ops_apis_opsslipwaydev_v1_PrestageSpec(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease":     schema_ops_apis_opsslipwaydev_v1_ResolvedRelease(ref),
@@ -94,6 +96,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannelList":   schema_ops_apis_opsslipwaydev_v1_UpdateChannelList(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannelSpec":   schema_ops_apis_opsslipwaydev_v1_UpdateChannelSpec(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannelStatus": schema_ops_apis_opsslipwaydev_v1_UpdateChannelStatus(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.WaveRollback":        schema_ops_apis_opsslipwaydev_v1_WaveRollback(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Window":              schema_ops_apis_opsslipwaydev_v1_Window(ref),
 	}
 }
@@ -2972,6 +2975,14 @@ func schema_ops_apis_opsslipwaydev_v1_AnalysisSpec(ref common.ReferenceCallback)
 							Ref:         ref(v1.Duration{}.OpenAPIModelName()),
 						},
 					},
+					"onFailure": {
+						SchemaProps: spec.SchemaProps{
+							Description: "OnFailure is what a failed wave does: halt (no node gets a slot) or rollback (halt, and the wave's nodes go back to the version they ran before it, one slot at a time within concurrency, each drained, rolled back by a rollback Job and rebooted; the analysis is asked again once they are back).",
+							Default:     "halt",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"prometheusURL"},
 			},
@@ -3023,15 +3034,47 @@ func schema_ops_apis_opsslipwaydev_v1_AnalysisStatus(ref common.ReferenceCallbac
 					},
 					"failed": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Failed is the failure that halted the rollout: no node gets a slot until the target version changes (or an admin removes it).",
+							Description: "Failed is the failure that halted the rollout: no node gets a slot until the target version changes (or an admin removes it, or resumes the channel with the ops.slipway.dev/resume annotation).",
 							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisFailure"),
+						},
+					},
+					"previous": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Previous are the versions the wave's nodes ran before it: what a rollback of the wave returns them to.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: map[string]interface{}{},
+										Ref:     ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeVersion"),
+									},
+								},
+							},
+						},
+					},
+					"rollback": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Rollback is the rollback of the failed wave (spec.analysis.onFailure: rollback).",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.WaveRollback"),
+						},
+					},
+					"resumed": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Resumed is the last value of the ops.slipway.dev/resume annotation acted on: a new value lifts the halt once.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisFailure"},
+			v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisFailure", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeVersion", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.WaveRollback"},
 	}
 }
 
@@ -3252,6 +3295,95 @@ func schema_ops_apis_opsslipwaydev_v1_NodeCounts(ref common.ReferenceCallback) c
 	}
 }
 
+func schema_ops_apis_opsslipwaydev_v1_NodeRollback(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeRollback is one node of a rolled back wave.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"node": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Node is the exact name of the node.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"from": {
+						SchemaProps: spec.SchemaProps{
+							Description: "From is the version it ran in the failed wave; To the one it goes back to.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"to": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+					"state": {
+						SchemaProps: spec.SchemaProps{
+							Description: "State is Pending, RollingBack, RolledBack or Failed.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says what was seen (why it failed, what it runs now).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"at": {
+						SchemaProps: spec.SchemaProps{
+							Description: "At is when the state was last set.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"node", "from", "state"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_NodeVersion(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeVersion is the version one node ran.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"node": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Node is the exact name of the node.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"version": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Version it ran.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"node", "version"},
+			},
+		},
+	}
+}
+
 func schema_ops_apis_opsslipwaydev_v1_Poller(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -3465,6 +3597,20 @@ func schema_ops_apis_opsslipwaydev_v1_Slot(ref common.ReferenceCallback) common.
 							Description: "Attempt counts the tries of this node at this version, starting at 1.",
 							Type:        []string{"integer"},
 							Format:      "int32",
+						},
+					},
+					"from": {
+						SchemaProps: spec.SchemaProps{
+							Description: "From is the version the node ran when the slot was granted.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"rollback": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Rollback marks the slot of a failed wave's node going back to version (its previous) with a rollback Job (`ops rollback`), drained and rebooted as an upgrade is.",
+							Type:        []string{"boolean"},
+							Format:      "",
 						},
 					},
 					"since": {
@@ -3909,6 +4055,89 @@ func schema_ops_apis_opsslipwaydev_v1_UpdateChannelStatus(ref common.ReferenceCa
 		},
 		Dependencies: []string{
 			v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisStatus", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.StagePermit"},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_WaveRollback(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "WaveRollback is the rollback of a failed wave: each node's state, and what the analysis said once they were back.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"version": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Version is the version of the failed wave, rolled back from.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"state": {
+						SchemaProps: spec.SchemaProps{
+							Description: "State is RollingBack (nodes still to go back), RolledBack (every node is back or reported), Cured (the analysis passed after it) or NotCured (it still fails after it).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"nodes": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Nodes are the wave's nodes and how their rollback went.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: map[string]interface{}{},
+										Ref:     ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeRollback"),
+									},
+								},
+							},
+						},
+					},
+					"rolledBack": {
+						SchemaProps: spec.SchemaProps{
+							Description: "RolledBack counts the nodes back at their previous version.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"finished": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Finished is when every node was back or reported.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"verdict": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Verdict is the analysis asked after the rollback (Pass, Fail, Hold; empty: not asked yet), and Message what it said.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+					"judgedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "JudgedAt is when the analysis after the rollback was last asked.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"version", "state", "nodes"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeRollback"},
 	}
 }
 

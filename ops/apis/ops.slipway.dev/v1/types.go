@@ -137,7 +137,21 @@ type AnalysisSpec struct {
 	// +default="10s"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// OnFailure is what a failed wave does: halt (no node gets a slot) or
+	// rollback (halt, and the wave's nodes go back to the version they ran
+	// before it, one slot at a time within concurrency, each drained,
+	// rolled back by a rollback Job and rebooted; the analysis is asked
+	// again once they are back).
+	// +default="halt"
+	// +optional
+	OnFailure string `json:"onFailure,omitempty"`
 }
+
+// What a failed wave does (spec.analysis.onFailure).
+const (
+	OnFailureHalt     = "halt"
+	OnFailureRollback = "rollback"
+)
 
 // AnalysisQuery is one named PromQL query and what its result must be.
 type AnalysisQuery struct {
@@ -340,9 +354,77 @@ type AnalysisStatus struct {
 	// +optional
 	BakeUntil *metav1.Time `json:"bakeUntil,omitempty"`
 	// Failed is the failure that halted the rollout: no node gets a slot
-	// until the target version changes (or an admin removes it).
+	// until the target version changes (or an admin removes it, or
+	// resumes the channel with the ops.slipway.dev/resume annotation).
 	// +optional
 	Failed *AnalysisFailure `json:"failed,omitempty"`
+	// Previous are the versions the wave's nodes ran before it: what a
+	// rollback of the wave returns them to.
+	// +optional
+	// +listType=atomic
+	Previous []NodeVersion `json:"previous,omitempty"`
+	// Rollback is the rollback of the failed wave (spec.analysis.onFailure: rollback).
+	// +optional
+	Rollback *WaveRollback `json:"rollback,omitempty"`
+	// Resumed is the last value of the ops.slipway.dev/resume annotation
+	// acted on: a new value lifts the halt once.
+	// +optional
+	Resumed string `json:"resumed,omitempty"`
+}
+
+// NodeVersion is the version one node ran.
+type NodeVersion struct {
+	// Node is the exact name of the node.
+	Node string `json:"node"`
+	// Version it ran.
+	Version string `json:"version"`
+}
+
+// WaveRollback is the rollback of a failed wave: each node's state, and
+// what the analysis said once they were back.
+type WaveRollback struct {
+	// Version is the version of the failed wave, rolled back from.
+	Version string `json:"version"`
+	// State is RollingBack (nodes still to go back), RolledBack (every node
+	// is back or reported), Cured (the analysis passed after it) or
+	// NotCured (it still fails after it).
+	State string `json:"state"`
+	// Nodes are the wave's nodes and how their rollback went.
+	// +listType=atomic
+	Nodes []NodeRollback `json:"nodes"`
+	// RolledBack counts the nodes back at their previous version.
+	// +optional
+	RolledBack int `json:"rolledBack,omitempty"`
+	// Finished is when every node was back or reported.
+	// +optional
+	Finished *metav1.Time `json:"finished,omitempty"`
+	// Verdict is the analysis asked after the rollback (Pass, Fail, Hold;
+	// empty: not asked yet), and Message what it said.
+	// +optional
+	Verdict string `json:"verdict,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// JudgedAt is when the analysis after the rollback was last asked.
+	// +optional
+	JudgedAt *metav1.Time `json:"judgedAt,omitempty"`
+}
+
+// NodeRollback is one node of a rolled back wave.
+type NodeRollback struct {
+	// Node is the exact name of the node.
+	Node string `json:"node"`
+	// From is the version it ran in the failed wave; To the one it goes back to.
+	From string `json:"from"`
+	// +optional
+	To string `json:"to,omitempty"`
+	// State is Pending, RollingBack, RolledBack or Failed.
+	State string `json:"state"`
+	// Message says what was seen (why it failed, what it runs now).
+	// +optional
+	Message string `json:"message,omitempty"`
+	// At is when the state was last set.
+	// +optional
+	At metav1.Time `json:"at,omitempty"`
 }
 
 // AnalysisFailure is a failed analysis: which query, its value, and the
@@ -421,6 +503,14 @@ type Slot struct {
 	// Attempt counts the tries of this node at this version, starting at 1.
 	// +optional
 	Attempt int `json:"attempt,omitempty"`
+	// From is the version the node ran when the slot was granted.
+	// +optional
+	From string `json:"from,omitempty"`
+	// Rollback marks the slot of a failed wave's node going back to
+	// version (its previous) with a rollback Job (`ops rollback`), drained
+	// and rebooted as an upgrade is.
+	// +optional
+	Rollback bool `json:"rollback,omitempty"`
 	// Since is when the slot was taken.
 	// +optional
 	Since metav1.Time `json:"since,omitempty"`
