@@ -56,7 +56,9 @@ func channelHold(ch *opsv1.UpdateChannel) string {
 }
 
 // observeChannelGrants are the slots ch's version grants that prev (the
-// slots of its last version seen; ok false: none seen) did not hold.
+// slots of its last version seen; ok false: none seen) did not hold, but
+// for rollback slots (spec.analysis.onFailure: rollback), which a failed
+// analysis grants on purpose.
 func observeChannelGrants(prev []string, ok bool, ch *opsv1.UpdateChannel, now time.Time) []SlotGrant {
 	if !ok {
 		return nil // its first version seen: slots granted before the monitor looked
@@ -66,6 +68,9 @@ func observeChannelGrants(prev []string, ok bool, ch *opsv1.UpdateChannel, now t
 	for _, s := range ch.Status.Updating {
 		if slices.Contains(prev, s.Node) {
 			continue
+		}
+		if s.Rollback {
+			continue // a failed wave's node going back: the failure's answer, not a step forward
 		}
 		if hold == "" {
 			hold = channelHold(ch)

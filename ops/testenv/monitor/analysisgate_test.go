@@ -39,6 +39,20 @@ func TestChannelHold(t *testing.T) {
 	}
 }
 
+// TestRollbackSlotsAreNoGrants: while the analysis failed, the rollback
+// slots of the failed wave are the failure's answer; a forward slot is a
+// grant the rule judges.
+func TestRollbackSlotsAreNoGrants(t *testing.T) {
+	ch := &opsv1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c"}, Status: opsv1.UpdateChannelStatus{
+		Analysis: &opsv1.AnalysisStatus{Failed: &opsv1.AnalysisFailure{Query: "q", Nodes: []string{"a"}, Reason: "r"}},
+		Updating: []opsv1.Slot{{Node: "a", Version: "v1", Rollback: true}, {Node: "b", Version: "v2"}},
+	}}
+	got := observeChannelGrants(nil, true, ch, time.Unix(1000, 0))
+	if len(got) != 1 || got[0].Node != "b" || !strings.Contains(got[0].Hold, "status.analysis.failed") {
+		t.Fatalf("grants = %+v, want only node b's forward slot, held by the failure", got)
+	}
+}
+
 func TestAnalysisGateRule(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
