@@ -40,6 +40,7 @@ var firstOnEvent = map[string]map[string]string{
 		"slipway_channel_node_cordoned_since_timestamp_seconds": "a node cordoned by slipway for a slot",
 		"slipway_channel_analysis_failed":                       "a channel's analysis failed for a wave (spec.analysis)",
 		"slipway_channel_analysis_holding":                      "a channel with an analysis (spec.analysis); the chart's default channel has none",
+		"slipway_channel_rollback_nodes":                        "a failed wave rolled back (spec.analysis.onFailure: rollback)",
 	},
 	"slipway-update-operator": {
 		"slipway_update_operator_failures_total":                        "a failed node update",
