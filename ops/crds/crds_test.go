@@ -53,6 +53,23 @@ func TestNodeUpdateShape(t *testing.T) {
 			t.Errorf("%s: list type %v keys %v max %v, want a bounded map keyed by uid", path, p.XListType, p.XListMapKeys, p.MaxItems)
 		}
 	}
+	var defaulted []string
+	var walk func(path string, p apiextv1.JSONSchemaProps)
+	walk = func(path string, p apiextv1.JSONSchemaProps) {
+		if p.Default != nil {
+			defaulted = append(defaulted, path)
+		}
+		for k, c := range p.Properties {
+			walk(path+"."+k, c)
+		}
+		if p.Items != nil && p.Items.Schema != nil {
+			walk(path+"[]", *p.Items.Schema)
+		}
+	}
+	walk("spec.channels", prop(t, root, "spec.channels"))
+	if len(defaulted) > 0 {
+		t.Errorf("defaults under spec.channels (the object must read back as the controller wrote it): %v", defaulted)
+	}
 	var order []string
 	for _, c := range v.AdditionalPrinterColumns {
 		order = append(order, c.Name+"="+c.JSONPath)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -42,6 +44,15 @@ func opsCRDs() []crdSpec {
 		short:      []string{"nodeup", "nodeups"},
 		defs:       openapi.GetOpenAPIDefinitions,
 		validation: nodeUpdateValidation,
+		edit: func(root *apiextv1.JSONSchemaProps) {
+			// The object holds what the controller wrote and nothing the API
+			// server adds: a view the controller slims (a setting left out)
+			// reads back as written, so "written only on change" compares
+			// like with like.
+			if err := editProperty(root, []string{"spec", "channels", "[]", "spec"}, dropDefaults); err != nil {
+				panic(fmt.Sprintf("NodeUpdate schema: %v", err))
+			}
+		},
 		columns: []apiextv1.CustomResourceColumnDefinition{
 			{Name: "Node", Type: "string", JSONPath: ".metadata.name", Description: "The node (the object is named after it)."},
 			{Name: "Channel", Type: "string", JSONPath: ".spec.channels[0].name", Description: "The first channel that concerns the node."},
@@ -51,6 +62,21 @@ func opsCRDs() []crdSpec {
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 		},
 	}}
+}
+
+// dropDefaults removes every default at and below p.
+func dropDefaults(p *apiextv1.JSONSchemaProps) {
+	p.Default = nil
+	for k, c := range p.Properties {
+		dropDefaults(&c)
+		p.Properties[k] = c
+	}
+	if p.Items != nil && p.Items.Schema != nil {
+		dropDefaults(p.Items.Schema)
+	}
+	if p.AdditionalProperties != nil && p.AdditionalProperties.Schema != nil {
+		dropDefaults(p.AdditionalProperties.Schema)
+	}
 }
 
 // nodeUpdateValidation bounds a NodeUpdate and refuses what no writer of
