@@ -100,6 +100,8 @@ func nodeUpdateValidation() ([]bound, []rule, error) {
 		{append(report, "outcome"), 16},
 		{append(report, "reason"), 4096},
 		{[]string{"status", "rebootFrom"}, 64},
+		{[]string{"status", "prestagedVersion"}, 128},
+		{[]string{"status", "prestageFailedVersion"}, 128},
 	}
 	rules := []rule{
 		{nil, `!has(self.spec) || !has(self.spec.channels) || self.spec.channels.all(c, (!has(c.slot) || c.slot.node == self.metadata.name) && (!has(c.permit) || c.permit.node == self.metadata.name))`,

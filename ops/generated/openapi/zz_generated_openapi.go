@@ -90,6 +90,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeUpdateList":      schema_ops_apis_opsslipwaydev_v1_NodeUpdateList(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeUpdateSpec":      schema_ops_apis_opsslipwaydev_v1_NodeUpdateSpec(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeUpdateStatus":    schema_ops_apis_opsslipwaydev_v1_NodeUpdateStatus(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeVersions":        schema_ops_apis_opsslipwaydev_v1_NodeVersions(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller":              schema_ops_apis_opsslipwaydev_v1_Poller(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.PrestageSpec":        schema_ops_apis_opsslipwaydev_v1_PrestageSpec(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease":     schema_ops_apis_opsslipwaydev_v1_ResolvedRelease(ref),
@@ -3052,7 +3053,7 @@ func schema_ops_apis_opsslipwaydev_v1_ChannelView(ref common.ReferenceCallback) 
 				Properties: map[string]spec.Schema{
 					"namespace": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Namespace and Name name the channel.",
+							Description: "Namespace is the channel's namespace.",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
@@ -3060,9 +3061,10 @@ func schema_ops_apis_opsslipwaydev_v1_ChannelView(ref common.ReferenceCallback) 
 					},
 					"name": {
 						SchemaProps: spec.SchemaProps{
-							Default: "",
-							Type:    []string{"string"},
-							Format:  "",
+							Description: "Name is the channel's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 					"created": {
@@ -3286,7 +3288,7 @@ func schema_ops_apis_opsslipwaydev_v1_NodeChannel(ref common.ReferenceCallback) 
 					},
 					"namespace": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Namespace and Name name the channel.",
+							Description: "Namespace is the channel's namespace.",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
@@ -3294,9 +3296,10 @@ func schema_ops_apis_opsslipwaydev_v1_NodeChannel(ref common.ReferenceCallback) 
 					},
 					"name": {
 						SchemaProps: spec.SchemaProps{
-							Default: "",
-							Type:    []string{"string"},
-							Format:  "",
+							Description: "Name is the channel's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 					"created": {
@@ -3423,51 +3426,56 @@ func schema_ops_apis_opsslipwaydev_v1_NodeReport(ref common.ReferenceCallback) c
 					},
 					"since": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Since, Attempt and Version name the slot reported (the same grant).",
+							Description: "Since is the claim time of the slot reported (with Attempt and Version: the same grant).",
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
 					"attempt": {
 						SchemaProps: spec.SchemaProps{
-							Type:   []string{"integer"},
-							Format: "int32",
+							Description: "Attempt is the slot's attempt.",
+							Type:        []string{"integer"},
+							Format:      "int32",
 						},
 					},
 					"version": {
 						SchemaProps: spec.SchemaProps{
-							Type:   []string{"string"},
-							Format: "",
+							Description: "Version is the slot's version.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 					"phase": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Phase and Job are the slot's progress.",
+							Description: "Phase is the step the node reached in the slot.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
 					},
 					"job": {
 						SchemaProps: spec.SchemaProps{
-							Type:   []string{"string"},
-							Format: "",
+							Description: "Job is the slot's upgrade Job.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 					"outcome": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Outcome ends the slot (Succeeded, Failed or Released), Reason says why, At when.",
+							Description: "Outcome ends the slot: Succeeded, Failed or Released.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
 					},
 					"reason": {
 						SchemaProps: spec.SchemaProps{
-							Type:   []string{"string"},
-							Format: "",
+							Description: "Reason says why the slot ended so.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 					"at": {
 						SchemaProps: spec.SchemaProps{
-							Ref: ref(v1.Time{}.OpenAPIModelName()),
+							Description: "At is when the slot ended.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
 					"permitDone": {
@@ -3656,11 +3664,74 @@ func schema_ops_apis_opsslipwaydev_v1_NodeUpdateStatus(ref common.ReferenceCallb
 							Format:      "",
 						},
 					},
+					"booted": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Booted is what the node's current boot runs, recorded by its agent at the first sight of that boot (the raw versions; the Node keeps the sanitized labels users select on). It is written with the report that ends a slot, so a reader that folds the report sees the versions the node came back with.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeVersions"),
+						},
+					},
+					"staged": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Staged is what the node's system directory names for its next boot, where it differs from what runs; absent when nothing is staged.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeVersions"),
+						},
+					},
+					"prestagedVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PrestagedVersion is the channel's target when the node staged it ahead of its slot; PrestageFailedVersion the target when staging it failed every attempt.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"prestageFailedVersion": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeReport"},
+			"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeReport", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeVersions"},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_NodeVersions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeVersions are the versions of a node's components.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"rootfs": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+					"kernel": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+					"k3s": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+					"bootID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "BootID is the boot the versions were recorded in (Booted only).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
 	}
 }
 
@@ -3903,51 +3974,56 @@ func schema_ops_apis_opsslipwaydev_v1_SlotReport(ref common.ReferenceCallback) c
 				Properties: map[string]spec.Schema{
 					"since": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Since, Attempt and Version name the slot reported (the same grant).",
+							Description: "Since is the claim time of the slot reported (with Attempt and Version: the same grant).",
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
 					"attempt": {
 						SchemaProps: spec.SchemaProps{
-							Type:   []string{"integer"},
-							Format: "int32",
+							Description: "Attempt is the slot's attempt.",
+							Type:        []string{"integer"},
+							Format:      "int32",
 						},
 					},
 					"version": {
 						SchemaProps: spec.SchemaProps{
-							Type:   []string{"string"},
-							Format: "",
+							Description: "Version is the slot's version.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 					"phase": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Phase and Job are the slot's progress.",
+							Description: "Phase is the step the node reached in the slot.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
 					},
 					"job": {
 						SchemaProps: spec.SchemaProps{
-							Type:   []string{"string"},
-							Format: "",
+							Description: "Job is the slot's upgrade Job.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 					"outcome": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Outcome ends the slot (Succeeded, Failed or Released), Reason says why, At when.",
+							Description: "Outcome ends the slot: Succeeded, Failed or Released.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
 					},
 					"reason": {
 						SchemaProps: spec.SchemaProps{
-							Type:   []string{"string"},
-							Format: "",
+							Description: "Reason says why the slot ended so.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 					"at": {
 						SchemaProps: spec.SchemaProps{
-							Ref: ref(v1.Time{}.OpenAPIModelName()),
+							Description: "At is when the slot ended.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
 					"permitDone": {

@@ -51,9 +51,10 @@ type NodeChannel struct {
 // view annotation a Node carries for an agent that reads no NodeUpdate
 // (ops/protocol's View).
 type ChannelView struct {
-	// Namespace and Name name the channel.
+	// Namespace is the channel's namespace.
 	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
+	// Name is the channel's name.
+	Name string `json:"name"`
 	// Created is the channel's creation time (the earliest matching channel is the one a node follows).
 	// +optional
 	Created metav1.Time `json:"created"`
@@ -88,6 +89,37 @@ type NodeUpdateStatus struct {
 	// restarts proves the reboot happened.
 	// +optional
 	RebootFrom string `json:"rebootFrom,omitempty"`
+	// Booted is what the node's current boot runs, recorded by its agent at
+	// the first sight of that boot (the raw versions; the Node keeps the
+	// sanitized labels users select on). It is written with the report that
+	// ends a slot, so a reader that folds the report sees the versions the
+	// node came back with.
+	// +optional
+	Booted *NodeVersions `json:"booted,omitempty"`
+	// Staged is what the node's system directory names for its next boot,
+	// where it differs from what runs; absent when nothing is staged.
+	// +optional
+	Staged *NodeVersions `json:"staged,omitempty"`
+	// PrestagedVersion is the channel's target when the node staged it
+	// ahead of its slot; PrestageFailedVersion the target when staging it
+	// failed every attempt.
+	// +optional
+	PrestagedVersion string `json:"prestagedVersion,omitempty"`
+	// +optional
+	PrestageFailedVersion string `json:"prestageFailedVersion,omitempty"`
+}
+
+// NodeVersions are the versions of a node's components.
+type NodeVersions struct {
+	// +optional
+	Rootfs string `json:"rootfs,omitempty"`
+	// +optional
+	Kernel string `json:"kernel,omitempty"`
+	// +optional
+	K3s string `json:"k3s,omitempty"`
+	// BootID is the boot the versions were recorded in (Booted only).
+	// +optional
+	BootID string `json:"bootID,omitempty"`
 }
 
 // NodeReport is the node's report for one channel, keyed by the channel's UID.
@@ -103,23 +135,28 @@ type NodeReport struct {
 // annotation a Node carries for a controller of the previous protocol
 // (ops/protocol's Report).
 type SlotReport struct {
-	// Since, Attempt and Version name the slot reported (the same grant).
+	// Since is the claim time of the slot reported (with Attempt and Version: the same grant).
 	// +optional
 	Since metav1.Time `json:"since,omitempty"`
+	// Attempt is the slot's attempt.
 	// +optional
 	Attempt int `json:"attempt,omitempty"`
+	// Version is the slot's version.
 	// +optional
 	Version string `json:"version,omitempty"`
-	// Phase and Job are the slot's progress.
+	// Phase is the step the node reached in the slot.
 	// +optional
 	Phase string `json:"phase,omitempty"`
+	// Job is the slot's upgrade Job.
 	// +optional
 	Job string `json:"job,omitempty"`
-	// Outcome ends the slot (Succeeded, Failed or Released), Reason says why, At when.
+	// Outcome ends the slot: Succeeded, Failed or Released.
 	// +optional
 	Outcome string `json:"outcome,omitempty"`
+	// Reason says why the slot ended so.
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// At is when the slot ended.
 	// +optional
 	At metav1.Time `json:"at,omitempty"`
 	// PermitDone is the claim time of the staging permit the node gave back.
