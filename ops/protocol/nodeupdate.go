@@ -15,6 +15,13 @@ import (
 // These convert between the two encodings; both sides order the lists by
 // channel UID, so the same views or reports are the same object.
 
+// NodeUpdateProtocol is the protocol of an agent that reads its
+// instructions from its NodeUpdate and reports in its status, and of a
+// controller that writes them there (status.protocol, spec.protocol).
+// Agents of the previous release announce none: they read the views on
+// their Node and report there.
+const NodeUpdateProtocol = 2
+
 // NodeUpdateName is the name of node's NodeUpdate: the node's own.
 func NodeUpdateName(node string) string { return node }
 
@@ -59,4 +66,23 @@ func ReportsOfStatus(status v1.NodeUpdateStatus) Reports {
 		out[r.UID] = Report(r.SlotReport)
 	}
 	return out
+}
+
+// NodeViews are the views a node's agent acts on: those in its NodeUpdate u
+// once the controller writes them there (spec.protocol), else those in its
+// Node's annotations (ViewsOf, skipped as there).
+func NodeViews(annotations map[string]string, u *v1.NodeUpdate, namespace string, skipped func(key string, err error)) map[types.UID]View {
+	if u != nil && u.Spec.Protocol >= NodeUpdateProtocol {
+		return ViewsOfSpec(u.Spec, namespace)
+	}
+	return ViewsOf(annotations, namespace, skipped)
+}
+
+// NodeReports are the reports a node's agent wrote: in its NodeUpdate u
+// once it announced there (status.protocol), else in its Node's annotation.
+func NodeReports(annotations map[string]string, u *v1.NodeUpdate) (Reports, error) {
+	if u != nil && u.Status.Protocol >= NodeUpdateProtocol {
+		return ReportsOfStatus(u.Status), nil
+	}
+	return ParseReports(annotations[AnnotationSlotReport])
 }

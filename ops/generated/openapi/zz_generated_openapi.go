@@ -3598,6 +3598,13 @@ func schema_ops_apis_opsslipwaydev_v1_NodeUpdateSpec(ref common.ReferenceCallbac
 				Description: "NodeUpdateSpec is the node's instructions.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
+					"protocol": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Protocol is 2 once the controller writes the node's instructions here and no longer on its Node (after the node's agent announced that it reads them here: status.protocol); until then the agent reads the views on its Node.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 					"channels": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
@@ -3635,6 +3642,13 @@ func schema_ops_apis_opsslipwaydev_v1_NodeUpdateStatus(ref common.ReferenceCallb
 				Description: "NodeUpdateStatus is what the node's agent reports.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
+					"protocol": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Protocol is the protocol the node's agent speaks: 2 when it reads its instructions here (once spec.protocol is 2) and reports here; the controller then reads its reports here and not on its Node.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 					"reports": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{

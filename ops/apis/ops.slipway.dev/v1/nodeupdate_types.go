@@ -28,6 +28,12 @@ type NodeUpdate struct {
 
 // NodeUpdateSpec is the node's instructions.
 type NodeUpdateSpec struct {
+	// Protocol is 2 once the controller writes the node's instructions
+	// here and no longer on its Node (after the node's agent announced
+	// that it reads them here: status.protocol); until then the agent
+	// reads the views on its Node.
+	// +optional
+	Protocol int `json:"protocol,omitempty"`
 	// Channels are the node's views of the channels that concern it (the
 	// one it follows, and any where it holds a slot or a staging permit),
 	// one per channel UID.
@@ -78,6 +84,11 @@ type ChannelView struct {
 
 // NodeUpdateStatus is what the node's agent reports.
 type NodeUpdateStatus struct {
+	// Protocol is the protocol the node's agent speaks: 2 when it reads its
+	// instructions here (once spec.protocol is 2) and reports here; the
+	// controller then reads its reports here and not on its Node.
+	// +optional
+	Protocol int `json:"protocol,omitempty"`
 	// Reports are the node's reports of its slots and given-back staging
 	// permits, one per channel UID.
 	// +optional
