@@ -79,8 +79,8 @@ func TestNodeUpdateHalves(t *testing.T) {
 		o.Status.Reports[0].Phase, o.Status.Reports[0].Outcome = "Rebooting", ""
 		return o
 	}
-	waitPolicy(t, "only its own node's NodeUpdate", func() error { return second(asAgent.UpdateStatus(ctx, report(other), dry)) })
-	if _, err := asAgent.UpdateStatus(ctx, report(own), dry); err != nil {
+	waitPolicy(t, "only its own node's NodeUpdate", func() error { return second(patchOf(t, asAgent, other, "status")(ctx, report(other))) })
+	if _, err := patchOf(t, asAgent, own, "status")(ctx, report(own)); err != nil {
 		t.Errorf("the agent cannot report on its own NodeUpdate: %v", err)
 	}
 	if _, err := asAgent.Get(ctx, "node-a", metav1.GetOptions{}); err != nil {
@@ -117,7 +117,8 @@ func TestNodeUpdateHalves(t *testing.T) {
 	sneaky.Spec.Channels[0].Slot.Version = "v9"
 	sneaky.Labels = map[string]string{"x": "y"}
 	sneaky.Finalizers = []string{"example.com/pin"}
-	got, err := asAgent.UpdateStatus(ctx, sneaky, dry)
+	stored, err := patchOf(t, asAgent, own, "status")(ctx, sneaky)
+	got, _ := stored.(*v1.NodeUpdate)
 	switch {
 	case err != nil && refused(err, "") != "":
 		t.Errorf("a status write with a changed spec and metadata failed otherwise: %v", err)
@@ -126,7 +127,7 @@ func TestNodeUpdateHalves(t *testing.T) {
 	}
 
 	// The controller: the spec, not the reports.
-	if _, err := asController.Update(ctx, respec(own), dry); err != nil {
+	if _, err := patchOf(t, asController, own, "")(ctx, respec(own)); err != nil {
 		t.Errorf("the controller cannot write a node's instructions: %v", err)
 	}
 	owned := func(kind, name string) *v1.NodeUpdate {
@@ -142,9 +143,8 @@ func TestNodeUpdateHalves(t *testing.T) {
 	const msg = "the slipway controller may write a NodeUpdate"
 	waitPolicy(t, msg, func() error { return create(owned("Node", "node-b")) })
 	for name, err := range map[string]error{
-		"a plain NodeUpdate":                create(owned("", "")),
-		"a NodeUpdate owned by its Node":    create(owned("Node", "node-c")),
-		"a NodeUpdate's deletion (dry run)": asController.Delete(ctx, "node-b", metav1.DeleteOptions{DryRun: dryRun}),
+		"a plain NodeUpdate":             create(owned("", "")),
+		"a NodeUpdate owned by its Node": create(owned("Node", "node-c")),
 	} {
 		if err != nil {
 			t.Errorf("the controller cannot write %s: %v", name, err)
@@ -155,17 +155,33 @@ func TestNodeUpdateHalves(t *testing.T) {
 	generated := owned("", "")
 	generated.Name, generated.GenerateName = "", "node-"
 	for name, err := range map[string]error{
-		"forge a node's report":               second(asController.UpdateStatus(ctx, report(own), dry)),
-		"patch a node's report":               merge(asController, "node-a", `{"status":{"rebootFrom":"x"}}`, "status"),
-		"own a NodeUpdate by another Node":    create(owned("Node", "node-b")),
-		"own a NodeUpdate by something else":  create(owned("ConfigMap", "node-c")),
-		"pin a NodeUpdate with a finalizer":   create(pinned),
-		"create a NodeUpdate by generateName": create(generated),
+		"forge a node's report":                                   second(asController.UpdateStatus(ctx, report(own), dry)),
+		"patch a node's report":                                   merge(asController, "node-a", `{"status":{"rebootFrom":"x"}}`, "status"),
+		"own a NodeUpdate by another Node":                        create(owned("Node", "node-b")),
+		"own a NodeUpdate by something else":                      create(owned("ConfigMap", "node-c")),
+		"pin a NodeUpdate with a finalizer":                       create(pinned),
+		"create a NodeUpdate by generateName":                     create(generated),
+		"delete a NodeUpdate (its Node's garbage collector does)": asController.Delete(ctx, "node-b", metav1.DeleteOptions{DryRun: dryRun}),
+		"update a NodeUpdate (RBAC: patch only)":                  second(asController.Update(ctx, respec(own), dry)),
 	} {
 		if why := refused(err, ""); why != "" {
 			t.Errorf("the controller could %s: %s", name, why)
 		}
 	}
+}
+
+// patchOf submits a mutation of base as the merge patch from base to it
+// (the agent and the controller patch NodeUpdates: RBAC grants patch, not
+// update), to subresource sub of api ("" the object itself).
+func patchOf(t *testing.T, api typedv1.NodeUpdateInterface, base *v1.NodeUpdate, sub string) func(context.Context, any) (any, error) {
+	t.Helper()
+	var subs []string
+	if sub != "" {
+		subs = []string{sub}
+	}
+	return patchSubmit(t, base, v1.NodeUpdate{}, func(ctx context.Context, p []byte) (any, error) {
+		return api.Patch(ctx, base.Name, types.MergePatchType, p, metav1.PatchOptions{DryRun: dryRun}, subs...)
+	})
 }
 
 // nodeUpdateAPIIn is the NodeUpdates of namespace as cfg's user sees them.
@@ -190,8 +206,11 @@ func TestGeneratedAttacksNodeUpdate(t *testing.T) {
 	asAgent := nodeUpdateAPI(agentCfg)
 	asController := nodeUpdateAPI(podOn(ctx, t, agentOpts.Namespace, manifest.ControllerName, "node-cp"))
 	own, other := nodeUpdateOf(ctx, t, "node-a"), nodeUpdateOf(ctx, t, "node-b")
+	toOther := patchOf(t, asAgent, other, "status")
 	waitPolicy(t, "only its own node's NodeUpdate", func() error {
-		return second(asAgent.UpdateStatus(ctx, other, metav1.UpdateOptions{DryRun: dryRun}))
+		changed := other.DeepCopy()
+		changed.Status.RebootFrom = "boot-2"
+		return second(toOther(ctx, changed))
 	})
 	fresh := own.DeepCopy()
 	fresh.Name, fresh.ResourceVersion, fresh.UID, fresh.Status = "node-c", "", "", v1.NodeUpdateStatus{}
@@ -199,24 +218,19 @@ func TestGeneratedAttacksNodeUpdate(t *testing.T) {
 	meta := mutate.Holes{"metadata.labels[*]", "metadata.annotations[*]"} // no reader looks at them
 	reports := runTargets(ctx, t,
 		mutate.Target{Component: "ops agent", Object: "its own NodeUpdate (status)", Base: own, Holes: mutate.Holes{"status*"},
-			Options: mutate.Options{Skip: statusAndServer},
-			Submit: func(ctx context.Context, obj any) (any, error) {
-				return asAgent.UpdateStatus(ctx, obj.(*v1.NodeUpdate), metav1.UpdateOptions{DryRun: dryRun})
-			}},
+			Options: mutate.Options{Skip: statusAndServer}, Submit: patchOf(t, asAgent, own, "status")},
 		mutate.Target{Component: "ops controller", Object: "a NodeUpdate (create)", Base: fresh, Holes: append(mutate.Holes{"spec*", "metadata.name"}, meta...),
 			Submit: func(ctx context.Context, obj any) (any, error) {
 				return asController.Create(ctx, obj.(*v1.NodeUpdate), metav1.CreateOptions{DryRun: dryRun})
 			}},
 		mutate.Target{Component: "ops controller", Object: "a NodeUpdate (spec)", Base: own, Holes: append(mutate.Holes{"spec*"}, meta...),
-			Submit: func(ctx context.Context, obj any) (any, error) {
-				return asController.Update(ctx, obj.(*v1.NodeUpdate), metav1.UpdateOptions{DryRun: dryRun})
-			}})
+			Submit: patchOf(t, asController, own, "")})
 
-	// Another node's object: the unmutated write and each mutation refused.
-	muts := append([]mutate.Mutation{{Path: "(unmutated)", What: "write", Object: other}}, mutate.Generate(other, mutate.Options{Skip: statusAndServer})...)
+	// Another node's object: each mutation refused.
+	muts := mutate.Generate(other, mutate.Options{Skip: statusAndServer})
 	admitted := 0
 	for _, m := range muts {
-		_, err := asAgent.UpdateStatus(ctx, m.Object.(*v1.NodeUpdate), metav1.UpdateOptions{DryRun: dryRun})
+		_, err := toOther(ctx, m.Object)
 		if err == nil {
 			admitted++
 			t.Errorf("ops agent on node-a, node-b's NodeUpdate (status): %s %s admitted", m.What, m.Path)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"reflect"
@@ -174,9 +175,17 @@ func (ctl *Controller) writeObjectViews(ctx context.Context, node string, u *v1.
 	spec := protocol.SpecOf(views)
 	spec.Protocol = protocol.NodeUpdateProtocol
 	if len(patch) > 0 || ctl.specSeen(u).Protocol != spec.Protocol {
-		next := u.DeepCopy()
-		next.Spec = spec
-		written, err := ctl.ops.NodeUpdates(ctl.opts.Namespace).Update(ctx, next, metav1.UpdateOptions{})
+		// A merge patch of the whole spec (its only writer), not an update:
+		// the agent's status writes move the resource version on.
+		channels := spec.Channels
+		if channels == nil {
+			channels = []v1.NodeChannel{} // written out: a merge patch keeps what it leaves out
+		}
+		data, err := json.Marshal(map[string]any{"spec": map[string]any{"protocol": spec.Protocol, "channels": channels}})
+		if err != nil {
+			return err
+		}
+		written, err := ctl.ops.NodeUpdates(ctl.opts.Namespace).Patch(ctx, u.Name, types.MergePatchType, data, metav1.PatchOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil // its Node is gone (the garbage collector deleted it), or it comes back created
 		} else if err != nil {

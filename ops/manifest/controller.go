@@ -55,15 +55,16 @@ func controllerClusterRules(Options) []rbacv1.PolicyRule {
 // (its own, controllerLeasePolicy admits no other write; the agents'
 // heartbeats and the server slot read), a slot's Job read by name, the
 // token Secrets by name only (a GitHub channel's release is resolved with
-// its token), and the nodes' NodeUpdates: created, their spec written (the
-// nodes' instructions), deleted with their node; never their status, the
-// nodes' reports (controllerNodeUpdatePolicy holds their metadata plain).
+// its token), and the nodes' NodeUpdates: watched, created, their spec
+// patched (the nodes' instructions); never their status, the nodes'
+// reports (controllerNodeUpdatePolicy holds their metadata plain). The
+// garbage collector deletes each with its Node, its owner.
 func controllerNamespacedRules(o Options) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: o.tokenSecrets()},
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels/status"}, Verbs: []string{"update"}},
-		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"nodeupdates"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"nodeupdates"}, Verbs: []string{"list", "watch", "create", "patch"}},
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 	}

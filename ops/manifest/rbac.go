@@ -59,7 +59,7 @@ func namespacedRules(o Options) []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}, // the Jobs' pods: done a second before the Job
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"nodeupdates"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"nodeupdates/status"}, Verbs: []string{"update", "patch"}},
+		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"nodeupdates/status"}, Verbs: []string{"patch"}},
 	}
 }
 
