@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	opsclient "slipway.dev/slipway/ops/generated/clientset/versioned/typed/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/health"
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/process"
@@ -36,7 +37,9 @@ type Agent struct {
 	// guard: the Rebooter confirms the node's slot with the API server (guard.go).
 	guard    *slotGuard
 	meta     metadata.Interface
+	ops      opsclient.OpsV1Interface
 	nodes    cache.Indexer // this agent's own Node only
+	objects  cache.Indexer // this agent's own NodeUpdate only (nodeupdate.go)
 	jobs     cache.Indexer // this agent's node's upgrade Jobs only
 	pods     cache.Store   // their pods
 	queue    workqueue.TypedRateLimitingInterface[key]
@@ -45,6 +48,10 @@ type Agent struct {
 
 	probe       *health.Probe // /healthz and /readyz (process.Pulse)
 	workersBeat func()
+
+	// reporting serializes the report writes: where they go (the Node or
+	// the NodeUpdate) does not change under one (nodeupdate.go).
+	reporting sync.Mutex
 
 	mu              sync.Mutex
 	rebooting       bool      // a reboot was requested by this process and has not failed
@@ -59,7 +66,9 @@ type Agent struct {
 	waitSince       map[string]time.Time
 	wrote           map[types.UID]v1.Slot // per channel UID: this node's slot as this agent last wrote it
 	created         map[string]time.Time  // Jobs this process created that its cache may not show yet
-	reported        protocol.Reports      // the reports this process last wrote on its Node (report.go)
+	reported        protocol.Reports      // the reports this process last wrote on its Node or NodeUpdate (report.go)
+	announced       types.UID             // the NodeUpdate in which this process announced that it reports there (nodeupdate.go)
+	marks           map[string]string     // the prestage marks this process last wrote in its NodeUpdate, by status field
 	known           Versions              // the versions this agent published for its node's boot
 	knownBoot       string                // the boot ID known belongs to
 	hasKnown        bool
@@ -77,10 +86,11 @@ type key struct {
 type role int
 
 const (
-	roleNode    role = iota // drive this node's own slot
-	rolePublish             // label the node with its versions again if it lacks them (no channel)
-	roleIdle                // uncordon this node if slipway cordoned it and no channel holds it (no channel)
-	rolePulse               // a pulse: the worker that takes it beats the workers' loop (process.Pulse)
+	roleNode     role = iota // drive this node's own slot
+	rolePublish              // label the node with its versions again if it lacks them (no channel)
+	roleIdle                 // uncordon this node if slipway cordoned it and no channel holds it (no channel)
+	roleAnnounce             // announce in its NodeUpdate that it reads and reports there (no channel)
+	rolePulse                // a pulse: the worker that takes it beats the workers' loop (process.Pulse)
 )
 
 // Run runs an agent until ctx ends.
@@ -99,7 +109,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{opts: opts, log: opts.Log.With("node", opts.NodeName), metrics: newMetrics(), probe: health.New(),
-		waitSince: map[string]time.Time{}, wrote: map[types.UID]v1.Slot{}, created: map[string]time.Time{}}
+		waitSince: map[string]time.Time{}, wrote: map[types.UID]v1.Slot{}, created: map[string]time.Time{}, marks: map[string]string{}}
 	if a.kube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}
@@ -107,6 +117,9 @@ func New(opts Options) (*Agent, error) {
 	a.opts.Rebooter = &guardedRebooter{g: a.guard, next: opts.Rebooter}
 	if a.meta, err = metadata.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the metadata client: %w", err)
+	}
+	if a.ops, err = opsclient.NewForConfig(opts.Config); err != nil {
+		return nil, fmt.Errorf("build the NodeUpdate client: %w", err)
 	}
 	return a, nil
 }
@@ -159,10 +172,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// startInformers starts the caches of this agent's own Node (where the
-// controller writes what the node needs of each channel: no agent watches
-// the channels) and of its node's upgrade Jobs, and waits until they are
-// filled.
+// startInformers starts the caches of this agent's own Node and own
+// NodeUpdate (where the controller writes what the node needs of each
+// channel: no agent watches the channels) and of its node's upgrade Jobs,
+// and waits until they are filled.
 func (a *Agent) startInformers(ctx context.Context) error {
 	nodeInf, jobInf := a.nodeInformer(), a.jobInformer()
 	a.nodes, a.jobs = nodeInf.GetIndexer(), ownJobs{jobInf.GetIndexer(), a.opts.NodeName} // only Jobs pinned to this node (pods.go)
@@ -192,6 +205,21 @@ func (a *Agent) startInformers(ctx context.Context) error {
 		return err
 	}
 	informers := []cache.SharedIndexInformer{nodeInf, jobInf, podInf}
+	if !a.opts.NodeOnly {
+		objInf := a.nodeUpdateInformer()
+		a.objects = objInf.GetIndexer()
+		if _, err := objInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(o any) { all(o); a.queue.Add(key{role: roleAnnounce}) },
+			UpdateFunc: func(old, cur any) {
+				a.objectViewsGone(old, cur)
+				all(cur)
+				a.queue.Add(key{role: roleAnnounce})
+			},
+		}); err != nil {
+			return err
+		}
+		informers = append(informers, objInf)
+	}
 	process.ReadyWhen(a.probe, informers...)
 	for _, inf := range informers {
 		go inf.RunWithContext(ctx)
@@ -264,6 +292,8 @@ func (a *Agent) sync(ctx context.Context, k key) (time.Duration, error) {
 		return 0, a.republish(ctx)
 	case roleIdle:
 		return 0, a.cleanupIdle(ctx)
+	case roleAnnounce:
+		return 0, a.announce(ctx)
 	}
 	return a.syncNode(ctx, k.channel)
 }

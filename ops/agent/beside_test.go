@@ -10,6 +10,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -377,9 +378,9 @@ func TestNoRepublishBeforeTheCordon(t *testing.T) {
 	f := newFleet(t, 1, nil)
 	node := f.NS + "-n0"
 	release := f.slottedWithAgentStopped(node)
-	f.WaitNode(t, node, "shown its slot", func(n *corev1.Node) bool {
-		for k, v := range n.Annotations {
-			if strings.HasPrefix(k, protocol.AnnotationChannelViewPrefix) && strings.Contains(v, `"slot":`) {
+	f.WaitAgentSees(t, node, "shown its slot", func(views map[types.UID]protocol.View, _ protocol.Reports) bool {
+		for _, v := range views {
+			if v.Slot != nil {
 				return true
 			}
 		}
@@ -387,8 +388,7 @@ func TestNoRepublishBeforeTheCordon(t *testing.T) {
 	})
 	f.StopController() // the slot granted and shown; no drain from here on: no cordon, no Rebooting
 	f.Start(node)
-	f.WaitNode(t, node, "asked for its drain", func(n *corev1.Node) bool {
-		r, _ := protocol.ParseReports(n.Annotations[protocol.AnnotationSlotReport])
+	f.WaitAgentSees(t, node, "asked for its drain", func(_ map[types.UID]protocol.View, r protocol.Reports) bool {
 		for _, rep := range r {
 			if rep.Phase == plan.PhaseDraining {
 				return true

@@ -48,13 +48,17 @@ func (a *Agent) getChannel(name string) (*v1.UpdateChannel, error) {
 	return nil, apierrors.NewNotFound(v1.Resource("updatechannels"), name)
 }
 
-// viewsNow are the views on this agent's Node as its informer has them.
+// viewsNow are this node's views as its informers have them: in its
+// NodeUpdate once the controller writes them there, else on its Node.
 func (a *Agent) viewsNow() map[types.UID]protocol.View {
 	n := a.ownNode()
 	if n == nil {
 		return nil
 	}
-	return a.viewsOf(n.Annotations)
+	// trust: ops.agent.own-nodeupdate
+	return protocol.NodeViews(n.Annotations, a.ownObject(), a.opts.Namespace, func(key string, err error) {
+		a.log.Warn("ignoring a channel view on this node", "annotation", key, "err", err)
+	})
 }
 
 // viewsOf reads the views of this namespace's channels from a Node's

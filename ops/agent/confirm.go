@@ -52,9 +52,13 @@ func (a *Agent) holdsAnySlot(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-// viewsFromServer reads the channel views on this agent's Node from the
-// API server (not the informer).
+// viewsFromServer reads this node's channel views from the API server (not
+// the informer): its NodeUpdate's when the controller writes them there,
+// else its Node's.
 func (a *Agent) viewsFromServer(ctx context.Context) (map[types.UID]protocol.View, error) {
+	if views, ok, err := a.objectViewsFromServer(ctx); err != nil || ok {
+		return views, err
+	}
 	n, err := a.kube.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("read node %s: %w", a.opts.NodeName, err)

@@ -92,6 +92,10 @@ type Options struct {
 	// HeartbeatInterval is how often the agent renews its heartbeat Lease
 	// (default 1m); a node whose agent missed three is skipped.
 	HeartbeatInterval time.Duration
+	// NodeOnly makes the agent speak the protocol of the previous release:
+	// it reads its views on its Node and reports there, and never reads or
+	// writes its NodeUpdate (for tests and benchmarks of a fleet mid-upgrade).
+	NodeOnly bool
 	// LoopAllowance is how long the workers may go without taking a pulse
 	// before /healthz fails (default 2m; a drain runs in one worker while
 	// the other takes the pulses).

@@ -62,6 +62,17 @@ func (f *fleet) watchStagedWithoutPermitBack(version string) func() []string {
 	if err != nil {
 		f.T.Fatal(err)
 	}
+	note := func(node string, reports protocol.Reports) {
+		back := false
+		for _, r := range reports {
+			back = back || r.PermitDone != nil
+		}
+		if !back {
+			mu.Lock()
+			seen[node] = true
+			mu.Unlock()
+		}
+	}
 	go func() {
 		for ev := range w.ResultChan() {
 			n, ok := ev.Object.(*corev1.Node)
@@ -69,14 +80,18 @@ func (f *fleet) watchStagedWithoutPermitBack(version string) func() []string {
 				continue
 			}
 			reports, _ := protocol.ParseReports(n.Annotations[protocol.AnnotationSlotReport])
-			back := false
-			for _, r := range reports {
-				back = back || r.PermitDone != nil
-			}
-			if !back {
-				mu.Lock()
-				seen[n.Name] = true
-				mu.Unlock()
+			note(n.Name, reports)
+		}
+	}()
+	// An agent that reports in its NodeUpdate publishes there.
+	wo, err := f.Ops.OpsV1().NodeUpdates(f.NS).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	go func() {
+		for ev := range wo.ResultChan() {
+			if u, ok := ev.Object.(*v1.NodeUpdate); ok && u.Status.PrestagedVersion == version {
+				note(u.Name, protocol.ReportsOfStatus(u.Status))
 			}
 		}
 	}()
@@ -164,6 +179,15 @@ func (f *fleet) assertNoPrestageAnnotations() {
 			if v, ok := n.Annotations[k]; ok {
 				f.T.Errorf("node %s still has %s=%s", n.Name, k, v)
 			}
+		}
+	}
+	objs, err := f.Ops.OpsV1().NodeUpdates(f.NS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	for _, u := range objs.Items {
+		if u.Status.PrestagedVersion != "" || u.Status.PrestageFailedVersion != "" {
+			f.T.Errorf("the NodeUpdate of %s still has prestaged %q, failed %q", u.Name, u.Status.PrestagedVersion, u.Status.PrestageFailedVersion)
 		}
 	}
 }

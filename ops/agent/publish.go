@@ -121,7 +121,7 @@ func (a *Agent) versionMeta(v Versions) (labels, annotations map[string]any) {
 	boot := a.knownBoot
 	a.mu.Unlock()
 	labels, annotations = bootMeta(v, current, boot)
-	if n := a.ownNode(); n != nil { // a release staged ahead that now runs is staged no more
+	if n := a.ownNode(); n != nil && !a.reportsInObject() { // a release staged ahead that now runs is staged no more (writeStatus, once in the NodeUpdate)
 		for _, k := range []string{protocol.AnnotationPrestagedVersion, protocol.AnnotationPrestageFailedVersion} {
 			// trust: ops.agent.own-versions
 			if have, ok := n.Annotations[k]; ok && have == v.Rootfs {

@@ -179,6 +179,10 @@ func (a *Agent) rebootFromOf(n *corev1.Node) string {
 	if a.wroteRebootFrom != "" {
 		return a.wroteRebootFrom
 	}
+	if u := a.ownObject(); u != nil && (a.announced != "" || u.Status.Protocol >= protocol.NodeUpdateProtocol) {
+		// trust: ops.agent.own-nodeupdate
+		return u.Status.RebootFrom
+	}
 	// trust: ops.agent.own-reboot-from
 	return n.Annotations[protocol.AnnotationRebootFrom]
 }

@@ -15,10 +15,11 @@ import (
 )
 
 // The node's reports (protocol.Report): its slot's phase and outcome and the
-// staging permit it gave back, written on its own Node
-// (protocol.AnnotationSlotReport) instead of the channel's status, which only the
-// controller writes. This process is the annotation's only writer, so what
-// it last wrote is the truth; at start it reads it from its Node.
+// staging permit it gave back, written in its own NodeUpdate's status once
+// it announced there (nodeupdate.go), else on its own Node
+// (protocol.AnnotationSlotReport), instead of the channel's status, which
+// only the controller writes. This process is their only writer, so what it
+// last wrote is the truth; at start it reads them from where it reports.
 
 // reportsNow returns the node's reports: this process's last write, or its Node's.
 func (a *Agent) reportsNow() protocol.Reports {
@@ -27,6 +28,10 @@ func (a *Agent) reportsNow() protocol.Reports {
 	a.mu.Unlock()
 	if r != nil {
 		return r
+	}
+	if u := a.ownObject(); a.reportsInObject() && u != nil {
+		// trust: ops.agent.own-nodeupdate
+		return protocol.ReportsOfStatus(u.Status)
 	}
 	n := a.ownNode()
 	if n == nil {
@@ -47,7 +52,24 @@ func (a *Agent) reportOf(uid types.UID) protocol.Report { return a.reportsNow()[
 // Node (those of channels gone are dropped), with the labels and
 // annotations extra in the same write.
 func (a *Agent) reportWith(ctx context.Context, ch *v1.UpdateChannel, edit func(*protocol.Report), labels, extra map[string]any) error {
+	a.reporting.Lock()
+	defer a.reporting.Unlock()
 	next, annotations := a.nextReports(ch, edit)
+	if a.reportsInObject() {
+		// The Node's labels and annotations first, then the report that
+		// may end the slot (as one write did on the Node).
+		onNode, fields := splitStatus(extra)
+		if len(labels) > 0 || len(onNode) > 0 {
+			if err := a.patchNode(ctx, labels, onNode); err != nil {
+				return fmt.Errorf("report on node %s for channel %s: %w", a.opts.NodeName, ch.Name, err)
+			}
+		}
+		if err := a.writeStatus(ctx, next, fields); err != nil {
+			return fmt.Errorf("for channel %s: %w", ch.Name, err)
+		}
+		a.noteReported(next)
+		return nil
+	}
 	maps.Copy(annotations, extra)
 	if err := a.patchNode(ctx, labels, annotations); err != nil {
 		return fmt.Errorf("report on node %s for channel %s: %w", a.opts.NodeName, ch.Name, err)
@@ -86,7 +108,21 @@ func (a *Agent) noteReported(next protocol.Reports) {
 // versions v (unless nil): the controller, freeing the slot, sees the
 // node's new versions and no cordon of ours in the same change.
 func (a *Agent) endSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, v *Versions, outcome, reason string) error {
+	a.reporting.Lock()
+	defer a.reporting.Unlock()
 	next, report := a.nextReports(ch, slotReport(slot, slot.Phase, slot.Job, outcome, reason))
+	if a.reportsInObject() {
+		// Uncordoned and labelled first, then the report that frees the
+		// slot with the versions the node runs (its NodeUpdate's status).
+		if err := a.uncordonAndPublish(ctx, v, nil); err != nil {
+			return fmt.Errorf("report on node %s for channel %s: %w", a.opts.NodeName, ch.Name, err)
+		}
+		if err := a.writeStatus(ctx, next, nil); err != nil {
+			return fmt.Errorf("for channel %s: %w", ch.Name, err)
+		}
+		a.noteReported(next)
+		return nil
+	}
 	if err := a.uncordonAndPublish(ctx, v, report); err != nil {
 		return fmt.Errorf("report on node %s for channel %s: %w", a.opts.NodeName, ch.Name, err)
 	}

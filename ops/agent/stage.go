@@ -39,10 +39,9 @@ func (a *Agent) syncStage(ctx context.Context, ch *v1.UpdateChannel, s plan.Sett
 		return err
 	}
 	permit := a.permitOf(ch)
-	// trust: ops.agent.own-versions
+	published, publishedFailed := a.prestageMarks()
 	o := plan.StageObserved{Target: plan.Target(s, ch.Status), Running: running.Rootfs, OnDisk: onDisk, Permit: permit != nil,
-		Busy: a.jobsBusy(), InSlot: inSlot, Published: node.Annotations[protocol.AnnotationPrestagedVersion],
-		PublishedFailed: node.Annotations[protocol.AnnotationPrestageFailedVersion]}
+		Busy: a.jobsBusy(), InSlot: inSlot, Published: published, PublishedFailed: publishedFailed}
 	if permit != nil {
 		o.Failures = a.stageFailures(*permit)
 	}
@@ -128,7 +127,7 @@ func (a *Agent) stepStagePublish(ctx context.Context, ch *v1.UpdateChannel, o pl
 	if plan.PublishEndsStaging(o) {
 		return a.releasePermitWith(ctx, ch, published)
 	}
-	return a.patchNode(ctx, nil, published)
+	return a.publishMarks(ctx, published)
 }
 
 // releasePermit reports on the Node that this node gave its staging permit
@@ -146,7 +145,7 @@ func (a *Agent) releasePermitWith(ctx context.Context, ch *v1.UpdateChannel, ext
 		if len(extra) == 0 {
 			return nil
 		}
-		return a.patchNode(ctx, nil, extra)
+		return a.publishMarks(ctx, extra)
 	}
 	since := ch.Status.Staging[i].Since
 	return a.reportWith(ctx, ch, func(r *protocol.Report) { r.PermitDone = &since }, nil, extra)

@@ -37,7 +37,7 @@ var apis = map[string]api{
 		group: "ops.slipway.dev", version: "v1",
 		pkg:    "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1",
 		output: "slipway.dev/slipway/ops/generated",
-		types:  []string{"UpdateChannel"},
+		types:  []string{"UpdateChannel", "NodeUpdate"},
 	},
 	"swarm": {
 		group: "swarm.slipway.dev", version: "v1alpha1",

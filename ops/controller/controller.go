@@ -123,10 +123,12 @@ type Controller struct {
 	elected   atomic.Bool
 	channels  opslisters.UpdateChannelLister
 	nodeMeta  cache.Store // every Node's metadata (fold.go)
-	nodeAvail cache.Store // every Node's Ready condition and slipway's cordon (availability.go)
-	queue     workqueue.TypedRateLimitingInterface[key]
-	recorder  record.EventRecorder
-	metrics   *metrics
+	// nodeUpdates are the namespace's NodeUpdates (nodeupdates.go).
+	nodeUpdates cache.Store
+	nodeAvail   cache.Store // every Node's Ready condition and slipway's cordon (availability.go)
+	queue       workqueue.TypedRateLimitingInterface[key]
+	recorder    record.EventRecorder
+	metrics     *metrics
 
 	// views are the nodes' views the controller wants, by channel UID and
 	// node (views.go); viewQueue the nodes whose views it writes.
@@ -134,8 +136,10 @@ type Controller struct {
 	viewQueue workqueue.TypedRateLimitingInterface[string]
 	// slotNodes are the nodes holding a slot: their views are written first (viewqueue.go).
 	slotNodes slotHolderSet
-	// viewWrites are the controller's last view write on each Node (views.go).
-	viewWrites map[string]viewsWritten
+	// viewWrites are the controller's last view write on each Node (views.go),
+	// objectWrites on each NodeUpdate (nodeupdates.go).
+	viewWrites   map[string]viewsWritten
+	objectWrites map[string]objectWritten
 	// drains are the controller's drains under way, by node (ctrldrain.go);
 	// leaderCtx ends when it loses the Lease (nil while it does not hold it).
 	drains map[string]*drainRun
@@ -189,7 +193,8 @@ func newController(o Options) (*Controller, error) {
 		return nil, err
 	}
 	ctl := &Controller{opts: opts, log: opts.Log.With("controller", opts.Identity), metrics: newMetrics(), probe: health.New(), tenure: &lease.Tenure{},
-		fleet: map[string]*fleetCache{}, views: map[types.UID]map[string]string{}, drains: map[string]*drainRun{}}
+		fleet: map[string]*fleetCache{}, views: map[types.UID]map[string]string{}, drains: map[string]*drainRun{},
+		objectWrites: map[string]objectWritten{}}
 	ctl.metrics.registry.MustRegister(newCordonMetrics(ctl))
 	if ctl.leaseKube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Lease client: %w", err)
@@ -252,11 +257,16 @@ func (ctl *Controller) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	process.ReadyWhen(ctl.probe, chInf, nodeInf, availInf)
+	objInf, err := ctl.nodeUpdateInformer()
+	if err != nil {
+		return err
+	}
+	process.ReadyWhen(ctl.probe, chInf, nodeInf, availInf, objInf)
 	go chInf.RunWithContext(ctx)
 	go nodeInf.RunWithContext(ctx)
 	go availInf.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), chInf.HasSynced, nodeInf.HasSynced, availInf.HasSynced) {
+	go objInf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), chInf.HasSynced, nodeInf.HasSynced, availInf.HasSynced, objInf.HasSynced) {
 		return fmt.Errorf("the channel and node informers did not sync: is the API server reachable and the CRD installed (--install-crds)?")
 	}
 	if ctl.opts.MetricsAddr != "" {

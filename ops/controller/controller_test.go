@@ -1,14 +1,11 @@
 package controller
 
 import (
-	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/internal/fleettest"
@@ -33,22 +30,14 @@ func TestControllerHandover(t *testing.T) {
 		Drain: &v1.DrainSpec{Enabled: &off}})
 	ch := f.WaitFor("a slot granted", time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Updating) == 1 })
 	slot := ch.Status.Updating[0]
-	f.WaitNode(t, slot.Node, "its slot shown on its Node (its channel view)", func(n *corev1.Node) bool {
-		v, err := protocol.ParseView(n.Annotations[protocol.ViewKey(ch.UID)])
-		return err == nil && v.Slot != nil && plan.SameSlot(*v.Slot, slot)
+	f.WaitAgentSees(t, slot.Node, "shown its slot (its channel view)", func(views map[types.UID]protocol.View, _ protocol.Reports) bool {
+		v, ok := views[ch.UID]
+		return ok && v.Slot != nil && plan.SameSlot(*v.Slot, slot)
 	})
 	f.StopController()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		n, err := f.Kube.CoreV1().Nodes().Get(context.Background(), slot.Node, metav1.GetOptions{})
-		if err == nil && strings.Contains(n.Annotations[protocol.AnnotationSlotReport], `"outcome":"`+protocol.OutcomeSucceeded+`"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %s did not report its success on its Node without the controller", slot.Node)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	f.WaitAgentSees(t, slot.Node, "reporting its success without the controller", func(_ map[types.UID]protocol.View, r protocol.Reports) bool {
+		return r[ch.UID].Outcome == protocol.OutcomeSucceeded
+	})
 	if ch := f.Get(); plan.FindSlot(ch.Status, slot.Node) < 0 {
 		t.Fatalf("the slot of %s left the status with no controller running: %+v", slot.Node, ch.Status.Updating)
 	}

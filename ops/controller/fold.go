@@ -56,6 +56,7 @@ func (ctl *Controller) forgetNode(o any) {
 	ctl.mu.Lock()
 	defer ctl.mu.Unlock()
 	delete(ctl.viewWrites, m.Name)
+	delete(ctl.objectWrites, m.Name)
 	delete(ctl.claims, m.Name)
 }
 
@@ -75,6 +76,7 @@ func (ctl *Controller) nodeSnapshot() map[string]*metav1.PartialObjectMetadata {
 			out[m.Name] = m
 		}
 	}
+	ctl.withObjectReports(out)
 	return out
 }
 

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,9 @@ func TestMain(m *testing.M) {
 type fleet struct {
 	*fleettest.Fleet
 	opts func(*Options)
+	// nodeOnly are the nodes whose agents speak the previous release's
+	// protocol (agent.Options.NodeOnly) when they start next.
+	nodeOnly sync.Map
 }
 
 func newFleet(t *testing.T, nodes int, edit func(*Options)) *fleet {
@@ -53,5 +57,8 @@ func (f *fleet) agent(r fleettest.AgentRun) func(context.Context) error {
 	ao := agent.Options{NodeName: r.Node, Namespace: r.Namespace, SystemDir: r.SystemDir, Config: r.Config, Image: "slipway:test",
 		BootIDFile: r.BootIDFile, Rebooter: r.Rebooter, Log: r.Log, Retry: o.Retry, Resync: o.Resync, LeaseDuration: o.LeaseDuration,
 		HeartbeatInterval: o.HeartbeatInterval, GitHubToken: o.GitHubToken, GitHubBaseURL: o.GitHubBaseURL}
+	if old, _ := f.nodeOnly.Load(r.Node); old == true {
+		ao.NodeOnly = true
+	}
 	return func(ctx context.Context) error { return agent.Run(ctx, ao) }
 }

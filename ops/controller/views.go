@@ -22,7 +22,8 @@ import (
 // pass over a channel it knows which nodes the channel concerns (the ones
 // that follow it, and the holders of its slots and permits) and what each
 // must see; a queue of nodes, worked apart from the passes, writes each
-// Node's view annotations where they differ, so a pass over a thousand
+// node's views where they differ (its NodeUpdate when its agent reads
+// them there, nodeupdates.go; else its Node's view annotations), so a pass over a thousand
 // nodes waits for none of their writes. A node's view of a channel changes
 // only when the channel's spec, target or resolved release changes, or its
 // slot or permit does: the folds of its phase reports write nothing.
@@ -103,10 +104,12 @@ func (ctl *Controller) queueNodesWith(key string, want map[string]string) {
 		if !ok {
 			continue
 		}
-		if _, has := m.Annotations[key]; has {
+		if ctl.holdsView(m, key) {
 			if _, wanted := want[m.Name]; !wanted {
 				ctl.viewQueue.Add(m.Name)
 			}
+		} else if _, has := m.Annotations[key]; has {
+			ctl.viewQueue.Add(m.Name) // left on the Node of an agent that reads its NodeUpdate now
 		}
 	}
 }
@@ -125,12 +128,9 @@ func (ctl *Controller) dropViews(uid types.UID) {
 // written: the cache shows another than want, and not only a slot the
 // node reported ended or a permit it gave back (plan.EndedOnly).
 func (ctl *Controller) viewDue(node string, uid types.UID, want string) bool {
-	m := ctl.nodeMetaOf(node)
-	if m == nil {
-		return true
-	}
-	cur := m.Annotations[protocol.ViewKey(uid)]
-	return cur != want && !endedOnly(m.Annotations, uid, cur, want)
+	have := ctl.viewsSeen(node)
+	cur := have[protocol.ViewKey(uid)]
+	return cur != want && !endedOnly(have, uid, cur, want)
 }
 
 // endedOnly is plan.EndedOnly with the node's report of the
@@ -200,9 +200,25 @@ func (ctl *Controller) syncViews(ctx context.Context, node string) error {
 			patch[key] = nil
 		}
 	}
+	if u := ctl.nodeUpdateOf(node); agentReadsObject(u) {
+		return ctl.writeObjectViews(ctx, node, u, have, patch)
+	} else if err := ctl.ensureNodeUpdate(ctx, node, u); err != nil {
+		return err
+	}
 	if len(patch) == 0 {
 		return nil
 	}
+	if err := ctl.patchNodeViews(ctx, node, patch); err != nil {
+		return fmt.Errorf("write the channel views of node %s: %w", node, err)
+	}
+	ctl.metrics.viewWrites.Inc()
+	ctl.revokedViewWritten(node)
+	return nil
+}
+
+// patchNodeViews writes the view annotations patch (nil: removed) on
+// node's Node and remembers the write (viewsSeen); a Node gone is no error.
+func (ctl *Controller) patchNodeViews(ctx context.Context, node string, patch map[string]any) error {
 	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": patch}})
 	if err != nil {
 		return err
@@ -211,11 +227,9 @@ func (ctl *Controller) syncViews(ctx context.Context, node string) error {
 	if apierrors.IsNotFound(err) {
 		return nil
 	} else if err != nil {
-		return fmt.Errorf("write the channel views of node %s: %w", node, err)
+		return err
 	}
 	ctl.noteViewsWritten(node, written.ResourceVersion, patch)
-	ctl.metrics.viewWrites.Inc()
-	ctl.revokedViewWritten(node)
 	return nil
 }
 
@@ -232,6 +246,9 @@ type viewsWritten struct {
 // it yet: a pass that follows the write faster than the watch must not
 // write the same views again.
 func (ctl *Controller) viewsSeen(node string) map[string]string {
+	if u := ctl.nodeUpdateOf(node); agentReadsObject(u) {
+		return ctl.objectViews(u) // its agent reads them there
+	}
 	have := map[string]string{}
 	rv := ""
 	if m := ctl.nodeMetaOf(node); m != nil {

@@ -9,15 +9,76 @@ import (
 )
 
 func updateChannelCRD(t *testing.T) *apiextv1.CustomResourceDefinition {
+	return opsCRD(t, "updatechannels.ops.slipway.dev")
+}
+
+// opsCRD is the embedded ops.slipway.dev CRD of that name.
+func opsCRD(t *testing.T, name string) *apiextv1.CustomResourceDefinition {
 	t.Helper()
 	objs, err := OfGroup("ops.slipway.dev") // other groups have CRDs of their own
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(objs) != 1 {
-		t.Fatalf("embedded ops.slipway.dev CRDs = %d, want 1", len(objs))
+	var names []string
+	for _, o := range objs {
+		names = append(names, o.Name)
+		if o.Name == name {
+			return o
+		}
 	}
-	return objs[0]
+	t.Fatalf("no embedded CRD %s (have %v)", name, names)
+	return nil
+}
+
+// The per-node NodeUpdate: namespaced, spec and status apart (the status
+// subresource is what lets RBAC give the agent its status only), its map
+// lists keyed by channel UID, and printer columns for kubectl get.
+func TestNodeUpdateShape(t *testing.T) {
+	crd := opsCRD(t, "nodeupdates.ops.slipway.dev")
+	n := crd.Spec.Names
+	if n.Kind != "NodeUpdate" || n.Plural != "nodeupdates" || crd.Spec.Scope != apiextv1.NamespaceScoped {
+		t.Errorf("names %+v scope %s", n, crd.Spec.Scope)
+	}
+	if len(n.Categories) != 0 {
+		t.Errorf("categories = %v: one object per node would flood kubectl get all", n.Categories)
+	}
+	v := crd.Spec.Versions[0]
+	if v.Subresources == nil || v.Subresources.Status == nil {
+		t.Fatal("status subresource is off")
+	}
+	root := v.Schema.OpenAPIV3Schema
+	for _, path := range []string{"spec.channels", "status.reports"} {
+		p := prop(t, root, path)
+		if p.XListType == nil || *p.XListType != "map" || strings.Join(p.XListMapKeys, ",") != "uid" || p.MaxItems == nil {
+			t.Errorf("%s: list type %v keys %v max %v, want a bounded map keyed by uid", path, p.XListType, p.XListMapKeys, p.MaxItems)
+		}
+	}
+	var defaulted []string
+	var walk func(path string, p apiextv1.JSONSchemaProps)
+	walk = func(path string, p apiextv1.JSONSchemaProps) {
+		if p.Default != nil {
+			defaulted = append(defaulted, path)
+		}
+		for k, c := range p.Properties {
+			walk(path+"."+k, c)
+		}
+		if p.Items != nil && p.Items.Schema != nil {
+			walk(path+"[]", *p.Items.Schema)
+		}
+	}
+	walk("spec.channels", prop(t, root, "spec.channels"))
+	if len(defaulted) > 0 {
+		t.Errorf("defaults under spec.channels (the object must read back as the controller wrote it): %v", defaulted)
+	}
+	var order []string
+	for _, c := range v.AdditionalPrinterColumns {
+		order = append(order, c.Name+"="+c.JSONPath)
+	}
+	want := "Node=.metadata.name,Channel=.spec.channels[0].name,Slot=.spec.channels[0].slot.version," +
+		"Phase=.status.reports[0].phase,Version=.spec.channels[0].resolved.version,Age=.metadata.creationTimestamp"
+	if got := strings.Join(order, ","); got != want {
+		t.Errorf("columns = %s\nwant      %s", got, want)
+	}
 }
 
 func TestNamesAndShape(t *testing.T) {

@@ -2,11 +2,13 @@ package crds_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/crds"
@@ -120,6 +122,77 @@ func TestUpdateChannelSchemaRefusesBadSpecs(t *testing.T) {
 				t.Errorf("refused a good spec: %v", err)
 			case c.wantErr != "" && err == nil:
 				t.Errorf("accepted a bad spec, want an error containing %q", c.wantErr)
+			case c.wantErr != "" && !strings.Contains(err.Error(), c.wantErr):
+				t.Errorf("err = %v, want it to contain %q", err, c.wantErr)
+			}
+		})
+	}
+}
+
+// The NodeUpdate's CEL rules refuse what no slipway writer writes: another
+// node's slot or permit in a node's object, an entry without its channel,
+// an outcome no reader knows.
+func TestNodeUpdateSchemaRefusesBadObjects(t *testing.T) {
+	e := testenv.Need(t, env)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := crds.Apply(ctx, e.Config, "ops.slipway.dev"); err != nil {
+		t.Fatal(err)
+	}
+	client, err := versioned.NewForConfig(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := client.OpsV1().NodeUpdates("default")
+	view := func(uid, name string, slotNode, permitNode string) opsv1.NodeChannel {
+		c := opsv1.NodeChannel{UID: types.UID(uid), ChannelView: opsv1.ChannelView{Namespace: "default", Name: name,
+			Spec: opsv1.UpdateChannelSpec{URL: "github-releases://rancher/k3os"}}}
+		if slotNode != "" {
+			c.Slot = &opsv1.Slot{Node: slotNode, Version: "v2", Attempt: 1}
+		}
+		if permitNode != "" {
+			c.Permit = &opsv1.StagePermit{Node: permitNode, Version: "v2"}
+		}
+		return c
+	}
+	cases := []struct {
+		name    string
+		spec    []opsv1.NodeChannel
+		reports []opsv1.NodeReport
+		wantErr string
+	}{
+		{"own slot and permit", []opsv1.NodeChannel{view("u1", "main", "n-ok", ""), view("u2", "other", "", "n-ok")},
+			[]opsv1.NodeReport{{UID: "u1", SlotReport: opsv1.SlotReport{Version: "v2", Phase: "Upgrading"}}}, ""},
+		{"no channels", nil, nil, ""},
+		{"another node's slot", []opsv1.NodeChannel{view("u1", "main", "n-other", "")}, nil, "of its own node only"},
+		{"another node's permit", []opsv1.NodeChannel{view("u1", "main", "", "n-other")}, nil, "of its own node only"},
+		{"entry without uid", []opsv1.NodeChannel{view("", "main", "", "")}, nil, "uid"},
+		{"same channel twice", []opsv1.NodeChannel{view("u1", "main", "", ""), view("u1", "main", "", "")}, nil, "Duplicate"},
+		{"report without uid", nil, []opsv1.NodeReport{{SlotReport: opsv1.SlotReport{Phase: "Upgrading"}}}, "uid"},
+		{"unknown outcome", nil, []opsv1.NodeReport{{UID: "u1", SlotReport: opsv1.SlotReport{Outcome: "Maybe"}}}, "outcome must be"},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			node := fmt.Sprintf("n-ok-%d", i) // "n-ok" in a case is the object's own node
+			for j := range c.spec {
+				if s := c.spec[j].Slot; s != nil && s.Node == "n-ok" {
+					s.Node = node
+				}
+				if p := c.spec[j].Permit; p != nil && p.Node == "n-ok" {
+					p.Node = node
+				}
+			}
+			obj := &opsv1.NodeUpdate{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: opsv1.NodeUpdateSpec{Channels: c.spec}}
+			created, err := api.Create(ctx, obj, metav1.CreateOptions{})
+			if err == nil && len(c.reports) > 0 {
+				created.Status.Reports = c.reports
+				_, err = api.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+			}
+			switch {
+			case c.wantErr == "" && err != nil:
+				t.Errorf("refused a good object: %v", err)
+			case c.wantErr != "" && err == nil:
+				t.Errorf("accepted a bad object, want an error containing %q", c.wantErr)
 			case c.wantErr != "" && !strings.Contains(err.Error(), c.wantErr):
 				t.Errorf("err = %v, want it to contain %q", err, c.wantErr)
 			}

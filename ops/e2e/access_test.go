@@ -79,9 +79,11 @@ func create(ctx context.Context, c kubernetes.Interface, obj any) error {
 // rarelyCalled are grants the package's rollouts do not exercise, each
 // with the condition under which the agent calls it.
 var rarelyCalled = map[string]string{
-	"namespace batch/jobs list": "an informer lists when the API server cannot stream its initial list (watch-list)",
-	"cluster /nodes list":       "its own Node's informer lists when the API server cannot stream its initial list (watch-list)",
-	"cluster /events patch":     "client-go's recorder folds a repeated Event into a patch of the first",
+	"namespace batch/jobs list":                   "an informer lists when the API server cannot stream its initial list (watch-list)",
+	"cluster /nodes list":                         "its own Node's informer lists when the API server cannot stream its initial list (watch-list)",
+	"cluster /events patch":                       "client-go's recorder folds a repeated Event into a patch of the first",
+	"namespace ops.slipway.dev/nodeupdates list":  "its own NodeUpdate's informer lists when the API server cannot stream its initial list (watch-list)",
+	"namespace ops.slipway.dev/nodeupdates watch": "the audit log records a watch when it ends, and the agent's own NodeUpdate's may last the whole run",
 }
 
 // checkAgentAccess compares what the agents and the controller called (the
@@ -127,6 +129,8 @@ var controllerRarelyCalled = map[string]string{
 	"cluster /events patch":                        "client-go's recorder folds a repeated Event into a patch of the first",
 	"namespace /secrets get":                       "a github-releases:// channel with spec.tokenSecretRef: the controller reads its token",
 	"namespace batch/jobs get":                     "a slot held past the resync: the controller reads its Job to tell it stale",
+	"namespace ops.slipway.dev/nodeupdates list":   "its informer of the NodeUpdates lists when the API server cannot stream its initial list (watch-list)",
+	"namespace ops.slipway.dev/nodeupdates watch":  "the audit log records a watch when it ends, and the controller's lasts the whole run",
 	"cluster /pods delete":                         "drain.force: pods left when the drain times out are deleted",
 }
 

@@ -182,9 +182,17 @@ func benchChannel(b *testing.B, c clients, name string, spec v1.UpdateChannelSpe
 		if err != nil {
 			return false, err
 		}
+		objs, err := c.ops.OpsV1().NodeUpdates(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		byNode := map[string]*v1.NodeUpdate{}
+		for i := range objs.Items {
+			byNode[objs.Items[i].Name] = &objs.Items[i]
+		}
 		with := 0
-		for _, n := range list.Items {
-			if _, ok := n.Annotations[protocol.AnnotationChannelViewPrefix+string(uid)]; ok {
+		for _, n := range list.Items { // where its agent reads them
+			if _, ok := protocol.NodeViews(n.Annotations, byNode[n.Name], ns, func(string, error) {})[uid]; ok {
 				with++
 			}
 		}

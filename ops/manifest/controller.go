@@ -53,16 +53,36 @@ func controllerClusterRules(Options) []rbacv1.PolicyRule {
 // controllerNamespacedRules are exactly what the controller calls in the
 // namespace: the channels (watched, their status written), the Leases
 // (its own, controllerLeasePolicy admits no other write; the agents'
-// heartbeats and the server slot read), a slot's Job read by name, and the
+// heartbeats and the server slot read), a slot's Job read by name, the
 // token Secrets by name only (a GitHub channel's release is resolved with
-// its token).
+// its token), and the nodes' NodeUpdates: watched, created, their spec
+// patched (the nodes' instructions); never their status, the nodes'
+// reports (controllerNodeUpdatePolicy holds their metadata plain). The
+// garbage collector deletes each with its Node, its owner.
 func controllerNamespacedRules(o Options) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: o.tokenSecrets()},
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels/status"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"nodeupdates"}, Verbs: []string{"list", "watch", "create", "patch"}},
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+	}
+}
+
+// controllerNodeUpdatePolicy holds the NodeUpdates the controller writes
+// plain: no finalizer (it would pin the object past its node), no
+// generated name (each is named after its node), and no owner reference
+// but its own Node's (the garbage collector then deletes it with the Node).
+func controllerNodeUpdatePolicy(o Options) admission.UserPolicy {
+	return admission.UserPolicy{
+		Name: ControllerName + "-nodeupdates-" + o.Namespace, Labels: labels("controller"), Users: []string{ControllerUser(o.Namespace)}, Namespace: o.Namespace,
+		Group: "ops.slipway.dev", Version: "v1", Resource: "nodeupdates", Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+		Validations: []admissionv1.Validation{{
+			Expression: "!has(object.metadata.finalizers) && !has(object.metadata.generateName) && " +
+				"object.metadata.?ownerReferences.orValue([]).all(r, r.apiVersion == 'v1' && r.kind == 'Node' && r.name == object.metadata.name)",
+			Message: "the slipway controller may write a NodeUpdate only without finalizer or generated name, owned by nothing but its own Node",
+		}},
 	}
 }
 

@@ -63,9 +63,9 @@ func TestRenderParsesIntoTheObjects(t *testing.T) {
 	for _, o := range objs {
 		kinds = append(kinds, o.GetObjectKind().GroupVersionKind().Kind)
 	}
-	vap := strings.Repeat("ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding,", 7)      // own Node, Jobs, Leases, the controller's Lease and Nodes, resolved source, Events
+	vap := strings.Repeat("ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding,", 9)      // own Node, Jobs, Leases, the controller's Lease and Nodes, resolved source, Events, the NodeUpdates of the agent and the controller
 	rbac := strings.Repeat("ServiceAccount,ClusterRole,ClusterRoleBinding,Role,RoleBinding,", 2) // the agent's, the controller's
-	want := "Namespace,CustomResourceDefinition," + rbac + vap + "PriorityClass,DaemonSet,Deployment,UpdateChannel"
+	want := "Namespace,CustomResourceDefinition,CustomResourceDefinition," + rbac + vap + "PriorityClass,DaemonSet,Deployment,UpdateChannel"
 	if got := strings.Join(kinds, ","); got != want {
 		t.Fatalf("kinds = %s\nwant %s", got, want)
 	}
@@ -80,7 +80,7 @@ func TestRenderParsesIntoTheObjects(t *testing.T) {
 	ds := objs[len(objs)-3].(*appsv1.DaemonSet)
 	checkDaemonSet(t, ds, "ops", "registry.example/slipway:v9")
 	checkDeployment(t, objs[len(objs)-2].(*appsv1.Deployment), "ops", "registry.example/slipway:v9")
-	if rb := objs[6].(*rbacv1.RoleBinding); rb.Subjects[0].Namespace != "ops" || rb.Namespace != "ops" {
+	if rb := objs[7].(*rbacv1.RoleBinding); rb.Subjects[0].Namespace != "ops" || rb.Namespace != "ops" {
 		t.Errorf("role binding = %+v", rb)
 	}
 }

@@ -56,12 +56,13 @@ var JobActions = []string{"", "stage", "prune", "rollback"}
 var JobCommands = []string{"upgrade", "rollback", "prune"}
 
 // policies are the admission policies: the agent's own Node, its Jobs'
-// shape and node, its Leases, the controller's Lease and Node writes, the
-// channels' resolved source.
+// shape and node, its Leases, its NodeUpdate's status, the controller's
+// Lease, Node and NodeUpdate writes, the channels' resolved source.
 func policies(o Options) []any {
 	var out []any
 	for _, objs := range [][]any{ownNodePolicy(o).Objects(), jobPolicy(o).Objects(), leasePolicy(o).Objects(), controllerLeasePolicy(o).Objects(),
-		controllerNodePolicy(o).Objects(), sourcePolicy(o).Objects(), eventPolicy(o).Objects()} {
+		controllerNodePolicy(o).Objects(), sourcePolicy(o).Objects(), eventPolicy(o).Objects(), nodeUpdatePolicy(o).Objects(),
+		controllerNodeUpdatePolicy(o).Objects()} {
 		out = append(out, objs...)
 	}
 	return out
@@ -298,6 +299,24 @@ func leasePolicy(o Options) admission.UserPolicy {
 				"%s", HeartbeatLeasePrefix, LeaseMetadataPlain),
 			Message: "the slipway agent may write only its own node's heartbeat Lease (" + HeartbeatLeasePrefix + "<its node>, held by its node, no owner reference or finalizer)",
 		}},
+	}
+}
+
+// nodeUpdatePolicy lets the agent write the status of its own node's
+// NodeUpdate only (named after the node in its token), and nothing of its
+// metadata (RBAC gives it the status subresource only: the API server
+// keeps the spec, the controller's, as it was).
+func nodeUpdatePolicy(o Options) admission.UserPolicy {
+	return admission.UserPolicy{
+		Name: AgentName + "-nodeupdates-" + o.Namespace, Labels: labels("agent"), Users: []string{AgentUser(o.Namespace)}, Namespace: o.Namespace,
+		Group: "ops.slipway.dev", Version: "v1", Resource: "nodeupdates/status", Operations: []admissionv1.OperationType{admissionv1.Update},
+		Variables: []admissionv1.Variable{{Name: "node", Expression: admission.RequesterNode}},
+		Validations: []admissionv1.Validation{
+			{Expression: "variables.node != '' && object.metadata.name == variables.node",
+				Message: "the slipway agent may write only its own node's NodeUpdate (named after the node its token is bound to)"},
+			{Expression: admission.FrozenExcept(".metadata", "managedFields", "resourceVersion", "generation"),
+				Message: "the slipway agent may not change a NodeUpdate's metadata"},
+		},
 	}
 }
 

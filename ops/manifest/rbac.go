@@ -46,15 +46,20 @@ func ownNodePolicy(o Options) admission.NodeAgentPolicy {
 // namespacedRules are exactly what the agent calls in its own namespace:
 // the upgrade Jobs of its node (watched, created; finished Jobs are kept
 // as the record of an attempt; jobPolicy admits only slipway's shape on
-// its own node) and their pods (watched), and its heartbeat Lease
-// (leasePolicy admits no other). No channel: the controller writes what
-// the node needs of each on its Node (its view), and the node reports on
-// its Node. No Secret: the controller resolves the releases.
+// its own node) and their pods (watched), its heartbeat Lease
+// (leasePolicy admits no other), and its node's NodeUpdate: read (the
+// controller's instructions in its spec) and its status written (the
+// node's reports; nodeUpdatePolicy admits its own node's only), never its
+// spec, never created or deleted. No channel: the controller writes what
+// the node needs of each (its view). No Secret: the controller resolves
+// the releases.
 func namespacedRules(o Options) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"list", "watch", "create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}, // the Jobs' pods: done a second before the Job
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"nodeupdates"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"nodeupdates/status"}, Verbs: []string{"patch"}},
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -25,22 +24,10 @@ const (
 )
 
 // Report is a node's report of its slot in one channel, and of the staging
-// permit it gave back there.
-type Report struct {
-	// The slot reported: its claim time, attempt and version (the same grant: Report.For).
-	Since   metav1.Time `json:"since,omitempty"`
-	Attempt int         `json:"attempt,omitempty"`
-	Version string      `json:"version,omitempty"`
-	// Phase and Job are the slot's progress.
-	Phase string `json:"phase,omitempty"`
-	Job   string `json:"job,omitempty"`
-	// Outcome ends the slot (Outcome*), Reason says why, At when.
-	Outcome string      `json:"outcome,omitempty"`
-	Reason  string      `json:"reason,omitempty"`
-	At      metav1.Time `json:"at,omitempty"`
-	// PermitDone is the claim time of the staging permit the node gave back.
-	PermitDone *metav1.Time `json:"permitDone,omitempty"`
-}
+// permit it gave back there. It is the API's SlotReport under another
+// name: the slot report annotation on a Node and a NodeUpdate's
+// status.reports[] carry the same fields (their doc comments are there).
+type Report v1.SlotReport
 
 // Reports are a node's reports by channel UID.
 type Reports map[types.UID]Report

@@ -19,24 +19,12 @@ import (
 // then reaches the nodes it changes, not every node.
 
 // View is what one node needs of one channel: its identity and spec, its
-// target, the resolved release, and the node's own slot and staging permit.
-type View struct {
-	Namespace string               `json:"namespace"`
-	Name      string               `json:"name"`
-	Created   metav1.Time          `json:"created"`
-	Spec      v1.UpdateChannelSpec `json:"spec"`
-	// LatestVersion is the channel's newest release, when it follows it (its target then).
-	LatestVersion string `json:"latestVersion,omitempty"`
-	// Resolved is the channel's resolved release, when it is of the target.
-	Resolved *v1.ResolvedRelease `json:"resolved,omitempty"`
-	// Slot is the node's slot with the phases the controller decides:
-	// Upgrading (granted) or Rebooting (drained, or the node went on to its
-	// reboot); the node's own reports carry the others, so the controller's
-	// folds of them do not write the view again.
-	Slot *v1.Slot `json:"slot,omitempty"`
-	// Permit is the node's staging permit.
-	Permit *v1.StagePermit `json:"permit,omitempty"`
-}
+// target, the resolved release, and the node's own slot and staging
+// permit. It is the API's ChannelView under another name, so the channel
+// view annotation on a Node and a NodeUpdate's spec.channels[] carry the
+// same fields, and a field added there is in both (its doc comments are
+// there).
+type View v1.ChannelView
 
 // String is the annotation's value.
 func (v View) String() string {

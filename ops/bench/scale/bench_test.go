@@ -230,15 +230,22 @@ func createChannel(b *testing.B, ops versioned.Interface, kube kubernetes.Interf
 		uid = ch.UID
 		return ch.Status.Counts.Nodes == nodes && ch.Status.Counts.UpToDate == nodes, fmt.Errorf("%d nodes, %d at v1", ch.Status.Counts.Nodes, ch.Status.Counts.UpToDate)
 	})
-	key := protocol.ViewKey(uid)
 	waitFor(b, 30*time.Minute, "every node to carry the channel's view", func() (bool, error) {
 		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return false, err
 		}
+		objs, err := ops.OpsV1().NodeUpdates(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, err
+		}
+		byNode := map[string]*v1.NodeUpdate{}
+		for i := range objs.Items {
+			byNode[objs.Items[i].Name] = &objs.Items[i]
+		}
 		with := 0
-		for _, n := range list.Items {
-			if _, ok := n.Annotations[key]; ok {
+		for _, n := range list.Items { // where its agent reads them
+			if _, ok := protocol.NodeViews(n.Annotations, byNode[n.Name], ns, func(string, error) {})[uid]; ok {
 				with++
 			}
 		}

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"fmt"
+
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/generated/openapi"
 )
 
-// opsCRDs are the CRDs of ops.slipway.dev: the UpdateChannel.
+// opsCRDs are the CRDs of ops.slipway.dev: the UpdateChannel and the
+// per-node NodeUpdate.
 func opsCRDs() []crdSpec {
 	gv := opsv1.SchemeGroupVersion
 	return []crdSpec{{
@@ -32,7 +35,86 @@ func opsCRDs() []crdSpec {
 			{Name: "Rollback", Type: "string", JSONPath: ".status.analysis.rollback.state", Description: "The rollback of a failed wave: RollingBack, RolledBack, Cured or NotCured (status.analysis.rollback)."},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 		},
+	}, {
+		model:      "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeUpdate",
+		group:      gv.Group,
+		version:    gv.Version,
+		kind:       "NodeUpdate",
+		plural:     opsv1.NodeUpdateResourceName,
+		singular:   "nodeupdate",
+		short:      []string{"nodeup", "nodeups"},
+		defs:       openapi.GetOpenAPIDefinitions,
+		validation: nodeUpdateValidation,
+		edit: func(root *apiextv1.JSONSchemaProps) {
+			// The object holds what the controller wrote and nothing the API
+			// server adds: a view the controller slims (a setting left out)
+			// reads back as written, so "written only on change" compares
+			// like with like.
+			if err := editProperty(root, []string{"spec", "channels", "[]", "spec"}, dropDefaults); err != nil {
+				panic(fmt.Sprintf("NodeUpdate schema: %v", err))
+			}
+		},
+		columns: []apiextv1.CustomResourceColumnDefinition{
+			{Name: "Node", Type: "string", JSONPath: ".metadata.name", Description: "The node (the object is named after it)."},
+			{Name: "Channel", Type: "string", JSONPath: ".spec.channels[0].name", Description: "The first channel that concerns the node."},
+			{Name: "Slot", Type: "string", JSONPath: ".spec.channels[0].slot.version", Description: "The version of the node's slot in that channel, while it holds one."},
+			{Name: "Phase", Type: "string", JSONPath: ".status.reports[0].phase", Description: "The phase the node last reported."},
+			{Name: "Version", Type: "string", JSONPath: ".spec.channels[0].resolved.version", Description: "The channel's resolved release (its target)."},
+			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
+		},
 	}}
+}
+
+// dropDefaults removes every default at and below p.
+func dropDefaults(p *apiextv1.JSONSchemaProps) {
+	p.Default = nil
+	for k, c := range p.Properties {
+		dropDefaults(&c)
+		p.Properties[k] = c
+	}
+	if p.Items != nil && p.Items.Schema != nil {
+		dropDefaults(p.Items.Schema)
+	}
+	if p.AdditionalProperties != nil && p.AdditionalProperties.Schema != nil {
+		dropDefaults(p.AdditionalProperties.Schema)
+	}
+}
+
+// nodeUpdateValidation bounds a NodeUpdate and refuses what no writer of
+// slipway writes: a slot or permit of another node than the object's, an
+// entry without its channel's UID, an outcome no reader knows.
+func nodeUpdateValidation() ([]bound, []rule, error) {
+	channels, channel := []string{"spec", "channels"}, []string{"spec", "channels", "[]"}
+	reports, report := []string{"status", "reports"}, []string{"status", "reports", "[]"}
+	bounds := []bound{
+		{channels, 64},
+		{append(channel, "uid"), 64},
+		{append(channel, "namespace"), 63},
+		{append(channel, "name"), 253},
+		{append(channel, "slot", "node"), 253},
+		{append(channel, "permit", "node"), 253},
+		{reports, 64},
+		{append(report, "uid"), 64},
+		{append(report, "version"), 128},
+		{append(report, "phase"), 32},
+		{append(report, "job"), 63},
+		{append(report, "outcome"), 16},
+		{append(report, "reason"), 4096},
+		{[]string{"status", "rebootFrom"}, 64},
+		{[]string{"status", "prestagedVersion"}, 128},
+		{[]string{"status", "prestageFailedVersion"}, 128},
+	}
+	rules := []rule{
+		{nil, `!has(self.spec) || !has(self.spec.channels) || self.spec.channels.all(c, (!has(c.slot) || c.slot.node == self.metadata.name) && (!has(c.permit) || c.permit.node == self.metadata.name))`,
+			"spec.channels: a NodeUpdate holds the slots and staging permits of its own node only (the node its name names)"},
+		{channel, `self.uid != '' && self.name != ''`,
+			"spec.channels[]: each entry names its channel (uid and name)"},
+		{report, `self.uid != ''`,
+			"status.reports[]: each report names its channel's uid"},
+		{report, `!has(self.outcome) || self.outcome in ['', 'Succeeded', 'Failed', 'Released']`,
+			"status.reports[].outcome must be Succeeded, Failed or Released (or empty while the slot goes on)"},
+	}
+	return bounds, rules, nil
 }
 
 // updateChannelValidation is what kubectl apply refuses at once: channel URLs

@@ -79,18 +79,27 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisQuery":       schema_ops_apis_opsslipwaydev_v1_AnalysisQuery(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisSpec":        schema_ops_apis_opsslipwaydev_v1_AnalysisSpec(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.AnalysisStatus":      schema_ops_apis_opsslipwaydev_v1_AnalysisStatus(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ChannelView":         schema_ops_apis_opsslipwaydev_v1_ChannelView(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Components":          schema_ops_apis_opsslipwaydev_v1_Components(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.DrainSpec":           schema_ops_apis_opsslipwaydev_v1_DrainSpec(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Failure":             schema_ops_apis_opsslipwaydev_v1_Failure(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeChannel":         schema_ops_apis_opsslipwaydev_v1_NodeChannel(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeCounts":          schema_ops_apis_opsslipwaydev_v1_NodeCounts(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeReport":          schema_ops_apis_opsslipwaydev_v1_NodeReport(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeRollback":        schema_ops_apis_opsslipwaydev_v1_NodeRollback(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeUpdate":          schema_ops_apis_opsslipwaydev_v1_NodeUpdate(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeUpdateList":      schema_ops_apis_opsslipwaydev_v1_NodeUpdateList(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeUpdateSpec":      schema_ops_apis_opsslipwaydev_v1_NodeUpdateSpec(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeUpdateStatus":    schema_ops_apis_opsslipwaydev_v1_NodeUpdateStatus(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeVersion":         schema_ops_apis_opsslipwaydev_v1_NodeVersion(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeVersions":        schema_ops_apis_opsslipwaydev_v1_NodeVersions(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Poller":              schema_ops_apis_opsslipwaydev_v1_Poller(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.PrestageSpec":        schema_ops_apis_opsslipwaydev_v1_PrestageSpec(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease":     schema_ops_apis_opsslipwaydev_v1_ResolvedRelease(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SecretKeyRef":        schema_ops_apis_opsslipwaydev_v1_SecretKeyRef(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SkippedNode":         schema_ops_apis_opsslipwaydev_v1_SkippedNode(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot":                schema_ops_apis_opsslipwaydev_v1_Slot(ref),
+		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.SlotReport":          schema_ops_apis_opsslipwaydev_v1_SlotReport(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.StagePermit":         schema_ops_apis_opsslipwaydev_v1_StagePermit(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannel":       schema_ops_apis_opsslipwaydev_v1_UpdateChannel(ref),
 		"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannelList":   schema_ops_apis_opsslipwaydev_v1_UpdateChannelList(ref),
@@ -3078,6 +3087,76 @@ func schema_ops_apis_opsslipwaydev_v1_AnalysisStatus(ref common.ReferenceCallbac
 	}
 }
 
+func schema_ops_apis_opsslipwaydev_v1_ChannelView(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ChannelView is what one node needs of one channel: its identity, the settings the agent acts on, its target, the resolved release, and the node's own slot and staging permit. The same encoding is the channel view annotation a Node carries for an agent that reads no NodeUpdate (ops/protocol's View).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"namespace": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Namespace is the channel's namespace.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name is the channel's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"created": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Created is the channel's creation time (the earliest matching channel is the one a node follows).",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec is the channel's spec as far as the agent acts on it.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannelSpec"),
+						},
+					},
+					"latestVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LatestVersion is the channel's newest release, when it follows it (its target then).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"resolved": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Resolved is the channel's resolved release, when it is of the target.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease"),
+						},
+					},
+					"slot": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Slot is the node's slot with the phases the controller decides: Upgrading (granted) or Rebooting (drained, or the node went on to its reboot); the node's own reports carry the others.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot"),
+						},
+					},
+					"permit": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Permit is the node's staging permit.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.StagePermit"),
+						},
+					},
+				},
+				Required: []string{"namespace", "name", "spec"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.StagePermit", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannelSpec"},
+	}
+}
+
 func schema_ops_apis_opsslipwaydev_v1_Components(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -3235,6 +3314,84 @@ func schema_ops_apis_opsslipwaydev_v1_Failure(ref common.ReferenceCallback) comm
 	}
 }
 
+func schema_ops_apis_opsslipwaydev_v1_NodeChannel(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeChannel is the node's view of one channel, keyed by the channel's UID.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"uid": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UID is the channel's UID.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"namespace": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Namespace is the channel's namespace.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name is the channel's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"created": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Created is the channel's creation time (the earliest matching channel is the one a node follows).",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec is the channel's spec as far as the agent acts on it.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannelSpec"),
+						},
+					},
+					"latestVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LatestVersion is the channel's newest release, when it follows it (its target then).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"resolved": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Resolved is the channel's resolved release, when it is of the target.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease"),
+						},
+					},
+					"slot": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Slot is the node's slot with the phases the controller decides: Upgrading (granted) or Rebooting (drained, or the node went on to its reboot); the node's own reports carry the others.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot"),
+						},
+					},
+					"permit": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Permit is the node's staging permit.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.StagePermit"),
+						},
+					},
+				},
+				Required: []string{"uid", "namespace", "name", "spec"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.ResolvedRelease", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.Slot", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.StagePermit", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.UpdateChannelSpec"},
+	}
+}
+
 func schema_ops_apis_opsslipwaydev_v1_NodeCounts(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -3292,6 +3449,90 @@ func schema_ops_apis_opsslipwaydev_v1_NodeCounts(ref common.ReferenceCallback) c
 				Required: []string{"nodes", "upToDate", "updating", "failed"},
 			},
 		},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_NodeReport(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeReport is the node's report for one channel, keyed by the channel's UID.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"uid": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UID is the channel's UID.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"since": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Since is the claim time of the slot reported (with Attempt and Version: the same grant).",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"attempt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Attempt is the slot's attempt.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"version": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Version is the slot's version.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"phase": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Phase is the step the node reached in the slot.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"job": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Job is the slot's upgrade Job.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"outcome": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Outcome ends the slot: Succeeded, Failed or Released.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason says why the slot ended so.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"at": {
+						SchemaProps: spec.SchemaProps{
+							Description: "At is when the slot ended.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"permitDone": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PermitDone is the claim time of the staging permit the node gave back.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"uid"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -3354,6 +3595,224 @@ func schema_ops_apis_opsslipwaydev_v1_NodeRollback(ref common.ReferenceCallback)
 	}
 }
 
+func schema_ops_apis_opsslipwaydev_v1_NodeUpdate(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeUpdate is one node's side of its updates, kept off the Node so that only that node's agent and the controller watch it: the controller writes its spec (the node's instructions, one entry per channel that concerns the node), the node's agent its status (its reports). It is named after its node, in slipway's namespace; an admission policy binds the agent's status writes to the object of the node named in its token.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec is what the controller tells the node, written by the controller only.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeUpdateSpec"),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Status is what the node reports, written by its agent only.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeUpdateStatus"),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1.ObjectMeta{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeUpdateSpec", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeUpdateStatus"},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_NodeUpdateList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeUpdateList is a list of NodeUpdate resources",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: map[string]interface{}{},
+										Ref:     ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeUpdate"),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"metadata", "items"},
+			},
+		},
+		Dependencies: []string{
+			v1.ListMeta{}.OpenAPIModelName(), "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeUpdate"},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_NodeUpdateSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeUpdateSpec is the node's instructions.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"protocol": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Protocol is 2 once the controller writes the node's instructions here and no longer on its Node (after the node's agent announced that it reads them here: status.protocol); until then the agent reads the views on its Node.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"channels": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"uid",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Channels are the node's views of the channels that concern it (the one it follows, and any where it holds a slot or a staging permit), one per channel UID.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: map[string]interface{}{},
+										Ref:     ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeChannel"),
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeChannel"},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_NodeUpdateStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeUpdateStatus is what the node's agent reports.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"protocol": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Protocol is the protocol the node's agent speaks: 2 when it reads its instructions here (once spec.protocol is 2) and reports here; the controller then reads its reports here and not on its Node.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"reports": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"uid",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Reports are the node's reports of its slots and given-back staging permits, one per channel UID.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: map[string]interface{}{},
+										Ref:     ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeReport"),
+									},
+								},
+							},
+						},
+					},
+					"rebootFrom": {
+						SchemaProps: spec.SchemaProps{
+							Description: "RebootFrom is the boot ID the node reboots from, recorded before it reports the Rebooting phase: a different boot ID after the agent restarts proves the reboot happened.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"booted": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Booted is what the node's current boot runs, recorded by its agent at the first sight of that boot (the raw versions; the Node keeps the sanitized labels users select on). It is written with the report that ends a slot, so a reader that folds the report sees the versions the node came back with.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeVersions"),
+						},
+					},
+					"staged": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Staged is what the node's system directory names for its next boot, where it differs from what runs; absent when nothing is staged.",
+							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeVersions"),
+						},
+					},
+					"prestagedVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PrestagedVersion is the channel's target when the node staged it ahead of its slot; PrestageFailedVersion the target when staging it failed every attempt.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"prestageFailedVersion": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			"slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeReport", "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeVersions"},
+	}
+}
+
 func schema_ops_apis_opsslipwaydev_v1_NodeVersion(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -3379,6 +3838,44 @@ func schema_ops_apis_opsslipwaydev_v1_NodeVersion(ref common.ReferenceCallback) 
 					},
 				},
 				Required: []string{"node", "version"},
+			},
+		},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_NodeVersions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeVersions are the versions of a node's components.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"rootfs": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+					"kernel": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+					"k3s": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+					"bootID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "BootID is the boot the versions were recorded in (Booted only).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
 			},
 		},
 	}
@@ -3621,6 +4118,81 @@ func schema_ops_apis_opsslipwaydev_v1_Slot(ref common.ReferenceCallback) common.
 					},
 				},
 				Required: []string{"node", "version"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_ops_apis_opsslipwaydev_v1_SlotReport(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SlotReport is a node's report of its slot in one channel, and of the staging permit it gave back there. The same encoding is the slot report annotation a Node carries for a controller of the previous protocol (ops/protocol's Report).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"since": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Since is the claim time of the slot reported (with Attempt and Version: the same grant).",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"attempt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Attempt is the slot's attempt.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"version": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Version is the slot's version.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"phase": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Phase is the step the node reached in the slot.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"job": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Job is the slot's upgrade Job.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"outcome": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Outcome ends the slot: Succeeded, Failed or Released.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason says why the slot ended so.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"at": {
+						SchemaProps: spec.SchemaProps{
+							Description: "At is when the slot ended.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"permitDone": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PermitDone is the claim time of the staging permit the node gave back.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
 			},
 		},
 		Dependencies: []string{

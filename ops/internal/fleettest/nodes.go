@@ -175,3 +175,33 @@ func (f *Fleet) ShowViews(t *testing.T, ch *v1.UpdateChannel) {
 		}
 	}
 }
+
+// WaitAgentSees waits (WaitNode's budget) until node's views and reports,
+// read where its agent reads and writes them (its NodeUpdate once the
+// controller and the agent moved there, else its Node:
+// protocol.NodeViews, protocol.NodeReports), satisfy cond.
+func (f *Fleet) WaitAgentSees(t *testing.T, node, what string, cond func(views map[types.UID]protocol.View, reports protocol.Reports) bool) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(waitNodeBudget)
+	for {
+		n, err := f.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		var u *v1.NodeUpdate
+		if err == nil {
+			if u, err = f.Ops.OpsV1().NodeUpdates(f.NS).Get(ctx, protocol.NodeUpdateName(node), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				u, err = nil, nil
+			}
+		}
+		if err == nil {
+			reports, rerr := protocol.NodeReports(n.Annotations, u)
+			if rerr == nil && cond(protocol.NodeViews(n.Annotations, u, f.NS, func(string, error) {}), reports) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			f.DumpLogs(node)
+			t.Fatalf("node %s not %s within %s (last read: %v; its NodeUpdate: %+v)", node, what, waitNodeBudget, err, u)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

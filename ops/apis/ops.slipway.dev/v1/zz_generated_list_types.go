@@ -29,3 +29,20 @@ func NewUpdateChannel(namespace, name string, obj UpdateChannel) *UpdateChannel 
 	obj.Namespace = namespace
 	return &obj
 }
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// NodeUpdateList is a list of NodeUpdate resources
+type NodeUpdateList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata"`
+
+	Items []NodeUpdate `json:"items"`
+}
+
+func NewNodeUpdate(namespace, name string, obj NodeUpdate) *NodeUpdate {
+	obj.APIVersion, obj.Kind = SchemeGroupVersion.WithKind("NodeUpdate").ToAPIVersionAndKind()
+	obj.Name = name
+	obj.Namespace = namespace
+	return &obj
+}

@@ -17,6 +17,7 @@ import (
 )
 
 var (
+	NodeUpdateResourceName    = "nodeupdates"
 	UpdateChannelResourceName = "updatechannels"
 )
 
@@ -41,6 +42,8 @@ var (
 // Adds the list of known types to Scheme.
 func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
+		&NodeUpdate{},
+		&NodeUpdateList{},
 		&UpdateChannel{},
 		&UpdateChannelList{},
 	)

@@ -41,6 +41,8 @@ func (f *genericInformer) Lister() cache.GenericLister {
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
 	// Group=ops.slipway.dev, Version=v1
+	case v1.SchemeGroupVersion.WithResource("nodeupdates"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Ops().V1().NodeUpdates().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("updatechannels"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Ops().V1().UpdateChannels().Informer()}, nil
 

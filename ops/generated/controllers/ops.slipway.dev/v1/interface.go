@@ -19,6 +19,7 @@ func init() {
 }
 
 type Interface interface {
+	NodeUpdate() NodeUpdateController
 	UpdateChannel() UpdateChannelController
 }
 
@@ -30,6 +31,10 @@ func New(controllerFactory controller.SharedControllerFactory) Interface {
 
 type version struct {
 	controllerFactory controller.SharedControllerFactory
+}
+
+func (v *version) NodeUpdate() NodeUpdateController {
+	return generic.NewController[*v1.NodeUpdate, *v1.NodeUpdateList](schema.GroupVersionKind{Group: "ops.slipway.dev", Version: "v1", Kind: "NodeUpdate"}, "nodeupdates", true, v.controllerFactory)
 }
 
 func (v *version) UpdateChannel() UpdateChannelController {

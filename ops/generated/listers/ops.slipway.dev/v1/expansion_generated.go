@@ -6,6 +6,14 @@ Copyright The slipway Authors.
 
 package v1
 
+// NodeUpdateListerExpansion allows custom methods to be added to
+// NodeUpdateLister.
+type NodeUpdateListerExpansion interface{}
+
+// NodeUpdateNamespaceListerExpansion allows custom methods to be added to
+// NodeUpdateNamespaceLister.
+type NodeUpdateNamespaceListerExpansion interface{}
+
 // UpdateChannelListerExpansion allows custom methods to be added to
 // UpdateChannelLister.
 type UpdateChannelListerExpansion interface{}

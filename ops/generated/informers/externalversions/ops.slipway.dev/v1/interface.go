@@ -12,6 +12,8 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// NodeUpdates returns a NodeUpdateInformer.
+	NodeUpdates() NodeUpdateInformer
 	// UpdateChannels returns a UpdateChannelInformer.
 	UpdateChannels() UpdateChannelInformer
 }
@@ -25,6 +27,11 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// NodeUpdates returns a NodeUpdateInformer.
+func (v *version) NodeUpdates() NodeUpdateInformer {
+	return &nodeUpdateInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // UpdateChannels returns a UpdateChannelInformer.

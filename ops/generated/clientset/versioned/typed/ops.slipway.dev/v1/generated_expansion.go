@@ -6,4 +6,6 @@ Copyright The slipway Authors.
 
 package v1
 
+type NodeUpdateExpansion interface{}
+
 type UpdateChannelExpansion interface{}

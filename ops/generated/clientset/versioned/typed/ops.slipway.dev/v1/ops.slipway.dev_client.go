@@ -16,12 +16,17 @@ import (
 
 type OpsV1Interface interface {
 	RESTClient() rest.Interface
+	NodeUpdatesGetter
 	UpdateChannelsGetter
 }
 
 // OpsV1Client is used to interact with features provided by the ops.slipway.dev group.
 type OpsV1Client struct {
 	restClient rest.Interface
+}
+
+func (c *OpsV1Client) NodeUpdates(namespace string) NodeUpdateInterface {
+	return newNodeUpdates(c, namespace)
 }
 
 func (c *OpsV1Client) UpdateChannels(namespace string) UpdateChannelInterface {

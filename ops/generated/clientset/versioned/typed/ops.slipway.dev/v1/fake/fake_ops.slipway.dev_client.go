@@ -16,6 +16,10 @@ type FakeOpsV1 struct {
 	*testing.Fake
 }
 
+func (c *FakeOpsV1) NodeUpdates(namespace string) v1.NodeUpdateInterface {
+	return newFakeNodeUpdates(c, namespace)
+}
+
 func (c *FakeOpsV1) UpdateChannels(namespace string) v1.UpdateChannelInterface {
 	return newFakeUpdateChannels(c, namespace)
 }

@@ -1,0 +1,253 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/process"
+	"slipway.dev/slipway/ops/protocol"
+)
+
+// The node's own NodeUpdate (protocol.NodeUpdateName): its instructions in
+// the spec, written by the controller, its reports in the status, written
+// by this agent; only this agent and the controller watch it, where every
+// watcher of Nodes receives every Node write. The controller creates it;
+// this agent then announces in its status that it reads and reports there
+// (status.protocol), carrying over the reports and the reboot-from record
+// it kept on its Node. From then on it reports there only, and reads its
+// views there once the controller wrote them there (spec.protocol); until
+// then, and while no NodeUpdate exists (a controller of the previous
+// release), it reads the views on its Node.
+
+// nodeUpdateInformer watches this agent's own NodeUpdate only.
+func (a *Agent) nodeUpdateInformer() cache.SharedIndexInformer {
+	return process.NewInformer(a.ops.NodeUpdates(a.opts.Namespace), &v1.NodeUpdate{}, a.opts.Resync, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", protocol.NodeUpdateName(a.opts.NodeName)).String()
+	})
+}
+
+// ownObject is this node's NodeUpdate as the informer has it (nil: none).
+func (a *Agent) ownObject() *v1.NodeUpdate {
+	if a.objects == nil {
+		return nil
+	}
+	o, ok, _ := a.objects.GetByKey(a.opts.Namespace + "/" + protocol.NodeUpdateName(a.opts.NodeName))
+	if !ok {
+		return nil
+	}
+	u, _ := o.(*v1.NodeUpdate)
+	return u
+}
+
+// viewsInObject tells whether the controller writes this node's views in
+// its NodeUpdate u (and no longer on its Node).
+func viewsInObject(u *v1.NodeUpdate) bool {
+	// trust: ops.agent.own-nodeupdate
+	return u != nil && u.Spec.Protocol >= protocol.NodeUpdateProtocol
+}
+
+// reportsInObject tells whether this agent reports in its NodeUpdate: it
+// announced so (this process, or an earlier one on this node).
+func (a *Agent) reportsInObject() bool {
+	a.mu.Lock()
+	announced := a.announced != ""
+	a.mu.Unlock()
+	u := a.ownObject()
+	// trust: ops.agent.own-nodeupdate
+	return announced || u != nil && u.Status.Protocol >= protocol.NodeUpdateProtocol
+}
+
+// objectViewsGone is viewsGone for the views in the NodeUpdate.
+func (a *Agent) objectViewsGone(old, cur any) {
+	o, ok1 := old.(*v1.NodeUpdate)
+	n, ok2 := cur.(*v1.NodeUpdate)
+	if !ok1 || !ok2 || !viewsInObject(o) || !viewsInObject(n) {
+		return // views moving between the Node and the NodeUpdate are not gone
+	}
+	now := protocol.ViewsOfSpec(n.Spec, a.opts.Namespace)
+	for uid, v := range protocol.ViewsOfSpec(o.Spec, a.opts.Namespace) {
+		if _, still := now[uid]; !still {
+			a.forgetSlot(uid)
+			a.queue.Add(key{roleNode, v.Name})
+		}
+	}
+}
+
+// announce writes this agent's protocol into its NodeUpdate's status, with
+// the reports, the reboot-from record and the prestage marks it kept so
+// far, once the controller created the object (and again in one created
+// anew, after its Node was deleted and registered again); nothing while
+// there is none.
+func (a *Agent) announce(ctx context.Context) error {
+	a.reporting.Lock()
+	defer a.reporting.Unlock()
+	u := a.ownObject()
+	if u == nil {
+		return nil
+	}
+	a.mu.Lock()
+	done := a.announced == u.UID
+	a.mu.Unlock()
+	// trust: ops.agent.own-nodeupdate
+	if done || u.Status.Protocol >= protocol.NodeUpdateProtocol {
+		return nil // announced there (a NodeUpdate created again, with its Node, is announced in again)
+	}
+	fields := map[string]any{}
+	if n := a.ownNode(); n != nil {
+		if rf := a.rebootFromOf(n); rf != "" {
+			fields["rebootFrom"] = rf
+		}
+	}
+	staged, failed := a.prestageMarks()
+	fields["prestagedVersion"], fields["prestageFailedVersion"] = nilIfEmpty(staged), nilIfEmpty(failed)
+	if err := a.writeStatus(ctx, a.reportsNow(), fields); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.announced = u.UID
+	a.mu.Unlock()
+	// What moved leaves the Node (every watcher of Nodes received it).
+	moved := map[string]any{}
+	if n := a.ownNode(); n != nil {
+		for _, k := range []string{protocol.AnnotationSlotReport, protocol.AnnotationRebootFrom, protocol.AnnotationPrestagedVersion, protocol.AnnotationPrestageFailedVersion} {
+			if _, ok := n.Annotations[k]; ok {
+				moved[k] = nil
+			}
+		}
+	}
+	if len(moved) > 0 {
+		if err := a.patchNode(ctx, nil, moved); err != nil {
+			a.log.Warn("could not remove what moved to the NodeUpdate from the Node; left there, unread", "err", err)
+		}
+	}
+	a.log.Info("reporting in this node's NodeUpdate from now on", "protocol", protocol.NodeUpdateProtocol)
+	return nil
+}
+
+// statusFields are the Node annotations this agent writes into its
+// NodeUpdate's status instead, once it reports there, by status field.
+var statusFields = map[string]string{
+	protocol.AnnotationRebootFrom:            "rebootFrom",
+	protocol.AnnotationPrestagedVersion:      "prestagedVersion",
+	protocol.AnnotationPrestageFailedVersion: "prestageFailedVersion",
+}
+
+// splitStatus splits what a report write puts beside the report: the
+// annotations the status holds (statusFields) go there, the rest onto the
+// Node.
+func splitStatus(extra map[string]any) (node, status map[string]any) {
+	node, status = map[string]any{}, map[string]any{}
+	for k, v := range extra {
+		if f, ok := statusFields[k]; ok {
+			status[f] = v
+		} else {
+			node[k] = v
+		}
+	}
+	return node, status
+}
+
+// writeStatus writes this node's reports into its NodeUpdate's status, with
+// the fields set (statusFields' values; nil removes), the versions its boot
+// runs, and the protocol it speaks. A release staged ahead that now runs is
+// staged no more.
+func (a *Agent) writeStatus(ctx context.Context, reports protocol.Reports, fields map[string]any) error {
+	st := map[string]any{"protocol": protocol.NodeUpdateProtocol, "reports": reports.StatusReports()}
+	maps.Copy(st, fields)
+	if v := a.readableVersions(); v != nil {
+		a.mu.Lock()
+		boot := a.knownBoot
+		a.mu.Unlock()
+		st["booted"] = v1.NodeVersions{Rootfs: v.Rootfs, Kernel: v.Kernel, K3s: v.K3s, BootID: boot}
+		staged, failed := a.prestageMarks()
+		for f, have := range map[string]string{"prestagedVersion": staged, "prestageFailedVersion": failed} {
+			if _, set := st[f]; !set && have != "" && have == v.Rootfs {
+				st[f] = nil
+			}
+		}
+	}
+	data, err := json.Marshal(map[string]any{"status": st})
+	if err != nil {
+		return err
+	}
+	_, err = a.ops.NodeUpdates(a.opts.Namespace).Patch(ctx, protocol.NodeUpdateName(a.opts.NodeName), types.MergePatchType, data, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return fmt.Errorf("report in the NodeUpdate of node %s: %w", a.opts.NodeName, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, f := range []string{"prestagedVersion", "prestageFailedVersion"} {
+		if v, set := st[f]; set {
+			s, _ := v.(string)
+			a.marks[f] = s
+		}
+	}
+	return nil
+}
+
+// prestageMarks are the prestaged and prestage-failed versions this node
+// published: in its NodeUpdate's status once it reports there (this
+// process's last write, or the cache's), else on its Node.
+func (a *Agent) prestageMarks() (staged, failed string) {
+	if a.reportsInObject() {
+		a.mu.Lock()
+		s, sok := a.marks["prestagedVersion"]
+		f, fok := a.marks["prestageFailedVersion"]
+		a.mu.Unlock()
+		if u := a.ownObject(); u != nil {
+			// trust: ops.agent.own-nodeupdate
+			if !sok {
+				s = u.Status.PrestagedVersion
+			}
+			if !fok {
+				f = u.Status.PrestageFailedVersion
+			}
+		}
+		return s, f
+	}
+	n := a.ownNode()
+	if n == nil {
+		return "", ""
+	}
+	// trust: ops.agent.own-versions
+	return n.Annotations[protocol.AnnotationPrestagedVersion], n.Annotations[protocol.AnnotationPrestageFailedVersion]
+}
+
+// publishMarks writes the prestage marks (annotations: statusFields' keys)
+// where this node reports, without a report.
+func (a *Agent) publishMarks(ctx context.Context, marks map[string]any) error {
+	a.reporting.Lock()
+	defer a.reporting.Unlock()
+	if !a.reportsInObject() {
+		return a.patchNode(ctx, nil, marks)
+	}
+	_, fields := splitStatus(marks)
+	return a.writeStatus(ctx, a.reportsNow(), fields)
+}
+
+// objectViewsFromServer reads this node's views from its NodeUpdate at the
+// API server; ok false when the controller does not write them there.
+func (a *Agent) objectViewsFromServer(ctx context.Context) (map[types.UID]protocol.View, bool, error) {
+	if a.opts.NodeOnly {
+		return nil, false, nil
+	}
+	u, err := a.ops.NodeUpdates(a.opts.Namespace).Get(ctx, protocol.NodeUpdateName(a.opts.NodeName), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("read the NodeUpdate of node %s: %w", a.opts.NodeName, err)
+	case !viewsInObject(u):
+		return nil, false, nil
+	}
+	return protocol.ViewsOfSpec(u.Spec, a.opts.Namespace), true, nil
+}
