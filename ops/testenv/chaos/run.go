@@ -112,7 +112,11 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	h.logf = func(format string, a ...any) { fmt.Fprintf(o.Log, "chaos "+o.System+": "+format+"\n", a...) }
 	res = Result{System: o.System, Seed: o.Seed, Name: o.Name, Nodes: o.Nodes, Duration: o.Duration, Kinds: o.Kinds, Schedule: o.Schedule}
 	if res.Schedule == nil {
-		res.Schedule = faults.Generate(o.Seed, sys.spec(o, h.nodes))
+		if res.Schedule, err = drawSchedule(o, sys, h.nodes); err != nil {
+			return res, err
+		}
+	} else if err := checkSchedule(o.System, res.Schedule); err != nil {
+		return res, err
 	}
 	if h.dir, err = os.MkdirTemp("", "slipway-chaos-"+o.System+"-"); err != nil {
 		return res, err

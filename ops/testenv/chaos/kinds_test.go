@@ -1,0 +1,123 @@
+package chaos
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"slipway.dev/slipway/ops/testenv/faults"
+)
+
+// TestSystemKinds: each system's seeds draw only the kinds that apply to
+// it (no release-source or host fault outside k3os), --kinds narrows them,
+// and asking only for kinds of another system is refused with its kinds.
+func TestSystemKinds(t *testing.T) {
+	systems := map[string]system{"k3os": &k3os{}, "update-operator": &updateOperator{}, "eds": &edsSystem{}, "swarm": &swarmSystem{}}
+	for _, name := range Systems {
+		if _, ok := SystemKinds[name]; !ok {
+			t.Errorf("system %s declares no fault kinds", name)
+		}
+	}
+	for _, tc := range []struct {
+		system  string
+		asked   []faults.Kind
+		want    []faults.Kind // every kind drawn is one of these
+		never   []faults.Kind
+		wantErr string
+	}{
+		{system: "k3os", want: faults.AllKinds},
+		{system: "update-operator", want: SystemKinds["update-operator"],
+			never: []faults.Kind{faults.PowerCut, faults.FullDisk, faults.SlowSource, faults.FailSource, faults.CorruptSource}},
+		{system: "eds", want: SystemKinds["eds"],
+			never: []faults.Kind{faults.PowerCut, faults.FullDisk, faults.SlowSource, faults.BlockEviction, faults.StallReboot}},
+		{system: "swarm", want: SystemKinds["swarm"],
+			never: []faults.Kind{faults.PowerCut, faults.SlowSource, faults.Reregister, faults.StallReboot}},
+		{system: "update-operator", asked: []faults.Kind{faults.Kill, faults.PowerCut}, want: []faults.Kind{faults.Kill}},
+		{system: "swarm", asked: []faults.Kind{faults.Kill, faults.BlockEviction}, want: []faults.Kind{faults.Kill}},
+		{system: "update-operator", asked: []faults.Kind{faults.PowerCut, faults.SlowSource}, wantErr: "none of the kinds asked (power-cut,slow-source) is a fault of update-operator: its kinds are kill,"},
+		{system: "eds", asked: []faults.Kind{faults.StallReboot}, wantErr: "is a fault of eds"},
+	} {
+		t.Run(tc.system+"/"+joinKinds(tc.asked), func(t *testing.T) {
+			seen := map[faults.Kind]int{}
+			for seed := int64(1); seed <= 40; seed++ {
+				o := Options{System: tc.system, Seed: seed, Kinds: tc.asked}.withDefaults()
+				sched, err := drawSchedule(o, systems[tc.system], NodeNames(o.Nodes))
+				if tc.wantErr != "" {
+					if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+						t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, f := range sched {
+					if !slices.Contains(tc.want, f.Kind) || slices.Contains(tc.never, f.Kind) {
+						t.Fatalf("seed %d drew %q for %s", seed, f, tc.system)
+					}
+					seen[f.Kind]++
+				}
+			}
+			for _, k := range tc.want { // 40 one-minute seeds draw every kind of the system
+				if seen[k] == 0 {
+					t.Errorf("%s: 40 seeds never drew %s (drawn: %v)", tc.system, k, seen)
+				}
+			}
+		})
+	}
+}
+
+// TestNamedSchedulesFitTheirSystem: a named schedule holds only faults of
+// its own system, and a schedule with another system's fault is refused.
+func TestNamedSchedulesFitTheirSystem(t *testing.T) {
+	for name, n := range Schedules {
+		if err := checkSchedule(n.System, n.Schedule); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	bad := faults.Schedule{{At: 0, Kind: faults.SlowSource, Target: "source", For: time.Second, Arg: time.Second}}
+	if err := checkSchedule("update-operator", bad); err == nil || !strings.Contains(err.Error(), "not a fault of update-operator") {
+		t.Errorf("an update-operator schedule with slow-source: err = %v", err)
+	}
+}
+
+// striker arms power cuts of which it reports one struck.
+type striker struct{ fired int }
+
+func (s *striker) Inject(context.Context, faults.Fault) (func(context.Context) error, error) {
+	return func(context.Context) error { return nil }, nil
+}
+func (s *striker) Fired() map[faults.Kind]int { return map[faults.Kind]int{faults.PowerCut: s.fired} }
+
+// TestArmedFaultCountsWhenItStruck: a power cut is injected only when it
+// struck; one that nothing reached is only armed.
+func TestArmedFaultCountsWhenItStruck(t *testing.T) {
+	sched := faults.Schedule{
+		{At: 0, Kind: faults.PowerCut, Target: "node/node-1", For: 10 * time.Millisecond, Step: "staged"},
+		{At: 0, Kind: faults.PowerCut, Target: "node/node-2", For: 10 * time.Millisecond, Step: "staged"},
+		{At: 0, Kind: faults.Kill, Target: "agent/node-3"},
+	}
+	for _, tc := range []struct{ fired, want int }{{0, 0}, {1, 1}} {
+		s := &striker{}
+		inj := faults.InjectorFunc(func(ctx context.Context, f faults.Fault) (func(context.Context) error, error) {
+			heal, err := s.Inject(ctx, f)
+			if f.Kind == faults.PowerCut {
+				return func(c context.Context) error { s.fired = tc.fired; return heal(c) }, err // struck (or not) while armed
+			}
+			return nil, err
+		})
+		rep := faults.Run(context.Background(), sched, strikerInjector{inj, s}, nil)
+		if rep.Injected[faults.PowerCut] != tc.want || rep.Armed[faults.PowerCut] != 2 || rep.Injected[faults.Kill] != 1 {
+			t.Errorf("fired %d: injected %v, armed %v; want power-cut injected %d, armed 2, kill 1", tc.fired, rep.Injected, rep.Armed, tc.want)
+		}
+	}
+}
+
+type strikerInjector struct {
+	faults.InjectorFunc
+	s *striker
+}
+
+func (i strikerInjector) Fired() map[faults.Kind]int { return i.s.Fired() }
