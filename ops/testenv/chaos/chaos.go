@@ -230,6 +230,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	opts = opts.withDefaults()
 	switch opts.System {
 	case "k3os":
+		if opts.Variant == variantRollback {
+			return runSystem(ctx, opts, &k3osRollback{k3os: &k3os{}})
+		}
 		return runK3os(ctx, opts)
 	case "update-operator":
 		return runUpdateOperator(ctx, opts)

@@ -151,7 +151,7 @@ func TestNamedSchedules(t *testing.T) {
 		t.Skipf("%s=1 runs the named schedules", envNamed)
 	}
 	t.Parallel()
-	runNamed(t, "k3os-paused-leaders", "k3os-stalled-reboots", "k3os-notready-server", "k3os-notready-worker", "k3os-analysis-holds")
+	runNamed(t, "k3os-paused-leaders", "k3os-stalled-reboots", "k3os-notready-server", "k3os-notready-worker", "k3os-analysis-holds", "k3os-analysis-rollback")
 }
 
 // runNamed runs each named schedule as a subtest under runOK.

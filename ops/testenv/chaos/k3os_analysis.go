@@ -28,7 +28,7 @@ func (s *k3os) startVariant(ctx context.Context, h *harness) (stop func(), err e
 		return func() {}, nil
 	case "analysis":
 	default:
-		return nil, fmt.Errorf("k3os: unknown variant %q (known: analysis)", h.o.Variant)
+		return nil, fmt.Errorf("k3os: unknown variant %q (known: analysis, %s)", h.o.Variant, variantRollback)
 	}
 	prom, err := startPrometheus()
 	if err != nil {

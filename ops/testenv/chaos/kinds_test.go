@@ -2,12 +2,16 @@ package chaos
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/ops/testenv/faults"
+	"slipway.dev/slipway/upgrade/layout"
 )
 
 // TestSystemKinds: each system's seeds draw only the kinds that apply to
@@ -121,3 +125,39 @@ type strikerInjector struct {
 }
 
 func (i strikerInjector) Fired() map[faults.Kind]int { return i.s.Fired() }
+
+// TestRestored: a wave's node is back only when its last boot and its next
+// one are both the previous version, rootfs and kernel.
+func TestRestored(t *testing.T) {
+	for _, tc := range []struct {
+		name, boots string
+		next        [2]string // rootfs, kernel links
+		want        string    // "" back; else part of the message
+	}{
+		{"back on v1", "1 rootfs=v1 kernel=5.15.0-v1\n2 rootfs=v2 kernel=5.15.0-v2\n3 rootfs=v1 kernel=5.15.0-v1\n", [2]string{"v1", "5.15.0-v1"}, ""},
+		{"still booted v2", "1 rootfs=v1 kernel=5.15.0-v1\n2 rootfs=v2 kernel=5.15.0-v2\n", [2]string{"v1", "5.15.0-v1"}, "booted rootfs v2 kernel 5.15.0-v2 after its wave's rollback, not its previous v1"},
+		{"half back", "3 rootfs=v1 kernel=5.15.0-v2\n", [2]string{"v1", "5.15.0-v1"}, "booted rootfs v1 kernel 5.15.0-v2"},
+		{"v2 linked to boot next", "3 rootfs=v1 kernel=5.15.0-v1\n", [2]string{"v2", "5.15.0-v2"}, "would boot rootfs v2 kernel 5.15.0-v2 next"},
+		{"never booted", "", [2]string{"v1", "5.15.0-v1"}, "never booted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l := layout.New(filepath.Join(dir, testenv.K3osSystemDir))
+			for c, v := range map[layout.Component]string{layout.Rootfs: tc.next[0], layout.Kernel: tc.next[1]} {
+				if err := os.MkdirAll(l.VersionDir(c, v), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.SetLink(c, layout.CurrentLink, v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(dir, testenv.BootsLog), []byte(tc.boots), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got := restored(dir, "node-1", "v1")
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("restored = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
