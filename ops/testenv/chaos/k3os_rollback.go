@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/plan"
@@ -76,26 +74,8 @@ func bootedV2(h *harness) float64 {
 }
 
 func (s *k3osRollback) startVariant(ctx context.Context, h *harness) (stop func(), err error) {
-	prom, err := startPrometheus()
-	if err != nil {
-		return nil, err
-	}
-	prom.value = func() float64 { return bootedV2(h) }
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"analysis": map[string]any{
-		"prometheusURL": prom.URL(), "bakeTime": "3s", "interval": "1s", "onFailure": "rollback",
-		"queries": []map[string]string{{"name": "errors", "query": "sum(app_errors_total{node=~\"$nodes\"})", "condition": "< 1"}},
-	}}})
-	if _, err := s.oc.OpsV1().UpdateChannels(k3osNS).Patch(ctx, "default", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		prom.close()
-		return nil, fmt.Errorf("give the channel its analysis: %w", err)
-	}
-	vctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.strikeRollback(vctx, h)
-	}()
-	return func() { cancel(); <-done; prom.close() }, nil
+	return s.startAnalysis(ctx, analysisSpec{query: `sum(app_errors_total{node=~"$nodes"})`, onFailure: "rollback", value: func() float64 { return bootedV2(h) }},
+		func(ctx context.Context, _ *standInPrometheus) { s.strikeRollback(ctx, h) })
 }
 
 // strikeRollback watches the channel and strikes each rollback slot: its
