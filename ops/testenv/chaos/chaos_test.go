@@ -97,8 +97,8 @@ func runOK(t *testing.T, o Options) {
 		t.Log(log.String())
 		t.Fatalf("failed: replay with %s", res.Replay())
 	}
-	if res.Checks == 0 || len(res.Faults.Injected) == 0 {
-		t.Fatalf("nothing checked (%d checks) or injected (%v)", res.Checks, res.Faults.Injected)
+	if res.Checks == 0 || len(res.Faults.Injected)+len(res.Faults.Armed) == 0 { // a power cut armed counts as applied, struck or not
+		t.Fatalf("nothing checked (%d checks) or injected (%v, armed %v)", res.Checks, res.Faults.Injected, res.Faults.Armed)
 	}
 }
 
