@@ -139,8 +139,12 @@ func (r Result) Report(w io.Writer) {
 	if r.Failed() {
 		verdict = "FAILED"
 	}
-	fmt.Fprintf(w, "chaos %s %s: %s in %s: faults %s (skipped %s, %.1f fault-seconds), %d invariant checks, %d violations (%d excused by a fault), settled %t\n",
-		r.System, what, verdict, r.Wall.Round(time.Second), kinds(r.Faults.Injected), kinds(r.Faults.Skipped), r.Faults.FaultTime.Seconds(),
+	armed := ""
+	if len(r.Faults.Armed) > 0 {
+		armed = ", armed " + kinds(r.Faults.Armed) // struck ones are among the injected
+	}
+	fmt.Fprintf(w, "chaos %s %s: %s in %s: faults %s (skipped %s%s, %.1f fault-seconds), %d invariant checks, %d violations (%d excused by a fault), settled %t\n",
+		r.System, what, verdict, r.Wall.Round(time.Second), kinds(r.Faults.Injected), kinds(r.Faults.Skipped), armed, r.Faults.FaultTime.Seconds(),
 		r.Checks, len(r.Violations), len(r.Excused), r.Settled)
 	if r.Outcome != "" {
 		fmt.Fprintf(w, "  outcome: %s\n", r.Outcome)
@@ -226,6 +230,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	opts = opts.withDefaults()
 	switch opts.System {
 	case "k3os":
+		if opts.Variant == variantRollback {
+			return runSystem(ctx, opts, &k3osRollback{k3os: &k3os{}})
+		}
 		return runK3os(ctx, opts)
 	case "update-operator":
 		return runUpdateOperator(ctx, opts)

@@ -97,8 +97,8 @@ func runOK(t *testing.T, o Options) {
 		t.Log(log.String())
 		t.Fatalf("failed: replay with %s", res.Replay())
 	}
-	if res.Checks == 0 || len(res.Faults.Injected) == 0 {
-		t.Fatalf("nothing checked (%d checks) or injected (%v)", res.Checks, res.Faults.Injected)
+	if res.Checks == 0 || len(res.Faults.Injected)+len(res.Faults.Armed) == 0 { // a power cut armed counts as applied, struck or not
+		t.Fatalf("nothing checked (%d checks) or injected (%v, armed %v)", res.Checks, res.Faults.Injected, res.Faults.Armed)
 	}
 }
 
@@ -151,7 +151,7 @@ func TestNamedSchedules(t *testing.T) {
 		t.Skipf("%s=1 runs the named schedules", envNamed)
 	}
 	t.Parallel()
-	runNamed(t, "k3os-paused-leaders", "k3os-stalled-reboots", "k3os-notready-server", "k3os-notready-worker", "k3os-analysis-holds")
+	runNamed(t, "k3os-paused-leaders", "k3os-stalled-reboots", "k3os-notready-server", "k3os-notready-worker", "k3os-analysis-holds", "k3os-analysis-rollback")
 }
 
 // runNamed runs each named schedule as a subtest under runOK.

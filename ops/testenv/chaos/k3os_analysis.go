@@ -28,16 +28,39 @@ func (s *k3os) startVariant(ctx context.Context, h *harness) (stop func(), err e
 		return func() {}, nil
 	case "analysis":
 	default:
-		return nil, fmt.Errorf("k3os: unknown variant %q (known: analysis)", h.o.Variant)
+		return nil, fmt.Errorf("k3os: unknown variant %q (known: analysis, %s)", h.o.Variant, variantRollback)
 	}
+	return s.startAnalysis(ctx, analysisSpec{query: "sum(rate(app_errors_total[1m]))"}, func(ctx context.Context, prom *standInPrometheus) {
+		s.analysisDown(ctx, h, prom)
+	})
+}
+
+// analysisSpec is what a variant's analysis asks the stand-in Prometheus.
+type analysisSpec struct {
+	query string
+	// onFailure is spec.analysis.onFailure ("": halt).
+	onFailure string
+	// value is the query's value at each ask (nil: 0).
+	value func() float64
+}
+
+// startAnalysis starts a stand-in Prometheus answering a, gives the
+// channel an analysis of a on it (a 3 s bake, asked every second), and
+// runs run until stop.
+func (s *k3os) startAnalysis(ctx context.Context, a analysisSpec, run func(context.Context, *standInPrometheus)) (stop func(), err error) {
 	prom, err := startPrometheus()
 	if err != nil {
 		return nil, err
 	}
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"analysis": map[string]any{
+	prom.value = a.value
+	analysis := map[string]any{
 		"prometheusURL": prom.URL(), "bakeTime": "3s", "interval": "1s",
-		"queries": []map[string]string{{"name": "errors", "query": "sum(rate(app_errors_total[1m]))", "condition": "< 1"}},
-	}}})
+		"queries": []map[string]string{{"name": "errors", "query": a.query, "condition": "< 1"}},
+	}
+	if a.onFailure != "" {
+		analysis["onFailure"] = a.onFailure
+	}
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"analysis": analysis}})
 	if _, err := s.oc.OpsV1().UpdateChannels(k3osNS).Patch(ctx, "default", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		prom.close()
 		return nil, fmt.Errorf("give the channel its analysis: %w", err)
@@ -46,7 +69,7 @@ func (s *k3os) startVariant(ctx context.Context, h *harness) (stop func(), err e
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.analysisDown(vctx, h, prom)
+		run(vctx, prom)
 	}()
 	return func() { cancel(); <-done; prom.close() }, nil
 }

@@ -24,6 +24,7 @@ import (
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
 	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/ops/testenv/hostcheck"
+	"slipway.dev/slipway/ops/testenv/monitor"
 	"slipway.dev/slipway/upgrade"
 	"slipway.dev/slipway/upgrade/layout"
 )
@@ -216,8 +217,9 @@ func TestMonitorProcessAuditAndApps(t *testing.T) {
 	write(filepath.Join(apps, "swarm-worker-1-bbbb", "jobs"), "job-a\n") // the worker's jobs file, not the application's
 	patches(10, time.Second)
 	var stderr syncBuffer
+	jobsDue := filepath.Join(dir, "jobs-due.json")
 	cmd := exec.Command(filepath.Join(bin, "slipway-sim"), "monitor", "--kubeconfig", env.Kubeconfig, "--out", out, "--for", "5m",
-		"--audit-log", audit, "--apps", apps, "--app-report", "app-runs")
+		"--audit-log", audit, "--apps", apps, "--app-report", "app-runs", "--jobs-due", jobsDue)
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -249,13 +251,30 @@ func TestMonitorProcessAuditAndApps(t *testing.T) {
 	if l := lines()[1]; l["invariant"] != "bounded-write-requests" || l["key"] != "ExtendedDaemonSet/default/agent" {
 		t.Fatalf("violation %v", l)
 	}
+	// The runner says the pool settled: every job due now. job-a, job-b and
+	// job-c run; job-d runs nowhere (swarm-every-job-running). Jobs that all
+	// run are no finding: the first file names only those.
+	if err := monitor.WriteJobsDue(jobsDue, monitor.JobsDue{Jobs: []string{"job-a", "job-b", "job-c"}, Due: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // every job runs: nothing more written
+	if n := len(lines()); n != 2 {
+		t.Fatalf("every job running, yet %d lines:\n%v", n, lines())
+	}
+	if err := monitor.WriteJobsDue(jobsDue, monitor.JobsDue{Jobs: []string{"job-a", "job-b", "job-c", "job-d"}, Due: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the job running nowhere written", func() bool { return len(lines()) == 3 })
+	if l := lines()[2]; l["invariant"] != monitor.InvJobsRunning || l["key"] != "job-d" || !strings.Contains(l["message"].(string), "1 of 4 jobs run nowhere") {
+		t.Fatalf("violation %v", l)
+	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	err = cmd.Wait()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("monitor exit %v, want status 1 (violations found); stderr:\n%s", err, stderr.String())
 	}
-	if !strings.Contains(stderr.String(), "2 violations, 0 errors") {
+	if !strings.Contains(stderr.String(), "3 violations, 0 errors") {
 		t.Fatalf("stderr lacks the summary:\n%s", stderr.String())
 	}
 }

@@ -12,13 +12,16 @@ import (
 
 // standInPrometheus answers Prometheus's instant query API
 // (/api/v1/query) for a run's analysis: ALERTS is empty (no alert), every
-// other query one series of value 0 (within any "< 1" threshold); while
-// down, every query fails (503): the analysis cannot be evaluated.
+// other query one series of value 0 (within any "< 1" threshold), or of
+// value(), when set, asked at each query (a release's metric that goes bad
+// on the nodes running it); while down, every query fails (503): the
+// analysis cannot be evaluated.
 type standInPrometheus struct {
 	srv     *http.Server
 	addr    string
 	down    atomic.Bool
 	queries atomic.Int64
+	value   func() float64
 }
 
 func startPrometheus() (*standInPrometheus, error) {
@@ -52,7 +55,11 @@ func (p *standInPrometheus) serve(w http.ResponseWriter, r *http.Request) {
 	_ = r.ParseForm()
 	result := []any{}
 	if q := r.Form.Get("query"); !strings.Contains(q, "ALERTS") {
-		result = append(result, map[string]any{"metric": map[string]string{}, "value": []any{float64(time.Now().Unix()), "0"}})
+		v := 0.0
+		if p.value != nil {
+			v = p.value()
+		}
+		result = append(result, map[string]any{"metric": map[string]string{}, "value": []any{float64(time.Now().Unix()), fmt.Sprint(v)}})
 	}
 	_ = json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": map[string]any{"resultType": "vector", "result": result}})
 }

@@ -65,6 +65,13 @@ type variantStarter interface {
 	startVariant(ctx context.Context, h *harness) (stop func(), err error)
 }
 
+// jobsSystem is a system whose every job must run within a bound once
+// the faults are over (the pool settled): the runner tells its own
+// monitor and the monitor process (the jobs-due file).
+type jobsSystem interface {
+	expectedJobs() (jobs []string, due time.Time)
+}
+
 // appsSystem is a system whose applications report what they run in
 // files: the monitor process reads every file named name under dir.
 type appsSystem interface {
@@ -112,7 +119,11 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	h.logf = func(format string, a ...any) { fmt.Fprintf(o.Log, "chaos "+o.System+": "+format+"\n", a...) }
 	res = Result{System: o.System, Seed: o.Seed, Name: o.Name, Nodes: o.Nodes, Duration: o.Duration, Kinds: o.Kinds, Schedule: o.Schedule}
 	if res.Schedule == nil {
-		res.Schedule = faults.Generate(o.Seed, sys.spec(o, h.nodes))
+		if res.Schedule, err = drawSchedule(o, sys, h.nodes); err != nil {
+			return res, err
+		}
+	} else if err := checkSchedule(o.System, res.Schedule); err != nil {
+		return res, err
 	}
 	if h.dir, err = os.MkdirTemp("", "slipway-chaos-"+o.System+"-"); err != nil {
 		return res, err
@@ -204,6 +215,10 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 		dir, name := a.appReports(h)
 		monArgs = append(monArgs, "--apps", dir, "--app-report", name) // what the applications report: swarm-no-double-holder
 	}
+	jobsDueFile := filepath.Join(h.dir, "jobs-due.json")
+	if _, ok := sys.(jobsSystem); ok {
+		monArgs = append(monArgs, "--jobs-due", jobsDueFile) // swarm-every-job-running, once the runner says the pool settled
+	}
 	monProc := newProc("monitor", monLog, append([]string{filepath.Join(o.Bin, "slipway-sim")}, monArgs...)...)
 	if err := monProc.start(); err != nil {
 		return res, err
@@ -248,6 +263,13 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	h.logf("faults over after %s; waiting for the change to settle", time.Since(start).Round(time.Second))
 	if m, ok := sys.(monitored); ok {
 		m.faultsOver(mon)
+	}
+	if j, ok := sys.(jobsSystem); ok {
+		jobs, due := j.expectedJobs()
+		mon.ExpectJobs(jobs, due)
+		if err := monitor.WriteJobsDue(jobsDueFile, monitor.JobsDue{Jobs: jobs, Due: due}); err != nil {
+			return res, err
+		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, o.Settle)
 	for {

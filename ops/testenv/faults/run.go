@@ -25,11 +25,25 @@ func (fn InjectorFunc) Inject(ctx context.Context, f Fault) (func(context.Contex
 	return fn(ctx, f)
 }
 
+// Armed reports whether a fault of kind k is a trap that strikes only
+// when the system reaches it (a PowerCut at its step), not at its offset.
+func (k Kind) Armed() bool { return k == PowerCut }
+
+// Striker is an Injector that counts the armed faults that struck, by kind
+// (Sim.Fired): Run counts an armed fault as injected only when it struck.
+type Striker interface {
+	Fired() map[Kind]int
+}
+
 // Report is what Run did.
 type Report struct {
-	// Injected and Skipped count the faults by kind.
+	// Injected and Skipped count the faults by kind. An armed fault (a
+	// PowerCut) is injected only when it struck during the run (as its
+	// Injector, a Striker, counts); one that nothing reached is Armed only.
 	Injected map[Kind]int
 	Skipped  map[Kind]int
+	// Armed counts the armed faults set, struck or not.
+	Armed map[Kind]int
 	// FaultTime is the sum of the timed faults' lengths as applied (a fault
 	// healed early at the end of the run counts until then).
 	FaultTime time.Duration
@@ -47,7 +61,12 @@ func Run(ctx context.Context, sched Schedule, inj Injector, log func(string)) Re
 		log = func(string) {}
 	}
 	start := time.Now()
-	rep := Report{Injected: map[Kind]int{}, Skipped: map[Kind]int{}}
+	rep := Report{Injected: map[Kind]int{}, Skipped: map[Kind]int{}, Armed: map[Kind]int{}}
+	striker, _ := inj.(Striker)
+	var firedBefore map[Kind]int
+	if striker != nil {
+		firedBefore = striker.Fired()
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	healCtx := context.WithoutCancel(ctx)
@@ -68,6 +87,9 @@ func Run(ctx context.Context, sched Schedule, inj Injector, log func(string)) Re
 		case err != nil:
 			rep.Errors = append(rep.Errors, fmt.Errorf("%s: %w", f, err))
 			log(fmt.Sprintf("%s: failed: %v", f, err))
+		case f.Kind.Armed():
+			rep.Armed[f.Kind]++
+			log(fmt.Sprintf("%s: armed at +%s", f, time.Since(start).Round(time.Millisecond)))
 		default:
 			rep.Injected[f.Kind]++
 			log(fmt.Sprintf("%s: injected at +%s", f, time.Since(start).Round(time.Millisecond)))
@@ -97,5 +119,12 @@ func Run(ctx context.Context, sched Schedule, inj Injector, log func(string)) Re
 		}()
 	}
 	wg.Wait()
+	if striker != nil { // an armed fault is healed (disarmed) by now: what struck is final
+		for k, n := range striker.Fired() {
+			if k.Armed() && n > firedBefore[k] {
+				rep.Injected[k] += n - firedBefore[k]
+			}
+		}
+	}
 	return rep
 }

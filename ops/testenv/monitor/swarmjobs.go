@@ -1,7 +1,12 @@
 package monitor
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -41,4 +46,78 @@ func (m *Monitor) ExpectJobs(jobs []string, due time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.jobs, m.jobsDue = slices.Clone(jobs), due
+}
+
+// JobsDue is what a runner tells a monitor process once the swarm's pool
+// settled: from Due on, every job of Jobs must run (ExpectJobs). It is
+// written as one JSON file (WriteJobsDue) that `slipway-sim monitor
+// --jobs-due FILE` reads when it appears (ReadJobsDue).
+type JobsDue struct {
+	Jobs []string  `json:"jobs"`
+	Due  time.Time `json:"due"`
+}
+
+// WriteJobsDue writes d to path whole (a temporary file renamed), so that
+// a reader never sees half of it.
+func WriteJobsDue(path string, d JobsDue) error {
+	if len(d.Jobs) == 0 || d.Due.IsZero() {
+		return fmt.Errorf("jobs-due %s: want the jobs and the time they are due", path)
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("write jobs-due: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write jobs-due: %w", err)
+	}
+	return nil
+}
+
+// ReadJobsDue reads the file at path; ok is false while it does not exist.
+func ReadJobsDue(path string) (d JobsDue, ok bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return d, false, nil
+	}
+	if err != nil {
+		return d, false, fmt.Errorf("read jobs-due: %w", err)
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		return d, false, fmt.Errorf("jobs-due %s: %w (want {\"jobs\":[...],\"due\":\"<RFC 3339 time>\"})", path, err)
+	}
+	if len(d.Jobs) == 0 || d.Due.IsZero() {
+		return d, false, fmt.Errorf("jobs-due %s: want the jobs and the time they are due", path)
+	}
+	return d, true, nil
+}
+
+// ExpectJobsFrom watches the jobs-due file at path (polling every
+// interval) until ctx ends: each time it appears or changes, ExpectJobs
+// with what it says. A file that does not parse is an error of the monitor
+// (Errors), once per content, and changes nothing.
+func (m *Monitor) ExpectJobsFrom(ctx context.Context, path string, interval time.Duration) {
+	var last JobsDue
+	var lastErr string
+	for {
+		d, ok, err := ReadJobsDue(path)
+		if err != nil && err.Error() != lastErr {
+			lastErr = err.Error()
+			m.mu.Lock()
+			m.errs = append(m.errs, err)
+			m.mu.Unlock()
+		}
+		if ok && (!d.Due.Equal(last.Due) || !slices.Equal(d.Jobs, last.Jobs)) {
+			m.ExpectJobs(d.Jobs, d.Due)
+			last = d
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+	}
 }

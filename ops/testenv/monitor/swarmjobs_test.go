@@ -1,6 +1,9 @@
 package monitor
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,5 +62,35 @@ func TestPlantedJobRunningNowhere(t *testing.T) {
 	v := w.expect(InvJobsRunning)
 	if !strings.Contains(v.Message, "run nowhere") || v.Key != "j2" {
 		t.Errorf("finding %s: %s", v.Key, v.Message)
+	}
+}
+
+// TestJobsDueFile: the runner's jobs-due file reads back as written; no
+// file is not yet due; a file without jobs or a due time, or not JSON, is
+// an error saying what it wants.
+func TestJobsDueFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "jobs-due.json")
+	if _, ok, err := ReadJobsDue(path); ok || err != nil {
+		t.Fatalf("no file: ok %t err %v, want not due, no error", ok, err)
+	}
+	due := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := WriteJobsDue(path, JobsDue{Jobs: []string{"a", "b"}, Due: due}); err != nil {
+		t.Fatal(err)
+	}
+	d, ok, err := ReadJobsDue(path)
+	if !ok || err != nil || !d.Due.Equal(due) || !slices.Equal(d.Jobs, []string{"a", "b"}) {
+		t.Fatalf("read back %+v ok %t err %v", d, ok, err)
+	}
+	if err := WriteJobsDue(path, JobsDue{Due: due}); err == nil {
+		t.Error("wrote a jobs-due without jobs")
+	}
+	for _, text := range []string{`{"jobs":[],"due":"2026-01-02T03:04:05Z"}`, `{"jobs":["a"]}`, `not json`} {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := ReadJobsDue(path); ok || err == nil || !strings.Contains(err.Error(), "want") {
+			t.Errorf("%s: ok %t err %v, want an error saying what it wants", text, ok, err)
+		}
 	}
 }

@@ -71,6 +71,10 @@ func chaosCmd(ctx context.Context, args []string) error {
 	defer stop()
 	failed := 0
 	for _, sys := range systems {
+		if len(systems) > 1 && len(only) > 0 && !slices.ContainsFunc(only, func(k faults.Kind) bool { return slices.Contains(chaos.SystemKinds[sys], k) }) {
+			fmt.Printf("chaos %s: skipped: none of --kinds is a fault of %s (its kinds: %s)\n", sys, sys, kindsOf(chaos.SystemKinds[sys]))
+			continue
+		}
 		var total chaos.Result
 		total.Faults = faults.Report{Injected: map[faults.Kind]int{}, Skipped: map[faults.Kind]int{}}
 		start := time.Now()
@@ -148,9 +152,11 @@ func runsHeader(sys string, named *chaos.Options, runs int, seed int64) string {
 	return fmt.Sprintf("chaos %s: %d seeds (%d..%d)", sys, runs, seed, seed+int64(runs)-1)
 }
 
-func kindList() string {
+func kindList() string { return kindsOf(faults.AllKinds) }
+
+func kindsOf(kinds []faults.Kind) string {
 	var ks []string
-	for _, k := range faults.AllKinds {
+	for _, k := range kinds {
 		ks = append(ks, string(k))
 	}
 	return strings.Join(ks, ",")

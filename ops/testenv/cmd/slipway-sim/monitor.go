@@ -42,6 +42,7 @@ func monitorCmd(ctx context.Context, args []string) error {
 	window := fs.Duration("window", 0, "the window of --max-writes (default 1s)")
 	hosts := fs.String("hosts", "", "the simulated nodes' root (<dir>/<node>/...): check the k3os hosts' files too (mixed-boot, staged-without-slot)")
 	hostsGrace := fs.Duration("hosts-grace", 0, "how long a node without a slot may have another next boot than the one it runs (default 90s)")
+	jobsDue := fs.String("jobs-due", "", "with --apps, a file the runner writes once the swarm's pool settled ({\"jobs\":[...],\"due\":\"<RFC 3339>\"}): from due on every job must run in some application (swarm-every-job-running)")
 	runFor := fs.Duration("for", 0, "stop after this long (0: at SIGTERM or SIGINT)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -75,6 +76,9 @@ func monitorCmd(ctx context.Context, args []string) error {
 	if *apps != "" {
 		mc.Apps = reportsUnder(*apps, *appReport)
 	}
+	if *jobsDue != "" && *apps == "" {
+		return fmt.Errorf("monitor: --jobs-due is judged on what the applications report: give --apps DIR too")
+	}
 	if *appReport != "" && *apps == "" {
 		return fmt.Errorf("monitor: --app-report names the report files under --apps: give --apps DIR too")
 	}
@@ -94,6 +98,9 @@ func monitorCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "slipway-sim monitor: watching %s\n", cfg.Host)
+	if *jobsDue != "" {
+		go m.ExpectJobsFrom(ctx, *jobsDue, 200*time.Millisecond)
+	}
 	written := 0
 	flush := func() error {
 		vs := m.Violations()
