@@ -24,7 +24,7 @@ import (
 // TestDecisionsAreTheAPIServers: for every policy of the manifest (both
 // isolations) and a corpus of requests (the agent's real Jobs of every
 // kind as old and new servers send them, attacks on them, Leases and
-// Nodes of its own node and another's, requesters the policies do not
+// Nodes and NodeUpdates of its own node and another's, requesters the policies do not
 // match, a token that names no node), the webhook's evaluation decides as
 // the API server's own ValidatingAdmissionPolicy code does, with the same
 // message.
@@ -119,6 +119,34 @@ func TestDecisionsAreTheAPIServers(t *testing.T) {
 				ch.Status.Resolved = &v1.ResolvedRelease{Version: "v2", Source: source, At: metav1.Now()}
 			}
 			add(admissionv1.Update, channelKind, "updatechannels", "status", ch, old, controller, agentUser, other)
+		}
+	}
+	nodeUpdateKind := metav1.GroupVersionKind{Group: "ops.slipway.dev", Version: "v1", Kind: "NodeUpdate"}
+	for _, name := range []string{node, "n2"} {
+		nu := &v1.NodeUpdate{TypeMeta: metav1.TypeMeta{APIVersion: "ops.slipway.dev/v1", Kind: "NodeUpdate"}, ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: "u"}}}}
+		reported := nu.DeepCopy()
+		reported.Status.Protocol = 2
+		relabelled := reported.DeepCopy()
+		relabelled.Labels = map[string]string{"x": "y"}
+		disowned := reported.DeepCopy()
+		disowned.OwnerReferences = nil
+		for _, m := range []*v1.NodeUpdate{reported, relabelled, disowned} {
+			add(admissionv1.Update, nodeUpdateKind, "nodeupdates", "status", m, nu, agentUser, unbound, other, controller)
+		}
+		for _, change := range []func(*v1.NodeUpdate){
+			func(*v1.NodeUpdate) {},
+			func(n *v1.NodeUpdate) { n.Spec.Protocol = 2 },
+			func(n *v1.NodeUpdate) { n.Finalizers = []string{"example.com/keep"} },
+			func(n *v1.NodeUpdate) { n.GenerateName = "x-" },
+			func(n *v1.NodeUpdate) { n.OwnerReferences = nil },
+			func(n *v1.NodeUpdate) { n.OwnerReferences[0].Name = "n3" },
+			func(n *v1.NodeUpdate) { n.OwnerReferences[0].Kind = "Pod" },
+		} {
+			m := nu.DeepCopy()
+			change(m)
+			add(admissionv1.Create, nodeUpdateKind, "nodeupdates", "", m, nil, controller, agentUser, other)
+			add(admissionv1.Update, nodeUpdateKind, "nodeupdates", "", m, nu, controller, agentUser, other)
 		}
 	}
 
