@@ -45,7 +45,7 @@ func TestNowShiftsTheWallClockOnly(t *testing.T) {
 		now := Now()
 		// The wall clock reads the step ahead (or behind) of the real one.
 		wall := now.Round(0).Sub(real.Round(0)) - step
-		if wall < 0 || wall > time.Second {
+		if wall < 0 || wall > 5*time.Second { // generous: a loaded machine
 			t.Errorf("step %v: Now's wall clock is %v off the step", step, wall)
 		}
 		// Two readings under one step differ by the real time elapsed.
@@ -56,10 +56,10 @@ func TestNowShiftsTheWallClockOnly(t *testing.T) {
 		// A time from the API (no monotonic reading) at the real now is
 		// the step behind by this process's clock.
 		api := time.Now().Round(0)
-		if d := Since(api) - step; d < -time.Second || d > time.Second {
+		if d := Since(api) - step; d < 0 || d > 5*time.Second {
 			t.Errorf("step %v: Since an API time of now = %v, want about the step", step, Since(api))
 		}
-		if d := Until(api.Add(step)); d > 0 || d < -time.Second {
+		if d := Until(api.Add(step)); d > 0 || d < -5*time.Second {
 			t.Errorf("step %v: Until the API time now+step = %v, want about 0", step, d)
 		}
 		if got := At(real); !got.Equal(real.Add(step)) {

@@ -16,7 +16,7 @@ import (
 func init() { maps.Copy(Schedules, clockSchedules) }
 
 // clockNamed are the clock schedules run by TestClockSchedules.
-var clockNamed = []string{"k3os-clock-step", "uo-clock-step"}
+var clockNamed = []string{"k3os-clock-step", "k3os-clock-ahead-midslot", "uo-clock-step"}
 
 // clockFor is how long the clocks stay stepped: most of a rollout of five
 // nodes at concurrency 1.
@@ -41,6 +41,17 @@ var clockSchedules = map[string]Named{
 	"k3os-clock-step": {System: "k3os", Nodes: 5,
 		Doc:      "the controllers' clocks 10 min ahead and two agents' 10 min behind during the rollout: nothing beyond the budget, the rollout settles",
 		Schedule: clockSteps()},
+	// Both controllers 10 min ahead twice for 20 s while slots are held
+	// (node-1's drain, reboot and those after): every agent's heartbeat
+	// then looks 10 min old to the leader.
+	"k3os-clock-ahead-midslot": {System: "k3os", Nodes: 5,
+		Doc: "the controllers' clocks 10 min ahead for 20 s twice while slots are held: no slot taken away beyond the budget",
+		Schedule: faults.Schedule{
+			{At: 12 * time.Second, Kind: faults.ClockStep, Target: "controller/a", For: 20 * time.Second, Arg: 10 * time.Minute},
+			{At: 12 * time.Second, Kind: faults.ClockStep, Target: "controller/b", For: 20 * time.Second, Arg: 10 * time.Minute},
+			{At: 45 * time.Second, Kind: faults.ClockStep, Target: "controller/a", For: 20 * time.Second, Arg: 10 * time.Minute},
+			{At: 45 * time.Second, Kind: faults.ClockStep, Target: "controller/b", For: 20 * time.Second, Arg: 10 * time.Minute},
+		}},
 	"uo-clock-step": {System: "update-operator", Nodes: 5,
 		Doc:      "the update operator's controllers 10 min ahead and two agents 10 min behind during the rollout: nothing beyond max-concurrent, the rollout settles",
 		Schedule: clockSteps()},
