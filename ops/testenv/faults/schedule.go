@@ -9,8 +9,9 @@
 // NotReady or deleted and registered again, PodDisruptionBudgets that
 // forbid every eviction for a while, and on the simulated hosts a power
 // cut right after a step of the host upgrade, a full disk while staging
-// (hostfaults.go) and a release source that is slow, fails or serves
-// corrupt artifacts (Source).
+// (hostfaults.go), a release source that is slow, fails or serves
+// corrupt artifacts (Source), and one process's wall clock stepped ahead
+// or behind for a while (clock.go).
 //
 // A schedule is plain text, one fault a line ("+12.5s pause agent/node-3
 // for 4s"), so a failing run prints it and a replay can read it back
