@@ -1,12 +1,9 @@
 package chaos
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"testing"
 
-	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/ops/testenv/faults"
 )
 
@@ -25,17 +22,8 @@ func TestClockSchedules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			o.Bin, o.ToolsDir = bin, os.Getenv(testenv.EnvToolsDir)
-			var log bytes.Buffer
-			o.Log = &log
-			res, err := Run(context.Background(), o)
-			var rep bytes.Buffer
-			res.Report(&rep)
-			t.Log(rep.String())
-			if err != nil || res.Failed() {
-				t.Log(log.String())
-				t.Fatalf("failed (%v): replay with %s", err, res.Replay())
-			}
+			o.Bin = bin
+			res := runOK(t, o)
 			if got, want := res.Faults.Injected[faults.ClockStep], len(o.Schedule); got != want {
 				t.Fatalf("%d clock steps injected, want %d (skipped %v)", got, want, res.Faults.Skipped)
 			}
