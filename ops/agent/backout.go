@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade/layout"
@@ -151,7 +152,7 @@ func (a *Agent) backoutDone(ctx context.Context, ch *v1.UpdateChannel, slot v1.S
 	if err := a.endSlot(ctx, ch, slot, &v, protocol.OutcomeSucceeded, ""); err != nil {
 		return err
 	}
-	a.log.Info("rolled back", "channel", ch.Name, "from", slot.From, "to", slot.Version, "took", time.Since(slot.Since.Time).Round(time.Second))
+	a.log.Info("rolled back", "channel", ch.Name, "from", slot.From, "to", slot.Version, "took", wallclock.Since(slot.Since.Time).Round(time.Second))
 	a.recorder.Eventf(ch, corev1.EventTypeNormal, "RolledBack", "node %s rolled back from %s and runs %s again, is Ready and uncordoned; slot freed",
 		a.opts.NodeName, slot.From, v.Rootfs)
 	return nil

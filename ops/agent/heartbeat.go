@@ -8,6 +8,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/protocol"
 )
 
@@ -40,7 +41,7 @@ func (a *Agent) heartbeat(ctx context.Context) {
 func (a *Agent) beat(ctx context.Context) error {
 	api := a.kube.CoordinationV1().Leases(a.opts.Namespace)
 	name := protocol.AgentLeaseName(a.opts.NodeName)
-	now := metav1.NewMicroTime(time.Now())
+	now := metav1.NewMicroTime(wallclock.Now())
 	seconds := int32(a.agentTTL().Seconds())
 	l, err := api.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

@@ -14,6 +14,7 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/protocol"
@@ -124,7 +125,7 @@ func (a *Agent) observe(sc *stepCtx) (plan.Observed, bool, error) {
 		o.Behind = plan.ComponentsBehind(sc.s.Components, *r, a.releaseOf)
 	}
 	a.observeBeside(sc, node, &o)
-	now := time.Now()
+	now := wallclock.Now() // windows are read by the wall clock
 	if ok, why := plan.MayStart(sc.s, now); !ok {
 		o.DrainBlocked = why
 	}
@@ -260,7 +261,7 @@ func (a *Agent) succeed(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot,
 	if err := a.endSlot(ctx, ch, slot, &v, protocol.OutcomeSucceeded, ""); err != nil {
 		return err
 	}
-	a.metrics.upgrade.Observe(time.Since(slot.Since.Time).Seconds())
+	a.metrics.upgrade.Observe(wallclock.Since(slot.Since.Time).Seconds())
 	a.log.Info("upgraded", "channel", ch.Name, "version", slot.Version)
 	a.recorder.Eventf(ch, corev1.EventTypeNormal, "Upgraded", "node %s runs %s, is Ready and uncordoned; slot freed", a.opts.NodeName, slot.Version)
 	return nil

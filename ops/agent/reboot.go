@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
 )
@@ -45,7 +46,7 @@ func (a *Agent) reboot(ctx context.Context, ch *v1.UpdateChannel, s plan.Setting
 		return ctx.Err()
 	case <-time.After(delay):
 	}
-	if ok, why := plan.MayReboot(s, time.Now()); !ok { // the window closed during the delay
+	if ok, why := plan.MayReboot(s, wallclock.Now()); !ok { // the window closed during the delay
 		a.setRebooting(false)
 		return a.deferToWindow(ctx, ch, slot, why)
 	}

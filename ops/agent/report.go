@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
 )
@@ -149,7 +149,7 @@ func slotReport(slot v1.Slot, phase, job, outcome, reason string) func(*protocol
 		*r = protocol.Report{Since: slot.Since, Attempt: slot.Attempt, Version: slot.Version, Phase: phase, Job: job,
 			Outcome: outcome, Reason: reason, PermitDone: permit}
 		if outcome != "" {
-			r.At = metav1.NewTime(time.Now())
+			r.At = metav1.NewTime(wallclock.Now())
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade/layout"
@@ -163,7 +164,7 @@ func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
 		return nil // the Job informer calls again when it finishes
 	}
 	a.reportRollbackFailures(ch, h)
-	if wait := h.wait(a.opts.Retry, time.Now()); wait > 0 {
+	if wait := h.wait(a.opts.Retry, wallclock.Now()); wait > 0 {
 		a.queue.AddAfter(key{roleNode, channelName(ch)}, wait)
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade/layout"
@@ -99,7 +100,7 @@ func (a *Agent) reportRollbackFailures(ch *v1.UpdateChannel, h rollbackHistory) 
 			continue
 		}
 		a.metrics.rbFailed.Inc()
-		retry := h.wait(a.opts.Retry, time.Now()).Round(time.Second)
+		retry := h.wait(a.opts.Retry, wallclock.Now()).Round(time.Second)
 		a.log.Warn("rollback job failed", "job", r.Name, "reason", r.Reason, "retry-in", retry)
 		a.recorder.Eventf(a.eventTarget(ch), corev1.EventTypeWarning, "RollbackFailed",
 			"node %s: rollback job %s failed (%s); the swap stays staged for the next boot; retrying in %s (attempt %d)",

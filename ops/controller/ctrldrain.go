@@ -15,6 +15,7 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
 )
@@ -148,9 +149,9 @@ func (ctl *Controller) runDrain(ctx context.Context, ch *v1.UpdateChannel, s pla
 	case err != nil:
 		ctl.failDrain(ctx, ch, slot, err)
 	default:
-		ctl.metrics.drain.Observe(time.Since(began).Seconds())
+		ctl.metrics.drain.Observe(wallclock.Since(began).Seconds())
 		ctl.noteDrained(drainRun{uid: ch.UID, slot: slot, how: fmt.Sprintf("cordoned and drained by the controller in %s (%d pods evicted, %d deleted)",
-			time.Since(began).Round(time.Millisecond), len(res.Evicted), len(res.Deleted))})
+			wallclock.Since(began).Round(time.Millisecond), len(res.Evicted), len(res.Deleted))})
 	}
 }
 
@@ -247,7 +248,7 @@ func (ctl *Controller) drainSlot(ctx context.Context, ch *v1.UpdateChannel, s pl
 	go func() { held <- confirm(ctx) }() // beside the Node's read: two reads, one round trip's wait
 	opts, began, seen, err := ctl.drainBudget(ctx, slot.Node, drainOptions(s.Drain))
 	if err := <-held; err != nil { // nothing is written before the slot is confirmed
-		return nil, time.Now(), err
+		return nil, wallclock.Now(), err
 	}
 	if err != nil {
 		return nil, began, err
@@ -301,7 +302,7 @@ func (ctl *Controller) failDrain(ctx context.Context, ch *v1.UpdateChannel, slot
 		if c.UID != ch.UID || i < 0 || !plan.SameSlot(c.Status.Updating[i], slot) {
 			return errSlotGone
 		}
-		plan.Fail(&c.Status, slot.Node, slot.Version, reason, time.Now())
+		plan.Fail(&c.Status, slot.Node, slot.Version, reason, wallclock.Now())
 		return nil
 	})
 	if err != nil {
@@ -381,7 +382,7 @@ func (ctl *Controller) drainBudget(ctx context.Context, node string, o drain.Opt
 		began, err = time.Parse(time.RFC3339Nano, n.Annotations[protocol.AnnotationDrainStarted])
 		recorded = err == nil
 	}
-	now := time.Now()
+	now := wallclock.Now() // began is the Node's record, written by this clock or another's
 	left, expired := plan.DrainBudget(began, recorded, now, o.Timeout)
 	if !recorded {
 		began = now

@@ -18,6 +18,7 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/protocol"
@@ -78,9 +79,10 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	}
 	generation := ch.Generation
 	fc := ctl.fleetCacheOf(name)
-	now := time.Now()
-	if plan.PollDue(s, ch.Status, now) && now.Sub(fc.pollTried) >= pollRetry {
-		fc.pollTried = now
+	mono := time.Now()        // this pass's local intervals, on the monotonic clock
+	now := wallclock.At(mono) // the wall clock, that the status's times are compared with
+	if plan.PollDue(s, ch.Status, now) && mono.Sub(fc.pollTried) >= pollRetry {
+		fc.pollTried = mono
 		if ch, err = ctl.poll(ctx, ch, s); err != nil {
 			return 0, err
 		}
@@ -90,8 +92,8 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 	nodes := ctl.fleetNodes(s, fc, snap)
 	mine, others := plan.Split(plan.Ref(ch, s), ctl.channelRefs(), fc.markGaveBack(ch, nodes))
 	var stale map[string]staleSlot
-	if now.Sub(fc.staleChecked) >= ctl.opts.Resync { // slots go stale in minutes: no GETs on every change
-		stale, fc.staleChecked = ctl.staleSlots(ctx, s, ch), now
+	if mono.Sub(fc.staleChecked) >= ctl.opts.Resync { // slots go stale in minutes: no GETs on every change
+		stale, fc.staleChecked = ctl.staleSlots(ctx, s, ch), mono
 	}
 	ctl.takeChecksAhead(fc, name)
 	ctl.forgetChecks(fc)
@@ -167,7 +169,7 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 		next = min(next, analysisJoinedRecheck) // the new wave is asked at once
 	}
 	if at := plan.NextDownTooLong(r.down, s.NodeReadyTimeout, now); !at.IsZero() {
-		next = min(next, time.Until(at)+time.Second) // CapacityHeld's reason turns NodeDownTooLong then
+		next = min(next, wallclock.Until(at)+time.Second) // CapacityHeld's reason turns NodeDownTooLong then
 	}
 	if len(fenced) > 0 || len(r.revoked) > 0 {
 		// The view write queues the next pass; this is in case it failed.
@@ -340,7 +342,7 @@ type staleSlot struct {
 // and returns, keyed by node/attempt, the slots that must be taken away.
 func (ctl *Controller) staleSlots(ctx context.Context, s plan.Settings, ch *v1.UpdateChannel) map[string]staleSlot {
 	out := map[string]staleSlot{}
-	now := time.Now()
+	now := wallclock.Now() // heartbeats and slots are API times
 	for _, sl := range ch.Status.Updating {
 		var sn plan.SlotNode
 		n, err := ctl.kube.CoreV1().Nodes().Get(ctx, sl.Node, metav1.GetOptions{})

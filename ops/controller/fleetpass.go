@@ -9,6 +9,7 @@ import (
 
 	"slipway.dev/slipway/ops/analysis"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
 )
@@ -84,7 +85,7 @@ func (p fleetPass) apply(c *v1.UpdateChannel) fleetResult {
 	if p.analysis != nil {
 		r.resumed = plan.Resume(st, c.Annotations[plan.ResumeAnnotation]) // lifts a failed analysis's halt once (backout.go)
 	}
-	r.analysis = plan.StepAnalysis(p.analysis, st, joinable(r.folded.Succeeded, before), target, p.judged, time.Now(), c.Generation)
+	r.analysis = plan.StepAnalysis(p.analysis, st, joinable(r.folded.Succeeded, before), target, p.judged, wallclock.Now(), c.Generation)
 	plan.NotePrevious(st, before.Updating, r.analysis.Joined)
 	p.backout(st, string(c.UID), before, &r, backoutHold(holders != p.listedSlots, len(p.fenced) > 0 || len(r.revoked) > 0))
 	switch {

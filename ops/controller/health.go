@@ -9,6 +9,7 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/protocol"
@@ -215,9 +216,9 @@ func (ctl *Controller) check(ctx context.Context, node string) *checked {
 		return nil
 	}
 	ready, _ := process.NodeReady(n)
-	now := time.Now()
+	now := time.Now() // the check's age is a local interval
 	skip := plan.Skip(node, plan.Health{Ready: ready, Unschedulable: n.Spec.Unschedulable, CordonedBy: drain.CordonedBy(n.Annotations),
-		AgentRenewed: renewed, AgentTTL: ctl.agentTTL()}, protocol.CordonOwner, now)
+		AgentRenewed: renewed, AgentTTL: ctl.agentTTL()}, protocol.CordonOwner, wallclock.At(now))
 	return &checked{at: now, skip: skip}
 }
 

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/upgrade/channel"
 )
@@ -21,7 +22,7 @@ const pollTimeout = time.Minute
 // poll takes status.polling, resolves the channel's latest version, records
 // it (or why it failed) and lets go of status.polling.
 func (ctl *Controller) poll(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings) (*v1.UpdateChannel, error) {
-	since := metav1.Now()
+	since := metav1.NewTime(wallclock.Now())
 	ch, err := ctl.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
 		c.Status.Polling = &v1.Poller{Node: ctl.opts.Identity, Since: since} // replaces a poller that vanished
 		return nil
@@ -41,7 +42,7 @@ func (ctl *Controller) poll(ctx context.Context, ch *v1.UpdateChannel, s plan.Se
 		if perr != nil {
 			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "PollFailed", perr.Error()
 		} else {
-			now := metav1.Now()
+			now := metav1.NewTime(wallclock.Now())
 			st.LatestVersion, st.LastPolled = latest, &now
 		}
 		meta.SetStatusCondition(&st.Conditions, cond)

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/plan"
 )
 
@@ -62,7 +63,7 @@ func (ctl *Controller) resolveRelease(ctx context.Context, ch *v1.UpdateChannel,
 			source = s.URL
 		}
 	}
-	return &v1.ResolvedRelease{Version: target, Source: source, At: metav1.Now()}, nil
+	return &v1.ResolvedRelease{Version: target, Source: source, At: metav1.NewTime(wallclock.Now())}, nil
 }
 
 // downloadBase derives, from a release's assets' download URLs

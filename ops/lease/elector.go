@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"slipway.dev/slipway/ops/internal/wallclock"
 )
 
 // Client reads and writes the Leases of one namespace.
@@ -143,6 +145,11 @@ func (e *elector) hold(ctx context.Context) {
 
 // try reads the Lease and takes or renews it when Decide says so. It
 // reports whether this candidate holds the Lease now.
+//
+// now, a time.Now reading, times the Lease locally (its expiry from when
+// this candidate saw it change, its tenure) on the monotonic clock; only
+// the times written to the Lease are read from the process's wall clock
+// (wallclock.At), which a clock step moves.
 func (e *elector) try(ctx context.Context) (bool, error) {
 	now := time.Now()
 	l, err := e.cfg.Client.Get(ctx, e.cfg.Name, metav1.GetOptions{})
@@ -158,9 +165,9 @@ func (e *elector) try(ctx context.Context) (bool, error) {
 	case Wait:
 		return false, nil
 	case Take:
-		next = taken(l, e.cfg.Identity, e.cfg.Duration, now)
+		next = taken(l, e.cfg.Identity, e.cfg.Duration, wallclock.At(now))
 	case Renew:
-		next = renewed(l, e.cfg.Duration, now)
+		next = renewed(l, e.cfg.Duration, wallclock.At(now))
 	}
 	written, err := e.cfg.Client.Update(ctx, next, metav1.UpdateOptions{})
 	if err != nil {
@@ -172,7 +179,7 @@ func (e *elector) try(ctx context.Context) (bool, error) {
 }
 
 func (e *elector) create(ctx context.Context, now time.Time) (bool, error) {
-	l := taken(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: e.cfg.Name}}, e.cfg.Identity, e.cfg.Duration, now)
+	l := taken(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: e.cfg.Name}}, e.cfg.Identity, e.cfg.Duration, wallclock.At(now))
 	l.Spec.LeaseTransitions = ptr(int32(0))
 	written, err := e.cfg.Client.Create(ctx, l, metav1.CreateOptions{})
 	if err != nil {
@@ -202,7 +209,7 @@ func (e *elector) release(ctx context.Context) {
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != e.cfg.Identity {
 		return
 	}
-	if _, err := e.cfg.Client.Update(ctx, released(l, time.Now()), metav1.UpdateOptions{}); err != nil {
+	if _, err := e.cfg.Client.Update(ctx, released(l, wallclock.Now()), metav1.UpdateOptions{}); err != nil {
 		e.log.Warn("cannot release the lease; it expires by itself", "err", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/kube"
 )
 
@@ -88,7 +89,7 @@ func (e events) uid(ctx context.Context, node string) types.UID {
 // maxPendingEvents are under way); a failure is logged, never fatal.
 func (e events) emit(ctx context.Context, node, typ, reason, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	now := metav1.NewTime(time.Now())
+	now := metav1.NewTime(wallclock.Now())
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: node + ".", Namespace: eventNamespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, APIVersion: "v1"},

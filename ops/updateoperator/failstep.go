@@ -13,13 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/internal/wallclock"
 )
 
 // fail counts a failure, lifts the operator's cordon and tells the agent
 // to reset its host (reset-state), in one write. n is the Node the
 // decision read.
 func (c *controller) fail(ctx context.Context, n *corev1.Node, v NodeView, reason string) error {
-	now := stamp(time.Now())
+	now := stamp(wallclock.Now())
 	ann := map[string]any{c.keys.Wanted(): string(IntentReset), c.keys.Key(KeyTransition): now,
 		c.keys.Key(KeyFailures): strconv.Itoa(v.Failures + 1), c.keys.Key(KeyLastFailure): now,
 		c.keys.Key(KeyReason): reason, c.keys.Key(KeyWorkloads): nil, c.keys.Key(KeyDrainStarted): nil, c.keys.Key(KeyAhead): nil,
@@ -102,7 +103,7 @@ func (c *controller) drainForReboot(ctx, dctx context.Context, n *corev1.Node, p
 // it, and drains it while the host performs: one write, and the drain
 // starts with the intent instead of a turn later.
 func (c *controller) performBesideDrain(ctx, dctx context.Context, n *corev1.Node) {
-	c.drainForReboot(ctx, dctx, n, map[string]string{c.keys.Wanted(): string(IntentPerform), c.keys.Key(KeyTransition): stamp(time.Now())})
+	c.drainForReboot(ctx, dctx, n, map[string]string{c.keys.Wanted(): string(IntentPerform), c.keys.Key(KeyTransition): stamp(wallclock.Now())})
 }
 
 // rebootIfPerformed takes the step after a drain that ended when the
@@ -113,7 +114,7 @@ func (c *controller) performBesideDrain(ctx, dctx context.Context, n *corev1.Nod
 func (c *controller) rebootIfPerformed(ctx context.Context, cordoned *corev1.Node) error {
 	n := c.recorded(c.latest(cordoned)) // the cache's copy once it is newer: the host's report
 	v := c.view(n)
-	s := Next(v, c.o.Policy, time.Now())
+	s := Next(v, c.o.Policy, wallclock.Now())
 	if s.Kind != StepWant || s.Wanted != IntentReboot {
 		return nil
 	}
@@ -167,7 +168,7 @@ func (c *controller) drain(ctx context.Context, n *corev1.Node, also map[string]
 		}
 	}
 	opts := c.o.Drain
-	opts.Timeout = DrainBudget(opts.Timeout, started, time.Now())
+	opts.Timeout = DrainBudget(opts.Timeout, started, wallclock.Now())
 	res, err := drain.Drain(ctx, c.kube, node, opts)
 	if err != nil {
 		return "", nil, fmt.Errorf("drain: %w", err)
@@ -185,7 +186,7 @@ func (c *controller) drain(ctx context.Context, n *corev1.Node, also map[string]
 // Node as written (n when it was cordoned so already) and the drain's
 // start.
 func (c *controller) cordon(ctx context.Context, n *corev1.Node, also map[string]string) (*corev1.Node, time.Time, error) {
-	started := time.Now()
+	started := wallclock.Now()
 	if t, err := time.Parse(time.RFC3339, n.Annotations[c.keys.Key(KeyDrainStarted)]); err == nil && t.Before(started) {
 		started = t
 	}

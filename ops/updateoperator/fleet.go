@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/kube"
 )
 
@@ -209,7 +210,7 @@ func Resume(ctx context.Context, c *kube.Clientset, namespace, prefix string) er
 	if err != nil {
 		return err
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{keys.Key(KeyResume): stamp(time.Now())}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{keys.Key(KeyResume): stamp(wallclock.Now())}}})
 	name := FleetStateName(keys.Prefix)
 	if _, err := c.CoreV1().ConfigMaps(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("ask the controller to resume (annotate ConfigMap %s/%s): %w", namespace, name, err)
@@ -231,7 +232,7 @@ func clampNow(t, now time.Time) time.Time {
 // it failed on its target version; a success (ok) joins the wave the
 // analysis judges next.
 func (c *controller) ended(ctx context.Context, v NodeView, target string, release, ok bool) {
-	now := time.Now()
+	now := wallclock.Now()
 	err := c.fleet.update(ctx, func(f *Fleet) {
 		f.LastDone, f.HaltAfter = now, c.o.Policy.HaltAfter
 		if ok {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/internal/wallclock"
 )
 
 // The controller's record. Every key the controller writes on a Node and
@@ -369,7 +370,7 @@ func (c *controller) importRecords(ctx context.Context, nodes []corev1.Node) err
 			return nil
 		}
 	}
-	now := time.Now()
+	now := wallclock.Now()
 	records := map[string]map[string]string{}
 	for i := range nodes {
 		r := c.keys.ImportRecord(nodes[i].Annotations, now)

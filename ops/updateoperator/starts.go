@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"slipway.dev/slipway/ops/internal/wallclock"
 )
 
 // stepWorkers bounds the node writes one turn of the controller has in
@@ -54,7 +55,7 @@ func (c *controller) startOne(ctx context.Context, name, version string, ahead b
 		return c.wantTarget(ctx, name, IntentPrepare, version, "update to "+version)
 	}
 	err := c.patch(ctx, name, nil, map[string]any{c.keys.Wanted(): string(IntentPerform),
-		c.keys.Key(KeyTransition): stamp(time.Now()), c.keys.Key(KeyAhead): nil})
+		c.keys.Key(KeyTransition): stamp(wallclock.Now()), c.keys.Key(KeyAhead): nil})
 	if err != nil {
 		return err
 	}
@@ -65,7 +66,7 @@ func (c *controller) startOne(ctx context.Context, name, version string, ahead b
 // wantAhead tells node to prepare-update ahead of its turn.
 func (c *controller) wantAhead(ctx context.Context, node, version string) error {
 	err := c.patch(ctx, node, nil, map[string]any{c.keys.Wanted(): string(IntentPrepare),
-		c.keys.Key(KeyTransition): stamp(time.Now()), c.keys.Key(KeyAhead): "true", c.keys.Key(KeyTargetVersion): nilIfEmpty(version)})
+		c.keys.Key(KeyTransition): stamp(wallclock.Now()), c.keys.Key(KeyAhead): "true", c.keys.Key(KeyTargetVersion): nilIfEmpty(version)})
 	if err != nil {
 		return err
 	}
@@ -76,7 +77,7 @@ func (c *controller) wantAhead(ctx context.Context, node, version string) error 
 // wantTarget writes an intent that starts an update, with the version
 // chosen for it (the update succeeds only when the node runs it).
 func (c *controller) wantTarget(ctx context.Context, node string, i Intent, version, why string) error {
-	err := c.patch(ctx, node, nil, map[string]any{c.keys.Wanted(): string(i), c.keys.Key(KeyTransition): stamp(time.Now()),
+	err := c.patch(ctx, node, nil, map[string]any{c.keys.Wanted(): string(i), c.keys.Key(KeyTransition): stamp(wallclock.Now()),
 		c.keys.Key(KeyTargetVersion): nilIfEmpty(version)})
 	if err != nil {
 		return err

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/internal/wallclock"
 )
 
 // sync reads every Node (from the cache once it holds the controller's
@@ -22,7 +22,7 @@ func (c *controller) sync(ctx context.Context) error {
 	if err := c.importRecords(ctx, items); err != nil {
 		return err
 	}
-	now := time.Now()
+	now := wallclock.Now() // the annotations' and the fleet state's times are compared with it
 	nodes := map[string]*corev1.Node{}
 	views := make([]NodeView, 0, len(items))
 	for i := range items {
@@ -159,7 +159,7 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		return nil
 	}
 	c.m.transitions.WithLabelValues(string(s.Kind)).Inc()
-	now := stamp(time.Now())
+	now := stamp(wallclock.Now())
 	switch s.Kind {
 	case StepPerform:
 		go c.performBesideDrain(ctx, c.startDrain(ctx, v.Name), n)
@@ -301,7 +301,7 @@ func (c *controller) afterUncordon(ctx context.Context, node string, n *corev1.N
 		return nil
 	}
 	v.WorkloadsReady = c.healthy(ctx, n)
-	if s := Next(v, c.o.Policy, time.Now()); s.Kind == StepFinish || s.Kind == StepAfter {
+	if s := Next(v, c.o.Policy, wallclock.Now()); s.Kind == StepFinish || s.Kind == StepAfter {
 		return c.do(ctx, n, v, s)
 	}
 	return nil
@@ -309,7 +309,7 @@ func (c *controller) afterUncordon(ctx context.Context, node string, n *corev1.N
 
 // want writes an intent.
 func (c *controller) want(ctx context.Context, node string, i Intent, why string) error {
-	err := c.patch(ctx, node, nil, map[string]any{c.keys.Wanted(): string(i), c.keys.Key(KeyTransition): stamp(time.Now())})
+	err := c.patch(ctx, node, nil, map[string]any{c.keys.Wanted(): string(i), c.keys.Key(KeyTransition): stamp(wallclock.Now())})
 	if err != nil {
 		return err
 	}

@@ -80,8 +80,9 @@ func TestK3osSeeds(t *testing.T) {
 }
 
 // runOK runs o and fails the test on a violation, or a system that did
-// not settle, printing the run's report with its replay command.
-func runOK(t *testing.T, o Options) {
+// not settle, printing the run's report with its replay command; it
+// returns the run's result.
+func runOK(t *testing.T, o Options) Result {
 	t.Helper()
 	var log bytes.Buffer
 	o.ToolsDir, o.Log = os.Getenv(testenv.EnvToolsDir), &log
@@ -100,6 +101,7 @@ func runOK(t *testing.T, o Options) {
 	if res.Checks == 0 || len(res.Faults.Injected)+len(res.Faults.Armed) == 0 { // a power cut armed counts as applied, struck or not
 		t.Fatalf("nothing checked (%d checks) or injected (%v, armed %v)", res.Checks, res.Faults.Injected, res.Faults.Armed)
 	}
+	return res
 }
 
 // TestScheduleFollowsTheSeed: the schedule printed for a replay is the one

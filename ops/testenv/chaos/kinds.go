@@ -15,11 +15,13 @@ import (
 // channel's http source: no other system has either. The update operator
 // drains and reboots (block-eviction, stall-reboot); the ExtendedDaemonSet
 // and the swarm neither drain nor reboot, and the swarm's workers keep
-// their pods when a Node is deleted (no reregister).
+// their pods when a Node is deleted (no reregister). A clock step hits the
+// k3os and update-operator agents and controllers (the processes that read
+// the wall clock through ops/internal/wallclock).
 var SystemKinds = map[string][]faults.Kind{
 	"k3os": faults.AllKinds,
 	"update-operator": {faults.Kill, faults.Pause, faults.Latency, faults.HalfOpen, faults.Partition, faults.Drop,
-		faults.NotReady, faults.Reregister, faults.BlockEviction, faults.StallReboot},
+		faults.NotReady, faults.Reregister, faults.BlockEviction, faults.StallReboot, faults.ClockStep},
 	"eds": {faults.Kill, faults.Pause, faults.Latency, faults.HalfOpen, faults.Partition, faults.Drop,
 		faults.NotReady, faults.Reregister},
 	"swarm": {faults.Kill, faults.Pause, faults.Latency, faults.HalfOpen, faults.Partition, faults.Drop,

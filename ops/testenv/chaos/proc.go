@@ -16,6 +16,8 @@ type proc struct {
 	name string
 	argv []string
 	log  string
+	// env is added to the runner's environment (a clock step file).
+	env []string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -40,6 +42,9 @@ func (p *proc) start() error {
 	}
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()

@@ -101,11 +101,18 @@ func (h *harness) kubeconfig(target string) string {
 // startProc starts a runner process (a controller replica) named target.
 func (h *harness) startProc(target string, argv ...string) error {
 	p := newProc(target, filepath.Join(h.dir, strings.ReplaceAll(target, "/", "-")+".log"), argv...)
+	p.env = []string{faults.ClockEnv(h.clockFile(target))}
 	if err := p.start(); err != nil {
 		return err
 	}
 	h.procs[target] = p
 	return nil
+}
+
+// clockFile is the clock step file of target, a runner process: a
+// ClockStep fault writes its step there (faults.Sim.Clocks).
+func (h *harness) clockFile(target string) string {
+	return filepath.Join(h.dir, "clock-"+strings.ReplaceAll(target, "/", "-"))
 }
 
 // controllers are the controller replicas of every run, each behind a
@@ -185,7 +192,7 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	}
 	h.env, err = testenv.Start(ctx, testenv.Options{
 		Cluster: true, Nodes: o.Nodes, CRDs: crds.Must(), ToolsDir: o.ToolsDir, Dir: filepath.Join(h.dir, "env"), Timeout: 5 * time.Minute,
-		ExecPath: o.Bin + ":/usr/local/bin:/usr/bin:/bin", NodeCommand: cmd, NodeEnv: append(cmdEnv, "CHAOS_KUBECONFIGS="+h.kcDir),
+		ExecPath: o.Bin + ":/usr/local/bin:/usr/bin:/bin", NodeCommand: cmd, NodeEnv: append(cmdEnv, "CHAOS_KUBECONFIGS="+h.kcDir, faults.ClockStepEnv),
 		Logger: slog.New(slog.NewTextHandler(simLog, nil)), Log: simLog, Setup: setup, AuditLog: filepath.Join(h.dir, "audit.log"),
 	})
 	if err != nil {
@@ -248,9 +255,10 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 		defer stop()
 	}
 	h.logf("steady after %s; the change starts under %d faults", time.Since(start).Round(time.Second), len(res.Schedule))
-	sim := &faults.Sim{Env: h.env, Client: kc, Proxies: h.proxies, Procs: map[string]faults.Proc{}}
+	sim := &faults.Sim{Env: h.env, Client: kc, Proxies: h.proxies, Procs: map[string]faults.Proc{}, Clocks: map[string]string{}}
 	for n, p := range h.procs {
 		sim.Procs[n] = p
+		sim.Clocks[n] = h.clockFile(n)
 	}
 	if x, ok := sys.(extraProcs); ok {
 		maps.Copy(sim.Procs, x.faultProcs())

@@ -12,11 +12,12 @@ import (
 )
 
 func spec() Spec {
-	return Spec{Duration: 2 * time.Minute, Targets: map[Kind][]string{
+	return Spec{Duration: 3 * time.Minute, Targets: map[Kind][]string{
 		Kill: {"agent/node-1", "agent/node-2", "controller/a"}, Pause: {"agent/node-1", "controller/a"},
 		Latency: {"agent/node-1"}, HalfOpen: {"controller/a"}, Partition: {"agent/node-2"}, Drop: {"agent/node-2"},
 		NotReady: {"node/node-1"}, Reregister: {"node/node-2"}, BlockEviction: {"pdb/default/guarded"}, StallReboot: {"node/node-3"},
 		PowerCut: {"node/node-4"}, FullDisk: {"node/node-5"}, SlowSource: {"source"}, FailSource: {"source"}, CorruptSource: {"source"},
+		ClockStep: {"agent/node-1", "controller/a"},
 	}, Steps: []string{"staged", "current:k3os", "rollback:current:kernel"}}
 }
 
@@ -26,7 +27,7 @@ func TestGenerateIsDeterministic(t *testing.T) {
 		t.Fatalf("seed 42 gave two schedules:\n%s\n---\n%s", a, b)
 	}
 	if len(a) < 20 {
-		t.Fatalf("only %d faults in 2m at a 2s mean gap:\n%s", len(a), a)
+		t.Fatalf("only %d faults in 3m at a 2s mean gap:\n%s", len(a), a)
 	}
 	if c := Generate(43, spec()); reflect.DeepEqual(a, c) {
 		t.Fatal("seeds 42 and 43 gave the same schedule")
@@ -75,7 +76,8 @@ func TestParseRoundTrip(t *testing.T) {
 		t.Fatalf("round trip changed the schedule:\n%s\n---\n%s", s, got)
 	}
 	for _, bad := range []string{"12s kill agent/node-1", "+1s explode agent/node-1", "+1s pause agent/node-1", "+1s pause x for soon",
-		"+2s kill a\n+1s kill b", "+1s power-cut node/node-1 for 3s", "+1s kill a step"} {
+		"+2s kill a\n+1s kill b", "+1s power-cut node/node-1 for 3s", "+1s kill a step",
+		"+1s clock-step agent/node-1 for 3s"} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q): no error", bad)
 		}

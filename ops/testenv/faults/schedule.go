@@ -9,8 +9,9 @@
 // NotReady or deleted and registered again, PodDisruptionBudgets that
 // forbid every eviction for a while, and on the simulated hosts a power
 // cut right after a step of the host upgrade, a full disk while staging
-// (hostfaults.go) and a release source that is slow, fails or serves
-// corrupt artifacts (Source).
+// (hostfaults.go), a release source that is slow, fails or serves
+// corrupt artifacts (Source), and one process's wall clock stepped ahead
+// or behind for a while (clock.go).
 //
 // A schedule is plain text, one fault a line ("+12.5s pause agent/node-3
 // for 4s"), so a failing run prints it and a replay can read it back
@@ -76,6 +77,12 @@ const (
 	// CorruptSource makes the release source serve artifacts with a byte
 	// changed (their checksum list intact), for For.
 	CorruptSource Kind = "corrupt-source"
+	// ClockStep steps one process's wall clock by Arg (ahead when
+	// positive, behind when negative) for For, then back: what an NTP step
+	// or a badly set clock does to the times it writes to the API and
+	// compares with the API's. The monotonic clock is not moved (see
+	// ops/internal/wallclock).
+	ClockStep Kind = "clock-step"
 )
 
 // Timed reports whether a fault of kind k lasts For and is then healed.
@@ -100,7 +107,7 @@ func (f Fault) String() string {
 	if f.Kind.Timed() {
 		s += " for " + f.For.String()
 	}
-	if f.Arg > 0 {
+	if f.Arg != 0 {
 		s += " arg " + f.Arg.String()
 	}
 	if f.Step != "" {
@@ -190,6 +197,9 @@ func parseFault(line string) (Fault, error) {
 	if f.Kind.Timed() && f.For <= 0 {
 		return Fault{}, fmt.Errorf("a %s fault wants \"for <duration>\"", f.Kind)
 	}
+	if f.Kind == ClockStep && f.Arg == 0 {
+		return Fault{}, fmt.Errorf("a %s fault wants \"arg <step>\" (e.g. arg -10m: the clock 10 minutes behind)", f.Kind)
+	}
 	if f.Kind == PowerCut && f.Step == "" {
 		return Fault{}, fmt.Errorf("a %s fault wants \"step <step>\" (e.g. step current:kernel)", f.Kind)
 	}
@@ -198,7 +208,7 @@ func parseFault(line string) (Fault, error) {
 
 // AllKinds are the kinds Generate draws from, in a fixed order.
 var AllKinds = []Kind{Kill, Pause, Latency, HalfOpen, Partition, Drop, NotReady, Reregister, BlockEviction, StallReboot,
-	PowerCut, FullDisk, SlowSource, FailSource, CorruptSource}
+	PowerCut, FullDisk, SlowSource, FailSource, CorruptSource, ClockStep}
 
 // Spec says what Generate may draw.
 type Spec struct {
@@ -216,6 +226,9 @@ type Spec struct {
 	MaxLatency time.Duration
 	// Steps are the host upgrade's steps a PowerCut is drawn at.
 	Steps []string
+	// MaxStep bounds a ClockStep's step either way (default 15m; at least
+	// 30s is drawn).
+	MaxStep time.Duration
 }
 
 func (s Spec) withDefaults() Spec {
@@ -227,6 +240,9 @@ func (s Spec) withDefaults() Spec {
 	}
 	if s.MaxLatency <= 0 {
 		s.MaxLatency = 2 * time.Second
+	}
+	if s.MaxStep <= 0 {
+		s.MaxStep = 15 * time.Minute
 	}
 	return s
 }
@@ -281,6 +297,9 @@ func Generate(seed int64, spec Spec) Schedule {
 		if k == PowerCut { // drawn only for this kind: the other kinds' draws stay as they were
 			f.Step = spec.Steps[rng.IntN(len(spec.Steps))]
 		}
+		if k == ClockStep { // likewise
+			f.Arg = drawStep(rng, spec.MaxStep)
+		}
 		// Draws happen whether or not the fault is kept, so that one
 		// skipped fault does not shift every later one.
 		if busy[target] > at {
@@ -289,4 +308,14 @@ func Generate(seed int64, spec Spec) Schedule {
 		busy[target] = at + f.For + 100*time.Millisecond
 		out = append(out, f)
 	}
+}
+
+// drawStep draws a clock step of 30s to max, ahead or behind, to the second.
+func drawStep(rng *rand.Rand, limit time.Duration) time.Duration {
+	least := 30 * time.Second
+	d := (least + time.Duration(rng.Int64N(int64(max(limit-least, time.Second))))).Round(time.Second)
+	if rng.IntN(2) == 0 {
+		return -d
+	}
+	return d
 }

@@ -35,13 +35,20 @@ type Proc interface {
 //   - "pdb/<namespace>/<name>": a PodDisruptionBudget (BlockEviction);
 //   - "node/<node>" whose processes run with SLIPWAY_TEST_CRASH_AT=@FaultFile
 //     (PowerCut, FullDisk: see hostfaults.go);
-//   - any key of Sources (SlowSource, FailSource, CorruptSource).
+//   - any key of Sources (SlowSource, FailSource, CorruptSource);
+//   - "agent/<node>" or any key of Clocks (ClockStep: clock.go).
 type Sim struct {
 	Env     *testenv.Env
 	Client  kubernetes.Interface
 	Procs   map[string]Proc
 	Proxies map[string]*Proxy
 	Sources map[string]*Source
+	// Clocks are the clock step files (wallclock's
+	// SLIPWAY_TEST_CLOCK_STEP_FILE) of the processes a ClockStep may hit,
+	// by target; an "agent/<node>" target not there has ClockFile in its
+	// node's directory (the node's processes run there with
+	// ClockStepEnv).
+	Clocks map[string]string
 	// Log, when set, receives what the host faults did (a power cut fired).
 	Log func(string)
 	// RebootDelay is a power cut's downtime (default 1s).
@@ -113,6 +120,8 @@ func (s *Sim) Inject(ctx context.Context, f Fault) (func(context.Context) error,
 		return s.armPowerCut(ctx, f)
 	case FullDisk:
 		return s.fillDisk(f)
+	case ClockStep:
+		return s.stepClock(f)
 	case SlowSource, FailSource, CorruptSource:
 		src := s.Sources[f.Target]
 		if src == nil {
