@@ -99,7 +99,11 @@ func (a *Agent) announce(ctx context.Context) error {
 	a.mu.Unlock()
 	// trust: ops.agent.own-nodeupdate
 	if done || u.Status.Protocol >= protocol.NodeUpdateProtocol {
-		return nil // announced there (a NodeUpdate created again, with its Node, is announced in again)
+		// Announced there (a NodeUpdate created again, with its Node, is
+		// announced in again); what an earlier process stopped before
+		// removing from the Node is removed now.
+		a.dropMovedFromNode(ctx)
+		return nil
 	}
 	fields := map[string]any{}
 	if n := a.ownNode(); n != nil {
@@ -115,7 +119,17 @@ func (a *Agent) announce(ctx context.Context) error {
 	a.mu.Lock()
 	a.announced = u.UID
 	a.mu.Unlock()
-	// What moved leaves the Node (every watcher of Nodes received it).
+	a.dropMovedFromNode(ctx)
+	a.log.Info("reporting in this node's NodeUpdate from now on", "protocol", protocol.NodeUpdateProtocol)
+	return nil
+}
+
+// dropMovedFromNode removes from the Node what moved to the NodeUpdate
+// (every watcher of Nodes received it): nothing reads it there any more.
+// It writes only when the Node still carries some of it, so a process
+// stopped between the announcement and this removal, or a failed patch,
+// is mended at the next announce.
+func (a *Agent) dropMovedFromNode(ctx context.Context) {
 	moved := map[string]any{}
 	if n := a.ownNode(); n != nil {
 		for _, k := range []string{protocol.AnnotationSlotReport, protocol.AnnotationRebootFrom, protocol.AnnotationPrestagedVersion, protocol.AnnotationPrestageFailedVersion} {
@@ -124,13 +138,12 @@ func (a *Agent) announce(ctx context.Context) error {
 			}
 		}
 	}
-	if len(moved) > 0 {
-		if err := a.patchNode(ctx, nil, moved); err != nil {
-			a.log.Warn("could not remove what moved to the NodeUpdate from the Node; left there, unread", "err", err)
-		}
+	if len(moved) == 0 {
+		return
 	}
-	a.log.Info("reporting in this node's NodeUpdate from now on", "protocol", protocol.NodeUpdateProtocol)
-	return nil
+	if err := a.patchNode(ctx, nil, moved); err != nil {
+		a.log.Warn("could not remove what moved to the NodeUpdate from the Node; left there, unread, tried again later", "err", err)
+	}
 }
 
 // statusFields are the Node annotations this agent writes into its
