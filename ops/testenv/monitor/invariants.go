@@ -200,6 +200,11 @@ type State struct {
 	SlotGrants []SlotGrant
 	GateStarts []ReleaseStart
 	Fleet      []FleetObs
+	// AgentBeats are the k3os agents' heartbeat Leases as the monitor saw
+	// them renewed, by node; AgentBlames the controller's sayings since the
+	// last check that an agent is silent (agentbeat.go).
+	AgentBeats  map[string]AgentBeats
+	AgentBlames []AgentBlame
 }
 
 // Limits are the bounds the invariants check that the API server does not
@@ -290,6 +295,7 @@ var Invariants = []Invariant{
 	{InvFallbackFailure, FallbackIsFailure},
 	{InvOperatorNotReadySlot, OperatorNotReadySlot},
 	{InvAnalysisGate, AnalysisGate},
+	{InvNoAgentWhileRenewing, NoAgentWhileRenewing},
 }
 
 func nodeKey(name string) string { return "Node//" + name }

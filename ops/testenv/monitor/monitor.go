@@ -141,6 +141,7 @@ type Monitor struct {
 	violations []Violation
 	checks     int
 	errs       []error
+	agents     agentWatch // no-agent-while-renewing (agentbeat.go)
 }
 
 // bootRecord is a node's last known boot ID, and whether slipway held its
@@ -204,8 +205,13 @@ func (m *Monitor) Run(ctx context.Context, config *rest.Config) error {
 		of.Ops().V1().UpdateChannels().Informer(),
 		ef.Eds().V1alpha1().ExtendedDaemonSets().Informer(), ef.Eds().V1alpha1().ExtendedDaemonSetReplicaSets().Informer(),
 	} {
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { m.observe(nil, o, false) },
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+			AddFunc: func(o any, initial bool) {
+				if initial {
+					m.listed(o) // agentbeat.go: there before the monitor looked
+				}
+				m.observe(nil, o, false)
+			},
 			UpdateFunc: func(old, o any) { m.observe(old, o, false) },
 			DeleteFunc: func(o any) {
 				if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
@@ -364,6 +370,7 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 	kind, summary := "", ""
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.observeAgents(old, o, deleted, now) // agentbeat.go
 	switch x := o.(type) {
 	case *corev1.Node:
 		kind = "Node"
@@ -604,6 +611,7 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 	s := State{Now: now, Requests: m.requests, Nodes: m.nodes, NodeList: m.nodeList, Reboots: m.reboots, Cordons: m.cordons, Writes: m.writes, Apps: apps, EDS: m.eds, Jobs: m.jobs, JobsDue: m.jobsDue,
 		ReleaseFailures: m.releaseFailures, ReleaseStarts: m.releaseStarts, ReleaseFinishes: m.releaseFinishes,
 		SlotGrants: m.slotGrants, GateStarts: m.gateStarts, Fleet: m.fleet}
+	s.AgentBeats, s.AgentBlames = m.agents.beats, m.agents.blames
 	for _, k := range slices.Sorted(maps.Keys(m.pods)) {
 		s.Pods = append(s.Pods, m.pods[k])
 	}
@@ -642,6 +650,7 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 	// A reboot is judged once; findings keyed by it stay recorded.
 	m.reboots, m.cordons, m.releaseStarts, m.releaseFinishes = nil, nil, nil, nil
 	m.slotGrants = nil
+	m.agents.blames = nil
 	m.gateStarts = slices.DeleteFunc(m.gateStarts, func(st ReleaseStart) bool { return now.Sub(st.At) >= m.cfg.Limits.GateGrace }) // judged
 	for k := range m.open {
 		if strings.HasPrefix(k, InvRebootWithoutDrain+"\x00") || strings.HasPrefix(k, InvCordonBudget+"\x00") || strings.HasPrefix(k, InvCordonControlPlane+"\x00") ||
