@@ -150,6 +150,7 @@ type Controller struct {
 	heldServers map[string]heldServer
 	// ahead are the checks of the nodes next in line, made in the background (health.go).
 	ahead      checksAhead
+	beats      heartbeats // the agents' heartbeats as this controller saw them change (heartbeats.go)
 	leaderCtx  context.Context
 	leaderStop context.CancelFunc
 

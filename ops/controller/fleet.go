@@ -342,7 +342,7 @@ type staleSlot struct {
 // and returns, keyed by node/attempt, the slots that must be taken away.
 func (ctl *Controller) staleSlots(ctx context.Context, s plan.Settings, ch *v1.UpdateChannel) map[string]staleSlot {
 	out := map[string]staleSlot{}
-	now := wallclock.Now() // heartbeats and slots are API times
+	now := wallclock.Now() // slots and the Ready condition are API times; heartbeats are judged on the local clock (agentHeartbeat)
 	for _, sl := range ch.Status.Updating {
 		var sn plan.SlotNode
 		n, err := ctl.kube.CoreV1().Nodes().Get(ctx, sl.Node, metav1.GetOptions{})
@@ -354,8 +354,8 @@ func (ctl *Controller) staleSlots(ctx context.Context, s plan.Settings, ch *v1.U
 			sn = plan.SlotNode{Exists: true}
 			// trust: ops.node.ready
 			sn.Ready, sn.ReadySince = process.NodeReady(n)
-			if renewed, err := ctl.agentRenewed(ctx, sl.Node); err == nil {
-				sn.AgentKnown, sn.AgentRenewed = true, renewed
+			if beat, err := ctl.agentHeartbeat(ctx, sl.Node); err == nil {
+				sn.AgentKnown, sn.Agent = true, beat
 			}
 		}
 		var sj plan.SlotJob

@@ -210,7 +210,7 @@ func (ctl *Controller) check(ctx context.Context, node string) *checked {
 		ctl.log.Debug("cannot check node; it takes no slot this time", "node", node, "err", err)
 		return nil
 	}
-	renewed, err := ctl.agentRenewed(ctx, node)
+	beat, err := ctl.agentHeartbeat(ctx, node) // judged on this controller's clock, not by the agent's renewTime
 	if err != nil {
 		ctl.log.Debug("cannot read the node's agent heartbeat; it takes no slot this time", "node", node, "err", err)
 		return nil
@@ -218,7 +218,7 @@ func (ctl *Controller) check(ctx context.Context, node string) *checked {
 	ready, _ := process.NodeReady(n)
 	now := time.Now() // the check's age is a local interval
 	skip := plan.Skip(node, plan.Health{Ready: ready, Unschedulable: n.Spec.Unschedulable, CordonedBy: drain.CordonedBy(n.Annotations),
-		AgentRenewed: renewed, AgentTTL: ctl.agentTTL()}, protocol.CordonOwner, wallclock.At(now))
+		Agent: beat, AgentTTL: ctl.agentTTL()}, protocol.CordonOwner, wallclock.At(now)) // the wall clock: the skip's since only
 	return &checked{at: now, skip: skip}
 }
 

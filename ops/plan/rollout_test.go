@@ -3,6 +3,7 @@ package plan
 import (
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,20 +15,24 @@ import (
 
 func TestSkip(t *testing.T) {
 	ttl := 3 * time.Minute
-	fresh := now.Add(-time.Minute)
+	fresh := Heartbeat{Reported: true, SilentFor: time.Minute}
 	for _, tc := range []struct {
 		name string
 		h    Health
 		want string // reason; "" = eligible
+		msg  string // in the message
 	}{
-		{"ready with agent", Health{Ready: true, AgentRenewed: fresh}, ""},
-		{"not ready", Health{Ready: false, AgentRenewed: fresh}, SkipNotReady},
-		{"powered off: not ready and silent", Health{}, SkipNotReady},
-		{"never had an agent", Health{Ready: true}, SkipNoAgent},
-		{"agent silent too long", Health{Ready: true, AgentRenewed: now.Add(-4 * time.Minute)}, SkipNoAgent},
-		{"cordoned by an admin", Health{Ready: true, Unschedulable: true, AgentRenewed: fresh}, SkipUnschedulable},
-		{"cordoned by another tool", Health{Ready: true, Unschedulable: true, CordonedBy: "kured", AgentRenewed: fresh}, SkipUnschedulable},
-		{"slipway's own cordon left behind", Health{Ready: true, Unschedulable: true, CordonedBy: "slipway-agent", AgentRenewed: fresh}, ""},
+		{"ready with agent", Health{Ready: true, Agent: fresh}, "", ""},
+		{"its heartbeat just read for the first time", Health{Ready: true, Agent: Heartbeat{Reported: true}}, "", ""},
+		{"silent for exactly the TTL", Health{Ready: true, Agent: Heartbeat{Reported: true, SilentFor: ttl}}, "", ""},
+		{"not ready", Health{Ready: false, Agent: fresh}, SkipNotReady, "is not Ready"},
+		{"powered off: not ready and silent", Health{}, SkipNotReady, "is not Ready"},
+		{"never had an agent", Health{Ready: true}, SkipNoAgent, "no slipway agent has reported from node n1"},
+		{"agent silent too long", Health{Ready: true, Agent: Heartbeat{Reported: true, SilentFor: 4 * time.Minute}}, SkipNoAgent,
+			"the slipway agent on node n1 has not renewed its heartbeat for 4m0s (more than 3m0s)"},
+		{"cordoned by an admin", Health{Ready: true, Unschedulable: true, Agent: fresh}, SkipUnschedulable, "uncordon"},
+		{"cordoned by another tool", Health{Ready: true, Unschedulable: true, CordonedBy: "kured", Agent: fresh}, SkipUnschedulable, "uncordon"},
+		{"slipway's own cordon left behind", Health{Ready: true, Unschedulable: true, CordonedBy: "slipway-agent", Agent: fresh}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.h.AgentTTL = ttl
@@ -35,10 +40,28 @@ func TestSkip(t *testing.T) {
 			switch {
 			case tc.want == "" && got != nil:
 				t.Fatalf("skipped: %+v", got)
-			case tc.want != "" && (got == nil || got.Reason != tc.want || got.Node != "n1" || got.Message == ""):
-				t.Fatalf("Skip = %+v, want reason %s", got, tc.want)
+			case tc.want != "" && (got == nil || got.Reason != tc.want || got.Node != "n1" || !strings.Contains(got.Message, tc.msg) || !got.Since.Time.Equal(now.Truncate(time.Second))):
+				t.Fatalf("Skip = %+v, want reason %s, a message with %q, since now", got, tc.want, tc.msg)
 			}
 		})
+	}
+}
+
+func TestHeartbeatSilent(t *testing.T) {
+	ttl := 3 * time.Minute
+	for _, tc := range []struct {
+		h    Heartbeat
+		want bool
+	}{
+		{Heartbeat{}, true},
+		{Heartbeat{SilentFor: time.Second}, true}, // no Lease held by its node: none reported
+		{Heartbeat{Reported: true}, false},
+		{Heartbeat{Reported: true, SilentFor: ttl}, false},
+		{Heartbeat{Reported: true, SilentFor: ttl + time.Millisecond}, true},
+	} {
+		if got := tc.h.Silent(ttl); got != tc.want {
+			t.Errorf("%+v.Silent(%s) = %t, want %t", tc.h, ttl, got, tc.want)
+		}
 	}
 }
 
@@ -133,26 +156,31 @@ func TestSetConflict(t *testing.T) {
 
 func TestAbandoned(t *testing.T) {
 	ttl := 3 * time.Minute
-	ready := SlotNode{Exists: true, Ready: true, AgentKnown: true, AgentRenewed: now.Add(-time.Minute)}
+	beat := func(silent time.Duration) Heartbeat { return Heartbeat{Reported: true, SilentFor: silent} }
+	ready := SlotNode{Exists: true, Ready: true, AgentKnown: true, Agent: beat(time.Minute)}
 	for _, tc := range []struct {
 		name  string
 		phase string
 		node  SlotNode
 		want  bool
+		msg   string
 	}{
-		{"healthy", PhaseUpgrading, ready, false},
-		{"powered off while its job ran", PhaseUpgrading, SlotNode{Exists: true, ReadySince: now.Add(-2 * time.Minute), AgentKnown: true, AgentRenewed: now.Add(-2 * time.Minute)}, true},
-		{"not ready a moment", PhasePending, SlotNode{Exists: true, ReadySince: now.Add(-10 * time.Second), AgentKnown: true, AgentRenewed: now}, false},
-		{"agent gone mid-drain", PhaseDraining, SlotNode{Exists: true, Ready: true, AgentKnown: true, AgentRenewed: now.Add(-10 * time.Minute)}, true},
-		{"no agent at all", PhasePending, SlotNode{Exists: true, Ready: true, AgentKnown: true}, true},
-		{"heartbeat unreadable: cannot tell", PhasePending, SlotNode{Exists: true, Ready: true}, false},
-		{"not ready after the reboot is the upgrade's failure", PhaseRebooting, SlotNode{Exists: true, ReadySince: now.Add(-2 * time.Minute)}, false},
-		{"deleted: Stale decides", PhaseUpgrading, SlotNode{}, false},
+		{"healthy", PhaseUpgrading, ready, false, ""},
+		{"its heartbeat just read for the first time", PhaseUpgrading, SlotNode{Exists: true, Ready: true, AgentKnown: true, Agent: beat(0)}, false, ""},
+		{"powered off while its job ran", PhaseUpgrading, SlotNode{Exists: true, ReadySince: now.Add(-2 * time.Minute), AgentKnown: true, Agent: beat(2 * time.Minute)}, true, "turned NotReady 2m0s ago"},
+		{"not ready a moment", PhasePending, SlotNode{Exists: true, ReadySince: now.Add(-10 * time.Second), AgentKnown: true, Agent: beat(0)}, false, ""},
+		{"agent gone mid-drain", PhaseDraining, SlotNode{Exists: true, Ready: true, AgentKnown: true, Agent: beat(10 * time.Minute)}, true,
+			"the slipway agent of node n stopped reporting: its heartbeat has not been renewed for 10m0s (more than 3m0s)"},
+		{"no agent at all", PhasePending, SlotNode{Exists: true, Ready: true, AgentKnown: true}, true, "node n has no slipway agent reporting"},
+		{"heartbeat unreadable: cannot tell", PhasePending, SlotNode{Exists: true, Ready: true}, false, ""},
+		{"not ready after the reboot is the upgrade's failure", PhaseRebooting, SlotNode{Exists: true, ReadySince: now.Add(-2 * time.Minute)}, false, ""},
+		{"agent silent after the reboot asked: Stale decides", PhaseRebooting, SlotNode{Exists: true, Ready: true, AgentKnown: true, Agent: beat(10 * time.Minute)}, false, ""},
+		{"deleted: Stale decides", PhaseUpgrading, SlotNode{}, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, why := Abandoned(v1.Slot{Node: "n", Phase: tc.phase}, tc.node, ttl, now)
-			if got != tc.want || got && why == "" {
-				t.Fatalf("Abandoned = %v %q, want %v", got, why, tc.want)
+			if got != tc.want || got && !strings.Contains(why, tc.msg) {
+				t.Fatalf("Abandoned = %v %q, want %v with %q", got, why, tc.want, tc.msg)
 			}
 		})
 	}

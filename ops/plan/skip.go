@@ -23,20 +23,39 @@ const (
 // MaxSkipped is the most entries status.skipped lists (counts.skipped has them all).
 const MaxSkipped = 100
 
+// Heartbeat is what the fleet view saw of a node's agent heartbeat (its
+// Lease), judged on the controller's own clock only: the renewTime in the
+// Lease is written by the agent's clock and is never compared with the
+// controller's. The controller notes when it first read each renewTime;
+// any other renewTime, earlier or later, is a renewal.
+type Heartbeat struct {
+	// Reported: a Lease its node holds, with a renewTime, was read.
+	Reported bool
+	// SilentFor is how long the Lease has carried the renewTime read last,
+	// since this controller first read it (a first read counts as a
+	// renewal just seen).
+	SilentFor time.Duration
+}
+
+// Silent reports whether a heartbeat counts as gone: never reported, or
+// not renewed for longer than ttl.
+func (h Heartbeat) Silent(ttl time.Duration) bool { return !h.Reported || h.SilentFor > ttl }
+
 // Health is what the fleet view reads of a node behind the target beyond
 // its metadata: its Node's Ready condition and spec.unschedulable, who
-// cordoned it, and when its agent last reported.
+// cordoned it, and its agent's heartbeat.
 type Health struct {
 	Ready         bool
 	Unschedulable bool
-	CordonedBy    string    // the drain package's cordoned-by annotation
-	AgentRenewed  time.Time // the agent's last heartbeat; zero when it never reported
+	CordonedBy    string // the drain package's cordoned-by annotation
+	Agent         Heartbeat
 	AgentTTL      time.Duration
 }
 
 // Skip decides whether a node behind the target is passed over, and why;
 // nil means it may take a slot. A node slipway itself cordoned (a cordon
-// left behind) is not skipped: its next upgrade cordons it anyway.
+// left behind) is not skipped: its next upgrade cordons it anyway. now is
+// the controller's clock, for the entry's Since only.
 func Skip(node string, h Health, cordonOwner string, now time.Time) *v1.SkippedNode {
 	skip := func(reason, msg string, args ...any) *v1.SkippedNode {
 		return &v1.SkippedNode{Node: node, Reason: reason, Message: fmt.Sprintf(msg, args...), Since: metav1.NewTime(now)}
@@ -44,11 +63,11 @@ func Skip(node string, h Health, cordonOwner string, now time.Time) *v1.SkippedN
 	switch {
 	case !h.Ready:
 		return skip(SkipNotReady, "node %s is not Ready: it takes a slot once it is Ready again", node)
-	case h.AgentRenewed.IsZero():
+	case !h.Agent.Reported:
 		return skip(SkipNoAgent, "no slipway agent has reported from node %s: check the agent DaemonSet's pod there (kubectl get pods -o wide, its tolerations and logs)", node)
-	case now.Sub(h.AgentRenewed) > h.AgentTTL:
-		return skip(SkipNoAgent, "the slipway agent on node %s last reported %s ago (more than %s): check its pod and logs",
-			node, now.Sub(h.AgentRenewed).Round(time.Second), h.AgentTTL)
+	case h.Agent.Silent(h.AgentTTL):
+		return skip(SkipNoAgent, "the slipway agent on node %s has not renewed its heartbeat for %s (more than %s): check its pod and logs",
+			node, h.Agent.SilentFor.Round(time.Second), h.AgentTTL)
 	case h.Unschedulable && h.CordonedBy != cordonOwner:
 		return skip(SkipUnschedulable, "node %s was made unschedulable by someone else than slipway: uncordon it (kubectl uncordon %s) to let it upgrade", node, node)
 	}

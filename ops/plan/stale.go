@@ -21,9 +21,9 @@ type SlotNode struct {
 	Exists     bool
 	Ready      bool
 	ReadySince time.Time // last transition of the Ready condition
-	// AgentKnown: the agent's heartbeat was read (AgentRenewed zero: it has none).
-	AgentKnown   bool
-	AgentRenewed time.Time
+	// AgentKnown: the agent's heartbeat was read (Agent says what of it).
+	AgentKnown bool
+	Agent      Heartbeat
 }
 
 // SlotJob is what the stale-slot check knows of a slot's upgrade Job.
@@ -109,7 +109,8 @@ func beforeReboot(phase string) bool {
 
 // Abandoned decides whether the fleet view takes a slot away from a node
 // that went away before its reboot: NotReady for longer than JobGrace, or
-// its agent silent for longer than agentTTL. Such a slot is released
+// its agent silent for longer than agentTTL (Heartbeat: as the controller
+// saw it, never by the agent's clock). Such a slot is released
 // without a failure (a powered-off node is not a bad release) and the node
 // is skipped until it is back. After the reboot was asked for, a node that
 // does not come back is the upgrade's failure: Stale decides.
@@ -121,11 +122,11 @@ func Abandoned(slot v1.Slot, node SlotNode, agentTTL time.Duration, now time.Tim
 	case !node.Ready && !node.ReadySince.IsZero() && now.Sub(node.ReadySince) > JobGrace:
 		return true, fmt.Sprintf("node %s turned NotReady %s ago, before its reboot: slot released, not counted as a failure",
 			slot.Node, now.Sub(node.ReadySince).Round(time.Second))
-	case node.AgentKnown && node.AgentRenewed.IsZero():
+	case node.AgentKnown && !node.Agent.Reported:
 		return true, fmt.Sprintf("node %s has no slipway agent reporting: slot released, not counted as a failure", slot.Node)
-	case node.AgentKnown && now.Sub(node.AgentRenewed) > agentTTL:
-		return true, fmt.Sprintf("the slipway agent of node %s stopped reporting %s ago, before its reboot: slot released, not counted as a failure",
-			slot.Node, now.Sub(node.AgentRenewed).Round(time.Second))
+	case node.AgentKnown && node.Agent.Silent(agentTTL):
+		return true, fmt.Sprintf("the slipway agent of node %s stopped reporting: its heartbeat has not been renewed for %s (more than %s), before its reboot: slot released, not counted as a failure",
+			slot.Node, node.Agent.SilentFor.Round(time.Second), agentTTL)
 	}
 	return false, ""
 }
