@@ -108,7 +108,14 @@ func runOK(t *testing.T, o Options) Result {
 // the seed draws again.
 func TestScheduleFollowsTheSeed(t *testing.T) {
 	o := Options{System: "k3os", Seed: 77, Duration: time.Minute, Nodes: 5}
-	a, b := K3osSchedule(o), K3osSchedule(o)
+	a, err := K3osSchedule(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := K3osSchedule(o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if a.String() != b.String() || len(a) == 0 {
 		t.Fatalf("seed 77 drew two schedules:\n%s---\n%s", a, b)
 	}

@@ -76,27 +76,13 @@ func edsSpec(o Options, nodes []string) faults.Spec {
 	for _, n := range nodes {
 		nodeTargets = append(nodeTargets, "node/"+n)
 	}
-	spec := faults.Spec{Duration: o.Duration, Gap: 1500 * time.Millisecond, MaxFor: 8 * time.Second, Targets: map[faults.Kind][]string{
+	return faults.Spec{Duration: o.Duration, Gap: 1500 * time.Millisecond, MaxFor: 8 * time.Second, Targets: map[faults.Kind][]string{
 		faults.Kill: procs, faults.Pause: procs, faults.Latency: procs, faults.HalfOpen: procs, faults.Partition: procs, faults.Drop: procs,
 		faults.NotReady: nodeTargets, faults.Reregister: nodeTargets,
 	}, Weights: map[faults.Kind]int{
 		faults.Kill: 4, faults.Pause: 3, faults.Latency: 2, faults.HalfOpen: 2, faults.Partition: 2, faults.Drop: 2,
 		faults.NotReady: 2, faults.Reregister: 1,
 	}}
-	onlyKinds(&spec, o.Kinds)
-	return spec
-}
-
-// onlyKinds zeroes the weights of the kinds not in kinds (none: all kept).
-func onlyKinds(spec *faults.Spec, kinds []faults.Kind) {
-	if len(kinds) == 0 {
-		return
-	}
-	for k := range spec.Weights {
-		if !slices.Contains(kinds, k) {
-			spec.Weights[k] = 0
-		}
-	}
 }
 
 func (*edsSystem) spec(o Options, nodes []string) faults.Spec { return edsSpec(o, nodes) }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -56,7 +55,7 @@ func k3osSpec(o Options, nodes []string) faults.Spec {
 		nodeTargets = append(nodeTargets, "node/"+n)
 	}
 	procs := append(agents, "controller/a", "controller/b")
-	spec := faults.Spec{Duration: o.Duration, Gap: 1500 * time.Millisecond, MaxFor: 8 * time.Second, Targets: map[faults.Kind][]string{
+	return faults.Spec{Duration: o.Duration, Gap: 1500 * time.Millisecond, MaxFor: 8 * time.Second, Targets: map[faults.Kind][]string{
 		faults.Kill: procs, faults.Pause: procs,
 		faults.Latency: procs, faults.HalfOpen: procs, faults.Partition: procs, faults.Drop: procs,
 		faults.NotReady: nodeTargets, faults.Reregister: nodeTargets, faults.StallReboot: nodeTargets,
@@ -70,14 +69,6 @@ func k3osSpec(o Options, nodes []string) faults.Spec {
 		faults.PowerCut: 2, faults.FullDisk: 1, faults.SlowSource: 1, faults.FailSource: 1, faults.CorruptSource: 1,
 		faults.ClockStep: 2,
 	}, Steps: k3osSteps}
-	if len(o.Kinds) > 0 {
-		for k := range spec.Weights {
-			if !slices.Contains(o.Kinds, k) {
-				spec.Weights[k] = 0
-			}
-		}
-	}
-	return spec
 }
 
 // NodeNames are the fake nodes of a run of n nodes.
@@ -89,10 +80,12 @@ func NodeNames(n int) []string {
 	return out
 }
 
-// K3osSchedule is the schedule a k3os run of opts draws from its seed.
-func K3osSchedule(opts Options) faults.Schedule {
+// K3osSchedule is the schedule a k3os run of opts draws from its seed
+// (of opts.Kinds when set, as drawSchedule restricts every system's).
+func K3osSchedule(opts Options) (faults.Schedule, error) {
+	opts.System = "k3os"
 	opts = opts.withDefaults()
-	return faults.Generate(opts.Seed, k3osSpec(opts, NodeNames(opts.Nodes)))
+	return drawSchedule(opts, &k3os{}, NodeNames(opts.Nodes))
 }
 
 // k3osSource is the target of the release source's faults.

@@ -135,15 +135,13 @@ func swarmSpec(o Options, nodes []string) faults.Spec {
 	for _, n := range nodes {
 		nodeTargets = append(nodeTargets, "node/"+n)
 	}
-	spec := faults.Spec{Duration: o.Duration, Gap: 1500 * time.Millisecond, MaxFor: 8 * time.Second, Targets: map[faults.Kind][]string{
+	return faults.Spec{Duration: o.Duration, Gap: 1500 * time.Millisecond, MaxFor: 8 * time.Second, Targets: map[faults.Kind][]string{
 		faults.Kill: append(procs, podTargets...), faults.Pause: procs,
 		faults.Latency: procs, faults.HalfOpen: procs, faults.Partition: procs, faults.Drop: procs,
 		faults.NotReady: nodeTargets,
 	}, Weights: map[faults.Kind]int{
 		faults.Kill: 4, faults.Pause: 3, faults.Latency: 2, faults.HalfOpen: 2, faults.Partition: 2, faults.Drop: 2, faults.NotReady: 1,
 	}}
-	onlyKinds(&spec, o.Kinds)
-	return spec
 }
 
 func (*swarmSystem) spec(o Options, nodes []string) faults.Spec { return swarmSpec(o, nodes) }
