@@ -22,15 +22,19 @@ var clockNamed = []string{"k3os-clock-step", "k3os-clock-ahead-midslot", "uo-clo
 // nodes at concurrency 1.
 const clockFor = 60 * time.Second
 
+// clockShortFor is how long the clocks stay stepped in the short
+// schedules make test runs: the rollout's first grants.
+const clockShortFor = 15 * time.Second
+
 // clockSteps are the faults of a clock schedule: a server's and a worker's
 // agent 10 minutes behind, both controllers (so the leader, whichever it
-// is) 10 minutes ahead, from the rollout's start for clockFor.
-func clockSteps() faults.Schedule {
+// is) 10 minutes ahead, from the rollout's start for d.
+func clockSteps(d time.Duration) faults.Schedule {
 	return faults.Schedule{
-		{At: 0, Kind: faults.ClockStep, Target: "controller/a", For: clockFor, Arg: 10 * time.Minute},
-		{At: 0, Kind: faults.ClockStep, Target: "controller/b", For: clockFor, Arg: 10 * time.Minute},
-		{At: 0, Kind: faults.ClockStep, Target: "agent/node-2", For: clockFor, Arg: -10 * time.Minute},
-		{At: 0, Kind: faults.ClockStep, Target: "agent/node-4", For: clockFor, Arg: -10 * time.Minute},
+		{At: 0, Kind: faults.ClockStep, Target: "controller/a", For: d, Arg: 10 * time.Minute},
+		{At: 0, Kind: faults.ClockStep, Target: "controller/b", For: d, Arg: 10 * time.Minute},
+		{At: 0, Kind: faults.ClockStep, Target: "agent/node-2", For: d, Arg: -10 * time.Minute},
+		{At: 0, Kind: faults.ClockStep, Target: "agent/node-4", For: d, Arg: -10 * time.Minute},
 	}
 }
 
@@ -40,7 +44,11 @@ var clockSchedules = map[string]Named{
 	// the slots it grants look 20 min in the future to those agents.
 	"k3os-clock-step": {System: "k3os", Nodes: 5,
 		Doc:      "the controllers' clocks 10 min ahead and two agents' 10 min behind during the rollout: nothing beyond the budget, the rollout settles",
-		Schedule: clockSteps()},
+		Schedule: clockSteps(clockFor)},
+	// The same for clockShortFor: make test's clock step (TestClockStepShort).
+	"k3os-clock-step-short": {System: "k3os", Nodes: 5,
+		Doc:      "the controllers' clocks 10 min ahead and two agents' 10 min behind for the rollout's first 15 s: no node skipped for its agent's clock, the rollout settles",
+		Schedule: clockSteps(clockShortFor)},
 	// Both controllers 10 min ahead twice for 20 s while slots are held
 	// (node-1's drain, reboot and those after): every agent's heartbeat
 	// then looks 10 min old to the leader.
@@ -54,5 +62,8 @@ var clockSchedules = map[string]Named{
 		}},
 	"uo-clock-step": {System: "update-operator", Nodes: 5,
 		Doc:      "the update operator's controllers 10 min ahead and two agents 10 min behind during the rollout: nothing beyond max-concurrent, the rollout settles",
-		Schedule: clockSteps()},
+		Schedule: clockSteps(clockFor)},
+	"uo-clock-step-short": {System: "update-operator", Nodes: 5,
+		Doc:      "the update operator's controllers 10 min ahead and two agents 10 min behind for the rollout's first 15 s: nothing beyond max-concurrent, the rollout settles",
+		Schedule: clockSteps(clockShortFor)},
 }

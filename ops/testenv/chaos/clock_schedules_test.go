@@ -15,8 +15,31 @@ func TestClockSchedules(t *testing.T) {
 		t.Skipf("%s=1 runs the named schedules", envNamed)
 	}
 	t.Parallel()
+	runClockSteps(t, clockNamed...)
+}
+
+// TestClockStepShort is make test's clock step of k3os (its fixed seeds
+// draw none, testKinds): the controllers 10 min ahead and two agents 10
+// min behind for the rollout's first 15 s, under no-agent-while-renewing
+// and every other rule.
+func TestClockStepShort(t *testing.T) {
+	needCluster(t)
+	t.Parallel()
+	runClockSteps(t, "k3os-clock-step-short")
+}
+
+// TestClockStepShortUpdateOperator is the same for the update operator.
+func TestClockStepShortUpdateOperator(t *testing.T) {
+	needCluster(t)
+	t.Parallel()
+	runClockSteps(t, "uo-clock-step-short")
+}
+
+// runClockSteps runs the named clock schedules one after the other; each
+// must pass with every step injected.
+func runClockSteps(t *testing.T, names ...string) {
 	bin := buildBin(t)
-	for _, name := range clockNamed {
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			o, err := NamedOptions(name)
 			if err != nil {
