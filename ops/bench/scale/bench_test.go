@@ -17,6 +17,7 @@ import (
 
 	"slipway.dev/slipway/ops/agent"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/bench/sucproc"
 	"slipway.dev/slipway/ops/e2e/benchside"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
 	"slipway.dev/slipway/ops/plan"
@@ -54,7 +55,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 		settings += ", SUC with its manifest's settings (2 threads, leader election, client-go limits of its own), no-op plan: kubectl cordon, nothing, uncordon by SUC"
 		dyn := dynClient(e)
 		start = func() {
-			if _, err := dyn.Resource(planGVR).Namespace(sucNamespace).Create(ctx, noopPlan(), metav1.CreateOptions{}); err != nil {
+			if _, err := dyn.Resource(sucproc.PlanGVR).Namespace(sucproc.Namespace).Create(ctx, noopPlan(), metav1.CreateOptions{}); err != nil {
 				b.Fatalf("create the plan: %v", err)
 			}
 		}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -162,12 +161,7 @@ func grantAccess(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	for _, obj := range manifest.AccessObjects(accessOptions()) {
-		if err := create(ctx, c, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create %T: %w", obj, err)
-		}
-	}
-	return nil
+	return testenv.CreateAccess(ctx, c, manifest.AccessObjects(accessOptions()))
 }
 
 // build compiles slipway and slipway-sim as a release is built (static, stripped).

@@ -9,14 +9,9 @@ import (
 	"sync"
 	"syscall"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"slipway.dev/slipway/ops/testenv"
 )
 
 // controllerProc is the running `slipway ops controller` (slipway runs only).
@@ -30,14 +25,9 @@ var controllerProc struct {
 // controller ServiceAccount, with its default client limits; its log goes
 // to dir/controller.log.
 func startController(cfg *rest.Config, dir string) error {
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["scale"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["controller"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken, Impersonate: controllerIdentity.User, ImpersonateGroups: controllerIdentity.Groups}
-	kc.Contexts["scale"] = &clientcmdapi.Context{Cluster: "scale", AuthInfo: "controller"}
-	kc.CurrentContext = "scale"
 	path := filepath.Join(dir, "kubeconfig-controller")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		return fmt.Errorf("write the controller's kubeconfig: %w", err)
+	if err := testenv.WriteKubeconfigAs(cfg, controllerIdentity, path); err != nil {
+		return err
 	}
 	logf, err := os.Create(filepath.Join(dir, "controller.log"))
 	if err != nil {
@@ -79,31 +69,4 @@ func stopController() {
 	}
 	_ = cmd.Process.Signal(os.Interrupt)
 	<-done
-}
-
-// create creates one of the manifest's access objects.
-func create(ctx context.Context, c kubernetes.Interface, obj any) error {
-	o := metav1.CreateOptions{}
-	var err error
-	switch v := obj.(type) {
-	case *corev1.Namespace:
-		_, err = c.CoreV1().Namespaces().Create(ctx, v, o)
-	case *corev1.ServiceAccount:
-		_, err = c.CoreV1().ServiceAccounts(v.Namespace).Create(ctx, v, o)
-	case *rbacv1.ClusterRole:
-		_, err = c.RbacV1().ClusterRoles().Create(ctx, v, o)
-	case *rbacv1.ClusterRoleBinding:
-		_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, v, o)
-	case *rbacv1.Role:
-		_, err = c.RbacV1().Roles(v.Namespace).Create(ctx, v, o)
-	case *rbacv1.RoleBinding:
-		_, err = c.RbacV1().RoleBindings(v.Namespace).Create(ctx, v, o)
-	case *admissionv1.ValidatingAdmissionPolicy:
-		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, v, o)
-	case *admissionv1.ValidatingAdmissionPolicyBinding:
-		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, v, o)
-	default:
-		err = fmt.Errorf("no client for %T", obj)
-	}
-	return err
 }
