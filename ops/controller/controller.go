@@ -40,6 +40,7 @@ import (
 	"slipway.dev/slipway/ops/lease"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/process"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/version"
 )
 
@@ -80,6 +81,11 @@ type Options struct {
 	LoopAllowance time.Duration
 	// Log receives structured logs (default slog.Default()).
 	Log *slog.Logger
+	// Protocol is the highest NodeUpdate protocol the controller speaks
+	// with the agents (default protocol.Protocol).
+	// protocol.NodeUpdateProtocol (2) is the release that leaves the
+	// agents' versions on their Nodes (for tests of the upgrade of slipway).
+	Protocol int
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -94,6 +100,13 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Retry.Base <= 0 {
 		o.Retry = plan.DefaultRetry
+	}
+	switch o.Protocol {
+	case 0:
+		o.Protocol = protocol.Protocol
+	case protocol.NodeUpdateProtocol, protocol.VersionsProtocol:
+	default:
+		return o, fmt.Errorf("controller protocol %d: this release speaks %d and %d", o.Protocol, protocol.NodeUpdateProtocol, protocol.VersionsProtocol)
 	}
 	process.Timings(&o.Resync, &o.LeaseDuration, &o.HeartbeatInterval, &o.LoopAllowance)
 	if o.Log == nil {
