@@ -37,15 +37,7 @@ func (a *Agent) nodeUpdateInformer() cache.SharedIndexInformer {
 
 // ownObject is this node's NodeUpdate as the informer has it (nil: none).
 func (a *Agent) ownObject() *v1.NodeUpdate {
-	if a.objects == nil {
-		return nil
-	}
-	o, ok, _ := a.objects.GetByKey(a.opts.Namespace + "/" + protocol.NodeUpdateName(a.opts.NodeName))
-	if !ok {
-		return nil
-	}
-	u, _ := o.(*v1.NodeUpdate)
-	return u
+	return protocol.NodeUpdateIn(a.objects, a.opts.Namespace, a.opts.NodeName)
 }
 
 // viewsInObject tells whether the controller writes this node's views in

@@ -70,15 +70,7 @@ func (ctl *Controller) nodeUpdateInformer() (cache.SharedIndexInformer, error) {
 
 // nodeUpdateOf is node's NodeUpdate as the cache has it (nil: none).
 func (ctl *Controller) nodeUpdateOf(node string) *v1.NodeUpdate {
-	if ctl.nodeUpdates == nil {
-		return nil
-	}
-	o, ok, _ := ctl.nodeUpdates.GetByKey(ctl.opts.Namespace + "/" + protocol.NodeUpdateName(node))
-	if !ok {
-		return nil
-	}
-	u, _ := o.(*v1.NodeUpdate)
-	return u
+	return protocol.NodeUpdateIn(ctl.nodeUpdates, ctl.opts.Namespace, node)
 }
 
 // agentReadsObject tells whether the agent of the node of NodeUpdate u

@@ -137,3 +137,23 @@ func PublishedVersions(annotations map[string]string, u *v1.NodeUpdate) (booted,
 		K3s: annotations[AnnotationStagedK3sVersion]}
 	return booted, staged
 }
+
+// Cached is what NodeUpdateIn reads: an informer's store (client-go's
+// cache.Store), by namespace/name key.
+type Cached interface {
+	GetByKey(key string) (item any, exists bool, err error)
+}
+
+// NodeUpdateIn is node's NodeUpdate in namespace as store holds it (nil:
+// none, or no store): the agent's cache of its own, the controller's of all.
+func NodeUpdateIn(store Cached, namespace, node string) *v1.NodeUpdate {
+	if store == nil {
+		return nil
+	}
+	o, ok, _ := store.GetByKey(namespace + "/" + NodeUpdateName(node))
+	if !ok {
+		return nil
+	}
+	u, _ := o.(*v1.NodeUpdate)
+	return u
+}

@@ -136,3 +136,29 @@ func TestPublishedVersions(t *testing.T) {
 		}
 	}
 }
+
+// mapStore is a store of objects by namespace/name key.
+type mapStore map[string]any
+
+func (m mapStore) GetByKey(key string) (any, bool, error) { o, ok := m[key]; return o, ok, nil }
+
+// A node's NodeUpdate is found in a cache by its namespace and the node's name.
+func TestNodeUpdateIn(t *testing.T) {
+	u := &v1.NodeUpdate{}
+	store := mapStore{"ops/n1": u, "ops/n2": "not a NodeUpdate"}
+	for _, c := range []struct {
+		store    Cached
+		ns, node string
+		want     *v1.NodeUpdate
+	}{
+		{store, "ops", "n1", u},
+		{store, "other", "n1", nil},
+		{store, "ops", "n3", nil},
+		{store, "ops", "n2", nil},
+		{nil, "ops", "n1", nil},
+	} {
+		if got := NodeUpdateIn(c.store, c.ns, c.node); got != c.want {
+			t.Errorf("NodeUpdateIn(%s, %s) = %p, want %p", c.ns, c.node, got, c.want)
+		}
+	}
+}
