@@ -129,6 +129,9 @@ type Controller struct {
 	// confirming its slot (drainclient.go); leaseKube renews the Lease.
 	kube      *kube.Clientset
 	drainKube *kube.Clientset
+	// disrupting is read-held by each eviction and pod deletion being
+	// sent: a stopping controller waits for them (drainclient.go).
+	disrupting sync.RWMutex
 	leaseKube *kube.Clientset
 	ops       opsclient.OpsV1Interface
 	meta      metadata.Interface
@@ -217,7 +220,7 @@ func newController(o Options) (*Controller, error) {
 	if ctl.kube, err = kube.NewForConfig(fenced); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}
-	if ctl.drainKube, err = drainClient(fenced); err != nil {
+	if ctl.drainKube, err = drainClient(fenced, &ctl.disrupting); err != nil {
 		return nil, fmt.Errorf("build the drain's client: %w", err)
 	}
 	if ctl.ops, err = opsclient.NewForConfig(fenced); err != nil {
@@ -300,6 +303,8 @@ func (ctl *Controller) run(ctx context.Context) error {
 	ctl.viewQueue.ShutDown()
 	<-worked
 	viewsDone.Wait()
+	ctl.disrupting.Lock() // an eviction sent is not cut off (drainclient.go)
+	defer ctl.disrupting.Unlock()
 	<-elected // the Lease released: another replica takes over at once
 	return nil
 }
