@@ -132,13 +132,13 @@ type Controller struct {
 	// disrupting is read-held by each eviction and pod deletion being
 	// sent: a stopping controller waits for them (drainclient.go).
 	disrupting sync.RWMutex
-	leaseKube *kube.Clientset
-	ops       opsclient.OpsV1Interface
-	meta      metadata.Interface
-	tenure    *lease.Tenure
-	elected   atomic.Bool
-	channels  opslisters.UpdateChannelLister
-	nodeMeta  cache.Store // every Node's metadata (fold.go)
+	leaseKube  *kube.Clientset
+	ops        opsclient.OpsV1Interface
+	meta       metadata.Interface
+	tenure     *lease.Tenure
+	elected    atomic.Bool
+	channels   opslisters.UpdateChannelLister
+	nodeMeta   cache.Store // every Node's metadata (fold.go)
 	// nodeUpdates are the namespace's NodeUpdates (nodeupdates.go).
 	nodeUpdates cache.Store
 	nodeAvail   cache.Store // every Node's Ready condition and slipway's cordon (availability.go)
