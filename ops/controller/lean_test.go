@@ -93,8 +93,10 @@ func (f *fleet) nodeWrites(t *testing.T) (stop func() map[string]int) {
 }
 
 // TestNodeKeptLean: through a rollout, the Nodes carry at rest slipway's
-// version labels and nothing else of it, and slipway's writes of a Node
-// per node upgraded are counted (logged with the bytes of its part).
+// version labels and nothing else of it, and slipway writes each Node
+// twice per upgrade (the controller's cordon, the agent's uncordon with
+// the version labels); the counts and the bytes of slipway's part of a
+// Node are logged.
 func TestNodeKeptLean(t *testing.T) {
 	t.Parallel()
 	const nodes = 3
@@ -129,6 +131,9 @@ func TestNodeKeptLean(t *testing.T) {
 	t.Logf("slipway's part of a Node at rest: %d B before the rollout, %d B after (mean of %d nodes); slipway's Node writes per node upgraded: %.1f (%v)",
 		before, after, nodes, float64(total)/nodes, writes)
 	for _, n := range names {
+		if writes[n] > 2 {
+			t.Errorf("node %s: %d writes of slipway's part of its Node for one upgrade, want 2 (the cordon, the uncordon with the version labels)", n, writes[n])
+		}
 		labels, annotations := f.slipwayKeys(t, n)
 		if want := []string{protocol.LabelKernelVersion, protocol.LabelRootfsVersion}; !slices.Equal(labels, want) || len(annotations) > 0 {
 			t.Errorf("node %s at rest carries labels %v and annotations %v of slipway's, want the labels %v alone", n, labels, annotations, want)
