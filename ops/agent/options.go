@@ -156,12 +156,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Retry.Base <= 0 {
 		o.Retry = plan.DefaultRetry
 	}
-	switch o.Protocol {
-	case 0:
-		o.Protocol = protocol.Protocol
-	case protocol.NodeUpdateProtocol, protocol.VersionsProtocol:
-	default:
-		return o, fmt.Errorf("agent protocol %d: this release speaks %d and %d", o.Protocol, protocol.NodeUpdateProtocol, protocol.VersionsProtocol)
+	var err error
+	if o.Protocol, err = protocol.Spoken(o.Protocol); err != nil {
+		return o, fmt.Errorf("the agent: %w", err)
 	}
 	process.Timings(&o.Resync, &o.LeaseDuration, &o.HeartbeatInterval, &o.LoopAllowance)
 	if o.Log == nil {

@@ -53,15 +53,21 @@ func (f *fleet) nodeTransport(t *testing.T, node string) string {
 // waitTransport waits until node's transport is want.
 func (f *fleet) waitTransport(t *testing.T, node, want string) {
 	t.Helper()
+	f.waitWhere(t, node, "instructions and reports", want, f.nodeTransport)
+}
+
+// waitWhere waits until where(node) is want (what says what is where).
+func (f *fleet) waitWhere(t *testing.T, node, what, want string, where func(*testing.T, string) string) {
+	t.Helper()
 	deadline := time.Now().Add(90 * time.Second) // a deadline for a stuck test, not a timing claim
 	for {
-		got := f.nodeTransport(t, node)
+		got := where(t, node)
 		if got == want {
 			return
 		}
 		if time.Now().After(deadline) {
 			f.DumpLogs(node)
-			t.Fatalf("node %s: instructions and reports %s, want %s", node, got, want)
+			t.Fatalf("node %s: %s %s, want %s", node, what, got, want)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -188,18 +194,7 @@ func (f *fleet) versionsWhere(t *testing.T, node string) string {
 // waitVersions waits until node's versions are where want says (versionsWhere).
 func (f *fleet) waitVersions(t *testing.T, node, want string) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second) // a deadline for a stuck test, not a timing claim
-	for {
-		got := f.versionsWhere(t, node)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			f.DumpLogs(node)
-			t.Fatalf("node %s: versions %s, want %s", node, got, want)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	f.waitWhere(t, node, "versions", want, f.versionsWhere)
 }
 
 // TestVersionsMoveToNodeUpdates is the upgrade of slipway itself across

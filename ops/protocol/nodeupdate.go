@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -33,6 +34,18 @@ const VersionsProtocol = 3
 
 // Protocol is the highest protocol this release speaks.
 const Protocol = VersionsProtocol
+
+// Spoken is the NodeUpdate protocol a program set to p speaks: this
+// release's (Protocol) for 0, p when this release speaks it, else an error.
+func Spoken(p int) (int, error) {
+	switch p {
+	case 0:
+		return Protocol, nil
+	case NodeUpdateProtocol, VersionsProtocol:
+		return p, nil
+	}
+	return 0, fmt.Errorf("protocol %d: this release speaks %d and %d", p, NodeUpdateProtocol, VersionsProtocol)
+}
 
 // SpecProtocol is the spec.protocol a controller that speaks up to speaks
 // writes in the NodeUpdate of an agent that announced announced

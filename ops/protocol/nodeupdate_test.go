@@ -162,3 +162,16 @@ func TestNodeUpdateIn(t *testing.T) {
 		}
 	}
 }
+
+// A program speaks this release's protocol unless set to another it speaks.
+func TestSpoken(t *testing.T) {
+	for _, c := range []struct {
+		set, want int
+		bad       bool
+	}{{0, Protocol, false}, {2, 2, false}, {3, 3, false}, {1, 0, true}, {4, 0, true}} {
+		got, err := Spoken(c.set)
+		if got != c.want || (err != nil) != c.bad {
+			t.Errorf("Spoken(%d) = %d, %v; want %d, error %t", c.set, got, err, c.want, c.bad)
+		}
+	}
+}
