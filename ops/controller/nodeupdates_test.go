@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -18,11 +19,8 @@ import (
 	"slipway.dev/slipway/ops/protocol"
 )
 
-// nodeTransport is where node's instructions and reports are: "object"
-// (its NodeUpdate: the spec and the status speak protocol 2 or later, and its Node
-// holds no view and no report), "node" (its Node holds its view and its
-// report, its NodeUpdate neither), or what it is between the two.
-func (f *fleet) nodeTransport(t *testing.T, node string) string {
+// nodeAndObject are node's Node and NodeUpdate (an empty one when there is none).
+func (f *fleet) nodeAndObject(t *testing.T, node string) (*corev1.Node, *v1.NodeUpdate) {
 	t.Helper()
 	ctx := context.Background()
 	n, err := f.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -35,6 +33,16 @@ func (f *fleet) nodeTransport(t *testing.T, node string) string {
 	} else if err != nil {
 		t.Fatal(err)
 	}
+	return n, u
+}
+
+// nodeTransport is where node's instructions and reports are: "object"
+// (its NodeUpdate: the spec and the status speak protocol 2 or later, and its Node
+// holds no view and no report), "node" (its Node holds its view and its
+// report, its NodeUpdate neither), or what it is between the two.
+func (f *fleet) nodeTransport(t *testing.T, node string) string {
+	t.Helper()
+	n, u := f.nodeAndObject(t, node)
 	onNode := 0
 	for k := range n.Annotations {
 		if strings.HasPrefix(k, protocol.AnnotationChannelViewPrefix) || k == protocol.AnnotationSlotReport {
@@ -159,17 +167,7 @@ func (f *fleet) slipwayKeys(t *testing.T, node string) (labels, annotations []st
 // protocol 2 at most), or what it is between the two.
 func (f *fleet) versionsWhere(t *testing.T, node string) string {
 	t.Helper()
-	ctx := context.Background()
-	n, err := f.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := f.Ops.OpsV1().NodeUpdates(f.NS).Get(ctx, protocol.NodeUpdateName(node), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		u = &v1.NodeUpdate{}
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	n, u := f.nodeAndObject(t, node)
 	moved := 0
 	for _, k := range movedKeys {
 		if _, ok := n.Annotations[k]; ok {
