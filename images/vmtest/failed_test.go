@@ -14,11 +14,14 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"slipway.dev/slipway/images/build"
+	"slipway.dev/slipway/ops/generated/clientset/versioned"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/ops/testenv"
 )
 
@@ -140,8 +143,19 @@ func (n *node) backOn(ctx context.Context, v, oldBoot string, d time.Duration) e
 		if err != nil {
 			return false, nil
 		}
+		oc, err := versioned.NewForConfig(n.env.Config)
+		if err != nil {
+			return false, err
+		}
+		u, err := oc.OpsV1().NodeUpdates("slipway-system").Get(ctx, protocol.NodeUpdateName(vmNodeName), metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, nil
+		} else if err != nil {
+			u = nil
+		}
+		booted, _ := protocol.PublishedVersions(nd.Annotations, u) // the boot the agent recorded its versions in
 		return nd.Status.NodeInfo.BootID != oldBoot && testenv.NodeReady(nd) && !nd.Spec.Unschedulable &&
-			nd.Labels["ops.slipway.dev/rootfs-version"] == v && nd.Annotations["ops.slipway.dev/booted-boot-id"] == nd.Status.NodeInfo.BootID, nil
+			nd.Labels["ops.slipway.dev/rootfs-version"] == v && booted.BootID == nd.Status.NodeInfo.BootID, nil
 	})
 }
 

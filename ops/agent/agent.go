@@ -69,6 +69,7 @@ type Agent struct {
 	reported        protocol.Reports      // the reports this process last wrote on its Node or NodeUpdate (report.go)
 	announced       types.UID             // the NodeUpdate in which this process announced that it reports there (nodeupdate.go)
 	marks           map[string]string     // the prestage marks this process last wrote in its NodeUpdate, by status field
+	wroteVersions   statusWritten         // the versions this process last wrote in its NodeUpdate's status (publish.go)
 	known           Versions              // the versions this agent published for its node's boot
 	knownBoot       string                // the boot ID known belongs to
 	hasKnown        bool

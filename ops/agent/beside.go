@@ -34,8 +34,7 @@ func (a *Agent) observeBeside(sc *stepCtx, node *corev1.Node, o *plan.Observed) 
 	}
 	if o.Phase == plan.PhaseDraining && o.Job == plan.JobSucceeded {
 		if running := a.readableVersions(); running != nil {
-			labels, annotations := a.versionMeta(*running)
-			o.PublishDue = !sameMeta(node.Labels, labels) || !sameMeta(node.Annotations, annotations)
+			o.PublishDue = a.publishDue(node, a.versionsNow(*running))
 		}
 	}
 }
@@ -63,7 +62,12 @@ func (a *Agent) stepPublishSwap(ctx context.Context, sc *stepCtx) (time.Duration
 	if running == nil {
 		return 0, nil
 	}
-	labels, annotations := a.versionMeta(*running)
+	out := a.versionsNow(*running)
 	a.log.Info("the activation swapped while the drain goes on; publishing what the next boot starts", "channel", sc.ch.Name, "version", sc.slot.Version)
-	return 0, a.patchNode(ctx, labels, annotations)
+	if n := a.ownNode(); n == nil || !sameMeta(n.Labels, out.labels) || !sameMeta(n.Annotations, out.annotations) {
+		if err := a.patchNode(ctx, out.labels, out.annotations); err != nil {
+			return 0, err
+		}
+	}
+	return 0, a.writeVersions(ctx)
 }

@@ -93,8 +93,7 @@ func (f *fleet) noReboot(node, boot string, window time.Duration) {
 		if b := f.bootOf(node); b != boot {
 			f.T.Fatalf("node %s rebooted (boot %s) while its activation Job still ran", node, b)
 		}
-		n := f.Node(node)
-		if v := n.Annotations[protocol.AnnotationStagedRootfsVersion]; v != "" {
+		if v := f.Staged(node); v != "" {
 			f.T.Fatalf("node %s shows %s staged before its Job swapped anything", node, v)
 		}
 	}
@@ -203,12 +202,12 @@ func TestSwapPublishedWhileTheDrainWaits(t *testing.T) {
 	f.WaitNode(t, node, "cordoned while its activation Job runs", func(n *corev1.Node) bool {
 		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner
 	})
-	if v := f.Node(node).Annotations[protocol.AnnotationStagedRootfsVersion]; v != "" {
+	if v := f.Staged(node); v != "" {
 		t.Fatalf("%s shown staged before the Job swapped", v)
 	}
 	release(true)
 	f.WaitNode(t, node, "v2 swapped in and shown staged, still cordoned", func(n *corev1.Node) bool {
-		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner && n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2" &&
+		return drain.CordonedBy(n.Annotations) == protocol.CordonOwner && f.Staged(node) == "v2" &&
 			n.Labels[protocol.LabelRootfsVersion] == "v1"
 	})
 	f.Restart(node, nil) // killed between the Job's success and the reboot
@@ -407,12 +406,12 @@ func TestNoRepublishBeforeTheCordon(t *testing.T) {
 		t.Fatal(err)
 	}
 	for time.Since(swapped) < 1500*time.Millisecond {
-		if n := f.Node(node); n.Annotations[protocol.AnnotationStagedRootfsVersion] != "" && !n.Spec.Unschedulable {
+		if n := f.Node(node); f.Staged(node) != "" && !n.Spec.Unschedulable {
 			t.Fatalf("the swap published on the next change of the Node, %s after it, before any cordon", time.Since(swapped).Round(time.Millisecond))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	f.WaitNode(t, node, "the swap published once the drain was slow", func(n *corev1.Node) bool {
-		return n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2"
+		return f.Staged(node) == "v2"
 	})
 }

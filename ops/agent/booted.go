@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade/boot"
@@ -20,8 +21,11 @@ import (
 // published as staged.
 
 // bootEvidence gathers what this agent knows about its node's boot, from
-// Node n (its recorded versions; its boot ID with --boot-id-from-node).
-func (a *Agent) bootEvidence(n *corev1.Node) (plan.BootEvidence, error) {
+// Node n (its boot ID with --boot-id-from-node) and the versions recorded
+// for this boot: in its NodeUpdate u's status, else on n (where an agent of
+// protocol 2 keeps them, or one whose controller does not read the
+// status), else in this boot's file.
+func (a *Agent) bootEvidence(n *corev1.Node, u *v1.NodeUpdate) (plan.BootEvidence, error) {
 	var e plan.BootEvidence
 	var err error
 	if e.BootID, err = a.bootIDOf(n); err != nil {
@@ -35,6 +39,10 @@ func (a *Agent) bootEvidence(n *corev1.Node) (plan.BootEvidence, error) {
 		e.RecordedBoot = n.Annotations[protocol.AnnotationBootedBootID]
 		e.Recorded = Versions{Rootfs: n.Annotations[protocol.AnnotationRootfsVersion], Kernel: n.Annotations[protocol.AnnotationKernelVersion],
 			K3s: n.Annotations[protocol.AnnotationK3sVersion]}
+	}
+	// trust: ops.agent.own-nodeupdate
+	if b := bootedOf(u); b != nil && b.BootID == e.BootID && b.Rootfs != "" {
+		e.RecordedBoot, e.Recorded = b.BootID, Versions{Rootfs: b.Rootfs, Kernel: b.Kernel, K3s: b.K3s}
 	}
 	if e.RecordedBoot != e.BootID { // the Node lost its record (registered again): this boot's file (bootrecord.go)
 		if v, ok := a.readBootRecord(e.BootID); ok {
@@ -83,6 +91,14 @@ func bootMeta(running, current Versions, bootID string) (labels, annotations map
 		labels[protocol.LabelStagedRootfsVersion] = protocol.LabelValue(staged.Rootfs)
 	}
 	return labels, annotations
+}
+
+// bootedOf is the versions NodeUpdate u records for a boot (nil: none).
+func bootedOf(u *v1.NodeUpdate) *v1.NodeVersions {
+	if u == nil {
+		return nil
+	}
+	return u.Status.Booted
 }
 
 func nilIfEmpty(s string) any {

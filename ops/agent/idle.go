@@ -29,21 +29,21 @@ func (a *Agent) cleanupIdle(ctx context.Context) error {
 			return nil
 		}
 	}
-	if err := a.uncordonAndPublish(ctx, a.readableVersions(), nil); err != nil {
+	if _, err := a.uncordonAndPublish(ctx, a.readableVersions(), nil); err != nil {
 		return err
 	}
 	a.log.Info("uncordoned: this node holds no slot any more")
-	return nil
+	return a.writeVersions(ctx)
 }
 
 // noteWaiting remembers when this node started to wait for a slot.
 func (a *Agent) noteWaiting(ch *v1.UpdateChannel) {
 	node := a.ownNode()
 	target := plan.Target(mustResolve(ch), ch.Status)
+	running := a.readableVersions()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	// trust: ops.agent.own-versions
-	if node == nil || target == "" || node.Annotations[protocol.AnnotationRootfsVersion] == target {
+	if node == nil || target == "" || running != nil && running.Rootfs == target {
 		delete(a.waitSince, ch.Name)
 		return
 	}

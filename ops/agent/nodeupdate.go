@@ -37,15 +37,7 @@ func (a *Agent) nodeUpdateInformer() cache.SharedIndexInformer {
 
 // ownObject is this node's NodeUpdate as the informer has it (nil: none).
 func (a *Agent) ownObject() *v1.NodeUpdate {
-	if a.objects == nil {
-		return nil
-	}
-	o, ok, _ := a.objects.GetByKey(a.opts.Namespace + "/" + protocol.NodeUpdateName(a.opts.NodeName))
-	if !ok {
-		return nil
-	}
-	u, _ := o.(*v1.NodeUpdate)
-	return u
+	return protocol.NodeUpdateIn(a.objects, a.opts.Namespace, a.opts.NodeName)
 }
 
 // viewsInObject tells whether the controller writes this node's views in
@@ -98,7 +90,7 @@ func (a *Agent) announce(ctx context.Context) error {
 	done := a.announced == u.UID
 	a.mu.Unlock()
 	// trust: ops.agent.own-nodeupdate
-	if done || u.Status.Protocol >= protocol.NodeUpdateProtocol {
+	if done || u.Status.Protocol >= a.opts.Protocol {
 		// Announced there (a NodeUpdate created again, with its Node, is
 		// announced in again); what an earlier process stopped before
 		// removing from the Node is removed now.
@@ -106,13 +98,17 @@ func (a *Agent) announce(ctx context.Context) error {
 		return nil
 	}
 	fields := map[string]any{}
-	if n := a.ownNode(); n != nil {
+	n := a.ownNode()
+	if n != nil {
 		if rf := a.rebootFromOf(n); rf != "" {
 			fields["rebootFrom"] = rf
 		}
 	}
 	staged, failed := a.prestageMarks()
 	fields["prestagedVersion"], fields["prestageFailedVersion"] = nilIfEmpty(staged), nilIfEmpty(failed)
+	if a.opts.Protocol >= protocol.VersionsProtocol && n != nil {
+		fields["staged"] = stagedOnNode(n.Annotations) // as published there: the status now keeps it
+	}
 	if err := a.writeStatus(ctx, a.reportsNow(), fields); err != nil {
 		return err
 	}
@@ -120,8 +116,20 @@ func (a *Agent) announce(ctx context.Context) error {
 	a.announced = u.UID
 	a.mu.Unlock()
 	a.dropMovedFromNode(ctx)
-	a.log.Info("reporting in this node's NodeUpdate from now on", "protocol", protocol.NodeUpdateProtocol)
+	a.log.Info("reporting in this node's NodeUpdate from now on", "protocol", a.opts.Protocol)
 	return nil
+}
+
+// stagedOnNode is the staged versions a Node's annotations publish, as the
+// status's staged field (nil: none).
+func stagedOnNode(annotations map[string]string) *v1.NodeVersions {
+	// trust: ops.agent.own-versions
+	s := v1.NodeVersions{Rootfs: annotations[protocol.AnnotationStagedRootfsVersion], Kernel: annotations[protocol.AnnotationStagedKernelVersion],
+		K3s: annotations[protocol.AnnotationStagedK3sVersion]}
+	if s == (v1.NodeVersions{}) {
+		return nil
+	}
+	return &s
 }
 
 // dropMovedFromNode removes from the Node what moved to the NodeUpdate
@@ -170,11 +178,11 @@ func splitStatus(extra map[string]any) (node, status map[string]any) {
 }
 
 // writeStatus writes this node's reports into its NodeUpdate's status, with
-// the fields set (statusFields' values; nil removes), the versions its boot
-// runs, and the protocol it speaks. A release staged ahead that now runs is
-// staged no more.
+// the fields set (statusFields' values, the staged versions; nil removes),
+// the versions its boot runs, and the protocol it speaks. A release staged
+// ahead that now runs is staged no more.
 func (a *Agent) writeStatus(ctx context.Context, reports protocol.Reports, fields map[string]any) error {
-	st := map[string]any{"protocol": protocol.NodeUpdateProtocol, "reports": reports.StatusReports()}
+	st := map[string]any{"protocol": a.opts.Protocol, "reports": reports.StatusReports()}
 	maps.Copy(st, fields)
 	if v := a.readableVersions(); v != nil {
 		a.mu.Lock()
@@ -188,13 +196,8 @@ func (a *Agent) writeStatus(ctx context.Context, reports protocol.Reports, field
 			}
 		}
 	}
-	data, err := json.Marshal(map[string]any{"status": st})
-	if err != nil {
+	if err := a.patchStatus(ctx, st); err != nil {
 		return err
-	}
-	_, err = a.ops.NodeUpdates(a.opts.Namespace).Patch(ctx, protocol.NodeUpdateName(a.opts.NodeName), types.MergePatchType, data, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return fmt.Errorf("report in the NodeUpdate of node %s: %w", a.opts.NodeName, err)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -205,6 +208,48 @@ func (a *Agent) writeStatus(ctx context.Context, reports protocol.Reports, field
 		}
 	}
 	return nil
+}
+
+// patchStatus merge-patches the fields st into this node's NodeUpdate's
+// status, and remembers the versions written (statusDue).
+func (a *Agent) patchStatus(ctx context.Context, st map[string]any) error {
+	data, err := json.Marshal(map[string]any{"status": st})
+	if err != nil {
+		return err
+	}
+	written, err := a.ops.NodeUpdates(a.opts.Namespace).Patch(ctx, protocol.NodeUpdateName(a.opts.NodeName), types.MergePatchType, data, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return fmt.Errorf("report in the NodeUpdate of node %s: %w", a.opts.NodeName, err)
+	}
+	if _, ok := st["staged"]; ok && written.Status.Booted != nil {
+		a.mu.Lock()
+		a.wroteVersions = statusWritten{uid: written.UID, status: v1.NodeUpdateStatus{Booted: written.Status.Booted, Staged: written.Status.Staged}}
+		a.mu.Unlock()
+	}
+	return nil
+}
+
+// statusWritten is the versions this process last wrote into the status
+// of its NodeUpdate of UID uid.
+type statusWritten struct {
+	uid    types.UID
+	status v1.NodeUpdateStatus
+}
+
+// objectFromServer is this node's NodeUpdate at the API server (nil: none,
+// or an agent that reads none).
+func (a *Agent) objectFromServer(ctx context.Context) (*v1.NodeUpdate, error) {
+	if a.opts.NodeOnly {
+		return nil, nil
+	}
+	u, err := a.ops.NodeUpdates(a.opts.Namespace).Get(ctx, protocol.NodeUpdateName(a.opts.NodeName), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read the NodeUpdate of node %s: %w", a.opts.NodeName, err)
+	}
+	return u, nil
 }
 
 // prestageMarks are the prestaged and prestage-failed versions this node
@@ -250,17 +295,9 @@ func (a *Agent) publishMarks(ctx context.Context, marks map[string]any) error {
 // objectViewsFromServer reads this node's views from its NodeUpdate at the
 // API server; ok false when the controller does not write them there.
 func (a *Agent) objectViewsFromServer(ctx context.Context) (map[types.UID]protocol.View, bool, error) {
-	if a.opts.NodeOnly {
-		return nil, false, nil
-	}
-	u, err := a.ops.NodeUpdates(a.opts.Namespace).Get(ctx, protocol.NodeUpdateName(a.opts.NodeName), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, false, nil
-	case err != nil:
-		return nil, false, fmt.Errorf("read the NodeUpdate of node %s: %w", a.opts.NodeName, err)
-	case !viewsInObject(u):
-		return nil, false, nil
+	u, err := a.objectFromServer(ctx)
+	if err != nil || !viewsInObject(u) {
+		return nil, false, err
 	}
 	return protocol.ViewsOfSpec(u.Spec, a.opts.Namespace), true, nil
 }

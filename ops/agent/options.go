@@ -22,6 +22,7 @@ import (
 
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/process"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade/reboot"
 	"slipway.dev/slipway/version"
 )
@@ -96,6 +97,12 @@ type Options struct {
 	// it reads its views on its Node and reports there, and never reads or
 	// writes its NodeUpdate (for tests and benchmarks of a fleet mid-upgrade).
 	NodeOnly bool
+	// Protocol is the NodeUpdate protocol the agent speaks (default
+	// protocol.Protocol). protocol.NodeUpdateProtocol (2) is the release
+	// that keeps its versions, boot ID and staged versions on its Node and
+	// writes them into its status only with its reports (for tests of a
+	// fleet mid-upgrade).
+	Protocol int
 	// LoopAllowance is how long the workers may go without taking a pulse
 	// before /healthz fails (default 2m; a drain runs in one worker while
 	// the other takes the pulses).
@@ -148,6 +155,10 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Retry.Base <= 0 {
 		o.Retry = plan.DefaultRetry
+	}
+	var err error
+	if o.Protocol, err = protocol.Spoken(o.Protocol); err != nil {
+		return o, fmt.Errorf("the agent: %w", err)
 	}
 	process.Timings(&o.Resync, &o.LeaseDuration, &o.HeartbeatInterval, &o.LoopAllowance)
 	if o.Log == nil {

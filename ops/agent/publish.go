@@ -10,24 +10,93 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
 )
 
-// The node's versions as labels and annotations: published at start, with
-// the uncordon after an upgrade, and again whenever the Node lacks them or
-// shows others (a Node deleted and registered again comes back bare).
+// The node's versions: what its boot runs (with the boot ID they were
+// recorded in) and what its system directory stages beyond it. Published
+// at start, with the uncordon after an upgrade, and again whenever the
+// Node or the NodeUpdate lacks them or shows others (a Node deleted and
+// registered again comes back bare). Where they go depends on who reads
+// them (versionsWhere): the Node always carries the version labels users
+// select on; the raw versions, the boot ID and the staged versions go in
+// the NodeUpdate's status once this agent speaks protocol 3 there, and
+// leave the Node once the controller reads them there too.
+
+// versionsOut is what publishes a node's versions: on its Node (labels and
+// annotations; nil values remove keys), and in its NodeUpdate's status
+// (the booted and staged fields; nil when it keeps none there).
+type versionsOut struct {
+	labels, annotations map[string]any
+	status              map[string]any
+}
+
+// versionsFor is what publishes running (recorded in boot) and what current
+// stages beyond it: inStatus, also in the NodeUpdate's status; onlyStatus,
+// there alone, the Node keeping the version labels only.
+func versionsFor(running, current Versions, boot string, inStatus, onlyStatus bool) versionsOut {
+	labels, annotations := bootMeta(running, current, boot)
+	out := versionsOut{labels: labels, annotations: annotations}
+	if inStatus {
+		out.status = statusVersions(running, current, boot)
+	}
+	if inStatus && onlyStatus {
+		for k := range out.annotations {
+			out.annotations[k] = nil // the raw versions, the boot ID, the staged versions: in the status alone
+		}
+		out.labels[protocol.LabelStagedRootfsVersion] = nil
+	}
+	return out
+}
+
+// statusVersions are the NodeUpdate status fields that publish running
+// (recorded in boot) and what current stages beyond it.
+func statusVersions(running, current Versions, boot string) map[string]any {
+	st := map[string]any{"booted": v1.NodeVersions{Rootfs: running.Rootfs, Kernel: running.Kernel, K3s: running.K3s, BootID: boot}, "staged": nil}
+	if s := plan.Staged(running, current); s != (Versions{}) {
+		st["staged"] = &v1.NodeVersions{Rootfs: s.Rootfs, Kernel: s.Kernel, K3s: s.K3s}
+	}
+	return st
+}
+
+// sameStatus tells whether status st shows the booted and staged fields of want (statusVersions).
+func sameStatus(st v1.NodeUpdateStatus, want map[string]any) bool {
+	b, _ := want["booted"].(v1.NodeVersions)
+	s, _ := want["staged"].(*v1.NodeVersions)
+	return st.Booted != nil && *st.Booted == b && (st.Staged == nil) == (s == nil) && (s == nil || *st.Staged == *s)
+}
+
+// versionsWhere tells where this agent keeps its node's versions, given its
+// NodeUpdate u: in its status too (it speaks protocol 3 and announced it
+// there), and there alone (the controller reads them there: spec.protocol 3).
+func (a *Agent) versionsWhere(u *v1.NodeUpdate) (inStatus, onlyStatus bool) {
+	if a.opts.Protocol < protocol.VersionsProtocol || u == nil {
+		return false, false
+	}
+	a.mu.Lock()
+	announced := a.announced == u.UID
+	a.mu.Unlock()
+	// trust: ops.agent.own-nodeupdate
+	inStatus = announced || protocol.VersionsInStatus(u)
+	return inStatus, inStatus && u.Spec.Protocol >= protocol.VersionsProtocol
+}
 
 // publishVersions decides what this boot runs (plan.Running), remembers
-// it, and labels the node with it and with what the system directory has
-// staged beyond it, writing only when the node shows something else.
+// it, and publishes it and what the system directory has staged beyond it,
+// writing only where the node shows something else.
 func (a *Agent) publishVersions(ctx context.Context) error {
 	n, err := a.kube.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("read this agent's node %s (is --node-name right?): %w", a.opts.NodeName, err)
 	}
-	e, err := a.bootEvidence(n)
+	u, err := a.objectFromServer(ctx)
+	if err != nil {
+		return err
+	}
+	e, err := a.bootEvidence(n, u)
 	if err != nil {
 		return err
 	}
@@ -36,35 +105,45 @@ func (a *Agent) publishVersions(ctx context.Context) error {
 	if err := a.writeBootRecord(e.BootID, running); err != nil {
 		a.log.Warn("this boot's record was not written; the Node's stays the only one", "err", err)
 	}
-	labels, annotations := bootMeta(running, e.Current, e.BootID)
-	due := versionsDue(n, labels, annotations)
+	inStatus, onlyStatus := a.versionsWhere(u)
+	out := versionsFor(running, e.Current, e.BootID, inStatus, onlyStatus)
 	if drain.CordonedBy(n.Annotations) == protocol.CordonOwner {
 		// Mid-upgrade: the versions go with the uncordon, in one write.
 		return nil
 	}
-	if due {
+	nodeDue := !sameMeta(n.Labels, out.labels) || !sameMeta(n.Annotations, out.annotations)
+	statusDue := out.status != nil && !sameStatus(u.Status, out.status)
+	if nodeDue || statusDue {
 		a.log.Info("publishing this node's versions", "rootfs", running.Rootfs, "kernel", running.Kernel, "k3s", running.K3s,
-			"from", why, "stagedRootfs", plan.Staged(running, e.Current).Rootfs)
-		return a.patchNode(ctx, labels, annotations)
+			"from", why, "stagedRootfs", plan.Staged(running, e.Current).Rootfs, "inNodeUpdate", inStatus, "onNode", !onlyStatus)
+	}
+	if nodeDue {
+		if err := a.patchNode(ctx, out.labels, out.annotations); err != nil {
+			return err
+		}
+	}
+	if statusDue {
+		return a.patchStatus(ctx, out.status)
 	}
 	return nil
 }
 
-// republish labels the Node again when it lacks or disagrees with the
-// versions this agent published (the node informer's handler queues it).
+// republish publishes the versions again where the Node or the NodeUpdate
+// lacks or disagrees with them (the informers' handlers queue it).
 func (a *Agent) republish(ctx context.Context) error {
 	v, ok := a.getKnown()
 	n := a.ownNode()
-	if !ok || n == nil {
-		return nil
+	if !ok || n == nil || drain.CordonedBy(n.Annotations) == protocol.CordonOwner || a.drainAsked() {
+		return nil // mid-upgrade: the versions ride on the slot's writes
 	}
-	labels, annotations := a.versionMeta(v)
-	due := versionsDue(n, labels, annotations)
-	if !due || a.drainAsked() {
-		return nil
+	out := a.versionsNow(v)
+	if !sameMeta(n.Labels, out.labels) || !sameMeta(n.Annotations, out.annotations) {
+		a.log.Info("the node lacks or disagrees with its versions; publishing them again", "rootfs", v.Rootfs)
+		if err := a.patchNode(ctx, out.labels, out.annotations); err != nil {
+			return err
+		}
 	}
-	a.log.Info("the node lacks or disagrees with its versions; publishing them again", "rootfs", v.Rootfs)
-	return a.patchNode(ctx, labels, annotations)
+	return a.writeVersions(ctx)
 }
 
 // drainAsked reports whether this process asked for its node's drain for
@@ -81,16 +160,6 @@ func (a *Agent) drainAsked() bool {
 		}
 	}
 	return false
-}
-
-// versionsDue reports whether n needs labels and annotations: it lacks or disagrees with one of them, and it is not
-// mid-upgrade (cordoned by slipway, when the versions ride on the
-// uncordon).
-func versionsDue(n *corev1.Node, labels, annotations map[string]any) bool {
-	if sameMeta(n.Labels, labels) && sameMeta(n.Annotations, annotations) {
-		return false
-	}
-	return drain.CordonedBy(n.Annotations) != protocol.CordonOwner
 }
 
 func sameMeta(have map[string]string, want map[string]any) bool {
@@ -110,9 +179,10 @@ func (a *Agent) setKnown(v Versions, bootID string) {
 	a.known, a.hasKnown, a.knownBoot = v, true, bootID
 }
 
-// versionMeta is the labels and annotations that publish running v, the boot it
-// belongs to, and what the system directory stages beyond it now.
-func (a *Agent) versionMeta(v Versions) (labels, annotations map[string]any) {
+// versionsNow is what publishes running v, the boot it belongs to, and what
+// the system directory stages beyond it now, where this agent keeps them
+// (versionsWhere, from its NodeUpdate as the cache has it).
+func (a *Agent) versionsNow(v Versions) versionsOut {
 	current, err := ReadVersions(a.opts.SystemDir)
 	if err != nil {
 		current = v // unreadable: publish nothing as staged
@@ -120,16 +190,58 @@ func (a *Agent) versionMeta(v Versions) (labels, annotations map[string]any) {
 	a.mu.Lock()
 	boot := a.knownBoot
 	a.mu.Unlock()
-	labels, annotations = bootMeta(v, current, boot)
+	inStatus, onlyStatus := a.versionsWhere(a.ownObject())
+	out := versionsFor(v, current, boot, inStatus, onlyStatus)
 	if n := a.ownNode(); n != nil && !a.reportsInObject() { // a release staged ahead that now runs is staged no more (writeStatus, once in the NodeUpdate)
 		for _, k := range []string{protocol.AnnotationPrestagedVersion, protocol.AnnotationPrestageFailedVersion} {
 			// trust: ops.agent.own-versions
 			if have, ok := n.Annotations[k]; ok && have == v.Rootfs {
-				annotations[k] = nil
+				out.annotations[k] = nil
 			}
 		}
 	}
-	return labels, annotations
+	return out
+}
+
+// publishDue tells whether out is not what the Node n and the NodeUpdate show.
+func (a *Agent) publishDue(n *corev1.Node, out versionsOut) bool {
+	return !sameMeta(n.Labels, out.labels) || !sameMeta(n.Annotations, out.annotations) || a.statusDue(out.status)
+}
+
+// statusDue tells whether the NodeUpdate's status lacks or disagrees with
+// the versions st (statusVersions; nil: none kept there): neither the cache
+// nor this process's last write for the same object shows them.
+func (a *Agent) statusDue(st map[string]any) bool {
+	if st == nil {
+		return false
+	}
+	u := a.ownObject()
+	if u == nil {
+		return false // none yet: the announcement in the one created carries them
+	}
+	// trust: ops.agent.own-nodeupdate
+	if sameStatus(u.Status, st) {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.wroteVersions.uid != u.UID || !sameStatus(a.wroteVersions.status, st)
+}
+
+// writeVersions writes the versions into the NodeUpdate's status when it
+// keeps them and lacks or disagrees with them.
+func (a *Agent) writeVersions(ctx context.Context) error {
+	v, ok := a.getKnown()
+	if !ok {
+		return nil
+	}
+	a.reporting.Lock()
+	defer a.reporting.Unlock()
+	out := a.versionsNow(v)
+	if !a.statusDue(out.status) {
+		return nil
+	}
+	return a.patchStatus(ctx, out.status)
 }
 
 func (a *Agent) getKnown() (Versions, bool) {
@@ -138,14 +250,16 @@ func (a *Agent) getKnown() (Versions, bool) {
 	return a.known, a.hasKnown
 }
 
-// uncordonAndPublish uncordons the node if slipway cordoned it and labels
-// it with versions v (unless nil), in one write when both are due; the
-// annotations extra (a slot's report) go in that write, or in one of their
-// own when nothing else is due.
-func (a *Agent) uncordonAndPublish(ctx context.Context, v *Versions, extra map[string]any) error {
-	var labels, annotations map[string]any
+// uncordonAndPublish uncordons the node if slipway cordoned it and
+// publishes versions v on it (unless nil), in one write when both are due;
+// the annotations extra (a slot's report) go in that write, or in one of
+// their own when nothing else is due. What the NodeUpdate's status keeps
+// of v is returned, for the caller's status write (nil: nothing).
+func (a *Agent) uncordonAndPublish(ctx context.Context, v *Versions, extra map[string]any) (map[string]any, error) {
+	var labels, annotations, status map[string]any
 	if v != nil {
-		labels, annotations = a.versionMeta(*v)
+		out := a.versionsNow(*v)
+		labels, annotations, status = out.labels, out.annotations, out.status
 	}
 	n := a.ownNode()
 	published := v == nil || n != nil && sameMeta(n.Labels, labels) && sameMeta(n.Annotations, annotations)
@@ -165,7 +279,7 @@ func (a *Agent) uncordonAndPublish(ctx context.Context, v *Versions, extra map[s
 		maps.Copy(write, extra)
 		err = a.patchNode(ctx, labels, write)
 	}
-	return err
+	return status, err
 }
 
 // readableVersions is what this boot runs, as decided at start; nil when

@@ -48,18 +48,32 @@ func (a *Agent) reportsNow() protocol.Reports {
 // reportOf is the node's report for the channel of UID uid.
 func (a *Agent) reportOf(uid types.UID) protocol.Report { return a.reportsNow()[uid] }
 
-// reportWith edits the node's report for ch and writes the reports on its
-// Node (those of channels gone are dropped), with the labels and
-// annotations extra in the same write.
-func (a *Agent) reportWith(ctx context.Context, ch *v1.UpdateChannel, edit func(*protocol.Report), labels, extra map[string]any) error {
+// reportWith edits the node's report for ch and writes the reports where
+// it reports (those of channels gone are dropped), with the versions pub
+// (unless nil) and the annotations extra in the same write, or, reporting
+// in its NodeUpdate, the Node's part of them just before.
+func (a *Agent) reportWith(ctx context.Context, ch *v1.UpdateChannel, edit func(*protocol.Report), pub *versionsOut, extra map[string]any) error {
 	a.reporting.Lock()
 	defer a.reporting.Unlock()
 	next, annotations := a.nextReports(ch, edit)
+	var labels, onNode, fields map[string]any
+	if pub != nil {
+		labels, onNode, fields = pub.labels, maps.Clone(pub.annotations), maps.Clone(pub.status)
+	}
 	if a.reportsInObject() {
-		// The Node's labels and annotations first, then the report that
-		// may end the slot (as one write did on the Node).
-		onNode, fields := splitStatus(extra)
-		if len(labels) > 0 || len(onNode) > 0 {
+		// The Node's labels and annotations first (those it does not show
+		// yet), then the report that may end the slot (as one write did on
+		// the Node).
+		node, status := splitStatus(extra)
+		if onNode == nil {
+			onNode = map[string]any{}
+		}
+		maps.Copy(onNode, node)
+		if fields == nil {
+			fields = map[string]any{}
+		}
+		maps.Copy(fields, status)
+		if n := a.ownNode(); n == nil || !sameMeta(n.Labels, labels) || !sameMeta(n.Annotations, onNode) {
 			if err := a.patchNode(ctx, labels, onNode); err != nil {
 				return fmt.Errorf("report on node %s for channel %s: %w", a.opts.NodeName, ch.Name, err)
 			}
@@ -70,8 +84,12 @@ func (a *Agent) reportWith(ctx context.Context, ch *v1.UpdateChannel, edit func(
 		a.noteReported(next)
 		return nil
 	}
-	maps.Copy(annotations, extra)
-	if err := a.patchNode(ctx, labels, annotations); err != nil {
+	if onNode == nil {
+		onNode = map[string]any{}
+	}
+	maps.Copy(onNode, annotations)
+	maps.Copy(onNode, extra)
+	if err := a.patchNode(ctx, labels, onNode); err != nil {
 		return fmt.Errorf("report on node %s for channel %s: %w", a.opts.NodeName, ch.Name, err)
 	}
 	a.noteReported(next)
@@ -114,16 +132,17 @@ func (a *Agent) endSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot,
 	if a.reportsInObject() {
 		// Uncordoned and labelled first, then the report that frees the
 		// slot with the versions the node runs (its NodeUpdate's status).
-		if err := a.uncordonAndPublish(ctx, v, nil); err != nil {
+		versions, err := a.uncordonAndPublish(ctx, v, nil)
+		if err != nil {
 			return fmt.Errorf("report on node %s for channel %s: %w", a.opts.NodeName, ch.Name, err)
 		}
-		if err := a.writeStatus(ctx, next, nil); err != nil {
+		if err := a.writeStatus(ctx, next, versions); err != nil {
 			return fmt.Errorf("for channel %s: %w", ch.Name, err)
 		}
 		a.noteReported(next)
 		return nil
 	}
-	if err := a.uncordonAndPublish(ctx, v, report); err != nil {
+	if _, err := a.uncordonAndPublish(ctx, v, report); err != nil {
 		return fmt.Errorf("report on node %s for channel %s: %w", a.opts.NodeName, ch.Name, err)
 	}
 	a.noteReported(next)
@@ -135,10 +154,10 @@ func (a *Agent) reportSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Sl
 	return a.reportWith(ctx, ch, slotReport(slot, phase, job, outcome, reason), nil, nil)
 }
 
-// reportSlotWith reports slot of ch at phase with job, and writes the
-// labels and annotations extra in the same write.
-func (a *Agent) reportSlotWith(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, phase, job string, labels, extra map[string]any) error {
-	return a.reportWith(ctx, ch, slotReport(slot, phase, job, "", ""), labels, extra)
+// reportSlotWith reports slot of ch at phase with job, and publishes the
+// versions pub (unless nil) and the annotations extra in the same write.
+func (a *Agent) reportSlotWith(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, phase, job string, pub *versionsOut, extra map[string]any) error {
+	return a.reportWith(ctx, ch, slotReport(slot, phase, job, "", ""), pub, extra)
 }
 
 // slotReport edits a report into slot's at phase with job (ended with

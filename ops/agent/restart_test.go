@@ -348,6 +348,6 @@ func TestReregisteredNodeOnTheSameBootKeepsWhatRuns(t *testing.T) {
 	f.registerAgain(t, node)
 	f.Start(node)
 	f.WaitNode(t, node, "labelled v1 running, v2 staged", func(n *corev1.Node) bool {
-		return n.Labels[protocol.LabelRootfsVersion] == "v1" && n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2"
+		return n.Labels[protocol.LabelRootfsVersion] == "v1" && f.Staged(node) == "v2"
 	})
 }

@@ -32,12 +32,12 @@ func TestFailedDrainRollsTheSwapBack(t *testing.T) {
 		Drain:        &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 3 * time.Second}},
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}}})
 	f.WaitNode(t, node, "the swap staged v2 (on the cordon)", func(n *corev1.Node) bool {
-		return n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2" && n.Labels[protocol.LabelRootfsVersion] == "v1"
+		return f.Staged(node) == "v2" && n.Labels[protocol.LabelRootfsVersion] == "v1"
 	})
 	f.WaitFor("the drain to fail", time.Minute, func(ch *v1.UpdateChannel) bool { return plan.FindFailure(ch.Status, node) >= 0 })
 	f.WaitNode(t, node, "rolled back: v1 runs, nothing staged", func(n *corev1.Node) bool {
 		return f.Current(node) == "v1" && n.Labels[protocol.LabelRootfsVersion] == "v1" &&
-			n.Labels[protocol.LabelStagedRootfsVersion] == "" && n.Annotations[protocol.AnnotationStagedRootfsVersion] == "" && !n.Spec.Unschedulable
+			n.Labels[protocol.LabelStagedRootfsVersion] == "" && f.Staged(node) == "" && !n.Spec.Unschedulable
 	})
 	if n := f.EventsWithin("RollingBack", 1, 10*time.Second); n != 1 {
 		t.Errorf("%d RollingBack events, want 1", n)
@@ -61,7 +61,8 @@ func TestFailedDrainRollsTheSwapBack(t *testing.T) {
 	// An unplanned reboot now starts v1, the version it ran.
 	f.Restart(node, func() { _ = os.WriteFile(f.BootFile(node), []byte("boot-unplanned"), 0o644) })
 	f.WaitNode(t, node, "v1 after an unplanned reboot", func(n *corev1.Node) bool {
-		return n.Labels[protocol.LabelRootfsVersion] == "v1" && n.Annotations[protocol.AnnotationBootedBootID] == "boot-unplanned"
+		booted, _ := f.Versions(node)
+		return n.Labels[protocol.LabelRootfsVersion] == "v1" && booted.BootID == "boot-unplanned"
 	})
 }
 
@@ -97,14 +98,14 @@ func TestDeletedChannelRollsTheSwapBack(t *testing.T) {
 		Drain:        &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 4 * time.Second}},
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}}})
 	f.WaitNode(t, node, "cordoned with v2 staged", func(n *corev1.Node) bool {
-		return n.Spec.Unschedulable && n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2"
+		return n.Spec.Unschedulable && f.Staged(node) == "v2"
 	})
 	if err := f.Ops.OpsV1().UpdateChannels(f.NS).Delete(context.Background(), "default", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.WaitNode(t, node, "rolled back and uncordoned", func(n *corev1.Node) bool {
 		return f.Current(node) == "v1" && !n.Spec.Unschedulable && n.Labels[protocol.LabelRootfsVersion] == "v1" &&
-			n.Annotations[protocol.AnnotationStagedRootfsVersion] == ""
+			f.Staged(node) == ""
 	})
 }
 
@@ -216,10 +217,10 @@ func TestFailedRollbackIsReportedAndRetried(t *testing.T) {
 		Drain:        &v1.DrainSpec{Timeout: &metav1.Duration{Duration: 3 * time.Second}},
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}}})
 	f.WaitNode(t, node, "the swap staged v2 (on the cordon)", func(n *corev1.Node) bool {
-		return n.Annotations[protocol.AnnotationStagedRootfsVersion] == "v2"
+		return f.Staged(node) == "v2"
 	})
 	f.WaitNode(t, node, "rolled back on the second attempt: v1 runs, nothing staged", func(n *corev1.Node) bool {
-		return f.Current(node) == "v1" && n.Annotations[protocol.AnnotationStagedRootfsVersion] == "" && !n.Spec.Unschedulable
+		return f.Current(node) == "v1" && f.Staged(node) == "" && !n.Spec.Unschedulable
 	})
 	if n := f.EventsWithin("RollbackFailed", 1, 5*time.Second); n != 1 {
 		t.Errorf("%d RollbackFailed events, want 1", n)

@@ -73,12 +73,12 @@ func (a *Agent) stepDrain(ctx context.Context, sc *stepCtx) (again bool, err err
 	if err := a.confirmSlot(ctx, sc.ch, sc.slot); err != nil {
 		return false, err
 	}
-	var labels map[string]any
-	extra := map[string]any{}
+	var pub *versionsOut
 	if running := a.readableVersions(); running != nil {
-		labels, extra = a.versionMeta(*running) // what runs and what the reboot starts, as a publish would write them
+		out := a.versionsNow(*running) // what runs and what the reboot starts, as a publish would write them
+		pub = &out
 	}
-	extra[protocol.AnnotationRebootFrom] = boot
+	extra := map[string]any{protocol.AnnotationRebootFrom: boot}
 	phase, how := plan.PhaseDraining, "drained by the controller"
 	if !sc.s.Drain.Enabled {
 		phase, how = plan.PhaseRebooting, "drain disabled"
@@ -86,7 +86,7 @@ func (a *Agent) stepDrain(ctx context.Context, sc *stepCtx) (again bool, err err
 	if sc.slot.Job == "" {
 		sc.slot.Job = protocol.SlotJobName(sc.ch.UID, sc.slot)
 	}
-	if err := a.reportSlotWith(ctx, sc.ch, sc.slot, phase, sc.slot.Job, labels, extra); err != nil {
+	if err := a.reportSlotWith(ctx, sc.ch, sc.slot, phase, sc.slot.Job, pub, extra); err != nil {
 		return false, err
 	}
 	a.noteWrote(sc.ch.UID, sc.slot, phase, sc.slot.Job)

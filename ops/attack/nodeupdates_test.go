@@ -19,7 +19,9 @@ import (
 )
 
 // The per-node NodeUpdate: the controller writes its spec (a node's
-// instructions), the node's agent its status (the node's reports). The API
+// instructions), the node's agent its status (the node's reports, and its
+// versions, boot ID and staged versions, which the controller reads there
+// alone from agents of protocol 3). The API
 // server holds each to its half: RBAC gives the agent the status
 // subresource only and the controller the object without its status, and
 // the agent's policy binds its status writes to the object named after the
@@ -52,8 +54,10 @@ func nodeUpdateOf(ctx context.Context, t *testing.T, node string) *v1.NodeUpdate
 	if err != nil {
 		t.Fatal(err)
 	}
-	got.Status = v1.NodeUpdateStatus{RebootFrom: "boot-1", Reports: []v1.NodeReport{{UID: "uid-1",
-		SlotReport: v1.SlotReport{Since: since, Attempt: 1, Version: "v2", Phase: "Draining", Job: "upgrade-6-" + node + "-v2"}}}}
+	got.Status = v1.NodeUpdateStatus{Protocol: 3, RebootFrom: "boot-1", Reports: []v1.NodeReport{{UID: "uid-1",
+		SlotReport: v1.SlotReport{Since: since, Attempt: 1, Version: "v2", Phase: "Draining", Job: "upgrade-6-" + node + "-v2"}}},
+		// protocol 3: what its boot runs and what it stages, read by the controller from here alone
+		Booted: &v1.NodeVersions{Rootfs: "v1", Kernel: "v1", K3s: "v1.33.1+k3s1", BootID: "boot-1"}, Staged: &v1.NodeVersions{Rootfs: "v2", Kernel: "v2"}}
 	if got, err = admin.UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +102,8 @@ func TestNodeUpdateHalves(t *testing.T) {
 	for name, err := range map[string]error{
 		"report on node-b's NodeUpdate":             second(asAgent.UpdateStatus(ctx, report(other), dry)),
 		"patch node-b's NodeUpdate's status":        merge(asAgent, "node-b", `{"status":{"rebootFrom":"x"}}`, "status"),
+		"forge node-b's versions":                   merge(asAgent, "node-b", `{"status":{"booted":{"rootfs":"v9","bootID":"boot-1"}}}`, "status"),
+		"forge node-b's staged versions":            merge(asAgent, "node-b", `{"status":{"staged":null}}`, "status"),
 		"write its own instructions (update)":       second(asAgent.Update(ctx, respec(own), dry)),
 		"write its own instructions (patch)":        merge(asAgent, "node-a", `{"spec":{"channels":[]}}`),
 		"label its own NodeUpdate":                  merge(asAgent, "node-a", `{"metadata":{"labels":{"x":"y"}}}`),
@@ -157,6 +163,7 @@ func TestNodeUpdateHalves(t *testing.T) {
 	for name, err := range map[string]error{
 		"forge a node's report":                                   second(asController.UpdateStatus(ctx, report(own), dry)),
 		"patch a node's report":                                   merge(asController, "node-a", `{"status":{"rebootFrom":"x"}}`, "status"),
+		"forge a node's versions":                                 merge(asController, "node-a", `{"status":{"booted":{"rootfs":"v9"}}}`, "status"),
 		"own a NodeUpdate by another Node":                        create(owned("Node", "node-b")),
 		"own a NodeUpdate by something else":                      create(owned("ConfigMap", "node-c")),
 		"pin a NodeUpdate with a finalizer":                       create(pinned),

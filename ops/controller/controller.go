@@ -40,6 +40,7 @@ import (
 	"slipway.dev/slipway/ops/lease"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/process"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/version"
 )
 
@@ -80,6 +81,11 @@ type Options struct {
 	LoopAllowance time.Duration
 	// Log receives structured logs (default slog.Default()).
 	Log *slog.Logger
+	// Protocol is the highest NodeUpdate protocol the controller speaks
+	// with the agents (default protocol.Protocol).
+	// protocol.NodeUpdateProtocol (2) is the release that leaves the
+	// agents' versions on their Nodes (for tests of the upgrade of slipway).
+	Protocol int
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -94,6 +100,10 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Retry.Base <= 0 {
 		o.Retry = plan.DefaultRetry
+	}
+	var err error
+	if o.Protocol, err = protocol.Spoken(o.Protocol); err != nil {
+		return o, fmt.Errorf("the controller: %w", err)
 	}
 	process.Timings(&o.Resync, &o.LeaseDuration, &o.HeartbeatInterval, &o.LoopAllowance)
 	if o.Log == nil {
@@ -116,13 +126,16 @@ type Controller struct {
 	// confirming its slot (drainclient.go); leaseKube renews the Lease.
 	kube      *kube.Clientset
 	drainKube *kube.Clientset
-	leaseKube *kube.Clientset
-	ops       opsclient.OpsV1Interface
-	meta      metadata.Interface
-	tenure    *lease.Tenure
-	elected   atomic.Bool
-	channels  opslisters.UpdateChannelLister
-	nodeMeta  cache.Store // every Node's metadata (fold.go)
+	// disrupting is read-held by each eviction and pod deletion being
+	// sent: a stopping controller waits for them (drainclient.go).
+	disrupting sync.RWMutex
+	leaseKube  *kube.Clientset
+	ops        opsclient.OpsV1Interface
+	meta       metadata.Interface
+	tenure     *lease.Tenure
+	elected    atomic.Bool
+	channels   opslisters.UpdateChannelLister
+	nodeMeta   cache.Store // every Node's metadata (fold.go)
 	// nodeUpdates are the namespace's NodeUpdates (nodeupdates.go).
 	nodeUpdates cache.Store
 	nodeAvail   cache.Store // every Node's Ready condition and slipway's cordon (availability.go)
@@ -205,7 +218,7 @@ func newController(o Options) (*Controller, error) {
 	if ctl.kube, err = kube.NewForConfig(fenced); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}
-	if ctl.drainKube, err = drainClient(fenced); err != nil {
+	if ctl.drainKube, err = drainClient(fenced, &ctl.disrupting); err != nil {
 		return nil, fmt.Errorf("build the drain's client: %w", err)
 	}
 	if ctl.ops, err = opsclient.NewForConfig(fenced); err != nil {
@@ -288,6 +301,8 @@ func (ctl *Controller) run(ctx context.Context) error {
 	ctl.viewQueue.ShutDown()
 	<-worked
 	viewsDone.Wait()
+	ctl.disrupting.Lock() // an eviction sent is not cut off (drainclient.go)
+	defer ctl.disrupting.Unlock()
 	<-elected // the Lease released: another replica takes over at once
 	return nil
 }

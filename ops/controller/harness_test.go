@@ -28,6 +28,9 @@ type fleet struct {
 	// nodeOnly are the nodes whose agents speak the previous release's
 	// protocol (agent.Options.NodeOnly) when they start next.
 	nodeOnly sync.Map
+	// protocol are the NodeUpdate protocols (agent.Options.Protocol) the
+	// agents of nodes speak when they start next (none: the current).
+	protocol sync.Map
 }
 
 func newFleet(t *testing.T, nodes int, edit func(*Options)) *fleet {
@@ -59,6 +62,9 @@ func (f *fleet) agent(r fleettest.AgentRun) func(context.Context) error {
 		HeartbeatInterval: o.HeartbeatInterval, GitHubToken: o.GitHubToken, GitHubBaseURL: o.GitHubBaseURL}
 	if old, _ := f.nodeOnly.Load(r.Node); old == true {
 		ao.NodeOnly = true
+	}
+	if p, ok := f.protocol.Load(r.Node); ok {
+		ao.Protocol, _ = p.(int)
 	}
 	return func(ctx context.Context) error { return agent.Run(ctx, ao) }
 }

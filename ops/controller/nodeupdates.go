@@ -70,15 +70,7 @@ func (ctl *Controller) nodeUpdateInformer() (cache.SharedIndexInformer, error) {
 
 // nodeUpdateOf is node's NodeUpdate as the cache has it (nil: none).
 func (ctl *Controller) nodeUpdateOf(node string) *v1.NodeUpdate {
-	if ctl.nodeUpdates == nil {
-		return nil
-	}
-	o, ok, _ := ctl.nodeUpdates.GetByKey(ctl.opts.Namespace + "/" + protocol.NodeUpdateName(node))
-	if !ok {
-		return nil
-	}
-	u, _ := o.(*v1.NodeUpdate)
-	return u
+	return protocol.NodeUpdateIn(ctl.nodeUpdates, ctl.opts.Namespace, node)
 }
 
 // agentReadsObject tells whether the agent of the node of NodeUpdate u
@@ -86,6 +78,14 @@ func (ctl *Controller) nodeUpdateOf(node string) *v1.NodeUpdate {
 func agentReadsObject(u *v1.NodeUpdate) bool {
 	// trust: ops.nodeupdate.protocol
 	return u != nil && u.Status.Protocol >= protocol.NodeUpdateProtocol
+}
+
+// versionsInStatus tells whether the controller reads the versions of the
+// node of NodeUpdate u from its status alone: its agent keeps them current
+// there (protocol 3), and this controller speaks that protocol.
+func (ctl *Controller) versionsInStatus(u *v1.NodeUpdate) bool {
+	// trust: ops.nodeupdate.protocol
+	return ctl.opts.Protocol >= protocol.VersionsProtocol && protocol.VersionsInStatus(u)
 }
 
 // objectWritten is what the controller last wrote of a NodeUpdate's spec,
@@ -173,7 +173,8 @@ func (ctl *Controller) writeObjectViews(ctx context.Context, node string, u *v1.
 		views[uid] = v
 	}
 	spec := protocol.SpecOf(views)
-	spec.Protocol = protocol.NodeUpdateProtocol
+	// trust: ops.nodeupdate.protocol
+	spec.Protocol = protocol.SpecProtocol(u.Status.Protocol, ctl.opts.Protocol)
 	if len(patch) > 0 || ctl.specSeen(u).Protocol != spec.Protocol {
 		// A merge patch of the whole spec (its only writer), not an update:
 		// the agent's status writes move the resource version on.
@@ -280,7 +281,16 @@ func (ctl *Controller) withObjectReports(snap map[string]*metav1.PartialObjectMe
 		// trust: ops.nodeupdate.reports
 		c.Annotations[protocol.AnnotationSlotReport] = protocol.ReportsOfStatus(u.Status).String()
 		// trust: ops.nodeupdate.versions
-		if b := u.Status.Booted; b != nil && b.Rootfs != "" {
+		switch b := u.Status.Booted; {
+		case ctl.versionsInStatus(u):
+			// Kept current there, and only there once spec.protocol says
+			// this controller reads them there: the Node's are not read.
+			delete(c.Annotations, protocol.AnnotationRootfsVersion)
+			if b != nil {
+				c.Annotations[protocol.AnnotationRootfsVersion] = b.Rootfs
+			}
+		case b != nil && b.Rootfs != "":
+			// An agent of protocol 2 writes them there with its reports.
 			c.Annotations[protocol.AnnotationRootfsVersion] = b.Rootfs
 		}
 		for k, v := range map[string]string{protocol.AnnotationPrestagedVersion: u.Status.PrestagedVersion, protocol.AnnotationPrestageFailedVersion: u.Status.PrestageFailedVersion} {

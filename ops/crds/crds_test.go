@@ -75,7 +75,8 @@ func TestNodeUpdateShape(t *testing.T) {
 		order = append(order, c.Name+"="+c.JSONPath)
 	}
 	want := "Node=.metadata.name,Channel=.spec.channels[0].name,Slot=.spec.channels[0].slot.version," +
-		"Phase=.status.reports[0].phase,Version=.spec.channels[0].resolved.version,Age=.metadata.creationTimestamp"
+		"Phase=.status.reports[0].phase,Version=.spec.channels[0].resolved.version,Running=.status.booted.rootfs,Staged=.status.staged.rootfs," +
+		"Age=.metadata.creationTimestamp"
 	if got := strings.Join(order, ","); got != want {
 		t.Errorf("columns = %s\nwant      %s", got, want)
 	}

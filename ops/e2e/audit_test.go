@@ -102,7 +102,7 @@ func (r writeReport) lines(nodes int) []string {
 }
 
 // step names the moments of one node's upgrade seen in the audit log.
-var steps = []string{"job created", "pod done", "job complete", "drain asked", "reboot", "back up", "slot freed"}
+var steps = []string{"job created", "pod done", "job complete", "cordoned", "reboot", "back up", "slot freed"}
 
 // timeline returns, per step, the median time since the node's Job was
 // created, over every node, and the median handover: from a slot freed to
@@ -156,8 +156,8 @@ func nodeSteps(events []testenv.AuditEvent, node string) []time.Time {
 			at[1] = ev.Time // the last one: the pod's end
 		case writerOf(ev) == writerJobs && ev.Resource == "jobs/status" && strings.HasPrefix(ev.Name, jobPrefix):
 			at[2] = ev.Time
-		case mine && ev.Resource == "nodes" && at[3].IsZero():
-			at[3] = ev.Time
+		case strings.HasPrefix(ev.UserAgent, "slipway-controller/") && ev.Name == node && ev.Resource == "nodes" && at[3].IsZero():
+			at[3] = ev.Time // the controller's cordon, once the agent asked for its drain (in its NodeUpdate)
 		case strings.HasPrefix(ev.UserAgent, "slipway-testenv/supervisor") && ev.Name == node && ev.Resource == "nodes" && at[4].IsZero():
 			at[4] = ev.Time
 		case strings.HasPrefix(ev.UserAgent, "slipway-testenv/supervisor") && ev.Name == node && ev.Resource == "nodes/status" && !at[4].IsZero():

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -18,9 +19,50 @@ import (
 // NodeUpdateProtocol is the protocol of an agent that reads its
 // instructions from its NodeUpdate and reports in its status, and of a
 // controller that writes them there (status.protocol, spec.protocol).
-// Agents of the previous release announce none: they read the views on
+// Agents of the first release announce none: they read the views on
 // their Node and report there.
 const NodeUpdateProtocol = 2
+
+// VersionsProtocol is the protocol of an agent that also keeps its
+// versions in its NodeUpdate's status, current at every change (booted,
+// with the boot ID they were recorded in, and staged), and of a controller
+// that reads them there: once both speak it (status.protocol and
+// spec.protocol 3) the agent keeps only the version labels on its Node.
+// An agent of protocol 2 writes its versions on its Node, and in its status
+// only with its reports.
+const VersionsProtocol = 3
+
+// Protocol is the highest protocol this release speaks.
+const Protocol = VersionsProtocol
+
+// Spoken is the NodeUpdate protocol a program set to p speaks: this
+// release's (Protocol) for 0, p when this release speaks it, else an error.
+func Spoken(p int) (int, error) {
+	switch p {
+	case 0:
+		return Protocol, nil
+	case NodeUpdateProtocol, VersionsProtocol:
+		return p, nil
+	}
+	return 0, fmt.Errorf("protocol %d: this release speaks %d and %d", p, NodeUpdateProtocol, VersionsProtocol)
+}
+
+// SpecProtocol is the spec.protocol a controller that speaks up to speaks
+// writes in the NodeUpdate of an agent that announced announced
+// (status.protocol): the highest both speak; 0 (nothing written there)
+// while the agent reads no NodeUpdate.
+func SpecProtocol(announced, speaks int) int {
+	if announced < NodeUpdateProtocol || speaks < NodeUpdateProtocol {
+		return 0
+	}
+	return min(announced, speaks)
+}
+
+// VersionsInStatus tells whether the agent of NodeUpdate u keeps its
+// versions current in its status (it announced VersionsProtocol there).
+func VersionsInStatus(u *v1.NodeUpdate) bool {
+	return u != nil && u.Status.Protocol >= VersionsProtocol
+}
 
 // NodeUpdateName is the name of node's NodeUpdate: the node's own.
 func NodeUpdateName(node string) string { return node }
@@ -85,4 +127,46 @@ func NodeReports(annotations map[string]string, u *v1.NodeUpdate) (Reports, erro
 		return ReportsOfStatus(u.Status), nil
 	}
 	return ParseReports(annotations[AnnotationSlotReport])
+}
+
+// PublishedVersions are a node's versions as its agent publishes them, for
+// a reader of both objects (tests, tools): what its boot runs (with the
+// boot ID) and what it stages for the next boot, from its NodeUpdate u's
+// status once the agent keeps them current there (VersionsInStatus), else
+// from its Node's annotations.
+func PublishedVersions(annotations map[string]string, u *v1.NodeUpdate) (booted, staged v1.NodeVersions) {
+	if VersionsInStatus(u) {
+		if b := u.Status.Booted; b != nil {
+			booted = *b
+		}
+		if s := u.Status.Staged; s != nil {
+			staged = *s
+		}
+		return booted, staged
+	}
+	booted = v1.NodeVersions{Rootfs: annotations[AnnotationRootfsVersion], Kernel: annotations[AnnotationKernelVersion],
+		K3s: annotations[AnnotationK3sVersion], BootID: annotations[AnnotationBootedBootID]}
+	staged = v1.NodeVersions{Rootfs: annotations[AnnotationStagedRootfsVersion], Kernel: annotations[AnnotationStagedKernelVersion],
+		K3s: annotations[AnnotationStagedK3sVersion]}
+	return booted, staged
+}
+
+// Cached is what NodeUpdateIn reads: an informer's store (client-go's
+// cache.Store), by namespace/name key.
+type Cached interface {
+	GetByKey(key string) (item any, exists bool, err error)
+}
+
+// NodeUpdateIn is node's NodeUpdate in namespace as store holds it (nil:
+// none, or no store): the agent's cache of its own, the controller's of all.
+func NodeUpdateIn(store Cached, namespace, node string) *v1.NodeUpdate {
+	if store == nil {
+		return nil
+	}
+	o, ok, _ := store.GetByKey(namespace + "/" + NodeUpdateName(node))
+	if !ok {
+		return nil
+	}
+	u, _ := o.(*v1.NodeUpdate)
+	return u
 }

@@ -93,3 +93,85 @@ func TestNodeUpdateRoundTrip(t *testing.T) {
 		t.Errorf("no status: %v", got)
 	}
 }
+
+// The controller writes in spec.protocol the highest protocol it and the
+// node's agent both speak, and nothing while the agent reads no NodeUpdate.
+func TestSpecProtocol(t *testing.T) {
+	for _, c := range []struct{ announced, speaks, want int }{
+		{0, 3, 0}, // the first release's agent: its views stay on its Node
+		{2, 3, 2}, // an agent of protocol 2: its versions stay on its Node
+		{3, 3, 3},
+		{3, 2, 2}, // a controller of protocol 2 reads the versions on the Node
+		{4, 3, 3}, // a newer agent: what this controller speaks
+	} {
+		if got := SpecProtocol(c.announced, c.speaks); got != c.want {
+			t.Errorf("SpecProtocol(%d, %d) = %d, want %d", c.announced, c.speaks, got, c.want)
+		}
+	}
+}
+
+// A node's versions are read from its NodeUpdate's status once its agent
+// keeps them there (protocol 3), else from its Node's annotations, even
+// where a status of protocol 2 holds booted versions (written only with
+// its reports, they may be a boot behind).
+func TestPublishedVersions(t *testing.T) {
+	onNode := map[string]string{AnnotationRootfsVersion: "v2", AnnotationKernelVersion: "k2", AnnotationK3sVersion: "v1.33.1+k3s1",
+		AnnotationBootedBootID: "boot-2", AnnotationStagedRootfsVersion: "v3"}
+	fromNode := v1.NodeVersions{Rootfs: "v2", Kernel: "k2", K3s: "v1.33.1+k3s1", BootID: "boot-2"}
+	old := &v1.NodeVersions{Rootfs: "v1", BootID: "boot-1"}
+	for _, c := range []struct {
+		name           string
+		u              *v1.NodeUpdate
+		booted, staged v1.NodeVersions
+	}{
+		{"no NodeUpdate", nil, fromNode, v1.NodeVersions{Rootfs: "v3"}},
+		{"protocol 2", &v1.NodeUpdate{Status: v1.NodeUpdateStatus{Protocol: 2, Booted: old}}, fromNode, v1.NodeVersions{Rootfs: "v3"}},
+		{"protocol 3", &v1.NodeUpdate{Status: v1.NodeUpdateStatus{Protocol: 3, Booted: old}}, *old, v1.NodeVersions{}},
+		{"protocol 3, staged", &v1.NodeUpdate{Status: v1.NodeUpdateStatus{Protocol: 3, Booted: old, Staged: &v1.NodeVersions{Rootfs: "v4"}}},
+			*old, v1.NodeVersions{Rootfs: "v4"}},
+	} {
+		b, s := PublishedVersions(onNode, c.u)
+		if b != c.booted || s != c.staged {
+			t.Errorf("%s: PublishedVersions = %+v, %+v; want %+v, %+v", c.name, b, s, c.booted, c.staged)
+		}
+	}
+}
+
+// mapStore is a store of objects by namespace/name key.
+type mapStore map[string]any
+
+func (m mapStore) GetByKey(key string) (any, bool, error) { o, ok := m[key]; return o, ok, nil }
+
+// A node's NodeUpdate is found in a cache by its namespace and the node's name.
+func TestNodeUpdateIn(t *testing.T) {
+	u := &v1.NodeUpdate{}
+	store := mapStore{"ops/n1": u, "ops/n2": "not a NodeUpdate"}
+	for _, c := range []struct {
+		store    Cached
+		ns, node string
+		want     *v1.NodeUpdate
+	}{
+		{store, "ops", "n1", u},
+		{store, "other", "n1", nil},
+		{store, "ops", "n3", nil},
+		{store, "ops", "n2", nil},
+		{nil, "ops", "n1", nil},
+	} {
+		if got := NodeUpdateIn(c.store, c.ns, c.node); got != c.want {
+			t.Errorf("NodeUpdateIn(%s, %s) = %p, want %p", c.ns, c.node, got, c.want)
+		}
+	}
+}
+
+// A program speaks this release's protocol unless set to another it speaks.
+func TestSpoken(t *testing.T) {
+	for _, c := range []struct {
+		set, want int
+		bad       bool
+	}{{0, Protocol, false}, {2, 2, false}, {3, 3, false}, {1, 0, true}, {4, 0, true}} {
+		got, err := Spoken(c.set)
+		if got != c.want || (err != nil) != c.bad {
+			t.Errorf("Spoken(%d) = %d, %v; want %d, error %t", c.set, got, err, c.want, c.bad)
+		}
+	}
+}

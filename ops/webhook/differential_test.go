@@ -131,7 +131,11 @@ func TestDecisionsAreTheAPIServers(t *testing.T) {
 		relabelled.Labels = map[string]string{"x": "y"}
 		disowned := reported.DeepCopy()
 		disowned.OwnerReferences = nil
-		for _, m := range []*v1.NodeUpdate{reported, relabelled, disowned} {
+		versions := reported.DeepCopy() // protocol 3: the versions, the boot ID and the staged versions in the status
+		versions.Status.Protocol = 3
+		versions.Status.Booted = &v1.NodeVersions{Rootfs: "v1", Kernel: "v1", K3s: "v1.33.1+k3s1", BootID: "boot-1"}
+		versions.Status.Staged = &v1.NodeVersions{Rootfs: "v2"}
+		for _, m := range []*v1.NodeUpdate{reported, relabelled, disowned, versions} {
 			add(admissionv1.Update, nodeUpdateKind, "nodeupdates", "status", m, nu, agentUser, unbound, other, controller)
 		}
 		for _, change := range []func(*v1.NodeUpdate){

@@ -60,6 +60,8 @@ func opsCRDs() []crdSpec {
 			{Name: "Slot", Type: "string", JSONPath: ".spec.channels[0].slot.version", Description: "The version of the node's slot in that channel, while it holds one."},
 			{Name: "Phase", Type: "string", JSONPath: ".status.reports[0].phase", Description: "The phase the node last reported."},
 			{Name: "Version", Type: "string", JSONPath: ".spec.channels[0].resolved.version", Description: "The channel's resolved release (its target)."},
+			{Name: "Running", Type: "string", JSONPath: ".status.booted.rootfs", Description: "The rootfs version the node's boot runs (its agent's record)."},
+			{Name: "Staged", Type: "string", JSONPath: ".status.staged.rootfs", Description: "The rootfs version staged for the node's next boot, where it differs."},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 		},
 	}}
@@ -103,6 +105,13 @@ func nodeUpdateValidation() ([]bound, []rule, error) {
 		{[]string{"status", "rebootFrom"}, 64},
 		{[]string{"status", "prestagedVersion"}, 128},
 		{[]string{"status", "prestageFailedVersion"}, 128},
+		{[]string{"status", "booted", "rootfs"}, 128},
+		{[]string{"status", "booted", "kernel"}, 128},
+		{[]string{"status", "booted", "k3s"}, 128},
+		{[]string{"status", "booted", "bootID"}, 64},
+		{[]string{"status", "staged", "rootfs"}, 128},
+		{[]string{"status", "staged", "kernel"}, 128},
+		{[]string{"status", "staged", "k3s"}, 128},
 	}
 	rules := []rule{
 		{nil, `!has(self.spec) || !has(self.spec.channels) || self.spec.channels.all(c, (!has(c.slot) || c.slot.node == self.metadata.name) && (!has(c.permit) || c.permit.node == self.metadata.name))`,

@@ -27,7 +27,6 @@ import (
 	"slipway.dev/slipway/ops/internal/fleettest"
 	"slipway.dev/slipway/ops/manifest"
 	"slipway.dev/slipway/ops/process"
-	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/upgrade/layout"
 	"slipway.dev/slipway/upgrade/releasetest"
@@ -136,7 +135,8 @@ func TestRolloutOnTheOldServer(t *testing.T) {
 	}
 	for _, node := range nodes {
 		f.WaitNode(t, node, "its agent reports k3s "+oldK3s, func(n *corev1.Node) bool {
-			return n.Annotations[protocol.AnnotationK3sVersion] == oldK3s && n.Status.NodeInfo.KubeletVersion == oldK3s
+			booted, _ := f.Versions(node)
+			return booted.K3s == oldK3s && n.Status.NodeInfo.KubeletVersion == oldK3s
 		})
 	}
 	f.Channel(v1.UpdateChannelSpec{URL: "file://" + mirror, Concurrency: 1, RebootDelay: fleettest.ZeroDelay(),
@@ -161,7 +161,8 @@ func TestRolloutOnTheOldServer(t *testing.T) {
 			t.Errorf("node %s: k3s/current is %q (%v), want %s", node, got, err, newK3s)
 		}
 		f.WaitNode(t, node, "it reports k3s "+newK3s, func(n *corev1.Node) bool {
-			return n.Annotations[protocol.AnnotationK3sVersion] == newK3s && n.Status.NodeInfo.KubeletVersion == newK3s
+			booted, _ := f.Versions(node)
+			return booted.K3s == newK3s && n.Status.NodeInfo.KubeletVersion == newK3s
 		})
 		if v := utilversion.MustParseSemantic(f.Node(node).Status.NodeInfo.KubeletVersion); v.LessThan(min130) {
 			t.Errorf("node %s's kubelet runs %s, below slipway's %s", node, v, min130)

@@ -3702,7 +3702,7 @@ func schema_ops_apis_opsslipwaydev_v1_NodeUpdateSpec(ref common.ReferenceCallbac
 				Properties: map[string]spec.Schema{
 					"protocol": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Protocol is 2 once the controller writes the node's instructions here and no longer on its Node (after the node's agent announced that it reads them here: status.protocol); until then the agent reads the views on its Node.",
+							Description: "Protocol is 2 once the controller writes the node's instructions here and no longer on its Node (after the node's agent announced that it reads them here: status.protocol); until then the agent reads the views on its Node. It is 3 once the controller also reads the node's versions from the status alone (after the agent announced protocol 3): the agent then keeps only the version labels on its Node.",
 							Type:        []string{"integer"},
 							Format:      "int32",
 						},
@@ -3746,7 +3746,7 @@ func schema_ops_apis_opsslipwaydev_v1_NodeUpdateStatus(ref common.ReferenceCallb
 				Properties: map[string]spec.Schema{
 					"protocol": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Protocol is the protocol the node's agent speaks: 2 when it reads its instructions here (once spec.protocol is 2) and reports here; the controller then reads its reports here and not on its Node.",
+							Description: "Protocol is the protocol the node's agent speaks: 2 when it reads its instructions here (once spec.protocol is 2) and reports here; the controller then reads its reports here and not on its Node. 3 when it also keeps booted and staged here current at every change; the controller then reads the node's versions here and not on its Node.",
 							Type:        []string{"integer"},
 							Format:      "int32",
 						},
@@ -3782,13 +3782,13 @@ func schema_ops_apis_opsslipwaydev_v1_NodeUpdateStatus(ref common.ReferenceCallb
 					},
 					"booted": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Booted is what the node's current boot runs, recorded by its agent at the first sight of that boot (the raw versions; the Node keeps the sanitized labels users select on). It is written with the report that ends a slot, so a reader that folds the report sees the versions the node came back with.",
+							Description: "Booted is what the node's current boot runs, recorded by its agent at the first sight of that boot, with that boot's ID (the raw versions; the Node keeps the sanitized labels users select on). It is written with the report that ends a slot, so a reader that folds the report sees the versions the node came back with, and (protocol 3) whenever it changes.",
 							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeVersions"),
 						},
 					},
 					"staged": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Staged is what the node's system directory names for its next boot, where it differs from what runs; absent when nothing is staged.",
+							Description: "Staged is what the node's system directory names for its next boot, where it differs from what runs; absent when nothing is staged (protocol 3: published when the Node's staged annotations would be).",
 							Ref:         ref("slipway.dev/slipway/ops/apis/ops.slipway.dev/v1.NodeVersions"),
 						},
 					},

@@ -356,7 +356,7 @@ func (f *Fleet) AgentsUp(nodes ...string) {
 		for {
 			l, lerr := f.Kube.CoordinationV1().Leases(f.NS).Get(context.Background(), protocol.AgentLeaseName(n), metav1.GetOptions{})
 			node, nerr := f.Kube.CoreV1().Nodes().Get(context.Background(), n, metav1.GetOptions{})
-			if lerr == nil && nerr == nil && l.Spec.RenewTime != nil && node.Annotations[protocol.AnnotationRootfsVersion] != "" {
+			if lerr == nil && nerr == nil && l.Spec.RenewTime != nil && node.Labels[protocol.LabelRootfsVersion] != "" {
 				break
 			}
 			if time.Now().After(deadline) {

@@ -149,6 +149,31 @@ func (f *Fleet) WaitNode(t *testing.T, node, what string, cond func(*corev1.Node
 	}
 }
 
+// Versions are node's versions as its agent publishes them
+// (protocol.PublishedVersions: its NodeUpdate's status, or its Node).
+func (f *Fleet) Versions(node string) (booted, staged v1.NodeVersions) {
+	f.T.Helper()
+	ctx := context.Background()
+	n, err := f.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	u, err := f.Ops.OpsV1().NodeUpdates(f.NS).Get(ctx, protocol.NodeUpdateName(node), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		u = nil
+	} else if err != nil {
+		f.T.Fatal(err)
+	}
+	return protocol.PublishedVersions(n.Annotations, u)
+}
+
+// Staged is the rootfs version node publishes as staged for its next boot ("": none).
+func (f *Fleet) Staged(node string) string {
+	f.T.Helper()
+	_, s := f.Versions(node)
+	return s.Rootfs
+}
+
 // waitNodeBudget bounds WaitNode. It is a deadline for a stuck test, not a
 // timing claim: under a full parallel `make test` on two cores, staging
 // and the first Job of a fleet have taken more than 30 s.

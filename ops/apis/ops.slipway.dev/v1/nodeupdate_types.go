@@ -31,7 +31,9 @@ type NodeUpdateSpec struct {
 	// Protocol is 2 once the controller writes the node's instructions
 	// here and no longer on its Node (after the node's agent announced
 	// that it reads them here: status.protocol); until then the agent
-	// reads the views on its Node.
+	// reads the views on its Node. It is 3 once the controller also reads
+	// the node's versions from the status alone (after the agent announced
+	// protocol 3): the agent then keeps only the version labels on its Node.
 	// +optional
 	Protocol int `json:"protocol,omitempty"`
 	// Channels are the node's views of the channels that concern it (the
@@ -86,7 +88,9 @@ type ChannelView struct {
 type NodeUpdateStatus struct {
 	// Protocol is the protocol the node's agent speaks: 2 when it reads its
 	// instructions here (once spec.protocol is 2) and reports here; the
-	// controller then reads its reports here and not on its Node.
+	// controller then reads its reports here and not on its Node. 3 when it
+	// also keeps booted and staged here current at every change; the
+	// controller then reads the node's versions here and not on its Node.
 	// +optional
 	Protocol int `json:"protocol,omitempty"`
 	// Reports are the node's reports of its slots and given-back staging
@@ -101,14 +105,16 @@ type NodeUpdateStatus struct {
 	// +optional
 	RebootFrom string `json:"rebootFrom,omitempty"`
 	// Booted is what the node's current boot runs, recorded by its agent at
-	// the first sight of that boot (the raw versions; the Node keeps the
-	// sanitized labels users select on). It is written with the report that
-	// ends a slot, so a reader that folds the report sees the versions the
-	// node came back with.
+	// the first sight of that boot, with that boot's ID (the raw versions;
+	// the Node keeps the sanitized labels users select on). It is written
+	// with the report that ends a slot, so a reader that folds the report
+	// sees the versions the node came back with, and (protocol 3) whenever
+	// it changes.
 	// +optional
 	Booted *NodeVersions `json:"booted,omitempty"`
 	// Staged is what the node's system directory names for its next boot,
-	// where it differs from what runs; absent when nothing is staged.
+	// where it differs from what runs; absent when nothing is staged
+	// (protocol 3: published when the Node's staged annotations would be).
 	// +optional
 	Staged *NodeVersions `json:"staged,omitempty"`
 	// PrestagedVersion is the channel's target when the node staged it
