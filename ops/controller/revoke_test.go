@@ -19,7 +19,7 @@ import (
 
 // TestSlotTakenAwayLeavesItsViewFirst: a slot the controller takes away
 // (here released: its node's agent fell silent before its reboot) is gone
-// from that node's view on its Node before the capacity it frees is
+// from that node's view (on its Node or in its NodeUpdate) before the capacity it frees is
 // granted to another node. Otherwise a reboot the first node retries in
 // between confirms against its stale view, and two nodes are down with
 // concurrency 1. The order is read from the API server's resource
@@ -48,7 +48,22 @@ func TestSlotTakenAwayLeavesItsViewFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := false
+	// The view is on the Node until a's agent announced that it reads its
+	// NodeUpdate, in the NodeUpdate's spec after: watch both.
+	updates, err := f.Ops.OpsV1().NodeUpdates(f.NS).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + protocol.NodeUpdateName(a)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]bool{}
+	saw := func(where string, showsSlot bool, rv string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if showsSlot {
+			held[where] = true
+		} else if held[where] && viewGone == 0 {
+			viewGone, _ = strconv.ParseUint(rv, 10, 64)
+		}
+	}
 	go func() {
 		for ev := range nodes.ResultChan() {
 			n, ok := ev.Object.(*corev1.Node)
@@ -61,13 +76,20 @@ func TestSlotTakenAwayLeavesItsViewFirst(t *testing.T) {
 					showsSlot = true
 				}
 			}
-			mu.Lock()
-			if showsSlot {
-				held = true
-			} else if held && viewGone == 0 {
-				viewGone, _ = strconv.ParseUint(n.ResourceVersion, 10, 64)
+			saw("node", showsSlot, n.ResourceVersion)
+		}
+	}()
+	go func() {
+		for ev := range updates.ResultChan() {
+			u, ok := ev.Object.(*v1.NodeUpdate)
+			if !ok {
+				continue
 			}
-			mu.Unlock()
+			showsSlot := false
+			for _, c := range u.Spec.Channels {
+				showsSlot = showsSlot || c.Slot != nil
+			}
+			saw("nodeupdate", showsSlot, u.ResourceVersion)
 		}
 	}()
 	go func() {
