@@ -252,6 +252,7 @@ func (s *k3os) watchHosts(ctx context.Context) {
 func (s *k3os) hostFaults(h *harness, sim *faults.Sim) {
 	sim.Sources = map[string]*faults.Source{k3osSource: s.source}
 	sim.Log = func(l string) { h.logf("%s", l) }
+	sim.SlotHolders = s.slotHolders // a node's own reboot: did it hold a slot (reboot_schedules.go)
 	s.sim = sim
 }
 

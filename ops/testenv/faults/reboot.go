@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,8 +32,9 @@ import (
 //     for the default downtime (Sim.RebootDelay).
 //
 // Each reboot the injector causes appends a line to the node's
-// InjectedRebootsFile ("<unix nanoseconds> <boot ID after it>"), so that a
-// check can tell the node's own reboots from those slipway asked for.
+// InjectedRebootsFile ("<unix nanoseconds> <boot ID after it> <the boot
+// count it began> slot=<whether it held a slot then>"), so that a check
+// can tell the node's own reboots from those slipway asked for.
 
 // InjectedRebootsFile lists, in a node's directory, the reboots a Reboot
 // fault caused there.
@@ -49,6 +51,10 @@ type Strike struct {
 	At, Back time.Time
 	// BootID is the node's boot ID once back ("" when it could not be read).
 	BootID string
+	// Boot is the node's boot count once back (the boot it began).
+	Boot int
+	// Slot: the node held a slot when it went down (Sim.SlotHolders).
+	Slot bool
 }
 
 // Strikes are the reboots the Reboot faults caused so far, oldest first.
@@ -153,11 +159,19 @@ func (s *Sim) rebootNode(ctx context.Context, node string, delay time.Duration, 
 		delay = time.Second
 	}
 	at := time.Now()
-	s.log("node %s reboots by itself %s", node, why)
+	slot := false
+	if s.SlotHolders != nil {
+		holders, err := s.SlotHolders(ctx)
+		if err != nil {
+			return fmt.Errorf("reboot of %s by itself: who holds a slot: %w", node, err)
+		}
+		slot = slices.Contains(holders, node)
+	}
+	s.log("node %s reboots by itself %s (slot held: %t)", node, why, slot)
 	if err := s.Env.Reboot(ctx, node, delay); err != nil {
 		return fmt.Errorf("reboot of %s by itself: %w", node, err)
 	}
-	st := Strike{Node: node, At: at, Back: time.Now()}
+	st := Strike{Node: node, At: at, Back: time.Now(), Boot: s.Env.Supervisor.Boots(node), Slot: slot}
 	if s.Client != nil {
 		if n, err := s.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
 			st.BootID = n.Status.NodeInfo.BootID
@@ -166,7 +180,7 @@ func (s *Sim) rebootNode(ctx context.Context, node string, delay time.Duration, 
 	s.mu.Lock()
 	s.strikes = append(s.strikes, st)
 	s.mu.Unlock()
-	line := fmt.Sprintf("%d %s\n", at.UnixNano(), st.BootID)
+	line := fmt.Sprintf("%d %s %d slot=%t\n", at.UnixNano(), st.BootID, st.Boot, st.Slot)
 	if f, err := os.OpenFile(filepath.Join(s.Env.NodeDir(node), InjectedRebootsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
 		_, _ = f.WriteString(line)
 		_ = f.Close()

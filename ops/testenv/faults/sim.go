@@ -55,6 +55,9 @@ type Sim struct {
 	Log func(string)
 	// RebootDelay is a power cut's downtime (default 1s).
 	RebootDelay time.Duration
+	// SlotHolders, when set, names the nodes holding a slot now: a Reboot
+	// records whether its node held one (Strike.Slot).
+	SlotHolders func(context.Context) ([]string, error)
 
 	mu      sync.Mutex
 	fired   map[Kind]int
