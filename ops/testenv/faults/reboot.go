@@ -2,15 +2,12 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -87,45 +84,7 @@ func (s *Sim) rebootNow(ctx context.Context, f Fault) (func(context.Context) err
 
 // armReboot arms a Reboot at f.Step until healed (see the type's comment).
 func (s *Sim) armReboot(ctx context.Context, f Fault) (func(context.Context) error, error) {
-	node, file, err := s.hostFile(f)
-	if err != nil {
-		return nil, err
-	}
-	fired := file + ".fired"
-	_ = os.Remove(fired)
-	if err := os.WriteFile(file, []byte(f.Step+"\n"), 0o644); err != nil {
-		return nil, fmt.Errorf("arm %s: %w", f, err)
-	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	var rerr error
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			b, err := os.ReadFile(fired)
-			if err != nil {
-				continue
-			}
-			_ = os.Remove(fired)
-			rerr = s.rebootAfterStep(context.WithoutCancel(ctx), node, f.Step, b)
-			return
-		}
-	}()
-	var once sync.Once
-	return func(context.Context) error {
-		once.Do(func() { close(stop) })
-		<-done
-		if err := os.Remove(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("disarm %s: %w", f, err)
-		}
-		return rerr
-	}, nil
+	return s.armAtStep(ctx, f, s.rebootAfterStep)
 }
 
 // rebootAfterStep: the agent of node is killed (it cannot see the upgrade
