@@ -62,12 +62,12 @@ func k3osSpec(o Options, nodes []string) faults.Spec {
 		faults.BlockEviction: {"pdb/default/guarded"},
 		faults.PowerCut:      nodeTargets, faults.FullDisk: nodeTargets,
 		faults.SlowSource: {k3osSource}, faults.FailSource: {k3osSource}, faults.CorruptSource: {k3osSource},
-		faults.ClockStep: procs,
+		faults.ClockStep: procs, faults.Reboot: nodeTargets,
 	}, Weights: map[faults.Kind]int{
 		faults.Kill: 4, faults.Pause: 3, faults.Latency: 2, faults.HalfOpen: 2, faults.Partition: 2, faults.Drop: 2,
 		faults.NotReady: 2, faults.Reregister: 1, faults.BlockEviction: 1, faults.StallReboot: 2,
 		faults.PowerCut: 2, faults.FullDisk: 1, faults.SlowSource: 1, faults.FailSource: 1, faults.CorruptSource: 1,
-		faults.ClockStep: 2,
+		faults.ClockStep: 2, faults.Reboot: 1,
 	}, Steps: k3osSteps}
 }
 
@@ -252,6 +252,7 @@ func (s *k3os) watchHosts(ctx context.Context) {
 func (s *k3os) hostFaults(h *harness, sim *faults.Sim) {
 	sim.Sources = map[string]*faults.Source{k3osSource: s.source}
 	sim.Log = func(l string) { h.logf("%s", l) }
+	sim.SlotHolders = s.slotHolders // a node's own reboot: did it hold a slot (reboot_schedules.go)
 	s.sim = sim
 }
 

@@ -310,7 +310,7 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	}
 	res.Checks, res.MonitorErrors = mon.Checks(), mon.Errors()
 	for _, v := range mon.Violations() {
-		if Excused(v, res.Schedule, faultsStart) {
+		if Excused(v, res.Schedule, faultsStart) || excusedReboot(v, res.Faults.Strikes) {
 			res.Excused = append(res.Excused, v)
 		} else {
 			res.Violations = append(res.Violations, v)

@@ -102,6 +102,14 @@ func (s *Sim) fillDisk(f Fault) (func(context.Context) error, error) {
 // power when the step is reached. Healing disarms it, waiting for a cut
 // under way to finish (the node back).
 func (s *Sim) armPowerCut(ctx context.Context, f Fault) (func(context.Context) error, error) {
+	return s.armAtStep(ctx, f, s.cut)
+}
+
+// armAtStep arms the crash hook at f.Step until healed: a watcher calls
+// strike (with the node, the step and the fired file's "<pid> <step>")
+// once the upgrade or rollback that reached the step stopped itself there.
+// Healing disarms it, waiting for a strike under way to finish.
+func (s *Sim) armAtStep(ctx context.Context, f Fault, strike func(ctx context.Context, node, step string, fired []byte) error) (func(context.Context) error, error) {
 	node, file, err := s.hostFile(f)
 	if err != nil {
 		return nil, err
@@ -112,7 +120,7 @@ func (s *Sim) armPowerCut(ctx context.Context, f Fault) (func(context.Context) e
 		return nil, fmt.Errorf("arm %s: %w", f, err)
 	}
 	stop, done := make(chan struct{}), make(chan struct{})
-	var cutErr error
+	var strikeErr error
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(20 * time.Millisecond)
@@ -127,7 +135,7 @@ func (s *Sim) armPowerCut(ctx context.Context, f Fault) (func(context.Context) e
 			if err != nil {
 				continue
 			}
-			cutErr = s.cut(context.WithoutCancel(ctx), node, f.Step, b)
+			strikeErr = strike(context.WithoutCancel(ctx), node, f.Step, b)
 			_ = os.Remove(fired)
 			return
 		}
@@ -139,7 +147,7 @@ func (s *Sim) armPowerCut(ctx context.Context, f Fault) (func(context.Context) e
 		if err := os.Remove(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("disarm %s: %w", f, err)
 		}
-		return cutErr
+		return strikeErr
 	}, nil
 }
 

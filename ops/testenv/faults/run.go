@@ -25,9 +25,14 @@ func (fn InjectorFunc) Inject(ctx context.Context, f Fault) (func(context.Contex
 	return fn(ctx, f)
 }
 
-// Armed reports whether a fault of kind k is a trap that strikes only
-// when the system reaches it (a PowerCut at its step), not at its offset.
-func (k Kind) Armed() bool { return k == PowerCut }
+// Armed reports whether a fault of kind k may be a trap that strikes only
+// when the system reaches it (a PowerCut at its step, a Reboot with a
+// step), not at its offset.
+func (k Kind) Armed() bool { return k == PowerCut || k == Reboot }
+
+// Armed reports whether f is a trap (Kind.Armed): a Reboot is one only
+// with a Step.
+func (f Fault) Armed() bool { return f.Kind.Armed() && (f.Kind != Reboot || f.Step != "") }
 
 // Striker is an Injector that counts the armed faults that struck, by kind
 // (Sim.Fired): Run counts an armed fault as injected only when it struck.
@@ -49,6 +54,15 @@ type Report struct {
 	FaultTime time.Duration
 	// Errors are the faults that failed to apply or heal.
 	Errors []error
+	// Strikes are the reboots the Reboot faults caused, when the Injector
+	// records them (Sim.Strikes): when each struck, which an armed one's
+	// offset does not say.
+	Strikes []Strike
+}
+
+// strikeRecorder is an Injector that records the reboots it caused.
+type strikeRecorder interface {
+	Strikes() []Strike
 }
 
 // Run applies sched through inj, each fault at its offset from the call,
@@ -87,7 +101,7 @@ func Run(ctx context.Context, sched Schedule, inj Injector, log func(string)) Re
 		case err != nil:
 			rep.Errors = append(rep.Errors, fmt.Errorf("%s: %w", f, err))
 			log(fmt.Sprintf("%s: failed: %v", f, err))
-		case f.Kind.Armed():
+		case f.Armed():
 			rep.Armed[f.Kind]++
 			log(fmt.Sprintf("%s: armed at +%s", f, time.Since(start).Round(time.Millisecond)))
 		default:
@@ -119,6 +133,13 @@ func Run(ctx context.Context, sched Schedule, inj Injector, log func(string)) Re
 		}()
 	}
 	wg.Wait()
+	if sr, ok := inj.(strikeRecorder); ok {
+		for _, st := range sr.Strikes() {
+			if !st.At.Before(start) {
+				rep.Strikes = append(rep.Strikes, st)
+			}
+		}
+	}
 	if striker != nil { // an armed fault is healed (disarmed) by now: what struck is final
 		for k, n := range striker.Fired() {
 			if k.Armed() && n > firedBefore[k] {

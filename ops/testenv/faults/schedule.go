@@ -11,7 +11,8 @@
 // cut right after a step of the host upgrade, a full disk while staging
 // (hostfaults.go), a release source that is slow, fails or serves
 // corrupt artifacts (Source), and one process's wall clock stepped ahead
-// or behind for a while (clock.go).
+// or behind for a while (clock.go), and a node that reboots by itself,
+// at a time or right after a step of its host upgrade (reboot.go).
 //
 // A schedule is plain text, one fault a line ("+12.5s pause agent/node-3
 // for 4s"), so a failing run prints it and a replay can read it back
@@ -83,6 +84,11 @@ const (
 	// compares with the API's. The monotonic clock is not moved (see
 	// ops/internal/wallclock).
 	ClockStep Kind = "clock-step"
+	// Reboot reboots a node by itself (a panic, a power cycle: not asked
+	// by slipway), down For; with a Step, armed for For to strike right
+	// after that step of the host upgrade, which completes first
+	// (reboot.go).
+	Reboot Kind = "reboot"
 )
 
 // Timed reports whether a fault of kind k lasts For and is then healed.
@@ -98,7 +104,7 @@ type Fault struct {
 	For time.Duration
 	// Arg is the kind's parameter (Latency, SlowSource: the delay).
 	Arg time.Duration
-	// Step is the host upgrade's step (PowerCut, FullDisk).
+	// Step is the host upgrade's step (PowerCut, FullDisk, an armed Reboot).
 	Step string
 }
 
@@ -208,7 +214,7 @@ func parseFault(line string) (Fault, error) {
 
 // AllKinds are the kinds Generate draws from, in a fixed order.
 var AllKinds = []Kind{Kill, Pause, Latency, HalfOpen, Partition, Drop, NotReady, Reregister, BlockEviction, StallReboot,
-	PowerCut, FullDisk, SlowSource, FailSource, CorruptSource, ClockStep}
+	PowerCut, FullDisk, SlowSource, FailSource, CorruptSource, ClockStep, Reboot}
 
 // Spec says what Generate may draw.
 type Spec struct {

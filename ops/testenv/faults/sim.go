@@ -36,7 +36,9 @@ type Proc interface {
 //   - "node/<node>" whose processes run with SLIPWAY_TEST_CRASH_AT=@FaultFile
 //     (PowerCut, FullDisk: see hostfaults.go);
 //   - any key of Sources (SlowSource, FailSource, CorruptSource);
-//   - "agent/<node>" or any key of Clocks (ClockStep: clock.go).
+//   - "agent/<node>" or any key of Clocks (ClockStep: clock.go);
+//   - "node/<node>" (Reboot: reboot.go; with a Step, its processes run
+//     with SLIPWAY_TEST_CRASH_AT=@FaultFile).
 type Sim struct {
 	Env     *testenv.Env
 	Client  kubernetes.Interface
@@ -53,9 +55,13 @@ type Sim struct {
 	Log func(string)
 	// RebootDelay is a power cut's downtime (default 1s).
 	RebootDelay time.Duration
+	// SlotHolders, when set, names the nodes holding a slot now: a Reboot
+	// records whether its node held one (Strike.Slot).
+	SlotHolders func(context.Context) ([]string, error)
 
-	mu    sync.Mutex
-	fired map[Kind]int
+	mu      sync.Mutex
+	fired   map[Kind]int
+	strikes []Strike
 }
 
 var _ Injector = (*Sim)(nil)
@@ -122,6 +128,11 @@ func (s *Sim) Inject(ctx context.Context, f Fault) (func(context.Context) error,
 		return s.fillDisk(f)
 	case ClockStep:
 		return s.stepClock(f)
+	case Reboot:
+		if f.Step != "" {
+			return s.armReboot(ctx, f)
+		}
+		return s.rebootNow(ctx, f)
 	case SlowSource, FailSource, CorruptSource:
 		src := s.Sources[f.Target]
 		if src == nil {
