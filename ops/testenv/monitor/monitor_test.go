@@ -20,6 +20,7 @@ import (
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/swarm/appcheck"
 	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/testenv/supervisor"
 )
 
 var env *testenv.Env
@@ -280,6 +281,48 @@ func TestPlantedRebootWithoutDrain(t *testing.T) {
 	}
 	if h := v.History["Node//rb-2"]; len(h) < 2 || !strings.Contains(h[len(h)-1].Summary, "boot=boot-2") || !strings.Contains(h[len(h)-2].Summary, "boot=boot-1") {
 		t.Errorf("history does not show the boot change: %v", h)
+	}
+}
+
+// A simulated node reports a boot ID from its creation (testenv.FakeNode,
+// the helper every simulated cluster registers its nodes with), as a
+// kubelet does: its first reboot, from that boot ID to a new one, is
+// judged like any later one.
+func TestPlantedFirstRebootWithoutDrain(t *testing.T) {
+	w := newWorld(t, Config{})
+	first := map[string]string{}
+	for _, name := range []string{"fb-1", "fb-2"} {
+		n, err := w.c.CoreV1().Nodes().Create(w.ctx, testenv.FakeNode(name), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.c.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		if n.Status.NodeInfo.BootID == "" {
+			t.Fatalf("fake node %s registered with no boot ID", name)
+		}
+		first[name] = n.Status.NodeInfo.BootID
+		w.caughtUp(name)
+	}
+	reboot := func(name string) string { // as supervisor.Reboot reports the new boot
+		t.Helper()
+		boot := supervisor.NewBootID()
+		patch := fmt.Sprintf(`{"status":{"nodeInfo":{"bootID":%q}}}`, boot)
+		if _, err := w.c.CoreV1().Nodes().PatchStatus(w.ctx, name, []byte(patch)); err != nil {
+			t.Fatal(err)
+		}
+		w.caughtUp(name)
+		return boot
+	}
+	w.cordon("fb-1")
+	reboot("fb-1")
+	w.quiet("a first reboot after a cordon")
+	boot := reboot("fb-2")
+	v := w.expect(InvRebootWithoutDrain)
+	if v.Key != "fb-2@"+boot {
+		t.Errorf("key %q, want fb-2@%s", v.Key, boot)
+	}
+	if h := v.History["Node//fb-2"]; len(h) < 2 || !strings.Contains(h[len(h)-1].Summary, "boot="+boot) || !strings.Contains(h[len(h)-2].Summary, "boot="+first["fb-2"]) {
+		t.Errorf("history does not show the change from the first boot: %v", h)
 	}
 }
 
