@@ -161,6 +161,31 @@ func (w *world) channel(name string, concurrency int, pool string) {
 	})
 }
 
+// slots sets channel's status.updating to nodes (a slot each) and waits
+// until the monitor has observed that version.
+func (w *world) slots(channel string, nodes ...string) {
+	w.t.Helper()
+	c, err := w.oc.OpsV1().UpdateChannels("default").Get(w.ctx, channel, metav1.GetOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	c.Status.Updating = nil
+	for _, n := range nodes {
+		c.Status.Updating = append(c.Status.Updating, opsv1.Slot{Node: n, Version: "v2"})
+	}
+	if c, err = w.oc.OpsV1().UpdateChannels("default").UpdateStatus(w.ctx, c, metav1.UpdateOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+	key := "UpdateChannel/default/" + channel
+	deadline := time.Now().Add(10 * time.Second)
+	for h := w.m.History(key); len(h) == 0 || h[len(h)-1].ResourceVersion != c.ResourceVersion; h = w.m.History(key) {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("the monitor never observed channel %s at %s", channel, c.ResourceVersion)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // caughtUp waits until the monitor has observed the latest version of the
 // node (so that "nothing reported" speaks of the state written).
 func (w *world) caughtUp(name string) {
@@ -441,9 +466,12 @@ func TestQuietRun(t *testing.T) {
 	})
 	for i, n := range names {
 		w.annotate(n, wanted, "reboot-update")
+		w.slots("quiet", n)
 		w.cordon(n)
 		w.status(n, "boot-2", false)
 		w.status(n, "", true)
+		w.caughtUp(n)
+		w.slots("quiet")
 		w.uncordon(n)
 		w.annotate(n, wanted, "stabilize")
 		h := fmt.Sprintf("renew-%d", i)
@@ -462,4 +490,46 @@ func TestQuietRun(t *testing.T) {
 		t.Errorf("checks not made: %v", errs)
 	}
 	t.Logf("%d checks, no violation", w.m.Checks())
+}
+
+// TestPlantedRebootWithoutSlot: a channel's node drained (slipway's
+// cordon) reboots while the channel's status.updating lists it: within the
+// rules; another drained the same way but with no slot held reboots:
+// reported. A node no channel selects is not judged by this rule.
+func TestPlantedRebootWithoutSlot(t *testing.T) {
+	w := newWorld(t, Config{})
+	w.channel("rs", 1, "rs")
+	for _, n := range []string{"rs-1", "rs-2"} {
+		w.node(n, map[string]string{"pool": "rs"})
+	}
+	w.node("rs-other", map[string]string{"pool": "elsewhere"})
+	// rs-1: slot, drain, reboot, back, slot released.
+	w.slots("rs", "rs-1")
+	w.cordon("rs-1")
+	w.status("rs-1", "boot-2", false)
+	w.status("rs-1", "", true)
+	w.caughtUp("rs-1")
+	w.slots("rs")
+	w.uncordon("rs-1")
+	w.caughtUp("rs-1")
+	// rs-other: no channel's node; its drain and reboot are not this rule's.
+	w.cordon("rs-other")
+	w.status("rs-other", "boot-2", true)
+	w.caughtUp("rs-other")
+	w.quiet("a reboot within its slot, and one of a node no channel selects")
+	// rs-2: drained (cordon) but no slot held.
+	w.cordon("rs-2")
+	w.status("rs-2", "boot-2", true)
+	v := w.expect(InvRebootWithoutSlot)
+	if v.Key != "rs-2@boot-2" || !strings.Contains(v.Message, "channel default/rs") {
+		t.Errorf("key %q message %q", v.Key, v.Message)
+	}
+	if h := v.History["UpdateChannel/default/rs"]; len(h) == 0 {
+		t.Errorf("no history of the channel: %v", v.History)
+	}
+	for _, o := range w.m.Violations() {
+		if o.Invariant == InvRebootWithoutDrain {
+			t.Errorf("a drained node reported as undrained: %v", o)
+		}
+	}
 }
