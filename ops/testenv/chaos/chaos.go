@@ -83,6 +83,8 @@ type Result struct {
 	Kinds    []faults.Kind
 	Schedule faults.Schedule
 	Faults   faults.Report
+	// Strikes are the armed faults that struck, with when (Excused).
+	Strikes []faults.Strike
 	// Checks is how many times the monitor checked every invariant.
 	Checks     int
 	Violations []monitor.Violation
@@ -182,25 +184,54 @@ func (r Result) Report(w io.Writer) {
 // kwok's heartbeat and the node lifecycle controller take that long.
 const faultGrace = 15 * time.Second
 
-// Excused reports whether v is a violation of a state invariant
-// (channel-concurrency, control-plane-one-down) that names a node a
-// NotReady or Reregister fault of sched took down at v's time (sched's
-// offsets from start). Those invariants count every unavailable node, so
-// a fault can break them by itself; slipway's own part is judged by
-// cordon-within-budget and cordon-control-plane-alone, which are never
-// excused.
-func Excused(v monitor.Violation, sched faults.Schedule, start time.Time) bool {
-	if v.Invariant != monitor.InvChannelConcurrency && v.Invariant != monitor.InvControlPlane {
-		return false
+// Excused reports whether v is a violation a fault of sched (its offsets
+// from start) or a power cut that struck (strikes) caused by itself:
+//   - a state invariant (channel-concurrency, control-plane-one-down)
+//     naming as NotReady a node that a NotReady or Reregister fault held
+//     down, or that a power cut had taken down, at v's time (from the
+//     fault's offset, or the cut's strike, to its end or the node's
+//     return, plus faultGrace). Those invariants count every unavailable
+//     node, so a fault can break them by itself; slipway's own part is
+//     judged by cordon-within-budget and cordon-control-plane-alone,
+//     which are never excused. A power cut armed but never struck
+//     excuses nothing.
+//   - reboot-without-slot of a node whose reboot a power cut made (the
+//     fault's reboot, not slipway's) or a StallReboot stretched (the
+//     controller may give up a slot whose node stays down).
+func Excused(v monitor.Violation, sched faults.Schedule, strikes []faults.Strike, start time.Time) bool {
+	type window struct {
+		node     string
+		from, to time.Time
 	}
-	at := v.At.Sub(start)
+	var downs, reboots []window
 	for _, f := range sched {
-		if f.Kind != faults.NotReady && f.Kind != faults.Reregister && f.Kind != faults.PowerCut { // a power cut: down while armed
-			continue
+		w := window{strings.TrimPrefix(f.Target, "node/"), start.Add(f.At), start.Add(f.At + f.For + faultGrace)}
+		switch f.Kind {
+		case faults.NotReady, faults.Reregister:
+			downs = append(downs, w)
+		case faults.StallReboot:
+			reboots = append(reboots, w)
 		}
-		node := strings.TrimPrefix(f.Target, "node/")
-		if at >= f.At && at <= f.At+f.For+faultGrace && strings.Contains(v.Message, node+" (NotReady") {
-			return true
+	}
+	for _, s := range strikes {
+		if s.Kind == faults.PowerCut {
+			w := window{strings.TrimPrefix(s.Target, "node/"), s.At, s.Back.Add(faultGrace)}
+			downs, reboots = append(downs, w), append(reboots, w)
+		}
+	}
+	in := func(w window) bool { return !v.At.Before(w.from) && !v.At.After(w.to) }
+	switch v.Invariant {
+	case monitor.InvChannelConcurrency, monitor.InvControlPlane:
+		for _, w := range downs {
+			if in(w) && strings.Contains(v.Message, w.node+" (NotReady") {
+				return true
+			}
+		}
+	case monitor.InvRebootWithoutSlot:
+		for _, w := range reboots {
+			if in(w) && strings.HasPrefix(v.Key, w.node+"@") {
+				return true
+			}
 		}
 	}
 	return false

@@ -268,6 +268,7 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	}
 	faultsStart := time.Now()
 	res.Faults = faults.Run(ctx, res.Schedule, sim, func(l string) { h.logf("%s", l) })
+	res.Strikes = sim.Strikes()
 	h.logf("faults over after %s; waiting for the change to settle", time.Since(start).Round(time.Second))
 	if m, ok := sys.(monitored); ok {
 		m.faultsOver(mon)
@@ -310,7 +311,7 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	}
 	res.Checks, res.MonitorErrors = mon.Checks(), mon.Errors()
 	for _, v := range mon.Violations() {
-		if Excused(v, res.Schedule, faultsStart) {
+		if Excused(v, res.Schedule, res.Strikes, faultsStart) {
 			res.Excused = append(res.Excused, v)
 		} else {
 			res.Violations = append(res.Violations, v)

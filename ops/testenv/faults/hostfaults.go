@@ -50,6 +50,28 @@ func (s *Sim) Fired() map[Kind]int {
 	return out
 }
 
+// Strike is an armed fault that struck: a PowerCut whose step was
+// reached, At when the power went off, Back when its node was up again
+// (or the cut gave up).
+type Strike struct {
+	Kind     Kind
+	Target   string
+	At, Back time.Time
+}
+
+// Strikes are the armed faults that struck, in the order they ended.
+func (s *Sim) Strikes() []Strike {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Strike(nil), s.strikes...)
+}
+
+func (s *Sim) struck(st Strike) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.strikes = append(s.strikes, st)
+}
+
 func (s *Sim) count(k Kind) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -127,7 +149,9 @@ func (s *Sim) armPowerCut(ctx context.Context, f Fault) (func(context.Context) e
 			if err != nil {
 				continue
 			}
+			at := time.Now()
 			cutErr = s.cut(context.WithoutCancel(ctx), node, f.Step, b)
+			s.struck(Strike{Kind: f.Kind, Target: f.Target, At: at, Back: time.Now()})
 			_ = os.Remove(fired)
 			return
 		}

@@ -54,8 +54,9 @@ type Sim struct {
 	// RebootDelay is a power cut's downtime (default 1s).
 	RebootDelay time.Duration
 
-	mu    sync.Mutex
-	fired map[Kind]int
+	mu      sync.Mutex
+	fired   map[Kind]int
+	strikes []Strike
 }
 
 var _ Injector = (*Sim)(nil)
