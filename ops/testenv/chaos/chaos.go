@@ -47,6 +47,9 @@ type Options struct {
 	Schedule faults.Schedule
 	// Name names a named schedule in the report.
 	Name string
+	// ScheduleFile is the file Schedule was read from (--schedule): the
+	// report names it and the replay command runs it again.
+	ScheduleFile string
 	// Variant picks a system's setup for a named schedule (e.g. an
 	// ExtendedDaemonSet whose canary wants no node); "" is the default.
 	Variant string
@@ -75,14 +78,16 @@ func (o Options) withDefaults() Options {
 
 // Result is what one run saw.
 type Result struct {
-	System   string
-	Seed     int64
-	Name     string
-	Nodes    int
-	Duration time.Duration
-	Kinds    []faults.Kind
-	Schedule faults.Schedule
-	Faults   faults.Report
+	System string
+	Seed   int64
+	Name   string
+	// ScheduleFile is Options.ScheduleFile.
+	ScheduleFile string
+	Nodes        int
+	Duration     time.Duration
+	Kinds        []faults.Kind
+	Schedule     faults.Schedule
+	Faults       faults.Report
 	// Strikes are the armed faults that struck, with when (Excused).
 	Strikes []faults.Strike
 	// Checks is how many times the monitor checked every invariant.
@@ -116,6 +121,9 @@ func (r Result) Failed() bool { return len(r.Violations) > 0 || !r.Settled }
 
 // Replay is the command that runs the same schedule again.
 func (r Result) Replay() string {
+	if r.ScheduleFile != "" {
+		return fmt.Sprintf("scripts/chaos --system %s --seeds 1 --seed %d --nodes %d --schedule %s", r.System, r.Seed, r.Nodes, r.ScheduleFile)
+	}
 	if r.Name != "" {
 		return fmt.Sprintf("scripts/chaos --system %s --seeds 1 --named %s", r.System, r.Name)
 	}
@@ -136,6 +144,9 @@ func (r Result) Report(w io.Writer) {
 	what := fmt.Sprintf("seed %d", r.Seed)
 	if r.Name != "" {
 		what = "schedule " + r.Name
+	}
+	if r.ScheduleFile != "" {
+		what = "schedule file " + r.ScheduleFile
 	}
 	verdict := "ok"
 	if r.Failed() {

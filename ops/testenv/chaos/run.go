@@ -124,7 +124,7 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	start := time.Now()
 	h := &harness{o: o, nodes: NodeNames(o.Nodes), proxies: map[string]*faults.Proxy{}, procs: map[string]*proc{}}
 	h.logf = func(format string, a ...any) { fmt.Fprintf(o.Log, "chaos "+o.System+": "+format+"\n", a...) }
-	res = Result{System: o.System, Seed: o.Seed, Name: o.Name, Nodes: o.Nodes, Duration: o.Duration, Kinds: o.Kinds, Schedule: o.Schedule}
+	res = Result{System: o.System, Seed: o.Seed, Name: o.Name, ScheduleFile: o.ScheduleFile, Nodes: o.Nodes, Duration: o.Duration, Kinds: o.Kinds, Schedule: o.Schedule}
 	if res.Schedule == nil {
 		if res.Schedule, err = drawSchedule(o, sys, h.nodes); err != nil {
 			return res, err
