@@ -60,9 +60,13 @@ func needCluster(t *testing.T) {
 }
 
 // testKinds are the faults of make test's fixed seeds: process and network
-// faults and a PDB closed for a while. Nodes taken NotReady by a fault
-// reach defects still open (the pending named schedules); make chaos draws
-// every kind.
+// faults and a PDB closed for a while. The node faults (not-ready,
+// reregister, stall-reboot) and the host, source and clock faults are
+// left out for make test's time, not for a defect known open: a node held
+// down or a host upgrade cut stretches a 12 s run into minutes of waiting
+// for the rollout to settle. make chaos draws every kind and runs every
+// named schedule after its seeds (SLIPWAY_CHAOS_NAMED=1 runs them here);
+// make test reaches a clock step through TestClockStepShort*.
 var testKinds = []faults.Kind{faults.Kill, faults.Pause, faults.Latency, faults.HalfOpen, faults.Partition, faults.Drop, faults.BlockEviction}
 
 // TestK3osSeeds rolls v1 to v2 under a small fixed set of seeds' faults

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -33,6 +34,7 @@ type chaosPlan struct {
 	tools    string
 	keep     bool
 	verbose  bool
+	list     bool // --list-named
 }
 
 // parseChaos reads a chaos command's flags.
@@ -52,8 +54,12 @@ func parseChaos(args []string) (chaosPlan, error) {
 	kinds := fs.String("kinds", "", "comma-separated kinds of faults to draw (default all: "+kindList()+")")
 	fs.BoolVar(&p.keep, "keep", false, "keep every run's directory (logs, violations.jsonl); failing runs' are always kept")
 	fs.BoolVar(&p.verbose, "v", false, "print each fault as it is applied and healed")
+	fs.BoolVar(&p.list, "list-named", false, "print the named schedules, one a line (name, then system), and run nothing")
 	if err := fs.Parse(args); err != nil {
 		return p, err
+	}
+	if p.list {
+		return p, nil
 	}
 	if p.bin == "" {
 		return p, fmt.Errorf("chaos: --bin is required (a directory with slipway and slipway-sim built, as scripts/chaos does)")
@@ -115,6 +121,10 @@ func chaosCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if p.list {
+		fmt.Print(namedList())
+		return nil
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	failed := 0
@@ -157,6 +167,24 @@ func chaosCmd(ctx context.Context, args []string) error {
 		return fmt.Errorf("chaos: %d runs failed (their replay commands are above)", failed)
 	}
 	return nil
+}
+
+// namedList is every named schedule, one a line: its name and system,
+// by system (in chaos.Systems order) then name.
+func namedList() string {
+	names := slices.Collect(maps.Keys(chaos.Schedules))
+	rank := func(n string) int { return slices.Index(chaos.Systems, chaos.Schedules[n].System) }
+	slices.SortFunc(names, func(a, b string) int {
+		if c := rank(a) - rank(b); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	var b strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&b, "%s %s\n", n, chaos.Schedules[n].System)
+	}
+	return b.String()
 }
 
 // chaosSystems is what a chaos command runs: a named schedule on its own

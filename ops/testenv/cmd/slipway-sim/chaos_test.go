@@ -86,3 +86,30 @@ func TestChaosReplayScheduleFile(t *testing.T) {
 		t.Error("--schedule with --named accepted")
 	}
 }
+
+// TestChaosListNamed: --list-named lists every named schedule once, with
+// its system, grouped by system in chaos.Systems order (scripts/chaos
+// runs them from this list).
+func TestChaosListNamed(t *testing.T) {
+	p, err := parseChaos([]string{"--list-named"})
+	if err != nil || !p.list {
+		t.Fatalf("--list-named: %v, list %t", err, p.list)
+	}
+	lines := strings.Split(strings.TrimSpace(namedList()), "\n")
+	if len(lines) != len(chaos.Schedules) {
+		t.Fatalf("%d lines for %d named schedules:\n%s", len(lines), len(chaos.Schedules), namedList())
+	}
+	last := 0
+	for _, l := range lines {
+		name, sys, ok := strings.Cut(l, " ")
+		n, known := chaos.Schedules[name]
+		if !ok || !known || n.System != sys {
+			t.Fatalf("line %q: not a named schedule and its system", l)
+		}
+		r := slices.Index(chaos.Systems, sys)
+		if r < last {
+			t.Fatalf("line %q: system out of order", l)
+		}
+		last = r
+	}
+}
