@@ -206,28 +206,33 @@ const faultGrace = 15 * time.Second
 //     judged by cordon-within-budget and cordon-control-plane-alone,
 //     which are never excused. A power cut armed but never struck
 //     excuses nothing.
-//   - reboot-without-slot of a node whose reboot a power cut made (the
-//     fault's reboot, not slipway's) or a StallReboot stretched (the
-//     controller may give up a slot whose node stays down).
+//   - reboot-without-drain and reboot-without-slot of a node whose
+//     reboot a power cut made (from the strike to the node's return,
+//     plus faultGrace): the fault's reboot, not slipway's, which no drain
+//     or slot precedes (a cut while staging ahead, or during a rollback
+//     after the slot ended);
+//   - reboot-without-slot of a node whose reboot a StallReboot stretched
+//     (the controller may give up a slot whose node stays down); its
+//     drain is still slipway's to make.
 func Excused(v monitor.Violation, sched faults.Schedule, strikes []faults.Strike, start time.Time) bool {
 	type window struct {
 		node     string
 		from, to time.Time
 	}
-	var downs, reboots []window
+	var downs, cuts, stalls []window
 	for _, f := range sched {
 		w := window{strings.TrimPrefix(f.Target, "node/"), start.Add(f.At), start.Add(f.At + f.For + faultGrace)}
 		switch f.Kind {
 		case faults.NotReady, faults.Reregister:
 			downs = append(downs, w)
 		case faults.StallReboot:
-			reboots = append(reboots, w)
+			stalls = append(stalls, w)
 		}
 	}
 	for _, s := range strikes {
 		if s.Kind == faults.PowerCut {
 			w := window{strings.TrimPrefix(s.Target, "node/"), s.At, s.Back.Add(faultGrace)}
-			downs, reboots = append(downs, w), append(reboots, w)
+			downs, cuts = append(downs, w), append(cuts, w)
 		}
 	}
 	in := func(w window) bool { return !v.At.Before(w.from) && !v.At.After(w.to) }
@@ -238,7 +243,11 @@ func Excused(v monitor.Violation, sched faults.Schedule, strikes []faults.Strike
 				return true
 			}
 		}
-	case monitor.InvRebootWithoutSlot:
+	case monitor.InvRebootWithoutDrain, monitor.InvRebootWithoutSlot:
+		reboots := cuts
+		if v.Invariant == monitor.InvRebootWithoutSlot {
+			reboots = append(slices.Clone(cuts), stalls...)
+		}
 		for _, w := range reboots {
 			if in(w) && strings.HasPrefix(v.Key, w.node+"@") {
 				return true

@@ -148,8 +148,8 @@ func TestExcused(t *testing.T) {
 		{v(monitor.InvCordonBudget, 12*time.Second, "slipway cordoned node-4 while ...: node-5 (NotReady)"), false},
 		{monitor.Violation{Invariant: monitor.InvRebootWithoutSlot, At: start.Add(32 * time.Second), Key: "node-2@b"}, true}, // the stall
 		{monitor.Violation{Invariant: monitor.InvRebootWithoutSlot, At: start.Add(32 * time.Second), Key: "node-3@b"}, false},
-		{monitor.Violation{Invariant: monitor.InvRebootWithoutSlot, At: start.Add(12 * time.Second), Key: "node-5@b"}, false}, // NotReady is no reboot
-		{monitor.Violation{Invariant: monitor.InvRebootWithoutDrain, At: start.Add(32 * time.Second), Key: "node-2@b"}, false},
+		{monitor.Violation{Invariant: monitor.InvRebootWithoutSlot, At: start.Add(12 * time.Second), Key: "node-5@b"}, false},  // NotReady is no reboot
+		{monitor.Violation{Invariant: monitor.InvRebootWithoutDrain, At: start.Add(32 * time.Second), Key: "node-2@b"}, false}, // a stalled reboot is still slipway's: drained first
 	} {
 		if got := Excused(tc.v, sched, nil, start); got != tc.want {
 			t.Errorf("Excused(%s at %s: %s) = %t, want %t", tc.v.Invariant, tc.v.At.Sub(start), tc.v.Message, got, tc.want)

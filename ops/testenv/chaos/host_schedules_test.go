@@ -75,8 +75,9 @@ func TestHostSchedules(t *testing.T) {
 // TestExcusedPowerCut: a state invariant broken while a power cut that
 // struck has the node down (from the strike to its return, plus
 // faultGrace) is excused, as for NotReady, and so is the cut's reboot for
-// reboot-without-slot; an armed cut that never struck, or the time before
-// the strike, excuses nothing; slipway's own cordon rules never are.
+// reboot-without-drain and reboot-without-slot; an armed cut that never
+// struck, or the time before the strike, excuses nothing; slipway's own
+// cordon rules never are.
 func TestExcusedPowerCut(t *testing.T) {
 	start := time.Unix(1000, 0)
 	sched := faults.Schedule{{At: 0, Kind: faults.PowerCut, Target: "node/node-5", For: time.Minute, Step: "staged"},
@@ -99,7 +100,9 @@ func TestExcusedPowerCut(t *testing.T) {
 		{monitor.InvCordonBudget, "node-5", 30 * time.Second, false},
 		{monitor.InvRebootWithoutSlot, "node-5", 25 * time.Second, true},
 		{monitor.InvRebootWithoutSlot, "node-4", 25 * time.Second, false},
-		{monitor.InvRebootWithoutDrain, "node-5", 25 * time.Second, false},
+		{monitor.InvRebootWithoutDrain, "node-5", 25 * time.Second, true}, // the cut's reboot: no drain precedes a power loss
+		{monitor.InvRebootWithoutDrain, "node-5", 10 * time.Second, false},
+		{monitor.InvRebootWithoutDrain, "node-4", 25 * time.Second, false},
 	} {
 		v := monitor.Violation{Invariant: tc.inv, At: start.Add(tc.at), Message: msg(tc.node), Key: tc.node + "@b"}
 		if got := Excused(v, sched, strikes, start); got != tc.want {
