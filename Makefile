@@ -27,7 +27,7 @@ bench: ## benchmarks: staging vs the k3os pipeline, the 100-node rollouts, slipw
 	@scripts/bench-swarm
 
 .PHONY: chaos
-chaos: ## the systems under faults drawn from seeds, the invariant monitor watching: CHAOS_SEEDS (2), CHAOS_DURATION (45s), SYSTEM or CHAOS_SYSTEM (k3os, update-operator, eds, swarm; default all); a failing run prints its replay command
+chaos: ## the systems under faults drawn from seeds, the invariant monitor watching: CHAOS_SEEDS (2), CHAOS_DURATION (45s), SYSTEM or CHAOS_SYSTEM (k3os, update-operator, eds, swarm; default all), then every named schedule of those systems (CHAOS_NAMED=0 skips them); a failing run prints its replay command
 	@SYSTEM="$(SYSTEM)" scripts/chaos
 
 lint: ## gofmt, go vet and staticcheck (installed from the Go module proxy)

@@ -63,7 +63,7 @@ func (a *Agent) bootIDOf(n *corev1.Node) (string, error) {
 			return "", fmt.Errorf("node %s not seen yet (--boot-id-from-node)", a.opts.NodeName)
 		}
 		if n.Status.NodeInfo.BootID == "" {
-			return "unreported", nil // a fresh simulated node; its first reboot sets one
+			return "unreported", nil // a simulated node registered without one (the test clusters give every node one)
 		}
 		// trust: ops.agent.own-boot-id
 		return n.Status.NodeInfo.BootID, nil

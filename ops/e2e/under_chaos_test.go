@@ -211,12 +211,16 @@ func (k *chaos) reregister(ctx context.Context, t *testing.T) {
 		return
 	}
 	node := free[k.rng.IntN(len(free))]
+	again := testenv.FakeNode(node)
+	if old, err := k.c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
+		again.Status.NodeInfo.BootID = old.Status.NodeInfo.BootID // registered again, not rebooted
+	}
 	if err := k.c.kube.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
 		t.Errorf("delete node %s: %v", node, err)
 		return
 	}
 	for {
-		_, err := k.c.kube.CoreV1().Nodes().Create(ctx, testenv.FakeNode(node), metav1.CreateOptions{})
+		_, err := k.c.kube.CoreV1().Nodes().Create(ctx, again.DeepCopy(), metav1.CreateOptions{})
 		if err == nil {
 			break
 		}

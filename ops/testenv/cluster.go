@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+
+	"slipway.dev/slipway/ops/testenv/supervisor"
 )
 
 //go:embed stages.yaml
@@ -81,7 +83,11 @@ func (e *Env) startCluster(ctx context.Context, tools string) error {
 	})
 }
 
-// FakeNode is the Node object of a fake node named name.
+// FakeNode is the Node object of a fake node named name, on a boot of its
+// own: a kubelet reports its boot ID from its first status, so the node's
+// first reboot (a new boot ID, supervisor.Reboot) is one the invariant
+// monitor can see. A node registered again on the same boot keeps its
+// old boot ID (copy it over this one).
 func FakeNode(name string) *corev1.Node {
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("32"),
@@ -97,7 +103,7 @@ func FakeNode(name string) *corev1.Node {
 				"type": "kwok", NodeRoleLabel: "true",
 			},
 		},
-		Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
+		Status: corev1.NodeStatus{Capacity: res, Allocatable: res, NodeInfo: corev1.NodeSystemInfo{BootID: supervisor.NewBootID()}},
 	}
 }
 

@@ -35,6 +35,9 @@ func TestRebootSimulation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if before.Status.NodeInfo.BootID == "" { // registered with one (FakeNode), kept by kwok's stages
+		t.Fatalf("node %s has no boot ID before its first reboot", node)
+	}
 	oldPid := cluster.Supervisor.Pids()[node]
 	if oldPid == 0 {
 		t.Fatalf("no command running for %s", node)

@@ -47,6 +47,9 @@ type Options struct {
 	Schedule faults.Schedule
 	// Name names a named schedule in the report.
 	Name string
+	// ScheduleFile is the file Schedule was read from (--schedule): the
+	// report names it and the replay command runs it again.
+	ScheduleFile string
 	// Variant picks a system's setup for a named schedule (e.g. an
 	// ExtendedDaemonSet whose canary wants no node); "" is the default.
 	Variant string
@@ -75,14 +78,18 @@ func (o Options) withDefaults() Options {
 
 // Result is what one run saw.
 type Result struct {
-	System   string
-	Seed     int64
-	Name     string
-	Nodes    int
-	Duration time.Duration
-	Kinds    []faults.Kind
-	Schedule faults.Schedule
-	Faults   faults.Report
+	System string
+	Seed   int64
+	Name   string
+	// ScheduleFile is Options.ScheduleFile.
+	ScheduleFile string
+	Nodes        int
+	Duration     time.Duration
+	Kinds        []faults.Kind
+	Schedule     faults.Schedule
+	Faults       faults.Report
+	// Strikes are the armed faults that struck, with when (Excused).
+	Strikes []faults.Strike
 	// Checks is how many times the monitor checked every invariant.
 	Checks     int
 	Violations []monitor.Violation
@@ -114,6 +121,9 @@ func (r Result) Failed() bool { return len(r.Violations) > 0 || !r.Settled }
 
 // Replay is the command that runs the same schedule again.
 func (r Result) Replay() string {
+	if r.ScheduleFile != "" {
+		return fmt.Sprintf("scripts/chaos --system %s --seeds 1 --seed %d --nodes %d --schedule %s", r.System, r.Seed, r.Nodes, r.ScheduleFile)
+	}
 	if r.Name != "" {
 		return fmt.Sprintf("scripts/chaos --system %s --seeds 1 --named %s", r.System, r.Name)
 	}
@@ -134,6 +144,9 @@ func (r Result) Report(w io.Writer) {
 	what := fmt.Sprintf("seed %d", r.Seed)
 	if r.Name != "" {
 		what = "schedule " + r.Name
+	}
+	if r.ScheduleFile != "" {
+		what = "schedule file " + r.ScheduleFile
 	}
 	verdict := "ok"
 	if r.Failed() {
@@ -182,25 +195,63 @@ func (r Result) Report(w io.Writer) {
 // kwok's heartbeat and the node lifecycle controller take that long.
 const faultGrace = 15 * time.Second
 
-// Excused reports whether v is a violation of a state invariant
-// (channel-concurrency, control-plane-one-down) that names a node a
-// NotReady or Reregister fault of sched took down at v's time (sched's
-// offsets from start). Those invariants count every unavailable node, so
-// a fault can break them by itself; slipway's own part is judged by
-// cordon-within-budget and cordon-control-plane-alone, which are never
-// excused.
-func Excused(v monitor.Violation, sched faults.Schedule, start time.Time) bool {
-	if v.Invariant != monitor.InvChannelConcurrency && v.Invariant != monitor.InvControlPlane {
-		return false
+// Excused reports whether v is a violation a fault of sched (its offsets
+// from start) or a power cut that struck (strikes) caused by itself:
+//   - a state invariant (channel-concurrency, control-plane-one-down)
+//     naming as NotReady a node that a NotReady or Reregister fault held
+//     down, or that a power cut had taken down, at v's time (from the
+//     fault's offset, or the cut's strike, to its end or the node's
+//     return, plus faultGrace). Those invariants count every unavailable
+//     node, so a fault can break them by itself; slipway's own part is
+//     judged by cordon-within-budget and cordon-control-plane-alone,
+//     which are never excused. A power cut armed but never struck
+//     excuses nothing.
+//   - reboot-without-drain and reboot-without-slot of a node whose
+//     reboot a power cut made (from the strike to the node's return,
+//     plus faultGrace): the fault's reboot, not slipway's, which no drain
+//     or slot precedes (a cut while staging ahead, or during a rollback
+//     after the slot ended);
+//   - reboot-without-slot of a node whose reboot a StallReboot stretched
+//     (the controller may give up a slot whose node stays down); its
+//     drain is still slipway's to make.
+func Excused(v monitor.Violation, sched faults.Schedule, strikes []faults.Strike, start time.Time) bool {
+	type window struct {
+		node     string
+		from, to time.Time
 	}
-	at := v.At.Sub(start)
+	var downs, cuts, stalls []window
 	for _, f := range sched {
-		if f.Kind != faults.NotReady && f.Kind != faults.Reregister && f.Kind != faults.PowerCut { // a power cut: down while armed
-			continue
+		w := window{strings.TrimPrefix(f.Target, "node/"), start.Add(f.At), start.Add(f.At + f.For + faultGrace)}
+		switch f.Kind {
+		case faults.NotReady, faults.Reregister:
+			downs = append(downs, w)
+		case faults.StallReboot:
+			stalls = append(stalls, w)
 		}
-		node := strings.TrimPrefix(f.Target, "node/")
-		if at >= f.At && at <= f.At+f.For+faultGrace && strings.Contains(v.Message, node+" (NotReady") {
-			return true
+	}
+	for _, s := range strikes {
+		if s.Kind == faults.PowerCut {
+			w := window{s.Node, s.At, s.Back.Add(faultGrace)}
+			downs, cuts = append(downs, w), append(cuts, w)
+		}
+	}
+	in := func(w window) bool { return !v.At.Before(w.from) && !v.At.After(w.to) }
+	switch v.Invariant {
+	case monitor.InvChannelConcurrency, monitor.InvControlPlane:
+		for _, w := range downs {
+			if in(w) && strings.Contains(v.Message, w.node+" (NotReady") {
+				return true
+			}
+		}
+	case monitor.InvRebootWithoutDrain, monitor.InvRebootWithoutSlot:
+		reboots := cuts
+		if v.Invariant == monitor.InvRebootWithoutSlot {
+			reboots = append(slices.Clone(cuts), stalls...)
+		}
+		for _, w := range reboots {
+			if in(w) && strings.HasPrefix(v.Key, w.node+"@") {
+				return true
+			}
 		}
 	}
 	return false

@@ -60,9 +60,13 @@ func needCluster(t *testing.T) {
 }
 
 // testKinds are the faults of make test's fixed seeds: process and network
-// faults and a PDB closed for a while. Nodes taken NotReady by a fault
-// reach defects still open (the pending named schedules); make chaos draws
-// every kind.
+// faults and a PDB closed for a while. The node faults (not-ready,
+// reregister, stall-reboot) and the host, source and clock faults are
+// left out for make test's time, not for a defect known open: a node held
+// down or a host upgrade cut stretches a 12 s run into minutes of waiting
+// for the rollout to settle. make chaos draws every kind and runs every
+// named schedule after its seeds (SLIPWAY_CHAOS_NAMED=1 runs them here);
+// make test reaches a clock step through TestClockStepShort*.
 var testKinds = []faults.Kind{faults.Kill, faults.Pause, faults.Latency, faults.HalfOpen, faults.Partition, faults.Drop, faults.BlockEviction}
 
 // TestK3osSeeds rolls v1 to v2 under a small fixed set of seeds' faults
@@ -128,7 +132,8 @@ func TestScheduleFollowsTheSeed(t *testing.T) {
 // down is excused; slipway's own cordon rules never are.
 func TestExcused(t *testing.T) {
 	start := time.Unix(1000, 0)
-	sched := faults.Schedule{{At: 10 * time.Second, Kind: faults.NotReady, Target: "node/node-5", For: 5 * time.Second}}
+	sched := faults.Schedule{{At: 10 * time.Second, Kind: faults.NotReady, Target: "node/node-5", For: 5 * time.Second},
+		{At: 25 * time.Second, Kind: faults.StallReboot, Target: "node/node-2", For: 8 * time.Second}}
 	v := func(inv string, at time.Duration, msg string) monitor.Violation {
 		return monitor.Violation{Invariant: inv, At: start.Add(at), Message: msg}
 	}
@@ -141,8 +146,12 @@ func TestExcused(t *testing.T) {
 		{v(monitor.InvChannelConcurrency, 5*time.Second, "2 nodes unavailable: node-4 (cordoned by slipway-agent); node-5 (NotReady)"), false},
 		{v(monitor.InvChannelConcurrency, time.Minute, "2 nodes unavailable: node-4 (cordoned by slipway-agent); node-5 (NotReady)"), false},
 		{v(monitor.InvCordonBudget, 12*time.Second, "slipway cordoned node-4 while ...: node-5 (NotReady)"), false},
+		{monitor.Violation{Invariant: monitor.InvRebootWithoutSlot, At: start.Add(32 * time.Second), Key: "node-2@b"}, true}, // the stall
+		{monitor.Violation{Invariant: monitor.InvRebootWithoutSlot, At: start.Add(32 * time.Second), Key: "node-3@b"}, false},
+		{monitor.Violation{Invariant: monitor.InvRebootWithoutSlot, At: start.Add(12 * time.Second), Key: "node-5@b"}, false},  // NotReady is no reboot
+		{monitor.Violation{Invariant: monitor.InvRebootWithoutDrain, At: start.Add(32 * time.Second), Key: "node-2@b"}, false}, // a stalled reboot is still slipway's: drained first
 	} {
-		if got := Excused(tc.v, sched, start); got != tc.want {
+		if got := Excused(tc.v, sched, nil, start); got != tc.want {
 			t.Errorf("Excused(%s at %s: %s) = %t, want %t", tc.v.Invariant, tc.v.At.Sub(start), tc.v.Message, got, tc.want)
 		}
 	}

@@ -46,9 +46,10 @@ var hostSchedules = map[string]Named{
 	// as the rollout starts, while the first slot's node is about to
 	// cordon: node-2 (a server) loses power with no slot, and the slot's
 	// server (granted while node-2 was Ready) is cordoned about a second
-	// later, node-2 still down. Fails today: cordon-within-budget and
-	// cordon-control-plane-alone (down is down at the cordon, not only at
-	// the grant).
+	// later, node-2 still down. Passes since the drain asks the budget and
+	// the server gate again, live, before its cordon; before that fix it
+	// failed cordon-within-budget and cordon-control-plane-alone (down is
+	// down at the cordon, not only at the grant).
 	"k3os-power-cut-staging": {System: "k3os", Nodes: 5,
 		Doc: "power cut while staging ahead (after the sync, between two renames): v1 boots, staging again completes; no cordon begins while the cut server is down",
 		Schedule: faults.Schedule{
@@ -60,12 +61,13 @@ var hostSchedules = map[string]Named{
 	// and the agent rolls the swap back with a rollback Job. Every node
 	// has a power cut armed at a link of the rollback: the node whose
 	// rollback is cut boots one release (the loader finishes the
-	// rollback), and nothing stays activated without a slot. Fails today:
-	// the rollback Job runs after the failed slot is released, so the next
-	// node's slot is granted while the previous node still writes its host;
-	// the cut during that rollback takes the previous node down as the
-	// next one is cordoned (cordon-within-budget,
-	// cordon-control-plane-alone). Both cut nodes booted v1 whole.
+	// rollback), and nothing stays activated without a slot. Passes since
+	// the same fix; before it, it failed: the rollback Job runs after the
+	// failed slot is released, so the next node's slot is granted while
+	// the previous node still writes its host; the cut during that
+	// rollback takes the previous node down as the next one is cordoned
+	// (cordon-within-budget, cordon-control-plane-alone). Both cut nodes
+	// booted v1 whole.
 	"k3os-power-cut-rollback": {System: "k3os", Nodes: 5,
 		Doc: "a drain that fails after the swap, its rollback cut between two links: one release booted, nothing left activated",
 		Schedule: faults.Schedule{

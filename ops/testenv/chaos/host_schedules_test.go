@@ -72,24 +72,41 @@ func TestHostSchedules(t *testing.T) {
 	}
 }
 
-// TestExcusedPowerCut: a state invariant broken while an armed power cut
-// may have taken the node down is excused, as for NotReady; slipway's
-// own cordon rules are not.
+// TestExcusedPowerCut: a state invariant broken while a power cut that
+// struck has the node down (from the strike to its return, plus
+// faultGrace) is excused, as for NotReady, and so is the cut's reboot for
+// reboot-without-drain and reboot-without-slot; an armed cut that never
+// struck, or the time before the strike, excuses nothing; slipway's own
+// cordon rules never are.
 func TestExcusedPowerCut(t *testing.T) {
 	start := time.Unix(1000, 0)
-	sched := faults.Schedule{{At: 0, Kind: faults.PowerCut, Target: "node/node-5", For: time.Minute, Step: "staged"}}
-	msg := "2 nodes unavailable: node-3 (cordoned by slipway-agent); node-5 (NotReady)"
+	sched := faults.Schedule{{At: 0, Kind: faults.PowerCut, Target: "node/node-5", For: time.Minute, Step: "staged"},
+		{At: 0, Kind: faults.PowerCut, Target: "node/node-4", For: time.Minute, Step: "staged"}}
+	strikes := []faults.Strike{{Kind: faults.PowerCut, Node: "node-5", At: start.Add(20 * time.Second), Back: start.Add(25 * time.Second)}}
+	msg := func(node string) string {
+		return "2 nodes unavailable: node-3 (cordoned by slipway-agent); " + node + " (NotReady)"
+	}
 	for _, tc := range []struct {
-		inv  string
-		at   time.Duration
-		want bool
+		inv, node string
+		at        time.Duration
+		want      bool
 	}{
-		{monitor.InvChannelConcurrency, 30 * time.Second, true},
-		{monitor.InvChannelConcurrency, 2 * time.Minute, false},
-		{monitor.InvCordonBudget, 30 * time.Second, false},
+		{monitor.InvChannelConcurrency, "node-5", 30 * time.Second, true},
+		{monitor.InvChannelConcurrency, "node-5", 20 * time.Second, true},
+		{monitor.InvChannelConcurrency, "node-5", 10 * time.Second, false}, // armed, not struck yet
+		{monitor.InvChannelConcurrency, "node-5", 41 * time.Second, false}, // back + faultGrace passed
+		{monitor.InvChannelConcurrency, "node-4", 30 * time.Second, false}, // armed, never struck
+		{monitor.InvControlPlane, "node-5", 30 * time.Second, true},
+		{monitor.InvCordonBudget, "node-5", 30 * time.Second, false},
+		{monitor.InvRebootWithoutSlot, "node-5", 25 * time.Second, true},
+		{monitor.InvRebootWithoutSlot, "node-4", 25 * time.Second, false},
+		{monitor.InvRebootWithoutDrain, "node-5", 25 * time.Second, true}, // the cut's reboot: no drain precedes a power loss
+		{monitor.InvRebootWithoutDrain, "node-5", 10 * time.Second, false},
+		{monitor.InvRebootWithoutDrain, "node-4", 25 * time.Second, false},
 	} {
-		if got := Excused(monitor.Violation{Invariant: tc.inv, At: start.Add(tc.at), Message: msg}, sched, start); got != tc.want {
-			t.Errorf("Excused(%s at %s) = %t, want %t", tc.inv, tc.at, got, tc.want)
+		v := monitor.Violation{Invariant: tc.inv, At: start.Add(tc.at), Message: msg(tc.node), Key: tc.node + "@b"}
+		if got := Excused(v, sched, strikes, start); got != tc.want {
+			t.Errorf("Excused(%s of %s at %s) = %t, want %t", tc.inv, tc.node, tc.at, got, tc.want)
 		}
 	}
 }

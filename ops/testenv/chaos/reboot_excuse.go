@@ -13,15 +13,19 @@ const rebootGrace = faultGrace
 
 // excusedReboot reports whether v is what a reboot the injector caused
 // (faults.Reboot: the node's own, not slipway's) explains at its instant:
-// the new boot ID it gave the node (reboot-without-drain), or a state
+// the new boot ID it gave the node (reboot-without-drain,
+// reboot-without-slot: no drain or slot precedes it), or a state
 // invariant naming that node NotReady from its fall until rebootGrace
 // after it was back (channel-concurrency, control-plane-one-down).
 // slipway's own rules (cordon-within-budget, cordon-control-plane-alone)
 // are never excused.
 func excusedReboot(v monitor.Violation, strikes []faults.Strike) bool {
 	for _, st := range strikes {
+		if st.Kind != faults.Reboot {
+			continue
+		}
 		switch v.Invariant {
-		case monitor.InvRebootWithoutDrain:
+		case monitor.InvRebootWithoutDrain, monitor.InvRebootWithoutSlot:
 			if st.BootID != "" && v.Key == st.Node+"@"+st.BootID {
 				return true
 			}

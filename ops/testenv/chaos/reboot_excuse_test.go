@@ -12,7 +12,7 @@ import (
 // instant only; slipway's cordon rules never.
 func TestExcusedReboot(t *testing.T) {
 	at := time.Unix(1000, 0)
-	strikes := []faults.Strike{{Node: "node-2", At: at, Back: at.Add(5 * time.Second), BootID: "b-own"}}
+	strikes := []faults.Strike{{Kind: faults.Reboot, Node: "node-2", At: at, Back: at.Add(5 * time.Second), BootID: "b-own"}}
 	down := "2 nodes unavailable: node-1 (cordoned by slipway-agent); node-2 (NotReady)"
 	for _, tc := range []struct {
 		v    monitor.Violation

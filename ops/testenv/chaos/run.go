@@ -124,7 +124,7 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	start := time.Now()
 	h := &harness{o: o, nodes: NodeNames(o.Nodes), proxies: map[string]*faults.Proxy{}, procs: map[string]*proc{}}
 	h.logf = func(format string, a ...any) { fmt.Fprintf(o.Log, "chaos "+o.System+": "+format+"\n", a...) }
-	res = Result{System: o.System, Seed: o.Seed, Name: o.Name, Nodes: o.Nodes, Duration: o.Duration, Kinds: o.Kinds, Schedule: o.Schedule}
+	res = Result{System: o.System, Seed: o.Seed, Name: o.Name, ScheduleFile: o.ScheduleFile, Nodes: o.Nodes, Duration: o.Duration, Kinds: o.Kinds, Schedule: o.Schedule}
 	if res.Schedule == nil {
 		if res.Schedule, err = drawSchedule(o, sys, h.nodes); err != nil {
 			return res, err
@@ -268,6 +268,7 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	}
 	faultsStart := time.Now()
 	res.Faults = faults.Run(ctx, res.Schedule, sim, func(l string) { h.logf("%s", l) })
+	res.Strikes = sim.Strikes()
 	h.logf("faults over after %s; waiting for the change to settle", time.Since(start).Round(time.Second))
 	if m, ok := sys.(monitored); ok {
 		m.faultsOver(mon)
@@ -310,7 +311,7 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	}
 	res.Checks, res.MonitorErrors = mon.Checks(), mon.Errors()
 	for _, v := range mon.Violations() {
-		if Excused(v, res.Schedule, faultsStart) || excusedReboot(v, res.Faults.Strikes) {
+		if Excused(v, res.Schedule, res.Strikes, faultsStart) || excusedReboot(v, res.Strikes) {
 			res.Excused = append(res.Excused, v)
 		} else {
 			res.Violations = append(res.Violations, v)

@@ -50,6 +50,37 @@ func (s *Sim) Fired() map[Kind]int {
 	return out
 }
 
+// Strike is a fault that took a node down and up again: a PowerCut whose
+// step was reached, or a Reboot (armed or immediate) that happened.
+type Strike struct {
+	Kind Kind
+	Node string
+	// At is when the node went down; Back when it was up again (or the
+	// fault gave up).
+	At, Back time.Time
+	// BootID is the node's boot ID once back ("" when it was not read:
+	// a power cut's is not).
+	BootID string
+	// Boot is the node's boot count once back (the boot it began).
+	Boot int
+	// Slot: the node held a slot when it went down (Sim.SlotHolders; a
+	// Reboot's only).
+	Slot bool
+}
+
+// Strikes are the faults that struck, in the order they ended.
+func (s *Sim) Strikes() []Strike {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Strike(nil), s.strikes...)
+}
+
+func (s *Sim) struck(st Strike) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.strikes = append(s.strikes, st)
+}
+
 func (s *Sim) count(k Kind) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -154,6 +185,7 @@ func (s *Sim) armAtStep(ctx context.Context, f Fault, strike func(ctx context.Co
 // cut kills node's agent and the process that stopped at step (its pid in
 // fired: "<pid> <step>") at once, then reboots the node.
 func (s *Sim) cut(ctx context.Context, node, step string, fired []byte) error {
+	at := time.Now()
 	w := strings.Fields(string(fired))
 	pid := 0
 	if len(w) > 0 {
@@ -171,6 +203,7 @@ func (s *Sim) cut(ctx context.Context, node, step string, fired []byte) error {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	s.count(PowerCut)
+	defer func() { s.struck(Strike{Kind: PowerCut, Node: node, At: at, Back: time.Now()}) }()
 	s.log("power cut of %s after step %s (pid %d): rebooting", node, step, pid)
 	delay := s.RebootDelay
 	if delay <= 0 {

@@ -41,26 +41,6 @@ const InjectedRebootsFile = "injected-reboots"
 // let go on to end before rebooting the node anyway.
 const upgradeExitWait = 30 * time.Second
 
-// Strike is one armed or immediate Reboot that happened.
-type Strike struct {
-	Node string
-	// At is when the node went down; Back when it was Ready again.
-	At, Back time.Time
-	// BootID is the node's boot ID once back ("" when it could not be read).
-	BootID string
-	// Boot is the node's boot count once back (the boot it began).
-	Boot int
-	// Slot: the node held a slot when it went down (Sim.SlotHolders).
-	Slot bool
-}
-
-// Strikes are the reboots the Reboot faults caused so far, oldest first.
-func (s *Sim) Strikes() []Strike {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Strike(nil), s.strikes...)
-}
-
 // rebootNow reboots the node of f now, down for f.For, and returns once it
 // is back: a heal that waits for it.
 func (s *Sim) rebootNow(ctx context.Context, f Fault) (func(context.Context) error, error) {
@@ -130,15 +110,13 @@ func (s *Sim) rebootNode(ctx context.Context, node string, delay time.Duration, 
 	if err := s.Env.Reboot(ctx, node, delay); err != nil {
 		return fmt.Errorf("reboot of %s by itself: %w", node, err)
 	}
-	st := Strike{Node: node, At: at, Back: time.Now(), Boot: s.Env.Supervisor.Boots(node), Slot: slot}
+	st := Strike{Kind: Reboot, Node: node, At: at, Back: time.Now(), Boot: s.Env.Supervisor.Boots(node), Slot: slot}
 	if s.Client != nil {
 		if n, err := s.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
 			st.BootID = n.Status.NodeInfo.BootID
 		}
 	}
-	s.mu.Lock()
-	s.strikes = append(s.strikes, st)
-	s.mu.Unlock()
+	s.struck(st)
 	line := fmt.Sprintf("%d %s %d slot=%t\n", at.UnixNano(), st.BootID, st.Boot, st.Slot)
 	if f, err := os.OpenFile(filepath.Join(s.Env.NodeDir(node), InjectedRebootsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
 		_, _ = f.WriteString(line)

@@ -54,9 +54,9 @@ type Report struct {
 	FaultTime time.Duration
 	// Errors are the faults that failed to apply or heal.
 	Errors []error
-	// Strikes are the reboots the Reboot faults caused, when the Injector
-	// records them (Sim.Strikes): when each struck, which an armed one's
-	// offset does not say.
+	// Strikes are the faults that took a node down and up (a PowerCut that
+	// struck, a Reboot), when the Injector records them (Sim.Strikes):
+	// when each struck, which an armed one's offset does not say.
 	Strikes []Strike
 }
 

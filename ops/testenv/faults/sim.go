@@ -226,6 +226,7 @@ func (s *Sim) reregister(ctx context.Context, node string) error {
 		return fmt.Errorf("delete node %s: %w", node, err)
 	}
 	fresh := testenv.FakeNode(node)
+	fresh.Status.NodeInfo.BootID = old.Status.NodeInfo.BootID // the same boot: registering again is not a reboot
 	for k, v := range old.Labels {
 		if _, ok := fresh.Labels[k]; !ok && !strings.Contains(k, "slipway.dev/") { // slipway's own labels are the agents' to write again
 			fresh.Labels[k] = v

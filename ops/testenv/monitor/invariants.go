@@ -18,6 +18,7 @@ const (
 	InvChannelConcurrency = "channel-concurrency"           // per UpdateChannel, at most concurrency nodes unavailable
 	InvControlPlane       = "control-plane-one-down"        // at most one control-plane node unavailable
 	InvRebootWithoutDrain = "reboot-without-drain"          // a new boot ID only on a node slipway cordoned
+	InvRebootWithoutSlot  = "reboot-without-slot"           // a new boot ID on a channel's node only while a channel held its slot
 	InvOperatorInFlight   = "update-operator-max-in-flight" // at most max-concurrent nodes in flight
 	InvHotLoop            = "bounded-writes"                // at most MaxWrites writes of one object per window
 	InvDoubleHeld         = "swarm-no-double-holder"        // no job in two applications' hands
@@ -109,6 +110,16 @@ type Reboot struct {
 	// before the change, or in the version that carries the new boot ID
 	// (the drain's cordon stays until the node is back).
 	Cordoned bool
+	// Slot: an UpdateChannel's status.updating listed the node in the
+	// last version of the node seen before the change, in the one that
+	// carries the new boot ID, or in a channel version seen between the
+	// two (the controller held its slot at that moment, as the monitor
+	// can tell).
+	Slot bool
+	// Channels are the UpdateChannels whose nodeSelector selects the
+	// node when the change is seen ("namespace/name"): none, the node
+	// is no k3os channel's and reboot-without-slot does not judge it.
+	Channels []string
 }
 
 // CordonStart is a node seen cordoned by slipway in a version after one
@@ -282,6 +293,7 @@ var Invariants = []Invariant{
 	{InvChannelConcurrency, ChannelConcurrency},
 	{InvControlPlane, ControlPlaneOneDown},
 	{InvRebootWithoutDrain, RebootWithoutDrain},
+	{InvRebootWithoutSlot, RebootWithoutSlot},
 	{InvOperatorInFlight, OperatorInFlight},
 	{InvHotLoop, HotLoops},
 	{InvDoubleHeld, DoubleHeld},
@@ -299,6 +311,17 @@ var Invariants = []Invariant{
 }
 
 func nodeKey(name string) string { return "Node//" + name }
+
+// selects reports whether channel c's nodeSelector selects a node
+// labelled lbls (nil selects every node; a selector that does not parse
+// selects none).
+func (c ChannelObs) selects(lbls map[string]string) bool {
+	if c.Selector == nil {
+		return true
+	}
+	sel, err := metav1.LabelSelectorAsSelector(c.Selector)
+	return err == nil && sel.Matches(labels.Set(lbls))
+}
 
 func sortedNodes(s State) []NodeObs {
 	if s.NodeList != nil {
@@ -395,6 +418,30 @@ func RebootWithoutDrain(s State, _ Limits) ([]Finding, error) {
 		out = append(out, Finding{Invariant: InvRebootWithoutDrain, Key: r.Node + "@" + r.To,
 			Message: fmt.Sprintf("node %s booted %s (was %s) with no slipway cordon observed before", r.Node, r.To, r.From),
 			Objects: []string{nodeKey(r.Node)}})
+	}
+	return out, nil
+}
+
+// RebootWithoutSlot: a node an UpdateChannel selects gets a new boot ID
+// only while the controller holds its slot (some channel's
+// status.updating lists it). The cordon alone (reboot-without-drain) is
+// the agent's word; the slot is the controller's: a reboot outside one
+// is a node updating beside the channel's concurrency. Each such reboot is
+// one finding, keyed by the node and the new boot ID.
+func RebootWithoutSlot(s State, _ Limits) ([]Finding, error) {
+	var out []Finding
+	for _, r := range s.Reboots {
+		if r.From == "" || r.Slot || len(r.Channels) == 0 {
+			continue
+		}
+		objs := []string{nodeKey(r.Node)}
+		for _, c := range r.Channels {
+			objs = append(objs, "UpdateChannel/"+c)
+		}
+		out = append(out, Finding{Invariant: InvRebootWithoutSlot, Key: r.Node + "@" + r.To,
+			Message: fmt.Sprintf("node %s booted %s (was %s) with no slot of its channel %s held (status.updating never listed it around the change)",
+				r.Node, r.To, r.From, strings.Join(r.Channels, ", ")),
+			Objects: objs})
 	}
 	return out, nil
 }

@@ -113,10 +113,13 @@ type Monitor struct {
 	keys  updateoperator.Keys
 	hosts *hostChecks // nil: no Config.Hosts
 
-	mu       sync.Mutex
-	nodes    map[string]NodeObs
-	boots    map[string]bootRecord // per node name, deleted nodes' too
-	nodeList []NodeObs             // nodes sorted by name; nil after a node changed
+	mu    sync.Mutex
+	nodes map[string]NodeObs
+	boots map[string]bootRecord // per node name, deleted nodes' too
+	// slotSeen is, per node, when a channel's status.updating last listed
+	// it: in a version, or in the one before a version without it.
+	slotSeen map[string]time.Time
+	nodeList []NodeObs // nodes sorted by name; nil after a node changed
 	channels map[string]ChannelObs
 	reboots  []Reboot
 	cordons  []CordonStart
@@ -144,11 +147,38 @@ type Monitor struct {
 	agents     agentWatch // no-agent-while-renewing (agentbeat.go)
 }
 
-// bootRecord is a node's last known boot ID, and whether slipway held its
-// cordon in the last version seen with it.
+// bootRecord is a node's last known boot ID, whether slipway held its
+// cordon and a channel its slot in the last version seen with it, and
+// when that version was seen.
 type bootRecord struct {
 	ID       string
 	Cordoned bool
+	Slot     bool
+	At       time.Time
+}
+
+// inSlot reports whether some channel's status.updating lists node, as
+// the monitor last saw the channels. Call with m.mu held.
+func (m *Monitor) inSlot(node string) bool {
+	for _, c := range m.channels {
+		if slices.Contains(c.Slots, node) {
+			return true
+		}
+	}
+	return false
+}
+
+// channelsOf are the channels ("namespace/name", sorted) whose
+// nodeSelector selects a node labelled lbls. Call with m.mu held.
+func (m *Monitor) channelsOf(lbls map[string]string) []string {
+	var out []string
+	for k, c := range m.channels {
+		if c.selects(lbls) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // New makes a monitor; Run starts it.
@@ -167,7 +197,7 @@ func New(cfg Config) (*Monitor, error) {
 		cfg.Now = time.Now
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
-	return &Monitor{cfg: cfg, keys: keys, nodes: map[string]NodeObs{}, boots: map[string]bootRecord{}, channels: map[string]ChannelObs{},
+	return &Monitor{cfg: cfg, keys: keys, nodes: map[string]NodeObs{}, boots: map[string]bootRecord{}, slotSeen: map[string]time.Time{}, channels: map[string]ChannelObs{},
 		writes: map[string][]time.Time{}, history: map[string][]Version{}, open: map[string]bool{},
 		pods: map[string]PodObs{}, eds: map[string]EDSObs{}, covered: map[string]map[string]bool{},
 		audit: &auditTail{path: cfg.AuditLog}, requests: map[string][]time.Time{}, hosts: newHostChecks(cfg)}, nil
@@ -400,11 +430,15 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		}
 		if n.BootID != "" { // a version of no known boot (just registered) says nothing of one
 			rec := m.boots[x.Name]
+			slot := m.inSlot(x.Name)
 			if rec.ID != "" && rec.ID != n.BootID {
+				seen, ok := m.slotSeen[x.Name]
 				m.reboots = append(m.reboots, Reboot{Node: x.Name, From: rec.ID, To: n.BootID, At: now,
-					Cordoned: rec.Cordoned || n.SlipwayCordoned()})
+					Cordoned: rec.Cordoned || n.SlipwayCordoned(),
+					Slot:     rec.Slot || slot || (ok && !seen.Before(rec.At)),
+					Channels: m.channelsOf(n.Labels)})
 			}
-			m.boots[x.Name] = bootRecord{ID: n.BootID, Cordoned: n.SlipwayCordoned()}
+			m.boots[x.Name] = bootRecord{ID: n.BootID, Cordoned: n.SlipwayCordoned(), Slot: slot, At: now}
 		}
 		prevOp, seen := m.nodes[x.Name]
 		fail, start, fin := observeOperator(x.Name, prevOp.Operator, seen, n.Operator, now)
@@ -437,6 +471,9 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 			c.Slots = append(c.Slots, s.Node)
 		}
 		prev, seen := m.channels[x.Namespace+"/"+x.Name]
+		for _, s := range append(slices.Clone(prev.Slots), c.Slots...) { // held until this version at least
+			m.slotSeen[s] = now
+		}
 		m.slotGrants = append(m.slotGrants, observeChannelGrants(prev.Slots, seen, x, now)...)
 		m.channels[x.Namespace+"/"+x.Name] = c
 		summary = fmt.Sprintf("concurrency=%d slots=%v", c.Concurrency, c.Slots)
@@ -653,7 +690,7 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 	m.agents.blames = nil
 	m.gateStarts = slices.DeleteFunc(m.gateStarts, func(st ReleaseStart) bool { return now.Sub(st.At) >= m.cfg.Limits.GateGrace }) // judged
 	for k := range m.open {
-		if strings.HasPrefix(k, InvRebootWithoutDrain+"\x00") || strings.HasPrefix(k, InvCordonBudget+"\x00") || strings.HasPrefix(k, InvCordonControlPlane+"\x00") ||
+		if strings.HasPrefix(k, InvRebootWithoutDrain+"\x00") || strings.HasPrefix(k, InvRebootWithoutSlot+"\x00") || strings.HasPrefix(k, InvCordonBudget+"\x00") || strings.HasPrefix(k, InvCordonControlPlane+"\x00") ||
 			strings.HasPrefix(k, InvOperatorBrake+"\x00") || strings.HasPrefix(k, InvFallbackFailure+"\x00") || strings.HasPrefix(k, InvAnalysisGate+"\x00") {
 			standing[k] = true
 		}

@@ -20,6 +20,7 @@ import (
 	"slipway.dev/slipway/ops/kube"
 	"slipway.dev/slipway/ops/swarm/appcheck"
 	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/testenv/supervisor"
 )
 
 var env *testenv.Env
@@ -160,6 +161,31 @@ func (w *world) channel(name string, concurrency int, pool string) {
 	})
 }
 
+// slots sets channel's status.updating to nodes (a slot each) and waits
+// until the monitor has observed that version.
+func (w *world) slots(channel string, nodes ...string) {
+	w.t.Helper()
+	c, err := w.oc.OpsV1().UpdateChannels("default").Get(w.ctx, channel, metav1.GetOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	c.Status.Updating = nil
+	for _, n := range nodes {
+		c.Status.Updating = append(c.Status.Updating, opsv1.Slot{Node: n, Version: "v2"})
+	}
+	if c, err = w.oc.OpsV1().UpdateChannels("default").UpdateStatus(w.ctx, c, metav1.UpdateOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+	key := "UpdateChannel/default/" + channel
+	deadline := time.Now().Add(10 * time.Second)
+	for h := w.m.History(key); len(h) == 0 || h[len(h)-1].ResourceVersion != c.ResourceVersion; h = w.m.History(key) {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("the monitor never observed channel %s at %s", channel, c.ResourceVersion)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // caughtUp waits until the monitor has observed the latest version of the
 // node (so that "nothing reported" speaks of the state written).
 func (w *world) caughtUp(name string) {
@@ -283,6 +309,48 @@ func TestPlantedRebootWithoutDrain(t *testing.T) {
 	}
 }
 
+// A simulated node reports a boot ID from its creation (testenv.FakeNode,
+// the helper every simulated cluster registers its nodes with), as a
+// kubelet does: its first reboot, from that boot ID to a new one, is
+// judged like any later one.
+func TestPlantedFirstRebootWithoutDrain(t *testing.T) {
+	w := newWorld(t, Config{})
+	first := map[string]string{}
+	for _, name := range []string{"fb-1", "fb-2"} {
+		n, err := w.c.CoreV1().Nodes().Create(w.ctx, testenv.FakeNode(name), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.c.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		if n.Status.NodeInfo.BootID == "" {
+			t.Fatalf("fake node %s registered with no boot ID", name)
+		}
+		first[name] = n.Status.NodeInfo.BootID
+		w.caughtUp(name)
+	}
+	reboot := func(name string) string { // as supervisor.Reboot reports the new boot
+		t.Helper()
+		boot := supervisor.NewBootID()
+		patch := fmt.Sprintf(`{"status":{"nodeInfo":{"bootID":%q}}}`, boot)
+		if _, err := w.c.CoreV1().Nodes().PatchStatus(w.ctx, name, []byte(patch)); err != nil {
+			t.Fatal(err)
+		}
+		w.caughtUp(name)
+		return boot
+	}
+	w.cordon("fb-1")
+	reboot("fb-1")
+	w.quiet("a first reboot after a cordon")
+	boot := reboot("fb-2")
+	v := w.expect(InvRebootWithoutDrain)
+	if v.Key != "fb-2@"+boot {
+		t.Errorf("key %q, want fb-2@%s", v.Key, boot)
+	}
+	if h := v.History["Node//fb-2"]; len(h) < 2 || !strings.Contains(h[len(h)-1].Summary, "boot="+boot) || !strings.Contains(h[len(h)-2].Summary, "boot="+first["fb-2"]) {
+		t.Errorf("history does not show the change from the first boot: %v", h)
+	}
+}
+
 // A node deleted and registered again with a new boot ID rebooted too: a
 // drained one (cordoned before its deletion) within the rules, an undrained
 // one not.
@@ -398,9 +466,12 @@ func TestQuietRun(t *testing.T) {
 	})
 	for i, n := range names {
 		w.annotate(n, wanted, "reboot-update")
+		w.slots("quiet", n)
 		w.cordon(n)
 		w.status(n, "boot-2", false)
 		w.status(n, "", true)
+		w.caughtUp(n)
+		w.slots("quiet")
 		w.uncordon(n)
 		w.annotate(n, wanted, "stabilize")
 		h := fmt.Sprintf("renew-%d", i)
@@ -419,4 +490,46 @@ func TestQuietRun(t *testing.T) {
 		t.Errorf("checks not made: %v", errs)
 	}
 	t.Logf("%d checks, no violation", w.m.Checks())
+}
+
+// TestPlantedRebootWithoutSlot: a channel's node drained (slipway's
+// cordon) reboots while the channel's status.updating lists it: within the
+// rules; another drained the same way but with no slot held reboots:
+// reported. A node no channel selects is not judged by this rule.
+func TestPlantedRebootWithoutSlot(t *testing.T) {
+	w := newWorld(t, Config{})
+	w.channel("rs", 1, "rs")
+	for _, n := range []string{"rs-1", "rs-2"} {
+		w.node(n, map[string]string{"pool": "rs"})
+	}
+	w.node("rs-other", map[string]string{"pool": "elsewhere"})
+	// rs-1: slot, drain, reboot, back, slot released.
+	w.slots("rs", "rs-1")
+	w.cordon("rs-1")
+	w.status("rs-1", "boot-2", false)
+	w.status("rs-1", "", true)
+	w.caughtUp("rs-1")
+	w.slots("rs")
+	w.uncordon("rs-1")
+	w.caughtUp("rs-1")
+	// rs-other: no channel's node; its drain and reboot are not this rule's.
+	w.cordon("rs-other")
+	w.status("rs-other", "boot-2", true)
+	w.caughtUp("rs-other")
+	w.quiet("a reboot within its slot, and one of a node no channel selects")
+	// rs-2: drained (cordon) but no slot held.
+	w.cordon("rs-2")
+	w.status("rs-2", "boot-2", true)
+	v := w.expect(InvRebootWithoutSlot)
+	if v.Key != "rs-2@boot-2" || !strings.Contains(v.Message, "channel default/rs") {
+		t.Errorf("key %q message %q", v.Key, v.Message)
+	}
+	if h := v.History["UpdateChannel/default/rs"]; len(h) == 0 {
+		t.Errorf("no history of the channel: %v", v.History)
+	}
+	for _, o := range w.m.Violations() {
+		if o.Invariant == InvRebootWithoutDrain {
+			t.Errorf("a drained node reported as undrained: %v", o)
+		}
+	}
 }

@@ -186,8 +186,11 @@ func (s *Supervisor) stopNode(node string, grace time.Duration) {
 	<-exited
 }
 
-// newBootID returns a random boot ID in the kernel's format.
-func newBootID() string {
+// NewBootID returns a random boot ID in the kernel's format
+// (/proc/sys/kernel/random/boot_id): a fake node gets one when it is
+// created, as a kubelet reports its boot from its first status, and a new
+// one at each simulated reboot.
+func NewBootID() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	h := hex.EncodeToString(b)
@@ -248,7 +251,7 @@ func (s *Supervisor) Reboot(ctx context.Context, node string, delay time.Duratio
 	// The new boot ID goes on only now: kwok's node-initialize stage, which
 	// runs until the node is Ready, rewrites nodeInfo from its possibly older
 	// copy of the node and could put the old boot ID back.
-	if err := setBootID(ctx, s.opts.Client, node, newBootID()); err != nil {
+	if err := setBootID(ctx, s.opts.Client, node, NewBootID()); err != nil {
 		return err
 	}
 	s.opts.Log.Info("node back", "node", node)
