@@ -164,6 +164,7 @@ type Controller struct {
 	// ahead are the checks of the nodes next in line, made in the background (health.go).
 	ahead      checksAhead
 	beats      heartbeats // the agents' heartbeats as this controller saw them change (heartbeats.go)
+	notReady   heartbeats // the slots' nodes' Ready transitions, as this controller saw them change (the same clock)
 	leaderCtx  context.Context
 	leaderStop context.CancelFunc
 

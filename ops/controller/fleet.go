@@ -342,7 +342,7 @@ type staleSlot struct {
 // and returns, keyed by node/attempt, the slots that must be taken away.
 func (ctl *Controller) staleSlots(ctx context.Context, s plan.Settings, ch *v1.UpdateChannel) map[string]staleSlot {
 	out := map[string]staleSlot{}
-	now := wallclock.Now() // slots and the Ready condition are API times; heartbeats are judged on the local clock (agentHeartbeat)
+	now := wallclock.Now() // slots are API times; heartbeats and NotReady spans are judged on the local clock (agentHeartbeat, notReady)
 	for _, sl := range ch.Status.Updating {
 		var sn plan.SlotNode
 		n, err := ctl.kube.CoreV1().Nodes().Get(ctx, sl.Node, metav1.GetOptions{})
@@ -353,7 +353,11 @@ func (ctl *Controller) staleSlots(ctx context.Context, s plan.Settings, ch *v1.U
 		default:
 			sn = plan.SlotNode{Exists: true}
 			// trust: ops.node.ready
-			sn.Ready, sn.ReadySince = process.NodeReady(n)
+			ready, since := process.NodeReady(n)
+			sn.Ready = ready
+			if !ready && !since.IsZero() {
+				sn.NotReadyFor = ctl.notReady.read(sl.Node, since, time.Now())
+			}
 			if beat, err := ctl.agentHeartbeat(ctx, sl.Node); err == nil {
 				sn.AgentKnown, sn.Agent = true, beat
 			}

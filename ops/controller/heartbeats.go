@@ -50,7 +50,8 @@ func nextSeen(prev heartbeatSeen, ok bool, renew, now time.Time) heartbeatSeen {
 	return heartbeatSeen{renew: renew, first: now}
 }
 
-// heartbeats are the heartbeats the controller has read, by node; checks
+// heartbeats are the timestamps another party wrote (the agents' renewTimes,
+// the nodes' Ready transitions) as the controller read them, by node; checks
 // run in parallel, hence the lock. The zero value is ready for use.
 type heartbeats struct {
 	mu   sync.Mutex

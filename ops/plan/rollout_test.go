@@ -167,13 +167,13 @@ func TestAbandoned(t *testing.T) {
 	}{
 		{"healthy", PhaseUpgrading, ready, false, ""},
 		{"its heartbeat just read for the first time", PhaseUpgrading, SlotNode{Exists: true, Ready: true, AgentKnown: true, Agent: beat(0)}, false, ""},
-		{"powered off while its job ran", PhaseUpgrading, SlotNode{Exists: true, ReadySince: now.Add(-2 * time.Minute), AgentKnown: true, Agent: beat(2 * time.Minute)}, true, "turned NotReady 2m0s ago"},
-		{"not ready a moment", PhasePending, SlotNode{Exists: true, ReadySince: now.Add(-10 * time.Second), AgentKnown: true, Agent: beat(0)}, false, ""},
+		{"powered off while its job ran", PhaseUpgrading, SlotNode{Exists: true, NotReadyFor: 2 * time.Minute, AgentKnown: true, Agent: beat(2 * time.Minute)}, true, "turned NotReady 2m0s ago"},
+		{"not ready a moment", PhasePending, SlotNode{Exists: true, NotReadyFor: 10 * time.Second, AgentKnown: true, Agent: beat(0)}, false, ""},
 		{"agent gone mid-drain", PhaseDraining, SlotNode{Exists: true, Ready: true, AgentKnown: true, Agent: beat(10 * time.Minute)}, true,
 			"the slipway agent of node n stopped reporting: its heartbeat has not been renewed for 10m0s (more than 3m0s)"},
 		{"no agent at all", PhasePending, SlotNode{Exists: true, Ready: true, AgentKnown: true}, true, "node n has no slipway agent reporting"},
 		{"heartbeat unreadable: cannot tell", PhasePending, SlotNode{Exists: true, Ready: true}, false, ""},
-		{"not ready after the reboot is the upgrade's failure", PhaseRebooting, SlotNode{Exists: true, ReadySince: now.Add(-2 * time.Minute)}, false, ""},
+		{"not ready after the reboot is the upgrade's failure", PhaseRebooting, SlotNode{Exists: true, NotReadyFor: 2 * time.Minute}, false, ""},
 		{"agent silent after the reboot asked: Stale decides", PhaseRebooting, SlotNode{Exists: true, Ready: true, AgentKnown: true, Agent: beat(10 * time.Minute)}, false, ""},
 		{"deleted: Stale decides", PhaseUpgrading, SlotNode{}, false, ""},
 	} {

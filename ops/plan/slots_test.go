@@ -233,8 +233,8 @@ func TestStale(t *testing.T) {
 		{"node deleted", slot, SlotNode{}, SlotJob{}, true},
 		{"job failed", slot, ready, SlotJob{Exists: true, Failed: true, Reason: "DeadlineExceeded", FinishedAt: now.Add(-2 * time.Minute)}, true},
 		{"job just failed: its agent's turn", slot, ready, SlotJob{Exists: true, Failed: true, FinishedAt: now}, false},
-		{"not ready briefly", slot, SlotNode{Exists: true, ReadySince: now.Add(-time.Minute)}, SlotJob{}, false},
-		{"not ready too long", slot, SlotNode{Exists: true, ReadySince: now.Add(-11 * time.Minute)}, SlotJob{}, true},
+		{"not ready briefly", slot, SlotNode{Exists: true, NotReadyFor: time.Minute}, SlotJob{}, false},
+		{"not ready too long", slot, SlotNode{Exists: true, NotReadyFor: 11 * time.Minute}, SlotJob{}, true},
 		{"held too long", v1.Slot{Node: "n", Since: metav1.NewTime(now.Add(-2 * time.Hour))}, ready, SlotJob{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,7 +20,11 @@ const (
 type SlotNode struct {
 	Exists     bool
 	Ready      bool
-	ReadySince time.Time // last transition of the Ready condition
+	// NotReadyFor is how long the fleet view has seen the node NotReady:
+	// since it first read the Ready condition's current transition, on
+	// its own clock (the condition's lastTransitionTime is written on the
+	// kubelet's or the node lifecycle controller's clock). Zero when Ready.
+	NotReadyFor time.Duration
 	// AgentKnown: the agent's heartbeat was read (Agent says what of it).
 	AgentKnown bool
 	Agent      Heartbeat
@@ -60,9 +64,9 @@ func Stale(s Settings, slot v1.Slot, node SlotNode, job SlotJob, now time.Time) 
 		return true, fmt.Sprintf("node %s was deleted while it held a slot", slot.Node)
 	case job.Failed && now.Sub(job.FinishedAt) > JobGrace:
 		return true, fmt.Sprintf("upgrade job %s failed: %s", slot.Job, job.Reason)
-	case !node.Ready && !node.ReadySince.IsZero() && now.Sub(node.ReadySince) > s.NodeReadyTimeout:
+	case !node.Ready && node.NotReadyFor > s.NodeReadyTimeout:
 		return true, fmt.Sprintf("node %s has not been Ready for %s (nodeReadyTimeout %s)",
-			slot.Node, now.Sub(node.ReadySince).Round(time.Second), s.NodeReadyTimeout)
+			slot.Node, node.NotReadyFor.Round(time.Second), s.NodeReadyTimeout)
 	case now.Sub(slot.Since.Time) > MaxSlotAge(s):
 		return true, fmt.Sprintf("node %s held its slot for %s, longer than its timeouts allow (%s); check its agent's logs",
 			slot.Node, now.Sub(slot.Since.Time).Round(time.Second), MaxSlotAge(s))
@@ -119,9 +123,9 @@ func Abandoned(slot v1.Slot, node SlotNode, agentTTL time.Duration, now time.Tim
 		return false, ""
 	}
 	switch {
-	case !node.Ready && !node.ReadySince.IsZero() && now.Sub(node.ReadySince) > JobGrace:
+	case !node.Ready && node.NotReadyFor > JobGrace:
 		return true, fmt.Sprintf("node %s turned NotReady %s ago, before its reboot: slot released, not counted as a failure",
-			slot.Node, now.Sub(node.ReadySince).Round(time.Second))
+			slot.Node, node.NotReadyFor.Round(time.Second))
 	case node.AgentKnown && !node.Agent.Reported:
 		return true, fmt.Sprintf("node %s has no slipway agent reporting: slot released, not counted as a failure", slot.Node)
 	case node.AgentKnown && node.Agent.Silent(agentTTL):
