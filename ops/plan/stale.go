@@ -18,8 +18,8 @@ const (
 
 // SlotNode is what the stale-slot check knows of a slot's node.
 type SlotNode struct {
-	Exists     bool
-	Ready      bool
+	Exists bool
+	Ready  bool
 	// NotReadyFor is how long the fleet view has seen the node NotReady:
 	// since it first read the Ready condition's current transition, on
 	// its own clock (the condition's lastTransitionTime is written on the
