@@ -28,6 +28,9 @@ func (s *k3os) startVariant(ctx context.Context, h *harness) (stop func(), err e
 		return func() {}, nil
 	case "analysis":
 	default:
+		if start, ok := k3osVariants[h.o.Variant]; ok { // variants kept in files of their own
+			return start(s, ctx, h)
+		}
 		return nil, fmt.Errorf("k3os: unknown variant %q (known: analysis, %s)", h.o.Variant, variantRollback)
 	}
 	return s.startAnalysis(ctx, analysisSpec{query: "sum(rate(app_errors_total[1m]))"}, func(ctx context.Context, prom *standInPrometheus) {
