@@ -49,11 +49,16 @@ var guardSchedules = map[string]Named{
 	// slot" rather than "is it live" (plan.SlotLive) kept v2 staged. The
 	// variant then reboots that node by itself (no slot, no window, no
 	// drain): it must boot the release it ran (ownRebootsBootWhatRan).
-	// Last, the window is lifted and the rollout ends at v2.
+	// Last, the window is lifted and the rollout ends at v2. The release
+	// source answers 1 ms late for 120 s: a fault that changes nothing
+	// here but keeps the injector running until the variant's reboot has
+	// struck, so that the run's strikes (Result.Strikes, taken when the
+	// schedule ends) hold it and the monitor excuses that reboot alone.
 	"k3os-window-deferral-then-reboot": {System: "k3os", Nodes: 5, Variant: variantWindowDeferral,
 		Doc: "a slot deferred by a window that closed after its swap and drain, then its node reboots by itself: it boots the release it ran, nothing stays staged without a slot",
 		Schedule: faults.Schedule{
 			{At: 0, Kind: faults.BlockEviction, Target: "pdb/default/guarded", For: 12 * time.Second},
+			{At: 0, Kind: faults.SlowSource, Target: k3osSource, For: 120 * time.Second, Arg: time.Millisecond},
 		}},
 }
 
