@@ -15,6 +15,7 @@ import (
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/testenv/faults"
 	"slipway.dev/slipway/ops/testenv/hostcheck"
+	"slipway.dev/slipway/ops/testenv/monitor"
 )
 
 // The named schedules of the agent's guards around a slot that ends
@@ -30,6 +31,10 @@ var guardNamed = []string{"k3os-window-deferral-then-reboot"}
 
 // variantWindowDeferral is the k3os variant of the window deferral.
 const variantWindowDeferral = "window-deferral"
+
+// InvOwnRebootBootsWhatRan: a node's own reboot while it holds no slot
+// boots the release it ran (ownRebootsBootWhatRan, on the hosts' files).
+const InvOwnRebootBootsWhatRan = "own-reboot-boots-what-ran"
 
 // k3osVariants wrap the k3os system for a variant that needs more than
 // startVariant's cases (runK3os).
@@ -70,6 +75,9 @@ type k3osWindowDeferral struct {
 	notes []string
 	// deferred is the node whose slot the closed window deferred.
 	deferred string
+	// root and nodes are the run's nodes' directories and names.
+	root  string
+	nodes []string
 }
 
 func (s *k3osWindowDeferral) note(h *harness, format string, a ...any) {
@@ -82,6 +90,7 @@ func (s *k3osWindowDeferral) note(h *harness, format string, a ...any) {
 
 // startVariant turns prestage off and runs closeWindow beside the run.
 func (s *k3osWindowDeferral) startVariant(ctx context.Context, h *harness) (stop func(), err error) {
+	s.root, s.nodes = nodesRoot(h.dir), h.nodes
 	if err := s.patchChannel(ctx, `{"spec":{"prestage":{"concurrency":0}}}`); err != nil {
 		return nil, err
 	}
@@ -200,4 +209,25 @@ func (s *k3osWindowDeferral) settled(ctx context.Context, h *harness) (bool, str
 	lifted := slices.Contains(s.notes, "window lifted")
 	s.mu.Unlock()
 	return ok && lifted, out + "; variant: [" + notes + "]"
+}
+
+// hostViolations adds to the host checks' findings each reboot of a node's
+// own, with no slot, that booted another release than the node ran: the
+// run's verdict holds the case (scripts/chaos, make chaos), not only
+// TestGuardSchedules. staged-without-slot alone does not: its grace
+// (hostcheck.DefaultGrace) outlasts the variant's wait before the reboot.
+func (s *k3osWindowDeferral) hostViolations(settled bool) ([]monitor.Violation, error) {
+	out, err := s.k3os.hostViolations(settled)
+	if s.root == "" {
+		return out, err
+	}
+	bad, berr := ownRebootsBootWhatRan(s.root, s.nodes)
+	for _, b := range bad {
+		node, _, _ := strings.Cut(b, ":")
+		out = append(out, monitor.Violation{At: time.Now(), Invariant: InvOwnRebootBootsWhatRan, Key: "node/" + node, Message: b})
+	}
+	if err == nil {
+		err = berr
+	}
+	return out, err
 }
