@@ -112,7 +112,12 @@ type k3os struct {
 	hostErr   error
 }
 
-func runK3os(ctx context.Context, o Options) (Result, error) { return runSystem(ctx, o, &k3os{}) }
+func runK3os(ctx context.Context, o Options) (Result, error) {
+	if wrap, ok := k3osVariants[o.Variant]; ok { // guard_schedules.go
+		return runSystem(ctx, o, wrap(&k3os{}))
+	}
+	return runSystem(ctx, o, &k3os{})
+}
 
 func (*k3os) spec(o Options, nodes []string) faults.Spec { return k3osSpec(o, nodes) }
 
