@@ -36,9 +36,9 @@ const variantWindowDeferral = "window-deferral"
 // boots the release it ran (ownRebootsBootWhatRan, on the hosts' files).
 const InvOwnRebootBootsWhatRan = "own-reboot-boots-what-ran"
 
-// k3osVariants wrap the k3os system for a variant that needs more than
+// k3osWrappers wrap the k3os system for a variant that needs more than
 // startVariant's cases (runK3os).
-var k3osVariants = map[string]func(*k3os) system{
+var k3osWrappers = map[string]func(*k3os) system{
 	variantWindowDeferral: func(s *k3os) system { return &k3osWindowDeferral{k3os: s} },
 }
 

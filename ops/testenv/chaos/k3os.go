@@ -113,7 +113,7 @@ type k3os struct {
 }
 
 func runK3os(ctx context.Context, o Options) (Result, error) {
-	if wrap, ok := k3osVariants[o.Variant]; ok { // guard_schedules.go
+	if wrap, ok := k3osWrappers[o.Variant]; ok { // guard_schedules.go
 		return runSystem(ctx, o, wrap(&k3os{}))
 	}
 	return runSystem(ctx, o, &k3os{})
