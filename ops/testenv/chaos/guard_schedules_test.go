@@ -1,14 +1,9 @@
 package chaos
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"strings"
 	"testing"
-	"time"
-
-	"slipway.dev/slipway/ops/testenv"
 )
 
 // TestGuardSchedules runs the guard schedules (SLIPWAY_CHAOS_NAMED=1, as
@@ -29,32 +24,7 @@ func TestGuardSchedules(t *testing.T) {
 }
 
 func runGuard(t *testing.T, bin, name string) {
-	o, err := NamedOptions(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var log bytes.Buffer
-	o.Bin, o.ToolsDir, o.Log, o.Keep = bin, os.Getenv(testenv.EnvToolsDir), &log, true
-	start := time.Now()
-	res, err := Run(context.Background(), o)
-	if res.Dir != "" {
-		defer func() {
-			if !t.Failed() && os.Getenv("SLIPWAY_CHAOS_KEEP") != "1" {
-				_ = os.RemoveAll(res.Dir)
-			}
-		}()
-	}
-	var rep bytes.Buffer
-	res.Report(&rep)
-	t.Log(rep.String())
-	if err != nil {
-		t.Log(log.String())
-		t.Fatal(err)
-	}
-	t.Logf("%s: %s", name, time.Since(start).Round(time.Second))
-	if testing.Verbose() {
-		t.Log(log.String())
-	}
+	o, res, log := runNamedKept(t, bin, name)
 	if bad, err := ownRebootsBootWhatRan(nodesRoot(res.Dir), NodeNames(o.Nodes)); err != nil {
 		t.Fatal(err)
 	} else if len(bad) > 0 {

@@ -44,32 +44,8 @@ func TestSelfRebootAfterSwapShort(t *testing.T) {
 // runReboots runs the named schedule, keeping its directory for the
 // nodes' files, and checks what rebootsPerSlot checks.
 func runReboots(t *testing.T, bin, name string) {
-	o, err := NamedOptions(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var log bytes.Buffer
-	o.Bin, o.ToolsDir, o.Log, o.Keep = bin, os.Getenv(testenv.EnvToolsDir), &log, true
-	start := time.Now()
-	res, err := Run(context.Background(), o)
-	if res.Dir != "" {
-		defer func() {
-			if !t.Failed() && os.Getenv("SLIPWAY_CHAOS_KEEP") != "1" { // kept for a look at the nodes' logs
-				_ = os.RemoveAll(res.Dir)
-			}
-		}()
-	}
-	var rep bytes.Buffer
-	res.Report(&rep)
-	t.Log(rep.String())
-	if err != nil {
-		t.Log(log.String())
-		t.Fatal(err)
-	}
-	t.Logf("%s: %s, %d reboots of their own", name, time.Since(start).Round(time.Second), len(res.Faults.Strikes))
-	if testing.Verbose() {
-		t.Log(log.String())
-	}
+	o, res, log := runNamedKept(t, bin, name)
+	t.Logf("%s: %d reboots of their own", name, len(res.Faults.Strikes))
 	rule := rebootRules[name]
 	if bad, err := rebootsPerSlot(nodesRoot(res.Dir), NodeNames(o.Nodes), rule.afterSwap); err != nil {
 		t.Fatal(err)
@@ -171,4 +147,40 @@ func TestOwnRebootsBootWhatRan(t *testing.T) {
 	if len(bad) != 1 || !strings.HasPrefix(bad[0], "swapped: its own reboot booted rootfs v2") {
 		t.Fatalf("got %q, want swapped's reboot alone", bad)
 	}
+}
+
+// runNamedKept runs the named schedule name with its run directory kept,
+// logs its report, and removes the directory once the test passed (unless
+// SLIPWAY_CHAOS_KEEP=1: kept for a look at the nodes' logs). A run that
+// could not be made fails the test; a failed verdict is the caller's to
+// judge, after its own checks of the nodes' files.
+func runNamedKept(t *testing.T, bin, name string) (Options, Result, *bytes.Buffer) {
+	t.Helper()
+	o, err := NamedOptions(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &bytes.Buffer{}
+	o.Bin, o.ToolsDir, o.Log, o.Keep = bin, os.Getenv(testenv.EnvToolsDir), log, true
+	start := time.Now()
+	res, err := Run(context.Background(), o)
+	if res.Dir != "" {
+		t.Cleanup(func() {
+			if !t.Failed() && os.Getenv("SLIPWAY_CHAOS_KEEP") != "1" {
+				_ = os.RemoveAll(res.Dir)
+			}
+		})
+	}
+	var rep bytes.Buffer
+	res.Report(&rep)
+	t.Log(rep.String())
+	if err != nil {
+		t.Log(log.String())
+		t.Fatal(err)
+	}
+	t.Logf("%s: %s", name, time.Since(start).Round(time.Second))
+	if testing.Verbose() {
+		t.Log(log.String())
+	}
+	return o, res, log
 }
