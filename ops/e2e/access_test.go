@@ -7,11 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -42,38 +38,7 @@ func grantAgentAccess(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	for _, obj := range manifest.AccessObjects(accessOptions()) {
-		if err := create(ctx, c, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create %T: %w", obj, err)
-		}
-	}
-	return nil
-}
-
-func create(ctx context.Context, c kubernetes.Interface, obj any) error {
-	o := metav1.CreateOptions{}
-	var err error
-	switch v := obj.(type) {
-	case *corev1.Namespace:
-		_, err = c.CoreV1().Namespaces().Create(ctx, v, o)
-	case *corev1.ServiceAccount:
-		_, err = c.CoreV1().ServiceAccounts(v.Namespace).Create(ctx, v, o)
-	case *rbacv1.ClusterRole:
-		_, err = c.RbacV1().ClusterRoles().Create(ctx, v, o)
-	case *rbacv1.ClusterRoleBinding:
-		_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, v, o)
-	case *rbacv1.Role:
-		_, err = c.RbacV1().Roles(v.Namespace).Create(ctx, v, o)
-	case *rbacv1.RoleBinding:
-		_, err = c.RbacV1().RoleBindings(v.Namespace).Create(ctx, v, o)
-	case *admissionv1.ValidatingAdmissionPolicy:
-		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, v, o)
-	case *admissionv1.ValidatingAdmissionPolicyBinding:
-		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, v, o)
-	default:
-		err = fmt.Errorf("no client for %T", obj)
-	}
-	return err
+	return testenv.CreateAccess(ctx, c, manifest.AccessObjects(accessOptions()))
 }
 
 // rarelyCalled are grants the package's rollouts do not exercise, each
