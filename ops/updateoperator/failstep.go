@@ -202,9 +202,11 @@ func (c *controller) cordon(ctx context.Context, n *corev1.Node, also map[string
 		return nil, started, err
 	}
 	written, err := drain.CordonSeen(ctx, c.kube, n.Name, n, owner, extra)
-	if err != nil {
-		undo()
-		return nil, started, err
+	if err != nil { // the cordon may have landed, its answer lost (lostwrite.go): a cordon kept is lifted later
+		landed := func(n *corev1.Node) bool { return CarriesCordon(n, owner, extra) }
+		if written, err = c.afterFailedWrite(ctx, n.Name, err, landed, undo, true); err != nil {
+			return nil, started, err
+		}
 	}
 	if written != nil { // the cordon's record as the drain wrote it (it may have read the Node again)
 		if _, err := c.record(ctx, n.Name, map[string]any{drain.AnnotationCordonedBy: written.Annotations[drain.AnnotationCordonedBy],
@@ -246,10 +248,13 @@ func (c *controller) uncordonSeen(ctx context.Context, n *corev1.Node, also drai
 	if err != nil {
 		return nil, err
 	}
-	written, err := drain.UncordonSeen(ctx, c.kube, n.Name, n, c.keys.ownerOn(n), also)
-	if err != nil {
-		undo()
-		return nil, err
+	owner := c.keys.ownerOn(n)
+	written, err := drain.UncordonSeen(ctx, c.kube, n.Name, n, owner, also)
+	if err != nil { // the uncordon may have landed, its answer lost (lostwrite.go); unknown, the record keeps the cordon
+		landed := func(n *corev1.Node) bool { return CarriesUncordon(n, owner, also) }
+		if written, err = c.afterFailedWrite(ctx, n.Name, err, landed, undo, false); err != nil {
+			return nil, err
+		}
 	}
 	return c.recorded(written), nil
 }

@@ -159,9 +159,12 @@ func (c *controller) patchNode(ctx context.Context, node string, labels, annotat
 		return nil, err
 	}
 	n, err := patchNodeRV(ctx, c.kube, node, labels, annotations)
-	if err != nil {
-		undo()
-		return nil, err
+	if err != nil { // its answer may be all that was lost (lostwrite.go): an intent kept holds its slot
+		landed := func(n *corev1.Node) bool { return Carries(n, labels, annotations) }
+		if n, err = c.afterFailedWrite(ctx, node, err, landed, undo, true); err != nil {
+			return nil, err
+		}
+		return c.recorded(n), nil
 	}
 	if n != nil {
 		c.wrote(node, n.ResourceVersion)
