@@ -80,7 +80,7 @@ func (s *updateOperator) stop() {
 }
 
 func runUpdateOperator(ctx context.Context, o Options) (Result, error) {
-	if o.Variant != "" && o.Variant != "release-fails" && o.Variant != "notready-after-update" && o.Variant != "analysis" {
+	if o.Variant != "" && o.Variant != "release-fails" && o.Variant != "notready-after-update" && o.Variant != "analysis" && o.Variant != variantLostCordon {
 		return Result{}, fmt.Errorf("update-operator: unknown variant %q", o.Variant)
 	}
 	return runSystem(ctx, o, &updateOperator{nodes: o.Nodes, variant: o.Variant})
