@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -144,6 +145,10 @@ func CarriesUncordon(n *corev1.Node, owner string, also drain.Meta) bool {
 	return n != nil && drain.CordonedBy(n.Annotations) != owner && Carries(n, also.Labels, also.Annotations)
 }
 
+// readBackTimeout bounds the read of a Node after a write whose answer
+// was lost.
+const readBackTimeout = 5 * time.Second
+
 // afterFailedWrite judges a Node write to node that returned werr (by
 // reading the Node back, unless the API server refused it), undoes the
 // record when UndoRecord says so, and returns the Node read back when the
@@ -152,7 +157,12 @@ func (c *controller) afterFailedWrite(ctx context.Context, node string, werr err
 	var n *corev1.Node
 	var readErr error
 	if !Refused(werr) {
-		n, readErr = c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		// Read back even when the write failed for the controller's own
+		// end (its context canceled, the request maybe sent): the record
+		// outlives the process, in the ConfigMap the next leader loads.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
+		defer cancel()
+		n, readErr = c.kube.CoreV1().Nodes().Get(rctx, node, metav1.GetOptions{})
 		c.m.reads.WithLabelValues("get").Inc()
 	}
 	fate := JudgeWrite(werr, readErr, readErr == nil && landed(n))
