@@ -112,6 +112,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 		b.Fatal(err)
 	}
 	wBytes0, wEvents0 := watcher.received()
+	writers0 := watcher.writers()
 	b.ResetTimer()
 	t0 := time.Now()
 	start()
@@ -153,7 +154,8 @@ func BenchmarkScaleNoop(b *testing.B) {
 		fmt.Sprintf("apiserver_cpu_s=%.1f", apiCPU.Seconds()), fmt.Sprintf("apiserver_rss_mib=%.0f", apiRSS), fmt.Sprintf("kcm_cpu_s=%.1f", kcmCPU.Seconds()),
 		fmt.Sprintf("nodewatcher_mib=%.1f", float64(wBytes1-wBytes0)/(1<<20)), fmt.Sprintf("nodewatcher_events=%d", wEvents1-wEvents0),
 		fmt.Sprintf("node_bytes_before=%.0f", nodeBefore), fmt.Sprintf("node_bytes_after=%.0f", watcher.nodeBytes()),
-		fmt.Sprintf("node_contender_bytes_before=%.0f", contBefore), fmt.Sprintf("node_contender_bytes_after=%.0f", watcher.contenderBytes()))
+		fmt.Sprintf("node_contender_bytes_before=%.0f", contBefore), fmt.Sprintf("node_contender_bytes_after=%.0f", watcher.contenderBytes()),
+		"nodewatcher_by_writer="+writersSince(writers0, watcher.writers()))
 	if agents != nil {
 		aCPU, aRSS, aAnon, aPSS, aN := agents.end()
 		kv = append(kv, fmt.Sprintf("real_agents=%d", aN), fmt.Sprintf("real_agents_cpu_s=%.1f", aCPU.Seconds()),
