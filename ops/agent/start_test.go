@@ -74,24 +74,23 @@ func isClosed(c chan struct{}) bool {
 // agent's start reads its Node and its NodeUpdate side by side, and its
 // informers list and watch beside those reads (and the publish they
 // serve), rather than one request after the other: its first GET of its
-// Node, held until the others begin (or a minute), sees the NodeUpdate's
+// Node, held until the others begin (or 45 s), sees the NodeUpdate's
 // GET and a watch begin meanwhile.
 func TestStartReadsSideBySide(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
 	node := f.NS + "-n0"
 	trace := &startTrace{node: "/api/v1/nodes/" + node, object: "/apis/ops.slipway.dev/v1/namespaces/" + f.NS + "/nodeupdates/" + node,
-		hold: time.Minute, beside: make(chan struct{}), nodeDone: make(chan struct{})}
+		hold: 45 * time.Second, beside: make(chan struct{}), nodeDone: make(chan struct{})}
 	f.opts = func(o *Options) {
 		cfg := rest.CopyConfig(o.Config)
 		cfg.Wrap(trace.wrap)
 		o.Config = cfg
 	}
 	f.Start(node)
-	f.AgentsUp(node)
 	select {
 	case <-trace.nodeDone:
-	case <-time.After(2 * time.Minute):
+	case <-time.After(trace.hold + 2*time.Minute):
 		t.Fatal("the agent never read its Node")
 	}
 	trace.mu.Lock()
