@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -49,8 +50,8 @@ type writerCount struct {
 
 // writerOf names who wrote the change from old to cur: the managers whose
 // managedFields entries the write changed (their time or their fields),
-// joined by "+"; "same second" when no entry changed (a writer writing the
-// same fields within the second its entry already shows).
+// joined by "+"; "same second: <the parts changed>" when no entry changed (a
+// writer writing the same fields within the second its entry already shows).
 func writerOf(old, cur *corev1.Node) string {
 	before := map[string]metav1.ManagedFieldsEntry{}
 	key := func(m metav1.ManagedFieldsEntry) string {
@@ -73,10 +74,33 @@ func writerOf(old, cur *corev1.Node) string {
 		}
 	}
 	if len(who) == 0 {
-		return "same second"
+		return "same second: " + partsChanged(old, cur)
 	}
 	slices.Sort(who)
 	return strings.Join(slices.Compact(who), "+")
+}
+
+// partsChanged names the parts of a Node a write changed (status, spec,
+// labels, annotations), for a write writerOf cannot tell by its manager.
+func partsChanged(old, cur *corev1.Node) string {
+	var parts []string
+	for _, p := range []struct {
+		name string
+		same bool
+	}{
+		{"status", equality.Semantic.DeepEqual(old.Status, cur.Status)},
+		{"spec", equality.Semantic.DeepEqual(old.Spec, cur.Spec)},
+		{"labels", maps.Equal(old.Labels, cur.Labels)},
+		{"annotations", maps.Equal(old.Annotations, cur.Annotations)},
+	} {
+		if !p.same {
+			parts = append(parts, p.name)
+		}
+	}
+	if len(parts) == 0 {
+		return "nothing seen"
+	}
+	return strings.Join(parts, "+")
 }
 
 // noteUpdate counts an update at the watcher by its writer.

@@ -54,7 +54,12 @@ func TestWriterOf(t *testing.T) {
 		{"new fields in the same second", node(kwok, agent), node(kwok, entry("slipway", "", 10, `{"f:metadata":{"f:labels":{}}}`)), "slipway"},
 		{"a new manager", node(kwok), node(kwok, agent), "slipway"},
 		{"two at once", node(kwok, agent), node(entry("kwok", "status", 12, `{}`), entry("slipway", "", 12, `{}`)), "kwok(status)+slipway"},
-		{"nothing told apart", node(kwok, agent), node(kwok, agent), "same second"},
+		{"nothing told apart", node(kwok, agent), node(kwok, agent), "same second: nothing seen"},
+		{"a status write in the same second", node(kwok, agent), func() *corev1.Node {
+			n := node(kwok, agent)
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+			return n
+		}(), "same second: status"},
 	} {
 		if got := writerOf(c.old, c.cur); got != c.want {
 			t.Errorf("%s: writerOf = %q, want %q", c.name, got, c.want)
