@@ -132,7 +132,7 @@ func (w *nodeWatcher) writers() map[string]writerCount {
 
 // writersSince is the counts by writer from before to after, as the result
 // line's value: writer:events:bytes, comma-separated, most bytes first
-// (spaces in a writer's name as underscores).
+// (spaces in a writer's name as underscores, colons left out).
 func writersSince(before, after map[string]writerCount) string {
 	type row struct {
 		who string
@@ -142,7 +142,7 @@ func writersSince(before, after map[string]writerCount) string {
 	for who, c := range after {
 		b := before[who]
 		if d := (writerCount{c.events - b.events, c.bytes - b.bytes}); d.events > 0 {
-			rows = append(rows, row{strings.ReplaceAll(who, " ", "_"), d})
+			rows = append(rows, row{strings.NewReplacer(" ", "_", ":", "").Replace(who), d})
 		}
 	}
 	slices.SortFunc(rows, func(a, b row) int { return int(b.c.bytes - a.c.bytes) })

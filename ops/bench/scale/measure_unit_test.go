@@ -66,8 +66,8 @@ func TestWriterOf(t *testing.T) {
 		}
 	}
 	before := map[string]writerCount{"kwok(status)": {2, 100}}
-	after := map[string]writerCount{"kwok(status)": {5, 400}, "slipway controller": {1, 500}, "idle": {0, 0}}
-	if got, want := writersSince(before, after), "slipway_controller:1:500,kwok(status):3:300"; got != want {
+	after := map[string]writerCount{"kwok(status)": {5, 400}, "same second: status": {1, 500}, "idle": {0, 0}}
+	if got, want := writersSince(before, after), "same_second_status:1:500,kwok(status):3:300"; got != want {
 		t.Errorf("writersSince = %q, want %q", got, want)
 	}
 }
