@@ -93,6 +93,13 @@ func BenchmarkScaleNoop(b *testing.B) {
 				fmt.Errorf("%d of %d up to date, %d slots", ch.Status.Counts.UpToDate, nodes, len(ch.Status.Updating))
 		}
 	}
+	var mon *monitorProc
+	if withMonitor && contender == "slipway" {
+		if mon, err = startMonitor(e, b.TempDir()); err != nil {
+			b.Fatal(err)
+		}
+		settings += "; the invariant monitor's process beside it (SLIPWAY_BENCH_MONITOR=1; its requests and watches count in the figures)"
+	}
 	nodeBefore, contBefore := watcher.nodeBytes(), watcher.contenderBytes()
 	ctl := sample(own, 2*time.Second)
 	api := sample(func() []int { return []int{pids["kube-apiserver"]} }, 2*time.Second)
@@ -119,6 +126,10 @@ func BenchmarkScaleNoop(b *testing.B) {
 	waitFor(b, 4*time.Hour, "every node done", done)
 	wall := time.Since(t0)
 	b.StopTimer()
+	var monKV []string
+	if mon != nil {
+		monKV = mon.stop(b.Logf)
+	}
 	wBytes1, wEvents1 := watcher.received()
 	watchAfter, err := benchside.ScrapeWatch(ctx, kube)
 	if err != nil {
@@ -164,6 +175,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 			fmt.Sprintf("standin_restarts=%d", restartsOf()),
 			fmt.Sprintf("standin_process_cpu_s=%.1f", selfCPU.Seconds()), fmt.Sprintf("standin_process_rss_mib=%.0f", selfRSS), fmt.Sprintf("standin_process_anon_mib=%.0f", selfAnon))
 	}
+	kv = append(kv, monKV...)
 	kv = append(kv, "load_before="+strings.ReplaceAll(loadBefore, " ", "/"), "load_after="+strings.ReplaceAll(benchside.LoadAverage(), " ", "/"),
 		"settings="+strings.ReplaceAll(settings, " ", "_"))
 	b.ReportMetric(wall.Seconds(), "wall-s")
