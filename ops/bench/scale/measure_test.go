@@ -64,7 +64,7 @@ func writerOf(old, cur *corev1.Node) string {
 	for _, m := range cur.ManagedFields {
 		b, ok := before[key(m)]
 		changed := !ok || !b.Time.Equal(m.Time) || (b.FieldsV1 == nil) != (m.FieldsV1 == nil) ||
-			b.FieldsV1 != nil && !bytes.Equal(b.FieldsV1.Raw, m.FieldsV1.Raw)
+			b.FieldsV1 != nil && !bytes.Equal(b.FieldsV1.GetRawBytes(), m.FieldsV1.GetRawBytes())
 		if changed {
 			name := m.Manager
 			if m.Subresource != "" {

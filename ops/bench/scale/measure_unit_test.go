@@ -39,7 +39,7 @@ func TestWriterOf(t *testing.T) {
 	at := func(sec int64) *metav1.Time { tm := metav1.Unix(sec, 0); return &tm }
 	entry := func(manager, sub string, sec int64, fields string) metav1.ManagedFieldsEntry {
 		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: sub, Time: at(sec),
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+			FieldsV1: metav1.NewFieldsV1(fields)}
 	}
 	node := func(m ...metav1.ManagedFieldsEntry) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{ManagedFields: m}}
