@@ -141,9 +141,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := process.Prepare(ctx, a.kube, a.opts.Config, a.opts.InstallCRDs, a.log); err != nil {
 		return err
 	}
-	if err := a.publishVersions(ctx); err != nil {
-		return err
-	}
 	recorder, stopEvents, err := kube.Recorder{Namespace: a.opts.Namespace, Component: "slipway-agent", Host: a.opts.NodeName,
 		AddToScheme: []func(*runtime.Scheme) error{v1.AddToScheme}}.Start(a.kube)
 	if err != nil {
@@ -155,8 +152,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		workqueue.TypedRateLimitingQueueConfig[key]{Name: "slipway-agent"})
 	defer a.queue.ShutDown()
 	a.workersBeat = process.Pulse(ctx, a.probe, a.opts.LoopAllowance, func() { a.queue.Add(key{role: rolePulse}) })
-	go a.heartbeat(ctx) // before the informers: the controller's fleet view skips nodes whose agent never reported
+	// The versions' publish beside the informers' first lists (start.go),
+	// then the heartbeat, as before the informers: the controller's fleet
+	// view skips nodes whose agent never reported, and reads a node that
+	// reports with its versions published.
+	published := make(chan error, 1)
+	go func() {
+		err := a.publishVersions(ctx)
+		if err == nil {
+			go a.heartbeat(ctx)
+		}
+		published <- err
+	}()
 	if err := a.startInformers(ctx); err != nil {
+		return err
+	}
+	if err := <-published; err != nil {
 		return err
 	}
 	a.queue.Add(key{role: roleIdle}) // a cordon left by a channel deleted while this agent was away

@@ -86,16 +86,14 @@ func (a *Agent) versionsWhere(u *v1.NodeUpdate) (inStatus, onlyStatus bool) {
 
 // publishVersions decides what this boot runs (plan.Running), remembers
 // it, and publishes it and what the system directory has staged beyond it,
-// writing only where the node shows something else.
+// writing only where the node shows something else. It reads its Node and
+// NodeUpdate side by side (start.go).
 func (a *Agent) publishVersions(ctx context.Context) error {
-	n, err := a.kube.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("read this agent's node %s (is --node-name right?): %w", a.opts.NodeName, err)
+	r := a.readOwn(ctx)
+	if r.err != nil {
+		return r.err
 	}
-	u, err := a.objectFromServer(ctx)
-	if err != nil {
-		return err
-	}
+	n, u := r.node, r.object
 	e, err := a.bootEvidence(n, u)
 	if err != nil {
 		return err

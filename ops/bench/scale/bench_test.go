@@ -93,6 +93,13 @@ func BenchmarkScaleNoop(b *testing.B) {
 				fmt.Errorf("%d of %d up to date, %d slots", ch.Status.Counts.UpToDate, nodes, len(ch.Status.Updating))
 		}
 	}
+	var mon *monitorProc
+	if withMonitor && contender == "slipway" {
+		if mon, err = startMonitor(e, b.TempDir()); err != nil {
+			b.Fatal(err)
+		}
+		settings += "; the invariant monitor's process beside it (SLIPWAY_BENCH_MONITOR=1; its requests and watches count in the figures)"
+	}
 	nodeBefore, contBefore := watcher.nodeBytes(), watcher.contenderBytes()
 	ctl := sample(own, 2*time.Second)
 	api := sample(func() []int { return []int{pids["kube-apiserver"]} }, 2*time.Second)
@@ -112,12 +119,17 @@ func BenchmarkScaleNoop(b *testing.B) {
 		b.Fatal(err)
 	}
 	wBytes0, wEvents0 := watcher.received()
+	writers0 := watcher.writers()
 	b.ResetTimer()
 	t0 := time.Now()
 	start()
 	waitFor(b, 4*time.Hour, "every node done", done)
 	wall := time.Since(t0)
 	b.StopTimer()
+	var monKV []string
+	if mon != nil {
+		monKV = mon.stop(b.Logf)
+	}
 	wBytes1, wEvents1 := watcher.received()
 	watchAfter, err := benchside.ScrapeWatch(ctx, kube)
 	if err != nil {
@@ -153,7 +165,8 @@ func BenchmarkScaleNoop(b *testing.B) {
 		fmt.Sprintf("apiserver_cpu_s=%.1f", apiCPU.Seconds()), fmt.Sprintf("apiserver_rss_mib=%.0f", apiRSS), fmt.Sprintf("kcm_cpu_s=%.1f", kcmCPU.Seconds()),
 		fmt.Sprintf("nodewatcher_mib=%.1f", float64(wBytes1-wBytes0)/(1<<20)), fmt.Sprintf("nodewatcher_events=%d", wEvents1-wEvents0),
 		fmt.Sprintf("node_bytes_before=%.0f", nodeBefore), fmt.Sprintf("node_bytes_after=%.0f", watcher.nodeBytes()),
-		fmt.Sprintf("node_contender_bytes_before=%.0f", contBefore), fmt.Sprintf("node_contender_bytes_after=%.0f", watcher.contenderBytes()))
+		fmt.Sprintf("node_contender_bytes_before=%.0f", contBefore), fmt.Sprintf("node_contender_bytes_after=%.0f", watcher.contenderBytes()),
+		"nodewatcher_by_writer="+writersSince(writers0, watcher.writers()))
 	if agents != nil {
 		aCPU, aRSS, aAnon, aPSS, aN := agents.end()
 		kv = append(kv, fmt.Sprintf("real_agents=%d", aN), fmt.Sprintf("real_agents_cpu_s=%.1f", aCPU.Seconds()),
@@ -162,6 +175,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 			fmt.Sprintf("standin_restarts=%d", restartsOf()),
 			fmt.Sprintf("standin_process_cpu_s=%.1f", selfCPU.Seconds()), fmt.Sprintf("standin_process_rss_mib=%.0f", selfRSS), fmt.Sprintf("standin_process_anon_mib=%.0f", selfAnon))
 	}
+	kv = append(kv, monKV...)
 	kv = append(kv, "load_before="+strings.ReplaceAll(loadBefore, " ", "/"), "load_after="+strings.ReplaceAll(benchside.LoadAverage(), " ", "/"),
 		"settings="+strings.ReplaceAll(settings, " ", "_"))
 	b.ReportMetric(wall.Seconds(), "wall-s")

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -36,6 +37,120 @@ type nodeWatcher struct {
 	stop   chan struct{}
 	bytes  atomic.Int64
 	events atomic.Int64
+
+	mu       sync.Mutex
+	byWriter map[string]writerCount // the updates received, by the writer that caused them (writerOf)
+}
+
+// writerCount is the Node updates one writer caused at the watcher: how
+// many, and their JSON bytes (the object each carries, as it arrives).
+type writerCount struct {
+	events, bytes int64
+}
+
+// writerOf names who wrote the change from old to cur: the managers whose
+// managedFields entries the write changed (their time or their fields),
+// joined by "+"; "same second: <the parts changed>" when no entry changed (a
+// writer writing the same fields within the second its entry already shows).
+func writerOf(old, cur *corev1.Node) string {
+	before := map[string]metav1.ManagedFieldsEntry{}
+	key := func(m metav1.ManagedFieldsEntry) string {
+		return m.Manager + "/" + string(m.Operation) + "/" + m.Subresource
+	}
+	for _, m := range old.ManagedFields {
+		before[key(m)] = m
+	}
+	var who []string
+	for _, m := range cur.ManagedFields {
+		b, ok := before[key(m)]
+		changed := !ok || !b.Time.Equal(m.Time) || (b.FieldsV1 == nil) != (m.FieldsV1 == nil) ||
+			b.FieldsV1 != nil && !bytes.Equal(b.FieldsV1.GetRawBytes(), m.FieldsV1.GetRawBytes())
+		if changed {
+			name := m.Manager
+			if m.Subresource != "" {
+				name += "(" + m.Subresource + ")"
+			}
+			who = append(who, name)
+		}
+	}
+	if len(who) == 0 {
+		return "same second: " + partsChanged(old, cur)
+	}
+	slices.Sort(who)
+	return strings.Join(slices.Compact(who), "+")
+}
+
+// partsChanged names the parts of a Node a write changed (status, spec,
+// labels, annotations), for a write writerOf cannot tell by its manager.
+func partsChanged(old, cur *corev1.Node) string {
+	var parts []string
+	for _, p := range []struct {
+		name string
+		same bool
+	}{
+		{"status", equality.Semantic.DeepEqual(old.Status, cur.Status)},
+		{"spec", equality.Semantic.DeepEqual(old.Spec, cur.Spec)},
+		{"labels", maps.Equal(old.Labels, cur.Labels)},
+		{"annotations", maps.Equal(old.Annotations, cur.Annotations)},
+	} {
+		if !p.same {
+			parts = append(parts, p.name)
+		}
+	}
+	if len(parts) == 0 {
+		return "nothing seen"
+	}
+	return strings.Join(parts, "+")
+}
+
+// noteUpdate counts an update at the watcher by its writer.
+func (w *nodeWatcher) noteUpdate(old, cur any) {
+	o, ok1 := old.(*corev1.Node)
+	n, ok2 := cur.(*corev1.Node)
+	if !ok1 || !ok2 {
+		return
+	}
+	b, _ := json.Marshal(n)
+	who := writerOf(o, n)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byWriter == nil {
+		w.byWriter = map[string]writerCount{}
+	}
+	c := w.byWriter[who]
+	c.events++
+	c.bytes += int64(len(b))
+	w.byWriter[who] = c
+}
+
+// writers is a copy of the counts by writer so far.
+func (w *nodeWatcher) writers() map[string]writerCount {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.byWriter)
+}
+
+// writersSince is the counts by writer from before to after, as the result
+// line's value: writer:events:bytes, comma-separated, most bytes first
+// (spaces in a writer's name as underscores, colons left out).
+func writersSince(before, after map[string]writerCount) string {
+	type row struct {
+		who string
+		c   writerCount
+	}
+	var rows []row
+	for who, c := range after {
+		b := before[who]
+		if d := (writerCount{c.events - b.events, c.bytes - b.bytes}); d.events > 0 {
+			rows = append(rows, row{strings.NewReplacer(" ", "_", ":", "").Replace(who), d})
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int { return int(b.c.bytes - a.c.bytes) })
+	var out []string
+	for _, r := range rows {
+		out = append(out, fmt.Sprintf("%s:%d:%d", r.who, r.c.events, r.c.bytes))
+	}
+	return strings.Join(out, ",")
 }
 
 // countingBody counts what is read from a response body.
@@ -76,7 +191,7 @@ func watchNodes(cfg *rest.Config) (*nodeWatcher, error) {
 	f := informers.NewSharedInformerFactory(c, 0)
 	inf := f.Core().V1().Nodes().Informer()
 	count := func(any) { w.events.Add(1) }
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: count, UpdateFunc: func(_, cur any) { count(cur) }, DeleteFunc: count}); err != nil {
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: count, UpdateFunc: func(old, cur any) { count(cur); w.noteUpdate(old, cur) }, DeleteFunc: count}); err != nil {
 		return nil, err
 	}
 	w.store = inf.GetStore()

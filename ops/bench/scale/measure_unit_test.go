@@ -1,6 +1,11 @@
 package scale
 
-import "testing"
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 func TestRequestsSince(t *testing.T) {
 	before, err := parseRequests([]byte(`# TYPE apiserver_request_total counter
@@ -27,5 +32,42 @@ apiserver_request_total{code="200",resource="nodes",verb="LIST"} 1
 	w, r, wNL, rNL := after.since(before)
 	if w != 28 || wNL != 8 || r != 5 || rNL != 2 {
 		t.Errorf("writes %v (no Leases %v), reads %v (no Leases %v); want 28 (8), 5 (2)", w, wNL, r, rNL)
+	}
+}
+
+func TestWriterOf(t *testing.T) {
+	at := func(sec int64) *metav1.Time { tm := metav1.Unix(sec, 0); return &tm }
+	entry := func(manager, sub string, sec int64, fields string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: sub, Time: at(sec),
+			FieldsV1: metav1.NewFieldsV1(fields)}
+	}
+	node := func(m ...metav1.ManagedFieldsEntry) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{ManagedFields: m}}
+	}
+	kwok, agent := entry("kwok", "status", 10, `{"f:status":{}}`), entry("slipway", "", 10, `{"f:metadata":{}}`)
+	for _, c := range []struct {
+		name     string
+		old, cur *corev1.Node
+		want     string
+	}{
+		{"a status write a second later", node(kwok, agent), node(entry("kwok", "status", 11, `{"f:status":{}}`), agent), "kwok(status)"},
+		{"new fields in the same second", node(kwok, agent), node(kwok, entry("slipway", "", 10, `{"f:metadata":{"f:labels":{}}}`)), "slipway"},
+		{"a new manager", node(kwok), node(kwok, agent), "slipway"},
+		{"two at once", node(kwok, agent), node(entry("kwok", "status", 12, `{}`), entry("slipway", "", 12, `{}`)), "kwok(status)+slipway"},
+		{"nothing told apart", node(kwok, agent), node(kwok, agent), "same second: nothing seen"},
+		{"a status write in the same second", node(kwok, agent), func() *corev1.Node {
+			n := node(kwok, agent)
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+			return n
+		}(), "same second: status"},
+	} {
+		if got := writerOf(c.old, c.cur); got != c.want {
+			t.Errorf("%s: writerOf = %q, want %q", c.name, got, c.want)
+		}
+	}
+	before := map[string]writerCount{"kwok(status)": {2, 100}}
+	after := map[string]writerCount{"kwok(status)": {5, 400}, "same second: status": {1, 500}, "idle": {0, 0}}
+	if got, want := writersSince(before, after), "same_second_status:1:500,kwok(status):3:300"; got != want {
+		t.Errorf("writersSince = %q, want %q", got, want)
 	}
 }
