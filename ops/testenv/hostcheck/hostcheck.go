@@ -255,7 +255,6 @@ func BootedStaged(ran, now Boot) bool {
 	return now.N != ran.N && now.Versions != ran.Versions
 }
 
-
 // New is a Checker of nodes whose directories are <nodesRoot>/<node> (a
 // simulated cluster's testenv.Env.NodesRoot).
 func New(nodesRoot string, nodes []string) *Checker {
