@@ -237,3 +237,28 @@ func TestPlantedGrantBeyondMaxFailures(t *testing.T) {
 		t.Errorf("message: %s", v.Message)
 	}
 }
+
+// ReadJSON reads back what WriteJSON wrote (a monitor process's file).
+func TestReadJSONRoundTrip(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	vs := []Violation{
+		{At: at, Invariant: InvFailureCounted, Key: "ns/c/a", Message: "m1", History: map[string][]Version{"Node//a": {{At: at, ResourceVersion: "7", Summary: "s"}}}},
+		{At: at.Add(time.Second), Invariant: InvChannelConcurrency, Key: "ns/c", Message: "m2"},
+	}
+	var b strings.Builder
+	for _, v := range vs {
+		if err := WriteJSON(&b, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := ReadJSON(strings.NewReader(b.String() + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !got[0].At.Equal(at) || got[0].Key != "ns/c/a" || got[0].History["Node//a"][0].ResourceVersion != "7" || got[1].Message != "m2" || got[1].History != nil {
+		t.Fatalf("read back %+v", got)
+	}
+	if _, err := ReadJSON(strings.NewReader(b.String() + "{not json\n")); err == nil || !strings.Contains(err.Error(), "line 3") {
+		t.Fatalf("a broken line: %v", err)
+	}
+}

@@ -13,6 +13,8 @@
 package monitor
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -800,4 +802,47 @@ func (m *Monitor) noteReports(node string, rs protocol.Reports, rv string) {
 func sameReport(a, b protocol.Report) bool {
 	return a.Version == b.Version && a.Attempt == b.Attempt && a.Since.Unix() == b.Since.Unix() &&
 		a.Phase == b.Phase && a.Outcome == b.Outcome && a.Reason == b.Reason
+}
+
+// ReadJSON reads violations written by WriteJSON, one a line (blank lines
+// skipped), e.g. the file of a `slipway-sim monitor` process: what a run
+// judges with what the process does not know (its faults' excuses).
+func ReadJSON(r io.Reader) ([]Violation, error) {
+	type version struct {
+		At              time.Time `json:"at"`
+		ResourceVersion string    `json:"resourceVersion"`
+		Summary         string    `json:"summary"`
+	}
+	var out []Violation
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for n := 1; sc.Scan(); n++ {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var line struct {
+			At        time.Time            `json:"at"`
+			Invariant string               `json:"invariant"`
+			Key       string               `json:"key"`
+			Message   string               `json:"message"`
+			History   map[string][]version `json:"history"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			return out, fmt.Errorf("violation line %d: %w", n, err)
+		}
+		v := Violation{At: line.At, Invariant: line.Invariant, Key: line.Key, Message: line.Message}
+		if len(line.History) > 0 {
+			v.History = map[string][]Version{}
+			for k, hs := range line.History {
+				for _, h := range hs {
+					v.History[k] = append(v.History[k], Version{At: h.At, ResourceVersion: h.ResourceVersion, Summary: h.Summary})
+				}
+			}
+		}
+		out = append(out, v)
+	}
+	if err := sc.Err(); err != nil {
+		return out, fmt.Errorf("read violations: %w", err)
+	}
+	return out, nil
 }
