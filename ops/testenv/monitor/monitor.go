@@ -835,7 +835,7 @@ func ReadJSON(r io.Reader) ([]Violation, error) {
 			v.History = map[string][]Version{}
 			for k, hs := range line.History {
 				for _, h := range hs {
-					v.History[k] = append(v.History[k], Version{At: h.At, ResourceVersion: h.ResourceVersion, Summary: h.Summary})
+					v.History[k] = append(v.History[k], Version(h))
 				}
 			}
 		}
