@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	opsv1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -31,12 +32,12 @@ import (
 //   - while status.failed holds maxFailures failures at a version (those
 //     of skipped nodes not counted), the channel grants no new slot at that
 //     version but retries of those failed nodes and a failed wave's
-//     rollback slots.
-//
-// What it does not judge: that a failure stays listed until the node's
-// next success (status.failed is also pruned when the target changes, the
-// node reaches it or leaves the channel; the monitor does not judge those
-// prunings).
+//     rollback slots;
+//   - a failure stays counted until the node's next success: it leaves
+//     status.failed only when it no longer matters (plan.Prune: the
+//     channel's target is another version, the node is no longer
+//     selected or was deleted) or the node runs its version (a success),
+//     as seen within Limits.CountGrace.
 const InvFailureCounted = "every-failure-counted"
 
 // defaultCountGrace is how long an uncounted slot end may wait for what
@@ -78,6 +79,35 @@ type FailureGrant struct {
 	Max      int
 	// Retry: the node itself is failed at that version.
 	Retry bool
+}
+
+// FailureDrop is a failure seen leaving an UpdateChannel's
+// status.failed, with what that status version says of the channel.
+type FailureDrop struct {
+	Channel string
+	Failure opsv1.Failure
+	At      time.Time
+	// Target is the channel's target in that version (spec.version, else
+	// status.latestVersion); Selector its nodeSelector.
+	Target   string
+	Selector *metav1.LabelSelector
+}
+
+// failureDrops are the failures of prev (the channel's last version seen)
+// that ch's version no longer lists for their node at their version.
+func failureDrops(prev []opsv1.Failure, ch *opsv1.UpdateChannel, now time.Time) []FailureDrop {
+	var out []FailureDrop
+	target := ch.Spec.Version
+	if target == "" {
+		target = ch.Status.LatestVersion
+	}
+	for _, f := range prev {
+		if slices.ContainsFunc(ch.Status.Failed, func(g opsv1.Failure) bool { return g.Node == f.Node && g.Version == f.Version }) {
+			continue
+		}
+		out = append(out, FailureDrop{Channel: ch.Namespace + "/" + ch.Name, Failure: f, At: now, Target: target, Selector: ch.Spec.NodeSelector})
+	}
+	return out
 }
 
 // SlotReleasedEvent is a channel's SlotReleased Event as the monitor saw
@@ -191,6 +221,22 @@ func FailureCounted(s State, l Limits) ([]Finding, error) {
 			out = append(out, Finding{Invariant: InvFailureCounted, Key: key, Objects: objs,
 				Message: fmt.Sprintf("channel %s ended node %s's slot at %s (attempt %d, phase %s) with no failure counted, no report of the node ending it and no SlotReleased Event within %s: the node runs %q",
 					e.Channel, sl.Node, sl.Version, sl.Attempt, sl.Phase, l.CountGrace, s.Nodes[sl.Node].Version)})
+		}
+	}
+	for _, d := range s.FailureDrops {
+		f := d.Failure
+		n, known := s.Nodes[f.Node]
+		switch {
+		case d.Target != f.Version: // the target moved on
+		case !known, !s.Deleted[f.Node].IsZero() && !s.Deleted[f.Node].Before(d.At.Add(-time.Minute)): // deleted (re-registered since)
+		case !(ChannelObs{Selector: d.Selector}).selects(n.Labels): // no longer the channel's
+		case n.Version == f.Version: // it reached the version: a success
+		case s.Now.Sub(d.At) < l.CountGrace: // its success may be on its way
+		default:
+			out = append(out, Finding{Invariant: InvFailureCounted, Key: fmt.Sprintf("%s/drop/%s@%s#%d", d.Channel, f.Node, f.Version, f.Attempts),
+				Objects: []string{"UpdateChannel/" + d.Channel, nodeKey(f.Node)},
+				Message: fmt.Sprintf("channel %s dropped node %s's failure at %s (%s) from status.failed, though %s is still its target, the node still selected and it runs %q, not %s",
+					d.Channel, f.Node, f.Version, f.Reason, f.Version, n.Version, f.Version)})
 		}
 	}
 	for _, g := range s.FailureGrants {

@@ -73,6 +73,12 @@ func TestFailureCountedRule(t *testing.T) {
 	nodes := func(v string) map[string]NodeObs { return map[string]NodeObs{"a": {Name: "a", Version: v}} }
 	released := []SlotReleasedEvent{{Channel: "ns/c", Message: "node a turned NotReady 40s ago, before its reboot: slot released", At: t0.Add(time.Second)}}
 	later := t0.Add(time.Minute)
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "p"}}
+	drop := func(target string) []FailureDrop {
+		return []FailureDrop{{Channel: "ns/c", Failure: opsv1.Failure{Node: "a", Version: "v2", Reason: "job failed", Attempts: 1}, At: t0, Target: target}}
+	}
+	unselected := drop("v2")
+	unselected[0].Selector = sel
 	for _, tc := range []struct {
 		name string
 		s    State
@@ -93,6 +99,15 @@ func TestFailureCountedRule(t *testing.T) {
 		{"silent, within the grace", State{Now: t0.Add(time.Second), SlotEnds: end(false), Nodes: nodes("v1")}, ""},
 		{"silent, past the grace", State{Now: later, SlotEnds: end(false), Nodes: nodes("v1")}, "no report of the node ending it"},
 		{"a report of another attempt", State{Now: later, SlotEnds: end(false), SlotReports: otherSlot, Nodes: nodes("v1")}, "no report of the node ending it"},
+		{"a failure dropped, the node behind, past the grace", State{Now: later, FailureDrops: drop("v2"), Nodes: nodes("v1")},
+			"channel ns/c dropped node a's failure at v2 (job failed) from status.failed, though v2 is still its target, the node still selected and it runs \"v1\", not v2"},
+		{"a failure dropped, within the grace", State{Now: t0.Add(time.Second), FailureDrops: drop("v2"), Nodes: nodes("v1")}, ""},
+		{"a failure dropped, the node at its version (a success)", State{Now: later, FailureDrops: drop("v2"), Nodes: nodes("v2")}, ""},
+		{"a failure dropped, the target moved on", State{Now: later, FailureDrops: drop("v3"), Nodes: nodes("v1")}, ""},
+		{"a failure dropped, the node gone", State{Now: later, FailureDrops: drop("v2")}, ""},
+		{"a failure dropped, the node deleted and back", State{Now: later, FailureDrops: drop("v2"), Nodes: nodes("v1"), Deleted: map[string]time.Time{"a": t0.Add(-5 * time.Second)}}, ""},
+		{"a failure dropped, the node deleted long before", State{Now: later, FailureDrops: drop("v2"), Nodes: nodes("v1"), Deleted: map[string]time.Time{"a": t0.Add(-time.Hour)}}, "dropped node a's failure"},
+		{"a failure dropped, the node no longer selected", State{Now: later, FailureDrops: unselected, Nodes: nodes("v1")}, ""},
 		{"a grant within maxFailures", State{Now: t0, FailureGrants: []FailureGrant{{Channel: "ns/c", Slot: sl, Failures: []string{"x"}, Max: 2}}}, ""},
 		{"a retry at maxFailures", State{Now: t0, FailureGrants: []FailureGrant{{Channel: "ns/c", Slot: sl, Failures: []string{"a", "x"}, Max: 2, Retry: true}}}, ""},
 		{"a grant at maxFailures", State{Now: t0, FailureGrants: []FailureGrant{{Channel: "ns/c", Slot: sl, Failures: []string{"x", "y"}, Max: 2}}},
@@ -260,5 +275,34 @@ func TestReadJSONRoundTrip(t *testing.T) {
 	}
 	if _, err := ReadJSON(strings.NewReader(b.String() + "{not json\n")); err == nil || !strings.Contains(err.Error(), "line 3") {
 		t.Fatalf("a broken line: %v", err)
+	}
+}
+
+// TestPlantedFailureDropped: with maxFailures 2, node fc-1's failure
+// dropped once it runs v2 (a success) reports nothing; fc-2's dropped
+// while it still runs v1 and v2 is the target is reported once the grace
+// passed.
+func TestPlantedFailureDropped(t *testing.T) {
+	w := newFailWorld(t, Config{Limits: Limits{CountGrace: time.Second}}, 2, "fc-1", "fc-2")
+	c, err := w.oc.OpsV1().UpdateChannels("default").Get(w.ctx, "fc", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Spec.Version = "v2"
+	if _, err := w.oc.OpsV1().UpdateChannels("default").Update(w.ctx, c, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"fc-1", "fc-2"} {
+		w.annotate(n, protocol.AnnotationRootfsVersion, "v1")
+	}
+	w.status(nil, failure("fc-1", 1), failure("fc-2", 1))
+	w.annotate("fc-1", protocol.AnnotationRootfsVersion, "v2")
+	w.status(nil, failure("fc-2", 1))
+	time.Sleep(1500 * time.Millisecond)
+	w.quiet("a failure dropped once its node runs the version")
+	w.status(nil)
+	v := w.expect(InvFailureCounted)
+	if !strings.Contains(v.Message, `channel default/fc dropped node fc-2's failure at v2 (upgrade job failed) from status.failed, though v2 is still its target, the node still selected and it runs "v1", not v2`) {
+		t.Errorf("message: %s", v.Message)
 	}
 }

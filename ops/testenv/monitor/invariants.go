@@ -229,6 +229,10 @@ type State struct {
 	FailureGrants []FailureGrant
 	SlotReports   map[string]map[types.UID]SlotReportObs
 	SlotReleases  []SlotReleasedEvent
+	// FailureDrops are the failures seen leaving status.failed and not
+	// judged to the end yet; Deleted when each node was last seen deleted.
+	FailureDrops []FailureDrop
+	Deleted      map[string]time.Time
 }
 
 // Limits are the bounds the invariants check that the API server does not

@@ -157,6 +157,9 @@ type Monitor struct {
 	nodeUpdates   map[string]bool   // nodes whose NodeUpdate carries their reports
 	nuVersions    map[string]string // nodes' rootfs versions from their NodeUpdate (protocol 3)
 	slotReleases  []SlotReleasedEvent
+	channelFailed map[string][]opsv1.Failure // each channel's status.failed, last version seen
+	failureDrops  []FailureDrop              // not judged to the end yet
+	deleted       map[string]time.Time       // when each node was last seen deleted
 }
 
 // bootRecord is a node's last known boot ID, whether slipway held its
@@ -213,7 +216,8 @@ func New(cfg Config) (*Monitor, error) {
 		writes: map[string][]time.Time{}, history: map[string][]Version{}, open: map[string]bool{},
 		pods: map[string]PodObs{}, eds: map[string]EDSObs{}, covered: map[string]map[string]bool{},
 		audit: &auditTail{path: cfg.AuditLog}, requests: map[string][]time.Time{}, hosts: newHostChecks(cfg),
-		channelSlots: map[string][]opsv1.Slot{}, slotReports: map[string]map[types.UID]SlotReportObs{}, nodeUpdates: map[string]bool{}, nuVersions: map[string]string{}}, nil
+		channelSlots: map[string][]opsv1.Slot{}, slotReports: map[string]map[types.UID]SlotReportObs{}, nodeUpdates: map[string]bool{}, nuVersions: map[string]string{},
+		channelFailed: map[string][]opsv1.Failure{}, deleted: map[string]time.Time{}}, nil
 }
 
 // Run watches the API server of config until ctx ends. It returns once the
@@ -420,6 +424,7 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		m.nodeList = nil
 		if deleted {
 			delete(m.nodes, x.Name) // its boot record stays: registered again with a new boot ID, it rebooted
+			m.deleted[x.Name] = now
 			for _, e := range m.eds {
 				delete(e.Covered, x.Name)
 			}
@@ -486,6 +491,7 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		if deleted {
 			delete(m.channels, x.Namespace+"/"+x.Name)
 			delete(m.channelSlots, x.Namespace+"/"+x.Name)
+			delete(m.channelFailed, x.Namespace+"/"+x.Name)
 			break
 		}
 		c := ChannelObs{Namespace: x.Namespace, Name: x.Name, Concurrency: x.Spec.Concurrency, Selector: x.Spec.NodeSelector}
@@ -500,8 +506,10 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		if seen {
 			m.slotEnds = append(m.slotEnds, slotEnds(m.channelSlots[x.Namespace+"/"+x.Name], x, now)...)
 			m.failureGrants = append(m.failureGrants, failureGrants(m.channelSlots[x.Namespace+"/"+x.Name], x, now)...)
+			m.failureDrops = append(m.failureDrops, failureDrops(m.channelFailed[x.Namespace+"/"+x.Name], x, now)...)
 		}
 		m.channelSlots[x.Namespace+"/"+x.Name] = slices.Clone(x.Status.Updating)
+		m.channelFailed[x.Namespace+"/"+x.Name] = slices.Clone(x.Status.Failed)
 		m.channels[x.Namespace+"/"+x.Name] = c
 		summary = fmt.Sprintf("concurrency=%d slots=%v", c.Concurrency, c.Slots)
 	case *opsv1.NodeUpdate:
@@ -702,6 +710,7 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 		SlotGrants: m.slotGrants, GateStarts: m.gateStarts, Fleet: m.fleet}
 	s.AgentBeats, s.AgentBlames = m.agents.beats, m.agents.blames
 	s.SlotEnds, s.FailureGrants, s.SlotReports, s.SlotReleases = m.slotEnds, m.failureGrants, m.slotReports, m.slotReleases
+	s.FailureDrops, s.Deleted = m.failureDrops, m.deleted
 	for _, k := range slices.Sorted(maps.Keys(m.pods)) {
 		s.Pods = append(s.Pods, m.pods[k])
 	}
@@ -743,6 +752,7 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 	m.agents.blames = nil
 	m.failureGrants = nil
 	m.slotEnds = slices.DeleteFunc(m.slotEnds, func(e SlotEnd) bool { return e.Counted || now.Sub(e.At) >= m.cfg.Limits.CountGrace }) // judged
+	m.failureDrops = slices.DeleteFunc(m.failureDrops, func(d FailureDrop) bool { return now.Sub(d.At) >= m.cfg.Limits.CountGrace })  // judged
 	m.slotReleases = slices.DeleteFunc(m.slotReleases, func(e SlotReleasedEvent) bool { return now.Sub(e.At) > 2*m.cfg.Limits.CountGrace })
 	m.gateStarts = slices.DeleteFunc(m.gateStarts, func(st ReleaseStart) bool { return now.Sub(st.At) >= m.cfg.Limits.GateGrace }) // judged
 	for k := range m.open {
