@@ -120,7 +120,7 @@ func TestMonitorProcess(t *testing.T) {
 // when its own monitor saw neither (judgeProcess): with the nodes taken
 // down by NotReady faults, the first is excused and the mixed boot alone
 // fails the run; with no fault both fail it; one the run's own monitor
-// reported already is not counted twice.
+// reported already (same key, or same message) is not counted twice.
 func checkProcessVerdict(t *testing.T, out string, start time.Time) {
 	t.Helper()
 	var sched faults.Schedule
@@ -153,6 +153,16 @@ func checkProcessVerdict(t *testing.T, out string, start time.Time) {
 	}
 	if len(res.Violations) != 2 || res.Violations[0].Message != own.Message {
 		t.Fatalf("the run's own %s counted again: %v", own.Invariant, res.Violations)
+	}
+	// Seen by the run's monitor under another key (a cordon's holds the
+	// instant each monitor saw it), with the same message.
+	own.Key = "seen-elsewhere"
+	res = Result{Settled: true, Violations: []monitor.Violation{own}}
+	if err := judgeProcess(&res, out, func(monitor.Violation) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Violations) != 2 {
+		t.Fatalf("the run's own %s (another key, the same message) counted again: %v", own.Invariant, res.Violations)
 	}
 	res = Result{Settled: true}
 	if err := judgeProcess(&res, filepath.Join(t.TempDir(), "none.jsonl"), func(monitor.Violation) bool { return false }); err != nil || res.Failed() {

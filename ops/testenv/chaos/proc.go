@@ -116,7 +116,9 @@ const processTag = "monitor process: "
 
 // judgeProcess adds to res what the `slipway-sim monitor` process found
 // (its violations file, monitor.WriteJSON lines) that the run's own
-// monitor and host checks did not report (same invariant and key): each
+// monitor and host checks did not report (same invariant and key, or
+// same invariant and message: a cordon's key holds when each monitor saw
+// it): each
 // judged with the run's excuses (excused: the faults it knows, which the
 // process does not), an excused one to res.Excused, any other to
 // res.Violations, so that a violation only the process saw fails the run.
@@ -134,13 +136,13 @@ func judgeProcess(res *Result, path string, excused func(monitor.Violation) bool
 	pv, err := monitor.ReadJSON(f)
 	seen := map[string]bool{}
 	for _, v := range append(slices.Clone(res.Violations), res.Excused...) {
-		seen[v.Invariant+"\x00"+v.Key] = true
+		seen["k"+v.Invariant+"\x00"+v.Key], seen["m"+v.Invariant+"\x00"+v.Message] = true, true
 	}
 	for _, v := range pv {
-		if seen[v.Invariant+"\x00"+v.Key] {
+		if seen["k"+v.Invariant+"\x00"+v.Key] || seen["m"+v.Invariant+"\x00"+v.Message] {
 			continue
 		}
-		seen[v.Invariant+"\x00"+v.Key] = true
+		seen["k"+v.Invariant+"\x00"+v.Key], seen["m"+v.Invariant+"\x00"+v.Message] = true, true
 		v.Message = processTag + v.Message
 		if excused(v) {
 			res.Excused = append(res.Excused, v)
