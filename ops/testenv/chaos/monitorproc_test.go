@@ -23,6 +23,7 @@ import (
 	"slipway.dev/slipway/ops/crds"
 	"slipway.dev/slipway/ops/generated/clientset/versioned"
 	"slipway.dev/slipway/ops/testenv"
+	"slipway.dev/slipway/ops/testenv/faults"
 	"slipway.dev/slipway/ops/testenv/hostcheck"
 	"slipway.dev/slipway/ops/testenv/monitor"
 	"slipway.dev/slipway/upgrade"
@@ -34,7 +35,8 @@ import (
 // of concurrency 2 is written as one JSON line with the nodes' history; a
 // host under --hosts that booted two releases' folders is written as a
 // mixed-boot line; and the process ends failing, with its checks and cost
-// on stderr.
+// on stderr. A run judging that file (checkProcessVerdict) fails on what
+// only the process saw.
 func TestMonitorProcess(t *testing.T) {
 	needCluster(t)
 	t.Parallel()
@@ -61,6 +63,7 @@ func TestMonitorProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	start := time.Now()
 	node("a")
 	node("b")
 	out := filepath.Join(t.TempDir(), "violations.jsonl")
@@ -108,6 +111,62 @@ func TestMonitorProcess(t *testing.T) {
 	t.Log(stderr.String())
 	if !strings.Contains(stderr.String(), "2 violations") {
 		t.Fatalf("stderr lacks the summary:\n%s", stderr.String())
+	}
+	checkProcessVerdict(t, out, start)
+}
+
+// checkProcessVerdict judges the process's two violations (the three
+// NotReady nodes' channel-concurrency, node-1's mixed boot) as a run does
+// when its own monitor saw neither (judgeProcess): with the nodes taken
+// down by NotReady faults, the first is excused and the mixed boot alone
+// fails the run; with no fault both fail it; one the run's own monitor
+// reported already (same key, or same message) is not counted twice.
+func checkProcessVerdict(t *testing.T, out string, start time.Time) {
+	t.Helper()
+	var sched faults.Schedule
+	for _, n := range []string{"a", "b", "c"} {
+		sched = append(sched, faults.Fault{At: 0, Kind: faults.NotReady, Target: "node/" + n, For: 10 * time.Minute})
+	}
+	res := Result{Settled: true}
+	if err := judgeProcess(&res, out, func(v monitor.Violation) bool { return Excused(v, sched, nil, start) }); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Failed() || len(res.Violations) != 1 || res.Violations[0].Invariant != hostcheck.InvMixedBoot ||
+		!strings.HasPrefix(res.Violations[0].Message, processTag+"node node-1 booted rootfs v2") {
+		t.Fatalf("the run's verdict with the NotReady faults: failed %t, violations %v, want the mixed boot alone, from the process", res.Failed(), res.Violations)
+	}
+	if len(res.Excused) != 1 || res.Excused[0].Invariant != monitor.InvChannelConcurrency || len(res.Excused[0].History["Node//c"]) == 0 {
+		t.Fatalf("excused %v, want channel-concurrency with its history", res.Excused)
+	}
+	res = Result{Settled: true}
+	if err := judgeProcess(&res, out, func(monitor.Violation) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Violations) != 2 || len(res.Excused) != 0 {
+		t.Fatalf("with no fault: violations %v, excused %v, want both violations", res.Violations, res.Excused)
+	}
+	own := res.Violations[1]
+	own.Message = strings.TrimPrefix(own.Message, processTag)
+	res = Result{Settled: true, Violations: []monitor.Violation{own}}
+	if err := judgeProcess(&res, out, func(monitor.Violation) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Violations) != 2 || res.Violations[0].Message != own.Message {
+		t.Fatalf("the run's own %s counted again: %v", own.Invariant, res.Violations)
+	}
+	// Seen by the run's monitor under another key (a cordon's holds the
+	// instant each monitor saw it), with the same message.
+	own.Key = "seen-elsewhere"
+	res = Result{Settled: true, Violations: []monitor.Violation{own}}
+	if err := judgeProcess(&res, out, func(monitor.Violation) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Violations) != 2 {
+		t.Fatalf("the run's own %s (another key, the same message) counted again: %v", own.Invariant, res.Violations)
+	}
+	res = Result{Settled: true}
+	if err := judgeProcess(&res, filepath.Join(t.TempDir(), "none.jsonl"), func(monitor.Violation) bool { return false }); err != nil || res.Failed() {
+		t.Fatalf("no file (the process found nothing): err %v, failed %t", err, res.Failed())
 	}
 }
 

@@ -1,12 +1,17 @@
 package chaos
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
+
+	"slipway.dev/slipway/ops/testenv/monitor"
 )
 
 // proc is a process of a run started by the runner (a controller, a
@@ -104,4 +109,49 @@ func (p *proc) stop(grace time.Duration) {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-exited
 	}
+}
+
+// processTag marks a violation only the monitor process reported.
+const processTag = "monitor process: "
+
+// judgeProcess adds to res what the `slipway-sim monitor` process found
+// (its violations file, monitor.WriteJSON lines) that the run's own
+// monitor and host checks did not report (same invariant and key, or
+// same invariant and message: a cordon's key holds when each monitor saw
+// it): each
+// judged with the run's excuses (excused: the faults it knows, which the
+// process does not), an excused one to res.Excused, any other to
+// res.Violations, so that a violation only the process saw fails the run.
+// The process's exit status is not read: it fails on excused violations
+// too.
+func judgeProcess(res *Result, path string, excused func(monitor.Violation) bool) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // it found nothing (the file is created at its first violation)
+	}
+	if err != nil {
+		return fmt.Errorf("monitor process: %w", err)
+	}
+	defer f.Close()
+	pv, err := monitor.ReadJSON(f)
+	seen := map[string]bool{}
+	for _, v := range append(slices.Clone(res.Violations), res.Excused...) {
+		seen["k"+v.Invariant+"\x00"+v.Key], seen["m"+v.Invariant+"\x00"+v.Message] = true, true
+	}
+	for _, v := range pv {
+		if seen["k"+v.Invariant+"\x00"+v.Key] || seen["m"+v.Invariant+"\x00"+v.Message] {
+			continue
+		}
+		seen["k"+v.Invariant+"\x00"+v.Key], seen["m"+v.Invariant+"\x00"+v.Message] = true, true
+		v.Message = processTag + v.Message
+		if excused(v) {
+			res.Excused = append(res.Excused, v)
+		} else {
+			res.Violations = append(res.Violations, v)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("monitor process: %w", err)
+	}
+	return nil
 }

@@ -208,7 +208,9 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 		return res, err
 	}
 	// The monitor as a process too, beside the one in this process: what
-	// it costs (CPU, memory, API requests), and a second opinion.
+	// it costs (CPU, memory, API requests), and a second opinion that
+	// counts: what it alone reports is judged with the run's excuses
+	// (judgeProcess) and fails the run.
 	lim := sys.limits()
 	monLog := filepath.Join(h.dir, "monitor.log")
 	monArgs := []string{"monitor", "--kubeconfig", h.env.Kubeconfig,
@@ -327,6 +329,13 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	res.Wall = time.Since(start)
 	monProc.stop(10 * time.Second)
 	res.MonitorProcess = lastLine(monLog, "checks,")
+	// The process's findings count: judged with the excuses only the run
+	// knows (the faults' schedule and strikes).
+	if err := judgeProcess(&res, filepath.Join(h.dir, "monitor.jsonl"), func(v monitor.Violation) bool {
+		return Excused(v, res.Schedule, res.Strikes, faultsStart) || excusedReboot(v, res.Strikes)
+	}); err != nil {
+		res.MonitorErrors = append(res.MonitorErrors, err)
+	}
 	if err := writeViolations(filepath.Join(h.dir, "violations.jsonl"), append(res.Violations, res.Excused...)); err != nil {
 		return res, err
 	}

@@ -11,6 +11,10 @@
 //     that ends other than Complete (a deferral, a failure, a slot taken
 //     away) must leave the node's next boot as it was, or the next
 //     unplanned reboot boots the new release with no drain, slot or window.
+//     The agent may take a grace to undo an activation, but the grace ends
+//     at the node's own next boot: a node seen without a slot with
+//     something activated, that then boots other than what it ran while
+//     still holding no slot, is a violation at once (BootedStaged).
 //
 // A Checker reads the hosts' files at each Check (a few small files per
 // node) and keeps what it reported; Quiet is the last word once a run has
@@ -227,10 +231,28 @@ type Checker struct {
 	Grace time.Duration
 
 	mu       sync.Mutex
-	reported map[string]bool      // keys reported
-	since    map[string]time.Time // node: since when it differs without a slot
+	reported map[string]bool       // keys reported
+	since    map[string]stagedSeen // node: since when it differs without a slot, and what it ran then
 	found    []Finding
 	checks   int
+}
+
+// stagedSeen is a node first seen without a slot with a next boot other
+// than the one it runs: when, the boot it ran and what it would boot.
+type stagedSeen struct {
+	At   time.Time
+	Ran  Boot
+	Next Versions
+}
+
+// BootedStaged reports whether a node that ran boot ran, with something
+// activated and no slot, booted other than what it ran by its next boot
+// now (a boot of another count): its own reboot (a panic, a power loss)
+// booted the activated release with no drain, slot or window. A boot of
+// what it ran (the activation undone, or a rollback the loader finished)
+// is not.
+func BootedStaged(ran, now Boot) bool {
+	return now.N != ran.N && now.Versions != ran.Versions
 }
 
 // New is a Checker of nodes whose directories are <nodesRoot>/<node> (a
@@ -261,7 +283,7 @@ func (c *Checker) check(now time.Time, slots map[string]bool, quiet bool) ([]Fin
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.reported == nil {
-		c.reported, c.since = map[string]bool{}, map[string]time.Time{}
+		c.reported, c.since = map[string]bool{}, map[string]stagedSeen{}
 	}
 	grace := c.Grace
 	if grace <= 0 {
@@ -299,18 +321,32 @@ func (c *Checker) check(now time.Time, slots map[string]bool, quiet bool) ([]Fin
 		if !ok {
 			continue
 		}
-		if slots[node] || h.Next == booted.Versions {
+		if slots[node] {
 			delete(c.since, node)
 			continue
 		}
-		first, seen := c.since[node]
-		if !seen {
-			c.since[node], first = now, now
+		if seen, ok := c.since[node]; ok && seen.Ran.N != booted.N {
+			// The grace ends at the node's own boot.
+			if BootedStaged(seen.Ran, booted) {
+				add(Finding{At: now, Invariant: InvStagedWithoutSlot, Node: node, Key: node + "/boot-" + booted.N,
+					Message: fmt.Sprintf("node %s booted %s (boot %s) holding no slot, over %s it ran (boot %s): %s was activated without a slot since %s, %s before",
+						node, booted.Versions, booted.N, seen.Ran.Versions, seen.Ran.N, seen.Next, seen.At.Format("15:04:05.000"), now.Sub(seen.At).Round(time.Second))})
+			}
+			delete(c.since, node)
 		}
-		if quiet || now.Sub(first) >= grace {
+		if h.Next == booted.Versions {
+			delete(c.since, node)
+			continue
+		}
+		seen, ok := c.since[node]
+		if !ok {
+			seen = stagedSeen{At: now, Ran: booted, Next: h.Next}
+			c.since[node] = seen
+		}
+		if quiet || now.Sub(seen.At) >= grace {
 			add(Finding{At: now, Invariant: InvStagedWithoutSlot, Node: node, Key: node + "/next-" + h.Next.String(),
 				Message: fmt.Sprintf("node %s holds no slot (for %s) but would boot %s, not %s it runs (boot %s)",
-					node, now.Sub(first).Round(time.Second), h.Next, booted.Versions, booted.N)})
+					node, now.Sub(seen.At).Round(time.Second), h.Next, booted.Versions, booted.N)})
 		}
 	}
 	c.found = append(c.found, out...)

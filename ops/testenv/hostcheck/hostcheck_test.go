@@ -167,3 +167,69 @@ func TestParseBoot(t *testing.T) {
 		t.Fatal("garbage parsed")
 	}
 }
+
+func TestBootedStaged(t *testing.T) {
+	v1 := Versions{Rootfs: "v1", Kernel: "5.15.0-v1", K3s: "v1-k3s1"}
+	v2 := Versions{Rootfs: "v2", Kernel: "5.15.0-v2", K3s: "v1-k3s1"}
+	for _, tc := range []struct {
+		name     string
+		ran, now Boot
+		want     bool
+	}{
+		{"no boot since", Boot{"1", v1}, Boot{"1", v1}, false},
+		{"booted what it ran (undone, or a rollback finished)", Boot{"1", v1}, Boot{"2", v1}, false},
+		{"booted the activated release", Boot{"1", v1}, Boot{"2", v2}, true},
+		{"booted part of it", Boot{"1", v1}, Boot{"2", Versions{Rootfs: "v1", Kernel: "5.15.0-v2", K3s: "v1-k3s1"}}, true},
+	} {
+		if got := BootedStaged(tc.ran, tc.now); got != tc.want {
+			t.Errorf("%s: BootedStaged = %t, want %t", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The grace ends at the node's own boot: a node seen without a slot with
+// v2 activated that boots v2 is reported at once, far within the grace;
+// one that boots what it ran, or reboots within a slot, is not.
+func TestStagedWithoutSlotOwnBootPlanted(t *testing.T) {
+	dir, l := host(t)
+	c := &Checker{Nodes: map[string]string{"node-1": dir}} // DefaultGrace
+	t0 := time.Unix(1000, 0)
+	logBoot(t, dir, "1 rootfs=v1 kernel=5.15.0-v1 k3s=v1-k3s1")
+	links(t, l, "v2", "5.15.0-v2", "v2-k3s1") // activated, the slot ended
+	if got := check(t, c, t0, nil); len(got) != 0 {
+		t.Fatalf("within the grace: %v", got)
+	}
+	// Undone, then the node reboots into what it ran: nothing.
+	links(t, l, "v1", "5.15.0-v1", "v1-k3s1")
+	logBoot(t, dir, "2 rootfs=v1 kernel=5.15.0-v1 k3s=v1-k3s1")
+	if got := check(t, c, t0.Add(time.Second), nil); len(got) != 0 {
+		t.Fatalf("booted what it ran: %v", got)
+	}
+	// Activated within a slot and booted there: nothing.
+	links(t, l, "v2", "5.15.0-v2", "v2-k3s1")
+	slot := map[string]bool{"node-1": true}
+	if got := check(t, c, t0.Add(2*time.Second), slot); len(got) != 0 {
+		t.Fatalf("activated in a slot: %v", got)
+	}
+	logBoot(t, dir, "3 rootfs=v2 kernel=5.15.0-v2 k3s=v2-k3s1")
+	if got := check(t, c, t0.Add(3*time.Second), slot); len(got) != 0 {
+		t.Fatalf("booted in a slot: %v", got)
+	}
+	// Back at v1 (a rollback in the slot), then v2 activated again and the
+	// slot gone: the node's own boot into v2, 5 s later, is reported.
+	links(t, l, "v1", "5.15.0-v1", "v1-k3s1")
+	logBoot(t, dir, "4 rootfs=v1 kernel=5.15.0-v1 k3s=v1-k3s1")
+	if got := check(t, c, t0.Add(4*time.Second), slot); len(got) != 0 {
+		t.Fatalf("rolled back in a slot: %v", got)
+	}
+	links(t, l, "v2", "5.15.0-v2", "v2-k3s1")
+	if got := check(t, c, t0.Add(5*time.Second), nil); len(got) != 0 {
+		t.Fatalf("within the grace: %v", got)
+	}
+	logBoot(t, dir, "5 rootfs=v2 kernel=5.15.0-v2 k3s=v2-k3s1")
+	wantOne(t, check(t, c, t0.Add(10*time.Second), nil), InvStagedWithoutSlot,
+		"node node-1 booted rootfs v2 kernel 5.15.0-v2 k3s v2-k3s1 (boot 5) holding no slot, over rootfs v1 kernel 5.15.0-v1 k3s v1-k3s1 it ran (boot 4)")
+	if got := check(t, c, t0.Add(11*time.Second), nil); len(got) != 0 {
+		t.Fatalf("reported twice, or the boot it runs now reported: %v", got)
+	}
+}

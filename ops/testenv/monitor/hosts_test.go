@@ -92,7 +92,10 @@ func TestPlantedHostViolations(t *testing.T) {
 	if v := tick(time.Minute); len(v) != 0 {
 		t.Fatalf("v2 activated within node-1's slot: %v", v)
 	}
-	slots(m) // the slot ends other than Complete: v2 stays next
+	// The slot ends other than Complete (a failure, counted: the monitor
+	// judges that too): v2 stays next.
+	m.observe(nil, &opsv1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Namespace: "slipway-system", Name: "default", ResourceVersion: "2"},
+		Status: opsv1.UpdateChannelStatus{Failed: []opsv1.Failure{{Node: "node-1", Reason: "upgrade job failed"}}}}, false)
 	if v := tick(time.Second); len(v) != 0 {
 		t.Fatalf("within the grace: %v", v)
 	}

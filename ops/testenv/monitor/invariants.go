@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"slipway.dev/slipway/ops/swarm/appcheck"
@@ -51,6 +52,10 @@ type NodeObs struct {
 	// "" when slipway holds no cordon.
 	CordonedBy string
 	BootID     string
+	// Version is the release the node runs as its agent publishes it
+	// (its NodeUpdate's status.booted, else its rootfs-version
+	// annotation): what the controller reads.
+	Version string
 	// ReadySince is when the monitor saw the node become Ready (zero for
 	// a node Ready when first seen).
 	ReadySince time.Time
@@ -216,6 +221,18 @@ type State struct {
 	// last check that an agent is silent (agentbeat.go).
 	AgentBeats  map[string]AgentBeats
 	AgentBlames []AgentBlame
+	// SlotEnds are the UpdateChannel slots seen ending and not judged to
+	// the end yet; FailureGrants the slots granted since the last check;
+	// SlotReports the nodes' slot reports by node and channel UID;
+	// SlotReleases the channels' recent SlotReleased Events (failures.go).
+	SlotEnds      []SlotEnd
+	FailureGrants []FailureGrant
+	SlotReports   map[string]map[types.UID]SlotReportObs
+	SlotReleases  []SlotReleasedEvent
+	// FailureDrops are the failures seen leaving status.failed and not
+	// judged to the end yet; Deleted when each node was last seen deleted.
+	FailureDrops []FailureDrop
+	Deleted      map[string]time.Time
 }
 
 // Limits are the bounds the invariants check that the API server does not
@@ -252,6 +269,9 @@ type Limits struct {
 	// GateGrace is how long after an update operator's start analysis-gate
 	// waits for a fleet state that lifted its hold (default 2s).
 	GateGrace time.Duration
+	// CountGrace is how long an UpdateChannel slot that ended uncounted
+	// may wait for what explains it (every-failure-counted; default 10s).
+	CountGrace time.Duration
 }
 
 func (l Limits) withDefaults() Limits {
@@ -278,6 +298,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.GateGrace <= 0 {
 		l.GateGrace = defaultGateGrace
+	}
+	if l.CountGrace <= 0 {
+		l.CountGrace = defaultCountGrace
 	}
 	return l
 }
@@ -308,6 +331,7 @@ var Invariants = []Invariant{
 	{InvOperatorNotReadySlot, OperatorNotReadySlot},
 	{InvAnalysisGate, AnalysisGate},
 	{InvNoAgentWhileRenewing, NoAgentWhileRenewing},
+	{InvFailureCounted, FailureCounted},
 }
 
 func nodeKey(name string) string { return "Node//" + name }

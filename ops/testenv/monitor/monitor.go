@@ -13,6 +13,8 @@
 package monitor
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,6 +31,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -41,6 +44,7 @@ import (
 	edsversioned "slipway.dev/slipway/ops/generated/eds/clientset/versioned"
 	edsinformers "slipway.dev/slipway/ops/generated/eds/informers/externalversions"
 	opsinformers "slipway.dev/slipway/ops/generated/informers/externalversions"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/ops/swarm/appcheck"
 	"slipway.dev/slipway/ops/updateoperator"
 )
@@ -145,6 +149,17 @@ type Monitor struct {
 	checks     int
 	errs       []error
 	agents     agentWatch // no-agent-while-renewing (agentbeat.go)
+	// every-failure-counted (failures.go)
+	channelSlots  map[string][]opsv1.Slot // each channel's status.updating, last version seen
+	slotEnds      []SlotEnd               // not judged to the end yet
+	failureGrants []FailureGrant          // since the last check
+	slotReports   map[string]map[types.UID]SlotReportObs
+	nodeUpdates   map[string]bool   // nodes whose NodeUpdate carries their reports
+	nuVersions    map[string]string // nodes' rootfs versions from their NodeUpdate (protocol 3)
+	slotReleases  []SlotReleasedEvent
+	channelFailed map[string][]opsv1.Failure // each channel's status.failed, last version seen
+	failureDrops  []FailureDrop              // not judged to the end yet
+	deleted       map[string]time.Time       // when each node was last seen deleted
 }
 
 // bootRecord is a node's last known boot ID, whether slipway held its
@@ -200,7 +215,9 @@ func New(cfg Config) (*Monitor, error) {
 	return &Monitor{cfg: cfg, keys: keys, nodes: map[string]NodeObs{}, boots: map[string]bootRecord{}, slotSeen: map[string]time.Time{}, channels: map[string]ChannelObs{},
 		writes: map[string][]time.Time{}, history: map[string][]Version{}, open: map[string]bool{},
 		pods: map[string]PodObs{}, eds: map[string]EDSObs{}, covered: map[string]map[string]bool{},
-		audit: &auditTail{path: cfg.AuditLog}, requests: map[string][]time.Time{}, hosts: newHostChecks(cfg)}, nil
+		audit: &auditTail{path: cfg.AuditLog}, requests: map[string][]time.Time{}, hosts: newHostChecks(cfg),
+		channelSlots: map[string][]opsv1.Slot{}, slotReports: map[string]map[types.UID]SlotReportObs{}, nodeUpdates: map[string]bool{}, nuVersions: map[string]string{},
+		channelFailed: map[string][]opsv1.Failure{}, deleted: map[string]time.Time{}}, nil
 }
 
 // Run watches the API server of config until ctx ends. It returns once the
@@ -232,7 +249,7 @@ func (m *Monitor) Run(ctx context.Context, config *rest.Config) error {
 		kf.Core().V1().Nodes().Informer(), kf.Core().V1().Pods().Informer(), kf.Batch().V1().Jobs().Informer(),
 		kf.Coordination().V1().Leases().Informer(), kf.Core().V1().Events().Informer(),
 		cf.Core().V1().ConfigMaps().Informer(),
-		of.Ops().V1().UpdateChannels().Informer(),
+		of.Ops().V1().UpdateChannels().Informer(), of.Ops().V1().NodeUpdates().Informer(),
 		ef.Eds().V1alpha1().ExtendedDaemonSets().Informer(), ef.Eds().V1alpha1().ExtendedDaemonSetReplicaSets().Informer(),
 	} {
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
@@ -407,12 +424,21 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		m.nodeList = nil
 		if deleted {
 			delete(m.nodes, x.Name) // its boot record stays: registered again with a new boot ID, it rebooted
+			m.deleted[x.Name] = now
 			for _, e := range m.eds {
 				delete(e.Covered, x.Name)
 			}
 			break
 		}
 		n := m.nodeObs(x)
+		if v, ok := m.nuVersions[x.Name]; ok {
+			n.Version = v
+		}
+		if !m.nodeUpdates[x.Name] {
+			if rs, err := protocol.ParseReports(x.Annotations[protocol.AnnotationSlotReport]); err == nil {
+				m.noteReports(x.Name, rs, x.ResourceVersion)
+			}
+		}
 		if prev, ok := m.nodes[x.Name]; ok && prev.Ready && n.Ready {
 			n.ReadySince = prev.ReadySince
 		} else if ok && n.Ready {
@@ -464,6 +490,8 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 		kind = "UpdateChannel"
 		if deleted {
 			delete(m.channels, x.Namespace+"/"+x.Name)
+			delete(m.channelSlots, x.Namespace+"/"+x.Name)
+			delete(m.channelFailed, x.Namespace+"/"+x.Name)
 			break
 		}
 		c := ChannelObs{Namespace: x.Namespace, Name: x.Name, Concurrency: x.Spec.Concurrency, Selector: x.Spec.NodeSelector}
@@ -475,8 +503,35 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 			m.slotSeen[s] = now
 		}
 		m.slotGrants = append(m.slotGrants, observeChannelGrants(prev.Slots, seen, x, now)...)
+		if seen {
+			m.slotEnds = append(m.slotEnds, slotEnds(m.channelSlots[x.Namespace+"/"+x.Name], x, now)...)
+			m.failureGrants = append(m.failureGrants, failureGrants(m.channelSlots[x.Namespace+"/"+x.Name], x, now)...)
+			m.failureDrops = append(m.failureDrops, failureDrops(m.channelFailed[x.Namespace+"/"+x.Name], x, now)...)
+		}
+		m.channelSlots[x.Namespace+"/"+x.Name] = slices.Clone(x.Status.Updating)
+		m.channelFailed[x.Namespace+"/"+x.Name] = slices.Clone(x.Status.Failed)
 		m.channels[x.Namespace+"/"+x.Name] = c
 		summary = fmt.Sprintf("concurrency=%d slots=%v", c.Concurrency, c.Slots)
+	case *opsv1.NodeUpdate:
+		kind = "NodeUpdate"
+		if deleted {
+			break
+		}
+		summary = fmt.Sprintf("protocol=%d", x.Status.Protocol)
+		if x.Status.Protocol >= protocol.NodeUpdateProtocol {
+			m.nodeUpdates[x.Name] = true
+			rs := protocol.ReportsOfStatus(x.Status)
+			m.noteReports(x.Name, rs, x.ResourceVersion)
+			summary += " reports=" + rs.String()
+		}
+		if protocol.VersionsInStatus(x) && x.Status.Booted != nil {
+			m.nuVersions[x.Name] = x.Status.Booted.Rootfs
+			if n, ok := m.nodes[x.Name]; ok {
+				n.Version = x.Status.Booted.Rootfs
+				m.nodes[x.Name] = n
+			}
+			summary += " booted=" + x.Status.Booted.Rootfs
+		}
 	case *corev1.ConfigMap: // the update operator's fleet state only (the informer's field selector)
 		kind = "ConfigMap"
 		if !deleted {
@@ -558,6 +613,11 @@ func (m *Monitor) observe(old, o any, deleted bool) {
 			summary = "holder=" + *x.Spec.HolderIdentity
 		}
 	case *corev1.Event:
+		if x.Reason == "SlotReleased" && x.InvolvedObject.Kind == "UpdateChannel" && !deleted {
+			if pe, ok := old.(*corev1.Event); old == nil || ok && pe.Count != x.Count {
+				m.slotReleases = append(m.slotReleases, SlotReleasedEvent{Channel: x.InvolvedObject.Namespace + "/" + x.InvolvedObject.Name, Message: x.Message, At: now})
+			}
+		}
 		kind, summary = "Event", fmt.Sprintf("%s %s/%s: %s x%d", x.Reason, x.InvolvedObject.Kind, x.InvolvedObject.Name, x.Message, x.Count)
 	default:
 		return
@@ -601,7 +661,7 @@ func podReady(p *corev1.Pod) bool {
 
 func (m *Monitor) nodeObs(n *corev1.Node) NodeObs {
 	o := NodeObs{Name: n.Name, Labels: n.Labels, Unschedulable: n.Spec.Unschedulable,
-		CordonedBy: drain.CordonedBy(n.Annotations), BootID: n.Status.NodeInfo.BootID}
+		CordonedBy: drain.CordonedBy(n.Annotations), BootID: n.Status.NodeInfo.BootID, Version: n.Annotations[protocol.AnnotationRootfsVersion]}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			o.Ready = c.Status == corev1.ConditionTrue
@@ -649,6 +709,8 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 		ReleaseFailures: m.releaseFailures, ReleaseStarts: m.releaseStarts, ReleaseFinishes: m.releaseFinishes,
 		SlotGrants: m.slotGrants, GateStarts: m.gateStarts, Fleet: m.fleet}
 	s.AgentBeats, s.AgentBlames = m.agents.beats, m.agents.blames
+	s.SlotEnds, s.FailureGrants, s.SlotReports, s.SlotReleases = m.slotEnds, m.failureGrants, m.slotReports, m.slotReleases
+	s.FailureDrops, s.Deleted = m.failureDrops, m.deleted
 	for _, k := range slices.Sorted(maps.Keys(m.pods)) {
 		s.Pods = append(s.Pods, m.pods[k])
 	}
@@ -688,10 +750,15 @@ func (m *Monitor) checkLocked(apps appcheck.Sample) {
 	m.reboots, m.cordons, m.releaseStarts, m.releaseFinishes = nil, nil, nil, nil
 	m.slotGrants = nil
 	m.agents.blames = nil
+	m.failureGrants = nil
+	m.slotEnds = slices.DeleteFunc(m.slotEnds, func(e SlotEnd) bool { return e.Counted || now.Sub(e.At) >= m.cfg.Limits.CountGrace }) // judged
+	m.failureDrops = slices.DeleteFunc(m.failureDrops, func(d FailureDrop) bool { return now.Sub(d.At) >= m.cfg.Limits.CountGrace })  // judged
+	m.slotReleases = slices.DeleteFunc(m.slotReleases, func(e SlotReleasedEvent) bool { return now.Sub(e.At) > 2*m.cfg.Limits.CountGrace })
 	m.gateStarts = slices.DeleteFunc(m.gateStarts, func(st ReleaseStart) bool { return now.Sub(st.At) >= m.cfg.Limits.GateGrace }) // judged
 	for k := range m.open {
 		if strings.HasPrefix(k, InvRebootWithoutDrain+"\x00") || strings.HasPrefix(k, InvRebootWithoutSlot+"\x00") || strings.HasPrefix(k, InvCordonBudget+"\x00") || strings.HasPrefix(k, InvCordonControlPlane+"\x00") ||
-			strings.HasPrefix(k, InvOperatorBrake+"\x00") || strings.HasPrefix(k, InvFallbackFailure+"\x00") || strings.HasPrefix(k, InvAnalysisGate+"\x00") {
+			strings.HasPrefix(k, InvOperatorBrake+"\x00") || strings.HasPrefix(k, InvFallbackFailure+"\x00") || strings.HasPrefix(k, InvAnalysisGate+"\x00") ||
+			strings.HasPrefix(k, InvFailureCounted+"\x00") {
 			standing[k] = true
 		}
 	}
@@ -724,4 +791,68 @@ func WriteJSON(w io.Writer, v Violation) error {
 	}
 	_, err = w.Write(append(b, '\n'))
 	return err
+}
+
+// noteReports records node's slot reports (by channel UID) that changed,
+// with the resourceVersion of the object they came with. Call with m.mu
+// held.
+func (m *Monitor) noteReports(node string, rs protocol.Reports, rv string) {
+	if m.slotReports[node] == nil {
+		m.slotReports[node] = map[types.UID]SlotReportObs{}
+	}
+	for uid, r := range rs {
+		if prev, ok := m.slotReports[node][uid]; ok && sameReport(prev.Report, r) {
+			continue
+		}
+		m.slotReports[node][uid] = SlotReportObs{Report: r, RV: rv}
+	}
+}
+
+// sameReport: the same slot, phase and outcome.
+func sameReport(a, b protocol.Report) bool {
+	return a.Version == b.Version && a.Attempt == b.Attempt && a.Since.Unix() == b.Since.Unix() &&
+		a.Phase == b.Phase && a.Outcome == b.Outcome && a.Reason == b.Reason
+}
+
+// ReadJSON reads violations written by WriteJSON, one a line (blank lines
+// skipped), e.g. the file of a `slipway-sim monitor` process: what a run
+// judges with what the process does not know (its faults' excuses).
+func ReadJSON(r io.Reader) ([]Violation, error) {
+	type version struct {
+		At              time.Time `json:"at"`
+		ResourceVersion string    `json:"resourceVersion"`
+		Summary         string    `json:"summary"`
+	}
+	var out []Violation
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for n := 1; sc.Scan(); n++ {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var line struct {
+			At        time.Time            `json:"at"`
+			Invariant string               `json:"invariant"`
+			Key       string               `json:"key"`
+			Message   string               `json:"message"`
+			History   map[string][]version `json:"history"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			return out, fmt.Errorf("violation line %d: %w", n, err)
+		}
+		v := Violation{At: line.At, Invariant: line.Invariant, Key: line.Key, Message: line.Message}
+		if len(line.History) > 0 {
+			v.History = map[string][]Version{}
+			for k, hs := range line.History {
+				for _, h := range hs {
+					v.History[k] = append(v.History[k], Version(h))
+				}
+			}
+		}
+		out = append(out, v)
+	}
+	if err := sc.Err(); err != nil {
+		return out, fmt.Errorf("read violations: %w", err)
+	}
+	return out, nil
 }
