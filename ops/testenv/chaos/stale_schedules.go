@@ -238,10 +238,14 @@ func (s *k3osStaleView) freezeAndThaw(ctx context.Context, h *harness, heals *he
 		return fmt.Errorf("resume %s's agent: %w", node, err)
 	}
 	s.note(h, "%s thawed (its agent resumed)", node)
-	rebooted := false
+	// Until it reboots, holds a slot again (a new grant, which its
+	// reboot may follow), or 20 s have passed.
+	rebooted, again := false, false
 	deadline := time.Now().Add(20 * time.Second)
-	for !rebooted && time.Now().Before(deadline) && ctx.Err() == nil {
-		rebooted = h.env.Supervisor.Boots(node) != boots
+	for !rebooted && !again && time.Now().Before(deadline) && ctx.Err() == nil {
+		ch, err := s.oc.OpsV1().UpdateChannels(k3osNS).Get(ctx, "default", metav1.GetOptions{})
+		again = err == nil && plan.FindSlot(ch.Status, node) >= 0
+		rebooted = !again && h.env.Supervisor.Boots(node) != boots
 		time.Sleep(100 * time.Millisecond)
 	}
 	var mine []string
@@ -253,7 +257,7 @@ func (s *k3osStaleView) freezeAndThaw(ctx context.Context, h *harness, heals *he
 	if err := hold(ctx); err != nil {
 		return err
 	}
-	s.note(h, "%s rebooted within 20 s of its thaw: %t; view writes no longer held; %s's held: [%s]", node, rebooted, node, strings.Join(mine, "; "))
+	s.note(h, "%s rebooted with no slot after its thaw: %t (a slot again: %t); view writes no longer held; %s's held: [%s]", node, rebooted, again, node, strings.Join(mine, "; "))
 	return nil
 }
 
