@@ -14,6 +14,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"slipway.dev/slipway/ops/testenv/faults"
@@ -73,7 +74,22 @@ func (o Options) withDefaults() Options {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
+	if _, ok := o.Log.(*lockedWriter); !ok {
+		o.Log = &lockedWriter{w: o.Log} // the run's goroutines (faults, variants) log at once
+	}
 	return o
+}
+
+// lockedWriter serializes the writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // Result is what one run saw.

@@ -138,9 +138,14 @@ func (k *killMidSwap) watch(ctx context.Context, s *k3os, h *harness) {
 			_ = os.Remove(fired)
 			k.disarm(h, n)
 			h.logf("killed %s's upgrade (pid %d) after step %s, its node up: the swap's journal left pending", n, pid, killMidSwapStep)
-			// s.sim is set before the faults start, long before a slot's
-			// upgrade reaches its swap.
-			heal, err := s.sim.Inject(ctx, faults.Fault{Kind: faults.PowerCut, Target: "node/" + n, For: armed, Step: cutRollbackStep})
+			// The injector is set as the faults start, long before a
+			// slot's upgrade reaches its swap.
+			sim := s.injector()
+			if sim == nil {
+				h.logf("arm the power cut at %s's rollback: no injector yet", n)
+				return
+			}
+			heal, err := sim.Inject(ctx, faults.Fault{Kind: faults.PowerCut, Target: "node/" + n, For: armed, Step: cutRollbackStep})
 			if err != nil {
 				h.logf("arm the power cut at %s's rollback: %v", n, err)
 				return

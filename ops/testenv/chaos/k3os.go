@@ -6,7 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
+
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,12 +65,12 @@ func k3osSpec(o Options, nodes []string) faults.Spec {
 		faults.BlockEviction: {"pdb/default/guarded"},
 		faults.PowerCut:      nodeTargets, faults.FullDisk: nodeTargets,
 		faults.SlowSource: {k3osSource}, faults.FailSource: {k3osSource}, faults.CorruptSource: {k3osSource},
-		faults.ClockStep: procs, faults.Reboot: nodeTargets,
+		faults.ClockStep: procs, faults.Reboot: nodeTargets, faults.SlowWrites: {k3osViewWrites},
 	}, Weights: map[faults.Kind]int{
 		faults.Kill: 4, faults.Pause: 3, faults.Latency: 2, faults.HalfOpen: 2, faults.Partition: 2, faults.Drop: 2,
 		faults.NotReady: 2, faults.Reregister: 1, faults.BlockEviction: 1, faults.StallReboot: 2,
 		faults.PowerCut: 2, faults.FullDisk: 1, faults.SlowSource: 1, faults.FailSource: 1, faults.CorruptSource: 1,
-		faults.ClockStep: 2, faults.Reboot: 1,
+		faults.ClockStep: 2, faults.Reboot: 1, faults.SlowWrites: 1,
 	}, Steps: k3osSteps}
 }
 
@@ -91,6 +94,20 @@ func K3osSchedule(opts Options) (faults.Schedule, error) {
 // k3osSource is the target of the release source's faults.
 const k3osSource = "source"
 
+// k3osViewWrites is the target of the SlowWrites faults: the controllers'
+// writes of the nodes' views (their NodeUpdates), held by the API server.
+const k3osViewWrites = "writes/controller"
+
+// k3osViewWriteScope is what k3osViewWrites holds: the controller
+// ServiceAccount's creates and updates of NodeUpdates (their spec, the
+// views; the agents' reports go to the status subresource, as another
+// user).
+var k3osViewWriteScope = faults.WriteScope{User: "system:serviceaccount:" + k3osNS + ":" + manifest.ControllerName,
+	Rules: []admissionregv1.RuleWithOperations{{
+		Operations: []admissionregv1.OperationType{admissionregv1.Create, admissionregv1.Update},
+		Rule:       admissionregv1.Rule{APIGroups: []string{v1.SchemeGroupVersion.Group}, APIVersions: []string{"*"}, Resources: []string{"nodeupdates"}},
+	}}}
+
 // k3osSteps are the steps of the host upgrade (rootfs and kernel, the
 // channel's default components) and of its rollback a power cut is drawn
 // at: after staging, after each rename into place, after each link.
@@ -104,7 +121,12 @@ type k3os struct {
 	oc     versioned.Interface
 	// source serves the mirror as the channel's http release source, with faults.
 	source *faults.Source
-	sim    *faults.Sim
+	// writes holds the controllers' view writes (SlowWrites), from setup on.
+	writes *faults.WriteHold
+	// simMu guards sim: set by hostFaults as the faults start, read by
+	// the variants' goroutines (injector).
+	simMu sync.Mutex
+	sim   *faults.Sim
 	// hosts checks the nodes' files every second from start on.
 	hosts     *hostcheck.Checker
 	stopHosts context.CancelFunc
@@ -147,6 +169,10 @@ func (s *k3os) nodeCommand(h *harness) ([]string, []string, error) {
 func (s *k3os) setup(ctx context.Context, h *harness, kc kubernetes.Interface) error {
 	objs := manifest.AccessObjects(k3osAccess(s.mirror, s.source.URL()))
 	if err := applyAccess(ctx, kc, objs); err != nil {
+		return err
+	}
+	var err error
+	if s.writes, err = faults.StartWriteHold(ctx, kc, "k3os-views", k3osViewWriteScope, func(l string) { h.logf("%s", l) }); err != nil {
 		return err
 	}
 	for _, n := range h.nodes[:min(controlPlane, len(h.nodes))] {
@@ -258,7 +284,27 @@ func (s *k3os) hostFaults(h *harness, sim *faults.Sim) {
 	sim.Sources = map[string]*faults.Source{k3osSource: s.source}
 	sim.Log = func(l string) { h.logf("%s", l) }
 	sim.SlotHolders = s.slotHolders // a node's own reboot: did it hold a slot (reboot_schedules.go)
+	sim.Writes = map[string]*faults.WriteHold{k3osViewWrites: s.writes}
+	s.simMu.Lock()
 	s.sim = sim
+	s.simMu.Unlock()
+}
+
+// injector is the run's fault injector (nil before the faults start),
+// for a variant's goroutine.
+func (s *k3os) injector() *faults.Sim {
+	s.simMu.Lock()
+	defer s.simMu.Unlock()
+	return s.sim
+}
+
+// stop ends the hold of the view writes and removes its webhook.
+func (s *k3os) stop() {
+	if s.writes != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.writes.Close(ctx)
+	}
 }
 
 // hostViolations stops the host checks and returns what they found, with

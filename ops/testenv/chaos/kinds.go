@@ -17,7 +17,8 @@ import (
 // and the swarm neither drain nor reboot, and the swarm's workers keep
 // their pods when a Node is deleted (no reregister). A clock step hits the
 // k3os and update-operator agents and controllers (the processes that read
-// the wall clock through ops/internal/wallclock).
+// the wall clock through ops/internal/wallclock). Held writes
+// (slow-writes) hit the k3os controllers' writes of the nodes' views.
 var SystemKinds = map[string][]faults.Kind{
 	"k3os": faults.AllKinds,
 	"update-operator": {faults.Kill, faults.Pause, faults.Latency, faults.HalfOpen, faults.Partition, faults.Drop,

@@ -17,7 +17,7 @@ func spec() Spec {
 		Latency: {"agent/node-1"}, HalfOpen: {"controller/a"}, Partition: {"agent/node-2"}, Drop: {"agent/node-2"},
 		NotReady: {"node/node-1"}, Reregister: {"node/node-2"}, BlockEviction: {"pdb/default/guarded"}, StallReboot: {"node/node-3"},
 		PowerCut: {"node/node-4"}, FullDisk: {"node/node-5"}, SlowSource: {"source"}, FailSource: {"source"}, CorruptSource: {"source"},
-		ClockStep: {"agent/node-1", "controller/a"}, Reboot: {"node/node-2"},
+		ClockStep: {"agent/node-1", "controller/a"}, Reboot: {"node/node-2"}, SlowWrites: {"writes/controller"},
 	}, Steps: []string{"staged", "current:k3os", "rollback:current:kernel"}}
 }
 

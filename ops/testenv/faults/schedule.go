@@ -11,8 +11,10 @@
 // cut right after a step of the host upgrade, a full disk while staging
 // (hostfaults.go), a release source that is slow, fails or serves
 // corrupt artifacts (Source), and one process's wall clock stepped ahead
-// or behind for a while (clock.go), and a node that reboots by itself,
-// at a time or right after a step of its host upgrade (reboot.go).
+// or behind for a while (clock.go), a node that reboots by itself,
+// at a time or right after a step of its host upgrade (reboot.go), and
+// one writer's writes to some resources held by the API server for a
+// while (writehold.go: an admission webhook the harness serves).
 //
 // A schedule is plain text, one fault a line ("+12.5s pause agent/node-3
 // for 4s"), so a failing run prints it and a replay can read it back
@@ -89,6 +91,13 @@ const (
 	// after that step of the host upgrade, which completes first
 	// (reboot.go).
 	Reboot Kind = "reboot"
+	// SlowWrites makes the API server hold one writer's writes to some
+	// resources for Arg each (at most MaxHold), for For: a validating
+	// admission webhook the harness serves answers them late
+	// (writehold.go). Its target ("writes/<name>") names a WriteHold, its
+	// writer and resources: e.g. the k3os controller's writes of the
+	// nodes' views, which land after its status writes.
+	SlowWrites Kind = "slow-writes"
 )
 
 // Timed reports whether a fault of kind k lasts For and is then healed.
@@ -206,6 +215,9 @@ func parseFault(line string) (Fault, error) {
 	if f.Kind == ClockStep && f.Arg == 0 {
 		return Fault{}, fmt.Errorf("a %s fault wants \"arg <step>\" (e.g. arg -10m: the clock 10 minutes behind)", f.Kind)
 	}
+	if f.Kind == SlowWrites && (f.Arg <= 0 || f.Arg > MaxHold) {
+		return Fault{}, fmt.Errorf("a %s fault wants \"arg <hold>\", each write's hold, more than 0 and at most %s (e.g. arg 10s)", f.Kind, MaxHold)
+	}
 	if f.Kind == PowerCut && f.Step == "" {
 		return Fault{}, fmt.Errorf("a %s fault wants \"step <step>\" (e.g. step current:kernel)", f.Kind)
 	}
@@ -214,7 +226,7 @@ func parseFault(line string) (Fault, error) {
 
 // AllKinds are the kinds Generate draws from, in a fixed order.
 var AllKinds = []Kind{Kill, Pause, Latency, HalfOpen, Partition, Drop, NotReady, Reregister, BlockEviction, StallReboot,
-	PowerCut, FullDisk, SlowSource, FailSource, CorruptSource, ClockStep, Reboot}
+	PowerCut, FullDisk, SlowSource, FailSource, CorruptSource, ClockStep, Reboot, SlowWrites}
 
 // Spec says what Generate may draw.
 type Spec struct {
@@ -305,6 +317,9 @@ func Generate(seed int64, spec Spec) Schedule {
 		}
 		if k == ClockStep { // likewise
 			f.Arg = drawStep(rng, spec.MaxStep)
+		}
+		if k == SlowWrites { // likewise: each write held up to the fault's length
+			f.Arg = min(100*time.Millisecond+time.Duration(rng.Int64N(int64(f.For))), MaxHold).Round(time.Millisecond)
 		}
 		// Draws happen whether or not the fault is kept, so that one
 		// skipped fault does not shift every later one.

@@ -38,13 +38,17 @@ type Proc interface {
 //   - any key of Sources (SlowSource, FailSource, CorruptSource);
 //   - "agent/<node>" or any key of Clocks (ClockStep: clock.go);
 //   - "node/<node>" (Reboot: reboot.go; with a Step, its processes run
-//     with SLIPWAY_TEST_CRASH_AT=@FaultFile).
+//     with SLIPWAY_TEST_CRASH_AT=@FaultFile);
+//   - any key of Writes ("writes/<name>": SlowWrites, writehold.go).
 type Sim struct {
 	Env     *testenv.Env
 	Client  kubernetes.Interface
 	Procs   map[string]Proc
 	Proxies map[string]*Proxy
 	Sources map[string]*Source
+	// Writes are the write holds a SlowWrites fault may hit, by target
+	// ("writes/<name>"): each one writer's writes to some resources.
+	Writes map[string]*WriteHold
 	// Clocks are the clock step files (wallclock's
 	// SLIPWAY_TEST_CLOCK_STEP_FILE) of the processes a ClockStep may hit,
 	// by target; an "agent/<node>" target not there has ClockFile in its
@@ -133,6 +137,16 @@ func (s *Sim) Inject(ctx context.Context, f Fault) (func(context.Context) error,
 			return s.armReboot(ctx, f)
 		}
 		return s.rebootNow(ctx, f)
+	case SlowWrites:
+		w := s.Writes[f.Target]
+		if w == nil {
+			return nil, fmt.Errorf("%s: no write hold %q (a run names its own, writes/<name>)", f.Kind, f.Target)
+		}
+		heal, err := w.Hold(f.Arg)
+		if err != nil {
+			return nil, err
+		}
+		return func(context.Context) error { heal(); return nil }, nil
 	case SlowSource, FailSource, CorruptSource:
 		src := s.Sources[f.Target]
 		if src == nil {
