@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -42,6 +43,7 @@ func WriteRequests(s State, l Limits) ([]Finding, error) {
 // it grows: each read returns the write requests of the complete lines
 // written since the last.
 type auditTail struct {
+	mu   sync.Mutex // Tick runs from the monitor's ticker and from its caller
 	path string
 	off  int64
 	part []byte
@@ -61,6 +63,8 @@ var auditKinds = map[string]string{"nodes": "Node", "pods": "Pod", "jobs": "Job"
 	"updatechannels": "UpdateChannel", "extendeddaemonsets": "ExtendedDaemonSet", "extendeddaemonsetreplicasets": "ExtendedDaemonSetReplicaSet"}
 
 func (t *auditTail) read() ([]auditRequest, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	f, err := os.Open(t.path)
 	if os.IsNotExist(err) {
 		return nil, nil // not written yet
