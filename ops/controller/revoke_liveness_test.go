@@ -61,15 +61,8 @@ func TestRevokedSlotGrantedSoonAfterItsViewLands(t *testing.T) {
 			o.Config.Wrap(refuse.wrap)
 		}
 	})
-	a, b := f.NS+"-n0", f.NS+"-n1"
+	a, b := agentFallsSilent(t, f)
 	refuse.paths = []string{"/nodes/" + a, "/namespaces/" + f.NS + "/nodeupdates/" + protocol.NodeUpdateName(a)}
-	if err := f.PatchNodeLabel(a, "pick", "yes"); err != nil {
-		t.Fatal(err)
-	}
-	f.Start(a)
-	f.Start(b)
-	f.AgentsUp(a, b)
-	f.Stop(a) // its slot is claimed, then released when its heartbeat is too old
 
 	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS, "pick": "yes"}}})

@@ -27,14 +27,7 @@ import (
 func TestSlotTakenAwayLeavesItsViewFirst(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 2, func(o *Options) { o.HeartbeatInterval = 3 * time.Second })
-	a, b := f.NS+"-n0", f.NS+"-n1"
-	if err := f.PatchNodeLabel(a, "pick", "yes"); err != nil {
-		t.Fatal(err)
-	}
-	f.Start(a)
-	f.Start(b)
-	f.AgentsUp(a, b)
-	f.Stop(a) // its slot is claimed, then released when its heartbeat is too old
+	a, b := agentFallsSilent(t, f)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -130,4 +123,20 @@ func TestSlotTakenAwayLeavesItsViewFirst(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// agentFallsSilent starts the agents of f's two nodes, a picked by the
+// channel's selector ("pick": "yes"), b not yet, and stops a's: a's slot
+// is claimed, then released when its heartbeat is too old.
+func agentFallsSilent(t *testing.T, f *fleet) (a, b string) {
+	t.Helper()
+	a, b = f.NS+"-n0", f.NS+"-n1"
+	if err := f.PatchNodeLabel(a, "pick", "yes"); err != nil {
+		t.Fatal(err)
+	}
+	f.Start(a)
+	f.Start(b)
+	f.AgentsUp(a, b)
+	f.Stop(a)
+	return a, b
 }
