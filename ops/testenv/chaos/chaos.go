@@ -175,6 +175,13 @@ func (r Result) Report(w io.Writer) {
 	for _, err := range r.MonitorErrors {
 		fmt.Fprintf(w, "  monitor error: %v\n", err)
 	}
+	for _, v := range r.Excused { // passing or not: what a fault was let off
+		why := r.ExcusedWhy[excuseKey(v)]
+		if why == "" {
+			why = "a fault took the node down"
+		}
+		fmt.Fprintf(w, "  excused (%s): %s %s\n", why, v.Invariant, v.Message)
+	}
 	if !r.Failed() {
 		return
 	}
@@ -183,13 +190,6 @@ func (r Result) Report(w io.Writer) {
 	}
 	for _, v := range r.Violations {
 		fmt.Fprintf(w, "  VIOLATION %s\n", strings.ReplaceAll(v.String(), "\n", "\n  "))
-	}
-	for _, v := range r.Excused {
-		why := r.ExcusedWhy[excuseKey(v)]
-		if why == "" {
-			why = "a fault took the node down"
-		}
-		fmt.Fprintf(w, "  excused (%s): %s %s\n", why, v.Invariant, v.Message)
 	}
 	fmt.Fprintf(w, "  schedule:\n    %s\n", strings.ReplaceAll(strings.TrimSpace(r.Schedule.String()), "\n", "\n    "))
 	if r.Dir != "" {
