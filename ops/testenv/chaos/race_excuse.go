@@ -28,7 +28,7 @@ import (
 //     admin) received before the monitor saw the cordon;
 //   - what the decision could have seen: the same client's last get or
 //     list of nodes or updatechannels received before the cordon's request
-//     (Options.AuditGets keeps them), when the client wrote nothing between
+//     (testenv.Options.AuditGets keeps them), when the client wrote nothing between
 //     that read and the cordon (else the read fed an earlier step, or the
 //     client decided from its caches: its Lease renewals, Events and status
 //     writes fall between); with no such read, the cordon's request itself.
@@ -50,7 +50,11 @@ import (
 // The cordon is excused when the nodes that did not race are fewer than
 // the budget (concurrency; one for the control-plane rule). Anything not
 // found (no cordon request, no history of the down, no fault, no write)
-// excuses nothing.
+// excuses nothing. What stays lenient is the round trip itself: a down
+// that committed between the last live read and the cordon's request is
+// excused even when the controller also consults a watch cache (the
+// channel's budget) that may have received it in between; that is the
+// instant the product says no read closes.
 
 // downSpan is a span in which an unplanned fault held a node down.
 type downSpan struct {
