@@ -81,6 +81,10 @@ type Options struct {
 	// derive what a client calls from the log (ReadAuditAll). Off by
 	// default: reads outnumber writes many times over.
 	AuditReads bool
+	// AuditGets, with AuditLog, logs the get and list requests these
+	// name beside the writes (not watches): a client's live reads, few
+	// enough to keep, that tell what it could have seen when it wrote.
+	AuditGets []AuditGets
 	// NodeIdentity, when set, gives every node command a kubeconfig of its
 	// own, $SLIPWAY_NODE_DIR/kubeconfig-node, that acts as this identity on
 	// that node: what a DaemonSet pod's bound service-account token is.

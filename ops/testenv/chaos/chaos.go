@@ -109,11 +109,15 @@ type Result struct {
 	// Checks is how many times the monitor checked every invariant.
 	Checks     int
 	Violations []monitor.Violation
-	// Excused are violations of the state invariants (channel-concurrency,
-	// control-plane-one-down) that a fault explains: a node named in them
-	// was taken down by a NotReady or Reregister fault then (see Excused).
-	// They are reported, and do not fail the run.
+	// Excused are violations that a fault explains: a state invariant
+	// (channel-concurrency, control-plane-one-down) naming a node a fault
+	// took down then (Excused, excusedReboot), a reboot the fault made, or
+	// a cordon that raced a fault's down (raceExcuse). They are reported,
+	// each with why (ExcusedWhy), and do not fail the run.
 	Excused []monitor.Violation
+	// ExcusedWhy says why each of Excused is excused, by excuseKey; one
+	// not there was excused because a fault took its node down.
+	ExcusedWhy map[string]string
 	// MonitorErrors are checks that could not be made.
 	MonitorErrors []error
 	// Settled: the system reached its end state (e.g. the rollout
@@ -187,6 +191,13 @@ func (r Result) Report(w io.Writer) {
 	for _, err := range r.MonitorErrors {
 		fmt.Fprintf(w, "  monitor error: %v\n", err)
 	}
+	for _, v := range r.Excused { // passing or not: what a fault was let off
+		why := r.ExcusedWhy[excuseKey(v)]
+		if why == "" {
+			why = "a fault took the node down"
+		}
+		fmt.Fprintf(w, "  excused (%s): %s %s\n", why, v.Invariant, v.Message)
+	}
 	if !r.Failed() {
 		return
 	}
@@ -195,9 +206,6 @@ func (r Result) Report(w io.Writer) {
 	}
 	for _, v := range r.Violations {
 		fmt.Fprintf(w, "  VIOLATION %s\n", strings.ReplaceAll(v.String(), "\n", "\n  "))
-	}
-	for _, v := range r.Excused {
-		fmt.Fprintf(w, "  excused (a fault took the node down): %s %s\n", v.Invariant, v.Message)
 	}
 	fmt.Fprintf(w, "  schedule:\n    %s\n", strings.ReplaceAll(strings.TrimSpace(r.Schedule.String()), "\n", "\n    "))
 	if r.Dir != "" {
@@ -220,8 +228,8 @@ const faultGrace = 15 * time.Second
 //     return, plus faultGrace). Those invariants count every unavailable
 //     node, so a fault can break them by itself; slipway's own part is
 //     judged by cordon-within-budget and cordon-control-plane-alone,
-//     which are never excused. A power cut armed but never struck
-//     excuses nothing.
+//     which a fault's span never excuses (only a down no read could show,
+//     raceExcuse). A power cut armed but never struck excuses nothing.
 //   - reboot-without-drain and reboot-without-slot of a node whose
 //     reboot a power cut made (from the strike to the node's return,
 //     plus faultGrace): the fault's reboot, not slipway's, which no drain
@@ -230,6 +238,9 @@ const faultGrace = 15 * time.Second
 //   - reboot-without-slot of a node whose reboot a StallReboot stretched
 //     (the controller may give up a slot whose node stays down); its
 //     drain is still slipway's to make.
+//
+// The cordon rules are judged apart, by what the controller could have
+// seen when it decided (raceExcuse), never by a time window.
 func Excused(v monitor.Violation, sched faults.Schedule, strikes []faults.Strike, start time.Time) bool {
 	type window struct {
 		node     string
@@ -271,6 +282,11 @@ func Excused(v monitor.Violation, sched faults.Schedule, strikes []faults.Strike
 		}
 	}
 	return false
+}
+
+// excuseKey names a violation in Result.ExcusedWhy.
+func excuseKey(v monitor.Violation) string {
+	return v.Invariant + "\x00" + v.Key + "\x00" + v.Message
 }
 
 // kinds formats counts by kind, in AllKinds order.

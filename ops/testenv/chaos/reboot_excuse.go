@@ -18,7 +18,7 @@ const rebootGrace = faultGrace
 // invariant naming that node NotReady from its fall until rebootGrace
 // after it was back (channel-concurrency, control-plane-one-down).
 // slipway's own rules (cordon-within-budget, cordon-control-plane-alone)
-// are never excused.
+// are not excused here (raceExcuse judges them).
 func excusedReboot(v monitor.Violation, strikes []faults.Strike) bool {
 	for _, st := range strikes {
 		if st.Kind != faults.Reboot {

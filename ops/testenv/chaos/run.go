@@ -2,7 +2,9 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -194,6 +196,7 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 		Cluster: true, Nodes: o.Nodes, CRDs: crds.Must(), ToolsDir: o.ToolsDir, Dir: filepath.Join(h.dir, "env"), Timeout: 5 * time.Minute,
 		ExecPath: o.Bin + ":/usr/local/bin:/usr/bin:/bin", NodeCommand: cmd, NodeEnv: append(cmdEnv, "CHAOS_KUBECONFIGS="+h.kcDir, faults.ClockStepEnv),
 		Logger: slog.New(slog.NewTextHandler(simLog, nil)), Log: simLog, Setup: setup, AuditLog: filepath.Join(h.dir, "audit.log"),
+		AuditGets: liveReads,
 	})
 	if err != nil {
 		return res, fmt.Errorf("start the simulated cluster: %w", err)
@@ -312,8 +315,9 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 		mon.CheckQuiet()
 	}
 	res.Checks, res.MonitorErrors = mon.Checks(), mon.Errors()
+	excused := res.excuser(faultsStart, filepath.Join(h.dir, "audit.log"))
 	for _, v := range mon.Violations() {
-		if Excused(v, res.Schedule, res.Strikes, faultsStart) || excusedReboot(v, res.Strikes) {
+		if excused(v) {
 			res.Excused = append(res.Excused, v)
 		} else {
 			res.Violations = append(res.Violations, v)
@@ -331,15 +335,63 @@ func runSystem(ctx context.Context, o Options, sys system) (res Result, err erro
 	res.MonitorProcess = lastLine(monLog, "checks,")
 	// The process's findings count: judged with the excuses only the run
 	// knows (the faults' schedule and strikes).
-	if err := judgeProcess(&res, filepath.Join(h.dir, "monitor.jsonl"), func(v monitor.Violation) bool {
-		return Excused(v, res.Schedule, res.Strikes, faultsStart) || excusedReboot(v, res.Strikes)
-	}); err != nil {
+	if err := judgeProcess(&res, filepath.Join(h.dir, "monitor.jsonl"), excused); err != nil {
 		res.MonitorErrors = append(res.MonitorErrors, err)
 	}
 	if err := writeViolations(filepath.Join(h.dir, "violations.jsonl"), append(res.Violations, res.Excused...)); err != nil {
 		return res, err
 	}
 	return res, nil
+}
+
+// liveReads are the reads the audit log keeps beside the writes: the
+// service accounts' (the controllers'; the agents act as admin,
+// impersonating theirs) gets and lists of Nodes and UpdateChannels, what
+// a controller reads live before a cordon (raceExcuse).
+var liveReads = []testenv.AuditGets{
+	{UserGroups: []string{"system:serviceaccounts"}, Resources: []string{"nodes"}},
+	{UserGroups: []string{"system:serviceaccounts"}, Group: "ops.slipway.dev", Resources: []string{"updatechannels"}},
+}
+
+// excuser is the run's judgement of a violation (its faults from
+// faultsStart, its audit log at auditLog): whether a fault explains it
+// (Excused, excusedReboot, raceExcuse), recording why in r.ExcusedWhy.
+// The audit log is read once, at the first cordon rule's violation; a
+// log that cannot be read excuses none (r.MonitorErrors says why).
+func (r *Result) excuser(faultsStart time.Time, auditLog string) func(monitor.Violation) bool {
+	var audit []testenv.AuditEvent
+	read := false
+	downs := faultDowns(r.Schedule, r.Strikes, faultsStart)
+	return func(v monitor.Violation) bool {
+		if Excused(v, r.Schedule, r.Strikes, faultsStart) || excusedReboot(v, r.Strikes) {
+			return true
+		}
+		if v.Invariant != monitor.InvCordonBudget && v.Invariant != monitor.InvCordonControlPlane {
+			return false
+		}
+		if !read {
+			read = true
+			var err error
+			for try := 0; try < 3; try++ { // a batch being written may end in half a line
+				if audit, err = testenv.ReadAuditAll(auditLog); err == nil || errors.Is(err, fs.ErrNotExist) {
+					break
+				}
+				time.Sleep(time.Second)
+			}
+			if err != nil {
+				r.MonitorErrors = append(r.MonitorErrors, fmt.Errorf("judge the cordons that raced a down: %w", err))
+				audit = nil
+			}
+		}
+		why, ok := raceExcuse(v, audit, downs)
+		if ok {
+			if r.ExcusedWhy == nil {
+				r.ExcusedWhy = map[string]string{}
+			}
+			r.ExcusedWhy[excuseKey(v)] = why
+		}
+		return ok
+	}
 }
 
 // lastLine is the last line of the file at path that contains sub.
