@@ -24,9 +24,13 @@ import (
 // flight while the Node said in flight: one slot too many, and a node
 // left cordoned for good. So an error that is not the API server's own
 // refusal is judged by reading the Node back: the write is kept when the
-// Node carries it, undone when it does not; when the Node cannot be read
-// either, the caller keeps the record that holds the slot (a write that
-// takes or keeps a slot is kept; an uncordon is undone).
+// Node carries it. When it does not, the write may still be on its way
+// (the read answered before the write committed), so a Node without it is
+// no proof either: like a Node that cannot be read, the caller keeps the
+// record that holds the slot (a write that takes or keeps a slot is kept,
+// and the next turn writes the Node back to the record; an uncordon is
+// undone, and the cordon is lifted again). Only the API server's refusal
+// puts a slot-holding record back at once.
 
 // WriteFate is what a Node write that returned an error did, as far as
 // the controller can tell.
@@ -38,7 +42,8 @@ const (
 	WriteRefused WriteFate = iota
 	// WriteLanded: read back, the Node carries it; only the answer was lost.
 	WriteLanded
-	// WriteNotLanded: read back, the Node does not carry it.
+	// WriteNotLanded: read back, the Node does not carry it (yet: the
+	// write may still be on its way).
 	WriteNotLanded
 	// WriteUnknown: not answered, and the Node could not be read back.
 	WriteUnknown
@@ -57,18 +62,25 @@ func (f WriteFate) String() string {
 }
 
 // Refused reports whether err, a write's error, is the API server's
-// answer that it did not apply the write: a status below 500 (a
-// conflict, a refusal by RBAC or admission, an invalid value, the Node
-// gone, too many requests), a request timeout (408) excepted. A 5xx (an
-// etcd timeout, a 504) and an error with no answer (a dropped or reset
-// connection) may have been applied.
+// answer that it did not apply the write: a status below 500 (a refusal
+// by RBAC or admission, an invalid value, the Node gone), but a request
+// timeout (408), a conflict (409) and too many requests (429): client-go
+// sends a write again by itself after a 429 or a 5xx with Retry-After,
+// and the answer to that second try (a conflict with the first, which
+// landed; a 429) says nothing of the first. A 5xx (an etcd timeout, a
+// 504) and an error with no answer (a dropped or reset connection) may
+// have been applied.
 func Refused(err error) bool {
 	var s apierrors.APIStatus
 	if err == nil || !errors.As(err, &s) {
 		return false
 	}
-	code := s.Status().Code
-	return code >= 400 && code < 500 && code != http.StatusRequestTimeout
+	switch code := s.Status().Code; code {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooManyRequests:
+		return false
+	default:
+		return code >= 400 && code < 500
+	}
 }
 
 // JudgeWrite is the fate of a write that returned werr: refused by the
@@ -87,14 +99,15 @@ func JudgeWrite(werr, readErr error, landed bool) WriteFate {
 }
 
 // UndoRecord reports whether the controller's record of a write of fate
-// is put back as it was: a write refused or read back not applied is
-// undone, one that landed is kept; an unknown one is kept when keepUnknown
-// (the record then holds the slot the write took or kept).
+// is put back as it was: a write refused is undone, one that landed is
+// kept; one not seen on the Node (it may land still) or unknown is kept
+// when keepUnknown (the record then holds the slot the write took or
+// kept), else undone.
 func UndoRecord(fate WriteFate, keepUnknown bool) bool {
 	switch fate {
 	case WriteLanded:
 		return false
-	case WriteUnknown:
+	case WriteUnknown, WriteNotLanded:
 		return !keepUnknown
 	}
 	return true

@@ -146,6 +146,8 @@ func TestJudgeWrite(t *testing.T) {
 	timeout := apierrors.NewTimeoutError("etcd", 1)         // 504: may have been applied
 	internal := apierrors.NewInternalError(errors.New("x")) // 500
 	reqTimeout := apierrors.NewGenericServerResponse(http.StatusRequestTimeout, "PATCH", gr, "n", "", 0, false)
+	tooMany := apierrors.NewTooManyRequests("slow down", 1)
+	invalid := apierrors.NewInvalid(schema.GroupKind{Kind: "Node"}, "n", nil)
 	reset := errors.New("read: connection reset by peer")
 	readErr := errors.New("dial: connection refused")
 	for _, c := range []struct {
@@ -155,13 +157,16 @@ func TestJudgeWrite(t *testing.T) {
 		want         WriteFate
 		undo, undoIf bool // undo with keepUnknown true / false
 	}{
-		{"conflict", conflict, nil, false, WriteRefused, true, true},
+		{"conflict: maybe the answer to a second try of a write that landed", conflict, nil, false, WriteNotLanded, false, true},
+		{"conflict, landed", conflict, nil, true, WriteLanded, false, false},
+		{"429 is no refusal", tooMany, readErr, false, WriteUnknown, false, true},
+		{"invalid", invalid, nil, false, WriteRefused, true, true},
 		{"forbidden", fmt.Errorf("cordon: %w", forbidden), nil, true, WriteRefused, true, true},
 		{"answer lost, landed", reset, nil, true, WriteLanded, false, false},
-		{"answer lost, not landed", reset, nil, false, WriteNotLanded, true, true},
+		{"answer lost, not seen (it may land still)", reset, nil, false, WriteNotLanded, false, true},
 		{"answer lost, no read", reset, readErr, false, WriteUnknown, false, true},
 		{"504, landed", timeout, nil, true, WriteLanded, false, false},
-		{"500, not landed", internal, nil, false, WriteNotLanded, true, true},
+		{"500, not seen", internal, nil, false, WriteNotLanded, false, true},
 		{"408 is no refusal", reqTimeout, readErr, false, WriteUnknown, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
