@@ -19,8 +19,14 @@ import (
 // trip at least, and a node that goes down by a fault within that span
 // (the down committed after the read began) was one no read could show it.
 // The product states that limit (the server step's comment) and checks
-// again before the reboot. Such a cordon is excused, exactly, from the
-// API server's audit log: never by a time window.
+// again before the reboot. Such a cordon is excused from the API server's
+// audit log, never by a time window. The judgement is as tight as the log
+// allows, not exact: a read is known to have been served by its answer,
+// and a down's write to have committed by the earlier of its answer and
+// the monitor's sight of it, no earlier than its receipt. Taking the
+// latest instant of the commit, a cordon whose read was answered within
+// the down write's own span (its receipt to its commit, tens of ms) is
+// excused although that read might have shown the down.
 //
 // The judgement (raceExcuse) takes, for the cordoned node:
 //   - the cordon's request: the last write to the Node (not its status)
@@ -31,7 +37,8 @@ import (
 //     (testenv.Options.AuditGets keeps them), when the client wrote nothing between
 //     that read and the cordon (else the read fed an earlier step, or the
 //     client decided from its caches: its Lease renewals, Events and status
-//     writes fall between); with no such read, the cordon's request itself.
+//     writes fall between), taken at its answer; with no such read, the
+//     cordon's request itself.
 //
 // And, for each node the violation names as spending the budget:
 //   - it must be named NotReady alone (a cordon is slipway's own);
@@ -44,8 +51,8 @@ import (
 //     the schedule, a power cut or an injected reboot that struck (their
 //     spans as Excused and excusedReboot take them);
 //   - it raced when its down committed after what the decision could have
-//     seen began: the commit is bounded by the earlier of that write's
-//     answer and the monitor's sight of it.
+//     seen was answered: the commit is taken at the earlier of that
+//     write's answer and the monitor's sight of it.
 //
 // The cordon is excused when the nodes that did not race are fewer than
 // the budget (concurrency; one for the control-plane rule). Anything not
@@ -155,7 +162,7 @@ func liveRead(ev testenv.AuditEvent) bool {
 }
 
 // decisionBound is what the decision behind cordon could have seen: when
-// its client's last live read before it began, when that read is the
+// its client's last live read before it was answered, when that read is the
 // decision's (no write of the client between), else when the cordon's
 // request was received; with a phrase saying which.
 func decisionBound(audit []testenv.AuditEvent, cordon testenv.AuditEvent) (time.Time, string) {
@@ -175,8 +182,10 @@ func decisionBound(audit []testenv.AuditEvent, cordon testenv.AuditEvent) (time.
 				read.Verb, auditName(*read), clock(read.Received), auditName(ev))
 		}
 	}
-	return read.Received, fmt.Sprintf("its client's last read before the cordon's request (%s %s at %s; the cordon at %s)",
-		read.Verb, auditName(*read), clock(read.Received), clock(cordon.Received))
+	// The read may have been served as late as its answer: the bound is
+	// its answer, not its receipt.
+	return read.Time, fmt.Sprintf("its client's last read before the cordon's request (%s %s at %s, answered %s; the cordon at %s)",
+		read.Verb, auditName(*read), clock(read.Received), clock(read.Time), clock(cordon.Received))
 }
 
 // auditName is a request's resource and name.
