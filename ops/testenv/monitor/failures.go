@@ -195,11 +195,22 @@ func FailureCounted(s State, l Limits) ([]Finding, error) {
 		objs := []string{"UpdateChannel/" + e.Channel, nodeKey(sl.Node), "NodeUpdate//" + sl.Node}
 		r, ok := s.SlotReports[sl.Node][e.UID]
 		of := ok && r.Report.For(sl)
+		// A SlotReleased Event naming the node explains an end the
+		// controller made without counting (a node gone, an agent
+		// silent, a spec turned invalid: every slot freed, a Failed
+		// report unfolded).
+		released := slices.ContainsFunc(s.SlotReleases, func(ev SlotReleasedEvent) bool {
+			return ev.Channel == e.Channel && strings.Contains(ev.Message, "node "+sl.Node+" ") &&
+				!ev.At.Before(e.At.Add(-l.CountGrace)) && !ev.At.After(e.At.Add(l.CountGrace))
+		})
 		switch {
 		case of && r.Report.Outcome == protocol.OutcomeFailed && rvBefore(r.RV, e.RV):
+			if released || s.Now.Sub(e.At) < l.CountGrace {
+				continue // its Event may be on its way
+			}
 			out = append(out, Finding{Invariant: InvFailureCounted, Key: key, Objects: objs,
-				Message: fmt.Sprintf("channel %s ended node %s's slot at %s (attempt %d) without counting it in status.failed, though the node had reported it Failed: %s",
-					e.Channel, sl.Node, sl.Version, sl.Attempt, r.Report.Reason)})
+				Message: fmt.Sprintf("channel %s ended node %s's slot at %s (attempt %d) without counting it in status.failed, though the node had reported it Failed (%s), and no SlotReleased Event named it within %s",
+					e.Channel, sl.Node, sl.Version, sl.Attempt, r.Report.Reason, l.CountGrace)})
 		case of && (r.Report.Outcome == protocol.OutcomeSucceeded || r.Report.Outcome == protocol.OutcomeReleased):
 		case of && r.Report.Outcome == protocol.OutcomeFailed:
 			// reported after the version that ended the slot: the end is
@@ -209,10 +220,7 @@ func FailureCounted(s State, l Limits) ([]Finding, error) {
 			if n, ok := s.Nodes[sl.Node]; ok && n.Version != "" && n.Version == sl.Version {
 				continue // it reached the slot's version
 			}
-			if slices.ContainsFunc(s.SlotReleases, func(ev SlotReleasedEvent) bool {
-				return ev.Channel == e.Channel && strings.Contains(ev.Message, "node "+sl.Node+" ") &&
-					!ev.At.Before(e.At.Add(-l.CountGrace)) && !ev.At.After(e.At.Add(l.CountGrace))
-			}) {
+			if released {
 				continue
 			}
 			if s.Now.Sub(e.At) < l.CountGrace {

@@ -85,7 +85,10 @@ func TestFailureCountedRule(t *testing.T) {
 		want string
 	}{
 		{"counted", State{Now: later, SlotEnds: end(true), SlotReports: report(protocol.OutcomeFailed, "90")}, ""},
-		{"reported Failed, not counted", State{Now: t0, SlotEnds: end(false), SlotReports: report(protocol.OutcomeFailed, "90"), Nodes: nodes("v1")}, "though the node had reported it Failed: job failed"},
+		{"reported Failed, not counted", State{Now: later, SlotEnds: end(false), SlotReports: report(protocol.OutcomeFailed, "90"), Nodes: nodes("v1")}, "though the node had reported it Failed (job failed)"},
+		{"reported Failed, not counted, within the grace", State{Now: t0, SlotEnds: end(false), SlotReports: report(protocol.OutcomeFailed, "90"), Nodes: nodes("v1")}, ""},
+		{"reported Failed, every slot freed by an invalid spec (an Event)", State{Now: later, SlotEnds: end(false), SlotReports: report(protocol.OutcomeFailed, "90"), Nodes: nodes("v1"),
+			SlotReleases: []SlotReleasedEvent{{Channel: "ns/c", Message: "freed the slot of node a (at v2, phase Upgrading): the spec is invalid (x); its agent uncordons it", At: t0}}}, ""},
 		{"reported Failed after the end, not yet judged", State{Now: t0, SlotEnds: end(false), SlotReports: report(protocol.OutcomeFailed, "110"), Nodes: nodes("v1")}, ""},
 		{"reported Failed after the end, past the grace", State{Now: later, SlotEnds: end(false), SlotReports: report(protocol.OutcomeFailed, "110"), Nodes: nodes("v1")}, "with no failure counted"},
 		{"succeeded", State{Now: later, SlotEnds: end(false), SlotReports: report(protocol.OutcomeSucceeded, "90"), Nodes: nodes("v1")}, ""},
@@ -204,7 +207,7 @@ func TestPlantedFailureNotCounted(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	w.status(nil, failure("fc-1", 1))
 	v := w.expect(InvFailureCounted)
-	if !strings.Contains(v.Message, "channel default/fc ended node fc-2's slot at v2 (attempt 1) without counting it in status.failed, though the node had reported it Failed: upgrade job failed") {
+	if !strings.Contains(v.Message, "channel default/fc ended node fc-2's slot at v2 (attempt 1) without counting it in status.failed, though the node had reported it Failed (upgrade job failed)") {
 		t.Errorf("message: %s", v.Message)
 	}
 	if len(v.History["UpdateChannel/default/fc"]) == 0 || len(v.History["Node//fc-2"]) == 0 {
