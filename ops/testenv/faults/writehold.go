@@ -84,6 +84,8 @@ type WriteHold struct {
 	// release is closed when the hold in force ends (nil: none); delay
 	// is each write's hold meanwhile.
 	release chan struct{}
+	// end closes release, once, whoever ends the hold (its heal or Close).
+	end     func()
 	delay   time.Duration
 	held    []HeldWrite
 	waiting int
@@ -140,17 +142,18 @@ func (w *WriteHold) Hold(delay time.Duration) (heal func(), err error) {
 		return nil, fmt.Errorf("write hold %s: a hold of %s: want more than 0 and at most %s", w.name, delay, MaxHold)
 	}
 	release := make(chan struct{})
+	end := sync.OnceFunc(func() { close(release) })
 	w.mu.Lock()
-	w.release, w.delay = release, delay
+	w.release, w.end, w.delay = release, end, delay
 	w.mu.Unlock()
-	return sync.OnceFunc(func() {
+	return func() {
 		w.mu.Lock()
 		if w.release == release {
-			w.release = nil
+			w.release, w.end = nil, nil
 		}
 		w.mu.Unlock()
-		close(release)
-	}), nil
+		end()
+	}, nil
 }
 
 // Held are the writes held so far, in the order their holds ended.
@@ -171,11 +174,12 @@ func (w *WriteHold) Waiting() int {
 // most: the API server may be going too) and stops serving it.
 func (w *WriteHold) Close(ctx context.Context) error {
 	w.mu.Lock()
-	if w.release != nil {
-		close(w.release)
-		w.release = nil
-	}
+	end := w.end
+	w.release, w.end = nil, nil
 	w.mu.Unlock()
+	if end != nil {
+		end()
+	}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err := w.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(dctx, w.configName(), metav1.DeleteOptions{})
