@@ -114,16 +114,22 @@ func (p *proc) stop(grace time.Duration) {
 // processTag marks a violation only the monitor process reported.
 const processTag = "monitor process: "
 
+// pairWindow is how far apart the run's monitor and the process may see
+// one violation: both watch the same API server, the host checks run
+// every second.
+const pairWindow = 5 * time.Second
+
 // judgeProcess adds to res what the `slipway-sim monitor` process found
 // (its violations file, monitor.WriteJSON lines) that the run's own
-// monitor and host checks did not report (same invariant and key, or
-// same invariant and message: a cordon's key holds when each monitor saw
-// it): each
-// judged with the run's excuses (excused: the faults it knows, which the
-// process does not), an excused one to res.Excused, any other to
-// res.Violations, so that a violation only the process saw fails the run.
-// The process's exit status is not read: it fails on excused violations
-// too.
+// monitor and host checks did not report: a process finding pairs with at
+// most one of the run's own of the same invariant, with the same key or
+// the same message (a cordon's key holds when each monitor saw it), seen
+// within pairWindow of it; a recurrence later, or a second finding the
+// process made, stands on its own. Each unpaired one is judged with the
+// run's excuses (excused: the faults it knows, which the process does
+// not), an excused one to res.Excused, any other to res.Violations, so
+// that a violation only the process saw fails the run. The process's exit
+// status is not read: it fails on excused violations too.
 func judgeProcess(res *Result, path string, excused func(monitor.Violation) bool) error {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -134,15 +140,13 @@ func judgeProcess(res *Result, path string, excused func(monitor.Violation) bool
 	}
 	defer f.Close()
 	pv, err := monitor.ReadJSON(f)
-	seen := map[string]bool{}
-	for _, v := range append(slices.Clone(res.Violations), res.Excused...) {
-		seen["k"+v.Invariant+"\x00"+v.Key], seen["m"+v.Invariant+"\x00"+v.Message] = true, true
-	}
+	own := append(slices.Clone(res.Violations), res.Excused...)
+	paired := make([]bool, len(own))
 	for _, v := range pv {
-		if seen["k"+v.Invariant+"\x00"+v.Key] || seen["m"+v.Invariant+"\x00"+v.Message] {
+		if i := pairOf(v, own, paired); i >= 0 {
+			paired[i] = true
 			continue
 		}
-		seen["k"+v.Invariant+"\x00"+v.Key], seen["m"+v.Invariant+"\x00"+v.Message] = true, true
 		v.Message = processTag + v.Message
 		if excused(v) {
 			res.Excused = append(res.Excused, v)
@@ -154,4 +158,16 @@ func judgeProcess(res *Result, path string, excused func(monitor.Violation) bool
 		return fmt.Errorf("monitor process: %w", err)
 	}
 	return nil
+}
+
+// pairOf is the index of the first of own, not yet paired, that v, a
+// process finding, is the same violation as (see judgeProcess), or -1.
+func pairOf(v monitor.Violation, own []monitor.Violation, paired []bool) int {
+	for i, o := range own {
+		d := v.At.Sub(o.At)
+		if !paired[i] && o.Invariant == v.Invariant && (o.Key == v.Key || o.Message == v.Message) && d <= pairWindow && d >= -pairWindow {
+			return i
+		}
+	}
+	return -1
 }
