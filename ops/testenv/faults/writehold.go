@@ -156,6 +156,18 @@ func (w *WriteHold) Hold(delay time.Duration) (heal func(), err error) {
 	}, nil
 }
 
+// endHold ends the hold in force, if any (its heal may still be called:
+// it then does nothing).
+func (w *WriteHold) endHold() {
+	w.mu.Lock()
+	end := w.end
+	w.release, w.end = nil, nil
+	w.mu.Unlock()
+	if end != nil {
+		end()
+	}
+}
+
 // Held are the writes held so far, in the order their holds ended.
 func (w *WriteHold) Held() []HeldWrite {
 	w.mu.Lock()
@@ -173,13 +185,7 @@ func (w *WriteHold) Waiting() int {
 // Close ends any hold, removes the webhook's registration (a moment at
 // most: the API server may be going too) and stops serving it.
 func (w *WriteHold) Close(ctx context.Context) error {
-	w.mu.Lock()
-	end := w.end
-	w.release, w.end = nil, nil
-	w.mu.Unlock()
-	if end != nil {
-		end()
-	}
+	w.endHold()
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err := w.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(dctx, w.configName(), metav1.DeleteOptions{})

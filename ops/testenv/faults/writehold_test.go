@@ -160,3 +160,32 @@ func TestSlowWritesHoldsOneWriter(t *testing.T) {
 		t.Error("a hold no run registered: no error")
 	}
 }
+
+// TestHoldEndsOnce: a hold ended by Close (endHold) and then healed, and
+// an old heal after a new hold, close nothing twice and leave the new hold
+// in force.
+func TestHoldEndsOnce(t *testing.T) {
+	w := &WriteHold{name: "test"}
+	heal, err := w.Hold(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.endHold()
+	heal() // after Close's end: must not close the channel again
+	old, err := w.Hold(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old()
+	if _, err := w.Hold(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	old() // an old heal again: the new hold stays
+	w.mu.Lock()
+	inForce := w.release != nil
+	w.mu.Unlock()
+	if !inForce {
+		t.Fatal("an old hold's heal ended the hold in force")
+	}
+	w.endHold()
+}
