@@ -23,22 +23,25 @@ import (
 
 // The run's settings, from the environment (scripts/bench-scale sets them).
 var (
-	env        *testenv.Env
-	contender  = envString("SLIPWAY_SCALE_CONTENDER", "slipway") // slipway or suc
-	nodes      = envInt("SLIPWAY_SCALE_NODES", 1000)
-	realEvery  = envInt("SLIPWAY_SCALE_REAL_EVERY", 50) // every nth node runs a real agent process (slipway)
-	sucBin     = os.Getenv("SUC_BIN")
-	binDir     string
-	mirror     string
-	realNodes  string // space-separated: the nodes whose agent is a process
-	standNodes []string
+	env       *testenv.Env
+	contender = envString("SLIPWAY_SCALE_CONTENDER", "slipway") // slipway or suc
+	nodes     = envInt("SLIPWAY_SCALE_NODES", 1000)
+	realEvery = envInt("SLIPWAY_SCALE_REAL_EVERY", 50) // every nth node runs a real agent process (slipway)
+	// concurrency is both contenders' (the channel's, the plan's): 10 by
+	// default; 50 at 5,000 nodes keeps the rollout near the 1,000-node
+	// one's length (1 % of the fleet at once in both).
+	concurrency = envInt("SLIPWAY_SCALE_CONCURRENCY", 10)
+	sucBin      = os.Getenv("SUC_BIN")
+	binDir      string
+	mirror      string
+	realNodes   string // space-separated: the nodes whose agent is a process
+	standNodes  []string
 )
 
 const (
-	ns          = "slipway-system"
-	concurrency = 10
-	lease       = "15s"
-	resync      = "10s"
+	ns     = "slipway-system"
+	lease  = "15s"
+	resync = "10s"
 )
 
 func envString(name, def string) string {
