@@ -239,6 +239,9 @@ func TestTargetChangedMidStagingRemovesTheStaleStage(t *testing.T) {
 	f.Channel(v1.UpdateChannelSpec{URL: "file:///m", Version: "v2", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(),
 		NodeSelector: f.Selector(), Window: closed, Prestage: &v1.PrestageSpec{Concurrency: new(n)}})
 	f.WaitFor("staging permits", time.Minute, func(ch *v1.UpdateChannel) bool { return len(ch.Status.Staging) > 0 })
+	// A permit shows before any node has begun: the change must come once
+	// a v2 staging Job exists, or there is nothing stale to remove.
+	waitForStagingJob(t, f)
 	f.Patch(`{"spec":{"version":"v3"}}`)
 	f.WaitFor("every node staged v3", 2*time.Minute, func(ch *v1.UpdateChannel) bool {
 		return ch.Status.Counts.Staged == n && len(ch.Status.Updating) == 0 && len(ch.Status.Staging) == 0
@@ -258,6 +261,19 @@ func TestTargetChangedMidStagingRemovesTheStaleStage(t *testing.T) {
 		}
 		if got := f.Current(node); got != "v1" {
 			t.Errorf("%s: current is %s, want v1 (staging never changes what boots)", node, got)
+		}
+	}
+}
+
+// waitForStagingJob waits until some node's agent has created a staging Job.
+func waitForStagingJob(t *testing.T, f *fleet) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if _, stages, _ := f.JobsByAction(); len(stages) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no staging Job within a minute of the staging permits")
 		}
 	}
 }
