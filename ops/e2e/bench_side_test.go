@@ -11,6 +11,7 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/e2e/benchside"
+	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/testenv"
 )
 
@@ -27,7 +28,8 @@ func BenchmarkSideNoop(b *testing.B) {
 	get := benchChannel(b, c, "side", v1.UpdateChannelSpec{URL: "file://" + mirror, Prestage: &v1.PrestageSpec{Concurrency: new(0)}})
 	settings := fmt.Sprintf("concurrency %d, no-op channel: upgrade %s, rebootDelay %s, reboot %s, slot-bound staging",
 		benchConcurrency, benchUpgrade, benchRebootDelay, benchReboot)
-	sideMeasure(b, c, get, "noop", settings)
+	floor := benchside.Floor(benchside.Shape{Nodes: nodes, Concurrency: benchConcurrency, Slot: benchUpgrade + benchRebootDelay + benchReboot})
+	sideMeasure(b, c, get, "noop", settings, floor)
 }
 
 // BenchmarkSideStaged is slipway's half of the realistic-time side by
@@ -44,7 +46,10 @@ func BenchmarkSideStaged(b *testing.B) {
 	get := benchChannel(b, c, "side", v1.UpdateChannelSpec{URL: slow.url})
 	settings := fmt.Sprintf("concurrency %d, staging %s per node ahead of the slot (default prestage), upgrade %s, rebootDelay %s, reboot %s",
 		benchConcurrency, benchStage, benchUpgrade, benchRebootDelay, benchReboot)
-	sideMeasure(b, c, get, "staged", settings)
+	stageAtOnce := plan.PrestageLimit(plan.Settings{Prestage: plan.PrestageAuto, Concurrency: benchConcurrency}, nodes)
+	floor := benchside.Floor(benchside.Shape{Nodes: nodes, Concurrency: benchConcurrency, Stage: benchStage, StageAtOnce: stageAtOnce,
+		Slot: benchUpgrade + benchRebootDelay + benchReboot})
+	sideMeasure(b, c, get, "staged", settings, floor)
 }
 
 // sideKeys names slipway's writers in the result line.
@@ -52,10 +57,10 @@ var sideKeys = map[string]string{writerSlipway: "slipway", writerHeartbeat: "sli
 	writerJobs: "jobs", writerNode: "node", writerOther: "other"}
 
 // sideMeasure patches the channel to v2, waits until every node runs it
-// and reports the result line, with the CPU and memory of slipway's
+// and reports the result line (floor: the shape's physical floor), with the CPU and memory of slipway's
 // processes (the agents and the controller, which holds the fleet duties)
 // sampled while the rollout runs.
-func sideMeasure(b *testing.B, c clients, get func() *v1.UpdateChannel, shape, settings string) {
+func sideMeasure(b *testing.B, c clients, get func() *v1.UpdateChannel, shape, settings string, floor time.Duration) {
 	ctx := context.Background()
 	pids := env.Pids()
 	ctrl := controllerPids()
@@ -88,7 +93,7 @@ func sideMeasure(b *testing.B, c clients, get func() *v1.UpdateChannel, shape, s
 		t.Stop()
 	}
 	r := benchside.Result{Contender: "slipway", Shape: shape, Nodes: nodes, Wall: wall, Controller: agents.Usage(), KCM: kcm.Usage(), APIServer: api.Usage(),
-		Watch: watchAfter.Since(watchBefore), Load: benchside.LoadAverage(), Settings: settings}
+		Watch: watchAfter.Since(watchBefore), Load: benchside.LoadAverage(), Settings: settings, Floor: floor}
 	time.Sleep(2 * time.Second) // the apiserver writes its audit log in batches, at least every second
 	events, err := testenv.ReadAudit(auditLog)
 	if err != nil {

@@ -29,6 +29,9 @@ type Result struct {
 	Watch    WatchTraffic
 	Load     string // load average at the end
 	Settings string // the host times and limits, human readable
+	// Floor is the shape's physical floor (see Floor): the wall if nothing
+	// but host time took any.
+	Floor time.Duration
 }
 
 // Line formats r as one "SIDE key=value ..." line; keys ending in _s, _mib
@@ -37,6 +40,7 @@ func (r Result) Line() string {
 	kv := []string{
 		"contender=" + r.Contender, "shape=" + r.Shape, "nodes=" + strconv.Itoa(r.Nodes),
 		"wall_s=" + f1(r.Wall.Seconds()),
+		"floor_s=" + f1(r.Floor.Seconds()),
 		"own_writes_per_node=" + f1(r.Own),
 		"controller_cpu_s=" + f1(r.Controller.CPU.Seconds()),
 		"controller_rss_mib=" + f1(r.Controller.PeakRSS),
@@ -73,10 +77,10 @@ func f1(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 
 // Summary is a human-readable account of r (the log above the result line).
 func (r Result) Summary() string {
-	return fmt.Sprintf("%s, %s rollout of %d nodes (%s): wall %s; writes per node by %s and its Jobs %.1f; "+
+	return fmt.Sprintf("%s, %s rollout of %d nodes (%s): wall %s (the shape's floor %s); writes per node by %s and its Jobs %.1f; "+
 		"%s CPU %.1f s over %d processes, peak RSS median %.1f MiB (anonymous %.1f), largest %.1f MiB; "+
 		"kube-controller-manager CPU %.1f s, kube-apiserver CPU %.1f s; load average %s; sent on watches: %s",
-		r.Contender, r.Shape, r.Nodes, r.Settings, r.Wall.Round(100*time.Millisecond), r.Contender, r.Own,
+		r.Contender, r.Shape, r.Nodes, r.Settings, r.Wall.Round(100*time.Millisecond), r.Floor, r.Contender, r.Own,
 		r.Contender, r.Controller.CPU.Seconds(), r.Controller.Processes, r.Controller.PeakRSS, r.Controller.PeakAnon, r.Controller.MaxRSS,
 		r.KCM.CPU.Seconds(), r.APIServer.CPU.Seconds(), r.Load, r.Watch)
 }

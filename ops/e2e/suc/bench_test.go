@@ -41,7 +41,8 @@ const cordon = `kubectl cordon "$NODE_NAME" >/dev/null`
 func BenchmarkSUCNoop(b *testing.B) {
 	c, pid := startSUC(b)
 	settings := fmt.Sprintf("concurrency %d, no-op plan: kubectl cordon, nothing, uncordon by SUC; no reboot", benchConcurrency)
-	measure(b, c, pid, "noop", settings, "noop", plan{name: "noop", concurrency: benchConcurrency, cordon: true, command: []string{"sh", "-c", cordon}})
+	floor := benchside.Floor(benchside.Shape{Nodes: nodes, Concurrency: benchConcurrency}) // no host time
+	measure(b, c, pid, "noop", settings, floor, "noop", plan{name: "noop", concurrency: benchConcurrency, cordon: true, command: []string{"sh", "-c", cordon}})
 }
 
 // BenchmarkSUCStaged is SUC's usual two-plan shape at realistic times: a
@@ -60,14 +61,16 @@ func BenchmarkSUCStaged(b *testing.B) {
 	reboot := fmt.Sprintf(`%s && slipway-sim reboot --socket "$SUC_BENCH_SOCKET" --delay %s >/dev/null && `+
 		`kubectl wait --for=condition=Ready=false node/"$NODE_NAME" --timeout=10m >/dev/null && `+
 		`kubectl wait --for=condition=Ready node/"$NODE_NAME" --timeout=10m >/dev/null`, cordon, benchReboot)
-	measure(b, c, pid, "staged", settings, "upgrade",
+	floor := benchside.Floor(benchside.Shape{Nodes: nodes, Concurrency: benchConcurrency, Stage: benchStage, StageAtOnce: stageConcurrency, Slot: benchReboot})
+	measure(b, c, pid, "staged", settings, floor, "upgrade",
 		plan{name: "prepare", concurrency: stageConcurrency, command: []string{"slipway-sim", "take", benchStage.String(), "true"}},
 		plan{name: "upgrade", concurrency: benchConcurrency, cordon: true, command: []string{"sh", "-c", reboot}, after: "prepare"})
 }
 
 // measure creates the plans, waits until the last one named final is done
-// on every node, and reports the side-by-side result.
-func measure(b *testing.B, c clients, pid int, shape, settings, final string, plans ...plan) {
+// on every node, and reports the side-by-side result (floor: the shape's
+// physical floor).
+func measure(b *testing.B, c clients, pid int, shape, settings string, floor time.Duration, final string, plans ...plan) {
 	ctx := context.Background()
 	pids := env.Pids()
 	ctl := benchside.Track(func() []int { return []int{pid} }, time.Second)
@@ -95,7 +98,7 @@ func measure(b *testing.B, c clients, pid int, shape, settings, final string, pl
 		t.Stop()
 	}
 	r := benchside.Result{Contender: "suc", Shape: shape, Nodes: nodes, Wall: wall, Controller: ctl.Usage(), KCM: kcm.Usage(), APIServer: api.Usage(),
-		Watch: watchAfter.Since(watchBefore), Load: benchside.LoadAverage(), Settings: settings}
+		Watch: watchAfter.Since(watchBefore), Load: benchside.LoadAverage(), Settings: settings, Floor: floor}
 	time.Sleep(2 * time.Second) // the apiserver writes its audit log in batches, at least every second
 	events, err := testenv.ReadAudit(auditLog)
 	if err != nil {
