@@ -30,12 +30,17 @@ var stagesYAML []byte
 // the fake nodes and waits until they are Ready and pods can be created.
 func (e *Env) startCluster(ctx context.Context, tools string) error {
 	kc := "--kubeconfig=" + e.Kubeconfig
-	kcm, err := e.addProcess("kube-controller-manager", filepath.Join(tools, binControllerManager), kc,
-		"--authentication-kubeconfig="+e.Kubeconfig, "--authorization-kubeconfig="+e.Kubeconfig,
-		"--service-account-private-key-file="+filepath.Join(e.Dir, "sa.key"),
-		"--root-ca-file="+filepath.Join(e.Dir, "apiserver-certs", "apiserver.crt"),
+	lease, grace := nodeLease(e.opts.NodeLeaseSeconds)
+	kcmArgs := []string{kc,
+		"--authentication-kubeconfig=" + e.Kubeconfig, "--authorization-kubeconfig=" + e.Kubeconfig,
+		"--service-account-private-key-file=" + filepath.Join(e.Dir, "sa.key"),
+		"--root-ca-file=" + filepath.Join(e.Dir, "apiserver-certs", "apiserver.crt"),
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
-		"--controllers=*,-nodeipam", "--v=1")
+		"--controllers=*,-nodeipam", "--v=1"}
+	if grace > 0 {
+		kcmArgs = append(kcmArgs, fmt.Sprintf("--node-monitor-grace-period=%ds", grace))
+	}
+	kcm, err := e.addProcess("kube-controller-manager", filepath.Join(tools, binControllerManager), kcmArgs...)
 	if err != nil {
 		return err
 	}
@@ -56,7 +61,7 @@ func (e *Env) startCluster(ctx context.Context, tools string) error {
 	// The node-heartbeat-with-lease stage relies on it.
 	kwok, err := e.addProcess("kwok", filepath.Join(tools, binKwok), kc, "--config="+stages,
 		"--manage-nodes-with-annotation-selector="+FakeNodeAnnotation+"="+FakeNodeAnnotationValue,
-		"--node-lease-duration-seconds=40")
+		"--node-lease-duration-seconds="+strconv.Itoa(lease))
 	if err != nil {
 		return err
 	}
@@ -81,6 +86,17 @@ func (e *Env) startCluster(ctx context.Context, tools string) error {
 		sa, ok := ev.Object.(*corev1.ServiceAccount)
 		return ok && sa.Name == "default" && ev.Type != watch.Deleted, nil
 	})
+}
+
+// nodeLease is the fake nodes' Lease duration for Options.NodeLeaseSeconds
+// and, when it is longer than a kubelet's, the node monitor grace period
+// (seconds) that misses as many renewals as the default does at 40 s: 50 s
+// is five renewals of 10 s; otherwise grace is 0 (the default).
+func nodeLease(seconds int) (lease, grace int) {
+	if seconds <= 40 {
+		return 40, 0
+	}
+	return seconds, seconds * 5 / 4
 }
 
 // FakeNode is the Node object of a fake node named name, on a boot of its

@@ -41,3 +41,13 @@ func TestStagesMatchTheGoConstants(t *testing.T) {
 		}
 	}
 }
+
+func TestNodeLease(t *testing.T) {
+	for _, c := range []struct{ seconds, lease, grace int }{
+		{0, 40, 0}, {30, 40, 0}, {40, 40, 0}, {240, 240, 300},
+	} {
+		if lease, grace := nodeLease(c.seconds); lease != c.lease || grace != c.grace {
+			t.Errorf("nodeLease(%d) = %d, %d; want %d, %d", c.seconds, lease, grace, c.lease, c.grace)
+		}
+	}
+}

@@ -69,6 +69,14 @@ type Options struct {
 	NodeCommand []string
 	// NodeEnv is added to the environment of node commands and executed pods.
 	NodeEnv []string
+	// NodeLeaseSeconds is the fake nodes' Lease duration (Cluster only):
+	// kwok renews each Lease every quarter of it, as a kubelet does. 0 is a
+	// kubelet's 40 s (a renewal every 10 s), and so is anything shorter. A fleet of thousands of fake
+	// nodes on a few cores sets it longer: at 5,000 nodes the renewals alone
+	// (500 a second) keep kube-apiserver busy on two cores. Longer than 40 s
+	// raises kube-controller-manager's node monitor grace period with it, so
+	// that a node is judged unreachable only after the same missed renewals.
+	NodeLeaseSeconds int
 	// Logger receives the executor's and supervisor's logs (default: discarded).
 	Logger *slog.Logger
 	// Progress, when set, receives one line per start step with its duration.

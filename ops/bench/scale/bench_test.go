@@ -41,6 +41,13 @@ func BenchmarkScaleNoop(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer close(watcher.stop)
+	// The cluster is steady before the contender starts: every node Ready
+	// and without the not-ready taint (at thousands of nodes the node
+	// lifecycle controller lifts it minutes after Ready).
+	waitFor(b, 30*time.Minute, "every node Ready and untainted", func() (bool, error) {
+		tainted := watcher.notReadyTainted()
+		return tainted == 0, fmt.Errorf("%d nodes still tainted not-ready", tainted)
+	})
 	pids := e.Pids()
 	var own func() []int // the contender's controller
 	var others func() []int
@@ -48,6 +55,9 @@ func BenchmarkScaleNoop(b *testing.B) {
 	var done func() (bool, error)
 	restartsOf := func() int { return 0 }
 	settings := fmt.Sprintf("%d nodes, concurrency %d, kube-controller-manager and kube-scheduler at their defaults", nodes, concurrency)
+	if nodeLease > 40 {
+		settings += fmt.Sprintf(" but the node monitor grace period (%d s: the nodes' Leases last %d s, renewed every %d s)", nodeLease*5/4, nodeLease, nodeLease/4)
+	}
 	switch contender {
 	case "suc":
 		pid := startSUC(b, e)

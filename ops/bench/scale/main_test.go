@@ -31,11 +31,15 @@ var (
 	// default; 50 at 5,000 nodes keeps the rollout near the 1,000-node
 	// one's length (1 % of the fleet at once in both).
 	concurrency = envInt("SLIPWAY_SCALE_CONCURRENCY", 10)
-	sucBin      = os.Getenv("SUC_BIN")
-	binDir      string
-	mirror      string
-	realNodes   string // space-separated: the nodes whose agent is a process
-	standNodes  []string
+	// nodeLease is the fake nodes' Lease duration in seconds (a kubelet's
+	// 40 by default); at 5,000 nodes a longer one keeps kwok's renewals from
+	// filling kube-apiserver on two cores (testenv.Options.NodeLeaseSeconds).
+	nodeLease  = envInt("SLIPWAY_SCALE_NODE_LEASE", 40)
+	sucBin     = os.Getenv("SUC_BIN")
+	binDir     string
+	mirror     string
+	realNodes  string // space-separated: the nodes whose agent is a process
+	standNodes []string
 )
 
 const (
@@ -97,7 +101,7 @@ func run(m *testing.M) int {
 	for i := range names {
 		names[i] = fmt.Sprintf("node-%d", i+1) // testenv's default names
 	}
-	opts := testenv.Options{Cluster: true, Nodes: nodes, Timeout: 60 * time.Minute, Dir: filepath.Join(dir, "state")}
+	opts := testenv.Options{Cluster: true, Nodes: nodes, Timeout: 60 * time.Minute, Dir: filepath.Join(dir, "state"), NodeLeaseSeconds: nodeLease}
 	tools := os.Getenv(testenv.EnvToolsDir)
 	switch contender {
 	case "suc":

@@ -27,6 +27,7 @@ import (
 
 	"slipway.dev/slipway/ops/agentmem"
 	"slipway.dev/slipway/ops/e2e/benchside"
+	"slipway.dev/slipway/ops/testenv"
 )
 
 // nodeWatcher is one more watcher of every Node, as a CNI, monitoring or
@@ -214,6 +215,18 @@ func (w *nodeWatcher) nodes() []*corev1.Node {
 		}
 	}
 	return out
+}
+
+// notReadyTainted counts the Nodes in the watcher's cache that are not
+// Ready or carry the node lifecycle controller's not-ready taint.
+func (w *nodeWatcher) notReadyTainted() int {
+	n := 0
+	for _, node := range w.nodes() {
+		if !testenv.NodeReady(node) || slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady }) {
+			n++
+		}
+	}
+	return n
 }
 
 // nodeBytes is the mean size of a Node in the watcher's cache, JSON-encoded
