@@ -48,6 +48,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 		tainted := watcher.notReadyTainted()
 		return tainted == 0, fmt.Errorf("%d nodes still tainted not-ready", tainted)
 	})
+	labelRolled(b, kube)
 	pids := e.Pids()
 	var own func() []int // the contender's controller
 	var others func() []int
@@ -55,6 +56,9 @@ func BenchmarkScaleNoop(b *testing.B) {
 	var done func() (bool, error)
 	restartsOf := func() int { return 0 }
 	settings := fmt.Sprintf("%d nodes, concurrency %d, kube-controller-manager and kube-scheduler at their defaults", nodes, concurrency)
+	if rolled < nodes {
+		settings = fmt.Sprintf("%d of %d nodes rolled (the others' agents run all the same), concurrency %d, kube-controller-manager and kube-scheduler at their defaults", rolled, nodes, concurrency)
+	}
 	if nodeLease > 40 {
 		settings += fmt.Sprintf(" but the node monitor grace period (%d s: the nodes' Leases last %d s, renewed every %d s)", nodeLease*5/4, nodeLease, nodeLease/4)
 	}
@@ -99,8 +103,8 @@ func BenchmarkScaleNoop(b *testing.B) {
 			if errs := fleet.Errors(); len(errs) > 0 {
 				b.Fatalf("stand-ins failed: %v", errs)
 			}
-			return ch.Status.ObservedGeneration >= gen && ch.Status.Counts.UpToDate == nodes && len(ch.Status.Updating) == 0,
-				fmt.Errorf("%d of %d up to date, %d slots", ch.Status.Counts.UpToDate, nodes, len(ch.Status.Updating))
+			return ch.Status.ObservedGeneration >= gen && ch.Status.Counts.UpToDate == rolled && len(ch.Status.Updating) == 0,
+				fmt.Errorf("%d of %d up to date, %d slots", ch.Status.Counts.UpToDate, rolled, len(ch.Status.Updating))
 		}
 	}
 	var mon *monitorProc
@@ -149,14 +153,14 @@ func BenchmarkScaleNoop(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	n := float64(nodes)
+	n := float64(rolled) // per node upgraded
 	writes, reads, writesNL, readsNL := reqAfter.since(reqBefore)
 	ctlCPU, ctlRSS, ctlAnon, ctlPSS, _ := ctl.end()
 	apiCPU, apiRSS, _, _, _ := api.end()
 	kcmCPU, _, _, _, _ := kcm.end()
 	selfCPU, selfRSS, selfAnon, _, _ := self.end()
 	watch := watchAfter.Since(watchBefore)
-	kv := []string{"contender=" + contender, "nodes=" + fmt.Sprint(nodes), fmt.Sprintf("wall_s=%.1f", wall.Seconds()),
+	kv := []string{"contender=" + contender, "nodes=" + fmt.Sprint(nodes), "rolled=" + fmt.Sprint(rolled), fmt.Sprintf("wall_s=%.1f", wall.Seconds()),
 		fmt.Sprintf("writes_per_node=%.1f", writes/n), fmt.Sprintf("reads_per_node=%.1f", reads/n),
 		fmt.Sprintf("writes_nolease_per_node=%.1f", writesNL/n), fmt.Sprintf("reads_nolease_per_node=%.1f", readsNL/n),
 		fmt.Sprintf("watch_mib=%.1f", watch.Total().Bytes/(1<<20)), fmt.Sprintf("watch_events=%.0f", watch.Total().Events)}
@@ -243,6 +247,9 @@ func createChannel(b *testing.B, ops versioned.Interface, kube kubernetes.Interf
 	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "scale", Namespace: ns}, Spec: v1.UpdateChannelSpec{
 		URL: "file://" + mirror, Version: "v1", Concurrency: concurrency, RebootDelay: &metav1.Duration{},
 		Prestage: &v1.PrestageSpec{Concurrency: new(0)}}}
+	if rolled < nodes {
+		ch.Spec.NodeSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: rollLabel, Operator: metav1.LabelSelectorOpExists}}}
+	}
 	if _, err := ops.OpsV1().UpdateChannels(ns).Create(ctx, ch, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
@@ -253,7 +260,7 @@ func createChannel(b *testing.B, ops versioned.Interface, kube kubernetes.Interf
 			return false, err
 		}
 		uid = ch.UID
-		return ch.Status.Counts.Nodes == nodes && ch.Status.Counts.UpToDate == nodes, fmt.Errorf("%d nodes, %d at v1", ch.Status.Counts.Nodes, ch.Status.Counts.UpToDate)
+		return ch.Status.Counts.Nodes == rolled && ch.Status.Counts.UpToDate == rolled, fmt.Errorf("%d nodes, %d at v1", ch.Status.Counts.Nodes, ch.Status.Counts.UpToDate)
 	})
 	waitFor(b, 30*time.Minute, "every node to carry the channel's view", func() (bool, error) {
 		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
@@ -274,6 +281,21 @@ func createChannel(b *testing.B, ops versioned.Interface, kube kubernetes.Interf
 				with++
 			}
 		}
-		return with >= nodes, fmt.Errorf("%d of %d", with, nodes)
+		return with >= rolled, fmt.Errorf("%d of %d", with, rolled)
 	})
+}
+
+// labelRolled labels the nodes the rollout moves when it moves only some:
+// node-1 to node-<rolled> (the real agent processes' sample among them).
+func labelRolled(b *testing.B, kube kubernetes.Interface) {
+	if rolled == nodes {
+		return
+	}
+	patch := []byte(`{"metadata":{"labels":{"` + rollLabel + `":"true"}}}`)
+	for i := 1; i <= rolled; i++ {
+		name := fmt.Sprintf("node-%d", i)
+		if _, err := kube.CoreV1().Nodes().Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			b.Fatalf("label %s for the rollout: %v", name, err)
+		}
+	}
 }

@@ -34,7 +34,12 @@ var (
 	// nodeLease is the fake nodes' Lease duration in seconds (a kubelet's
 	// 40 by default); at 5,000 nodes a longer one keeps kwok's renewals from
 	// filling kube-apiserver on two cores (testenv.Options.NodeLeaseSeconds).
-	nodeLease  = envInt("SLIPWAY_SCALE_NODE_LEASE", 40)
+	nodeLease = envInt("SLIPWAY_SCALE_NODE_LEASE", 40)
+	// rolled is how many nodes the rollout moves (SLIPWAY_SCALE_ROLL; all by
+	// default): the first ones, labelled rollLabel, which the channel's and
+	// the plan's node selectors name. Every node runs its agent all the same,
+	// as a DaemonSet does: a 500-node rollout in a 5,000-node cluster.
+	rolled     = rolledNodes(envInt("SLIPWAY_SCALE_ROLL", 0), nodes)
 	sucBin     = os.Getenv("SUC_BIN")
 	binDir     string
 	mirror     string
@@ -47,6 +52,18 @@ const (
 	lease  = "15s"
 	resync = "10s"
 )
+
+// rollLabel marks the nodes the rollout moves when it moves only some.
+const rollLabel = "scale.slipway.dev/roll"
+
+// rolledNodes is how many of nodes the rollout moves when asked for roll:
+// all of them when roll is 0 or more than there are.
+func rolledNodes(roll, nodes int) int {
+	if roll <= 0 || roll > nodes {
+		return nodes
+	}
+	return roll
+}
 
 func envString(name, def string) string {
 	if v := os.Getenv(name); v != "" {

@@ -35,7 +35,11 @@ func startSUC(b *testing.B, e *testenv.Env) int {
 // noopPlan is SUC's no-op plan: cordon (by its Job, as its init container
 // would), nothing, and SUC uncordons and labels the node.
 func noopPlan() *unstructured.Unstructured {
-	return sucproc.Plan{Name: "noop", Concurrency: concurrency, Cordon: true, Command: []string{"sh", "-c", cordonCommand}}.Object()
+	p := sucproc.Plan{Name: "noop", Concurrency: concurrency, Cordon: true, Command: []string{"sh", "-c", cordonCommand}}
+	if rolled < nodes {
+		p.NodeLabel = rollLabel
+	}
+	return p.Object()
 }
 
 // sucDone tells whether every node is labelled at the plan's hash and schedulable.
@@ -58,7 +62,7 @@ func sucDone(ctx context.Context, e *testenv.Env, w *nodeWatcher) func() (bool, 
 				done++
 			}
 		}
-		return done == nodes, fmt.Errorf("%d of %d nodes done", done, nodes)
+		return done == rolled, fmt.Errorf("%d of %d nodes done", done, rolled)
 	}
 }
 

@@ -165,6 +165,8 @@ type Plan struct {
 	Command     []string
 	// After, when set, limits the plan to nodes where that plan completed.
 	After string
+	// NodeLabel, when set, limits the plan to the nodes with that label.
+	NodeLabel string
 }
 
 // Object is the Plan as SUC reads it.
@@ -172,6 +174,9 @@ func (p Plan) Object() *unstructured.Unstructured {
 	exprs := []any{map[string]any{"key": testenv.NodeRoleLabel, "operator": "Exists"}}
 	if p.After != "" {
 		exprs = append(exprs, map[string]any{"key": PlanLabelPrefix + p.After, "operator": "Exists"})
+	}
+	if p.NodeLabel != "" {
+		exprs = append(exprs, map[string]any{"key": p.NodeLabel, "operator": "Exists"})
 	}
 	command := make([]any, len(p.Command))
 	for i, c := range p.Command {
