@@ -9,6 +9,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -45,6 +46,10 @@ type Agent struct {
 	queue    workqueue.TypedRateLimitingInterface[key]
 	recorder record.EventRecorder
 	metrics  *metrics
+
+	// beatLease is the heartbeat Lease as this process last wrote it
+	// (heartbeat.go; the heartbeat's goroutine only).
+	beatLease *coordinationv1.Lease
 
 	probe       *health.Probe // /healthz and /readyz (process.Pulse)
 	workersBeat func()

@@ -37,26 +37,44 @@ func (a *Agent) heartbeat(ctx context.Context) {
 	}
 }
 
-// beat creates or renews the heartbeat Lease.
+// beat creates or renews the heartbeat Lease. A renewal is one request:
+// an update of the Lease as this process last wrote it. The Lease is read
+// again only when that update is refused as stale (another writer, or a
+// renewal whose answer was lost) or the Lease is gone: at thousands of
+// nodes the read each renewal would be as many requests again.
 func (a *Agent) beat(ctx context.Context) error {
 	api := a.kube.CoordinationV1().Leases(a.opts.Namespace)
 	name := protocol.AgentLeaseName(a.opts.NodeName)
 	now := metav1.NewMicroTime(wallclock.Now())
 	seconds := int32(a.agentTTL().Seconds())
+	if last := a.beatLease; last != nil {
+		l := last.DeepCopy()
+		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &a.opts.NodeName, &seconds, &now
+		renewed, err := api.Update(ctx, l, metav1.UpdateOptions{})
+		if err == nil {
+			a.beatLease = renewed
+			return nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("renew the heartbeat lease %s: %w", name, err)
+		}
+		a.beatLease = nil // read it again below
+	}
 	l, err := api.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: a.opts.Namespace,
 			Labels:      map[string]string{protocol.LabelManagedBy: protocol.LabelManagedByAgent, protocol.LabelJobNode: protocol.LabelValue(a.opts.NodeName)},
 			Annotations: map[string]string{protocol.AnnotationJobNode: a.opts.NodeName}}}
 		l.Spec = coordinationv1.LeaseSpec{HolderIdentity: &a.opts.NodeName, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now}
-		_, err = api.Create(ctx, l, metav1.CreateOptions{})
+		l, err = api.Create(ctx, l, metav1.CreateOptions{})
 	} else if err == nil {
 		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &a.opts.NodeName, &seconds, &now
-		_, err = api.Update(ctx, l, metav1.UpdateOptions{})
+		l, err = api.Update(ctx, l, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		return fmt.Errorf("renew the heartbeat lease %s: %w", name, err)
 	}
+	a.beatLease = l
 	return nil
 }
 
