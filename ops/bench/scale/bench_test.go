@@ -57,7 +57,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 	restartsOf := func() int { return 0 }
 	settings := fmt.Sprintf("%d nodes, concurrency %d, kube-controller-manager and kube-scheduler at their defaults", nodes, concurrency)
 	if rolled < nodes {
-		settings = fmt.Sprintf("%d of %d nodes rolled (the others' agents run all the same), concurrency %d, kube-controller-manager and kube-scheduler at their defaults", rolled, nodes, concurrency)
+		settings = fmt.Sprintf("%d of %d nodes rolled (the others idle; slipway's agents run on them all the same), concurrency %d, kube-controller-manager and kube-scheduler at their defaults", rolled, nodes, concurrency)
 	}
 	if nodeLease > 40 {
 		settings += fmt.Sprintf(" but the node monitor grace period (%d s: the nodes' Leases last %d s, renewed every %d s)", nodeLease*5/4, nodeLease, nodeLease/4)
