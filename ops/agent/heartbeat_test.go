@@ -50,7 +50,7 @@ func TestHeartbeatRenewalIsOneRequest(t *testing.T) {
 	reqs := &leaseRequests{path: "/apis/coordination.k8s.io/v1/namespaces/" + f.NS + "/leases/" + name, by: map[string]int{}}
 	f.opts = func(o *Options) {
 		o.HeartbeatInterval = time.Second // the Lease's duration, three of them, is whole seconds
-		if o.Config != nil { // the agent's own client only
+		if o.Config != nil {              // the agent's own client only
 			cfg := rest.CopyConfig(o.Config)
 			cfg.Wrap(reqs.wrap)
 			o.Config = cfg
