@@ -49,8 +49,9 @@ func TestHeartbeatRenewalIsOneRequest(t *testing.T) {
 	name := protocol.AgentLeaseName(node)
 	reqs := &leaseRequests{path: "/apis/coordination.k8s.io/v1/namespaces/" + f.NS + "/leases/" + name, by: map[string]int{}}
 	f.opts = func(o *Options) {
-		o.HeartbeatInterval = time.Second // the Lease's duration, three of them, is whole seconds
-		if o.Config != nil {              // the agent's own client only
+		// The Lease's duration, three intervals, is in whole seconds.
+		o.HeartbeatInterval = time.Second
+		if o.Config != nil { // the agent's own client only
 			cfg := rest.CopyConfig(o.Config)
 			cfg.Wrap(reqs.wrap)
 			o.Config = cfg
