@@ -223,8 +223,10 @@ func (s *fleetState) importRecords(ctx context.Context, records map[string]map[s
 
 // setNode changes the keys of node's record that are in keys (nil values
 // remove) and writes it, before the Node write it stands for; undo puts
-// the record back as it was, for a Node write that failed.
-func (s *fleetState) setNode(ctx context.Context, node string, keys []string, changes map[string]any) (undo func(), err error) {
+// the record back as it was, for a Node write that failed. holds says
+// whether a record holds a slot or a cordon (Keys.RecordHolds), for a
+// write whose answer is lost (record_lost.go).
+func (s *fleetState) setNode(ctx context.Context, node string, keys []string, changes map[string]any, holds func(map[string]string) bool) (undo func(), err error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()
@@ -245,16 +247,16 @@ func (s *fleetState) setNode(ctx context.Context, node string, keys []string, ch
 			delete(next, k)
 		}
 	}
-	if maps.Equal(old, next) {
+	if maps.Equal(old, next) && !s.isUnsure(node) {
 		return func() {}, nil
 	}
-	if err := s.writeNode(ctx, node, next); err != nil {
+	if err := s.writeNode(ctx, node, old, next, holds); err != nil {
 		return nil, err
 	}
 	return func() {
 		s.wmu.Lock()
 		defer s.wmu.Unlock()
-		if err := s.writeNode(context.WithoutCancel(ctx), node, old); err != nil {
+		if err := s.writeNode(context.WithoutCancel(ctx), node, next, old, holds); err != nil {
 			s.log("put a node's record back after its Node write failed", node, err)
 		}
 	}, nil
@@ -264,26 +266,25 @@ func (s *fleetState) setNode(ctx context.Context, node string, keys []string, ch
 func (s *fleetState) replaceNode(ctx context.Context, node string, r map[string]string) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	return s.writeNode(ctx, node, r)
+	return s.writeNode(ctx, node, s.nodeRecord(node), r, nil)
 }
 
-// writeNode writes node's record r (empty: removes it).
-func (s *fleetState) writeNode(ctx context.Context, node string, r map[string]string) error {
+// writeNode writes node's record r (empty: removes it) in place of old;
+// a write that returns an error is judged (record_lost.go). Called with
+// wmu held.
+func (s *fleetState) writeNode(ctx context.Context, node string, old, r map[string]string, holds func(map[string]string) bool) error {
 	var v any
 	if len(r) > 0 {
 		b, _ := json.Marshal(r)
 		v = string(b)
 	}
 	if err := s.patchData(ctx, map[string]any{nodeRecordPrefix + node: v}); err != nil {
-		return err
+		return s.judgeRecordWrite(ctx, node, old, r, holds, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(r) == 0 {
-		delete(s.nodes, node)
-	} else {
-		s.nodes[node] = r
-	}
+	s.setRecord(node, r)
+	delete(s.unsure, node)
 	return nil
 }
 
@@ -299,7 +300,7 @@ func (s *fleetState) forget(ctx context.Context, present map[string]*corev1.Node
 	s.mu.Unlock()
 	for _, node := range gone {
 		s.wmu.Lock()
-		if err := s.writeNode(ctx, node, nil); err != nil {
+		if err := s.writeNode(ctx, node, s.nodeRecord(node), nil, nil); err != nil {
 			s.log("forget the record of a deleted Node", node, err)
 		}
 		s.wmu.Unlock()
@@ -353,7 +354,7 @@ func (c *controller) record(ctx context.Context, node string, annotations map[st
 	if !c.fleet.imported() {
 		return func() {}, nil
 	}
-	return c.fleet.setNode(ctx, node, c.keys.recordKeys(), annotations)
+	return c.fleet.setNode(ctx, node, c.keys.recordKeys(), annotations, c.keys.RecordHolds)
 }
 
 // importRecords makes the one-time import from the Nodes, when the
@@ -392,12 +393,15 @@ func (c *controller) keepRecord(ctx context.Context, n *corev1.Node) *corev1.Nod
 	if !c.fleet.imported() {
 		return n
 	}
+	if err := c.fleet.resend(ctx, n.Name, c.keys.RecordHolds); err != nil {
+		c.o.Log.Error("send the controller's record again after a write whose answer was lost", "node", n.Name, "err", err)
+	}
 	if uid := c.fleet.nodeRecord(n.Name)[recordUID]; uid != string(n.UID) {
 		// A Node new under this name (or a record from before UIDs): the
 		// record is this Node's from now on, empty when it was another's.
 		var err error
 		if uid == "" {
-			_, err = c.fleet.setNode(ctx, n.Name, []string{recordUID}, map[string]any{recordUID: string(n.UID)})
+			_, err = c.fleet.setNode(ctx, n.Name, []string{recordUID}, map[string]any{recordUID: string(n.UID)}, c.keys.RecordHolds)
 		} else {
 			err = c.fleet.replaceNode(ctx, n.Name, map[string]string{recordUID: string(n.UID)})
 		}
@@ -407,7 +411,7 @@ func (c *controller) keepRecord(ctx context.Context, n *corev1.Node) *corev1.Nod
 	}
 	fix, restore := c.keys.Drift(n.Annotations, c.fleet.nodeRecord(n.Name))
 	if len(fix) > 0 {
-		if _, err := c.fleet.setNode(ctx, n.Name, c.keys.recordKeys(), fix); err != nil {
+		if _, err := c.fleet.setNode(ctx, n.Name, c.keys.recordKeys(), fix, c.keys.RecordHolds); err != nil {
 			c.o.Log.Error("take a fixed value into the record", "node", n.Name, "err", err)
 		}
 	}

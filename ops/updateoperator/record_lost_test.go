@@ -1,0 +1,265 @@
+package updateoperator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/drain"
+)
+
+// loseRecordAnswer is a transport that sends a write of the controller's
+// record the API server applies, then loses its answer and ends the
+// controller (as a leader whose Lease ended, or whose process stopped,
+// while the request was on its way): the first one that match says is
+// the one, from the node's record before (prev, nil: none) and after.
+type loseRecordAnswer struct {
+	next   http.RoundTripper
+	path   string // the fleet state ConfigMap's
+	match  func(prev, next map[string]string) bool
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	prev   map[string]map[string]string // each node's record as last written
+	lost   []string
+}
+
+func (l *loseRecordAnswer) wrap(rt http.RoundTripper) http.RoundTripper { l.next = rt; return l }
+
+func (l *loseRecordAnswer) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodPatch || !strings.HasSuffix(req.URL.Path, l.path) || req.Body == nil {
+		return l.next.RoundTrip(req)
+	}
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	req.Body.Close()
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	var p struct {
+		Data map[string]*string `json:"data"`
+	}
+	_ = json.Unmarshal(body, &p)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	hit := ""
+	for k, v := range p.Data {
+		node, ok := strings.CutPrefix(k, nodeRecordPrefix)
+		if !ok {
+			continue
+		}
+		var r map[string]string
+		if v != nil {
+			_ = json.Unmarshal([]byte(*v), &r)
+		}
+		if len(l.lost) == 0 && hit == "" && l.match(l.prev[node], r) {
+			hit = node
+		}
+		l.prev[node] = r
+	}
+	resp, err := l.next.RoundTrip(req)
+	if err != nil || hit == "" || resp.StatusCode != http.StatusOK {
+		return resp, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	l.lost = append(l.lost, hit)
+	l.cancel()
+	return nil, fmt.Errorf("%w (the test lost the answer after the API server applied the write)", context.Canceled)
+}
+
+func (l *loseRecordAnswer) lostOn() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lost...)
+}
+
+// The API server applies a write of the controller's record, but its
+// answer is lost as the controller's context ends (its leadership lost
+// while the request was on its way); a new leader loads the record
+// next. The write that lifts the first node's cordon (its uncordon, with
+// the finish): before, the controller skipped the uncordon, so the new
+// leader found a record without the cordon the Node still carried, took
+// the cordon for someone else's, never lifted it and started the second
+// node beside it (two in flight at max-concurrent 1 by the Nodes, the
+// first cordoned for good). Read back, the record write is known: the
+// Node write goes on (here it fails, the context ended, and the record
+// is put back), and the new leader lifts the cordon. The write that adds
+// the cordon with perform-update was only conservative, and still is: the
+// new leader carries out the intent the record holds (the slot was the
+// node's already) and cordons it anew.
+func TestLostRecordAnswerThenNewLeader(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		match func(prev, next map[string]string) bool
+	}{
+		{"uncordon", func(prev, next map[string]string) bool {
+			return prev[drain.AnnotationCordonedBy] != "" && next != nil && next[drain.AnnotationCordonedBy] == ""
+		}},
+		{"cordon", func(prev, next map[string]string) bool {
+			return prev[drain.AnnotationCordonedBy] == "" && next[drain.AnnotationCordonedBy] != ""
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFleet(t, "lostrec"+c.name[:2], 2)
+			stopWatch, most := watchInFlight(t, f)
+			defer stopWatch()
+			ctx, cancel := context.WithCancel(context.Background())
+			lose := &loseRecordAnswer{path: "/configmaps/" + FleetStateName(f.prefix), match: c.match, cancel: cancel, prev: map[string]map[string]string{}}
+			o := f.controllerOptions(func(o *ControllerOptions) {
+				cfg := *o.Config
+				cfg.Wrap(lose.wrap)
+				o.Config = &cfg
+			})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if err := RunController(ctx, o); err != nil {
+					t.Errorf("controller: %v", err)
+				}
+			}()
+			t.Cleanup(func() { cancel(); <-done })
+			select { // the first leader ends as the answer is lost
+			case <-done:
+			case <-time.After(3 * time.Minute):
+				t.Fatalf("the record write was not reached (lost: %v)", lose.lostOn())
+			}
+			lost := lose.lostOn()
+			if len(lost) != 1 {
+				t.Fatalf("answers lost: %v; want one (the case was not exercised)", lost)
+			}
+			stop := f.controller(nil) // the new leader
+			defer stop()
+			eventually(t, 3*time.Minute, "both nodes at v2, at rest, uncordoned", func() (bool, string) {
+				if seen := most(); seen > 1 { // fails at once: the first node would stay cordoned for good
+					t.Fatalf("%d nodes in flight at once at max-concurrent 1 (record answer lost on %s); %s", seen, lost[0], describe(f))
+				}
+				return f.done()
+			})
+			if seen := most(); seen > 1 {
+				t.Errorf("%d nodes in flight at once at max-concurrent 1", seen)
+			}
+		})
+	}
+}
+
+// watchInFlight counts the most nodes of f in flight at once, by the
+// Nodes' own annotations (as the chaos monitor counts), until stop.
+func watchInFlight(t *testing.T, f *fleet) (stop func(), most func() int) {
+	var mu sync.Mutex
+	seen := 0
+	quit, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			inflight := 0
+			for _, name := range f.nodes {
+				n, err := f.kube.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+				if err == nil && InFlight(f.keys.View(n, "")) {
+					inflight++
+				}
+			}
+			mu.Lock()
+			seen = max(seen, inflight)
+			mu.Unlock()
+		}
+	}()
+	return func() { close(quit); <-watched }, func() int { mu.Lock(); defer mu.Unlock(); return seen }
+}
+
+// describe says where each node of f is.
+func describe(f *fleet) string {
+	var out []string
+	for _, name := range f.nodes {
+		n := f.node(name)
+		v := f.keys.View(n, "")
+		out = append(out, fmt.Sprintf("%s: %s wanted %s unschedulable %t cordoned-by %q", name, f.version(name), v.Wanted, n.Spec.Unschedulable, drain.CordonedBy(n.Annotations)))
+	}
+	return strings.Join(out, "; ")
+}
+
+// A record write that returned an error: what the controller keeps.
+func TestRecordAfterWrite(t *testing.T) {
+	for _, c := range []struct {
+		name                string
+		fate                WriteFate
+		oldHolds, nextHolds bool
+		keepNext, made      bool
+	}{
+		{"landed: taken, the Node write goes on", WriteLanded, false, true, true, true},
+		{"landed, an uncordon", WriteLanded, true, false, true, true},
+		{"refused: as it was", WriteRefused, false, true, false, false},
+		{"refused, an uncordon", WriteRefused, true, false, false, false},
+		{"not seen, a start: the slot kept", WriteNotLanded, false, true, true, false},
+		{"not seen, an uncordon: the cordon kept", WriteNotLanded, true, false, false, false},
+		{"unknown, a cordon on an intent in flight", WriteUnknown, true, true, true, false},
+		{"unknown, a finish: the slot kept", WriteUnknown, true, false, false, false},
+		{"unknown, neither holds (a target, a reason)", WriteUnknown, false, false, true, false},
+	} {
+		keepNext, made := RecordAfterWrite(c.fate, c.oldHolds, c.nextHolds)
+		if keepNext != c.keepNext || made != c.made {
+			t.Errorf("%s: RecordAfterWrite(%s, %v, %v) = %v, %v; want %v, %v", c.name, c.fate, c.oldHolds, c.nextHolds, keepNext, made, c.keepNext, c.made)
+		}
+	}
+}
+
+// Whether a fleet state ConfigMap carries a node's record.
+func TestRecordCarries(t *testing.T) {
+	r := map[string]string{"a": "1", "b": "2"}
+	for _, c := range []struct {
+		name string
+		data map[string]string
+		r    map[string]string
+		want bool
+	}{
+		{"as written, keys in another order", map[string]string{"node.n": `{"b":"2","a":"1"}`}, r, true},
+		{"a value differs", map[string]string{"node.n": `{"a":"1","b":"3"}`}, r, false},
+		{"a key more", map[string]string{"node.n": `{"a":"1","b":"2","c":"3"}`}, r, false},
+		{"absent", map[string]string{"node.m": `{"a":"1","b":"2"}`}, r, false},
+		{"not JSON", map[string]string{"node.n": `{`}, r, false},
+		{"a removal, done", map[string]string{"node.m": `{}`}, nil, true},
+		{"a removal, not done", map[string]string{"node.n": `{"a":"1"}`}, nil, false},
+	} {
+		if got := RecordCarries(c.data, "n", c.r); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// Whether a node's record holds a slot or the operator's cordon.
+func TestRecordHolds(t *testing.T) {
+	k := Keys{Prefix: DefaultPrefix}
+	for _, c := range []struct {
+		name string
+		r    map[string]string
+		want bool
+	}{
+		{"none", nil, false},
+		{"at rest", map[string]string{k.Wanted(): string(IntentStabilize)}, false},
+		{"prepare-update", map[string]string{k.Wanted(): string(IntentPrepare)}, true},
+		{"prepare-update ahead", map[string]string{k.Wanted(): string(IntentPrepare), k.Key(KeyAhead): "true"}, false},
+		{"perform-update", map[string]string{k.Wanted(): string(IntentPerform)}, true},
+		{"reboot-update", map[string]string{k.Wanted(): string(IntentReboot)}, true},
+		{"reset-state", map[string]string{k.Wanted(): string(IntentReset)}, false},
+		{"at rest, the cordon still held", map[string]string{k.Wanted(): string(IntentStabilize), drain.AnnotationCordonedBy: k.CordonOwner()}, true},
+		{"another owner's cordon", map[string]string{k.Wanted(): string(IntentStabilize), drain.AnnotationCordonedBy: "someone"}, false},
+		{"an unreadable intent", map[string]string{k.Wanted(): "x"}, false},
+	} {
+		if got := k.RecordHolds(c.r); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
