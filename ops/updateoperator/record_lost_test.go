@@ -25,7 +25,8 @@ import (
 type loseRecordAnswer struct {
 	next   http.RoundTripper
 	path   string // the fleet state ConfigMap's
-	match  func(prev, next map[string]string) bool
+	keys   Keys
+	match  func(k Keys, prev, next map[string]string) bool
 	cancel context.CancelFunc
 	mu     sync.Mutex
 	prev   map[string]map[string]string // each node's record as last written
@@ -60,7 +61,7 @@ func (l *loseRecordAnswer) RoundTrip(req *http.Request) (*http.Response, error) 
 		if v != nil {
 			_ = json.Unmarshal([]byte(*v), &r)
 		}
-		if len(l.lost) == 0 && hit == "" && l.match(l.prev[node], r) {
+		if len(l.lost) == 0 && hit == "" && l.match(l.keys, l.prev[node], r) {
 			hit = node
 		}
 		l.prev[node] = r
@@ -95,17 +96,21 @@ func (l *loseRecordAnswer) lostOn() []string {
 // is put back), and the new leader lifts the cordon. The write that adds
 // the cordon with perform-update was only conservative, and still is: the
 // new leader carries out the intent the record holds (the slot was the
-// node's already) and cordons it anew.
+// node's already) and cordons it anew; so was the one that starts the
+// first node (prepare-update), carried out by the new leader.
 func TestLostRecordAnswerThenNewLeader(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		match func(prev, next map[string]string) bool
+		match func(k Keys, prev, next map[string]string) bool
 	}{
-		{"uncordon", func(prev, next map[string]string) bool {
+		{"uncordon", func(_ Keys, prev, next map[string]string) bool {
 			return prev[drain.AnnotationCordonedBy] != "" && next != nil && next[drain.AnnotationCordonedBy] == ""
 		}},
-		{"cordon", func(prev, next map[string]string) bool {
+		{"cordon", func(_ Keys, prev, next map[string]string) bool {
 			return prev[drain.AnnotationCordonedBy] == "" && next[drain.AnnotationCordonedBy] != ""
+		}},
+		{"start", func(k Keys, prev, next map[string]string) bool {
+			return prev[k.Wanted()] != string(IntentPrepare) && next[k.Wanted()] == string(IntentPrepare)
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -113,7 +118,7 @@ func TestLostRecordAnswerThenNewLeader(t *testing.T) {
 			stopWatch, most := watchInFlight(t, f)
 			defer stopWatch()
 			ctx, cancel := context.WithCancel(context.Background())
-			lose := &loseRecordAnswer{path: "/configmaps/" + FleetStateName(f.prefix), match: c.match, cancel: cancel, prev: map[string]map[string]string{}}
+			lose := &loseRecordAnswer{path: "/configmaps/" + FleetStateName(f.prefix), keys: f.keys, match: c.match, cancel: cancel, prev: map[string]map[string]string{}}
 			o := f.controllerOptions(func(o *ControllerOptions) {
 				cfg := *o.Config
 				cfg.Wrap(lose.wrap)
