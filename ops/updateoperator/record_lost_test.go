@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"slipway.dev/slipway/ops/drain"
 )
 
@@ -154,35 +152,6 @@ func TestLostRecordAnswerThenNewLeader(t *testing.T) {
 			}
 		})
 	}
-}
-
-// watchInFlight counts the most nodes of f in flight at once, by the
-// Nodes' own annotations (as the chaos monitor counts), until stop.
-func watchInFlight(t *testing.T, f *fleet) (stop func(), most func() int) {
-	var mu sync.Mutex
-	seen := 0
-	quit, watched := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(watched)
-		for {
-			select {
-			case <-quit:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			inflight := 0
-			for _, name := range f.nodes {
-				n, err := f.kube.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
-				if err == nil && InFlight(f.keys.View(n, "")) {
-					inflight++
-				}
-			}
-			mu.Lock()
-			seen = max(seen, inflight)
-			mu.Unlock()
-		}
-	}()
-	return func() { close(quit); <-watched }, func() int { mu.Lock(); defer mu.Unlock(); return seen }
 }
 
 // describe says where each node of f is.
