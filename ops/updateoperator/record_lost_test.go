@@ -4,15 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/kube"
+	"slipway.dev/slipway/ops/testenv"
 )
 
 // loseRecordAnswer is a transport that sends a write of the controller's
@@ -235,5 +242,128 @@ func TestRecordHolds(t *testing.T) {
 		if got := k.RecordHolds(c.r); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// recordFault is a transport that, armed, loses the answer of the next
+// PATCH of a ConfigMap (the API server applied it) or drops it unsent,
+// and fails the read that follows when readFails.
+type recordFault struct {
+	next      http.RoundTripper
+	mu        sync.Mutex
+	patch     string // "lose", "drop" or "" (answered)
+	readFails bool
+}
+
+func (r *recordFault) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !strings.Contains(req.URL.Path, "/configmaps/") {
+		return r.next.RoundTrip(req)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case req.Method == http.MethodPatch && r.patch == "drop":
+		r.patch = ""
+		return nil, errors.New("write: broken pipe (the test dropped the request unsent)")
+	case req.Method == http.MethodPatch && r.patch == "lose":
+		r.patch = ""
+		resp, err := r.next.RoundTrip(req)
+		if err != nil {
+			return nil, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return nil, errors.New("read: connection reset by peer (the test lost the answer)")
+	case req.Method == http.MethodGet && r.readFails:
+		r.readFails = false
+		return nil, errors.New("dial: connection refused (the test failed the read)")
+	}
+	return r.next.RoundTrip(req)
+}
+
+func (r *recordFault) arm(patch string, readFails bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.patch, r.readFails = patch, readFails
+}
+
+// Each fate of a record write whose answer is lost, against the real API
+// server: what the controller's copy, the ConfigMap and the next write
+// hold.
+func TestRecordWriteFates(t *testing.T) {
+	e := testenv.Need(t, env)
+	fault := &recordFault{}
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { fault.next = rt; return fault })
+	c, err := kube.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := Keys{Prefix: "recfate.update.slipway.dev"}
+	s := &fleetState{kube: c, namespace: "default", name: FleetStateName(k.Prefix), nodes: map[string]map[string]string{},
+		logf: func(what, node string, err error) { t.Logf("%s: %s: %v", node, what, err) }}
+	_ = c.CoreV1().ConfigMaps("default").Delete(t.Context(), s.name, metav1.DeleteOptions{})
+	if err := s.load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	keys := k.recordKeys()
+	owner := k.CordonOwner()
+	held := map[string]any{k.Wanted(): string(IntentReboot), drain.AnnotationCordonedBy: owner, drain.AnnotationSchedulableBefore: "true"}
+	lifted := map[string]any{k.Wanted(): string(IntentStabilize), drain.AnnotationCordonedBy: nil, drain.AnnotationSchedulableBefore: nil}
+	stored := func(node string) map[string]string {
+		cm, err := c.CoreV1().ConfigMaps("default").Get(t.Context(), s.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _, err := parseRecords(cm.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r[node]
+	}
+	wanted := func(r map[string]string) string { return r[k.Wanted()] }
+	for i, tc := range []struct {
+		name      string
+		first     map[string]any // written answered, before
+		change    map[string]any // written with the fault
+		patch     string
+		readFails bool
+		made      bool
+		mem       string // the copy's intent after
+		stored    string // the ConfigMap's, before the copy is sent again
+		unsure    bool
+	}{
+		{"landed, its answer lost: taken", held, lifted, "lose", false, true, string(IntentStabilize), string(IntentStabilize), false},
+		{"landed, not read back, an uncordon: the cordon kept", held, lifted, "lose", true, false, string(IntentReboot), string(IntentStabilize), true},
+		{"landed, not read back, a cordon: kept", lifted, held, "lose", true, false, string(IntentReboot), string(IntentReboot), true},
+		{"not sent, a cordon: kept, sent again", lifted, held, "drop", false, false, string(IntentReboot), string(IntentStabilize), true},
+		{"not sent, an uncordon: the cordon kept", held, lifted, "drop", false, false, string(IntentReboot), string(IntentReboot), true},
+	} {
+		node := fmt.Sprintf("fate-%d", i)
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := s.setNode(t.Context(), node, keys, tc.first, k.RecordHolds); err != nil {
+				t.Fatal(err)
+			}
+			fault.arm(tc.patch, tc.readFails)
+			_, err := s.setNode(t.Context(), node, keys, tc.change, k.RecordHolds)
+			if (err == nil) != tc.made {
+				t.Fatalf("setNode error %v; want made %v", err, tc.made)
+			}
+			if got := wanted(s.nodeRecord(node)); got != tc.mem {
+				t.Errorf("the controller's copy wants %q, want %q", got, tc.mem)
+			}
+			if got := wanted(stored(node)); got != tc.stored {
+				t.Errorf("the ConfigMap wants %q, want %q", got, tc.stored)
+			}
+			if s.isUnsure(node) != tc.unsure {
+				t.Fatalf("unsure %v, want %v", s.isUnsure(node), tc.unsure)
+			}
+			if err := s.resend(t.Context(), node, k.RecordHolds); err != nil {
+				t.Fatal(err)
+			}
+			if got, mem := stored(node), s.nodeRecord(node); !maps.Equal(got, mem) || s.isUnsure(node) {
+				t.Errorf("after the copy was sent again: the ConfigMap %v, the copy %v, unsure %v", got, mem, s.isUnsure(node))
+			}
+		})
 	}
 }
