@@ -32,7 +32,9 @@ import (
 // people). A Node whose copy differs is written back to the record (a
 // Warning Event says so). A record value that cannot be read (only the
 // one-time import can bring one) is replaced by the Node's, so that an
-// admin's fix of a held node works as before.
+// admin's fix of a held node works as before. A write of the record
+// whose answer is lost is read back before the Node write it stands for
+// (record_lost.go).
 //
 // The record starts as the Nodes' own annotations once, when a
 // controller first finds none (a cluster upgraded from a version without
