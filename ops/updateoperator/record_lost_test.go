@@ -23,16 +23,19 @@ import (
 )
 
 // loseRecordAnswer is a transport that sends a write of the controller's
-// record the API server applies, then loses its answer and ends the
-// controller (as a leader whose Lease ended, or whose process stopped,
-// while the request was on its way): the first one that match says is
-// the one, from the node's record before (prev, nil: none) and after.
+// record the API server applies, then loses its answer: the first one
+// that match says is the one, from the node's record before (prev, nil:
+// none) and after. With cancel, it ends the controller as it loses it
+// (as a leader whose Lease ended, or whose process stopped, while the
+// request was on its way); else the connection is reset, and then is
+// called first.
 type loseRecordAnswer struct {
 	next   http.RoundTripper
 	path   string // the fleet state ConfigMap's
 	keys   Keys
 	match  func(k Keys, prev, next map[string]string) bool
 	cancel context.CancelFunc
+	then   func(node string)
 	mu     sync.Mutex
 	prev   map[string]map[string]string // each node's record as last written
 	lost   []string
@@ -78,6 +81,12 @@ func (l *loseRecordAnswer) RoundTrip(req *http.Request) (*http.Response, error) 
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	l.lost = append(l.lost, hit)
+	if l.cancel == nil {
+		if l.then != nil {
+			l.then(hit)
+		}
+		return nil, errors.New("read: connection reset by peer (the test lost the answer after the API server applied the write)")
+	}
 	l.cancel()
 	return nil, fmt.Errorf("%w (the test lost the answer after the API server applied the write)", context.Canceled)
 }
@@ -98,32 +107,52 @@ func (l *loseRecordAnswer) lostOn() []string {
 // node beside it (two in flight at max-concurrent 1 by the Nodes, the
 // first cordoned for good). Read back, the record write is known: the
 // Node write goes on (here it fails, the context ended, and the record
-// is put back), and the new leader lifts the cordon. The write that adds
-// the cordon with perform-update was only conservative, and still is: the
-// new leader carries out the intent the record holds (the slot was the
-// node's already) and cordons it anew; so was the one that starts the
-// first node (prepare-update), carried out by the new leader.
+// is put back), and the new leader lifts the cordon. With the controller
+// ended at once, the write that adds the cordon with perform-update was
+// only conservative, and still is: the new leader carries out the intent
+// the record holds (the slot was the node's already) and cordons it anew;
+// so was the one that starts the first node (prepare-update).
+//
+// The start's answer lost to a reset connection, the leader going on,
+// its first node excluded at that moment (an admin's label): before, the
+// leader took the start for unwritten and started the second node in its
+// place, while the ConfigMap held the first one's intent, which the next
+// leader wrote on its Node (two in flight at max-concurrent 1). Read
+// back, the start is known: the first node's update goes on, alone.
 func TestLostRecordAnswerThenNewLeader(t *testing.T) {
-	for _, c := range []struct {
+	starts := func(k Keys, prev, next map[string]string) bool {
+		return prev[k.Wanted()] != string(IntentPrepare) && next[k.Wanted()] == string(IntentPrepare)
+	}
+	for i, c := range []struct {
 		name  string
 		match func(k Keys, prev, next map[string]string) bool
+		// goOn: the leader goes on after the lost answer (the connection
+		// reset, then is called), until some node wants prepare-update.
+		goOn bool
+		then func(f *fleet, node string)
 	}{
-		{"uncordon", func(_ Keys, prev, next map[string]string) bool {
+		{name: "uncordon", match: func(_ Keys, prev, next map[string]string) bool {
 			return prev[drain.AnnotationCordonedBy] != "" && next != nil && next[drain.AnnotationCordonedBy] == ""
 		}},
-		{"cordon", func(_ Keys, prev, next map[string]string) bool {
+		{name: "cordon", match: func(_ Keys, prev, next map[string]string) bool {
 			return prev[drain.AnnotationCordonedBy] == "" && next[drain.AnnotationCordonedBy] != ""
 		}},
-		{"start", func(k Keys, prev, next map[string]string) bool {
-			return prev[k.Wanted()] != string(IntentPrepare) && next[k.Wanted()] == string(IntentPrepare)
+		{name: "start", match: starts},
+		{name: "start then excluded", match: starts, goOn: true, then: func(f *fleet, node string) {
+			f.patch(node, map[string]any{"metadata": map[string]any{"labels": map[string]any{f.keys.Exclude(): "true"}}})
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			f := newFleet(t, "lostrec"+c.name[:2], 2)
+			f := newFleet(t, fmt.Sprintf("lostrec%d", i), 2)
 			stopWatch, most := watchInFlight(t, f)
 			defer stopWatch()
 			ctx, cancel := context.WithCancel(context.Background())
-			lose := &loseRecordAnswer{path: "/configmaps/" + FleetStateName(f.prefix), keys: f.keys, match: c.match, cancel: cancel, prev: map[string]map[string]string{}}
+			lose := &loseRecordAnswer{path: "/configmaps/" + FleetStateName(f.prefix), keys: f.keys, match: c.match, prev: map[string]map[string]string{}}
+			if c.goOn {
+				lose.then = func(node string) { c.then(f, node) }
+			} else {
+				lose.cancel = cancel
+			}
 			o := f.controllerOptions(func(o *ControllerOptions) {
 				cfg := *o.Config
 				cfg.Wrap(lose.wrap)
@@ -137,7 +166,21 @@ func TestLostRecordAnswerThenNewLeader(t *testing.T) {
 				}
 			}()
 			t.Cleanup(func() { cancel(); <-done })
-			select { // the first leader ends as the answer is lost
+			if c.goOn { // the first leader goes on until a node is started, then ends
+				eventually(t, 3*time.Minute, "a node started after the lost answer", func() (bool, string) {
+					if len(lose.lostOn()) == 0 {
+						return false, "no answer lost yet"
+					}
+					for _, name := range f.nodes {
+						if f.keys.View(f.node(name), "").Wanted == IntentPrepare {
+							return true, ""
+						}
+					}
+					return false, "no node wants prepare-update"
+				})
+				cancel()
+			}
+			select { // the first leader ends
 			case <-done:
 			case <-time.After(3 * time.Minute):
 				t.Fatalf("the record write was not reached (lost: %v)", lose.lostOn())
