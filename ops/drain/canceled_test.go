@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // A cordon or an uncordon whose context has ended is not made, and says
@@ -13,6 +15,7 @@ import (
 func TestEndedContextIsAnError(t *testing.T) {
 	c := client(t)
 	makeNode(t, c, "ended-a", false)
+	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), "ended-a", metav1.DeleteOptions{}) })
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
 	if written, err := CordonSeen(ended, slim(t), "ended-a", getNode(t, c, "ended-a"), "slipway-agent"); !errors.Is(err, context.Canceled) || written != nil && written.Name != "" {
