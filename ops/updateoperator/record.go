@@ -225,10 +225,10 @@ func (s *fleetState) importRecords(ctx context.Context, records map[string]map[s
 
 // setNode changes the keys of node's record that are in keys (nil values
 // remove) and writes it, before the Node write it stands for; undo puts
-// the record back as it was, for a Node write that failed. holds says
-// whether a record holds a slot or a cordon (Keys.RecordHolds), for a
-// write whose answer is lost (record_lost.go).
-func (s *fleetState) setNode(ctx context.Context, node string, keys []string, changes map[string]any, holds func(map[string]string) bool) (undo func(), err error) {
+// the record back as it was, for a Node write that failed. letsGo says
+// whether a record lets go of a slot or a cordon another holds
+// (Keys.RecordLetsGo), for a write whose answer is lost (record_lost.go).
+func (s *fleetState) setNode(ctx context.Context, node string, keys []string, changes map[string]any, letsGo func(old, next map[string]string) bool) (undo func(), err error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()
@@ -252,13 +252,13 @@ func (s *fleetState) setNode(ctx context.Context, node string, keys []string, ch
 	if maps.Equal(old, next) && !s.isUnsure(node) {
 		return func() {}, nil
 	}
-	if err := s.writeNode(ctx, node, old, next, holds); err != nil {
+	if err := s.writeNode(ctx, node, old, next, letsGo); err != nil {
 		return nil, err
 	}
 	return func() {
 		s.wmu.Lock()
 		defer s.wmu.Unlock()
-		if err := s.writeNode(context.WithoutCancel(ctx), node, next, old, holds); err != nil {
+		if err := s.writeNode(context.WithoutCancel(ctx), node, next, old, letsGo); err != nil {
 			s.log("put a node's record back after its Node write failed", node, err)
 		}
 	}, nil
@@ -274,14 +274,14 @@ func (s *fleetState) replaceNode(ctx context.Context, node string, r map[string]
 // writeNode writes node's record r (empty: removes it) in place of old;
 // a write that returns an error is judged (record_lost.go). Called with
 // wmu held.
-func (s *fleetState) writeNode(ctx context.Context, node string, old, r map[string]string, holds func(map[string]string) bool) error {
+func (s *fleetState) writeNode(ctx context.Context, node string, old, r map[string]string, letsGo func(old, next map[string]string) bool) error {
 	var v any
 	if len(r) > 0 {
 		b, _ := json.Marshal(r)
 		v = string(b)
 	}
 	if err := s.patchData(ctx, map[string]any{nodeRecordPrefix + node: v}); err != nil {
-		return s.judgeRecordWrite(ctx, node, old, r, holds, err)
+		return s.judgeRecordWrite(ctx, node, old, r, letsGo, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -356,7 +356,7 @@ func (c *controller) record(ctx context.Context, node string, annotations map[st
 	if !c.fleet.imported() {
 		return func() {}, nil
 	}
-	return c.fleet.setNode(ctx, node, c.keys.recordKeys(), annotations, c.keys.RecordHolds)
+	return c.fleet.setNode(ctx, node, c.keys.recordKeys(), annotations, c.keys.RecordLetsGo)
 }
 
 // importRecords makes the one-time import from the Nodes, when the
@@ -395,7 +395,7 @@ func (c *controller) keepRecord(ctx context.Context, n *corev1.Node) *corev1.Nod
 	if !c.fleet.imported() {
 		return n
 	}
-	if err := c.fleet.resend(ctx, n.Name, c.keys.RecordHolds); err != nil {
+	if err := c.fleet.resend(ctx, n.Name, c.keys.RecordLetsGo); err != nil {
 		c.o.Log.Error("send the controller's record again after a write whose answer was lost", "node", n.Name, "err", err)
 	}
 	if uid := c.fleet.nodeRecord(n.Name)[recordUID]; uid != string(n.UID) {
@@ -403,7 +403,7 @@ func (c *controller) keepRecord(ctx context.Context, n *corev1.Node) *corev1.Nod
 		// record is this Node's from now on, empty when it was another's.
 		var err error
 		if uid == "" {
-			_, err = c.fleet.setNode(ctx, n.Name, []string{recordUID}, map[string]any{recordUID: string(n.UID)}, c.keys.RecordHolds)
+			_, err = c.fleet.setNode(ctx, n.Name, []string{recordUID}, map[string]any{recordUID: string(n.UID)}, c.keys.RecordLetsGo)
 		} else {
 			err = c.fleet.replaceNode(ctx, n.Name, map[string]string{recordUID: string(n.UID)})
 		}
@@ -413,7 +413,7 @@ func (c *controller) keepRecord(ctx context.Context, n *corev1.Node) *corev1.Nod
 	}
 	fix, restore := c.keys.Drift(n.Annotations, c.fleet.nodeRecord(n.Name))
 	if len(fix) > 0 {
-		if _, err := c.fleet.setNode(ctx, n.Name, c.keys.recordKeys(), fix, c.keys.RecordHolds); err != nil {
+		if _, err := c.fleet.setNode(ctx, n.Name, c.keys.recordKeys(), fix, c.keys.RecordLetsGo); err != nil {
 			c.o.Log.Error("take a fixed value into the record", "node", n.Name, "err", err)
 		}
 	}

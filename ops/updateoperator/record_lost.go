@@ -28,7 +28,8 @@ import (
 // the write is taken as made and the Node write goes on; refused, the
 // controller's copy stays as it was. Not carried (it may land still) or
 // unreadable, the ConfigMap may hold either record: the controller keeps
-// the one that holds more (a slot, its cordon), writes nothing on the
+// the written one unless it lets go of the slot or the cordon the old one
+// holds (an uncordon, a finish: then the old one), writes nothing on the
 // Node for it, and sends its copy again before the node's next write (at
 // the latest at the start of the next turn), so that the ConfigMap never
 // holds a record the Node write did not follow for longer than a turn.
@@ -51,39 +52,48 @@ func RecordCarries(data map[string]string, node string, r map[string]string) boo
 }
 
 // RecordHolds reports whether a node's record r takes one of the
-// max-concurrent slots or holds this prefix's cordon, as the controller
-// decides from it (InFlight over the record's own keys).
-func (k Keys) RecordHolds(r map[string]string) bool {
+// max-concurrent slots (InFlight over the record's own keys, as the
+// controller decides from it) and whether it holds this prefix's cordon.
+func (k Keys) RecordHolds(r map[string]string) (slot, cordon bool) {
 	wanted, err := ParseIntent(r[k.Wanted()])
 	v := NodeView{Wanted: wanted, WantedInvalid: err != nil, Active: IntentUnknown,
 		Ahead: r[k.Key(KeyAhead)] == "true", CordonedByUs: k.cordonedByUs(r)}
-	return v.CordonedByUs || InFlight(v)
+	return InFlight(v), v.CordonedByUs
+}
+
+// RecordLetsGo reports whether node record next lets go of the slot or
+// the cordon that old holds (an uncordon, a finish, a failure).
+func (k Keys) RecordLetsGo(old, next map[string]string) bool {
+	oldSlot, oldCordon := k.RecordHolds(old)
+	nextSlot, nextCordon := k.RecordHolds(next)
+	return oldSlot && !nextSlot || oldCordon && !nextCordon
 }
 
 // RecordAfterWrite is what the controller does with a record write of
 // fate that returned an error (JudgeWrite over the ConfigMap read back),
-// from whether the record it replaces (old) and the one written (next)
-// hold a slot or a cordon: keepNext, its copy becomes next; made, the
-// write counts as made and the Node write it stands for goes on.
-// Landed: next, made. Refused: old, not made. Not seen or unknown (the
-// ConfigMap may hold either, now or later): the one that holds more, not
-// made (next unless it lets go of what old holds: an uncordon or a finish
-// keeps the cordon and the slot until it is written for sure).
-func RecordAfterWrite(fate WriteFate, oldHolds, nextHolds bool) (keepNext, made bool) {
+// letsGo whether the record written lets go of a slot or a cordon the one
+// it replaces holds: keepNext, its copy becomes the one written; made, the
+// write counts as made and the Node write it stands for goes on. Landed:
+// the one written, made. Refused: the old one, not made. Not seen or
+// unknown (the ConfigMap may hold either, now or later): not made, and
+// the one written unless it lets go (an uncordon, a finish, a failure
+// keep the cordon and the slot until they are written for sure).
+func RecordAfterWrite(fate WriteFate, letsGo bool) (keepNext, made bool) {
 	switch fate {
 	case WriteLanded:
 		return true, true
 	case WriteRefused:
 		return false, false
 	}
-	return nextHolds || !oldHolds, false
+	return !letsGo, false
 }
 
 // judgeRecordWrite judges a write of node's record next (replacing old)
 // that returned werr, by reading the ConfigMap back unless the API server
 // refused it, and keeps in the controller's copy what RecordAfterWrite
-// says; it returns nil when the write counts as made. Called with wmu held.
-func (s *fleetState) judgeRecordWrite(ctx context.Context, node string, old, next map[string]string, holds func(map[string]string) bool, werr error) error {
+// says (letsGo: Keys.RecordLetsGo; nil, never); it returns nil when the
+// write counts as made. Called with wmu held.
+func (s *fleetState) judgeRecordWrite(ctx context.Context, node string, old, next map[string]string, letsGo func(old, next map[string]string) bool, werr error) error {
 	fate := WriteRefused
 	if !Refused(werr) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
@@ -91,11 +101,7 @@ func (s *fleetState) judgeRecordWrite(ctx context.Context, node string, old, nex
 		cancel()
 		fate = JudgeWrite(werr, rerr, rerr == nil && RecordCarries(cm.Data, node, next))
 	}
-	oldHolds, nextHolds := false, false
-	if holds != nil {
-		oldHolds, nextHolds = holds(old), holds(next)
-	}
-	keepNext, made := RecordAfterWrite(fate, oldHolds, nextHolds)
+	keepNext, made := RecordAfterWrite(fate, letsGo != nil && letsGo(old, next))
 	s.mu.Lock()
 	if keepNext {
 		s.setRecord(node, next)
@@ -137,12 +143,12 @@ func (s *fleetState) isUnsure(node string) bool {
 
 // resend writes the controller's copy of node's record again, when a
 // write of it lost its answer.
-func (s *fleetState) resend(ctx context.Context, node string, holds func(map[string]string) bool) error {
+func (s *fleetState) resend(ctx context.Context, node string, letsGo func(old, next map[string]string) bool) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if !s.isUnsure(node) {
 		return nil
 	}
 	r := s.nodeRecord(node)
-	return s.writeNode(ctx, node, r, r, holds)
+	return s.writeNode(ctx, node, r, r, letsGo)
 }

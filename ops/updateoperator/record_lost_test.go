@@ -218,24 +218,24 @@ func describe(f *fleet) string {
 // A record write that returned an error: what the controller keeps.
 func TestRecordAfterWrite(t *testing.T) {
 	for _, c := range []struct {
-		name                string
-		fate                WriteFate
-		oldHolds, nextHolds bool
-		keepNext, made      bool
+		name           string
+		fate           WriteFate
+		letsGo         bool
+		keepNext, made bool
 	}{
-		{"landed: taken, the Node write goes on", WriteLanded, false, true, true, true},
-		{"landed, an uncordon", WriteLanded, true, false, true, true},
-		{"refused: as it was", WriteRefused, false, true, false, false},
-		{"refused, an uncordon", WriteRefused, true, false, false, false},
-		{"not seen, a start: the slot kept", WriteNotLanded, false, true, true, false},
-		{"not seen, an uncordon: the cordon kept", WriteNotLanded, true, false, false, false},
-		{"unknown, a cordon on an intent in flight", WriteUnknown, true, true, true, false},
-		{"unknown, a finish: the slot kept", WriteUnknown, true, false, false, false},
-		{"unknown, neither holds (a target, a reason)", WriteUnknown, false, false, true, false},
+		{"landed: taken, the Node write goes on", WriteLanded, false, true, true},
+		{"landed, an uncordon", WriteLanded, true, true, true},
+		{"refused: as it was", WriteRefused, false, false, false},
+		{"refused, an uncordon", WriteRefused, true, false, false},
+		{"not seen, a start: the slot kept", WriteNotLanded, false, true, false},
+		{"not seen, an uncordon: the cordon kept", WriteNotLanded, true, false, false},
+		{"unknown, a cordon on an intent in flight", WriteUnknown, false, true, false},
+		{"unknown, a finish: the slot kept", WriteUnknown, true, false, false},
+		{"unknown, a target or a reason", WriteUnknown, false, true, false},
 	} {
-		keepNext, made := RecordAfterWrite(c.fate, c.oldHolds, c.nextHolds)
+		keepNext, made := RecordAfterWrite(c.fate, c.letsGo)
 		if keepNext != c.keepNext || made != c.made {
-			t.Errorf("%s: RecordAfterWrite(%s, %v, %v) = %v, %v; want %v, %v", c.name, c.fate, c.oldHolds, c.nextHolds, keepNext, made, c.keepNext, c.made)
+			t.Errorf("%s: RecordAfterWrite(%s, %v) = %v, %v; want %v, %v", c.name, c.fate, c.letsGo, keepNext, made, c.keepNext, c.made)
 		}
 	}
 }
@@ -263,27 +263,51 @@ func TestRecordCarries(t *testing.T) {
 	}
 }
 
-// Whether a node's record holds a slot or the operator's cordon.
+// Whether a node's record holds a slot or the operator's cordon, and
+// whether a write lets go of one.
 func TestRecordHolds(t *testing.T) {
 	k := Keys{Prefix: DefaultPrefix}
+	rest := map[string]string{k.Wanted(): string(IntentStabilize)}
+	reboot := map[string]string{k.Wanted(): string(IntentReboot)}
+	cordoned := func(r map[string]string) map[string]string {
+		r = maps.Clone(r)
+		r[drain.AnnotationCordonedBy] = k.CordonOwner()
+		return r
+	}
 	for _, c := range []struct {
-		name string
-		r    map[string]string
-		want bool
+		name         string
+		r            map[string]string
+		slot, cordon bool
 	}{
-		{"none", nil, false},
-		{"at rest", map[string]string{k.Wanted(): string(IntentStabilize)}, false},
-		{"prepare-update", map[string]string{k.Wanted(): string(IntentPrepare)}, true},
-		{"prepare-update ahead", map[string]string{k.Wanted(): string(IntentPrepare), k.Key(KeyAhead): "true"}, false},
-		{"perform-update", map[string]string{k.Wanted(): string(IntentPerform)}, true},
-		{"reboot-update", map[string]string{k.Wanted(): string(IntentReboot)}, true},
-		{"reset-state", map[string]string{k.Wanted(): string(IntentReset)}, false},
-		{"at rest, the cordon still held", map[string]string{k.Wanted(): string(IntentStabilize), drain.AnnotationCordonedBy: k.CordonOwner()}, true},
-		{"another owner's cordon", map[string]string{k.Wanted(): string(IntentStabilize), drain.AnnotationCordonedBy: "someone"}, false},
-		{"an unreadable intent", map[string]string{k.Wanted(): "x"}, false},
+		{"none", nil, false, false},
+		{"at rest", rest, false, false},
+		{"prepare-update", map[string]string{k.Wanted(): string(IntentPrepare)}, true, false},
+		{"prepare-update ahead", map[string]string{k.Wanted(): string(IntentPrepare), k.Key(KeyAhead): "true"}, false, false},
+		{"perform-update, cordoned", cordoned(map[string]string{k.Wanted(): string(IntentPerform)}), true, true},
+		{"reboot-update", reboot, true, false},
+		{"reset-state", map[string]string{k.Wanted(): string(IntentReset)}, false, false},
+		{"at rest, the cordon still held", cordoned(rest), true, true},
+		{"another owner's cordon", map[string]string{k.Wanted(): string(IntentStabilize), drain.AnnotationCordonedBy: "someone"}, false, false},
+		{"an unreadable intent", map[string]string{k.Wanted(): "x"}, false, false},
 	} {
-		if got := k.RecordHolds(c.r); got != c.want {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		if slot, cordon := k.RecordHolds(c.r); slot != c.slot || cordon != c.cordon {
+			t.Errorf("%s: slot %v cordon %v, want %v %v", c.name, slot, cordon, c.slot, c.cordon)
+		}
+	}
+	for _, c := range []struct {
+		name      string
+		old, next map[string]string
+		want      bool
+	}{
+		{"a start", rest, map[string]string{k.Wanted(): string(IntentPrepare)}, false},
+		{"a cordon", reboot, cordoned(reboot), false},
+		{"the uncordon of a node back from its reboot (the slot stays)", cordoned(reboot), reboot, true},
+		{"an uncordon that finishes", cordoned(reboot), rest, true},
+		{"a finish", reboot, rest, true},
+		{"a target, a reason", reboot, reboot, false},
+	} {
+		if got := k.RecordLetsGo(c.old, c.next); got != c.want {
+			t.Errorf("%s: lets go %v, want %v", c.name, got, c.want)
 		}
 	}
 }
@@ -364,7 +388,15 @@ func TestRecordWriteFates(t *testing.T) {
 		}
 		return r[node]
 	}
-	wanted := func(r map[string]string) string { return r[k.Wanted()] }
+	uncordoned := map[string]any{drain.AnnotationCordonedBy: nil, drain.AnnotationSchedulableBefore: nil} // back from the reboot: the slot stays
+	// where is a record: its intent, and "cordoned" while it holds the cordon.
+	where := func(r map[string]string) string {
+		if _, cordon := k.RecordHolds(r); cordon {
+			return r[k.Wanted()] + " cordoned"
+		}
+		return r[k.Wanted()]
+	}
+	rebootCordoned, rebootOnly, rest := string(IntentReboot)+" cordoned", string(IntentReboot), string(IntentStabilize)
 	for i, tc := range []struct {
 		name      string
 		first     map[string]any // written answered, before
@@ -372,36 +404,37 @@ func TestRecordWriteFates(t *testing.T) {
 		patch     string
 		readFails bool
 		made      bool
-		mem       string // the copy's intent after
-		stored    string // the ConfigMap's, before the copy is sent again
+		mem       string // where the copy is after
+		stored    string // where the ConfigMap is, before the copy is sent again
 		unsure    bool
 	}{
-		{"landed, its answer lost: taken", held, lifted, "lose", false, true, string(IntentStabilize), string(IntentStabilize), false},
-		{"landed, not read back, an uncordon: the cordon kept", held, lifted, "lose", true, false, string(IntentReboot), string(IntentStabilize), true},
-		{"landed, not read back, a cordon: kept", lifted, held, "lose", true, false, string(IntentReboot), string(IntentReboot), true},
-		{"not sent, a cordon: kept, sent again", lifted, held, "drop", false, false, string(IntentReboot), string(IntentStabilize), true},
-		{"not sent, an uncordon: the cordon kept", held, lifted, "drop", false, false, string(IntentReboot), string(IntentReboot), true},
+		{"landed, its answer lost: taken", held, lifted, "lose", false, true, rest, rest, false},
+		{"landed, not read back, an uncordon that finishes: the cordon and the slot kept", held, lifted, "lose", true, false, rebootCordoned, rest, true},
+		{"landed, not read back, the uncordon of a node back (the slot stays): the cordon kept", held, uncordoned, "lose", true, false, rebootCordoned, rebootOnly, true},
+		{"landed, not read back, a cordon: kept", lifted, held, "lose", true, false, rebootCordoned, rebootCordoned, true},
+		{"not sent, a cordon: kept, sent again", lifted, held, "drop", false, false, rebootCordoned, rest, true},
+		{"not sent, an uncordon: the cordon kept", held, lifted, "drop", false, false, rebootCordoned, rebootCordoned, true},
 	} {
 		node := fmt.Sprintf("fate-%d", i)
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := s.setNode(t.Context(), node, keys, tc.first, k.RecordHolds); err != nil {
+			if _, err := s.setNode(t.Context(), node, keys, tc.first, k.RecordLetsGo); err != nil {
 				t.Fatal(err)
 			}
 			fault.arm(tc.patch, tc.readFails)
-			_, err := s.setNode(t.Context(), node, keys, tc.change, k.RecordHolds)
+			_, err := s.setNode(t.Context(), node, keys, tc.change, k.RecordLetsGo)
 			if (err == nil) != tc.made {
 				t.Fatalf("setNode error %v; want made %v", err, tc.made)
 			}
-			if got := wanted(s.nodeRecord(node)); got != tc.mem {
-				t.Errorf("the controller's copy wants %q, want %q", got, tc.mem)
+			if got := where(s.nodeRecord(node)); got != tc.mem {
+				t.Errorf("the controller's copy: %q, want %q", got, tc.mem)
 			}
-			if got := wanted(stored(node)); got != tc.stored {
-				t.Errorf("the ConfigMap wants %q, want %q", got, tc.stored)
+			if got := where(stored(node)); got != tc.stored {
+				t.Errorf("the ConfigMap: %q, want %q", got, tc.stored)
 			}
 			if s.isUnsure(node) != tc.unsure {
 				t.Fatalf("unsure %v, want %v", s.isUnsure(node), tc.unsure)
 			}
-			if err := s.resend(t.Context(), node, k.RecordHolds); err != nil {
+			if err := s.resend(t.Context(), node, k.RecordLetsGo); err != nil {
 				t.Fatal(err)
 			}
 			if got, mem := stored(node), s.nodeRecord(node); !maps.Equal(got, mem) || s.isUnsure(node) {
