@@ -109,9 +109,11 @@ type fleetState struct {
 	lastRead  time.Time
 	// nodes is the controller's record of its keys on each Node
 	// (record.go), recorded whether it exists yet; wmu orders its writes;
-	// logf reports a failed undo.
+	// logf reports a failed undo; unsure, the nodes whose record in the
+	// ConfigMap is not known (record_lost.go).
 	nodes    map[string]map[string]string
 	recorded bool
+	unsure   map[string]bool
 	wmu      sync.Mutex
 	logf     func(what, node string, err error)
 }

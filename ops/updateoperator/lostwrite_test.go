@@ -76,31 +76,8 @@ func (l *loseAnswer) lostOn() []string {
 func TestLostCordonAnswerIsReadBack(t *testing.T) {
 	f := newFleet(t, "lostans", 2)
 	lose := &loseAnswer{}
-	var mu sync.Mutex
-	most := 0
-	stopWatch := make(chan struct{})
-	watched := make(chan struct{})
-	go func() { // the most nodes in flight at once, by the Nodes' own annotations (as the chaos monitor counts)
-		defer close(watched)
-		for {
-			select {
-			case <-stopWatch:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			inflight := 0
-			for _, name := range f.nodes {
-				n, err := f.kube.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
-				if err == nil && InFlight(f.keys.View(n, "")) {
-					inflight++
-				}
-			}
-			mu.Lock()
-			most = max(most, inflight)
-			mu.Unlock()
-		}
-	}()
-	defer func() { close(stopWatch); <-watched }()
+	stopWatch, most := watchInFlight(t, f)
+	defer stopWatch()
 	stop := f.controller(func(o *ControllerOptions) {
 		cfg := *o.Config
 		cfg.Wrap(lose.wrap)
@@ -108,10 +85,7 @@ func TestLostCordonAnswerIsReadBack(t *testing.T) {
 	})
 	defer stop()
 	eventually(t, 3*time.Minute, "both nodes at v2, at rest, uncordoned", func() (bool, string) {
-		mu.Lock()
-		seen := most
-		mu.Unlock()
-		if seen > 1 { // fails at once: the first node would stay cordoned for good
+		if seen := most(); seen > 1 { // fails at once: the first node would stay cordoned for good
 			t.Fatalf("%d nodes in flight at once at max-concurrent 1 (answers lost: %v)", seen, lose.lostOn())
 		}
 		var behind []string
@@ -128,14 +102,41 @@ func TestLostCordonAnswerIsReadBack(t *testing.T) {
 	if len(lost) != 1 {
 		t.Fatalf("answers lost: %v; want the first cordon's (the case was not exercised)", lost)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if most > 1 {
-		t.Errorf("%d nodes in flight at once at max-concurrent 1", most)
+	if seen := most(); seen > 1 {
+		t.Errorf("%d nodes in flight at once at max-concurrent 1", seen)
 	}
 	if r := f.eventReasons(lost[0]); has(r, ReasonFailed) {
 		t.Errorf("the update of %s, whose cordon's answer was lost, failed: Events %v", lost[0], r)
 	}
+}
+
+// watchInFlight counts the most nodes of f in flight at once, by the
+// Nodes' own annotations (as the chaos monitor counts), until stop.
+func watchInFlight(t *testing.T, f *fleet) (stop func(), most func() int) {
+	var mu sync.Mutex
+	seen := 0
+	quit, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			inflight := 0
+			for _, name := range f.nodes {
+				n, err := f.kube.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+				if err == nil && InFlight(f.keys.View(n, "")) {
+					inflight++
+				}
+			}
+			mu.Lock()
+			seen = max(seen, inflight)
+			mu.Unlock()
+		}
+	}()
+	return func() { close(quit); <-watched }, func() int { mu.Lock(); defer mu.Unlock(); return seen }
 }
 
 // A failed write's fate and what the record does with it.

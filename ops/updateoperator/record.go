@@ -32,7 +32,9 @@ import (
 // people). A Node whose copy differs is written back to the record (a
 // Warning Event says so). A record value that cannot be read (only the
 // one-time import can bring one) is replaced by the Node's, so that an
-// admin's fix of a held node works as before.
+// admin's fix of a held node works as before. A write of the record
+// whose answer is lost is read back before the Node write it stands for
+// (record_lost.go).
 //
 // The record starts as the Nodes' own annotations once, when a
 // controller first finds none (a cluster upgraded from a version without
@@ -223,8 +225,10 @@ func (s *fleetState) importRecords(ctx context.Context, records map[string]map[s
 
 // setNode changes the keys of node's record that are in keys (nil values
 // remove) and writes it, before the Node write it stands for; undo puts
-// the record back as it was, for a Node write that failed.
-func (s *fleetState) setNode(ctx context.Context, node string, keys []string, changes map[string]any) (undo func(), err error) {
+// the record back as it was, for a Node write that failed. letsGo says
+// whether a record lets go of a slot or a cordon another holds
+// (Keys.RecordLetsGo), for a write whose answer is lost (record_lost.go).
+func (s *fleetState) setNode(ctx context.Context, node string, keys []string, changes map[string]any, letsGo func(old, next map[string]string) bool) (undo func(), err error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()
@@ -245,16 +249,16 @@ func (s *fleetState) setNode(ctx context.Context, node string, keys []string, ch
 			delete(next, k)
 		}
 	}
-	if maps.Equal(old, next) {
+	if maps.Equal(old, next) && !s.isUnsure(node) {
 		return func() {}, nil
 	}
-	if err := s.writeNode(ctx, node, next); err != nil {
+	if err := s.writeNode(ctx, node, old, next, letsGo); err != nil {
 		return nil, err
 	}
 	return func() {
 		s.wmu.Lock()
 		defer s.wmu.Unlock()
-		if err := s.writeNode(context.WithoutCancel(ctx), node, old); err != nil {
+		if err := s.writeNode(context.WithoutCancel(ctx), node, next, old, letsGo); err != nil {
 			s.log("put a node's record back after its Node write failed", node, err)
 		}
 	}, nil
@@ -264,26 +268,25 @@ func (s *fleetState) setNode(ctx context.Context, node string, keys []string, ch
 func (s *fleetState) replaceNode(ctx context.Context, node string, r map[string]string) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	return s.writeNode(ctx, node, r)
+	return s.writeNode(ctx, node, s.nodeRecord(node), r, nil)
 }
 
-// writeNode writes node's record r (empty: removes it).
-func (s *fleetState) writeNode(ctx context.Context, node string, r map[string]string) error {
+// writeNode writes node's record r (empty: removes it) in place of old;
+// a write that returns an error is judged (record_lost.go). Called with
+// wmu held.
+func (s *fleetState) writeNode(ctx context.Context, node string, old, r map[string]string, letsGo func(old, next map[string]string) bool) error {
 	var v any
 	if len(r) > 0 {
 		b, _ := json.Marshal(r)
 		v = string(b)
 	}
 	if err := s.patchData(ctx, map[string]any{nodeRecordPrefix + node: v}); err != nil {
-		return err
+		return s.judgeRecordWrite(ctx, node, old, r, letsGo, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(r) == 0 {
-		delete(s.nodes, node)
-	} else {
-		s.nodes[node] = r
-	}
+	s.setRecord(node, r)
+	delete(s.unsure, node)
 	return nil
 }
 
@@ -299,7 +302,7 @@ func (s *fleetState) forget(ctx context.Context, present map[string]*corev1.Node
 	s.mu.Unlock()
 	for _, node := range gone {
 		s.wmu.Lock()
-		if err := s.writeNode(ctx, node, nil); err != nil {
+		if err := s.writeNode(ctx, node, s.nodeRecord(node), nil, nil); err != nil {
 			s.log("forget the record of a deleted Node", node, err)
 		}
 		s.wmu.Unlock()
@@ -353,7 +356,7 @@ func (c *controller) record(ctx context.Context, node string, annotations map[st
 	if !c.fleet.imported() {
 		return func() {}, nil
 	}
-	return c.fleet.setNode(ctx, node, c.keys.recordKeys(), annotations)
+	return c.fleet.setNode(ctx, node, c.keys.recordKeys(), annotations, c.keys.RecordLetsGo)
 }
 
 // importRecords makes the one-time import from the Nodes, when the
@@ -392,12 +395,15 @@ func (c *controller) keepRecord(ctx context.Context, n *corev1.Node) *corev1.Nod
 	if !c.fleet.imported() {
 		return n
 	}
+	if err := c.fleet.resend(ctx, n.Name, c.keys.RecordLetsGo); err != nil {
+		c.o.Log.Error("send the controller's record again after a write whose answer was lost", "node", n.Name, "err", err)
+	}
 	if uid := c.fleet.nodeRecord(n.Name)[recordUID]; uid != string(n.UID) {
 		// A Node new under this name (or a record from before UIDs): the
 		// record is this Node's from now on, empty when it was another's.
 		var err error
 		if uid == "" {
-			_, err = c.fleet.setNode(ctx, n.Name, []string{recordUID}, map[string]any{recordUID: string(n.UID)})
+			_, err = c.fleet.setNode(ctx, n.Name, []string{recordUID}, map[string]any{recordUID: string(n.UID)}, c.keys.RecordLetsGo)
 		} else {
 			err = c.fleet.replaceNode(ctx, n.Name, map[string]string{recordUID: string(n.UID)})
 		}
@@ -407,7 +413,7 @@ func (c *controller) keepRecord(ctx context.Context, n *corev1.Node) *corev1.Nod
 	}
 	fix, restore := c.keys.Drift(n.Annotations, c.fleet.nodeRecord(n.Name))
 	if len(fix) > 0 {
-		if _, err := c.fleet.setNode(ctx, n.Name, c.keys.recordKeys(), fix); err != nil {
+		if _, err := c.fleet.setNode(ctx, n.Name, c.keys.recordKeys(), fix, c.keys.RecordLetsGo); err != nil {
 			c.o.Log.Error("take a fixed value into the record", "node", n.Name, "err", err)
 		}
 	}
