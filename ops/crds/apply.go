@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 
+	"slipway.dev/slipway/ops/internal/conflict"
 	"slipway.dev/slipway/ops/kube"
 )
 
@@ -82,7 +82,7 @@ func createOrUpdate(ctx context.Context, api *crdClient, want *apiextv1.CustomRe
 	if !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create CRD %s (the agent needs RBAC create on customresourcedefinitions for --install-crds): %w", want.Name, err)
 	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err = conflict.Retry(func() error {
 		have, err := api.Get(ctx, want.Name, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -16,8 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 
+	"slipway.dev/slipway/ops/internal/conflict"
 	"slipway.dev/slipway/ops/kube"
 )
 
@@ -55,7 +55,7 @@ func Cordon(ctx context.Context, c *kube.Clientset, node, owner string, extra ..
 // checked with a GET (a stale one must not skip the cordon). It returns
 // the Node as written, nil when nothing was written. seen nil: Cordon.
 func CordonSeen(ctx context.Context, c *kube.Clientset, node string, seen *corev1.Node, owner string, extra ...map[string]string) (written *corev1.Node, err error) {
-	err = retryOnConflict(func() error {
+	err = conflict.Retry(func() error {
 		n := seen
 		seen = nil // a retry reads the Node
 		if n != nil && (cordonPatch(n, owner, extra) == nil || otherOwner(n, owner) != "") {
@@ -80,20 +80,6 @@ func CordonSeen(ctx context.Context, c *kube.Clientset, node string, seen *corev
 		return nil
 	})
 	return written, err
-}
-
-// retryOnConflict is retry.RetryOnConflict(retry.DefaultRetry, fn)
-// returning fn's own last error: client-go's takes an error that wraps
-// context.Canceled or context.DeadlineExceeded for the end of its own
-// backoff and returns the last conflict instead, none on a first try, so
-// a write whose context had ended (its leader stopping) was reported
-// made, with an empty Node.
-func retryOnConflict(fn func() error) error {
-	var last error
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error { last = fn(); return last }); err != nil {
-		return err
-	}
-	return last
 }
 
 // otherOwner is the owner of n's cordon record when it is not owner, else "".
@@ -155,7 +141,7 @@ func Uncordon(ctx context.Context, c *kube.Clientset, node, owner string, also .
 // which there is nothing to lift, reads the Node). It returns the Node as
 // written, nil when nothing was written. seen nil: Uncordon.
 func UncordonSeen(ctx context.Context, c *kube.Clientset, node string, seen *corev1.Node, owner string, also ...Meta) (written *corev1.Node, err error) {
-	err = retryOnConflict(func() error {
+	err = conflict.Retry(func() error {
 		n := seen
 		seen = nil // a retry reads the Node
 		if n != nil && n.Annotations[AnnotationCordonedBy] != owner {
