@@ -23,11 +23,12 @@ func capacityHeldBy(ch *v1.UpdateChannel, reason, node string) bool {
 	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == reason && strings.Contains(c.Message, node)
 }
 
-// eventSays waits (up to a minute) for an Event of reason whose message
+// eventSays waits (up to two minutes: a loaded API server answers a read
+// with a timeout only after one) for an Event of reason whose message
 // holds every one of says.
 func eventSays(t *testing.T, f *fleettest.Fleet, reason string, says ...string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		l, err := f.Kube.CoreV1().Events(f.NS).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=" + reason})
 		if err != nil {

@@ -137,10 +137,11 @@ func (ctl *Controller) runDrain(ctx context.Context, ch *v1.UpdateChannel, s pla
 	res, began, err := ctl.drainSlot(ctx, ch, s, slot)
 	var held *errHeldBack
 	var spent *errBudgetSpent
+	var unread *errUnread
 	switch {
 	case ctx.Err() != nil:
 		return // the next holder resumes it, or uncordons
-	case errors.As(err, &held), errors.As(err, &spent):
+	case errors.As(err, &held), errors.As(err, &spent), errors.As(err, &unread):
 		ctl.holdStep(ch, slot, "drain", err) // the slot kept, nothing written
 		return
 	case errors.Is(err, errSlotGone):
@@ -248,10 +249,10 @@ func (ctl *Controller) drainSlot(ctx context.Context, ch *v1.UpdateChannel, s pl
 	go func() { held <- confirm(ctx) }() // beside the Node's read: two reads, one round trip's wait
 	opts, began, seen, err := ctl.drainBudget(ctx, slot.Node, drainOptions(s.Drain))
 	if err := <-held; err != nil { // nothing is written before the slot is confirmed
-		return nil, wallclock.Now(), err
+		return nil, wallclock.Now(), unreadOr(err)
 	}
 	if err != nil {
-		return nil, began, err
+		return nil, began, unreadOr(err)
 	}
 	if plan.Server(plan.Node{Labels: seen.Labels}) { // seen: read live just now
 		if err := ctl.serverMayGoDown(ctx, slot.Node); err != nil {

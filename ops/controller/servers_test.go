@@ -228,7 +228,13 @@ func TestServerDownAfterTheGrantHoldsTheDrain(t *testing.T) {
 // and what runs the first's Job (the others' run when they come).
 func grantedOne(t *testing.T, servers bool) (f *fleet, first, other string, releaseFirst func(bool)) {
 	t.Helper()
-	f = newFleet(t, 3, nil)
+	return grantedOneWith(t, servers, nil)
+}
+
+// grantedOneWith is grantedOne with the controller's Options edited.
+func grantedOneWith(t *testing.T, servers bool, edit func(*Options)) (f *fleet, first, other string, releaseFirst func(bool)) {
+	t.Helper()
+	f = newFleet(t, 3, edit)
 	n := func(i int) string { return fmt.Sprintf("%s-n%d", f.NS, i) }
 	release := map[string]func(bool){}
 	for i := range 3 {
