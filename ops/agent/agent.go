@@ -143,7 +143,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.opts.MetricsAddr != "" {
 		go process.ServeMetrics(ctx, a.opts.MetricsAddr, a.metrics.registry, a.probe, a.log)
 	}
-	if err := process.Prepare(ctx, a.kube, a.opts.Config, a.opts.InstallCRDs, a.log); err != nil {
+	if err := untilAnswered(ctx, a.log, startBackoff, "ask the API server's version", func(ctx context.Context) error {
+		return process.Prepare(ctx, a.kube, a.opts.Config, a.opts.InstallCRDs, a.log)
+	}); err != nil {
 		return err
 	}
 	recorder, stopEvents, err := kube.Recorder{Namespace: a.opts.Namespace, Component: "slipway-agent", Host: a.opts.NodeName,
@@ -163,7 +165,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// reports with its versions published.
 	published := make(chan error, 1)
 	go func() {
-		err := a.publishVersions(ctx)
+		err := untilAnswered(ctx, a.log, startBackoff, "publish this boot's versions", a.publishVersions)
 		if err == nil {
 			go a.heartbeat(ctx)
 		}

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -100,5 +102,71 @@ func TestStartReadsSideBySide(t *testing.T) {
 	}
 	if !trace.watchDuring {
 		t.Errorf("the agent's informers began only after its Node was read (the start one step after the other)")
+	}
+}
+
+// busyStart answers the agent's first reads of the API server's version
+// and of its NodeUpdate as a busy API server does (429, no Retry-After:
+// client-go does not ask again by itself), and counts the Node informer's
+// lists (a list, or a watch that sends its initial events).
+type busyStart struct {
+	object string // the NodeUpdate's path
+
+	mu                   sync.Mutex
+	version, objectReads int // 429s still to answer
+	nodeLists            int
+}
+
+func (b *busyStart) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		q := r.URL.Query()
+		watch := q.Get("watch") == "true"
+		b.mu.Lock()
+		if r.URL.Path == "/api/v1/nodes" && (!watch || q.Get("sendInitialEvents") == "true") {
+			b.nodeLists++
+		}
+		busy := false
+		switch {
+		case r.URL.Path == "/version" && b.version > 0:
+			b.version--
+			busy = true
+		case r.URL.Path == b.object && !watch && b.objectReads > 0:
+			b.objectReads--
+			busy = true
+		}
+		b.mu.Unlock()
+		if busy {
+			body := `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too many requests, please try again later","reason":"TooManyRequests","code":429}`
+			return &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{"Content-Type": {"application/json"}},
+				Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+// TestBusyServerAtStartIsAskedAgain: an API server too busy to answer the
+// agent's first reads at start (its version twice, its NodeUpdate three
+// times, 429) is asked again by the same process: the agent starts and
+// reports without ending (an ended agent is restarted by the kubelet and
+// lists everything again), its Node listed once.
+func TestBusyServerAtStartIsAskedAgain(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 1, nil)
+	node := f.NS + "-n0"
+	busy := &busyStart{object: "/apis/ops.slipway.dev/v1/namespaces/" + f.NS + "/nodeupdates/" + node, version: 2, objectReads: 3}
+	f.opts = func(o *Options) {
+		cfg := rest.CopyConfig(o.Config)
+		cfg.Wrap(busy.wrap)
+		o.Config = cfg
+	}
+	f.Start(node) // an agent that ends fails the test (fleettest)
+	f.AgentsUp(node)
+	busy.mu.Lock()
+	defer busy.mu.Unlock()
+	if busy.version > 0 || busy.objectReads > 0 {
+		t.Fatalf("the start did not meet the busy answers (%d version, %d NodeUpdate left): the test tests nothing", busy.version, busy.objectReads)
+	}
+	if busy.nodeLists != 1 {
+		t.Errorf("the agent listed its Node %d times, want once", busy.nodeLists)
 	}
 }
