@@ -33,7 +33,7 @@ func TestUnanswered(t *testing.T) {
 		{"the answer cut short", io.ErrUnexpectedEOF, true},
 		{"forbidden: an answer", apierrors.NewForbidden(nodes, "n", errors.New("RBAC")), false},
 		{"the node gone: an answer", apierrors.NewNotFound(nodes, "n"), false},
-				{"this process stopping", fmt.Errorf("read: %w", context.Canceled), false},
+		{"this process stopping", fmt.Errorf("read: %w", context.Canceled), false},
 		{"not an answer of the API server", errors.New("decode: bad json"), false},
 	} {
 		if got := Unanswered(c.err); got != c.want {
