@@ -3,8 +3,10 @@ package drain
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,6 +50,11 @@ func makeNode(t *testing.T, c kubernetes.Interface, name string, unschedulable b
 	if _, err := c.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // the next run of the test (-count) makes it again
+		if err := c.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete node %s: %v", name, err)
+		}
+	})
 }
 
 func getNode(t *testing.T, c kubernetes.Interface, name string) *corev1.Node {
@@ -59,9 +66,13 @@ func getNode(t *testing.T, c kubernetes.Interface, name string) *corev1.Node {
 	return n
 }
 
+// namespaces counts the namespaces made, so every run of a test (-count)
+// has its own: without a controller manager a deleted one stays Terminating.
+var namespaces atomic.Int32
+
 func namespace(t *testing.T, c kubernetes.Interface) string {
 	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	name := fmt.Sprintf("%s-%d", strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())), namespaces.Add(1))
 	_, err := c.CoreV1().Namespaces().Create(context.Background(),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	if err != nil {
