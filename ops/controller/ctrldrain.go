@@ -31,7 +31,9 @@ import (
 // that in its view and reboots. Status shows a slot Draining only once its
 // drain has run for plan.SlowStep (plan.HoldBackDraining): a quick drain costs
 // no status write of its own. A failed drain uncordons and records the
-// failure; a slot taken away mid-drain (every eviction confirms it with the
+// failure; a request of the drain that got no answer (a timeout, a dropped
+// connection: unread.go) is no failure, and the drain resumes after
+// heldRecheck, the slot kept; a slot taken away mid-drain (every eviction confirms it with the
 // API server first) uncordons and records nothing. A drain cut short by the
 // controller's end or the Lease's loss is resumed by the next holder, which
 // folds the node's report again (the start recorded on the Node, so no
@@ -275,7 +277,7 @@ func (ctl *Controller) drainSlot(ctx context.Context, ch *v1.UpdateChannel, s pl
 	if err != nil && !errors.Is(err, errSlotGone) && ctx.Err() == nil && errors.Is(ctl.holdsSlot(ctx, ch, slot), errSlotGone) {
 		err = errSlotGone
 	}
-	return res, began, err
+	return res, began, unreadOr(err) // no answer mid-drain: the node stays cordoned, the slot kept; the next attempt resumes it
 }
 
 // holdsSlot asks the API server whether ch (the same UID) still holds slot.

@@ -1,15 +1,22 @@
 package controller
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
+	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/internal/fleettest"
 )
 
@@ -18,15 +25,43 @@ import (
 // server's handler timeout answers it (504, reason Timeout), and fail
 // counts down.
 func timeoutGets(cfg *rest.Config, suffix string, fail *atomic.Int32) *rest.Config {
+	return timeouts(cfg, func(r *http.Request, _ []byte) bool {
+		return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, suffix)
+	}, false, fail)
+}
+
+// timeouts wraps cfg's transport: while fail is above zero, a request
+// that match picks (given its body) is answered as a loaded API server's
+// handler timeout answers it (504, reason Timeout), and fail counts down.
+// landed: the request is sent first, and its answer lost (a write that
+// was applied, its caller told it timed out).
+func timeouts(cfg *rest.Config, match func(r *http.Request, body []byte) bool, landed bool, fail *atomic.Int32) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripper(func(req *http.Request) (*http.Response, error) {
-			if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, suffix) && fail.Add(-1) >= 0 {
-				body := `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Timeout: request did not complete within the allotted timeout","reason":"Timeout","code":504}`
-				return &http.Response{StatusCode: http.StatusGatewayTimeout, Header: http.Header{"Content-Type": {"application/json"}},
-					Body: io.NopCloser(strings.NewReader(body)), Request: req}, nil
+			var body []byte
+			if req.Body != nil && req.Body != http.NoBody {
+				var err error
+				if body, err = io.ReadAll(req.Body); err != nil {
+					return nil, err
+				}
+				req.Body.Close()
+				req.Body = io.NopCloser(bytes.NewReader(body))
 			}
-			return rt.RoundTrip(req)
+			if !match(req, body) || fail.Add(-1) < 0 {
+				return rt.RoundTrip(req)
+			}
+			if landed {
+				resp, err := rt.RoundTrip(req)
+				if err != nil {
+					return nil, err
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			msg := `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Timeout: request did not complete within the allotted timeout","reason":"Timeout","code":504}`
+			return &http.Response{StatusCode: http.StatusGatewayTimeout, Header: http.Header{"Content-Type": {"application/json"}},
+				Body: io.NopCloser(strings.NewReader(msg)), Request: req}, nil
 		})
 	})
 	return cfg
@@ -61,5 +96,77 @@ func TestDrainWithoutAnAnswerWaits(t *testing.T) {
 	}
 	if ch := f.Get(); len(ch.Status.Failed) > 0 {
 		t.Errorf("failures recorded: %+v", ch.Status.Failed)
+	}
+}
+
+// noUpgradeFailed fails t when an UpgradeFailed Event or a failure was
+// recorded on f's channel: a request without an answer is nobody's failure.
+func noUpgradeFailed(t *testing.T, f *fleet, node string) {
+	t.Helper()
+	if n := f.EventsWithin("UpgradeFailed", 1, time.Second); n > 0 {
+		t.Errorf("%d UpgradeFailed Events: a request without an answer failed %s's upgrade", n, node)
+	}
+	if ch := f.Get(); len(ch.Status.Failed) > 0 {
+		t.Errorf("failures recorded: %+v", ch.Status.Failed)
+	}
+}
+
+// TestEvictionWithoutAnAnswerWaits: the drain is under way (cordoned) when
+// the API server times out an eviction (504): the drain waits, the slot
+// kept and the node cordoned, and asks again; the pod is evicted then, no
+// UpgradeFailed, no failure recorded, and all three roll.
+func TestEvictionWithoutAnAnswerWaits(t *testing.T) {
+	t.Parallel()
+	var fail atomic.Int32
+	f, first, _, releaseFirst := grantedOneWith(t, false, func(o *Options) {
+		if o.Config != nil { // nil: the options the agents take their settings from
+			o.Config = timeouts(o.Config, func(r *http.Request, _ []byte) bool {
+				return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/pods/busy/eviction")
+			}, false, &fail)
+		}
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			f.DumpLogs(first)
+		}
+	})
+	pod := f.runningPod(t, first, "busy", nil)
+	fail.Store(1)
+	releaseFirst(true)
+	f.podGoesWhenEvicted(t, pod)
+	f.WaitFor("all three at v2", 3*time.Minute, fleettest.Done(3))
+	f.AssertAllAt("v2")
+	if fail.Load() >= 0 {
+		t.Fatal("no eviction was answered with a timeout: the test tests nothing")
+	}
+	noUpgradeFailed(t, f, first)
+}
+
+// TestUnreadOr: a request without an answer waits; an answer, and a slot
+// found gone (even inside a transport's error, as the drain client's
+// confirmation refuses an eviction), does not.
+func TestUnreadOr(t *testing.T) {
+	timeout := apierrors.NewTimeoutError("request did not complete within the allotted timeout", 0)
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"no error", nil, false},
+		{"a timeout (504)", fmt.Errorf("cordon n: %w", timeout), true},
+		{"an eviction's connection dropped", &url.Error{Op: "Post", URL: "https://api/eviction", Err: io.ErrUnexpectedEOF}, true},
+		{"the slot's confirmation timed out, inside the eviction's transport error",
+			&url.Error{Op: "Post", URL: "https://api/eviction", Err: fmt.Errorf("evict p: %w", timeout)}, true},
+		{"the slot gone, inside the eviction's transport error",
+			fmt.Errorf("drain n: %w", &url.Error{Op: "Post", URL: "https://api/eviction", Err: fmt.Errorf("evict p: %w", errSlotGone)}), false},
+		{"the slot gone", errSlotGone, false},
+		{"a drain blocked by a budget", fmt.Errorf("%w: node n still runs 1 pods", drain.ErrBlocked), false},
+		{"cordoned by another owner", fmt.Errorf("cordon n: %w", drain.ErrCordonedByOther), false},
+		{"forbidden", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("RBAC")), false},
+	} {
+		var unread *errUnread
+		if got := errors.As(unreadOr(c.err), &unread); got != c.want {
+			t.Errorf("%s: unreadOr(%v) waits = %v, want %v", c.name, c.err, got, c.want)
+		}
 	}
 }
