@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -140,6 +142,49 @@ func TestEvictionWithoutAnAnswerWaits(t *testing.T) {
 		t.Fatal("no eviction was answered with a timeout: the test tests nothing")
 	}
 	noUpgradeFailed(t, f, first)
+}
+
+// TestCordonWithoutAnAnswerResumes: the API server applies the cordon of
+// the first node's drain but times out its answer (504). The drain waits
+// and reads the Node again: it finds its own cordon and resumes it (the
+// start it recorded kept), rather than lifting it and failing the
+// upgrade. No UpgradeFailed, no failure recorded, all three roll, none
+// left cordoned.
+func TestCordonWithoutAnAnswerResumes(t *testing.T) {
+	t.Parallel()
+	var fail atomic.Int32
+	f, first, _, releaseFirst := grantedOneWith(t, false, func(o *Options) {
+		if o.Config != nil { // nil: the options the agents take their settings from
+			o.Config = timeouts(o.Config, func(r *http.Request, body []byte) bool {
+				return r.Method == http.MethodPatch && strings.Contains(r.URL.Path, "/nodes/") && bytes.Contains(body, []byte(`"unschedulable":true`))
+			}, true, &fail)
+		}
+	})
+	fail.Store(1) // the next cordon is the first node's
+	releaseFirst(true)
+	f.WaitFor("all three at v2", 3*time.Minute, fleettest.Done(3))
+	f.AssertAllAt("v2")
+	if fail.Load() >= 0 {
+		t.Fatal("no cordon was answered with a timeout: the test tests nothing")
+	}
+	noUpgradeFailed(t, f, first)
+	if !f.logged("drain resumed", first) {
+		t.Errorf("the drain of %s did not resume the cordon it found", first)
+	}
+}
+
+// logged tells whether the controller logged msg for node.
+func (f *fleet) logged(msg, node string) bool {
+	b, err := os.ReadFile(filepath.Join(f.Root, "agents.log"))
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `msg="`+msg+`"`) && strings.Contains(line, " node="+node+" ") {
+			return true
+		}
+	}
+	return false
 }
 
 // TestUnreadOr: a request without an answer waits; an answer, and a slot
