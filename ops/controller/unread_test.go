@@ -3,6 +3,7 @@ package controller
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,19 +11,24 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/internal/fleettest"
 	"slipway.dev/slipway/ops/kube"
+	"slipway.dev/slipway/ops/plan"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // timeoutGets wraps cfg's transport: while fail is above zero, a GET of
@@ -242,4 +248,61 @@ func TestUncachedNodeWithoutAnAnswerCountsAsServer(t *testing.T) {
 	if ctl.isServerNode(context.Background(), node) {
 		t.Error("a Node not found counted as a server")
 	}
+}
+
+// TestReleaseWithoutAnAnswerKeepsTheFence: the status write that takes a
+// slot away (here released: its node's agent fell silent before its
+// reboot) lands, but its answer is lost (504), and the writes of that
+// node's view fail. The slot taken away is fenced all the same: no slot
+// is granted while the node's view may still show it (revoke.go); once
+// the view can be written, the capacity is granted.
+func TestReleaseWithoutAnAnswerKeepsTheFence(t *testing.T) {
+	t.Parallel()
+	refuse := &refusedViews{}
+	var fail atomic.Int32
+	releasesN0 := func(r *http.Request, body []byte) bool { // the status write without n0's slot
+		if r.Method != http.MethodPut || !strings.HasSuffix(r.URL.Path, "/updatechannels/default/status") {
+			return false
+		}
+		var ch v1.UpdateChannel
+		return json.Unmarshal(body, &ch) == nil && !slices.ContainsFunc(ch.Status.Updating, func(s v1.Slot) bool { return strings.HasSuffix(s.Node, "-n0") })
+	}
+	f := newFleet(t, 2, func(o *Options) {
+		o.HeartbeatInterval = 3 * time.Second
+		if o.Config != nil { // nil: the options the agents take their settings from
+			o.Config = timeouts(o.Config, releasesN0, true, &fail)
+			o.Config.Wrap(refuse.wrap)
+		}
+	})
+	a, b := agentFallsSilent(t, f)
+	refuse.paths = []string{"/nodes/" + a, "/namespaces/" + f.NS + "/nodeupdates/" + protocol.NodeUpdateName(a)}
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS, "pick": "yes"}}})
+	f.WaitFor("the slot of "+a+" claimed", time.Minute, func(ch *v1.UpdateChannel) bool { return plan.FindSlot(ch.Status, a) >= 0 })
+	deadline := time.Now().Add(time.Minute)
+	for !viewShowsSlot(t, f, a) { // a slot never shown needs no fence
+		if time.Now().After(deadline) {
+			t.Fatalf("the view of %s never showed its slot", a)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	refuse.on.Store(true)
+	fail.Store(1)
+	if err := f.PatchNodeLabel(b, "pick", "yes"); err != nil {
+		t.Fatal(err)
+	}
+	f.WaitFor("the slot of "+a+" released", 2*time.Minute, func(ch *v1.UpdateChannel) bool { return plan.FindSlot(ch.Status, a) < 0 })
+	f.Holds("no slot granted while "+a+"'s view may show the slot taken away", 10*time.Second, func(ch *v1.UpdateChannel) bool {
+		return plan.FindSlot(ch.Status, b) < 0 && ch.Status.Counts.UpToDate == 0
+	})
+	if fail.Load() > 0 { // 1 until the first answered with a timeout
+		t.Fatal("the release's status write was not answered with a timeout: the test tests nothing")
+	}
+	if !viewShowsSlot(t, f, a) {
+		t.Fatalf("the view of %s no longer shows its slot although every write of it failed", a)
+	}
+	refuse.on.Store(false)
+	f.WaitFor(b+" granted a slot once "+a+"'s view can be written", 2*time.Minute, func(ch *v1.UpdateChannel) bool {
+		return plan.FindSlot(ch.Status, b) >= 0 || ch.Status.Counts.UpToDate >= 1
+	})
 }
