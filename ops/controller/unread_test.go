@@ -110,6 +110,20 @@ func TestDrainWithoutAnAnswerWaits(t *testing.T) {
 	}
 }
 
+// grantedOneTimingOut is grantedOne (no servers), the controller's
+// requests that match picks answered with a timeout while fail is above
+// zero (timeouts; landed: sent first). It returns the fleet, the node
+// granted the slot, and the release of its Job.
+func grantedOneTimingOut(t *testing.T, match func(*http.Request, []byte) bool, landed bool, fail *atomic.Int32) (*fleet, string, func(bool)) {
+	t.Helper()
+	f, first, _, release := grantedOneWith(t, false, func(o *Options) {
+		if o.Config != nil { // nil: the options the agents take their settings from
+			o.Config = timeouts(o.Config, match, landed, fail)
+		}
+	})
+	return f, first, release
+}
+
 // noUpgradeFailed fails t when an UpgradeFailed Event or a failure was
 // recorded on f's channel: a request without an answer is nobody's failure.
 func noUpgradeFailed(t *testing.T, f *fleet, node string) {
@@ -129,13 +143,9 @@ func noUpgradeFailed(t *testing.T, f *fleet, node string) {
 func TestEvictionWithoutAnAnswerWaits(t *testing.T) {
 	t.Parallel()
 	var fail atomic.Int32
-	f, first, _, releaseFirst := grantedOneWith(t, false, func(o *Options) {
-		if o.Config != nil { // nil: the options the agents take their settings from
-			o.Config = timeouts(o.Config, func(r *http.Request, _ []byte) bool {
-				return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/pods/busy/eviction")
-			}, false, &fail)
-		}
-	})
+	f, first, releaseFirst := grantedOneTimingOut(t, func(r *http.Request, _ []byte) bool {
+		return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/pods/busy/eviction")
+	}, false, &fail)
 	t.Cleanup(func() {
 		if t.Failed() {
 			f.DumpLogs(first)
@@ -162,13 +172,9 @@ func TestEvictionWithoutAnAnswerWaits(t *testing.T) {
 func TestCordonWithoutAnAnswerResumes(t *testing.T) {
 	t.Parallel()
 	var fail atomic.Int32
-	f, first, _, releaseFirst := grantedOneWith(t, false, func(o *Options) {
-		if o.Config != nil { // nil: the options the agents take their settings from
-			o.Config = timeouts(o.Config, func(r *http.Request, body []byte) bool {
-				return r.Method == http.MethodPatch && strings.Contains(r.URL.Path, "/nodes/") && bytes.Contains(body, []byte(`"unschedulable":true`))
-			}, true, &fail)
-		}
-	})
+	f, first, releaseFirst := grantedOneTimingOut(t, func(r *http.Request, body []byte) bool {
+		return r.Method == http.MethodPatch && strings.Contains(r.URL.Path, "/nodes/") && bytes.Contains(body, []byte(`"unschedulable":true`))
+	}, true, &fail)
 	fail.Store(1) // the next cordon is the first node's
 	releaseFirst(true)
 	f.WaitFor("all three at v2", 3*time.Minute, fleettest.Done(3))
@@ -278,14 +284,7 @@ func TestReleaseWithoutAnAnswerKeepsTheFence(t *testing.T) {
 	refuse.paths = []string{"/nodes/" + a, "/namespaces/" + f.NS + "/nodeupdates/" + protocol.NodeUpdateName(a)}
 	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS, "pick": "yes"}}})
-	f.WaitFor("the slot of "+a+" claimed", time.Minute, func(ch *v1.UpdateChannel) bool { return plan.FindSlot(ch.Status, a) >= 0 })
-	deadline := time.Now().Add(time.Minute)
-	for !viewShowsSlot(t, f, a) { // a slot never shown needs no fence
-		if time.Now().After(deadline) {
-			t.Fatalf("the view of %s never showed its slot", a)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	f.waitSlotShown(t, a) // a slot never shown needs no fence
 	refuse.on.Store(true)
 	fail.Store(1)
 	if err := f.PatchNodeLabel(b, "pick", "yes"); err != nil {
