@@ -163,6 +163,27 @@ func TestEvictionWithoutAnAnswerWaits(t *testing.T) {
 	noUpgradeFailed(t, f, first)
 }
 
+// TestPodListWithoutAnAnswerWaits: the drain's list of the node's pods
+// (a list across every namespace, the heaviest request of a drain) is
+// timed out by the API server (504) after the cordon: the drain waits,
+// the node cordoned and the slot kept, and resumes; no UpgradeFailed, no
+// failure recorded, and all three roll.
+func TestPodListWithoutAnAnswerWaits(t *testing.T) {
+	t.Parallel()
+	var fail atomic.Int32
+	f, first, releaseFirst := grantedOneTimingOut(t, func(r *http.Request, _ []byte) bool {
+		return r.Method == http.MethodGet && r.URL.Path == "/api/v1/pods" && strings.Contains(r.URL.Query().Get("fieldSelector"), "spec.nodeName=")
+	}, false, &fail)
+	fail.Store(1)
+	releaseFirst(true)
+	f.WaitFor("all three at v2", 3*time.Minute, fleettest.Done(3))
+	f.AssertAllAt("v2")
+	if fail.Load() > 0 { // 1 until the first answered with a timeout
+		t.Fatal("no list of a node's pods was answered with a timeout: the test tests nothing")
+	}
+	noUpgradeFailed(t, f, first)
+}
+
 // TestCordonWithoutAnAnswerResumes: the API server applies the cordon of
 // the first node's drain but times out its answer (504). The drain waits
 // and reads the Node again: it finds its own cordon and resumes it (the
