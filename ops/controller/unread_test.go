@@ -124,10 +124,17 @@ func grantedOneTimingOut(t *testing.T, match func(*http.Request, []byte) bool, l
 	return f, first, release
 }
 
-// noUpgradeFailed fails t when an UpgradeFailed Event or a failure was
-// recorded on f's channel: a request without an answer is nobody's failure.
-func noUpgradeFailed(t *testing.T, f *fleet, node string) {
+// rollsUnfailed waits for f's three nodes at v2, none left cordoned, and
+// fails t unless a request (what) was answered with a timeout (fail no
+// longer 1) and no UpgradeFailed Event nor failure was recorded: a
+// request without an answer is nobody's failure.
+func (f *fleet) rollsUnfailed(t *testing.T, node, what string, fail *atomic.Int32) {
 	t.Helper()
+	f.WaitFor("all three at v2", 3*time.Minute, fleettest.Done(3))
+	f.AssertAllAt("v2")
+	if fail.Load() > 0 { // 1 until the first answered with a timeout
+		t.Fatalf("no %s was answered with a timeout: the test tests nothing", what)
+	}
 	if n := f.EventsWithin("UpgradeFailed", 1, time.Second); n > 0 {
 		t.Errorf("%d UpgradeFailed Events: a request without an answer failed %s's upgrade", n, node)
 	}
@@ -155,12 +162,7 @@ func TestEvictionWithoutAnAnswerWaits(t *testing.T) {
 	fail.Store(1)
 	releaseFirst(true)
 	f.podGoesWhenEvicted(t, pod)
-	f.WaitFor("all three at v2", 3*time.Minute, fleettest.Done(3))
-	f.AssertAllAt("v2")
-	if fail.Load() > 0 { // 1 until the first answered with a timeout
-		t.Fatal("no eviction was answered with a timeout: the test tests nothing")
-	}
-	noUpgradeFailed(t, f, first)
+	f.rollsUnfailed(t, first, "eviction", &fail)
 }
 
 // TestPodListWithoutAnAnswerWaits: the drain's list of the node's pods
@@ -176,12 +178,7 @@ func TestPodListWithoutAnAnswerWaits(t *testing.T) {
 	}, false, &fail)
 	fail.Store(1)
 	releaseFirst(true)
-	f.WaitFor("all three at v2", 3*time.Minute, fleettest.Done(3))
-	f.AssertAllAt("v2")
-	if fail.Load() > 0 { // 1 until the first answered with a timeout
-		t.Fatal("no list of a node's pods was answered with a timeout: the test tests nothing")
-	}
-	noUpgradeFailed(t, f, first)
+	f.rollsUnfailed(t, first, "list of a node's pods", &fail)
 }
 
 // TestCordonWithoutAnAnswerResumes: the API server applies the cordon of
@@ -198,12 +195,7 @@ func TestCordonWithoutAnAnswerResumes(t *testing.T) {
 	}, true, &fail)
 	fail.Store(1) // the next cordon is the first node's
 	releaseFirst(true)
-	f.WaitFor("all three at v2", 3*time.Minute, fleettest.Done(3))
-	f.AssertAllAt("v2")
-	if fail.Load() > 0 { // 1 until the first answered with a timeout
-		t.Fatal("no cordon was answered with a timeout: the test tests nothing")
-	}
-	noUpgradeFailed(t, f, first)
+	f.rollsUnfailed(t, first, "cordon", &fail)
 	if !f.logged("drain resumed", first) {
 		t.Errorf("the drain of %s did not resume the cordon it found", first)
 	}
