@@ -31,8 +31,11 @@ import (
 // that in its view and reboots. Status shows a slot Draining only once its
 // drain has run for plan.SlowStep (plan.HoldBackDraining): a quick drain costs
 // no status write of its own. A failed drain uncordons and records the
-// failure; a slot taken away mid-drain (every eviction confirms it with the
-// API server first) uncordons and records nothing. A drain cut short by the
+// failure; a request of the drain that got no answer (a timeout, a dropped
+// connection: unread.go), its cordon's included, is no failure: the drain
+// resumes after heldRecheck, the slot kept; a slot taken away mid-drain
+// (every eviction confirms it with the API server first) uncordons and
+// records nothing. A drain cut short by the
 // controller's end or the Lease's loss is resumed by the next holder, which
 // folds the node's report again (the start recorded on the Node, so no
 // extra time); what it cordoned for a slot no longer held, it uncordons
@@ -268,14 +271,14 @@ func (ctl *Controller) drainSlot(ctx context.Context, ch *v1.UpdateChannel, s pl
 	opts.Keep = ctl.ownPods()
 	meta := map[string]string{protocol.AnnotationDrainStarted: began.UTC().Format(time.RFC3339Nano), protocol.AnnotationCordonedFor: ctl.opts.Namespace + "/" + ch.Name}
 	if _, err := drain.CordonSeen(ctx, ctl.kube, slot.Node, seen, protocol.CordonOwner, meta); err != nil { // seen: the Node just read
-		return nil, began, err
+		return nil, began, unreadOr(err) // no answer: it may have landed; the next attempt reads the Node and resumes a cordon it finds
 	}
 	ctl.log.Info("draining", "node", slot.Node, "channel", ch.Name, "timeout", opts.Timeout)
 	res, err := drain.Drain(withConfirm(ctx, confirm), ctl.drainKube, slot.Node, withLog(opts, ctl.log))
 	if err != nil && !errors.Is(err, errSlotGone) && ctx.Err() == nil && errors.Is(ctl.holdsSlot(ctx, ch, slot), errSlotGone) {
 		err = errSlotGone
 	}
-	return res, began, err
+	return res, began, unreadOr(err) // no answer mid-drain: the node stays cordoned, the slot kept; the next attempt resumes it
 }
 
 // holdsSlot asks the API server whether ch (the same UID) still holds slot.

@@ -18,6 +18,7 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/internal/answer"
 	"slipway.dev/slipway/ops/internal/wallclock"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/process"
@@ -122,6 +123,7 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 		return nil
 	})
 	if err != nil {
+		mayHaveLanded(fc, r.revoked, err)
 		return 0, err
 	}
 	fc.revoked.add(r.revoked) // before the views: their nodes' views go first
@@ -176,6 +178,22 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 		next = min(next, fenceRecheck)
 	}
 	return next, nil
+}
+
+// mayHaveLanded fences the slots a status write took away (revoked) when
+// the write got no answer (answer.Unanswered): it may have landed, and the
+// next pass, reading the status without them, would otherwise grant their
+// capacity while their nodes' views still show them (revoke.go). Had it
+// not landed, the next pass reads the slots' nodes again (stale slots are
+// otherwise read once per resync) and takes them away again; a slot it
+// keeps holds the channel's new slots back until its view drops it: a
+// wait, never one node too many down.
+func mayHaveLanded(fc *fleetCache, revoked []v1.Slot, err error) {
+	if !answer.Unanswered(err) {
+		return
+	}
+	fc.revoked.add(revoked)
+	fc.staleChecked = time.Time{}
 }
 
 // lastClaims are the claim times of the last slot this controller granted
@@ -254,6 +272,7 @@ func (ctl *Controller) markInvalid(ctx context.Context, ch *v1.UpdateChannel, ba
 	if errors.Is(err, errSpecChanged) {
 		return nil // the informer brings the new spec and another sync
 	} else if err != nil {
+		mayHaveLanded(ctl.fleetCacheOf(ch.Name), freed, err)
 		return err
 	}
 	ctl.fleetCacheOf(ch.Name).revoked.add(freed)

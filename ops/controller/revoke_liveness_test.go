@@ -66,16 +66,9 @@ func TestRevokedSlotGrantedSoonAfterItsViewLands(t *testing.T) {
 
 	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS, "pick": "yes"}}})
-	f.WaitFor("the slot of "+a+" claimed", time.Minute, func(ch *v1.UpdateChannel) bool { return plan.FindSlot(ch.Status, a) >= 0 })
 	// Its view shows the slot before the writes fail: a slot never shown
 	// needs no fence.
-	deadline := time.Now().Add(time.Minute)
-	for !viewShowsSlot(t, f, a) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the view of %s never showed its slot", a)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	f.waitSlotShown(t, a)
 	refuse.on.Store(true)
 	if err := f.PatchNodeLabel(b, "pick", "yes"); err != nil {
 		t.Fatal(err)
@@ -102,6 +95,19 @@ func TestRevokedSlotGrantedSoonAfterItsViewLands(t *testing.T) {
 		return plan.FindSlot(ch.Status, b) >= 0 || ch.Status.Counts.UpToDate >= 1
 	})
 	t.Logf("%d writes of %s's view refused; %s granted %s after they went through again", refuse.refused.Load(), a, b, time.Since(lifted).Round(time.Millisecond))
+}
+
+// waitSlotShown waits for node's slot to be claimed and shown in its view.
+func (f *fleet) waitSlotShown(t *testing.T, node string) {
+	t.Helper()
+	f.WaitFor("the slot of "+node+" claimed", time.Minute, func(ch *v1.UpdateChannel) bool { return plan.FindSlot(ch.Status, node) >= 0 })
+	deadline := time.Now().Add(time.Minute)
+	for !viewShowsSlot(t, f, node) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the view of %s never showed its slot", node)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // viewShowsSlot tells whether node's view gives it a slot: on its Node

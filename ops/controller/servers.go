@@ -133,7 +133,10 @@ func serverWaits(st v1.UpdateChannelStatus, mine []plan.Node, target string) boo
 }
 
 // isServerNode tells whether node is a control-plane or etcd node, from
-// the controller's Node metadata (a GET when its cache lacks it).
+// the controller's Node metadata (a GET when its cache lacks it). A node
+// that cannot be told (the GET got no answer, or a refusal) counts as a
+// server, as the gates count what they cannot tell: a server's reboot
+// permitted as a worker's would skip the server gate.
 func (ctl *Controller) isServerNode(ctx context.Context, node string) bool {
 	if ctl.nodeMeta != nil {
 		if o, ok, _ := ctl.nodeMeta.GetByKey(node); ok {
@@ -143,5 +146,17 @@ func (ctl *Controller) isServerNode(ctx context.Context, node string) bool {
 		}
 	}
 	n, err := ctl.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	return err == nil && plan.Server(plan.Node{Labels: n.Labels})
+	return serverOrUnknown(n, err)
+}
+
+// serverOrUnknown tells whether n, as a GET of it returned (err), is a
+// server node or cannot be told from one; a Node not found is none.
+func serverOrUnknown(n *corev1.Node, err error) bool {
+	switch {
+	case apierrors.IsNotFound(err):
+		return false // deleted: no longer a member
+	case err != nil:
+		return true
+	}
+	return plan.Server(plan.Node{Labels: n.Labels})
 }
