@@ -1,7 +1,6 @@
 package updateoperator
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,12 +46,10 @@ func (l *loseRecordAnswer) RoundTrip(req *http.Request) (*http.Response, error) 
 	if req.Method != http.MethodPatch || !strings.HasSuffix(req.URL.Path, l.path) || req.Body == nil {
 		return l.next.RoundTrip(req)
 	}
-	body, err := io.ReadAll(req.Body)
+	body, err := peekBody(req)
 	if err != nil {
 		return nil, err
 	}
-	req.Body.Close()
-	req.Body = io.NopCloser(bytes.NewReader(body))
 	var p struct {
 		Data map[string]*string `json:"data"`
 	}
@@ -154,18 +151,7 @@ func TestLostRecordAnswerThenNewLeader(t *testing.T) {
 			} else {
 				lose.cancel = cancel
 			}
-			o := f.controllerOptions(func(o *ControllerOptions) {
-				cfg := *o.Config
-				cfg.Wrap(lose.wrap)
-				o.Config = &cfg
-			})
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				if err := RunController(ctx, o); err != nil {
-					t.Errorf("controller: %v", err)
-				}
-			}()
+			done := f.run(ctx, lose.wrap, nil)
 			t.Cleanup(func() { cancel(); <-done })
 			if c.goOn { // the first leader goes on until a node is started, then ends
 				eventually(t, 3*time.Minute, "a node started after the lost answer", func() (bool, string) {

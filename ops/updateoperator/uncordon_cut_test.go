@@ -50,12 +50,10 @@ func (c *cutAtUncordon) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method != http.MethodPatch || !strings.HasSuffix(req.URL.Path, "/nodes/"+c.node) || req.Body == nil {
 		return c.next.RoundTrip(req)
 	}
-	body, err := io.ReadAll(req.Body)
+	body, err := peekBody(req)
 	if err != nil {
 		return nil, err
 	}
-	req.Body.Close()
-	req.Body = io.NopCloser(bytes.NewReader(body))
 	var p struct {
 		Metadata struct {
 			Annotations map[string]*string `json:"annotations"`
@@ -110,18 +108,7 @@ func TestUncordonCutThenNewLeader(t *testing.T) {
 			node := f.nodes[0]
 			ctx, cancel := context.WithCancel(context.Background())
 			cut := &cutAtUncordon{node: node, send: c.send, cancel: cancel}
-			o := f.controllerOptions(func(o *ControllerOptions) {
-				cfg := *o.Config
-				cfg.Wrap(cut.wrap)
-				o.Config = &cfg
-			})
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				if err := RunController(ctx, o); err != nil && !cut.isCut() {
-					t.Errorf("controller: %v", err)
-				}
-			}()
+			done := f.run(ctx, cut.wrap, func(err error) bool { return cut.isCut() })
 			t.Cleanup(func() { cancel(); <-done })
 			select { // the first leader stops at the uncordon
 			case <-done:
@@ -142,13 +129,7 @@ func TestUncordonCutThenNewLeader(t *testing.T) {
 			// The next leader (stopped by the test maybe before it has
 			// started: its context's end is then its error).
 			nctx, ncancel := context.WithCancel(context.Background())
-			ndone := make(chan struct{})
-			go func() {
-				defer close(ndone)
-				if err := RunController(nctx, f.controllerOptions(nil)); err != nil && !errors.Is(err, context.Canceled) {
-					t.Errorf("the next leader: %v", err)
-				}
-			}()
+			ndone := f.run(nctx, nil, func(err error) bool { return errors.Is(err, context.Canceled) })
 			defer func() { ncancel(); <-ndone }()
 			if !c.adminCordon {
 				eventually(t, 3*time.Minute, "the node at v2, at rest, uncordoned", func() (bool, string) {
@@ -194,4 +175,38 @@ func (f *fleet) storedRecord(node string) map[string]string {
 		f.t.Fatal(err)
 	}
 	return r[node]
+}
+
+// run runs a controller of the tests' settings, its client's transport
+// wrapped by wrap (nil: as it is), until ctx ends; the channel closes
+// when it returned. An error it returns fails the test unless expected
+// says it is (nil: none is).
+func (f *fleet) run(ctx context.Context, wrap func(http.RoundTripper) http.RoundTripper, expected func(error) bool) chan struct{} {
+	o := f.controllerOptions(func(o *ControllerOptions) {
+		if wrap != nil {
+			cfg := *o.Config
+			cfg.Wrap(wrap)
+			o.Config = &cfg
+		}
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := RunController(ctx, o); err != nil && (expected == nil || !expected(err)) {
+			f.t.Errorf("controller: %v", err)
+		}
+	}()
+	return done
+}
+
+// peekBody reads req's body and puts it back, for a transport that looks
+// at a request before it sends it.
+func peekBody(req *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	req.Body.Close()
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	return body, nil
 }
