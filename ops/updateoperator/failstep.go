@@ -239,26 +239,6 @@ func schedulableBefore(n *corev1.Node, owner string) string {
 	return "true"
 }
 
-// uncordonSeen lifts the operator's cordon of n (drain.UncordonSeen)
-// with also, recorded first.
-func (c *controller) uncordonSeen(ctx context.Context, n *corev1.Node, also drain.Meta) (*corev1.Node, error) {
-	rec := map[string]any{drain.AnnotationCordonedBy: nil, drain.AnnotationSchedulableBefore: nil}
-	maps.Copy(rec, also.Annotations)
-	undo, err := c.record(ctx, n.Name, rec)
-	if err != nil {
-		return nil, err
-	}
-	owner := c.keys.ownerOn(n)
-	written, err := drain.UncordonSeen(ctx, c.kube, n.Name, n, owner, also)
-	if err != nil { // the uncordon may have landed, its answer lost (lostwrite.go); unknown, the record keeps the cordon
-		landed := func(n *corev1.Node) bool { return CarriesUncordon(n, owner, also) }
-		if written, err = c.afterFailedWrite(ctx, n.Name, err, landed, undo, false); err != nil {
-			return nil, err
-		}
-	}
-	return c.recorded(written), nil
-}
-
 func union(a, b []string) []string {
 	seen := map[string]bool{}
 	var out []string

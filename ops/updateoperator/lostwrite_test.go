@@ -34,13 +34,11 @@ func (l *loseAnswer) wrap(rt http.RoundTripper) http.RoundTripper { l.next = rt;
 func (l *loseAnswer) RoundTrip(req *http.Request) (*http.Response, error) {
 	var body []byte
 	if req.Method == http.MethodPatch && strings.Contains(req.URL.Path, "/nodes/") && req.Body != nil {
-		b, err := io.ReadAll(req.Body)
+		b, err := peekBody(req)
 		if err != nil {
 			return nil, err
 		}
-		req.Body.Close()
 		body = b
-		req.Body = io.NopCloser(bytes.NewReader(b))
 	}
 	resp, err := l.next.RoundTrip(req)
 	if err != nil || body == nil || !bytes.Contains(body, []byte(`"unschedulable":true`)) || !bytes.Contains(body, []byte(string(IntentPerform))) {

@@ -27,8 +27,9 @@ import (
 // 2999 would hold one of the fleet's max-concurrent slots for ever. So
 // the controller keeps its own copy of those keys, in the fleet state's
 // ConfigMap that only it writes (one data key per Node, "node.<name>"),
-// written before the Node in each of its writes, and decides from the
-// copy alone; the Node's copy is the message to the agent (and to
+// written before the Node in each of its writes (an uncordon drops the
+// cordon from it only after, uncordon.go), and decides from the copy
+// alone; the Node's copy is the message to the agent (and to
 // people). A Node whose copy differs is written back to the record (a
 // Warning Event says so). A record value that cannot be read (only the
 // one-time import can bring one) is replaced by the Node's, so that an

@@ -6,6 +6,8 @@ import (
 	"maps"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"slipway.dev/slipway/ops/drain"
 )
 
 // A write of the controller's record (record.go) that returns an error
@@ -62,11 +64,28 @@ func (k Keys) RecordHolds(r map[string]string) (slot, cordon bool) {
 }
 
 // RecordLetsGo reports whether node record next lets go of the slot or
-// the cordon that old holds (an uncordon, a finish, a failure).
+// the cordon that old holds (an uncordon, a finish, a failure), the
+// cordon aside too: an uncordon's first record write keeps the cordon,
+// which holds the slot, until the Node's uncordon is known (uncordon.go),
+// but the finish or the failure written beside it lets go of the slot the
+// intent holds.
 func (k Keys) RecordLetsGo(old, next map[string]string) bool {
 	oldSlot, oldCordon := k.RecordHolds(old)
 	nextSlot, nextCordon := k.RecordHolds(next)
-	return oldSlot && !nextSlot || oldCordon && !nextCordon
+	if oldSlot && !nextSlot || oldCordon && !nextCordon {
+		return true
+	}
+	oldSlot, _ = k.RecordHolds(withoutCordon(old))
+	nextSlot, _ = k.RecordHolds(withoutCordon(next))
+	return oldSlot && !nextSlot
+}
+
+// withoutCordon is a node's record r without the cordon's record.
+func withoutCordon(r map[string]string) map[string]string {
+	r = maps.Clone(r)
+	delete(r, drain.AnnotationCordonedBy)
+	delete(r, drain.AnnotationSchedulableBefore)
+	return r
 }
 
 // RecordAfterWrite is what the controller does with a record write of

@@ -1,7 +1,6 @@
 package updateoperator
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,12 +46,10 @@ func (l *loseRecordAnswer) RoundTrip(req *http.Request) (*http.Response, error) 
 	if req.Method != http.MethodPatch || !strings.HasSuffix(req.URL.Path, l.path) || req.Body == nil {
 		return l.next.RoundTrip(req)
 	}
-	body, err := io.ReadAll(req.Body)
+	body, err := peekBody(req)
 	if err != nil {
 		return nil, err
 	}
-	req.Body.Close()
-	req.Body = io.NopCloser(bytes.NewReader(body))
 	var p struct {
 		Data map[string]*string `json:"data"`
 	}
@@ -100,14 +97,15 @@ func (l *loseRecordAnswer) lostOn() []string {
 // The API server applies a write of the controller's record, but its
 // answer is lost as the controller's context ends (its leadership lost
 // while the request was on its way); a new leader loads the record
-// next. The write that lifts the first node's cordon (its uncordon, with
-// the finish): before, the controller skipped the uncordon, so the new
-// leader found a record without the cordon the Node still carried, took
-// the cordon for someone else's, never lifted it and started the second
-// node beside it (two in flight at max-concurrent 1 by the Nodes, the
-// first cordoned for good). Read back, the record write is known: the
-// Node write goes on (here it fails, the context ended, and the record
-// is put back), and the new leader lifts the cordon. With the controller
+// next. The write that drops the first node's cordon from the record:
+// when it went before the Node's uncordon, the controller skipped the
+// uncordon, so the new leader found a record without the cordon the Node
+// still carried, took the cordon for someone else's, never lifted it and
+// started the second node beside it (two in flight at max-concurrent 1
+// by the Nodes, the first cordoned for good); read back, the record
+// write was known and the Node write went on. It now follows the Node's
+// uncordon (uncordon.go, TestUncordonCutThenNewLeader): the record the
+// new leader loads agrees with the Node. With the controller
 // ended at once, the write that adds the cordon with perform-update was
 // only conservative, and still is: the new leader carries out the intent
 // the record holds (the slot was the node's already) and cordons it anew;
@@ -153,18 +151,7 @@ func TestLostRecordAnswerThenNewLeader(t *testing.T) {
 			} else {
 				lose.cancel = cancel
 			}
-			o := f.controllerOptions(func(o *ControllerOptions) {
-				cfg := *o.Config
-				cfg.Wrap(lose.wrap)
-				o.Config = &cfg
-			})
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				if err := RunController(ctx, o); err != nil {
-					t.Errorf("controller: %v", err)
-				}
-			}()
+			done := f.run(ctx, lose.wrap, nil)
 			t.Cleanup(func() { cancel(); <-done })
 			if c.goOn { // the first leader goes on until a node is started, then ends
 				eventually(t, 3*time.Minute, "a node started after the lost answer", func() (bool, string) {
@@ -305,6 +292,10 @@ func TestRecordHolds(t *testing.T) {
 		{"an uncordon that finishes", cordoned(reboot), rest, true},
 		{"a finish", reboot, rest, true},
 		{"a target, a reason", reboot, reboot, false},
+		{"an uncordon's first write, with its finish (the cordon kept)", cordoned(reboot), cordoned(rest), true},
+		{"an uncordon's first write, with its failure (the cordon kept)", cordoned(map[string]string{k.Wanted(): string(IntentPerform)}), cordoned(map[string]string{k.Wanted(): string(IntentReset)}), true},
+		{"the undo of that first write", cordoned(rest), cordoned(reboot), false},
+		{"an uncordon's first write, of a node back (the slot stays)", cordoned(reboot), cordoned(reboot), false},
 	} {
 		if got := k.RecordLetsGo(c.old, c.next); got != c.want {
 			t.Errorf("%s: lets go %v, want %v", c.name, got, c.want)

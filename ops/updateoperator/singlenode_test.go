@@ -53,7 +53,10 @@ func TestSingleNodeClusterEndsSchedulable(t *testing.T) {
 	if err != nil || d.Status.ReadyReplicas != 2 {
 		t.Errorf("the Deployment drained off the node: %v ready, err %v; want 2 (the update finishes only once it is)", d.Status.ReadyReplicas, err)
 	}
-	if r := f.eventReasons(node); !has(r, ReasonSucceeded) || !has(r, ReasonDrained) || !has(r, ReasonUncordoned) {
-		t.Errorf("Events about %s: %v; want %s, %s and %s", node, r, ReasonDrained, ReasonUncordoned, ReasonSucceeded)
-	}
+	// Events are written in the background, after the write they tell of.
+	eventually(t, time.Minute, "the drain's, the uncordon's and the success's Events", func() (bool, string) {
+		r := f.eventReasons(node)
+		return has(r, ReasonSucceeded) && has(r, ReasonDrained) && has(r, ReasonUncordoned),
+			fmt.Sprintf("Events about %s: %v; want %s, %s and %s", node, r, ReasonDrained, ReasonUncordoned, ReasonSucceeded)
+	})
 }

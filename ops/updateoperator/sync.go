@@ -263,8 +263,14 @@ func (c *controller) uncordon(ctx context.Context, n *corev1.Node, v NodeView, n
 	if err != nil {
 		return err
 	}
-	if written != nil {
+	lifted := written != nil
+	if lifted {
 		c.wrote(v.Name, written.ResourceVersion)
+	} else if written, err = c.patchNode(ctx, v.Name, nil, ann); err != nil {
+		// The operator's cordon was off the Node already (lifted by a
+		// leader stopped before its record said so, or an admin's since):
+		// what the uncordon writes beside it, written alone.
+		return err
 	}
 	version := n.Annotations[c.keys.Key(KeyCurrentVersion)]
 	if finish && written != nil { // one write, one Event
@@ -274,7 +280,11 @@ func (c *controller) uncordon(ctx context.Context, n *corev1.Node, v NodeView, n
 		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonSucceeded, "updated to %s: back, the operator's cordon lifted", version)
 		return nil
 	}
-	c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonUncordoned, "back at %s; lifted the operator's cordon", version)
+	if lifted {
+		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonUncordoned, "back at %s; lifted the operator's cordon", version)
+	} else {
+		c.ev.emit(ctx, v.Name, corev1.EventTypeNormal, ReasonUncordoned, "back at %s; the operator's cordon was off the Node already (lifted before the controller's record said so; a cordon of someone else's stays): dropped from the record", version)
+	}
 	if back {
 		return c.afterUncordon(ctx, v.Name, written)
 	}
