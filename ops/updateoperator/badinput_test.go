@@ -25,6 +25,20 @@ func (f *fleet) eventReasons(node string) []string {
 	return out
 }
 
+// eventSaid waits (up to a minute) for an Event of reason about node, and
+// tells whether one came: Events are written in the background, after the
+// write they tell of.
+func (f *fleet) eventSaid(node, reason string) bool {
+	deadline := time.Now().Add(time.Minute)
+	for !has(f.eventReasons(node), reason) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return true
+}
+
 func has(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -68,8 +82,8 @@ func TestBadInputLeavesTheRestRolling(t *testing.T) {
 		t.Errorf("the dead-socket node: %+v; want it resting in error, untouched", v)
 	}
 	for _, name := range []string{garbled, deadSocket} {
-		if r := f.eventReasons(name); !has(r, ReasonAgentError) {
-			t.Errorf("no %s Event about %s (got %v)", ReasonAgentError, name, r)
+		if !f.eventSaid(name, ReasonAgentError) {
+			t.Errorf("no %s Event about %s (got %v)", ReasonAgentError, name, f.eventReasons(name))
 		}
 	}
 	f.patch(garbled, map[string]any{"metadata": map[string]any{"annotations": map[string]any{f.keys.Wanted(): string(IntentStabilize)}}})

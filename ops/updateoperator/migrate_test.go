@@ -126,7 +126,7 @@ func TestOldCordonMidDrainIsLifted(t *testing.T) {
 	stop := f.controller(func(o *ControllerOptions) { o.Policy.AdoptOldCordons = true })
 	defer stop()
 	eventually(t, 2*time.Minute, "updated, uncordoned", f.done)
-	if !has(f.eventReasons(node), ReasonAdopted) {
+	if !f.eventSaid(node, ReasonAdopted) {
 		t.Errorf("no %s Event", ReasonAdopted)
 	}
 }

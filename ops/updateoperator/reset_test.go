@@ -95,8 +95,8 @@ func TestFailedUpdateIsResetThenRetried(t *testing.T) {
 	if n := f.node(name); n.Annotations[f.keys.Key(KeyFailures)] != "" {
 		t.Errorf("failures %q left after the successful retry", n.Annotations[f.keys.Key(KeyFailures)])
 	}
-	if r := f.eventReasons(name); !has(r, ReasonFailed) {
-		t.Errorf("no %s Event for the failure: %v", ReasonFailed, r)
+	if !f.eventSaid(name, ReasonFailed) {
+		t.Errorf("no %s Event for the failure: %v", ReasonFailed, f.eventReasons(name))
 	}
 }
 
