@@ -106,19 +106,30 @@ func (ctl *Controller) channelToken(ctx context.Context, ch *v1.UpdateChannel) (
 		return ctl.opts.GitHubToken, nil
 	}
 	sec, err := ctl.kube.CoreV1().Secrets(ctl.opts.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-	if apierrors.IsForbidden(err) {
-		return "", fmt.Errorf("the agent may read only the token Secrets the manifest names, not %s of channel %s (name it slipway-github-token, or render the manifest with --token-secret %s): %w",
-			ref.Name, ch.Name, ref.Name, err)
-	}
 	if err != nil {
-		return "", fmt.Errorf("read the token Secret %s named by spec.tokenSecretRef of channel %s (create it: kubectl -n %s create secret generic %s --from-literal=%s=<token>): %w",
-			ref.Name, ch.Name, ctl.opts.Namespace, ref.Name, plan.SecretKey(ref), err)
+		return "", tokenReadError(ctl.opts.Namespace, ch.Name, ref, err)
 	}
 	tok, ok := sec.Data[plan.SecretKey(ref)]
 	if !ok {
 		return "", fmt.Errorf("the token Secret %s of channel %s has no key %q: add it or set spec.tokenSecretRef.key", ref.Name, ch.Name, plan.SecretKey(ref))
 	}
 	return strings.TrimSpace(string(tok)), nil
+}
+
+// tokenReadError is what a failed read of channel's token Secret (ref,
+// in namespace ns) says: how to name it when the controller may not read
+// it, how to make it when it is not there, and otherwise (no answer yet)
+// the error as it came, with no advice: the Secret may well be there.
+func tokenReadError(ns, channel string, ref *v1.SecretKeyRef, err error) error {
+	switch {
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("the agent may read only the token Secrets the manifest names, not %s of channel %s (name it slipway-github-token, or render the manifest with --token-secret %s): %w",
+			ref.Name, channel, ref.Name, err)
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("read the token Secret %s named by spec.tokenSecretRef of channel %s (create it: kubectl -n %s create secret generic %s --from-literal=%s=<token>): %w",
+			ref.Name, channel, ns, ref.Name, plan.SecretKey(ref), err)
+	}
+	return fmt.Errorf("read the token Secret %s named by spec.tokenSecretRef of channel %s: %w", ref.Name, channel, err)
 }
 
 // resolveOnce resolves the target release of ch if it is a GitHub channel
