@@ -143,7 +143,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.opts.MetricsAddr != "" {
 		go process.ServeMetrics(ctx, a.opts.MetricsAddr, a.metrics.registry, a.probe, a.log)
 	}
-	if err := untilAnswered(ctx, a.log, startBackoff, "ask the API server's version", func(ctx context.Context) error {
+	if err := untilAnswered(ctx, a.log, startBackoff, "ask the API server's version (and install the CRDs with --install-crds)", func(ctx context.Context) error {
 		return process.Prepare(ctx, a.kube, a.opts.Config, a.opts.InstallCRDs, a.log)
 	}); err != nil {
 		return err

@@ -1,14 +1,14 @@
 package agent
 
 import (
-	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"slipway.dev/slipway/ops/internal/fleettest"
 )
 
 // startTrace holds the agent's first GET of its Node until its NodeUpdate's
@@ -136,9 +136,7 @@ func (b *busyStart) wrap(rt http.RoundTripper) http.RoundTripper {
 		}
 		b.mu.Unlock()
 		if busy {
-			body := `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too many requests, please try again later","reason":"TooManyRequests","code":429}`
-			return &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{"Content-Type": {"application/json"}},
-				Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
+			return fleettest.BusyAnswer(r), nil
 		}
 		return rt.RoundTrip(r)
 	})
