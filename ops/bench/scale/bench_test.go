@@ -107,6 +107,11 @@ func BenchmarkScaleNoop(b *testing.B) {
 				fmt.Errorf("%d of %d up to date, %d slots", ch.Status.Counts.UpToDate, rolled, len(ch.Status.Updating))
 		}
 	}
+	rest := restProcs{"apiserver": func() []int { return []int{pids["kube-apiserver"]} }, "controller": own}
+	if contender == "slipway" {
+		rest["standins"], rest["agents"] = selfPid, others
+	}
+	restKV := measureRest(b, ctx, kube, rest)
 	var mon *monitorProc
 	if withMonitor && contender == "slipway" {
 		if mon, err = startMonitor(e, b.TempDir()); err != nil {
@@ -118,7 +123,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 	ctl := sample(own, 2*time.Second)
 	api := sample(func() []int { return []int{pids["kube-apiserver"]} }, 2*time.Second)
 	kcm := sample(func() []int { return []int{pids["kube-controller-manager"]} }, 2*time.Second)
-	self := sample(func() []int { return []int{os.Getpid()} }, 2*time.Second)
+	self := sample(selfPid, 2*time.Second)
 	var agents *procUsage
 	if others != nil {
 		agents = sample(others, 2*time.Second)
@@ -190,6 +195,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 			fmt.Sprintf("standin_process_cpu_s=%.1f", selfCPU.Seconds()), fmt.Sprintf("standin_process_rss_mib=%.0f", selfRSS), fmt.Sprintf("standin_process_anon_mib=%.0f", selfAnon))
 	}
 	kv = append(kv, monKV...)
+	kv = append(kv, restKV...)
 	kv = append(kv, "load_before="+strings.ReplaceAll(loadBefore, " ", "/"), "load_after="+strings.ReplaceAll(benchside.LoadAverage(), " ", "/"),
 		"settings="+strings.ReplaceAll(settings, " ", "_"))
 	b.ReportMetric(wall.Seconds(), "wall-s")
