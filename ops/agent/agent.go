@@ -50,6 +50,10 @@ type Agent struct {
 	// beatLease is the heartbeat Lease as this process last wrote it
 	// (heartbeat.go; the heartbeat's goroutine only).
 	beatLease *coordinationv1.Lease
+	// beatingIdle: the last renewal waits the idle interval; beatWake
+	// renews at once (wakeHeartbeat).
+	beatingIdle atomic.Bool
+	beatWake    chan struct{}
 
 	probe       *health.Probe // /healthz and /readyz (process.Pulse)
 	workersBeat func()
@@ -115,7 +119,8 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{opts: opts, log: opts.Log.With("node", opts.NodeName), metrics: newMetrics(), probe: health.New(),
-		waitSince: map[string]time.Time{}, wrote: map[types.UID]v1.Slot{}, created: map[string]time.Time{}, marks: map[string]string{}}
+		waitSince: map[string]time.Time{}, wrote: map[types.UID]v1.Slot{}, created: map[string]time.Time{}, marks: map[string]string{},
+		beatWake: make(chan struct{}, 1)}
 	if a.kube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}
@@ -198,7 +203,7 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) startInformers(ctx context.Context) error {
 	nodeInf, jobInf := a.nodeInformer(), a.jobInformer()
 	a.nodes, a.jobs = nodeInf.GetIndexer(), ownJobs{jobInf.GetIndexer(), a.opts.NodeName} // only Jobs pinned to this node (pods.go)
-	all := func(any) { a.enqueueAll(); a.queue.Add(key{role: rolePublish}) }
+	all := func(any) { a.enqueueAll(); a.queue.Add(key{role: rolePublish}); a.wakeHeartbeat() }
 	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(old, cur any) {
 		a.viewsGone(old, cur)
 		all(cur)
@@ -253,14 +258,14 @@ func (a *Agent) startInformers(ctx context.Context) error {
 
 // nodeInformer watches this agent's own Node only.
 func (a *Agent) nodeInformer() cache.SharedIndexInformer {
-	return process.NewInformer(a.kube.CoreV1().Nodes(), &corev1.Node{}, a.opts.Resync, func(o *metav1.ListOptions) {
+	return process.NewInformerWatching(a.kube.CoreV1().Nodes(), &corev1.Node{}, a.opts.Resync, process.AgentWatch, func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.NodeName).String()
 	})
 }
 
 // jobInformer watches the upgrade Jobs of this agent's node.
 func (a *Agent) jobInformer() cache.SharedIndexInformer {
-	return process.NewInformer(a.kube.BatchV1().Jobs(a.opts.Namespace), &batchv1.Job{}, a.opts.Resync, func(o *metav1.ListOptions) {
+	return process.NewInformerWatching(a.kube.BatchV1().Jobs(a.opts.Namespace), &batchv1.Job{}, a.opts.Resync, process.AgentWatch, func(o *metav1.ListOptions) {
 		o.LabelSelector = labels.SelectorFromSet(labels.Set{protocol.LabelJobNode: protocol.LabelValue(a.opts.NodeName)}).String()
 	})
 }

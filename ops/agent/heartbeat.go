@@ -8,33 +8,93 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/internal/wallclock"
+	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
 )
 
 // The agent's heartbeat: a Lease per node in the agent's namespace, renewed
-// every Options.HeartbeatInterval. The holder of a channel's Lease reads it
-// to tell a node with a running agent from one without (the DaemonSet's
-// pod not scheduled there, crash-looping, or the node powered off): only
-// the former take slots. A Lease, not a Node annotation: its writes reach
-// no Node watcher in the cluster.
+// every Options.HeartbeatInterval while a channel asks something of the
+// node and every protocol.IdleHeartbeats intervals while none does; the
+// Lease's duration says which (three of the intervals it waits). The
+// controller reads it to tell a node with a running agent from one
+// without (the DaemonSet's pod not scheduled there, crash-looping, or the
+// node powered off): only the former take slots. A Lease, not a Node
+// annotation: its writes reach no Node watcher in the cluster.
 
-// heartbeat renews this agent's Lease now and then every HeartbeatInterval until ctx ends.
+// heartbeat renews this agent's Lease now and then every beatInterval
+// until ctx ends: every HeartbeatInterval while a channel asks something
+// of this node, every protocol.IdleHeartbeats of them while nothing does.
+// Work that arrives while it beats slowly (a new target, a slot) renews
+// at once (wakeHeartbeat), with the short duration.
 func (a *Agent) heartbeat(ctx context.Context) {
-	t := time.NewTicker(a.opts.HeartbeatInterval)
-	defer t.Stop()
-	alive := a.probe.Loop("heartbeat", 3*a.opts.HeartbeatInterval)
+	alive := a.probe.Loop("heartbeat", 3*protocol.IdleHeartbeat(a.opts.HeartbeatInterval))
 	for {
-		if err := a.beat(ctx); err != nil && ctx.Err() == nil {
+		// Armed before busy is read: work seen from here on wakes the
+		// loop again, even work that lands while this renewal is on its way.
+		a.beatingIdle.Store(true)
+		busy := a.busy()
+		a.beatingIdle.Store(!busy)
+		interval := beatInterval(busy, a.opts.HeartbeatInterval)
+		if err := a.beat(ctx, interval); err != nil && ctx.Err() == nil {
 			a.log.Warn("could not renew this agent's heartbeat; retrying at the next interval", "err", err)
 		}
 		alive() // a failed renewal is the API's, not a wedged loop
+		t := time.NewTimer(interval)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
+		case <-a.beatWake:
+			t.Stop()
 		}
 	}
+}
+
+// beatInterval is how long the agent waits until its next renewal: the
+// heartbeat interval while busy, protocol.IdleHeartbeat of it while idle.
+func beatInterval(busy bool, interval time.Duration) time.Duration {
+	if busy {
+		return interval
+	}
+	return protocol.IdleHeartbeat(interval)
+}
+
+// wakeHeartbeat renews the heartbeat at once when it beats slowly and a
+// channel now asks something of this node: the controller then judges
+// the node by the short duration from the start of its work.
+func (a *Agent) wakeHeartbeat() {
+	if !a.beatingIdle.Load() || !a.busy() {
+		return
+	}
+	select {
+	case a.beatWake <- struct{}{}:
+	default:
+	}
+}
+
+// busy reports whether a channel asks something of this node: it holds a
+// slot it has not reported ended (a view may show an ended slot until the
+// controller frees it), or the channel's target is not what this boot
+// runs.
+func (a *Agent) busy() bool {
+	list, err := a.listChannels()
+	if err != nil {
+		return true
+	}
+	running := a.readableVersions()
+	for _, ch := range list {
+		if s, _ := a.mySlot(ch, v1.Slot{}); s != nil && !a.reportedEnded(ch, *s) {
+			return true
+		}
+		if target := plan.Target(mustResolve(ch), ch.Status); target != "" && (running == nil || running.Rootfs != target) {
+			return true
+		}
+	}
+	return false
 }
 
 // beat creates or renews the heartbeat Lease. A renewal is one request:
@@ -42,11 +102,11 @@ func (a *Agent) heartbeat(ctx context.Context) {
 // again only when that update is refused as stale (another writer, or a
 // renewal whose answer was lost) or the Lease is gone: at thousands of
 // nodes the read each renewal would be as many requests again.
-func (a *Agent) beat(ctx context.Context) error {
+func (a *Agent) beat(ctx context.Context, interval time.Duration) error {
 	api := a.kube.CoordinationV1().Leases(a.opts.Namespace)
 	name := protocol.AgentLeaseName(a.opts.NodeName)
 	now := metav1.NewMicroTime(wallclock.Now())
-	seconds := int32(a.agentTTL().Seconds())
+	seconds := int32(agentTTL(interval).Seconds())
 	if last := a.beatLease; last != nil {
 		l := last.DeepCopy()
 		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &a.opts.NodeName, &seconds, &now
@@ -78,6 +138,7 @@ func (a *Agent) beat(ctx context.Context) error {
 	return nil
 }
 
-// agentTTL is how long a heartbeat counts (the Lease's duration): three
-// intervals, so that one late or lost renewal does not make a node agent-less.
-func (a *Agent) agentTTL() time.Duration { return 3 * a.opts.HeartbeatInterval }
+// agentTTL is how long a heartbeat renewed for interval counts (the
+// Lease's duration): three intervals, so that one late or lost renewal
+// does not make a node agent-less.
+func agentTTL(interval time.Duration) time.Duration { return 3 * interval }

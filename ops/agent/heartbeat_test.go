@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/fleettest"
 	"slipway.dev/slipway/ops/protocol"
 )
 
@@ -49,7 +51,8 @@ func TestHeartbeatRenewalIsOneRequest(t *testing.T) {
 	name := protocol.AgentLeaseName(node)
 	reqs := &leaseRequests{path: "/apis/coordination.k8s.io/v1/namespaces/" + f.NS + "/leases/" + name, by: map[string]int{}}
 	f.opts = func(o *Options) {
-		// The Lease's duration, three intervals, is in whole seconds.
+		// The Lease's duration, three intervals, is in whole seconds;
+		// the idle agent renews every protocol.IdleHeartbeats of them.
 		o.HeartbeatInterval = time.Second
 		if o.Config != nil { // the agent's own client only
 			cfg := rest.CopyConfig(o.Config)
@@ -89,4 +92,34 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 			t.Fatalf("%s: not within %s", what, within)
 		}
 	}
+}
+
+// TestIdleAgentBeatsSlowlyUntilAsked: an agent that no channel asks
+// anything of renews its heartbeat every protocol.IdleHeartbeats
+// intervals and says so in its Lease (a duration of three of them); a
+// channel that gives its node a target it does not run makes it renew at
+// once with the short duration, long before its next idle renewal was
+// due, and the node upgrades. After the rollout it is idle again.
+func TestIdleAgentBeatsSlowlyUntilAsked(t *testing.T) {
+	t.Parallel()
+	interval := 20 * time.Second // idle: 100 s
+	f := newFleet(t, 1, func(o *Options) { o.HeartbeatInterval = interval })
+	node := f.NS + "-n0"
+	f.Start(node)
+	f.AgentsUp(node)
+	idle, busy := int32(3*protocol.IdleHeartbeat(interval).Seconds()), int32(3*interval.Seconds())
+	duration := func() int32 {
+		l, err := f.Kube.CoordinationV1().Leases(f.NS).Get(context.Background(), protocol.AgentLeaseName(node), metav1.GetOptions{})
+		if err != nil || l.Spec.LeaseDurationSeconds == nil {
+			return 0
+		}
+		return *l.Spec.LeaseDurationSeconds
+	}
+	waitUntil(t, time.Minute, "the idle agent's Lease duration", func() bool { return duration() == idle })
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}}})
+	// Well under the idle interval: only the renewal the work woke counts.
+	waitUntil(t, protocol.IdleHeartbeat(interval)/3, "a renewal with the busy duration", func() bool { return duration() == busy })
+	f.WaitFor("at v2", 2*time.Minute, fleettest.Done(1))
+	waitUntil(t, 3*interval, "the idle duration again after the rollout", func() bool { return duration() == idle })
 }

@@ -30,7 +30,7 @@ import (
 
 // nodeUpdateInformer watches this agent's own NodeUpdate only.
 func (a *Agent) nodeUpdateInformer() cache.SharedIndexInformer {
-	return process.NewInformer(a.ops.NodeUpdates(a.opts.Namespace), &v1.NodeUpdate{}, a.opts.Resync, func(o *metav1.ListOptions) {
+	return process.NewInformerWatching(a.ops.NodeUpdates(a.opts.Namespace), &v1.NodeUpdate{}, a.opts.Resync, process.AgentWatch, func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", protocol.NodeUpdateName(a.opts.NodeName)).String()
 	})
 }

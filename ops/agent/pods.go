@@ -85,7 +85,7 @@ func (s ownPods) List() []any {
 // the Job Complete: that controller batches pod updates and writes the
 // Job's status about a second later, a second every node would wait.
 func (a *Agent) podInformer() cache.SharedIndexInformer {
-	return process.NewInformer(a.kube.CoreV1().Pods(a.opts.Namespace), &corev1.Pod{}, a.opts.Resync, func(o *metav1.ListOptions) {
+	return process.NewInformerWatching(a.kube.CoreV1().Pods(a.opts.Namespace), &corev1.Pod{}, a.opts.Resync, process.AgentWatch, func(o *metav1.ListOptions) {
 		o.LabelSelector = labels.SelectorFromSet(labels.Set{protocol.LabelJobNode: protocol.LabelValue(a.opts.NodeName)}).String()
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -32,6 +33,22 @@ import (
 // agentTTL is how long a heartbeat counts: three intervals, so that one
 // late or lost renewal does not make a node agent-less.
 func (ctl *Controller) agentTTL() time.Duration { return 3 * ctl.opts.HeartbeatInterval }
+
+// idleAgentTTL is the longest an agent's Lease may make its heartbeat
+// count: three of an idle agent's intervals (protocol.IdleHeartbeat).
+func (ctl *Controller) idleAgentTTL() time.Duration {
+	return 3 * protocol.IdleHeartbeat(ctl.opts.HeartbeatInterval)
+}
+
+// leaseTTL is how long the renewal of l counts (plan.HeartbeatTTL): its
+// declared duration within [agentTTL, idleAgentTTL].
+func (ctl *Controller) leaseTTL(l *coordinationv1.Lease) time.Duration {
+	var declared time.Duration
+	if l.Spec.LeaseDurationSeconds != nil {
+		declared = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	return plan.HeartbeatTTL(declared, ctl.agentTTL(), ctl.idleAgentTTL())
+}
 
 // heartbeatSeen is one node's heartbeat as this controller read it: the
 // renewTime last read, and the local instant it was first read.
@@ -95,5 +112,5 @@ func (ctl *Controller) agentHeartbeat(ctx context.Context, node string) (plan.He
 		ctl.beats.forget(node)
 		return plan.Heartbeat{}, nil // only a Lease its node holds is its heartbeat
 	}
-	return plan.Heartbeat{Reported: true, SilentFor: ctl.beats.read(node, l.Spec.RenewTime.Time, time.Now())}, nil
+	return plan.Heartbeat{Reported: true, SilentFor: ctl.beats.read(node, l.Spec.RenewTime.Time, time.Now()), TTL: ctl.leaseTTL(l)}, nil
 }

@@ -30,6 +30,9 @@ func TestSkip(t *testing.T) {
 		{"never had an agent", Health{Ready: true}, SkipNoAgent, "no slipway agent has reported from node n1"},
 		{"agent silent too long", Health{Ready: true, Agent: Heartbeat{Reported: true, SilentFor: 4 * time.Minute}}, SkipNoAgent,
 			"the slipway agent on node n1 has not renewed its heartbeat for 4m0s (more than 3m0s)"},
+		{"idle agent within its declared duration", Health{Ready: true, Agent: Heartbeat{Reported: true, SilentFor: 4 * time.Minute, TTL: 15 * time.Minute}}, "", ""},
+		{"idle agent silent past its declared duration", Health{Ready: true, Agent: Heartbeat{Reported: true, SilentFor: 16 * time.Minute, TTL: 15 * time.Minute}}, SkipNoAgent,
+			"has not renewed its heartbeat for 16m0s (more than 15m0s)"},
 		{"cordoned by an admin", Health{Ready: true, Unschedulable: true, Agent: fresh}, SkipUnschedulable, "uncordon"},
 		{"cordoned by another tool", Health{Ready: true, Unschedulable: true, CordonedBy: "kured", Agent: fresh}, SkipUnschedulable, "uncordon"},
 		{"slipway's own cordon left behind", Health{Ready: true, Unschedulable: true, CordonedBy: "slipway-agent", Agent: fresh}, "", ""},
@@ -58,9 +61,37 @@ func TestHeartbeatSilent(t *testing.T) {
 		{Heartbeat{Reported: true}, false},
 		{Heartbeat{Reported: true, SilentFor: ttl}, false},
 		{Heartbeat{Reported: true, SilentFor: ttl + time.Millisecond}, true},
+		// An idle agent's Lease declares a longer duration: it counts.
+		{Heartbeat{Reported: true, SilentFor: 10 * time.Minute, TTL: 15 * time.Minute}, false},
+		{Heartbeat{Reported: true, SilentFor: 16 * time.Minute, TTL: 15 * time.Minute}, true},
+		// A shorter one than the caller's does not shorten it.
+		{Heartbeat{Reported: true, SilentFor: 2 * time.Minute, TTL: time.Minute}, false},
 	} {
 		if got := tc.h.Silent(ttl); got != tc.want {
 			t.Errorf("%+v.Silent(%s) = %t, want %t", tc.h, ttl, got, tc.want)
+		}
+	}
+}
+
+// TestHeartbeatTTL: how long a renewal counts is the duration its agent
+// declares, never under three busy intervals nor over three idle ones.
+func TestHeartbeatTTL(t *testing.T) {
+	short, long := 3*time.Minute, 15*time.Minute
+	for _, tc := range []struct {
+		name           string
+		declared, s, l time.Duration
+		want           time.Duration
+	}{
+		{"busy agent", short, short, long, short},
+		{"idle agent", long, short, long, long},
+		{"none declared", 0, short, long, short},
+		{"shorter than the controller allows", 30 * time.Second, short, long, short},
+		{"an agent of another interval, within the bounds", 5 * time.Minute, short, long, 5 * time.Minute},
+		{"longer than an idle agent's: a lie or another setting", 24 * time.Hour, short, long, long},
+		{"bounds crossed: the short one wins", time.Hour, short, time.Minute, short},
+	} {
+		if got := HeartbeatTTL(tc.declared, tc.s, tc.l); got != tc.want {
+			t.Errorf("%s: HeartbeatTTL(%s, %s, %s) = %s, want %s", tc.name, tc.declared, tc.s, tc.l, got, tc.want)
 		}
 	}
 }

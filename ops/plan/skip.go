@@ -35,11 +35,29 @@ type Heartbeat struct {
 	// since this controller first read it (a first read counts as a
 	// renewal just seen).
 	SilentFor time.Duration
+	// TTL is how long its renewal counts as its Lease declares it
+	// (HeartbeatTTL); 0: the caller's.
+	TTL time.Duration
 }
 
 // Silent reports whether a heartbeat counts as gone: never reported, or
-// not renewed for longer than ttl.
-func (h Heartbeat) Silent(ttl time.Duration) bool { return !h.Reported || h.SilentFor > ttl }
+// not renewed for longer than it counts (Counts).
+func (h Heartbeat) Silent(ttl time.Duration) bool { return !h.Reported || h.SilentFor > h.Counts(ttl) }
+
+// Counts is how long the heartbeat's last renewal counts: its Lease's
+// TTL, or ttl when longer or none was read.
+func (h Heartbeat) Counts(ttl time.Duration) time.Duration { return max(ttl, h.TTL) }
+
+// HeartbeatTTL is how long an agent's renewal counts, read from the
+// duration its Lease declares: an agent with nothing to do renews less
+// often and says so there. The duration is the agent's to write, so it
+// is bounded: never less than short (three busy intervals, what the
+// controller always allowed) nor more than long (three idle intervals).
+// An agent that dies while idle is judged gone after at most long; one
+// that dies holding a slot renewed with the short duration.
+func HeartbeatTTL(declared, short, long time.Duration) time.Duration {
+	return min(max(declared, short), max(long, short))
+}
 
 // Health is what the fleet view reads of a node behind the target beyond
 // its metadata: its Node's Ready condition and spec.unschedulable, who
@@ -67,7 +85,7 @@ func Skip(node string, h Health, cordonOwner string, now time.Time) *v1.SkippedN
 		return skip(SkipNoAgent, "no slipway agent has reported from node %s: check the agent DaemonSet's pod there (kubectl get pods -o wide, its tolerations and logs)", node)
 	case h.Agent.Silent(h.AgentTTL):
 		return skip(SkipNoAgent, "the slipway agent on node %s has not renewed its heartbeat for %s (more than %s): check its pod and logs",
-			node, h.Agent.SilentFor.Round(time.Second), h.AgentTTL)
+			node, h.Agent.SilentFor.Round(time.Second), h.Agent.Counts(h.AgentTTL))
 	case h.Unschedulable && h.CordonedBy != cordonOwner:
 		return skip(SkipUnschedulable, "node %s was made unschedulable by someone else than slipway: uncordon it (kubectl uncordon %s) to let it upgrade", node, node)
 	}

@@ -130,7 +130,7 @@ func Abandoned(slot v1.Slot, node SlotNode, agentTTL time.Duration, now time.Tim
 		return true, fmt.Sprintf("node %s has no slipway agent reporting: slot released, not counted as a failure", slot.Node)
 	case node.AgentKnown && node.Agent.Silent(agentTTL):
 		return true, fmt.Sprintf("the slipway agent of node %s stopped reporting: its heartbeat has not been renewed for %s (more than %s), before its reboot: slot released, not counted as a failure",
-			slot.Node, node.Agent.SilentFor.Round(time.Second), agentTTL)
+			slot.Node, node.Agent.SilentFor.Round(time.Second), node.Agent.Counts(agentTTL))
 	}
 	return false, ""
 }
