@@ -336,15 +336,22 @@ func (r requests) since(before requests) (writes, reads, writesNoLease, readsNoL
 // procUsage samples processes' CPU and peak memory (RSS, anonymous, PSS)
 // from /proc; a process seen late counts from its first sample.
 type procUsage struct {
-	find           func() []int
+	find func() []int
+	// memEvery: memory is read at every memEvery-th sample only (CPU at
+	// each): reading a large process's memory (smaps_rollup walks its
+	// every page) costs more than its CPU time.
+	memEvery, taken int
 	mu             sync.Mutex
 	first, last    map[int]time.Duration
 	rss, anon, pss map[int]int // KiB, peaks
 	stop, done     chan struct{}
 }
 
-func sample(find func() []int, every time.Duration) *procUsage {
-	u := &procUsage{find: find, first: map[int]time.Duration{}, last: map[int]time.Duration{},
+func sample(find func() []int, every time.Duration) *procUsage { return sampleMem(find, every, 1) }
+
+// sampleMem is sample reading memory at every memEvery-th sample only.
+func sampleMem(find func() []int, every time.Duration, memEvery int) *procUsage {
+	u := &procUsage{find: find, memEvery: max(memEvery, 1), first: map[int]time.Duration{}, last: map[int]time.Duration{},
 		rss: map[int]int{}, anon: map[int]int{}, pss: map[int]int{}, stop: make(chan struct{}), done: make(chan struct{})}
 	u.take()
 	go func() {
@@ -365,12 +372,17 @@ func sample(find func() []int, every time.Duration) *procUsage {
 }
 
 func (u *procUsage) take() {
+	withMem := u.taken%u.memEvery == 0
+	u.taken++
 	for _, pid := range u.find() {
 		cpu, err := benchside.ProcCPU(pid)
 		if err != nil {
 			continue
 		}
-		m, _ := agentmem.ReadSplit(strconv.Itoa(pid))
+		var m agentmem.Split
+		if withMem {
+			m, _ = agentmem.ReadSplit(strconv.Itoa(pid))
+		}
 		u.mu.Lock()
 		if _, ok := u.first[pid]; !ok {
 			u.first[pid] = cpu

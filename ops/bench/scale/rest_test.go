@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +43,7 @@ func measureRest(b *testing.B, ctx context.Context, kube kubernetes.Interface, p
 	time.Sleep(restSettle)
 	usage := map[string]*procUsage{}
 	for name, find := range procs {
-		usage[name] = sample(find, 2*time.Second)
+		usage[name] = sampleMem(find, 2*time.Second, 10) // the CPU is what the window reports
 	}
 	reqBefore, err := scrapeRequests(ctx, kube)
 	if err != nil {
@@ -55,7 +54,7 @@ func measureRest(b *testing.B, ctx context.Context, kube kubernetes.Interface, p
 		b.Fatal(err)
 	}
 	t0 := time.Now()
-	stopProfiles := profileRest(b, ctx, kube)
+	stopProfiles := profileRest(b)
 	time.Sleep(restWindow)
 	stopProfiles()
 	secs := time.Since(t0).Seconds()
@@ -102,15 +101,15 @@ func restResources(w benchside.WatchTraffic) []string {
 	return out
 }
 
-// restProfiles is where the window's CPU profiles go
-// (SLIPWAY_SCALE_REST_PROFILE, a directory; "" takes none): this
-// process's (the stand-ins', standins.pprof) and kube-apiserver's
-// (apiserver.pprof), for go tool pprof.
+// restProfiles is where the window's CPU profile of this process (the
+// stand-ins', standins.pprof) goes, for go tool pprof
+// (SLIPWAY_SCALE_REST_PROFILE, a directory; "" takes none). The simulated
+// cluster's kube-apiserver runs with --profiling=false.
 var restProfiles = os.Getenv("SLIPWAY_SCALE_REST_PROFILE")
 
-// profileRest starts the window's CPU profiles; the function it returns
-// ends them and writes them out.
-func profileRest(b *testing.B, ctx context.Context, kube kubernetes.Interface) func() {
+// profileRest starts the window's CPU profile; the function it returns
+// ends it.
+func profileRest(b *testing.B) func() {
 	if restProfiles == "" {
 		return func() {}
 	}
@@ -124,24 +123,10 @@ func profileRest(b *testing.B, ctx context.Context, kube kubernetes.Interface) f
 	if err := pprof.StartCPUProfile(self); err != nil {
 		b.Fatal(err)
 	}
-	api := make(chan []byte, 1)
-	go func() {
-		body, err := kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
-			Param("seconds", strconv.Itoa(int(restWindow.Seconds()))).Timeout(restWindow + time.Minute).DoRaw(ctx)
-		if err != nil {
-			b.Logf("kube-apiserver's CPU profile: %v", err)
-		}
-		api <- body
-	}()
 	return func() {
 		pprof.StopCPUProfile()
 		self.Close()
-		if body := <-api; len(body) > 0 {
-			if err := os.WriteFile(filepath.Join(restProfiles, "apiserver.pprof"), body, 0o644); err != nil {
-				b.Logf("write kube-apiserver's CPU profile: %v", err)
-			}
-		}
-		b.Logf("CPU profiles at rest in %s", restProfiles)
+		b.Logf("the stand-ins' CPU profile at rest: %s", self.Name())
 	}
 }
 
