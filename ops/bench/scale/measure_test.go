@@ -341,10 +341,10 @@ type procUsage struct {
 	// each): reading a large process's memory (smaps_rollup walks its
 	// every page) costs more than its CPU time.
 	memEvery, taken int
-	mu             sync.Mutex
-	first, last    map[int]time.Duration
-	rss, anon, pss map[int]int // KiB, peaks
-	stop, done     chan struct{}
+	mu              sync.Mutex
+	first, last     map[int]time.Duration
+	rss, anon, pss  map[int]int // KiB, peaks
+	stop, done      chan struct{}
 }
 
 func sample(find func() []int, every time.Duration) *procUsage { return sampleMem(find, every, 1) }
