@@ -102,24 +102,38 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 // due, and the node upgrades. After the rollout it is idle again.
 func TestIdleAgentBeatsSlowlyUntilAsked(t *testing.T) {
 	t.Parallel()
-	interval := 20 * time.Second // idle: 100 s
+	interval := time.Minute // idle: 5 min
 	f := newFleet(t, 1, func(o *Options) { o.HeartbeatInterval = interval })
 	node := f.NS + "-n0"
 	f.Start(node)
 	f.AgentsUp(node)
 	idle, busy := int32(3*protocol.IdleHeartbeat(interval).Seconds()), int32(3*interval.Seconds())
-	duration := func() int32 {
+	lease := func() (int32, time.Time) {
 		l, err := f.Kube.CoordinationV1().Leases(f.NS).Get(context.Background(), protocol.AgentLeaseName(node), metav1.GetOptions{})
-		if err != nil || l.Spec.LeaseDurationSeconds == nil {
-			return 0
+		if err != nil || l.Spec.LeaseDurationSeconds == nil || l.Spec.RenewTime == nil {
+			return 0, time.Time{}
 		}
-		return *l.Spec.LeaseDurationSeconds
+		return *l.Spec.LeaseDurationSeconds, l.Spec.RenewTime.Time
 	}
-	waitUntil(t, time.Minute, "the idle agent's Lease duration", func() bool { return duration() == idle })
+	var idleAt time.Time // the agent's clock, this machine's
+	waitUntil(t, time.Minute, "the idle agent's Lease duration", func() bool {
+		d, at := lease()
+		idleAt = at
+		return d == idle
+	})
 	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}}})
-	// Well under the idle interval: only the renewal the work woke counts.
-	waitUntil(t, protocol.IdleHeartbeat(interval)/3, "a renewal with the busy duration", func() bool { return duration() == busy })
+	var busyAt time.Time
+	waitUntil(t, 2*protocol.IdleHeartbeat(interval), "a renewal with the busy duration", func() bool {
+		d, at := lease()
+		busyAt = at
+		return d == busy
+	})
+	// Its next idle renewal was due 5 min after the last: only a renewal
+	// the work woke comes well before (even behind a stalled API server).
+	if waited := busyAt.Sub(idleAt); waited > protocol.IdleHeartbeat(interval)-time.Minute {
+		t.Errorf("the busy renewal came %s after the idle one: the work did not wake the heartbeat", waited.Round(time.Second))
+	}
 	f.WaitFor("at v2", 2*time.Minute, fleettest.Done(1))
-	waitUntil(t, 3*interval, "the idle duration again after the rollout", func() bool { return duration() == idle })
+	waitUntil(t, 3*interval, "the idle duration again after the rollout", func() bool { d, _ := lease(); return d == idle })
 }
