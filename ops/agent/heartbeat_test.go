@@ -124,7 +124,7 @@ func TestIdleAgentBeatsSlowlyUntilAsked(t *testing.T) {
 	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}}})
 	var busyAt time.Time
-	waitUntil(t, 2*protocol.IdleHeartbeat(interval), "a renewal with the busy duration", func() bool {
+	waitUntil(t, protocol.IdleHeartbeat(interval)+30*time.Second, "a renewal with the busy duration", func() bool {
 		d, at := lease()
 		busyAt = at
 		return d == busy
