@@ -2,12 +2,14 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -121,6 +123,16 @@ func TestIdleAgentBeatsSlowlyUntilAsked(t *testing.T) {
 		idleAt = at
 		return d == idle
 	})
+	// An admin's cordon keeps the slot away: the target alone asks for
+	// work, and no reboot starts a new agent process (whose first renewal
+	// would be busy with or without a wake).
+	setUnschedulable := func(on bool) {
+		patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)
+		if _, err := f.Kube.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setUnschedulable(true)
 	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}}})
 	var busyAt time.Time
@@ -134,6 +146,7 @@ func TestIdleAgentBeatsSlowlyUntilAsked(t *testing.T) {
 	if waited := busyAt.Sub(idleAt); waited > protocol.IdleHeartbeat(interval)-time.Minute {
 		t.Errorf("the busy renewal came %s after the idle one: the work did not wake the heartbeat", waited.Round(time.Second))
 	}
+	setUnschedulable(false)
 	f.WaitFor("at v2", 2*time.Minute, fleettest.Done(1))
 	waitUntil(t, 3*interval, "the idle duration again after the rollout", func() bool { d, _ := lease(); return d == idle })
 }
