@@ -89,10 +89,16 @@ func skewedFleet(t *testing.T, nodes int) *fleet {
 	})
 }
 
-// writeHeartbeat sets node's heartbeat Lease (held by node) to renewTime at.
+// writeHeartbeat sets node's heartbeat Lease (held by node) to renewTime
+// at, with a busy agent's duration (three 2 s intervals).
 func writeHeartbeat(ctx context.Context, f *fleet, node string, at time.Time) error {
+	return writeHeartbeatFor(ctx, f, node, at, 6)
+}
+
+// writeHeartbeatFor is writeHeartbeat declaring a duration of secs seconds.
+func writeHeartbeatFor(ctx context.Context, f *fleet, node string, at time.Time, secs int32) error {
 	api := f.Kube.CoordinationV1().Leases(f.NS)
-	rt, secs := metav1.NewMicroTime(at), int32(6)
+	rt := metav1.NewMicroTime(at)
 	l, err := api.Get(ctx, protocol.AgentLeaseName(node), metav1.GetOptions{})
 	if err != nil {
 		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: protocol.AgentLeaseName(node), Namespace: f.NS},
@@ -188,4 +194,32 @@ func TestAgentClockAheadGoneIsSkipped(t *testing.T) {
 	if len(ch.Status.Failed) != 0 {
 		t.Errorf("a silent agent is no failed upgrade: %+v", ch.Status.Failed)
 	}
+}
+
+// TestIdleLeaseCountsItsDeclaredDuration: a node whose Lease declares an
+// idle agent's duration (30 s: three of the five-interval renewals at a
+// 2 s interval) keeps its slot while silent for longer than three busy
+// intervals (6 s), and loses it, as abandoned, once silent for longer
+// than it declared. Judged by the busy duration alone, an idle agent
+// would be skipped as NoAgent between two of its renewals.
+func TestIdleLeaseCountsItsDeclaredDuration(t *testing.T) {
+	t.Parallel()
+	f := skewedFleet(t, 1)
+	ghost := f.NS + "-n0"
+	// It looks like a node whose idle agent once reported v1; none runs there.
+	if err := f.PatchNodeAnnotation(ghost, protocol.AnnotationRootfsVersion, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeHeartbeatFor(context.Background(), f, ghost, time.Now(), 30); err != nil {
+		t.Fatal(err)
+	}
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
+	f.WaitFor(ghost+" in a slot", time.Minute, func(ch *v1.UpdateChannel) bool { return plan.FindSlot(ch.Status, ghost) >= 0 })
+	time.Sleep(15 * time.Second) // silent past 6 s, within 30 s
+	if ch := f.Get(); plan.FindSlot(ch.Status, ghost) < 0 {
+		t.Fatalf("the slot of %s released within the 30 s its Lease declares: skipped %+v", ghost, ch.Status.Skipped)
+	}
+	f.WaitFor(ghost+" released and skipped as NoAgent", 2*time.Minute, func(ch *v1.UpdateChannel) bool {
+		return skippedAs(ch, ghost, plan.SkipNoAgent) && plan.FindSlot(ch.Status, ghost) < 0
+	})
 }
