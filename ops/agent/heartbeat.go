@@ -106,7 +106,7 @@ func (a *Agent) beat(ctx context.Context, interval time.Duration) error {
 	api := a.kube.CoordinationV1().Leases(a.opts.Namespace)
 	name := protocol.AgentLeaseName(a.opts.NodeName)
 	now := metav1.NewMicroTime(wallclock.Now())
-	seconds := int32(agentTTL(interval).Seconds())
+	seconds := int32(protocol.AgentTTL(interval).Seconds())
 	if last := a.beatLease; last != nil {
 		l := last.DeepCopy()
 		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &a.opts.NodeName, &seconds, &now
@@ -137,8 +137,3 @@ func (a *Agent) beat(ctx context.Context, interval time.Duration) error {
 	a.beatLease = l
 	return nil
 }
-
-// agentTTL is how long a heartbeat renewed for interval counts (the
-// Lease's duration): three intervals, so that one late or lost renewal
-// does not make a node agent-less.
-func agentTTL(interval time.Duration) time.Duration { return 3 * interval }

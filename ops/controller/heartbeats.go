@@ -32,12 +32,12 @@ import (
 
 // agentTTL is how long a heartbeat counts: three intervals, so that one
 // late or lost renewal does not make a node agent-less.
-func (ctl *Controller) agentTTL() time.Duration { return 3 * ctl.opts.HeartbeatInterval }
+func (ctl *Controller) agentTTL() time.Duration { return protocol.AgentTTL(ctl.opts.HeartbeatInterval) }
 
 // idleAgentTTL is the longest an agent's Lease may make its heartbeat
 // count: three of an idle agent's intervals (protocol.IdleHeartbeat).
 func (ctl *Controller) idleAgentTTL() time.Duration {
-	return 3 * protocol.IdleHeartbeat(ctl.opts.HeartbeatInterval)
+	return protocol.AgentTTL(protocol.IdleHeartbeat(ctl.opts.HeartbeatInterval))
 }
 
 // leaseTTL is how long the renewal of l counts (plan.HeartbeatTTL): its

@@ -13,3 +13,9 @@ const IdleHeartbeats = 5
 // IdleHeartbeat is the interval of an idle agent whose busy interval is
 // interval.
 func IdleHeartbeat(interval time.Duration) time.Duration { return IdleHeartbeats * interval }
+
+// AgentTTL is how long an agent's renewal counts when it renews every
+// interval: three intervals, so that one late or lost renewal does not
+// make a node agent-less. The agent declares it in its Lease; the
+// controller bounds what it reads by the busy and idle ones.
+func AgentTTL(interval time.Duration) time.Duration { return 3 * interval }

@@ -45,27 +45,13 @@ func measureRest(b *testing.B, ctx context.Context, kube kubernetes.Interface, p
 	for name, find := range procs {
 		usage[name] = sampleMem(find, 2*time.Second, 10) // the CPU is what the window reports
 	}
-	reqBefore, err := scrapeRequests(ctx, kube)
-	if err != nil {
-		b.Fatal(err)
-	}
-	watchBefore, err := benchside.ScrapeWatch(ctx, kube)
-	if err != nil {
-		b.Fatal(err)
-	}
+	reqBefore, watchBefore := scrapeCounters(b, ctx, kube)
 	t0 := time.Now()
 	stopProfiles := profileRest(b)
 	time.Sleep(restWindow)
 	stopProfiles()
 	secs := time.Since(t0).Seconds()
-	reqAfter, err := scrapeRequests(ctx, kube)
-	if err != nil {
-		b.Fatal(err)
-	}
-	watchAfter, err := benchside.ScrapeWatch(ctx, kube)
-	if err != nil {
-		b.Fatal(err)
-	}
+	reqAfter, watchAfter := scrapeCounters(b, ctx, kube)
 	kv := []string{fmt.Sprintf("rest_s=%.0f", secs)}
 	names := make([]string, 0, len(usage))
 	for name := range usage {
@@ -86,6 +72,19 @@ func measureRest(b *testing.B, ctx context.Context, kube kubernetes.Interface, p
 	}
 	b.Logf("at rest for %.0f s: %s", secs, strings.Join(kv, " "))
 	return kv
+}
+
+// scrapeCounters reads the API server's request counters and watch bytes now.
+func scrapeCounters(b *testing.B, ctx context.Context, kube kubernetes.Interface) (requests, benchside.WatchTraffic) {
+	req, err := scrapeRequests(ctx, kube)
+	if err != nil {
+		b.Fatal(err)
+	}
+	watch, err := benchside.ScrapeWatch(ctx, kube)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return req, watch
 }
 
 // restResources are the resources that sent at least 1 KiB on watches in
