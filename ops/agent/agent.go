@@ -36,13 +36,16 @@ type Agent struct {
 	log  *slog.Logger
 	kube *kube.Clientset
 	// guard: the Rebooter confirms the node's slot with the API server (guard.go).
-	guard    *slotGuard
-	meta     metadata.Interface
-	ops      opsclient.OpsV1Interface
-	nodes    cache.Indexer // this agent's own Node only
-	objects  cache.Indexer // this agent's own NodeUpdate only (nodeupdate.go)
-	jobs     cache.Indexer // this agent's node's upgrade Jobs only
-	pods     cache.Store   // their pods
+	guard   *slotGuard
+	meta    metadata.Interface
+	ops     opsclient.OpsV1Interface
+	nodes   cache.Indexer // this agent's own Node only
+	objects cache.Indexer // this agent's own NodeUpdate only (nodeupdate.go)
+	// watches: the watches of this node's Jobs and their pods, open while it
+	// has work (workwatch.go); runCtx is the agent's run, which they
+	// live in.
+	watches  *workWatches
+	runCtx   context.Context
 	queue    workqueue.TypedRateLimitingInterface[key]
 	recorder record.EventRecorder
 	metrics  *metrics
@@ -96,11 +99,12 @@ type key struct {
 type role int
 
 const (
-	roleNode     role = iota // drive this node's own slot
-	rolePublish              // label the node with its versions again if it lacks them (no channel)
-	roleIdle                 // uncordon this node if slipway cordoned it and no channel holds it (no channel)
-	roleAnnounce             // announce in its NodeUpdate that it reads and reports there (no channel)
-	rolePulse                // a pulse: the worker that takes it beats the workers' loop (process.Pulse)
+	roleNode        role = iota // drive this node's own slot
+	rolePublish                 // label the node with its versions again if it lacks them (no channel)
+	roleIdle                    // uncordon this node if slipway cordoned it and no channel holds it (no channel)
+	roleAnnounce                // announce in its NodeUpdate that it reads and reports there (no channel)
+	rolePulse                   // a pulse: the worker that takes it beats the workers' loop (process.Pulse)
+	roleWorkWatches             // close the Job and pod watches if the node has had no work for a while (no channel)
 )
 
 // Run runs an agent until ctx ends.
@@ -120,7 +124,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	a := &Agent{opts: opts, log: opts.Log.With("node", opts.NodeName), metrics: newMetrics(), probe: health.New(),
 		waitSince: map[string]time.Time{}, wrote: map[types.UID]v1.Slot{}, created: map[string]time.Time{}, marks: map[string]string{},
-		beatWake: make(chan struct{}, 1)}
+		beatWake: make(chan struct{}, 1), watches: closedWork(opts.NodeName)}
 	if a.kube, err = kube.NewForConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("build the Kubernetes client: %w", err)
 	}
@@ -201,8 +205,9 @@ func (a *Agent) Run(ctx context.Context) error {
 // channel: no agent watches the channels) and of its node's upgrade Jobs,
 // and waits until they are filled.
 func (a *Agent) startInformers(ctx context.Context) error {
-	nodeInf, jobInf := a.nodeInformer(), a.jobInformer()
-	a.nodes, a.jobs = nodeInf.GetIndexer(), ownJobs{jobInf.GetIndexer(), a.opts.NodeName} // only Jobs pinned to this node (pods.go)
+	a.runCtx = ctx // the work watches' too, whenever they open (workwatch.go)
+	nodeInf := a.nodeInformer()
+	a.nodes = nodeInf.GetIndexer()
 	all := func(any) { a.enqueueAll(); a.queue.Add(key{role: rolePublish}); a.wakeHeartbeat() }
 	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(old, cur any) {
 		a.viewsGone(old, cur)
@@ -210,25 +215,7 @@ func (a *Agent) startInformers(ctx context.Context) error {
 	}}); err != nil {
 		return err
 	}
-	jobChanged := func(o any) {
-		if j, ok := o.(*batchv1.Job); ok {
-			a.queue.Add(key{roleNode, channelOf(j.ObjectMeta)})
-		}
-	}
-	if _, err := jobInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: jobChanged, UpdateFunc: func(_, o any) { jobChanged(o) }}); err != nil {
-		return err
-	}
-	podInf := a.podInformer()
-	a.pods = ownPods{podInf.GetStore(), a.opts.NodeName}
-	podChanged := func(o any) {
-		if p, ok := o.(*corev1.Pod); ok && p.Status.Phase == corev1.PodSucceeded {
-			a.queue.Add(key{roleNode, channelOf(p.ObjectMeta)})
-		}
-	}
-	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: podChanged, UpdateFunc: func(_, o any) { podChanged(o) }}); err != nil {
-		return err
-	}
-	informers := []cache.SharedIndexInformer{nodeInf, jobInf, podInf}
+	informers := []cache.SharedIndexInformer{nodeInf}
 	if !a.opts.NodeOnly {
 		objInf := a.nodeUpdateInformer()
 		a.objects = objInf.GetIndexer()
@@ -248,13 +235,23 @@ func (a *Agent) startInformers(ctx context.Context) error {
 	for _, inf := range informers {
 		go inf.RunWithContext(ctx)
 	}
+	// The Jobs and pods open at start, whatever the node's work: a Job the
+	// last process left running is seen before any decision.
+	a.watches.mu.Lock()
+	a.openWork()
+	a.watches.mu.Unlock()
 	for _, inf := range informers {
 		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-			return fmt.Errorf("the informers did not sync: is the API server reachable and the CRD installed (--install-crds)?")
+			return errInformersUnsynced
 		}
+	}
+	if !a.waitWork(ctx) {
+		return errInformersUnsynced
 	}
 	return nil
 }
+
+var errInformersUnsynced = fmt.Errorf("the informers did not sync: is the API server reachable and the CRD installed (--install-crds)?")
 
 // nodeInformer watches this agent's own Node only.
 func (a *Agent) nodeInformer() cache.SharedIndexInformer {
@@ -318,6 +315,9 @@ func (a *Agent) sync(ctx context.Context, k key) (time.Duration, error) {
 		return 0, a.cleanupIdle(ctx)
 	case roleAnnounce:
 		return 0, a.announce(ctx)
+	case roleWorkWatches:
+		a.closeIdleWork()
+		return 0, nil
 	}
 	return a.syncNode(ctx, k.channel)
 }

@@ -244,9 +244,14 @@ func TestDrainAskedAfterARestartBesideTheJob(t *testing.T) {
 	if !a.activateOnly(sc.slot) {
 		t.Fatal("v2 is not staged ahead: the slot's Job would download")
 	}
+	ready, stopHolding := a.holdWork() // as syncNode does before a slot's steps
+	if !ready {
+		t.Fatal("the inert agent's Job and pod caches are not filled")
+	}
 	if err := a.stepCreateJob(context.Background(), sc); err != nil {
 		t.Fatal(err)
 	}
+	stopHolding()
 	if n := f.Node(node); drain.CordonedBy(n.Annotations) != "" {
 		t.Fatal("cordoned before the agent started again")
 	}

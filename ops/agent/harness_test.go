@@ -37,7 +37,10 @@ func newFleet(t *testing.T, nodes int, edit func(*Options)) *fleet {
 // options are the Options of the agent run as r, edited by opts.
 func (f *fleet) options(r fleettest.AgentRun) Options {
 	o := Options{NodeName: r.Node, Namespace: r.Namespace, SystemDir: r.SystemDir, Config: r.Config, Image: "slipway:test",
-		BootIDFile: r.BootIDFile, Rebooter: r.Rebooter, LeaseDuration: 3 * time.Second, Resync: 5 * time.Second, Log: r.Log}
+		BootIDFile: r.BootIDFile, Rebooter: r.Rebooter, LeaseDuration: 3 * time.Second, Resync: 5 * time.Second, Log: r.Log,
+		// Every test's idle moments close the Job and pod watches and its
+		// work opens them again (workwatch.go).
+		WorkWatchLinger: time.Second}
 	if f.opts != nil {
 		f.opts(&o)
 	}

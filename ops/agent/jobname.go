@@ -41,19 +41,20 @@ func jobOwnedBy(j *batchv1.Job, channelUID types.UID, s v1.Slot) (bool, string) 
 // node with j's labels and annotations, the same command and version
 // (sameJob). Any other Job under the name is an error, with a Warning
 // Event: a name this node needs is taken, and the node does not take
-// that Job's result for its own.
+// that Job's result for its own. It refuses unless the sync holds the
+// work watches (workwatch.go): a Job created while they may close would
+// run unseen.
 func (a *Agent) createJob(ctx context.Context, ch *v1.UpdateChannel, j *batchv1.Job) error {
+	if !a.holdsWork() {
+		return fmt.Errorf("job %s: not created without the watches of this node's Jobs open (they open for the next sync)", j.Name)
+	}
 	confineJob(j, a.opts.Isolation)
 	_, err := a.kube.BatchV1().Jobs(j.Namespace).Create(ctx, j, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	var have *batchv1.Job
-	if own, ok := a.jobs.(ownJobs); ok {
-		have = own.anyJob(j.Namespace + "/" + j.Name)
-	} else if o, ok, _ := a.jobs.GetByKey(j.Namespace + "/" + j.Name); ok {
-		have, _ = o.(*batchv1.Job)
-	}
+	have = a.jobCache().anyJob(j.Namespace + "/" + j.Name)
 	if have == nil {
 		return fmt.Errorf("job %s exists but is not in this agent's cache yet; looking again", j.Name)
 	}

@@ -34,8 +34,9 @@ func TestJobJustCreatedIsRunning(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			jobs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-			a := &Agent{opts: Options{NodeName: "n1", Namespace: "ns"}, jobs: jobs, created: map[string]time.Time{},
-				pods: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})}
+			w := closedWork("n1")
+			w.jobs.Indexer, w.open = jobs, true
+			a := &Agent{opts: Options{NodeName: "n1", Namespace: "ns"}, watches: w, created: map[string]time.Time{}}
 			if c.created > 0 {
 				a.created[name] = time.Now().Add(-c.created)
 			}

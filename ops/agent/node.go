@@ -67,6 +67,11 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 	if bad != nil {
 		return 0, nil // the fleet view marks it Invalid; the slot times out if it stays so
 	}
+	ready, release := a.holdWork() // the slot's Job, its staging
+	if !ready {
+		return 0, nil // their first fill queues this channel again
+	}
+	defer release()
 	sc := &stepCtx{ch: ch, s: s, slot: a.slotNow(ch, *seen)}
 	if err := a.syncStage(ctx, ch, s, a.slotUnderWay(sc)); err != nil {
 		return 0, err
@@ -245,7 +250,7 @@ func (a *Agent) podMessage(ctx context.Context, job string) string {
 }
 
 func (a *Agent) job(name string) *batchv1.Job {
-	o, ok, _ := a.jobs.GetByKey(a.opts.Namespace + "/" + name)
+	o, ok, _ := a.jobCache().GetByKey(a.opts.Namespace + "/" + name)
 	if !ok {
 		return nil
 	}

@@ -93,6 +93,9 @@ type Options struct {
 	// HeartbeatInterval is how often the agent renews its heartbeat Lease
 	// (default 1m); a node whose agent missed three is skipped.
 	HeartbeatInterval time.Duration
+	// WorkWatchLinger is how long the watches of this node's Jobs and their
+	// pods stay open after its last work (default 5m; workwatch.go).
+	WorkWatchLinger time.Duration
 	// NodeOnly makes the agent speak the protocol of the previous release:
 	// it reads its views on its Node and reports there, and never reads or
 	// writes its NodeUpdate (for tests and benchmarks of a fleet mid-upgrade).
@@ -155,6 +158,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Retry.Base <= 0 {
 		o.Retry = plan.DefaultRetry
+	}
+	if o.WorkWatchLinger <= 0 {
+		o.WorkWatchLinger = 5 * time.Minute
 	}
 	var err error
 	if o.Protocol, err = protocol.Spoken(o.Protocol); err != nil {

@@ -95,7 +95,7 @@ func (a *Agent) podInformer() cache.SharedIndexInformer {
 // succeeded. With completions 1 and no retries inside the Job, that pod's
 // success is the Job's.
 func (a *Agent) podSucceeded(j *batchv1.Job) bool {
-	for _, o := range a.pods.List() {
+	for _, o := range a.podCache().List() {
 		p, ok := o.(*corev1.Pod)
 		// trust: ops.pod.phase
 		if ok && protocol.PodOfJob(p, j, a.opts.NodeName) && p.Status.Phase == corev1.PodSucceeded {

@@ -132,6 +132,13 @@ func (a *Agent) undoSwap(ctx context.Context, ch *v1.UpdateChannel) error {
 	// here has its swap on disk already. Read the other way round, a
 	// rollback finishing between the two reads looks like a swap still to
 	// undo, and a second rollback Job swaps it back in.
+	if running, current := a.readableVersions(), a.currentVersions(); running != nil && current != nil && plan.Staged(*running, *current) != (Versions{}) {
+		ready, release := a.holdWork() // the Jobs that made the swap, and the rollback's
+		if !ready {
+			return nil // their first fill queues every channel again
+		}
+		defer release()
+	}
 	jobs := a.nodeJobs()
 	running, current := a.readableVersions(), a.currentVersions()
 	if running == nil || current == nil {
@@ -198,7 +205,7 @@ type nodeJob struct {
 // nodeJobs reads this node's Jobs and their pods' outcome, once.
 func (a *Agent) nodeJobs() []nodeJob {
 	var out []nodeJob
-	for _, o := range a.jobs.List() {
+	for _, o := range a.jobCache().List() {
 		if j, ok := o.(*batchv1.Job); ok && j.Annotations[protocol.AnnotationJobNode] == a.opts.NodeName {
 			out = append(out, nodeJob{job: j, podSucceeded: a.podSucceeded(j)})
 		}

@@ -39,6 +39,13 @@ func (a *Agent) syncStage(ctx context.Context, ch *v1.UpdateChannel, s plan.Sett
 		return err
 	}
 	permit := a.permitOf(ch)
+	if permit != nil || inSlot || len(onDisk) > 0 { // a Job to run or to wait for
+		ready, release := a.holdWork()
+		if !ready {
+			return nil // their first fill queues this channel again
+		}
+		defer release()
+	}
 	published, publishedFailed := a.prestageMarks()
 	o := plan.StageObserved{Target: plan.Target(s, ch.Status), Running: running.Rootfs, OnDisk: onDisk, Permit: permit != nil,
 		Busy: a.jobsBusy(), InSlot: inSlot, Published: published, PublishedFailed: publishedFailed}
@@ -194,7 +201,7 @@ func (a *Agent) jobsBusy() bool {
 	if a.createdUnseen() {
 		return true
 	}
-	for _, o := range a.jobs.List() {
+	for _, o := range a.jobCache().List() {
 		if j, ok := o.(*batchv1.Job); ok && j.Annotations[protocol.AnnotationJobNode] == a.opts.NodeName && !a.jobDone(j) {
 			return true
 		}
@@ -208,7 +215,7 @@ func (a *Agent) stagingBusy() bool {
 	if a.createdUnseen() {
 		return true
 	}
-	for _, o := range a.jobs.List() {
+	for _, o := range a.jobCache().List() {
 		j, ok := o.(*batchv1.Job)
 		if ok && j.Annotations[protocol.AnnotationJobNode] == a.opts.NodeName && slices.Contains([]string{protocol.JobActionStage, protocol.JobActionPrune}, j.Annotations[protocol.AnnotationJobAction]) && !a.jobDone(j) {
 			return true
@@ -225,7 +232,7 @@ func (a *Agent) jobDone(j *batchv1.Job) bool {
 // stageFailures counts the failed staging Jobs of permit p.
 func (a *Agent) stageFailures(p v1.StagePermit) int {
 	n := 0
-	for _, o := range a.jobs.List() {
+	for _, o := range a.jobCache().List() {
 		j, ok := o.(*batchv1.Job)
 		if !ok || j.Annotations[protocol.AnnotationJobAction] != protocol.JobActionStage || j.Annotations[protocol.AnnotationJobNode] != a.opts.NodeName ||
 			j.Annotations[protocol.AnnotationJobPermitSince] != permitSince(p) || j.Annotations[protocol.AnnotationJobVersion] != p.Version {
