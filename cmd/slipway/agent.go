@@ -47,6 +47,7 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9479", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: envs("METRICS_ADDR")},
 			kubeconfigFlag(),
 			&cli.DurationFlag{Name: "resync", Value: agentDefaults.Resync, Usage: "resync the informers at least this often", EnvVars: envs("RESYNC")},
+			&cli.DurationFlag{Name: "work-watch-linger", Value: agentDefaults.WorkWatchLinger, Usage: "watch the node's Jobs and their pods only from its first work until it has had none for this long (at rest the agent watches its Node and NodeUpdate only)", EnvVars: envs("WORK_WATCH_LINGER")},
 			&cli.DurationFlag{Name: "lease-duration", Value: agentDefaults.LeaseDuration, Usage: "unused: the controller holds the election Lease (slipway ops controller); kept so that older DaemonSets start", EnvVars: envs("LEASE_DURATION")},
 		}, retryFlags()...),
 		Action: func(c *cli.Context) error {
@@ -65,7 +66,7 @@ func agentCommand() *cli.Command {
 				SystemDir: c.String("system-dir"), HostSystemDir: c.String("host-system-dir"), HostLockDir: c.String("host-lock-dir"),
 				Image: c.String("image"), UpgradeCommand: strings.Fields(c.String("upgrade-command")),
 				InstallCRDs: c.Bool("install-crds"), Rebooter: rebooter, BootIDFile: c.String("boot-id-file"), BootIDFromNode: c.Bool("boot-id-from-node"), CmdlineFile: c.String("cmdline-file"),
-				MetricsAddr: c.String("metrics-addr"), Config: cfg, Resync: c.Duration("resync"),
+				MetricsAddr: c.String("metrics-addr"), Config: cfg, Resync: c.Duration("resync"), WorkWatchLinger: c.Duration("work-watch-linger"),
 				LeaseDuration: c.Duration("lease-duration"), GitHubToken: os.Getenv("GITHUB_TOKEN"), RebootStall: c.Duration("reboot-stall-timeout"),
 				Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 			}

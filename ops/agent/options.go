@@ -160,7 +160,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Retry = plan.DefaultRetry
 	}
 	if o.WorkWatchLinger <= 0 {
-		o.WorkWatchLinger = 5 * time.Minute
+		o.WorkWatchLinger = defaultWorkWatchLinger
 	}
 	var err error
 	if o.Protocol, err = protocol.Spoken(o.Protocol); err != nil {
@@ -184,8 +184,13 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
+// defaultWorkWatchLinger: a slot's Job and reboot, and the agent's end
+// report, come well within it; a rollout's next wave finds them open.
+const defaultWorkWatchLinger = 5 * time.Minute
+
 // Defaults returns the Options defaults that have no natural zero value
 // (Resync, LeaseDuration, Retry), for flag help.
 func Defaults() Options {
-	return Options{Resync: 30 * time.Second, LeaseDuration: 15 * time.Second, Retry: plan.DefaultRetry, RebootStall: 10 * time.Minute}
+	return Options{Resync: 30 * time.Second, LeaseDuration: 15 * time.Second, Retry: plan.DefaultRetry, RebootStall: 10 * time.Minute,
+		WorkWatchLinger: defaultWorkWatchLinger}
 }
