@@ -59,7 +59,8 @@ func (f *fleet) agent(r fleettest.AgentRun) func(context.Context) error {
 	o := f.options(fleettest.ControllerRun{})
 	ao := agent.Options{NodeName: r.Node, Namespace: r.Namespace, SystemDir: r.SystemDir, Config: r.Config, Image: "slipway:test",
 		BootIDFile: r.BootIDFile, Rebooter: r.Rebooter, Log: r.Log, Retry: o.Retry, Resync: o.Resync, LeaseDuration: o.LeaseDuration,
-		HeartbeatInterval: o.HeartbeatInterval, GitHubToken: o.GitHubToken, GitHubBaseURL: o.GitHubBaseURL}
+		HeartbeatInterval: o.HeartbeatInterval, GitHubToken: o.GitHubToken, GitHubBaseURL: o.GitHubBaseURL,
+		WorkWatchLinger: time.Second} // the agents' Job and pod watches close in every idle moment
 	if old, _ := f.nodeOnly.Load(r.Node); old == true {
 		ao.NodeOnly = true
 	}

@@ -83,8 +83,8 @@ func BenchmarkScaleNoop(b *testing.B) {
 			return benchside.Pids(func(argv []string) bool { return isAgent(argv) && slices.ContainsFunc(argv, underRoot(e.NodesRoot)) })
 		}
 		settings += fmt.Sprintf(", slipway controller QPS 50 burst 100 (its defaults), %d real agent processes (every %dth node) and %d in-process stand-ins, "+
-			"lease %s, resync %s; no-op channel: upgrade, rebootDelay, reboot 0 s, slot-bound staging",
-			nodes-len(standNodes), realEvery, len(standNodes), lease, resync)
+			"lease %s, resync %s, work watch linger %s; no-op channel: upgrade, rebootDelay, reboot 0 s, slot-bound staging",
+			nodes-len(standNodes), realEvery, len(standNodes), lease, resync, workLinger)
 		ops := versioned.NewForConfigOrDie(e.Config)
 		createChannel(b, ops, kube)
 		var gen int64
@@ -229,7 +229,7 @@ func startStandIns(b *testing.B, e *testenv.Env) *standin.Fleet {
 		Kubeconfig: e.Kubeconfig, Identity: agentIdentity, Supervisor: e.Supervisor, Nodes: standNodes, NodesRoot: e.NodesRoot,
 		Slipway: filepath.Join(binDir, "slipway"), Mirror: mirror, Install: "v1", Log: log,
 		Agent: agent.Options{Namespace: ns, HostSystemDir: "/k3os/system", HostLockDir: "/run/k3os", Image: "slipway:e2e",
-			UpgradeCommand: []string{"slipway"}, Resync: mustDuration(resync), LeaseDuration: mustDuration(lease),
+			UpgradeCommand: []string{"slipway"}, Resync: mustDuration(resync), LeaseDuration: mustDuration(lease), WorkWatchLinger: mustDuration(workLinger),
 			Retry: plan.Retry{Base: time.Hour, Max: plan.DefaultRetry.Max}, Log: log},
 	})
 	if err != nil {

@@ -41,6 +41,10 @@ var (
 	// as a DaemonSet does: a 500-node rollout in a 5,000-node cluster.
 	rolled     = rolledNodes(envInt("SLIPWAY_SCALE_ROLL", 0), nodes)
 	sucBin     = os.Getenv("SUC_BIN")
+	// workLinger is the agents' work watch linger (SLIPWAY_SCALE_WORK_LINGER,
+	// their default 5m): one past the run keeps every agent's Job and pod
+	// watches open, as before the agent closed them.
+	workLinger = envString("SLIPWAY_SCALE_WORK_LINGER", "5m")
 	binDir     string
 	mirror     string
 	realNodes  string // space-separated: the nodes whose agent is a process
@@ -135,7 +139,7 @@ func run(m *testing.M) int {
 		opts.CRDs = crds.Must()
 		opts.ExecPath = binDir + ":/usr/local/bin:/usr/bin:/bin"
 		opts.NodeCommand = []string{"/bin/sh", "-c", nodeScript}
-		opts.NodeEnv = []string{"SLIPWAY_SCALE_MIRROR=" + mirror, "SLIPWAY_SCALE_REAL=" + realNodes, "SLIPWAY_SCALE_LEASE=" + lease, "SLIPWAY_SCALE_RESYNC=" + resync}
+		opts.NodeEnv = []string{"SLIPWAY_SCALE_MIRROR=" + mirror, "SLIPWAY_SCALE_REAL=" + realNodes, "SLIPWAY_SCALE_LEASE=" + lease, "SLIPWAY_SCALE_RESYNC=" + resync, "SLIPWAY_SCALE_WORK_LINGER=" + workLinger}
 		opts.NodeIdentity = agentIdentity
 		opts.Setup = func(ctx context.Context, cfg *rest.Config) error {
 			if err := grantAccess(ctx, cfg); err != nil {
@@ -173,6 +177,7 @@ exec slipway ops agent --cmdline-file "$SLIPWAY_NODE_DIR/cmdline" --node-name "$
   --host-system-dir /k3os/system --host-lock-dir /run/k3os --image slipway:e2e \
   --reboot-method command --boot-id-from-node \
   --metrics-addr "" --kubeconfig "$SLIPWAY_NODE_DIR/kubeconfig-node" --lease-duration "$SLIPWAY_SCALE_LEASE" --resync "$SLIPWAY_SCALE_RESYNC" --retry-backoff 1h \
+  --work-watch-linger "$SLIPWAY_SCALE_WORK_LINGER" \
   --upgrade-command slipway --reboot-command "slipway-sim reboot --delay 0s"
 `
 

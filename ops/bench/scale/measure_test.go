@@ -317,6 +317,38 @@ func parseRequests(body []byte) (requests, error) {
 	return out, nil
 }
 
+// scrapeWatches reads how many watches the API server holds open now, by
+// resource ("*": all).
+func scrapeWatches(ctx context.Context, c kubernetes.Interface) (map[string]float64, error) {
+	body, err := c.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the apiserver's /metrics: %w", err)
+	}
+	return parseWatches(body)
+}
+
+// parseWatches reads apiserver_longrunning_requests{verb="WATCH"} from a
+// /metrics body, by resource ("*": all).
+func parseWatches(body []byte) (map[string]float64, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("parse the apiserver's /metrics: %w", err)
+	}
+	out := map[string]float64{}
+	for _, m := range fams["apiserver_longrunning_requests"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["verb"] == "WATCH" {
+			out[labels["resource"]] += m.GetGauge().GetValue()
+			out["*"] += m.GetGauge().GetValue()
+		}
+	}
+	return out, nil
+}
+
 var writeVerbs = []string{"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY", "CREATE", "UPDATE"}
 var readVerbs = []string{"GET", "LIST", "WATCH", "WATCHLIST"}
 

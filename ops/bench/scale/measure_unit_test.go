@@ -35,6 +35,21 @@ apiserver_request_total{code="200",resource="nodes",verb="LIST"} 1
 	}
 }
 
+func TestParseWatches(t *testing.T) {
+	open, err := parseWatches([]byte(`# TYPE apiserver_longrunning_requests gauge
+apiserver_longrunning_requests{component="apiserver",group="batch",resource="jobs",scope="namespace",subresource="",verb="WATCH",version="v1"} 7
+apiserver_longrunning_requests{component="apiserver",group="",resource="pods",scope="namespace",subresource="",verb="WATCH",version="v1"} 5
+apiserver_longrunning_requests{component="apiserver",group="",resource="pods",scope="cluster",subresource="",verb="WATCH",version="v1"} 2
+apiserver_longrunning_requests{component="apiserver",group="",resource="pods",scope="namespace",subresource="log",verb="GET",version="v1"} 3
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if open["*"] != 14 || open["jobs"] != 7 || open["pods"] != 7 {
+		t.Errorf("watches %v; want 14 in all, 7 of jobs, 7 of pods (the log stream is no watch)", open)
+	}
+}
+
 func TestWriterOf(t *testing.T) {
 	at := func(sec int64) *metav1.Time { tm := metav1.Unix(sec, 0); return &tm }
 	entry := func(manager, sub string, sec int64, fields string) metav1.ManagedFieldsEntry {

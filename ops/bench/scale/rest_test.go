@@ -24,9 +24,11 @@ import (
 var restWindow = time.Duration(envInt("SLIPWAY_SCALE_REST", 120)) * time.Second
 
 // restSettle is how long the fleet settles after the last agent reported
-// before the window opens: the controller's and the agents' start-up
-// writes are over.
-const restSettle = 30 * time.Second
+// before the window opens (SLIPWAY_SCALE_REST_SETTLE, seconds): the
+// controller's and the agents' start-up writes are over. Past the agents'
+// work watch linger (5 min), the window sees an idle agent's watches as a
+// fleet at rest has them.
+var restSettle = time.Duration(envInt("SLIPWAY_SCALE_REST_SETTLE", 330)) * time.Second
 
 // restProcs are the processes whose CPU the window measures, by the name
 // the figures give them.
@@ -69,6 +71,9 @@ func measureRest(b *testing.B, ctx context.Context, kube kubernetes.Interface, p
 	kv = append(kv, fmt.Sprintf("rest_watch_kib_per_s=%.1f", watch.Total().Bytes/1024/secs))
 	for _, r := range restResources(watch) {
 		kv = append(kv, fmt.Sprintf("rest_watchres_%s_kib_per_s=%.1f", strings.ReplaceAll(strings.TrimPrefix(r, "/"), "/", "."), watch[r].Bytes/1024/secs))
+	}
+	if open, err := scrapeWatches(ctx, kube); err == nil {
+		kv = append(kv, fmt.Sprintf("rest_watches=%.0f", open["*"]), fmt.Sprintf("rest_watches_jobs=%.0f", open["jobs"]), fmt.Sprintf("rest_watches_pods=%.0f", open["pods"]))
 	}
 	b.Logf("at rest for %.0f s: %s", secs, strings.Join(kv, " "))
 	return kv
