@@ -39,8 +39,8 @@ var (
 	// default): the first ones, labelled rollLabel, which the channel's and
 	// the plan's node selectors name. Every node runs its agent all the same,
 	// as a DaemonSet does: a 500-node rollout in a 5,000-node cluster.
-	rolled     = rolledNodes(envInt("SLIPWAY_SCALE_ROLL", 0), nodes)
-	sucBin     = os.Getenv("SUC_BIN")
+	rolled = rolledNodes(envInt("SLIPWAY_SCALE_ROLL", 0), nodes)
+	sucBin = os.Getenv("SUC_BIN")
 	// workLinger is the agents' work watch linger (SLIPWAY_SCALE_WORK_LINGER,
 	// their default 5m): one past the run keeps every agent's Job and pod
 	// watches open, as before the agent closed them.
