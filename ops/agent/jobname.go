@@ -53,8 +53,7 @@ func (a *Agent) createJob(ctx context.Context, ch *v1.UpdateChannel, j *batchv1.
 	if !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	var have *batchv1.Job
-	have = a.jobCache().anyJob(j.Namespace + "/" + j.Name)
+	have := a.jobCache().anyJob(j.Namespace + "/" + j.Name)
 	if have == nil {
 		return fmt.Errorf("job %s exists but is not in this agent's cache yet; looking again", j.Name)
 	}
