@@ -51,7 +51,7 @@ type watchCounter struct {
 }
 
 func (w *watchCounter) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripper(func(r *http.Request) (*http.Response, error) {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		res := watchedResource(r)
 		resp, err := rt.RoundTrip(r)
 		if res == "" || err != nil {
@@ -102,10 +102,6 @@ func (w *watchCounter) resetMax() {
 	w.max = map[string]int{}
 }
 
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
 type countedBody struct {
 	io.ReadCloser
 	once sync.Once
@@ -124,25 +120,41 @@ func (b *countedBody) Close() error {
 // agent's own requests are counted, as its client sends them.
 func TestIdleAgentClosesItsJobWatches(t *testing.T) {
 	t.Parallel()
-	watches := &watchCounter{open: map[string]int{}, max: map[string]int{}}
+	var mu sync.Mutex
+	var procs []*watchCounter // one per agent process: the reboot starts another
 	f := newFleet(t, 1, func(o *Options) {
 		o.WorkWatchLinger = 2 * time.Second
 		if o.Config != nil {
+			w := &watchCounter{open: map[string]int{}, max: map[string]int{}}
+			mu.Lock()
+			procs = append(procs, w)
+			mu.Unlock()
 			o.Config = rest.CopyConfig(o.Config)
-			o.Config.Wrap(watches.wrap)
+			o.Config.Wrap(w.wrap)
 		}
 	})
+	proc := func(i int) *watchCounter { // i < 0: the latest
+		mu.Lock()
+		defer mu.Unlock()
+		if i < 0 {
+			i = len(procs) - 1
+		}
+		return procs[i]
+	}
 	node := f.NS + "-n0"
 	f.Start(node)
 	f.AgentsUp(node)
-	closed := func() bool { open, _ := watches.counts(); return open["jobs"] == 0 && open["pods"] == 0 }
+	closed := func() bool { open, _ := proc(-1).counts(); return open["jobs"] == 0 && open["pods"] == 0 }
 	waitUntil(t, 30*time.Second, "the idle agent's Job and pod watches closed", closed)
-	watches.resetMax()
+	idle := proc(-1)
+	idle.resetMax()
 	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}}})
 	f.WaitFor("at v2", 2*time.Minute, fleettest.Done(1))
-	if _, most := watches.counts(); most["jobs"] == 0 || most["pods"] == 0 {
-		t.Errorf("the node upgraded, but its agent never watched its Jobs and pods (most open at once: %v)", most)
+	// The process that had closed them opened them again for the slot,
+	// before its reboot started the next (which opens them at start).
+	if _, most := idle.counts(); most["jobs"] == 0 || most["pods"] == 0 {
+		t.Errorf("the node upgraded, but the idle agent never watched its Jobs and pods again (most open at once: %v)", most)
 	}
 	waitUntil(t, 30*time.Second, "the Job and pod watches closed again after the rollout", closed)
 }
