@@ -66,10 +66,14 @@ func BenchmarkScaleNoop(b *testing.B) {
 	case "suc":
 		pid := startSUC(b, e)
 		own = func() []int { return []int{pid} }
-		settings += ", SUC with its manifest's settings (2 threads, leader election, client-go limits of its own), no-op plan: kubectl cordon, nothing, uncordon by SUC"
+		plan := "no-op plan: kubectl cordon, nothing, uncordon by SUC"
+		if sucReboot {
+			plan = "reboot plan: kubectl cordon, a simulated reboot at 0 s downtime (the pod waits through it for the new boot ID, reading the Node every 0.5 s), uncordon by SUC"
+		}
+		settings += ", SUC with its manifest's settings (2 threads, leader election, client-go limits of its own), " + plan
 		dyn := dynClient(e)
 		start = func() {
-			if _, err := dyn.Resource(sucproc.PlanGVR).Namespace(sucproc.Namespace).Create(ctx, noopPlan(), metav1.CreateOptions{}); err != nil {
+			if _, err := dyn.Resource(sucproc.PlanGVR).Namespace(sucproc.Namespace).Create(ctx, sucPlan(), metav1.CreateOptions{}); err != nil {
 				b.Fatalf("create the plan: %v", err)
 			}
 		}

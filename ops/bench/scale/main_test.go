@@ -41,6 +41,10 @@ var (
 	// as a DaemonSet does: a 500-node rollout in a 5,000-node cluster.
 	rolled = rolledNodes(envInt("SLIPWAY_SCALE_ROLL", 0), nodes)
 	sucBin = os.Getenv("SUC_BIN")
+	// sucReboot gives SUC's plan a simulated reboot (SLIPWAY_SCALE_SUC_PLAN
+	// reboot, the default), so both contenders do the same work: slipway's
+	// channel reboots every node it rolls (0 s down). "noop" drops it.
+	sucReboot = envString("SLIPWAY_SCALE_SUC_PLAN", "reboot") == "reboot"
 	// workLinger is the agents' work watch linger (SLIPWAY_SCALE_WORK_LINGER,
 	// their default 5m): one past the run keeps every agent's Job and pod
 	// watches open, as before the agent closed them.
@@ -100,6 +104,10 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: SLIPWAY_SCALE_CONTENDER=%q: want slipway or suc\n", contender)
 		return 1
 	}
+	if p := envString("SLIPWAY_SCALE_SUC_PLAN", "reboot"); p != "reboot" && p != "noop" {
+		fmt.Fprintf(os.Stderr, "FAIL: SLIPWAY_SCALE_SUC_PLAN=%q: want reboot (the default) or noop\n", p)
+		return 1
+	}
 	if st, err := os.Stat(sucBin); contender == "suc" && (sucBin == "" || err != nil || st.Mode()&0o111 == 0) {
 		fmt.Fprintf(os.Stderr, "FAIL: SUC_BIN=%q is not an executable: set it to a system-upgrade-controller binary (scripts/bench-suc builds one)\n", sucBin)
 		return 1
@@ -129,7 +137,8 @@ func run(m *testing.M) int {
 	tools := os.Getenv(testenv.EnvToolsDir)
 	switch contender {
 	case "suc":
-		opts.ExecPath = binDir + ":" + tools + ":/usr/local/bin:/usr/bin:/bin" // kubectl for the pods' cordon
+		opts.ExecPath = binDir + ":" + tools + ":/usr/local/bin:/usr/bin:/bin" // kubectl for the pods' cordon, slipway-sim for their reboot
+		opts.NodeEnv = []string{"SLIPWAY_SCALE_SOCKET=" + filepath.Join(opts.Dir, "sim.sock")} // the supervisor's (testenv puts it in Dir)
 	case "slipway":
 		var realList []string
 		realList, standNodes = standin.Sample(names, realEvery)

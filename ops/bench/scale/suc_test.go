@@ -20,6 +20,19 @@ import (
 // Plan CRD.
 const cordonCommand = `kubectl cordon "$NODE_NAME" >/dev/null`
 
+// rebootCommand is the reboot plan's: cordon, a simulated reboot at 0 s
+// downtime (the supervisor's, as slipway's agents reboot), and the pod
+// waits for the node's new boot ID (the supervisor writes it once the node
+// is Ready again; at 0 s the down spell can be over before a wait for
+// NotReady begins), reading the Node every half second. A real SUC upgrade
+// pod dies with the reboot and the Job's next pod finds the node upgraded;
+// waiting through it spares SUC that second pod (as ops/e2e/suc's staged
+// shape does).
+const rebootCommand = `boot() { kubectl get node "$NODE_NAME" -o jsonpath='{.status.nodeInfo.bootID}'; } && ` +
+	`old=$(boot) && ` + cordonCommand + ` && slipway-sim reboot --socket "$SLIPWAY_SCALE_SOCKET" --delay 0s >/dev/null && ` +
+	`while [ "$(boot)" = "$old" ]; do sleep 0.5; done && ` +
+	`kubectl wait --for=condition=Ready node/"$NODE_NAME" --timeout=10m >/dev/null`
+
 // startSUC starts SUC and returns its pid once its Plan CRD serves; it is
 // stopped when b ends.
 func startSUC(b *testing.B, e *testenv.Env) int {
@@ -32,10 +45,14 @@ func startSUC(b *testing.B, e *testenv.Env) int {
 	return c.Pid()
 }
 
-// noopPlan is SUC's no-op plan: cordon (by its Job, as its init container
-// would), nothing, and SUC uncordons and labels the node.
-func noopPlan() *unstructured.Unstructured {
-	p := sucproc.Plan{Name: "noop", Concurrency: concurrency, Cordon: true, Command: []string{"sh", "-c", cordonCommand}}
+// sucPlan is SUC's plan: cordon (by its Job, as its init container would),
+// nothing or the reboot (sucReboot), and SUC uncordons and labels the node.
+func sucPlan() *unstructured.Unstructured {
+	command := cordonCommand
+	if sucReboot {
+		command = rebootCommand
+	}
+	p := sucproc.Plan{Name: "noop", Concurrency: concurrency, Cordon: true, Command: []string{"sh", "-c", command}}
 	if rolled < nodes {
 		p.NodeLabel = rollLabel
 	}
