@@ -137,7 +137,7 @@ func run(m *testing.M) int {
 	tools := os.Getenv(testenv.EnvToolsDir)
 	switch contender {
 	case "suc":
-		opts.ExecPath = binDir + ":" + tools + ":/usr/local/bin:/usr/bin:/bin" // kubectl for the pods' cordon, slipway-sim for their reboot
+		opts.ExecPath = binDir + ":" + tools + ":/usr/local/bin:/usr/bin:/bin"                 // kubectl for the pods' cordon, slipway-sim for their reboot
 		opts.NodeEnv = []string{"SLIPWAY_SCALE_SOCKET=" + filepath.Join(opts.Dir, "sim.sock")} // the supervisor's (testenv puts it in Dir)
 	case "slipway":
 		var realList []string
