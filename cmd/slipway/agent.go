@@ -47,7 +47,7 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9479", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: envs("METRICS_ADDR")},
 			kubeconfigFlag(),
 			&cli.DurationFlag{Name: "resync", Value: agentDefaults.Resync, Usage: "resync the informers at least this often", EnvVars: envs("RESYNC")},
-			&cli.DurationFlag{Name: "work-watch-linger", Value: agentDefaults.WorkWatchLinger, Usage: "watch the node's Jobs and their pods only from its first work until it has had none for this long (at rest the agent watches its Node and NodeUpdate only)", EnvVars: envs("WORK_WATCH_LINGER")},
+			&cli.DurationFlag{Name: "work-watch-linger", Value: agentDefaults.WorkWatchLinger, Usage: "watch the node's Node, Jobs and their pods only from its first work until it has had none for this long (at rest the agent watches its NodeUpdate only)", EnvVars: envs("WORK_WATCH_LINGER")},
 			&cli.DurationFlag{Name: "lease-duration", Value: agentDefaults.LeaseDuration, Usage: "unused: the controller holds the election Lease (slipway ops controller); kept so that older DaemonSets start", EnvVars: envs("LEASE_DURATION")},
 		}, retryFlags()...),
 		Action: func(c *cli.Context) error {

@@ -39,7 +39,6 @@ type Agent struct {
 	guard   *slotGuard
 	meta    metadata.Interface
 	ops     opsclient.OpsV1Interface
-	nodes   cache.Indexer // this agent's own Node only
 	objects cache.Indexer // this agent's own NodeUpdate only (nodeupdate.go)
 	// watches: the watches of this node's Jobs and their pods, open while it
 	// has work (workwatch.go); runCtx is the agent's run, which they
@@ -200,30 +199,21 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// startInformers starts the caches of this agent's own Node and own
-// NodeUpdate (where the controller writes what the node needs of each
-// channel: no agent watches the channels) and of its node's upgrade Jobs,
-// and waits until they are filled.
+// startInformers starts the cache of this agent's own NodeUpdate (where
+// the controller writes what the node needs of each channel: no agent
+// watches the channels) and the work watches (its Node, its node's upgrade
+// Jobs and their pods: workwatch.go), and waits until they are filled.
 func (a *Agent) startInformers(ctx context.Context) error {
 	a.runCtx = ctx // the work watches' too, whenever they open (workwatch.go)
-	nodeInf := a.nodeInformer()
-	a.nodes = nodeInf.GetIndexer()
-	all := func(any) { a.enqueueAll(); a.queue.Add(key{role: rolePublish}); a.wakeHeartbeat() }
-	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(old, cur any) {
-		a.viewsGone(old, cur)
-		all(cur)
-	}}); err != nil {
-		return err
-	}
-	informers := []cache.SharedIndexInformer{nodeInf}
+	var informers []cache.SharedIndexInformer
 	if !a.opts.NodeOnly {
 		objInf := a.nodeUpdateInformer()
 		a.objects = objInf.GetIndexer()
 		if _, err := objInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: func(o any) { all(o); a.queue.Add(key{role: roleAnnounce}) },
+			AddFunc: func(o any) { a.nodeChanged(o); a.queue.Add(key{role: roleAnnounce}) },
 			UpdateFunc: func(old, cur any) {
 				a.objectViewsGone(old, cur)
-				all(cur)
+				a.nodeChanged(cur)
 				a.queue.Add(key{role: roleAnnounce})
 			},
 		}); err != nil {
@@ -235,7 +225,7 @@ func (a *Agent) startInformers(ctx context.Context) error {
 	for _, inf := range informers {
 		go inf.RunWithContext(ctx)
 	}
-	// The Jobs and pods open at start, whatever the node's work: a Job the
+	// The work watches open at start, whatever the node's work: a Job the
 	// last process left running is seen before any decision.
 	a.watches.mu.Lock()
 	a.openWork()
@@ -322,9 +312,10 @@ func (a *Agent) sync(ctx context.Context, k key) (time.Duration, error) {
 	return a.syncNode(ctx, k.channel)
 }
 
-// ownNode returns this agent's Node from its informer (nil when not seen).
+// ownNode returns this agent's Node from its informer (nil when not seen,
+// or while the work watches are closed: workwatch.go).
 func (a *Agent) ownNode() *corev1.Node {
-	o, ok, _ := a.nodes.GetByKey(a.opts.NodeName)
+	o, ok, _ := a.nodeCache().GetByKey(a.opts.NodeName)
 	if !ok {
 		return nil
 	}

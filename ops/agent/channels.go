@@ -50,13 +50,21 @@ func (a *Agent) getChannel(name string) (*v1.UpdateChannel, error) {
 
 // viewsNow are this node's views as its informers have them: in its
 // NodeUpdate once the controller writes them there, else on its Node.
+// The Node is not read when the views are in the NodeUpdate: an idle
+// agent's Node watch is closed (workwatch.go), and its NodeUpdate's event
+// is what opens it again.
 func (a *Agent) viewsNow() map[types.UID]protocol.View {
-	n := a.ownNode()
-	if n == nil {
-		return nil
+	u := a.ownObject()
+	var annotations map[string]string
+	if !viewsInObject(u) {
+		n := a.ownNode()
+		if n == nil {
+			return nil
+		}
+		annotations = n.Annotations
 	}
 	// trust: ops.agent.own-nodeupdate
-	return protocol.NodeViews(n.Annotations, a.ownObject(), a.opts.Namespace, func(key string, err error) {
+	return protocol.NodeViews(annotations, u, a.opts.Namespace, func(key string, err error) {
 		a.log.Warn("ignoring a channel view on this node", "annotation", key, "err", err)
 	})
 }

@@ -87,14 +87,22 @@ func (a *Agent) busy() bool {
 	}
 	running := a.readableVersions()
 	for _, ch := range list {
-		if s, _ := a.mySlot(ch, v1.Slot{}); s != nil && !a.reportedEnded(ch, *s) {
-			return true
-		}
-		if target := plan.Target(mustResolve(ch), ch.Status); target != "" && (running == nil || running.Rootfs != target) {
+		if a.asks(ch, running) {
 			return true
 		}
 	}
 	return false
+}
+
+// asks reports whether channel ch asks something of this node, which runs
+// running (nil: unreadable): it holds a slot it has not reported ended, or
+// the channel's target is not what this boot runs.
+func (a *Agent) asks(ch *v1.UpdateChannel, running *Versions) bool {
+	if s, _ := a.mySlot(ch, v1.Slot{}); s != nil && !a.reportedEnded(ch, *s) {
+		return true
+	}
+	target := plan.Target(mustResolve(ch), ch.Status)
+	return target != "" && (running == nil || running.Rootfs != target)
 }
 
 // beat creates or renews the heartbeat Lease. A renewal is one request:

@@ -14,7 +14,7 @@ type metrics struct {
 	stalls    prometheus.Counter     // reboots refused or not happened, requested again
 	rollbacks prometheus.Counter     // rollback Jobs created for swaps left staged
 	rbFailed  prometheus.Counter     // rollback Jobs that failed (retried after a backoff)
-	workOpen  prometheus.Gauge       // 1 while the watches of this node's Jobs and pods are open (workwatch.go)
+	workOpen  prometheus.Gauge       // 1 while the watches of this node's Node, Jobs and pods are open (workwatch.go)
 }
 
 func newMetrics() *metrics {
@@ -34,7 +34,7 @@ func newMetrics() *metrics {
 		rbFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "slipway_agent_rollback_failures_total",
 			Help: "Rollback Jobs of this node that failed; each is retried after a backoff (--retry-backoff)."}),
 		workOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "slipway_agent_work_watches_open",
-			Help: "1 while this agent watches its node's Jobs and their pods: from the node's first work until it has had none for the linger (5 min)."}),
+			Help: "1 while this agent watches its Node, its node's Jobs and their pods: from the node's first work until it has had none for the linger (5 min)."}),
 	}
 	m.registry.MustRegister(m.slotWait, m.upgrade, m.failures, m.stalls, m.rollbacks, m.rbFailed, m.workOpen,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -48,6 +48,13 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 	} else if err != nil {
 		return 0, err
 	}
+	if a.asks(ch, a.readableVersions()) { // the Node read below, a Job to create or wait for
+		ready, release := a.holdWork()
+		if !ready {
+			return 0, nil // their first fill queues this channel again
+		}
+		defer release()
+	}
 	seen, _ := a.mySlot(ch, v1.Slot{})
 	if seen != nil && a.reportedEnded(ch, *seen) {
 		seen = nil // reported ended; the controller frees it
@@ -67,11 +74,8 @@ func (a *Agent) syncNode(ctx context.Context, name string) (time.Duration, error
 	if bad != nil {
 		return 0, nil // the fleet view marks it Invalid; the slot times out if it stays so
 	}
-	ready, release := a.holdWork() // the slot's Job, its staging
-	if !ready {
-		return 0, nil // their first fill queues this channel again
-	}
-	defer release()
+	// The slot's Job and its staging read the work watches: held above (a
+	// slot not reported ended is work asked of the node).
 	sc := &stepCtx{ch: ch, s: s, slot: a.slotNow(ch, *seen)}
 	if err := a.syncStage(ctx, ch, s, a.slotUnderWay(sc)); err != nil {
 		return 0, err

@@ -86,17 +86,18 @@ func (a *Agent) announce(ctx context.Context) error {
 	if u == nil {
 		return nil
 	}
-	a.mu.Lock()
-	done := a.announced == u.UID
-	a.mu.Unlock()
-	// trust: ops.agent.own-nodeupdate
-	if done || u.Status.Protocol >= a.opts.Protocol {
+	if a.announcedIn(u) {
 		// Announced there (a NodeUpdate created again, with its Node, is
 		// announced in again); what an earlier process stopped before
 		// removing from the Node is removed now.
 		a.dropMovedFromNode(ctx)
 		return nil
 	}
+	ready, release := a.holdWork() // the Node read below (its watch is closed while idle)
+	if !ready {
+		return nil // their first fill queues the announce again
+	}
+	defer release()
 	fields := map[string]any{}
 	n := a.ownNode()
 	if n != nil {
@@ -132,6 +133,20 @@ func stagedOnNode(annotations map[string]string) *v1.NodeVersions {
 	return &s
 }
 
+// announcedIn reports whether this agent's protocol is announced in its
+// NodeUpdate u: by this process, or already there (an earlier process's).
+func (a *Agent) announcedIn(u *v1.NodeUpdate) bool {
+	a.mu.Lock()
+	done := a.announced == u.UID
+	a.mu.Unlock()
+	// trust: ops.agent.own-nodeupdate
+	return done || u.Status.Protocol >= a.opts.Protocol
+}
+
+// movedFromNode are the annotations that moved from the Node to the
+// NodeUpdate.
+var movedFromNode = []string{protocol.AnnotationSlotReport, protocol.AnnotationRebootFrom, protocol.AnnotationPrestagedVersion, protocol.AnnotationPrestageFailedVersion}
+
 // dropMovedFromNode removes from the Node what moved to the NodeUpdate
 // (every watcher of Nodes received it): nothing reads it there any more.
 // It writes only when the Node still carries some of it, so a process
@@ -140,7 +155,7 @@ func stagedOnNode(annotations map[string]string) *v1.NodeVersions {
 func (a *Agent) dropMovedFromNode(ctx context.Context) {
 	moved := map[string]any{}
 	if n := a.ownNode(); n != nil {
-		for _, k := range []string{protocol.AnnotationSlotReport, protocol.AnnotationRebootFrom, protocol.AnnotationPrestagedVersion, protocol.AnnotationPrestageFailedVersion} {
+		for _, k := range movedFromNode {
 			if _, ok := n.Annotations[k]; ok {
 				moved[k] = nil
 			}

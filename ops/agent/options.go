@@ -93,8 +93,8 @@ type Options struct {
 	// HeartbeatInterval is how often the agent renews its heartbeat Lease
 	// (default 1m); a node whose agent missed three is skipped.
 	HeartbeatInterval time.Duration
-	// WorkWatchLinger is how long the watches of this node's Jobs and their
-	// pods stay open after its last work (default 5m; workwatch.go).
+	// WorkWatchLinger is how long the watches of this node's Node, Jobs and
+	// their pods stay open after its last work (default 5m; workwatch.go).
 	WorkWatchLinger time.Duration
 	// NodeOnly makes the agent speak the protocol of the previous release:
 	// it reads its views on its Node and reports there, and never reads or

@@ -9,15 +9,21 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade"
 )
 
-// The watches of this node's Jobs and their pods serve only work: a slot,
-// a staging permit, a staged release or swap to prune or undo, a Job that
-// still runs. An agent with none of these (most agents, most of a fleet's
-// life) closes them after Options.WorkWatchLinger and keeps its Node and
-// NodeUpdate watches only: at thousands of nodes, half the watches the
-// API server holds for the agents.
+// The watches of this node's own Node, its Jobs and their pods serve only
+// work: a slot, a staging permit, a target this boot does not run, a
+// staged release or swap to prune or undo, a Job that still runs. An
+// agent with none of these (most agents, most of a fleet's life) closes
+// them after Options.WorkWatchLinger and keeps its NodeUpdate watch only:
+// the controller writes there whatever asks something of the node, and
+// its event opens them again. At thousands of nodes that is three
+// watches in four the API server holds for the agents, and no status
+// write of an idle node (a kubelet's every few minutes, with its images)
+// sent to its agent.
 //
 // The invariant: while they are closed, no Job of this node runs, and
 // this process creates none. They close only when their caches are
@@ -29,13 +35,26 @@ import (
 // runs" read from them is what the invariant says, not ignorance; the
 // finished Jobs a decision reads (a slot's Job, a rollback's history)
 // are read only under the hold.
+//
+// The Node's part: they close only when the Node as last seen is settled
+// (nodeSettled): no cordon of slipway's on it, this boot's versions
+// published, nothing left that moved to the NodeUpdate, the views and
+// reports in the NodeUpdate. Slipway writes the Node again only for a
+// slot, which opens them first: a sync of a channel that asks anything
+// of the node holds them (syncNode), as does the announce in a NodeUpdate
+// made anew. The readers that run without the hold (republish, the idle
+// uncordon, the announce's clean-up) read no Node while closed and do
+// nothing, which is what the settled Node asked of them. What is not
+// seen while closed: another party stripping the version labels (they
+// are published again when the watches next open).
 
-// workWatches are the Job and pod watches of this node and their caches.
+// workWatches are the Node, Job and pod watches of this node and their caches.
 type workWatches struct {
 	mu     sync.Mutex
 	open   bool               // the informers run (synced or not)
-	synced func() bool        // both caches filled since they opened
+	synced func() bool        // the three caches filled since they opened
 	cancel context.CancelFunc // stops the informers
+	nodes  cache.Indexer      // this agent's own Node only
 	jobs   ownJobs
 	pods   ownPods
 	users  int // syncs holding the watches (holdWork)
@@ -49,8 +68,16 @@ type workWatches struct {
 
 // closedWork is the closed state: empty stores.
 func closedWork(node string) *workWatches {
-	return &workWatches{jobs: ownJobs{cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), node},
+	return &workWatches{nodes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), jobs: ownJobs{cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), node},
 		pods: ownPods{cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), node}, synced: func() bool { return false }}
+}
+
+// nodeCache is this agent's own Node as the current cache shows it
+// (none while the watches are closed).
+func (a *Agent) nodeCache() cache.Indexer {
+	a.watches.mu.Lock()
+	defer a.watches.mu.Unlock()
+	return a.watches.nodes
 }
 
 // jobCache is this node's Jobs as the current cache shows them (none while
@@ -102,28 +129,52 @@ func (a *Agent) holdsWork() bool {
 	return a.watches.users > 0
 }
 
-// openWork starts the Job and pod informers (a.watches.mu held). When both
-// caches are filled every channel is queued again, and the close check
-// runs after the linger.
+// openWork starts the Node, Job and pod informers (a.watches.mu held).
+// When the three caches are filled every channel is queued again, as are
+// the readers that run without the hold, and the close check runs after
+// the linger.
 func (a *Agent) openWork() {
 	w := a.watches
 	ctx, cancel := context.WithCancel(a.runCtx)
-	jobInf, podInf := a.jobInformer(), a.podInformer()
+	nodeInf, jobInf, podInf := a.nodeInformer(), a.jobInformer(), a.podInformer()
+	w.nodes = nodeInf.GetIndexer()
 	w.jobs, w.pods = ownJobs{jobInf.GetIndexer(), a.opts.NodeName}, ownPods{podInf.GetStore(), a.opts.NodeName} // only this node's (pods.go)
-	w.synced = func() bool { return jobInf.HasSynced() && podInf.HasSynced() }
+	w.synced = func() bool { return nodeInf.HasSynced() && jobInf.HasSynced() && podInf.HasSynced() }
 	w.open, w.cancel = true, cancel
 	a.metrics.workOpen.Set(1)
+	a.watchNode(nodeInf)
 	a.watchJobs(jobInf, podInf)
-	go jobInf.RunWithContext(ctx)
-	go podInf.RunWithContext(ctx)
+	for _, inf := range []cache.SharedIndexInformer{nodeInf, jobInf, podInf} {
+		go inf.RunWithContext(ctx)
+	}
 	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), jobInf.HasSynced, podInf.HasSynced) {
-			a.log.Debug("watching this node's Jobs and their pods")
+		if cache.WaitForCacheSync(ctx.Done(), nodeInf.HasSynced, jobInf.HasSynced, podInf.HasSynced) {
+			a.log.Debug("watching this node's Node, Jobs and their pods")
 			a.enqueueAll()
-			a.queue.Add(key{role: roleIdle})
+			for _, r := range []role{roleIdle, rolePublish, roleAnnounce} {
+				a.queue.Add(key{role: r})
+			}
 			a.queue.AddAfter(key{role: roleWorkWatches}, a.opts.WorkWatchLinger)
 		}
 	}()
+}
+
+// watchNode queues every channel, the versions' publish and the heartbeat's
+// wake when this agent's Node changes; and a channel whose view left the
+// Node's annotations (before the views moved to the NodeUpdate).
+func (a *Agent) watchNode(nodeInf cache.SharedIndexInformer) {
+	// AddEventHandler fails only on a stopped informer; this one is new.
+	_, _ = nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: a.nodeChanged, UpdateFunc: func(old, cur any) {
+		a.viewsGone(old, cur)
+		a.nodeChanged(cur)
+	}})
+}
+
+// nodeChanged is what any change of this node's Node or NodeUpdate queues.
+func (a *Agent) nodeChanged(any) {
+	a.enqueueAll()
+	a.queue.Add(key{role: rolePublish})
+	a.wakeHeartbeat()
 }
 
 // watchJobs queues the sync of a channel when one of its Jobs on this node
@@ -168,6 +219,31 @@ func (a *Agent) workNeeded() bool {
 	return err != nil || len(onDisk) > 0
 }
 
+// nodeSettled reports whether this node's Node, as cached, asks nothing of
+// the readers that run without the hold: no cordon of slipway's (the idle
+// uncordon), this boot's versions published (republish), nothing left on
+// it that moved to the NodeUpdate (the announce's clean-up); and whether
+// the views and the reports are in the NodeUpdate, whose watch stays
+// open (an agent of a cluster whose controller still writes views on the
+// Node keeps watching it), and announced there.
+func (a *Agent) nodeSettled() bool {
+	n, u := a.ownNode(), a.ownObject()
+	if n == nil || a.opts.NodeOnly || !viewsInObject(u) || !a.announcedIn(u) || drain.CordonedBy(n.Annotations) == protocol.CordonOwner {
+		return false
+	}
+	for _, k := range movedFromNode {
+		if _, ok := n.Annotations[k]; ok {
+			return false
+		}
+	}
+	v, ok := a.getKnown()
+	if !ok {
+		return false
+	}
+	out := a.versionsNow(v)
+	return sameMeta(n.Labels, out.labels) && sameMeta(n.Annotations, out.annotations)
+}
+
 // WorkWatchStep is what the close check does with the work watches.
 type WorkWatchStep int
 
@@ -184,6 +260,9 @@ type WorkWatchState struct {
 	Users        int  // syncs holding them
 	Needed       bool // the node has work (workNeeded)
 	JobsRunning  bool // a Job of this node is unfinished, or created and not seen yet
+	// NodeSettled: the Node as cached asks nothing of the readers that run
+	// without the hold (nodeSettled).
+	NodeSettled bool
 	// HeldMeanwhile: a sync took them between the reading of the Jobs
 	// and the decision (it may have created one).
 	HeldMeanwhile bool
@@ -192,13 +271,14 @@ type WorkWatchState struct {
 }
 
 // nextWorkWatch decides whether the work watches close: only open and
-// filled, held by no sync, with no work and no Job running for the whole
-// linger. A cache not filled yet tells nothing of the Jobs.
+// filled, held by no sync, with no work, no Job running and the Node
+// settled for the whole linger. A cache not filled yet tells nothing of
+// the Jobs nor of the Node.
 func nextWorkWatch(s WorkWatchState) WorkWatchStep {
 	switch {
 	case !s.Open:
 		return WorkWatchNone
-	case !s.Synced || s.Users > 0 || s.Needed || s.JobsRunning || s.HeldMeanwhile || s.Idle < s.Linger:
+	case !s.Synced || s.Users > 0 || s.Needed || s.JobsRunning || !s.NodeSettled || s.HeldMeanwhile || s.Idle < s.Linger:
 		return WorkWatchKeep
 	}
 	return WorkWatchClose
@@ -216,21 +296,22 @@ func (a *Agent) closeIdleWork() {
 		return
 	}
 	needed := a.workNeeded()
-	running := a.jobsBusy() // from the caches read now, before the lock below
+	running := a.jobsBusy()    // from the caches read now, before the lock below
+	settled := a.nodeSettled() // likewise
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if needed {
 		w.needed = time.Now()
 	}
-	st := WorkWatchState{Open: w.open, Synced: w.synced(), Users: w.users, Needed: needed,
-		JobsRunning: running, HeldMeanwhile: w.taken != taken, Idle: time.Since(w.needed), Linger: a.opts.WorkWatchLinger}
+	st := WorkWatchState{Open: w.open, Synced: w.synced(), Users: w.users, Needed: needed, JobsRunning: running,
+		NodeSettled: settled, HeldMeanwhile: w.taken != taken, Idle: time.Since(w.needed), Linger: a.opts.WorkWatchLinger}
 	switch nextWorkWatch(st) {
 	case WorkWatchClose:
 		w.cancel()
 		fresh := closedWork(a.opts.NodeName)
-		w.open, w.jobs, w.pods, w.synced, w.cancel = false, fresh.jobs, fresh.pods, fresh.synced, nil
+		w.open, w.nodes, w.jobs, w.pods, w.synced, w.cancel = false, fresh.nodes, fresh.jobs, fresh.pods, fresh.synced, nil
 		a.metrics.workOpen.Set(0)
-		a.log.Debug("closed the watches of this node's Jobs and their pods: no work", "for", st.Idle.Round(time.Second))
+		a.log.Debug("closed the watches of this node's Node, Jobs and their pods: no work", "for", st.Idle.Round(time.Second))
 	case WorkWatchKeep:
 		a.queue.AddAfter(key{role: roleWorkWatches}, max(a.opts.WorkWatchLinger-st.Idle, time.Second))
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 func TestNextWorkWatch(t *testing.T) {
-	idle := WorkWatchState{Open: true, Synced: true, Idle: time.Minute, Linger: time.Minute}
+	idle := WorkWatchState{Open: true, Synced: true, NodeSettled: true, Idle: time.Minute, Linger: time.Minute}
 	for _, c := range []struct {
 		name string
 		edit func(*WorkWatchState)
@@ -28,6 +28,7 @@ func TestNextWorkWatch(t *testing.T) {
 		{"a sync holds them", func(s *WorkWatchState) { s.Users = 1 }, WorkWatchKeep},
 		{"the node has work", func(s *WorkWatchState) { s.Needed = true }, WorkWatchKeep},
 		{"a Job of the node runs", func(s *WorkWatchState) { s.JobsRunning = true }, WorkWatchKeep},
+		{"the Node asks something of a reader without the hold (a cordon of slipway's, versions to publish)", func(s *WorkWatchState) { s.NodeSettled = false }, WorkWatchKeep},
 		{"a sync held them since the Jobs were read", func(s *WorkWatchState) { s.HeldMeanwhile = true }, WorkWatchKeep},
 		{"within the linger", func(s *WorkWatchState) { s.Idle = time.Minute - time.Second }, WorkWatchKeep},
 	} {
@@ -41,7 +42,7 @@ func TestNextWorkWatch(t *testing.T) {
 	}
 }
 
-// watchCounter counts the watches of Jobs and pods a client holds open,
+// watchCounter counts the watches of Nodes, NodeUpdates, Jobs and pods a client holds open,
 // from its own requests: a watch is open from its request until its
 // response body is closed.
 type watchCounter struct {
@@ -63,12 +64,13 @@ func (w *watchCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	})
 }
 
-// watchedResource is "jobs" or "pods" for a watch of either, else "".
+// watchedResource is "nodes", "nodeupdates", "jobs" or "pods" for a watch
+// of one, else "".
 func watchedResource(r *http.Request) string {
 	if r.URL.Query().Get("watch") != "true" && r.URL.Query().Get("watch") != "1" {
 		return ""
 	}
-	for _, res := range []string{"jobs", "pods"} {
+	for _, res := range []string{"nodes", "nodeupdates", "jobs", "pods"} {
 		if strings.HasSuffix(r.URL.Path, "/"+res) {
 			return res
 		}
@@ -113,12 +115,13 @@ func (b *countedBody) Close() error {
 	return b.ReadCloser.Close()
 }
 
-// TestIdleAgentClosesItsJobWatches: an agent whose node has no work
-// closes its watches of the node's Jobs and their pods after the linger,
-// keeps its Node and NodeUpdate; a channel that moves its node opens them
-// again, and the node upgrades; once it is done they close again. The
-// agent's own requests are counted, as its client sends them.
-func TestIdleAgentClosesItsJobWatches(t *testing.T) {
+// TestIdleAgentClosesItsWorkWatches: an agent whose node has no work
+// closes its watches of its Node, the node's Jobs and their pods after the
+// linger, and keeps its NodeUpdate's; a channel that moves its node opens
+// them again (the NodeUpdate's event), and the node upgrades; once it is
+// done they close again. The agent's own requests are counted, as its
+// client sends them.
+func TestIdleAgentClosesItsWorkWatches(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var procs []*watchCounter // one per agent process: the reboot starts another
@@ -144,8 +147,11 @@ func TestIdleAgentClosesItsJobWatches(t *testing.T) {
 	node := f.NS + "-n0"
 	f.Start(node)
 	f.AgentsUp(node)
-	closed := func() bool { open, _ := proc(-1).counts(); return open["jobs"] == 0 && open["pods"] == 0 }
-	waitUntil(t, 30*time.Second, "the idle agent's Job and pod watches closed", closed)
+	closed := func() bool {
+		open, _ := proc(-1).counts()
+		return open["nodes"] == 0 && open["jobs"] == 0 && open["pods"] == 0 && open["nodeupdates"] == 1
+	}
+	waitUntil(t, 30*time.Second, "the idle agent's Node, Job and pod watches closed, its NodeUpdate's open", closed)
 	idle := proc(-1)
 	idle.resetMax()
 	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
@@ -153,8 +159,8 @@ func TestIdleAgentClosesItsJobWatches(t *testing.T) {
 	f.WaitFor("at v2", 2*time.Minute, fleettest.Done(1))
 	// The process that had closed them opened them again for the slot,
 	// before its reboot started the next (which opens them at start).
-	if _, most := idle.counts(); most["jobs"] == 0 || most["pods"] == 0 {
-		t.Errorf("the node upgraded, but the idle agent never watched its Jobs and pods again (most open at once: %v)", most)
+	if _, most := idle.counts(); most["nodes"] == 0 || most["jobs"] == 0 || most["pods"] == 0 {
+		t.Errorf("the node upgraded, but the idle agent never watched its Node, Jobs and pods again (most open at once: %v)", most)
 	}
-	waitUntil(t, 30*time.Second, "the Job and pod watches closed again after the rollout", closed)
+	waitUntil(t, 30*time.Second, "the Node, Job and pod watches closed again after the rollout", closed)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,6 +157,15 @@ func run(m *testing.M) int {
 			}
 			return startController(cfg, dir)
 		}
+	}
+	if path := os.Getenv("SLIPWAY_SCALE_SIM_LOG"); path != "" { // the executor's and the supervisor's log, for a run that stalls
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer f.Close()
+		opts.Logger = slog.New(slog.NewTextHandler(f, nil))
 	}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)
