@@ -40,9 +40,9 @@ type Agent struct {
 	meta    metadata.Interface
 	ops     opsclient.OpsV1Interface
 	objects cache.Indexer // this agent's own NodeUpdate only (nodeupdate.go)
-	// watches: the watches of this node's Jobs and their pods, open while it
-	// has work (workwatch.go); runCtx is the agent's run, which they
-	// live in.
+	// watches: the watches of this agent's own Node, its node's Jobs and
+	// their pods, open while it has work (workwatch.go); runCtx is the
+	// agent's run, which they live in.
 	watches  *workWatches
 	runCtx   context.Context
 	queue    workqueue.TypedRateLimitingInterface[key]

@@ -68,8 +68,8 @@ type workWatches struct {
 
 // closedWork is the closed state: empty stores.
 func closedWork(node string) *workWatches {
-	return &workWatches{nodes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), jobs: ownJobs{cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), node},
-		pods: ownPods{cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), node}, synced: func() bool { return false }}
+	empty := func() cache.Indexer { return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}) }
+	return &workWatches{nodes: empty(), jobs: ownJobs{empty(), node}, pods: ownPods{empty(), node}, synced: func() bool { return false }}
 }
 
 // nodeCache is this agent's own Node as the current cache shows it
