@@ -115,7 +115,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 	if contender == "slipway" {
 		rest["standins"], rest["agents"] = selfPid, others
 	}
-	restKV := measureRest(b, ctx, kube, rest)
+	restKV := measureRest(b, ctx, kube, rest, watcher)
 	var mon *monitorProc
 	if withMonitor && contender == "slipway" {
 		if mon, err = startMonitor(e, b.TempDir()); err != nil {

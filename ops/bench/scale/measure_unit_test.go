@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -84,5 +85,23 @@ func TestWriterOf(t *testing.T) {
 	after := map[string]writerCount{"kwok(status)": {5, 400}, "same second: status": {1, 500}, "idle": {0, 0}}
 	if got, want := writersSince(before, after), "same_second_status:1:500,kwok(status):3:300"; got != want {
 		t.Errorf("writersSince = %q, want %q", got, want)
+	}
+}
+
+func TestRestNodeWatchers(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		sent       float64
+		oneWatcher int64
+		want       string
+	}{
+		{"eight watchers", 800, 100, "rest_node_watch_events=800 rest_nodewatcher_events=100 rest_node_watchers=8.0"},
+		{"no Node event in the window: no ratio", 40, 0, "rest_node_watch_events=40 rest_nodewatcher_events=0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := strings.Join(restNodeWatchers(c.sent, c.oneWatcher), " "); got != c.want {
+				t.Errorf("restNodeWatchers(%v, %d) = %q, want %q", c.sent, c.oneWatcher, got, c.want)
+			}
+		})
 	}
 }

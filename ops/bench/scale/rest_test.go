@@ -38,7 +38,7 @@ type restProcs map[string]func() []int
 // each of procs, the API server's requests a second (with and without
 // Leases) and the bytes a second it sent on watches, by resource. Returns
 // the figures as key=value pairs, rest_ first.
-func measureRest(b *testing.B, ctx context.Context, kube kubernetes.Interface, procs restProcs) []string {
+func measureRest(b *testing.B, ctx context.Context, kube kubernetes.Interface, procs restProcs, watcher *nodeWatcher) []string {
 	if restWindow <= 0 {
 		return nil
 	}
@@ -48,12 +48,14 @@ func measureRest(b *testing.B, ctx context.Context, kube kubernetes.Interface, p
 		usage[name] = sampleMem(find, 2*time.Second, 10) // the CPU is what the window reports
 	}
 	reqBefore, watchBefore := scrapeCounters(b, ctx, kube)
+	_, watcherBefore := watcher.received()
 	t0 := time.Now()
 	stopProfiles := profileRest(b)
 	time.Sleep(restWindow)
 	stopProfiles()
 	secs := time.Since(t0).Seconds()
 	reqAfter, watchAfter := scrapeCounters(b, ctx, kube)
+	_, watcherAfter := watcher.received()
 	kv := []string{fmt.Sprintf("rest_s=%.0f", secs)}
 	names := make([]string, 0, len(usage))
 	for name := range usage {
@@ -72,10 +74,25 @@ func measureRest(b *testing.B, ctx context.Context, kube kubernetes.Interface, p
 	for _, r := range restResources(watch) {
 		kv = append(kv, fmt.Sprintf("rest_watchres_%s_kib_per_s=%.1f", strings.ReplaceAll(strings.TrimPrefix(r, "/"), "/", "."), watch[r].Bytes/1024/secs))
 	}
+	kv = append(kv, restNodeWatchers(watch["/nodes"].Events, watcherAfter-watcherBefore)...)
 	if open, err := scrapeWatches(ctx, kube); err == nil {
 		kv = append(kv, fmt.Sprintf("rest_watches=%.0f", open["*"]), fmt.Sprintf("rest_watches_jobs=%.0f", open["jobs"]), fmt.Sprintf("rest_watches_pods=%.0f", open["pods"]))
 	}
 	b.Logf("at rest for %.0f s: %s", secs, strings.Join(kv, " "))
+	return kv
+}
+
+// restNodeWatchers says what the Node watches cost at rest independently of
+// how many Node writes the window caught (kwok writes the status of nodes
+// created together in bursts, which a window catches or misses): the events
+// the API server sent on Node watches, those one other watcher of Nodes
+// received, and their ratio, the watchers each Node event reached (agents
+// that watch their own Node count together as one).
+func restNodeWatchers(sent float64, oneWatcher int64) []string {
+	kv := []string{fmt.Sprintf("rest_node_watch_events=%.0f", sent), fmt.Sprintf("rest_nodewatcher_events=%d", oneWatcher)}
+	if oneWatcher > 0 {
+		kv = append(kv, fmt.Sprintf("rest_node_watchers=%.1f", sent/float64(oneWatcher)))
+	}
 	return kv
 }
 
