@@ -43,9 +43,13 @@ var (
 	rolled = rolledNodes(envInt("SLIPWAY_SCALE_ROLL", 0), nodes)
 	sucBin = os.Getenv("SUC_BIN")
 	// sucReboot gives SUC's plan a simulated reboot (SLIPWAY_SCALE_SUC_PLAN
-	// reboot, the default), so both contenders do the same work: slipway's
-	// channel reboots every node it rolls (0 s down). "noop" drops it.
-	sucReboot = envString("SLIPWAY_SCALE_SUC_PLAN", "reboot") == "reboot"
+	// reboot), so both contenders do the same work: slipway's channel
+	// reboots every node it rolls (0 s down). Not the default yet: with 50
+	// reboots at once some of the simulator's reboots hang before their
+	// first write (26 of 500 at 1,000 nodes, the rollout stalled after 75
+	// at 5,000), and SUC's pods wait for them for ever. "noop" (the
+	// default) is the plan without it.
+	sucReboot = envString("SLIPWAY_SCALE_SUC_PLAN", "noop") == "reboot"
 	// workLinger is the agents' work watch linger (SLIPWAY_SCALE_WORK_LINGER,
 	// their default 5m): one past the run keeps every agent's Job and pod
 	// watches open, as before the agent closed them.
@@ -105,8 +109,8 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: SLIPWAY_SCALE_CONTENDER=%q: want slipway or suc\n", contender)
 		return 1
 	}
-	if p := envString("SLIPWAY_SCALE_SUC_PLAN", "reboot"); p != "reboot" && p != "noop" {
-		fmt.Fprintf(os.Stderr, "FAIL: SLIPWAY_SCALE_SUC_PLAN=%q: want reboot (the default) or noop\n", p)
+	if p := envString("SLIPWAY_SCALE_SUC_PLAN", "noop"); p != "reboot" && p != "noop" {
+		fmt.Fprintf(os.Stderr, "FAIL: SLIPWAY_SCALE_SUC_PLAN=%q: want noop (the default) or reboot\n", p)
 		return 1
 	}
 	if st, err := os.Stat(sucBin); contender == "suc" && (sucBin == "" || err != nil || st.Mode()&0o111 == 0) {
