@@ -44,11 +44,11 @@ var (
 	sucBin = os.Getenv("SUC_BIN")
 	// sucReboot gives SUC's plan a simulated reboot (SLIPWAY_SCALE_SUC_PLAN
 	// reboot), so both contenders do the same work: slipway's channel
-	// reboots every node it rolls (0 s down). Not the default yet: with 50
-	// reboots at once some of the simulator's reboots hang before their
-	// first write (26 of 500 at 1,000 nodes, the rollout stalled after 75
-	// at 5,000), and SUC's pods wait for them for ever. "noop" (the
-	// default) is the plan without it.
+	// reboots every node it rolls (0 s down). Not the default yet: its pod
+	// waits for the Node's new boot ID, and at 0 s down kwok's status write
+	// from an older copy of the Node can put the old one back before the
+	// pod reads it (26 of 500 pods waited for ever at 1,000 nodes, 50 at
+	// once; docs/bench.md). "noop" (the default) is the plan without it.
 	sucReboot = envString("SLIPWAY_SCALE_SUC_PLAN", "noop") == "reboot"
 	// workLinger is the agents' work watch linger (SLIPWAY_SCALE_WORK_LINGER,
 	// their default 5m): one past the run keeps every agent's Job and pod
