@@ -228,6 +228,7 @@ func (a *Agent) workNeeded() bool {
 // Node keeps watching it), and announced there.
 func (a *Agent) nodeSettled() bool {
 	n, u := a.ownNode(), a.ownObject()
+	// trust: ops.agent.own-node-settled
 	if n == nil || a.opts.NodeOnly || !viewsInObject(u) || !a.announcedIn(u) || drain.CordonedBy(n.Annotations) == protocol.CordonOwner {
 		return false
 	}
