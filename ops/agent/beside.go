@@ -64,7 +64,7 @@ func (a *Agent) stepPublishSwap(ctx context.Context, sc *stepCtx) (time.Duration
 	}
 	out := a.versionsNow(*running)
 	a.log.Info("the activation swapped while the drain goes on; publishing what the next boot starts", "channel", sc.ch.Name, "version", sc.slot.Version)
-	if n := a.ownNode(); n == nil || !sameMeta(n.Labels, out.labels) || !sameMeta(n.Annotations, out.annotations) {
+	if n := a.ownNode(); n == nil || !out.shownOn(n) {
 		if err := a.patchNode(ctx, out.labels, out.annotations); err != nil {
 			return 0, err
 		}

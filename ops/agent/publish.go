@@ -34,6 +34,12 @@ type versionsOut struct {
 	status              map[string]any
 }
 
+// shownOn tells whether Node n shows o's labels and annotations (nil
+// values: absent there).
+func (o versionsOut) shownOn(n *corev1.Node) bool {
+	return sameMeta(n.Labels, o.labels) && sameMeta(n.Annotations, o.annotations)
+}
+
 // versionsFor is what publishes running (recorded in boot) and what current
 // stages beyond it: inStatus, also in the NodeUpdate's status; onlyStatus,
 // there alone, the Node keeping the version labels only.
@@ -109,7 +115,7 @@ func (a *Agent) publishVersions(ctx context.Context) error {
 		// Mid-upgrade: the versions go with the uncordon, in one write.
 		return nil
 	}
-	nodeDue := !sameMeta(n.Labels, out.labels) || !sameMeta(n.Annotations, out.annotations)
+	nodeDue := !out.shownOn(n)
 	statusDue := out.status != nil && !sameStatus(u.Status, out.status)
 	if nodeDue || statusDue {
 		a.log.Info("publishing this node's versions", "rootfs", running.Rootfs, "kernel", running.Kernel, "k3s", running.K3s,
@@ -135,7 +141,7 @@ func (a *Agent) republish(ctx context.Context) error {
 		return nil // mid-upgrade: the versions ride on the slot's writes
 	}
 	out := a.versionsNow(v)
-	if !sameMeta(n.Labels, out.labels) || !sameMeta(n.Annotations, out.annotations) {
+	if !out.shownOn(n) {
 		a.log.Info("the node lacks or disagrees with its versions; publishing them again", "rootfs", v.Rootfs)
 		if err := a.patchNode(ctx, out.labels, out.annotations); err != nil {
 			return err
@@ -203,7 +209,7 @@ func (a *Agent) versionsNow(v Versions) versionsOut {
 
 // publishDue tells whether out is not what the Node n and the NodeUpdate show.
 func (a *Agent) publishDue(n *corev1.Node, out versionsOut) bool {
-	return !sameMeta(n.Labels, out.labels) || !sameMeta(n.Annotations, out.annotations) || a.statusDue(out.status)
+	return !out.shownOn(n) || a.statusDue(out.status)
 }
 
 // statusDue tells whether the NodeUpdate's status lacks or disagrees with

@@ -241,8 +241,7 @@ func (a *Agent) nodeSettled() bool {
 	if !ok {
 		return false
 	}
-	out := a.versionsNow(v)
-	return sameMeta(n.Labels, out.labels) && sameMeta(n.Annotations, out.annotations)
+	return a.versionsNow(v).shownOn(n)
 }
 
 // WorkWatchStep is what the close check does with the work watches.
