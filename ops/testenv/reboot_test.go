@@ -99,6 +99,34 @@ func TestRebootSimulation(t *testing.T) {
 	}
 }
 
+// TestRebootWait: a reboot sent with Wait is answered only once the node is
+// back: Ready, its new boot ID on the Node, its command started again.
+func TestRebootWait(t *testing.T) {
+	cs := clientset(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	node := cluster.Nodes[len(cluster.Nodes)-2]
+	before, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	boots := cluster.Supervisor.Boots(node)
+	if err := supervisor.Send(ctx, cluster.Socket, supervisor.Request{Op: "reboot", Node: node, Delay: "1s", Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !NodeReady(after) || after.Status.NodeInfo.BootID == before.Status.NodeInfo.BootID {
+		t.Errorf("answered with %s ready=%v, boot ID %q (was %q): want Ready with a new boot ID",
+			node, NodeReady(after), after.Status.NodeInfo.BootID, before.Status.NodeInfo.BootID)
+	}
+	if got := cluster.Supervisor.Boots(node); got != boots+1 {
+		t.Errorf("boots %d when answered, want %d: the command was not started again yet", got, boots+1)
+	}
+}
+
 func TestRebootUnknownNode(t *testing.T) {
 	Need(t, cluster)
 	err := supervisor.Send(context.Background(), cluster.Socket, supervisor.Request{Op: "reboot", Node: "no-such-node"})

@@ -16,7 +16,15 @@ type Request struct {
 	Op    string `json:"op"` // "reboot"
 	Node  string `json:"node"`
 	Delay string `json:"delay,omitempty"` // Go duration; default 2s
+	// Wait asks for the answer only once the node is back (Ready, its new
+	// boot ID written, its command started again), or the reboot failed.
+	// The requester must then not be the node's own command, which the
+	// reboot stops: a Job's pod on a kwok node, say, which survives it.
+	Wait bool `json:"wait,omitempty"`
 }
+
+// waitLimit bounds how long a waited-for reboot holds its connection.
+const waitLimit = 10 * time.Minute
 
 // Response is the supervisor's one-line JSON answer.
 type Response struct {
@@ -26,7 +34,8 @@ type Response struct {
 
 // Serve answers requests on a unix socket at path until ctx ends. A reboot
 // request is accepted at once and carried out in the background, since the
-// requester is usually the node's own command, which the reboot stops.
+// requester is usually the node's own command, which the reboot stops;
+// one with Wait is answered when the reboot is over.
 func (s *Supervisor) Serve(ctx context.Context, path string) error {
 	_ = os.Remove(path)
 	l, err := net.Listen("unix", path)
@@ -55,8 +64,13 @@ func (s *Supervisor) handle(ctx context.Context, c net.Conn) {
 	if err == nil {
 		err = json.Unmarshal(line, &req)
 	}
+	var done <-chan error
 	if err == nil {
-		err = s.accept(ctx, req)
+		done, err = s.accept(ctx, req)
+	}
+	if err == nil && req.Wait {
+		_ = c.SetDeadline(time.Now().Add(waitLimit + 10*time.Second))
+		err = <-done
 	}
 	if err != nil {
 		resp = Response{Error: err.Error()}
@@ -64,16 +78,16 @@ func (s *Supervisor) handle(ctx context.Context, c net.Conn) {
 	_ = json.NewEncoder(c).Encode(resp)
 }
 
-// accept checks a request and starts it.
-func (s *Supervisor) accept(ctx context.Context, req Request) error {
+// accept checks a request and starts it; done receives the reboot's end.
+func (s *Supervisor) accept(ctx context.Context, req Request) (done <-chan error, err error) {
 	if req.Op != "reboot" {
-		return fmt.Errorf("unknown op %q (want reboot)", req.Op)
+		return nil, fmt.Errorf("unknown op %q (want reboot)", req.Op)
 	}
 	delay := 2 * time.Second
 	if req.Delay != "" {
 		d, err := time.ParseDuration(req.Delay)
 		if err != nil {
-			return fmt.Errorf("delay: %w", err)
+			return nil, fmt.Errorf("delay: %w", err)
 		}
 		delay = d
 	}
@@ -82,17 +96,21 @@ func (s *Supervisor) accept(ctx context.Context, req Request) error {
 	busy := ok && p.rebooting
 	s.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("node %q is not supervised", req.Node)
+		return nil, fmt.Errorf("node %q is not supervised", req.Node)
 	}
 	if busy {
-		return fmt.Errorf("node %s is already rebooting", req.Node)
+		return nil, fmt.Errorf("node %s is already rebooting", req.Node)
 	}
+	ended := make(chan error, 1)
 	go func() {
-		if err := s.Reboot(ctx, req.Node, delay); err != nil {
+		err := s.Reboot(ctx, req.Node, delay)
+		if err != nil {
 			s.opts.Log.Error("reboot failed", "node", req.Node, "err", err)
+			err = fmt.Errorf("reboot of %s: %w", req.Node, err)
 		}
+		ended <- err
 	}()
-	return nil
+	return ended, nil
 }
 
 // Send sends a request to the supervisor listening on socket path.
@@ -103,7 +121,11 @@ func Send(ctx context.Context, path string, req Request) error {
 		return fmt.Errorf("reach the supervisor at %s (is the simulated cluster up?): %w", path, err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(15 * time.Second))
+	limit := 15 * time.Second
+	if req.Wait {
+		limit += waitLimit
+	}
+	_ = c.SetDeadline(time.Now().Add(limit))
 	if err := json.NewEncoder(c).Encode(req); err != nil {
 		return err
 	}

@@ -3,7 +3,7 @@
 //
 //	slipway-sim up --dir STATE [--nodes N] [--tools DIR] [--exec-path PATH] [--node-command CMD] [--node-identity NS/SA]
 //	slipway-sim kubeconfig --as NS/SA [--node NAME] [--kubeconfig FILE]
-//	slipway-sim reboot --node NAME [--delay 5s] [--socket PATH]
+//	slipway-sim reboot --node NAME [--delay 5s] [--wait] [--socket PATH]
 //	slipway-sim status [--kubeconfig FILE]
 //	slipway-sim take DURATION COMMAND [ARG...]
 //	slipway-sim chaos --bin DIR [--system k3os|all] [--seeds N] [--seed S] [--duration D] [--nodes N] [--schedule FILE]
@@ -13,7 +13,8 @@
 // process it started) and finally STATE/ready, then runs until SIGTERM or
 // SIGINT, when it stops everything it started (the state stays for `down`).
 // `reboot` reaches the supervisor through $SLIPWAY_SIM_SOCKET (set for every
-// node command) or --socket, and returns once the reboot is accepted.
+// node command) or --socket, and returns once the reboot is accepted (with
+// --wait: once the node is back).
 // `kubeconfig` prints a kubeconfig that acts as a ServiceAccount (on a node,
 // with --node), for a component run by hand as its manifest's identity.
 // `chaos` runs slipway's systems under faults drawn from seeds with the
