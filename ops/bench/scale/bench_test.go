@@ -68,7 +68,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 		own = func() []int { return []int{pid} }
 		plan := "no-op plan: kubectl cordon, nothing, uncordon by SUC"
 		if sucReboot {
-			plan = "reboot plan: kubectl cordon, a simulated reboot at 0 s downtime (the pod waits through it for the new boot ID, reading the Node every 0.5 s), uncordon by SUC"
+			plan = "reboot plan: kubectl cordon, a simulated reboot at 0 s downtime that the pod waits through (slipway-sim reboot --wait), uncordon by SUC"
 		}
 		settings += ", SUC with its manifest's settings (2 threads, leader election, client-go limits of its own), " + plan
 		dyn := dynClient(e)

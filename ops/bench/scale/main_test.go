@@ -42,14 +42,11 @@ var (
 	// as a DaemonSet does: a 500-node rollout in a 5,000-node cluster.
 	rolled = rolledNodes(envInt("SLIPWAY_SCALE_ROLL", 0), nodes)
 	sucBin = os.Getenv("SUC_BIN")
-	// sucReboot gives SUC's plan a simulated reboot (SLIPWAY_SCALE_SUC_PLAN
-	// reboot), so both contenders do the same work: slipway's channel
-	// reboots every node it rolls (0 s down). Not the default yet: its pod
-	// waits for the Node's new boot ID, and at 0 s down kwok's status write
-	// from an older copy of the Node can put the old one back before the
-	// pod reads it (26 of 500 pods waited for ever at 1,000 nodes, 50 at
-	// once; docs/bench.md). "noop" (the default) is the plan without it.
-	sucReboot = envString("SLIPWAY_SCALE_SUC_PLAN", "noop") == "reboot"
+	// sucReboot gives SUC's plan a simulated reboot (SLIPWAY_SCALE_SUC_PLAN,
+	// "reboot" by default), so both contenders do the same work: slipway's
+	// channel reboots every node it rolls (0 s down). "noop" is the plan
+	// without it, as the runs before 2026-11-29 measured SUC.
+	sucReboot = envString("SLIPWAY_SCALE_SUC_PLAN", "reboot") == "reboot"
 	// workLinger is the agents' work watch linger (SLIPWAY_SCALE_WORK_LINGER,
 	// their default 5m): one past the run keeps every agent's Job and pod
 	// watches open, as before the agent closed them.
@@ -109,8 +106,8 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: SLIPWAY_SCALE_CONTENDER=%q: want slipway or suc\n", contender)
 		return 1
 	}
-	if p := envString("SLIPWAY_SCALE_SUC_PLAN", "noop"); p != "reboot" && p != "noop" {
-		fmt.Fprintf(os.Stderr, "FAIL: SLIPWAY_SCALE_SUC_PLAN=%q: want noop (the default) or reboot\n", p)
+	if p := envString("SLIPWAY_SCALE_SUC_PLAN", "reboot"); p != "reboot" && p != "noop" {
+		fmt.Fprintf(os.Stderr, "FAIL: SLIPWAY_SCALE_SUC_PLAN=%q: want reboot (the default) or noop\n", p)
 		return 1
 	}
 	if st, err := os.Stat(sucBin); contender == "suc" && (sucBin == "" || err != nil || st.Mode()&0o111 == 0) {
