@@ -144,6 +144,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 		b.Fatal(err)
 	}
 	wBytes0, wEvents0 := watcher.received()
+	rBytes0, rEvents0 := watcher.receivedOnRolled()
 	writers0 := watcher.writers()
 	b.ResetTimer()
 	t0 := time.Now()
@@ -156,6 +157,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 		monKV = mon.stop(b.Logf)
 	}
 	wBytes1, wEvents1 := watcher.received()
+	rBytes1, rEvents1 := watcher.receivedOnRolled()
 	watchAfter, err := benchside.ScrapeWatch(ctx, kube)
 	if err != nil {
 		b.Fatal(err)
@@ -189,6 +191,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 		fmt.Sprintf("controller_anon_mib=%.1f", ctlAnon), fmt.Sprintf("controller_pss_mib=%.1f", ctlPSS),
 		fmt.Sprintf("apiserver_cpu_s=%.1f", apiCPU.Seconds()), fmt.Sprintf("apiserver_rss_mib=%.0f", apiRSS), fmt.Sprintf("kcm_cpu_s=%.1f", kcmCPU.Seconds()),
 		fmt.Sprintf("nodewatcher_mib=%.1f", float64(wBytes1-wBytes0)/(1<<20)), fmt.Sprintf("nodewatcher_events=%d", wEvents1-wEvents0),
+		fmt.Sprintf("nodewatcher_rolled_mib=%.1f", float64(rBytes1-rBytes0)/(1<<20)), fmt.Sprintf("nodewatcher_rolled_events=%d", rEvents1-rEvents0),
 		fmt.Sprintf("node_bytes_before=%.0f", nodeBefore), fmt.Sprintf("node_bytes_after=%.0f", watcher.nodeBytes()),
 		fmt.Sprintf("node_contender_bytes_before=%.0f", contBefore), fmt.Sprintf("node_contender_bytes_after=%.0f", watcher.contenderBytes()),
 		"nodewatcher_by_writer="+writersSince(writers0, watcher.writers()))

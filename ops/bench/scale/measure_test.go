@@ -39,8 +39,24 @@ type nodeWatcher struct {
 	bytes  atomic.Int64
 	events atomic.Int64
 
+	// rolledEvents and rolledBytes count the updates of the nodes the
+	// rollout moves (rolledNode): what the rollout itself caused. The rest
+	// are the fleet's own (kwok's status heartbeats), in whatever number the
+	// window happened to hold.
+	rolledEvents, rolledBytes atomic.Int64
+
 	mu       sync.Mutex
 	byWriter map[string]writerCount // the updates received, by the writer that caused them (writerOf)
+}
+
+// rolledNode tells a node the rollout moves: every worker when all are
+// rolled, else the workers labelled rollLabel.
+func rolledNode(n *corev1.Node) bool {
+	if _, worker := n.Labels[testenv.NodeRoleLabel]; !worker {
+		return false
+	}
+	_, labelled := n.Labels[rollLabel]
+	return rolled >= nodes || labelled
 }
 
 // writerCount is the Node updates one writer caused at the watcher: how
@@ -112,6 +128,10 @@ func (w *nodeWatcher) noteUpdate(old, cur any) {
 		return
 	}
 	b, _ := json.Marshal(n)
+	if rolledNode(n) {
+		w.rolledEvents.Add(1)
+		w.rolledBytes.Add(int64(len(b)))
+	}
 	who := writerOf(o, n)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -205,6 +225,12 @@ func watchNodes(cfg *rest.Config) (*nodeWatcher, error) {
 
 // received is what the watcher has received so far: bytes and events.
 func (w *nodeWatcher) received() (int64, int64) { return w.bytes.Load(), w.events.Load() }
+
+// receivedOnRolled is what it has received so far in updates of the
+// rolled nodes: their objects' bytes and the events.
+func (w *nodeWatcher) receivedOnRolled() (int64, int64) {
+	return w.rolledBytes.Load(), w.rolledEvents.Load()
+}
 
 // nodes are the Nodes in the watcher's cache.
 func (w *nodeWatcher) nodes() []*corev1.Node {
