@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
 func TestRequestsSince(t *testing.T) {
@@ -103,5 +104,37 @@ func TestRestNodeWatchers(t *testing.T) {
 				t.Errorf("restNodeWatchers(%v, %d) = %q, want %q", c.sent, c.oneWatcher, got, c.want)
 			}
 		})
+	}
+}
+
+// TestContenderBytes: what a contender adds to a Node is its labels,
+// annotations and managedFields entries; the simulator's reboot entries
+// (manager slipway-testenv) are not the contender's.
+func TestContenderBytes(t *testing.T) {
+	entry := func(manager string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate}
+	}
+	bare := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1",
+		Annotations:   map[string]string{"sim.slipway.dev/down": "false"},
+		ManagedFields: []metav1.ManagedFieldsEntry{entry("kube-controller-manager"), entry("slipway-testenv")}}}
+	withContender := bare.DeepCopy()
+	withContender.Labels = map[string]string{"plan.upgrade.cattle.io/noop": "abc"}
+	withContender.ManagedFields = append(withContender.ManagedFields, entry("system-upgrade-controller"))
+	tests := []struct {
+		name string
+		node *corev1.Node
+		none bool
+	}{
+		{"the simulator's entries alone", bare, true},
+		{"a contender's label and entry", withContender, false},
+	}
+	for _, tt := range tests {
+		w := &nodeWatcher{store: cache.NewStore(cache.MetaNamespaceKeyFunc)}
+		if err := w.store.Add(tt.node); err != nil {
+			t.Fatal(err)
+		}
+		if got := w.contenderBytes(); (got == 0) != tt.none {
+			t.Errorf("%s: contenderBytes %v, want zero: %v", tt.name, got, tt.none)
+		}
 	}
 }
