@@ -191,7 +191,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 		fmt.Sprintf("controller_anon_mib=%.1f", ctlAnon), fmt.Sprintf("controller_pss_mib=%.1f", ctlPSS),
 		fmt.Sprintf("apiserver_cpu_s=%.1f", apiCPU.Seconds()), fmt.Sprintf("apiserver_rss_mib=%.0f", apiRSS), fmt.Sprintf("kcm_cpu_s=%.1f", kcmCPU.Seconds()),
 		fmt.Sprintf("nodewatcher_mib=%.1f", float64(wBytes1-wBytes0)/(1<<20)), fmt.Sprintf("nodewatcher_events=%d", wEvents1-wEvents0),
-		fmt.Sprintf("nodewatcher_rolled_mib=%.1f", float64(rBytes1-rBytes0)/(1<<20)), fmt.Sprintf("nodewatcher_rolled_events=%d", rEvents1-rEvents0),
+		fmt.Sprintf("nodewatcher_rolled_json_mib=%.1f", float64(rBytes1-rBytes0)/(1<<20)), fmt.Sprintf("nodewatcher_rolled_events=%d", rEvents1-rEvents0),
 		fmt.Sprintf("node_bytes_before=%.0f", nodeBefore), fmt.Sprintf("node_bytes_after=%.0f", watcher.nodeBytes()),
 		fmt.Sprintf("node_contender_bytes_before=%.0f", contBefore), fmt.Sprintf("node_contender_bytes_after=%.0f", watcher.contenderBytes()),
 		"nodewatcher_by_writer="+writersSince(writers0, watcher.writers()))

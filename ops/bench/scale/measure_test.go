@@ -42,7 +42,8 @@ type nodeWatcher struct {
 	// rolledEvents and rolledBytes count the updates of the nodes the
 	// rollout moves (rolledNode): what the rollout itself caused. The rest
 	// are the fleet's own (kwok's status heartbeats), in whatever number the
-	// window happened to hold.
+	// window happened to hold. rolledBytes are the objects' JSON sizes, not
+	// the wire's (the informer receives protobuf, smaller).
 	rolledEvents, rolledBytes atomic.Int64
 
 	mu       sync.Mutex
