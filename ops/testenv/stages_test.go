@@ -19,6 +19,13 @@ func TestStagesMatchTheGoConstants(t *testing.T) {
 			t.Errorf("stages.yaml does not mention %s", want)
 		}
 	}
+	// The boot ID is the supervisor's alone: a stage writing it from kwok's
+	// copy of the Node could put a rebooted node's old boot ID back.
+	for _, line := range strings.Split(s, "\n") {
+		if l := strings.TrimSpace(line); !strings.HasPrefix(l, "#") && strings.Contains(l, "bootID") {
+			t.Errorf("stages.yaml writes the boot ID: %q", l)
+		}
+	}
 	names := map[string]bool{}
 	for _, doc := range strings.Split(s, "\n---\n") {
 		var st struct {

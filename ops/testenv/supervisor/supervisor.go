@@ -248,9 +248,9 @@ func (s *Supervisor) Reboot(ctx context.Context, node string, delay time.Duratio
 	if err := waitReady(ctx, s.opts.Client, node, true); err != nil {
 		return err
 	}
-	// The new boot ID goes on only now: kwok's node-initialize stage, which
-	// runs until the node is Ready, rewrites nodeInfo from its possibly older
-	// copy of the node and could put the old boot ID back.
+	// The new boot ID goes on once the node is Ready, and only the
+	// supervisor writes it (no kwok stage does: stages.yaml), as only the
+	// kubelet writes a real node's.
 	if err := setBootID(ctx, s.opts.Client, node, NewBootID()); err != nil {
 		return err
 	}
