@@ -18,15 +18,20 @@ import (
 )
 
 // The channel's budget counts its nodes that are down without a slot
-// (plan.Unavailable): the controller watches every Node, keeping of each
-// only its Ready condition and slipway's cordon (stripped as it arrives,
-// so the cache stays as small as the metadata one), and a change of
-// either wakes the fleet view of every channel: a node back Ready gives
-// its capacity back at once. The kubelet's periodic status reports change
-// neither and wake nothing.
+// (plan.Unavailable): the controller's one watch of every Node (nodeInformer)
+// keeps of each its Ready condition and slipway's cordon beside its
+// metadata, and a change of either wakes the fleet view of every channel:
+// a node back Ready gives its capacity back at once. The kubelet's
+// periodic status reports change neither and wake nothing.
 
-// availabilityInformer watches every Node, stripped to what the budget reads.
-func (ctl *Controller) availabilityInformer() (cache.SharedIndexInformer, error) {
+// nodeInformer is the controller's one watch of every Node, each stripped
+// as it arrives (stripNode) to its metadata, its Ready condition and its
+// unschedulable flag. It serves the budget (availability) and everything
+// that reads Node metadata (fold.go, views.go, servers.go). One watch, not
+// a metadata watch beside a Node watch: every Node event reaches each
+// watcher of Nodes, so a second watch doubled what the API server sends
+// the controller for every Node write of the fleet.
+func (ctl *Controller) nodeInformer() (cache.SharedIndexInformer, error) {
 	inf := process.NewInformer(ctl.kube.CoreV1().Nodes(), &corev1.Node{}, ctl.opts.Resync, func(*metav1.ListOptions) {})
 	if err := inf.SetTransform(stripNode); err != nil {
 		return nil, err
@@ -35,27 +40,30 @@ func (ctl *Controller) availabilityInformer() (cache.SharedIndexInformer, error)
 		UpdateFunc: func(old, cur any) {
 			o, ok1 := old.(*corev1.Node)
 			n, ok2 := cur.(*corev1.Node)
-			if ok1 && ok2 && availabilityOf(o) != availabilityOf(n) && ctl.elected.Load() {
+			if !ok1 || !ok2 || !ctl.elected.Load() {
+				return
+			}
+			if availabilityOf(o) != availabilityOf(n) {
 				ctl.enqueueAll()
 			}
+			ctl.nodeMetaChanged(&o.ObjectMeta, &n.ObjectMeta)
 		},
+		DeleteFunc: ctl.forgetNode,
 	})
-	ctl.nodeAvail = inf.GetStore()
+	ctl.nodes = inf.GetStore()
 	return inf, err
 }
 
-// stripNode keeps of a Node its name, its Ready condition and what tells
-// slipway's cordon.
+// stripNode keeps of a Node its metadata (without managedFields), its
+// Ready condition and its unschedulable flag.
 func stripNode(o any) (any, error) {
 	n, ok := o.(*corev1.Node)
 	if !ok {
 		return o, nil
 	}
-	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, ResourceVersion: n.ResourceVersion, UID: n.UID}}
+	out := &corev1.Node{ObjectMeta: n.ObjectMeta}
+	out.ManagedFields = nil
 	out.Spec.Unschedulable = n.Spec.Unschedulable
-	if by := drain.CordonedBy(n.Annotations); by != "" {
-		out.Annotations = map[string]string{drain.AnnotationCordonedBy: by}
-	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
@@ -84,8 +92,8 @@ func (ctl *Controller) availability(names []string) []plan.Availability {
 	out := make([]plan.Availability, 0, len(names))
 	for _, name := range names {
 		a := plan.Availability{Name: name, Ready: true}
-		if ctl.nodeAvail != nil {
-			if o, ok, _ := ctl.nodeAvail.GetByKey(name); ok {
+		if ctl.nodes != nil {
+			if o, ok, _ := ctl.nodes.GetByKey(name); ok {
 				if n, ok := o.(*corev1.Node); ok {
 					a = availabilityOf(n)
 				}

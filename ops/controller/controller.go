@@ -26,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -131,14 +130,14 @@ type Controller struct {
 	disrupting sync.RWMutex
 	leaseKube  *kube.Clientset
 	ops        opsclient.OpsV1Interface
-	meta       metadata.Interface
 	tenure     *lease.Tenure
 	elected    atomic.Bool
 	channels   opslisters.UpdateChannelLister
-	nodeMeta   cache.Store // every Node's metadata (fold.go)
+	// nodes are every Node, stripped to its metadata, Ready condition and
+	// unschedulable flag (nodeInformer, availability.go).
+	nodes cache.Store
 	// nodeUpdates are the namespace's NodeUpdates (nodeupdates.go).
 	nodeUpdates cache.Store
-	nodeAvail   cache.Store // every Node's Ready condition and slipway's cordon (availability.go)
 	queue       workqueue.TypedRateLimitingInterface[key]
 	recorder    record.EventRecorder
 	metrics     *metrics
@@ -225,9 +224,6 @@ func newController(o Options) (*Controller, error) {
 	if ctl.ops, err = opsclient.NewForConfig(fenced); err != nil {
 		return nil, fmt.Errorf("build the UpdateChannel client: %w", err)
 	}
-	if ctl.meta, err = metadata.NewForConfig(opts.Config); err != nil {
-		return nil, fmt.Errorf("build the metadata client: %w", err)
-	}
 	return ctl, nil
 }
 
@@ -264,11 +260,7 @@ func (ctl *Controller) run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	nodeInf, err := ctl.reportInformer()
-	if err != nil {
-		return err
-	}
-	availInf, err := ctl.availabilityInformer()
+	nodeInf, err := ctl.nodeInformer()
 	if err != nil {
 		return err
 	}
@@ -276,12 +268,11 @@ func (ctl *Controller) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	process.ReadyWhen(ctl.probe, chInf, nodeInf, availInf, objInf)
+	process.ReadyWhen(ctl.probe, chInf, nodeInf, objInf)
 	go chInf.RunWithContext(ctx)
 	go nodeInf.RunWithContext(ctx)
-	go availInf.RunWithContext(ctx)
 	go objInf.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), chInf.HasSynced, nodeInf.HasSynced, availInf.HasSynced, objInf.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), chInf.HasSynced, nodeInf.HasSynced, objInf.HasSynced) {
 		return fmt.Errorf("the channel and node informers did not sync: is the API server reachable and the CRD installed (--install-crds)?")
 	}
 	if ctl.opts.MetricsAddr != "" {

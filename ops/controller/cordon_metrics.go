@@ -4,7 +4,6 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"slipway.dev/slipway/ops/drain"
@@ -66,8 +65,8 @@ func (m *cordonMetrics) Collect(ch chan<- prometheus.Metric) {
 // cordons is what the controller's Node cache says of slipway's cordons.
 func (ctl *Controller) cordons() []plan.Cordon {
 	var out []plan.Cordon
-	for _, o := range ctl.nodeMeta.List() {
-		if m, ok := o.(*metav1.PartialObjectMetadata); ok && drain.CordonedBy(m.Annotations) != "" {
+	for _, o := range ctl.nodes.List() {
+		if m, ok := nodeMeta(o); ok && drain.CordonedBy(m.Annotations) != "" {
 			out = append(out, plan.Cordon{Node: m.Name, Owner: drain.CordonedBy(m.Annotations),
 				For: m.Annotations[protocol.AnnotationCordonedFor], Since: m.Annotations[protocol.AnnotationDrainStarted]})
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -21,7 +22,7 @@ import (
 func TestCordonMetrics(t *testing.T) {
 	nodes := cache.NewStore(cache.MetaNamespaceKeyFunc)
 	node := func(name string, ann map[string]string) {
-		if err := nodes.Add(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann}}); err != nil {
+		if err := nodes.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -39,7 +40,7 @@ func TestCordonMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a := &Controller{opts: Options{Namespace: "ns"}, nodeMeta: nodes, channels: opslisters.NewUpdateChannelLister(channels)}
+	a := &Controller{opts: Options{Namespace: "ns"}, nodes: nodes, channels: opslisters.NewUpdateChannelLister(channels)}
 	m := newCordonMetrics(a)
 	if n := testutil.CollectAndCount(m); n != 0 {
 		t.Errorf("a replica without the Lease reports %d series, want none", n)

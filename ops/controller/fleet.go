@@ -296,7 +296,7 @@ func (ctl *Controller) markInvalid(ctx context.Context, ch *v1.UpdateChannel, ba
 // version in the same read and the pass may hand its slot on at once. The
 // nodes that gave their staging permit back are forgotten every resync (by
 // then the cache shows what they staged).
-func (ctl *Controller) fleetNodes(s plan.Settings, fc *fleetCache, snap map[string]*metav1.PartialObjectMetadata) []plan.Node {
+func (ctl *Controller) fleetNodes(s plan.Settings, fc *fleetCache, snap map[string]*metav1.ObjectMeta) []plan.Node {
 	if time.Since(fc.gaveBackSince) >= ctl.opts.Resync {
 		fc.gaveBackSince, fc.gaveBack = time.Now(), nil
 	}

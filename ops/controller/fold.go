@@ -3,12 +3,11 @@ package controller
 import (
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
-	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/protocol"
 )
 
@@ -17,29 +16,26 @@ import (
 // view, which folds the reports of the nodes holding slots or permits into
 // the channel's status (plan.Fold) in the same write as its own decisions.
 
-// reportInformer watches every Node's metadata; a changed report wakes the
-// fleet view of every channel.
-func (ctl *Controller) reportInformer() (cache.SharedIndexInformer, error) {
-	gvr := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
-	inf := process.NewInformer(ctl.meta.Resource(gvr), &metav1.PartialObjectMetadata{}, ctl.opts.Resync, func(*metav1.ListOptions) {})
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(old, cur any) {
-			o, ok1 := old.(*metav1.PartialObjectMetadata)
-			n, ok2 := cur.(*metav1.PartialObjectMetadata)
-			if !ok1 || !ok2 || !ctl.elected.Load() {
-				return
-			}
-			if o.Annotations[protocol.AnnotationSlotReport] != n.Annotations[protocol.AnnotationSlotReport] {
-				ctl.enqueueAll()
-			}
-			if viewsChanged(o.Annotations, n.Annotations) {
-				ctl.viewQueue.Add(n.Name) // written by another hand, or removed: write them again
-			}
-		},
-		DeleteFunc: ctl.forgetNode,
-	})
-	ctl.nodeMeta = inf.GetStore()
-	return inf, err
+// nodeMetaChanged wakes what a Node's metadata change asks for (the
+// Node informer's update, availability.go): a changed report wakes the
+// fleet view of every channel; views changed by another hand, or removed,
+// are written again.
+func (ctl *Controller) nodeMetaChanged(o, n *metav1.ObjectMeta) {
+	if o.Annotations[protocol.AnnotationSlotReport] != n.Annotations[protocol.AnnotationSlotReport] {
+		ctl.enqueueAll()
+	}
+	if viewsChanged(o.Annotations, n.Annotations) {
+		ctl.viewQueue.Add(n.Name)
+	}
+}
+
+// nodeMeta is the metadata of a Node from the controller's Node cache.
+func nodeMeta(o any) (*metav1.ObjectMeta, bool) {
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return nil, false
+	}
+	return &n.ObjectMeta, true
 }
 
 // forgetNode drops what the controller remembers of a deleted Node (its
@@ -49,7 +45,7 @@ func (ctl *Controller) forgetNode(o any) {
 	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		o = d.Obj
 	}
-	m, ok := o.(*metav1.PartialObjectMetadata)
+	m, ok := nodeMeta(o)
 	if !ok {
 		return
 	}
@@ -66,13 +62,13 @@ func (ctl *Controller) forgetNode(o any) {
 // slot in one write, so a pass that folds a slot's end never reads that
 // node at its old version (a later report read beside an earlier version
 // would give the node that just finished its slot again).
-func (ctl *Controller) nodeSnapshot() map[string]*metav1.PartialObjectMetadata {
-	out := map[string]*metav1.PartialObjectMetadata{}
-	if ctl.nodeMeta == nil {
+func (ctl *Controller) nodeSnapshot() map[string]*metav1.ObjectMeta {
+	out := map[string]*metav1.ObjectMeta{}
+	if ctl.nodes == nil {
 		return out
 	}
-	for _, o := range ctl.nodeMeta.List() {
-		if m, ok := o.(*metav1.PartialObjectMetadata); ok {
+	for _, o := range ctl.nodes.List() {
+		if m, ok := nodeMeta(o); ok {
 			out[m.Name] = m
 		}
 	}
@@ -95,7 +91,7 @@ func viewsChanged(old, cur map[string]string) bool {
 
 // reportsFor reads the reports of the nodes that hold a slot or a permit
 // in ch, from snap (nodeSnapshot).
-func (ctl *Controller) reportsFor(ch *v1.UpdateChannel, snap map[string]*metav1.PartialObjectMetadata) map[string]protocol.Reports {
+func (ctl *Controller) reportsFor(ch *v1.UpdateChannel, snap map[string]*metav1.ObjectMeta) map[string]protocol.Reports {
 	out := map[string]protocol.Reports{}
 	read := func(node string) {
 		m := snap[node]

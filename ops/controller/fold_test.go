@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 )
@@ -11,8 +12,8 @@ import (
 func TestForgetNode(t *testing.T) {
 	a := &Controller{viewWrites: map[string]viewsWritten{"gone": {rv: "7"}, "late": {rv: "8"}, "stays": {rv: "9"}},
 		claims: map[string]time.Time{"gone": time.Now(), "late": time.Now(), "stays": time.Now()}}
-	a.forgetNode(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "gone"}})
-	a.forgetNode(cache.DeletedFinalStateUnknown{Key: "late", Obj: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "late"}}}) // a delete the watch missed
+	a.forgetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gone"}})
+	a.forgetNode(cache.DeletedFinalStateUnknown{Key: "late", Obj: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "late"}}}) // a delete the watch missed
 	a.forgetNode("not a node")
 	for _, n := range []string{"gone", "late"} {
 		if _, ok := a.viewWrites[n]; ok {

@@ -3,16 +3,20 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/internal/fleettest"
@@ -156,4 +160,60 @@ func (f *fleet) partAtRest(t *testing.T, names []string) int {
 		sum += slipwayPart(node)
 	}
 	return sum / len(names)
+}
+
+// TestControllerWatchesNodesOnce: the controller holds one watch of the
+// Nodes, not two (every Node event reaches each watcher of Nodes: a second
+// watch doubles what the API server sends it for every Node write of the
+// fleet), through a rollout.
+func TestControllerWatchesNodesOnce(t *testing.T) {
+	t.Parallel()
+	var open, most atomic.Int32
+	count := func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			w := r.URL.Query().Get("watch")
+			if (w != "true" && w != "1") || !strings.HasSuffix(r.URL.Path, "/nodes") {
+				return rt.RoundTrip(r)
+			}
+			resp, err := rt.RoundTrip(r)
+			if err != nil {
+				return resp, err
+			}
+			n := open.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			resp.Body = &closeCounted{ReadCloser: resp.Body, closed: func() { open.Add(-1) }}
+			return resp, nil
+		})
+	}
+	f := newFleet(t, 1, func(o *Options) {
+		if o.Config != nil {
+			o.Config = rest.CopyConfig(o.Config)
+			o.Config.Wrap(count)
+		}
+	})
+	node := f.NS + "-n0"
+	f.Start(node)
+	f.AgentsUp(node)
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v1", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
+	f.WaitFor("the node at v1, the channel complete", time.Minute, fleettest.Done(1))
+	f.Patch(`{"spec":{"version":"v2"}}`)
+	f.WaitFor("the node at v2", 2*time.Minute, func(ch *v1.UpdateChannel) bool {
+		return ch.Status.ObservedGeneration == ch.Generation && fleettest.Done(1)(ch)
+	})
+	if n := most.Load(); n != 1 {
+		t.Errorf("the controller held %d watches of the Nodes at once, want 1", n)
+	}
+}
+
+// closeCounted calls closed once when the body is closed.
+type closeCounted struct {
+	io.ReadCloser
+	once   sync.Once
+	closed func()
+}
+
+func (c *closeCounted) Close() error {
+	c.once.Do(c.closed)
+	return c.ReadCloser.Close()
 }

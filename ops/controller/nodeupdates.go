@@ -131,7 +131,7 @@ func (ctl *Controller) objectViews(u *v1.NodeUpdate) map[string]string {
 
 // holdsView tells whether the node of Node metadata m holds the view key
 // where its agent reads its views (its NodeUpdate, or its Node).
-func (ctl *Controller) holdsView(m *metav1.PartialObjectMetadata, key string) bool {
+func (ctl *Controller) holdsView(m *metav1.ObjectMeta, key string) bool {
 	u := ctl.nodeUpdateOf(m.Name)
 	if !agentReadsObject(u) {
 		_, has := m.Annotations[key]
@@ -267,7 +267,7 @@ func (ctl *Controller) ensureNodeUpdate(ctx context.Context, node string, u *v1.
 // whose agents report in their NodeUpdate over their Node metadata, so
 // that a pass reads a node's report and the versions it ended its slot
 // with from the one write that holds both (fleet.go).
-func (ctl *Controller) withObjectReports(snap map[string]*metav1.PartialObjectMetadata) {
+func (ctl *Controller) withObjectReports(snap map[string]*metav1.ObjectMeta) {
 	for name, m := range snap {
 		u := ctl.nodeUpdateOf(name)
 		if !agentReadsObject(u) {

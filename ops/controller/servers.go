@@ -39,7 +39,7 @@ type serverGate struct {
 
 // serverGateFor reads the serverGate for channel name; snap is the
 // controller's Node metadata at this pass (the servers' labels).
-func (ctl *Controller) serverGateFor(ctx context.Context, name string, snap map[string]*metav1.PartialObjectMetadata) serverGate {
+func (ctl *Controller) serverGateFor(ctx context.Context, name string, snap map[string]*metav1.ObjectMeta) serverGate {
 	list, err := ctl.ops.UpdateChannels(ctl.opts.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return serverGate{busy: true} // cannot tell: no server starts
@@ -138,9 +138,9 @@ func serverWaits(st v1.UpdateChannelStatus, mine []plan.Node, target string) boo
 // server, as the gates count what they cannot tell: a server's reboot
 // permitted as a worker's would skip the server gate.
 func (ctl *Controller) isServerNode(ctx context.Context, node string) bool {
-	if ctl.nodeMeta != nil {
-		if o, ok, _ := ctl.nodeMeta.GetByKey(node); ok {
-			if m, ok := o.(*metav1.PartialObjectMetadata); ok {
+	if ctl.nodes != nil {
+		if o, ok, _ := ctl.nodes.GetByKey(node); ok {
+			if m, ok := nodeMeta(o); ok {
 				return plan.Server(plan.Node{Labels: m.Labels})
 			}
 		}

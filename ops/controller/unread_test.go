@@ -246,7 +246,7 @@ func TestUncachedNodeWithoutAnAnswerCountsAsServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctl := &Controller{kube: c, nodeMeta: cache.NewStore(cache.MetaNamespaceKeyFunc)}
+	ctl := &Controller{kube: c, nodes: cache.NewStore(cache.MetaNamespaceKeyFunc)}
 	if !ctl.isServerNode(context.Background(), node) {
 		t.Error("a node whose read got no answer counted as a worker: its reboot would skip the server gate")
 	}

@@ -99,8 +99,8 @@ func slotNodesOf(ch *v1.UpdateChannel) []string {
 // queueNodesWith queues the nodes whose Node holds the view key and
 // should not (not in want).
 func (ctl *Controller) queueNodesWith(key string, want map[string]string) {
-	for _, o := range ctl.nodeMeta.List() {
-		m, ok := o.(*metav1.PartialObjectMetadata)
+	for _, o := range ctl.nodes.List() {
+		m, ok := nodeMeta(o)
 		if !ok {
 			continue
 		}
@@ -143,12 +143,12 @@ func endedOnly(annotations map[string]string, uid types.UID, cur, want string) b
 	return err == nil && plan.EndedOnly(cur, want, r[uid])
 }
 
-func (ctl *Controller) nodeMetaOf(node string) *metav1.PartialObjectMetadata {
-	o, ok, _ := ctl.nodeMeta.GetByKey(node)
+func (ctl *Controller) nodeMetaOf(node string) *metav1.ObjectMeta {
+	o, ok, _ := ctl.nodes.GetByKey(node)
 	if !ok {
 		return nil
 	}
-	m, _ := o.(*metav1.PartialObjectMetadata)
+	m, _ := nodeMeta(o)
 	return m
 }
 
@@ -318,7 +318,7 @@ func (ctl *Controller) viewGone(ctx context.Context, uid types.UID, val string) 
 // queueAllViews queues every node (the controller just took the Lease:
 // views of channels deleted meanwhile go).
 func (ctl *Controller) queueAllViews() {
-	for _, name := range ctl.nodeMeta.ListKeys() {
+	for _, name := range ctl.nodes.ListKeys() {
 		ctl.viewQueue.Add(name)
 	}
 }
