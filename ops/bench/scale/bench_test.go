@@ -195,6 +195,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 		fmt.Sprintf("node_bytes_before=%.0f", nodeBefore), fmt.Sprintf("node_bytes_after=%.0f", watcher.nodeBytes()),
 		fmt.Sprintf("node_contender_bytes_before=%.0f", contBefore), fmt.Sprintf("node_contender_bytes_after=%.0f", watcher.contenderBytes()),
 		"nodewatcher_by_writer="+writersSince(writers0, watcher.writers()))
+	kv = append(kv, rolloutNodeWatchers(watch["/nodes"].Events, wEvents1-wEvents0)...)
 	if agents != nil {
 		aCPU, aRSS, aAnon, aPSS, aN := agents.end()
 		kv = append(kv, fmt.Sprintf("real_agents=%d", aN), fmt.Sprintf("real_agents_cpu_s=%.1f", aCPU.Seconds()),

@@ -89,6 +89,15 @@ func TestWriterOf(t *testing.T) {
 	}
 }
 
+func TestRolloutNodeWatchers(t *testing.T) {
+	if got, want := strings.Join(rolloutNodeWatchers(73173, 7225), " "), "node_watch_events=73173 node_watchers=10.1"; got != want {
+		t.Errorf("rolloutNodeWatchers = %q, want %q", got, want)
+	}
+	if got, want := strings.Join(rolloutNodeWatchers(12, 0), " "), "node_watch_events=12"; got != want {
+		t.Errorf("rolloutNodeWatchers with no event at the watcher = %q, want %q", got, want)
+	}
+}
+
 func TestRestNodeWatchers(t *testing.T) {
 	for _, c := range []struct {
 		name       string

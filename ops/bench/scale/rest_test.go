@@ -96,6 +96,17 @@ func restNodeWatchers(sent float64, oneWatcher int64) []string {
 	return kv
 }
 
+// rolloutNodeWatchers is the same during the rollout: the events the API
+// server sent on Node watches and the watchers each Node event reached (the
+// events one other watcher received are nodewatcher_events already).
+func rolloutNodeWatchers(sent float64, oneWatcher int64) []string {
+	kv := []string{fmt.Sprintf("node_watch_events=%.0f", sent)}
+	if oneWatcher > 0 {
+		kv = append(kv, fmt.Sprintf("node_watchers=%.1f", sent/float64(oneWatcher)))
+	}
+	return kv
+}
+
 // scrapeCounters reads the API server's request counters and watch bytes now.
 func scrapeCounters(b *testing.B, ctx context.Context, kube kubernetes.Interface) (requests, benchside.WatchTraffic) {
 	req, err := scrapeRequests(ctx, kube)
