@@ -3,13 +3,10 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,28 +165,11 @@ func (f *fleet) partAtRest(t *testing.T, names []string) int {
 // fleet), through a rollout.
 func TestControllerWatchesNodesOnce(t *testing.T) {
 	t.Parallel()
-	var open, most atomic.Int32
-	count := func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			w := r.URL.Query().Get("watch")
-			if (w != "true" && w != "1") || !strings.HasSuffix(r.URL.Path, "/nodes") {
-				return rt.RoundTrip(r)
-			}
-			resp, err := rt.RoundTrip(r)
-			if err != nil {
-				return resp, err
-			}
-			n := open.Add(1)
-			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-			}
-			resp.Body = &closeCounted{ReadCloser: resp.Body, closed: func() { open.Add(-1) }}
-			return resp, nil
-		})
-	}
+	watches := fleettest.NewWatchCounter()
 	f := newFleet(t, 1, func(o *Options) {
 		if o.Config != nil {
 			o.Config = rest.CopyConfig(o.Config)
-			o.Config.Wrap(count)
+			o.Config.Wrap(watches.Wrap)
 		}
 	})
 	node := f.NS + "-n0"
@@ -201,19 +181,7 @@ func TestControllerWatchesNodesOnce(t *testing.T) {
 	f.WaitFor("the node at v2", 2*time.Minute, func(ch *v1.UpdateChannel) bool {
 		return ch.Status.ObservedGeneration == ch.Generation && fleettest.Done(1)(ch)
 	})
-	if n := most.Load(); n != 1 {
-		t.Errorf("the controller held %d watches of the Nodes at once, want 1", n)
+	if _, most := watches.Counts(); most["nodes"] != 1 {
+		t.Errorf("the controller held %d watches of the Nodes at once, want 1", most["nodes"])
 	}
-}
-
-// closeCounted calls closed once when the body is closed.
-type closeCounted struct {
-	io.ReadCloser
-	once   sync.Once
-	closed func()
-}
-
-func (c *closeCounted) Close() error {
-	c.once.Do(c.closed)
-	return c.ReadCloser.Close()
 }
