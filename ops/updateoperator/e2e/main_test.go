@@ -109,20 +109,30 @@ func agentCommand() []string {
 	}
 	agent := []string{slipway, "update-operator", "agent", "--platform", "command",
 		"--check-command", sh("check.sh"), "--prepare-command", sh("prepare.sh"), "--apply-command", sh("apply.sh"),
-		"--reboot-command", sh("reboot.sh"), "--version-command", sh("version.sh"), "--check-interval", "2s", "--health-addr", ""}
-	// Each simulated boot has a boot ID of its own, in the node's /run
-	// (gone with the boot), as the kernel's is for a real host.
-	boot := `mkdir -p "$SLIPWAY_NODE_DIR/run" && echo "$NODE_NAME-boot-$SLIPWAY_NODE_BOOT" > "$SLIPWAY_NODE_DIR/run/boot_id"; `
+		"--reboot-command", sh("reboot.sh"), "--version-command", sh("version.sh"), "--reset-command", sh("reset.sh"),
+		"--check-interval", "2s", "--health-addr", ""}
 	run := fmt.Sprintf(`exec %s "$@" --boot-id-file "$SLIPWAY_NODE_DIR/run/boot_id"`, agent[0])
-	script := boot + run
+	script := nodeStart + run
 	if agents < nodes || len(contenders()) > 1 {
 		script = fmt.Sprintf(`i=${NODE_NAME##*[!0-9]}; if [ "$i" -gt %d ]; then exec sleep 1000000; fi; `, agents) + script
 	}
 	return append([]string{"/bin/sh", "-c", script, "agent-or-idle"}, agent[1:]...)
 }
 
-// writeScripts writes the host's commands: the node's version lives in
-// its directory, the release every node should run in shared/release.
+// nodeStart begins each start of a fake node's command. Each simulated
+// boot has a boot ID of its own, in the node's /run (emptied by the
+// reboot), as the kernel's is for a real host. A boot (no boot ID in /run
+// yet: not an agent restarted within the boot) starts the version
+// apply.sh made next, as a host boots the partition its update flipped to.
+const nodeStart = `cd "$SLIPWAY_NODE_DIR" && if [ ! -e run/boot_id ] && [ -f next ]; then mv next version; fi && ` +
+	`mkdir -p run && echo "$NODE_NAME-boot-$SLIPWAY_NODE_BOOT" > run/boot_id; `
+
+// writeScripts writes the host's commands: the node's running version
+// lives in its directory (version), the release every node should run in
+// shared/release. As on a real host, perform-update (apply.sh) only sets
+// the version the next boot starts (next; the boot script of agentCommand
+// makes it the running one), and reset-state (reset.sh) discards it: a
+// node is at a new version only after a reboot.
 func writeScripts(dir, release string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -131,7 +141,8 @@ func writeScripts(dir, release string) error {
 		"version.sh": `cat version 2>/dev/null || echo v1`,
 		"check.sh":   `cat ` + filepath.Join(dir, "release"),
 		"prepare.sh": fmt.Sprintf(`sleep %g; cat %s > staged`, hostTime.Seconds(), filepath.Join(dir, "release")),
-		"apply.sh":   fmt.Sprintf(`sleep %g; cp staged version`, applyTime.Seconds()),
+		"apply.sh":   fmt.Sprintf(`sleep %g; cp staged next`, applyTime.Seconds()),
+		"reset.sh":   `rm -f staged next`,
 		"reboot.sh":  fmt.Sprintf(`exec slipway-sim reboot --delay %s`, downTime),
 	}
 	for name, body := range scripts {
@@ -139,11 +150,14 @@ func writeScripts(dir, release string) error {
 			return err
 		}
 	}
-	return setRelease(release)
+	return writeRelease(dir, release)
 }
 
-func setRelease(v string) error {
-	return os.WriteFile(filepath.Join(shared, "release"), []byte(v+"\n"), 0o644)
+// setRelease makes v the release every node should run.
+func setRelease(v string) error { return writeRelease(shared, v) }
+
+func writeRelease(dir, v string) error {
+	return os.WriteFile(filepath.Join(dir, "release"), []byte(v+"\n"), 0o644)
 }
 
 // build compiles slipway and slipway-sim as a release is built (static, stripped).
