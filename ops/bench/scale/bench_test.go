@@ -143,6 +143,10 @@ func BenchmarkScaleNoop(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	churnBefore, err := scrapeNodeWatchChurn(ctx, kube)
+	if err != nil {
+		b.Fatal(err)
+	}
 	wBytes0, wEvents0 := watcher.received()
 	rBytes0, rEvents0 := watcher.receivedOnRolled()
 	writers0 := watcher.writers()
@@ -163,6 +167,10 @@ func BenchmarkScaleNoop(b *testing.B) {
 		b.Fatal(err)
 	}
 	reqAfter, err := scrapeRequests(ctx, kube)
+	if err != nil {
+		b.Fatal(err)
+	}
+	churnAfter, err := scrapeNodeWatchChurn(ctx, kube)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -195,7 +203,8 @@ func BenchmarkScaleNoop(b *testing.B) {
 		fmt.Sprintf("node_bytes_before=%.0f", nodeBefore), fmt.Sprintf("node_bytes_after=%.0f", watcher.nodeBytes()),
 		fmt.Sprintf("node_contender_bytes_before=%.0f", contBefore), fmt.Sprintf("node_contender_bytes_after=%.0f", watcher.contenderBytes()),
 		"nodewatcher_by_writer="+writersSince(writers0, watcher.writers()))
-	kv = append(kv, rolloutNodeWatchers(watch["/nodes"].Events, wEvents1-wEvents0)...)
+	churn := watchChurn{InitEvents: churnAfter.InitEvents - churnBefore.InitEvents, Terminated: churnAfter.Terminated - churnBefore.Terminated}
+	kv = append(kv, rolloutNodeWatchers(watch["/nodes"].Events, wEvents1-wEvents0, churn)...)
 	if agents != nil {
 		aCPU, aRSS, aAnon, aPSS, aN := agents.end()
 		kv = append(kv, fmt.Sprintf("real_agents=%d", aN), fmt.Sprintf("real_agents_cpu_s=%.1f", aCPU.Seconds()),

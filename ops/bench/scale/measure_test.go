@@ -381,6 +381,44 @@ func parseWatches(body []byte) (map[string]float64, error) {
 	return out, nil
 }
 
+// watchChurn is what the API server counted of a resource's watches opened
+// and closed: the initial events it sent on watches as they opened (a relist
+// after a termination, a new watch's first list: apiserver_init_events_total)
+// and the watchers it ended as too slow (apiserver_terminated_watchers_total).
+type watchChurn struct {
+	InitEvents, Terminated float64
+}
+
+// scrapeNodeWatchChurn reads the Node watches' churn counters now.
+func scrapeNodeWatchChurn(ctx context.Context, c kubernetes.Interface) (watchChurn, error) {
+	body, err := c.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return watchChurn{}, fmt.Errorf("read the apiserver's /metrics: %w", err)
+	}
+	return parseWatchChurn(body, "nodes")
+}
+
+// parseWatchChurn reads resource's watch churn counters from a /metrics body.
+func parseWatchChurn(body []byte, resource string) (watchChurn, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return watchChurn{}, fmt.Errorf("parse the apiserver's /metrics: %w", err)
+	}
+	sum := func(name string) float64 {
+		var v float64
+		for _, m := range fams[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "resource" && l.GetValue() == resource {
+					v += m.GetCounter().GetValue()
+				}
+			}
+		}
+		return v
+	}
+	return watchChurn{InitEvents: sum("apiserver_init_events_total"), Terminated: sum("apiserver_terminated_watchers_total")}, nil
+}
+
 var writeVerbs = []string{"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY", "CREATE", "UPDATE"}
 var readVerbs = []string{"GET", "LIST", "WATCH", "WATCHLIST"}
 

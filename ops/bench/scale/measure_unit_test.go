@@ -90,11 +90,30 @@ func TestWriterOf(t *testing.T) {
 }
 
 func TestRolloutNodeWatchers(t *testing.T) {
-	if got, want := strings.Join(rolloutNodeWatchers(73173, 7225), " "), "node_watch_events=73173 node_watchers=10.1"; got != want {
+	// One relist of a 5,000-node fleet in the window, 500 agents opening their Node's watch.
+	got := strings.Join(rolloutNodeWatchers(73173, 7225, watchChurn{InitEvents: 5500, Terminated: 1}), " ")
+	if want := "node_watch_events=73173 node_init_events=5500 node_watchers_terminated=1 node_watchers=10.1 node_watchers_steady=9.4"; got != want {
 		t.Errorf("rolloutNodeWatchers = %q, want %q", got, want)
 	}
-	if got, want := strings.Join(rolloutNodeWatchers(12, 0), " "), "node_watch_events=12"; got != want {
+	if got, want := strings.Join(rolloutNodeWatchers(12, 0, watchChurn{}), " "), "node_watch_events=12 node_init_events=0 node_watchers_terminated=0"; got != want {
 		t.Errorf("rolloutNodeWatchers with no event at the watcher = %q, want %q", got, want)
+	}
+}
+
+func TestParseWatchChurn(t *testing.T) {
+	churn, err := parseWatchChurn([]byte(`# TYPE apiserver_init_events_total counter
+apiserver_init_events_total{resource="nodes"} 5012
+apiserver_init_events_total{resource="pods"} 40
+apiserver_init_events_total{resource="nodes.metrics.k8s.io"} 7
+# TYPE apiserver_terminated_watchers_total counter
+apiserver_terminated_watchers_total{resource="nodes"} 2
+apiserver_terminated_watchers_total{resource="pods"} 1
+`), "nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if churn != (watchChurn{InitEvents: 5012, Terminated: 2}) {
+		t.Errorf("churn %+v; want 5012 initial events and 2 terminated, of Nodes only", churn)
 	}
 }
 

@@ -98,11 +98,19 @@ func restNodeWatchers(sent float64, oneWatcher int64) []string {
 
 // rolloutNodeWatchers is the same during the rollout: the events the API
 // server sent on Node watches and the watchers each Node event reached (the
-// events one other watcher received are nodewatcher_events already).
-func rolloutNodeWatchers(sent float64, oneWatcher int64) []string {
-	kv := []string{fmt.Sprintf("node_watch_events=%.0f", sent)}
+// events one other watcher received are nodewatcher_events already). Apart
+// from them, the churn: the initial events of Node watches opened in the
+// window (a watcher the API server ended as too slow lists again, which is
+// one event per Node of the fleet; an agent opening its own Node's watch
+// is one), the watchers ended, and the watchers each Node event reached
+// without those initial events (node_watchers_steady), which a relist
+// does not move.
+func rolloutNodeWatchers(sent float64, oneWatcher int64, churn watchChurn) []string {
+	kv := []string{fmt.Sprintf("node_watch_events=%.0f", sent), fmt.Sprintf("node_init_events=%.0f", churn.InitEvents),
+		fmt.Sprintf("node_watchers_terminated=%.0f", churn.Terminated)}
 	if oneWatcher > 0 {
-		kv = append(kv, fmt.Sprintf("node_watchers=%.1f", sent/float64(oneWatcher)))
+		kv = append(kv, fmt.Sprintf("node_watchers=%.1f", sent/float64(oneWatcher)),
+			fmt.Sprintf("node_watchers_steady=%.1f", (sent-churn.InitEvents)/float64(oneWatcher)))
 	}
 	return kv
 }
