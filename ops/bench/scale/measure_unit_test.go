@@ -52,6 +52,12 @@ apiserver_longrunning_requests{component="apiserver",group="",resource="pods",sc
 	}
 }
 
+// withReady is n with a Ready condition of status st, last heartbeat at sec.
+func withReady(n *corev1.Node, st corev1.ConditionStatus, sec int64) *corev1.Node {
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, LastHeartbeatTime: metav1.Unix(sec, 0)}}
+	return n
+}
+
 func TestWriterOf(t *testing.T) {
 	at := func(sec int64) *metav1.Time { tm := metav1.Unix(sec, 0); return &tm }
 	entry := func(manager, sub string, sec int64, fields string) metav1.ManagedFieldsEntry {
@@ -67,7 +73,10 @@ func TestWriterOf(t *testing.T) {
 		old, cur *corev1.Node
 		want     string
 	}{
-		{"a status write a second later", node(kwok, agent), node(entry("kwok", "status", 11, `{"f:status":{}}`), agent), "kwok(status)"},
+		{"a status write a second later: Ready again", withReady(node(kwok, agent), corev1.ConditionFalse, 5),
+			withReady(node(entry("kwok", "status", 11, `{"f:status":{}}`), agent), corev1.ConditionTrue, 11), "kwok(status)"},
+		{"a status heartbeat", withReady(node(kwok, agent), corev1.ConditionTrue, 5),
+			withReady(node(entry("kwok", "status", 11, `{"f:status":{}}`), agent), corev1.ConditionTrue, 11), "kwok(heartbeat)"},
 		{"new fields in the same second", node(kwok, agent), node(kwok, entry("slipway", "", 10, `{"f:metadata":{"f:labels":{}}}`)), "slipway"},
 		{"a new manager", node(kwok), node(kwok, agent), "slipway"},
 		{"two at once", node(kwok, agent), node(entry("kwok", "status", 12, `{}`), entry("slipway", "", 12, `{}`)), "kwok(status)+slipway"},
