@@ -101,8 +101,12 @@ func TestOldAgentInErrorIsHeldWithAReason(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = f.kube.CoreV1().Nodes().Delete(context.Background(), old, metav1.DeleteOptions{}) })
 	standIn, stopStandIn := context.WithCancel(ctx)
-	t.Cleanup(stopStandIn)
+	standInDone := make(chan struct{})
+	// Stopped, and its last patch returned, before the node is deleted: a
+	// patch after the deletion would fail the test.
+	t.Cleanup(func() { stopStandIn(); <-standInDone })
 	go func() {
+		defer close(standInDone)
 		for standIn.Err() == nil {
 			n, err := f.kube.CoreV1().Nodes().Get(standIn, old, metav1.GetOptions{})
 			if err == nil && n.Annotations[f.keys.State()] == string(StateError) { // at error: only its update check posts

@@ -82,6 +82,11 @@ func TestSIGKILLChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &fleetSampler{c: c}
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.logSteps(t)
+		}
+	})
 	stopSampling := s.every(250 * time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	k := &killer{t: t, e: e, rng: rand.New(rand.NewPCG(uint64(seed), 0)), replicas: replicas}

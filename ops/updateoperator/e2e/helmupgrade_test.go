@@ -91,6 +91,11 @@ func TestHelmUpgradeMidRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &fleetSampler{c: c}
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.logSteps(t)
+		}
+	})
 	stopSampling := s.every(250 * time.Millisecond)
 	defer stopSampling()
 	stopBoots := boots.every(250 * time.Millisecond)

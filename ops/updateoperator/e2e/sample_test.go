@@ -20,7 +20,8 @@ import (
 
 // fleetSampler records, at every tick, the nodes disrupted at once
 // (cordoned by the operator, rebooting, or down) and the ready replicas of
-// the guarded Deployment.
+// the guarded Deployment, and each node's steps as they change (for a
+// failed test's log: where a slow rollout waited).
 type fleetSampler struct {
 	c          *kube.Clientset
 	mu         sync.Mutex
@@ -28,6 +29,8 @@ type fleetSampler struct {
 	maxDown    int
 	minReady   int32
 	violations []string
+	steps      map[string]string // each node's last step seen
+	changes    []string          // the steps' changes, timed
 }
 
 // every samples until the returned func is called.
@@ -68,6 +71,7 @@ func (s *fleetSampler) take() {
 				a[keys.Wanted()], a[keys.Active()], a[keys.State()], drain.CordonedBy(a), a[testenv.DownAnnotation], nodeReady(&n)))
 		}
 	}
+	s.noteSteps(list.Items)
 	var ready int32 = 1 << 30
 	if d, err := s.c.AppsV1().Deployments("default").Get(ctx, "kill-web", metav1.GetOptions{}); err == nil {
 		ready = d.Status.ReadyReplicas
@@ -84,6 +88,32 @@ func (s *fleetSampler) take() {
 }
 
 // check fails t on any sampled violation.
+// noteSteps records each node's step (wanted, active, state, reason,
+// cordon) when it differs from the last one seen.
+func (s *fleetSampler) noteSteps(nodes []corev1.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.steps == nil {
+		s.steps = map[string]string{}
+	}
+	for _, n := range nodes {
+		a := n.Annotations
+		step := fmt.Sprintf("wanted %s, active %s, state %s, cordoned by %q, reason %q", a[keys.Wanted()], a[keys.Active()], a[keys.State()],
+			drain.CordonedBy(a), a[keys.Key(uo.KeyReason)])
+		if s.steps[n.Name] != step {
+			s.steps[n.Name] = step
+			s.changes = append(s.changes, fmt.Sprintf("%s %s: %s", time.Now().Format("15:04:05.0"), n.Name, step))
+		}
+	}
+}
+
+// logSteps logs the nodes' steps as the samples saw them change.
+func (s *fleetSampler) logSteps(t testing.TB) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.Logf("the nodes' steps as sampled:\n%s", strings.Join(s.changes, "\n"))
+}
+
 func (s *fleetSampler) check(t *testing.T) {
 	t.Helper()
 	s.mu.Lock()
