@@ -135,18 +135,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 		agents = sample(others, 2*time.Second)
 	}
 	loadBefore := benchside.LoadAverage()
-	watchBefore, err := benchside.ScrapeWatch(ctx, kube)
-	if err != nil {
-		b.Fatal(err)
-	}
-	reqBefore, err := scrapeRequests(ctx, kube)
-	if err != nil {
-		b.Fatal(err)
-	}
-	churnBefore, err := scrapeNodeWatchChurn(ctx, kube)
-	if err != nil {
-		b.Fatal(err)
-	}
+	before := scrapeCounters(b, ctx, kube)
 	wBytes0, wEvents0 := watcher.received()
 	rBytes0, rEvents0 := watcher.receivedOnRolled()
 	writers0 := watcher.writers()
@@ -162,25 +151,14 @@ func BenchmarkScaleNoop(b *testing.B) {
 	}
 	wBytes1, wEvents1 := watcher.received()
 	rBytes1, rEvents1 := watcher.receivedOnRolled()
-	watchAfter, err := benchside.ScrapeWatch(ctx, kube)
-	if err != nil {
-		b.Fatal(err)
-	}
-	reqAfter, err := scrapeRequests(ctx, kube)
-	if err != nil {
-		b.Fatal(err)
-	}
-	churnAfter, err := scrapeNodeWatchChurn(ctx, kube)
-	if err != nil {
-		b.Fatal(err)
-	}
+	after := scrapeCounters(b, ctx, kube)
 	n := float64(rolled) // per node upgraded
-	writes, reads, writesNL, readsNL := reqAfter.since(reqBefore)
+	writes, reads, writesNL, readsNL := after.req.since(before.req)
 	ctlCPU, ctlRSS, ctlAnon, ctlPSS, _ := ctl.end()
 	apiCPU, apiRSS, _, _, _ := api.end()
 	kcmCPU, _, _, _, _ := kcm.end()
 	selfCPU, selfRSS, selfAnon, _, _ := self.end()
-	watch := watchAfter.Since(watchBefore)
+	watch := after.watch.Since(before.watch)
 	kv := []string{"contender=" + contender, "nodes=" + fmt.Sprint(nodes), "rolled=" + fmt.Sprint(rolled), fmt.Sprintf("wall_s=%.1f", wall.Seconds()),
 		fmt.Sprintf("writes_per_node=%.1f", writes/n), fmt.Sprintf("reads_per_node=%.1f", reads/n),
 		fmt.Sprintf("writes_nolease_per_node=%.1f", writesNL/n), fmt.Sprintf("reads_nolease_per_node=%.1f", readsNL/n),
@@ -203,8 +181,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 		fmt.Sprintf("node_bytes_before=%.0f", nodeBefore), fmt.Sprintf("node_bytes_after=%.0f", watcher.nodeBytes()),
 		fmt.Sprintf("node_contender_bytes_before=%.0f", contBefore), fmt.Sprintf("node_contender_bytes_after=%.0f", watcher.contenderBytes()),
 		"nodewatcher_by_writer="+writersSince(writers0, watcher.writers()))
-	churn := watchChurn{InitEvents: churnAfter.InitEvents - churnBefore.InitEvents, Terminated: churnAfter.Terminated - churnBefore.Terminated}
-	kv = append(kv, rolloutNodeWatchers(watch["/nodes"].Events, wEvents1-wEvents0, churn)...)
+	kv = append(kv, rolloutNodeWatchers(watch["/nodes"].Events, wEvents1-wEvents0, after.churn.since(before.churn))...)
 	if agents != nil {
 		aCPU, aRSS, aAnon, aPSS, aN := agents.end()
 		kv = append(kv, fmt.Sprintf("real_agents=%d", aN), fmt.Sprintf("real_agents_cpu_s=%.1f", aCPU.Seconds()),

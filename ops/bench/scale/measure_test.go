@@ -334,16 +334,6 @@ func (w *nodeWatcher) contenderBytes() float64 {
 // requests counts the apiserver's requests by verb (apiserver_request_total).
 type requests map[string]float64
 
-// scrapeRequests reads the apiserver's request counters now, by verb, and
-// by verb for Leases alone ("LEASE " + verb).
-func scrapeRequests(ctx context.Context, c kubernetes.Interface) (requests, error) {
-	body, err := c.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read the apiserver's /metrics: %w", err)
-	}
-	return parseRequests(body)
-}
-
 // parseRequests reads apiserver_request_total from a /metrics body.
 func parseRequests(body []byte) (requests, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
@@ -412,13 +402,9 @@ type watchChurn struct {
 	InitEvents, Terminated float64
 }
 
-// scrapeNodeWatchChurn reads the Node watches' churn counters now.
-func scrapeNodeWatchChurn(ctx context.Context, c kubernetes.Interface) (watchChurn, error) {
-	body, err := c.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return watchChurn{}, fmt.Errorf("read the apiserver's /metrics: %w", err)
-	}
-	return parseWatchChurn(body, "nodes")
+// since is the churn between before and c.
+func (c watchChurn) since(before watchChurn) watchChurn {
+	return watchChurn{InitEvents: c.InitEvents - before.InitEvents, Terminated: c.Terminated - before.Terminated}
 }
 
 // parseWatchChurn reads resource's watch churn counters from a /metrics body.

@@ -124,6 +124,9 @@ apiserver_terminated_watchers_total{resource="pods"} 1
 	if churn != (watchChurn{InitEvents: 5012, Terminated: 2}) {
 		t.Errorf("churn %+v; want 5012 initial events and 2 terminated, of Nodes only", churn)
 	}
+	if d := churn.since(watchChurn{InitEvents: 12, Terminated: 1}); d != (watchChurn{InitEvents: 5000, Terminated: 1}) {
+		t.Errorf("churn since an earlier read %+v; want 5000 initial events and 1 terminated", d)
+	}
 }
 
 func TestRestNodeWatchers(t *testing.T) {

@@ -47,14 +47,14 @@ func measureRest(b *testing.B, ctx context.Context, kube kubernetes.Interface, p
 	for name, find := range procs {
 		usage[name] = sampleMem(find, 2*time.Second, 10) // the CPU is what the window reports
 	}
-	reqBefore, watchBefore := scrapeCounters(b, ctx, kube)
+	before := scrapeCounters(b, ctx, kube)
 	_, watcherBefore := watcher.received()
 	t0 := time.Now()
 	stopProfiles := profileRest(b)
 	time.Sleep(restWindow)
 	stopProfiles()
 	secs := time.Since(t0).Seconds()
-	reqAfter, watchAfter := scrapeCounters(b, ctx, kube)
+	after := scrapeCounters(b, ctx, kube)
 	_, watcherAfter := watcher.received()
 	kv := []string{fmt.Sprintf("rest_s=%.0f", secs)}
 	names := make([]string, 0, len(usage))
@@ -66,10 +66,10 @@ func measureRest(b *testing.B, ctx context.Context, kube kubernetes.Interface, p
 		cpu, _, anon, _, _ := usage[name].end() // the memory: its peak in the window, at rest
 		kv = append(kv, fmt.Sprintf("rest_%s_cpu_pct=%.1f", name, 100*cpu.Seconds()/secs), fmt.Sprintf("rest_%s_anon_mib=%.0f", name, anon))
 	}
-	writes, reads, writesNL, readsNL := reqAfter.since(reqBefore)
+	writes, reads, writesNL, readsNL := after.req.since(before.req)
 	kv = append(kv, fmt.Sprintf("rest_writes_per_s=%.1f", writes/secs), fmt.Sprintf("rest_writes_nolease_per_s=%.1f", writesNL/secs),
 		fmt.Sprintf("rest_reads_per_s=%.1f", reads/secs), fmt.Sprintf("rest_reads_nolease_per_s=%.1f", readsNL/secs))
-	watch := watchAfter.Since(watchBefore)
+	watch := after.watch.Since(before.watch)
 	kv = append(kv, fmt.Sprintf("rest_watch_kib_per_s=%.1f", watch.Total().Bytes/1024/secs))
 	for _, r := range restResources(watch) {
 		kv = append(kv, fmt.Sprintf("rest_watchres_%s_kib_per_s=%.1f", strings.ReplaceAll(strings.TrimPrefix(r, "/"), "/", "."), watch[r].Bytes/1024/secs))
@@ -115,17 +115,32 @@ func rolloutNodeWatchers(sent float64, oneWatcher int64, churn watchChurn) []str
 	return kv
 }
 
-// scrapeCounters reads the API server's request counters and watch bytes now.
-func scrapeCounters(b *testing.B, ctx context.Context, kube kubernetes.Interface) (requests, benchside.WatchTraffic) {
-	req, err := scrapeRequests(ctx, kube)
+// counters are the API server's counters the benchmark reads at each end
+// of a window: requests, watch traffic, and the Node watches' churn.
+type counters struct {
+	req   requests
+	watch benchside.WatchTraffic
+	churn watchChurn
+}
+
+// scrapeCounters reads the API server's counters now, from one read of its
+// /metrics.
+func scrapeCounters(b *testing.B, ctx context.Context, kube kubernetes.Interface) counters {
+	body, err := kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
+		b.Fatalf("read the apiserver's /metrics: %v", err)
+	}
+	var c counters
+	if c.req, err = parseRequests(body); err != nil {
 		b.Fatal(err)
 	}
-	watch, err := benchside.ScrapeWatch(ctx, kube)
-	if err != nil {
+	if c.watch, err = benchside.ParseWatch(body); err != nil {
 		b.Fatal(err)
 	}
-	return req, watch
+	if c.churn, err = parseWatchChurn(body, "nodes"); err != nil {
+		b.Fatal(err)
+	}
+	return c
 }
 
 // restResources are the resources that sent at least 1 KiB on watches in

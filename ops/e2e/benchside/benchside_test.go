@@ -76,11 +76,11 @@ apiserver_watch_events_total{group="ops.slipway.dev",resource="updatechannels",v
 apiserver_watch_events_total{group="",resource="nodes",version="v1"} 5
 `)
 	after := bytes.ReplaceAll(bytes.ReplaceAll(before, []byte("} 3000"), []byte("} 7000")), []byte(`version="v1"} 5`), []byte(`version="v1"} 9`))
-	b, err := parseWatch(before)
+	b, err := ParseWatch(before)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := parseWatch(after)
+	a, err := ParseWatch(after)
 	if err != nil {
 		t.Fatal(err)
 	}

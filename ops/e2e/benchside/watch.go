@@ -29,10 +29,12 @@ func ScrapeWatch(ctx context.Context, c kubernetes.Interface) (WatchTraffic, err
 	if err != nil {
 		return nil, fmt.Errorf("read the apiserver's /metrics: %w", err)
 	}
-	return parseWatch(body)
+	return ParseWatch(body)
 }
 
-func parseWatch(body []byte) (WatchTraffic, error) {
+// ParseWatch reads the watch counters from a /metrics body (for a caller
+// that reads /metrics once for several counters).
+func ParseWatch(body []byte) (WatchTraffic, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
