@@ -58,7 +58,8 @@ func (e *Env) startCluster(ctx context.Context, tools string) error {
 	// every quarter of its duration: without Leases, the node lifecycle
 	// controller turns every node Ready=Unknown after its grace period, then
 	// marks its pods NotReady, and every PodDisruptionBudget reports 0 healthy.
-	// The node-heartbeat-with-lease stage relies on it.
+	// The heartbeat package's status reports, 5 minutes apart, rely on it:
+	// a kubelet with a Lease reports an unchanged status that rarely.
 	kwok, err := e.addProcess("kwok", filepath.Join(tools, binKwok), kc, "--config="+stages,
 		"--manage-nodes-with-annotation-selector="+FakeNodeAnnotation+"="+FakeNodeAnnotationValue,
 		"--node-lease-duration-seconds="+strconv.Itoa(lease))

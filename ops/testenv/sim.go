@@ -12,10 +12,16 @@ import (
 	"k8s.io/client-go/rest"
 
 	"slipway.dev/slipway/ops/testenv/executor"
+	"slipway.dev/slipway/ops/testenv/heartbeat"
 	"slipway.dev/slipway/ops/testenv/supervisor"
 )
 
-// startNodeSim starts the node executor and the supervisor of the fake nodes.
+// simGoroutines are the node simulation's: the executor, the supervisor's
+// socket and the status heartbeat.
+const simGoroutines = 3
+
+// startNodeSim starts the node executor, the supervisor of the fake nodes
+// and their status heartbeat.
 func (e *Env) startNodeSim(ctx context.Context) error {
 	// Each has its own user agent, so the audit log tells them apart (the
 	// executor stands in for the kubelet, the supervisor for the node).
@@ -51,10 +57,19 @@ func (e *Env) startNodeSim(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	beatClient, err := clientAs(e.Config, "slipway-testenv/heartbeat")
+	if err != nil {
+		return err
+	}
 	simCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.stopSim = cancel
-	e.simDone = make(chan struct{}, 2)
+	e.simDone = make(chan struct{}, simGoroutines)
 	go func() { _ = x.Run(simCtx); e.simDone <- struct{}{} }()
+	go func() {
+		_ = heartbeat.Run(simCtx, heartbeat.Options{Client: beatClient, Nodes: e.Nodes,
+			Period: e.opts.NodeStatusReportPeriod, Log: log.With("component", "heartbeat")})
+		e.simDone <- struct{}{}
+	}()
 	go func() {
 		if err := e.Supervisor.Serve(simCtx, e.Socket); err != nil {
 			log.Error("supervisor socket", "err", err)
@@ -81,7 +96,7 @@ func (e *Env) stopNodeSim() {
 	}
 	e.stopSim()
 	e.Supervisor.Stop()
-	for range 2 {
+	for range simGoroutines {
 		select {
 		case <-e.simDone:
 		case <-time.After(15 * time.Second):

@@ -77,6 +77,10 @@ type Options struct {
 	// raises kube-controller-manager's node monitor grace period with it, so
 	// that a node is judged unreachable only after the same missed renewals.
 	NodeLeaseSeconds int
+	// NodeStatusReportPeriod is how often each fake node's simulated
+	// kubelet reports its unchanged status (0: a kubelet's default, 5 min;
+	// see the heartbeat package).
+	NodeStatusReportPeriod time.Duration
 	// Logger receives the executor's and supervisor's logs (default: discarded).
 	Logger *slog.Logger
 	// Progress, when set, receives one line per start step with its duration.

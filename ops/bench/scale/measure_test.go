@@ -41,7 +41,7 @@ type nodeWatcher struct {
 
 	// rolledEvents and rolledBytes count the updates of the nodes the
 	// rollout moves (rolledNode): what the rollout itself caused. The rest
-	// are the fleet's own (kwok's status heartbeats), in whatever number the
+	// are the fleet's own (the simulated kubelets' status heartbeats), in whatever number the
 	// window happened to hold. rolledBytes are the objects' JSON sizes, not
 	// the wire's (the informer receives protobuf, smaller).
 	rolledEvents, rolledBytes atomic.Int64
@@ -97,11 +97,10 @@ func writerOf(old, cur *corev1.Node) string {
 	slices.Sort(who)
 	name := strings.Join(slices.Compact(who), "+")
 	if name == "kwok(status)" && heartbeatOnly(old, cur) {
-		// The simulated kubelet's periodic status report, apart from its
-		// reports of a change (NotReady, Ready again). kwok's stage sends
-		// it 300 to 900 s after the node's last write by anyone, so how
-		// many fall in a window depends on the writes before it.
-		return "kwok(heartbeat)"
+		// The simulated kubelet's periodic status report (the testenv
+		// heartbeat package, at a fixed point of each node's 5 minutes),
+		// apart from its reports of a change (NotReady, Ready again).
+		return "heartbeat"
 	}
 	return name
 }

@@ -76,7 +76,7 @@ func TestWriterOf(t *testing.T) {
 		{"a status write a second later: Ready again", withReady(node(kwok, agent), corev1.ConditionFalse, 5),
 			withReady(node(entry("kwok", "status", 11, `{"f:status":{}}`), agent), corev1.ConditionTrue, 11), "kwok(status)"},
 		{"a status heartbeat", withReady(node(kwok, agent), corev1.ConditionTrue, 5),
-			withReady(node(entry("kwok", "status", 11, `{"f:status":{}}`), agent), corev1.ConditionTrue, 11), "kwok(heartbeat)"},
+			withReady(node(entry("kwok", "status", 11, `{"f:status":{}}`), agent), corev1.ConditionTrue, 11), "heartbeat"},
 		{"new fields in the same second", node(kwok, agent), node(kwok, entry("slipway", "", 10, `{"f:metadata":{"f:labels":{}}}`)), "slipway"},
 		{"a new manager", node(kwok), node(kwok, agent), "slipway"},
 		{"two at once", node(kwok, agent), node(entry("kwok", "status", 12, `{}`), entry("slipway", "", 12, `{}`)), "kwok(status)+slipway"},
