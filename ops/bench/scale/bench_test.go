@@ -191,6 +191,9 @@ func BenchmarkScaleNoop(b *testing.B) {
 			fmt.Sprintf("standin_process_cpu_s=%.1f", selfCPU.Seconds()), fmt.Sprintf("standin_process_rss_mib=%.0f", selfRSS), fmt.Sprintf("standin_process_anon_mib=%.0f", selfAnon))
 	}
 	kv = append(kv, monKV...)
+	if withAudit {
+		kv = append(kv, auditedWrites(b, e, t0, t0.Add(wall)))
+	}
 	kv = append(kv, restKV...)
 	kv = append(kv, "load_before="+strings.ReplaceAll(loadBefore, " ", "/"), "load_after="+strings.ReplaceAll(benchside.LoadAverage(), " ", "/"),
 		"settings="+strings.ReplaceAll(settings, " ", "_"))

@@ -51,6 +51,11 @@ var (
 	// their default 5m): one past the run keeps every agent's Job and pod
 	// watches open, as before the agent closed them.
 	workLinger = envString("SLIPWAY_SCALE_WORK_LINGER", "5m")
+	// withAudit has kube-apiserver log every write (SLIPWAY_SCALE_AUDIT=1),
+	// and the run count the window's by client, verb and resource: who
+	// makes the writes per node. Off by default: the log costs the API
+	// server CPU the figures would carry.
+	withAudit = os.Getenv("SLIPWAY_SCALE_AUDIT") == "1"
 	binDir     string
 	mirror     string
 	realNodes  string // space-separated: the nodes whose agent is a process
@@ -65,6 +70,9 @@ const (
 	// cores) compete with kube-apiserver, a cost no real node shares.
 	resync = "30s"
 )
+
+// auditFile is the API server's audit log in the state directory (withAudit).
+const auditFile = "audit.log"
 
 // rollLabel marks the nodes the rollout moves when it moves only some.
 const rollLabel = "scale.slipway.dev/roll"
@@ -136,6 +144,9 @@ func run(m *testing.M) int {
 		names[i] = fmt.Sprintf("node-%d", i+1) // testenv's default names
 	}
 	opts := testenv.Options{Cluster: true, Nodes: nodes, Timeout: 60 * time.Minute, Dir: filepath.Join(dir, "state"), NodeLeaseSeconds: nodeLease}
+	if withAudit {
+		opts.AuditLog = filepath.Join(opts.Dir, auditFile)
+	}
 	tools := os.Getenv(testenv.EnvToolsDir)
 	switch contender {
 	case "suc":
