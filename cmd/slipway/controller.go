@@ -22,6 +22,7 @@ func controllerCommand() *cli.Command {
 			&cli.StringFlag{Name: "namespace", Value: "slipway-system", Usage: "namespace of the UpdateChannels, Leases and Events", EnvVars: envs("NAMESPACE")},
 			&cli.BoolFlag{Name: "install-crds", Usage: "create or update the UpdateChannel CRD at start", EnvVars: envs("INSTALL_CRDS")},
 			&cli.StringFlag{Name: "metrics-addr", Value: ":9479", Usage: "serve Prometheus metrics at http://<addr>/metrics (\"\" = off)", EnvVars: envs("METRICS_ADDR")},
+			&cli.StringFlag{Name: "pprof-addr", Usage: "serve Go profiles at http://<addr>/debug/pprof/, e.g. 127.0.0.1:6060 (off by default; a CPU profile: /debug/pprof/profile?seconds=30)", EnvVars: envs("PPROF_ADDR")},
 			kubeconfigFlag(),
 			&cli.DurationFlag{Name: "resync", Value: controllerDefaults.Resync, Usage: "re-read the fleet view at least this often", EnvVars: envs("RESYNC")},
 			&cli.DurationFlag{Name: "lease-duration", Value: controllerDefaults.LeaseDuration, Usage: "duration of the controller's Lease; a dead holder is replaced after it", EnvVars: envs("LEASE_DURATION")},
@@ -32,7 +33,7 @@ func controllerCommand() *cli.Command {
 				return err
 			}
 			o := controller.Options{Identity: c.String("identity"), Namespace: c.String("namespace"), Config: cfg,
-				InstallCRDs: c.Bool("install-crds"), MetricsAddr: c.String("metrics-addr"), Resync: c.Duration("resync"),
+				InstallCRDs: c.Bool("install-crds"), MetricsAddr: c.String("metrics-addr"), ProfileAddr: c.String("pprof-addr"), Resync: c.Duration("resync"),
 				LeaseDuration: c.Duration("lease-duration"), GitHubToken: os.Getenv("GITHUB_TOKEN"),
 				Log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 			o.Retry.Base, o.Retry.Max = c.Duration("retry-backoff"), c.Duration("retry-backoff-max")

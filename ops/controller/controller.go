@@ -62,6 +62,8 @@ type Options struct {
 	InstallCRDs bool
 	// MetricsAddr serves Prometheus metrics at /metrics ("" = off).
 	MetricsAddr string
+	// ProfileAddr serves the Go runtime's profiles at /debug/pprof/ ("" = off).
+	ProfileAddr string
 	// GitHubToken authenticates github-releases:// polls of channels without a tokenSecretRef.
 	GitHubToken string
 	// GitHubBaseURL replaces https://api.github.com/ (GitHub Enterprise, tests).
@@ -274,6 +276,9 @@ func (ctl *Controller) run(ctx context.Context) error {
 	go objInf.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), chInf.HasSynced, nodeInf.HasSynced, objInf.HasSynced) {
 		return fmt.Errorf("the channel and node informers did not sync: is the API server reachable and the CRD installed (--install-crds)?")
+	}
+	if ctl.opts.ProfileAddr != "" {
+		go process.ServeProfiles(ctx, ctl.opts.ProfileAddr, ctl.log)
 	}
 	if ctl.opts.MetricsAddr != "" {
 		go process.ServeMetrics(ctx, ctl.opts.MetricsAddr, ctl.metrics.registry, ctl.probe, ctl.log)

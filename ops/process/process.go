@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,6 +88,24 @@ func ServeMetrics(ctx context.Context, addr string, registry *prometheus.Registr
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Error("metrics server stopped", "addr", addr, "err", err)
+	}
+}
+
+// ServeProfiles serves the Go runtime's profiles (net/http/pprof) at
+// /debug/pprof/ on addr until ctx ends: a CPU profile of the process under
+// load is /debug/pprof/profile?seconds=N. Off unless asked for: a profile
+// costs the process CPU while it runs, and the endpoint shows its internals.
+func ServeProfiles(ctx context.Context, addr string, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Error("profile server stopped", "addr", addr, "err", err)
 	}
 }
 

@@ -125,7 +125,7 @@ func (e *Env) tryControlPlane(ctx context.Context, tools, token string, ports []
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
-		"--profiling=false",
+		"--profiling="+strconv.FormatBool(e.opts.APIServerProfiling),
 		"--v=1")...)
 	if err != nil {
 		return err

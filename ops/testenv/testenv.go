@@ -104,6 +104,9 @@ type Options struct {
 	// Setup runs once the cluster is Ready and before any node command
 	// starts (Cluster only): e.g. the RBAC that NodeIdentity needs.
 	Setup func(ctx context.Context, cfg *rest.Config) error
+	// APIServerProfiling serves kube-apiserver's Go profiles at
+	// /debug/pprof/ to the admin credentials (off: --profiling=false).
+	APIServerProfiling bool
 	// OldKube runs kube-apiserver OldKubeVersion (the last k3os releases'
 	// Kubernetes) instead of the pinned one, from $SLIPWAY_OLD_KUBE_TOOLS_DIR
 	// or `scripts/install-tools --old-kube`. Without Cluster only.

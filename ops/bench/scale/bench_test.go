@@ -139,6 +139,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 	wBytes0, wEvents0 := watcher.received()
 	rBytes0, rEvents0 := watcher.receivedOnRolled()
 	writers0 := watcher.writers()
+	profiled := profileRollout(b, kube)
 	b.ResetTimer()
 	t0 := time.Now()
 	start()
@@ -197,6 +198,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 	kv = append(kv, restKV...)
 	kv = append(kv, "load_before="+strings.ReplaceAll(loadBefore, " ", "/"), "load_after="+strings.ReplaceAll(benchside.LoadAverage(), " ", "/"),
 		"settings="+strings.ReplaceAll(settings, " ", "_"))
+	profiled() // after the window's figures: a profile longer than the rollout is waited for here
 	b.ReportMetric(wall.Seconds(), "wall-s")
 	b.Logf("sent on watches: %s", watch.String())
 	fmt.Println("SCALE " + strings.Join(kv, " "))

@@ -147,6 +147,7 @@ func run(m *testing.M) int {
 	if withAudit {
 		opts.AuditLog = filepath.Join(opts.Dir, auditFile)
 	}
+	opts.APIServerProfiling = profileDir != ""
 	tools := os.Getenv(testenv.EnvToolsDir)
 	switch contender {
 	case "suc":

@@ -33,8 +33,15 @@ func startController(cfg *rest.Config, dir string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(context.Background(), filepath.Join(binDir, "slipway"), "ops", "controller", "--identity", "controller-scale",
-		"--namespace", ns, "--kubeconfig", path, "--metrics-addr", "", "--lease-duration", lease, "--resync", resync, "--retry-backoff", "1h")
+	args := []string{"ops", "controller", "--identity", "controller-scale",
+		"--namespace", ns, "--kubeconfig", path, "--metrics-addr", "", "--lease-duration", lease, "--resync", resync, "--retry-backoff", "1h"}
+	if profileDir != "" {
+		if controllerProfileAddr, err = freeAddr(); err != nil {
+			return err
+		}
+		args = append(args, "--pprof-addr", controllerProfileAddr)
+	}
+	cmd := exec.CommandContext(context.Background(), filepath.Join(binDir, "slipway"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

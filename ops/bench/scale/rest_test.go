@@ -158,8 +158,8 @@ func restResources(w benchside.WatchTraffic) []string {
 
 // restProfiles is where the window's CPU profile of this process (the
 // stand-ins', standins.pprof) goes, for go tool pprof
-// (SLIPWAY_SCALE_REST_PROFILE, a directory; "" takes none). The simulated
-// cluster's kube-apiserver runs with --profiling=false.
+// (SLIPWAY_SCALE_REST_PROFILE, a directory; "" takes none). The rollout's
+// profiles are profileRollout's.
 var restProfiles = os.Getenv("SLIPWAY_SCALE_REST_PROFILE")
 
 // profileRest starts the window's CPU profile; the function it returns
