@@ -48,7 +48,9 @@ const workers = 4
 // Options configures Run.
 type Options struct {
 	Client kubernetes.Interface
-	Nodes  []string
+	// Nodes are the nodes to report, as they are when Run starts: a
+	// report names the conditions Run read then.
+	Nodes []string
 	// Period between a node's reports (default DefaultPeriod).
 	Period time.Duration
 	Log    *slog.Logger
@@ -63,6 +65,8 @@ func Offset(node string, period time.Duration) time.Duration {
 }
 
 // Run reports each node once a period, at its Offset, until ctx ends.
+// It reads the nodes once, at its start, for the conditions each report
+// names (a kubelet knows its own): a report is one write, no read.
 func Run(ctx context.Context, opts Options) error {
 	if opts.Period <= 0 {
 		opts.Period = DefaultPeriod
@@ -70,12 +74,16 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
+	conditions, err := readyConditions(ctx, opts.Client)
+	if err != nil {
+		return err
+	}
 	due := make(chan string, workers)
 	defer close(due)
 	for range workers {
 		go func() {
 			for node := range due {
-				if err := reportNode(ctx, opts.Client, node); err != nil && ctx.Err() == nil {
+				if err := Report(ctx, opts.Client, node, conditions[node], time.Now()); err != nil && ctx.Err() == nil {
 					opts.Log.Debug("status heartbeat not sent", "node", node, "err", err)
 				}
 			}
@@ -97,6 +105,27 @@ func Run(ctx context.Context, opts Options) error {
 			return nil
 		}
 	}
+}
+
+// readyConditions are each node's conditions as one LIST reads them, Ready
+// taken as True: the conditions a report of the node names (the report
+// tests that the node is Ready when it is sent).
+func readyConditions(ctx context.Context, cs kubernetes.Interface) (map[string][]corev1.NodeCondition, error) {
+	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return nil, fmt.Errorf("list the nodes to report: %w", err)
+	}
+	out := make(map[string][]corev1.NodeCondition, len(list.Items))
+	for _, n := range list.Items {
+		cs := slices.Clone(n.Status.Conditions)
+		for i := range cs {
+			if cs[i].Type == corev1.NodeReady {
+				cs[i].Status = corev1.ConditionTrue
+			}
+		}
+		out[n.Name] = cs
+	}
+	return out, nil
 }
 
 // schedule walks the nodes in the order of their offsets, period after period.
@@ -136,15 +165,6 @@ func (s *schedule) next() (string, time.Time) {
 	n, at := s.nodes[s.i], s.cycle.Add(s.offsets[s.i])
 	s.i++
 	return n, at
-}
-
-// reportNode reads node (from the API server's cache) and reports it.
-func reportNode(ctx context.Context, cs kubernetes.Interface, node string) error {
-	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{ResourceVersion: "0"})
-	if err != nil {
-		return fmt.Errorf("read node %s: %w", node, err)
-	}
-	return Report(ctx, cs, node, n.Status.Conditions, time.Now())
 }
 
 // Report writes node's status heartbeat at now over its conditions as read,
