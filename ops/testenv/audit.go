@@ -34,6 +34,9 @@ type AuditGets struct {
 	// Resources are the resources read (e.g. "nodes"; a subresource is
 	// "nodes/status").
 	Resources []string
+	// Verbs are the reads kept (default get and list; a watch is logged
+	// when it ends, with its start as Received).
+	Verbs []string
 }
 
 // policyWithGets is the write policy with a Metadata rule for each of
@@ -46,7 +49,12 @@ func policyWithGets(gets []AuditGets) (string, error) {
 		}
 		group, _ := json.Marshal(g.Group)
 		res, _ := json.Marshal(g.Resources)
-		fmt.Fprintf(&b, "- level: Metadata\n  verbs: [get, list]\n  resources: [{group: %s, resources: %s}]\n", group, res)
+		verbs := []string{"get", "list"}
+		if len(g.Verbs) > 0 {
+			verbs = g.Verbs
+		}
+		vs, _ := json.Marshal(verbs)
+		fmt.Fprintf(&b, "- level: Metadata\n  verbs: %s\n  resources: [{group: %s, resources: %s}]\n", vs, group, res)
 		if len(g.UserGroups) > 0 {
 			ug, _ := json.Marshal(g.UserGroups)
 			fmt.Fprintf(&b, "  userGroups: %s\n", ug)
@@ -105,6 +113,9 @@ type AuditEvent struct {
 	Namespace string
 	Name      string
 	Code      int // the response's HTTP status
+	// RequestURI is the request's path and query (its selectors, a watch's
+	// resourceVersion).
+	RequestURI string
 }
 
 // IsWrite says whether the request could change state.
@@ -122,6 +133,7 @@ type auditUser struct {
 
 type auditLine struct {
 	Verb             string     `json:"verb"`
+	RequestURI       string     `json:"requestURI"`
 	UserAgent        string     `json:"userAgent"`
 	User             auditUser  `json:"user"`
 	ImpersonatedUser *auditUser `json:"impersonatedUser"`
@@ -169,7 +181,8 @@ func ReadAuditAll(path string) ([]AuditEvent, error) {
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			return nil, fmt.Errorf("parse the audit log %s: %w", path, err)
 		}
-		ev := AuditEvent{Time: l.StageTimestamp, Received: l.RequestReceivedTimestamp, UserAgent: l.UserAgent, Verb: l.Verb, User: l.User.Username}
+		ev := AuditEvent{Time: l.StageTimestamp, Received: l.RequestReceivedTimestamp, UserAgent: l.UserAgent, Verb: l.Verb, User: l.User.Username,
+			RequestURI: l.RequestURI}
 		if l.ImpersonatedUser != nil {
 			ev.User = l.ImpersonatedUser.Username
 		}

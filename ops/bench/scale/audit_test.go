@@ -69,13 +69,62 @@ func formatWrites(counts []writeCount) string {
 	return "audit_writes=" + strings.Join(parts, ",")
 }
 
-// auditedWrites reads the audit log once the API server has flushed the
-// window's last batch, and counts the window's writes.
-func auditedWrites(b *testing.B, e *testenv.Env, from, to time.Time) string {
+// nodeReadCount is how many Node LISTs or ended watches one client made
+// within a window, of all Nodes or of one (a field selector).
+type nodeReadCount struct {
+	client, verb, scope string
+	count               int
+}
+
+// nodeReadsByClient counts the LISTs of Nodes and the Node watches that
+// ended within [from, to], by client and scope ("all" Nodes, or "one" by
+// a field selector), most first. A watcher of all Nodes that kube-apiserver
+// ends as too slow shows as an ended watch and, when its informer lists
+// again, a LIST: this names who did.
+func nodeReadsByClient(events []testenv.AuditEvent, from, to time.Time) []nodeReadCount {
+	counts := map[nodeReadCount]int{}
+	for _, ev := range events {
+		if ev.Resource != "nodes" || ev.Name != "" || (ev.Verb != "list" && ev.Verb != "watch") || ev.Time.Before(from) || ev.Time.After(to) {
+			continue
+		}
+		scope := "all"
+		if strings.Contains(ev.RequestURI, "fieldSelector=") {
+			scope = "one"
+		}
+		counts[nodeReadCount{client: clientOf(ev), verb: ev.Verb, scope: scope}]++
+	}
+	out := make([]nodeReadCount, 0, len(counts))
+	for k, n := range counts {
+		k.count = n
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b nodeReadCount) int {
+		return cmp.Or(cmp.Compare(b.count, a.count), cmp.Compare(a.client, b.client), cmp.Compare(a.verb, b.verb), cmp.Compare(a.scope, b.scope))
+	})
+	return out
+}
+
+// formatNodeReads is the counts as one key=value field for the SCALE
+// line: client:verb:scope:count, comma-separated.
+func formatNodeReads(counts []nodeReadCount) string {
+	parts := make([]string, 0, len(counts))
+	for _, c := range counts {
+		parts = append(parts, fmt.Sprintf("%s:%s:%s:%d", c.client, c.verb, c.scope, c.count))
+	}
+	return "audit_node_reads=" + strings.Join(parts, ",")
+}
+
+// auditedRequests reads the audit log once the API server has flushed the
+// window's last batch, and counts the window's writes and Node reads.
+func auditedRequests(b *testing.B, e *testenv.Env, from, to time.Time) []string {
 	time.Sleep(3 * time.Second) // the log's batches wait up to 1 s
-	events, err := testenv.ReadAudit(filepath.Join(e.Dir, auditFile))
+	events, err := testenv.ReadAuditAll(filepath.Join(e.Dir, auditFile))
 	if err != nil {
 		b.Fatalf("the audit log: %v", err)
 	}
-	return formatWrites(writesByClient(events, from, to))
+	return []string{formatWrites(writesByClient(events, from, to)), formatNodeReads(nodeReadsByClient(events, from, to))}
 }
+
+// auditNodeReads are the Node reads the audit log keeps beside the writes
+// (withAudit): LISTs, and watches (logged as they end).
+var auditNodeReads = []testenv.AuditGets{{Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}}}

@@ -47,3 +47,24 @@ func TestWritesByClient(t *testing.T) {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
 }
+
+func TestNodeReadsByClient(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 23, 0, 0, 0, time.UTC)
+	ev := func(s int, ua, verb, uri, name string) testenv.AuditEvent {
+		return testenv.AuditEvent{Time: t0.Add(time.Duration(s) * time.Second), UserAgent: ua, Verb: verb, Resource: "nodes", Name: name, RequestURI: uri}
+	}
+	events := []testenv.AuditEvent{
+		ev(1, "kwok/v0.8.0", "watch", "/api/v1/nodes?allowWatchBookmarks=true&resourceVersion=100&watch=true", ""),
+		ev(2, "kwok/v0.8.0", "list", "/api/v1/nodes?limit=500&resourceVersion=0", ""),
+		ev(3, "slipway-agent/dev", "list", "/api/v1/nodes?fieldSelector=metadata.name%3Dnode-1&limit=500", ""),
+		ev(4, "slipway-agent/dev", "watch", "/api/v1/nodes?fieldSelector=metadata.name%3Dnode-1&watch=true", ""),
+		ev(5, "slipway-agent/dev", "watch", "/api/v1/nodes?fieldSelector=metadata.name%3Dnode-2&watch=true", ""),
+		ev(6, "slipway-agent/dev", "get", "/api/v1/nodes/node-1", "node-1"), // a GET: not counted
+		ev(30, "kwok/v0.8.0", "list", "/api/v1/nodes?limit=500", ""),        // after the window
+	}
+	got := formatNodeReads(nodeReadsByClient(events, t0, t0.Add(10*time.Second)))
+	want := "audit_node_reads=slipway-agent:watch:one:2,kwok:list:all:1,kwok:watch:all:1,slipway-agent:list:one:1"
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}

@@ -193,7 +193,7 @@ func BenchmarkScaleNoop(b *testing.B) {
 	}
 	kv = append(kv, monKV...)
 	if withAudit {
-		kv = append(kv, auditedWrites(b, e, t0, t0.Add(wall)))
+		kv = append(kv, auditedRequests(b, e, t0, t0.Add(wall))...)
 	}
 	kv = append(kv, restKV...)
 	kv = append(kv, "load_before="+strings.ReplaceAll(loadBefore, " ", "/"), "load_after="+strings.ReplaceAll(benchside.LoadAverage(), " ", "/"),

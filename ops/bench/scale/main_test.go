@@ -51,11 +51,13 @@ var (
 	// their default 5m): one past the run keeps every agent's Job and pod
 	// watches open, as before the agent closed them.
 	workLinger = envString("SLIPWAY_SCALE_WORK_LINGER", "5m")
-	// withAudit has kube-apiserver log every write (SLIPWAY_SCALE_AUDIT=1),
-	// and the run count the window's by client, verb and resource: who
-	// makes the writes per node. Off by default: the log costs the API
-	// server CPU the figures would carry.
-	withAudit = os.Getenv("SLIPWAY_SCALE_AUDIT") == "1"
+	// withAudit has kube-apiserver log every write and every LIST and
+	// watch of Nodes (SLIPWAY_SCALE_AUDIT=1), and the run count the
+	// window's: the writes by client, verb and resource (who makes the
+	// writes per node), the Node reads by client (who lists Nodes again,
+	// after a watch ended as too slow). Off by default: the log costs the
+	// API server CPU the figures would carry.
+	withAudit  = os.Getenv("SLIPWAY_SCALE_AUDIT") == "1"
 	binDir     string
 	mirror     string
 	realNodes  string // space-separated: the nodes whose agent is a process
@@ -145,7 +147,7 @@ func run(m *testing.M) int {
 	}
 	opts := testenv.Options{Cluster: true, Nodes: nodes, Timeout: 60 * time.Minute, Dir: filepath.Join(dir, "state"), NodeLeaseSeconds: nodeLease}
 	if withAudit {
-		opts.AuditLog = filepath.Join(opts.Dir, auditFile)
+		opts.AuditLog, opts.AuditGets = filepath.Join(opts.Dir, auditFile), auditNodeReads
 	}
 	opts.APIServerProfiling = profileDir != ""
 	tools := os.Getenv(testenv.EnvToolsDir)
