@@ -56,11 +56,11 @@ func TestNodeReadsByClient(t *testing.T) {
 	events := []testenv.AuditEvent{
 		ev(1, "kwok/v0.8.0", "watch", "/api/v1/nodes?allowWatchBookmarks=true&resourceVersion=100&watch=true", ""),
 		ev(2, "kwok/v0.8.0", "list", "/api/v1/nodes?limit=500&resourceVersion=0", ""),
-		ev(3, "slipway-agent/dev", "list", "/api/v1/nodes?fieldSelector=metadata.name%3Dnode-1&limit=500", ""),
-		ev(4, "slipway-agent/dev", "watch", "/api/v1/nodes?fieldSelector=metadata.name%3Dnode-1&watch=true", ""),
-		ev(5, "slipway-agent/dev", "watch", "/api/v1/nodes?fieldSelector=metadata.name%3Dnode-2&watch=true", ""),
-		ev(6, "slipway-agent/dev", "get", "/api/v1/nodes/node-1", "node-1"), // a GET: not counted
-		ev(30, "kwok/v0.8.0", "list", "/api/v1/nodes?limit=500", ""),        // after the window
+		ev(3, "slipway-agent/dev", "list", "/api/v1/nodes?fieldSelector=metadata.name%3Dnode-1&limit=500", "node-1"),
+		ev(4, "slipway-agent/dev", "watch", "/api/v1/nodes?fieldSelector=metadata.name%3Dnode-1&watch=true", "node-1"),
+		ev(5, "slipway-agent/dev", "watch", "/api/v1/nodes?fieldSelector=metadata.name%3Dnode-2&watch=true", ""), // named by the selector alone
+		ev(6, "slipway-agent/dev", "get", "/api/v1/nodes/node-1", "node-1"),                                      // a GET: not counted
+		ev(30, "kwok/v0.8.0", "list", "/api/v1/nodes?limit=500", ""),                                             // after the window
 	}
 	got := formatNodeReads(nodeReadsByClient(events, t0, t0.Add(10*time.Second)))
 	want := "audit_node_reads=slipway-agent:watch:one:2,kwok:list:all:1,kwok:watch:all:1,slipway-agent:list:one:1"
