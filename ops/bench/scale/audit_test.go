@@ -3,6 +3,7 @@ package scale
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -49,14 +50,24 @@ func writesByClient(events []testenv.AuditEvent, from, to time.Time) []writeCoun
 		counts[writeCount{client: clientOf(ev), verb: ev.Verb, resource: ev.Resource}]++
 	}
 	out := make([]writeCount, 0, len(counts))
-	for k, n := range counts {
-		k.count = n
+	for _, k := range mostFirst(counts) {
+		k.count = counts[k]
 		out = append(out, k)
 	}
-	slices.SortFunc(out, func(a, b writeCount) int {
-		return cmp.Or(cmp.Compare(b.count, a.count), cmp.Compare(a.client, b.client), cmp.Compare(a.verb, b.verb), cmp.Compare(a.resource, b.resource))
-	})
 	return out
+}
+
+func (c writeCount) order() string { return c.client + "\x00" + c.verb + "\x00" + c.resource }
+
+// mostFirst are the keys of counts, the highest count first, ties in
+// their order().
+func mostFirst[K interface {
+	comparable
+	order() string
+}](counts map[K]int) []K {
+	keys := slices.Collect(maps.Keys(counts))
+	slices.SortFunc(keys, func(a, b K) int { return cmp.Or(cmp.Compare(counts[b], counts[a]), cmp.Compare(a.order(), b.order())) })
+	return keys
 }
 
 // formatWrites is the counts as one key=value field for the SCALE line:
@@ -96,15 +107,14 @@ func nodeReadsByClient(events []testenv.AuditEvent, from, to time.Time) []nodeRe
 		counts[nodeReadCount{client: clientOf(ev), verb: ev.Verb, scope: scope}]++
 	}
 	out := make([]nodeReadCount, 0, len(counts))
-	for k, n := range counts {
-		k.count = n
+	for _, k := range mostFirst(counts) {
+		k.count = counts[k]
 		out = append(out, k)
 	}
-	slices.SortFunc(out, func(a, b nodeReadCount) int {
-		return cmp.Or(cmp.Compare(b.count, a.count), cmp.Compare(a.client, b.client), cmp.Compare(a.verb, b.verb), cmp.Compare(a.scope, b.scope))
-	})
 	return out
 }
+
+func (c nodeReadCount) order() string { return c.client + "\x00" + c.verb + "\x00" + c.scope }
 
 // formatNodeReads is the counts as one key=value field for the SCALE
 // line: client:verb:scope:count, comma-separated.
