@@ -66,8 +66,10 @@ func (e *Env) startNodeSim(ctx context.Context) error {
 	e.simDone = make(chan struct{}, simGoroutines)
 	go func() { _ = x.Run(simCtx); e.simDone <- struct{}{} }()
 	go func() {
-		_ = heartbeat.Run(simCtx, heartbeat.Options{Client: beatClient, Nodes: e.Nodes,
-			Period: e.opts.NodeStatusReportPeriod, Log: log.With("component", "heartbeat")})
+		if err := heartbeat.Run(simCtx, heartbeat.Options{Client: beatClient, Nodes: e.Nodes,
+			Period: e.opts.NodeStatusReportPeriod, Log: log.With("component", "heartbeat")}); err != nil {
+			log.Error("the fake nodes' status heartbeat stopped", "err", err)
+		}
 		e.simDone <- struct{}{}
 	}()
 	go func() {

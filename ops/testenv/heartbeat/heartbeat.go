@@ -117,13 +117,13 @@ func readyConditions(ctx context.Context, cs kubernetes.Interface) (map[string][
 	}
 	out := make(map[string][]corev1.NodeCondition, len(list.Items))
 	for _, n := range list.Items {
-		cs := slices.Clone(n.Status.Conditions)
-		for i := range cs {
-			if cs[i].Type == corev1.NodeReady {
-				cs[i].Status = corev1.ConditionTrue
+		conds := slices.Clone(n.Status.Conditions)
+		for i := range conds {
+			if conds[i].Type == corev1.NodeReady {
+				conds[i].Status = corev1.ConditionTrue
 			}
 		}
-		out[n.Name] = cs
+		out[n.Name] = conds
 	}
 	return out, nil
 }
