@@ -277,8 +277,8 @@ func (ctl *Controller) run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), chInf.HasSynced, nodeInf.HasSynced, objInf.HasSynced) {
 		return fmt.Errorf("the channel and node informers did not sync: is the API server reachable and the CRD installed (--install-crds)?")
 	}
-	if ctl.opts.ProfileAddr != "" {
-		go process.ServeProfiles(ctx, ctl.opts.ProfileAddr, ctl.log)
+	if err := process.ServeProfiles(ctx, ctl.opts.ProfileAddr, ctl.log); err != nil {
+		return fmt.Errorf("serve profiles (--pprof-addr): %w", err)
 	}
 	if ctl.opts.MetricsAddr != "" {
 		go process.ServeMetrics(ctx, ctl.opts.MetricsAddr, ctl.metrics.registry, ctl.probe, ctl.log)

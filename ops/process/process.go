@@ -92,21 +92,19 @@ func ServeMetrics(ctx context.Context, addr string, registry *prometheus.Registr
 }
 
 // ServeProfiles serves the Go runtime's profiles (net/http/pprof) at
-// /debug/pprof/ on addr until ctx ends: a CPU profile of the process under
-// load is /debug/pprof/profile?seconds=N. Off unless asked for: a profile
-// costs the process CPU while it runs, and the endpoint shows its internals.
-func ServeProfiles(ctx context.Context, addr string, log *slog.Logger) {
+// /debug/pprof/ on addr ("" = off) until ctx ends: a CPU profile of the
+// process under load is /debug/pprof/profile?seconds=N. Off unless asked
+// for: a profile costs the process CPU while it runs, and the endpoint
+// shows its internals. An address that cannot be listened on is an error
+// at once (health.ListenAndServe).
+func ServeProfiles(ctx context.Context, addr string, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { <-ctx.Done(); _ = srv.Close() }()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Error("profile server stopped", "addr", addr, "err", err)
-	}
+	return health.ListenAndServe(ctx, addr, mux, log)
 }
 
 // /healthz and /readyz (ops/health), served beside /metrics, for the
