@@ -49,25 +49,24 @@ func writesByClient(events []testenv.AuditEvent, from, to time.Time) []writeCoun
 		}
 		counts[writeCount{client: clientOf(ev), verb: ev.Verb, resource: ev.Resource}]++
 	}
-	out := make([]writeCount, 0, len(counts))
-	for _, k := range mostFirst(counts) {
-		k.count = counts[k]
-		out = append(out, k)
-	}
-	return out
+	return mostFirst(counts, func(c writeCount, n int) writeCount { c.count = n; return c })
 }
 
 func (c writeCount) order() string { return c.client + "\x00" + c.verb + "\x00" + c.resource }
 
-// mostFirst are the keys of counts, the highest count first, ties in
-// their order().
+// mostFirst are the keys of counts with their counts (withCount), the
+// highest count first, ties in their order().
 func mostFirst[K interface {
 	comparable
 	order() string
-}](counts map[K]int) []K {
+}](counts map[K]int, withCount func(K, int) K) []K {
 	keys := slices.Collect(maps.Keys(counts))
 	slices.SortFunc(keys, func(a, b K) int { return cmp.Or(cmp.Compare(counts[b], counts[a]), cmp.Compare(a.order(), b.order())) })
-	return keys
+	out := make([]K, len(keys))
+	for i, k := range keys {
+		out[i] = withCount(k, counts[k])
+	}
+	return out
 }
 
 // formatWrites is the counts as one key=value field for the SCALE line:
@@ -106,12 +105,7 @@ func nodeReadsByClient(events []testenv.AuditEvent, from, to time.Time) []nodeRe
 		}
 		counts[nodeReadCount{client: clientOf(ev), verb: ev.Verb, scope: scope}]++
 	}
-	out := make([]nodeReadCount, 0, len(counts))
-	for _, k := range mostFirst(counts) {
-		k.count = counts[k]
-		out = append(out, k)
-	}
-	return out
+	return mostFirst(counts, func(c nodeReadCount, n int) nodeReadCount { c.count = n; return c })
 }
 
 func (c nodeReadCount) order() string { return c.client + "\x00" + c.verb + "\x00" + c.scope }

@@ -57,9 +57,7 @@ func profileRollout(b *testing.B, kube kubernetes.Interface) func() {
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	wg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		body, err := kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", secs).Timeout(timeout).DoRaw(ctx)
+		body, err := kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", secs).Timeout(timeout).DoRaw(context.Background())
 		if err == nil {
 			err = os.WriteFile(name("apiserver"), body, 0o644)
 		}
