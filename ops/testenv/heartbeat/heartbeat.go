@@ -198,7 +198,10 @@ type jsonPatchOp struct {
 // its conditions changed, since the read.
 func statusPatch(conditions []corev1.NodeCondition, now time.Time) ([]byte, error) {
 	ready := slices.IndexFunc(conditions, func(c corev1.NodeCondition) bool { return c.Type == corev1.NodeReady })
-	if ready < 0 || conditions[ready].Status != corev1.ConditionTrue {
+	switch {
+	case ready < 0:
+		return nil, fmt.Errorf("no Ready condition read (a node created after the heartbeat started is not reported)")
+	case conditions[ready].Status != corev1.ConditionTrue:
 		return nil, fmt.Errorf("not Ready")
 	}
 	at := metav1.NewTime(now).Rfc3339Copy()
