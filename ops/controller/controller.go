@@ -154,6 +154,8 @@ type Controller struct {
 	// objectWrites on each NodeUpdate (nodeupdates.go).
 	viewWrites   map[string]viewsWritten
 	objectWrites map[string]objectWritten
+	// memo holds the view comparisons' last answers (viewmemo.go).
+	memo viewMemo
 	// drains are the controller's drains under way, by node (ctrldrain.go);
 	// leaderCtx ends when it loses the Lease (nil while it does not hold it).
 	drains map[string]*drainRun

@@ -49,6 +49,7 @@ func (ctl *Controller) forgetNode(o any) {
 	if !ok {
 		return
 	}
+	ctl.memo.forget(m.Name)
 	ctl.mu.Lock()
 	defer ctl.mu.Unlock()
 	delete(ctl.viewWrites, m.Name)

@@ -98,13 +98,20 @@ type objectWritten struct {
 // specSeen is u's spec, or this process's last write of it while the cache
 // does not show that write yet.
 func (ctl *Controller) specSeen(u *v1.NodeUpdate) v1.NodeUpdateSpec {
+	spec, _ := ctl.specSeenAt(u)
+	return spec
+}
+
+// specSeenAt is specSeen and the resource version it is of: u's, or the
+// write's.
+func (ctl *Controller) specSeenAt(u *v1.NodeUpdate) (v1.NodeUpdateSpec, string) {
 	ctl.mu.Lock()
 	w, ok := ctl.objectWrites[u.Name]
 	ctl.mu.Unlock()
 	if ok && olderThan(u.ResourceVersion, w.rv) {
-		return w.spec
+		return w.spec, w.rv
 	}
-	return u.Spec
+	return u.Spec, u.ResourceVersion
 }
 
 // wroteSpec tells whether u shows the spec this process last wrote.
@@ -117,16 +124,21 @@ func (ctl *Controller) wroteSpec(u *v1.NodeUpdate) bool {
 
 // objectViews are the views and the reports of the node of NodeUpdate u as
 // the annotations of a Node would hold them (protocol.ViewKey, the slot
-// report), so that the view writes compare them alike (views.go).
+// report), so that the view writes compare them alike (views.go). They
+// are encoded once per change of u or of the spec written (viewmemo.go);
+// the map is shared, not to be changed.
 func (ctl *Controller) objectViews(u *v1.NodeUpdate) map[string]string {
-	out := map[string]string{}
-	for uid, v := range protocol.ViewsOfSpec(ctl.specSeen(u), ctl.opts.Namespace) {
-		// trust: ops.nodeupdate.spec
-		out[protocol.ViewKey(uid)] = v.String()
-	}
-	// trust: ops.nodeupdate.reports
-	out[protocol.AnnotationSlotReport] = protocol.ReportsOfStatus(u.Status).String()
-	return out
+	spec, specRV := ctl.specSeenAt(u)
+	return ctl.memo.objectViews(u.Name, u.ResourceVersion, specRV, func() map[string]string {
+		out := map[string]string{}
+		for uid, v := range protocol.ViewsOfSpec(spec, ctl.opts.Namespace) {
+			// trust: ops.nodeupdate.spec
+			out[protocol.ViewKey(uid)] = v.String()
+		}
+		// trust: ops.nodeupdate.reports
+		out[protocol.AnnotationSlotReport] = protocol.ReportsOfStatus(u.Status).String()
+		return out
+	})
 }
 
 // holdsView tells whether the node of Node metadata m holds the view key
@@ -266,40 +278,47 @@ func (ctl *Controller) ensureNodeUpdate(ctx context.Context, node string, u *v1.
 // withObjectReports lays the reports and booted versions of the nodes
 // whose agents report in their NodeUpdate over their Node metadata, so
 // that a pass reads a node's report and the versions it ended its slot
-// with from the one write that holds both (fleet.go).
+// with from the one write that holds both (fleet.go). Each node's is made
+// once per change of its Node or its NodeUpdate (viewmemo.go).
 func (ctl *Controller) withObjectReports(snap map[string]*metav1.ObjectMeta) {
 	for name, m := range snap {
 		u := ctl.nodeUpdateOf(name)
 		if !agentReadsObject(u) {
 			continue
 		}
-		c := *m
-		c.Annotations = maps.Clone(m.Annotations)
-		if c.Annotations == nil {
-			c.Annotations = map[string]string{}
-		}
-		// trust: ops.nodeupdate.reports
-		c.Annotations[protocol.AnnotationSlotReport] = protocol.ReportsOfStatus(u.Status).String()
-		// trust: ops.nodeupdate.versions
-		switch b := u.Status.Booted; {
-		case ctl.versionsInStatus(u):
-			// Kept current there, and only there once spec.protocol says
-			// this controller reads them there: the Node's are not read.
-			delete(c.Annotations, protocol.AnnotationRootfsVersion)
-			if b != nil {
-				c.Annotations[protocol.AnnotationRootfsVersion] = b.Rootfs
-			}
-		case b != nil && b.Rootfs != "":
-			// An agent of protocol 2 writes them there with its reports.
+		snap[name] = ctl.memo.withReports(name, m.ResourceVersion, u.ResourceVersion, func() *metav1.ObjectMeta { return ctl.metaWithObjectReports(m, u) })
+	}
+}
+
+// metaWithObjectReports is the Node metadata m with the reports and
+// booted versions of its NodeUpdate u laid over its annotations.
+func (ctl *Controller) metaWithObjectReports(m *metav1.ObjectMeta, u *v1.NodeUpdate) *metav1.ObjectMeta {
+	c := *m
+	c.Annotations = maps.Clone(m.Annotations)
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	// trust: ops.nodeupdate.reports
+	c.Annotations[protocol.AnnotationSlotReport] = protocol.ReportsOfStatus(u.Status).String()
+	// trust: ops.nodeupdate.versions
+	switch b := u.Status.Booted; {
+	case ctl.versionsInStatus(u):
+		// Kept current there, and only there once spec.protocol says
+		// this controller reads them there: the Node's are not read.
+		delete(c.Annotations, protocol.AnnotationRootfsVersion)
+		if b != nil {
 			c.Annotations[protocol.AnnotationRootfsVersion] = b.Rootfs
 		}
-		for k, v := range map[string]string{protocol.AnnotationPrestagedVersion: u.Status.PrestagedVersion, protocol.AnnotationPrestageFailedVersion: u.Status.PrestageFailedVersion} {
-			if v == "" {
-				delete(c.Annotations, k)
-			} else {
-				c.Annotations[k] = v
-			}
-		}
-		snap[name] = &c
+	case b != nil && b.Rootfs != "":
+		// An agent of protocol 2 writes them there with its reports.
+		c.Annotations[protocol.AnnotationRootfsVersion] = b.Rootfs
 	}
+	for k, v := range map[string]string{protocol.AnnotationPrestagedVersion: u.Status.PrestagedVersion, protocol.AnnotationPrestageFailedVersion: u.Status.PrestageFailedVersion} {
+		if v == "" {
+			delete(c.Annotations, k)
+		} else {
+			c.Annotations[k] = v
+		}
+	}
+	return &c
 }

@@ -130,16 +130,24 @@ func (ctl *Controller) dropViews(uid types.UID) {
 func (ctl *Controller) viewDue(node string, uid types.UID, want string) bool {
 	have := ctl.viewsSeen(node)
 	cur := have[protocol.ViewKey(uid)]
-	return cur != want && !endedOnly(have, uid, cur, want)
+	return cur != want && !ctl.endedOnly(node, have, uid, cur, want)
 }
 
-// endedOnly is plan.EndedOnly with the node's report of the
-// channel of UID uid read from its annotations.
-func endedOnly(annotations map[string]string, uid types.UID, cur, want string) bool {
+// endedOnly is plan.EndedOnly with node's report of the channel of UID
+// uid read from its annotations (have), decided once per change of the
+// three (viewmemo.go).
+func (ctl *Controller) endedOnly(node string, have map[string]string, uid types.UID, cur, want string) bool {
 	if cur == "" {
 		return false
 	}
-	r, err := protocol.ParseReports(annotations[protocol.AnnotationSlotReport])
+	report := have[protocol.AnnotationSlotReport]
+	return ctl.memo.endedOnly(node, uid, cur, want, report, func() bool { return endedOnly(report, uid, cur, want) })
+}
+
+// endedOnly is plan.EndedOnly with the node's report of the channel of
+// UID uid read from its reports annotation.
+func endedOnly(reports string, uid types.UID, cur, want string) bool {
+	r, err := protocol.ParseReports(reports)
 	return err == nil && plan.EndedOnly(cur, want, r[uid])
 }
 
@@ -177,7 +185,7 @@ func (ctl *Controller) syncViews(ctx context.Context, node string) error {
 		w, ok := want[node]
 		cur, has := have[key]
 		switch {
-		case ok && cur != w && !endedOnly(have, uid, cur, w):
+		case ok && cur != w && !ctl.endedOnly(node, have, uid, cur, w):
 			patch[key] = w
 		case !ok && has:
 			patch[key] = nil
@@ -244,7 +252,8 @@ type viewsWritten struct {
 // viewsSeen is node's annotations as the cache has them, with this
 // process's last view write laid over them while the cache does not show
 // it yet: a pass that follows the write faster than the watch must not
-// write the same views again.
+// write the same views again. The map may be the cache's or the memo's
+// (viewmemo.go): read it, do not change it.
 func (ctl *Controller) viewsSeen(node string) map[string]string {
 	if u := ctl.nodeUpdateOf(node); agentReadsObject(u) {
 		return ctl.objectViews(u) // its agent reads them there

@@ -1,0 +1,84 @@
+package controller
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// TestEndedOnlyMemoAnswersOnlyTheSameQuestion: the memo's answer is used
+// only when the view held, the view wanted and the node's reports are the
+// ones it was given for; any of them changed, the decision is made again.
+func TestEndedOnlyMemoAnswersOnlyTheSameQuestion(t *testing.T) {
+	var m viewMemo
+	calls := 0
+	ask := func(node string, uid types.UID, cur, want, report string, answer bool) bool {
+		return m.endedOnly(node, uid, cur, want, report, func() bool { calls++; return answer })
+	}
+	steps := []struct {
+		name              string
+		node              string
+		uid               types.UID
+		cur, want, report string
+		answer, expect    bool
+		decided           bool
+	}{
+		{"first asked", "n1", "u1", "held", "wanted", "r1", true, true, true},
+		{"asked again", "n1", "u1", "held", "wanted", "r1", false, true, false},
+		{"another report", "n1", "u1", "held", "wanted", "r2", false, false, true},
+		{"another view held", "n1", "u1", "held2", "wanted", "r2", true, true, true},
+		{"another view wanted", "n1", "u1", "held2", "wanted2", "r2", false, false, true},
+		{"another channel", "n1", "u2", "held2", "wanted2", "r2", true, true, true},
+		{"another node", "n2", "u1", "held2", "wanted2", "r2", true, true, true},
+		{"the first node's again", "n1", "u1", "held2", "wanted2", "r2", true, false, false},
+	}
+	for _, s := range steps {
+		before := calls
+		if got := ask(s.node, s.uid, s.cur, s.want, s.report, s.answer); got != s.expect {
+			t.Errorf("%s: answered %v, want %v", s.name, got, s.expect)
+		}
+		if decided := calls > before; decided != s.decided {
+			t.Errorf("%s: decided anew %v, want %v", s.name, decided, s.decided)
+		}
+	}
+}
+
+// TestObjectViewsMemoFollowsTheObjectAndTheSpecWritten: the views are
+// built again when the NodeUpdate's resource version or the spec laid over
+// it changes, and after the node is forgotten.
+func TestObjectViewsMemoFollowsTheObjectAndTheSpecWritten(t *testing.T) {
+	var m viewMemo
+	built := 0
+	get := func(rv, specRV string) string {
+		return m.objectViews("n1", rv, specRV, func() map[string]string {
+			built++
+			return map[string]string{"k": rv + "/" + specRV}
+		})["k"]
+	}
+	steps := []struct {
+		rv, specRV string
+		want       string
+		builds     bool
+	}{
+		{"10", "10", "10/10", true},
+		{"10", "10", "10/10", false},
+		{"10", "12", "10/12", true}, // the controller's write, not in the cache yet
+		{"10", "12", "10/12", false},
+		{"13", "13", "13/13", true},
+	}
+	for i, s := range steps {
+		before := built
+		if got := get(s.rv, s.specRV); got != s.want {
+			t.Errorf("step %d: views of %q, want %q", i, got, s.want)
+		}
+		if b := built > before; b != s.builds {
+			t.Errorf("step %d: built anew %v, want %v", i, b, s.builds)
+		}
+	}
+	m.forget("n1")
+	before := built
+	get("13", "13")
+	if built == before {
+		t.Error("the views of a forgotten node came from the memo")
+	}
+}
