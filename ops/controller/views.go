@@ -65,7 +65,9 @@ func (ctl *Controller) setViews(ch *v1.UpdateChannel, follows []plan.Node) {
 		consider(p.Node)
 	}
 	for _, n := range follows {
-		consider(n.Name)
+		if _, done := want[n.Name]; !done {
+			want[n.Name] = common // neither a slot nor a permit: those were considered above
+		}
 	}
 	ctl.mu.Lock()
 	ctl.views[ch.UID] = want
@@ -75,12 +77,12 @@ func (ctl *Controller) setViews(ch *v1.UpdateChannel, follows []plan.Node) {
 	ctl.slotNodes.set(ch.UID, append(slotNodesOf(ch), ctl.fleetCacheOf(ch.Name).revoked.nodes()...))
 	key := protocol.ViewKey(ch.UID)
 	for _, n := range first {
-		if ctl.viewDue(n, ch.UID, want[n]) {
+		if ctl.viewDue(n, key, ch.UID, want[n]) {
 			ctl.viewQueue.Add(n)
 		}
 	}
 	for n, w := range want {
-		if ctl.viewDue(n, ch.UID, w) {
+		if ctl.viewDue(n, key, ch.UID, w) {
 			ctl.viewQueue.Add(n)
 		}
 	}
@@ -124,12 +126,12 @@ func (ctl *Controller) dropViews(uid types.UID) {
 	ctl.queueNodesWith(protocol.ViewKey(uid), nil)
 }
 
-// viewDue reports whether node's view of the channel of UID uid must be
+// viewDue reports whether node's view of the channel of UID uid (under key) must be
 // written: the cache shows another than want, and not only a slot the
 // node reported ended or a permit it gave back (plan.EndedOnly).
-func (ctl *Controller) viewDue(node string, uid types.UID, want string) bool {
+func (ctl *Controller) viewDue(node, key string, uid types.UID, want string) bool {
 	have := ctl.viewsSeen(node)
-	cur := have[protocol.ViewKey(uid)]
+	cur := have[key]
 	return cur != want && !ctl.endedOnly(node, have, uid, cur, want)
 }
 
