@@ -17,7 +17,7 @@ test: ## the whole test suite: installs what it needs, then unit, host, control-
 test-unit: ## only the tests that need no control plane or VM (go test -short)
 	@go test -short ./...
 
-bench: ## benchmarks: staging vs the k3os pipeline, the 100-node rollouts, slipway vs system-upgrade-controller (100 nodes, then 1,000 with stand-in agents), the agents' memory, eds vs the DaemonSet controller, swarm's assign and a 1,000-worker pool end to end
+bench: ## benchmarks: staging vs the k3os pipeline, the controller's view comparisons per pass, the 100-node rollouts, slipway vs system-upgrade-controller (100 nodes, then 1,000 with stand-in agents), the agents' memory, eds vs the DaemonSet controller, swarm's assign and a 1,000-worker pool end to end
 	@scripts/bench
 	@scripts/bench-rollout
 	@scripts/bench-rollout-staged
