@@ -64,6 +64,7 @@ func TestObjectViewsMemoFollowsTheObjectAndTheSpecWritten(t *testing.T) {
 		{"10", "10", "10/10", false},
 		{"10", "12", "10/12", true}, // the controller's write, not in the cache yet
 		{"10", "12", "10/12", false},
+		{"11", "12", "11/12", true}, // the agent's status write, older than the controller's: its report changed
 		{"13", "13", "13/13", true},
 	}
 	for i, s := range steps {
