@@ -3,6 +3,7 @@ package controller
 import (
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -81,5 +82,36 @@ func TestObjectViewsMemoFollowsTheObjectAndTheSpecWritten(t *testing.T) {
 	get("13", "13")
 	if built == before {
 		t.Error("the views of a forgotten node came from the memo")
+	}
+}
+
+// TestReportsMemoFollowsTheNodeAndItsNodeUpdate: a node's metadata with
+// its NodeUpdate's reports is made again when either object changes.
+func TestReportsMemoFollowsTheNodeAndItsNodeUpdate(t *testing.T) {
+	var m viewMemo
+	built := 0
+	get := func(nodeRV, updateRV string) string {
+		return m.withReports("n1", nodeRV, updateRV, func() *metav1.ObjectMeta {
+			built++
+			return &metav1.ObjectMeta{Name: nodeRV + "/" + updateRV}
+		}).Name
+	}
+	for i, s := range []struct {
+		nodeRV, updateRV, want string
+		builds                 bool
+	}{
+		{"5", "7", "5/7", true},
+		{"5", "7", "5/7", false},
+		{"5", "9", "5/9", true}, // the agent's report
+		{"8", "9", "8/9", true}, // the Node (the controller's cordon)
+		{"8", "9", "8/9", false},
+	} {
+		before := built
+		if got := get(s.nodeRV, s.updateRV); got != s.want {
+			t.Errorf("step %d: metadata of %q, want %q", i, got, s.want)
+		}
+		if b := built > before; b != s.builds {
+			t.Errorf("step %d: built anew %v, want %v", i, b, s.builds)
+		}
 	}
 }
