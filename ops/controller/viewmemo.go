@@ -13,121 +13,98 @@ import (
 // status, a node's report). Encoding a NodeUpdate's views and parsing two
 // views to tell an ended slot were half the controller's CPU in a rollout;
 // the memo does each once per change, and lays a NodeUpdate's reports
-// over its Node's metadata (withObjectReports) once per change of either. Each entry is keyed by everything
-// its answer is a function of, so a stale entry is never used, only
-// replaced.
+// over its Node's metadata (withObjectReports) once per change of either.
+// Each entry is kept with everything its answer is a function of (its
+// key), so a stale entry is never used, only replaced.
 
 // viewMemo holds the last answers, by node. It has its own lock: it is
 // asked while ctl.mu is held (syncViews).
 type viewMemo struct {
 	mu sync.Mutex
-	// objects are each node's NodeUpdate views and reports as annotations (objectViews), by node.
-	objects map[string]objectViewsMemo
-	// ended are the last endedOnly answers, by node and channel.
-	ended map[endedKey]endedMemo
+	// objects are each node's NodeUpdate views and reports as annotations
+	// (objectViews), of the object's resource version and the spec's.
+	objects map[string]keyed[objectViewsKey, map[string]string]
+	// ended are the last endedOnly answers, by node and channel, of the
+	// view held, the view wanted and the node's reports.
+	ended map[endedAt]keyed[endedKey, bool]
 	// reports are each node's metadata with its NodeUpdate's reports and
-	// versions laid over (withObjectReports), by node.
-	reports map[string]reportsMemo
+	// versions laid over (withObjectReports), of both resource versions.
+	reports map[string]keyed[reportsKey, *metav1.ObjectMeta]
 }
 
-// reportsMemo is a node's metadata at resource version nodeRV with its
-// NodeUpdate's reports at updateRV laid over.
-type reportsMemo struct {
-	nodeRV, updateRV string
-	meta             *metav1.ObjectMeta
+// keyed is an answer and what it was made of.
+type keyed[K comparable, V any] struct {
+	key   K
+	value V
 }
 
-// objectViewsMemo is objectViews of a NodeUpdate at resource version rv
-// with its spec as written at specRV (the object's own, or the
-// controller's last write laid over it).
-type objectViewsMemo struct {
-	rv, specRV string
-	views      map[string]string
-}
+// objectViewsKey: a NodeUpdate at resource version rv with its spec as
+// written at specRV (the object's own, or the controller's last write
+// laid over it).
+type objectViewsKey struct{ rv, specRV string }
 
-type endedKey struct {
+// endedAt is a node's view of one channel.
+type endedAt struct {
 	node string
 	uid  types.UID
 }
 
-// endedMemo is endedOnly's answer for the view held cur, the view wanted
-// want and the node's reports annotation report.
-type endedMemo struct {
-	cur, want, report string
-	ended             bool
+// endedKey: the view held, the view wanted and the node's reports annotation.
+type endedKey struct{ cur, want, report string }
+
+// reportsKey: a Node at resource version nodeRV, its NodeUpdate at updateRV.
+type reportsKey struct{ nodeRV, updateRV string }
+
+// remember returns the answer (*table)[at] holds when it was made of key,
+// else build's, kept in its place. Two callers may build the same answer
+// at once; either is kept.
+func remember[A, K comparable, V any](mu *sync.Mutex, table *map[A]keyed[K, V], at A, key K, build func() V) V {
+	mu.Lock()
+	e, ok := (*table)[at]
+	mu.Unlock()
+	if ok && e.key == key {
+		return e.value
+	}
+	v := build()
+	mu.Lock()
+	if *table == nil {
+		*table = map[A]keyed[K, V]{}
+	}
+	(*table)[at] = keyed[K, V]{key: key, value: v}
+	mu.Unlock()
+	return v
 }
 
-// objectViews returns the memo of node's NodeUpdate views when it was
-// made of the same object (resource version rv) and spec (specRV), else
-// build's, remembered. The map returned is shared: its readers do not
-// change it.
+// objectViews is node's NodeUpdate views as build makes them of the object
+// at resource version rv and the spec at specRV. The map returned is
+// shared: its readers do not change it.
 func (m *viewMemo) objectViews(node, rv, specRV string, build func() map[string]string) map[string]string {
-	m.mu.Lock()
-	e, ok := m.objects[node]
-	m.mu.Unlock()
-	if ok && e.rv == rv && e.specRV == specRV {
-		return e.views
-	}
-	views := build()
-	m.mu.Lock()
-	if m.objects == nil {
-		m.objects = map[string]objectViewsMemo{}
-	}
-	m.objects[node] = objectViewsMemo{rv: rv, specRV: specRV, views: views}
-	m.mu.Unlock()
-	return views
+	return remember(&m.mu, &m.objects, node, objectViewsKey{rv: rv, specRV: specRV}, build)
 }
 
-// endedOnly returns the memo's answer for node's view of the channel of
-// UID uid when it was asked of the same strings, else decide's, remembered.
+// endedOnly is decide's answer for node's view of the channel of UID uid,
+// of the view held cur, the view wanted want and the reports annotation
+// report.
 func (m *viewMemo) endedOnly(node string, uid types.UID, cur, want, report string, decide func() bool) bool {
-	k := endedKey{node: node, uid: uid}
-	m.mu.Lock()
-	e, ok := m.ended[k]
-	m.mu.Unlock()
-	if ok && e.cur == cur && e.want == want && e.report == report {
-		return e.ended
-	}
-	ended := decide()
-	m.mu.Lock()
-	if m.ended == nil {
-		m.ended = map[endedKey]endedMemo{}
-	}
-	m.ended[k] = endedMemo{cur: cur, want: want, report: report, ended: ended}
-	m.mu.Unlock()
-	return ended
+	return remember(&m.mu, &m.ended, endedAt{node: node, uid: uid}, endedKey{cur: cur, want: want, report: report}, decide)
 }
 
-// withReports returns the memo of node's metadata with its NodeUpdate's
-// reports when it was made of the same Node (nodeRV) and NodeUpdate
-// (updateRV), else build's, remembered. The metadata is shared: its
-// readers do not change it.
+// withReports is node's metadata with its NodeUpdate's reports as build
+// makes them of the Node at nodeRV and the NodeUpdate at updateRV. The
+// metadata is shared: its readers do not change it.
 func (m *viewMemo) withReports(node, nodeRV, updateRV string, build func() *metav1.ObjectMeta) *metav1.ObjectMeta {
-	m.mu.Lock()
-	e, ok := m.reports[node]
-	m.mu.Unlock()
-	if ok && e.nodeRV == nodeRV && e.updateRV == updateRV {
-		return e.meta
-	}
-	meta := build()
-	m.mu.Lock()
-	if m.reports == nil {
-		m.reports = map[string]reportsMemo{}
-	}
-	m.reports[node] = reportsMemo{nodeRV: nodeRV, updateRV: updateRV, meta: meta}
-	m.mu.Unlock()
-	return meta
+	return remember(&m.mu, &m.reports, node, reportsKey{nodeRV: nodeRV, updateRV: updateRV}, build)
 }
 
-// forget drops node's entries (its NodeUpdate or its Node is gone).
+// forget drops node's entries (its Node is gone).
 func (m *viewMemo) forget(node string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.objects, node)
 	delete(m.reports, node)
-	for k := range m.ended {
-		if k.node == node {
-			delete(m.ended, k)
+	for at := range m.ended {
+		if at.node == node {
+			delete(m.ended, at)
 		}
 	}
 }
