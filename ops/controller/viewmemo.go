@@ -108,3 +108,16 @@ func (m *viewMemo) forget(node string) {
 		}
 	}
 }
+
+// forgetChannel drops the answers about the views of the channel of UID
+// uid (it is deleted): kept, they would grow with every channel the
+// cluster ever had.
+func (m *viewMemo) forgetChannel(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for at := range m.ended {
+		if at.uid == uid {
+			delete(m.ended, at)
+		}
+	}
+}

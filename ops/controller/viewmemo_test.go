@@ -115,3 +115,23 @@ func TestReportsMemoFollowsTheNodeAndItsNodeUpdate(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoForgetsDeletedNodesAndChannels: a deleted node's entries and a
+// deleted channel's answers go; the others stay.
+func TestMemoForgetsDeletedNodesAndChannels(t *testing.T) {
+	var m viewMemo
+	for _, at := range []endedAt{{"n1", "u1"}, {"n1", "u2"}, {"n2", "u1"}, {"n2", "u2"}} {
+		m.endedOnly(at.node, at.uid, "held", "wanted", "r", func() bool { return true })
+	}
+	m.objectViews("n1", "1", "1", func() map[string]string { return nil })
+	m.withReports("n1", "1", "1", func() *metav1.ObjectMeta { return nil })
+	m.objectViews("n2", "1", "1", func() map[string]string { return nil })
+	m.forget("n1")
+	m.forgetChannel("u2")
+	if _, ok := m.ended[endedAt{"n2", "u1"}]; !ok || len(m.ended) != 1 {
+		t.Errorf("answers left %v, want n2's of u1 alone", m.ended)
+	}
+	if _, ok := m.objects["n2"]; !ok || len(m.objects) != 1 || len(m.reports) != 0 {
+		t.Errorf("views left of %d nodes (n2's kept: %v), reports of %d; want n2's views alone", len(m.objects), ok, len(m.reports))
+	}
+}

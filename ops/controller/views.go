@@ -123,6 +123,7 @@ func (ctl *Controller) dropViews(uid types.UID) {
 	delete(ctl.views, uid)
 	ctl.mu.Unlock()
 	ctl.slotNodes.drop(uid)
+	ctl.memo.forgetChannel(uid)
 	ctl.queueNodesWith(protocol.ViewKey(uid), nil)
 }
 
