@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"slipway.dev/slipway/ops/crds"
+	"slipway.dev/slipway/ops/e2e/benchside"
 	"slipway.dev/slipway/ops/testenv"
 	"slipway.dev/slipway/upgrade/releasetest"
 )
@@ -38,6 +39,8 @@ var (
 	lease = "6s"
 	// upgradeCommand is the agents' --upgrade-command: the upgrade Jobs run it.
 	upgradeCommand = "slipway"
+	// kcmQPS is kube-controller-manager's --kube-api-qps in benchmarks (0: its default).
+	kcmQPS int
 )
 
 // binDir is on every simulated node's PATH (slipway, slipway-sim); workDir
@@ -60,6 +63,12 @@ func run(m *testing.M) int {
 		if n, err := strconv.Atoi(os.Getenv("SLIPWAY_BENCH_NODES")); err == nil && n > 0 {
 			nodes = n
 		}
+		q, err := benchside.ControllerManagerQPS()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL:", err)
+			return 1
+		}
+		kcmQPS = q
 	}
 	dir, err := os.MkdirTemp("", "slipway-e2e-")
 	if err != nil {
@@ -92,7 +101,7 @@ func run(m *testing.M) int {
 		NodeEnv: append([]string{"SLIPWAY_E2E_MIRROR=" + mirror, "SLIPWAY_E2E_REBOOT=" + simReboot.String(),
 			"SLIPWAY_E2E_LEASE=" + lease, "SLIPWAY_E2E_UPGRADE_COMMAND=" + upgradeCommand}, benchAgentEnv()...),
 		AuditLog: auditLog, AuditReads: !bench || os.Getenv("SLIPWAY_BENCH_AUDIT_READS") != "", // reads too: a closer look at one run (SLIPWAY_BENCH_KEEP_AUDIT)
-		NodeIdentity: agentIdentity,
+		NodeIdentity: agentIdentity, ControllerManagerQPS: kcmQPS,
 		Setup: func(ctx context.Context, cfg *rest.Config) error {
 			if err := grantAgentAccess(ctx, cfg); err != nil {
 				return err

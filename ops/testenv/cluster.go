@@ -40,6 +40,9 @@ func (e *Env) startCluster(ctx context.Context, tools string) error {
 	if grace > 0 {
 		kcmArgs = append(kcmArgs, fmt.Sprintf("--node-monitor-grace-period=%ds", grace))
 	}
+	if q := e.opts.ControllerManagerQPS; q > 0 {
+		kcmArgs = append(kcmArgs, fmt.Sprintf("--kube-api-qps=%d", q), fmt.Sprintf("--kube-api-burst=%d", 2*q))
+	}
 	kcm, err := e.addProcess("kube-controller-manager", filepath.Join(tools, binControllerManager), kcmArgs...)
 	if err != nil {
 		return err

@@ -97,6 +97,12 @@ type Options struct {
 	// name beside the writes (not watches): a client's live reads, few
 	// enough to keep, that tell what it could have seen when it wrote.
 	AuditGets []AuditGets
+	// ControllerManagerQPS, when above 0, is kube-controller-manager's
+	// --kube-api-qps (its burst twice that): the client limit each of its
+	// controllers writes under (0: its default, 20 a second, burst 30). For
+	// a benchmark that asks what a rollout's wall is bound by, set alike for
+	// every contender.
+	ControllerManagerQPS int
 	// NodeIdentity, when set, gives every node command a kubeconfig of its
 	// own, $SLIPWAY_NODE_DIR/kubeconfig-node, that acts as this identity on
 	// that node: what a DaemonSet pod's bound service-account token is.

@@ -32,6 +32,10 @@ type Result struct {
 	// Floor is the shape's physical floor (see Floor): the wall if nothing
 	// but host time took any.
 	Floor time.Duration
+	// JobController is the pace of kube-controller-manager's Job
+	// controller over the wall (pace.go): at its client limit, it bounds
+	// a rollout that makes a Job per node.
+	JobController Pace
 }
 
 // Line formats r as one "SIDE key=value ..." line; keys ending in _s, _mib
@@ -50,6 +54,9 @@ func (r Result) Line() string {
 		"apiserver_cpu_s=" + f1(r.APIServer.CPU.Seconds()),
 		"watch_mib=" + f1(r.Watch.Total().Bytes/(1<<20)),
 		"watch_events=" + strconv.FormatFloat(r.Watch.Total().Events, 'f', 0, 64),
+		"jobctl_writes_events=" + strconv.Itoa(r.JobController.Writes),
+		"jobctl_at_limit_s=" + strconv.Itoa(r.JobController.AtLimit),
+		"jobctl_limit_per_s=" + strconv.Itoa(r.JobController.Limit),
 	}
 	resources := make([]string, 0, len(r.Watch))
 	for res, sent := range r.Watch {
@@ -79,8 +86,8 @@ func f1(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 func (r Result) Summary() string {
 	return fmt.Sprintf("%s, %s rollout of %d nodes (%s): wall %s (the shape's floor %s); writes per node by %s and its Jobs %.1f; "+
 		"%s CPU %.1f s over %d processes, peak RSS median %.1f MiB (anonymous %.1f), largest %.1f MiB; "+
-		"kube-controller-manager CPU %.1f s, kube-apiserver CPU %.1f s; load average %s; sent on watches: %s",
+		"kube-controller-manager CPU %.1f s (its Job controller: %s), kube-apiserver CPU %.1f s; load average %s; sent on watches: %s",
 		r.Contender, r.Shape, r.Nodes, r.Settings, r.Wall.Round(100*time.Millisecond), r.Floor, r.Contender, r.Own,
 		r.Contender, r.Controller.CPU.Seconds(), r.Controller.Processes, r.Controller.PeakRSS, r.Controller.PeakAnon, r.Controller.MaxRSS,
-		r.KCM.CPU.Seconds(), r.APIServer.CPU.Seconds(), r.Load, r.Watch)
+		r.KCM.CPU.Seconds(), r.JobController, r.APIServer.CPU.Seconds(), r.Load, r.Watch)
 }

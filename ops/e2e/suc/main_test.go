@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"slipway.dev/slipway/ops/e2e/benchside"
 	"slipway.dev/slipway/ops/testenv"
 )
 
@@ -39,6 +40,8 @@ var (
 	auditLog string
 	// socket is the node supervisor's socket, for the pods' simulated reboots.
 	socket string
+	// kcmQPS is kube-controller-manager's --kube-api-qps (0: its default).
+	kcmQPS int
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -56,6 +59,12 @@ func run(m *testing.M) int {
 	if n, err := strconv.Atoi(os.Getenv("SLIPWAY_BENCH_NODES")); err == nil && n > 0 {
 		nodes = n
 	}
+	q, err := benchside.ControllerManagerQPS()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	kcmQPS = q
 	dir, err := os.MkdirTemp("", "slipway-suc-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -78,7 +87,7 @@ func run(m *testing.M) int {
 		Cluster: true, Nodes: nodes, Timeout: 10 * time.Minute, Dir: state,
 		ExecPath: simBin + ":" + tools + ":/usr/local/bin:/usr/bin:/bin",
 		NodeEnv:  []string{"SUC_BENCH_SOCKET=" + socket},
-		AuditLog: auditLog,
+		AuditLog: auditLog, ControllerManagerQPS: kcmQPS,
 	}, &env)
 }
 
