@@ -175,9 +175,13 @@ func benchChannel(b *testing.B, c clients, name string, spec v1.UpdateChannelSpe
 		return ch.Status.Counts.Nodes == nodes && ch.Status.Counts.UpToDate == nodes, nil
 	})
 	// The channel's views of v1 belong to its creation, not to the
-	// rollout measured next: wait until the controller has written them all.
+	// rollout measured next: wait until the controller has written them all,
+	// in the NodeUpdates, and the install's switch-over is done: a fresh
+	// agent reports on its Node until it announces that it reads its
+	// NodeUpdate; then it and the controller take what moved off the Node
+	// (installNodeWritesDone). Those writes are the install's, not the rollout's.
 	uid := get().UID
-	waitUntil(b, 5*time.Minute, "every node to carry the channel's view", func() (bool, error) {
+	waitUntil(b, 5*time.Minute, "every node to carry the channel's view in its NodeUpdate, nothing of it left on the Node", func() (bool, error) {
 		list, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
@@ -192,13 +196,32 @@ func benchChannel(b *testing.B, c clients, name string, spec v1.UpdateChannelSpe
 		}
 		with := 0
 		for _, n := range list.Items { // where its agent reads them
-			if _, ok := protocol.NodeViews(n.Annotations, byNode[n.Name], ns, func(string, error) {})[uid]; ok {
+			u := byNode[n.Name]
+			if u == nil {
+				continue
+			}
+			if _, ok := protocol.ViewsOfSpec(u.Spec, ns)[uid]; ok && installNodeWritesDone(n.Annotations) {
 				with++
 			}
 		}
 		return with >= nodes, nil
 	})
 	return get
+}
+
+// installNodeWritesDone tells whether a Node carries nothing the
+// switch-over to its NodeUpdate takes off it: no channel view, no report or
+// reboot record of its agent.
+func installNodeWritesDone(annotations map[string]string) bool {
+	if len(protocol.ViewsOf(annotations, ns, func(string, error) {})) > 0 {
+		return false
+	}
+	for _, k := range []string{protocol.AnnotationSlotReport, protocol.AnnotationRebootFrom, protocol.AnnotationPrestagedVersion, protocol.AnnotationPrestageFailedVersion} {
+		if _, ok := annotations[k]; ok {
+			return false
+		}
+	}
+	return true
 }
 
 // eventReasons counts the slipway agents' Events in the namespace by reason, per node.
