@@ -54,9 +54,6 @@ func (r Result) Line() string {
 		"apiserver_cpu_s=" + f1(r.APIServer.CPU.Seconds()),
 		"watch_mib=" + f1(r.Watch.Total().Bytes/(1<<20)),
 		"watch_events=" + strconv.FormatFloat(r.Watch.Total().Events, 'f', 0, 64),
-		"jobctl_writes_events=" + strconv.Itoa(r.JobController.Writes),
-		"jobctl_at_limit_s=" + strconv.Itoa(r.JobController.AtLimit),
-		"jobctl_limit_per_s=" + strconv.Itoa(r.JobController.Limit),
 	}
 	resources := make([]string, 0, len(r.Watch))
 	for res, sent := range r.Watch {
@@ -76,6 +73,8 @@ func (r Result) Line() string {
 	for _, w := range writers {
 		kv = append(kv, "writes_"+w+"_per_node="+f1(r.Writes[w]))
 	}
+	kv = append(kv, "jobctl_writes_events="+strconv.Itoa(r.JobController.Writes), "jobctl_at_limit_s="+strconv.Itoa(r.JobController.AtLimit),
+		"jobctl_limit_per_s="+strconv.Itoa(r.JobController.Limit))
 	kv = append(kv, "load="+strings.ReplaceAll(r.Load, " ", "/"), "settings="+strings.ReplaceAll(r.Settings, " ", "_"))
 	return Prefix + strings.Join(kv, " ")
 }
