@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -52,6 +53,20 @@ func RunMain(m *testing.M, opts Options, env **Env) int {
 	}
 	stop()
 	return code
+}
+
+// Overlap lets up to n of the package's parallel tests run at once, unless
+// go test was given -parallel (whose default is the number of cores). It is
+// for packages whose parallel tests mostly wait (on Leases, timeouts, the
+// simulated cluster) rather than compute. Call it in TestMain before the
+// flags are parsed (before RunMain or m.Run): the command line still wins.
+func Overlap(n int) {
+	if flag.Parsed() {
+		panic("testenv.Overlap after the flags were parsed")
+	}
+	if err := flag.Set("test.parallel", strconv.Itoa(n)); err != nil {
+		panic(err)
+	}
 }
 
 // stopOnSignal runs stop and exits when the test binary is interrupted or
