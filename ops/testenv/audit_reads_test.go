@@ -15,6 +15,7 @@ import (
 // the Nodes, opens and ends a watch of one, and reads both back, with
 // their request URIs.
 func TestAuditGetsKeepsNodeListsAndWatches(t *testing.T) {
+	t.Parallel() // a control plane of its own: nothing shared with the package's cluster or another test
 	if cluster == nil {
 		t.Skip("no control plane: SLIPWAY_SKIP_CLUSTER=1 or -short")
 	}

@@ -31,6 +31,7 @@ func testCRD() *apiextv1.CustomResourceDefinition {
 // TestControlPlane starts etcd + kube-apiserver with a CRD, uses both the
 // rest.Config and the kubeconfig file, and checks Stop removes its state.
 func TestControlPlane(t *testing.T) {
+	t.Parallel() // a control plane of its own: nothing shared with the package's cluster or another test
 	if os.Getenv(EnvSkip) == "1" || testing.Short() {
 		t.Skip("no control plane: SLIPWAY_SKIP_CLUSTER=1 or -short")
 	}
@@ -70,6 +71,7 @@ func TestControlPlane(t *testing.T) {
 // TestClusterStopLeavesNothing starts a one-node cluster with a node command
 // and checks Stop ends every process it started.
 func TestClusterStopLeavesNothing(t *testing.T) {
+	t.Parallel() // a control plane of its own: nothing shared with the package's cluster or another test
 	if os.Getenv(EnvSkip) == "1" || testing.Short() {
 		t.Skip("no control plane: SLIPWAY_SKIP_CLUSTER=1 or -short")
 	}
