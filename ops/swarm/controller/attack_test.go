@@ -53,6 +53,7 @@ func (p *pool) applyAdmission(ctx context.Context) {
 // ownerReferences, the controller's Lease, another worker's Lease, the
 // controller's fence on its own Lease.
 func TestWorkerTokenIsConfined(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, true)
 	ctx := context.Background()
 	p.applyAdmission(ctx)

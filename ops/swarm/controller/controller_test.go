@@ -33,6 +33,7 @@ func jobNames(from, to int) []string {
 // between live workers: the revocations, then the assignments), and the
 // pods restarted are exactly the surviving workers whose share changed.
 func TestStatefulSetScaling(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, false)
 	jobs := jobNames(0, 40)
 	p.statefulSet(2)
@@ -99,6 +100,7 @@ func TestStatefulSetScaling(t *testing.T) {
 // TestLeaderElection: of two replicas one leads; when it stops, the other
 // takes over and carries on.
 func TestLeaderElection(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, true)
 	jobs := jobNames(0, 9)
 	p.statefulSet(2)

@@ -24,6 +24,7 @@ import (
 //
 // No job ever runs on two workers.
 func TestLosingWorkersDoesNotFreeze(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPoolWith(t, true, false)
 	p.applyAdmission(context.Background())
 	f := newFleet(t, p, false)

@@ -138,8 +138,10 @@ func (s *sampler) report(t *testing.T) {
 // edit, in both refresh modes: no job may ever run on two workers; each gap
 // (a job running nowhere) is printed.
 func TestExactlyOnceInWhatRuns(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	for _, refresh := range []string{swarmv1.RefreshReload, swarmv1.RefreshRestart} {
 		t.Run(refresh, func(t *testing.T) {
+			t.Parallel() // a pool of its own
 			p := newPoolWith(t, refresh == swarmv1.RefreshReload, false)
 			p.applyAdmission(context.Background()) // the workers report with their own tokens, confined
 			f := newFleet(t, p, refresh == swarmv1.RefreshRestart)

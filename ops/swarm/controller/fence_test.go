@@ -18,6 +18,7 @@ import (
 // A replica that does not hold the Lease (or whose tenure ended) cannot
 // write: its clients are fenced by the tenure, as the other controllers'.
 func TestWritesFencedByTheTenure(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, true)
 	c, err := New(Options{Config: env.Config, Namespace: p.ns, Identity: "stalled"})
 	if err != nil {
@@ -36,6 +37,7 @@ func TestWritesFencedByTheTenure(t *testing.T) {
 // A restart whose delete did nothing (the pod gone, or replaced: another
 // UID) records no WorkerRestarted Event and counts no refresh.
 func TestRestartEventOnlyForADeleteThatDidSomething(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, true)
 	ctx := context.Background()
 	pod, err := p.kube.CoreV1().Pods(p.ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "w-0"},

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +52,9 @@ type pool struct {
 	applied map[types.UID]int64 // pod UID -> version annotated
 }
 
+// poolSeq numbers the pools' namespaces apart: the tests run in parallel.
+var poolSeq atomic.Int64
+
 func newPool(t testing.TB, reload bool) *pool {
 	t.Helper()
 	return newPoolWith(t, reload, true)
@@ -64,7 +68,7 @@ func newPoolWith(t testing.TB, reload, fake bool) *pool {
 	p := &pool{t: t, reload: reload, applied: map[types.UID]int64{}}
 	p.kube = kubernetes.NewForConfigOrDie(e.Config)
 	p.swarm = versioned.NewForConfigOrDie(e.Config)
-	p.ns = fmt.Sprintf("swarm-%d", time.Now().UnixNano()%1e9)
+	p.ns = fmt.Sprintf("swarm-%d-%d", time.Now().UnixNano()%1e9, poolSeq.Add(1))
 	ctx, cancel := context.WithCancel(context.Background())
 	if _, err := p.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 // (blocked on the controller's lock) turns its /healthz red within
 // StallAfter while /readyz stays green, and green again once it moves.
 func TestWedgedLoopFailsHealthz(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, true)
 	p.stopCtrl()
 	p.stall = 2 * time.Second

@@ -35,10 +35,11 @@ import (
 // again, once, on the 5 workers; then a scale down to 3 under the new
 // controller, with the same checks.
 func TestHelmUpgradeMidHandover(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	e := testenv.Need(t, env)
 	kube := kubernetes.NewForConfigOrDie(e.Config)
 	p := &pool{t: t, reload: true, applied: map[types.UID]int64{}, kube: kube, swarm: versioned.NewForConfigOrDie(e.Config),
-		ns: fmt.Sprintf("swarm-helm-%d", time.Now().UnixNano()%1e9)}
+		ns: fmt.Sprintf("swarm-helm-%d-%d", time.Now().UnixNano()%1e9, poolSeq.Add(1))}
 	const release = "swarm-upgrade"
 	chart := filepath.Join("..", "..", "..", "charts", "slipway-swarm")
 	kubecfg := []string{"--kubeconfig", e.Kubeconfig, "--namespace", p.ns}

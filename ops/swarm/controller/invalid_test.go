@@ -22,6 +22,7 @@ import (
 // untouched; fixing the spec clears it. (Too few workers for the dedicated
 // jobs is no bad input: TestLosingWorkersDoesNotFreeze.)
 func TestBadInput(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, true)
 	jobs := jobNames(0, 12)
 	p.createSwarm(swarmv1.SwarmSpec{Jobs: jobs, Refresh: swarmv1.RefreshReload})
@@ -66,6 +67,7 @@ func TestBadInput(t *testing.T) {
 // TestJobsFromConfigMap: the job list read from a ConfigMap key (one per
 // line), and an edit of that ConfigMap reassigned.
 func TestJobsFromConfigMap(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, true)
 	list := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "streams", Namespace: p.ns},
 		Data: map[string]string{"jobs": "# cameras\n" + strings.Join(jobNames(0, 10), "\n") + "\n"}}
@@ -105,6 +107,7 @@ func (p *pool) waitEvent(reason string) {
 // TestDeploymentPodReplaced: a Deployment's pod that dies comes back under
 // a new name; its jobs, and only those, move to the newcomer.
 func TestDeploymentPodReplaced(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, true)
 	jobs := jobNames(0, 30)
 	labels := map[string]string{"app": "dep-worker"}
@@ -148,6 +151,7 @@ func TestDeploymentPodReplaced(t *testing.T) {
 // left as it was (the controller's policy would refuse the takeover; the
 // controller does not try it in a loop). Naming another ConfigMap clears it.
 func TestConfigMapNotOwned(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, true)
 	users := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "users-settings", Namespace: p.ns}, Data: map[string]string{"a": "b"}}
 	users, err := p.kube.CoreV1().ConfigMaps(p.ns).Create(context.Background(), users, metav1.CreateOptions{})

@@ -21,6 +21,7 @@ import (
 // counted too, the pool never settled, and after the settle timeout it
 // was given jobs).
 func TestDeploymentPodsByOwnerUID(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, true)
 	ctx := context.Background()
 	podLabels := map[string]string{"app": "web"}

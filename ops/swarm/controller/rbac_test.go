@@ -15,6 +15,7 @@ import (
 // may do beyond what the controller and workers call (which the other tests
 // exercise: the controller runs as its ServiceAccount there).
 func TestRBACIsLeast(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, true)
 	for _, tc := range []struct {
 		sa      string

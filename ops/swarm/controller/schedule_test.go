@@ -107,6 +107,7 @@ func (s schedule) run(t *testing.T) {
 // revocations are pod restarts, which the settle wait and the pod's own
 // lifetime already order.
 func TestSchedule_SlowApplicationStop(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	withAck := []step{
 		{"scale 3 -> 4 (revocation)", func(p *pool, _ *fleet) { p.scale(4) }, 4},
 		{"rolling update", func(p *pool, _ *fleet) { p.rollOut() }, 4},
@@ -121,6 +122,7 @@ func TestSchedule_SlowApplicationStop(t *testing.T) {
 		{"ack, restart", schedule{refresh: swarmv1.RefreshRestart, workers: 3, steps: withAck, app: appMode{stop: slow, ack: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // a pool of its own
 			tc.s.jobs = jobNames(0, 12)
 			tc.s.run(t)
 		})
@@ -134,6 +136,7 @@ func TestSchedule_SlowApplicationStop(t *testing.T) {
 // Lease) stops its jobs by itself once the jobs file's swarm-valid-until
 // passed unrenewed, before the controller hands them out.
 func TestSchedule_SIGSTOPPastLease(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	s := schedule{refresh: swarmv1.RefreshReload, workers: 3, jobs: jobNames(0, 12), lease: 6 * time.Second,
 		app: appMode{stop: time.Second, ack: true}, steps: []step{
 			{"swarm-worker-1 paused (SIGSTOP), scale 3 -> 4", func(p *pool, f *fleet) {
@@ -164,7 +167,9 @@ func TestSchedule_SIGSTOPPastLease(t *testing.T) {
 //     only once its Lease is released or lapsed, not when its pod object
 //     is gone.
 func TestSchedule_ForceDeleteWhileRunning(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	t.Run("statefulset", func(t *testing.T) {
+		t.Parallel() // a pool of its own
 		s := schedule{refresh: swarmv1.RefreshReload, workers: 3, jobs: jobNames(0, 12), lease: 6 * time.Second,
 			app: appMode{stop: time.Second, ack: true}, steps: []step{
 				{"swarm-worker-1 force-deleted, its processes running", func(_ *pool, f *fleet) { f.forceDelete("swarm-worker-1") }, 0},
@@ -173,6 +178,7 @@ func TestSchedule_ForceDeleteWhileRunning(t *testing.T) {
 		s.run(t)
 	})
 	t.Run("deployment", func(t *testing.T) {
+		t.Parallel() // a pool of its own
 		s := schedule{refresh: swarmv1.RefreshReload, workers: 3, jobs: jobNames(0, 12), lease: 6 * time.Second, deployment: true,
 			app: appMode{stop: time.Second, ack: true}, steps: []step{
 				{"a worker pod force-deleted, its processes running", func(p *pool, f *fleet) {

@@ -48,6 +48,7 @@ func TestUnsettledReassignsAtMostOncePerTimeout(t *testing.T) {
 // StatefulSet's is no worker: it gets no share, and does not unsettle the
 // pool.
 func TestUnownedPodIsNoWorker(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, true)
 	p.statefulSet(2)
 	p.createSwarm(swarmv1.SwarmSpec{Jobs: jobNames(0, 6), Refresh: swarmv1.RefreshReload})
@@ -78,6 +79,7 @@ func (p *pool) jobsEdited(jobs []string) {
 // evicted pod's jobs move to the replacement, with a settle timeout far
 // longer than the test (counting it, the pool would never settle).
 func TestEvictedPodIsNoWorker(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, true)
 	p.stopCtrl()
 	p.ctrl, p.stopCtrl = p.startControllerSettling("patient", time.Hour)

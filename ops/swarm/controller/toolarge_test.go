@@ -22,6 +22,7 @@ import (
 // Event, not retried on every event nor reported Converged; a second worker
 // halves the shares, which then fit, and the pool converges.
 func TestTooLargeIsReported(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, true)
 	var jobs []string
 	for i := range 1400 {
@@ -54,6 +55,7 @@ func TestTooLargeIsReported(t *testing.T) {
 // that name the ConfigMap and the job count, and gives no worker a share
 // rather than shares the record does not back.
 func TestTooLargeRecordIsReported(t *testing.T) {
+	t.Parallel() // a namespace of its own (see TestMain)
 	p := newPool(t, true)
 	r := rand.New(rand.NewPCG(1, 2))
 	jobs := make([]string, 29_500)
