@@ -123,6 +123,7 @@ func (s *slotOrder) get() []string {
 // Warning Event name the query, its value and the wave, and the failure
 // survives a restart of the controller.
 func TestAnalysisStopsABadReleaseWithinItsWave(t *testing.T) {
+	t.Parallel() // its own fleet: namespace, nodes, controller, Prometheus and exporter
 	metrics := promtest.FreeAddr(t)
 	f, prom := analysedFleet(t, 4, 1, func(o *Options) { o.MetricsAddr = metrics })
 	bad := f.NS + "-n1"
@@ -178,6 +179,7 @@ func TestAnalysisStopsABadReleaseWithinItsWave(t *testing.T) {
 // previous node's bake is over (the gaps are logged as the figure of what
 // a bake adds).
 func TestAnalysisHealthyReleaseCompletes(t *testing.T) {
+	t.Parallel() // its own fleet: namespace, nodes, controller, Prometheus and exporter
 	f, prom := analysedFleet(t, 3, -1, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -205,6 +207,7 @@ func TestAnalysisHealthyReleaseCompletes(t *testing.T) {
 // Prometheus's address) holds the rollout with its reason: no slot is
 // granted, and nothing is recorded as the release's failure.
 func TestAnalysisThatCannotBeEvaluatedHolds(t *testing.T) {
+	t.Parallel() // its own fleet: namespace, nodes and controller
 	f := newFleet(t, 2, nil)
 	for i := range 2 {
 		f.Start(fmt.Sprintf("%s-n%d", f.NS, i))

@@ -118,6 +118,7 @@ func rollbackFleet(t *testing.T, metrics string) (*fleet, []string, *slotLog, *p
 // the rollback cured it. The halt stays until the channel is resumed:
 // a new resume token lifts it, once.
 func TestAnalysisRollsBackAFailedWave(t *testing.T) {
+	t.Parallel() // its own fleet: namespace, nodes, controller, Prometheus and exporter
 	metrics := promtest.FreeAddr(t)
 	f, names, slots, prom := rollbackFleet(t, metrics)
 	bad := names[1]
@@ -242,6 +243,7 @@ func TestAnalysisRollsBackAFailedWave(t *testing.T) {
 // still fails its requests the status says the rollback did not cure the
 // workload. The halt stays.
 func TestAnalysisRollbackThatFailsIsReported(t *testing.T) {
+	t.Parallel() // its own fleet: namespace, nodes, controller, Prometheus and exporter
 	for _, c := range []struct {
 		name string
 		// breaks n1's rollback; want is what its failure says.
@@ -266,6 +268,7 @@ func TestAnalysisRollbackThatFailsIsReported(t *testing.T) {
 		}, []string{"previous version is gone", "rootfs v1 is not on disk"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // a fleet of its own; FailRollbacks is keyed by its node
 			metrics := promtest.FreeAddr(t)
 			f, names, _, _ := rollbackFleet(t, metrics)
 			bad := names[1]

@@ -15,7 +15,12 @@ import (
 
 var env *testenv.Env
 
+// TestMain starts the package's control plane. Four of its parallel tests
+// run at once: each is a fleet of its own (namespace, nodes, controller),
+// and they mostly wait on Leases, heartbeats, bakes and refused writes,
+// the CPU idle for much of a run at two.
 func TestMain(m *testing.M) {
+	testenv.Overlap(4)
 	os.Exit(testenv.RunMain(m, testenv.Options{CRDs: crds.Must()}, &env))
 }
 
