@@ -140,11 +140,21 @@ func TestForgedSlotJobRebootsNoOtherNode(t *testing.T) {
 			t.Fatal("node-b's view never showed its slot")
 		}
 		time.Sleep(100 * time.Millisecond)
-		n, err := asA.CoreV1().Nodes().Get(ctx, b, metav1.GetOptions{}) // node-a's agent reads node-b's Node
+		// The attacker is granted node-b's slot as its own agent reads it,
+		// from its Node or, once that agent announced it reads there, its
+		// NodeUpdate (which node-a's token cannot read): the worst case.
+		n, err := f.Kube.CoreV1().Nodes().Get(ctx, b, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for id, v := range protocol.ViewsOf(n.Annotations, f.NS, nil) {
+		u, err := f.Ops.OpsV1().NodeUpdates(f.NS).Get(ctx, protocol.NodeUpdateName(b), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			u, err = nil, nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id, v := range protocol.NodeViews(n.Annotations, u, f.NS, func(string, error) {}) {
 			uid, view = id, v
 		}
 	}
