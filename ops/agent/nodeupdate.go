@@ -143,11 +143,8 @@ func (a *Agent) announcedIn(u *v1.NodeUpdate) bool {
 	return done || u.Status.Protocol >= a.opts.Protocol
 }
 
-// movedFromNode are the annotations that moved from the Node to the
-// NodeUpdate.
-var movedFromNode = []string{protocol.AnnotationSlotReport, protocol.AnnotationRebootFrom, protocol.AnnotationPrestagedVersion, protocol.AnnotationPrestageFailedVersion}
-
 // dropMovedFromNode removes from the Node what moved to the NodeUpdate
+// (protocol.MovedToNodeUpdate)
 // (every watcher of Nodes received it): nothing reads it there any more.
 // It writes only when the Node still carries some of it, so a process
 // stopped between the announcement and this removal, or a failed patch,
@@ -155,7 +152,7 @@ var movedFromNode = []string{protocol.AnnotationSlotReport, protocol.AnnotationR
 func (a *Agent) dropMovedFromNode(ctx context.Context) {
 	moved := map[string]any{}
 	if n := a.ownNode(); n != nil {
-		for _, k := range movedFromNode {
+		for _, k := range protocol.MovedToNodeUpdate {
 			if _, ok := n.Annotations[k]; ok {
 				moved[k] = nil
 			}

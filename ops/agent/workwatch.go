@@ -232,7 +232,7 @@ func (a *Agent) nodeSettled() bool {
 	if n == nil || a.opts.NodeOnly || !viewsInObject(u) || !a.announcedIn(u) || drain.CordonedBy(n.Annotations) == protocol.CordonOwner {
 		return false
 	}
-	for _, k := range movedFromNode {
+	for _, k := range protocol.MovedToNodeUpdate {
 		if _, ok := n.Annotations[k]; ok {
 			return false
 		}

@@ -106,8 +106,7 @@ func sideMeasure(b *testing.B, c clients, get func() *v1.UpdateChannel, shape, s
 		r.Writes[k] = float64(report.byWriter[w]) / float64(nodes)
 	}
 	r.Own = float64(report.byWriter[writerSlipway]+report.byWriter[writerJobs]) / float64(nodes)
-	limit, _ := benchside.ControllerManagerLimits(kcmQPS)
-	r.JobController = benchside.PaceOf(benchside.JobControllerWrites(events), start, start.Add(wall), limit)
+	r.JobController = benchside.PaceOf(benchside.JobControllerWrites(events), start, start.Add(wall), benchside.ControllerManagerLimit(kcmQPS))
 	b.ReportMetric(wall.Seconds(), "wall-s")
 	b.ReportMetric(r.Own, "writes-slipway+jobs/node")
 	b.Log(r.Summary())

@@ -216,7 +216,7 @@ func installNodeWritesDone(annotations map[string]string) bool {
 	if len(protocol.ViewsOf(annotations, ns, func(string, error) {})) > 0 {
 		return false
 	}
-	for _, k := range []string{protocol.AnnotationSlotReport, protocol.AnnotationRebootFrom, protocol.AnnotationPrestagedVersion, protocol.AnnotationPrestageFailedVersion} {
+	for _, k := range protocol.MovedToNodeUpdate {
 		if _, ok := annotations[k]; ok {
 			return false
 		}

@@ -151,3 +151,8 @@ const (
 	// since, RFC 3339): a Job of an earlier permit says nothing about this one.
 	AnnotationJobPermitSince = "ops.slipway.dev/permit-since"
 )
+
+// MovedToNodeUpdate are the Node annotations an agent writes into its
+// NodeUpdate's status instead once it announces that it reads there, and
+// takes off its Node then: nothing reads them on the Node any more.
+var MovedToNodeUpdate = []string{AnnotationSlotReport, AnnotationRebootFrom, AnnotationPrestagedVersion, AnnotationPrestageFailedVersion}

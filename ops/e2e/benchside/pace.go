@@ -25,11 +25,9 @@ import (
 // kube-controller-manager's --kube-api-qps, alike for every contender.
 const EnvControllerManagerQPS = "SLIPWAY_BENCH_KCM_QPS"
 
-// The defaults of kube-controller-manager's client limits.
-const (
-	defaultControllerManagerQPS   = 20
-	defaultControllerManagerBurst = 30
-)
+// defaultControllerManagerQPS is kube-controller-manager's default client
+// limit (its burst: 30).
+const defaultControllerManagerQPS = 20
 
 // ControllerManagerQPS is the benchmark's kube-controller-manager QPS from
 // EnvControllerManagerQPS: 0 (its default) when unset; an error says what
@@ -46,13 +44,13 @@ func ControllerManagerQPS() (int, error) {
 	return q, nil
 }
 
-// ControllerManagerLimits are the QPS and burst each controller of
-// kube-controller-manager writes under, for the setting qps (0: the defaults).
-func ControllerManagerLimits(qps int) (limit, burst int) {
+// ControllerManagerLimit is the writes a second each controller of
+// kube-controller-manager is limited to, for the setting qps (0: the default).
+func ControllerManagerLimit(qps int) int {
 	if qps <= 0 {
-		return defaultControllerManagerQPS, defaultControllerManagerBurst
+		return defaultControllerManagerQPS
 	}
-	return qps, 2 * qps
+	return qps
 }
 
 // Pace is what one client wrote in a rollout's wall, second by second.

@@ -46,10 +46,10 @@ func TestControllerManagerQPS(t *testing.T) {
 			t.Errorf("%q: got %d, %v; want %d, error %v", tc.env, got, err, tc.want, tc.wantErr)
 		}
 	}
-	if l, b := ControllerManagerLimits(0); l != 20 || b != 30 {
-		t.Errorf("defaults: %d/%d", l, b)
+	if l := ControllerManagerLimit(0); l != 20 {
+		t.Errorf("default: %d", l)
 	}
-	if l, b := ControllerManagerLimits(100); l != 100 || b != 200 {
-		t.Errorf("100: %d/%d", l, b)
+	if l := ControllerManagerLimit(100); l != 100 {
+		t.Errorf("100: %d", l)
 	}
 }

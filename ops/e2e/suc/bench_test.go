@@ -106,8 +106,7 @@ func measure(b *testing.B, c clients, pid int, shape, settings string, floor tim
 	}
 	w := countWrites(events, start, start.Add(wall))
 	r.Writes, r.Own = w.perNode(nodes), float64(w.by[writerSUC]+w.by[writerJobs])/float64(nodes)
-	limit, _ := benchside.ControllerManagerLimits(kcmQPS)
-	r.JobController = benchside.PaceOf(benchside.JobControllerWrites(events), start, start.Add(wall), limit)
+	r.JobController = benchside.PaceOf(benchside.JobControllerWrites(events), start, start.Add(wall), benchside.ControllerManagerLimit(kcmQPS))
 	b.ReportMetric(wall.Seconds(), "wall-s")
 	b.ReportMetric(r.Own, "writes-suc+jobs/node")
 	b.Log(r.Summary())
