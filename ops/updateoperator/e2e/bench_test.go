@@ -236,17 +236,20 @@ func waitAll(b testing.TB, c *kube.Clientset, within time.Duration, what string,
 		for _, f := range each {
 			f(list.Items)
 		}
-		done := 0
+		done, behind := 0, []string{}
 		for i := range list.Items {
-			if ok(&list.Items[i]) {
+			if n := &list.Items[i]; ok(n) {
 				done++
+			} else {
+				behind = append(behind, n.Name)
 			}
 		}
 		if done == len(list.Items) && done == nodes {
 			return
 		}
 		if time.Now().After(deadline) {
-			dumpLogs(b)
+			b.Logf("%s: not yet: %s", what, nodeSteps(list.Items, behind)) // before the logs, which are long
+			dumpLogs(b, behind...)
 			b.Fatalf("%s: %d of %d after %s", what, done, nodes, within)
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -282,16 +285,20 @@ func rss(role string) string {
 	return fmt.Sprintf("%d processes, median %.1f MiB, max %.1f MiB", len(kb), mib(kb[len(kb)/2]), mib(kb[len(kb)-1]))
 }
 
-// dumpLogs logs the tails of the controllers' and the first agent's logs.
-func dumpLogs(b testing.TB) {
+// dumpLogs logs the tails of the controllers' logs and of the agents' of
+// nodes (by default the first node's).
+func dumpLogs(b testing.TB, nodes ...string) {
 	logs, _ := filepath.Glob(filepath.Join(env.Dir, "controller-*.log"))
-	if len(env.Nodes) > 0 {
-		logs = append(logs, filepath.Join(env.NodeDir(env.Nodes[0]), "agent.log"))
+	if len(nodes) == 0 && len(env.Nodes) > 0 {
+		nodes = env.Nodes[:1]
+	}
+	for _, n := range nodes {
+		logs = append(logs, filepath.Join(env.NodeDir(n), "agent.log"))
 	}
 	for _, l := range logs {
 		data, _ := os.ReadFile(l)
 		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-		b.Logf("----- %s -----\n%s", filepath.Base(l), strings.Join(lines[max(0, len(lines)-15):], "\n"))
+		b.Logf("----- %s -----\n%s", filepath.Base(filepath.Dir(l))+"/"+filepath.Base(l), strings.Join(lines[max(0, len(lines)-15):], "\n"))
 	}
 }
 

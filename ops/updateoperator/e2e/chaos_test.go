@@ -34,6 +34,14 @@ const (
 	chaosReplicas   = 8 // of the PDB-guarded Deployment
 	chaosMinReady   = 7 // its PDB's minAvailable
 	envKillSeed     = "SLIPWAY_UO_KILL_SEED"
+	// chaosStrikes is how many times the killer strikes at most (one every
+	// 0.2-1.2 s: about half a minute, a whole rollout on an idle machine).
+	// The chaos ends then, as a real one does, and the rollout must end
+	// after it: under unending chaos how far a rollout gets depends on how
+	// fast the machine is against the strikes' pace, not on the operator.
+	chaosStrikes = 40
+	// chaosWithin bounds the rollout, chaos included (25-35 s idle).
+	chaosWithin = 2 * time.Minute
 )
 
 // A rollout through eight nodes (--prepare-ahead on, so the nodes that
@@ -43,7 +51,8 @@ const (
 // started again after 0-1.5 s) and one to three agents at a time (the
 // supervisor kills the agent's process group and starts it again at once),
 // and stops a controller replica with SIGSTOP for 2.5-4 s, longer than its
-// Lease, then lets it run on, as a leader starved of CPU would.
+// Lease, then lets it run on, as a leader starved of CPU would; it strikes
+// chaosStrikes times, or until the rollout ends.
 // Every 250 ms the fleet is sampled: never more than max-concurrent nodes
 // cordoned by the operator, rebooting or down; the PDB-guarded Deployment
 // never below its minAvailable. At the end every node runs v2, rests up to
@@ -93,7 +102,7 @@ func TestSIGKILLChaos(t *testing.T) {
 	killed := make(chan struct{})
 	go func() { defer close(killed); k.run(ctx) }()
 	start := time.Now()
-	waitAll(t, c, 80*time.Second, "every node at v2", atV2)
+	waitAll(t, c, chaosWithin, "every node at v2", atV2)
 	cancel()
 	<-killed
 	t.Logf("rolled in %s under %s", time.Since(start).Round(100*time.Millisecond), k.summary())
@@ -191,6 +200,7 @@ type killer struct {
 	replicas                                       []*proc
 	mu                                             sync.Mutex
 	agentKills, controllerKills, controllerFreezes int
+	spent                                          time.Duration // from the first strike's wait to the last strike, once the budget is spent
 }
 
 // freezeFor is the least a frozen controller replica stays stopped: longer
@@ -205,7 +215,15 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 func (k *killer) run(ctx context.Context) {
-	for strike := 0; ; strike++ {
+	began := time.Now()
+	defer func() {
+		if ctx.Err() == nil {
+			k.mu.Lock()
+			k.spent = time.Since(began)
+			k.mu.Unlock()
+		}
+	}()
+	for strike := 0; strike < chaosStrikes; strike++ {
 		wait := time.Duration(200+k.rng.IntN(1000)) * time.Millisecond
 		down := time.Duration(k.rng.IntN(1500)) * time.Millisecond
 		victims := k.rng.Perm(len(k.e.Nodes))[:1+k.rng.IntN(3)]
@@ -249,7 +267,11 @@ func (k *killer) count(n *int, by int) {
 func (k *killer) summary() string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return fmt.Sprintf("%d controller SIGKILLs, %d controller SIGSTOPs, %d agent SIGKILLs", k.controllerKills, k.controllerFreezes, k.agentKills)
+	ended := "struck until the rollout ended"
+	if k.spent > 0 {
+		ended = fmt.Sprintf("all %d strikes spent in %s", chaosStrikes, k.spent.Round(100*time.Millisecond))
+	}
+	return fmt.Sprintf("%d controller SIGKILLs, %d controller SIGSTOPs, %d agent SIGKILLs (%s)", k.controllerKills, k.controllerFreezes, k.agentKills, ended)
 }
 
 // guarded creates a Deployment spread over the nodes and a PDB keeping

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -96,15 +97,33 @@ func (s *fleetSampler) noteSteps(nodes []corev1.Node) {
 	if s.steps == nil {
 		s.steps = map[string]string{}
 	}
-	for _, n := range nodes {
-		a := n.Annotations
-		step := fmt.Sprintf("wanted %s, active %s, state %s, cordoned by %q, reason %q", a[keys.Wanted()], a[keys.Active()], a[keys.State()],
-			drain.CordonedBy(a), a[keys.Key(uo.KeyReason)])
+	for i := range nodes {
+		n := &nodes[i]
+		step := stepOf(n)
 		if s.steps[n.Name] != step {
 			s.steps[n.Name] = step
 			s.changes = append(s.changes, fmt.Sprintf("%s %s: %s", time.Now().Format("15:04:05.0"), n.Name, step))
 		}
 	}
+}
+
+// stepOf is where node n is in its update: the controller's intent, the
+// agent's, its state, who cordoned it and why.
+func stepOf(n *corev1.Node) string {
+	a := n.Annotations
+	return fmt.Sprintf("wanted %s, active %s, state %s, cordoned by %q, reason %q", a[keys.Wanted()], a[keys.Active()], a[keys.State()],
+		drain.CordonedBy(a), a[keys.Key(uo.KeyReason)])
+}
+
+// nodeSteps is the step of each node named, from nodes.
+func nodeSteps(nodes []corev1.Node, names []string) string {
+	var out []string
+	for i := range nodes {
+		if slices.Contains(names, nodes[i].Name) {
+			out = append(out, nodes[i].Name+" ("+stepOf(&nodes[i])+")")
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // logSteps logs the nodes' steps as the samples saw them change.
