@@ -187,6 +187,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.queue.Add(key{role: roleIdle}) // a cordon left by a channel deleted while this agent was away
 	started.Store(true)
+	go a.sweepSlotPodsEvery(ctx) // as the TTL controller does for Jobs (slotpod.go)
 	a.log.Info("agent started", "namespace", a.opts.Namespace, "systemDir", a.opts.SystemDir)
 	var wg sync.WaitGroup
 	for range 2 { // a key never runs twice at once

@@ -66,7 +66,7 @@ func planBackout(comps plan.Components, current, previous Versions, from, to str
 	return out
 }
 
-// stepCreateRollbackJob creates a rollback slot's Job (Event RollingBack)
+// stepCreateRollbackJob creates a rollback slot's Pod (Event RollingBack)
 // and marks the slot Upgrading with its name, or fails the slot when the
 // node's previous version is gone.
 func (a *Agent) stepCreateRollbackJob(ctx context.Context, sc *stepCtx) error {
@@ -84,16 +84,16 @@ func (a *Agent) stepCreateRollbackJob(ctx context.Context, sc *stepCtx) error {
 		if d.Problem != "" {
 			return a.fail(ctx, sc.ch, sc.slot, "rollback", fmt.Sprintf("cannot roll back from %s to %s: %s", sc.slot.From, sc.slot.Version, d.Problem))
 		}
-		err := a.createJob(ctx, sc.ch, a.buildBackoutJob(sc.ch, sc.s, sc.slot, *current, d.Components)) // AlreadyExists only for this very Job
+		err := a.createSlotPod(ctx, sc.ch, a.buildBackoutJob(sc.ch, sc.s, sc.slot, *current, d.Components)) // AlreadyExists only for this very Pod
 		switch {
 		case apierrors.IsAlreadyExists(err):
 		case err != nil:
-			a.jobRefused(sc.ch, name, err)
-			return fmt.Errorf("create rollback job %s: %w", name, err)
+			a.jobRefused(sc.ch, "pod "+name, err)
+			return fmt.Errorf("create rollback pod %s: %w", name, err)
 		default:
 			a.metrics.rollbacks.Inc()
-			a.log.Info("rollback job created", "channel", sc.ch.Name, "job", name, "from", sc.slot.From, "to", sc.slot.Version, "components", d.Components)
-			a.recorder.Eventf(sc.ch, corev1.EventTypeWarning, "RollingBack", "node %s took a rollback slot (the analysis failed after its wave): job %s rolls %s back from %s to %s",
+			a.log.Info("rollback pod created", "channel", sc.ch.Name, "pod", name, "from", sc.slot.From, "to", sc.slot.Version, "components", d.Components)
+			a.recorder.Eventf(sc.ch, corev1.EventTypeWarning, "RollingBack", "node %s took a rollback slot (the analysis failed after its wave): pod %s rolls %s back from %s to %s",
 				a.opts.NodeName, name, componentList(d.Components), sc.slot.From, sc.slot.Version)
 		}
 		a.noteCreated(name)

@@ -63,13 +63,14 @@ func (r *guardedRebooter) Reboot(ctx context.Context) error {
 
 func (r *guardedRebooter) String() string { return r.next.String() }
 
-// jobRefused records, when the API server refused a Job this agent built
-// (its admission policy: a channel's image, token Secret or mirror the
-// manifest does not allow), a Warning Event on the channel saying why; the
-// sync is retried with backoff, as for any failed write.
-func (a *Agent) jobRefused(ch *v1.UpdateChannel, job string, err error) {
+// jobRefused records, when the API server refused a Job or slot Pod
+// (what: "job NAME", "pod NAME") this agent built (its admission policy:
+// a channel's image, token Secret or mirror the manifest does not allow),
+// a Warning Event on the channel saying why; the sync is retried with
+// backoff, as for any failed write.
+func (a *Agent) jobRefused(ch *v1.UpdateChannel, what string, err error) {
 	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
 		a.recorder.Eventf(ch, corev1.EventTypeWarning, "JobRefused",
-			"node %s: the API server refused job %s (see docs/security.md: a channel's image, token Secret and mirror must be ones the manifest allows): %v", a.opts.NodeName, job, err)
+			"node %s: the API server refused %s (see docs/security.md: a channel's image, token Secret and mirror must be ones the manifest allows): %v", a.opts.NodeName, what, err)
 	}
 }

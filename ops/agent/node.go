@@ -154,18 +154,18 @@ func (a *Agent) do(ctx context.Context, step plan.Step, sc *stepCtx) (after time
 		err := a.stepCreateJob(ctx, sc)
 		return 0, err == nil && sc.s.Drain.Enabled, err // an activation's drain is asked at once (beside.go)
 	case plan.StepFailJobGone:
-		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("upgrade job %s is gone before it swapped %s in; the node is retried",
+		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("upgrade pod %s is gone before it swapped %s in; the node is retried",
 			protocol.SlotJobName(sc.ch.UID, sc.slot), sc.slot.Version))
 	case plan.StepPublishSwap:
 		after, err := a.stepPublishSwap(ctx, sc)
 		return after, false, err
 	case plan.StepFailJob:
 		name := protocol.SlotJobName(sc.ch.UID, sc.slot)
-		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("%s job %s failed (%s)%s", slotJobKind(sc.slot), name, a.jobReason(name), a.podMessage(ctx, name)))
+		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("%s pod %s failed (%s)%s", slotJobKind(sc.slot), name, a.jobReason(name), a.podMessage(ctx, name)))
 	case plan.StepFailForeign:
 		name := protocol.SlotJobName(sc.ch.UID, sc.slot)
 		_, why := jobOwnedBy(a.job(name), sc.ch.UID, sc.slot)
-		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("job %s belongs to another rollout (%s): delete it and the node is retried", name, why))
+		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("pod %s belongs to another rollout (%s): delete it and the node is retried", name, why))
 	case plan.StepDeferToWindow:
 		return 0, false, a.deferToWindow(ctx, sc.ch, sc.slot, sc.why)
 	case plan.StepDrain:
@@ -177,7 +177,7 @@ func (a *Agent) do(ctx context.Context, step plan.Step, sc *stepCtx) (after time
 		return 0, false, a.fail(ctx, sc.ch, sc.slot, "boot", fmt.Sprintf("node came back at %s, not %s: the boot fell back to the previous version; see the node's console",
 			a.readableVersions().Rootfs, sc.slot.Version))
 	case plan.StepFailBehind:
-		return 0, false, a.fail(ctx, sc.ch, sc.slot, "boot", fmt.Sprintf("node came back at %s, but %s: the upgrade did not move every component the channel names; see the upgrade Job's log",
+		return 0, false, a.fail(ctx, sc.ch, sc.slot, "boot", fmt.Sprintf("node came back at %s, but %s: the upgrade did not move every component the channel names; see the upgrade pod's log",
 			sc.slot.Version, plan.ComponentsBehind(sc.s.Components, *a.readableVersions(), a.releaseOf)))
 	case plan.StepWaitReady:
 		after, err := a.stepWaitReady(ctx, sc)
@@ -233,24 +233,38 @@ func (a *Agent) jobReason(name string) string {
 }
 
 // podMessage returns ": <the end of the failed pod's termination message>"
-// of Job name, or a pointer to its log when there is none.
+// of Job name (the slot Pod of that name, or the Job's pod), or a pointer
+// to its log when there is none.
 func (a *Agent) podMessage(ctx context.Context, job string) string {
-	pods, err := a.kube.CoreV1().Pods(a.opts.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job})
-	if err == nil {
-		for _, p := range pods.Items {
-			for _, cs := range p.Status.ContainerStatuses {
-				if t := cs.State.Terminated; t != nil && strings.TrimSpace(t.Message) != "" {
-					lines := strings.Split(strings.TrimSpace(t.Message), "\n")
-					msg := strings.TrimSpace(lines[len(lines)-1]) // the error is the last line
-					if len(msg) > 400 {
-						msg = "..." + msg[len(msg)-400:]
-					}
-					return ": " + msg
-				}
-			}
+	logs := "job/" + job
+	var pods []corev1.Pod
+	if p, err := a.kube.CoreV1().Pods(a.opts.Namespace).Get(ctx, job, metav1.GetOptions{}); err == nil && protocol.SlotPodOfNode(p, a.opts.NodeName) {
+		pods, logs = []corev1.Pod{*p}, "pod/"+job
+	} else if list, err := a.kube.CoreV1().Pods(a.opts.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job}); err == nil {
+		pods = list.Items
+	}
+	for _, p := range pods {
+		if msg := terminationMessage(p); msg != "" {
+			return ": " + msg
 		}
 	}
-	return "; its pod's log says why (kubectl -n " + a.opts.Namespace + " logs job/" + job + ")"
+	return "; its pod's log says why (kubectl -n " + a.opts.Namespace + " logs " + logs + ")"
+}
+
+// terminationMessage is the last line of pod p's terminated container's
+// message (the error is the last line), at most 400 characters.
+func terminationMessage(p corev1.Pod) string {
+	for _, cs := range p.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && strings.TrimSpace(t.Message) != "" {
+			lines := strings.Split(strings.TrimSpace(t.Message), "\n")
+			msg := strings.TrimSpace(lines[len(lines)-1])
+			if len(msg) > 400 {
+				msg = "..." + msg[len(msg)-400:]
+			}
+			return msg
+		}
+	}
+	return ""
 }
 
 func (a *Agent) job(name string) *batchv1.Job {

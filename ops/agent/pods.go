@@ -17,13 +17,18 @@ import (
 // creates. What binds a Job to this node is its pod template pinned to
 // this node (the admission policy admits an agent's Job only pinned to
 // the agent's own node), and a pod to its Job its controller reference.
-// The stores below show every reader of the agent (the slot's Job state,
-// staging, rollbacks) only those: the one place the filter is made.
+// A slot's work runs in a Pod of its own (slotpod.go), bound to this node
+// by the same kind of policy; the Job store shows it as the Job it stands
+// for (protocol.JobOfSlotPod). The stores below show every reader of the
+// agent (the slot's Job state, staging, rollbacks) only those: the one
+// place the filter is made.
 
 // ownJobs is the Job informer's store showing only this node's own Jobs
-// (protocol.JobOfNode).
+// (protocol.JobOfNode), and this node's slot Pods as Jobs
+// (protocol.SlotPodOfNode) from the pod informer's store.
 type ownJobs struct {
 	cache.Indexer
+	pods cache.Store
 	node string
 }
 
@@ -34,15 +39,26 @@ func (s ownJobs) List() []any {
 			out = append(out, o)
 		}
 	}
+	for _, o := range s.pods.List() {
+		if p, ok := o.(*corev1.Pod); ok && protocol.SlotPodOfNode(p, s.node) {
+			out = append(out, protocol.JobOfSlotPod(p))
+		}
+	}
 	return out
 }
 
+// GetByKey is this node's Job of key, else the Job its slot Pod of key
+// stands for.
 func (s ownJobs) GetByKey(key string) (any, bool, error) {
 	o, ok, err := s.Indexer.GetByKey(key)
-	if j, isJob := o.(*batchv1.Job); !ok || err != nil || !isJob || !protocol.JobOfNode(j, s.node) {
-		return nil, false, err
+	if j, isJob := o.(*batchv1.Job); ok && err == nil && isJob && protocol.JobOfNode(j, s.node) {
+		return o, true, nil
 	}
-	return o, true, nil
+	o, ok, err = s.pods.GetByKey(key)
+	if p, isPod := o.(*corev1.Pod); ok && err == nil && isPod && protocol.SlotPodOfNode(p, s.node) {
+		return protocol.JobOfSlotPod(p), true, nil
+	}
+	return nil, false, err
 }
 
 func (s ownJobs) Get(obj any) (any, bool, error) {
@@ -62,6 +78,17 @@ func (s ownJobs) anyJob(key string) *batchv1.Job {
 	}
 	j, _ := o.(*batchv1.Job)
 	return j
+}
+
+// anyPod is the pod of that key in the cache whoever it belongs to: only
+// to tell why a name this node needs for a slot Pod is taken.
+func (s ownJobs) anyPod(key string) *corev1.Pod {
+	o, ok, _ := s.pods.GetByKey(key)
+	if !ok {
+		return nil
+	}
+	p, _ := o.(*corev1.Pod)
+	return p
 }
 
 // ownPods is the pod informer's store showing only pods on this node.

@@ -1,14 +1,18 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"maps"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/protocol"
 )
 
 // A slot's work runs in a Pod of its own (ops/protocol's slotpod.go says
@@ -63,4 +67,96 @@ func SlotPods(opts Options, ch *v1.UpdateChannel, slot v1.Slot) (map[string]*cor
 		out[kind] = slotPodOf(j)
 	}
 	return out, nil
+}
+
+// createSlotPod creates the Pod of slot Job j for channel ch (slotPodOf).
+// As createJob: when a pod of that name exists already, the create's
+// AlreadyExists error is returned (the callers take it for done) only if
+// that pod is the one j's would be, a slot Pod of this node with j's
+// labels, annotations, command and version; any other pod under the
+// name is an error, with a Warning Event. It refuses unless the sync
+// holds the work watches (workwatch.go).
+func (a *Agent) createSlotPod(ctx context.Context, ch *v1.UpdateChannel, j *batchv1.Job) error {
+	if !a.holdsWork() {
+		return fmt.Errorf("pod %s: not created without the watches of this node's Jobs and pods open (they open for the next sync)", j.Name)
+	}
+	confineJob(j, a.opts.Isolation)
+	p := slotPodOf(j)
+	_, err := a.kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	have := a.jobCache().anyPod(p.Namespace + "/" + p.Name)
+	if have == nil {
+		return fmt.Errorf("pod %s exists but is not in this agent's cache yet; looking again", p.Name)
+	}
+	if why := sameSlotPod(j, have, a.opts.NodeName); why != "" {
+		a.recorder.Eventf(a.eventTarget(ch), corev1.EventTypeWarning, "PodNameTaken",
+			"node %s: pod %s exists and is not this node's (%s); the node does not take it for its own", a.opts.NodeName, p.Name, why)
+		return fmt.Errorf("pod %s exists and is not the one this node would create (%s): not taken for its own", p.Name, why)
+	}
+	return err
+}
+
+// sameSlotPod says how pod have differs from the slot Pod of Job want
+// that node's agent would create under its name ("" when it does not).
+func sameSlotPod(want *batchv1.Job, have *corev1.Pod, node string) string {
+	if !protocol.SlotPodOfNode(have, node) {
+		return fmt.Sprintf("bound to node %q, %d owners: not a slot Pod of this node", have.Spec.NodeName, len(have.OwnerReferences))
+	}
+	return sameJob(want, protocol.JobOfSlotPod(have), node)
+}
+
+// slotPodSweepEvery is how often the agent deletes its node's slot Pods
+// finished more than jobTTL ago.
+const slotPodSweepEvery = time.Hour
+
+// sweepSlotPodsEvery sweeps at start and then every slotPodSweepEvery
+// until ctx ends.
+func (a *Agent) sweepSlotPodsEvery(ctx context.Context) {
+	for {
+		if err := a.sweepSlotPods(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			a.log.Warn("could not delete this node's finished slot pods (tried again within the hour)", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(slotPodSweepEvery):
+		}
+	}
+}
+
+// sweepSlotPods deletes this node's slot Pods that finished more than
+// jobTTL before now, as the TTL controller deletes a finished Job
+// (ttlSecondsAfterFinished): a day for their logs to be read. One list,
+// from the API server's cache; a delete only for each Pod to go.
+func (a *Agent) sweepSlotPods(ctx context.Context, now time.Time) error {
+	list, err := a.kube.CoreV1().Pods(a.opts.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0",
+		LabelSelector: protocol.LabelAppName + "=" + protocol.LabelAppNameUpgrade + "," + protocol.LabelJobNode + "=" + protocol.LabelValue(a.opts.NodeName)})
+	if err != nil {
+		return fmt.Errorf("list this node's slot pods: %w", err)
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if !slotPodExpired(p, a.opts.NodeName, now) {
+			continue
+		}
+		uid := p.UID
+		err := a.kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete finished slot pod %s: %w", p.Name, err)
+		}
+		a.log.Info("deleted a finished slot pod a day old", "pod", p.Name)
+	}
+	return nil
+}
+
+// slotPodExpired reports whether pod p is a slot Pod of node that
+// finished more than jobTTL before now.
+func slotPodExpired(p *corev1.Pod, node string, now time.Time) bool {
+	if !protocol.SlotPodOfNode(p, node) || p.DeletionTimestamp != nil {
+		return false
+	}
+	done, _, _, at := protocol.JobOutcome(protocol.JobOfSlotPod(p))
+	return done && now.Sub(at) > jobTTL*time.Second
 }

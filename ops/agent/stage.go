@@ -98,7 +98,7 @@ func (a *Agent) stepStageCreate(ctx context.Context, ch *v1.UpdateChannel, s pla
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	} else if err != nil {
-		a.jobRefused(ch, j.Name, err)
+		a.jobRefused(ch, "job "+j.Name, err)
 		return fmt.Errorf("create staging job %s: %w", j.Name, err)
 	}
 	a.noteCreated(j.Name)

@@ -22,8 +22,9 @@ func (a *Agent) stepAlreadyThere(ctx context.Context, sc *stepCtx) error {
 	return a.succeed(ctx, sc.ch, sc.slot, *a.readableVersions())
 }
 
-// stepCreateJob creates the slot's upgrade Job (Event Upgrading) and marks
-// the slot Upgrading with its name unless the fleet view did already.
+// stepCreateJob creates the slot's upgrade Pod (slotpod.go; Event
+// Upgrading) and marks the slot Upgrading with its name unless the fleet
+// view did already.
 func (a *Agent) stepCreateJob(ctx context.Context, sc *stepCtx) error {
 	if sc.slot.Rollback {
 		return a.stepCreateRollbackJob(ctx, sc) // a failed wave's node goes back (backout.go)
@@ -34,19 +35,19 @@ func (a *Agent) stepCreateJob(ctx context.Context, sc *stepCtx) error {
 		c := &j.Spec.Template.Spec.Containers[0]
 		c.Args = append(c.Args, phaseFlag, phaseActivate)
 	}
-	err := a.createJob(ctx, sc.ch, j) // AlreadyExists only for this very Job
+	err := a.createSlotPod(ctx, sc.ch, j) // AlreadyExists only for this very Pod
 	switch {
 	case apierrors.IsAlreadyExists(err):
 	case err != nil:
-		a.jobRefused(sc.ch, name, err)
-		return fmt.Errorf("create upgrade job %s: %w", name, err)
+		a.jobRefused(sc.ch, "pod "+name, err)
+		return fmt.Errorf("create upgrade pod %s: %w", name, err)
 	default:
-		a.log.Info("upgrade job created", "channel", sc.ch.Name, "job", name, "version", sc.slot.Version, "attempt", sc.slot.Attempt)
-		a.recorder.Eventf(sc.ch, corev1.EventTypeNormal, "Upgrading", "node %s took a slot: job %s upgrades it to %s (attempt %d)", a.opts.NodeName, name, sc.slot.Version, sc.slot.Attempt)
+		a.log.Info("upgrade pod created", "channel", sc.ch.Name, "pod", name, "version", sc.slot.Version, "attempt", sc.slot.Attempt)
+		a.recorder.Eventf(sc.ch, corev1.EventTypeNormal, "Upgrading", "node %s took a slot: pod %s upgrades it to %s (attempt %d)", a.opts.NodeName, name, sc.slot.Version, sc.slot.Attempt)
 	}
 	a.noteCreated(name) // the turns before the cache shows it see it running, not missing
 	if sc.slot.Phase == plan.PhaseUpgrading && sc.slot.Job == name {
-		return nil // the Job informer calls again when it finishes
+		return nil // the pod informer calls again when it finishes
 	}
 	_, err = a.setPhase(ctx, sc.ch, sc.slot, plan.PhaseUpgrading, name)
 	return err

@@ -69,7 +69,8 @@ type workWatches struct {
 // closedWork is the closed state: empty stores.
 func closedWork(node string) *workWatches {
 	empty := func() cache.Indexer { return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}) }
-	return &workWatches{nodes: empty(), jobs: ownJobs{empty(), node}, pods: ownPods{empty(), node}, synced: func() bool { return false }}
+	pods := empty()
+	return &workWatches{nodes: empty(), jobs: ownJobs{empty(), pods, node}, pods: ownPods{pods, node}, synced: func() bool { return false }}
 }
 
 // nodeCache is this agent's own Node as the current cache shows it
@@ -138,7 +139,7 @@ func (a *Agent) openWork() {
 	ctx, cancel := context.WithCancel(a.runCtx)
 	nodeInf, jobInf, podInf := a.nodeInformer(), a.jobInformer(), a.podInformer()
 	w.nodes = nodeInf.GetIndexer()
-	w.jobs, w.pods = ownJobs{jobInf.GetIndexer(), a.opts.NodeName}, ownPods{podInf.GetStore(), a.opts.NodeName} // only this node's (pods.go)
+	w.jobs, w.pods = ownJobs{jobInf.GetIndexer(), podInf.GetStore(), a.opts.NodeName}, ownPods{podInf.GetStore(), a.opts.NodeName} // only this node's (pods.go)
 	w.synced = func() bool { return nodeInf.HasSynced() && jobInf.HasSynced() && podInf.HasSynced() }
 	w.open, w.cancel = true, cancel
 	a.metrics.workOpen.Set(1)
@@ -178,7 +179,7 @@ func (a *Agent) nodeChanged(any) {
 }
 
 // watchJobs queues the sync of a channel when one of its Jobs on this node
-// changes, or a pod of one succeeds.
+// changes, or a pod of one succeeds, or one of its slot Pods changes or goes.
 func (a *Agent) watchJobs(jobInf, podInf cache.SharedIndexInformer) {
 	jobChanged := func(o any) {
 		if j, ok := o.(*batchv1.Job); ok {
@@ -186,13 +187,23 @@ func (a *Agent) watchJobs(jobInf, podInf cache.SharedIndexInformer) {
 		}
 	}
 	podChanged := func(o any) {
-		if p, ok := o.(*corev1.Pod); ok && p.Status.Phase == corev1.PodSucceeded {
+		// A slot Pod is the slot's Job (slotpod.go): any change of it
+		// counts; of a Job's pod, its success (a second before the Job's).
+		if p, ok := o.(*corev1.Pod); ok && (p.Status.Phase == corev1.PodSucceeded || protocol.SlotPodOfNode(p, a.opts.NodeName)) {
+			a.queue.Add(key{roleNode, channelOf(p.ObjectMeta)})
+		}
+	}
+	podGone := func(o any) {
+		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+			o = d.Obj
+		}
+		if p, ok := o.(*corev1.Pod); ok && protocol.SlotPodOfNode(p, a.opts.NodeName) {
 			a.queue.Add(key{roleNode, channelOf(p.ObjectMeta)})
 		}
 	}
 	// AddEventHandler fails only on a stopped informer; these are new.
 	_, _ = jobInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: jobChanged, UpdateFunc: func(_, o any) { jobChanged(o) }})
-	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: podChanged, UpdateFunc: func(_, o any) { podChanged(o) }})
+	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: podChanged, UpdateFunc: func(_, o any) { podChanged(o) }, DeleteFunc: podGone})
 }
 
 // waitWork waits until the work watches opened at start are filled.

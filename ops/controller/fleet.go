@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -382,14 +383,9 @@ func (ctl *Controller) staleSlots(ctx context.Context, s plan.Settings, ch *v1.U
 			}
 		}
 		var sj plan.SlotJob
-		if sl.Job != "" {
-			j, err := ctl.kube.BatchV1().Jobs(ctl.opts.Namespace).Get(ctx, sl.Job, metav1.GetOptions{})
-			// A Job of that name not pinned to the slot's node is no
-			// Job of the slot's: its outcome is not the node's.
-			if err == nil && protocol.JobOfNode(j, sl.Node) {
-				sj.Exists = true
-				_, sj.Failed, sj.Reason, sj.FinishedAt = protocol.JobOutcome(j)
-			}
+		if j := ctl.slotJob(ctx, sl); j != nil {
+			sj.Exists = true
+			_, sj.Failed, sj.Reason, sj.FinishedAt = protocol.JobOutcome(j)
 		}
 		key := sl.Node + "/" + fmt.Sprint(sl.Attempt)
 		if gone, why := plan.Abandoned(sl, sn, ctl.agentTTL(), now); gone {
@@ -399,6 +395,24 @@ func (ctl *Controller) staleSlots(ctx context.Context, s plan.Settings, ch *v1.U
 		}
 	}
 	return out
+}
+
+// slotJob is the Job of slot sl: its Pod (the slot's work runs in a Pod
+// of its own, as the Job it stands for), or a Job of that name from an
+// agent before that; nil when there is neither. A Pod or Job of that name
+// not bound to the slot's node is no work of the slot's: its outcome is
+// not the node's.
+func (ctl *Controller) slotJob(ctx context.Context, sl v1.Slot) *batchv1.Job {
+	if sl.Job == "" {
+		return nil
+	}
+	if p, err := ctl.kube.CoreV1().Pods(ctl.opts.Namespace).Get(ctx, sl.Job, metav1.GetOptions{}); err == nil && protocol.SlotPodOfNode(p, sl.Node) {
+		return protocol.JobOfSlotPod(p)
+	}
+	if j, err := ctl.kube.BatchV1().Jobs(ctl.opts.Namespace).Get(ctx, sl.Job, metav1.GetOptions{}); err == nil && protocol.JobOfNode(j, sl.Node) {
+		return j
+	}
+	return nil
 }
 
 func (ctl *Controller) recordVersions(channel string, nodes []plan.Node) {

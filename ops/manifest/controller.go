@@ -66,6 +66,7 @@ func controllerNamespacedRules(o Options) []rbacv1.PolicyRule {
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"updatechannels/status"}, Verbs: []string{"update"}},
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"nodeupdates"}, Verbs: []string{"list", "watch", "create", "patch"}},
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}, // a slot's Pod (staleSlots)
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 	}
 }

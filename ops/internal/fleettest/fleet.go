@@ -128,14 +128,16 @@ func New(t *testing.T, env *testenv.Env, nodes int, p Programs) *Fleet {
 		f.AddNode(fmt.Sprintf("%s-n%d", f.NS, i))
 	}
 	jctx, cancel := context.WithCancel(ctx)
-	jobsDone := make(chan struct{})
+	jobsDone, podsDone := make(chan struct{}), make(chan struct{})
 	t.Cleanup(func() {
 		f.StopAll()
 		f.StopController()
 		cancel()
 		<-jobsDone // a Job still running must not meet its node's directory removed
+		<-podsDone
 	})
 	go func() { defer close(jobsDone); f.runJobs(jctx) }()
+	go func() { defer close(podsDone); f.runSlotPods(jctx) }()
 	f.StartController()
 	return f
 }

@@ -56,42 +56,68 @@ func (f *Fleet) runJobs(ctx context.Context) {
 		if !ok || ev.Type != watch.Added || j.Spec.Suspend != nil && *j.Spec.Suspend {
 			continue // the Job controller starts no pod of a suspended Job
 		}
-		f.Mu.Lock()
-		fail, wait := f.FailOn[jobNode(j)], f.StageTime
-		f.Mu.Unlock()
-		if gate := f.gateOf(j); gate != nil {
-			staging.Add(1)
-			go func() {
-				defer staging.Done()
-				select {
-				case <-ctx.Done():
-				case ok := <-gate:
-					finishJob(ctx, f.Kube, j, !ok || !f.runJob(j, fail))
-				}
-			}()
-			continue
-		}
-		if protocol.ArgAfterFlag(j.Spec.Template.Spec.Containers[0].Args, "--phase") == "stage" && wait > 0 {
-			staging.Add(1)
-			f.countStaging(+1)
-			go func() {
-				defer staging.Done()
-				select {
-				case <-ctx.Done():
-					f.countStaging(-1)
-				case <-time.After(wait):
-					ok := f.runJob(j, fail)
-					// Uncounted before its end is written: a Job that
-					// starts once this one is seen over is not counted
-					// beside it, however late this goroutine runs on.
-					f.countStaging(-1)
-					finishJob(ctx, f.Kube, j, !ok)
-				}
-			}()
-			continue
-		}
-		finishJob(ctx, f.Kube, j, !f.runJob(j, fail))
+		f.runWork(ctx, &staging, j, func(fail bool) { finishJob(ctx, f.Kube, j, fail) })
 	}
+}
+
+// runSlotPods plays the kubelet for the slot Pods the agents create (a
+// slot's work runs in a Pod of its own, not a Job): it runs each as the
+// Job it stands for and writes the Pod's phase.
+func (f *Fleet) runSlotPods(ctx context.Context) {
+	w, err := f.Kube.CoreV1().Pods(f.NS).Watch(ctx, metav1.ListOptions{LabelSelector: protocol.LabelAppName + "=" + protocol.LabelAppNameUpgrade})
+	if err != nil {
+		return
+	}
+	defer w.Stop()
+	var staging sync.WaitGroup
+	defer staging.Wait()
+	for ev := range w.ResultChan() {
+		p, ok := ev.Object.(*corev1.Pod)
+		if !ok || ev.Type != watch.Added || !protocol.SlotPodOfNode(p, p.Spec.NodeName) {
+			continue
+		}
+		f.runWork(ctx, &staging, protocol.JobOfSlotPod(p), func(fail bool) { finishSlotPod(ctx, f.Kube, p, fail) })
+	}
+}
+
+// runWork does what Job j's command does on its node, at once or when
+// its gate or the staging time says, then finish with whether it failed.
+func (f *Fleet) runWork(ctx context.Context, staging *sync.WaitGroup, j *batchv1.Job, finish func(fail bool)) {
+	f.Mu.Lock()
+	fail, wait := f.FailOn[jobNode(j)], f.StageTime
+	f.Mu.Unlock()
+	if gate := f.gateOf(j); gate != nil {
+		staging.Add(1)
+		go func() {
+			defer staging.Done()
+			select {
+			case <-ctx.Done():
+			case ok := <-gate:
+				finish(!ok || !f.runJob(j, fail))
+			}
+		}()
+		return
+	}
+	if protocol.ArgAfterFlag(j.Spec.Template.Spec.Containers[0].Args, "--phase") == "stage" && wait > 0 {
+		staging.Add(1)
+		f.countStaging(+1)
+		go func() {
+			defer staging.Done()
+			select {
+			case <-ctx.Done():
+				f.countStaging(-1)
+			case <-time.After(wait):
+				ok := f.runJob(j, fail)
+				// Uncounted before its end is written: a Job that
+				// starts once this one is seen over is not counted
+				// beside it, however late this goroutine runs on.
+				f.countStaging(-1)
+				finish(!ok)
+			}
+		}()
+		return
+	}
+	finish(!f.runJob(j, fail))
 }
 
 // HoldJobs holds node's slot Jobs (not staging, pruning or rollback Jobs)
@@ -199,13 +225,41 @@ func finishJob(ctx context.Context, c kubernetes.Interface, j *batchv1.Job, fail
 	}
 }
 
-// JobsByAction lists the fleet's Jobs: slot upgrade Jobs, staging Jobs and
-// pruning Jobs, each by node.
+// finishSlotPod writes slot Pod p's end as the kubelet would: its
+// container terminated (exit code 1 and the reason in its message when
+// it failed) and the phase Succeeded or Failed.
+func finishSlotPod(ctx context.Context, c kubernetes.Interface, p *corev1.Pod, fail bool) {
+	now := metav1.Now()
+	p.Status.StartTime = &now
+	p.Status.Phase = corev1.PodSucceeded
+	t := &corev1.ContainerStateTerminated{Reason: "Completed", StartedAt: now, FinishedAt: now}
+	if fail {
+		p.Status.Phase = corev1.PodFailed
+		t.ExitCode, t.Reason, t.Message = 1, "Error", "sha256 mismatch"
+	}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image,
+		State: corev1.ContainerState{Terminated: t}}}
+	if _, err := c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "finish slot pod %s: %v\n", p.Name, err)
+	}
+}
+
+// JobsByAction lists the fleet's Jobs: slot upgrade Jobs (and the Jobs
+// the slot Pods stand for), staging Jobs and pruning Jobs, each by node.
 func (f *Fleet) JobsByAction() (slots, stages, prunes map[string][]batchv1.Job) {
 	f.T.Helper()
 	list, err := f.Kube.BatchV1().Jobs(f.NS).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		f.T.Fatal(err)
+	}
+	pods, err := f.Kube.CoreV1().Pods(f.NS).List(context.Background(), metav1.ListOptions{LabelSelector: protocol.LabelAppName + "=" + protocol.LabelAppNameUpgrade})
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; protocol.SlotPodOfNode(p, p.Spec.NodeName) {
+			list.Items = append(list.Items, *protocol.JobOfSlotPod(p))
+		}
 	}
 	slots, stages, prunes = map[string][]batchv1.Job{}, map[string][]batchv1.Job{}, map[string][]batchv1.Job{}
 	for _, j := range list.Items {
