@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/ops/testenv"
 )
 
@@ -38,7 +39,7 @@ func (w *rollout) note(what string) {
 
 // follow polls until the node was cordoned, rebooted (its boot ID changed),
 // is Ready and schedulable again and the channel is Complete; a failed
-// upgrade Job ends it with the Job pod's exit and log.
+// upgrade Pod (or Job) ends it with the pod's exit and log.
 func (w *rollout) follow(ctx context.Context, d time.Duration) error {
 	w.start = time.Now()
 	for time.Since(w.start) < d {
@@ -62,6 +63,17 @@ func (w *rollout) poll(ctx context.Context) (bool, error) {
 				w.note("job " + j.Name + " " + c)
 				if c == string(batchv1.JobFailed) {
 					return false, w.jobFailed(ctx, j)
+				}
+			}
+		}
+	}
+	// The slot's upgrade runs in a Pod of its own, the Job it stands for.
+	pods, err := cs.CoreV1().Pods("slipway-system").List(ctx, metav1.ListOptions{LabelSelector: protocol.LabelAppName + "=" + protocol.LabelAppNameUpgrade})
+	if err == nil {
+		for i := range pods.Items {
+			if p := &pods.Items[i]; protocol.SlotPodOfNode(p, vmNodeName) {
+				if err := w.slotPod(ctx, protocol.JobOfSlotPod(p)); err != nil {
+					return false, err
 				}
 			}
 		}
@@ -90,6 +102,22 @@ func (w *rollout) poll(ctx context.Context) (bool, error) {
 		w.note("channel Complete")
 	}
 	return w.cordoned && w.rebooted && ready && !nd.Spec.Unschedulable && strings.TrimSpace(complete) == "True", nil
+}
+
+// slotPod notes the slot Pod j stands for and how it ended; its failure
+// ends the rollout with its exit and log.
+func (w *rollout) slotPod(ctx context.Context, j *batchv1.Job) error {
+	w.note("pod " + j.Name + " created")
+	c := jobCondition(j)
+	if c == "" {
+		return nil
+	}
+	w.note("pod " + j.Name + " " + c)
+	if c != string(batchv1.JobFailed) {
+		return nil
+	}
+	log, _ := w.n.g.run("tail -n 15 /var/log/pods/"+j.Namespace+"_"+j.Name+"_*/*/*.log | cut -c1-300", time.Minute)
+	return fmt.Errorf("upgrade pod %s failed: %s; its log:\n%s", j.Name, j.Status.Conditions[0].Message, log)
 }
 
 func jobCondition(j *batchv1.Job) string {

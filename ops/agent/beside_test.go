@@ -173,8 +173,8 @@ func (f *fleet) failedAndUncordoned(node, boot string) {
 	ch := f.WaitFor("the failure recorded", 30*time.Second, func(ch *v1.UpdateChannel) bool {
 		return plan.FindFailure(ch.Status, node) >= 0 && plan.FindSlot(ch.Status, node) < 0
 	})
-	if r := ch.Status.Failed[plan.FindFailure(ch.Status, node)].Reason; !strings.Contains(r, "upgrade job") {
-		f.T.Errorf("failure %q, want the upgrade Job's", r)
+	if r := ch.Status.Failed[plan.FindFailure(ch.Status, node)].Reason; !strings.Contains(r, "upgrade pod") {
+		f.T.Errorf("failure %q, want the upgrade Pod's", r)
 	}
 	f.WaitNode(f.T, node, "uncordoned", func(n *corev1.Node) bool {
 		return !n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == "" && n.Annotations[protocol.AnnotationDrainStarted] == ""

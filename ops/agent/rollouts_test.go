@@ -10,7 +10,6 @@ import (
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/internal/fleettest"
-	"slipway.dev/slipway/ops/protocol"
 )
 
 // doneSince is fleettest.Done(n) for the spec of generation gen or later: a status
@@ -48,17 +47,14 @@ func TestBackAndForthRollouts(t *testing.T) {
 	if n := f.EventsWithin("UpgradeFailed", 1, time.Second); n > 0 {
 		t.Errorf("%d UpgradeFailed events going back and forth", n)
 	}
-	jobs, err := f.Kube.BatchV1().Jobs(f.NS).List(t.Context(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	slots, _, _ := f.JobsByAction() // the slots' Pods, not the staging Jobs ahead of them
 	var names []string
-	for _, j := range jobs.Items {
-		if j.Annotations[protocol.AnnotationJobAction] == "" { // not the staging Jobs ahead of the slots
+	for _, jobs := range slots {
+		for _, j := range jobs {
 			names = append(names, j.Name)
 		}
 	}
-	if len(names) != 6 { // 2 nodes x 3 rollouts, one Job each
-		t.Errorf("want 6 upgrade Jobs, one per node and rollout, got %d: %s", len(names), strings.Join(names, " "))
+	if len(names) != 6 { // 2 nodes x 3 rollouts, one Pod each
+		t.Errorf("want 6 upgrade Pods, one per node and rollout, got %d: %s", len(names), strings.Join(names, " "))
 	}
 }

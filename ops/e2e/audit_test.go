@@ -102,7 +102,9 @@ func (r writeReport) lines(nodes int) []string {
 }
 
 // step names the moments of one node's upgrade seen in the audit log.
-var steps = []string{"job created", "pod done", "job complete", "cordoned", "reboot", "back up", "slot freed"}
+// The slot's work is a Pod the agent creates (a Job before: "job
+// complete" is the Job controller's, and unseen for a Pod).
+var steps = []string{"job/pod created", "pod done", "job complete", "cordoned", "reboot", "back up", "slot freed"}
 
 // timeline returns, per step, the median time since the node's Job was
 // created, over every node, and the median handover: from a slot freed to
@@ -149,7 +151,7 @@ func nodeSteps(events []testenv.AuditEvent, node string) []time.Time {
 		}
 		mine := strings.HasSuffix(ev.UserAgent, agent)
 		switch {
-		case mine && ev.Verb == "create" && ev.Resource == "jobs" && strings.HasPrefix(ev.Name, jobPrefix) && at[0].IsZero(): // the slot's Job, not a staging Job
+		case mine && ev.Verb == "create" && (ev.Resource == "pods" || ev.Resource == "jobs") && strings.HasPrefix(ev.Name, jobPrefix) && at[0].IsZero(): // the slot's Pod (or Job), not a staging Job
 			at[0] = ev.Time
 		case at[0].IsZero():
 		case strings.HasPrefix(ev.UserAgent, "slipway-testenv/executor") && ev.Resource == "pods/status" && strings.HasPrefix(ev.Name, jobPrefix):
@@ -182,8 +184,12 @@ func median(d []time.Duration) time.Duration {
 func timelineLine(medians []time.Duration, handover time.Duration) string {
 	var parts []string
 	for i := 1; i < len(steps); i++ {
-		parts = append(parts, fmt.Sprintf("%s %s", steps[i], medians[i].Round(10*time.Millisecond)))
+		m := medians[i].Round(10 * time.Millisecond).String()
+		if medians[i] == 0 {
+			m = "-" // unseen: a slot Pod has no Job to complete
+		}
+		parts = append(parts, steps[i]+" "+m)
 	}
-	return fmt.Sprintf("median per node, since its Job was created: %s; slot freed -> next Job created %s",
+	return fmt.Sprintf("median per node, since its Job or Pod was created: %s; slot freed -> next one created %s",
 		strings.Join(parts, ", "), handover.Round(10*time.Millisecond))
 }

@@ -92,7 +92,7 @@ func loadAverage() string {
 	return strings.Join(f[:min(3, len(f))], " ")
 }
 
-// stagingLine reports, from the audit log, when the first slot's Job was
+// stagingLine reports, from the audit log, when the first slot's Pod was
 // created after start, the median staging Job (created -> its pod's last
 // status), and the refused writes by code, verb and resource.
 func stagingLine(events []testenv.AuditEvent, start, end time.Time) string {
@@ -106,7 +106,7 @@ func stagingLine(events []testenv.AuditEvent, start, end time.Time) string {
 		switch {
 		case ev.Code >= 300 && ev.Verb != "get" && ev.Verb != "list" && ev.Verb != "watch":
 			refused[fmt.Sprintf("%d %s %s", ev.Code, ev.Verb, ev.Resource)]++
-		case ev.Verb == "create" && ev.Resource == "jobs" && strings.HasPrefix(ev.Name, "upgrade-") && firstSlot.IsZero():
+		case ev.Verb == "create" && (ev.Resource == "pods" || ev.Resource == "jobs") && strings.HasPrefix(ev.Name, "upgrade-") && firstSlot.IsZero(): // the slot's Pod (a Job before)
 			firstSlot = ev.Time
 		case ev.Verb == "create" && ev.Resource == "jobs" && strings.HasPrefix(ev.Name, "stage-"):
 			created[ev.Name] = ev.Time

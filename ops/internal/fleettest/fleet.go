@@ -20,6 +20,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -122,6 +123,13 @@ func New(t *testing.T, env *testenv.Env, nodes int, p Programs) *Fleet {
 	f.NS = fmt.Sprintf("agent-%d", fleetBase+fleetSeq.Add(1)) // fleets of parallel tests share the control plane
 	ctx := context.Background()
 	if _, err := f.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.NS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// kube-controller-manager (not run here) gives every namespace its
+	// ServiceAccount "default", which the API server's ServiceAccount
+	// admission gives a pod that names none (a slot's Pod).
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	if _, err := f.Kube.CoreV1().ServiceAccounts(f.NS).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	for i := range nodes {

@@ -86,11 +86,7 @@ func (f *Fleet) PatchNodeLabel(node, k, v string) error {
 // PodDisruptionBudget that never allows its eviction.
 func (f *Fleet) BlockEviction(t *testing.T, node string) {
 	t.Helper()
-	ctx := context.Background()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: f.NS}}
-	if _, err := f.Kube.CoreV1().ServiceAccounts(f.NS).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err) // no controller-manager creates it here
-	}
+	ctx := context.Background() // the namespace's ServiceAccount "default": the fleet made it (New)
 	yes := true
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: f.NS, Labels: map[string]string{"app": "guarded"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "guarded", UID: "0d1e7c5e-0000-4000-8000-000000000001", Controller: &yes}}},

@@ -1,0 +1,102 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/process"
+	"slipway.dev/slipway/ops/protocol"
+)
+
+func TestSlotPodExpired(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	pod := func(node string, phase corev1.PodPhase, finishedAgo time.Duration) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "upgrade-6-node-a-v2-1",
+			Labels:      map[string]string{protocol.LabelAppName: protocol.LabelAppNameUpgrade},
+			Annotations: map[string]string{protocol.AnnotationJobNode: node}, CreationTimestamp: metav1.NewTime(now.Add(-48 * time.Hour))},
+			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: phase}}
+		if phase == corev1.PodSucceeded || phase == corev1.PodFailed {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				FinishedAt: metav1.NewTime(now.Add(-finishedAgo))}}}}
+		}
+		return p
+	}
+	day := jobTTL * time.Second
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"succeeded a day and a minute ago", pod("node-a", corev1.PodSucceeded, day+time.Minute), true},
+		{"failed a day and a minute ago", pod("node-a", corev1.PodFailed, day+time.Minute), true},
+		{"succeeded an hour ago: kept for its log", pod("node-a", corev1.PodSucceeded, time.Hour), false},
+		{"running two days: a deadline's, not the sweep's", pod("node-a", corev1.PodRunning, 0), false},
+		{"another node's", pod("node-b", corev1.PodSucceeded, 2*day), false},
+		{"a Job's pod", func() *corev1.Pod {
+			p := pod("node-a", corev1.PodSucceeded, 2*day)
+			p.OwnerReferences = []metav1.OwnerReference{{Kind: "Job", Name: "stage-6-node-a-v2", UID: "u"}}
+			return p
+		}(), false},
+		{"being deleted", func() *corev1.Pod {
+			p := pod("node-a", corev1.PodSucceeded, 2*day)
+			p.DeletionTimestamp = &metav1.Time{Time: now}
+			return p
+		}(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := slotPodExpired(tc.pod, "node-a", now); got != tc.want {
+				t.Errorf("slotPodExpired = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSlotPodsAreTheirJobsPods: each slot Pod is what the Job controller
+// would have made of the slot's Job: the Job's pod spec, bound to the
+// node, the Job's deadline on the Pod, the Job's name, labels and
+// annotations (the AppArmor beta annotation under the webhook
+// isolation), and no owner.
+func TestSlotPodsAreTheirJobsPods(t *testing.T) {
+	ch := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "slipway-system", UID: "c-uid"},
+		Spec: v1.UpdateChannelSpec{URL: "https://github.com/rancher/k3os/releases", Version: "v2"}}
+	slot := v1.Slot{Node: "node-a", Version: "v2", Attempt: 1, Since: metav1.NewTime(time.Unix(1e9, 0))}
+	for _, isolation := range []string{process.IsolationPolicy, process.IsolationWebhook} {
+		opts := Options{NodeName: "node-a", Image: "slipway:test", Isolation: isolation}
+		pods, err := SlotPods(opts, ch, slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := Jobs(opts, ch, slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for kind, p := range pods {
+			j := jobs[kind]
+			switch {
+			case p.Name != j.Name || p.Namespace != j.Namespace || p.Spec.NodeName != "node-a":
+				t.Errorf("%s/%s: pod %s/%s on %q, want %s/%s on node-a", isolation, kind, p.Namespace, p.Name, p.Spec.NodeName, j.Namespace, j.Name)
+			case p.Spec.ActiveDeadlineSeconds == nil || *p.Spec.ActiveDeadlineSeconds != *j.Spec.ActiveDeadlineSeconds:
+				t.Errorf("%s/%s: deadline %v, want the Job's %d", isolation, kind, p.Spec.ActiveDeadlineSeconds, *j.Spec.ActiveDeadlineSeconds)
+			case len(p.OwnerReferences) != 0:
+				t.Errorf("%s/%s: owners %v", isolation, kind, p.OwnerReferences)
+			case !protocol.SlotPodOfNode(p, "node-a"):
+				t.Errorf("%s/%s: not a slot Pod of its node to its readers", isolation, kind)
+			}
+			spec := p.Spec.DeepCopy()
+			spec.ActiveDeadlineSeconds = nil
+			if !equality.Semantic.DeepEqual(*spec, j.Spec.Template.Spec) {
+				t.Errorf("%s/%s: the pod spec is not the Job's template's", isolation, kind)
+			}
+			for k, v := range j.Spec.Template.Annotations {
+				if p.Annotations[k] != v {
+					t.Errorf("%s/%s: annotation %s %q, want the template's %q", isolation, kind, k, p.Annotations[k], v)
+				}
+			}
+		}
+	}
+}
