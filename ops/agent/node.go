@@ -238,9 +238,11 @@ func (a *Agent) jobReason(name string) string {
 func (a *Agent) podMessage(ctx context.Context, job string) string {
 	logs := "job/" + job
 	var pods []corev1.Pod
-	if p, err := a.kube.CoreV1().Pods(a.opts.Namespace).Get(ctx, job, metav1.GetOptions{}); err == nil && protocol.SlotPodOfNode(p, a.opts.NodeName) {
-		pods, logs = []corev1.Pod{*p}, "pod/"+job
-	} else if list, err := a.kube.CoreV1().Pods(a.opts.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job}); err == nil {
+	pc := a.kube.CoreV1().Pods(a.opts.Namespace)
+	// A list by name: the agent may list pods, not get one.
+	if list, err := pc.List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + job}); err == nil && len(list.Items) == 1 && protocol.SlotPodOfNode(&list.Items[0], a.opts.NodeName) {
+		pods, logs = list.Items, "pod/"+job
+	} else if list, err := pc.List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job}); err == nil {
 		pods = list.Items
 	}
 	for _, p := range pods {

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/internal/fleettest"
+	"slipway.dev/slipway/ops/manifest"
 	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/protocol"
 )
@@ -98,5 +100,61 @@ func TestSlotPodsAreTheirJobsPods(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestFinishedSlotPodsSweptAfterADay: a rollout through two nodes under
+// the manifest's RBAC and policies leaves each node's slot Pod; a day
+// later by its clock, node-0's agent deletes its own finished Pod, with
+// its own token, and leaves node-1's (and node-1's agent its).
+func TestFinishedSlotPodsSweptAfterADay(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 2, nil)
+	mirror := t.TempDir() // a release source the manifest allows
+	f.AsServiceAccount(manifest.Options{MirrorDirs: []string{mirror}})
+	n0, n1 := f.NS+"-n0", f.NS+"-n1"
+	f.Start(n0)
+	f.Start(n1)
+	f.Channel(v1.UpdateChannelSpec{URL: "file://" + mirror, Version: "v2", Concurrency: 2, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
+	f.WaitFor("all at v2", time.Minute, fleettest.Done(2))
+	slotPods := func() map[string]string { // node -> its slot Pod's name
+		slots, _, _ := f.JobsByAction()
+		out := map[string]string{}
+		for node, jobs := range slots {
+			for _, j := range jobs {
+				out[node] = j.Name
+			}
+		}
+		return out
+	}
+	before := slotPods()
+	if len(before) != 2 {
+		t.Fatalf("slot Pods after the rollout: %v, want one per node", before)
+	}
+	sweeper := func(node string) *Agent {
+		a, err := New(Options{NodeName: node, Namespace: f.NS, Config: f.Configs[node], Image: "slipway:test", SystemDir: t.TempDir(),
+			Rebooter: &fleettest.SimReboot{F: f.Fleet, Node: node}}) // never asked to reboot: it only sweeps
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	if err := sweeper(n0).sweepSlotPods(t.Context(), time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got := slotPods(); len(got) != 2 {
+		t.Fatalf("an hour after: %v left, want both (kept a day for their logs)", got)
+	}
+	if err := sweeper(n0).sweepSlotPods(t.Context(), time.Now().Add(25*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got := slotPods(); got[n0] != "" || got[n1] != before[n1] {
+		t.Fatalf("a day after, node-0's sweep left %v, want node-1's %s only", got, before[n1])
+	}
+	if err := sweeper(n1).sweepSlotPods(t.Context(), time.Now().Add(25*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got := slotPods(); len(got) != 0 {
+		t.Fatalf("a day after, node-1's sweep left %v", got)
 	}
 }

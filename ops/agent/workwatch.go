@@ -26,7 +26,8 @@ import (
 // sent to its agent.
 //
 // The invariant: while they are closed, no Job of this node runs, and
-// this process creates none. They close only when their caches are
+// this process creates none (a slot's Pod counts as the Job it stands
+// for: pods.go). They close only when their caches are
 // synced and show no Job of the node unfinished nor one created unseen,
 // and no sync holds them, none having taken them since that was read
 // (workWatches.close). Every path that creates a Job or decides from

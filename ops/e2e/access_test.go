@@ -49,6 +49,7 @@ var rarelyCalled = map[string]string{
 	"cluster /events patch":                       "client-go's recorder folds a repeated Event into a patch of the first",
 	"namespace ops.slipway.dev/nodeupdates list":  "its own NodeUpdate's informer lists when the API server cannot stream its initial list (watch-list)",
 	"namespace ops.slipway.dev/nodeupdates watch": "the audit log records a watch when it ends, and the agent's own NodeUpdate's may last the whole run",
+	"namespace /pods delete":                      "a day after a slot's Pod finished, its agent deletes it (ops/agent TestFinishedSlotPodsSweptAfterADay, under this RBAC)",
 }
 
 // checkAgentAccess compares what the agents and the controller called (the
@@ -93,7 +94,8 @@ var controllerRarelyCalled = map[string]string{
 	"cluster /nodes list":                          "its informer of Node metadata lists when the API server cannot stream its initial list (watch-list); a pass reads the nodes from that cache",
 	"cluster /events patch":                        "client-go's recorder folds a repeated Event into a patch of the first",
 	"namespace /secrets get":                       "a github-releases:// channel with spec.tokenSecretRef: the controller reads its token",
-	"namespace batch/jobs get":                     "a slot held past the resync: the controller reads its Job to tell it stale",
+	"namespace batch/jobs get":                     "a slot held past the resync whose Pod is gone: the controller reads a Job of its name (from an agent before slot Pods) to tell it stale",
+	"namespace /pods get":                          "a slot held past the resync: the controller reads its Pod to tell it stale",
 	"namespace ops.slipway.dev/nodeupdates list":   "its informer of the NodeUpdates lists when the API server cannot stream its initial list (watch-list)",
 	"namespace ops.slipway.dev/nodeupdates watch":  "the audit log records a watch when it ends, and the controller's lasts the whole run",
 	"cluster /pods delete":                         "drain.force: pods left when the drain times out are deleted",
