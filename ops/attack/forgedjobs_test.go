@@ -187,9 +187,9 @@ func slotOf(ctx context.Context, t *testing.T, f *fleettest.Fleet, b string) (ty
 // Pods: node-a reads node-b's slot and creates node-b's slot Pod bound to
 // itself (it may bind none to node-b), or its own slot Pod owned by
 // node-b's slot Job (readers trust a pod's controller). The policy refuses
-// both; created anyway (by an administrator), node-b's readers take
-// neither for node-b's: the first is not bound to node-b, the second has
-// an owner.
+// both; created anyway (by an administrator, under names of their own),
+// node-b's readers take neither for node-b's: the first is not bound to
+// node-b, the second has an owner.
 func TestForgedSlotPodRebootsNoOtherNode(t *testing.T) {
 	t.Parallel()
 	f, a, b, spec, asA := forgeFleet(t)
@@ -220,7 +220,7 @@ func TestForgedSlotPodRebootsNoOtherNode(t *testing.T) {
 			t.Errorf("node-a's agent created %s", what)
 		} else if why := refused(err, slotPodRefusal); why != "" {
 			t.Errorf("node-a's %s: %s", what, why)
-		} else if _, err := f.Kube.CoreV1().Pods(f.NS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		} else if _, err := f.Kube.CoreV1().Pods(f.NS).Create(ctx, forgedCopy(p), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -230,6 +230,16 @@ func TestForgedSlotPodRebootsNoOtherNode(t *testing.T) {
 	if after, _ := os.ReadFile(f.BootFile(b)); string(after) == string(boot) {
 		t.Errorf("node-b finished its upgrade without its own reboot")
 	}
+}
+
+// forgedCopy is p under a name of its own (its node's prefix kept): an
+// administrator who takes a node's slot Pod name holds that node's slot
+// (its agent finds the name taken and waits for the slot's timeout), which
+// is an administrator's right, not the attack.
+func forgedCopy(p *corev1.Pod) *corev1.Pod {
+	q := p.DeepCopy()
+	q.Name += "-forged"
+	return q
 }
 
 // waitJobDone waits until the simulated kubelet finished Job name.
