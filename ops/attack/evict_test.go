@@ -17,8 +17,9 @@ import (
 
 // TestAgentEvictsNoPod (issue 22, "evict or delete a pod on another
 // node"): the drain is the controller's; the agent on node-a can neither
-// evict nor delete a pod, on node-b or on its own node, nor list the pods
-// of the cluster. The controller can evict and delete (dry run).
+// evict nor delete a pod, on node-b or on its own node (but its own slot
+// Pods: TestAgentDeletesOnlyItsOwnNodesSlotPods), nor list the pods of the
+// cluster. The controller can evict and delete (dry run).
 func TestAgentEvictsNoPod(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -34,6 +35,9 @@ func TestAgentEvictsNoPod(t *testing.T) {
 		}
 	}
 	dryDelete := metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
+	// RBAC lets the agent delete pods (its slot Pods): the policy, loaded a
+	// moment after its creation, refuses every other.
+	waitPolicy(t, slotPodDeleteRefusal, func() error { return asAgent.CoreV1().Pods(ns).Delete(ctx, "work-node-b", dryDelete) })
 	evict := func(c kubernetes.Interface, pod string) error {
 		return c.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: ns}, DeleteOptions: &dryDelete})
 	}

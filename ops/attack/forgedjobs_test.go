@@ -7,10 +7,12 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"slipway.dev/slipway/ops/agent"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -132,6 +134,29 @@ func TestForgedSlotJobRebootsNoOtherNode(t *testing.T) {
 	f.AgentsUp(b)
 	f.Stop(b) // the attacker is first: node-b's agent starts again once the forged Job is there
 	f.Channel(spec)
+	uid, view := slotOf(ctx, t, f, b)
+	j := forgedFor(t, f.NS, a, b, view.Channel(uid), *view.Slot)
+	_, err := asA.BatchV1().Jobs(f.NS).Create(ctx, j, metav1.CreateOptions{})
+	if err == nil {
+		t.Errorf("node-a's agent created node-b's slot Job %s", j.Name)
+		waitJobDone(ctx, t, f, j.Name)
+	} else if why := refused(err, "upgrade Jobs"); why != "" {
+		t.Errorf("node-a's forged slot Job: %s", why)
+	}
+	boot, _ := os.ReadFile(f.BootFile(b))
+	f.Start(b)
+	endsWell(t, f, b)
+	if after, _ := os.ReadFile(f.BootFile(b)); string(after) == string(boot) {
+		t.Errorf("node-b finished its upgrade without its own reboot")
+	}
+}
+
+// slotOf waits until node b's view shows its slot, and returns the view
+// and its channel's UID. The attacker is granted node-b's slot as its own
+// agent reads it, from its Node or, once that agent announced it reads
+// there, its NodeUpdate (which node-a's token cannot read): the worst case.
+func slotOf(ctx context.Context, t *testing.T, f *fleettest.Fleet, b string) (types.UID, protocol.View) {
+	t.Helper()
 	var uid types.UID
 	var view protocol.View
 	deadline := time.Now().Add(2 * time.Minute)
@@ -140,9 +165,6 @@ func TestForgedSlotJobRebootsNoOtherNode(t *testing.T) {
 			t.Fatal("node-b's view never showed its slot")
 		}
 		time.Sleep(100 * time.Millisecond)
-		// The attacker is granted node-b's slot as its own agent reads it,
-		// from its Node or, once that agent announced it reads there, its
-		// NodeUpdate (which node-a's token cannot read): the worst case.
 		n, err := f.Kube.CoreV1().Nodes().Get(ctx, b, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -158,13 +180,49 @@ func TestForgedSlotJobRebootsNoOtherNode(t *testing.T) {
 			uid, view = id, v
 		}
 	}
-	j := forgedFor(t, f.NS, a, b, view.Channel(uid), *view.Slot)
-	_, err := asA.BatchV1().Jobs(f.NS).Create(ctx, j, metav1.CreateOptions{})
-	if err == nil {
-		t.Errorf("node-a's agent created node-b's slot Job %s", j.Name)
-		waitJobDone(ctx, t, f, j.Name)
-	} else if why := refused(err, "upgrade Jobs"); why != "" {
-		t.Errorf("node-a's forged slot Job: %s", why)
+	return uid, view
+}
+
+// TestForgedSlotPodRebootsNoOtherNode is the forged slot Job's attack with
+// Pods: node-a reads node-b's slot and creates node-b's slot Pod bound to
+// itself (it may bind none to node-b), or its own slot Pod owned by
+// node-b's slot Job (readers trust a pod's controller). The policy refuses
+// both; created anyway (by an administrator, under names of their own),
+// node-b's readers take neither for node-b's: the first is not bound to
+// node-b, the second has an owner.
+func TestForgedSlotPodRebootsNoOtherNode(t *testing.T) {
+	t.Parallel()
+	f, a, b, spec, asA := forgeFleet(t)
+	ctx := context.Background()
+	defaultServiceAccount(ctx, t, f.NS)
+	f.Start(b)
+	f.AgentsUp(b)
+	f.Stop(b) // the attacker is first: node-b's agent starts again once the forged Pods are there
+	f.Channel(spec)
+	uid, view := slotOf(ctx, t, f, b)
+	podsOf := func(node string) map[string]*corev1.Pod {
+		slot := *view.Slot
+		slot.Node = node
+		pods, err := agent.SlotPods(agent.Options{NodeName: node, Image: "slipway:test", Namespace: f.NS}, view.Channel(uid), slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pods
+	}
+	theirs := podsOf(b)[agent.PodUpgrade]
+	theirs.Spec.NodeName = a
+	owned := podsOf(a)[agent.PodUpgrade]
+	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: theirs.Name, UID: "forged", Controller: ptr.To(true)}}
+	waitPodPolicy(ctx, t, asA.CoreV1().Pods(f.NS), theirs)
+	for what, p := range map[string]*corev1.Pod{"node-b's slot Pod bound to node-a": theirs, "its own slot Pod owned by node-b's slot Job": owned} {
+		_, err := asA.CoreV1().Pods(f.NS).Create(ctx, p, metav1.CreateOptions{})
+		if err == nil {
+			t.Errorf("node-a's agent created %s", what)
+		} else if why := refused(err, slotPodRefusal); why != "" {
+			t.Errorf("node-a's %s: %s", what, why)
+		} else if _, err := f.Kube.CoreV1().Pods(f.NS).Create(ctx, forgedCopy(p), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	boot, _ := os.ReadFile(f.BootFile(b))
 	f.Start(b)
@@ -172,6 +230,16 @@ func TestForgedSlotJobRebootsNoOtherNode(t *testing.T) {
 	if after, _ := os.ReadFile(f.BootFile(b)); string(after) == string(boot) {
 		t.Errorf("node-b finished its upgrade without its own reboot")
 	}
+}
+
+// forgedCopy is p under a name of its own (its node's prefix kept): an
+// administrator who takes a node's slot Pod name holds that node's slot
+// (its agent finds the name taken and waits for the slot's timeout), which
+// is an administrator's right, not the attack.
+func forgedCopy(p *corev1.Pod) *corev1.Pod {
+	q := p.DeepCopy()
+	q.Name += "-forged"
+	return q
 }
 
 // waitJobDone waits until the simulated kubelet finished Job name.

@@ -10,12 +10,14 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"slipway.dev/slipway/ops/agent"
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/attack/mutate"
 	"slipway.dev/slipway/ops/manifest"
@@ -23,7 +25,7 @@ import (
 )
 
 // The generated attacks: every object the UpdateChannel agent and
-// controller create or write (each kind of Job, each Node write, the
+// controller create or write (each kind of Job and slot Pod, each Node write, the
 // Leases; the slot reports are Node annotations), mutated field by field
 // (ops/attack/mutate), each mutation submitted as a dry run with the
 // component's real bound token. Every admitted mutation must be one the
@@ -41,23 +43,37 @@ var dryRun = []string{metav1.DryRunAll}
 
 // jobHoles are the paths of a Job that differ between two legitimate
 // Jobs of one kind: the name after the node's prefix, the owner
-// annotations, the channel label, the deadline, the values of the
-// arguments (version, source, keep, from, the component switches), the
-// token Secret's key, and fewer capabilities.
+// annotations, the channel label, the deadline, and its pod's (podHoles).
 func jobHoles(j *batchv1.Job) mutate.Holes {
-	h := mutate.Holes{"metadata.name", "metadata.annotations[ops.slipway.dev/*]", "spec.template.metadata.annotations[ops.slipway.dev/*]",
-		"metadata.labels[" + protocol.LabelJobChannel + "]", "spec.template.metadata.labels[" + protocol.LabelJobChannel + "]",
-		"spec.activeDeadlineSeconds", "spec.template.spec.containers[0].env[*].valueFrom.secretKeyRef.key",
-		"spec.template.spec.containers[0].securityContext.capabilities.add",
+	return append(mutate.Holes{"metadata.name", "metadata.annotations[ops.slipway.dev/*]", "metadata.labels[" + protocol.LabelJobChannel + "]",
+		"spec.activeDeadlineSeconds",
 		// The policy pins these to their defaults; written out, they change nothing.
-		"spec.parallelism", "spec.completions", "spec.template.spec.enableServiceLinks",
+		"spec.parallelism", "spec.completions"}, podHoles("spec.template.", j.Spec.Template.Spec.Containers[0].Args)...)
+}
+
+// slotPodHoles are the paths of a slot Pod that differ between two
+// legitimate slot Pods of one kind: those of its Job (the Job's deadline
+// on the Pod itself).
+func slotPodHoles(p *corev1.Pod) mutate.Holes {
+	return append(mutate.Holes{"metadata.name", "spec.activeDeadlineSeconds"}, podHoles("", p.Spec.Containers[0].Args)...)
+}
+
+// podHoles are the paths of a Job's pod (at "spec.template.") or a slot
+// Pod (at "") that differ between two legitimate ones: the owner
+// annotations, the channel label, the values of the arguments args
+// (version, source, keep, from, the component switches), the token
+// Secret's key, and fewer capabilities.
+func podHoles(at string, args []string) mutate.Holes {
+	h := mutate.Holes{at + "metadata.annotations[ops.slipway.dev/*]", at + "metadata.labels[" + protocol.LabelJobChannel + "]",
+		at + "spec.containers[0].env[*].valueFrom.secretKeyRef.key", at + "spec.containers[0].securityContext.capabilities.add",
+		// The policy pins it to its default; written out, it changes nothing.
+		at + "spec.enableServiceLinks",
 		// A channel without a token Secret has no GITHUB_TOKEN.
-		"spec.template.spec.containers[0].env"}
-	args := j.Spec.Template.Spec.Containers[0].Args
+		at + "spec.containers[0].env"}
 	for i, a := range args {
 		valueOf := i > 0 && slices.Contains([]string{"--version", "--source", "--keep", "--from", "--phase"}, args[i-1])
 		if valueOf || strings.HasPrefix(a, "--rootfs=") || strings.HasPrefix(a, "--kernel=") || strings.HasPrefix(a, "--k3s=") {
-			h = append(h, fmt.Sprintf("spec.template.spec.containers[0].args[%d]", i))
+			h = append(h, fmt.Sprintf("%sspec.containers[0].args[%d]", at, i))
 		}
 	}
 	return h
@@ -111,6 +127,15 @@ func TestGeneratedAttacks(t *testing.T) {
 					return jobs.Create(ctx, obj.(*batchv1.Job), metav1.CreateOptions{DryRun: dryRun})
 				}})
 		}
+	}
+	pods := asAgent.CoreV1().Pods(ns)
+	waitPodPolicy(ctx, t, pods, legitSlotPods(t, channelOf(v1.UpdateChannelSpec{URL: "file:///srv/mirror", Version: "v2"}))[agent.PodUpgrade])
+	for kind, p := range legitSlotPods(t, channelOf(v1.UpdateChannelSpec{URL: "file:///srv/mirror", Version: "v2"})) {
+		targets = append(targets, mutate.Target{Component: "ops agent", Object: kind + " slot Pod (mirror channel)", Base: p, Holes: slotPodHoles(p),
+			Options: mutate.Options{KeyPrefixes: []string{"ops.slipway.dev/", "app.kubernetes.io/"}},
+			Submit: func(ctx context.Context, obj any) (any, error) {
+				return pods.Create(ctx, obj.(*corev1.Pod), metav1.CreateOptions{DryRun: dryRun})
+			}})
 	}
 	// The Node writes are patches (RBAC grants patch, not update): the
 	// strategic merge patch from the Node to its mutation (nodePatchOf).

@@ -17,7 +17,8 @@ import (
 // TestJobNamesBindOneNode: the agent of a node whose name another node's
 // Job names could be taken for (a dash where the other has a dot, a long
 // name that differs only near its end, one longer than a label) creates
-// its own Jobs of every kind, and none under the other node's Job names:
+// its own Jobs and slot Pods of every kind, and none under the other
+// node's Job names (a slot Pod has its Job's name):
 // a name taken would leave the other node's agent unable to create its
 // Job (JobNameTaken) until its slot timed out. Before the policy bound the
 // whole prefix (dots kept, the long form's head and tail), each of these
@@ -58,6 +59,11 @@ func TestJobNamesBindOneNode(t *testing.T) {
 				t.Fatal(err)
 			}
 			victim := jobsOf(tc.victim)
+			ownPods, err := agent.SlotPods(agent.Options{NodeName: tc.attacker, Image: agentOpts.Image, Namespace: agentOpts.Namespace}, ch,
+				v1.Slot{Node: tc.attacker, Version: "v2", Attempt: 1, Since: since})
+			if err != nil {
+				t.Fatal(err)
+			}
 			waitPolicy(t, "upgrade Jobs", func() error {
 				j := own[agent.JobUpgrade].DeepCopy()
 				j.Spec.Template.Spec.NodeName = tc.victim
@@ -73,6 +79,20 @@ func TestJobNamesBindOneNode(t *testing.T) {
 				_, err := jobs.Create(ctx, squat, metav1.CreateOptions{DryRun: dryRun})
 				if why := refused(err, "named after the agent's own node"); why != "" {
 					t.Errorf("%s took %s's %s Job name %s: %s", tc.attacker, tc.victim, kind, squat.Name, why)
+				}
+			}
+			// Its slot Pods: the name of the Job each stands for.
+			pods := kubernetes.NewForConfigOrDie(podOn(ctx, t, agentOpts.Namespace, manifest.AgentName, tc.attacker)).CoreV1().Pods(agentOpts.Namespace)
+			waitPodPolicy(ctx, t, pods, ownPods[agent.PodUpgrade])
+			for kind, p := range ownPods {
+				if _, err := pods.Create(ctx, p, metav1.CreateOptions{DryRun: dryRun}); err != nil {
+					t.Errorf("%s: the agent's own %s Pod %s is refused: %v", tc.attacker, kind, p.Name, err)
+				}
+				squat := p.DeepCopy()
+				squat.Name = victim[kind]
+				_, err := pods.Create(ctx, squat, metav1.CreateOptions{DryRun: dryRun})
+				if why := refused(err, "named after the agent's own node"); why != "" {
+					t.Errorf("%s took %s's %s Pod name %s: %s", tc.attacker, tc.victim, kind, squat.Name, why)
 				}
 			}
 		})

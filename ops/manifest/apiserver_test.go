@@ -65,6 +65,9 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		{Verb: "create", Resource: "events", Namespace: "default"},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
 		{Verb: "watch", Resource: "pods", Namespace: "slipway-test"},
+		// Its slot Pods (the policies admit only its own node's).
+		{Verb: "create", Resource: "pods", Namespace: "slipway-test"},
+		{Verb: "delete", Resource: "pods", Namespace: "slipway-test"},
 	}
 	denied := []authv1.ResourceAttributes{
 		{Verb: "get", Resource: "secrets", Namespace: "slipway-test"},
@@ -87,6 +90,12 @@ func TestAPIServerAcceptsTheManifest(t *testing.T) {
 		{Verb: "update", Resource: "nodes"},
 		{Verb: "watch", Resource: "pods"},
 		{Verb: "delete", Group: "batch", Resource: "jobs", Namespace: "slipway-test"},
+		{Verb: "update", Resource: "pods", Namespace: "slipway-test"},
+		{Verb: "patch", Resource: "pods", Namespace: "slipway-test"},
+		{Verb: "deletecollection", Resource: "pods", Namespace: "slipway-test"},
+		{Verb: "create", Resource: "pods", Subresource: "exec", Namespace: "slipway-test"},
+		{Verb: "create", Resource: "pods", Subresource: "eviction", Namespace: "slipway-test"},
+		{Verb: "create", Resource: "pods", Namespace: "default"},
 		{Verb: "update", Group: "ops.slipway.dev", Resource: "updatechannels", Namespace: "slipway-test"},
 		{Verb: "list", Group: "coordination.k8s.io", Resource: "leases", Namespace: "slipway-test"},
 		{Verb: "get", Group: "apps", Resource: "daemonsets", Namespace: "default"},

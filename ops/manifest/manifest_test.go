@@ -63,7 +63,7 @@ func TestRenderParsesIntoTheObjects(t *testing.T) {
 	for _, o := range objs {
 		kinds = append(kinds, o.GetObjectKind().GroupVersionKind().Kind)
 	}
-	vap := strings.Repeat("ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding,", 9)      // own Node, Jobs, Leases, the controller's Lease and Nodes, resolved source, Events, the NodeUpdates of the agent and the controller
+	vap := strings.Repeat("ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding,", 11)     // own Node, Jobs, Leases, the controller's Lease and Nodes, resolved source, Events, the NodeUpdates of the agent and the controller, the slot Pods' creates and deletes
 	rbac := strings.Repeat("ServiceAccount,ClusterRole,ClusterRoleBinding,Role,RoleBinding,", 2) // the agent's, the controller's
 	want := "Namespace,CustomResourceDefinition,CustomResourceDefinition," + rbac + vap + "PriorityClass,DaemonSet,Deployment,UpdateChannel"
 	if got := strings.Join(kinds, ","); got != want {

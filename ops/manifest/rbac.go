@@ -46,7 +46,9 @@ func ownNodePolicy(o Options) admission.NodeAgentPolicy {
 // namespacedRules are exactly what the agent calls in its own namespace:
 // the upgrade Jobs of its node (watched, created; finished Jobs are kept
 // as the record of an attempt; jobPolicy admits only slipway's shape on
-// its own node) and their pods (watched), its heartbeat Lease
+// its own node) and their pods (watched), its slot's Pods (created,
+// deleted a day after they finished: slotPodPolicy and
+// slotPodDeletePolicy admit only its own node's), its heartbeat Lease
 // (leasePolicy admits no other), and its node's NodeUpdate: read (the
 // controller's instructions in its spec) and its status written (the
 // node's reports; nodeUpdatePolicy admits its own node's only), never its
@@ -56,7 +58,10 @@ func ownNodePolicy(o Options) admission.NodeAgentPolicy {
 func namespacedRules(o Options) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"list", "watch", "create"}},
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}, // the Jobs' pods: done a second before the Job
+		// The slot Pods (slotPodPolicy admits only its node's slot's, bound
+		// to it; slotPodDeletePolicy lets it delete only those) and the
+		// Jobs' pods: done a second before the Job.
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "create", "delete"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"nodeupdates"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"nodeupdates/status"}, Verbs: []string{"patch"}},

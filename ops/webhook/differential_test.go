@@ -22,8 +22,9 @@ import (
 )
 
 // TestDecisionsAreTheAPIServers: for every policy of the manifest (both
-// isolations) and a corpus of requests (the agent's real Jobs of every
-// kind as old and new servers send them, attacks on them, Leases and
+// isolations) and a corpus of requests (the agent's real Jobs and slot
+// Pods of every kind as old and new servers send them, attacks on them,
+// the Pods' deletes, Leases and
 // Nodes and NodeUpdates of its own node and another's, requesters the policies do not
 // match, a token that names no node), the webhook's evaluation decides as
 // the API server's own ValidatingAdmissionPolicy code does, with the same
@@ -45,6 +46,9 @@ func TestDecisionsAreTheAPIServers(t *testing.T) {
 			}
 			if old != nil {
 				r.OldObject = raw(t, old)
+				if obj == nil {
+					r.Name = old.(metav1.Object).GetName()
+				}
 			}
 			corpus = append(corpus, r)
 		}
@@ -67,6 +71,34 @@ func TestDecisionsAreTheAPIServers(t *testing.T) {
 					add(admissionv1.Create, jobKind, "jobs", "", m, nil, agentUser)
 					add(admissionv1.Create, jobKind, "jobs", "", oldServer(t, m), nil, agentUser)
 				}
+			}
+		}
+	}
+	podKind := metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
+	for _, iso := range []string{process.IsolationPolicy, process.IsolationWebhook} {
+		for kind, p := range slotPods(t, ns, node, iso) {
+			add(admissionv1.Create, podKind, "pods", "", p, nil, agentUser, unbound, other)
+			add(admissionv1.Create, podKind, "pods", "", oldServerPod(t, p), nil, agentUser)
+			add(admissionv1.Delete, podKind, "pods", "", nil, p, agentUser, unbound, other)
+			for _, mutate := range podAttacks {
+				m := p.DeepCopy()
+				mutate(m)
+				add(admissionv1.Create, podKind, "pods", "", m, nil, agentUser)
+				add(admissionv1.Create, podKind, "pods", "", oldServerPod(t, m), nil, agentUser)
+				add(admissionv1.Delete, podKind, "pods", "", nil, m, agentUser)
+			}
+			if kind != agent.PodUpgrade {
+				continue
+			}
+			// Every Job attack on the pod, on the slot Pod.
+			for _, mutate := range jobAttacks {
+				j := &batchv1.Job{ObjectMeta: *p.ObjectMeta.DeepCopy(), Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+					ObjectMeta: *p.ObjectMeta.DeepCopy(), Spec: *p.Spec.DeepCopy()}}}
+				mutate(j)
+				m := p.DeepCopy()
+				m.ObjectMeta, m.Spec = j.ObjectMeta, j.Spec.Template.Spec
+				m.Annotations = j.Spec.Template.Annotations
+				add(admissionv1.Create, podKind, "pods", "", m, nil, agentUser)
 			}
 		}
 	}
@@ -234,6 +266,8 @@ func raw(t *testing.T, obj any) runtime.RawExtension {
 		return o
 	case *batchv1.Job:
 		return asNewServer(t, o)
+	case *corev1.Pod:
+		return podAsNewServer(t, o)
 	}
 	b, err := json.Marshal(obj)
 	if err != nil {
@@ -253,6 +287,36 @@ type oldJob struct {
 }
 
 func (o *oldJob) MarshalJSON() ([]byte, error) { return o.raw.Raw, nil }
+
+// oldServerPod is p as a server before 1.30 sends it, as a Pod again.
+func oldServerPod(t *testing.T, p *corev1.Pod) *oldPod {
+	return &oldPod{Pod: p, raw: podAsOldServer(t, p)}
+}
+
+type oldPod struct {
+	*corev1.Pod
+	raw runtime.RawExtension
+}
+
+func (o *oldPod) MarshalJSON() ([]byte, error) { return o.raw.Raw, nil }
+
+// podAttacks change an agent's slot Pod into what a compromised agent
+// might ask for (jobAttacks change its pod spec too).
+var podAttacks = []func(*corev1.Pod){
+	func(p *corev1.Pod) { p.Spec.NodeName = "n2" },
+	func(p *corev1.Pod) {
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "upgrade-2-n2-x", UID: "u", Controller: ptr.To(true)}}
+	},
+	func(p *corev1.Pod) { p.Finalizers = []string{"example.com/pin"} },
+	func(p *corev1.Pod) { p.Spec.ActiveDeadlineSeconds = nil },
+	func(p *corev1.Pod) { p.Spec.ActiveDeadlineSeconds = ptr.To[int64](manifest.JobMaxDeadline + 1) },
+	func(p *corev1.Pod) { p.Spec.ServiceAccountName = manifest.AgentName },
+	func(p *corev1.Pod) { p.Spec.Priority = ptr.To[int32](2000001000) },
+	func(p *corev1.Pod) { p.Annotations["ops.slipway.dev/action"] = "stage" },
+	func(p *corev1.Pod) { p.Annotations["ops.slipway.dev/action"] = "prune" },
+	func(p *corev1.Pod) { p.Labels = nil },
+	func(p *corev1.Pod) { p.Name = "upgrade-2-n2-x" },
+}
 
 // jobAttacks change an agent's Job into what a compromised agent might ask for.
 var jobAttacks = []func(*batchv1.Job){

@@ -23,23 +23,32 @@ import (
 // containers' securityContext.appArmorProfile dropped (unknown there).
 func asOldServer(t *testing.T, j *batchv1.Job) runtime.RawExtension {
 	t.Helper()
-	raw := asNewServer(t, j).Raw
+	return withoutAppArmorField(t, asNewServer(t, j), "spec", "template", "spec")
+}
+
+// withoutAppArmorField is raw with the securityContext.appArmorProfile of
+// the containers of the pod spec at path dropped.
+func withoutAppArmorField(t *testing.T, raw runtime.RawExtension, path ...string) runtime.RawExtension {
+	t.Helper()
 	var obj map[string]any
-	if err := json.Unmarshal(raw, &obj); err != nil {
+	if err := json.Unmarshal(raw.Raw, &obj); err != nil {
 		t.Fatal(err)
 	}
-	spec := obj["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	spec := obj
+	for _, k := range path {
+		spec = spec[k].(map[string]any)
+	}
 	containers, _ := spec["containers"].([]any)
 	for _, c := range containers {
 		if sc, ok := c.(map[string]any)["securityContext"].(map[string]any); ok {
 			delete(sc, "appArmorProfile")
 		}
 	}
-	raw, err := json.Marshal(obj)
+	b, err := json.Marshal(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return runtime.RawExtension{Raw: raw}
+	return runtime.RawExtension{Raw: b}
 }
 
 // asNewServer is j as an API server 1.30+ sends it.

@@ -152,8 +152,8 @@ func runsAsRoot(spec corev1.PodSpec) bool {
 
 // TestPodsMeetPodSecurity renders every system's manifest (each chart's
 // renderer, the code behind `slipway ops|update-operator|eds|swarm
-// manifest`, in every variant and with every toggle), the upgrade Job the
-// UpdateChannel agent creates and the swarm worker's pod: each controller
+// manifest`, in every variant and with every toggle), the upgrade Job and
+// the slot Pods the UpdateChannel agent creates and the swarm worker's pod: each controller
 // (a Deployment) meets Pod Security `restricted`, and each node agent
 // (DaemonSet) and Job, which need root, says runAsUser: 0 itself since the
 // image does not run as root.
@@ -226,6 +226,21 @@ func TestPodsMeetPodSecurity(t *testing.T) {
 	if !runsAsRoot(j.Spec.Template.Spec) {
 		t.Error("the UpdateChannel agent's upgrade Job runs as the image's non-root user: it needs root and must say runAsUser: 0")
 	}
+	// The slot Pods it creates itself in the manifest's namespace: root as
+	// the Job's, and above baseline (the host's directories), which the
+	// chart's namespace must then admit.
+	slotPods, err := agent.SlotPods(agent.Options{NodeName: "node-a", Image: "slipway:test"}, ch, opsv1.Slot{Node: "node-a", Version: "v2", Attempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for kind, p := range slotPods {
+		if !runsAsRoot(p.Spec) {
+			t.Errorf("the UpdateChannel agent's %s slot Pod runs as the image's non-root user: it needs root and must say runAsUser: 0", kind)
+		}
+		if v := violations(t, psaapi.LevelBaseline, p.ObjectMeta, p.Spec); len(v) > 0 && !chartNeedsPrivileged(t, "slipway-agent") {
+			t.Errorf("the %s slot Pod needs Pod Security privileged (%s) but the slipway-agent chart does not say so", kind, v[0])
+		}
+	}
 
 	// A restricted application beside the swarm sidecar: the worker pod
 	// stays restricted (the sidecar adds nothing the level refuses).
@@ -239,3 +254,15 @@ func TestPodsMeetPodSecurity(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// chartNeedsPrivileged is the NeedsPrivileged of the chart named name.
+func chartNeedsPrivileged(t *testing.T, name string) bool {
+	t.Helper()
+	for _, c := range Charts() {
+		if c.Name == name {
+			return c.NeedsPrivileged
+		}
+	}
+	t.Fatalf("no chart %s", name)
+	return false
+}
