@@ -84,17 +84,17 @@ func (a *Agent) stepCreateRollbackJob(ctx context.Context, sc *stepCtx) error {
 		if d.Problem != "" {
 			return a.fail(ctx, sc.ch, sc.slot, "rollback", fmt.Sprintf("cannot roll back from %s to %s: %s", sc.slot.From, sc.slot.Version, d.Problem))
 		}
-		err := a.createSlotPod(ctx, sc.ch, a.buildBackoutJob(sc.ch, sc.s, sc.slot, *current, d.Components)) // AlreadyExists only for this very Pod
+		what, err := a.createSlotWork(ctx, sc.ch, a.buildBackoutJob(sc.ch, sc.s, sc.slot, *current, d.Components)) // AlreadyExists only for this very Pod (or Job)
 		switch {
 		case apierrors.IsAlreadyExists(err):
 		case err != nil:
-			a.jobRefused(sc.ch, "pod "+name, err)
-			return fmt.Errorf("create rollback pod %s: %w", name, err)
+			a.jobRefused(sc.ch, what, err)
+			return fmt.Errorf("create rollback %s: %w", what, err)
 		default:
 			a.metrics.rollbacks.Inc()
-			a.log.Info("rollback pod created", "channel", sc.ch.Name, "pod", name, "from", sc.slot.From, "to", sc.slot.Version, "components", d.Components)
-			a.recorder.Eventf(sc.ch, corev1.EventTypeWarning, "RollingBack", "node %s took a rollback slot (the analysis failed after its wave): pod %s rolls %s back from %s to %s",
-				a.opts.NodeName, name, componentList(d.Components), sc.slot.From, sc.slot.Version)
+			a.log.Info("rollback created", "channel", sc.ch.Name, "work", what, "from", sc.slot.From, "to", sc.slot.Version, "components", d.Components)
+			a.recorder.Eventf(sc.ch, corev1.EventTypeWarning, "RollingBack", "node %s took a rollback slot (the analysis failed after its wave): %s rolls %s back from %s to %s",
+				a.opts.NodeName, what, componentList(d.Components), sc.slot.From, sc.slot.Version)
 		}
 		a.noteCreated(name)
 	}

@@ -154,18 +154,18 @@ func (a *Agent) do(ctx context.Context, step plan.Step, sc *stepCtx) (after time
 		err := a.stepCreateJob(ctx, sc)
 		return 0, err == nil && sc.s.Drain.Enabled, err // an activation's drain is asked at once (beside.go)
 	case plan.StepFailJobGone:
-		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("upgrade pod %s is gone before it swapped %s in; the node is retried",
-			protocol.SlotJobName(sc.ch.UID, sc.slot), sc.slot.Version))
+		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("upgrade %s %s is gone before it swapped %s in; the node is retried",
+			a.slotWorkWord(), protocol.SlotJobName(sc.ch.UID, sc.slot), sc.slot.Version))
 	case plan.StepPublishSwap:
 		after, err := a.stepPublishSwap(ctx, sc)
 		return after, false, err
 	case plan.StepFailJob:
 		name := protocol.SlotJobName(sc.ch.UID, sc.slot)
-		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("%s pod %s failed (%s)%s", slotJobKind(sc.slot), name, a.jobReason(name), a.podMessage(ctx, name)))
+		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("%s %s %s failed (%s)%s", slotJobKind(sc.slot), a.slotWorkWord(), name, a.jobReason(name), a.podMessage(ctx, name)))
 	case plan.StepFailForeign:
 		name := protocol.SlotJobName(sc.ch.UID, sc.slot)
 		_, why := jobOwnedBy(a.job(name), sc.ch.UID, sc.slot)
-		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("pod %s belongs to another rollout (%s): delete it and the node is retried", name, why))
+		return 0, false, a.fail(ctx, sc.ch, sc.slot, "job", fmt.Sprintf("%s %s belongs to another rollout (%s): delete it and the node is retried", a.slotWorkWord(), name, why))
 	case plan.StepDeferToWindow:
 		return 0, false, a.deferToWindow(ctx, sc.ch, sc.slot, sc.why)
 	case plan.StepDrain:
@@ -177,7 +177,7 @@ func (a *Agent) do(ctx context.Context, step plan.Step, sc *stepCtx) (after time
 		return 0, false, a.fail(ctx, sc.ch, sc.slot, "boot", fmt.Sprintf("node came back at %s, not %s: the boot fell back to the previous version; see the node's console",
 			a.readableVersions().Rootfs, sc.slot.Version))
 	case plan.StepFailBehind:
-		return 0, false, a.fail(ctx, sc.ch, sc.slot, "boot", fmt.Sprintf("node came back at %s, but %s: the upgrade did not move every component the channel names; see the upgrade pod's log",
+		return 0, false, a.fail(ctx, sc.ch, sc.slot, "boot", fmt.Sprintf("node came back at %s, but %s: the upgrade did not move every component the channel names; see the upgrade's log",
 			sc.slot.Version, plan.ComponentsBehind(sc.s.Components, *a.readableVersions(), a.releaseOf)))
 	case plan.StepWaitReady:
 		after, err := a.stepWaitReady(ctx, sc)

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/protocol"
 )
 
@@ -69,6 +70,31 @@ func SlotPods(opts Options, ch *v1.UpdateChannel, slot v1.Slot) (map[string]*cor
 	return out, nil
 }
 
+// slotWorkInPod reports whether this agent runs a slot's work in a Pod of
+// its own: under the policy isolation; under the webhook isolation (API
+// servers before 1.30) it stays a Job, with no right to create pods
+// (manifest.Options.SlotPods says why).
+func (a *Agent) slotWorkInPod() bool { return a.opts.Isolation != process.IsolationWebhook }
+
+// slotWorkWord is what a slot's work is here, for what the agent reports.
+func (a *Agent) slotWorkWord() string {
+	if a.slotWorkInPod() {
+		return "pod"
+	}
+	return "job"
+}
+
+// createSlotWork creates the work of slot Job j: its Pod, or the Job
+// itself under the webhook isolation. what names it ("pod NAME", "job
+// NAME") for the Events and errors.
+func (a *Agent) createSlotWork(ctx context.Context, ch *v1.UpdateChannel, j *batchv1.Job) (what string, err error) {
+	what = a.slotWorkWord() + " " + j.Name
+	if !a.slotWorkInPod() {
+		return what, a.createJob(ctx, ch, j)
+	}
+	return what, a.createSlotPod(ctx, ch, j)
+}
+
 // createSlotPod creates the Pod of slot Job j for channel ch (slotPodOf).
 // As createJob: when a pod of that name exists already, the create's
 // AlreadyExists error is returned (the callers take it for done) only if
@@ -114,6 +140,9 @@ const slotPodSweepEvery = time.Hour
 // sweepSlotPodsEvery sweeps at start and then every slotPodSweepEvery
 // until ctx ends.
 func (a *Agent) sweepSlotPodsEvery(ctx context.Context) {
+	if !a.slotWorkInPod() {
+		return // its slots' Jobs go by their TTL
+	}
 	for {
 		if err := a.sweepSlotPods(ctx, time.Now()); err != nil && ctx.Err() == nil {
 			a.log.Warn("could not delete this node's finished slot pods (tried again within the hour)", "err", err)

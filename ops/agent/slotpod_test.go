@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -156,5 +157,34 @@ func TestFinishedSlotPodsSweptAfterADay(t *testing.T) {
 	}
 	if got := slotPods(); len(got) != 0 {
 		t.Fatalf("a day after, node-1's sweep left %v", got)
+	}
+}
+
+// TestWebhookIsolationKeepsSlotJobs: under the webhook isolation (API
+// servers before 1.30, no right to create pods) a slot's work is a Job,
+// as before slot Pods.
+func TestWebhookIsolationKeepsSlotJobs(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 1, func(o *Options) { o.Isolation = process.IsolationWebhook })
+	node := f.NS + "-n0"
+	f.Start(node)
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
+	f.WaitFor("at v2", time.Minute, fleettest.Done(1))
+	jobs, err := f.Kube.BatchV1().Jobs(f.NS).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := f.Kube.CoreV1().Pods(f.NS).List(t.Context(), metav1.ListOptions{LabelSelector: protocol.LabelAppName + "=" + protocol.LabelAppNameUpgrade})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slotJobs := 0
+	for _, j := range jobs.Items {
+		if strings.HasPrefix(j.Name, protocol.JobKindUpgrade+"-") {
+			slotJobs++
+		}
+	}
+	if slotJobs != 1 || len(pods.Items) != 0 {
+		t.Errorf("%d slot Jobs and %d upgrade pods, want the slot's Job and no pod of the agent's", slotJobs, len(pods.Items))
 	}
 }

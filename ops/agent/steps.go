@@ -35,15 +35,15 @@ func (a *Agent) stepCreateJob(ctx context.Context, sc *stepCtx) error {
 		c := &j.Spec.Template.Spec.Containers[0]
 		c.Args = append(c.Args, phaseFlag, phaseActivate)
 	}
-	err := a.createSlotPod(ctx, sc.ch, j) // AlreadyExists only for this very Pod
+	what, err := a.createSlotWork(ctx, sc.ch, j) // AlreadyExists only for this very Pod (or Job)
 	switch {
 	case apierrors.IsAlreadyExists(err):
 	case err != nil:
-		a.jobRefused(sc.ch, "pod "+name, err)
-		return fmt.Errorf("create upgrade pod %s: %w", name, err)
+		a.jobRefused(sc.ch, what, err)
+		return fmt.Errorf("create upgrade %s: %w", what, err)
 	default:
-		a.log.Info("upgrade pod created", "channel", sc.ch.Name, "pod", name, "version", sc.slot.Version, "attempt", sc.slot.Attempt)
-		a.recorder.Eventf(sc.ch, corev1.EventTypeNormal, "Upgrading", "node %s took a slot: pod %s upgrades it to %s (attempt %d)", a.opts.NodeName, name, sc.slot.Version, sc.slot.Attempt)
+		a.log.Info("upgrade created", "channel", sc.ch.Name, "work", what, "version", sc.slot.Version, "attempt", sc.slot.Attempt)
+		a.recorder.Eventf(sc.ch, corev1.EventTypeNormal, "Upgrading", "node %s took a slot: %s upgrades it to %s (attempt %d)", a.opts.NodeName, what, sc.slot.Version, sc.slot.Attempt)
 	}
 	a.noteCreated(name) // the turns before the cache shows it see it running, not missing
 	if sc.slot.Phase == plan.PhaseUpgrading && sc.slot.Job == name {

@@ -61,13 +61,25 @@ var JobCommands = []string{"upgrade", "rollback", "prune"}
 // Lease, Node and NodeUpdate writes, the channels' resolved source.
 func policies(o Options) []any {
 	var out []any
-	for _, objs := range [][]any{ownNodePolicy(o).Objects(), jobPolicy(o).Objects(), leasePolicy(o).Objects(), controllerLeasePolicy(o).Objects(),
+	all := [][]any{ownNodePolicy(o).Objects(), jobPolicy(o).Objects(), leasePolicy(o).Objects(), controllerLeasePolicy(o).Objects(),
 		controllerNodePolicy(o).Objects(), sourcePolicy(o).Objects(), eventPolicy(o).Objects(), nodeUpdatePolicy(o).Objects(),
-		controllerNodeUpdatePolicy(o).Objects(), slotPodPolicy(o).Objects(), slotPodDeletePolicy(o).Objects()} {
+		controllerNodeUpdatePolicy(o).Objects()}
+	if o.SlotPods() {
+		all = append(all, slotPodPolicy(o).Objects(), slotPodDeletePolicy(o).Objects())
+	}
+	for _, objs := range all {
 		out = append(out, objs...)
 	}
 	return out
 }
+
+// SlotPods reports whether the agents run a slot's work in Pods of their
+// own (ops/agent's SlotPods), with the rights and policies for them: under
+// the policy isolation. Under the webhook isolation a slot's work stays a
+// Job: the webhook's own pod runs in slipway's namespace, and a webhook
+// that had to admit every pod created there could not admit its own
+// replacement once its pod is gone (nor let the old one be deleted).
+func (o Options) SlotPods() bool { return o.Isolation != IsolationWebhook }
 
 // jobPolicy admits a Job created by the agent only in slipway's shape: an
 // allow-list, the whole Job compared with the canonical Job of its kind

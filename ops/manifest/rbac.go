@@ -48,7 +48,8 @@ func ownNodePolicy(o Options) admission.NodeAgentPolicy {
 // as the record of an attempt; jobPolicy admits only slipway's shape on
 // its own node) and their pods (watched), its slot's Pods (created,
 // deleted a day after they finished: slotPodPolicy and
-// slotPodDeletePolicy admit only its own node's), its heartbeat Lease
+// slotPodDeletePolicy admit only its own node's; none under the webhook
+// isolation, where a slot's work stays a Job: SlotPods), its heartbeat Lease
 // (leasePolicy admits no other), and its node's NodeUpdate: read (the
 // controller's instructions in its spec) and its status written (the
 // node's reports; nodeUpdatePolicy admits its own node's only), never its
@@ -56,12 +57,15 @@ func ownNodePolicy(o Options) admission.NodeAgentPolicy {
 // the node needs of each (its view). No Secret: the controller resolves
 // the releases.
 func namespacedRules(o Options) []rbacv1.PolicyRule {
+	pods := []string{"list", "watch"} // the Jobs' pods: done a second before the Job
+	if o.SlotPods() {
+		// The slot Pods (slotPodPolicy admits only its node's slot's, bound
+		// to it; slotPodDeletePolicy lets it delete only those).
+		pods = append(pods, "create", "delete")
+	}
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"list", "watch", "create"}},
-		// The slot Pods (slotPodPolicy admits only its node's slot's, bound
-		// to it; slotPodDeletePolicy lets it delete only those) and the
-		// Jobs' pods: done a second before the Job.
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "create", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: pods},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"nodeupdates"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"ops.slipway.dev"}, Resources: []string{"nodeupdates/status"}, Verbs: []string{"patch"}},
