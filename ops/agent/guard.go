@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,13 +65,23 @@ func (r *guardedRebooter) Reboot(ctx context.Context) error {
 func (r *guardedRebooter) String() string { return r.next.String() }
 
 // jobRefused records, when the API server refused a Job or slot Pod
-// (what: "job NAME", "pod NAME") this agent built (its admission policy:
-// a channel's image, token Secret or mirror the manifest does not allow),
-// a Warning Event on the channel saying why; the sync is retried with
-// backoff, as for any failed write.
+// (what: "job NAME", "pod NAME") this agent built, a Warning Event on
+// the channel saying why and what to do: its admission policy (a
+// channel's image, token Secret or mirror the manifest does not allow),
+// or Pod Security (slipway's namespace without the privileged level: a
+// slot's Pod is refused at once, where a Job's pod was refused to the Job
+// controller, unseen). The sync is retried with backoff, as for any
+// failed write.
 func (a *Agent) jobRefused(ch *v1.UpdateChannel, what string, err error) {
-	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-		a.recorder.Eventf(ch, corev1.EventTypeWarning, "JobRefused",
-			"node %s: the API server refused %s (see docs/security.md: a channel's image, token Secret and mirror must be ones the manifest allows): %v", a.opts.NodeName, what, err)
+	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+		return
 	}
+	if strings.Contains(err.Error(), "violates PodSecurity") {
+		a.recorder.Eventf(ch, corev1.EventTypeWarning, "JobRefused",
+			"node %s: Pod Security refused %s: slipway's namespace needs the privileged level "+
+				"(kubectl label namespace %s pod-security.kubernetes.io/enforce=privileged; see docs/install.md): %v", a.opts.NodeName, what, a.opts.Namespace, err)
+		return
+	}
+	a.recorder.Eventf(ch, corev1.EventTypeWarning, "JobRefused",
+		"node %s: the API server refused %s (see docs/security.md: a channel's image, token Secret and mirror must be ones the manifest allows): %v", a.opts.NodeName, what, err)
 }
