@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -55,12 +56,26 @@ func (a *Agent) createJob(ctx context.Context, ch *v1.UpdateChannel, j *batchv1.
 	}
 	have := a.jobCache().anyJob(j.Namespace + "/" + j.Name)
 	if have == nil {
-		return fmt.Errorf("job %s exists but is not in this agent's cache yet; looking again", j.Name)
+		return a.nameTaken(ch, "Job", j.Name, "", false, err)
 	}
-	if why := sameJob(j, have, a.opts.NodeName); why != "" {
-		a.recorder.Eventf(a.eventTarget(ch), corev1.EventTypeWarning, "JobNameTaken",
-			"node %s: job %s exists and is not this node's (%s); the node does not take it for its own", a.opts.NodeName, j.Name, why)
-		return fmt.Errorf("job %s exists and is not the one this node would create (%s): not taken for its own", j.Name, why)
+	return a.nameTaken(ch, "Job", j.Name, sameJob(j, have, a.opts.NodeName), true, err)
+}
+
+// nameTaken is what a create of kind ("Job", "Pod") under name that
+// answered exists (err) comes to: that very object of this node's (why
+// "", err returned: the callers take it for done), or another under the
+// name (why says how it differs: an error, with a Warning Event
+// <kind>NameTaken; its result is never taken for this node's). Not yet in
+// the cache (cached false): an error, looked at again on the retry.
+func (a *Agent) nameTaken(ch *v1.UpdateChannel, kind, name, why string, cached bool, err error) error {
+	lower := strings.ToLower(kind)
+	switch {
+	case !cached:
+		return fmt.Errorf("%s %s exists but is not in this agent's cache yet; looking again", lower, name)
+	case why != "":
+		a.recorder.Eventf(a.eventTarget(ch), corev1.EventTypeWarning, kind+"NameTaken",
+			"node %s: %s %s exists and is not this node's (%s); the node does not take it for its own", a.opts.NodeName, lower, name, why)
+		return fmt.Errorf("%s %s exists and is not the one this node would create (%s): not taken for its own", lower, name, why)
 	}
 	return err
 }

@@ -233,16 +233,15 @@ func (a *Agent) jobReason(name string) string {
 }
 
 // podMessage returns ": <the end of the failed pod's termination message>"
-// of Job name (the slot Pod of that name, or the Job's pod), or a pointer
-// to its log when there is none.
+// of Job name (the slot Pod of that name, as the work watches the sync
+// holds show it, or the Job's pod, listed), or a pointer to its log when
+// there is none.
 func (a *Agent) podMessage(ctx context.Context, job string) string {
 	logs := "job/" + job
 	var pods []corev1.Pod
-	pc := a.kube.CoreV1().Pods(a.opts.Namespace)
-	// A list by name: the agent may list pods, not get one.
-	if list, err := pc.List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + job}); err == nil && len(list.Items) == 1 && protocol.SlotPodOfNode(&list.Items[0], a.opts.NodeName) {
-		pods, logs = list.Items, "pod/"+job
-	} else if list, err := pc.List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job}); err == nil {
+	if p := a.jobCache().anyPod(a.opts.Namespace + "/" + job); protocol.SlotPodOfNode(p, a.opts.NodeName) {
+		pods, logs = []corev1.Pod{*p}, "pod/"+job
+	} else if list, err := a.kube.CoreV1().Pods(a.opts.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job}); err == nil {
 		pods = list.Items
 	}
 	for _, p := range pods {

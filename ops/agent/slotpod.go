@@ -114,14 +114,9 @@ func (a *Agent) createSlotPod(ctx context.Context, ch *v1.UpdateChannel, j *batc
 	}
 	have := a.jobCache().anyPod(p.Namespace + "/" + p.Name)
 	if have == nil {
-		return fmt.Errorf("pod %s exists but is not in this agent's cache yet; looking again", p.Name)
+		return a.nameTaken(ch, "Pod", p.Name, "", false, err)
 	}
-	if why := sameSlotPod(j, have, a.opts.NodeName); why != "" {
-		a.recorder.Eventf(a.eventTarget(ch), corev1.EventTypeWarning, "PodNameTaken",
-			"node %s: pod %s exists and is not this node's (%s); the node does not take it for its own", a.opts.NodeName, p.Name, why)
-		return fmt.Errorf("pod %s exists and is not the one this node would create (%s): not taken for its own", p.Name, why)
-	}
-	return err
+	return a.nameTaken(ch, "Pod", p.Name, sameSlotPod(j, have, a.opts.NodeName), true, err)
 }
 
 // sameSlotPod says how pod have differs from the slot Pod of Job want

@@ -125,9 +125,10 @@ func New(t *testing.T, env *testenv.Env, nodes int, p Programs) *Fleet {
 	if _, err := f.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.NS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// kube-controller-manager (not run here) gives every namespace its
-	// ServiceAccount "default", which the API server's ServiceAccount
-	// admission gives a pod that names none (a slot's Pod).
+	// kube-controller-manager (not run by a fleet's control plane) gives
+	// every namespace its ServiceAccount "default", which the API
+	// server's ServiceAccount admission gives a pod that names none (a
+	// slot's Pod); one that runs it may have made it first.
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
 	if _, err := f.Kube.CoreV1().ServiceAccounts(f.NS).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
