@@ -168,16 +168,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.queue.ShutDown()
 	a.workersBeat = process.Pulse(ctx, a.probe, a.opts.LoopAllowance, func() { a.queue.Add(key{role: rolePulse}) })
 	// The versions' publish beside the informers' first lists (start.go),
-	// then the heartbeat, as before the informers: the controller's fleet
-	// view skips nodes whose agent never reported, and reads a node that
-	// reports with its versions published.
+	// then the heartbeat: the controller's fleet view skips nodes whose
+	// agent never reported, and reads a node that reports with its versions
+	// published. The heartbeat waits for the caches too: its first renewal
+	// says whether a channel asks something of the node (busy), which an
+	// empty cache would deny, and a renewal at the idle duration would be
+	// followed at once by the busy one the caches' first events wake: two
+	// writes at every start, every reboot, where one does.
 	published := make(chan error, 1)
 	go func() {
-		err := untilAnswered(ctx, a.log, startBackoff, "publish this boot's versions", a.publishVersions)
-		if err == nil {
-			go a.heartbeat(ctx)
-		}
-		published <- err
+		published <- untilAnswered(ctx, a.log, startBackoff, "publish this boot's versions", a.publishVersions)
 	}()
 	if err := a.startInformers(ctx); err != nil {
 		return err
@@ -185,6 +185,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := <-published; err != nil {
 		return err
 	}
+	go a.heartbeat(ctx)
 	a.queue.Add(key{role: roleIdle}) // a cordon left by a channel deleted while this agent was away
 	started.Store(true)
 	go a.sweepSlotPodsEvery(ctx) // as the TTL controller does for Jobs (slotpod.go)

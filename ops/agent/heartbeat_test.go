@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,4 +151,66 @@ func TestIdleAgentBeatsSlowlyUntilAsked(t *testing.T) {
 	setUnschedulable(false)
 	f.WaitFor("at v2", 2*time.Minute, fleettest.Done(1))
 	waitUntil(t, 3*interval, "the idle duration again after the rollout", func() bool { d, _ := lease(); return d == idle })
+}
+
+// TestRestartRenewsOnceWithWhatTheCachesSay: an agent started while a
+// channel asks something of its node (here after a restart, as after every
+// reboot of a rollout) renews its heartbeat once, with the busy duration:
+// its first renewal waits for the caches that say the node is asked
+// something. A renewal before them, from an empty cache, has the idle
+// duration and the caches' first events wake a second one at once: two
+// writes where one does (the NodeUpdate's list is held back here, as a
+// busy API server does, so the order does not depend on luck).
+func TestRestartRenewsOnceWithWhatTheCachesSay(t *testing.T) {
+	t.Parallel()
+	interval := time.Minute
+	var slowLists atomic.Bool
+	f := newFleet(t, 1, nil)
+	node := f.NS + "-n0"
+	reqs := &leaseRequests{path: "/apis/coordination.k8s.io/v1/namespaces/" + f.NS + "/leases/" + protocol.AgentLeaseName(node), by: map[string]int{}}
+	f.opts = func(o *Options) {
+		o.HeartbeatInterval = interval
+		if o.Config == nil { // the controller's options
+			return
+		}
+		cfg := rest.CopyConfig(o.Config)
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return reqs.wrap(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if slowLists.Load() && strings.HasSuffix(r.URL.Path, "/nodeupdates") { // the informer's list and watch
+					time.Sleep(time.Second)
+				}
+				return rt.RoundTrip(r)
+			}))
+		})
+		o.Config = cfg
+	}
+	f.Start(node)
+	f.AgentsUp(node)
+	// An admin's cordon keeps the slot away: the channel's target alone
+	// asks something of the node, and nothing reboots it.
+	if _, err := f.Kube.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
+	busy := int32(3 * interval.Seconds())
+	lease := func() (int32, time.Time) {
+		l, err := f.Kube.CoordinationV1().Leases(f.NS).Get(context.Background(), protocol.AgentLeaseName(node), metav1.GetOptions{})
+		if err != nil || l.Spec.LeaseDurationSeconds == nil || l.Spec.RenewTime == nil {
+			return 0, time.Time{}
+		}
+		return *l.Spec.LeaseDurationSeconds, l.Spec.RenewTime.Time
+	}
+	waitUntil(t, 2*time.Minute, "the busy duration before the restart", func() bool { d, _ := lease(); return d == busy })
+
+	slowLists.Store(true)
+	before, restarted := reqs.count(http.MethodPut), time.Now()
+	f.Restart(node, nil)
+	waitUntil(t, time.Minute, "the restarted agent's first renewal", func() bool { _, at := lease(); return at.After(restarted) })
+	time.Sleep(3 * time.Second) // a second renewal, if any, follows within the caches' first events
+	if d, _ := lease(); d != busy {
+		t.Errorf("the restarted agent's Lease has a duration of %d s, want the busy %d s", d, busy)
+	}
+	if n := reqs.count(http.MethodPut) - before; n != 1 {
+		t.Errorf("the restarted agent renewed its Lease %d times within seconds of its start, want once", n)
+	}
 }

@@ -133,15 +133,21 @@ func sameSlotPod(want *batchv1.Job, have *corev1.Pod, node string) string {
 const slotPodSweepEvery = time.Hour
 
 // sweepSlotPodsEvery sweeps at start and then every slotPodSweepEvery
-// until ctx ends.
+// until ctx ends. The sweep at start reads the work watches' pods, open
+// and filled at every start: it runs after every reboot, beside the
+// slot's end, and a list there would be one more request per node of
+// every rollout for the same answer. Later sweeps list: the watches
+// close while the node is idle.
 func (a *Agent) sweepSlotPodsEvery(ctx context.Context) {
 	if !a.slotWorkInPod() {
 		return // its slots' Jobs go by their TTL
 	}
+	pods := a.slotPodsWatched
 	for {
-		if err := a.sweepSlotPods(ctx, time.Now()); err != nil && ctx.Err() == nil {
+		if err := a.sweepSlotPods(ctx, time.Now(), pods); err != nil && ctx.Err() == nil {
 			a.log.Warn("could not delete this node's finished slot pods (tried again within the hour)", "err", err)
 		}
+		pods = a.listSlotPods
 		select {
 		case <-ctx.Done():
 			return
@@ -152,16 +158,15 @@ func (a *Agent) sweepSlotPodsEvery(ctx context.Context) {
 
 // sweepSlotPods deletes this node's slot Pods that finished more than
 // jobTTL before now, as the TTL controller deletes a finished Job
-// (ttlSecondsAfterFinished): a day for their logs to be read. One list,
-// from the API server's cache; a delete only for each Pod to go.
-func (a *Agent) sweepSlotPods(ctx context.Context, now time.Time) error {
-	list, err := a.kube.CoreV1().Pods(a.opts.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0",
-		LabelSelector: protocol.LabelAppName + "=" + protocol.LabelAppNameUpgrade + "," + protocol.LabelJobNode + "=" + protocol.LabelValue(a.opts.NodeName)})
+// (ttlSecondsAfterFinished): a day for their logs to be read. The pods
+// come from pods (the work watches' cache, or one list from the API
+// server's cache); a delete only for each Pod to go.
+func (a *Agent) sweepSlotPods(ctx context.Context, now time.Time, pods func(context.Context) ([]*corev1.Pod, error)) error {
+	list, err := pods(ctx)
 	if err != nil {
-		return fmt.Errorf("list this node's slot pods: %w", err)
+		return err
 	}
-	for i := range list.Items {
-		p := &list.Items[i]
+	for _, p := range list {
 		if !slotPodExpired(p, a.opts.NodeName, now) {
 			continue
 		}
@@ -183,4 +188,39 @@ func slotPodExpired(p *corev1.Pod, node string, now time.Time) bool {
 	}
 	done, _, _, at := protocol.JobOutcome(protocol.JobOfSlotPod(p))
 	return done && now.Sub(at) > jobTTL*time.Second
+}
+
+// listSlotPods lists this node's upgrade pods from the API server's cache.
+func (a *Agent) listSlotPods(ctx context.Context) ([]*corev1.Pod, error) {
+	list, err := a.kube.CoreV1().Pods(a.opts.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0",
+		LabelSelector: protocol.LabelAppName + "=" + protocol.LabelAppNameUpgrade + "," + protocol.LabelJobNode + "=" + protocol.LabelValue(a.opts.NodeName)})
+	if err != nil {
+		return nil, fmt.Errorf("list this node's slot pods: %w", err)
+	}
+	out := make([]*corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out, nil
+}
+
+// slotPodsWatched are this node's pods in the work watches' cache; listed
+// from the API server (listSlotPods) when the watches are closed or not
+// filled yet.
+func (a *Agent) slotPodsWatched(ctx context.Context) ([]*corev1.Pod, error) {
+	w := a.watches
+	w.mu.Lock()
+	filled := w.open && w.synced != nil && w.synced()
+	pods := w.pods
+	w.mu.Unlock()
+	if !filled {
+		return a.listSlotPods(ctx)
+	}
+	var out []*corev1.Pod
+	for _, o := range pods.List() {
+		if p, ok := o.(*corev1.Pod); ok {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }

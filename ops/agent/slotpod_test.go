@@ -1,13 +1,17 @@
 package agent
 
 import (
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
 	"slipway.dev/slipway/ops/internal/fleettest"
@@ -110,7 +114,22 @@ func TestSlotPodsAreTheirJobsPods(t *testing.T) {
 // its own token, and leaves node-1's (and node-1's agent its).
 func TestFinishedSlotPodsSweptAfterADay(t *testing.T) {
 	t.Parallel()
-	f := newFleet(t, 2, nil)
+	var sweepLists atomic.Int32 // the lists of a sweep (its selector names the upgrade app), by the agents of the rollout
+	f := newFleet(t, 2, func(o *Options) {
+		if o.Config == nil { // the controller's options
+			return
+		}
+		cfg := rest.CopyConfig(o.Config)
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/pods") && strings.Contains(r.URL.Query().Get("labelSelector"), protocol.LabelAppName) {
+					sweepLists.Add(1)
+				}
+				return rt.RoundTrip(r)
+			})
+		})
+		o.Config = cfg
+	})
 	mirror := t.TempDir() // a release source the manifest allows
 	f.AsServiceAccount(manifest.Options{MirrorDirs: []string{mirror}})
 	n0, n1 := f.NS+"-n0", f.NS+"-n1"
@@ -140,19 +159,37 @@ func TestFinishedSlotPodsSweptAfterADay(t *testing.T) {
 		}
 		return a
 	}
-	if err := sweeper(n0).sweepSlotPods(t.Context(), time.Now().Add(time.Hour)); err != nil {
+	if n := sweepLists.Load(); n != 0 {
+		t.Errorf("the agents listed their slot pods %d times at their starts (two each): the sweep at start reads the work watches", n)
+	}
+	a0 := sweeper(n0)
+	if err := a0.sweepSlotPods(t.Context(), time.Now().Add(time.Hour), a0.listSlotPods); err != nil {
 		t.Fatal(err)
 	}
 	if got := slotPods(); len(got) != 2 {
 		t.Fatalf("an hour after: %v left, want both (kept a day for their logs)", got)
 	}
-	if err := sweeper(n0).sweepSlotPods(t.Context(), time.Now().Add(25*time.Hour)); err != nil {
+	// The sweep at start reads the work watches' cache: here a store
+	// filled with what the API server holds, every pod of both nodes.
+	all, err := f.Kube.CoreV1().Pods(f.NS).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	for i := range all.Items {
+		if err := store.Add(&all.Items[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a0.watches.open, a0.watches.synced, a0.watches.pods = true, func() bool { return true }, ownPods{store, n0}
+	if err := a0.sweepSlotPods(t.Context(), time.Now().Add(25*time.Hour), a0.slotPodsWatched); err != nil {
 		t.Fatal(err)
 	}
 	if got := slotPods(); got[n0] != "" || got[n1] != before[n1] {
 		t.Fatalf("a day after, node-0's sweep left %v, want node-1's %s only", got, before[n1])
 	}
-	if err := sweeper(n1).sweepSlotPods(t.Context(), time.Now().Add(25*time.Hour)); err != nil {
+	a1 := sweeper(n1) // its watches closed: the sweep lists
+	if err := a1.sweepSlotPods(t.Context(), time.Now().Add(25*time.Hour), a1.slotPodsWatched); err != nil {
 		t.Fatal(err)
 	}
 	if got := slotPods(); len(got) != 0 {
