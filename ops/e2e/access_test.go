@@ -50,6 +50,7 @@ var rarelyCalled = map[string]string{
 	"namespace ops.slipway.dev/nodeupdates list":  "its own NodeUpdate's informer lists when the API server cannot stream its initial list (watch-list)",
 	"namespace ops.slipway.dev/nodeupdates watch": "the audit log records a watch when it ends, and the agent's own NodeUpdate's may last the whole run",
 	"namespace /pods delete":                      "a day after a slot's Pod finished, its agent deletes it (ops/agent TestFinishedSlotPodsSweptAfterADay, under this RBAC)",
+	"namespace /pods list":                        "the slot Pods' hourly sweep lists them (the sweep at start reads the work watches), and the pod informer lists when the API server cannot stream its initial list (watch-list)",
 }
 
 // checkAgentAccess compares what the agents and the controller called (the
