@@ -210,7 +210,7 @@ func (a *Agent) listSlotPods(ctx context.Context) ([]*corev1.Pod, error) {
 func (a *Agent) slotPodsWatched(ctx context.Context) ([]*corev1.Pod, error) {
 	w := a.watches
 	w.mu.Lock()
-	filled := w.open && w.synced != nil && w.synced()
+	filled := w.open && w.synced()
 	pods := w.pods
 	w.mu.Unlock()
 	if !filled {

@@ -114,21 +114,11 @@ func TestSlotPodsAreTheirJobsPods(t *testing.T) {
 // its own token, and leaves node-1's (and node-1's agent its).
 func TestFinishedSlotPodsSweptAfterADay(t *testing.T) {
 	t.Parallel()
-	var sweepLists atomic.Int32 // the lists of a sweep (its selector names the upgrade app), by the agents of the rollout
+	var sweepLists atomic.Int32 // the lists of a sweep (its selector names the upgrade app), by the agents and the sweepers below
 	f := newFleet(t, 2, func(o *Options) {
-		if o.Config == nil { // the controller's options
-			return
+		if o.Config != nil { // an agent's options, not the controller's
+			o.Config = countingSweepLists(o.Config, &sweepLists)
 		}
-		cfg := rest.CopyConfig(o.Config)
-		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-				if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/pods") && strings.Contains(r.URL.Query().Get("labelSelector"), protocol.LabelAppName) {
-					sweepLists.Add(1)
-				}
-				return rt.RoundTrip(r)
-			})
-		})
-		o.Config = cfg
 	})
 	mirror := t.TempDir() // a release source the manifest allows
 	f.AsServiceAccount(manifest.Options{MirrorDirs: []string{mirror}})
@@ -152,7 +142,7 @@ func TestFinishedSlotPodsSweptAfterADay(t *testing.T) {
 		t.Fatalf("slot Pods after the rollout: %v, want one per node", before)
 	}
 	sweeper := func(node string) *Agent {
-		a, err := New(Options{NodeName: node, Namespace: f.NS, Config: f.Configs[node], Image: "slipway:test", SystemDir: t.TempDir(),
+		a, err := New(Options{NodeName: node, Namespace: f.NS, Config: countingSweepLists(f.Configs[node], &sweepLists), Image: "slipway:test", SystemDir: t.TempDir(),
 			Rebooter: &fleettest.SimReboot{F: f.Fleet, Node: node}}) // never asked to reboot: it only sweeps
 		if err != nil {
 			t.Fatal(err)
@@ -182,15 +172,23 @@ func TestFinishedSlotPodsSweptAfterADay(t *testing.T) {
 		}
 	}
 	a0.watches.open, a0.watches.synced, a0.watches.pods = true, func() bool { return true }, ownPods{store, n0}
+	lists := sweepLists.Load()
 	if err := a0.sweepSlotPods(t.Context(), time.Now().Add(25*time.Hour), a0.slotPodsWatched); err != nil {
 		t.Fatal(err)
+	}
+	if n := sweepLists.Load() - lists; n != 0 {
+		t.Errorf("the sweep from filled work watches listed the pods %d times, want none", n)
 	}
 	if got := slotPods(); got[n0] != "" || got[n1] != before[n1] {
 		t.Fatalf("a day after, node-0's sweep left %v, want node-1's %s only", got, before[n1])
 	}
 	a1 := sweeper(n1) // its watches closed: the sweep lists
+	lists = sweepLists.Load()
 	if err := a1.sweepSlotPods(t.Context(), time.Now().Add(25*time.Hour), a1.slotPodsWatched); err != nil {
 		t.Fatal(err)
+	}
+	if n := sweepLists.Load() - lists; n != 1 {
+		t.Errorf("the sweep with the work watches closed listed the pods %d times, want once", n)
 	}
 	if got := slotPods(); len(got) != 0 {
 		t.Fatalf("a day after, node-1's sweep left %v", got)
@@ -224,4 +222,20 @@ func TestWebhookIsolationKeepsSlotJobs(t *testing.T) {
 	if slotJobs != 1 || len(pods.Items) != 0 {
 		t.Errorf("%d slot Jobs and %d upgrade pods, want the slot's Job and no pod of the agent's", slotJobs, len(pods.Items))
 	}
+}
+
+// countingSweepLists is cfg with every list of slot Pods by a sweep (its
+// selector names the upgrade app; the pod informer's names the node only)
+// counted in n.
+func countingSweepLists(cfg *rest.Config, n *atomic.Int32) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/pods") && strings.Contains(r.URL.Query().Get("labelSelector"), protocol.LabelAppName) {
+				n.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	return cfg
 }
