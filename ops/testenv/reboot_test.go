@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -163,4 +164,70 @@ func TestPodsReadyAgainAfterReboot(t *testing.T) {
 		t.Fatal(err)
 	}
 	until(t, cs.CoreV1().RESTClient(), "pods", "default", pod.Name, &corev1.Pod{}, func(o runtime.Object) bool { return podReady(o.(*corev1.Pod)) })
+}
+
+// TestRebootTimeCountsFromTheRequest: a reboot's delay is its time from the
+// request to the host's return, as a host's reboot time is, so a command
+// slow to stop (3 s after SIGTERM) shortens the downtime that follows
+// instead of adding to it; and the command starts again, as a kubelet
+// starts the node's pods, before the node is seen Ready, after the new
+// boot ID is on the Node. It runs its own supervisor on a node of the
+// cluster (the cluster's command for it runs on undisturbed).
+func TestRebootTimeCountsFromTheRequest(t *testing.T) {
+	cs := clientset(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	node := cluster.Nodes[len(cluster.Nodes)-1]
+	slowStop := `if [ "$SLIPWAY_NODE_BOOT" = 1 ]; then trap 'sleep 3; exit 0' TERM; while :; do sleep 0.1; done; fi; exec sleep 100000`
+	s, err := supervisor.New(supervisor.Options{Client: cs, Nodes: []string{node}, NodesRoot: t.TempDir(), Command: []string{"sh", "-c", slowStop}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	before, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan string, 1) // what the node showed when first Ready again
+	go func() {
+		lw := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", node))
+		wentDown := false
+		_, _ = watchtools.Until(ctx, before.ResourceVersion, lw, func(ev watch.Event) (bool, error) {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok {
+				return false, nil
+			}
+			if !NodeReady(n) {
+				wentDown = true
+			}
+			if !wentDown || !NodeReady(n) {
+				return false, nil
+			}
+			seen <- fmt.Sprintf("boots %d, new boot ID %v", s.Boots(node), n.Status.NodeInfo.BootID != before.Status.NodeInfo.BootID)
+			return true, nil
+		})
+	}()
+	const delay, stop = 4 * time.Second, 3 * time.Second
+	start := time.Now()
+	if err := s.Reboot(ctx, node, delay); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if took < delay {
+		t.Errorf("the reboot took %s, less than its delay %s", took, delay)
+	}
+	if took >= delay+stop-500*time.Millisecond {
+		t.Errorf("the reboot took %s: its delay %s was added to the command's %s stop, not counted from the request", took, delay, stop)
+	}
+	select {
+	case got := <-seen:
+		if want := "boots 2, new boot ID true"; got != want {
+			t.Errorf("when the node was first seen Ready again: %s, want %s (the command started and the boot ID new before Ready)", got, want)
+		}
+	case <-ctx.Done():
+		t.Fatal("the node was not seen NotReady and Ready again")
+	}
 }

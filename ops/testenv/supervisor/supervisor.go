@@ -1,8 +1,9 @@
 // Package supervisor runs one command per fake node (the node's "agent") with
 // NODE_NAME, SLIPWAY_NODE_DIR and SLIPWAY_NODE_BOOT (the node's boot count:
 // a command restarted within a boot sees the same) set, and simulates a
-// node's reboot: stop its command, report the node NotReady, wait, report it
-// Ready with a new boot ID, empty its /run and start the command again.
+// node's reboot: stop its command, report the node NotReady, wait out the
+// rest of the reboot's time, empty its /run, report the new boot ID, start
+// the command again and report the node Ready.
 package supervisor
 
 import (
@@ -198,9 +199,17 @@ func NewBootID() string {
 }
 
 // Reboot simulates a reboot of node and returns once it is back: its command
-// stopped, the node NotReady, delay waited, /run emptied, the node Ready with
-// a new boot ID and its command started again.
+// stopped, the node NotReady, the rest of delay waited, /run emptied, the
+// new boot ID on the Node, its command started again and the node Ready.
+//
+// delay is the reboot's time from the request to the host's return, as a
+// host's reboot time is: its services' shutdown (the command's exit here)
+// and the node's NotReady are part of it, not added to it (downtimeLeft).
+// On the way back the supervisor stands for the kubelet: its first status
+// after the boot carries the new boot ID, and it starts the node's pods
+// (the command) without waiting for its own Ready to be seen.
 func (s *Supervisor) Reboot(ctx context.Context, node string, delay time.Duration) error {
+	requested := time.Now()
 	s.mu.Lock()
 	p, ok := s.nodes[node]
 	if ok && p.rebooting {
@@ -216,47 +225,75 @@ func (s *Supervisor) Reboot(ctx context.Context, node string, delay time.Duratio
 	}
 	defer func() { s.mu.Lock(); p.rebooting = false; s.mu.Unlock() }()
 	s.opts.Log.Info("rebooting node", "node", node, "delay", delay)
-	s.stopNode(node, 10*time.Second)
-	if err := setDown(ctx, s.opts.Client, node, true); err != nil {
-		return err
-	}
-	if err := waitReady(ctx, s.opts.Client, node, false); err != nil {
+	if err := s.goDown(ctx, node); err != nil {
 		return err
 	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(delay): // the simulated downtime itself
+	case <-time.After(downtimeLeft(delay, time.Since(requested))): // the simulated downtime itself
 	}
+	if err := s.waitHold(ctx, node); err != nil {
+		return err
+	}
+	return s.comeBack(ctx, node)
+}
+
+// downtimeLeft is what remains of a reboot of delay once spent has gone
+// by since its request (the shutdown, the node reported NotReady): none
+// when the shutdown alone took longer.
+func downtimeLeft(delay, spent time.Duration) time.Duration { return max(delay-spent, 0) }
+
+// goDown stops node's command and reports the node NotReady.
+func (s *Supervisor) goDown(ctx context.Context, node string) error {
+	s.stopNode(node, 10*time.Second)
+	if err := setDown(ctx, s.opts.Client, node, true); err != nil {
+		return err
+	}
+	return waitReady(ctx, s.opts.Client, node, false)
+}
+
+// waitHold keeps a stalled reboot (HoldReboots) down until it is released.
+func (s *Supervisor) waitHold(ctx context.Context, node string) error {
 	s.mu.Lock()
 	hold := s.holds[node]
 	s.mu.Unlock()
-	if hold != nil { // a stalled reboot: down until released
-		s.opts.Log.Info("reboot stalled", "node", node)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-hold:
-		}
+	if hold == nil {
+		return nil
 	}
+	s.opts.Log.Info("reboot stalled", "node", node)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-hold:
+		return nil
+	}
+}
+
+// comeBack brings node up in a kubelet's order: /run empty, the new boot
+// ID in the node's first status, the node's pods (its command) started
+// while the node turns Ready, then its other pods marked Ready again.
+func (s *Supervisor) comeBack(ctx context.Context, node string) error {
 	if err := os.RemoveAll(filepath.Join(s.NodeDir(node), "run")); err != nil {
 		return fmt.Errorf("empty %s's /run: %w", node, err)
 	}
+	// Only the supervisor writes the boot ID (no kwok stage does:
+	// stages.yaml), as only the kubelet writes a real node's.
+	if err := setBootID(ctx, s.opts.Client, node, NewBootID()); err != nil {
+		return err
+	}
 	if err := setDown(ctx, s.opts.Client, node, false); err != nil {
+		return err
+	}
+	if err := s.startNode(node, true); err != nil {
 		return err
 	}
 	if err := waitReady(ctx, s.opts.Client, node, true); err != nil {
 		return err
 	}
-	// The new boot ID goes on once the node is Ready, and only the
-	// supervisor writes it (no kwok stage does: stages.yaml), as only the
-	// kubelet writes a real node's.
-	if err := setBootID(ctx, s.opts.Client, node, NewBootID()); err != nil {
-		return err
-	}
 	s.opts.Log.Info("node back", "node", node)
 	s.podsReadyAfterBoot(node)
-	return s.startNode(node, true)
+	return nil
 }
 
 // podsReadyAfterBoot marks node's pods Ready again now, and once more after
