@@ -187,17 +187,22 @@ func TestBeforeAndAfterRebootHooks(t *testing.T) {
 		_, held := metricValue(addr, cordoned)
 		return !held, cordoned + " still exposed"
 	})
-	n := f.node(node)
-	for _, k := range []string{f.keys.Key(KeyBeforeReboot), f.keys.Key(KeyAfterReboot)} {
-		if _, ok := n.Labels[k]; ok {
-			t.Errorf("label %s left on the node", k)
+	// The hooks' labels and answers go in the controller's writes around
+	// the uncordon, not necessarily in it: waited for, not read at once.
+	eventually(t, 10*time.Second, "the hooks' labels and answers gone", func() (bool, string) {
+		n := f.node(node)
+		for _, k := range []string{f.keys.Key(KeyBeforeReboot), f.keys.Key(KeyAfterReboot)} {
+			if _, ok := n.Labels[k]; ok {
+				return false, "label " + k + " left on the node"
+			}
 		}
-	}
-	for _, k := range []string{before, after} {
-		if _, ok := n.Annotations[k]; ok {
-			t.Errorf("hook annotation %s not reset", k)
+		for _, k := range []string{before, after} {
+			if _, ok := n.Annotations[k]; ok {
+				return false, "hook annotation " + k + " not reset"
+			}
 		}
-	}
+		return true, ""
+	})
 }
 
 // A failed attempt ends its hooks: the before-reboot label goes, and so
