@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -181,28 +182,48 @@ func TestBeforeAndAfterRebootHooks(t *testing.T) {
 	if v := f.keys.View(f.node(node), ""); v.Wanted != IntentReboot || f.version(node) != "v2" {
 		t.Fatalf("after-reboot hooks started at wanted %s version %s", v.Wanted, f.version(node))
 	}
+	// Every state the Node passes through from here, as a watch shows each
+	// write: none may be finished with the hook's answer still on it (a
+	// stop right after that write would leave the answer for the next update).
+	w, err := f.kube.CoreV1().Nodes().Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=" + node, ResourceVersion: f.node(node).ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{after: "true"}}})
 	eventually(t, time.Minute, "finished", f.done)
 	eventually(t, 10*time.Second, "no cordon series once lifted", func() (bool, string) {
 		_, held := metricValue(addr, cordoned)
 		return !held, cordoned + " still exposed"
 	})
-	// The hooks' labels and answers go in the controller's writes around
-	// the uncordon, not necessarily in it: waited for, not read at once.
-	eventually(t, 10*time.Second, "the hooks' labels and answers gone", func() (bool, string) {
-		n := f.node(node)
-		for _, k := range []string{f.keys.Key(KeyBeforeReboot), f.keys.Key(KeyAfterReboot)} {
-			if _, ok := n.Labels[k]; ok {
-				return false, "label " + k + " left on the node"
-			}
+	n := f.node(node)
+	for _, k := range []string{f.keys.Key(KeyBeforeReboot), f.keys.Key(KeyAfterReboot)} {
+		if _, ok := n.Labels[k]; ok {
+			t.Errorf("label %s left on the node", k)
 		}
-		for _, k := range []string{before, after} {
-			if _, ok := n.Annotations[k]; ok {
-				return false, "hook annotation " + k + " not reset"
-			}
+	}
+	for _, k := range []string{before, after} {
+		if _, ok := n.Annotations[k]; ok {
+			t.Errorf("hook annotation %s not reset", k)
 		}
-		return true, ""
-	})
+	}
+	for upTo := time.After(10 * time.Second); ; { // the watch's events up to the state just read
+		select {
+		case ev := <-w.ResultChan():
+			m, ok := ev.Object.(*corev1.Node)
+			if !ok {
+				continue
+			}
+			if m.Annotations[f.keys.Key(KeyFinished)] != "" && m.Annotations[after] != "" {
+				t.Errorf("the node was finished (resourceVersion %s) with the after-reboot hook's answer still on it", m.ResourceVersion)
+			}
+			if m.ResourceVersion == n.ResourceVersion {
+				return
+			}
+		case <-upTo:
+			t.Fatalf("the watch did not show the node's resourceVersion %s within 10 s", n.ResourceVersion)
+		}
+	}
 }
 
 // A failed attempt ends its hooks: the before-reboot label goes, and so

@@ -3,6 +3,7 @@ package updateoperator
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -206,17 +207,18 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 		if s.Reason != "" {
 			ann[c.keys.Key(KeyReason)] = s.Reason
 		}
-		written, err := c.patchNode(ctx, v.Name, nil, ann)
+		var labels map[string]any
+		if v.AfterHook { // in the finish's own write: a stop between two writes would leave the hooks' answers for the next update
+			var hookAnn map[string]any
+			labels, hookAnn = c.hookCleared(KeyAfterReboot, c.o.AfterRebootChecks)
+			maps.Copy(ann, hookAnn)
+		}
+		written, err := c.patchNode(ctx, v.Name, labels, ann)
 		if err != nil {
 			return err
 		}
 		c.ended(ctx, v, "", false, true)
 		c.finishedNow(written)
-		if v.AfterHook {
-			if err := c.clearHook(ctx, v.Name, KeyAfterReboot, c.o.AfterRebootChecks); err != nil {
-				return err
-			}
-		}
 		if s.Reason != "" {
 			c.ev.emit(ctx, v.Name, corev1.EventTypeWarning, ReasonStuck, "%s at %s: %s", v.Name, n.Annotations[c.keys.Key(KeyCurrentVersion)], s.Reason)
 			return nil
@@ -363,11 +365,18 @@ func allTrue(n *corev1.Node, keys []string) bool {
 
 // clearHook removes a hook's label and resets its annotations for next time.
 func (c *controller) clearHook(ctx context.Context, node, label string, checks []string) error {
-	ann := map[string]any{}
+	labels, ann := c.hookCleared(label, checks)
+	return c.patch(ctx, node, labels, ann)
+}
+
+// hookCleared is the patch that removes a hook's label and resets its
+// checks' annotations.
+func (c *controller) hookCleared(label string, checks []string) (labels, annotations map[string]any) {
+	annotations = map[string]any{}
 	for _, k := range checks {
-		ann[k] = nil
+		annotations[k] = nil
 	}
-	return c.patch(ctx, node, map[string]any{c.keys.Key(label): nil}, ann)
+	return map[string]any{c.keys.Key(label): nil}, annotations
 }
 
 // finishedNow records a Node this turn finished, as written: the turn's
