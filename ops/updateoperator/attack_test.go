@@ -3,6 +3,7 @@ package updateoperator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -173,12 +174,15 @@ func nodeMetaAttacks(ctx context.Context, t *testing.T, admin, agent, controller
 	// The controller's policy is loaded a moment after its creation too:
 	// waited for until the API server refuses the probe (a timeout or a
 	// dropped connection under load is no refusal), then the attacks go on
-	// whatever the wait saw.
+	// whatever the wait saw. Each probe writes a new value: once one is
+	// allowed (the policy not loaded yet), the same value again changes
+	// nothing, and an unchanged key is one the policy lets through.
 	const policyLoad = 90 * time.Second
 	refused := false
 	var last error
-	for deadline := time.Now().Add(policyLoad); !refused && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		data, _ := json.Marshal(annotation("example.com/probe", "x"))
+	for try, deadline := 0, time.Now().Add(policyLoad); !refused && time.Now().Before(deadline); try++ {
+		time.Sleep(200 * time.Millisecond)
+		data, _ := json.Marshal(annotation("example.com/probe", fmt.Sprint(try)))
 		_, last = controller.CoreV1().Nodes().Patch(ctx, "atk-other", types.MergePatchType, data, metav1.PatchOptions{})
 		refused = apierrors.IsForbidden(last) || apierrors.IsInvalid(last)
 	}
