@@ -174,6 +174,11 @@ func TestBeforeAndAfterRebootHooks(t *testing.T) {
 	if n := f.node(node); rebooted != 0 || !n.Spec.Unschedulable || n.Annotations[f.keys.Wanted()] != string(IntentPerform) {
 		t.Fatalf("before the hook said yes: %d reboots, unschedulable %v, wanted %s; want a drained node waiting", rebooted, n.Spec.Unschedulable, n.Annotations[f.keys.Wanted()])
 	}
+	// Every state the Node passes through from the answer on, as a watch
+	// shows each write: the before-reboot hook's reset and the reboot's
+	// intent land in one write (a stop between two would leave a drained
+	// node with neither, and its hooks would be asked again).
+	beforeWrites := watchNode(t, f, node)
 	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{before: "true"}}})
 	eventually(t, time.Minute, "labelled for the after-reboot hooks", func() (bool, string) {
 		n := f.node(node)
@@ -182,14 +187,20 @@ func TestBeforeAndAfterRebootHooks(t *testing.T) {
 	if v := f.keys.View(f.node(node), ""); v.Wanted != IntentReboot || f.version(node) != "v2" {
 		t.Fatalf("after-reboot hooks started at wanted %s version %s", v.Wanted, f.version(node))
 	}
-	// Every state the Node passes through from here, as a watch shows each
-	// write: none may be finished with the hook's answer still on it (a
-	// stop right after that write would leave the answer for the next update).
-	w, err := f.kube.CoreV1().Nodes().Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=" + node, ResourceVersion: f.node(node).ResourceVersion})
-	if err != nil {
-		t.Fatal(err)
+	for _, m := range beforeWrites(f.node(node).ResourceVersion) {
+		if m.Labels[f.keys.Key(KeyAfterReboot)] != "" {
+			break // the reboot is over
+		}
+		labelled, wantReboot := m.Labels[f.keys.Key(KeyBeforeReboot)] != "", m.Annotations[f.keys.Wanted()] == string(IntentReboot)
+		if labelled == wantReboot {
+			t.Errorf("the node at resourceVersion %s: before-reboot label on %v, intent %s; want the label's reset and the reboot's intent in one write",
+				m.ResourceVersion, labelled, m.Annotations[f.keys.Wanted()])
+		}
 	}
-	defer w.Stop()
+	// From here on, none may be finished with the after-reboot hook's
+	// answer still on it (a stop right after that write would leave the
+	// answer for the next update).
+	afterWrites := watchNode(t, f, node)
 	f.patch(node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{after: "true"}}})
 	eventually(t, time.Minute, "finished", f.done)
 	eventually(t, 10*time.Second, "no cordon series once lifted", func() (bool, string) {
@@ -207,21 +218,38 @@ func TestBeforeAndAfterRebootHooks(t *testing.T) {
 			t.Errorf("hook annotation %s not reset", k)
 		}
 	}
-	for upTo := time.After(10 * time.Second); ; { // the watch's events up to the state just read
-		select {
-		case ev := <-w.ResultChan():
-			m, ok := ev.Object.(*corev1.Node)
-			if !ok {
-				continue
+	for _, m := range afterWrites(n.ResourceVersion) {
+		if m.Annotations[f.keys.Key(KeyFinished)] != "" && m.Annotations[after] != "" {
+			t.Errorf("the node was finished (resourceVersion %s) with the after-reboot hook's answer still on it", m.ResourceVersion)
+		}
+	}
+}
+
+// watchNode watches node from its state now; the function it returns
+// gives every state the watch showed up to resourceVersion upTo.
+func watchNode(t *testing.T, f *fleet, node string) func(upTo string) []*corev1.Node {
+	t.Helper()
+	w, err := f.kube.CoreV1().Nodes().Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=" + node, ResourceVersion: f.node(node).ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	return func(upTo string) []*corev1.Node {
+		t.Helper()
+		var seen []*corev1.Node
+		for deadline := time.After(10 * time.Second); ; {
+			select {
+			case ev := <-w.ResultChan():
+				if m, ok := ev.Object.(*corev1.Node); ok {
+					seen = append(seen, m)
+					if m.ResourceVersion == upTo {
+						return seen
+					}
+				}
+			case <-deadline:
+				t.Fatalf("the watch did not show the node's resourceVersion %s within 10 s", upTo)
+				return nil
 			}
-			if m.Annotations[f.keys.Key(KeyFinished)] != "" && m.Annotations[after] != "" {
-				t.Errorf("the node was finished (resourceVersion %s) with the after-reboot hook's answer still on it", m.ResourceVersion)
-			}
-			if m.ResourceVersion == n.ResourceVersion {
-				return
-			}
-		case <-upTo:
-			t.Fatalf("the watch did not show the node's resourceVersion %s within 10 s", n.ResourceVersion)
 		}
 	}
 }

@@ -165,16 +165,18 @@ func (c *controller) do(ctx context.Context, n *corev1.Node, v NodeView, s Step)
 	case StepPerform:
 		go c.performBesideDrain(ctx, c.startDrain(ctx, v.Name), n)
 	case StepWant:
+		var labels, ann map[string]any
 		if s.Wanted == IntentReboot && v.BeforeHook { // the before-reboot hooks said yes
-			if err := c.clearHook(ctx, v.Name, KeyBeforeReboot, c.o.BeforeRebootChecks); err != nil {
-				return err
-			}
+			// Reset in the intent's own write: a stop between two writes
+			// would leave a drained node unlabelled with no answer, and
+			// the next turn would ask its hooks again.
+			labels, ann = c.hookCleared(KeyBeforeReboot, c.o.BeforeRebootChecks)
 		}
 		why := ""
 		if s.Wanted == IntentReboot && !v.BeforeHook { // the drain's Event and the intent's, in one
 			why = c.drainSummary(v.Name)
 		}
-		return c.want(ctx, v.Name, s.Wanted, why)
+		return c.want(ctx, v.Name, s.Wanted, why, labels, ann)
 	case StepAfter:
 		if err := c.patch(ctx, v.Name, map[string]any{c.keys.Key(KeyAfterReboot): "true"}, nil); err != nil {
 			return err
@@ -319,9 +321,12 @@ func (c *controller) afterUncordon(ctx context.Context, node string, n *corev1.N
 	return nil
 }
 
-// want writes an intent.
-func (c *controller) want(ctx context.Context, node string, i Intent, why string) error {
-	err := c.patch(ctx, node, nil, map[string]any{c.keys.Wanted(): string(i), c.keys.Key(KeyTransition): stamp(wallclock.Now())})
+// want writes an intent, with the labels and annotations that change
+// beside it in the same write.
+func (c *controller) want(ctx context.Context, node string, i Intent, why string, labels, annotations map[string]any) error {
+	ann := map[string]any{c.keys.Wanted(): string(i), c.keys.Key(KeyTransition): stamp(wallclock.Now())}
+	maps.Copy(ann, annotations)
+	err := c.patch(ctx, node, labels, ann)
 	if err != nil {
 		return err
 	}
@@ -361,12 +366,6 @@ func allTrue(n *corev1.Node, keys []string) bool {
 		}
 	}
 	return true
-}
-
-// clearHook removes a hook's label and resets its annotations for next time.
-func (c *controller) clearHook(ctx context.Context, node, label string, checks []string) error {
-	labels, ann := c.hookCleared(label, checks)
-	return c.patch(ctx, node, labels, ann)
 }
 
 // hookCleared is the patch that removes a hook's label and resets its
