@@ -24,11 +24,12 @@ import (
 // its Job staged the swap; the pass that folds that report starts the
 // drain. The controller cordons the node (recording whose cordon it is,
 // for which channel, and when the drain began), evicts its pods through
-// the Eviction API within what is left of drain.timeout, and the next pass
-// over the channel marks the slot Rebooting with what the drain did, in the
-// status write it makes anyway (several drains ending together make one
-// write, and no drain's write conflicts with the pass's); the node reads
-// that in its view and reboots. Status shows a slot Draining only once its
+// the Eviction API within what is left of drain.timeout, and shows the
+// slot Rebooting, with what the drain did, in the node's view at once
+// (showdrained.go); the node reads that and reboots. The next pass over
+// the channel marks the slot Rebooting in status too, in the status write
+// it makes anyway (several drains ending together make one write, and no
+// drain's write conflicts with the pass's). Status shows a slot Draining only once its
 // drain has run for plan.SlowStep (plan.HoldBackDraining): a quick drain costs
 // no status write of its own. A failed drain uncordons and records the
 // failure; a request of the drain that got no answer (a timeout, a dropped
@@ -62,6 +63,9 @@ type drainRun struct {
 	slot v1.Slot
 	how  string
 	slow bool // it has run for longer than plan.SlowStep: status shows it Draining
+	// shown: done, and its node's view shows its slot Rebooting ahead of
+	// the status write that marks it so (showdrained.go).
+	shown bool
 }
 
 // startDrains starts, for every slot of ch whose node asked for its drain
@@ -154,8 +158,10 @@ func (ctl *Controller) runDrain(ctx context.Context, ch *v1.UpdateChannel, s pla
 		ctl.failDrain(ctx, ch, slot, err)
 	default:
 		ctl.metrics.drain.Observe(wallclock.Since(began).Seconds())
-		ctl.noteDrained(drainRun{uid: ch.UID, slot: slot, how: fmt.Sprintf("cordoned and drained by the controller in %s (%d pods evicted, %d deleted)",
-			wallclock.Since(began).Round(time.Millisecond), len(res.Evicted), len(res.Deleted))})
+		d := drainRun{uid: ch.UID, slot: slot, how: fmt.Sprintf("cordoned and drained by the controller in %s (%d pods evicted, %d deleted)",
+			wallclock.Since(began).Round(time.Millisecond), len(res.Evicted), len(res.Deleted))}
+		ctl.noteDrained(d)
+		ctl.showRebooting(ctx, ch.Name, d) // the node's view now; the status in the pass the deferred queueing starts
 	}
 }
 
