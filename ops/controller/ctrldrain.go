@@ -93,6 +93,41 @@ func (ctl *Controller) startDrains(ch *v1.UpdateChannel, s plan.Settings, asked 
 	}
 }
 
+// startAskedDrains starts at once the drains a node asks for in the
+// reports of its NodeUpdate u (a slot reported Draining): the pass the
+// change wakes would start them too, but only after the passes queued
+// before it. It reads what that pass folds: the node's reports from its
+// NodeUpdate's status, which only its own agent may write, against the
+// channel's status as this process knows it; the drain confirms the slot
+// with the API server before it writes anything, whoever started it.
+func (ctl *Controller) startAskedDrains(u *v1.NodeUpdate) {
+	if !agentReadsObject(u) {
+		return
+	}
+	// trust: ops.nodeupdate.reports
+	reports := map[string]protocol.Reports{u.Name: protocol.ReportsOfStatus(u.Status)}
+	list, err := ctl.listChannels()
+	if err != nil {
+		return // the pass starts them
+	}
+	for _, c := range list {
+		if _, reported := reports[u.Name][c.UID]; !reported || plan.FindSlot(c.Status, u.Name) < 0 {
+			continue
+		}
+		ch, err := ctl.channelNow(c.Name) // with this process's last status write
+		if err != nil || ch.UID != c.UID {
+			continue
+		}
+		s, bad := plan.Resolve(ch.Spec)
+		if bad != nil {
+			continue
+		}
+		folded := ch.Status.DeepCopy()
+		plan.Fold(folded, ch.UID, reports)
+		ctl.startDrains(ch, s, slices.DeleteFunc(draining(*folded), func(sl v1.Slot) bool { return sl.Node != u.Name }))
+	}
+}
+
 // slowDrains are the nodes whose drain by this process has run for longer
 // than plan.SlowStep: their Draining phase shows in status.
 func (ctl *Controller) slowDrains() map[string]bool {

@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
+	"slipway.dev/slipway/ops/drain"
 	"slipway.dev/slipway/ops/internal/fleettest"
 	"slipway.dev/slipway/ops/plan"
 	"slipway.dev/slipway/ops/protocol"
@@ -120,4 +122,74 @@ func rebootingSeen(ctx context.Context, t *testing.T, f *fleet, node string) fun
 		defer mu.Unlock()
 		return view, status
 	}
+}
+
+// TestDrainStartsWithoutAPass: a node's request for its drain (its slot
+// reported Draining) starts the drain at once, not in the pass the report
+// wakes (startAskedDrains): with the controller's one fleet worker held
+// in another channel's status write, the node is cordoned and drained all
+// the same, and once the worker goes on the rollout ends.
+func TestDrainStartsWithoutAPass(t *testing.T) {
+	t.Parallel()
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	f := newFleet(t, 1, func(o *Options) {
+		if o.Config != nil { // the controller's
+			cfg := rest.CopyConfig(o.Config)
+			cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return holdStatusWrites{rt, "held", held, release} })
+			o.Config = cfg
+		}
+	})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	node := f.NS + "-n0"
+	f.Start(node)
+	f.AgentsUp(node)
+	f.Stop(node) // its slot is granted while it is away
+	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", RebootDelay: fleettest.ZeroDelay(),
+		Drain: &v1.DrainSpec{Timeout: &metav1.Duration{Duration: time.Minute}}, NodeSelector: f.Selector()})
+	f.WaitFor("the node's slot granted", time.Minute, func(ch *v1.UpdateChannel) bool { return plan.FindSlot(ch.Status, node) >= 0 })
+	other := &v1.UpdateChannel{ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: f.NS}, Spec: v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2",
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"no-such-label": "x"}}}}
+	if _, err := f.Ops.OpsV1().UpdateChannels(f.NS).Create(context.Background(), other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held: // the fleet worker waits in that channel's status write
+	case <-time.After(time.Minute):
+		t.Fatal("no status write of the other channel within a minute")
+	}
+	f.Start(node)
+	f.WaitNode(t, node, "cordoned by the controller's drain while the fleet worker is held", func(n *corev1.Node) bool {
+		return n.Spec.Unschedulable && drain.CordonedBy(n.Annotations) == protocol.CordonOwner
+	})
+	close(release)
+	f.WaitFor("the node upgraded", 2*time.Minute, func(ch *v1.UpdateChannel) bool {
+		return ch.Status.Counts.UpToDate == 1 && len(ch.Status.Updating) == 0
+	})
+	f.WaitNode(t, node, "uncordoned", func(n *corev1.Node) bool { return !n.Spec.Unschedulable })
+}
+
+// holdStatusWrites holds the status writes of channel name until release
+// closes, saying on held when the first one waits.
+type holdStatusWrites struct {
+	next    http.RoundTripper
+	name    string
+	held    chan<- struct{}
+	release <-chan struct{}
+}
+
+func (h holdStatusWrites) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/updatechannels/"+h.name+"/status") {
+		select {
+		case h.held <- struct{}{}:
+		default:
+		}
+		<-h.release
+	}
+	return h.next.RoundTrip(r)
 }
