@@ -24,12 +24,11 @@ import (
 // its Job staged the swap; the pass that folds that report starts the
 // drain. The controller cordons the node (recording whose cordon it is,
 // for which channel, and when the drain began), evicts its pods through
-// the Eviction API within what is left of drain.timeout, and shows the
-// slot Rebooting, with what the drain did, in the node's view at once
-// (showdrained.go); the node reads that and reboots. The next pass over
-// the channel marks the slot Rebooting in status too, in the status write
-// it makes anyway (several drains ending together make one write, and no
-// drain's write conflicts with the pass's). Status shows a slot Draining only once its
+// the Eviction API within what is left of drain.timeout, and the next pass
+// over the channel marks the slot Rebooting with what the drain did, in the
+// status write it makes anyway (several drains ending together make one
+// write, and no drain's write conflicts with the pass's); the node reads
+// that in its view and reboots. Status shows a slot Draining only once its
 // drain has run for plan.SlowStep (plan.HoldBackDraining): a quick drain costs
 // no status write of its own. A failed drain uncordons and records the
 // failure; a request of the drain that got no answer (a timeout, a dropped
@@ -63,9 +62,6 @@ type drainRun struct {
 	slot v1.Slot
 	how  string
 	slow bool // it has run for longer than plan.SlowStep: status shows it Draining
-	// shown: done, and its node's view shows its slot Rebooting ahead of
-	// the status write that marks it so (showdrained.go).
-	shown bool
 }
 
 // startDrains starts, for every slot of ch whose node asked for its drain
@@ -90,41 +86,6 @@ func (ctl *Controller) startDrains(ch *v1.UpdateChannel, s plan.Settings, asked 
 		ctl.drains[sl.Node] = &drainRun{uid: ch.UID, slot: sl}
 		ctl.mu.Unlock()
 		go ctl.runDrain(ctx, ch.DeepCopy(), s, sl)
-	}
-}
-
-// startAskedDrains starts at once the drains a node asks for in the
-// reports of its NodeUpdate u (a slot reported Draining): the pass the
-// change wakes would start them too, but only after the passes queued
-// before it. It reads what that pass folds: the node's reports from its
-// NodeUpdate's status, which only its own agent may write, against the
-// channel's status as this process knows it; the drain confirms the slot
-// with the API server before it writes anything, whoever started it.
-func (ctl *Controller) startAskedDrains(u *v1.NodeUpdate) {
-	if !agentReadsObject(u) {
-		return
-	}
-	// trust: ops.nodeupdate.reports
-	reports := map[string]protocol.Reports{u.Name: protocol.ReportsOfStatus(u.Status)}
-	list, err := ctl.listChannels()
-	if err != nil {
-		return // the pass starts them
-	}
-	for _, c := range list {
-		if _, reported := reports[u.Name][c.UID]; !reported || plan.FindSlot(c.Status, u.Name) < 0 {
-			continue
-		}
-		ch, err := ctl.channelNow(c.Name) // with this process's last status write
-		if err != nil || ch.UID != c.UID {
-			continue
-		}
-		s, bad := plan.Resolve(ch.Spec)
-		if bad != nil {
-			continue
-		}
-		folded := ch.Status.DeepCopy()
-		plan.Fold(folded, ch.UID, reports)
-		ctl.startDrains(ch, s, slices.DeleteFunc(draining(*folded), func(sl v1.Slot) bool { return sl.Node != u.Name }))
 	}
 }
 
@@ -193,10 +154,8 @@ func (ctl *Controller) runDrain(ctx context.Context, ch *v1.UpdateChannel, s pla
 		ctl.failDrain(ctx, ch, slot, err)
 	default:
 		ctl.metrics.drain.Observe(wallclock.Since(began).Seconds())
-		d := drainRun{uid: ch.UID, slot: slot, how: fmt.Sprintf("cordoned and drained by the controller in %s (%d pods evicted, %d deleted)",
-			wallclock.Since(began).Round(time.Millisecond), len(res.Evicted), len(res.Deleted))}
-		ctl.noteDrained(d)
-		ctl.showRebooting(ctx, ch.Name, d) // the node's view now; the status in the pass the deferred queueing starts
+		ctl.noteDrained(drainRun{uid: ch.UID, slot: slot, how: fmt.Sprintf("cordoned and drained by the controller in %s (%d pods evicted, %d deleted)",
+			wallclock.Since(began).Round(time.Millisecond), len(res.Evicted), len(res.Deleted))})
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -50,14 +49,6 @@ type fleetCache struct {
 	downLong map[string]time.Time
 	// analysis is the channel's analysis client and last evaluation (analysis.go).
 	analysis analysisCache
-	// statusMu is held by every status write of the channel and, for a
-	// pass or an invalid spec, on to the views set from it; by a drain
-	// done that shows its slot Rebooting (showdrained.go). unsure: the
-	// last status write got no answer (it may have landed). follows are
-	// the channel's nodes as the last pass set their views.
-	statusMu sync.Mutex
-	unsure   bool
-	follows  []plan.Node
 }
 
 // fenceRecheck is how soon a pass that waits for a view to drop a slot
@@ -127,10 +118,19 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 		serverElsewhere: gate.taken(), reports: reports, drained: drained,
 		claims: ctl.lastClaims(), slowDrains: ctl.slowDrains(), fenced: fenced, avail: ctl.availability(nodeNames(mine)),
 		afterRollback: ctl.askAfterRollback(ctx, fc, name, an, *folded, now)}
-	ch, r, err := ctl.writePass(ctx, fc, name, p, mine)
+	var r fleetResult
+	ch, err = ctl.updateStatus(ctx, name, func(c *v1.UpdateChannel) error {
+		r = p.apply(c)
+		return nil
+	})
 	if err != nil {
+		mayHaveLanded(fc, r.revoked, err)
 		return 0, err
 	}
+	fc.revoked.add(r.revoked) // before the views: their nodes' views go first
+	ctl.endDrains(ctx, r.drained, r.drainGone)
+	ctl.noteClaims(ch, r.added)
+	ctl.setViews(ch, mine)                // what each node acts on: written on its Node (views.go)
 	ctl.startDrains(ch, s, r.drainsAsked) // the nodes that asked for their drain (ctrldrain.go)
 	fc.permitted = permitSet(ch)          // as written (or as read, when nothing changed)
 	for _, n := range r.folded.Permits {  // given back: the next list shows its staging
@@ -179,30 +179,6 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 		next = min(next, fenceRecheck)
 	}
 	return next, nil
-}
-
-// writePass writes the pass's status and sets the views that follow from
-// it (what each node acts on, views.go), holding the channel's status
-// lock throughout: a drain done in between shows its slot Rebooting on
-// the status this write left, never on the one before (showdrained.go).
-func (ctl *Controller) writePass(ctx context.Context, fc *fleetCache, name string, p fleetPass, mine []plan.Node) (*v1.UpdateChannel, fleetResult, error) {
-	fc.statusMu.Lock()
-	defer fc.statusMu.Unlock()
-	var r fleetResult
-	ch, err := ctl.updateStatusHeld(ctx, fc, name, func(c *v1.UpdateChannel) error {
-		r = p.apply(c)
-		return nil
-	})
-	if err != nil {
-		mayHaveLanded(fc, r.revoked, err)
-		return nil, r, err
-	}
-	fc.revoked.add(r.revoked) // before the views: their nodes' views go first
-	ctl.endDrains(ctx, r.drained, r.drainGone)
-	ctl.noteClaims(ch, r.added)
-	fc.follows = mine
-	ctl.setViews(ctl.withShownDrains(ch), mine)
-	return ch, r, nil
 }
 
 // mayHaveLanded fences the slots a status write took away (revoked) when
@@ -283,10 +259,7 @@ var errSpecChanged = errors.New("the channel's spec changed")
 func (ctl *Controller) markInvalid(ctx context.Context, ch *v1.UpdateChannel, bad *plan.Invalid) error {
 	changed := false
 	var freed []v1.Slot
-	fc := ctl.fleetCacheOf(ch.Name)
-	fc.statusMu.Lock() // on to the views: a drain done meanwhile shows nothing on a slot this write freed
-	defer fc.statusMu.Unlock()
-	written, err := ctl.updateStatusHeld(ctx, fc, ch.Name, func(c *v1.UpdateChannel) error {
+	written, err := ctl.updateStatus(ctx, ch.Name, func(c *v1.UpdateChannel) error {
 		changed, freed = false, nil
 		if c.Generation != ch.Generation {
 			return errSpecChanged // judged on an older spec: judge the new one
@@ -300,11 +273,10 @@ func (ctl *Controller) markInvalid(ctx context.Context, ch *v1.UpdateChannel, ba
 	if errors.Is(err, errSpecChanged) {
 		return nil // the informer brings the new spec and another sync
 	} else if err != nil {
-		mayHaveLanded(fc, freed, err)
+		mayHaveLanded(ctl.fleetCacheOf(ch.Name), freed, err)
 		return err
 	}
-	fc.revoked.add(freed)
-	fc.follows = nil
+	ctl.fleetCacheOf(ch.Name).revoked.add(freed)
 	ctl.setViews(written, nil) // no node follows an invalid channel; its slots are gone
 	if changed {
 		ctl.log.Warn("channel spec is invalid; doing nothing for it", "channel", ch.Name, "reason", bad.Reason, "message", bad.Message)

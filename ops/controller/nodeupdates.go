@@ -32,7 +32,7 @@ import (
 
 // nodeUpdateInformer watches the namespace's NodeUpdates: a changed status
 // (a report, an announcement) wakes the fleet view of every channel and
-// the node's views, and starts a drain it asks for; a spec written by another hand is written again.
+// the node's views; a spec written by another hand is written again.
 func (ctl *Controller) nodeUpdateInformer() (cache.SharedIndexInformer, error) {
 	inf := process.NewInformer(ctl.ops.NodeUpdates(ctl.opts.Namespace), &v1.NodeUpdate{}, ctl.opts.Resync, func(*metav1.ListOptions) {})
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -46,7 +46,6 @@ func (ctl *Controller) nodeUpdateInformer() (cache.SharedIndexInformer, error) {
 				ctl.viewQueue.Add(n.Name) // its views move to the object
 			}
 			if !reflect.DeepEqual(o.Status, n.Status) {
-				ctl.startAskedDrains(n) // a drain asked waits for no pass (ctrldrain.go)
 				ctl.enqueueAll()
 				if agentReadsObject(n) && ctl.nodeHoldsViews(n.Name) {
 					ctl.viewQueue.Add(n.Name) // its slot may have ended: the views left on its Node go

@@ -22,17 +22,6 @@ var errSlotGone = errors.New("the slot is no longer held")
 // returns an error to abort (nothing is written). It returns the channel as
 // written (or as read, when mutate changed nothing).
 func (ctl *Controller) updateStatus(ctx context.Context, name string, mutate func(*v1.UpdateChannel) error) (*v1.UpdateChannel, error) {
-	fc := ctl.fleetCacheOf(name)
-	fc.statusMu.Lock()
-	defer fc.statusMu.Unlock()
-	return ctl.updateStatusHeld(ctx, fc, name, mutate)
-}
-
-// updateStatusHeld is updateStatus for a caller that holds fc.statusMu
-// (fc: name's fleet cache). A write that fails other than by a conflict
-// may have landed all the same: the status is unsure until a write lands
-// (showRebooting reads it meanwhile from nothing).
-func (ctl *Controller) updateStatusHeld(ctx context.Context, fc *fleetCache, name string, mutate func(*v1.UpdateChannel) error) (*v1.UpdateChannel, error) {
 	cur, err := ctl.channelNow(name)
 	if err != nil {
 		return nil, err
@@ -49,11 +38,9 @@ func (ctl *Controller) updateStatusHeld(ctx context.Context, fc *fleetCache, nam
 		written, err := api.UpdateStatus(ctx, next, metav1.UpdateOptions{})
 		if err == nil {
 			ctl.noteWritten(written)
-			fc.unsure = false // decided on the latest status (a write that landed unseen would have conflicted)
 			return written, nil
 		}
 		if !apierrors.IsConflict(err) || attempt >= 20 {
-			fc.unsure = true
 			return nil, fmt.Errorf("write the status of channel %s: %w", name, err)
 		}
 		ctl.metrics.conflicts.Inc()
