@@ -215,6 +215,7 @@ func (a *Agent) startInformers(ctx context.Context) error {
 			AddFunc: func(o any) { a.nodeChanged(o); a.queue.Add(key{role: roleAnnounce}) },
 			UpdateFunc: func(old, cur any) {
 				a.objectViewsGone(old, cur)
+				a.protocolMoved(old, cur)
 				a.nodeChanged(cur)
 				a.queue.Add(key{role: roleAnnounce})
 			},

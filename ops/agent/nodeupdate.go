@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -119,6 +120,28 @@ func (a *Agent) announce(ctx context.Context) error {
 	a.dropMovedFromNode(ctx)
 	a.log.Info("reporting in this node's NodeUpdate from now on", "protocol", a.opts.Protocol)
 	return nil
+}
+
+// protocolMoved opens the work watches when the protocol the controller
+// reads this node in (its NodeUpdate's spec.protocol) changed between old
+// and cur: where the versions belong changes with it (publish.go), and a
+// Node settled under the old one is not under the new. While they are
+// closed the publish reads no Node and does nothing; once filled they
+// queue it, and they close again only on a Node settled anew.
+func (a *Agent) protocolMoved(old, cur any) {
+	o, ok1 := old.(*v1.NodeUpdate)
+	n, ok2 := cur.(*v1.NodeUpdate)
+	// trust: ops.agent.own-nodeupdate
+	if !ok1 || !ok2 || o.Spec.Protocol == n.Spec.Protocol {
+		return
+	}
+	w := a.watches
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.needed = time.Now()
+	if !w.open {
+		a.openWork()
+	}
 }
 
 // stagedOnNode is the staged versions a Node's annotations publish, as the

@@ -225,7 +225,10 @@ func TestVersionsMoveToNodeUpdates(t *testing.T) {
 	}
 
 	// The controller upgraded: the agent of protocol 3 moves its versions
-	// off its Node; the one of protocol 2 keeps them there.
+	// off its Node; the one of protocol 2 keeps them there. The agents are
+	// idle by then, their Node watches closed (WorkWatchLinger, 1 s here):
+	// the new spec.protocol alone must open them again.
+	time.Sleep(3 * time.Second)
 	f.StopController()
 	speaks.Store(protocol.VersionsProtocol)
 	f.StartController()
