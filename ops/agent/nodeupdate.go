@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -135,13 +134,7 @@ func (a *Agent) protocolMoved(old, cur any) {
 	if !ok1 || !ok2 || o.Spec.Protocol == n.Spec.Protocol {
 		return
 	}
-	w := a.watches
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.needed = time.Now()
-	if !w.open {
-		a.openWork()
-	}
+	a.needWork()
 }
 
 // stagedOnNode is the staged versions a Node's annotations publish, as the

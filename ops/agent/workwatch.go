@@ -43,7 +43,7 @@ import (
 // reports in the NodeUpdate. Slipway writes the Node again only for a
 // slot, which opens them first: a sync of a channel that asks anything
 // of the node holds them (syncNode), as does the announce in a NodeUpdate
-// made anew. The readers that run without the hold (republish, the idle
+// made anew; a new spec.protocol opens them (protocolMoved). The readers that run without the hold (republish, the idle
 // uncordon, the announce's clean-up) read no Node while closed and do
 // nothing, which is what the settled Node asked of them. What is not
 // seen while closed: another party stripping the version labels (they
@@ -106,9 +106,7 @@ func (a *Agent) holdWork() (ready bool, release func()) {
 	w := a.watches
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.needed = time.Now()
-	if !w.open {
-		a.openWork()
+	if !a.needWorkLocked() {
 		return false, nil
 	}
 	if !w.synced() {
@@ -122,6 +120,26 @@ func (a *Agent) holdWork() (ready bool, release func()) {
 		w.users--
 		w.needed = time.Now()
 	}
+}
+
+// needWork counts the work watches needed now, and opens them when they
+// are closed.
+func (a *Agent) needWork() {
+	a.watches.mu.Lock()
+	defer a.watches.mu.Unlock()
+	a.needWorkLocked()
+}
+
+// needWorkLocked is needWork with a.watches.mu held; it reports whether
+// the watches were open.
+func (a *Agent) needWorkLocked() bool {
+	w := a.watches
+	w.needed = time.Now()
+	if !w.open {
+		a.openWork()
+		return false
+	}
+	return true
 }
 
 // holdsWork reports whether a sync holds the watches (createJob's check).
