@@ -44,9 +44,9 @@ const (
 	// deadline for a stuck rollout, not a timing claim. The PDB lets one
 	// pod of the Deployment be away at a time, so with two nodes draining
 	// an eviction waits for the last one's replacement to turn Ready; a
-	// drain that waits past a stop of its controller and the state
-	// timeout fails its attempt, and the node is tried again after its
-	// reset. Under a loaded run (the test packages side by side) one node
+	// drain still blocked at its 30 s timeout (counted from its recorded
+	// start, whichever replica resumes it) fails its attempt, and the
+	// node is tried again after its reset. Under a loaded run (the test packages side by side) one node
 	// did that twice and was still at its third attempt after 2 minutes.
 	chaosWithin = 4 * time.Minute
 )
