@@ -111,7 +111,10 @@ func TestSlowWritesHoldsOneWriter(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the API server never called the webhook for the writer's patch")
 		}
-		if err := patch(writer, "held", fmt.Sprint(v)); err != nil { // lands while the webhook is not loaded yet
+		// Set back by the admin, whose writes are never held: a patch of
+		// the writer's here would be held itself once the webhook loads
+		// between two tries, and time out.
+		if err := patch(admin, "held", fmt.Sprint(v)); err != nil {
 			t.Fatal(err)
 		}
 		go func() { done <- patch(writer, "held", "held") }()
