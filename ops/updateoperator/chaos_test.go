@@ -220,17 +220,29 @@ func (f *fleet) sample(ns, deploy string, every time.Duration) *sampler {
 	return s
 }
 
+// take samples the fleet once. The Nodes are read in one list, a snapshot
+// at one resourceVersion: read one by one, a sample spans the reads, and
+// under load a node read cordoned before its uncordon and two read after
+// their cordon made three at once that never were.
 func (s *sampler) take(f *fleet, ns, deploy string) {
 	ctx := context.Background()
-	down := map[string]bool{}
+	list, err := f.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	mine := map[string]bool{}
 	for _, name := range f.nodes {
-		n, err := f.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
+		mine[name] = true
+	}
+	down := map[string]bool{}
+	for i := range list.Items {
+		n := &list.Items[i]
+		if !mine[n.Name] {
 			continue
 		}
 		v := f.keys.View(n, "")
-		if v.CordonedByUs || v.State == StateRebooting || n.Annotations[testenv.DownAnnotation] == "true" || f.isRebooting(name) {
-			down[name] = true
+		if v.CordonedByUs || v.State == StateRebooting || n.Annotations[testenv.DownAnnotation] == "true" || f.isRebooting(n.Name) {
+			down[n.Name] = true
 		}
 	}
 	var ready int32 = 1 << 30
