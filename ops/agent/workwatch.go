@@ -43,9 +43,10 @@ import (
 // reports in the NodeUpdate. Slipway writes the Node again only for a
 // slot, which opens them first: a sync of a channel that asks anything
 // of the node holds them (syncNode), as does the announce in a NodeUpdate
-// made anew; a new spec.protocol opens them (protocolMoved). The readers that run without the hold (republish, the idle
-// uncordon, the announce's clean-up) read no Node while closed and do
-// nothing, which is what the settled Node asked of them. What is not
+// made anew; a new spec.protocol opens them (protocolMoved). The readers
+// that run without the hold (republish, the idle uncordon, the
+// announce's clean-up) read no Node while closed and do nothing, which is
+// what the settled Node asked of them. What is not
 // seen while closed: another party stripping the version labels (they
 // are published again when the watches next open).
 

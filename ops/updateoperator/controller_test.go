@@ -239,7 +239,10 @@ func watchNode(t *testing.T, f *fleet, node string) func(upTo string) []*corev1.
 		var seen []*corev1.Node
 		for deadline := time.After(10 * time.Second); ; {
 			select {
-			case ev := <-w.ResultChan():
+			case ev, open := <-w.ResultChan():
+				if !open {
+					t.Fatalf("the watch of node %s closed before its resourceVersion %s", node, upTo)
+				}
 				if m, ok := ev.Object.(*corev1.Node); ok {
 					seen = append(seen, m)
 					if m.ResourceVersion == upTo {

@@ -46,8 +46,9 @@ const (
 	// an eviction waits for the last one's replacement to turn Ready; a
 	// drain still blocked at its 30 s timeout (counted from its recorded
 	// start, whichever replica resumes it) fails its attempt, and the
-	// node is tried again after its reset. Under a loaded run (the test packages side by side) one node
-	// did that twice and was still at its third attempt after 2 minutes.
+	// node is tried again after its reset. Under a loaded run (the test
+	// packages side by side) one node did that twice and was still at its
+	// third attempt after 2 minutes.
 	chaosWithin = 4 * time.Minute
 )
 
