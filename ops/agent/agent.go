@@ -233,10 +233,8 @@ func (a *Agent) startInformers(ctx context.Context) error {
 	a.watches.mu.Lock()
 	a.openWork()
 	a.watches.mu.Unlock()
-	for _, inf := range informers {
-		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-			return errInformersUnsynced
-		}
+	if !process.WaitSynced(ctx, informers...) {
+		return errInformersUnsynced
 	}
 	if !a.waitWork(ctx) {
 		return errInformersUnsynced

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"slipway.dev/slipway/ops/drain"
+	"slipway.dev/slipway/ops/process"
 	"slipway.dev/slipway/ops/protocol"
 	"slipway.dev/slipway/upgrade"
 )
@@ -53,13 +54,15 @@ import (
 // workWatches are the Node, Job and pod watches of this node and their caches.
 type workWatches struct {
 	mu     sync.Mutex
-	open   bool               // the informers run (synced or not)
-	synced func() bool        // the three caches filled since they opened
-	cancel context.CancelFunc // stops the informers
-	nodes  cache.Indexer      // this agent's own Node only
-	jobs   ownJobs
-	pods   ownPods
-	users  int // syncs holding the watches (holdWork)
+	open   bool        // the informers run (synced or not)
+	synced func() bool // the three caches filled since they opened
+	// informers are the three informers while open, for waiting on their sync.
+	informers []cache.SharedIndexInformer
+	cancel    context.CancelFunc // stops the informers
+	nodes     cache.Indexer      // this agent's own Node only
+	jobs      ownJobs
+	pods      ownPods
+	users     int // syncs holding the watches (holdWork)
 	// taken counts holds since the process started: a close decided from
 	// a reading of the Jobs is called off if a hold came between.
 	taken uint64
@@ -161,6 +164,7 @@ func (a *Agent) openWork() {
 	w.nodes = nodeInf.GetIndexer()
 	w.jobs, w.pods = ownJobs{jobInf.GetIndexer(), podInf.GetStore(), a.opts.NodeName}, ownPods{podInf.GetStore(), a.opts.NodeName} // only this node's (pods.go)
 	w.synced = func() bool { return nodeInf.HasSynced() && jobInf.HasSynced() && podInf.HasSynced() }
+	w.informers = []cache.SharedIndexInformer{nodeInf, jobInf, podInf}
 	w.open, w.cancel = true, cancel
 	a.metrics.workOpen.Set(1)
 	a.watchNode(nodeInf)
@@ -169,7 +173,7 @@ func (a *Agent) openWork() {
 		go inf.RunWithContext(ctx)
 	}
 	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), nodeInf.HasSynced, jobInf.HasSynced, podInf.HasSynced) {
+		if process.WaitSynced(ctx, nodeInf, jobInf, podInf) {
 			a.log.Debug("watching this node's Node, Jobs and their pods")
 			a.enqueueAll()
 			for _, r := range []role{roleIdle, rolePublish, roleAnnounce} {
@@ -229,9 +233,9 @@ func (a *Agent) watchJobs(jobInf, podInf cache.SharedIndexInformer) {
 // waitWork waits until the work watches opened at start are filled.
 func (a *Agent) waitWork(ctx context.Context) bool {
 	a.watches.mu.Lock()
-	synced := a.watches.synced
+	infs := a.watches.informers
 	a.watches.mu.Unlock()
-	return cache.WaitForCacheSync(ctx.Done(), synced)
+	return len(infs) > 0 && process.WaitSynced(ctx, infs...)
 }
 
 // workNeeded reports whether this node has work that needs its Jobs
@@ -340,7 +344,7 @@ func (a *Agent) closeIdleWork() {
 	case WorkWatchClose:
 		w.cancel()
 		fresh := closedWork(a.opts.NodeName)
-		w.open, w.nodes, w.jobs, w.pods, w.synced, w.cancel = false, fresh.nodes, fresh.jobs, fresh.pods, fresh.synced, nil
+		w.open, w.nodes, w.jobs, w.pods, w.synced, w.informers, w.cancel = false, fresh.nodes, fresh.jobs, fresh.pods, fresh.synced, nil, nil
 		a.metrics.workOpen.Set(0)
 		a.log.Debug("closed the watches of this node's Node, Jobs and their pods: no work", "for", st.Idle.Round(time.Second))
 	case WorkWatchKeep:

@@ -276,7 +276,7 @@ func (ctl *Controller) run(ctx context.Context) error {
 	go chInf.RunWithContext(ctx)
 	go nodeInf.RunWithContext(ctx)
 	go objInf.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), chInf.HasSynced, nodeInf.HasSynced, objInf.HasSynced) {
+	if !process.WaitSynced(ctx, chInf, nodeInf, objInf) {
 		return fmt.Errorf("the channel and node informers did not sync: is the API server reachable and the CRD installed (--install-crds)?")
 	}
 	if err := process.ServeProfiles(ctx, ctl.opts.ProfileAddr, ctl.log); err != nil {

@@ -138,6 +138,19 @@ func Pulse(ctx context.Context, probe *health.Probe, allowance time.Duration, qu
 	return beat
 }
 
+// WaitSynced waits until every informer in infs has filled its cache, or
+// ctx ends (false). It wakes on the sync itself, where client-go's
+// WaitForCacheSync looks every 100 ms: a node agent waits for its caches
+// at every start, after every reboot, and the node's slot is held until
+// it has, so a poll's wait would be paid by every slot of a rollout.
+func WaitSynced(ctx context.Context, infs ...cache.SharedIndexInformer) bool {
+	checkers := make([]cache.DoneChecker, len(infs))
+	for i, inf := range infs {
+		checkers[i] = inf.HasSyncedChecker()
+	}
+	return cache.WaitFor(ctx, "", checkers...)
+}
+
 // ReadyWhen makes probe's readiness wait for informers to sync.
 func ReadyWhen(probe *health.Probe, infs ...cache.SharedIndexInformer) {
 	for _, inf := range infs {
