@@ -114,7 +114,7 @@ func sideMeasure(b *testing.B, c clients, get func() *v1.UpdateChannel, shape, s
 		b.Log(l)
 	}
 	b.Log(timelineLine(timeline(events, env.Nodes)))
-	for _, l := range slotTable(events, env.Nodes, start) {
+	for _, l := range slotTable(events, env.Nodes, start, benchConcurrency) {
 		b.Log(l)
 	}
 	fmt.Println(r.Line())

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"slipway.dev/slipway/ops/e2e/benchside"
 	"slipway.dev/slipway/ops/testenv"
 )
 
@@ -14,8 +15,9 @@ import (
 // in seconds since the rollout's start, then when the next slot's Job was
 // created after this slot was freed (by whichever node took it) and the
 // cycle's parts that the medians hide: pod done -> Job Complete (the Job
-// controller's batching) and slot freed -> next Job (the handover).
-func slotTable(events []testenv.AuditEvent, nodes []string, start time.Time) []string {
+// controller's batching) and slot freed -> next Job (the handover); last,
+// when each of the concurrency places ended (benchside.Places).
+func slotTable(events []testenv.AuditEvent, nodes []string, start time.Time, concurrency int) []string {
 	type row struct {
 		node string
 		at   []time.Time
@@ -53,7 +55,13 @@ func slotTable(events []testenv.AuditEvent, nodes []string, start time.Time) []s
 		cols = append(cols, secs(next), gap(r.at[1], r.at[2]), gap(freed, next))
 		out = append(out, "  "+strings.Join(cols, " | "))
 	}
-	return out
+	var slots []benchside.Slot
+	for _, r := range rows {
+		if freed := r.at[len(r.at)-1]; !freed.IsZero() {
+			slots = append(slots, benchside.Slot{Start: r.at[0].Sub(start), End: freed.Sub(start)})
+		}
+	}
+	return append(out, benchside.PlacesSummary(benchside.Places(slots, concurrency)))
 }
 
 // gap is to - from in seconds, "-" when either is unknown.
