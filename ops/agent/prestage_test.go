@@ -142,6 +142,7 @@ func TestStagesAheadOfTheSlot(t *testing.T) {
 		t.Errorf("at most %d staging Jobs ran at once, want 2 to 4", most)
 	}
 	slots, stages, _ := f.JobsByAction()
+	f.assertNoStagingJobs()
 	for i := range n {
 		node := fmt.Sprintf("%s-n%d", f.NS, i)
 		if len(slots[node]) != 1 || len(stages[node]) != 1 {
@@ -166,6 +167,22 @@ func TestStagesAheadOfTheSlot(t *testing.T) {
 		t.Errorf("after the rollout: permits %v, counts.staged %d; want none", ch.Status.Staging, ch.Status.Counts.Staged)
 	}
 	f.assertNoPrestageAnnotations()
+}
+
+// assertNoStagingJobs: under the policy isolation a staging run is a Pod
+// of the agent's own, like a slot's work, not a Job the Job controller
+// paces.
+func (f *fleet) assertNoStagingJobs() {
+	f.T.Helper()
+	jobs, err := f.Kube.BatchV1().Jobs(f.NS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	for _, j := range jobs.Items {
+		if j.Annotations[protocol.AnnotationJobAction] == protocol.JobActionStage {
+			f.T.Errorf("staging ran as Job %s: want a Pod of the agent's own", j.Name)
+		}
+	}
 }
 
 func (f *fleet) assertNoPrestageAnnotations() {

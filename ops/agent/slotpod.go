@@ -47,6 +47,7 @@ func slotPodOf(j *batchv1.Job) *corev1.Pod {
 const (
 	PodUpgrade      = JobUpgrade      // downloads, verifies and swaps
 	PodActivate     = JobActivate     // swaps a release staged ahead
+	PodStage        = JobStage        // stages a release ahead of the slot
 	PodRollbackSlot = JobRollbackSlot // a failed wave's node back to its previous version
 )
 
@@ -60,7 +61,7 @@ func SlotPods(opts Options, ch *v1.UpdateChannel, slot v1.Slot) (map[string]*cor
 		return nil, err
 	}
 	out := map[string]*corev1.Pod{}
-	for _, kind := range []string{PodUpgrade, PodActivate, PodRollbackSlot} {
+	for _, kind := range []string{PodUpgrade, PodActivate, PodStage, PodRollbackSlot} {
 		j, ok := jobs[kind]
 		if !ok {
 			return nil, fmt.Errorf("no %s Job to make the slot's Pod of", kind)

@@ -90,19 +90,21 @@ func (a *Agent) permitOf(ch *v1.UpdateChannel) *v1.StagePermit {
 	return &p
 }
 
-// stepStageCreate starts the staging Job of permit p (no Event: a staging
-// Job disrupts nothing, and the Job itself is the record).
+// stepStageCreate starts the staging run of permit p: a Pod of its own
+// like a slot's work (createSlotWork; a Job under the webhook isolation),
+// off the Job controller's queue. No Event: a staging run disrupts
+// nothing, and the Pod itself is the record.
 func (a *Agent) stepStageCreate(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings, p v1.StagePermit, failures int) error {
 	j := a.buildStageJob(ch, s, p, failures+1)
-	err := a.createJob(ctx, ch, j) // AlreadyExists only for this very Job
+	what, err := a.createSlotWork(ctx, ch, j) // AlreadyExists only for this very Pod (or Job)
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	} else if err != nil {
-		a.jobRefused(ch, "job "+j.Name, err)
-		return fmt.Errorf("create staging job %s: %w", j.Name, err)
+		a.jobRefused(ch, what, err)
+		return fmt.Errorf("create staging %s: %w", what, err)
 	}
 	a.noteCreated(j.Name)
-	a.log.Info("staging job created", "channel", ch.Name, "job", j.Name, "version", p.Version, "attempt", failures+1)
+	a.log.Info("staging created", "channel", ch.Name, "work", what, "version", p.Version, "attempt", failures+1)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package attack
 import (
 	"context"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,7 +20,8 @@ import (
 )
 
 // The slot Pods: a slot's work (an upgrade, an activation, a rollback
-// slot's rollback) runs in a Pod the agent creates bound to its own node,
+// slot's rollback) and a staging run ahead of the slot run in a Pod the
+// agent creates bound to its own node,
 // not in a Job (docs/design/2026-11-30-slot-pod-not-job.md). Every Job
 // attack has its Pod version here: the Pod policy must refuse what the Job
 // policy refuses, and a Pod's own fields (its binding, its owner, its
@@ -71,9 +73,10 @@ type podCreator interface {
 }
 
 // TestAgentCreatesOnlyItsOwnNodesSlotPods: the agent on node-a creates the
-// slot Pods it really builds, bound to its own node, and no Pod of another
-// node, another shape, another kind (a staging or a pruning stays a Job),
-// another namespace, with an owner or a finalizer.
+// slot Pods it really builds (a slot's upgrade or activation, a staging
+// run, a rollback slot's), bound to its own node, and no Pod of another
+// node, another shape, another kind (a pruning stays a Job), another
+// namespace, with an owner or a finalizer.
 func TestAgentCreatesOnlyItsOwnNodesSlotPods(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -97,13 +100,27 @@ func TestAgentCreatesOnlyItsOwnNodesSlotPods(t *testing.T) {
 		}
 	}
 	jobs := legitJobs(t, mirrorCh)
+	stage := legitSlotPods(t, mirrorCh)[agent.PodStage]
 	replaced := func(p *corev1.Pod) func(*corev1.Pod) { return func(q *corev1.Pod) { *q = *p.DeepCopy() } }
+	staging := func(change func(*corev1.Pod)) func(*corev1.Pod) {
+		return func(q *corev1.Pod) { *q = *stage.DeepCopy(); change(q) }
+	}
 	attacks := map[string]func(*corev1.Pod){
 		// Not a slot's: what stays a Job refused as a Pod.
-		"of a staging Job":                      replaced(podOfJob(jobs[agent.JobStage])),
 		"of a pruning Job":                      replaced(podOfJob(jobs[agent.JobPrune])),
 		"a staging Pod under an upgrade's name": func(p *corev1.Pod) { p.Annotations[protocol.AnnotationJobAction] = protocol.JobActionStage },
 		"a staging Pod as an upgrade":           func(p *corev1.Pod) { c(&p.Spec).Args = append(c(&p.Spec).Args, "--phase", "stage") },
+		// A staging run stages, and only on its own node: it may not swap.
+		"a staging Pod that activates": staging(func(p *corev1.Pod) {
+			args := c(&p.Spec).Args
+			args[slices.Index(args, "--phase")+1] = "activate"
+		}),
+		"a staging Pod that upgrades whole (no --phase)": staging(func(p *corev1.Pod) {
+			args := c(&p.Spec).Args
+			i := slices.Index(args, "--phase")
+			c(&p.Spec).Args = append(args[:i:i], args[i+2:]...)
+		}),
+		"a staging Pod for another node": staging(func(p *corev1.Pod) { p.Spec.NodeName = "node-b" }),
 		// Its identity: every name, label and annotation a reader trusts is its own node's.
 		"named for another node": func(p *corev1.Pod) {
 			p.Name = protocol.JobName(protocol.JobKindUpgrade, "node-b", "v2", "abcdef", "1")

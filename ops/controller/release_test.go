@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -86,11 +87,17 @@ func TestReleaseResolvedOncePerRollout(t *testing.T) {
 	if r := ch.Status.Resolved; r == nil || r.Version != "v2" || r.Source != "https://github.example/o/r/releases" {
 		t.Errorf("status.resolved = %+v", r)
 	}
-	jobs, err := f.Kube.BatchV1().Jobs(f.NS).List(context.Background(), metav1.ListOptions{})
-	if err != nil || len(jobs.Items) < 3 { // the upgrade Jobs, and the staging Jobs before them
-		t.Fatalf("jobs: %v, %d", err, len(jobs.Items))
+	var jobs []batchv1.Job // the slots' and the staging runs' (Pods, as the Jobs they stand for)
+	slots, stages, _ := f.JobsByAction()
+	for _, by := range []map[string][]batchv1.Job{slots, stages} {
+		for _, js := range by {
+			jobs = append(jobs, js...)
+		}
 	}
-	for _, j := range jobs.Items {
+	if len(jobs) < 3 {
+		t.Fatalf("%d upgrade and staging runs, want at least one per node", len(jobs))
+	}
+	for _, j := range jobs {
 		c := j.Spec.Template.Spec.Containers[0]
 		if got := protocol.ArgAfterFlag(c.Args, "--source"); got != "https://github.example/o/r/releases" {
 			t.Errorf("job %s reads %s, not the resolved release", j.Name, got)

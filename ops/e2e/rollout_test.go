@@ -318,8 +318,8 @@ func TestCorruptReleaseFailsCleanly(t *testing.T) {
 
 // assertActsOnPodSuccess checks, from the audit log, that the agents
 // cordon their nodes on the upgrade pod's success, and that no slot's
-// work went through a Job: each slot's Pod is the agent's own, with no
-// Job controller (its queue, its client's limit) between.
+// work and no staging run went through a Job: each Pod is the agent's
+// own, with no Job controller (its queue, its client's limit) between.
 func assertActsOnPodSuccess(t *testing.T) {
 	time.Sleep(2 * time.Second) // the apiserver writes its audit log in batches, at least every second
 	events, err := testenv.ReadAudit(auditLog)
@@ -333,8 +333,9 @@ func assertActsOnPodSuccess(t *testing.T) {
 		t.Fatalf("the audit log lacks steps (pod done %s, cordoned %s)", podDone, cordoned)
 	}
 	for _, ev := range events {
-		if ev.Verb == "create" && ev.Resource == "jobs" && strings.HasPrefix(ev.Name, protocol.JobKindUpgrade+"-") && ev.Code < 300 {
-			t.Errorf("a slot's work created as Job %s: its Pod's pace would be the Job controller's", ev.Name)
+		slotOrStage := strings.HasPrefix(ev.Name, protocol.JobKindUpgrade+"-") || strings.HasPrefix(ev.Name, protocol.JobKindStage+"-")
+		if ev.Verb == "create" && ev.Resource == "jobs" && slotOrStage && ev.Code < 300 {
+			t.Errorf("a slot's work or a staging run created as Job %s: its Pod's pace would be the Job controller's", ev.Name)
 		}
 	}
 }

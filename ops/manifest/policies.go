@@ -309,9 +309,9 @@ func jobShape(o Options, m func(string, ...any) string) []admissionv1.Validation
 // of a cluster's default class, never a system class's).
 func slotPodShape(m func(string, ...any) string) []admissionv1.Validation {
 	return []admissionv1.Validation{
-		{Expression: "variables.kind in ['upgrade', 'rollback'] && !(variables.kind == 'rollback' && variables.args.exists(a, a.startsWith('--phase')))",
-			Message: m("of a slot's kind: an upgrade (no action annotation, `--phase activate` for an activation) or a rollback slot's (action rollback); " +
-				"staging, pruning and rollback run as Jobs")},
+		{Expression: "variables.kind in ['upgrade', 'stage', 'rollback'] && !(variables.kind == 'rollback' && variables.args.exists(a, a.startsWith('--phase')))",
+			Message: m("of a slot's kind: an upgrade (no action annotation, `--phase activate` for an activation), a staging run (action stage, `--phase stage`) " +
+				"or a rollback slot's (action rollback); pruning and rollback run as Jobs")},
 		// Under the webhook isolation the Pod carries AppArmor's beta
 		// annotation; a server of 1.30+ may add it beside the field.
 		{Expression: metaShape("object.metadata", true),

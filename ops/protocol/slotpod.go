@@ -9,14 +9,16 @@ import (
 )
 
 // A slot's work (its upgrade, its activation, a rollback slot's rollback)
-// runs in a Pod that the node's agent creates bound to its own node, not
-// in a Job: kube-controller-manager's Job controller writes seven times
-// for each Job through a client limited to 20 requests a second, and that
-// pace was a whole rollout's (docs/design/2026-11-30-slot-pod-not-job.md).
-// The staging, pruning and rollback Jobs stay Jobs. Whoever decides from
-// a slot's Job decides the same from its Pod: JobOfSlotPod is the Job a
-// slot Pod stands for, its name, labels, annotations, pod spec and
-// deadline, and its outcome as the Job controller would write it.
+// and a staging run ahead of the slot run in a Pod that the node's agent
+// creates bound to its own node, not in a Job: kube-controller-manager's
+// Job controller writes seven times for each Job through a client limited
+// to 20 requests a second, and that pace was a whole rollout's; staging
+// Jobs met the same queue beside the first wave's activations
+// (docs/design/2026-11-30-slot-pod-not-job.md). The pruning and rollback
+// Jobs stay Jobs: they are rare. Whoever decides from a slot's Job decides
+// the same from its Pod: JobOfSlotPod is the Job a slot Pod stands for,
+// its name, labels, annotations, pod spec and deadline, and its outcome
+// (and completion time) as the Job controller would write it.
 
 // SlotPodOfNode reports whether pod p is a slot Pod of node's: bound to
 // node (spec.nodeName, which the kubelet runs), with node's annotation
@@ -44,6 +46,10 @@ func JobOfSlotPod(p *corev1.Pod) *batchv1.Job {
 	// trust: ops.slot-pod.phase
 	if c, ok := slotPodCondition(p); ok {
 		j.Status.Conditions = []batchv1.JobCondition{c}
+		if c.Type == batchv1.JobComplete { // as the Job controller writes it with Complete
+			done := c.LastTransitionTime
+			j.Status.CompletionTime = &done
+		}
 	}
 	return j
 }
