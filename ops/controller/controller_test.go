@@ -18,12 +18,17 @@ import (
 // would need the controller); that node finishes and reports its success on its own Node, and the slot
 // stays in the channel's status (no agent writes it); a controller started
 // again folds the report in from what the API holds and finishes the
-// rollout.
+// rollout. Every node's slot work is held until the controller is gone:
+// a node quick enough to finish before the stop lands would otherwise
+// see its slot freed and the next granted by a controller still running.
 func TestControllerHandover(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 3, nil)
+	var release []func(ok bool)
 	for i := range 3 {
-		f.Start(fmt.Sprintf("%s-n%d", f.NS, i))
+		node := fmt.Sprintf("%s-n%d", f.NS, i)
+		release = append(release, f.HoldJobs(node))
+		f.Start(node)
 	}
 	off := false // the drain is the controller's: without one the node goes on alone
 	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 1, RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector(),
@@ -35,6 +40,9 @@ func TestControllerHandover(t *testing.T) {
 		return ok && v.Slot != nil && plan.SameSlot(*v.Slot, slot)
 	})
 	f.StopController()
+	for _, r := range release {
+		r(true) // the held slot runs now, the others when they come
+	}
 	f.WaitAgentSees(t, slot.Node, "reporting its success without the controller", func(_ map[types.UID]protocol.View, r protocol.Reports) bool {
 		return r[ch.UID].Outcome == protocol.OutcomeSucceeded
 	})
