@@ -159,19 +159,14 @@ func TestFinishedSlotPodsSweptAfterADay(t *testing.T) {
 	if got := slotPods(); len(got) != 2 {
 		t.Fatalf("an hour after: %v left, want both (kept a day for their logs)", got)
 	}
-	// The sweep at start reads the work watches' cache: here a store
-	// filled with what the API server holds, every pod of both nodes.
-	all, err := f.Kube.CoreV1().Pods(f.NS).List(t.Context(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// The sweep at start reads the work watches' cache: here an informer
+	// of every pod of both nodes, filled from the API server.
+	podInf := process.NewInformer(f.Kube.CoreV1().Pods(f.NS), &corev1.Pod{}, 0, func(*metav1.ListOptions) {})
+	go podInf.RunWithContext(t.Context())
+	if !process.WaitSynced(t.Context(), podInf) {
+		t.Fatal("the pod informer did not sync")
 	}
-	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
-	for i := range all.Items {
-		if err := store.Add(&all.Items[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	a0.watches.open, a0.watches.synced, a0.watches.pods = true, func() bool { return true }, ownPods{store, n0}
+	a0.watches.open, a0.watches.informers, a0.watches.pods = true, []cache.SharedIndexInformer{podInf}, ownPods{podInf.GetStore(), n0}
 	lists := sweepLists.Load()
 	if err := a0.sweepSlotPods(t.Context(), time.Now().Add(25*time.Hour), a0.slotPodsWatched); err != nil {
 		t.Fatal(err)

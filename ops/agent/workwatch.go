@@ -53,13 +53,11 @@ import (
 
 // workWatches are the Node, Job and pod watches of this node and their caches.
 type workWatches struct {
-	mu     sync.Mutex
-	open   bool        // the informers run (synced or not)
-	synced func() bool // the three caches filled since they opened
-	// informers are the three informers while open, for waiting on their sync.
-	informers []cache.SharedIndexInformer
-	cancel    context.CancelFunc // stops the informers
-	nodes     cache.Indexer      // this agent's own Node only
+	mu        sync.Mutex
+	open      bool                        // the informers run (synced or not)
+	informers []cache.SharedIndexInformer // the Node, Job and pod informers while open
+	cancel    context.CancelFunc          // stops the informers
+	nodes     cache.Indexer               // this agent's own Node only
 	jobs      ownJobs
 	pods      ownPods
 	users     int // syncs holding the watches (holdWork)
@@ -75,7 +73,18 @@ type workWatches struct {
 func closedWork(node string) *workWatches {
 	empty := func() cache.Indexer { return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}) }
 	pods := empty()
-	return &workWatches{nodes: empty(), jobs: ownJobs{empty(), pods, node}, pods: ownPods{pods, node}, synced: func() bool { return false }}
+	return &workWatches{nodes: empty(), jobs: ownJobs{empty(), pods, node}, pods: ownPods{pods, node}}
+}
+
+// synced reports whether the informers filled their caches since they
+// opened (false while closed).
+func (w *workWatches) synced() bool {
+	for _, inf := range w.informers {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return len(w.informers) > 0
 }
 
 // nodeCache is this agent's own Node as the current cache shows it
@@ -163,7 +172,6 @@ func (a *Agent) openWork() {
 	nodeInf, jobInf, podInf := a.nodeInformer(), a.jobInformer(), a.podInformer()
 	w.nodes = nodeInf.GetIndexer()
 	w.jobs, w.pods = ownJobs{jobInf.GetIndexer(), podInf.GetStore(), a.opts.NodeName}, ownPods{podInf.GetStore(), a.opts.NodeName} // only this node's (pods.go)
-	w.synced = func() bool { return nodeInf.HasSynced() && jobInf.HasSynced() && podInf.HasSynced() }
 	w.informers = []cache.SharedIndexInformer{nodeInf, jobInf, podInf}
 	w.open, w.cancel = true, cancel
 	a.metrics.workOpen.Set(1)
@@ -344,7 +352,7 @@ func (a *Agent) closeIdleWork() {
 	case WorkWatchClose:
 		w.cancel()
 		fresh := closedWork(a.opts.NodeName)
-		w.open, w.nodes, w.jobs, w.pods, w.synced, w.informers, w.cancel = false, fresh.nodes, fresh.jobs, fresh.pods, fresh.synced, nil, nil
+		w.open, w.nodes, w.jobs, w.pods, w.informers, w.cancel = false, fresh.nodes, fresh.jobs, fresh.pods, nil, nil
 		a.metrics.workOpen.Set(0)
 		a.log.Debug("closed the watches of this node's Node, Jobs and their pods: no work", "for", st.Idle.Round(time.Second))
 	case WorkWatchKeep:

@@ -1,6 +1,7 @@
 package benchside
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -37,7 +38,7 @@ func Places(slots []Slot, concurrency int) []Place {
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return compareDur(slots[a].Start, slots[b].Start) })
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(slots[a].Start, slots[b].Start) })
 	var places []Place
 	for _, i := range order {
 		if len(places) < concurrency {
@@ -48,7 +49,7 @@ func Places(slots []Slot, concurrency int) []Place {
 		places[p].Slots = append(places[p].Slots, i)
 		places[p].End = slots[i].End
 	}
-	slices.SortStableFunc(places, func(a, b Place) int { return compareDur(a.End, b.End) })
+	slices.SortStableFunc(places, func(a, b Place) int { return cmp.Compare(a.End, b.End) })
 	return places
 }
 
@@ -61,16 +62,6 @@ func takenPlace(places []Place) int {
 		}
 	}
 	return first
-}
-
-func compareDur(a, b time.Duration) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // PlacesSummary is one line on the places: when each ended, and how far
