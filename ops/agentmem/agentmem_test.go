@@ -54,3 +54,20 @@ func TestProcs(t *testing.T) {
 		})
 	}
 }
+
+func TestReadStatusReadsNoPSS(t *testing.T) {
+	whole, err := ReadSplit("self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := ReadStatus("self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole.PSS == 0 || whole.RSS == 0 {
+		t.Fatalf("ReadSplit(self) = %+v: want its RSS and PSS", whole)
+	}
+	if status.RSS == 0 || status.Anon == 0 || status.PSS != 0 {
+		t.Errorf("ReadStatus(self) = %+v: want its RSS and anonymous memory, and no PSS (smaps_rollup not read)", status)
+	}
+}

@@ -21,8 +21,22 @@ type Split struct {
 
 // ReadSplit reads the Split of the process pid ("self" for this one).
 func ReadSplit(pid string) (Split, error) {
+	return readSplit(pid, "status", "smaps_rollup")
+}
+
+// ReadStatus reads the RSS part of the Split of the process pid (RSS,
+// Anon, File, Shmem; no PSS) from /proc/PID/status alone. It is what a
+// sampler that reads many processes often should use: the kernel builds
+// smaps_rollup by walking the process's page tables under its mmap lock,
+// about half a millisecond for an agent, where status costs a few
+// microseconds.
+func ReadStatus(pid string) (Split, error) {
+	return readSplit(pid, "status")
+}
+
+func readSplit(pid string, files ...string) (Split, error) {
 	var s Split
-	for _, name := range []string{"status", "smaps_rollup"} {
+	for _, name := range files {
 		f, err := os.Open(filepath.Join("/proc", pid, name))
 		if err != nil {
 			return s, fmt.Errorf("read the memory of process %s: %w", pid, err)
