@@ -74,6 +74,7 @@ func sideMeasure(b *testing.B, c clients, get func() *v1.UpdateChannel, shape, s
 		b.Fatal(err)
 	}
 	b.ResetTimer()
+	machine := benchside.SampleMachine(250 * time.Millisecond) // every core busy: the steps wait their turn
 	start := time.Now()
 	patched, err := c.ops.OpsV1().UpdateChannels(ns).Patch(ctx, "side", "application/merge-patch+json", []byte(`{"spec":{"version":"v2"}}`), metav1.PatchOptions{})
 	if err != nil {
@@ -84,6 +85,7 @@ func sideMeasure(b *testing.B, c clients, get func() *v1.UpdateChannel, shape, s
 		return ch.Status.ObservedGeneration >= patched.Generation && ch.Status.Counts.UpToDate == nodes && len(ch.Status.Updating) == 0, nil
 	})
 	wall := time.Since(start)
+	machineCPU := machine.Stop()
 	b.StopTimer()
 	watchAfter, err := benchside.ScrapeWatch(ctx, c.kube)
 	if err != nil {
@@ -93,7 +95,7 @@ func sideMeasure(b *testing.B, c clients, get func() *v1.UpdateChannel, shape, s
 		t.Stop()
 	}
 	r := benchside.Result{Contender: "slipway", Shape: shape, Nodes: nodes, Wall: wall, Controller: agents.Usage(), KCM: kcm.Usage(), APIServer: api.Usage(),
-		Watch: watchAfter.Since(watchBefore), Load: benchside.LoadAverage(), Settings: settings, Floor: floor}
+		Watch: watchAfter.Since(watchBefore), Load: benchside.LoadAverage(), Settings: settings, Floor: floor, Machine: machineCPU}
 	time.Sleep(2 * time.Second) // the apiserver writes its audit log in batches, at least every second
 	events, err := testenv.ReadAudit(auditLog)
 	if err != nil {

@@ -36,6 +36,9 @@ type Result struct {
 	// controller over the wall (pace.go): at its client limit, it bounds
 	// a rollout that makes a Job per node.
 	JobController Pace
+	// Machine is the machine's CPU over the wall (machine.go): how much of
+	// it every core spent busy, the contender's steps waiting their turn.
+	Machine MachineCPU
 }
 
 // Line formats r as one "SIDE key=value ..." line; keys ending in _s, _mib
@@ -75,6 +78,7 @@ func (r Result) Line() string {
 	}
 	kv = append(kv, "jobctl_writes_events="+strconv.Itoa(r.JobController.Writes), "jobctl_at_limit_s="+strconv.Itoa(r.JobController.AtLimit),
 		"jobctl_limit_per_s="+strconv.Itoa(r.JobController.Limit))
+	kv = append(kv, "machine_saturated_s="+f1(r.Machine.Saturated.Seconds()), "machine_busy_share="+f1(r.Machine.Busy))
 	kv = append(kv, "load="+strings.ReplaceAll(r.Load, " ", "/"), "settings="+strings.ReplaceAll(r.Settings, " ", "_"))
 	return Prefix + strings.Join(kv, " ")
 }
@@ -85,8 +89,8 @@ func f1(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 func (r Result) Summary() string {
 	return fmt.Sprintf("%s, %s rollout of %d nodes (%s): wall %s (the shape's floor %s); writes per node by %s and its Jobs %.1f; "+
 		"%s CPU %.1f s over %d processes, peak RSS median %.1f MiB (anonymous %.1f), largest %.1f MiB; "+
-		"kube-controller-manager CPU %.1f s (its Job controller: %s), kube-apiserver CPU %.1f s; load average %s; sent on watches: %s",
+		"kube-controller-manager CPU %.1f s (its Job controller: %s), kube-apiserver CPU %.1f s; the machine's cores all busy for %.1f s of the wall (%.0f %% busy over it); load average %s; sent on watches: %s",
 		r.Contender, r.Shape, r.Nodes, r.Settings, r.Wall.Round(100*time.Millisecond), r.Floor, r.Contender, r.Own,
 		r.Contender, r.Controller.CPU.Seconds(), r.Controller.Processes, r.Controller.PeakRSS, r.Controller.PeakAnon, r.Controller.MaxRSS,
-		r.KCM.CPU.Seconds(), r.JobController, r.APIServer.CPU.Seconds(), r.Load, r.Watch)
+		r.KCM.CPU.Seconds(), r.JobController, r.APIServer.CPU.Seconds(), r.Machine.Saturated.Seconds(), 100*r.Machine.Busy, r.Load, r.Watch)
 }

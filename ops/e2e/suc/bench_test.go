@@ -81,6 +81,7 @@ func measure(b *testing.B, c clients, pid int, shape, settings string, floor tim
 		b.Fatal(err)
 	}
 	b.ResetTimer()
+	machine := benchside.SampleMachine(250 * time.Millisecond) // every core busy: the steps wait their turn
 	start := time.Now()
 	for _, p := range plans {
 		if _, err := c.dyn.Resource(planGVR).Namespace(sucNamespace).Create(ctx, p.object(), metav1.CreateOptions{}); err != nil {
@@ -89,6 +90,7 @@ func measure(b *testing.B, c clients, pid int, shape, settings string, floor tim
 	}
 	waitFor(b, 60*time.Minute, "plan "+final+" done on every node", func() (bool, error) { return planDone(ctx, c, final) })
 	wall := time.Since(start)
+	machineCPU := machine.Stop()
 	b.StopTimer()
 	watchAfter, err := benchside.ScrapeWatch(ctx, c.kube)
 	if err != nil {
@@ -98,7 +100,7 @@ func measure(b *testing.B, c clients, pid int, shape, settings string, floor tim
 		t.Stop()
 	}
 	r := benchside.Result{Contender: "suc", Shape: shape, Nodes: nodes, Wall: wall, Controller: ctl.Usage(), KCM: kcm.Usage(), APIServer: api.Usage(),
-		Watch: watchAfter.Since(watchBefore), Load: benchside.LoadAverage(), Settings: settings, Floor: floor}
+		Watch: watchAfter.Since(watchBefore), Load: benchside.LoadAverage(), Settings: settings, Floor: floor, Machine: machineCPU}
 	time.Sleep(2 * time.Second) // the apiserver writes its audit log in batches, at least every second
 	events, err := testenv.ReadAudit(auditLog)
 	if err != nil {
