@@ -124,20 +124,7 @@ func Track(find func() []int, interval time.Duration) *Tracker {
 	t := &Tracker{find: find, first: map[int]time.Duration{}, last: map[int]time.Duration{},
 		peakRSS: map[int]int{}, peakAnon: map[int]int{}, stop: make(chan struct{}), done: make(chan struct{})}
 	t.sample(true)
-	go func() {
-		defer close(t.done)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-t.stop:
-				t.sample(false)
-				return
-			case <-tick.C:
-				t.sample(false)
-			}
-		}
-	}()
+	go every(interval, t.stop, t.done, func() { t.sample(false) })
 	return t
 }
 
@@ -156,6 +143,23 @@ func (t *Tracker) sample(start bool) {
 		t.last[pid] = cpu
 		if rss, anon, err := ProcRSS(pid); err == nil {
 			t.peakRSS[pid], t.peakAnon[pid] = max(t.peakRSS[pid], rss), max(t.peakAnon[pid], anon)
+		}
+	}
+}
+
+// every calls sample every interval, and once more when stop closes;
+// then it closes done.
+func every(interval time.Duration, stop <-chan struct{}, done chan<- struct{}, sample func()) {
+	defer close(done)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			sample()
+			return
+		case <-tick.C:
+			sample()
 		}
 	}
 }

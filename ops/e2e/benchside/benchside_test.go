@@ -43,11 +43,11 @@ func TestTrackerSeesItself(t *testing.T) {
 func TestLine(t *testing.T) {
 	r := Result{Contender: "suc", Shape: "noop", Nodes: 10, Wall: 1500 * time.Millisecond, Own: 16.1,
 		Writes: map[string]float64{"jobs": 7, "controller": 9.1}, Load: "1.0 2.0 3.0", Settings: "concurrency 10",
-		JobController: Pace{Writes: 70, Seconds: 2, AtLimit: 1, Limit: 20},
-		Watch:         WatchTraffic{"ops.slipway.dev/updatechannels": {Events: 3, Bytes: 1 << 20}, "/nodes": {Events: 1, Bytes: 1 << 19}, "/secrets": {Events: 1, Bytes: 10}}}
+		JobController: Pace{Writes: 70, Seconds: 2, AtLimit: 1, Limit: 20}, Machine: MachineCPU{Busy: 0.25, Saturated: 1500 * time.Millisecond},
+		Watch: WatchTraffic{"ops.slipway.dev/updatechannels": {Events: 3, Bytes: 1 << 20}, "/nodes": {Events: 1, Bytes: 1 << 19}, "/secrets": {Events: 1, Bytes: 10}}}
 	l := r.Line()
 	for _, want := range []string{"SIDE contender=suc shape=noop nodes=10 wall_s=1.50 ", "writes_controller_per_node=9.10 writes_jobs_per_node=7.00",
-		"load=1.0/2.0/3.0", "settings=concurrency_10", "jobctl_writes_events=70 jobctl_at_limit_s=1 jobctl_limit_per_s=20 load=", "watch_mib=1.50 watch_events=5 watchres_nodes_mib=0.5000 watchres_ops.slipway.dev.updatechannels_mib=1.0000 writes_"} {
+		"load=1.0/2.0/3.0", "settings=concurrency_10", "jobctl_writes_events=70 jobctl_at_limit_s=1 jobctl_limit_per_s=20 machine_saturated_s=1.50 machine_busy_share=0.25 load=", "watch_mib=1.50 watch_events=5 watchres_nodes_mib=0.5000 watchres_ops.slipway.dev.updatechannels_mib=1.0000 writes_"} {
 		if !strings.Contains(l, want) {
 			t.Errorf("line %q lacks %q", l, want)
 		}

@@ -92,19 +92,7 @@ type MachineSampler struct {
 func SampleMachine(interval time.Duration) *MachineSampler {
 	m := &MachineSampler{interval: interval, stop: make(chan struct{}), done: make(chan struct{})}
 	m.sample()
-	go func() {
-		defer close(m.done)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-m.stop:
-				return
-			case <-tick.C:
-				m.sample()
-			}
-		}
-	}()
+	go every(interval, m.stop, m.done, m.sample)
 	return m
 }
 
@@ -127,7 +115,6 @@ func (m *MachineSampler) sample() {
 func (m *MachineSampler) Stop() MachineCPU {
 	close(m.stop)
 	<-m.done
-	m.sample()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return summarize(m.samples, m.interval)
