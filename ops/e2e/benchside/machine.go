@@ -31,8 +31,12 @@ type MachineCPU struct {
 }
 
 // cpuTimes are the aggregate "cpu" line's ticks: all of them, and the idle
-// ones (idle and iowait).
-type cpuTimes struct{ total, idle uint64 }
+// ones (idle and iowait); at is when they were read (zero in parseCPULine's
+// result).
+type cpuTimes struct {
+	total, idle uint64
+	at          time.Time
+}
 
 // parseCPULine reads /proc/stat's aggregate line ("cpu  user nice system
 // idle iowait irq softirq steal ..."). Guest time is within user already.
@@ -64,15 +68,17 @@ func busyShare(a, b cpuTimes) float64 {
 	return 1 - float64(b.idle-a.idle)/float64(b.total-a.total)
 }
 
-// summarize folds samples taken every interval into a MachineCPU.
-func summarize(samples []cpuTimes, interval time.Duration) MachineCPU {
+// summarize folds samples into a MachineCPU. A saturated interval counts
+// for the time between its two samples as read, not the sampler's
+// nominal interval: on a saturated machine the sampler itself is late.
+func summarize(samples []cpuTimes) MachineCPU {
 	var m MachineCPU
 	if len(samples) < 2 {
 		return m
 	}
 	for i := 1; i < len(samples); i++ {
 		if busyShare(samples[i-1], samples[i]) >= SaturatedAt {
-			m.Saturated += interval
+			m.Saturated += samples[i].at.Sub(samples[i-1].at)
 		}
 	}
 	m.Busy = busyShare(samples[0], samples[len(samples)-1])
@@ -81,16 +87,15 @@ func summarize(samples []cpuTimes, interval time.Duration) MachineCPU {
 
 // MachineSampler samples the machine's CPU every interval until Stop.
 type MachineSampler struct {
-	interval time.Duration
-	mu       sync.Mutex
-	samples  []cpuTimes
-	stop     chan struct{}
-	done     chan struct{}
+	mu      sync.Mutex
+	samples []cpuTimes
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // SampleMachine starts sampling /proc/stat every interval.
 func SampleMachine(interval time.Duration) *MachineSampler {
-	m := &MachineSampler{interval: interval, stop: make(chan struct{}), done: make(chan struct{})}
+	m := &MachineSampler{stop: make(chan struct{}), done: make(chan struct{})}
 	m.sample()
 	go every(interval, m.stop, m.done, m.sample)
 	return m
@@ -98,6 +103,7 @@ func SampleMachine(interval time.Duration) *MachineSampler {
 
 func (m *MachineSampler) sample() {
 	b, err := os.ReadFile("/proc/stat")
+	at := time.Now()
 	if err != nil {
 		return
 	}
@@ -106,6 +112,7 @@ func (m *MachineSampler) sample() {
 	if err != nil {
 		return
 	}
+	t.at = at
 	m.mu.Lock()
 	m.samples = append(m.samples, t)
 	m.mu.Unlock()
@@ -117,5 +124,5 @@ func (m *MachineSampler) Stop() MachineCPU {
 	<-m.done
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return summarize(m.samples, m.interval)
+	return summarize(m.samples)
 }

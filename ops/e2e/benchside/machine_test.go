@@ -30,21 +30,26 @@ func TestParseCPULine(t *testing.T) {
 }
 
 func TestSummarize(t *testing.T) {
-	at := func(total, idle uint64) cpuTimes { return cpuTimes{total: total, idle: idle} }
+	t0 := time.Unix(0, 0)
+	// at is the sample i of a sampler reading every 250 ms.
+	at := func(i int, total, idle uint64) cpuTimes {
+		return cpuTimes{total: total, idle: idle, at: t0.Add(time.Duration(i) * 250 * time.Millisecond)}
+	}
 	for _, tc := range []struct {
 		name    string
 		samples []cpuTimes
 		want    MachineCPU
 	}{
-		{"no interval", []cpuTimes{at(100, 50)}, MachineCPU{}},
-		{"idle", []cpuTimes{at(0, 0), at(100, 100), at(200, 200)}, MachineCPU{Busy: 0}},
-		{"one interval full, one half", []cpuTimes{at(0, 0), at(100, 0), at(200, 50)}, MachineCPU{Busy: 0.75, Saturated: 250 * time.Millisecond}},
-		{"at the threshold counts", []cpuTimes{at(0, 0), at(100, 5)}, MachineCPU{Busy: 0.95, Saturated: 250 * time.Millisecond}},
-		{"just below does not", []cpuTimes{at(0, 0), at(100, 6)}, MachineCPU{Busy: 0.94}},
-		{"no ticks between two samples", []cpuTimes{at(0, 0), at(0, 0)}, MachineCPU{}},
+		{"no interval", []cpuTimes{at(0, 100, 50)}, MachineCPU{}},
+		{"idle", []cpuTimes{at(0, 0, 0), at(1, 100, 100), at(2, 200, 200)}, MachineCPU{Busy: 0}},
+		{"one interval full, one half", []cpuTimes{at(0, 0, 0), at(1, 100, 0), at(2, 200, 50)}, MachineCPU{Busy: 0.75, Saturated: 250 * time.Millisecond}},
+		{"at the threshold counts", []cpuTimes{at(0, 0, 0), at(1, 100, 5)}, MachineCPU{Busy: 0.95, Saturated: 250 * time.Millisecond}},
+		{"just below does not", []cpuTimes{at(0, 0, 0), at(1, 100, 6)}, MachineCPU{Busy: 0.94}},
+		{"no ticks between two samples", []cpuTimes{at(0, 0, 0), at(1, 0, 0)}, MachineCPU{}},
+		{"a late sample counts its whole interval", []cpuTimes{at(0, 0, 0), at(3, 300, 0)}, MachineCPU{Busy: 1, Saturated: 750 * time.Millisecond}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := summarize(tc.samples, 250*time.Millisecond)
+			got := summarize(tc.samples)
 			if got.Saturated != tc.want.Saturated || got.Busy < tc.want.Busy-1e-9 || got.Busy > tc.want.Busy+1e-9 {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
