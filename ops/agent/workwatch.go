@@ -76,7 +76,7 @@ func closedWork(node string) *workWatches {
 	return &workWatches{nodes: empty(), jobs: ownJobs{empty(), pods, node}, pods: ownPods{pods, node}}
 }
 
-// synced reports whether the informers filled their caches since they
+// synced reports (w.mu held) whether the informers filled their caches since they
 // opened (false while closed).
 func (w *workWatches) synced() bool {
 	for _, inf := range w.informers {
