@@ -59,7 +59,7 @@ func (f *Fleet) AsServiceAccount(mo manifest.Options) {
 		f.Configs[n.Name] = cfg
 	}
 	if len(nodes.Items) > 0 {
-		policiesInForce(t, f.Configs[nodes.Items[0].Name], f.NS, nodes.Items[0].Name)
+		policiesInForce(t, f.Configs[nodes.Items[0].Name], mo, nodes.Items[0].Name)
 	}
 	// The controller's pod, on no fleet node (a drain would evict it).
 	ctrl := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: manifest.ControllerName, Namespace: f.NS},
@@ -117,25 +117,57 @@ func (f *Fleet) create(ctx context.Context, obj any) error {
 
 // policiesInForce waits until the API server enforces the admission
 // policies just created: it loads them a moment after their creation
-// (longer on a loaded machine), and a call admitted before that would pass
-// for one the shipped manifest allows. The probe is a Job of a shape the
-// Job policy refuses (another image, no command), created as an agent in
-// dry run.
-func policiesInForce(t *testing.T, agent *rest.Config, ns, node string) {
+// (longer on a loaded machine), each policy on its own, and a call
+// admitted before that would pass for one the shipped manifest allows.
+// It probes, as the agent and in dry run, a call of a shape each of the
+// agent's work policies refuses: the Job policy, and under the policy
+// isolation (mo.SlotPods) the slot Pod policy and the slot Pod delete
+// policy, the last created (a Job probe alone let a slot Pod of a refused
+// shape run on a loaded machine).
+func policiesInForce(t *testing.T, agent *rest.Config, mo manifest.Options, node string) {
 	t.Helper()
-	cs := kubernetes.NewForConfigOrDie(agent)
-	probe := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "policy-probe", Namespace: ns},
-		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "probe", Image: "registry.invalid/not-slipway"}}}}}}
+	probes := policyProbes(kubernetes.NewForConfigOrDie(agent), mo, node)
 	deadline := time.Now().Add(time.Minute)
-	for {
-		_, err := cs.BatchV1().Jobs(ns).Create(context.Background(), probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-			return
+	for name, probe := range probes {
+		for {
+			err := probe(context.Background())
+			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the %s admission policy is not enforced a minute after its creation (probe: %v)", name, err)
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the Job admission policy is not enforced a minute after its creation (probe: %v)", err)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// policyProbes are dry-run calls, one per agent work policy, of a shape
+// that policy refuses: a Job and a Pod of another image and no command
+// on the node, and the delete of the agent's own pod (a DaemonSet's, not
+// a slot Pod).
+func policyProbes(cs kubernetes.Interface, mo manifest.Options, node string) map[string]func(context.Context) error {
+	ns := mo.Namespace
+	spec := corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever,
+		Containers: []corev1.Container{{Name: "probe", Image: "registry.invalid/not-slipway"}}}
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	probes := map[string]func(context.Context) error{
+		"Job": func(ctx context.Context) error {
+			job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "policy-probe", Namespace: ns},
+				Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: spec}}}
+			_, err := cs.BatchV1().Jobs(ns).Create(ctx, job, dry)
+			return err
+		},
+	}
+	if mo.SlotPods() {
+		probes["slot Pod"] = func(ctx context.Context) error {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "policy-probe", Namespace: ns}, Spec: spec}
+			_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, dry)
+			return err
+		}
+		probes["slot Pod delete"] = func(ctx context.Context) error {
+			return cs.CoreV1().Pods(ns).Delete(ctx, "agent-"+node, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		}
+	}
+	return probes
 }
