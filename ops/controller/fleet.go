@@ -36,6 +36,9 @@ type fleetCache struct {
 	// which the next list shows: no list of every node for each permit).
 	permitted, gaveBack map[string]bool
 	pollTried           time.Time
+	// resolveFailed is the last failed resolution of the channel's
+	// release (resolveOnce paces the next).
+	resolveFailed resolveAttempt
 	// staleChecked is when the slots' nodes and Jobs were last read.
 	staleChecked time.Time
 	// checks are the recent checks of nodes behind the target, by node.
@@ -89,7 +92,7 @@ func (ctl *Controller) syncFleet(ctx context.Context, name string) (time.Duratio
 			return 0, err
 		}
 	}
-	resolved := ctl.resolveOnce(ctx, ch, s)
+	resolved := ctl.resolveOnce(ctx, fc, ch, s, mono)
 	snap := ctl.nodeSnapshot() // the nodes and their reports, read at one moment
 	nodes := ctl.fleetNodes(s, fc, snap)
 	mine, others := plan.Split(plan.Ref(ch, s), ctl.channelRefs(), fc.markGaveBack(ch, nodes))

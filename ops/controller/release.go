@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/google/go-github/v84/github"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -134,14 +135,37 @@ func tokenReadError(ns, channel string, ref *v1.SecretKeyRef, err error) error {
 
 // resolveOnce resolves the target release of ch if it is a GitHub channel
 // not resolved for target yet; a failure is logged and recorded as an
-// Event, and the Jobs then ask the API themselves.
-func (ctl *Controller) resolveOnce(ctx context.Context, ch *v1.UpdateChannel, s plan.Settings) *v1.ResolvedRelease {
+// Event, and the Jobs then ask the API themselves. After a failure it
+// tries the same target again only pollRetry later (mono is this pass's
+// monotonic time): every pass would otherwise ask the API again (and read
+// the Secret), on each Node event of a rollout, and its Warnings would
+// spend the recorder's allowance for the channel (25, then one per five
+// minutes), so that the controller's next Warnings on it were dropped.
+func (ctl *Controller) resolveOnce(ctx context.Context, fc *fleetCache, ch *v1.UpdateChannel, s plan.Settings, mono time.Time) *v1.ResolvedRelease {
 	target := plan.Target(s, ch.Status)
-	rel, err := ctl.resolveRelease(ctx, ch, s, target)
-	if err != nil {
-		ctl.log.Warn("could not resolve the release once for the rollout; its Jobs ask the API themselves", "channel", ch.Name, "err", err)
-		ctl.recorder.Eventf(ch, "Warning", "ResolveFailed", "could not resolve release %s once for the rollout (its Jobs ask the API themselves): %v", target, err)
+	if !fc.resolveFailed.due(target, mono) {
 		return nil
 	}
+	rel, err := ctl.resolveRelease(ctx, ch, s, target)
+	if err != nil {
+		fc.resolveFailed = resolveAttempt{target: target, at: mono}
+		ctl.log.Warn("could not resolve the release once for the rollout; its Jobs ask the API themselves", "channel", ch.Name, "err", err, "retry", pollRetry)
+		ctl.recorder.Eventf(ch, "Warning", "ResolveFailed", "could not resolve release %s once for the rollout (its Jobs ask the API themselves; tried again in %s): %v", target, pollRetry, err)
+		return nil
+	}
+	fc.resolveFailed = resolveAttempt{}
 	return rel
+}
+
+// resolveAttempt is a failed resolution: of which target, and when (on
+// the monotonic clock).
+type resolveAttempt struct {
+	target string
+	at     time.Time
+}
+
+// due reports whether target may be resolved at mono after the failure a:
+// at once for another target (a new version), else pollRetry after it.
+func (a resolveAttempt) due(target string, mono time.Time) bool {
+	return a.target != target || mono.Sub(a.at) >= pollRetry
 }

@@ -116,3 +116,59 @@ func TestReleaseResolvedOncePerRollout(t *testing.T) {
 		t.Errorf("the agents' log holds the token (or is empty: %d bytes)", len(b))
 	}
 }
+
+// TestFailedResolveIsPaced: while the GitHub API fails, a channel rolls
+// through its nodes (their Jobs ask the API themselves) with one attempt
+// to resolve its release, not one per pass of the controller, and one
+// ResolveFailed Warning: every pass asking again would spend the API's
+// rate limit and the recorder's allowance of Warnings for the channel.
+func TestFailedResolveIsPaced(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	asked := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked++
+		mu.Unlock()
+		http.Error(w, `{"message":"the API is down"}`, http.StatusBadGateway)
+	}))
+	defer srv.Close()
+	f := newFleet(t, 3, func(o *Options) { o.GitHubBaseURL = srv.URL + "/" })
+	for i := range 3 {
+		f.Start(fmt.Sprintf("%s-n%d", f.NS, i))
+	}
+	start := time.Now()
+	f.Channel(v1.UpdateChannelSpec{URL: "github-releases://o/r", Version: "v2", RebootDelay: fleettest.ZeroDelay(), NodeSelector: f.Selector()})
+	f.WaitFor("all nodes at v2", 2*time.Minute, fleettest.Done(3))
+	want := 1 + int(time.Since(start)/pollRetry) // one, and one more per pollRetry the rollout took
+	mu.Lock()
+	n := asked
+	mu.Unlock()
+	if n < 1 || n > want {
+		t.Errorf("%d requests to the GitHub API in a rollout of three nodes, want 1 to %d (one per %s)", n, want, pollRetry)
+	}
+	if got := f.EventsWithin("ResolveFailed", want+1, time.Second); got < 1 || got > want {
+		t.Errorf("%d ResolveFailed Events, want 1 to %d", got, want)
+	}
+}
+
+func TestResolveAttemptDue(t *testing.T) {
+	at := time.Now()
+	for _, c := range []struct {
+		name   string
+		failed resolveAttempt
+		target string
+		after  time.Duration
+		want   bool
+	}{
+		{"never tried", resolveAttempt{}, "v2", 0, true},
+		{"the same target at once", resolveAttempt{target: "v2", at: at}, "v2", time.Second, false},
+		{"the same target just before the retry", resolveAttempt{target: "v2", at: at}, "v2", pollRetry - time.Millisecond, false},
+		{"the same target at the retry", resolveAttempt{target: "v2", at: at}, "v2", pollRetry, true},
+		{"another target at once", resolveAttempt{target: "v2", at: at}, "v3", 0, true},
+	} {
+		if got := c.failed.due(c.target, at.Add(c.after)); got != c.want {
+			t.Errorf("%s: due = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
