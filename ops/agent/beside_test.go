@@ -1,9 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
 	v1 "slipway.dev/slipway/ops/apis/ops.slipway.dev/v1"
@@ -65,6 +70,19 @@ func (f *fleet) slottedWithAgentStopped(node string) func(bool) {
 	f.Patch(`{"spec":{"window":null}}`)
 	f.slotPhase(node, plan.PhaseUpgrading)
 	return release
+}
+
+// slotShown waits until node's view shows its slot.
+func (f *fleet) slotShown(node string) {
+	f.T.Helper()
+	f.WaitAgentSees(f.T, node, "shown its slot", func(views map[types.UID]protocol.View, _ protocol.Reports) bool {
+		for _, v := range views {
+			if v.Slot != nil {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // slotPhase waits until node's slot shows phase in the channel's status.
@@ -382,14 +400,7 @@ func TestNoRepublishBeforeTheCordon(t *testing.T) {
 	f := newFleet(t, 1, nil)
 	node := f.NS + "-n0"
 	release := f.slottedWithAgentStopped(node)
-	f.WaitAgentSees(t, node, "shown its slot", func(views map[types.UID]protocol.View, _ protocol.Reports) bool {
-		for _, v := range views {
-			if v.Slot != nil {
-				return true
-			}
-		}
-		return false
-	})
+	f.slotShown(node)
 	f.StopController() // the slot granted and shown; no drain from here on: no cordon, no Rebooting
 	f.Start(node)
 	f.WaitAgentSees(t, node, "asked for its drain", func(_ map[types.UID]protocol.View, r protocol.Reports) bool {
@@ -419,4 +430,68 @@ func TestNoRepublishBeforeTheCordon(t *testing.T) {
 	f.WaitNode(t, node, "the swap published once the drain was slow", func(n *corev1.Node) bool {
 		return f.Staged(node) == "v2"
 	})
+}
+
+// TestNoRepublishBehindTheDrainRequest: a change of the Node queues a
+// publish while the drain request's write is in flight (here held), and
+// the activation swaps meanwhile. The publish waits for that write; it
+// must then see the drain asked and leave the swap to the slot's writes,
+// as TestNoRepublishBeforeTheCordon's does. It had read "drain asked"
+// before it waited, and wrote the swap right after the request: a write
+// per slot on a quarter of the staged benchmark's nodes, in the bursts.
+func TestNoRepublishBehindTheDrainRequest(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 1, nil)
+	node := f.NS + "-n0"
+	release := f.slottedWithAgentStopped(node)
+	f.slotShown(node)
+	f.StopController() // the slot granted and shown; no drain from here on: no cordon, no Rebooting
+	held, letGo := make(chan struct{}), make(chan struct{})
+	var holding atomic.Bool
+	holding.Store(true)
+	f.opts = func(o *Options) {
+		if o.Config == nil { // the controller's options
+			return
+		}
+		cfg := rest.CopyConfig(o.Config)
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if r.Method == http.MethodPatch && strings.HasSuffix(r.URL.Path, "/nodeupdates/"+node+"/status") && r.Body != nil {
+					body, err := io.ReadAll(r.Body)
+					if err != nil {
+						return nil, err
+					}
+					r.Body = io.NopCloser(bytes.NewReader(body))
+					if bytes.Contains(body, []byte(plan.PhaseDraining)) && holding.CompareAndSwap(true, false) {
+						close(held)
+						<-letGo
+					}
+				}
+				return rt.RoundTrip(r)
+			})
+		})
+		o.Config = cfg
+	}
+	f.Start(node)
+	select {
+	case <-held:
+	case <-time.After(time.Minute):
+		t.Fatal("the agent did not ask for its drain")
+	}
+	release(true)
+	for deadline := time.Now().Add(10 * time.Second); f.Current(node) != "v2"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the activation did not swap")
+		}
+	}
+	if err := f.PatchNodeLabel(node, "poke", "1"); err != nil { // a change of the Node: the agent's republish runs, and waits
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(letGo)
+	for let := time.Now(); time.Since(let) < 1500*time.Millisecond; time.Sleep(50 * time.Millisecond) {
+		if f.Staged(node) != "" {
+			t.Fatalf("the swap published %s after the drain request, by a publish that waited on it", time.Since(let).Round(time.Millisecond))
+		}
+	}
 }

@@ -147,7 +147,9 @@ func (a *Agent) republish(ctx context.Context) error {
 			return err
 		}
 	}
-	return a.writeVersions(ctx)
+	// Asked again with the reporting lock held: a drain request in flight
+	// when the check above ran notes itself before it lets the lock go.
+	return a.writeVersionsUnless(ctx, a.drainAsked)
 }
 
 // drainAsked reports whether this process asked for its node's drain for
@@ -235,12 +237,22 @@ func (a *Agent) statusDue(st map[string]any) bool {
 // writeVersions writes the versions into the NodeUpdate's status when it
 // keeps them and lacks or disagrees with them.
 func (a *Agent) writeVersions(ctx context.Context) error {
+	return a.writeVersionsUnless(ctx, nil)
+}
+
+// writeVersionsUnless is writeVersions unless skip (when not nil) says
+// otherwise with the reporting lock held, after the report writes before
+// it.
+func (a *Agent) writeVersionsUnless(ctx context.Context, skip func() bool) error {
 	v, ok := a.getKnown()
 	if !ok {
 		return nil
 	}
 	a.reporting.Lock()
 	defer a.reporting.Unlock()
+	if skip != nil && skip() {
+		return nil
+	}
 	out := a.versionsNow(v)
 	if !a.statusDue(out.status) {
 		return nil

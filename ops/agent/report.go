@@ -51,10 +51,23 @@ func (a *Agent) reportOf(uid types.UID) protocol.Report { return a.reportsNow()[
 // reportWith edits the node's report for ch and writes the reports where
 // it reports (those of channels gone are dropped), with the versions pub
 // (unless nil) and the annotations extra in the same write, or, reporting
-// in its NodeUpdate, the Node's part of them just before.
-func (a *Agent) reportWith(ctx context.Context, ch *v1.UpdateChannel, edit func(*protocol.Report), pub *versionsOut, extra map[string]any) error {
+// in its NodeUpdate, the Node's part of them just before. written (unless
+// nil) runs once the write landed, before the reporting lock is given
+// back: a write waiting on the lock then sees what it noted.
+func (a *Agent) reportWith(ctx context.Context, ch *v1.UpdateChannel, edit func(*protocol.Report), pub *versionsOut, extra map[string]any, written func()) error {
 	a.reporting.Lock()
 	defer a.reporting.Unlock()
+	if err := a.reportLocked(ctx, ch, edit, pub, extra); err != nil {
+		return err
+	}
+	if written != nil {
+		written()
+	}
+	return nil
+}
+
+// reportLocked is reportWith's write, with the reporting lock held.
+func (a *Agent) reportLocked(ctx context.Context, ch *v1.UpdateChannel, edit func(*protocol.Report), pub *versionsOut, extra map[string]any) error {
 	next, annotations := a.nextReports(ch, edit)
 	var labels, onNode, fields map[string]any
 	if pub != nil {
@@ -151,13 +164,15 @@ func (a *Agent) endSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot,
 
 // reportSlot reports slot of ch at phase with job, or ended with outcome and reason.
 func (a *Agent) reportSlot(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, phase, job, outcome, reason string) error {
-	return a.reportWith(ctx, ch, slotReport(slot, phase, job, outcome, reason), nil, nil)
+	return a.reportWith(ctx, ch, slotReport(slot, phase, job, outcome, reason), nil, nil, nil)
 }
 
 // reportSlotWith reports slot of ch at phase with job, and publishes the
 // versions pub (unless nil) and the annotations extra in the same write.
+// The phase is noted as written (noteWrote) before the reporting lock is
+// given back: a versions write that waited on it (republish) sees it.
 func (a *Agent) reportSlotWith(ctx context.Context, ch *v1.UpdateChannel, slot v1.Slot, phase, job string, pub *versionsOut, extra map[string]any) error {
-	return a.reportWith(ctx, ch, slotReport(slot, phase, job, "", ""), pub, extra)
+	return a.reportWith(ctx, ch, slotReport(slot, phase, job, "", ""), pub, extra, func() { a.noteWrote(ch.UID, slot, phase, job) })
 }
 
 // slotReport edits a report into slot's at phase with job (ended with

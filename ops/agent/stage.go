@@ -157,7 +157,7 @@ func (a *Agent) releasePermitWith(ctx context.Context, ch *v1.UpdateChannel, ext
 		return a.publishMarks(ctx, extra)
 	}
 	since := ch.Status.Staging[i].Since
-	return a.reportWith(ctx, ch, func(r *protocol.Report) { r.PermitDone = &since }, nil, extra)
+	return a.reportWith(ctx, ch, func(r *protocol.Report) { r.PermitDone = &since }, nil, extra, nil)
 }
 
 // createdLag bounds how long a Job this process created counts as running

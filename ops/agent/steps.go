@@ -87,10 +87,9 @@ func (a *Agent) stepDrain(ctx context.Context, sc *stepCtx) (again bool, err err
 	if sc.slot.Job == "" {
 		sc.slot.Job = protocol.SlotJobName(sc.ch.UID, sc.slot)
 	}
-	if err := a.reportSlotWith(ctx, sc.ch, sc.slot, phase, sc.slot.Job, pub, extra); err != nil {
+	if err := a.reportSlotWith(ctx, sc.ch, sc.slot, phase, sc.slot.Job, pub, extra); err != nil { // notes the phase written
 		return false, err
 	}
-	a.noteWrote(sc.ch.UID, sc.slot, phase, sc.slot.Job)
 	a.noteRebootFrom(boot, how)
 	return phase == plan.PhaseRebooting, nil
 }
