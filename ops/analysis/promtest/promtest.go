@@ -8,6 +8,8 @@ package promtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -54,6 +56,8 @@ func Binary() (string, error) {
 }
 
 // Start runs Prometheus until the test ends, and waits until it is ready.
+// The free address it picks may be taken before Prometheus listens on it
+// (the tests of a package run side by side): it then tries another.
 func Start(t testing.TB, o Options) *Server {
 	t.Helper()
 	bin, err := Binary()
@@ -83,17 +87,37 @@ func Start(t testing.TB, o Options) *Server {
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := FreeAddr(t)
+	for attempt := 1; ; attempt++ {
+		s, err := launch(t, bin, dir, FreeAddr(t))
+		if err == nil {
+			return s
+		}
+		if !errors.Is(err, errAddrTaken) || attempt == 5 {
+			t.Fatal(err)
+		}
+		t.Logf("prometheus: %v; again on another", err)
+	}
+}
+
+// errAddrTaken: the free address FreeAddr found was taken before
+// Prometheus listened on it (another test's server, say).
+var errAddrTaken = errors.New("its address was taken")
+
+// launch runs Prometheus with the configuration in dir on addr until the
+// test ends, and waits until it is ready: its own server answers there,
+// not another that took the address first.
+func launch(t testing.TB, bin, dir, addr string) (*Server, error) {
 	s := &Server{URL: "http://" + addr, log: &bytes.Buffer{}}
 	s.cmd = exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--log.level=warn")
 	s.cmd.Dir = dir
 	s.cmd.Stdout, s.cmd.Stderr = &lockedWriter{w: s.log}, &lockedWriter{w: s.log}
 	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start prometheus: %v", err)
+		return nil, fmt.Errorf("start prometheus: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- s.cmd.Wait() }()
+	exited := make(chan struct{}) // closed once it exited: every waiter sees it
+	var exitErr error
+	go func() { exitErr = s.cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = s.cmd.Process.Kill()
 		<-exited
@@ -103,22 +127,50 @@ func Start(t testing.TB, o Options) *Server {
 	})
 	deadline := time.Now().Add(2 * time.Minute) // a deadline for a stuck start, not a timing assertion
 	for {
-		resp, err := http.Get(s.URL + "/-/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s
+		if s.ready() {
+			if !s.servesFrom(filepath.Join(dir, "data")) {
+				_ = s.cmd.Process.Kill()
+				<-exited // its storage's lock let go before the next try takes it
+				return nil, fmt.Errorf("%w: %s answers from another server's storage", errAddrTaken, addr)
 			}
+			return s, nil
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("prometheus exited: %v\n%s", err, s.log.String())
+		case <-exited:
+			if strings.Contains(s.log.String(), "address already in use") {
+				return nil, fmt.Errorf("%w: %s", errAddrTaken, addr)
+			}
+			return nil, fmt.Errorf("prometheus exited: %v\n%s", exitErr, s.log.String())
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready after 2 minutes:\n%s", s.log.String())
+			return nil, fmt.Errorf("prometheus not ready after 2 minutes:\n%s", s.log.String())
 		}
 	}
+}
+
+// ready tells whether a Prometheus at s.URL says it is ready.
+func (s *Server) ready() bool {
+	resp, err := http.Get(s.URL + "/-/ready")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// servesFrom tells whether the Prometheus at s.URL keeps its data in
+// path (its flags, as it reports them).
+func (s *Server) servesFrom(path string) bool {
+	resp, err := http.Get(s.URL + "/api/v1/status/flags")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var flags struct {
+		Data map[string]string `json:"data"`
+	}
+	return json.NewDecoder(resp.Body).Decode(&flags) == nil && flags.Data["storage.tsdb.path"] == path
 }
 
 type lockedWriter struct {
