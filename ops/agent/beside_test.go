@@ -72,6 +72,30 @@ func (f *fleet) slottedWithAgentStopped(node string) func(bool) {
 	return release
 }
 
+// slottedNoController is a one-node fleet whose node was given its slot
+// and shown it with its agent stopped (slottedWithAgentStopped), and
+// whose controller is stopped then: no drain from there on, so no cordon
+// and no Rebooting. It returns the release of the node's held slot Jobs.
+func slottedNoController(t *testing.T) (f *fleet, node string, release func(bool)) {
+	t.Helper()
+	f = newFleet(t, 1, nil)
+	node = f.NS + "-n0"
+	release = f.slottedWithAgentStopped(node)
+	f.slotShown(node)
+	f.StopController()
+	return f, node, release
+}
+
+// swapped waits until node's activation swapped to v2.
+func (f *fleet) swapped(node string) {
+	f.T.Helper()
+	for deadline := time.Now().Add(10 * time.Second); f.Current(node) != "v2"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			f.T.Fatal("the activation did not swap")
+		}
+	}
+}
+
 // slotShown waits until node's view shows its slot.
 func (f *fleet) slotShown(node string) {
 	f.T.Helper()
@@ -397,11 +421,7 @@ func (f *fleet) jobPod(t *testing.T, node string, j batchv1.Job) string {
 // it publishes it once the drain has been slow for plan.SlowStep.
 func TestNoRepublishBeforeTheCordon(t *testing.T) {
 	t.Parallel()
-	f := newFleet(t, 1, nil)
-	node := f.NS + "-n0"
-	release := f.slottedWithAgentStopped(node)
-	f.slotShown(node)
-	f.StopController() // the slot granted and shown; no drain from here on: no cordon, no Rebooting
+	f, node, release := slottedNoController(t)
 	f.Start(node)
 	f.WaitAgentSees(t, node, "asked for its drain", func(_ map[types.UID]protocol.View, r protocol.Reports) bool {
 		for _, rep := range r {
@@ -412,11 +432,7 @@ func TestNoRepublishBeforeTheCordon(t *testing.T) {
 		return false
 	})
 	release(true)
-	for deadline := time.Now().Add(10 * time.Second); f.Current(node) != "v2"; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the activation did not swap")
-		}
-	}
+	f.swapped(node)
 	swapped := time.Now()
 	if err := f.PatchNodeLabel(node, "poke", "1"); err != nil { // a change of the Node: the agent's republish runs
 		t.Fatal(err)
@@ -441,11 +457,7 @@ func TestNoRepublishBeforeTheCordon(t *testing.T) {
 // per slot on a quarter of the staged benchmark's nodes, in the bursts.
 func TestNoRepublishBehindTheDrainRequest(t *testing.T) {
 	t.Parallel()
-	f := newFleet(t, 1, nil)
-	node := f.NS + "-n0"
-	release := f.slottedWithAgentStopped(node)
-	f.slotShown(node)
-	f.StopController() // the slot granted and shown; no drain from here on: no cordon, no Rebooting
+	f, node, release := slottedNoController(t)
 	held, letGo := make(chan struct{}), make(chan struct{})
 	var holding atomic.Bool
 	holding.Store(true)
@@ -479,11 +491,7 @@ func TestNoRepublishBehindTheDrainRequest(t *testing.T) {
 		t.Fatal("the agent did not ask for its drain")
 	}
 	release(true)
-	for deadline := time.Now().Add(10 * time.Second); f.Current(node) != "v2"; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the activation did not swap")
-		}
-	}
+	f.swapped(node)
 	if err := f.PatchNodeLabel(node, "poke", "1"); err != nil { // a change of the Node: the agent's republish runs, and waits
 		t.Fatal(err)
 	}
