@@ -301,13 +301,16 @@ func (a *Agent) knownBootID() string {
 	return a.knownBoot
 }
 
-// eventTarget is ch, or this agent's Node when the channel is gone.
+// eventTarget is ch, or this node's NodeUpdate when the channel is gone
+// (in slipway's namespace, where the agent writes its Events: the API
+// admits an Event about a Node only in "default").
 func (a *Agent) eventTarget(ch *v1.UpdateChannel) runtime.Object {
 	if ch != nil && ch.Name != "" {
 		return ch
 	}
-	if n := a.ownNode(); n != nil {
-		return n
+	if u := a.ownObject(); u != nil {
+		return u
 	}
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName}}
+	return &v1.NodeUpdate{TypeMeta: metav1.TypeMeta{APIVersion: v1.SchemeGroupVersion.String(), Kind: "NodeUpdate"},
+		ObjectMeta: metav1.ObjectMeta{Name: protocol.NodeUpdateName(a.opts.NodeName), Namespace: a.opts.Namespace}}
 }

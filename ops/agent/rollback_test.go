@@ -87,7 +87,10 @@ func (f *fleet) startRollbackAgain(t *testing.T, node string) {
 }
 
 // TestDeletedChannelRollsTheSwapBack: the channel deleted while its node
-// drains (after the swap): the swap is undone and the cordon lifted.
+// drains (after the swap): the swap is undone and the cordon lifted, and
+// a RollingBack Event says so on the node's NodeUpdate (the channel is
+// gone; one about the Node was dropped: the API admits those only in
+// "default", outside slipway's namespace).
 func TestDeletedChannelRollsTheSwapBack(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, nil)
@@ -107,6 +110,16 @@ func TestDeletedChannelRollsTheSwapBack(t *testing.T) {
 		return f.Current(node) == "v1" && !n.Spec.Unschedulable && n.Labels[protocol.LabelRootfsVersion] == "v1" &&
 			f.Staged(node) == ""
 	})
+	if n := f.EventsWithin("RollingBack", 1, 10*time.Second); n != 1 {
+		t.Fatalf("%d RollingBack Events in %s for a channel gone, want 1", n, f.NS)
+	}
+	events, err := f.Kube.CoreV1().Events(f.NS).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=RollingBack"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if about := events.Items[0].InvolvedObject; about.Kind != "NodeUpdate" || about.Name != node || about.Namespace != f.NS {
+		t.Errorf("the RollingBack Event is about %s %s/%s, want the node's NodeUpdate", about.Kind, about.Namespace, about.Name)
+	}
 }
 
 // TestPlanUndo: a rollback undoes exactly the components whose current

@@ -10,10 +10,11 @@ import (
 )
 
 // TestAgentWritesOnlyItsOwnEvents: the agent on node-a writes Events
-// signed by node-a about a channel of its namespace (its recorder writes
-// only in its namespace, where the API admits no Event about a Node), and
-// is refused a Warning that looks like node-b's, one about node-b, one in
-// another namespace, and one about another kind of object.
+// signed by node-a about a channel of its namespace or its own node's
+// NodeUpdate (its recorder writes only in its namespace, where the API
+// admits no Event about a Node), and is refused a Warning that looks like
+// node-b's, one about node-b's NodeUpdate, one in another namespace, and
+// one about another kind of object.
 func TestAgentWritesOnlyItsOwnEvents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -32,7 +33,8 @@ func TestAgentWritesOnlyItsOwnEvents(t *testing.T) {
 	const msg = "Events from its own node"
 	waitPolicy(t, msg, func() error { return create(event(ns, "node-b", channel)) })
 	for name, e := range map[string]*corev1.Event{
-		"on a channel": event(ns, "node-a", channel),
+		"on a channel":             event(ns, "node-a", channel),
+		"on its node's NodeUpdate": event(ns, "node-a", corev1.ObjectReference{Kind: "NodeUpdate", APIVersion: "ops.slipway.dev/v1", Namespace: ns, Name: "node-a"}),
 	} {
 		if err := create(e); err != nil {
 			t.Errorf("the agent's own Event %s is refused: %v", name, err)
@@ -41,12 +43,13 @@ func TestAgentWritesOnlyItsOwnEvents(t *testing.T) {
 	other := event(ns, "node-a", channel)
 	other.ReportingInstance = "node-b"
 	for name, e := range map[string]*corev1.Event{
-		"signed by node-b":          event(ns, "node-b", channel),
-		"reported by node-b":        other,
-		"about node-b":              event(ns, "node-a", corev1.ObjectReference{Kind: "Node", Name: "node-b"}),
-		"about a channel elsewhere": event(ns, "node-a", corev1.ObjectReference{Kind: "UpdateChannel", Namespace: "default", Name: "c"}),
-		"about a pod":               event(ns, "node-a", corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "p"}),
-		"in another namespace":      event("default", "node-a", corev1.ObjectReference{Kind: "Node", Name: "node-a"}),
+		"signed by node-b":             event(ns, "node-b", channel),
+		"reported by node-b":           other,
+		"about node-b's NodeUpdate":    event(ns, "node-a", corev1.ObjectReference{Kind: "NodeUpdate", APIVersion: "ops.slipway.dev/v1", Namespace: ns, Name: "node-b"}),
+		"about a NodeUpdate elsewhere": event(ns, "node-a", corev1.ObjectReference{Kind: "NodeUpdate", APIVersion: "ops.slipway.dev/v1", Namespace: "default", Name: "node-a"}),
+		"about a channel elsewhere":    event(ns, "node-a", corev1.ObjectReference{Kind: "UpdateChannel", Namespace: "default", Name: "c"}),
+		"about a pod":                  event(ns, "node-a", corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "p"}),
+		"in another namespace":         event("default", "node-a", corev1.ObjectReference{Kind: "Node", Name: "node-a"}),
 	} {
 		if why := refused(create(e), ""); why != "" {
 			t.Errorf("an Event %s: %s", name, why)

@@ -474,10 +474,12 @@ func nodeUpdatePolicy(o Options) admission.UserPolicy {
 // eventPolicy lets the agent write only Events in its namespace (RBAC
 // grants events cluster-wide: its recorder's grant), signed by its own
 // node (source.host and reportingInstance: the node named in its token),
-// about a channel of its namespace or its own Node. The text of an Event is
-// free: an agent can still say anything on a channel, but every reader
-// sees which node said it, and no agent writes an Event that looks like
-// another node's, or one about another Node.
+// about a channel of its namespace or its own node's NodeUpdate (what it
+// reports on when the channel is gone: the API admits an Event about a
+// Node only in "default", outside slipway's namespace). The text of an
+// Event is free: an agent can still say anything on a channel, but every
+// reader sees which node said it, and no agent writes an Event that looks
+// like another node's, or one about another node's NodeUpdate.
 func eventPolicy(o Options) admission.UserPolicy {
 	return admission.UserPolicy{
 		Name: AgentName + "-events-" + o.Namespace, Labels: labels("agent"), Users: []string{AgentUser(o.Namespace)},
@@ -485,9 +487,10 @@ func eventPolicy(o Options) admission.UserPolicy {
 		Variables: []admissionv1.Variable{{Name: "node", Expression: admission.RequesterNode}},
 		Validations: []admissionv1.Validation{{
 			Expression: fmt.Sprintf("variables.node != '' && object.metadata.namespace == %q && object.?source.?host.orValue('') == variables.node && object.?reportingInstance.orValue(variables.node) == variables.node && "+
-				"(object.involvedObject.?kind.orValue('') == 'Node' ? object.involvedObject.?name.orValue('') == variables.node : "+
-				"object.involvedObject.?kind.orValue('') == 'UpdateChannel' && object.involvedObject.?namespace.orValue('') == %q)", o.Namespace, o.Namespace),
-			Message: "the slipway agent may write only Events from its own node (source.host), in " + o.Namespace + ", about its own Node or a channel of " + o.Namespace,
+				"object.involvedObject.?namespace.orValue('') == %q && "+
+				"(object.involvedObject.?kind.orValue('') == 'NodeUpdate' ? object.involvedObject.?name.orValue('') == variables.node : "+
+				"object.involvedObject.?kind.orValue('') == 'UpdateChannel')", o.Namespace, o.Namespace),
+			Message: "the slipway agent may write only Events from its own node (source.host), in " + o.Namespace + ", about its own node's NodeUpdate or a channel of " + o.Namespace,
 		}},
 	}
 }
