@@ -76,10 +76,16 @@ func (l *slotLog) slots() ([]v1.Slot, int) {
 // rate, with onFailure: rollback. The slots are logged from the failure on.
 func rollbackFleet(t *testing.T, metrics string) (*fleet, []string, *slotLog, *promtest.Server) {
 	t.Helper()
+	return rollbackFleetOf(t, metrics, 4, nil)
+}
+
+// rollbackFleetOf is rollbackFleet with nodes nodes, prepare (unless nil)
+// called before the channel is created.
+func rollbackFleetOf(t *testing.T, metrics string, nodes int, prepare func(f *fleet, names []string)) (*fleet, []string, *slotLog, *promtest.Server) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: the Prometheus server is a built tool")
 	}
-	const nodes = 4
 	f := newFleet(t, nodes, func(o *Options) { o.MetricsAddr = metrics })
 	var names []string
 	for i := range nodes {
@@ -103,6 +109,9 @@ func rollbackFleet(t *testing.T, metrics string) (*fleet, []string, *slotLog, *p
 	lctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	slots := f.logSlots(lctx)
+	if prepare != nil {
+		prepare(f, names)
+	}
 	f.Channel(v1.UpdateChannelSpec{URL: "file:///unused", Version: "v2", Concurrency: 2, RebootDelay: fleettest.ZeroDelay(),
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": f.NS}},
 		Analysis: &v1.AnalysisSpec{PrometheusURL: prom.URL, BakeTime: &metav1.Duration{Duration: 5 * time.Second}, Interval: &metav1.Duration{Duration: time.Second},
@@ -307,5 +316,40 @@ func TestAnalysisRollbackThatFailsIsReported(t *testing.T) {
 				return len(ch.Status.Updating) == 0 && ch.Status.Analysis.Failed != nil
 			})
 		})
+	}
+}
+
+// TestWaveFailsWithItsLateNodes: two nodes granted together, the bad one
+// (n1) finishes first and the analysis fails while the other (n0) still
+// upgrades (its slot's Job held). The wave must not fail without n0: n0
+// would finish on v2 outside the failed wave, and no rollback would take
+// it back. The controller holds (AnalysisHolding WaveFinishing) until n0
+// finished, then fails the wave with both, and rolls both back.
+func TestWaveFailsWithItsLateNodes(t *testing.T) {
+	t.Parallel()
+	var release func(bool)
+	f, names, _, _ := rollbackFleetOf(t, promtest.FreeAddr(t), 2, func(f *fleet, names []string) {
+		release = f.HoldJobs(names[0])
+	})
+	late, bad := names[0], names[1]
+	ch := f.WaitFor("the analysis failing with "+late+" still upgrading", 4*time.Minute, func(ch *v1.UpdateChannel) bool {
+		h := meta.FindStatusCondition(ch.Status.Conditions, v1.ConditionAnalysisHolding)
+		return (h != nil && h.Reason == "WaveFinishing") || (ch.Status.Analysis != nil && ch.Status.Analysis.Failed != nil)
+	})
+	if as := ch.Status.Analysis; as != nil && as.Failed != nil {
+		t.Errorf("the wave failed as %v while %s still upgraded to its release", as.Failed.Nodes, late)
+	}
+	release(true)
+	ch = f.WaitFor("the rollback ended", 3*time.Minute, func(ch *v1.UpdateChannel) bool {
+		as := ch.Status.Analysis
+		return as != nil && as.Rollback != nil && as.Rollback.Finished != nil
+	})
+	if got := ch.Status.Analysis.Failed.Nodes; !slices.Contains(got, late) || !slices.Contains(got, bad) {
+		t.Errorf("the failed wave is %v, want both %s and %s", got, bad, late)
+	}
+	for _, n := range names {
+		if f.Current(n) != "v1" {
+			t.Errorf("node %s runs %s after the rollback of its wave, want v1", n, f.Current(n))
+		}
 	}
 }

@@ -102,6 +102,10 @@ type AnalysisStep struct {
 	Passed []string
 	// Joined are the nodes that joined the wave in this pass.
 	Joined []string
+	// Finishing are the nodes still in the slots of the wave's release
+	// that a failing analysis waits for (inFlight): the wave fails with
+	// them once they finished.
+	Finishing []string
 }
 
 // StepAnalysis applies the analysis a to the status of one pass, pure:
@@ -110,7 +114,10 @@ type AnalysisStep struct {
 // than the target is forgotten (a new release is judged afresh); then j,
 // the evaluation made for this pass (nil: none was), is judged
 // (analysis.JudgeWave). A Fail with a wave records status.analysis.failed,
-// which holds every slot until the target changes. An evaluation of
+// which holds every slot until the target changes; while nodes granted
+// beside the wave still upgrade to its release (Finishing), it holds and
+// waits for them to join the wave, so that the wave fails (and is rolled
+// back) with every node on its release. An evaluation of
 // another wave than the one now in the status (nodes joined since) holds
 // this pass: the next evaluation judges the new wave. now is the time of
 // the status write (a bake starts then); j is judged at its own time. The AnalysisFailed
@@ -159,6 +166,14 @@ func StepAnalysis(a *Analysis, st *v1.UpdateChannelStatus, succeeded []string, t
 		jw := analysis.JudgeWave(as.Wave, bakeUntil, j.Result, j.Result.At, "spec.analysis.bakeTime")
 		step.Hold = jw.Hold
 		switch {
+		case jw.FailWave && len(inFlight(*st, as.Wave, as.WaveVersion)) > 0:
+			// Nodes granted beside the wave are still upgrading to its
+			// release: failed now, they would finish on it outside the
+			// failed wave, never rolled back. They join it as they finish,
+			// and the next evaluation fails the wave with them.
+			step.Finishing = inFlight(*st, as.Wave, as.WaveVersion)
+			step.Hold = fmt.Sprintf("analysis fails after the wave %s (%s): %s; waiting for %s to finish, to fail the wave with them",
+				strings.Join(as.Wave, ", "), as.WaveVersion, j.Result.Reason(), strings.Join(step.Finishing, ", "))
 		case jw.FailWave:
 			cause, _ := j.Result.Cause()
 			as.Failed = &v1.AnalysisFailure{Query: cause.Query, Expr: cause.Expr, Value: cause.Value, Reason: j.Result.Reason(),
@@ -171,6 +186,18 @@ func StepAnalysis(a *Analysis, st *v1.UpdateChannelStatus, succeeded []string, t
 	}
 	setAnalysisConditions(st, step, j, generation)
 	return step
+}
+
+// inFlight are the nodes outside wave holding an upgrade slot (not a
+// rollback's) to version in st: granted, not finished.
+func inFlight(st v1.UpdateChannelStatus, wave []string, version string) []string {
+	var out []string
+	for _, sl := range st.Updating {
+		if !sl.Rollback && sl.Version == version && !slices.Contains(wave, sl.Node) {
+			out = append(out, sl.Node)
+		}
+	}
+	return out
 }
 
 // FailureMessage says what failed, on which nodes, and what ends the halt.
@@ -200,6 +227,8 @@ func setAnalysisConditions(st *v1.UpdateChannelStatus, step AnalysisStep, j *Jud
 	case step.Hold != "":
 		holding.Status, holding.Message = metav1.ConditionTrue, step.Hold
 		switch {
+		case len(step.Finishing) > 0:
+			holding.Reason = "WaveFinishing" // failing; its late nodes first
 		case !slices.Equal(j.Wave, st.Analysis.Wave):
 			holding.Reason = "Judging" // a new wave, asked next
 		case j.Result.Verdict != analysis.Pass:

@@ -59,6 +59,7 @@ func TestStepAnalysis(t *testing.T) {
 		name      string
 		a         *Analysis
 		as        *v1.AnalysisStatus
+		updating  []v1.Slot // the slots held in the pass
 		succeeded []string
 		target    string
 		j         *Judged
@@ -80,6 +81,15 @@ func TestStepAnalysis(t *testing.T) {
 			holding: metav1.ConditionTrue, reason: "Baking", wave: []string{"n1"}},
 		{name: "baking, fail: the wave fails at once", a: a, as: baking(), target: "v2", j: &Judged{Result: fail, Wave: []string{"n1"}},
 			hold: "analysis failed after the wave n1 (v2)", failed: true, holding: metav1.ConditionFalse, wave: []string{"n1"}},
+		{name: "baking, fail, a node granted beside the wave still upgrading: held, waiting for it", a: a, as: baking(), target: "v2",
+			updating: []v1.Slot{{Node: "n0", Version: "v2", Phase: PhaseRebooting}}, j: &Judged{Result: fail, Wave: []string{"n1"}},
+			hold: "waiting for n0 to finish", holding: metav1.ConditionTrue, reason: "WaveFinishing", wave: []string{"n1"}},
+		{name: "baking, fail, only rollback slots and another release's held: the wave fails", a: a, as: baking(), target: "v2",
+			updating: []v1.Slot{{Node: "n0", Version: "v1", Rollback: true}, {Node: "n2", Version: "v3"}}, j: &Judged{Result: fail, Wave: []string{"n1"}},
+			hold: "analysis failed after the wave n1 (v2)", failed: true, holding: metav1.ConditionFalse, wave: []string{"n1"}},
+		{name: "the late node finished: it joins the wave, which the next evaluation fails with it", a: a, as: baking(), target: "v2",
+			succeeded: []string{"n0"}, j: &Judged{Result: fail, Wave: []string{"n1"}},
+			hold: "the wave n1, n0 is asked next", holding: metav1.ConditionTrue, reason: "Judging", wave: []string{"n1", "n0"}},
 		{name: "baked, pass: the wave passes", a: a, as: baked(), target: "v2", j: &Judged{Result: pass, Wave: []string{"n1"}}, passed: true,
 			holding: metav1.ConditionFalse},
 		{name: "baked, cannot judge: held", a: a, as: baked(), target: "v2", j: &Judged{Result: hold, Wave: []string{"n1"}}, hold: "cannot be judged",
@@ -92,7 +102,7 @@ func TestStepAnalysis(t *testing.T) {
 			holding: metav1.ConditionFalse},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			st := &v1.UpdateChannelStatus{Analysis: c.as}
+			st := &v1.UpdateChannelStatus{Analysis: c.as, Updating: c.updating}
 			step := StepAnalysis(c.a, st, c.succeeded, c.target, c.j, now, 1)
 			if (c.hold == "") != (step.Hold == "") || !strings.Contains(step.Hold, c.hold) {
 				t.Errorf("hold = %q, want one saying %q", step.Hold, c.hold)
