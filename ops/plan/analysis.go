@@ -165,13 +165,15 @@ func StepAnalysis(a *Analysis, st *v1.UpdateChannelStatus, succeeded []string, t
 		// the bake ended passes the wave.
 		jw := analysis.JudgeWave(as.Wave, bakeUntil, j.Result, j.Result.At, "spec.analysis.bakeTime")
 		step.Hold = jw.Hold
-		switch {
-		case jw.FailWave && len(inFlight(*st, as.Wave, as.WaveVersion)) > 0:
-			// Nodes granted beside the wave are still upgrading to its
-			// release: failed now, they would finish on it outside the
-			// failed wave, never rolled back. They join it as they finish,
-			// and the next evaluation fails the wave with them.
+		if jw.FailWave {
+			// Nodes granted beside the wave still upgrading to its release
+			// would, failed now, finish on it outside the failed wave, never
+			// rolled back. They join it as they finish, and the next
+			// evaluation fails the wave with them.
 			step.Finishing = inFlight(*st, as.Wave, as.WaveVersion)
+		}
+		switch {
+		case len(step.Finishing) > 0:
 			step.Hold = fmt.Sprintf("analysis fails after the wave %s (%s): %s; waiting for %s to finish, to fail the wave with them",
 				strings.Join(as.Wave, ", "), as.WaveVersion, j.Result.Reason(), strings.Join(step.Finishing, ", "))
 		case jw.FailWave:
